@@ -1,0 +1,99 @@
+//! Types shared by the eBPF program (`imc-ebpf`) and userspace (`imc-user`).
+//!
+//! Everything here is `#[repr(C)]` and plain data: the kernel side writes these records into a
+//! ring buffer and userspace reads the same bytes back, so the layout is the contract between the
+//! two halves. Change it only together with [`RECORD_ABI_VERSION`].
+#![no_std]
+
+/// Counter slots the program reads per tick. Each slot is one PERF_EVENT_ARRAY map
+/// (`SLOT0` … `SLOT7`) indexed by CPU.
+pub const MAX_SLOTS: usize = 8;
+
+/// Bumped whenever [`TickRecord`] or the map names change.
+pub const RECORD_ABI_VERSION: u32 = 1;
+
+/// Names of the per-slot PERF_EVENT_ARRAY maps, in slot order.
+pub const SLOT_MAP_NAMES: [&str; MAX_SLOTS] = [
+    "SLOT0", "SLOT1", "SLOT2", "SLOT3", "SLOT4", "SLOT5", "SLOT6", "SLOT7",
+];
+/// Ring buffer carrying [`TickRecord`]s.
+pub const TICKS_MAP_NAME: &str = "TICKS";
+/// Per-CPU array of u64 counters, indexed by the `STAT_*` constants.
+pub const STATS_MAP_NAME: &str = "STATS";
+/// Read-only global: how many slots are configured (0..=MAX_SLOTS).
+pub const NR_SLOTS_GLOBAL: &str = "NR_SLOTS";
+
+/// What made the program run.
+pub const KIND_TIMER: u8 = 0;
+/// A `sched_switch` (precise mode): the record describes the task switched *out*, and the
+/// counter values are the ones at the moment it stopped running.
+pub const KIND_SWITCH: u8 = 1;
+
+/// Program runs (ticks or switches) on this CPU.
+pub const STAT_RUNS: u32 = 0;
+/// Records dropped because the ring buffer was full: userspace reports them as lost samples.
+pub const STAT_RINGBUF_FULL: u32 = 1;
+/// `STAT_READ_ERROR + slot`: `bpf_perf_event_read_value` failed for a reason other than an
+/// empty array entry (the counter exists but cannot be read from this CPU, for instance).
+pub const STAT_READ_ERROR: u32 = 2;
+/// `STAT_SLOT_ABSENT + slot`: this CPU has no entry in the slot's array (-ENOENT). Expected for
+/// package-scope counters on CPUs that are not allowed to read them; counted apart from errors.
+pub const STAT_SLOT_ABSENT: u32 = STAT_READ_ERROR + MAX_SLOTS as u32;
+/// Number of u64 entries in the `STATS` map.
+pub const NR_STATS: u32 = STAT_SLOT_ABSENT + MAX_SLOTS as u32;
+
+/// One counter as `bpf_perf_event_read_value` returns it (`struct bpf_perf_event_value`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SlotReading {
+    pub value: u64,
+    pub enabled: u64,
+    pub running: u64,
+}
+
+/// One program run on one CPU.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct TickRecord {
+    /// `bpf_ktime_get_ns()`: CLOCK_MONOTONIC in ns.
+    pub t_ns: u64,
+    /// cgroup v2 id of the task (`bpf_get_current_cgroup_id`).
+    pub cgroup_id: u64,
+    pub cpu: u32,
+    /// Thread id (kernel pid); 0 is the idle task.
+    pub pid: u32,
+    /// Process id (kernel tgid).
+    pub tgid: u32,
+    /// `KIND_TIMER` or `KIND_SWITCH`.
+    pub kind: u8,
+    /// Slots filled in this record.
+    pub nr_slots: u8,
+    /// Bit `s` set: slot `s` could not be read in this run; its reading is zero.
+    pub failed_mask: u8,
+    pub _pad: u8,
+    pub comm: [u8; 16],
+    pub slots: [SlotReading; MAX_SLOTS],
+}
+
+impl TickRecord {
+    pub const SIZE: usize = core::mem::size_of::<TickRecord>();
+
+    /// The task name up to its first NUL.
+    pub fn comm_bytes(&self) -> &[u8] {
+        let end = self
+            .comm
+            .iter()
+            .position(|&b| b == 0)
+            .unwrap_or(self.comm.len());
+        &self.comm[..end]
+    }
+}
+
+// The record must not change size by accident: the ring buffer reservation and the recording
+// file both depend on it.
+const _: () = assert!(TickRecord::SIZE == 48 + 24 * MAX_SLOTS);
+
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for SlotReading {}
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for TickRecord {}

@@ -1,0 +1,1 @@
+//! See lib.rs for this module's responsibility.

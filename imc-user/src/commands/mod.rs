@@ -1,0 +1,24 @@
+//! One module per subcommand. Each takes the global options and its own arguments and returns
+//! the process exit code, or a `CliError` whose one-line message `main` prints.
+use crate::cli::{Cli, Command};
+use crate::error::CliResult;
+use std::process::ExitCode;
+
+pub mod encode;
+pub mod list;
+pub mod record;
+pub mod report;
+pub mod stat;
+pub mod top;
+
+pub fn run(cli: Cli) -> CliResult<ExitCode> {
+    let g = &cli.global;
+    match cli.command {
+        Command::List(a) => list::run(g, &a),
+        Command::Encode(a) => encode::run(g, &a),
+        Command::Stat(a) => stat::run(g, &a),
+        Command::Top(a) => top::run(g, &a),
+        Command::Record(a) => record::run(g, &a),
+        Command::Report(a) => report::run(g, &a),
+    }
+}

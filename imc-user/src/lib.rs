@@ -1,0 +1,26 @@
+//! imc: memory-controller bandwidth, attributed to processes.
+//!
+//! Modules by responsibility (see shared/design.md for the data flow):
+//! - [`discovery`]: topology and PMUs from sysfs under a root directory; which backends exist.
+//! - [`events`]: event strings → `perf_event_attr` fields.
+//! - [`sys`]: every syscall edge (perf_event_open, bpf, mmap of /dev/mem), replaceable in tests.
+//! - [`backends`]: userspace counting (perf, MCHBAR) for `imc stat`.
+//! - [`sampler`]: the eBPF tick sampler: load, attach, drain.
+//! - [`attribution`]: counter deltas → tasks; bursts.
+//! - [`record`]: the recording file format.
+//! - [`output`]: tables, JSON lines, CSV, the live view.
+//! - [`commands`]: one module per subcommand, wiring the above together.
+pub mod attribution;
+pub mod backends;
+pub mod cli;
+pub mod commands;
+pub mod discovery;
+pub mod error;
+pub mod events;
+pub mod model;
+pub mod output;
+pub mod record;
+pub mod sampler;
+pub mod sys;
+
+pub use error::{CliError, CliResult};

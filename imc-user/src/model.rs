@@ -1,0 +1,197 @@
+//! Plain data shared by discovery, event encoding, the backends and the sampler.
+//!
+//! These types are the seams between modules: discovery produces `Topology` and `Pmu`, the event
+//! parser turns text plus a `Pmu` into `Encoded`, and the backends and sampler open what
+//! `Encoded` describes. Additive changes only; keep them serialisable for `--json` output.
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::ops::RangeInclusive;
+use std::path::PathBuf;
+
+/// Which `perf_event_attr` word a format field writes into.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ConfigWord {
+    Config,
+    Config1,
+    Config2,
+    Config3,
+}
+
+/// One `format/<name>` file, e.g. `umask` = `config:8-15,32-55` (bits may be split).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct FormatField {
+    pub name: String,
+    pub word: ConfigWord,
+    /// Bit ranges, low part of the value first, in the order the file lists them.
+    pub bits: Vec<RangeInclusive<u8>>,
+}
+
+/// One `events/<name>` alias with its optional `.scale` and `.unit`.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct EventAlias {
+    pub name: String,
+    /// The alias text, trimmed: `event=0x04,umask=0x03`.
+    pub terms: String,
+    pub scale: Option<f64>,
+    pub unit: Option<String>,
+}
+
+/// One PMU under `sys/bus/event_source/devices/`.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Pmu {
+    pub name: String,
+    /// `type`: dynamic on real systems, always read from sysfs.
+    #[serde(rename = "type")]
+    pub pmu_type: u32,
+    /// `cpumask` (or `cpus`) when the PMU has one: the CPUs its events are opened on.
+    pub cpumask: Option<Vec<u32>>,
+    pub formats: BTreeMap<String, FormatField>,
+    pub events: BTreeMap<String, EventAlias>,
+    /// Directory the PMU was read from (for error messages).
+    #[serde(skip)]
+    pub path: PathBuf,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Package {
+    pub id: u32,
+    pub cpus: Vec<u32>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct NumaNode {
+    pub id: u32,
+    pub cpus: Vec<u32>,
+}
+
+/// CPUs, packages and NUMA nodes of the machine under `--root`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Topology {
+    pub online: Vec<u32>,
+    pub possible: Vec<u32>,
+    pub packages: Vec<Package>,
+    pub nodes: Vec<NumaNode>,
+}
+
+impl Topology {
+    /// The package (physical_package_id) a CPU belongs to.
+    pub fn package_of(&self, cpu: u32) -> Option<u32> {
+        self.packages
+            .iter()
+            .find(|p| p.cpus.contains(&cpu))
+            .map(|p| p.id)
+    }
+}
+
+/// What one event string turns into: everything `perf_event_open` needs, plus how to turn counts
+/// into bytes.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Encoded {
+    /// The event string as the user wrote it (or the default event's name).
+    pub event: String,
+    pub pmu: String,
+    #[serde(rename = "type")]
+    pub pmu_type: u32,
+    pub config: u64,
+    pub config1: u64,
+    pub config2: u64,
+    pub exclude_user: bool,
+    pub exclude_kernel: bool,
+    /// The alias' `.scale`, if any (perf multiplies counts by it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scale: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unit: Option<String>,
+    /// Bytes per raw count when the event measures memory traffic (scale × unit, e.g.
+    /// 6.103515625e-5 MiB → 64.0).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bytes_per_count: Option<f64>,
+    /// The PMU's cpumask: the CPUs to open it on (None: any CPU / every CPU).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpus: Option<Vec<u32>>,
+}
+
+/// The backend names of the command-line contract.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub enum BackendKind {
+    #[serde(rename = "intel-uncore-imc")]
+    IntelUncoreImc,
+    #[serde(rename = "intel-client-imc")]
+    IntelClientImc,
+    #[serde(rename = "intel-client-mchbar")]
+    IntelClientMchbar,
+    #[serde(rename = "amd-umc")]
+    AmdUmc,
+    #[serde(rename = "amd-df")]
+    AmdDf,
+    #[serde(rename = "power-nest-imc")]
+    PowerNestImc,
+    #[serde(rename = "knl-edc")]
+    KnlEdc,
+    #[serde(rename = "knl-imc")]
+    KnlImc,
+    #[serde(rename = "msr")]
+    Msr,
+    #[serde(rename = "software")]
+    Software,
+}
+
+impl BackendKind {
+    pub const ALL: [BackendKind; 10] = [
+        BackendKind::IntelUncoreImc,
+        BackendKind::IntelClientImc,
+        BackendKind::IntelClientMchbar,
+        BackendKind::AmdUmc,
+        BackendKind::AmdDf,
+        BackendKind::PowerNestImc,
+        BackendKind::KnlEdc,
+        BackendKind::KnlImc,
+        BackendKind::Msr,
+        BackendKind::Software,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BackendKind::IntelUncoreImc => "intel-uncore-imc",
+            BackendKind::IntelClientImc => "intel-client-imc",
+            BackendKind::IntelClientMchbar => "intel-client-mchbar",
+            BackendKind::AmdUmc => "amd-umc",
+            BackendKind::AmdDf => "amd-df",
+            BackendKind::PowerNestImc => "power-nest-imc",
+            BackendKind::KnlEdc => "knl-edc",
+            BackendKind::KnlImc => "knl-imc",
+            BackendKind::Msr => "msr",
+            BackendKind::Software => "software",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<BackendKind> {
+        BackendKind::ALL.into_iter().find(|b| b.as_str() == name)
+    }
+
+    /// Does this backend measure DRAM (or MCDRAM) traffic, as opposed to a stand-in?
+    pub fn is_memory_controller(self) -> bool {
+        !matches!(self, BackendKind::Msr | BackendKind::Software)
+    }
+}
+
+/// What a bandwidth event measures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Direction {
+    Read,
+    Write,
+    Total,
+}
+
+/// Where a counter's count belongs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub enum Scope {
+    /// Counts what one CPU does (core and software counters).
+    Cpu(u32),
+    /// Counts a whole package's memory traffic.
+    Package(u32),
+    /// One memory channel/controller of a package.
+    Channel { package: u32, channel: u32 },
+}

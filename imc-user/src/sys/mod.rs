@@ -1,0 +1,3 @@
+//! Every syscall imc makes, one small module per concern, each behind a trait that tests can
+//! replace with a fake (as perf-event2 does with its hooks).
+pub mod perf;

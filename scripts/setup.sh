@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# Takes a fresh machine to a working imc build: userspace on stable Rust, the eBPF crate on
+# either rustup nightly + rust-src (the usual route where the internet is reachable) or Debian's
+# rustc-web + rust-web-src with RUSTC_BOOTSTRAP (the route that works offline from Debian's
+# mirrors), and bpf-linker built against the same LLVM major as that compiler.
+# Idempotent: every step checks first and skips what is already there.
+set -euo pipefail
+
+say() { printf 'setup: %s\n' "$*" >&2; }
+die() { printf 'setup: error: %s\n' "$*" >&2; exit 1; }
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then
+  command -v sudo >/dev/null 2>&1 && SUDO="sudo" || die "not root and no sudo: run this script as root"
+fi
+
+BPF_LINKER_VERSION=0.13.0
+STATE_DIR="$(cd "$(dirname "$0")/.." && pwd)/target/imc-setup"
+mkdir -p "$STATE_DIR"
+
+apt_updated=0
+apt_install() {
+  local missing=()
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  command -v apt-get >/dev/null 2>&1 || die "apt-get not found; install ${missing[*]} by hand"
+  if [ $apt_updated -eq 0 ]; then
+    say "apt-get update"
+    $SUDO apt-get update -qq >/dev/null
+    apt_updated=1
+  fi
+  say "installing ${missing[*]}"
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+# 1. Base tools: a C toolchain for -sys crates, libpfm4 for the libpfm4 event syntax, bpftool
+#    for checking that nothing stays loaded, perf for the `imc stat` benchmark baseline.
+apt_install build-essential pkg-config libpfm4-dev bpftool linux-perf
+
+command -v cargo >/dev/null 2>&1 || die "cargo not found: install Rust (rustup) first"
+
+# 2. The eBPF compiler. bpf-linker must be built against an LLVM at least as new as the one
+#    in the compiler that emits the bitcode, so a route is only usable when Debian has the
+#    matching llvm-N-dev. Prefer rustup nightly + rust-src; else Debian's rustc-web route.
+llvm_of() { "$1" -vV | sed -n 's/^LLVM version: \([0-9]*\).*/\1/p'; }
+llvm_dev_available() {
+  dpkg-query -W -f='${Status}' "llvm-$1-dev" 2>/dev/null | grep -q 'install ok installed' && return 0
+  [ $apt_updated -eq 1 ] || { $SUDO apt-get update -qq >/dev/null; apt_updated=1; }
+  apt-cache show "llvm-$1-dev" >/dev/null 2>&1
+}
+ebpf_route=""
+if command -v rustup >/dev/null 2>&1; then
+  if ! rustup +nightly component list --installed 2>/dev/null | grep -q '^rust-src'; then
+    timeout 180 rustup toolchain install nightly --profile minimal --component rust-src >/dev/null 2>&1 || true
+  fi
+  if rustup +nightly component list --installed 2>/dev/null | grep -q '^rust-src'; then
+    nightly_rustc="$(rustup +nightly which rustc)"
+    nightly_llvm="$(llvm_of "$nightly_rustc")"
+    if [ -n "$nightly_llvm" ] && llvm_dev_available "$nightly_llvm"; then
+      ebpf_route=nightly
+      ebpf_rustc="$nightly_rustc"
+    else
+      say "rustup nightly uses LLVM ${nightly_llvm:-?} and Debian has no llvm-${nightly_llvm:-?}-dev for bpf-linker"
+    fi
+  fi
+fi
+if [ -z "$ebpf_route" ]; then
+  say "using Debian's rustc-web + rust-web-src for the eBPF crate"
+  apt_install rustc-web cargo-web rust-web-src
+  [ -x /usr/bin/rustc ] || die "rustc-web installed but /usr/bin/rustc is missing"
+  ebpf_route=debian
+  ebpf_rustc=/usr/bin/rustc
+fi
+llvm_major="$(llvm_of "$ebpf_rustc")"
+[ -n "$llvm_major" ] || die "cannot read the LLVM version from '$ebpf_rustc -vV'"
+say "eBPF route: $ebpf_route ($("$ebpf_rustc" --version), LLVM $llvm_major)"
+
+# 3. bpf-linker against that LLVM major.
+have_linker=""
+if command -v bpf-linker >/dev/null 2>&1; then
+  have_linker="$(bpf-linker --version 2>/dev/null | awk '{print $2}')"
+fi
+if [ "$have_linker" = "$BPF_LINKER_VERSION" ] && [ -f "$STATE_DIR/bpf-linker-llvm" ] \
+   && [ "$(cat "$STATE_DIR/bpf-linker-llvm")" = "$llvm_major" ]; then
+  say "bpf-linker $BPF_LINKER_VERSION (LLVM $llvm_major) already installed"
+else
+  if apt-cache show "llvm-${llvm_major}-dev" >/dev/null 2>&1 || dpkg-query -W "llvm-${llvm_major}-dev" >/dev/null 2>&1; then
+    apt_install "llvm-${llvm_major}-dev" libzstd-dev zlib1g-dev libxml2-dev
+    say "building bpf-linker $BPF_LINKER_VERSION against /usr/lib/llvm-${llvm_major} (takes a few minutes)"
+    LLVM_PREFIX="/usr/lib/llvm-${llvm_major}" env -u RUSTC -u RUSTFLAGS -u RUSTUP_TOOLCHAIN \
+      cargo install "bpf-linker@${BPF_LINKER_VERSION}" --locked --force \
+      --no-default-features --features "llvm-${llvm_major}"
+  else
+    say "no llvm-${llvm_major}-dev package: building bpf-linker with its bundled LLVM"
+    env -u RUSTC -u RUSTFLAGS -u RUSTUP_TOOLCHAIN cargo install "bpf-linker@${BPF_LINKER_VERSION}" --locked --force
+  fi
+  echo "$llvm_major" > "$STATE_DIR/bpf-linker-llvm"
+fi
+
+# 4. Record the route for xtask.
+{
+  echo "route=$ebpf_route"
+  echo "rustc=$ebpf_rustc"
+  echo "llvm=$llvm_major"
+} > "$STATE_DIR/ebpf-toolchain"
+say "ready (eBPF route recorded in ${STATE_DIR#$PWD/}/ebpf-toolchain)"
