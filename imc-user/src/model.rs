@@ -195,3 +195,93 @@ pub enum Scope {
     /// One memory channel/controller of a package.
     Channel { package: u32, channel: u32 },
 }
+
+/// Result of discovery under one root: what `imc list` prints and what `stat`/`top` choose from.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Discovery {
+    pub hypervisor: bool,
+    pub topology: Topology,
+    pub sources: Vec<Source>,
+}
+
+/// One backend, available or not.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Source {
+    pub backend: BackendKind,
+    pub available: bool,
+    /// Why it is unavailable (hypervisor, missing PMU, permission, lockdown …), or a caveat.
+    pub reason: Option<String>,
+    pub pmus: Vec<SourcePmu>,
+    pub events: Vec<SourceEvent>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SourcePmu {
+    pub name: String,
+    #[serde(rename = "type")]
+    pub pmu_type: u32,
+    /// The CPUs its events are opened on: one per package (from cpumask), or every online CPU
+    /// for CPU-scope PMUs without a cpumask.
+    pub cpus: Vec<u32>,
+}
+
+/// One bandwidth (or stand-in) event of a source, per PMU instance.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SourceEvent {
+    /// `read`, `write`, `total` for bandwidth events; other names for auxiliary ones.
+    pub name: String,
+    pub pmu: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub config: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub config1: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bytes_per_count: Option<f64>,
+    /// intel-client-mchbar only: physical address of the counter and its width in bits.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub address: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub width: Option<u8>,
+    #[serde(skip)]
+    pub direction: Option<Direction>,
+    /// Counter width in bits for wrap handling (48 for Intel uncore, 64 when unknown).
+    #[serde(skip)]
+    pub counter_bits: u8,
+    /// The sysfs alias or source this encoding came from (for `-v` and error messages).
+    #[serde(skip)]
+    pub origin: String,
+}
+
+/// How the sampler reads one counter slot at each tick.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SlotScope {
+    /// One counter per CPU, counting what that CPU does (core, software, msr counters).
+    Cpu,
+    /// One counter per package (uncore); only CPUs allowed to read it have an array entry.
+    Package,
+}
+
+/// What a slot's counts mean to attribution.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SlotRole {
+    /// Memory traffic in this direction (bytes = count × bytes_per_count).
+    Traffic(Direction),
+    /// A per-CPU weight for spreading package traffic (LLC misses, offcore requests).
+    Weight,
+    /// Counted and reported (`values`), not bandwidth.
+    Other,
+}
+
+/// One configured counter slot of the sampler (slot index = position in the list).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SlotSpec {
+    /// The event string as the user gave it (the key of `values` in JSON output).
+    pub event: String,
+    pub scope: SlotScope,
+    pub role: SlotRole,
+    pub bytes_per_count: Option<f64>,
+    /// Counter width for wrap handling: 64 for software/msr/core, 48 for Intel uncore.
+    pub counter_bits: u8,
+}
