@@ -1,1 +1,4 @@
-//! See lib.rs for this module's responsibility.
+//! Rendering: human tables, CSV, JSON lines and the live view, one module per command family.
+pub mod interval;
+pub mod stat;
+pub mod top;

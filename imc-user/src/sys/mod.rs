@@ -1,3 +1,5 @@
 //! Every syscall imc makes, one small module per concern, each behind a trait that tests can
 //! replace with a fake (as perf-event2 does with its hooks).
+pub mod bpf;
+pub mod devmem;
 pub mod perf;

@@ -1,0 +1,1 @@
+//! bpf(2) calls that aya does not wrap.

@@ -1,0 +1,1 @@
+//! Read-only mapping of physical memory (/dev/mem) for the MCHBAR backend.
