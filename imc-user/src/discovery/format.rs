@@ -398,7 +398,7 @@ mod tests {
         assert_eq!(place_value(&u, 0xcf).unwrap(), 0xcf00);
         assert_eq!(place_value(&u, 0x1_00).unwrap(), 1 << 32);
         assert_eq!(
-            place_value(&u, 0xabcdef_12).unwrap(),
+            place_value(&u, 0xabcd_ef12).unwrap(),
             (0xabcdef << 32) | (0x12 << 8)
         );
         // Order in the file matters, not the bit order.
