@@ -15,7 +15,7 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 
 BPF_LINKER_VERSION=0.13.0
-STATE_DIR="$(cd "$(dirname "$0")/.." && pwd)/target/imc-setup"
+STATE_DIR="${XDG_CACHE_HOME:-${HOME:-/root}/.cache}/imc-setup"
 mkdir -p "$STATE_DIR"
 
 apt_updated=0
@@ -105,4 +105,4 @@ fi
   echo "rustc=$ebpf_rustc"
   echo "llvm=$llvm_major"
 } > "$STATE_DIR/ebpf-toolchain"
-say "ready (eBPF route recorded in ${STATE_DIR#$PWD/}/ebpf-toolchain)"
+say "ready (eBPF route recorded in $STATE_DIR/ebpf-toolchain)"

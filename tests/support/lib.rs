@@ -52,3 +52,100 @@ pub fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions.
     unsafe { libc::geteuid() == 0 }
 }
+
+/// Whether the linked imc library carries its eBPF program (built by `cargo xtask`) or
+/// IMC_BPF_OBJECT names one.
+pub fn have_bpf_object() -> bool {
+    imc::sampler::object::program_bytes().is_ok()
+}
+
+/// Root and the eBPF object: what every sampler test needs. Skips (outside CI) with the reason.
+pub fn sampler_prerequisites() -> bool {
+    require(is_root(), "loading eBPF needs root")
+        && require(
+            have_bpf_object(),
+            "imc was built without its eBPF program: run the suite with `cargo xtask test`",
+        )
+}
+
+/// Ids of loaded BPF programs whose name starts with `imc_` (bpftool's JSON listing).
+pub fn loaded_imc_programs() -> Vec<u64> {
+    let out = Command::new("bpftool")
+        .args(["prog", "show", "--json"])
+        .output();
+    let out = match out {
+        Ok(o) if o.status.success() => o,
+        Ok(o) => panic!(
+            "bpftool prog show failed: {}",
+            String::from_utf8_lossy(&o.stderr)
+        ),
+        Err(e) => panic!("bpftool not found ({e}): scripts/setup.sh installs it"),
+    };
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("bpftool JSON");
+    v.as_array()
+        .into_iter()
+        .flatten()
+        .filter(|p| p["name"].as_str().is_some_and(|n| n.starts_with("imc_")))
+        .filter_map(|p| p["id"].as_u64())
+        .collect()
+}
+
+/// Busy-loops on every CPU until the returned guard is dropped: cpu-clock barely fires on an
+/// idle CPU, so sampler tests keep the CPUs busy.
+pub struct Spinners {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Spinners {
+    pub fn start(n: usize) -> Spinners {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let threads = (0..n)
+            .map(|_| {
+                let stop = stop.clone();
+                std::thread::spawn(move || {
+                    let mut x = 1u64;
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        for _ in 0..10_000 {
+                            x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+                        }
+                        std::hint::black_box(x);
+                    }
+                })
+            })
+            .collect();
+        Spinners { stop, threads }
+    }
+}
+
+impl Drop for Spinners {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+pub fn online_cpus() -> Vec<u32> {
+    let text = std::fs::read_to_string("/sys/devices/system/cpu/online").expect("cpu online list");
+    let mut cpus = Vec::new();
+    for part in text.trim().split(',').filter(|p| !p.is_empty()) {
+        match part.split_once('-') {
+            Some((a, b)) => cpus.extend(a.parse::<u32>().unwrap()..=b.parse::<u32>().unwrap()),
+            None => cpus.push(part.parse().unwrap()),
+        }
+    }
+    cpus
+}
+
+/// CLOCK_MONOTONIC in ns: the clock bpf_ktime_get_ns reads.
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: ts is a valid timespec to write.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}

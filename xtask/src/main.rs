@@ -1,1 +1,206 @@
-fn main() {}
+//! `cargo xtask …`: builds the eBPF program with the toolchain scripts/setup.sh chose, embeds it
+//! in `imc`, and runs imc, the tests or the benchmarks.
+//!
+//!   cargo xtask build [--release]      eBPF object + imc (embedded)
+//!   cargo xtask run [-- ARGS]          build, then `imc ARGS` (default: `imc top`) as root
+//!   cargo xtask test                   build, then the whole test suite
+//!   cargo xtask bench-tick             ns per program run: imc's tick vs a bpftrace-like baseline
+//!   cargo xtask bench-stat             `imc stat -I 1` vs `perf stat -I 1`: CPU and intervals
+mod bench_stat;
+mod bench_tick;
+
+use anyhow::{Context, Result, anyhow, bail};
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+
+fn workspace_root() -> PathBuf {
+    // `cargo run` sets CARGO_MANIFEST_DIR for the process; the compile-time value is the
+    // fallback (it is wrong if the binary was built from another checkout).
+    let dir = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
+    dir.parent().map(Path::to_path_buf).unwrap_or(dir)
+}
+
+fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join("target"))
+}
+
+/// What scripts/setup.sh recorded: route (nightly|debian) and the rustc to use.
+struct EbpfToolchain {
+    route: String,
+    rustc: PathBuf,
+}
+
+fn state_file() -> PathBuf {
+    let cache = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .unwrap_or_else(|| PathBuf::from("/tmp"));
+    cache.join("imc-setup/ebpf-toolchain")
+}
+
+fn ebpf_toolchain() -> Result<EbpfToolchain> {
+    let path = state_file();
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("{} missing: run scripts/setup.sh first", path.display()))?;
+    let get = |k: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("{k}=")))
+            .map(str::to_string)
+            .ok_or_else(|| {
+                anyhow!(
+                    "{} has no {k}= line: run scripts/setup.sh again",
+                    path.display()
+                )
+            })
+    };
+    Ok(EbpfToolchain {
+        route: get("route")?,
+        rustc: PathBuf::from(get("rustc")?),
+    })
+}
+
+fn run(cmd: &mut Command) -> Result<()> {
+    let status = cmd.status().with_context(|| format!("running {cmd:?}"))?;
+    if !status.success() {
+        bail!("{cmd:?} failed: {status}");
+    }
+    Ok(())
+}
+
+/// Builds imc-ebpf for bpfel-unknown-none and returns the object's path.
+fn build_ebpf() -> Result<PathBuf> {
+    let tc = ebpf_toolchain()?;
+    let root = workspace_root();
+    let tdir = target_dir().join("ebpf");
+    // The nested build must not inherit the outer cargo's toolchain choices.
+    let mut cmd = match tc.route.as_str() {
+        "nightly" => {
+            let mut c = Command::new("rustup");
+            c.args(["run", "nightly", "cargo"]);
+            c
+        }
+        _ => {
+            let mut c = Command::new(tc.rustc.with_file_name("cargo"));
+            c.env("RUSTC_BOOTSTRAP", "1");
+            c
+        }
+    };
+    for v in [
+        "RUSTUP_TOOLCHAIN",
+        "RUSTFLAGS",
+        "CARGO_ENCODED_RUSTFLAGS",
+        "RUSTC_WORKSPACE_WRAPPER",
+        "RUSTC_WRAPPER",
+        "CARGO",
+    ] {
+        cmd.env_remove(v);
+    }
+    cmd.env("RUSTC", &tc.rustc)
+        .env("CARGO_TARGET_DIR", &tdir)
+        .current_dir(&root)
+        .args([
+            "build",
+            "--package",
+            "imc-ebpf",
+            "--release",
+            "--target",
+            "bpfel-unknown-none",
+            "-Z",
+            "build-std=core",
+        ]);
+    eprintln!("xtask: building the eBPF program ({} route)", tc.route);
+    run(&mut cmd)?;
+    let obj = tdir.join("bpfel-unknown-none/release/imc");
+    if !obj.is_file() {
+        bail!("eBPF build succeeded but {} is missing", obj.display());
+    }
+    Ok(obj)
+}
+
+/// Builds the eBPF object, then `imc` with it embedded. Returns the imc binary's path.
+fn build(release: bool) -> Result<PathBuf> {
+    let obj = build_ebpf()?;
+    let mut cmd = Command::new(env!("CARGO"));
+    cmd.current_dir(workspace_root())
+        .env("IMC_EBPF_OBJECT", &obj)
+        .args(["build", "--package", "imc-user"]);
+    if release {
+        cmd.arg("--release");
+    }
+    run(&mut cmd)?;
+    Ok(target_dir()
+        .join(if release { "release" } else { "debug" })
+        .join("imc"))
+}
+
+fn main() -> ExitCode {
+    match real_main() {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("xtask: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn real_main() -> Result<ExitCode> {
+    let mut args: Vec<String> = std::env::args().skip(1).collect();
+    if args.is_empty() {
+        bail!("usage: cargo xtask build|run|test|bench-tick|bench-stat [--release] [-- ARGS]");
+    }
+    let cmd = args.remove(0);
+    let release = args.first().is_some_and(|a| a == "--release");
+    if release {
+        args.remove(0);
+    }
+    if args.first().is_some_and(|a| a == "--") {
+        args.remove(0);
+    }
+    match cmd.as_str() {
+        "build" => {
+            let bin = build(release)?;
+            eprintln!("xtask: built {}", bin.display());
+        }
+        "run" => {
+            let bin = build(true)?;
+            if args.is_empty() {
+                args.push("top".into());
+            }
+            let status = Command::new(&bin)
+                .args(&args)
+                .status()
+                .with_context(|| format!("running {}", bin.display()))?;
+            return Ok(ExitCode::from(status.code().unwrap_or(1) as u8));
+        }
+        "test" => {
+            let obj = build_ebpf()?;
+            let root = workspace_root();
+            // The suite runs the real binary, so build it (with the program embedded) first.
+            run(Command::new(env!("CARGO"))
+                .current_dir(&root)
+                .env("IMC_EBPF_OBJECT", &obj)
+                .args(["build", "--workspace"]))?;
+            run(Command::new(env!("CARGO"))
+                .current_dir(&root)
+                .env("IMC_EBPF_OBJECT", &obj)
+                .args(["test", "--workspace", "--no-fail-fast"])
+                .args(&args))?;
+        }
+        "bench-tick" => {
+            let bin = build(true)?;
+            bench_tick::run(&bin)?;
+        }
+        "bench-stat" => {
+            let bin = build(true)?;
+            bench_stat::run(&bin)?;
+        }
+        other => {
+            bail!("unknown xtask command '{other}' (build, run, test, bench-tick, bench-stat)")
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

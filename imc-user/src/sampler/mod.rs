@@ -1,1 +1,475 @@
-//! See lib.rs for this module's responsibility.
+//! The eBPF tick sampler: opens the counters of each slot, loads the program, attaches it to a
+//! cpu-clock timer on every CPU (and to sched_switch in precise mode), and drains its records.
+//!
+//! Lifetime is ownership: dropping a [`Sampler`] detaches every link and closes every program,
+//! map and counter fd, so nothing stays loaded after `imc` exits, however it exits.
+pub mod object;
+
+use crate::model::{Encoded, SlotSpec};
+use crate::sys::bpf::{BpfSys, RealBpf};
+use crate::sys::perf::{
+    self, CounterValue, FLAG_EXCLUDE_KERNEL, FLAG_EXCLUDE_USER, PerfEventAttr, PerfSys, RealPerf,
+};
+use aya::maps::{MapData, PerCpuArray, RingBuf};
+use aya::programs::perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent};
+use aya::programs::{PerfEvent, RawTracePoint};
+use aya::{Ebpf, EbpfLoader};
+use imc_common::{
+    MAX_SLOTS, NR_SLOTS_GLOBAL, NR_STATS, SLOT_MAP_NAMES, STAT_READ_ERROR, STAT_RINGBUF_FULL,
+    STAT_RUNS, STAT_SLOT_ABSENT, STATS_MAP_NAME, TICKS_MAP_NAME, TickRecord,
+};
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::path::PathBuf;
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum SamplerError {
+    #[error(
+        "this imc was built without its eBPF program: build it with `cargo xtask build` (or set {env} to the object file)",
+        env = object::OBJECT_ENV
+    )]
+    NoObject,
+    #[error("cannot read the eBPF object {}: {source}", path.display())]
+    ObjectRead { path: PathBuf, source: io::Error },
+    #[error("loading the eBPF sampler needs root, or CAP_BPF and CAP_PERFMON: run imc with sudo")]
+    NotPrivileged,
+    #[error("at most {MAX_SLOTS} counters can be read per tick; {0} were asked for")]
+    TooManySlots(usize),
+    #[error("no CPUs to sample (is {0} the right --root?)")]
+    NoCpus(String),
+    #[error("{0}")]
+    OpenCounter(String),
+    #[error("the kernel refused the eBPF program: {0}")]
+    Load(String),
+    #[error("attaching the sampler to {what}: {message}")]
+    Attach { what: String, message: String },
+    #[error("setting up map {map}: {message}")]
+    Map { map: String, message: String },
+}
+
+impl SamplerError {
+    /// Missing privileges are a runtime failure (exit 1), like every error here.
+    pub fn is_privilege(&self) -> bool {
+        matches!(self, SamplerError::NotPrivileged)
+    }
+}
+
+/// One slot to configure: what to count and where to open it.
+#[derive(Clone, Debug)]
+pub struct SlotPlan {
+    pub spec: SlotSpec,
+    pub attr: PerfEventAttr,
+    /// For each counter of this slot: the CPU it is opened on and the CPUs whose array entry
+    /// gets its fd (a CPU-scope counter: itself; a package counter: the CPUs allowed to read it).
+    pub instances: Vec<(u32, Vec<u32>)>,
+}
+
+impl SlotPlan {
+    /// A CPU-scope counter opened on every CPU of `cpus`, each read by its own CPU.
+    pub fn per_cpu(spec: SlotSpec, encoded: &Encoded, cpus: &[u32]) -> SlotPlan {
+        SlotPlan {
+            spec,
+            attr: counting_attr(encoded),
+            instances: cpus.iter().map(|&c| (c, vec![c])).collect(),
+        }
+    }
+}
+
+/// The counting `perf_event_attr` for an encoded event.
+pub fn counting_attr(e: &Encoded) -> PerfEventAttr {
+    let mut a = PerfEventAttr::counting(e.pmu_type, e.config);
+    a.config1 = e.config1;
+    a.config2 = e.config2;
+    if e.exclude_user {
+        a.flags |= FLAG_EXCLUDE_USER;
+    }
+    if e.exclude_kernel {
+        a.flags |= FLAG_EXCLUDE_KERNEL;
+    }
+    a
+}
+
+#[derive(Clone, Debug)]
+pub struct SamplerConfig {
+    /// Timer ticks per second per CPU (1..=10000).
+    pub freq: u32,
+    pub slots: Vec<SlotPlan>,
+    /// CPUs to attach the tick to (the online CPUs).
+    pub cpus: Vec<u32>,
+    /// Also run at every context switch.
+    pub precise: bool,
+    /// Ring buffer size in bytes (power of two, multiple of the page size); None: sized for
+    /// `drain_period_ms` at `freq` on every CPU with a wide margin.
+    pub ring_bytes: Option<u32>,
+    /// How often the caller drains; sizes the ring buffer.
+    pub drain_period_ms: u32,
+    /// Forward the program's aya-log lines to the `log` crate (debug only: costs time per run).
+    pub bpf_log: bool,
+}
+
+/// Per-CPU program statistics, from the STATS map.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CpuStats {
+    pub cpu: u32,
+    pub runs: u64,
+    pub lost: u64,
+    pub read_errors: [u64; MAX_SLOTS],
+    pub absent: [u64; MAX_SLOTS],
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SamplerStats {
+    pub per_cpu: Vec<CpuStats>,
+}
+
+impl SamplerStats {
+    pub fn runs(&self) -> u64 {
+        self.per_cpu.iter().map(|c| c.runs).sum()
+    }
+    pub fn lost(&self) -> u64 {
+        self.per_cpu.iter().map(|c| c.lost).sum()
+    }
+    pub fn read_errors(&self, slot: usize) -> u64 {
+        self.per_cpu.iter().map(|c| c.read_errors[slot]).sum()
+    }
+}
+
+/// A counter fd the sampler opened, kept open for the program's lifetime.
+struct OpenCounter {
+    slot: usize,
+    cpu: u32,
+    fd: OwnedFd,
+}
+
+pub struct Sampler {
+    // Field order is drop order: the links and programs (inside `ebpf`) go first, then the
+    // maps we took out of it, then the counter fds.
+    ebpf: Ebpf,
+    logger: Option<aya_log::EbpfLogger<&'static dyn log::Log>>,
+    ring: RingBuf<MapData>,
+    stats: PerCpuArray<MapData, u64>,
+    counters: Vec<OpenCounter>,
+    slots: Vec<SlotSpec>,
+    cpus: Vec<u32>,
+}
+
+/// Effective capabilities of this process (CapEff in /proc/self/status).
+fn effective_caps() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("CapEff:"))?;
+    u64::from_str_radix(line["CapEff:".len()..].trim(), 16).ok()
+}
+
+/// Root, or CAP_SYS_ADMIN, or CAP_BPF together with CAP_PERFMON.
+pub fn privileged() -> bool {
+    const CAP_SYS_ADMIN: u64 = 1 << 21;
+    const CAP_PERFMON: u64 = 1 << 38;
+    const CAP_BPF: u64 = 1 << 39;
+    match effective_caps() {
+        Some(c) => c & CAP_SYS_ADMIN != 0 || (c & CAP_BPF != 0 && c & CAP_PERFMON != 0),
+        None => {
+            // SAFETY: geteuid has no preconditions.
+            unsafe { libc::geteuid() == 0 }
+        }
+    }
+}
+
+fn ring_size(cfg: &SamplerConfig) -> u32 {
+    if let Some(b) = cfg.ring_bytes {
+        return b;
+    }
+    // Records per drain period on every CPU, times 8 for scheduling hiccups and switch storms
+    // in precise mode; at least 1 MiB.
+    let per_period =
+        cfg.cpus.len() as u64 * u64::from(cfg.freq) * u64::from(cfg.drain_period_ms.max(1)) / 1000;
+    let mut want = per_period * (TickRecord::SIZE as u64 + 8) * if cfg.precise { 32 } else { 8 };
+    want = want.clamp(1 << 20, 1 << 30);
+    want.next_power_of_two() as u32
+}
+
+impl Sampler {
+    /// Opens the counters, loads and attaches the program. Nothing stays loaded on error.
+    pub fn start(cfg: &SamplerConfig) -> Result<Sampler, SamplerError> {
+        Self::start_with(cfg, &RealPerf, &RealBpf)
+    }
+
+    pub fn start_with(
+        cfg: &SamplerConfig,
+        perf_sys: &dyn PerfSys,
+        bpf_sys: &dyn BpfSys,
+    ) -> Result<Sampler, SamplerError> {
+        if cfg.slots.len() > MAX_SLOTS {
+            return Err(SamplerError::TooManySlots(cfg.slots.len()));
+        }
+        if cfg.cpus.is_empty() {
+            return Err(SamplerError::NoCpus("/".into()));
+        }
+        if !privileged() {
+            return Err(SamplerError::NotPrivileged);
+        }
+        let bytes = object::program_bytes()?;
+
+        // Counters first: an event that does not open is the user's most likely mistake, and
+        // it should be reported before the program is even loaded.
+        let mut counters = Vec::new();
+        for (slot, plan) in cfg.slots.iter().enumerate() {
+            for (open_cpu, _) in &plan.instances {
+                let fd = perf_sys
+                    .open(&plan.attr, -1, *open_cpu as i32, None)
+                    .map_err(|e| {
+                        SamplerError::OpenCounter(perf::explain_open_error(
+                            &format!("opening '{}' on CPU {open_cpu}", plan.spec.event),
+                            &e,
+                        ))
+                    })?;
+                counters.push(OpenCounter {
+                    slot,
+                    cpu: *open_cpu,
+                    fd,
+                });
+            }
+        }
+
+        let max_cpu = cfg.cpus.iter().copied().max().unwrap_or(0);
+        let possible = aya::util::nr_cpus()
+            .map(|n| n as u32)
+            .unwrap_or(max_cpu + 1)
+            .max(max_cpu + 1);
+        let nr_slots = cfg.slots.len() as u32;
+        let mut loader = EbpfLoader::new();
+        loader.override_global(NR_SLOTS_GLOBAL, &nr_slots, true);
+        for name in SLOT_MAP_NAMES {
+            loader.map_max_entries(name, possible);
+        }
+        loader.map_max_entries(TICKS_MAP_NAME, ring_size(cfg));
+        let mut ebpf = loader
+            .load(&bytes)
+            .map_err(|e| SamplerError::Load(error_chain(&e)))?;
+
+        let logger = if cfg.bpf_log {
+            // No log statements on the hot path yet; the logger is here so that debug lines
+            // added to the program show up under -vv without further plumbing.
+            aya_log::EbpfLogger::init(&mut ebpf).ok()
+        } else {
+            None
+        };
+
+        // Insert the counter fds into the slot arrays.
+        for (slot, plan) in cfg.slots.iter().enumerate() {
+            let name = SLOT_MAP_NAMES[slot];
+            let map = ebpf.map(name).ok_or_else(|| SamplerError::Map {
+                map: name.into(),
+                message: "not in the eBPF object (object and imc built from different sources?)"
+                    .into(),
+            })?;
+            let aya::maps::Map::PerfEventArray(data) = map else {
+                return Err(SamplerError::Map {
+                    map: name.into(),
+                    message: "is not a PERF_EVENT_ARRAY".into(),
+                });
+            };
+            for (open_cpu, readers) in &plan.instances {
+                let c = counters
+                    .iter()
+                    .find(|c| c.slot == slot && c.cpu == *open_cpu)
+                    .expect("every instance was opened above");
+                for &reader in readers {
+                    bpf_sys
+                        .perf_array_set(data.fd().as_fd(), reader, c.fd.as_fd())
+                        .map_err(|e| SamplerError::Map {
+                            map: name.into(),
+                            message: format!(
+                                "storing the counter of CPU {open_cpu} at index {reader}: {e}"
+                            ),
+                        })?;
+                }
+            }
+        }
+
+        let ring: RingBuf<MapData> = ebpf
+            .take_map(TICKS_MAP_NAME)
+            .ok_or_else(|| SamplerError::Map {
+                map: TICKS_MAP_NAME.into(),
+                message: "missing".into(),
+            })?
+            .try_into()
+            .map_err(|e: aya::maps::MapError| SamplerError::Map {
+                map: TICKS_MAP_NAME.into(),
+                message: e.to_string(),
+            })?;
+        let stats: PerCpuArray<MapData, u64> = ebpf
+            .take_map(STATS_MAP_NAME)
+            .ok_or_else(|| SamplerError::Map {
+                map: STATS_MAP_NAME.into(),
+                message: "missing".into(),
+            })?
+            .try_into()
+            .map_err(|e: aya::maps::MapError| SamplerError::Map {
+                map: STATS_MAP_NAME.into(),
+                message: e.to_string(),
+            })?;
+
+        // The tick: a cpu-clock timer per CPU. A period in ns (not a frequency) gives exactly
+        // `freq` ticks per busy second, with no adaptive period for the kernel to tune.
+        let period_ns = 1_000_000_000u64 / u64::from(cfg.freq.max(1));
+        {
+            let prog: &mut PerfEvent = ebpf
+                .program_mut("imc_tick")
+                .ok_or_else(|| {
+                    SamplerError::Load("program imc_tick missing from the object".into())
+                })?
+                .try_into()
+                .map_err(|e: aya::programs::ProgramError| SamplerError::Load(error_chain(&e)))?;
+            prog.load()
+                .map_err(|e| SamplerError::Load(error_chain(&e)))?;
+            for &cpu in &cfg.cpus {
+                prog.attach(
+                    PerfEventConfig::Software(SoftwareEvent::CpuClock),
+                    PerfEventScope::AllProcessesOneCpu { cpu },
+                    SamplePolicy::Period(period_ns),
+                    false,
+                )
+                .map_err(|e| SamplerError::Attach {
+                    what: format!("the cpu-clock timer of CPU {cpu}"),
+                    message: error_chain(&e),
+                })?;
+            }
+        }
+        if cfg.precise {
+            let prog: &mut RawTracePoint = ebpf
+                .program_mut("imc_switch")
+                .ok_or_else(|| {
+                    SamplerError::Load("program imc_switch missing from the object".into())
+                })?
+                .try_into()
+                .map_err(|e: aya::programs::ProgramError| SamplerError::Load(error_chain(&e)))?;
+            prog.load()
+                .map_err(|e| SamplerError::Load(error_chain(&e)))?;
+            prog.attach("sched_switch")
+                .map_err(|e| SamplerError::Attach {
+                    what: "sched/sched_switch".into(),
+                    message: error_chain(&e),
+                })?;
+        }
+
+        Ok(Sampler {
+            ebpf,
+            logger,
+            ring,
+            stats,
+            counters,
+            slots: cfg.slots.iter().map(|p| p.spec.clone()).collect(),
+            cpus: cfg.cpus.clone(),
+        })
+    }
+
+    pub fn slots(&self) -> &[SlotSpec] {
+        &self.slots
+    }
+
+    pub fn cpus(&self) -> &[u32] {
+        &self.cpus
+    }
+
+    /// Hands every record waiting in the ring buffer to `f`; returns how many.
+    pub fn drain(&mut self, mut f: impl FnMut(&TickRecord)) -> usize {
+        if let Some(l) = self.logger.as_mut() {
+            l.flush();
+        }
+        let mut n = 0;
+        while let Some(item) = self.ring.next() {
+            if item.len() >= TickRecord::SIZE {
+                // SAFETY: the kernel wrote a full TickRecord (same #[repr(C)] layout, checked by
+                // size); read_unaligned because ring entries are only 8-byte aligned.
+                let rec = unsafe { std::ptr::read_unaligned(item.as_ptr().cast::<TickRecord>()) };
+                f(&rec);
+                n += 1;
+            }
+        }
+        n
+    }
+
+    /// The ring buffer fd, for waiting on it (epoll) instead of polling on a timer.
+    pub fn ring_fd(&self) -> BorrowedFd<'_> {
+        self.ring.as_fd()
+    }
+
+    /// Program statistics summed per CPU.
+    pub fn stats(&self) -> Result<SamplerStats, SamplerError> {
+        let mut per_cpu: Vec<CpuStats> = Vec::new();
+        for index in 0..NR_STATS {
+            let values = self.stats.get(&index, 0).map_err(|e| SamplerError::Map {
+                map: STATS_MAP_NAME.into(),
+                message: e.to_string(),
+            })?;
+            if per_cpu.is_empty() {
+                per_cpu = (0..values.len() as u32)
+                    .map(|cpu| CpuStats {
+                        cpu,
+                        ..Default::default()
+                    })
+                    .collect();
+            }
+            for (cpu, v) in values.iter().enumerate() {
+                let s = &mut per_cpu[cpu];
+                match index {
+                    STAT_RUNS => s.runs = *v,
+                    STAT_RINGBUF_FULL => s.lost = *v,
+                    i if (STAT_READ_ERROR..STAT_SLOT_ABSENT).contains(&i) => {
+                        s.read_errors[(i - STAT_READ_ERROR) as usize] = *v
+                    }
+                    i => s.absent[(i - STAT_SLOT_ABSENT) as usize] = *v,
+                }
+            }
+        }
+        Ok(SamplerStats { per_cpu })
+    }
+
+    /// Reads a slot's counter from userspace (`read(2)` on the same fd the program reads): the
+    /// fallback for package counters whose CPUs are idle, and a cross-check in tests.
+    pub fn read_counter(&self, slot: usize, open_cpu: u32) -> io::Result<CounterValue> {
+        let c = self
+            .counters
+            .iter()
+            .find(|c| c.slot == slot && c.cpu == open_cpu)
+            .ok_or_else(|| {
+                io::Error::new(
+                    io::ErrorKind::NotFound,
+                    format!("no counter for slot {slot} on CPU {open_cpu}"),
+                )
+            })?;
+        perf::read_counter(&RealPerf, c.fd.as_fd())
+    }
+
+    /// Program ids of the loaded programs (for checking that they are gone after drop).
+    pub fn program_ids(&self) -> Vec<u32> {
+        self.ebpf
+            .programs()
+            .filter_map(|(_, p)| p.info().ok().map(|i| i.id()))
+            .collect()
+    }
+}
+
+/// An error and its sources on one line.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(src) = cur {
+        let t = src.to_string();
+        if !s.contains(&t) {
+            s.push_str(": ");
+            s.push_str(&t);
+        }
+        cur = src.source();
+    }
+    // The verifier log can be hundreds of lines; keep the first and the last few for one line.
+    let lines: Vec<&str> = s.lines().collect();
+    if lines.len() > 6 {
+        let mut short = lines[..2].join(" | ");
+        short.push_str(" | … | ");
+        short.push_str(&lines[lines.len() - 3..].join(" | "));
+        return short;
+    }
+    s.replace('\n', " | ")
+}

@@ -1,1 +1,90 @@
-//! bpf(2) calls that aya does not wrap.
+//! bpf(2) calls that aya 0.14 does not wrap: storing external perf fds in a PERF_EVENT_ARRAY
+//! (aya only fills those arrays with perf buffers it creates itself), and kernel.bpf_stats.
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd};
+
+const BPF_MAP_UPDATE_ELEM: libc::c_long = 2;
+const BPF_ENABLE_STATS: libc::c_long = 32;
+const BPF_STATS_RUN_TIME: u32 = 0;
+
+/// The syscall seam for the sampler's map updates.
+pub trait BpfSys: Send + Sync {
+    /// `BPF_MAP_UPDATE_ELEM(map, &index, &perf_fd, BPF_ANY)` on a PERF_EVENT_ARRAY.
+    fn perf_array_set(
+        &self,
+        map: BorrowedFd<'_>,
+        index: u32,
+        perf_fd: BorrowedFd<'_>,
+    ) -> io::Result<()>;
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RealBpf;
+
+#[repr(C)]
+struct MapElemAttr {
+    map_fd: u32,
+    _pad: u32,
+    key: u64,
+    value: u64,
+    flags: u64,
+}
+
+impl BpfSys for RealBpf {
+    fn perf_array_set(
+        &self,
+        map: BorrowedFd<'_>,
+        index: u32,
+        perf_fd: BorrowedFd<'_>,
+    ) -> io::Result<()> {
+        let value: u32 = perf_fd.as_raw_fd() as u32;
+        let attr = MapElemAttr {
+            map_fd: map.as_raw_fd() as u32,
+            _pad: 0,
+            key: &index as *const u32 as u64,
+            value: &value as *const u32 as u64,
+            flags: 0, // BPF_ANY
+        };
+        // SAFETY: attr is a valid bpf_attr prefix for BPF_MAP_UPDATE_ELEM; key and value point at
+        // live u32s for the duration of the call.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_bpf,
+                BPF_MAP_UPDATE_ELEM,
+                &attr as *const MapElemAttr,
+                std::mem::size_of::<MapElemAttr>() as u32,
+            )
+        };
+        if r < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(())
+        }
+    }
+}
+
+/// Turns on per-program run-time statistics (run_time_ns, run_cnt in bpf_prog_info) for as long
+/// as the returned fd is open, without touching the kernel.bpf_stats_enabled sysctl.
+pub fn enable_run_time_stats() -> io::Result<std::os::fd::OwnedFd> {
+    #[repr(C)]
+    struct EnableStatsAttr {
+        stats_type: u32,
+    }
+    let attr = EnableStatsAttr {
+        stats_type: BPF_STATS_RUN_TIME,
+    };
+    // SAFETY: valid bpf_attr prefix for BPF_ENABLE_STATS.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            BPF_ENABLE_STATS,
+            &attr as *const EnableStatsAttr,
+            4u32,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a fresh fd owned by nobody else.
+    Ok(unsafe { std::os::fd::FromRawFd::from_raw_fd(fd as i32) })
+}
