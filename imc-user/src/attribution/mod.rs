@@ -1,1 +1,643 @@
-//! See lib.rs for this module's responsibility.
+//! Attribution: counter readings of the sampler → bytes per task, per interval.
+//!
+//! Input is the stream of [`TickRecord`]s (one per program run on one CPU, cumulative counter
+//! values) and userspace reads of package counters. Rules (shared/design.md, issue 5):
+//! - CPU-scope slots: the delta between two consecutive records of one CPU belongs to the task
+//!   of the later record (a `KIND_SWITCH` record describes the task switched out, so in precise
+//!   mode that is exact). Deltas are taken modulo 2^counter_bits and scaled by
+//!   Δenabled/Δrunning. A failed read breaks that slot's chain (the delta across it is lost,
+//!   never guessed); the first record of a CPU only sets the baseline.
+//! - Package-scope slots: every reading (from whichever CPU, or from userspace) is one point of
+//!   the package counter; deltas between consecutive points are spread over the package's CPUs
+//!   by Weight deltas, else by on-CPU time, and from CPUs to tasks (see [`spread`]). What falls
+//!   on the idle task or on spans nobody ran in is unattributed.
+//! - A CPU silent for longer than two tick periods (NOHZ idle) is not assumed busy: only the
+//!   last two periods before its next record belong to that record's task.
+//!
+//! Per-record work is O(1) amortised and allocation-free once buffers and the task table have
+//! grown; the package spread runs when an interval is closed.
+pub mod spread;
+pub mod summary;
+pub mod tasks;
+
+pub use summary::{Summary, compare, find_bursts, group_rows, percentile, traffic_amount};
+pub use tasks::TaskKey;
+
+use crate::model::{Direction, SlotRole, SlotScope, SlotSpec, Topology};
+use crate::output::interval::{IntervalResult, PackageRow, TaskRow};
+use imc_common::{KIND_SWITCH, MAX_SLOTS, SlotReading, TickRecord};
+use spread::{Event, Scratch, Segment, Span};
+use std::collections::BTreeMap;
+use tasks::{IDLE, TaskTable};
+
+/// CPU numbers above this are treated as corrupt records (a fuzzed recording must not make the
+/// per-CPU table allocate gigabytes).
+const MAX_CPU: u32 = 1 << 16;
+/// Package segments older than this behind the interval end are dropped even if no package
+/// reading has come to spread over them (a package counter nobody can read).
+const MAX_LAG_NS: u64 = 5_000_000_000;
+
+/// Delta of a cumulative counter between two readings: modulo the counter width, scaled by
+/// Δenabled/Δrunning when the counter was multiplexed in between.
+#[inline]
+pub fn scaled_delta(prev: &SlotReading, cur: &SlotReading, mask: u64, times: bool) -> f64 {
+    let dv = cur.value.wrapping_sub(prev.value) & mask;
+    if !times || cur.enabled < prev.enabled || cur.running < prev.running {
+        return dv as f64;
+    }
+    let de = cur.enabled - prev.enabled;
+    let dr = cur.running - prev.running;
+    if dr > 0 && de > dr {
+        dv as f64 * (de as f64 / dr as f64)
+    } else {
+        dv as f64
+    }
+}
+
+fn width_mask(bits: u8) -> u64 {
+    if bits == 0 || bits >= 64 {
+        u64::MAX
+    } else {
+        (1u64 << bits) - 1
+    }
+}
+
+#[derive(Clone, Copy, Default)]
+struct CpuState {
+    have_t: bool,
+    t_last: u64,
+    /// Bit s: `last[s]` is a valid baseline for slot s.
+    base_ok: u8,
+    last: [SlotReading; MAX_SLOTS],
+    /// Last task seen on this CPU, to skip the hash lookup while the same task keeps running.
+    cache_key: TaskKey,
+    cache_idx: u32,
+    /// Index into `packages`, or u32::MAX for a CPU outside the topology.
+    pkg: u32,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Reading {
+    t: u64,
+    r: SlotReading,
+    /// enabled/running are meaningful (tick reads); userspace fallback reads may not have them.
+    times: bool,
+}
+
+struct PkgSlot {
+    slot: usize,
+    pending: Vec<Reading>,
+    /// Last reading already used: the chain continues from here, and spans before it are done.
+    base: Option<Reading>,
+    spans: Vec<Span>,
+}
+
+struct PkgState {
+    id: u32,
+    slots: Vec<PkgSlot>,
+    segs: Vec<Segment>,
+    /// Counts per slot in the current interval (package totals).
+    acc: [f64; MAX_SLOTS],
+}
+
+/// Turns the record stream into per-interval, per-task results.
+pub struct Attributor {
+    specs: Vec<SlotSpec>,
+    source: String,
+    masks: [u64; MAX_SLOTS],
+    cpu_mask: u8,
+    weight_mask: u8,
+    pkg_mask: u8,
+    /// Slots whose values are multiplexing-scaled (all of them; kept as a mask for symmetry).
+    packages: Vec<PkgState>,
+    cpus: Vec<CpuState>,
+    cpu_pkg_init: Vec<u32>,
+    tasks: TaskTable,
+    /// Counts no task could take, per slot, this interval.
+    idle_acc: [f64; MAX_SLOTS],
+    tick_only: bool,
+    max_gap_ns: u64,
+    t_start: Option<u64>,
+    lost: u64,
+    records: u64,
+    switches: u64,
+    events: Vec<Event>,
+    scratch: Scratch,
+}
+
+impl Attributor {
+    /// `specs`: the sampler's slots (slot index = position); `source`: what was measured
+    /// (`"intel-uncore-imc"`, `"proxy:page-faults"`), copied to every result.
+    pub fn new(specs: &[SlotSpec], topology: &Topology, source: impl Into<String>) -> Attributor {
+        let specs: Vec<SlotSpec> = specs.iter().take(MAX_SLOTS).cloned().collect();
+        let mut masks = [u64::MAX; MAX_SLOTS];
+        let (mut cpu_mask, mut weight_mask, mut pkg_mask) = (0u8, 0u8, 0u8);
+        for (s, spec) in specs.iter().enumerate() {
+            masks[s] = width_mask(spec.counter_bits);
+            match spec.scope {
+                SlotScope::Cpu => {
+                    cpu_mask |= 1 << s;
+                    if spec.role == SlotRole::Weight {
+                        weight_mask |= 1 << s;
+                    }
+                }
+                SlotScope::Package => pkg_mask |= 1 << s,
+            }
+        }
+        let mut cpu_pkg_init = Vec::new();
+        let packages = topology
+            .packages
+            .iter()
+            .enumerate()
+            .map(|(pi, p)| {
+                for &c in &p.cpus {
+                    if c < MAX_CPU {
+                        let c = c as usize;
+                        if cpu_pkg_init.len() <= c {
+                            cpu_pkg_init.resize(c + 1, u32::MAX);
+                        }
+                        cpu_pkg_init[c] = pi as u32;
+                    }
+                }
+                PkgState {
+                    id: p.id,
+                    slots: (0..specs.len())
+                        .filter(|s| pkg_mask & (1 << s) != 0)
+                        .map(|slot| PkgSlot {
+                            slot,
+                            pending: Vec::new(),
+                            base: None,
+                            spans: Vec::new(),
+                        })
+                        .collect(),
+                    segs: Vec::new(),
+                    acc: [0.0; MAX_SLOTS],
+                }
+            })
+            .collect();
+        Attributor {
+            specs,
+            source: source.into(),
+            masks,
+            cpu_mask,
+            weight_mask,
+            pkg_mask,
+            packages,
+            cpus: Vec::new(),
+            cpu_pkg_init,
+            tasks: TaskTable::default(),
+            idle_acc: [0.0; MAX_SLOTS],
+            tick_only: false,
+            max_gap_ns: 2_000_000,
+            t_start: None,
+            lost: 0,
+            records: 0,
+            switches: 0,
+            events: Vec::new(),
+            scratch: Scratch::default(),
+        }
+    }
+
+    /// The sampler's tick frequency: a CPU silent for more than two periods was idle (NOHZ),
+    /// not running the task its next record names. Default 1000 Hz.
+    pub fn tick_hz(mut self, hz: u32) -> Attributor {
+        self.max_gap_ns = 2_000_000_000 / u64::from(hz.max(1));
+        self
+    }
+
+    /// Ignore `KIND_SWITCH` records: the answer the tick alone would give on the same run, for
+    /// the precise-vs-tick comparison.
+    pub fn tick_only(mut self, yes: bool) -> Attributor {
+        self.tick_only = yes;
+        self
+    }
+
+    pub fn specs(&self) -> &[SlotSpec] {
+        &self.specs
+    }
+
+    /// Records dropped by the kernel (ring buffer full), reported as `lost_samples`.
+    pub fn add_lost_samples(&mut self, n: u64) {
+        self.lost = self.lost.saturating_add(n);
+    }
+
+    /// (timer records, switch records) used so far.
+    pub fn record_counts(&self) -> (u64, u64) {
+        (self.records - self.switches, self.switches)
+    }
+
+    /// One program run on one CPU. Records of one CPU must come in time order; CPUs may
+    /// interleave arbitrarily.
+    pub fn push_tick(&mut self, rec: &TickRecord) {
+        if self.tick_only && rec.kind == KIND_SWITCH {
+            return;
+        }
+        if rec.cpu >= MAX_CPU {
+            self.lost += 1;
+            return;
+        }
+        self.records += 1;
+        if rec.kind == KIND_SWITCH {
+            self.switches += 1;
+        }
+        let t = rec.t_ns;
+        if self.t_start.is_none() {
+            self.t_start = Some(t);
+        }
+        let cpu = rec.cpu as usize;
+        if cpu >= self.cpus.len() {
+            let old = self.cpus.len();
+            self.cpus.resize(cpu + 1, CpuState::default());
+            for (c, st) in self.cpus.iter_mut().enumerate().skip(old) {
+                st.pkg = self.cpu_pkg_init.get(c).copied().unwrap_or(u32::MAX);
+                st.cache_idx = IDLE;
+            }
+        }
+        let nslots = (rec.nr_slots as usize).min(self.specs.len());
+        let valid: u8 = (((1u16 << nslots) - 1) as u8) & !rec.failed_mask;
+
+        let st = &mut self.cpus[cpu];
+        if st.have_t && t < st.t_last {
+            // Time went backwards on one CPU: the stream is damaged here; restart the chain
+            // rather than invent a delta.
+            st.have_t = false;
+            st.base_ok = 0;
+        }
+        let task = if rec.pid == 0 {
+            IDLE
+        } else {
+            let key = TaskKey {
+                pid: rec.pid,
+                tgid: rec.tgid,
+                cgroup: rec.cgroup_id,
+                comm: rec.comm,
+            };
+            if st.cache_idx != IDLE && st.cache_key == key {
+                st.cache_idx
+            } else {
+                let i = self.tasks.lookup(&key);
+                st.cache_key = key;
+                st.cache_idx = i;
+                i
+            }
+        };
+        let pkg = st.pkg;
+
+        // Package readings: any CPU allowed to read the package counter gives a point.
+        let pkg_valid = valid & self.pkg_mask;
+        if pkg_valid != 0
+            && let Some(p) = self.packages.get_mut(pkg as usize)
+        {
+            for ps in &mut p.slots {
+                if pkg_valid & (1 << ps.slot) != 0 {
+                    ps.pending.push(Reading {
+                        t,
+                        r: rec.slots[ps.slot],
+                        times: true,
+                    });
+                }
+            }
+        }
+
+        // CPU-scope deltas to the task of this record.
+        let st = &mut self.cpus[cpu];
+        if st.have_t && t > st.t_last {
+            let usable = valid & st.base_ok & self.cpu_mask;
+            let mut weight = 0.0;
+            let mut bits = usable;
+            while bits != 0 {
+                let s = bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                let d = scaled_delta(&st.last[s], &rec.slots[s], self.masks[s], true);
+                if d != 0.0 {
+                    if task == IDLE {
+                        self.idle_acc[s] += d;
+                    } else {
+                        self.tasks.add(task, s, d);
+                    }
+                    if let Some(p) = self.packages.get_mut(pkg as usize) {
+                        p.acc[s] += d;
+                    }
+                }
+                if self.weight_mask & (1 << s) != 0 {
+                    weight += d;
+                }
+            }
+            if self.pkg_mask != 0
+                && let Some(p) = self.packages.get_mut(pkg as usize)
+            {
+                let start = if t - st.t_last > self.max_gap_ns {
+                    t - self.max_gap_ns
+                } else {
+                    st.t_last
+                };
+                p.segs.push(Segment {
+                    start,
+                    end: t,
+                    wrate: weight / (t - start) as f64,
+                    task,
+                    weight_ok: self.weight_mask != 0
+                        && usable & self.weight_mask == self.weight_mask,
+                });
+            }
+        }
+        let st = &mut self.cpus[cpu];
+        let cpu_valid = valid & self.cpu_mask;
+        let mut bits = cpu_valid;
+        while bits != 0 {
+            let s = bits.trailing_zeros() as usize;
+            bits &= bits - 1;
+            st.last[s] = rec.slots[s];
+        }
+        st.base_ok = cpu_valid;
+        st.t_last = t;
+        st.have_t = true;
+    }
+
+    /// A userspace read of a package counter (the fallback while every CPU of the package is
+    /// idle and no tick reads it). `package` is the package id; readings without
+    /// enabled/running are used unscaled.
+    pub fn push_package_read(&mut self, package: u32, slot: usize, t_ns: u64, value: u64) {
+        self.push_package_reading(
+            package,
+            slot,
+            t_ns,
+            SlotReading {
+                value,
+                enabled: 0,
+                running: 0,
+            },
+        );
+    }
+
+    /// Like [`push_package_read`](Self::push_package_read) with enabled/running (from
+    /// `read()` with PERF_FORMAT_TOTAL_TIME_ENABLED|RUNNING); zero times mean "unknown".
+    pub fn push_package_reading(&mut self, package: u32, slot: usize, t_ns: u64, r: SlotReading) {
+        if self.t_start.is_none() {
+            self.t_start = Some(t_ns);
+        }
+        let times = r.enabled != 0 || r.running != 0;
+        if let Some(p) = self.packages.iter_mut().find(|p| p.id == package)
+            && let Some(ps) = p.slots.iter_mut().find(|ps| ps.slot == slot)
+        {
+            ps.pending.push(Reading { t: t_ns, r, times });
+        }
+    }
+
+    /// Ends the interval at `t_end_ns` and returns what it held. Package readings after
+    /// `t_end_ns` (a CPU running ahead) wait for the next interval; a span is counted in the
+    /// interval where it ends.
+    pub fn close_interval(&mut self, t_end_ns: u64) -> IntervalResult {
+        let t_start = self.t_start.unwrap_or(t_end_ns).min(t_end_ns);
+        self.spread_packages(t_end_ns);
+        let result = self.build_result(t_start, t_end_ns);
+        self.t_start = Some(t_end_ns);
+        self.lost = 0;
+        self.maybe_compact();
+        result
+    }
+
+    fn spread_packages(&mut self, t_end: u64) {
+        let nslots = self.specs.len();
+        for p in &mut self.packages {
+            // Chain each slot's readings up to t_end into spans.
+            let mut any = false;
+            for ps in &mut p.slots {
+                ps.spans.clear();
+                ps.pending.sort_unstable_by_key(|r| r.t);
+                let upto = ps.pending.partition_point(|r| r.t <= t_end);
+                let mask = width_mask(self.specs[ps.slot].counter_bits);
+                let mut carry = 0.0;
+                for r in ps.pending.drain(..upto) {
+                    let Some(b) = ps.base else {
+                        ps.base = Some(r);
+                        continue;
+                    };
+                    if r.t < b.t {
+                        continue; // late reading of an already spread span
+                    }
+                    let d = scaled_delta(&b.r, &r.r, mask, b.times && r.times);
+                    if r.t == b.t {
+                        carry += d; // zero-length span: the next one carries it
+                    } else {
+                        ps.spans.push(Span {
+                            t0: b.t,
+                            t1: r.t,
+                            d: d + carry,
+                        });
+                        carry = 0.0;
+                    }
+                    ps.base = Some(r);
+                }
+                if carry != 0.0 {
+                    // Nothing after it yet: count it without a task (it has no time to spread
+                    // over) rather than lose it.
+                    self.idle_acc[ps.slot] += carry;
+                    p.acc[ps.slot] += carry;
+                }
+                any |= !ps.spans.is_empty();
+            }
+            if any {
+                spread::build_events(&p.segs, &mut self.events);
+            }
+            for ps in &p.slots {
+                if ps.spans.is_empty() || ps.slot >= nslots {
+                    continue;
+                }
+                let s = ps.slot;
+                let total: f64 = ps.spans.iter().map(|sp| sp.d).sum();
+                p.acc[s] += total;
+                let tasks = &mut self.tasks;
+                let idle = &mut self.idle_acc[s];
+                let un = spread::spread(
+                    &ps.spans,
+                    &p.segs,
+                    &self.events,
+                    &mut self.scratch,
+                    |task, amount| {
+                        if task == IDLE {
+                            *idle += amount;
+                        } else {
+                            tasks.add(task, s, amount);
+                        }
+                    },
+                );
+                *idle += un;
+            }
+            // Keep segments that reach past some slot's frontier: their later part is spread
+            // when the next readings arrive.
+            let frontier = p
+                .slots
+                .iter()
+                .map(|ps| ps.base.map_or(0, |b| b.t))
+                .min()
+                .unwrap_or(u64::MAX);
+            let floor = t_end.saturating_sub(MAX_LAG_NS);
+            p.segs.retain(|s| s.end > frontier && s.end > floor);
+        }
+    }
+
+    fn build_result(&mut self, t_start: u64, t_end: u64) -> IntervalResult {
+        let specs = &self.specs;
+        let has_bytes = specs
+            .iter()
+            .any(|s| matches!(s.role, SlotRole::Traffic(_)) && s.bytes_per_count.is_some());
+        let round = |v: f64| if v > 0.0 { v.round() } else { 0.0 };
+
+        let packages: Vec<PackageRow> = self
+            .packages
+            .iter_mut()
+            .map(|p| {
+                let mut counts = [0.0; MAX_SLOTS];
+                for (s, c) in counts.iter_mut().enumerate().take(specs.len()) {
+                    *c = round(p.acc[s]);
+                }
+                p.acc = [0.0; MAX_SLOTS];
+                let (read_bytes, write_bytes, total_bytes) = bytes_of(specs, &counts);
+                PackageRow {
+                    id: p.id,
+                    read_bytes,
+                    write_bytes,
+                    total_bytes,
+                }
+            })
+            .collect();
+
+        let mut idle_counts = [0.0; MAX_SLOTS];
+        for (s, c) in idle_counts.iter_mut().enumerate().take(specs.len()) {
+            *c = round(self.idle_acc[s]);
+        }
+        self.idle_acc = [0.0; MAX_SLOTS];
+        let (ur, uw, ut) = bytes_of(specs, &idle_counts);
+        let unattributed_bytes = ur + uw + ut;
+
+        let mut rows = Vec::with_capacity(self.tasks.touched.len());
+        let mut traffic_total = traffic_counts(specs, &idle_counts);
+        for &ti in &self.tasks.touched {
+            let Some(e) = self.tasks.entries.get_mut(ti as usize) else {
+                continue;
+            };
+            let mut counts = [0.0; MAX_SLOTS];
+            for (s, c) in counts.iter_mut().enumerate().take(specs.len()) {
+                *c = round(e.acc[s]);
+            }
+            e.acc = [0.0; MAX_SLOTS];
+            e.touched = false;
+            if counts.iter().all(|&c| c == 0.0) {
+                continue;
+            }
+            traffic_total += traffic_counts(specs, &counts);
+            let (read_bytes, write_bytes, total_bytes) = bytes_of(specs, &counts);
+            let values: BTreeMap<String, f64> = specs
+                .iter()
+                .enumerate()
+                .map(|(s, spec)| (spec.event.clone(), counts[s]))
+                .collect();
+            rows.push((
+                traffic_counts(specs, &counts),
+                TaskRow {
+                    pid: e.key.pid,
+                    tgid: e.key.tgid,
+                    comm: e.key.comm_str(),
+                    cgroup: e.key.cgroup,
+                    read_bytes,
+                    write_bytes,
+                    total_bytes,
+                    share: 0.0,
+                    values,
+                },
+            ));
+        }
+        self.tasks.touched.clear();
+        let package_bytes: u64 = packages
+            .iter()
+            .map(|p| p.read_bytes + p.write_bytes + p.total_bytes)
+            .sum();
+        for (tc, row) in &mut rows {
+            row.share = if has_bytes {
+                if package_bytes > 0 {
+                    row.bytes() as f64 / package_bytes as f64
+                } else {
+                    0.0
+                }
+            } else if traffic_total > 0.0 {
+                *tc / traffic_total
+            } else {
+                0.0
+            };
+        }
+        let mut tasks: Vec<TaskRow> = rows.into_iter().map(|(_, r)| r).collect();
+        summary::sort_rows(&mut tasks);
+        IntervalResult {
+            t_start_ns: t_start,
+            t_end_ns: t_end,
+            source: self.source.clone(),
+            packages,
+            tasks,
+            unattributed_bytes,
+            lost_samples: self.lost,
+        }
+    }
+
+    /// Drops tasks nothing refers to any more once the table is large, so that hours of
+    /// short-lived threads do not grow it without bound.
+    fn maybe_compact(&mut self) {
+        let n = self.tasks.entries.len();
+        if n < 4096 {
+            return;
+        }
+        let mut keep = vec![false; n];
+        for c in &self.cpus {
+            if let Some(k) = keep.get_mut(c.cache_idx as usize) {
+                *k = true;
+            }
+        }
+        for p in &self.packages {
+            for s in &p.segs {
+                if let Some(k) = keep.get_mut(s.task as usize) {
+                    *k = true;
+                }
+            }
+        }
+        if keep.iter().filter(|&&k| k).count() * 2 > n {
+            return;
+        }
+        let map = self.tasks.compact(&keep);
+        let remap = |i: u32| map.get(i as usize).copied().unwrap_or(IDLE);
+        for c in &mut self.cpus {
+            c.cache_idx = remap(c.cache_idx);
+        }
+        for p in &mut self.packages {
+            for s in &mut p.segs {
+                s.task = remap(s.task);
+            }
+        }
+    }
+}
+
+/// (read, write, total) bytes of whole counts per slot: Traffic slots with a byte size.
+pub fn bytes_of(specs: &[SlotSpec], counts: &[f64; MAX_SLOTS]) -> (u64, u64, u64) {
+    let (mut r, mut w, mut t) = (0.0, 0.0, 0.0);
+    for (s, spec) in specs.iter().enumerate().take(MAX_SLOTS) {
+        if let (SlotRole::Traffic(dir), Some(bpc)) = (spec.role, spec.bytes_per_count) {
+            let b = counts[s] * bpc;
+            match dir {
+                Direction::Read => r += b,
+                Direction::Write => w += b,
+                Direction::Total => t += b,
+            }
+        }
+    }
+    (r.round() as u64, w.round() as u64, t.round() as u64)
+}
+
+/// Sum of the Traffic slots' counts (the share basis of stand-in sources without bytes).
+pub fn traffic_counts(specs: &[SlotSpec], counts: &[f64; MAX_SLOTS]) -> f64 {
+    specs
+        .iter()
+        .enumerate()
+        .take(MAX_SLOTS)
+        .filter(|(_, s)| matches!(s.role, SlotRole::Traffic(_)))
+        .map(|(i, _)| counts[i])
+        .sum()
+}

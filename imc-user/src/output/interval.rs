@@ -1,1 +1,120 @@
-//! Output for interval.
+//! The per-interval attribution object of `imc top --json` and the report object of
+//! `imc report --json` (shared/design.md). The field names and nesting are the contract; the
+//! structs are shared by the attributor (which fills them), the recording file (which stores
+//! them) and the report (which sums them), so all three agree by construction.
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// One package's traffic in an interval.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PackageRow {
+    pub id: u32,
+    pub read_bytes: u64,
+    pub write_bytes: u64,
+    /// Bytes of `Total`-direction counters (controllers that do not split read and write).
+    /// Absent from JSON when zero, so read/write-only sources print exactly the contract.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub total_bytes: u64,
+}
+
+/// One task (or group of tasks, in reports) and what was attributed to it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct TaskRow {
+    /// Thread id (or the group's representative, see `attribution::group`).
+    pub pid: u32,
+    pub tgid: u32,
+    pub comm: String,
+    /// cgroup v2 id.
+    pub cgroup: u64,
+    pub read_bytes: u64,
+    pub write_bytes: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub total_bytes: u64,
+    /// Fraction of all measured traffic (attributed + unattributed) in the interval: by bytes
+    /// when the source has bytes, else by the traffic counters' counts (stand-ins).
+    pub share: f64,
+    /// Attributed amount of every counter, by event string (counts, scaled for multiplexing).
+    pub values: BTreeMap<String, f64>,
+}
+
+impl TaskRow {
+    pub fn bytes(&self) -> u64 {
+        self.read_bytes
+            .saturating_add(self.write_bytes)
+            .saturating_add(self.total_bytes)
+    }
+}
+
+/// One interval of `imc top --json`, and the body of `imc report --json`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct IntervalResult {
+    pub t_start_ns: u64,
+    pub t_end_ns: u64,
+    pub source: String,
+    pub packages: Vec<PackageRow>,
+    /// Sorted by bytes (then traffic counts), largest first.
+    pub tasks: Vec<TaskRow>,
+    /// Bytes no task could take: traffic while every CPU of a package was idle (DMA, the
+    /// controller's own refresh traffic), the idle task's weight share, spans nobody ran in.
+    pub unattributed_bytes: u64,
+    pub lost_samples: u64,
+}
+
+impl IntervalResult {
+    /// Read + write + total bytes of every package.
+    pub fn package_bytes(&self) -> u64 {
+        self.packages.iter().fold(0u64, |acc, p| {
+            acc.saturating_add(p.read_bytes)
+                .saturating_add(p.write_bytes)
+                .saturating_add(p.total_bytes)
+        })
+    }
+
+    /// Package bandwidth in bytes per second over the interval (0 for an empty interval).
+    pub fn bytes_per_s(&self) -> f64 {
+        let dt = self.t_end_ns.saturating_sub(self.t_start_ns);
+        if dt == 0 {
+            0.0
+        } else {
+            self.package_bytes() as f64 * 1e9 / dt as f64
+        }
+    }
+}
+
+/// One burst of `imc report --json`: adjacent intervals above the threshold, merged.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct BurstRow {
+    pub t_start_ns: u64,
+    pub t_end_ns: u64,
+    pub bytes_per_s: f64,
+    /// The burst's top tasks, grouped like the report, with their share of the burst.
+    pub tasks: Vec<TaskRow>,
+}
+
+/// How much the tick-only answer differs from the precise (context-switch) answer.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PrecisionRow {
+    /// Half the L1 distance between the two share vectors (0: identical, 1: disjoint).
+    pub share_distance: f64,
+    /// The largest difference of one task's share, and whose it is.
+    pub max_share_diff: f64,
+    pub max_diff_pid: u32,
+    /// Ticks and switch records the comparison ran over.
+    pub ticks: u64,
+    pub switches: u64,
+}
+
+/// `imc report --json`: the interval object over the whole recording plus the bursts.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ReportResult {
+    #[serde(flatten)]
+    pub total: IntervalResult,
+    pub bursts: Vec<BurstRow>,
+    /// Present when the recording holds context-switch records (a `--precise` run).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub precise_vs_tick: Option<PrecisionRow>,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
+}

@@ -1,0 +1,408 @@
+//! What is done with finished intervals: summing them over a run, grouping tasks by
+//! pid/tgid/comm/cgroup, finding bursts, and comparing the tick-only answer with the precise one.
+use crate::cli::GroupBy;
+use crate::model::{SlotRole, SlotSpec};
+use crate::output::interval::{IntervalResult, PackageRow, PrecisionRow, TaskRow};
+use std::collections::{BTreeMap, HashMap};
+
+/// Largest bytes first; stand-ins (no bytes) by share; then by pid for a stable order.
+pub fn sort_rows(rows: &mut [TaskRow]) {
+    rows.sort_by(|a, b| {
+        b.bytes()
+            .cmp(&a.bytes())
+            .then(b.share.total_cmp(&a.share))
+            .then(a.pid.cmp(&b.pid))
+            .then(a.comm.cmp(&b.comm))
+    });
+}
+
+fn traffic_keys(specs: &[SlotSpec]) -> Vec<String> {
+    specs
+        .iter()
+        .filter(|s| matches!(s.role, SlotRole::Traffic(_)))
+        .map(|s| s.event.clone())
+        .collect()
+}
+
+fn row_traffic(row: &TaskRow, keys: &[String]) -> f64 {
+    keys.iter().filter_map(|k| row.values.get(k)).sum()
+}
+
+/// How much traffic an interval carried, for burst detection: package bytes, or for stand-in
+/// sources without bytes, the traffic counters' counts attributed plus unattributed (recovered
+/// from the shares, which are relative to that total).
+pub fn traffic_amount(interval: &IntervalResult, specs: &[SlotSpec]) -> f64 {
+    let bytes = interval.package_bytes();
+    if bytes > 0 {
+        return bytes as f64;
+    }
+    let keys = traffic_keys(specs);
+    stand_in_total(interval, &keys)
+}
+
+fn stand_in_total(interval: &IntervalResult, keys: &[String]) -> f64 {
+    let counts: f64 = interval.tasks.iter().map(|r| row_traffic(r, keys)).sum();
+    let shares: f64 = interval.tasks.iter().map(|r| r.share).sum();
+    if shares > 0.0 {
+        counts / shares
+    } else {
+        counts
+    }
+}
+
+/// Sums intervals over a run (or a burst): packages by id, tasks by (pid, tgid, comm, cgroup).
+pub struct Summary {
+    keys: Vec<String>,
+    pub t_start_ns: Option<u64>,
+    pub t_end_ns: u64,
+    pub source: String,
+    packages: BTreeMap<u32, PackageRow>,
+    tasks: HashMap<(u32, u32, String, u64), TaskRow>,
+    unattributed_bytes: u64,
+    lost_samples: u64,
+    /// Denominator of stand-in shares: traffic counts attributed + unattributed.
+    stand_in_den: f64,
+    pub intervals: u64,
+}
+
+impl Summary {
+    pub fn new(specs: &[SlotSpec]) -> Summary {
+        Summary {
+            keys: traffic_keys(specs),
+            t_start_ns: None,
+            t_end_ns: 0,
+            source: String::new(),
+            packages: BTreeMap::new(),
+            tasks: HashMap::new(),
+            unattributed_bytes: 0,
+            lost_samples: 0,
+            stand_in_den: 0.0,
+            intervals: 0,
+        }
+    }
+
+    pub fn add(&mut self, iv: &IntervalResult) {
+        self.intervals += 1;
+        self.t_start_ns = Some(
+            self.t_start_ns
+                .map_or(iv.t_start_ns, |t| t.min(iv.t_start_ns)),
+        );
+        self.t_end_ns = self.t_end_ns.max(iv.t_end_ns);
+        if self.source.is_empty() {
+            self.source.clone_from(&iv.source);
+        }
+        for p in &iv.packages {
+            let e = self.packages.entry(p.id).or_insert_with(|| PackageRow {
+                id: p.id,
+                ..PackageRow::default()
+            });
+            e.read_bytes = e.read_bytes.saturating_add(p.read_bytes);
+            e.write_bytes = e.write_bytes.saturating_add(p.write_bytes);
+            e.total_bytes = e.total_bytes.saturating_add(p.total_bytes);
+        }
+        self.unattributed_bytes = self
+            .unattributed_bytes
+            .saturating_add(iv.unattributed_bytes);
+        self.lost_samples = self.lost_samples.saturating_add(iv.lost_samples);
+        self.stand_in_den += stand_in_total(iv, &self.keys);
+        for r in &iv.tasks {
+            // Look up by reference first: the common case (a known task) must not allocate.
+            let key = (r.pid, r.tgid, r.comm.clone(), r.cgroup);
+            let e = self.tasks.entry(key).or_insert_with(|| TaskRow {
+                pid: r.pid,
+                tgid: r.tgid,
+                comm: r.comm.clone(),
+                cgroup: r.cgroup,
+                ..TaskRow::default()
+            });
+            add_row(e, r);
+        }
+    }
+
+    /// The run as one interval object, tasks grouped `by` and sorted, shares over the run.
+    pub fn finish(&self, by: GroupBy) -> IntervalResult {
+        let packages: Vec<PackageRow> = self.packages.values().cloned().collect();
+        let package_bytes: u64 = packages
+            .iter()
+            .map(|p| p.read_bytes + p.write_bytes + p.total_bytes)
+            .sum();
+        let mut rows: Vec<TaskRow> = self.tasks.values().cloned().collect();
+        for r in &mut rows {
+            r.share = if package_bytes > 0 {
+                r.bytes() as f64 / package_bytes as f64
+            } else if self.stand_in_den > 0.0 {
+                row_traffic(r, &self.keys) / self.stand_in_den
+            } else {
+                0.0
+            };
+        }
+        let tasks = group_rows(rows, by);
+        IntervalResult {
+            t_start_ns: self.t_start_ns.unwrap_or(0),
+            t_end_ns: self.t_end_ns,
+            source: self.source.clone(),
+            packages,
+            tasks,
+            unattributed_bytes: self.unattributed_bytes,
+            lost_samples: self.lost_samples,
+        }
+    }
+}
+
+fn add_row(e: &mut TaskRow, r: &TaskRow) {
+    e.read_bytes = e.read_bytes.saturating_add(r.read_bytes);
+    e.write_bytes = e.write_bytes.saturating_add(r.write_bytes);
+    e.total_bytes = e.total_bytes.saturating_add(r.total_bytes);
+    e.share += r.share;
+    for (k, v) in &r.values {
+        if let Some(x) = e.values.get_mut(k) {
+            *x += v;
+        } else {
+            e.values.insert(k.clone(), *v);
+        }
+    }
+}
+
+/// Merges rows by the grouping key and sorts them. Shares add (they share a denominator).
+/// Fields that are not the key keep their value when every member agrees; otherwise pid and
+/// tgid become 0 (for `tgid` grouping pid becomes the tgid, the process' main thread), cgroup
+/// becomes 0 and comm is the main thread's (tgid grouping) or the largest member's.
+pub fn group_rows(rows: Vec<TaskRow>, by: GroupBy) -> Vec<TaskRow> {
+    if by == GroupBy::Pid {
+        let mut rows = rows;
+        sort_rows(&mut rows);
+        return rows;
+    }
+    struct G {
+        row: TaskRow,
+        best: u64,
+        best_is_main: bool,
+    }
+    let mut groups: HashMap<(u64, String), G> = HashMap::new();
+    let mut order: Vec<(u64, String)> = Vec::new();
+    for r in rows {
+        let key = match by {
+            GroupBy::Tgid => (u64::from(r.tgid), String::new()),
+            GroupBy::Cgroup => (r.cgroup, String::new()),
+            GroupBy::Comm | GroupBy::Pid => (0, r.comm.clone()),
+        };
+        let size = r.bytes().max((r.share * 1e12) as u64);
+        let is_main = r.pid == r.tgid;
+        match groups.get_mut(&key) {
+            None => {
+                order.push(key.clone());
+                let mut row = r;
+                if by == GroupBy::Tgid {
+                    row.pid = row.tgid;
+                }
+                groups.insert(
+                    key,
+                    G {
+                        row,
+                        best: size,
+                        best_is_main: is_main,
+                    },
+                );
+            }
+            Some(g) => {
+                let better = match by {
+                    GroupBy::Tgid => {
+                        (is_main && !g.best_is_main) || (is_main == g.best_is_main && size > g.best)
+                    }
+                    _ => size > g.best,
+                };
+                if better {
+                    g.best = size;
+                    g.best_is_main = is_main;
+                    if by != GroupBy::Comm {
+                        g.row.comm.clone_from(&r.comm);
+                    }
+                }
+                if by != GroupBy::Tgid && g.row.pid != r.pid {
+                    g.row.pid = 0;
+                }
+                if by != GroupBy::Tgid && g.row.tgid != r.tgid {
+                    g.row.tgid = 0;
+                }
+                if by != GroupBy::Cgroup && g.row.cgroup != r.cgroup {
+                    g.row.cgroup = 0;
+                }
+                add_row(&mut g.row, &r);
+            }
+        }
+    }
+    let mut out: Vec<TaskRow> = order
+        .into_iter()
+        .filter_map(|k| groups.remove(&k).map(|g| g.row))
+        .collect();
+    sort_rows(&mut out);
+    out
+}
+
+/// Nearest-rank percentile (q in 0..=100) of `values`; None when empty.
+pub fn percentile(values: &[f64], q: f64) -> Option<f64> {
+    if values.is_empty() {
+        return None;
+    }
+    let mut v: Vec<f64> = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    let rank = ((q / 100.0) * v.len() as f64).ceil() as usize;
+    Some(v[rank.clamp(1, v.len()) - 1])
+}
+
+/// One interval as burst detection sees it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct IntervalRate {
+    pub t_start_ns: u64,
+    pub t_end_ns: u64,
+    /// Bytes (or stand-in counts) in the interval.
+    pub amount: f64,
+}
+
+impl IntervalRate {
+    pub fn per_s(&self) -> f64 {
+        let dt = self.t_end_ns.saturating_sub(self.t_start_ns);
+        if dt == 0 {
+            0.0
+        } else {
+            self.amount * 1e9 / dt as f64
+        }
+    }
+}
+
+/// A run of adjacent intervals above the threshold: indices into the input, inclusive.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct BurstSpan {
+    pub first: usize,
+    pub last: usize,
+    pub t_start_ns: u64,
+    pub t_end_ns: u64,
+    pub bytes_per_s: f64,
+}
+
+/// The default threshold: the 99th percentile of per-interval bandwidth over the run.
+pub const DEFAULT_BURST_PERCENTILE: f64 = 99.0;
+
+/// Intervals whose bandwidth is strictly above `threshold` (bytes/s; default the p99 of the
+/// run), adjacent ones merged (consecutive in the input with no gap longer than an interval).
+pub fn find_bursts(rates: &[IntervalRate], threshold: Option<f64>) -> (f64, Vec<BurstSpan>) {
+    let per_s: Vec<f64> = rates.iter().map(IntervalRate::per_s).collect();
+    let threshold = threshold
+        .or_else(|| percentile(&per_s, DEFAULT_BURST_PERCENTILE))
+        .unwrap_or(f64::INFINITY);
+    let mut out: Vec<BurstSpan> = Vec::new();
+    let mut amount = 0.0;
+    for (i, r) in rates.iter().enumerate() {
+        if per_s[i] <= threshold {
+            continue;
+        }
+        if let Some(b) = out.last_mut() {
+            let gap = r.t_start_ns.saturating_sub(b.t_end_ns);
+            let len = r.t_end_ns.saturating_sub(r.t_start_ns);
+            if b.last + 1 == i && gap <= len {
+                b.last = i;
+                b.t_end_ns = r.t_end_ns;
+                amount += r.amount;
+                let dt = b.t_end_ns.saturating_sub(b.t_start_ns).max(1);
+                b.bytes_per_s = amount * 1e9 / dt as f64;
+                continue;
+            }
+        }
+        amount = r.amount;
+        out.push(BurstSpan {
+            first: i,
+            last: i,
+            t_start_ns: r.t_start_ns,
+            t_end_ns: r.t_end_ns,
+            bytes_per_s: per_s[i],
+        });
+    }
+    (threshold, out)
+}
+
+/// How far the tick-only shares are from the precise ones (per thread).
+pub fn compare(precise: &IntervalResult, tick_only: &IntervalResult) -> PrecisionRow {
+    let mut shares: HashMap<u32, (f64, f64)> = HashMap::new();
+    for r in &precise.tasks {
+        shares.entry(r.pid).or_default().0 += r.share;
+    }
+    for r in &tick_only.tasks {
+        shares.entry(r.pid).or_default().1 += r.share;
+    }
+    let mut row = PrecisionRow::default();
+    let mut l1 = 0.0;
+    let mut pids: Vec<_> = shares.into_iter().collect();
+    pids.sort_by_key(|(pid, _)| *pid);
+    for (pid, (p, t)) in pids {
+        let d = (p - t).abs();
+        l1 += d;
+        if d > row.max_share_diff {
+            row.max_share_diff = d;
+            row.max_diff_pid = pid;
+        }
+    }
+    row.share_distance = l1 / 2.0;
+    row
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rate(t: u64, amount: f64) -> IntervalRate {
+        IntervalRate {
+            t_start_ns: t * 100,
+            t_end_ns: (t + 1) * 100,
+            amount,
+        }
+    }
+
+    #[test]
+    fn adjacent_bursts_merge_and_percentile_default() {
+        let mut rates: Vec<IntervalRate> = (0..100).map(|t| rate(t, 10.0)).collect();
+        rates[40].amount = 50.0;
+        rates[41].amount = 70.0;
+        rates[90].amount = 30.0;
+        let (_, b) = find_bursts(&rates, Some(20.0e7));
+        assert_eq!(b.len(), 2);
+        assert_eq!((b[0].first, b[0].last), (40, 41));
+        assert_eq!(b[0].t_start_ns, 4000);
+        assert_eq!(b[0].t_end_ns, 4200);
+        assert!((b[0].bytes_per_s - 120.0 * 1e9 / 200.0).abs() < 1e-3);
+        // p99 of 100 values is the 99th smallest (50): only the 70 interval is above it.
+        let (thr, b) = find_bursts(&rates, None);
+        assert_eq!(thr, 50.0e7);
+        assert_eq!(b.len(), 1);
+        assert_eq!(b[0].first, 41);
+    }
+
+    #[test]
+    fn grouping_by_tgid_names_the_process_after_its_main_thread() {
+        let row = |pid, tgid, comm: &str, bytes| TaskRow {
+            pid,
+            tgid,
+            comm: comm.into(),
+            cgroup: 7,
+            read_bytes: bytes,
+            share: bytes as f64 / 1000.0,
+            ..TaskRow::default()
+        };
+        let rows = vec![
+            row(11, 10, "worker", 500),
+            row(10, 10, "server", 100),
+            row(20, 20, "other", 300),
+        ];
+        let g = group_rows(rows.clone(), GroupBy::Tgid);
+        assert_eq!(g.len(), 2);
+        assert_eq!(
+            (g[0].pid, g[0].tgid, g[0].comm.as_str()),
+            (10, 10, "server")
+        );
+        assert_eq!(g[0].read_bytes, 600);
+        assert!((g[0].share - 0.6).abs() < 1e-12);
+        let c = group_rows(rows, GroupBy::Cgroup);
+        assert_eq!(c.len(), 1);
+        assert_eq!((c[0].pid, c[0].tgid, c[0].cgroup), (0, 0, 7));
+        assert_eq!(c[0].comm, "worker");
+    }
+}
