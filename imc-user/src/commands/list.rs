@@ -1,8 +1,163 @@
-//! `imc list`.
+//! `imc list`: what this machine offers — each backend, available or not and why, its PMUs with
+//! their designated CPUs, and the events it would count.
 use crate::cli::{GlobalArgs, ListArgs};
+use crate::discovery::{self, DiscoveryError, Report};
 use crate::error::{CliError, CliResult};
+use crate::model::Source;
+use serde_json::{Value, json};
+use std::fmt::Write as _;
+use std::path::Path;
 use std::process::ExitCode;
 
-pub fn run(_global: &GlobalArgs, _args: &ListArgs) -> CliResult<ExitCode> {
-    Err(CliError::runtime("imc list: not implemented in this build"))
+pub fn run(global: &GlobalArgs, args: &ListArgs) -> CliResult<ExitCode> {
+    let report = load(&global.root)?;
+    let out = if args.json {
+        let mut s = serde_json::to_string_pretty(&to_json(&report))
+            .map_err(|e| CliError::runtime(format!("imc list: cannot encode JSON: {e}")))?;
+        s.push('\n');
+        s
+    } else {
+        render(&report, global.verbose > 0)
+    };
+    print!("{out}");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Discovery under `root`, with errors turned into the one-line CLI error.
+pub fn load(root: &Path) -> CliResult<Report> {
+    discovery::discover_report(root).map_err(|e| cli_error(&e))
+}
+
+/// The `--json` document for `root` (what `imc list --json` prints).
+pub fn run_json(root: &Path) -> CliResult<Value> {
+    load(root).map(|r| to_json(&r))
+}
+
+fn cli_error(e: &DiscoveryError) -> CliError {
+    let msg = format!("imc list: {e}");
+    if e.is_bad_input() {
+        CliError::bad_input(msg)
+    } else {
+        CliError::runtime(msg)
+    }
+}
+
+/// The JSON of design.md: `hypervisor`, `packages`, `sources`; plus `nodes` and `online`.
+pub fn to_json(r: &Report) -> Value {
+    let d = &r.discovery;
+    json!({
+        "hypervisor": d.hypervisor,
+        "packages": d.topology.packages,
+        "nodes": d.topology.nodes,
+        "online": d.topology.online,
+        "sources": d.sources,
+    })
+}
+
+fn cpus_text(cpus: &[u32]) -> String {
+    // Compact ranges as the kernel prints them: 0-3,8.
+    let mut out = String::new();
+    let mut i = 0;
+    while i < cpus.len() {
+        let start = cpus[i];
+        let mut end = start;
+        while i + 1 < cpus.len() && cpus[i + 1] == end + 1 {
+            i += 1;
+            end = cpus[i];
+        }
+        if !out.is_empty() {
+            out.push(',');
+        }
+        if start == end {
+            let _ = write!(out, "{start}");
+        } else {
+            let _ = write!(out, "{start}-{end}");
+        }
+        i += 1;
+    }
+    if out.is_empty() { "-".into() } else { out }
+}
+
+fn render(r: &Report, verbose: bool) -> String {
+    let d = &r.discovery;
+    let mut o = String::new();
+    let m = &r.machine;
+    let cpu = match (&m.vendor, m.family, m.model, &m.power) {
+        (Some(v), Some(f), Some(md), _) => format!("{v} family {f:#x} model {md:#x}"),
+        (_, _, _, Some(p)) => p.clone(),
+        _ => "unknown CPU".into(),
+    };
+    let _ = writeln!(
+        o,
+        "machine: {cpu}, {} online CPUs, {} package(s){}",
+        d.topology.online.len(),
+        d.topology.packages.len(),
+        if d.hypervisor {
+            ", under a hypervisor"
+        } else {
+            ""
+        }
+    );
+    for p in &d.topology.packages {
+        let _ = writeln!(o, "  package {}: cpus {}", p.id, cpus_text(&p.cpus));
+    }
+    for n in &d.topology.nodes {
+        let _ = writeln!(o, "  node {}: cpus {}", n.id, cpus_text(&n.cpus));
+    }
+    let _ = writeln!(o);
+    for s in &d.sources {
+        render_source(&mut o, s, verbose);
+    }
+    let any_mc = d
+        .sources
+        .iter()
+        .any(|s| s.available && s.backend.is_memory_controller());
+    if !any_mc {
+        let _ = writeln!(o, "\nno memory-bandwidth backend available");
+    }
+    o
+}
+
+fn render_source(o: &mut String, s: &Source, verbose: bool) {
+    let status = if s.available {
+        "available"
+    } else {
+        "unavailable"
+    };
+    let _ = write!(o, "{:<20} {status}", s.backend.as_str());
+    match &s.reason {
+        Some(r) => {
+            let _ = writeln!(o, ": {r}");
+        }
+        None => {
+            let _ = writeln!(o);
+        }
+    }
+    for p in &s.pmus {
+        let _ = writeln!(
+            o,
+            "  pmu {:<28} type {:<4} cpus {}",
+            p.name,
+            p.pmu_type,
+            cpus_text(&p.cpus)
+        );
+    }
+    for e in &s.events {
+        let enc = match (e.config, e.address) {
+            (Some(c), _) => match e.config1 {
+                Some(c1) if c1 != 0 => format!("config {c:#x} config1 {c1:#x}"),
+                _ => format!("config {c:#x}"),
+            },
+            (None, Some(a)) => format!("address {a:#x} width {}", e.width.unwrap_or(0)),
+            (None, None) => "-".into(),
+        };
+        let bpc = e
+            .bytes_per_count
+            .map_or(String::new(), |b| format!("  {b} B/count"));
+        let _ = write!(o, "  event {:<11} {:<28} {enc}{bpc}", e.name, e.pmu);
+        if verbose {
+            let _ = write!(o, "  [{}]", e.origin);
+        }
+        let _ = writeln!(o);
+    }
 }

@@ -1,7 +1,65 @@
 //! Discovery: topology, PMUs and the backends they make possible, as pure functions of a root
 //! directory (`--root DIR`: DIR/sys and DIR/proc, never the host's / directly).
+//!
+//! - [`cpulist`], [`format`]: the kernel's text formats (also fuzzed).
+//! - [`sysfs`]: PMUs from `sys/bus/event_source/devices` (symlinks followed).
+//! - [`topology`], [`machine`]: CPUs/packages/NUMA nodes; vendor, model, hypervisor.
+//! - [`mchbar`]: the Intel client MCHBAR counter layout.
+//! - `catalogue`: every backend, available or not, with the reason.
+mod catalogue;
 pub mod cpulist;
 pub mod format;
+pub mod machine;
+pub mod mchbar;
+pub mod sysfs;
+pub mod topology;
 
 pub use cpulist::{CpuListError, parse_cpulist};
 pub use format::{AttrWords, FormatError, encode_terms, parse_format, place_value};
+pub use machine::Machine;
+pub use sysfs::{DiscoveryError, read_pmu, read_pmus};
+pub use topology::read_topology;
+
+use crate::model::Discovery;
+use std::path::Path;
+
+/// Everything `imc list` shows: the discovery result plus the machine facts behind it.
+#[derive(Clone, Debug)]
+pub struct Report {
+    pub discovery: Discovery,
+    pub machine: Machine,
+}
+
+/// Discovers topology, PMUs and every backend under `root`.
+pub fn discover(root: &Path) -> Result<Discovery, DiscoveryError> {
+    discover_report(root).map(|r| r.discovery)
+}
+
+/// `discover` plus the machine facts (vendor, model, hypervisor source).
+pub fn discover_report(root: &Path) -> Result<Report, DiscoveryError> {
+    let sys = root.join("sys");
+    if !sys.is_dir() {
+        return Err(DiscoveryError::Missing {
+            path: sys,
+            expected: "a sysfs tree (DIR/sys)".into(),
+        });
+    }
+    let machine = machine::read_machine(root)?;
+    let topology = read_topology(root)?;
+    let pmus = read_pmus(root)?;
+    let ctx = catalogue::Ctx {
+        root,
+        topo: &topology,
+        machine: &machine,
+        pmus: &pmus,
+    };
+    let sources = catalogue::catalogue(&ctx)?;
+    Ok(Report {
+        discovery: Discovery {
+            hypervisor: machine.hypervisor,
+            topology,
+            sources,
+        },
+        machine,
+    })
+}

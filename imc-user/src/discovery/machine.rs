@@ -1,0 +1,124 @@
+//! Facts about the machine from `proc/cpuinfo` and `sys/hypervisor`: vendor, family/model
+//! (x86), the POWER generation, and whether we run under a hypervisor.
+use super::sysfs::{DiscoveryError, read_optional};
+use std::path::Path;
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Machine {
+    /// `vendor_id` (GenuineIntel, AuthenticAMD) on x86.
+    pub vendor: Option<String>,
+    pub family: Option<u32>,
+    pub model: Option<u32>,
+    /// The POWER generation from `cpu : POWER9, altivec supported` → "POWER9".
+    pub power: Option<String>,
+    /// `platform` on POWER (PowerNV is bare metal; pSeries is an LPAR).
+    pub platform: Option<String>,
+    pub hypervisor: bool,
+    /// Why `hypervisor` is set, for messages.
+    pub hypervisor_source: Option<String>,
+}
+
+impl Machine {
+    pub fn is_intel(&self) -> bool {
+        self.vendor.as_deref() == Some("GenuineIntel")
+    }
+    pub fn is_amd(&self) -> bool {
+        matches!(
+            self.vendor.as_deref(),
+            Some("AuthenticAMD") | Some("HygonGenuine")
+        )
+    }
+    /// Intel family-6 model number, if this is one.
+    pub fn intel_model(&self) -> Option<u32> {
+        (self.is_intel() && self.family == Some(6))
+            .then_some(self.model)
+            .flatten()
+    }
+}
+
+/// Parses cpuinfo text. Only the first processor block matters for vendor/model; the
+/// `hypervisor` flag is looked for in every `flags` line.
+pub fn parse_cpuinfo(text: &str) -> Machine {
+    let mut m = Machine::default();
+    for line in text.lines() {
+        let Some((key, value)) = line.split_once(':') else {
+            continue;
+        };
+        let (key, value) = (key.trim(), value.trim());
+        match key {
+            "vendor_id" if m.vendor.is_none() => m.vendor = Some(value.to_string()),
+            "cpu family" if m.family.is_none() => m.family = value.parse().ok(),
+            // POWER's trailer has `model : 9006-22P`, which does not parse and is ignored.
+            "model" if m.model.is_none() => m.model = value.parse().ok(),
+            "cpu" if m.power.is_none() => {
+                let first = value.split([',', ' ']).next().unwrap_or("");
+                if first.starts_with("POWER") {
+                    m.power = Some(first.to_string());
+                }
+            }
+            "platform" if m.platform.is_none() => m.platform = Some(value.to_string()),
+            "flags" if value.split_whitespace().any(|f| f == "hypervisor") => {
+                m.hypervisor = true;
+                m.hypervisor_source = Some("the 'hypervisor' CPU flag in proc/cpuinfo".into());
+            }
+            _ => {}
+        }
+    }
+    m
+}
+
+pub fn read_machine(root: &Path) -> Result<Machine, DiscoveryError> {
+    // A tree without proc/cpuinfo still lists PMUs; model-specific encodings are then unknown.
+    let mut m = read_optional(&root.join("proc/cpuinfo"))?
+        .map(|t| parse_cpuinfo(&t))
+        .unwrap_or_default();
+    if !m.hypervisor
+        && let Some(t) = read_optional(&root.join("sys/hypervisor/type"))?
+        && !t.is_empty()
+    {
+        m.hypervisor = true;
+        m.hypervisor_source = Some(format!("sys/hypervisor/type = {t}"));
+    }
+    Ok(m)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn x86_fields() {
+        let m = parse_cpuinfo(
+            "processor\t: 0\nvendor_id\t: GenuineIntel\ncpu family\t: 6\nmodel\t\t: 85\nflags\t\t: fpu tsc\n",
+        );
+        assert_eq!(m.intel_model(), Some(85));
+        assert!(!m.hypervisor);
+    }
+
+    #[test]
+    fn hypervisor_flag() {
+        let m = parse_cpuinfo("vendor_id : GenuineIntel\nflags : fpu hypervisor lahf_lm\n");
+        assert!(m.hypervisor);
+        // A flag that merely contains the word is not the flag.
+        let m = parse_cpuinfo("flags : fpu nohypervisorx\n");
+        assert!(!m.hypervisor);
+    }
+
+    #[test]
+    fn power9() {
+        let m = parse_cpuinfo(
+            "processor\t: 0\ncpu\t\t: POWER9, altivec supported\n\nplatform\t: PowerNV\nmodel\t\t: 9006-22P\n",
+        );
+        assert_eq!(m.power.as_deref(), Some("POWER9"));
+        assert_eq!(m.model, None);
+        assert_eq!(m.platform.as_deref(), Some("PowerNV"));
+    }
+
+    #[test]
+    fn amd() {
+        let m = parse_cpuinfo("vendor_id : AuthenticAMD\ncpu family : 25\nmodel : 17\n");
+        assert!(m.is_amd());
+        assert_eq!((m.family, m.model), (Some(25), Some(17)));
+        assert_eq!(m.intel_model(), None);
+    }
+}

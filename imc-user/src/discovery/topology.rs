@@ -1,0 +1,114 @@
+//! CPUs, packages and NUMA nodes from `sys/devices/system/{cpu,node}` under a root.
+use super::sysfs::{DiscoveryError, read_cpulist_file, read_optional, read_u32};
+use crate::model::{NumaNode, Package, Topology};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// One die of a package (`die_id`); only multi-die parts (Cascade Lake-AP, …) have more than one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Die {
+    pub package: u32,
+    pub id: u32,
+    pub cpus: Vec<u32>,
+}
+
+pub fn read_topology(root: &Path) -> Result<Topology, DiscoveryError> {
+    let cpu_dir = root.join("sys/devices/system/cpu");
+    let online = read_cpulist_file(&cpu_dir.join("online"))?;
+    // `possible` is informational; older or trimmed trees may lack it.
+    let possible = match read_optional(&cpu_dir.join("possible"))? {
+        Some(_) => read_cpulist_file(&cpu_dir.join("possible"))?,
+        None => online.clone(),
+    };
+
+    let mut by_pkg: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
+    for &cpu in &online {
+        let path = cpu_dir.join(format!("cpu{cpu}/topology/physical_package_id"));
+        // A CPU without topology (a minimal tree, or an architecture that does not export it)
+        // belongs to package 0: one package is the safe assumption for counting.
+        let pkg = if path.exists() {
+            read_u32(&path, "a decimal physical package id")?
+        } else {
+            0
+        };
+        by_pkg.entry(pkg).or_default().push(cpu);
+    }
+    let packages = by_pkg
+        .into_iter()
+        .map(|(id, cpus)| Package { id, cpus })
+        .collect();
+
+    Ok(Topology {
+        online,
+        possible,
+        packages,
+        nodes: read_nodes(root)?,
+    })
+}
+
+/// Dies per package from `topology/die_id`, when the tree has it.
+pub fn read_dies(root: &Path, topo: &Topology) -> Result<Vec<Die>, DiscoveryError> {
+    let cpu_dir = root.join("sys/devices/system/cpu");
+    let mut by_die: BTreeMap<(u32, u32), Vec<u32>> = BTreeMap::new();
+    for pkg in &topo.packages {
+        for &cpu in &pkg.cpus {
+            let path = cpu_dir.join(format!("cpu{cpu}/topology/die_id"));
+            let die = if path.exists() {
+                read_u32(&path, "a decimal die id")?
+            } else {
+                0
+            };
+            by_die.entry((pkg.id, die)).or_default().push(cpu);
+        }
+    }
+    Ok(by_die
+        .into_iter()
+        .map(|((package, id), cpus)| Die { package, id, cpus })
+        .collect())
+}
+
+/// NUMA nodes `nodeN/cpulist`. Ids need not be contiguous (POWER9 uses the chip id: 0 and 8)
+/// and a memory-only node (KNL MCDRAM in flat mode) has an empty cpulist.
+fn read_nodes(root: &Path) -> Result<Vec<NumaNode>, DiscoveryError> {
+    let dir = root.join("sys/devices/system/node");
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        // No NUMA support compiled in: no nodes, not an error.
+        return Ok(Vec::new());
+    };
+    let mut nodes = Vec::new();
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(id) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("node"))
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let cpulist = entry.path().join("cpulist");
+        let cpus = if cpulist.exists() {
+            read_cpulist_file(&cpulist)?
+        } else {
+            Vec::new()
+        };
+        nodes.push(NumaNode { id, cpus });
+    }
+    nodes.sort_by_key(|n| n.id);
+    Ok(nodes)
+}
+
+/// The first CPU of `cpumask` in each package: the CPU a package-scope event is opened on.
+/// The kernel keeps one CPU per package in an uncore PMU's cpumask (uncore.c
+/// uncore_event_cpu_online); should a mask list several, the first wins.
+pub fn designated_cpus(topo: &Topology, cpumask: &[u32]) -> Vec<u32> {
+    let mut seen = Vec::new();
+    let mut out = Vec::new();
+    for &cpu in cpumask {
+        let pkg = topo.package_of(cpu);
+        if pkg.is_none() || !seen.contains(&pkg) {
+            seen.push(pkg);
+            out.push(cpu);
+        }
+    }
+    out
+}
