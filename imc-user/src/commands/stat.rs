@@ -1,8 +1,366 @@
-//! `imc stat`.
+//! `imc stat`: system memory bandwidth per package (and channel) at an interval down to 1 ms.
+//!
+//! Chooses a backend (the memory controller's kernel PMU first, the MCHBAR mapping as the
+//! fallback, or the `-e` events), runs the interval loop until `--duration`, the child of
+//! `-- CMD` exits, or SIGINT/SIGTERM, and converts every module error into a one-line
+//! `CliError` here.
+use crate::backends::clock::{Clock, MonotonicClock};
+use crate::backends::interval::{self, RunSummary};
+use crate::backends::mchbar::MchbarBackend;
+use crate::backends::perf::PerfBackend;
+use crate::backends::{Backend, BackendError, plan};
 use crate::cli::{GlobalArgs, StatArgs};
 use crate::error::{CliError, CliResult};
+use crate::model::{BackendKind, Discovery, Source};
+use crate::output::stat::{Format, StatWriter};
+use crate::sys::devmem::{DevMem, RealDevMem};
+use crate::sys::perf::{PerfSys, RealPerf};
+use std::io::{self, Write};
+use std::path::Path;
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 
-pub fn run(_global: &GlobalArgs, _args: &StatArgs) -> CliResult<ExitCode> {
-    Err(CliError::runtime("imc stat: not implemented in this build"))
+/// The OS edges `stat` uses, so tests can run the whole command with fakes.
+pub struct StatEnv<'a> {
+    pub perf: Arc<dyn PerfSys>,
+    pub devmem: &'a dyn DevMem,
+    pub clock: &'a dyn Clock,
+}
+
+/// Set by SIGINT/SIGTERM (stop after one last interval) and SIGCHLD (the child may be done).
+static STOP_SIGNAL: AtomicI32 = AtomicI32::new(0);
+static CHILD_SIGNAL: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_stop(sig: libc::c_int) {
+    STOP_SIGNAL.store(sig, Ordering::SeqCst);
+}
+
+extern "C" fn on_child(_sig: libc::c_int) {
+    CHILD_SIGNAL.store(true, Ordering::SeqCst);
+}
+
+fn install(sig: libc::c_int, handler: extern "C" fn(libc::c_int)) {
+    // SAFETY: the handlers only store to atomics (async-signal-safe); no SA_RESTART, so the
+    // interval sleep returns at once and the loop sees the flag.
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = handler as usize;
+        libc::sigemptyset(&mut sa.sa_mask);
+        sa.sa_flags = 0;
+        libc::sigaction(sig, &sa, std::ptr::null_mut());
+    }
+}
+
+pub fn run(global: &GlobalArgs, args: &StatArgs) -> CliResult<ExitCode> {
+    install(libc::SIGINT, on_stop);
+    install(libc::SIGTERM, on_stop);
+    install(libc::SIGCHLD, on_child);
+    let env = StatEnv {
+        perf: Arc::new(RealPerf),
+        devmem: &RealDevMem,
+        clock: &MonotonicClock,
+    };
+    let stdout = io::stdout().lock();
+    let mut stderr = io::stderr().lock();
+    run_with(global, args, &env, io::BufWriter::new(stdout), &mut stderr)
+}
+
+/// Discovery under `--root`.
+fn discover(root: &Path) -> Result<Discovery, String> {
+    // Adapter until discovery::discover lands in this build; then it is a direct call.
+    Err(format!(
+        "{}: memory-controller discovery is not available in this build",
+        root.display()
+    ))
+}
+
+/// `stat` with its OS edges given: what `run` does, and what tests drive with fakes.
+pub fn run_with<W: Write>(
+    global: &GlobalArgs,
+    args: &StatArgs,
+    env: &StatEnv<'_>,
+    out: W,
+    err: &mut dyn Write,
+) -> CliResult<ExitCode> {
+    let format = match (&args.separator, args.json) {
+        (Some(sep), _) if sep.is_empty() => {
+            return Err(CliError::bad_input("-x: the separator must not be empty"));
+        }
+        (Some(sep), _) => Format::Csv(sep.clone()),
+        (None, true) => Format::Json,
+        (None, false) => Format::Human,
+    };
+    if args.interval_ms == 0 {
+        return Err(CliError::bad_input(
+            "-I 0: the interval must be at least 1 ms",
+        ));
+    }
+    if args.duration.is_some() && !args.command.is_empty() {
+        return Err(CliError::bad_input(
+            "--duration and -- CMD both say when to stop: give one of them",
+        ));
+    }
+    let backend_kind = match args.backend.as_str() {
+        "auto" => None,
+        name => Some(BackendKind::parse(name).ok_or_else(|| {
+            CliError::bad_input(format!(
+                "--backend {name}: unknown backend (one of auto, {})",
+                BackendKind::ALL.map(BackendKind::as_str).join(", ")
+            ))
+        })?),
+    };
+    let duration_ns = args.duration.map(|s| (s * 1e9).round() as u64);
+
+    let discovery = discover(&global.root)
+        .map_err(|e| CliError::runtime(format!("cannot discover counters: {e}")))?;
+    let mut backend = open_backend(global, args, env, &discovery, backend_kind)?;
+    for f in backend.take_failures() {
+        let _ = writeln!(
+            err,
+            "imc: warning: {}; continuing with the other counters",
+            f.message
+        );
+    }
+
+    // Start the child only once the counters count, as perf stat does.
+    let mut child = match args.command.split_first() {
+        Some((cmd, rest)) => Some(
+            std::process::Command::new(cmd)
+                .args(rest)
+                .spawn()
+                .map_err(|e| CliError::runtime(format!("cannot run '{cmd}': {e}")))?,
+        ),
+        None => None,
+    };
+
+    let mut writer = StatWriter::new(
+        out,
+        format,
+        args.per_channel,
+        &interval::Layout::new(backend.as_ref()),
+    );
+    let mut child_status: Option<std::process::ExitStatus> = None;
+    let result = {
+        let child_ref = &mut child;
+        let status_ref = &mut child_status;
+        let mut stop = move || -> bool {
+            match child_ref {
+                Some(c) => {
+                    // SIGCHLD tells us when to look; try_wait is a syscall, so only then.
+                    if CHILD_SIGNAL.swap(false, Ordering::SeqCst)
+                        && let Ok(Some(s)) = c.try_wait()
+                    {
+                        *status_ref = Some(s);
+                        return true;
+                    }
+                    status_ref.is_some()
+                }
+                None => STOP_SIGNAL.load(Ordering::SeqCst) != 0,
+            }
+        };
+        let mut failed = |f: &crate::backends::CounterFailure| {
+            let _ = writeln!(
+                err,
+                "imc: warning: {}; continuing with the other counters",
+                f.message
+            );
+        };
+        interval::run(
+            backend.as_mut(),
+            env.clock,
+            args.interval_ms.saturating_mul(1_000_000),
+            duration_ns,
+            &mut stop,
+            &mut |layout, report| writer.interval(layout, report),
+            &mut failed,
+        )
+    };
+    let summary: Option<RunSummary> = match result {
+        Ok(s) => Some(s),
+        // The reader went away (`imc stat | head`): a normal end.
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => None,
+        Err(e) => return Err(CliError::runtime(format!("writing output: {e}"))),
+    };
+    if let Some(s) = summary
+        && s.skipped > 0
+        && global.verbose > 0
+    {
+        let _ = writeln!(
+            err,
+            "imc: {} interval deadline(s) missed (late wake-ups); those intervals were longer",
+            s.skipped
+        );
+    }
+    if let Some(mut c) = child {
+        let status = match child_status {
+            Some(s) => s,
+            None => c
+                .wait()
+                .map_err(|e| CliError::runtime(format!("waiting for the command: {e}")))?,
+        };
+        return Ok(exit_code_of(status));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The child's status as ours: its exit code, or 128+N when signal N killed it (as shells do).
+fn exit_code_of(status: std::process::ExitStatus) -> ExitCode {
+    use std::os::unix::process::ExitStatusExt;
+    if let Some(code) = status.code() {
+        ExitCode::from(code as u8)
+    } else if let Some(sig) = status.signal() {
+        ExitCode::from((128 + sig) as u8)
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+fn backend_error(e: BackendError) -> CliError {
+    CliError::runtime(e.to_string())
+}
+
+/// Opens one source's counters.
+fn open_source(
+    global: &GlobalArgs,
+    env: &StatEnv<'_>,
+    discovery: &Discovery,
+    sources: &[&Source],
+) -> Result<Box<dyn Backend>, BackendError> {
+    let name = sources
+        .iter()
+        .map(|s| s.backend.as_str())
+        .collect::<Vec<_>>()
+        .join("+");
+    if let [s] = sources
+        && s.backend == BackendKind::IntelClientMchbar
+    {
+        let counters = plan::mchbar_counters(s, &discovery.topology)?;
+        return Ok(Box::new(MchbarBackend::open(
+            env.devmem,
+            &global.devmem,
+            counters,
+        )?));
+    }
+    let mut planned = Vec::new();
+    for s in sources {
+        planned.extend(plan::perf_counters(s, &discovery.topology)?);
+    }
+    Ok(Box::new(PerfBackend::open(
+        env.perf.clone(),
+        &name,
+        planned,
+    )?))
+}
+
+/// The sources measured together with `s`: KNL's DDR (knl-imc) and MCDRAM (knl-edc) are shown
+/// side by side.
+fn companions<'a>(discovery: &'a Discovery, s: &'a Source) -> Vec<&'a Source> {
+    let mut v = vec![s];
+    let partner = match s.backend {
+        BackendKind::KnlImc => Some(BackendKind::KnlEdc),
+        BackendKind::KnlEdc => Some(BackendKind::KnlImc),
+        _ => None,
+    };
+    if let Some(p) = partner
+        && let Some(o) = discovery
+            .sources
+            .iter()
+            .find(|o| o.backend == p && o.available)
+    {
+        // DDR first.
+        if p == BackendKind::KnlImc {
+            v.insert(0, o);
+        } else {
+            v.push(o);
+        }
+    }
+    v
+}
+
+fn open_backend(
+    global: &GlobalArgs,
+    args: &StatArgs,
+    env: &StatEnv<'_>,
+    discovery: &Discovery,
+    kind: Option<BackendKind>,
+) -> CliResult<Box<dyn Backend>> {
+    if !args.events.is_empty() {
+        let mut encs = Vec::new();
+        for text in &args.events {
+            let e = crate::events::resolve(&global.root, text)
+                .map_err(|e| CliError::bad_input(e.to_string()))?;
+            encs.extend(e);
+        }
+        let planned = plan::encoded_counters(&encs, &discovery.topology);
+        if planned.is_empty() {
+            return Err(CliError::runtime(
+                "-e: no CPU to open the events on (no online CPUs found under --root)",
+            ));
+        }
+        return PerfBackend::open(env.perf.clone(), "events", planned)
+            .map(|b| Box::new(b) as Box<dyn Backend>)
+            .map_err(backend_error);
+    }
+    if let Some(kind) = kind {
+        let Some(s) = discovery.sources.iter().find(|s| s.backend == kind) else {
+            return Err(CliError::runtime(format!(
+                "--backend {}: not found on this machine",
+                kind.as_str()
+            )));
+        };
+        if !s.available {
+            return Err(CliError::runtime(format!(
+                "--backend {}: not available{}",
+                kind.as_str(),
+                s.reason
+                    .as_deref()
+                    .map_or(String::new(), |r| format!(" ({r})"))
+            )));
+        }
+        let sources = if kind.is_memory_controller() {
+            companions(discovery, s)
+        } else {
+            vec![s]
+        };
+        return open_source(global, env, discovery, &sources).map_err(backend_error);
+    }
+    // auto: the first memory-controller source whose counters open, the kernel's PMUs before
+    // the /dev/mem mapping.
+    let mut candidates: Vec<&Source> = discovery
+        .sources
+        .iter()
+        .filter(|s| s.available && s.backend.is_memory_controller())
+        .collect();
+    candidates.sort_by_key(|s| s.backend == BackendKind::IntelClientMchbar);
+    if candidates.is_empty() {
+        let reason = if discovery.hypervisor {
+            "running under a hypervisor".to_string()
+        } else {
+            discovery
+                .sources
+                .iter()
+                .filter(|s| s.backend.is_memory_controller())
+                .find_map(|s| s.reason.clone())
+                .unwrap_or_else(|| "no memory-controller PMU found".to_string())
+        };
+        return Err(CliError::runtime(format!(
+            "no memory-controller counters on this machine ({reason}); use -e EVENT to count \
+             other events, e.g. -e msr/tsc/"
+        )));
+    }
+    let mut first_err: Option<BackendError> = None;
+    for s in candidates {
+        match open_source(global, env, discovery, &companions(discovery, s)) {
+            Ok(b) => return Ok(b),
+            Err(e) => {
+                log::info!("{}: {e}", s.backend.as_str());
+                first_err.get_or_insert(e);
+            }
+        }
+    }
+    Err(first_err.map_or_else(
+        || CliError::runtime("no memory-controller counters could be opened"),
+        backend_error,
+    ))
 }

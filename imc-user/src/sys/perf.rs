@@ -224,6 +224,234 @@ pub fn explain_open_error(what: &str, err: &io::Error) -> String {
     }
 }
 
+/// read_format of a group leader: `{ nr, time_enabled, time_running, value[nr] }`.
+pub const GROUP_READ_FORMAT: u64 =
+    FORMAT_GROUP | FORMAT_TOTAL_TIME_ENABLED | FORMAT_TOTAL_TIME_RUNNING;
+
+/// One `read(2)` of a whole group: every member's value under one pair of times, so the values
+/// are mutually consistent and an interval costs one syscall per group instead of one per event.
+#[derive(Clone, Debug)]
+pub struct GroupReader {
+    /// Preallocated so that reading allocates nothing.
+    buf: Vec<u8>,
+    members: usize,
+}
+
+impl GroupReader {
+    pub fn new(members: usize) -> Self {
+        GroupReader {
+            buf: vec![0; 8 * (3 + members)],
+            members,
+        }
+    }
+
+    pub fn members(&self) -> usize {
+        self.members
+    }
+
+    /// Reads the group whose leader is `fd` (opened with `GROUP_READ_FORMAT`) into `values`
+    /// (`members` long) and returns `(time_enabled, time_running)`.
+    pub fn read(
+        &mut self,
+        sys: &dyn PerfSys,
+        fd: BorrowedFd<'_>,
+        values: &mut [u64],
+    ) -> io::Result<(u64, u64)> {
+        let n = sys.read(fd, &mut self.buf)?;
+        let word = |buf: &[u8], i: usize| -> u64 {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(&buf[i * 8..i * 8 + 8]);
+            u64::from_ne_bytes(w)
+        };
+        if n < 24 {
+            // The kernel returns 0 bytes for an event in error state (its CPU went away).
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!("short read of a perf group: {n} bytes"),
+            ));
+        }
+        let nr = word(&self.buf, 0) as usize;
+        if nr != self.members || n < 8 * (3 + nr) || values.len() < nr {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "perf group read returned {nr} members in {n} bytes, expected {}",
+                    self.members
+                ),
+            ));
+        }
+        for (i, v) in values.iter_mut().take(nr).enumerate() {
+            *v = word(&self.buf, 3 + i);
+        }
+        Ok((word(&self.buf, 1), word(&self.buf, 2)))
+    }
+}
+
+/// A `PerfSys` for tests and dry runs: every open succeeds (unless scripted to fail) and hands
+/// out a real fd (a dup of /dev/null, so fd lifetimes behave as with the kernel); reads return
+/// counts that advance by a fixed step per read. It records every open so tests can check what
+/// would have been asked of the kernel.
+#[derive(Debug, Default)]
+pub struct FakePerf {
+    state: std::sync::Mutex<FakeState>,
+}
+
+/// What one `FakePerf::open` was asked for.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FakeOpen {
+    pub attr: PerfEventAttr,
+    pub pid: i32,
+    pub cpu: i32,
+    /// The raw fd of the group leader, when opened into a group.
+    pub group: Option<i32>,
+    /// The raw fd handed out (None when the open was scripted to fail).
+    pub fd: Option<i32>,
+}
+
+#[derive(Debug, Default)]
+struct FakeState {
+    opens: Vec<FakeOpen>,
+    /// Per raw fd: (index into opens, reads so far).
+    fds: std::collections::HashMap<i32, (usize, u64)>,
+    fail_open: Vec<(Option<u64>, i32, i32)>,
+    fail_read_after: Vec<(i32, u64, i32)>,
+    refuse_groups: bool,
+    step: std::collections::HashMap<u64, u64>,
+}
+
+impl FakePerf {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, FakeState> {
+        // A poisoned lock only means another test thread panicked; the data is still usable.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Opens of `config` (any config when None) on `cpu` fail with `errno`.
+    pub fn fail_open(&self, config: Option<u64>, cpu: i32, errno: i32) {
+        self.lock().fail_open.push((config, cpu, errno));
+    }
+
+    /// Reads of events on `cpu` fail with `errno` (0: return 0 bytes, as the kernel does for an
+    /// event in error state) after `reads` successful reads.
+    pub fn fail_reads_after(&self, cpu: i32, reads: u64, errno: i32) {
+        self.lock().fail_read_after.push((cpu, reads, errno));
+    }
+
+    /// Refuse group siblings with EINVAL, as PMUs that cannot group do.
+    pub fn refuse_groups(&self) {
+        self.lock().refuse_groups = true;
+    }
+
+    /// Each read of an event with this config advances its count by `step` (default 1000).
+    pub fn set_step(&self, config: u64, step: u64) {
+        self.lock().step.insert(config, step);
+    }
+
+    /// Every open so far, in order.
+    pub fn opens(&self) -> Vec<FakeOpen> {
+        self.lock().opens.clone()
+    }
+}
+
+impl PerfSys for FakePerf {
+    fn open(
+        &self,
+        attr: &PerfEventAttr,
+        pid: i32,
+        cpu: i32,
+        group: Option<BorrowedFd<'_>>,
+    ) -> io::Result<OwnedFd> {
+        let mut st = self.lock();
+        let group_raw = group.map(|g| g.as_raw_fd());
+        let failing = st
+            .fail_open
+            .iter()
+            .find(|(cfg, c, _)| *c == cpu && cfg.is_none_or(|cfg| cfg == attr.config));
+        let err = match failing {
+            Some(&(_, _, errno)) => Some(errno),
+            None if group_raw.is_some() && st.refuse_groups => Some(libc::EINVAL),
+            None => None,
+        };
+        let mut rec = FakeOpen {
+            attr: *attr,
+            pid,
+            cpu,
+            group: group_raw,
+            fd: None,
+        };
+        if let Some(errno) = err {
+            st.opens.push(rec);
+            return Err(io::Error::from_raw_os_error(errno));
+        }
+        let fd: OwnedFd = std::fs::File::open("/dev/null")?.into();
+        rec.fd = Some(fd.as_raw_fd());
+        let idx = st.opens.len();
+        st.opens.push(rec);
+        st.fds.insert(fd.as_raw_fd(), (idx, 0));
+        Ok(fd)
+    }
+
+    fn read(&self, fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize> {
+        let mut st = self.lock();
+        let raw = fd.as_raw_fd();
+        let Some(&(idx, reads)) = st.fds.get(&raw) else {
+            return Err(io::Error::from_raw_os_error(libc::EBADF));
+        };
+        let open = st.opens[idx].clone();
+        if let Some(&(_, _, errno)) = st
+            .fail_read_after
+            .iter()
+            .find(|(cpu, after, _)| *cpu == open.cpu && reads >= *after)
+        {
+            if errno == 0 {
+                return Ok(0);
+            }
+            return Err(io::Error::from_raw_os_error(errno));
+        }
+        let reads = reads + 1;
+        st.fds.insert(raw, (idx, reads));
+        let value_of = |st: &FakeState, attr: &PerfEventAttr| {
+            reads * st.step.get(&attr.config).copied().unwrap_or(1000)
+        };
+        // Times advance 1 ms per read; running == enabled (no multiplexing).
+        let t = reads * 1_000_000;
+        let mut words: Vec<u64> = Vec::new();
+        if open.attr.read_format & FORMAT_GROUP != 0 {
+            let members: Vec<PerfEventAttr> = std::iter::once(open.attr)
+                .chain(
+                    st.opens
+                        .iter()
+                        .filter(|o| o.group == Some(raw) && o.fd.is_some())
+                        .map(|o| o.attr),
+                )
+                .collect();
+            words.push(members.len() as u64);
+            words.push(t);
+            words.push(t);
+            for a in &members {
+                words.push(value_of(&st, a));
+            }
+        } else {
+            words.push(value_of(&st, &open.attr));
+            words.push(t);
+            words.push(t);
+        }
+        let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_ne_bytes()).collect();
+        if buf.len() < bytes.len() {
+            return Err(io::Error::from_raw_os_error(libc::ENOSPC));
+        }
+        buf[..bytes.len()].copy_from_slice(&bytes);
+        Ok(bytes.len())
+    }
+
+    fn ioctl(&self, _fd: BorrowedFd<'_>, _op: PerfIoctl) -> io::Result<()> {
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,0 +1,500 @@
+//! The interval loop and the per-interval aggregate.
+//!
+//! Deadlines are absolute (start + k × interval on CLOCK_MONOTONIC) so intervals do not drift;
+//! each interval runs from one counter read to the next, timestamped at the read, and rates
+//! divide by that real elapsed time, so a late wake-up yields a longer interval, never an
+//! inflated rate. A wake-up later than a whole interval skips the missed deadlines rather than
+//! producing a burst of near-empty intervals. Everything the loop touches per interval is
+//! preallocated.
+use super::clock::{Clock, Wake};
+use super::counter::{Delta, delta};
+use super::{Backend, CounterFailure, Memory, RawReading};
+use crate::model::{Direction, Scope};
+
+/// Bytes of one row (a package, a package's memory kind, or a channel) in one interval.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Bytes {
+    pub read: f64,
+    pub write: f64,
+    /// Traffic from events that count both directions together.
+    pub total_only: f64,
+}
+
+impl Bytes {
+    pub fn total(&self) -> f64 {
+        self.read + self.write + self.total_only
+    }
+    fn add(&mut self, direction: Direction, bytes: f64) {
+        match direction {
+            Direction::Read => self.read += bytes,
+            Direction::Write => self.write += bytes,
+            Direction::Total => self.total_only += bytes,
+        }
+    }
+}
+
+/// A package row of the output.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PackageRow {
+    pub id: u32,
+    /// The memory kinds of this package with their channels, in order (KNL: DDR then MCDRAM).
+    pub memories: Vec<Memory>,
+    /// Channel rows: (memory, PMU instance name).
+    pub channels: Vec<(Memory, String)>,
+    /// Theoretical peak in bytes/s, where imc can know it.
+    pub peak_bytes_per_s: Option<f64>,
+}
+
+/// How counters map onto rows and values; built once.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Layout {
+    pub source: String,
+    pub packages: Vec<PackageRow>,
+    /// Distinct `values` keys, in first-appearance order.
+    pub value_keys: Vec<String>,
+    /// Per counter: (package row, memory index in that row, channel index) for bandwidth
+    /// counters.
+    slots: Vec<Option<(usize, usize, usize)>>,
+    /// Per counter: index into `value_keys`.
+    value_of: Vec<usize>,
+    /// Per counter: its description for messages.
+    pub describe: Vec<String>,
+}
+
+impl Layout {
+    pub fn new(backend: &dyn Backend) -> Layout {
+        let counters = backend.counters();
+        let mut packages: Vec<PackageRow> = Vec::new();
+        let mut value_keys: Vec<String> = Vec::new();
+        let mut value_of = Vec::with_capacity(counters.len());
+        for c in counters {
+            let v = match value_keys.iter().position(|k| *k == c.event) {
+                Some(v) => v,
+                None => {
+                    value_keys.push(c.event.clone());
+                    value_keys.len() - 1
+                }
+            };
+            value_of.push(v);
+        }
+        // Bandwidth counters go to their package rows; sort packages by id for stable output.
+        for c in counters {
+            if c.direction.is_none() || c.bytes_per_count.is_none() {
+                continue;
+            }
+            let id = c.package.unwrap_or(match c.scope {
+                Scope::Package(p) | Scope::Channel { package: p, .. } => p,
+                Scope::Cpu(_) => 0,
+            });
+            let row = match packages.iter().position(|p| p.id == id) {
+                Some(r) => r,
+                None => {
+                    packages.push(PackageRow {
+                        id,
+                        memories: Vec::new(),
+                        channels: Vec::new(),
+                        peak_bytes_per_s: None,
+                    });
+                    packages.len() - 1
+                }
+            };
+            let p = &mut packages[row];
+            if !p.memories.contains(&c.memory) {
+                p.memories.push(c.memory);
+            }
+            let ch = (c.memory, c.pmu.clone());
+            if !p.channels.contains(&ch) {
+                p.channels.push(ch);
+            }
+        }
+        packages.sort_by_key(|p| p.id);
+        for p in &mut packages {
+            p.memories.sort();
+            p.channels.sort_by_key(|c| c.0);
+        }
+        let slots = counters
+            .iter()
+            .map(|c| {
+                c.direction?;
+                c.bytes_per_count?;
+                let id = c.package.unwrap_or(match c.scope {
+                    Scope::Package(p) | Scope::Channel { package: p, .. } => p,
+                    Scope::Cpu(_) => 0,
+                });
+                let row = packages.iter().position(|p| p.id == id)?;
+                let m = packages[row].memories.iter().position(|m| *m == c.memory)?;
+                let ch = packages[row]
+                    .channels
+                    .iter()
+                    .position(|(mm, pmu)| *mm == c.memory && *pmu == c.pmu)?;
+                Some((row, m, ch))
+            })
+            .collect();
+        Layout {
+            source: backend.source().to_string(),
+            packages,
+            value_keys,
+            slots,
+            value_of,
+            describe: counters.iter().map(|c| c.describe()).collect(),
+        }
+    }
+
+    /// A report sized for this layout, reused for every interval.
+    pub fn new_report(&self) -> IntervalReport {
+        IntervalReport {
+            t_start_ns: 0,
+            t_end_ns: 0,
+            packages: self
+                .packages
+                .iter()
+                .map(|p| PackageBytes {
+                    bytes: Bytes::default(),
+                    memories: vec![Bytes::default(); p.memories.len()],
+                    channels: vec![Bytes::default(); p.channels.len()],
+                })
+                .collect(),
+            values: vec![0.0; self.value_keys.len()],
+            value_fraction: vec![1.0; self.value_keys.len()],
+            value_counted: vec![false; self.value_keys.len()],
+            missing: Vec::with_capacity(self.slots.len()),
+            multiplexed: false,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PackageBytes {
+    pub bytes: Bytes,
+    pub memories: Vec<Bytes>,
+    pub channels: Vec<Bytes>,
+}
+
+/// One interval's numbers, indexed like its `Layout`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct IntervalReport {
+    pub t_start_ns: u64,
+    pub t_end_ns: u64,
+    pub packages: Vec<PackageBytes>,
+    /// Sum of each `values` key over its counters, scaled for multiplexing and by `.scale`.
+    pub values: Vec<f64>,
+    /// Smallest running/enabled fraction among each key's counters (1.0: not multiplexed).
+    pub value_fraction: Vec<f64>,
+    /// Whether any counter of the key counted in this interval.
+    pub value_counted: Vec<bool>,
+    /// Counters that did not count in this interval (indices into the backend's counters).
+    pub missing: Vec<usize>,
+    /// Whether any counter was multiplexed (scaled) in this interval.
+    pub multiplexed: bool,
+}
+
+impl IntervalReport {
+    pub fn elapsed_ns(&self) -> u64 {
+        self.t_end_ns.saturating_sub(self.t_start_ns)
+    }
+
+    /// Per-second rate of `bytes` over this interval's real elapsed time.
+    pub fn rate(&self, bytes: f64) -> f64 {
+        let ns = self.elapsed_ns();
+        if ns == 0 {
+            0.0
+        } else {
+            bytes * 1e9 / ns as f64
+        }
+    }
+
+    /// Fills the report from two consecutive readings.
+    pub fn compute(
+        &mut self,
+        layout: &Layout,
+        backend: &dyn Backend,
+        prev: &[RawReading],
+        now: &[RawReading],
+        t_start_ns: u64,
+        t_end_ns: u64,
+    ) {
+        self.t_start_ns = t_start_ns;
+        self.t_end_ns = t_end_ns;
+        for p in &mut self.packages {
+            p.bytes = Bytes::default();
+            p.memories.iter_mut().for_each(|b| *b = Bytes::default());
+            p.channels.iter_mut().for_each(|b| *b = Bytes::default());
+        }
+        self.values.iter_mut().for_each(|v| *v = 0.0);
+        self.value_fraction.iter_mut().for_each(|v| *v = 1.0);
+        self.value_counted.iter_mut().for_each(|v| *v = false);
+        self.missing.clear();
+        self.multiplexed = false;
+        for (i, c) in backend.counters().iter().enumerate() {
+            let (Some(p), Some(n)) = (prev.get(i), now.get(i)) else {
+                continue;
+            };
+            let d: Delta = delta(p, n, c.counter_bits);
+            if !d.counted {
+                self.missing.push(i);
+                continue;
+            }
+            if d.running_fraction < 1.0 {
+                self.multiplexed = true;
+            }
+            let v = layout.value_of[i];
+            self.values[v] += d.count * c.scale;
+            self.value_counted[v] = true;
+            if d.running_fraction < self.value_fraction[v] {
+                self.value_fraction[v] = d.running_fraction;
+            }
+            if let (Some((row, m, ch)), Some(dir), Some(bpc)) =
+                (layout.slots[i], c.direction, c.bytes_per_count)
+            {
+                let bytes = d.count * bpc;
+                let pkg = &mut self.packages[row];
+                pkg.bytes.add(dir, bytes);
+                pkg.memories[m].add(dir, bytes);
+                pkg.channels[ch].add(dir, bytes);
+            }
+        }
+    }
+}
+
+/// When the loop stops besides its duration.
+pub trait Stop {
+    /// Checked after every wake-up: true ends the run after one last (partial) interval.
+    fn stop(&mut self) -> bool;
+}
+
+impl<F: FnMut() -> bool> Stop for F {
+    fn stop(&mut self) -> bool {
+        self()
+    }
+}
+
+/// Longest sleep between two looks at the stop condition: bounds how long a stop signal that
+/// arrives just before a long sleep goes unnoticed.
+pub const STOP_CHECK_NS: u64 = 50_000_000;
+
+/// What the run did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RunSummary {
+    pub intervals: u64,
+    /// Deadlines skipped because a wake-up came later than a whole interval.
+    pub skipped: u64,
+    pub t_start_ns: u64,
+    pub t_end_ns: u64,
+}
+
+/// Reads all counters and returns the read's timestamp: the midpoint of the clock around the
+/// read, so the timestamp sits where the counters were sampled.
+fn timed_read(backend: &mut dyn Backend, clock: &dyn Clock, out: &mut [RawReading]) -> u64 {
+    let a = clock.now_ns();
+    backend.read(out);
+    let b = clock.now_ns();
+    a + (b.saturating_sub(a)) / 2
+}
+
+/// Runs intervals of `interval_ns` until `duration_ns` has passed (None: until `stop`), calling
+/// `sink` with every interval and `failed` with each counter failure as it happens.
+pub fn run(
+    backend: &mut dyn Backend,
+    clock: &dyn Clock,
+    interval_ns: u64,
+    duration_ns: Option<u64>,
+    stop: &mut dyn Stop,
+    sink: &mut dyn FnMut(&Layout, &IntervalReport) -> std::io::Result<()>,
+    failed: &mut dyn FnMut(&CounterFailure),
+) -> std::io::Result<RunSummary> {
+    let interval_ns = interval_ns.max(1);
+    let layout = Layout::new(backend);
+    let mut report = layout.new_report();
+    let n = backend.counters().len();
+    let mut prev = vec![RawReading::default(); n];
+    let mut now = vec![RawReading::default(); n];
+    // Counters already reported missing, so each stop is reported once.
+    let mut reported_missing = vec![false; n];
+    let poll_ns = backend.poll_period().map(|d| (d.as_nanos() as u64).max(1));
+
+    let start = timed_read(backend, clock, &mut prev);
+    for f in backend.take_failures() {
+        failed(&f);
+    }
+    let end_at = duration_ns.map(|d| start.saturating_add(d));
+    let mut summary = RunSummary {
+        t_start_ns: start,
+        t_end_ns: start,
+        ..RunSummary::default()
+    };
+    let mut t_prev = start;
+    let mut last_poll = start;
+    let mut k: u64 = 1;
+    loop {
+        let next = start.saturating_add(k.saturating_mul(interval_ns));
+        let target = end_at.map_or(next, |e| e.min(next));
+        let mut stopping = false;
+        let mut t_now = t_prev;
+        // Sleep to the target, waking early only to poll narrow counters and to notice a stop
+        // whose signal slipped in just before the sleep.
+        loop {
+            if stop.stop() {
+                stopping = true;
+                break;
+            }
+            let mut wake_at = target.min(t_now.saturating_add(STOP_CHECK_NS));
+            if let Some(p) = poll_ns {
+                wake_at = wake_at.min(last_poll.saturating_add(p));
+            }
+            let woke = clock.sleep_until(wake_at);
+            t_now = clock.now_ns();
+            if t_now >= target {
+                break;
+            }
+            if woke == Wake::Deadline && poll_ns.is_some_and(|p| t_now >= last_poll + p) {
+                backend.poll();
+                last_poll = t_now;
+            }
+        }
+        let t = timed_read(backend, clock, &mut now);
+        last_poll = t;
+        for f in backend.take_failures() {
+            failed(&f);
+        }
+        if t > t_prev {
+            report.compute(&layout, backend, &prev, &now, t_prev, t);
+            for &i in &report.missing {
+                if !reported_missing[i] && prev[i].ok && now[i].ok {
+                    failed(&CounterFailure {
+                        counter: Some(i),
+                        message: format!(
+                            "{} is not counting (disabled by the kernel: its CPU went offline?)",
+                            layout.describe[i]
+                        ),
+                    });
+                }
+                reported_missing[i] = true;
+            }
+            sink(&layout, &report)?;
+            summary.intervals += 1;
+            std::mem::swap(&mut prev, &mut now);
+            t_prev = t;
+            summary.t_end_ns = t;
+        }
+        if stopping || end_at.is_some_and(|e| t >= e) {
+            break;
+        }
+        // The next boundary strictly after now: a wake-up later than a whole interval skips
+        // the deadlines it missed.
+        let behind = (t - start) / interval_ns + 1;
+        if behind > k + 1 {
+            summary.skipped += behind - (k + 1);
+        }
+        k = (k + 1).max(behind);
+    }
+    Ok(summary)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backends::{CounterSpec, Memory};
+    use std::cell::Cell;
+
+    /// A clock whose wake-ups are late by a scripted amount.
+    struct LateClock {
+        now: Cell<u64>,
+        lateness: Vec<u64>,
+        wakes: Cell<usize>,
+    }
+
+    impl Clock for LateClock {
+        fn now_ns(&self) -> u64 {
+            self.now.get()
+        }
+        fn sleep_until(&self, deadline: u64) -> Wake {
+            let i = self.wakes.get();
+            self.wakes.set(i + 1);
+            let late = self.lateness.get(i).copied().unwrap_or(0);
+            self.now.set(self.now.get().max(deadline) + late);
+            Wake::Deadline
+        }
+    }
+
+    /// A counter advancing at exactly 1 count per ns of the clock.
+    struct ClockCounter<'a> {
+        clock: &'a LateClock,
+        specs: Vec<CounterSpec>,
+    }
+
+    impl Backend for ClockCounter<'_> {
+        fn source(&self) -> &str {
+            "test"
+        }
+        fn counters(&self) -> &[CounterSpec] {
+            &self.specs
+        }
+        fn read(&mut self, out: &mut [RawReading]) {
+            out[0] = RawReading {
+                value: self.clock.now_ns(),
+                enabled: 0,
+                running: 0,
+                ok: true,
+            };
+        }
+        fn take_failures(&mut self) -> Vec<CounterFailure> {
+            Vec::new()
+        }
+    }
+
+    fn spec() -> CounterSpec {
+        CounterSpec {
+            event: "read".into(),
+            pmu: "p".into(),
+            cpu: None,
+            scope: Scope::Package(0),
+            package: Some(0),
+            direction: Some(Direction::Read),
+            memory: Memory::Dram,
+            bytes_per_count: Some(64.0),
+            scale: 1.0,
+            counter_bits: 64,
+            config: 0,
+        }
+    }
+
+    #[test]
+    fn late_wakeups_lengthen_intervals_without_inflating_rates() {
+        let clock = LateClock {
+            now: Cell::new(1_000_000_000),
+            // Late by 0.5 ms, 3.2 ms (more than three whole intervals), then on time.
+            lateness: vec![500_000, 3_200_000],
+            wakes: Cell::new(0),
+        };
+        let mut b = ClockCounter {
+            clock: &clock,
+            specs: vec![spec()],
+        };
+        let mut rates = Vec::new();
+        let mut elapsed = Vec::new();
+        let summary = run(
+            &mut b,
+            &clock,
+            1_000_000,
+            Some(10_000_000),
+            &mut || false,
+            &mut |_, r| {
+                rates.push(r.rate(r.packages[0].bytes.read));
+                elapsed.push(r.elapsed_ns());
+                Ok(())
+            },
+            &mut |_| {},
+        )
+        .unwrap();
+        // 64 bytes per ns whatever the interval's length.
+        assert!(rates.iter().all(|&r| (r - 64e9).abs() < 1.0), "{rates:?}");
+        assert_eq!(elapsed[0], 1_500_000);
+        // The second wake-up came at 5.2 ms: deadlines 3, 4 and 5 ms were skipped.
+        assert_eq!(elapsed[1], 3_700_000);
+        assert_eq!(summary.skipped, 3);
+        // No drift: the following intervals end on the absolute boundaries.
+        assert_eq!(elapsed[2], 800_000);
+        assert_eq!(summary.t_end_ns - summary.t_start_ns, 10_000_000);
+        assert_eq!(elapsed.iter().sum::<u64>(), 10_000_000);
+    }
+}
