@@ -1,0 +1,369 @@
+//! The sysfs forms: `PMU/alias/`, `PMU/term=value,.../`, both mixed (`PMU/alias,thresh=1/`),
+//! each optionally followed by perf's `u`/`k` modifiers (`cpu/event=0x3c/u`, `/:u` too).
+//!
+//! Which PMUs a name selects follows perf (tools/perf/util/pmus.c, pmu.c): the PMU of exactly
+//! that name if there is one; otherwise every instance `NAME_<digits>` (numbering may have gaps),
+//! in numeric order; otherwise the same two rules with `uncore_` in front, so `imc/…/` finds
+//! `uncore_imc_N`. An alias is looked up exactly, then ignoring case (perf does the latter). With
+//! several instances, those lacking the alias are skipped, and the alias must exist on at least
+//! one. Terms are encoded by discovery's `encode_terms`: the alias' terms first, the user's after,
+//! so a user term overrides what the alias set (`uncore_imc/cas_count_read,umask=0x1/`).
+use super::{EventError, Modifiers, close_matches};
+use crate::discovery::format::{encode_terms, parse_word};
+use crate::model::{Encoded, EventAlias, Pmu};
+
+/// The parts of `PMU/BODY/MODS`.
+#[derive(Debug, PartialEq, Eq)]
+struct Parsed<'a> {
+    pmu: &'a str,
+    terms: Vec<&'a str>,
+    mods: Option<&'a str>,
+}
+
+fn syntax(event: &str, reason: impl Into<String>) -> EventError {
+    EventError::Syntax {
+        event: event.to_string(),
+        reason: reason.into(),
+    }
+}
+
+fn is_name_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.')
+}
+
+fn parse(text: &str) -> Result<Parsed<'_>, EventError> {
+    let shape = "expected PMU/alias/ or PMU/term=value,.../";
+    let (pmu, rest) = text
+        .split_once('/')
+        .ok_or_else(|| syntax(text, shape.to_string()))?;
+    let (body, after) = rest
+        .split_once('/')
+        .ok_or_else(|| syntax(text, format!("missing closing '/' ({shape})")))?;
+    if pmu.is_empty() {
+        return Err(syntax(text, format!("missing PMU name ({shape})")));
+    }
+    if let Some(c) = pmu.chars().find(|c| !is_name_char(*c)) {
+        return Err(syntax(
+            text,
+            format!("unexpected character {c:?} in PMU name"),
+        ));
+    }
+    if after.contains('/') {
+        return Err(syntax(
+            text,
+            format!(
+                "text after the closing '/' contains another '/' ({shape}; one event per argument)"
+            ),
+        ));
+    }
+    if body.is_empty() {
+        return Err(syntax(
+            text,
+            format!("nothing between the slashes ({shape})"),
+        ));
+    }
+    let mut terms = Vec::new();
+    for term in body.split(',') {
+        if term.is_empty() {
+            return Err(syntax(text, "empty term (doubled or trailing ',')"));
+        }
+        let (key, value) = match term.split_once('=') {
+            Some((k, v)) => (k, Some(v)),
+            None => (term, None),
+        };
+        if key.is_empty() || !key.chars().all(is_name_char) {
+            return Err(syntax(
+                text,
+                format!("term '{term}' is not NAME or NAME=VALUE"),
+            ));
+        }
+        if let Some(v) = value
+            && (v.is_empty() || !v.chars().all(|c| c.is_ascii_alphanumeric()))
+        {
+            return Err(syntax(
+                text,
+                format!("term '{term}' has no usable value (expected a decimal or 0x-hex number)"),
+            ));
+        }
+        terms.push(term);
+    }
+    let mods = if after.is_empty() {
+        None
+    } else {
+        Some(after.strip_prefix(':').unwrap_or(after))
+    };
+    Ok(Parsed { pmu, terms, mods })
+}
+
+/// The instance number of `name` if it is `base_<digits>`.
+fn instance_number(name: &str, base: &str) -> Option<u64> {
+    let digits = name.strip_prefix(base)?.strip_prefix('_')?;
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+/// The PMUs a name selects, in order (see the module documentation).
+fn select<'a>(pmus: &'a [Pmu], name: &str) -> Vec<&'a Pmu> {
+    let by_base = |base: &str| -> Vec<&'a Pmu> {
+        if let Some(p) = pmus.iter().find(|p| p.name == base) {
+            return vec![p];
+        }
+        let mut inst: Vec<(u64, &Pmu)> = pmus
+            .iter()
+            .filter_map(|p| instance_number(&p.name, base).map(|n| (n, p)))
+            .collect();
+        inst.sort_by_key(|(n, _)| *n);
+        inst.into_iter().map(|(_, p)| p).collect()
+    };
+    let found = by_base(name);
+    if !found.is_empty() || name.starts_with("uncore_") {
+        return found;
+    }
+    by_base(&format!("uncore_{name}"))
+}
+
+/// ` (did you mean a, b?)`, or the PMUs there are when nothing is close.
+fn pmu_hint(pmus: &[Pmu], name: &str) -> String {
+    let mut bases: Vec<&str> = Vec::new();
+    let mut names: Vec<&str> = Vec::new();
+    for p in pmus {
+        let base = match p.name.rsplit_once('_') {
+            Some((b, n)) if !n.is_empty() && n.bytes().all(|c| c.is_ascii_digit()) => b,
+            _ => p.name.as_str(),
+        };
+        if !bases.contains(&base) {
+            bases.push(base);
+        }
+        names.push(p.name.as_str());
+    }
+    let close = close_matches(name, bases.iter().chain(names.iter()).copied());
+    if !close.is_empty() {
+        return format!(" (did you mean {}?)", close.join(", "));
+    }
+    if pmus.is_empty() {
+        return " (no PMUs were found under the root)".into();
+    }
+    let more = if bases.len() > 12 { ", …" } else { "" };
+    bases.truncate(12);
+    format!(" (PMUs here: {}{more})", bases.join(", "))
+}
+
+/// The alias `word` names on `pmu`: exact name first, then ignoring case.
+fn find_alias<'a>(pmu: &'a Pmu, word: &str) -> Option<&'a EventAlias> {
+    pmu.events.get(word).or_else(|| {
+        pmu.events
+            .values()
+            .find(|a| a.name.eq_ignore_ascii_case(word))
+    })
+}
+
+/// Is `word` something `encode_terms` accepts bare (a format field or a config word)?
+fn is_term_name(pmu: &Pmu, word: &str) -> bool {
+    pmu.formats.contains_key(word) || parse_word(word).is_some()
+}
+
+/// Bytes per raw count from an alias' scale and unit: MiB → scale × 1048576, KiB, GiB, TiB, B or
+/// Bytes → scale × 1; no unit, or a unit that is not bytes, → None.
+pub fn bytes_per_count(scale: Option<f64>, unit: Option<&str>) -> Option<f64> {
+    let factor = match unit?.trim() {
+        "B" | "Bytes" | "bytes" => 1.0,
+        "KiB" => 1024.0,
+        "MiB" => 1048576.0,
+        "GiB" => 1073741824.0,
+        "TiB" => 1099511627776.0,
+        _ => return None,
+    };
+    Some(scale.unwrap_or(1.0) * factor)
+}
+
+pub fn encode(pmus: &[Pmu], text: &str) -> Result<Vec<Encoded>, EventError> {
+    let parsed = parse(text)?;
+    let mods = match parsed.mods {
+        None => Modifiers::default(),
+        Some(m) => Modifiers::parse_perf(text, m)?,
+    };
+    let selected = select(pmus, parsed.pmu);
+    if selected.is_empty() {
+        return Err(EventError::UnknownPmu {
+            event: text.to_string(),
+            pmu: parsed.pmu.to_string(),
+            hint: pmu_hint(pmus, parsed.pmu),
+        });
+    }
+    // Bare words that name an alias on at least one instance; every other bare word must be a
+    // term name (a format field set to 1, as perf reads `edge`).
+    let bare: Vec<&str> = parsed
+        .terms
+        .iter()
+        .copied()
+        .filter(|t| !t.contains('='))
+        .collect();
+    let mut alias_word: Option<&str> = None;
+    for w in &bare {
+        let is_alias = selected.iter().any(|p| find_alias(p, w).is_some());
+        let is_term = selected.iter().any(|p| is_term_name(p, w));
+        if is_alias && !is_term {
+            if let Some(first) = alias_word {
+                return Err(syntax(
+                    text,
+                    format!("two event aliases '{first}' and '{w}' (give one)"),
+                ));
+            }
+            alias_word = Some(w);
+        } else if !is_alias && !is_term {
+            let aliases = selected
+                .iter()
+                .flat_map(|p| p.events.keys().map(String::as_str));
+            let close = close_matches(w, aliases);
+            let hint = if !close.is_empty() {
+                format!(" (did you mean {}?)", close.join(", "))
+            } else if selected.iter().all(|p| p.events.is_empty()) {
+                let formats: Vec<&str> = selected[0].formats.keys().map(String::as_str).collect();
+                format!(
+                    " (it has no event aliases; give terms such as {}=VALUE)",
+                    if formats.is_empty() {
+                        "config".to_string()
+                    } else {
+                        formats.join("=VALUE, ")
+                    }
+                )
+            } else {
+                let mut names: Vec<&str> = selected
+                    .iter()
+                    .flat_map(|p| p.events.keys().map(String::as_str))
+                    .collect();
+                names.sort_unstable();
+                names.dedup();
+                let n = names.len();
+                names.truncate(10);
+                format!(
+                    " (events: {}{})",
+                    names.join(", "),
+                    if n > 10 { ", …" } else { "" }
+                )
+            };
+            return Err(EventError::UnknownAlias {
+                event: text.to_string(),
+                pmu: parsed.pmu.to_string(),
+                alias: w.to_string(),
+                hint,
+            });
+        }
+    }
+    let user_terms: Vec<&str> = parsed
+        .terms
+        .iter()
+        .copied()
+        .filter(|t| Some(*t) != alias_word)
+        .collect();
+    let mut out = Vec::new();
+    for pmu in selected {
+        let alias = match alias_word {
+            Some(w) => match find_alias(pmu, w) {
+                Some(a) => Some(a),
+                // An instance without the alias is not one this event can count on.
+                None => continue,
+            },
+            None => None,
+        };
+        let mut all: Vec<&str> = Vec::new();
+        if let Some(a) = alias
+            && !a.terms.trim().is_empty()
+        {
+            all.push(a.terms.trim());
+        }
+        all.extend(user_terms.iter().copied());
+        let words = encode_terms(pmu, &all.join(",")).map_err(|source| EventError::Term {
+            event: text.to_string(),
+            source,
+        })?;
+        if words.config3 != 0 {
+            return Err(syntax(
+                text,
+                format!(
+                    "sets config3 ({:#x}), which imc does not pass to perf_event_open",
+                    words.config3
+                ),
+            ));
+        }
+        let scale = alias.and_then(|a| a.scale);
+        let unit = alias.and_then(|a| a.unit.clone());
+        out.push(Encoded {
+            event: text.to_string(),
+            pmu: pmu.name.clone(),
+            pmu_type: pmu.pmu_type,
+            config: words.config,
+            config1: words.config1,
+            config2: words.config2,
+            exclude_user: mods.exclude_user,
+            exclude_kernel: mods.exclude_kernel,
+            bytes_per_count: bytes_per_count(scale, unit.as_deref()),
+            scale,
+            unit,
+            cpus: pmu.cpumask.clone(),
+        });
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grammar() {
+        let p = parse("uncore_imc/cas_count_read/").unwrap();
+        assert_eq!(p.pmu, "uncore_imc");
+        assert_eq!(p.terms, vec!["cas_count_read"]);
+        assert_eq!(p.mods, None);
+        let p = parse("cpu/event=0x3c,umask=0x00,edge/u").unwrap();
+        assert_eq!(p.terms, vec!["event=0x3c", "umask=0x00", "edge"]);
+        assert_eq!(p.mods, Some("u"));
+        assert_eq!(parse("cpu/event=1/:k").unwrap().mods, Some("k"));
+        for bad in [
+            "/x/",
+            "pmu/",
+            "pmu//",
+            "pmu/x",
+            "pmu/a,,b/",
+            "pmu/a,/",
+            "pmu/=1/",
+            "pmu/a=/",
+            "pmu/a= 1/",
+            "pmu/a=1=2/",
+            "pmu/a/b/",
+            "pmu/a/,cycles/x/",
+            "p mu/a/",
+            "pmu/a b/",
+            "/",
+            "//",
+        ] {
+            assert!(parse(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn instance_numbers() {
+        assert_eq!(instance_number("uncore_imc_0", "uncore_imc"), Some(0));
+        assert_eq!(instance_number("uncore_imc_12", "uncore_imc"), Some(12));
+        assert_eq!(instance_number("uncore_imc_uclk_0", "uncore_imc"), None);
+        assert_eq!(instance_number("uncore_imc_", "uncore_imc"), None);
+        assert_eq!(instance_number("uncore_imc", "uncore_imc"), None);
+        assert_eq!(instance_number("uncore_imcx_1", "uncore_imc"), None);
+    }
+
+    #[test]
+    fn units() {
+        let b = bytes_per_count(Some(6.103515625e-5), Some("MiB")).unwrap();
+        assert!((b - 64.0).abs() < 1e-9, "{b}");
+        assert_eq!(bytes_per_count(Some(2.0), Some("KiB")), Some(2048.0));
+        assert_eq!(bytes_per_count(Some(1.0), Some("GiB")), Some(1073741824.0));
+        assert_eq!(bytes_per_count(Some(64.0), Some("B")), Some(64.0));
+        assert_eq!(bytes_per_count(Some(64.0), Some("Bytes")), Some(64.0));
+        assert_eq!(bytes_per_count(None, Some("MiB")), Some(1048576.0));
+        assert_eq!(bytes_per_count(Some(256.0), None), None);
+        assert_eq!(bytes_per_count(Some(1.0), Some("Joules")), None);
+    }
+}
