@@ -59,17 +59,42 @@ pub enum EventError {
     )]
     NoLibpfm { event: String, detail: String },
     #[error("cannot read the PMUs under {root}: {reason}")]
-    Discovery { root: String, reason: String },
+    Discovery {
+        root: String,
+        reason: String,
+        /// Discovery's own verdict: a wrong tree is bad input, a permission problem is not.
+        bad_input: bool,
+    },
 }
 
 impl EventError {
-    /// True when the event string itself is at fault (exit 2); false for a missing library or
-    /// an unreadable root (exit 1).
+    /// The same error with control characters in the event text escaped, so the message stays
+    /// one line whatever the user passed (`$'a\nb'`).
+    fn escaped(mut self) -> Self {
+        let (EventError::Syntax { event, .. }
+        | EventError::UnknownPmu { event, .. }
+        | EventError::UnknownAlias { event, .. }
+        | EventError::Term { event, .. }
+        | EventError::Modifier { event, .. }
+        | EventError::Libpfm { event, .. }
+        | EventError::NoLibpfm { event, .. }) = &mut self
+        else {
+            return self;
+        };
+        if event.chars().any(char::is_control) {
+            *event = event.escape_debug().to_string();
+        }
+        self
+    }
+
+    /// True when the input is at fault (exit 2): the event string, or a `--root` that is not a
+    /// sysfs tree; false for a missing library or a permission problem (exit 1).
     pub fn is_bad_input(&self) -> bool {
-        !matches!(
-            self,
-            EventError::NoLibpfm { .. } | EventError::Discovery { .. }
-        )
+        match self {
+            EventError::NoLibpfm { .. } => false,
+            EventError::Discovery { bad_input, .. } => *bad_input,
+            _ => true,
+        }
     }
 }
 
@@ -138,12 +163,23 @@ pub fn form_of(text: &str) -> Form {
 /// Encodes one event string against the PMUs discovery found. Sysfs strings may yield several
 /// counters (one per PMU instance); the other forms yield one.
 pub fn parse_event(pmus: &[Pmu], text: &str) -> Result<Vec<Encoded>, EventError> {
+    parse_event_inner(pmus, text).map_err(EventError::escaped)
+}
+
+fn parse_event_inner(pmus: &[Pmu], text: &str) -> Result<Vec<Encoded>, EventError> {
     let trimmed = text.trim();
     if trimmed.is_empty() {
         return Err(EventError::Syntax {
             event: text.to_string(),
             reason: "empty event (expected PMU/alias/, PMU/terms/, a perf name or libpfm4 syntax)"
                 .into(),
+        });
+    }
+    // Rejected up front so no part of the string is echoed raw into a message below.
+    if let Some(c) = text.chars().find(|c| c.is_control()) {
+        return Err(EventError::Syntax {
+            event: text.to_string(),
+            reason: format!("control character {c:?} in event"),
         });
     }
     if trimmed != text {
@@ -202,10 +238,10 @@ pub fn resolve(root: &Path, text: &str) -> Result<Vec<Encoded>, EventError> {
 
 /// Discovery's PMU reader with its error turned into ours.
 pub fn read_pmus(root: &Path) -> Result<Vec<Pmu>, EventError> {
-    // TEMPORARY until discovery exports read_pmus.
-    Err(EventError::Discovery {
+    crate::discovery::read_pmus(root).map_err(|e| EventError::Discovery {
         root: root.display().to_string(),
-        reason: "PMU discovery is not available in this build".into(),
+        bad_input: e.is_bad_input(),
+        reason: e.to_string(),
     })
 }
 

@@ -334,6 +334,11 @@ fn tokens(text: &str) -> Vec<(String, Option<String>)> {
         .collect()
 }
 
+/// libpfm's perf_event modifiers that imc refuses (see `encode`).
+const REFUSED_MODS: &[&str] = &[
+    "period", "freq", "precise", "excl", "cpu", "pinned", "hw_smpl", "h", "mg", "mh",
+];
+
 /// Encodes a libpfm4 event string.
 pub fn encode(text: &str) -> Result<PfmEncoding, EventError> {
     check_syntax(text).map_err(|reason| EventError::Syntax {
@@ -455,6 +460,8 @@ fn explain(pfm: &Pfm, text: &str, rc: c_int) -> String {
                 let mods: Vec<&str> = attrs
                     .iter()
                     .filter(|(_, t)| *t != PFM_ATTR_UMASK && *t != PFM_ATTR_RAW_UMASK)
+                    // perf_event extensions imc refuses anyway are not worth suggesting
+                    .filter(|(n, _)| !REFUSED_MODS.contains(&n.as_str()))
                     .map(|(n, _)| n.as_str())
                     .collect();
                 let umasks: Vec<&str> = attrs

@@ -8,8 +8,11 @@
 //! several instances, those lacking the alias are skipped, and the alias must exist on at least
 //! one. Terms are encoded by discovery's `encode_terms`: the alias' terms first, the user's after,
 //! so a user term overrides what the alias set (`uncore_imc/cas_count_read,umask=0x1/`).
+//! Bytes per count come from the alias' scale and unit (discovery's `bytes_per_count`: MiB →
+//! scale × 1048576, KiB, GiB, B; no unit → None).
 use super::{EventError, Modifiers, close_matches};
 use crate::discovery::format::{encode_terms, parse_word};
+use crate::discovery::sysfs::bytes_per_count;
 use crate::model::{Encoded, EventAlias, Pmu};
 
 /// The parts of `PMU/BODY/MODS`.
@@ -138,7 +141,11 @@ fn pmu_hint(pmus: &[Pmu], name: &str) -> String {
         }
         names.push(p.name.as_str());
     }
-    let close = close_matches(name, bases.iter().chain(names.iter()).copied());
+    // Base names first: `uncore_imc` says more than six `uncore_imc_N`.
+    let mut close = close_matches(name, bases.iter().copied());
+    if close.is_empty() {
+        close = close_matches(name, names.iter().copied());
+    }
     if !close.is_empty() {
         return format!(" (did you mean {}?)", close.join(", "));
     }
@@ -162,20 +169,6 @@ fn find_alias<'a>(pmu: &'a Pmu, word: &str) -> Option<&'a EventAlias> {
 /// Is `word` something `encode_terms` accepts bare (a format field or a config word)?
 fn is_term_name(pmu: &Pmu, word: &str) -> bool {
     pmu.formats.contains_key(word) || parse_word(word).is_some()
-}
-
-/// Bytes per raw count from an alias' scale and unit: MiB → scale × 1048576, KiB, GiB, TiB, B or
-/// Bytes → scale × 1; no unit, or a unit that is not bytes, → None.
-pub fn bytes_per_count(scale: Option<f64>, unit: Option<&str>) -> Option<f64> {
-    let factor = match unit?.trim() {
-        "B" | "Bytes" | "bytes" => 1.0,
-        "KiB" => 1024.0,
-        "MiB" => 1048576.0,
-        "GiB" => 1073741824.0,
-        "TiB" => 1099511627776.0,
-        _ => return None,
-    };
-    Some(scale.unwrap_or(1.0) * factor)
 }
 
 pub fn encode(pmus: &[Pmu], text: &str) -> Result<Vec<Encoded>, EventError> {
@@ -352,18 +345,5 @@ mod tests {
         assert_eq!(instance_number("uncore_imc_", "uncore_imc"), None);
         assert_eq!(instance_number("uncore_imc", "uncore_imc"), None);
         assert_eq!(instance_number("uncore_imcx_1", "uncore_imc"), None);
-    }
-
-    #[test]
-    fn units() {
-        let b = bytes_per_count(Some(6.103515625e-5), Some("MiB")).unwrap();
-        assert!((b - 64.0).abs() < 1e-9, "{b}");
-        assert_eq!(bytes_per_count(Some(2.0), Some("KiB")), Some(2048.0));
-        assert_eq!(bytes_per_count(Some(1.0), Some("GiB")), Some(1073741824.0));
-        assert_eq!(bytes_per_count(Some(64.0), Some("B")), Some(64.0));
-        assert_eq!(bytes_per_count(Some(64.0), Some("Bytes")), Some(64.0));
-        assert_eq!(bytes_per_count(None, Some("MiB")), Some(1048576.0));
-        assert_eq!(bytes_per_count(Some(256.0), None), None);
-        assert_eq!(bytes_per_count(Some(1.0), Some("Joules")), None);
     }
 }

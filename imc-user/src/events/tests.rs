@@ -733,3 +733,15 @@ fn missing_libpfm_says_what_to_install() {
     );
     assert_eq!(one(&skx(), "cycles:u").pmu_type, TYPE_HARDWARE);
 }
+
+#[test]
+fn control_characters_are_escaped_in_messages() {
+    for text in ["cycles\n", "uncore_imc/cas\ncount/", "a\tb", "knl::X\r"] {
+        let m = parse_event(&skx(), text).unwrap_err().to_string();
+        assert!(!m.contains(['\n', '\r', '\t']), "{text:?}: {m:?}");
+        assert!(
+            m.contains(&text.escape_debug().to_string()),
+            "{text:?}: {m:?}"
+        );
+    }
+}
