@@ -862,3 +862,193 @@ pub(crate) fn catalogue(ctx: &Ctx) -> Result<Vec<Source>, DiscoveryError> {
     }
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::discovery::format::parse_format;
+    use crate::model::{EventAlias, Package};
+    use std::collections::BTreeMap;
+
+    fn pmu(name: &str, ty: u32, formats: &[(&str, &str)], events: &[(&str, &str)]) -> Pmu {
+        Pmu {
+            name: name.into(),
+            pmu_type: ty,
+            cpumask: Some(vec![0, 4]),
+            formats: formats
+                .iter()
+                .map(|(n, t)| (n.to_string(), parse_format(n, t).unwrap()))
+                .collect(),
+            events: events
+                .iter()
+                .map(|(n, t)| {
+                    (
+                        n.to_string(),
+                        EventAlias {
+                            name: n.to_string(),
+                            terms: t.to_string(),
+                            scale: Some(6.103515625e-5),
+                            unit: Some("MiB".into()),
+                        },
+                    )
+                })
+                .collect::<BTreeMap<_, _>>(),
+            path: format!("/r/sys/devices/{name}").into(),
+        }
+    }
+
+    fn topo() -> Topology {
+        Topology {
+            online: (0..8).collect(),
+            possible: (0..8).collect(),
+            packages: vec![
+                Package {
+                    id: 0,
+                    cpus: vec![0, 1, 2, 3],
+                },
+                Package {
+                    id: 1,
+                    cpus: vec![4, 5, 6, 7],
+                },
+            ],
+            nodes: vec![],
+        }
+    }
+
+    fn intel(model: u32) -> Machine {
+        Machine {
+            vendor: Some("GenuineIntel".into()),
+            family: Some(6),
+            model: Some(model),
+            ..Machine::default()
+        }
+    }
+
+    const SPR_FMT: &[(&str, &str)] = &[("event", "config:0-7"), ("umask", "config:8-15,32-55")];
+
+    fn configs(s: &Source, name: &str) -> Vec<u64> {
+        s.events
+            .iter()
+            .filter(|e| e.name == name)
+            .map(|e| e.config.unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn granite_rapids_counts_both_schedulers() {
+        let t = topo();
+        let m = intel(GRANITERAPIDS_X);
+        // An older kernel: only the SCH0-only alias exists, which must not be used alone.
+        let pmus = [pmu(
+            "uncore_imc_0",
+            40,
+            SPR_FMT,
+            &[("cas_count_read", "event=0x05,umask=0xcf")],
+        )];
+        let ctx = Ctx {
+            root: Path::new("/r"),
+            topo: &t,
+            machine: &m,
+            pmus: &pmus,
+        };
+        let s = intel_uncore_imc(&ctx);
+        assert!(s.available);
+        assert_eq!(configs(&s, "read"), [0xcf05, 0xcf06]);
+        assert_eq!(configs(&s, "write"), [0xf005, 0xf006]);
+        assert!(s.reason.unwrap().contains("SCH1"));
+
+        // A newer kernel with per-scheduler aliases: those are used.
+        let pmus = [pmu(
+            "uncore_imc_0",
+            40,
+            SPR_FMT,
+            &[
+                ("cas_count_read_sch0", "event=0x05,umask=0xcf"),
+                ("cas_count_read_sch1", "event=0x06,umask=0xcf"),
+                ("cas_count_write_sch0", "event=0x05,umask=0xf0"),
+                ("cas_count_write_sch1", "event=0x06,umask=0xf0"),
+            ],
+        )];
+        let ctx = Ctx { pmus: &pmus, ..ctx };
+        let s = intel_uncore_imc(&ctx);
+        assert_eq!(configs(&s, "read"), [0xcf05, 0xcf06]);
+        assert!(s.events[0].origin.contains("cas_count_read_sch0"));
+    }
+
+    #[test]
+    fn icx_pre_fix_aliases_are_replaced() {
+        let t = topo();
+        let m = intel(ICELAKE_X);
+        let pmus = [pmu(
+            "uncore_imc_0",
+            30,
+            &[("event", "config:0-7"), ("umask", "config:8-15")],
+            &[
+                ("cas_count_read", "event=0x04,umask=0x03"),
+                ("cas_count_write", "event=0x04,umask=0x0c"),
+            ],
+        )];
+        let ctx = Ctx {
+            root: Path::new("/r"),
+            topo: &t,
+            machine: &m,
+            pmus: &pmus,
+        };
+        let s = intel_uncore_imc(&ctx);
+        assert_eq!(configs(&s, "read"), [0x0f04]);
+        assert_eq!(configs(&s, "write"), [0x3004]);
+        assert!(s.reason.unwrap().contains("predate"));
+    }
+
+    #[test]
+    fn zen5_df_channels() {
+        let t = topo();
+        let m = Machine {
+            vendor: Some("AuthenticAMD".into()),
+            family: Some(0x1a),
+            model: Some(0x02),
+            ..Machine::default()
+        };
+        let pmus = [pmu(
+            "amd_df",
+            11,
+            &[
+                ("event", "config:0-7,32-37"),
+                ("umask", "config:8-15,24-27"),
+            ],
+            &[],
+        )];
+        let ctx = Ctx {
+            root: Path::new("/r"),
+            topo: &t,
+            machine: &m,
+            pmus: &pmus,
+        };
+        let s = amd_df(&ctx);
+        assert!(s.available, "{:?}", s.reason);
+        let rd = configs(&s, "read");
+        assert_eq!(rd.len(), 12);
+        // Channel 0: event 0x1f, umask 0xffe → bits 8-15 = 0xfe, bits 24-27 = 0xf.
+        assert_eq!(rd[0], 0x1f | 0xfe << 8 | 0xf << 24);
+        // Channel 4: event 0x11f → bit 32 set.
+        assert_eq!(rd[4], 0x1f | 0xfe << 8 | 0xf << 24 | 1 << 32);
+        assert_eq!(configs(&s, "write")[0], 0x1f | 0xff << 8 | 0xf << 24);
+        // Designated CPUs: one per package from cpumask 0,4.
+        assert_eq!(s.pmus[0].cpus, [0, 4]);
+    }
+
+    #[test]
+    fn lockdown_mode() {
+        let d = tempfile::tempdir().unwrap();
+        assert_eq!(lockdown(d.path()).unwrap(), None);
+        let p = d.path().join("sys/kernel/security");
+        std::fs::create_dir_all(&p).unwrap();
+        std::fs::write(p.join("lockdown"), "[none] integrity confidentiality\n").unwrap();
+        assert_eq!(lockdown(d.path()).unwrap(), None);
+        std::fs::write(p.join("lockdown"), "none integrity [confidentiality]\n").unwrap();
+        assert_eq!(
+            lockdown(d.path()).unwrap().as_deref(),
+            Some("confidentiality")
+        );
+    }
+}

@@ -332,3 +332,77 @@ mod tests {
         assert_eq!(bytes_per_count(Some(1.0), Some("Joules")), None);
     }
 }
+
+#[cfg(test)]
+mod tree_tests {
+    use super::*;
+
+    fn pmu_tree(files: &[(&str, &str)]) -> tempfile::TempDir {
+        let d = tempfile::tempdir().unwrap();
+        for (rel, text) in files {
+            let p = d.path().join("sys/devices/p").join(rel);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, text).unwrap();
+        }
+        let link = d.path().join("sys/bus/event_source/devices");
+        std::fs::create_dir_all(&link).unwrap();
+        std::os::unix::fs::symlink("../../../devices/p", link.join("p")).unwrap();
+        d
+    }
+
+    #[test]
+    fn aliases_scale_unit_and_flag_files() {
+        let d = pmu_tree(&[
+            ("type", "13\n"),
+            ("cpumask", "0,20\n"),
+            ("format/event", "config:0-7\n"),
+            ("events/a", "event=0x04"),
+            ("events/a.scale", " 6.103515625e-5 "),
+            ("events/a.unit", "MiB"),
+            ("events/a.per-pkg", "1"),
+            ("events/a.snapshot", "1"),
+        ]);
+        let p = read_pmu(d.path(), "p").unwrap();
+        assert_eq!(p.pmu_type, 13);
+        assert_eq!(p.cpumask, Some(vec![0, 20]));
+        assert_eq!(p.events.len(), 1);
+        assert_eq!(p.events["a"].terms, "event=0x04");
+        assert_eq!(p.events["a"].scale, Some(6.103515625e-5));
+        assert_eq!(read_pmus(d.path()).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn malformed_files_name_the_file() {
+        for (file, text, want) in [
+            ("type", "", "type"),
+            ("type", "-1\n", "type"),
+            ("cpumask", "zz\n", "cpumask"),
+            ("events/a.scale", "fast", "a.scale"),
+        ] {
+            let mut files = vec![("type", "13\n"), ("events/a", "event=1")];
+            files.retain(|(f, _)| *f != file);
+            files.push((file, text));
+            let d = pmu_tree(&files);
+            let e = read_pmu(d.path(), "p").unwrap_err().to_string();
+            assert!(e.contains(want), "{file}: {e}");
+            assert!(e.contains("expected") || e.contains("CPU"), "{e}");
+        }
+    }
+
+    #[test]
+    fn link_stand_in_files_stay_inside_the_root() {
+        let d = pmu_tree(&[("type", "7\n")]);
+        let devs = d.path().join("sys/bus/event_source/devices");
+        std::fs::write(devs.join("q"), "../../../devices/p").unwrap();
+        assert_eq!(read_pmu(d.path(), "q").unwrap().pmu_type, 7);
+        std::fs::write(devs.join("r"), "../../../../../../../../sys/devices/cpu").unwrap();
+        assert!(matches!(
+            read_pmu(d.path(), "r"),
+            Err(DiscoveryError::Invalid { .. })
+        ));
+        assert!(matches!(
+            read_pmu(d.path(), "../x"),
+            Err(DiscoveryError::NoSuchPmu { .. })
+        ));
+    }
+}

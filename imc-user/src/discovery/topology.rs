@@ -112,3 +112,50 @@ pub fn designated_cpus(topo: &Topology, cpumask: &[u32]) -> Vec<u32> {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_designated_cpu_per_package() {
+        let topo = Topology {
+            online: (0..8).collect(),
+            possible: (0..8).collect(),
+            packages: vec![
+                Package {
+                    id: 0,
+                    cpus: vec![0, 1, 2, 3],
+                },
+                Package {
+                    id: 8,
+                    cpus: vec![4, 5, 6, 7],
+                },
+            ],
+            nodes: vec![],
+        };
+        assert_eq!(designated_cpus(&topo, &[0, 4]), [0, 4]);
+        // A mask listing several CPUs of one package keeps the first of each.
+        assert_eq!(designated_cpus(&topo, &[1, 2, 5, 6]), [1, 5]);
+        assert_eq!(designated_cpus(&topo, &[]), Vec::<u32>::new());
+    }
+
+    #[test]
+    fn nodes_sparse_and_empty() {
+        let d = tempfile::tempdir().unwrap();
+        let cpu = d.path().join("sys/devices/system/cpu");
+        std::fs::create_dir_all(&cpu).unwrap();
+        std::fs::write(cpu.join("online"), "0-1\n").unwrap();
+        for (n, list) in [(0, "0-1\n"), (8, "\n")] {
+            let nd = d.path().join(format!("sys/devices/system/node/node{n}"));
+            std::fs::create_dir_all(&nd).unwrap();
+            std::fs::write(nd.join("cpulist"), list).unwrap();
+        }
+        let t = read_topology(d.path()).unwrap();
+        assert_eq!(t.possible, [0, 1]);
+        assert_eq!(t.packages.len(), 1);
+        assert_eq!(t.nodes.iter().map(|n| n.id).collect::<Vec<_>>(), [0, 8]);
+        assert!(t.nodes[1].cpus.is_empty());
+        assert_eq!(read_dies(d.path(), &t).unwrap().len(), 1);
+    }
+}
