@@ -18,6 +18,7 @@
 //! grown; the package spread runs when an interval is closed.
 pub mod spread;
 pub mod summary;
+pub mod synth;
 pub mod tasks;
 
 pub use summary::{Summary, compare, find_bursts, group_rows, percentile, traffic_amount};
@@ -66,8 +67,19 @@ fn width_mask(bits: u8) -> u64 {
 struct CpuState {
     have_t: bool,
     t_last: u64,
-    /// Bit s: `last[s]` is a valid baseline for slot s.
+    /// Task of the last record (IDLE for the idle task).
+    prev_task: u32,
+    /// Every record after this time belongs to `prev_task`: a slot delta whose baseline is at
+    /// or after it has one owner, even across failed reads in between.
+    owner_since: u64,
+    /// Start of the segment not yet handed to the package (held open while the Weight
+    /// counters cannot be read, so the next clean read closes it with a real delta).
+    seg_start: u64,
+    /// Time of the weight baseline the open segment's weight is measured from.
+    seg_base_t: u64,
+    /// Bit s: `last[s]`, read at `base_t[s]`, is a valid baseline for slot s.
     base_ok: u8,
+    base_t: [u64; MAX_SLOTS],
     last: [SlotReading; MAX_SLOTS],
     /// Last task seen on this CPU, to skip the hash lookup while the same task keeps running.
     cache_key: TaskKey,
@@ -94,6 +106,7 @@ struct PkgSlot {
 
 struct PkgState {
     id: u32,
+    cpus: Vec<u32>,
     slots: Vec<PkgSlot>,
     segs: Vec<Segment>,
     /// Counts per slot in the current interval (package totals).
@@ -161,6 +174,7 @@ impl Attributor {
                 }
                 PkgState {
                     id: p.id,
+                    cpus: p.cpus.clone(),
                     slots: (0..specs.len())
                         .filter(|s| pkg_mask & (1 << s) != 0)
                         .map(|slot| PkgSlot {
@@ -299,15 +313,60 @@ impl Attributor {
             }
         }
 
-        // CPU-scope deltas to the task of this record.
         let st = &mut self.cpus[cpu];
-        if st.have_t && t > st.t_last {
-            let usable = valid & st.base_ok & self.cpu_mask;
+        let cpu_valid = valid & self.cpu_mask;
+        if !st.have_t {
+            // First record (or a restart): only baselines.
+            st.owner_since = t;
+            st.seg_start = t;
+            st.seg_base_t = t;
+        } else if t > st.t_last {
+            let mut segs_out: [Option<Segment>; 2] = [None, None];
+            if t - st.t_last > self.max_gap_ns {
+                // Silent longer than two ticks (NOHZ idle): only the last stretch is known to
+                // be this record's task; the open part before the silence is closed as is.
+                if st.seg_start < st.t_last {
+                    segs_out[0] = Some(Segment {
+                        start: st.seg_start,
+                        end: st.t_last,
+                        wrate: 0.0,
+                        task: st.prev_task,
+                        weight_ok: false,
+                    });
+                }
+                st.seg_base_t = st.t_last;
+                st.seg_start = t - self.max_gap_ns;
+            } else if task != st.prev_task && st.seg_start < st.t_last {
+                // The task changed while a segment was held open: close it for its owner.
+                segs_out[0] = Some(Segment {
+                    start: st.seg_start,
+                    end: st.t_last,
+                    wrate: 0.0,
+                    task: st.prev_task,
+                    weight_ok: false,
+                });
+                st.seg_start = st.t_last;
+                st.seg_base_t = st.t_last;
+            }
+            if task != st.prev_task {
+                st.owner_since = st.t_last;
+            }
+
+            // CPU-scope deltas: to this record's task when every record since the baseline
+            // was this task's; otherwise the delta spans two owners and is dropped, not split
+            // by guess.
             let mut weight = 0.0;
-            let mut bits = usable;
+            let mut weight_ok = self.weight_mask != 0;
+            let mut bits = cpu_valid;
             while bits != 0 {
                 let s = bits.trailing_zeros() as usize;
                 bits &= bits - 1;
+                let is_weight = self.weight_mask & (1 << s) != 0;
+                let usable = st.base_ok & (1 << s) != 0 && st.base_t[s] >= st.owner_since;
+                if !usable {
+                    weight_ok &= !is_weight;
+                    continue;
+                }
                 let d = scaled_delta(&st.last[s], &rec.slots[s], self.masks[s], true);
                 if d != 0.0 {
                     if task == IDLE {
@@ -319,37 +378,49 @@ impl Attributor {
                         p.acc[s] += d;
                     }
                 }
-                if self.weight_mask & (1 << s) != 0 {
+                if is_weight {
                     weight += d;
+                    weight_ok &= st.base_t[s] == st.seg_base_t;
                 }
+            }
+            let weights_read = cpu_valid & self.weight_mask == self.weight_mask;
+            if weights_read || self.weight_mask == 0 {
+                segs_out[1] = Some(Segment {
+                    start: st.seg_start,
+                    end: t,
+                    wrate: if weight_ok {
+                        weight / (t - st.seg_start) as f64
+                    } else {
+                        0.0
+                    },
+                    task,
+                    weight_ok,
+                });
+                st.seg_start = t;
+                st.seg_base_t = t;
             }
             if self.pkg_mask != 0
                 && let Some(p) = self.packages.get_mut(pkg as usize)
             {
-                let start = if t - st.t_last > self.max_gap_ns {
-                    t - self.max_gap_ns
-                } else {
-                    st.t_last
-                };
-                p.segs.push(Segment {
-                    start,
-                    end: t,
-                    wrate: weight / (t - start) as f64,
-                    task,
-                    weight_ok: self.weight_mask != 0
-                        && usable & self.weight_mask == self.weight_mask,
-                });
+                for seg in segs_out.into_iter().flatten() {
+                    if seg.end > seg.start {
+                        p.segs.push(seg);
+                    }
+                }
             }
         }
-        let st = &mut self.cpus[cpu];
-        let cpu_valid = valid & self.cpu_mask;
         let mut bits = cpu_valid;
         while bits != 0 {
             let s = bits.trailing_zeros() as usize;
             bits &= bits - 1;
             st.last[s] = rec.slots[s];
+            st.base_t[s] = t;
         }
-        st.base_ok = cpu_valid;
+        st.base_ok |= cpu_valid;
+        if !st.have_t {
+            st.base_ok = cpu_valid;
+        }
+        st.prev_task = task;
         st.t_last = t;
         st.have_t = true;
     }
@@ -387,9 +458,23 @@ impl Attributor {
     /// Ends the interval at `t_end_ns` and returns what it held. Package readings after
     /// `t_end_ns` (a CPU running ahead) wait for the next interval; a span is counted in the
     /// interval where it ends.
+    ///
+    /// Package traffic is spread only up to the point where every CPU of the package has
+    /// reported what ran (at most two tick periods before `t_end_ns`: a CPU's next record
+    /// still describes the time before it); the rest is counted in the next interval.
     pub fn close_interval(&mut self, t_end_ns: u64) -> IntervalResult {
+        self.close(t_end_ns, false)
+    }
+
+    /// The last interval of a run: spreads everything read up to `t_end_ns`, since no record
+    /// will come to describe it better.
+    pub fn finish(&mut self, t_end_ns: u64) -> IntervalResult {
+        self.close(t_end_ns, true)
+    }
+
+    fn close(&mut self, t_end_ns: u64, last: bool) -> IntervalResult {
         let t_start = self.t_start.unwrap_or(t_end_ns).min(t_end_ns);
-        self.spread_packages(t_end_ns);
+        self.spread_packages(t_end_ns, last);
         let result = self.build_result(t_start, t_end_ns);
         self.t_start = Some(t_end_ns);
         self.lost = 0;
@@ -397,15 +482,32 @@ impl Attributor {
         result
     }
 
-    fn spread_packages(&mut self, t_end: u64) {
+    fn spread_packages(&mut self, t_end: u64, last: bool) {
         let nslots = self.specs.len();
         for p in &mut self.packages {
+            let floor = t_end.saturating_sub(self.max_gap_ns);
+            let limit = if last {
+                t_end
+            } else {
+                p.cpus
+                    .iter()
+                    .map(|&c| {
+                        let known = match self.cpus.get(c as usize) {
+                            Some(st) if st.have_t => st.seg_start,
+                            _ => 0,
+                        };
+                        known.max(floor)
+                    })
+                    .min()
+                    .unwrap_or(t_end)
+                    .min(t_end)
+            };
             // Chain each slot's readings up to t_end into spans.
             let mut any = false;
             for ps in &mut p.slots {
                 ps.spans.clear();
                 ps.pending.sort_unstable_by_key(|r| r.t);
-                let upto = ps.pending.partition_point(|r| r.t <= t_end);
+                let upto = ps.pending.partition_point(|r| r.t <= limit);
                 let mask = width_mask(self.specs[ps.slot].counter_bits);
                 let mut carry = 0.0;
                 for r in ps.pending.drain(..upto) {
@@ -640,4 +742,104 @@ pub fn traffic_counts(specs: &[SlotSpec], counts: &[f64; MAX_SLOTS]) -> f64 {
         .filter(|(_, s)| matches!(s.role, SlotRole::Traffic(_)))
         .map(|(i, _)| counts[i])
         .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Package;
+    use imc_common::KIND_TIMER;
+
+    fn specs() -> Vec<SlotSpec> {
+        vec![SlotSpec {
+            event: "instructions".into(),
+            scope: SlotScope::Cpu,
+            role: SlotRole::Other,
+            bytes_per_count: None,
+            counter_bits: 64,
+        }]
+    }
+
+    fn topo() -> Topology {
+        Topology {
+            packages: vec![Package {
+                id: 0,
+                cpus: vec![0],
+            }],
+            ..Topology::default()
+        }
+    }
+
+    fn rec(t: u64, pid: u32, value: Option<u64>) -> TickRecord {
+        let mut r = TickRecord {
+            t_ns: t,
+            cgroup_id: 0,
+            cpu: 0,
+            pid,
+            tgid: pid,
+            kind: KIND_TIMER,
+            nr_slots: 1,
+            failed_mask: u8::from(value.is_none()),
+            _pad: 0,
+            comm: [0; 16],
+            slots: [SlotReading::default(); MAX_SLOTS],
+        };
+        r.slots[0].value = value.unwrap_or(0);
+        r
+    }
+
+    fn values(iv: &IntervalResult) -> Vec<(u32, f64)> {
+        iv.tasks
+            .iter()
+            .map(|t| (t.pid, t.values["instructions"]))
+            .collect()
+    }
+
+    #[test]
+    fn wrap_and_multiplex_scaling() {
+        let a = SlotReading {
+            value: (1 << 48) - 10,
+            enabled: 100,
+            running: 50,
+        };
+        let b = SlotReading {
+            value: 30,
+            enabled: 300,
+            running: 100,
+        };
+        // 40 counts in 50 ns of running out of 200 enabled: 160.
+        assert_eq!(scaled_delta(&a, &b, width_mask(48), true), 160.0);
+        assert_eq!(scaled_delta(&a, &b, width_mask(48), false), 40.0);
+    }
+
+    #[test]
+    fn failed_read_between_two_tasks_loses_the_delta() {
+        let mut a = Attributor::new(&specs(), &topo(), "t");
+        // A record's delta belongs to its task: (1000, 2000] is task 7's, (2000, 3000] task 8's.
+        a.push_tick(&rec(1000, 7, Some(100)));
+        a.push_tick(&rec(2000, 7, None)); // unreadable
+        a.push_tick(&rec(3000, 8, Some(400))); // 300 since 1000, over two owners: dropped
+        a.push_tick(&rec(4000, 8, Some(420))); // 20 to task 8
+        assert_eq!(values(&a.close_interval(5000)), [(8, 20.0)]);
+    }
+
+    #[test]
+    fn failed_read_inside_one_tasks_run_keeps_the_real_delta() {
+        let mut a = Attributor::new(&specs(), &topo(), "t");
+        a.push_tick(&rec(1000, 7, Some(100)));
+        a.push_tick(&rec(2000, 7, None));
+        a.push_tick(&rec(3000, 7, Some(400))); // both readings are task 7's: 300 is exact
+        assert_eq!(values(&a.close_interval(4000)), [(7, 300.0)]);
+    }
+
+    #[test]
+    fn first_record_is_a_baseline_and_idle_is_nobodys() {
+        let mut a = Attributor::new(&specs(), &topo(), "t");
+        a.push_tick(&rec(1000, 7, Some(1_000_000)));
+        a.push_tick(&rec(2000, 0, Some(1_000_100)));
+        a.push_tick(&rec(3000, 7, Some(1_000_300)));
+        let iv = a.close_interval(4000);
+        assert_eq!(values(&iv), [(7, 200.0)]);
+        assert_eq!(iv.t_start_ns, 1000);
+    }
 }
