@@ -1,1 +1,282 @@
-//! End-to-end tests: report (being written).
+//! `imc report` end to end: recordings made by the writer from synthetic timelines (60 s at
+//! 1000 Hz), read back by the built binary; the same file cut in the middle; rotation; files
+//! that are not recordings or are too new.
+use imc::attribution::synth::{Scenario, SynthTask, record_scenario};
+use imc::output::interval::IntervalResult;
+use imc::record::{Item, ReadStatus, Reader, WriterOptions, rotated_path};
+use imc_tests::imc;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+const MS: u64 = 1_000_000;
+const S: u64 = 1_000_000_000;
+
+/// Four CPUs with steady streams, and on CPU 3 a task that bursts at 16 GB/s for 300 ms every
+/// 10 s (idle otherwise): six bursts, at 5.0 s, 15.0 s, … 55.0 s.
+fn bursty(secs: u64) -> Scenario {
+    let mut sc = Scenario::busy(4, 1000, secs * S);
+    sc.tasks[3] = SynthTask {
+        pid: 4242,
+        tgid: 4242,
+        comm: "burster".into(),
+        cgroup: 9,
+        read_bps: 12.0e9,
+        write_bps: 4.0e9,
+    };
+    sc.schedule[3] = (0..secs / 10)
+        .flat_map(|k| {
+            [
+                ((k * 10 + 5) * S, Some(3)),
+                ((k * 10 + 5) * S + 300 * MS, None),
+            ]
+        })
+        .collect();
+    sc
+}
+
+/// The 60 s recording, made once per test run for all tests (in cargo's per-target temporary
+/// directory: a static TempDir would never be dropped and would leak into /tmp).
+fn recording() -> &'static (PathBuf, PathBuf) {
+    static REC: OnceLock<(PathBuf, PathBuf)> = OnceLock::new();
+    REC.get_or_init(|| {
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("report-tests");
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("run.imc");
+        let (stats, _) =
+            record_scenario(&bursty(60), &path, 100 * MS, None, WriterOptions::default()).unwrap();
+        assert_eq!(stats.intervals, 600);
+        assert!(
+            stats.ticks_written > 0,
+            "raw ticks around the bursts: {stats:?}"
+        );
+        (path, dir)
+    })
+}
+
+fn report(args: &[&str]) -> (i32, String, String) {
+    let out = imc().arg("report").args(args).output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn json(args: &[&str]) -> (Value, String) {
+    let (code, out, err) = report(args);
+    assert_eq!(code, 0, "stderr: {err}");
+    (serde_json::from_str(&out).unwrap(), err)
+}
+
+fn intervals(path: &Path) -> (Vec<IntervalResult>, ReadStatus) {
+    let mut r = Reader::open(path).unwrap();
+    let mut v = Vec::new();
+    while let Some(it) = r.next_item() {
+        if let Item::Interval(iv) = it {
+            v.push(iv);
+        }
+    }
+    (v, r.status().clone())
+}
+
+fn u(v: &Value) -> u64 {
+    v.as_u64().unwrap()
+}
+
+#[test]
+fn sixty_seconds_at_1000_hz_report_matches_the_intervals() {
+    let (path, _) = recording();
+    let p = path.to_str().unwrap();
+    let (v, err) = json(&[p, "--json", "--by", "pid"]);
+    assert!(err.is_empty(), "a complete file gives no warning: {err}");
+    let (ivs, status) = intervals(path);
+    assert_eq!(status, ReadStatus::Complete);
+    assert_eq!(ivs.len(), 600);
+    assert_eq!(u(&v["t_start_ns"]), 0);
+    assert_eq!(u(&v["t_end_ns"]), 60 * S);
+    assert_eq!(v["source"], "intel-uncore-imc");
+    let read: u64 = ivs.iter().map(|iv| iv.packages[0].read_bytes).sum();
+    assert_eq!(u(&v["packages"][0]["read_bytes"]), read);
+    // The burster read 12 GB/s for 6 × 300 ms = 21.6 GB.
+    let tasks = v["tasks"].as_array().unwrap();
+    let b = tasks.iter().find(|t| t["comm"] == "burster").unwrap();
+    let got = u(&b["read_bytes"]) as f64;
+    assert!((got - 21.6e9).abs() < 0.02 * 21.6e9, "{got}");
+    assert_eq!(u(&b["pid"]), 4242);
+    let shares: f64 = tasks.iter().map(|t| t["share"].as_f64().unwrap()).sum();
+    assert!((shares - 1.0).abs() < 1e-3, "{shares}");
+    assert_eq!(u(&v["unattributed_bytes"]), 0);
+    assert_eq!(u(&v["lost_samples"]), 0);
+}
+
+#[test]
+fn bursts_above_an_explicit_threshold_are_the_injected_ones() {
+    let (path, _) = recording();
+    // Steady traffic is ~2.4 GB/s; bursts add 16 GB/s.
+    let (v, _) = json(&[path.to_str().unwrap(), "--json", "--burst-threshold", "8G"]);
+    let bursts = v["bursts"].as_array().unwrap();
+    assert_eq!(bursts.len(), 6, "{bursts:?}");
+    for (k, b) in bursts.iter().enumerate() {
+        let start = (k as u64 * 10 + 5) * S;
+        // Intervals are 100 ms, aligned: the burst is exactly three merged intervals.
+        assert_eq!(u(&b["t_start_ns"]), start);
+        assert_eq!(u(&b["t_end_ns"]), start + 300 * MS);
+        assert!(b["bytes_per_s"].as_f64().unwrap() > 16.0e9);
+        let top = &b["tasks"][0];
+        assert_eq!(top["comm"], "burster");
+        assert!(top["share"].as_f64().unwrap() > 0.8);
+    }
+}
+
+#[test]
+fn default_threshold_is_a_high_percentile_of_the_run() {
+    let (path, _) = recording();
+    let (v, _) = json(&[path.to_str().unwrap(), "--json"]);
+    let bursts = v["bursts"].as_array().unwrap();
+    // Eighteen burst intervals (3% of the run) reach the p99: all six bursts.
+    assert_eq!(bursts.len(), 6);
+    for b in bursts {
+        let t = u(&b["t_start_ns"]);
+        assert_eq!((t / S) % 10, 5, "burst at {t} is not an injected one");
+        assert_eq!(b["tasks"][0]["comm"], "burster");
+    }
+}
+
+#[test]
+fn human_table_lists_tasks_and_bursts() {
+    let (path, _) = recording();
+    let (code, out, err) = report(&[path.to_str().unwrap(), "--bursts", "--by", "comm"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("intel-uncore-imc at 1000 Hz, 60.0 s"), "{out}");
+    let head = out
+        .lines()
+        .find(|l| l.trim_start().starts_with("COMM"))
+        .unwrap();
+    assert!(head.contains("READ") && head.contains("WRITE") && head.contains("SHARE"));
+    assert!(out.contains("burster"));
+    assert!(out.contains("GiB"));
+    assert!(out.contains("bursts above"));
+    assert!(out.contains("unattributed: 0 B"));
+}
+
+#[test]
+fn a_file_cut_in_the_middle_reports_everything_before_the_cut() {
+    let (path, dir) = recording();
+    let data = std::fs::read(path).unwrap();
+    let cut = dir.join("cut.imc");
+    std::fs::write(&cut, &data[..data.len() / 2]).unwrap();
+    let (ivs, status) = intervals(&cut);
+    assert!(matches!(status, ReadStatus::Damaged { .. }), "{status:?}");
+    let (full, _) = intervals(path);
+    assert!(ivs.len() > 100 && ivs.len() < 600, "{}", ivs.len());
+    assert_eq!(
+        ivs[..],
+        full[..ivs.len()],
+        "what is read is exactly the file's beginning"
+    );
+
+    let (v, err) = json(&[cut.to_str().unwrap(), "--json"]);
+    assert_eq!(err.lines().count(), 1, "one warning line: {err}");
+    assert!(err.contains("cut"), "{err}");
+    assert_eq!(u(&v["t_end_ns"]), ivs.last().unwrap().t_end_ns);
+    let read: u64 = ivs.iter().map(|iv| iv.packages[0].read_bytes).sum();
+    assert_eq!(u(&v["packages"][0]["read_bytes"]), read);
+
+    // Cut exactly between chunks (no END marker): still everything, still a warning.
+    let (code, out, err) = report(&[cut.to_str().unwrap()]);
+    assert_eq!(code, 0);
+    assert!(out.contains("SHARE"));
+    assert!(err.starts_with("imc: warning:"));
+}
+
+#[test]
+fn not_a_recording_or_too_new_is_one_line_and_exit_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let junk = dir.path().join("junk");
+    std::fs::write(&junk, b"hello, this is not a recording").unwrap();
+    let (code, out, err) = report(&[junk.to_str().unwrap()]);
+    assert_eq!(code, 2);
+    assert!(out.is_empty());
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("not an imc recording"), "{err}");
+
+    let (path, _) = recording();
+    let mut data = std::fs::read(path).unwrap();
+    data[8..10].copy_from_slice(&99u16.to_le_bytes());
+    let newer = dir.path().join("newer.imc");
+    std::fs::write(&newer, &data).unwrap();
+    let (code, _, err) = report(&[newer.to_str().unwrap()]);
+    assert_eq!(code, 2);
+    assert_eq!(err.lines().count(), 1);
+    assert!(err.contains("version 99"), "{err}");
+
+    let (code, _, err) = report(&[dir.path().join("missing").to_str().unwrap()]);
+    assert_eq!(code, 2);
+    assert_eq!(err.lines().count(), 1);
+}
+
+#[test]
+fn max_size_rotates_into_file_1_and_report_reads_both() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rot.imc");
+    let max = 16 * 1024;
+    let (stats, _) = record_scenario(
+        &bursty(20),
+        &path,
+        100 * MS,
+        Some(max),
+        WriterOptions::default(),
+    )
+    .unwrap();
+    assert!(stats.rotations >= 1, "{stats:?}");
+    let old = rotated_path(&path);
+    let (a, b) = (
+        std::fs::metadata(&path).unwrap().len(),
+        std::fs::metadata(&old).unwrap().len(),
+    );
+    assert!(a + b <= max, "{a} + {b} > {max}");
+    let (newest, s1) = intervals(&path);
+    let (older, s2) = intervals(&old);
+    assert_eq!(s1, ReadStatus::Complete);
+    assert_eq!(s2, ReadStatus::Unfinished);
+    assert_eq!(
+        older.last().unwrap().t_end_ns,
+        newest[0].t_start_ns,
+        "FILE.1 ends where FILE starts"
+    );
+    let (v, _) = json(&[path.to_str().unwrap(), "--json"]);
+    assert_eq!(u(&v["t_start_ns"]), older[0].t_start_ns);
+    assert_eq!(u(&v["t_end_ns"]), 20 * S);
+}
+
+#[test]
+fn precise_recordings_report_the_tick_only_difference() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("precise.imc");
+    let mut sc = bursty(12);
+    // The burster hides between ticks: 0.3 ms of every 1 ms, never at a tick.
+    sc.tasks.push(SynthTask {
+        pid: 77,
+        tgid: 77,
+        comm: "hider".into(),
+        cgroup: 1,
+        read_bps: 1.0e7,
+        write_bps: 0.0,
+    });
+    sc.schedule[3] = (5000..5300u64)
+        .flat_map(|k| [(k * MS + 100_000, Some(3)), (k * MS + 400_000, Some(4))])
+        .chain([(5300 * MS, None)])
+        .collect();
+    sc.precise = true;
+    let opts = WriterOptions {
+        burst_threshold: Some(5.0e9),
+        ..WriterOptions::default()
+    };
+    record_scenario(&sc, &path, 100 * MS, None, opts).unwrap();
+    let (v, _) = json(&[path.to_str().unwrap(), "--json"]);
+    let p = &v["precise_vs_tick"];
+    assert!(u(&p["switches"]) > 500, "{p}");
+    assert!(p["share_distance"].as_f64().unwrap() > 0.3, "{p}");
+    assert_eq!(u(&p["max_diff_pid"]), 4242);
+}

@@ -283,17 +283,27 @@ pub struct BurstSpan {
 /// The default threshold: the 99th percentile of per-interval bandwidth over the run.
 pub const DEFAULT_BURST_PERCENTILE: f64 = 99.0;
 
-/// Intervals whose bandwidth is strictly above `threshold` (bytes/s; default the p99 of the
-/// run), adjacent ones merged (consecutive in the input with no gap longer than an interval).
+/// Bursts: intervals whose bandwidth is above `threshold` (bytes/s), adjacent ones merged
+/// (consecutive in the input with no gap longer than an interval). Without a threshold, the
+/// 99th percentile of the run is used, and an interval at or above it is a burst when it is
+/// also above the median: bursts of equal height are common (one task saturating the
+/// controller) and must not hide each other, while a flat run has none.
 pub fn find_bursts(rates: &[IntervalRate], threshold: Option<f64>) -> (f64, Vec<BurstSpan>) {
     let per_s: Vec<f64> = rates.iter().map(IntervalRate::per_s).collect();
-    let threshold = threshold
-        .or_else(|| percentile(&per_s, DEFAULT_BURST_PERCENTILE))
-        .unwrap_or(f64::INFINITY);
+    let (threshold, is_burst): (f64, Box<dyn Fn(f64) -> bool>) = match threshold {
+        Some(t) => (t, Box::new(move |v| v > t)),
+        None => match (
+            percentile(&per_s, DEFAULT_BURST_PERCENTILE),
+            percentile(&per_s, 50.0),
+        ) {
+            (Some(p99), Some(p50)) => (p99, Box::new(move |v| v >= p99 && v > p50)),
+            _ => (f64::INFINITY, Box::new(|_| false)),
+        },
+    };
     let mut out: Vec<BurstSpan> = Vec::new();
     let mut amount = 0.0;
     for (i, r) in rates.iter().enumerate() {
-        if per_s[i] <= threshold {
+        if !is_burst(per_s[i]) {
             continue;
         }
         if let Some(b) = out.last_mut() {
@@ -369,11 +379,14 @@ mod tests {
         assert_eq!(b[0].t_start_ns, 4000);
         assert_eq!(b[0].t_end_ns, 4200);
         assert!((b[0].bytes_per_s - 120.0 * 1e9 / 200.0).abs() < 1e-3);
-        // p99 of 100 values is the 99th smallest (50): only the 70 interval is above it.
+        // p99 of 100 values is the 99th smallest (50): the 50 and 70 intervals reach it.
         let (thr, b) = find_bursts(&rates, None);
         assert_eq!(thr, 50.0e7);
         assert_eq!(b.len(), 1);
-        assert_eq!(b[0].first, 41);
+        assert_eq!((b[0].first, b[0].last), (40, 41));
+        // A flat run has no bursts.
+        let flat: Vec<IntervalRate> = (0..100).map(|t| rate(t, 10.0)).collect();
+        assert!(find_bursts(&flat, None).1.is_empty());
     }
 
     #[test]

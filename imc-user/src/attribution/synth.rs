@@ -420,3 +420,41 @@ impl Iterator for SynthStream {
         }
     }
 }
+
+/// Records a scenario the way `imc record` does (attributor → writer, intervals of
+/// `interval_ns`), returning the writer's statistics and the truth.
+pub fn record_scenario(
+    sc: &Scenario,
+    path: &std::path::Path,
+    interval_ns: u64,
+    max_size: Option<u64>,
+    opts: crate::record::WriterOptions,
+) -> Result<(crate::record::WriterStats, Truth), crate::record::RecordError> {
+    let specs = sc.specs();
+    let topo = sc.topology();
+    let mut header = crate::record::RecordHeader::new(
+        &specs,
+        &topo,
+        sc.freq_hz,
+        "intel-uncore-imc",
+        interval_ns,
+    );
+    header.precise = sc.precise;
+    let mut w = crate::record::Writer::with_options(path, header, max_size, opts)?;
+    let mut a = super::Attributor::new(&specs, &topo, "intel-uncore-imc").tick_hz(sc.freq_hz);
+    let mut sc = sc.clone();
+    sc.mark_every_ns = Some(interval_ns);
+    let mut stream = sc.stream();
+    for it in stream.by_ref() {
+        match it {
+            SynthItem::Tick(r) => {
+                a.push_tick(&r);
+                w.push_tick(&r)?;
+            }
+            SynthItem::PackageRead(p, s, t, v) => a.push_package_read(p, s, t, v),
+            SynthItem::Mark(t) => w.push_interval(&a.close_interval(t))?,
+        }
+    }
+    let stats = w.finish()?;
+    Ok((stats, stream.truth))
+}

@@ -1,10 +1,470 @@
-//! `imc report`.
-use crate::cli::{GlobalArgs, ReportArgs};
+//! `imc report FILE`: the attribution table and the bursts of a recording.
+//!
+//! Two passes over the file: the first sums every interval and notes each interval's
+//! bandwidth (enough to choose the burst threshold); the second, only when there are bursts,
+//! sums the intervals inside each burst. Memory stays proportional to the number of tasks and
+//! intervals, not to the file. A rotated `FILE.1` of the same run is read first.
+use crate::attribution::summary::{BurstSpan, IntervalRate};
+use crate::attribution::{Attributor, Summary, compare, find_bursts, traffic_amount};
+use crate::cli::{GlobalArgs, GroupBy, ReportArgs};
 use crate::error::{CliError, CliResult};
+use crate::output::interval::{BurstRow, PrecisionRow, ReportResult, TaskRow};
+use crate::record::{Item, ReadStatus, Reader, RecordError, rotated_path};
+use imc_common::KIND_SWITCH;
+use std::io::Write;
+use std::path::Path;
 use std::process::ExitCode;
 
-pub fn run(_global: &GlobalArgs, _args: &ReportArgs) -> CliResult<ExitCode> {
-    Err(CliError::runtime(
-        "imc report: not implemented in this build",
-    ))
+/// Tasks listed per burst, and rows of the human table.
+const BURST_TASKS: usize = 10;
+const TABLE_ROWS: usize = 30;
+
+fn to_cli(e: RecordError) -> CliError {
+    match &e {
+        RecordError::Io { source, .. } if source.kind() != std::io::ErrorKind::NotFound => {
+            CliError::runtime(e.to_string())
+        }
+        _ => CliError::bad_input(e.to_string()),
+    }
+}
+
+/// The files of the run, oldest first: FILE.1 when it is this run's previous segment.
+fn open_run(path: &Path) -> CliResult<Vec<Reader>> {
+    let main = Reader::open(path).map_err(to_cli)?;
+    let mut out = Vec::new();
+    let old = rotated_path(path);
+    if main.header().segment > 0
+        && old.is_file()
+        && let Ok(prev) = Reader::open(&old)
+        && prev.header().run_id == main.header().run_id
+        && prev.header().segment + 1 == main.header().segment
+    {
+        out.push(prev);
+    }
+    out.push(main);
+    Ok(out)
+}
+
+/// What the first pass learns.
+struct Pass1 {
+    summary: Summary,
+    rates: Vec<IntervalRate>,
+    warnings: Vec<String>,
+    precise: Option<PrecisionRow>,
+}
+
+fn pass1(readers: Vec<Reader>) -> Pass1 {
+    let specs = readers
+        .last()
+        .map(|r| r.specs().to_vec())
+        .unwrap_or_default();
+    let mut summary = Summary::new(&specs);
+    let mut rates = Vec::new();
+    let mut warnings = Vec::new();
+    // Precise runs: the raw ticks around bursts hold switch records; attribute them twice
+    // (with and without the switches) to say how much the tick alone would have differed.
+    let mut cmp: Option<(Attributor, Attributor, Summary, Summary)> = None;
+    let (mut ticks, mut switches) = (0u64, 0u64);
+    for mut r in readers {
+        let h = r.header().clone();
+        while let Some(item) = r.next_item() {
+            match item {
+                Item::Interval(iv) => {
+                    rates.push(IntervalRate {
+                        t_start_ns: iv.t_start_ns,
+                        t_end_ns: iv.t_end_ns,
+                        amount: traffic_amount(&iv, &specs),
+                    });
+                    summary.add(&iv);
+                }
+                Item::Ticks(block) => {
+                    if !block.iter().any(|t| t.kind == KIND_SWITCH) {
+                        continue;
+                    }
+                    let (p, t, sp, st) = cmp.get_or_insert_with(|| {
+                        let topo = h.topology();
+                        let mk = |tick_only| {
+                            Attributor::new(&specs, &topo, h.source.clone())
+                                .tick_hz(h.freq_hz)
+                                .tick_only(tick_only)
+                        };
+                        (
+                            mk(false),
+                            mk(true),
+                            Summary::new(&specs),
+                            Summary::new(&specs),
+                        )
+                    });
+                    let mut end = 0;
+                    for rec in &block {
+                        p.push_tick(rec);
+                        t.push_tick(rec);
+                        end = end.max(rec.t_ns);
+                        if rec.kind == KIND_SWITCH {
+                            switches += 1;
+                        } else {
+                            ticks += 1;
+                        }
+                    }
+                    sp.add(&p.finish(end));
+                    st.add(&t.finish(end));
+                }
+            }
+        }
+        match r.status() {
+            ReadStatus::Damaged { offset, reason } => warnings.push(format!(
+                "{}: {reason} at byte {offset}: the recording was cut; reporting everything before it",
+                r.path().display()
+            )),
+            ReadStatus::Unfinished => warnings.push(format!(
+                "{}: no end marker: the recording was interrupted (or is still being written); reporting all it holds",
+                r.path().display()
+            )),
+            ReadStatus::Complete | ReadStatus::Reading => {}
+        }
+    }
+    let precise = cmp.map(|(_, _, sp, st)| {
+        let mut row = compare(&sp.finish(GroupBy::Pid), &st.finish(GroupBy::Pid));
+        row.ticks = ticks;
+        row.switches = switches;
+        row
+    });
+    Pass1 {
+        summary,
+        rates,
+        warnings,
+        precise,
+    }
+}
+
+/// Sums the intervals inside each burst (indices are positions in the run's interval order).
+fn burst_rows(path: &Path, spans: &[BurstSpan], by: GroupBy) -> CliResult<Vec<BurstRow>> {
+    if spans.is_empty() {
+        return Ok(Vec::new());
+    }
+    let readers = open_run(path)?;
+    let specs = readers
+        .last()
+        .map(|r| r.specs().to_vec())
+        .unwrap_or_default();
+    let mut sums: Vec<Summary> = spans.iter().map(|_| Summary::new(&specs)).collect();
+    let mut idx = 0usize;
+    let mut b = 0usize;
+    'files: for r in readers {
+        for item in r {
+            let Item::Interval(iv) = item else { continue };
+            while b < spans.len() && spans[b].last < idx {
+                b += 1;
+            }
+            if b >= spans.len() {
+                break 'files;
+            }
+            if idx >= spans[b].first {
+                sums[b].add(&iv);
+            }
+            idx += 1;
+        }
+    }
+    Ok(spans
+        .iter()
+        .zip(sums)
+        .map(|(s, sum)| {
+            let mut tasks = sum.finish(by).tasks;
+            tasks.truncate(BURST_TASKS);
+            BurstRow {
+                t_start_ns: s.t_start_ns,
+                t_end_ns: s.t_end_ns,
+                bytes_per_s: s.bytes_per_s,
+                tasks,
+            }
+        })
+        .collect())
+}
+
+pub fn run(_global: &GlobalArgs, args: &ReportArgs) -> CliResult<ExitCode> {
+    let readers = open_run(&args.file)?;
+    let header = readers
+        .last()
+        .map(|r| r.header().clone())
+        .ok_or_else(|| CliError::bad_input("no recording"))?;
+    let p1 = pass1(readers);
+    let threshold = args.burst_threshold.map(|b| b as f64);
+    let (threshold, spans) = find_bursts(&p1.rates, threshold);
+    let want_bursts = args.json || args.bursts;
+    let bursts = if want_bursts {
+        burst_rows(&args.file, &spans, args.by)?
+    } else {
+        Vec::new()
+    };
+    let total = p1.summary.finish(args.by);
+    for w in &p1.warnings {
+        eprintln!("imc: warning: {w}");
+    }
+    let report = ReportResult {
+        total,
+        bursts,
+        precise_vs_tick: p1.precise,
+    };
+    let mut out = std::io::stdout().lock();
+    let text = if args.json {
+        let mut s = serde_json::to_string(&report)
+            .map_err(|e| CliError::runtime(format!("cannot encode JSON: {e}")))?;
+        s.push('\n');
+        s
+    } else {
+        human(&report, &header, args, threshold, spans.len())
+    };
+    match out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
+        Ok(()) => Ok(ExitCode::SUCCESS),
+        // A closed pipe (`imc report F | head`) is not a failure of the report.
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(ExitCode::SUCCESS),
+        Err(e) => Err(CliError::runtime(format!("cannot write the report: {e}"))),
+    }
+}
+
+/// Bytes with binary units: `512 B`, `1.50 KiB`, `3.20 GiB`.
+pub fn fmt_bytes(b: f64) -> String {
+    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    let mut v = b;
+    let mut u = 0;
+    while v.abs() >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{v:.0} B")
+    } else {
+        format!("{v:.2} {}", UNITS[u])
+    }
+}
+
+fn fmt_share(s: f64) -> String {
+    format!("{:.1}%", s * 100.0)
+}
+
+fn key_name(by: GroupBy) -> &'static str {
+    match by {
+        GroupBy::Pid => "PID",
+        GroupBy::Tgid => "TGID",
+        GroupBy::Comm => "COMM",
+        GroupBy::Cgroup => "CGROUP",
+    }
+}
+
+fn row_cells(r: &TaskRow, by: GroupBy, has_total: bool, stand_in: &[String]) -> Vec<String> {
+    let mut v = vec![
+        match by {
+            GroupBy::Pid => r.pid.to_string(),
+            GroupBy::Tgid => r.tgid.to_string(),
+            GroupBy::Comm => r.comm.clone(),
+            GroupBy::Cgroup => r.cgroup.to_string(),
+        },
+        if by == GroupBy::Comm {
+            if r.tgid == 0 {
+                "-".into()
+            } else {
+                r.tgid.to_string()
+            }
+        } else {
+            r.comm.clone()
+        },
+    ];
+    if stand_in.is_empty() {
+        v.push(fmt_bytes(r.read_bytes as f64));
+        v.push(fmt_bytes(r.write_bytes as f64));
+        if has_total {
+            v.push(fmt_bytes(r.total_bytes as f64));
+        }
+    } else {
+        for k in stand_in {
+            v.push(format!("{:.0}", r.values.get(k).copied().unwrap_or(0.0)));
+        }
+    }
+    v.push(fmt_share(r.share));
+    v
+}
+
+/// Right-aligned columns except the text ones (the key when it is a name, and COMM).
+fn table(head: &[String], rows: &[Vec<String>], left: &[usize], indent: &str) -> String {
+    let mut w: Vec<usize> = head.iter().map(|h| h.chars().count()).collect();
+    for r in rows {
+        for (i, c) in r.iter().enumerate() {
+            if let Some(x) = w.get_mut(i) {
+                *x = (*x).max(c.chars().count());
+            }
+        }
+    }
+    let mut s = String::new();
+    for r in std::iter::once(head).chain(rows.iter().map(|r| r.as_slice())) {
+        let mut line = String::from(indent);
+        for (i, c) in r.iter().enumerate() {
+            let width = w.get(i).copied().unwrap_or(0);
+            if i > 0 {
+                line.push_str("  ");
+            }
+            if left.contains(&i) {
+                line.push_str(&format!("{c:<width$}"));
+            } else {
+                line.push_str(&format!("{c:>width$}"));
+            }
+        }
+        s.push_str(line.trim_end());
+        s.push('\n');
+    }
+    s
+}
+
+fn human(
+    rep: &ReportResult,
+    header: &crate::record::RecordHeader,
+    args: &ReportArgs,
+    threshold: f64,
+    nbursts: usize,
+) -> String {
+    let t = &rep.total;
+    let secs = t.t_end_ns.saturating_sub(t.t_start_ns) as f64 / 1e9;
+    let specs = header.specs().unwrap_or_default();
+    let has_bytes = t.package_bytes() > 0
+        || specs.iter().any(|s| {
+            s.bytes_per_count.is_some() && matches!(s.role, crate::model::SlotRole::Traffic(_))
+        });
+    let stand_in: Vec<String> = if has_bytes {
+        Vec::new()
+    } else {
+        specs
+            .iter()
+            .filter(|s| matches!(s.role, crate::model::SlotRole::Traffic(_)))
+            .map(|s| s.event.clone())
+            .collect()
+    };
+    let has_total = t.packages.iter().any(|p| p.total_bytes > 0);
+    let mut s = format!(
+        "{}: {} at {} Hz, {:.1} s\n",
+        args.file.display(),
+        t.source,
+        header.freq_hz,
+        secs
+    );
+    for p in &t.packages {
+        let rate = |b: u64| if secs > 0.0 { b as f64 / secs } else { 0.0 };
+        s.push_str(&format!(
+            "package {}: read {} ({}/s), write {} ({}/s)",
+            p.id,
+            fmt_bytes(p.read_bytes as f64),
+            fmt_bytes(rate(p.read_bytes)),
+            fmt_bytes(p.write_bytes as f64),
+            fmt_bytes(rate(p.write_bytes)),
+        ));
+        if p.total_bytes > 0 {
+            s.push_str(&format!(", total {}", fmt_bytes(p.total_bytes as f64)));
+        }
+        s.push('\n');
+    }
+    s.push('\n');
+    let mut head: Vec<String> = vec![
+        key_name(args.by).into(),
+        if args.by == GroupBy::Comm {
+            "TGID"
+        } else {
+            "COMM"
+        }
+        .into(),
+    ];
+    if stand_in.is_empty() {
+        head.push("READ".into());
+        head.push("WRITE".into());
+        if has_total {
+            head.push("TOTAL".into());
+        }
+    } else {
+        head.extend(stand_in.iter().map(|k| k.to_uppercase()));
+    }
+    head.push("SHARE".into());
+    let left = if args.by == GroupBy::Comm {
+        vec![0]
+    } else {
+        vec![1]
+    };
+    let rows: Vec<Vec<String>> = t
+        .tasks
+        .iter()
+        .take(TABLE_ROWS)
+        .map(|r| row_cells(r, args.by, has_total, &stand_in))
+        .collect();
+    s.push_str(&table(&head, &rows, &left, ""));
+    if t.tasks.len() > TABLE_ROWS {
+        s.push_str(&format!("... {} more\n", t.tasks.len() - TABLE_ROWS));
+    }
+    s.push_str(&format!(
+        "\nunattributed: {}   lost samples: {}\n",
+        fmt_bytes(t.unattributed_bytes as f64),
+        t.lost_samples
+    ));
+    if let Some(p) = &rep.precise_vs_tick {
+        s.push_str(&format!(
+            "tick-only vs precise (raw ticks around bursts: {} ticks, {} switches): shares differ by {} (largest: pid {}, {})\n",
+            p.ticks,
+            p.switches,
+            fmt_share(p.share_distance),
+            p.max_diff_pid,
+            fmt_share(p.max_share_diff)
+        ));
+    }
+    if args.bursts {
+        let thr = if threshold.is_finite() {
+            format!("{}/s", fmt_bytes(threshold))
+        } else {
+            "-".into()
+        };
+        s.push_str(&format!(
+            "\nbursts above {thr}{}: {nbursts}\n",
+            if args.burst_threshold.is_some() {
+                ""
+            } else {
+                " (p99 of the run)"
+            }
+        ));
+        for b in &rep.bursts {
+            let from = b.t_start_ns.saturating_sub(t.t_start_ns) as f64 / 1e9;
+            let len = b.t_end_ns.saturating_sub(b.t_start_ns) as f64 / 1e6;
+            s.push_str(&format!(
+                "  +{from:.3} s  {len:.0} ms  {}/s\n",
+                fmt_bytes(b.bytes_per_s)
+            ));
+            let rows: Vec<Vec<String>> = b
+                .tasks
+                .iter()
+                .take(5)
+                .map(|r| row_cells(r, args.by, has_total, &stand_in))
+                .collect();
+            s.push_str(&table(&head, &rows, &left, "    "));
+        }
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn byte_units() {
+        assert_eq!(fmt_bytes(512.0), "512 B");
+        assert_eq!(fmt_bytes(1536.0), "1.50 KiB");
+        assert_eq!(fmt_bytes(3.0 * 1024.0 * 1024.0 * 1024.0), "3.00 GiB");
+    }
+
+    #[test]
+    fn columns_align() {
+        let head = vec!["PID".to_string(), "COMM".into(), "READ".into()];
+        let rows = vec![
+            vec!["7".to_string(), "a".into(), "1.00 KiB".into()],
+            vec!["1234".to_string(), "longer".into(), "5 B".into()],
+        ];
+        let t = table(&head, &rows, &[1], "");
+        assert_eq!(
+            t,
+            " PID  COMM        READ\n   7  a       1.00 KiB\n1234  longer       5 B\n"
+        );
+    }
 }

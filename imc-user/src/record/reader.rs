@@ -1,0 +1,388 @@
+//! Reading recordings: everything up to the first damaged or truncated chunk, then a status
+//! saying whether the file ended cleanly, was cut, or is damaged at some offset.
+use super::codec::{Cursor, Malformed, crc32, unzigzag};
+use super::{
+    CHUNK_END, CHUNK_INTERVAL, CHUNK_STRINGS, CHUNK_TASKS, CHUNK_TICKS, MAGIC, MAX_CHUNK,
+    RecordError, RecordHeader, VERSION,
+};
+use crate::attribution::{bytes_of, summary::sort_rows, traffic_counts};
+use crate::model::{SlotRole, SlotSpec};
+use crate::output::interval::{IntervalResult, PackageRow, TaskRow};
+use imc_common::{MAX_SLOTS, SlotReading, TickRecord};
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+
+/// One thing read from a recording.
+#[derive(Clone, Debug)]
+pub enum Item {
+    Interval(IntervalResult),
+    /// Raw records around a burst, in the order they were written.
+    Ticks(Vec<TickRecord>),
+}
+
+/// How the reading ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ReadStatus {
+    /// Not at the end yet.
+    Reading,
+    /// The END chunk was reached: the writer finished normally.
+    Complete,
+    /// The file ends on a chunk boundary without END: the writer was stopped (or crashed)
+    /// between chunks, or is still writing.
+    Unfinished,
+    /// A chunk is cut short or fails its checksum at this offset: everything before it was read.
+    Damaged { offset: u64, reason: String },
+}
+
+struct TaskDef {
+    pid: u32,
+    tgid: u32,
+    cgroup: u64,
+    comm: String,
+    comm_raw: [u8; 16],
+}
+
+pub struct Reader {
+    path: PathBuf,
+    header: RecordHeader,
+    specs: Vec<SlotSpec>,
+    data: Vec<u8>,
+    pos: usize,
+    strings: Vec<String>,
+    tasks: Vec<TaskDef>,
+    status: ReadStatus,
+    has_bytes: bool,
+    ended: bool,
+}
+
+impl Reader {
+    pub fn open(path: &Path) -> Result<Reader, RecordError> {
+        let data = std::fs::read(path).map_err(|source| RecordError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Self::from_bytes(path, data)
+    }
+
+    /// Parses a recording already in memory (`path` names it in messages).
+    pub fn from_bytes(path: &Path, data: Vec<u8>) -> Result<Reader, RecordError> {
+        let bad = |reason: &str| RecordError::BadHeader {
+            path: path.to_path_buf(),
+            reason: reason.to_owned(),
+        };
+        if data.len() < MAGIC.len() || data[..MAGIC.len()] != MAGIC {
+            return Err(RecordError::NotARecording {
+                path: path.to_path_buf(),
+            });
+        }
+        let fixed = data
+            .get(8..14)
+            .ok_or_else(|| bad("cut inside the header"))?;
+        let version = u16::from_le_bytes([fixed[0], fixed[1]]);
+        if version > VERSION {
+            return Err(RecordError::NewerVersion {
+                path: path.to_path_buf(),
+                found: version,
+            });
+        }
+        if version == 0 {
+            return Err(bad("version 0"));
+        }
+        let hlen = u32::from_le_bytes([fixed[2], fixed[3], fixed[4], fixed[5]]) as usize;
+        let json = data
+            .get(14..14usize.saturating_add(hlen))
+            .ok_or_else(|| bad("cut inside the header"))?;
+        let crc = data
+            .get(14 + hlen..18 + hlen)
+            .ok_or_else(|| bad("cut inside the header"))?;
+        if crc32(&[json]).to_le_bytes() != crc {
+            return Err(bad("checksum mismatch"));
+        }
+        let header: RecordHeader =
+            serde_json::from_slice(json).map_err(|e| bad(&format!("{e}")))?;
+        let specs = header.specs().map_err(|e| bad(&e))?;
+        let has_bytes = specs
+            .iter()
+            .any(|s| matches!(s.role, SlotRole::Traffic(_)) && s.bytes_per_count.is_some());
+        Ok(Reader {
+            path: path.to_path_buf(),
+            header,
+            specs,
+            pos: 18 + hlen,
+            data,
+            strings: Vec::new(),
+            tasks: Vec::new(),
+            status: ReadStatus::Reading,
+            has_bytes,
+            ended: false,
+        })
+    }
+
+    pub fn header(&self) -> &RecordHeader {
+        &self.header
+    }
+
+    pub fn specs(&self) -> &[SlotSpec] {
+        &self.specs
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn status(&self) -> &ReadStatus {
+        &self.status
+    }
+
+    /// Bytes of the file.
+    pub fn len(&self) -> usize {
+        self.data.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.data.is_empty()
+    }
+
+    fn damaged(&mut self, offset: usize, reason: impl Into<String>) -> Option<Item> {
+        self.status = ReadStatus::Damaged {
+            offset: offset as u64,
+            reason: reason.into(),
+        };
+        None
+    }
+
+    /// The next interval or tick block; None at the end or at the first damage (see
+    /// [`status`](Self::status)).
+    pub fn next_item(&mut self) -> Option<Item> {
+        loop {
+            if self.status != ReadStatus::Reading {
+                return None;
+            }
+            let at = self.pos;
+            let rest = self.data.len() - at;
+            if rest == 0 {
+                self.status = if self.ended {
+                    ReadStatus::Complete
+                } else {
+                    ReadStatus::Unfinished
+                };
+                return None;
+            }
+            if rest < 9 {
+                return self.damaged(at, "file cut inside a chunk header");
+            }
+            let kind = self.data[at];
+            let len = u32::from_le_bytes([
+                self.data[at + 1],
+                self.data[at + 2],
+                self.data[at + 3],
+                self.data[at + 4],
+            ]);
+            if len > MAX_CHUNK {
+                return self.damaged(at, format!("chunk length {len} is implausible"));
+            }
+            let end = at + 5 + len as usize;
+            if end + 4 > self.data.len() {
+                return self.damaged(at, "file cut inside a chunk");
+            }
+            let crc = u32::from_le_bytes([
+                self.data[end],
+                self.data[end + 1],
+                self.data[end + 2],
+                self.data[end + 3],
+            ]);
+            if crc32(&[&self.data[at..end]]) != crc {
+                return self.damaged(at, "chunk checksum mismatch");
+            }
+            self.pos = end + 4;
+            let payload = std::mem::take(&mut self.data);
+            let r = self.decode(kind, &payload[at + 5..end]);
+            self.data = payload;
+            match r {
+                Ok(Some(item)) => return Some(item),
+                Ok(None) => continue,
+                Err(Malformed) => {
+                    self.pos = at;
+                    return self.damaged(at, format!("malformed chunk of type {kind}"));
+                }
+            }
+        }
+    }
+
+    fn decode(&mut self, kind: u8, payload: &[u8]) -> Result<Option<Item>, Malformed> {
+        let mut c = Cursor::new(payload);
+        match kind {
+            CHUNK_STRINGS => {
+                let n = c.count()?;
+                for _ in 0..n {
+                    let len = c.count()?;
+                    let s = c.bytes(len)?;
+                    self.strings.push(String::from_utf8_lossy(s).into_owned());
+                }
+                Ok(None)
+            }
+            CHUNK_TASKS => {
+                let n = c.count()?;
+                for _ in 0..n {
+                    let pid = c.varint_u32()?;
+                    let tgid = c.varint_u32()?;
+                    let cgroup = c.varint()?;
+                    let sid = c.varint()?;
+                    let comm = self.strings.get(sid as usize).ok_or(Malformed)?.clone();
+                    let mut comm_raw = [0u8; 16];
+                    let b = comm.as_bytes();
+                    let k = b.len().min(16);
+                    comm_raw[..k].copy_from_slice(&b[..k]);
+                    self.tasks.push(TaskDef {
+                        pid,
+                        tgid,
+                        cgroup,
+                        comm,
+                        comm_raw,
+                    });
+                }
+                Ok(None)
+            }
+            CHUNK_INTERVAL => self
+                .decode_interval(&mut c)
+                .map(|iv| Some(Item::Interval(iv))),
+            CHUNK_TICKS => self.decode_ticks(&mut c).map(|t| Some(Item::Ticks(t))),
+            CHUNK_END => {
+                self.ended = true;
+                Ok(None)
+            }
+            // Chunk types from a newer minor revision: skipped (FORMAT.md, compatibility).
+            _ => Ok(None),
+        }
+    }
+
+    fn decode_interval(&self, c: &mut Cursor) -> Result<IntervalResult, Malformed> {
+        let t_start_ns = c.varint()?;
+        let t_end_ns = t_start_ns.checked_add(c.varint()?).ok_or(Malformed)?;
+        let lost_samples = c.varint()?;
+        let unattributed_bytes = c.varint()?;
+        let den = c.varint()? as f64;
+        let npkg = c.count()?;
+        let mut packages = Vec::with_capacity(npkg);
+        for _ in 0..npkg {
+            packages.push(PackageRow {
+                id: c.varint_u32()?,
+                read_bytes: c.varint()?,
+                write_bytes: c.varint()?,
+                total_bytes: c.varint()?,
+            });
+        }
+        let package_bytes: u64 = packages.iter().fold(0u64, |a, p| {
+            a.saturating_add(p.read_bytes)
+                .saturating_add(p.write_bytes)
+                .saturating_add(p.total_bytes)
+        });
+        let nrows = c.count()?;
+        let mut tasks = Vec::with_capacity(nrows);
+        let mut id = 0u64;
+        for _ in 0..nrows {
+            id = id.checked_add(c.varint()?).ok_or(Malformed)?;
+            let def = self.tasks.get(id as usize).ok_or(Malformed)?;
+            let mut counts = [0.0; MAX_SLOTS];
+            let mut values = BTreeMap::new();
+            for (s, spec) in self.specs.iter().enumerate() {
+                counts[s] = c.varint()? as f64;
+                values.insert(spec.event.clone(), counts[s]);
+            }
+            let (read_bytes, write_bytes, total_bytes) = bytes_of(&self.specs, &counts);
+            let bytes = read_bytes + write_bytes + total_bytes;
+            let share = if self.has_bytes {
+                if package_bytes > 0 {
+                    bytes as f64 / package_bytes as f64
+                } else {
+                    0.0
+                }
+            } else if den > 0.0 {
+                traffic_counts(&self.specs, &counts) / den
+            } else {
+                0.0
+            };
+            tasks.push(TaskRow {
+                pid: def.pid,
+                tgid: def.tgid,
+                comm: def.comm.clone(),
+                cgroup: def.cgroup,
+                read_bytes,
+                write_bytes,
+                total_bytes,
+                share,
+                values,
+            });
+        }
+        sort_rows(&mut tasks);
+        Ok(IntervalResult {
+            t_start_ns,
+            t_end_ns,
+            source: self.header.source.clone(),
+            packages,
+            tasks,
+            unattributed_bytes,
+            lost_samples,
+        })
+    }
+
+    fn decode_ticks(&self, c: &mut Cursor) -> Result<Vec<TickRecord>, Malformed> {
+        let n = c.count()?;
+        let base = c.varint()?;
+        let mut out = Vec::with_capacity(n);
+        let mut prev: HashMap<u32, (u64, [SlotReading; MAX_SLOTS])> = HashMap::new();
+        for _ in 0..n {
+            let cpu = c.varint_u32()?;
+            if cpu >= 1 << 16 {
+                return Err(Malformed);
+            }
+            let kn = c.byte()?;
+            let failed_mask = c.byte()?;
+            let nr = (kn >> 1) as usize;
+            if nr > MAX_SLOTS {
+                return Err(Malformed);
+            }
+            let pv = prev
+                .entry(cpu)
+                .or_insert((base, [SlotReading::default(); MAX_SLOTS]));
+            let t = pv.0.wrapping_add(unzigzag(c.varint()?) as u64);
+            let tid = c.varint()?;
+            let def = self.tasks.get(tid as usize).ok_or(Malformed)?;
+            let mut slots = [SlotReading::default(); MAX_SLOTS];
+            for (s, slot) in slots.iter_mut().enumerate().take(nr) {
+                let dv = unzigzag(c.varint()?);
+                let de = unzigzag(c.varint()?);
+                let dr = de.wrapping_sub(unzigzag(c.varint()?));
+                let a = pv.1[s];
+                *slot = SlotReading {
+                    value: a.value.wrapping_add(dv as u64),
+                    enabled: a.enabled.wrapping_add(de as u64),
+                    running: a.running.wrapping_add(dr as u64),
+                };
+            }
+            pv.0 = t;
+            pv.1[..nr].copy_from_slice(&slots[..nr]);
+            out.push(TickRecord {
+                t_ns: t,
+                cgroup_id: def.cgroup,
+                cpu,
+                pid: def.pid,
+                tgid: def.tgid,
+                kind: kn & 1,
+                nr_slots: nr as u8,
+                failed_mask,
+                _pad: 0,
+                comm: def.comm_raw,
+                slots,
+            });
+        }
+        Ok(out)
+    }
+}
+
+impl Iterator for Reader {
+    type Item = Item;
+    fn next(&mut self) -> Option<Item> {
+        self.next_item()
+    }
+}
