@@ -8,7 +8,7 @@
 //! preallocated.
 use super::clock::{Clock, Wake};
 use super::counter::{Delta, delta};
-use super::{Backend, CounterFailure, Memory, RawReading};
+use super::{Backend, CounterFailure, CounterSpec, Memory, RawReading};
 use crate::model::{Direction, Scope};
 
 /// Bytes of one row (a package, a package's memory kind, or a channel) in one interval.
@@ -207,7 +207,7 @@ impl IntervalReport {
     pub fn compute(
         &mut self,
         layout: &Layout,
-        backend: &dyn Backend,
+        counters: &[CounterSpec],
         prev: &[RawReading],
         now: &[RawReading],
         t_start_ns: u64,
@@ -225,7 +225,7 @@ impl IntervalReport {
         self.value_counted.iter_mut().for_each(|v| *v = false);
         self.missing.clear();
         self.multiplexed = false;
-        for (i, c) in backend.counters().iter().enumerate() {
+        for (i, c) in counters.iter().enumerate() {
             let (Some(p), Some(n)) = (prev.get(i), now.get(i)) else {
                 continue;
             };
@@ -255,6 +255,26 @@ impl IntervalReport {
         }
     }
 }
+
+/// Where intervals go.
+pub trait Sink {
+    fn interval(&mut self, layout: &Layout, report: &IntervalReport) -> std::io::Result<()>;
+    /// Called after each interval (woken mode) or each batch of intervals (kernel-timed mode).
+    fn flush(&mut self) -> std::io::Result<()>;
+}
+
+impl<F: FnMut(&Layout, &IntervalReport) -> std::io::Result<()>> Sink for F {
+    fn interval(&mut self, layout: &Layout, report: &IntervalReport) -> std::io::Result<()> {
+        self(layout, report)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// How often a kernel-timed run drains its rings (and so the output latency at short
+/// intervals): 10 wake-ups a second instead of 1000.
+pub const DRAIN_NS: u64 = 100_000_000;
 
 /// When the loop stops besides its duration.
 pub trait Stop {
@@ -299,11 +319,15 @@ pub fn run(
     interval_ns: u64,
     duration_ns: Option<u64>,
     stop: &mut dyn Stop,
-    sink: &mut dyn FnMut(&Layout, &IntervalReport) -> std::io::Result<()>,
+    sink: &mut dyn Sink,
     failed: &mut dyn FnMut(&CounterFailure),
 ) -> std::io::Result<RunSummary> {
     let interval_ns = interval_ns.max(1);
+    if backend.is_timed() {
+        return run_timed(backend, clock, interval_ns, duration_ns, stop, sink, failed);
+    }
     let layout = Layout::new(backend);
+    let counters = backend.counters().to_vec();
     let mut report = layout.new_report();
     let n = backend.counters().len();
     let mut prev = vec![RawReading::default(); n];
@@ -357,20 +381,10 @@ pub fn run(
             failed(&f);
         }
         if t > t_prev {
-            report.compute(&layout, backend, &prev, &now, t_prev, t);
-            for &i in &report.missing {
-                if !reported_missing[i] && prev[i].ok && now[i].ok {
-                    failed(&CounterFailure {
-                        counter: Some(i),
-                        message: format!(
-                            "{} is not counting (disabled by the kernel: its CPU went offline?)",
-                            layout.describe[i]
-                        ),
-                    });
-                }
-                reported_missing[i] = true;
-            }
-            sink(&layout, &report)?;
+            report.compute(&layout, &counters, &prev, &now, t_prev, t);
+            report_missing(&report, &layout, &prev, &now, &mut reported_missing, failed);
+            sink.interval(&layout, &report)?;
+            sink.flush()?;
             summary.intervals += 1;
             std::mem::swap(&mut prev, &mut now);
             t_prev = t;
@@ -386,6 +400,156 @@ pub fn run(
             summary.skipped += behind - (k + 1);
         }
         k = (k + 1).max(behind);
+    }
+    Ok(summary)
+}
+
+/// Reports newly missing counters once each.
+fn report_missing(
+    report: &IntervalReport,
+    layout: &Layout,
+    prev: &[RawReading],
+    now: &[RawReading],
+    reported: &mut [bool],
+    failed: &mut dyn FnMut(&CounterFailure),
+) {
+    for &i in &report.missing {
+        if !reported[i] && prev[i].ok && now[i].ok {
+            failed(&CounterFailure {
+                counter: Some(i),
+                message: format!(
+                    "{} is not counting (disabled by the kernel: its CPU went offline?)",
+                    layout.describe[i]
+                ),
+            });
+        }
+        reported[i] = true;
+    }
+}
+
+/// The loop for kernel-timed backends: the kernel samples the counters at every boundary; imc
+/// sleeps `DRAIN_NS` at a time and turns the samples into intervals. Stopping early (signal,
+/// child exit) or a duration that is not a whole number of intervals ends with one direct read
+/// for the last, partial interval.
+fn run_timed(
+    backend: &mut dyn Backend,
+    clock: &dyn Clock,
+    interval_ns: u64,
+    duration_ns: Option<u64>,
+    stop: &mut dyn Stop,
+    sink: &mut dyn Sink,
+    failed: &mut dyn FnMut(&CounterFailure),
+) -> std::io::Result<RunSummary> {
+    let layout = Layout::new(backend);
+    let counters = backend.counters().to_vec();
+    let n = counters.len();
+    let mut report = layout.new_report();
+    let mut prev = vec![RawReading::default(); n];
+    let mut reported_missing = vec![false; n];
+    let drain_ns = DRAIN_NS;
+    let full = duration_ns.map(|d| d / interval_ns);
+    let mut summary = RunSummary::default();
+    // (k of the first boundary, k of the previous one), once the first sample is in.
+    let mut ks: Option<(u64, u64)> = None;
+    let mut t_prev = 0u64;
+    let mut done = false;
+    let mut err: Option<std::io::Error> = None;
+    let t_open = clock.now_ns();
+    let mut next_wake = t_open.saturating_add(drain_ns);
+    loop {
+        let mut stopping = stop.stop();
+        if !stopping {
+            clock.sleep_until(next_wake);
+            let t = clock.now_ns();
+            next_wake = next_wake.saturating_add(drain_ns).max(t.saturating_add(1));
+            // Do not oversleep the end of --duration by up to a drain period.
+            if let (Some(d), Some(_)) = (duration_ns, ks) {
+                let end = summary.t_start_ns.saturating_add(d) + interval_ns / 4;
+                if t < end {
+                    next_wake = next_wake.min(end);
+                }
+            }
+            stopping = stop.stop();
+        }
+        backend.drain_timed(&mut |k, t, readings| {
+            if done || err.is_some() {
+                return;
+            }
+            let Some((k0, kp)) = ks else {
+                prev.copy_from_slice(readings);
+                t_prev = t;
+                summary.t_start_ns = t;
+                summary.t_end_ns = t;
+                ks = Some((k, k));
+                return;
+            };
+            if t <= t_prev {
+                return;
+            }
+            report.compute(&layout, &counters, &prev, readings, t_prev, t);
+            report_missing(
+                &report,
+                &layout,
+                &prev,
+                readings,
+                &mut reported_missing,
+                failed,
+            );
+            if let Err(e) = sink.interval(&layout, &report) {
+                err = Some(e);
+                return;
+            }
+            summary.intervals += 1;
+            summary.skipped += k.saturating_sub(kp + 1);
+            summary.t_end_ns = t;
+            prev.copy_from_slice(readings);
+            t_prev = t;
+            ks = Some((k0, k));
+            if full.is_some_and(|f| k.saturating_sub(k0) >= f) {
+                done = true;
+            }
+        });
+        if let Some(e) = err {
+            return Err(e);
+        }
+        sink.flush()?;
+        for f in backend.take_failures() {
+            failed(&f);
+        }
+        // Safety net: counters that stopped delivering must not keep a --duration run alive.
+        let overdue = duration_ns.is_some_and(|d| {
+            clock.now_ns()
+                > t_open
+                    .saturating_add(d)
+                    .saturating_add(interval_ns + 1_000_000_000)
+        });
+        if done || stopping || overdue {
+            break;
+        }
+    }
+    // The last, partial interval: up to the end of --duration, or to now when stopped early.
+    if ks.is_some() {
+        let end = match (done, duration_ns) {
+            (true, Some(d)) if d % interval_ns != 0 => Some(summary.t_start_ns.saturating_add(d)),
+            (true, _) => None,
+            (false, _) => Some(clock.now_ns()),
+        };
+        if let Some(end) = end {
+            while clock.now_ns() < end {
+                if clock.sleep_until(end) == Wake::Interrupted && stop.stop() {
+                    break;
+                }
+            }
+            let mut now = vec![RawReading::default(); n];
+            let t = timed_read(backend, clock, &mut now);
+            if t > t_prev {
+                report.compute(&layout, &counters, &prev, &now, t_prev, t);
+                sink.interval(&layout, &report)?;
+                sink.flush()?;
+                summary.intervals += 1;
+                summary.t_end_ns = t;
+            }
+        }
     }
     Ok(summary)
 }

@@ -123,6 +123,16 @@ pub trait Backend {
     }
     /// Folds the hardware counters into the backend's wide totals (see `poll_period`).
     fn poll(&mut self) {}
+    /// Whether the kernel itself reads the counters at every interval boundary (perf sampling
+    /// with PERF_SAMPLE_READ): the loop then sleeps long and drains, instead of waking and
+    /// reading at every boundary.
+    fn is_timed(&self) -> bool {
+        false
+    }
+    /// Kernel-timed backends: calls `f(k, t_ns, readings)` for every boundary complete since the
+    /// last call, k counting interval periods since the first sample. Boundaries that some
+    /// counter missed are left out, so the interval around them is simply longer.
+    fn drain_timed(&mut self, _f: &mut dyn FnMut(u64, u64, &[RawReading])) {}
     /// Failures since the last call: counters that failed to open or stopped counting.
     fn take_failures(&mut self) -> Vec<CounterFailure>;
 }

@@ -75,10 +75,13 @@ pub fn perf_counters(source: &Source, topo: &Topology) -> Result<Vec<PerfCounter
     let memory = memory_of(source.backend);
     let mut out = Vec::new();
     for ev in &source.events {
-        let Some(direction) = ev.direction.or_else(|| direction_of_name(&ev.name)) else {
-            // Auxiliary events (clock ticks) are not bandwidth; `imc list` shows them.
+        let direction = ev.direction.or_else(|| direction_of_name(&ev.name));
+        // Auxiliary events of a memory controller (clock ticks) are not bandwidth and are left
+        // out; a stand-in source's events (msr tsc, page-faults) are counted as plain values.
+        let stand_in = !source.backend.is_memory_controller();
+        if direction.is_none() && !stand_in {
             continue;
-        };
+        }
         let Some(config) = ev.config else { continue };
         let Some(pmu) = source.pmus.iter().find(|p| p.name == ev.pmu) else {
             return Err(BackendError::Plan(format!(
@@ -95,11 +98,15 @@ pub fn perf_counters(source: &Source, topo: &Topology) -> Result<Vec<PerfCounter
                     event: value_key(memory, &ev.name),
                     pmu: ev.pmu.clone(),
                     cpu: Some(cpu),
-                    scope: scope_for(source, &ev.pmu, package),
+                    scope: if stand_in {
+                        Scope::Cpu(cpu)
+                    } else {
+                        scope_for(source, &ev.pmu, package)
+                    },
                     package: Some(package),
-                    direction: Some(direction),
+                    direction: direction.filter(|_| !stand_in),
                     memory,
-                    bytes_per_count: Some(ev.bytes_per_count.unwrap_or(1.0)),
+                    bytes_per_count: (!stand_in).then(|| ev.bytes_per_count.unwrap_or(1.0)),
                     scale: 1.0,
                     counter_bits: ev.counter_bits,
                     config,

@@ -66,13 +66,16 @@ pub fn run(global: &GlobalArgs, args: &StatArgs) -> CliResult<ExitCode> {
     run_with(global, args, &env, io::BufWriter::new(stdout), &mut stderr)
 }
 
-/// Discovery under `--root`.
-fn discover(root: &Path) -> Result<Discovery, String> {
-    // Adapter until discovery::discover lands in this build; then it is a direct call.
-    Err(format!(
-        "{}: memory-controller discovery is not available in this build",
-        root.display()
-    ))
+/// Discovery under `--root`, its error as one line; bad input (a wrong `--root`) is exit 2.
+fn discover(root: &Path) -> CliResult<Discovery> {
+    crate::discovery::discover(root).map_err(|e| {
+        let msg = format!("cannot discover counters: {e}");
+        if e.is_bad_input() {
+            CliError::bad_input(msg)
+        } else {
+            CliError::runtime(msg)
+        }
+    })
 }
 
 /// `stat` with its OS edges given: what `run` does, and what tests drive with fakes.
@@ -112,8 +115,7 @@ pub fn run_with<W: Write>(
     };
     let duration_ns = args.duration.map(|s| (s * 1e9).round() as u64);
 
-    let discovery = discover(&global.root)
-        .map_err(|e| CliError::runtime(format!("cannot discover counters: {e}")))?;
+    let discovery = discover(&global.root)?;
     let mut backend = open_backend(global, args, env, &discovery, backend_kind)?;
     for f in backend.take_failures() {
         let _ = writeln!(
@@ -172,7 +174,7 @@ pub fn run_with<W: Write>(
             args.interval_ms.saturating_mul(1_000_000),
             duration_ns,
             &mut stop,
-            &mut |layout, report| writer.interval(layout, report),
+            &mut writer,
             &mut failed,
         )
     };
@@ -226,6 +228,7 @@ fn open_source(
     env: &StatEnv<'_>,
     discovery: &Discovery,
     sources: &[&Source],
+    interval_ns: u64,
 ) -> Result<Box<dyn Backend>, BackendError> {
     let name = sources
         .iter()
@@ -246,11 +249,27 @@ fn open_source(
     for s in sources {
         planned.extend(plan::perf_counters(s, &discovery.topology)?);
     }
-    Ok(Box::new(PerfBackend::open(
-        env.perf.clone(),
-        &name,
-        planned,
-    )?))
+    Ok(Box::new(open_perf(env, &name, planned, interval_ns)?))
+}
+
+/// Intervals up to this long use kernel-timed sampling when it works: there the cost of waking
+/// at every boundary dominates; longer ones wake a few times a second at most.
+const TIMED_UP_TO_NS: u64 = 100_000_000;
+
+/// Opens perf counters, kernel-timed for short intervals when the kernel allows it.
+fn open_perf(
+    env: &StatEnv<'_>,
+    name: &str,
+    planned: Vec<plan::PerfCounter>,
+    interval_ns: u64,
+) -> Result<PerfBackend, BackendError> {
+    if interval_ns <= TIMED_UP_TO_NS {
+        match PerfBackend::open_timed(env.perf.clone(), name, planned.clone(), interval_ns) {
+            Ok(b) => return Ok(b),
+            Err(e) => log::info!("{name}: reading counters at each interval instead: {e}"),
+        }
+    }
+    PerfBackend::open(env.perf.clone(), name, planned)
 }
 
 /// The sources measured together with `s`: KNL's DDR (knl-imc) and MCDRAM (knl-edc) are shown
@@ -285,6 +304,7 @@ fn open_backend(
     discovery: &Discovery,
     kind: Option<BackendKind>,
 ) -> CliResult<Box<dyn Backend>> {
+    let interval_ns = args.interval_ms.saturating_mul(1_000_000);
     if !args.events.is_empty() {
         let mut encs = Vec::new();
         for text in &args.events {
@@ -298,7 +318,7 @@ fn open_backend(
                 "-e: no CPU to open the events on (no online CPUs found under --root)",
             ));
         }
-        return PerfBackend::open(env.perf.clone(), "events", planned)
+        return open_perf(env, "events", planned, interval_ns)
             .map(|b| Box::new(b) as Box<dyn Backend>)
             .map_err(backend_error);
     }
@@ -323,7 +343,7 @@ fn open_backend(
         } else {
             vec![s]
         };
-        return open_source(global, env, discovery, &sources).map_err(backend_error);
+        return open_source(global, env, discovery, &sources, interval_ns).map_err(backend_error);
     }
     // auto: the first memory-controller source whose counters open, the kernel's PMUs before
     // the /dev/mem mapping.
@@ -351,7 +371,13 @@ fn open_backend(
     }
     let mut first_err: Option<BackendError> = None;
     for s in candidates {
-        match open_source(global, env, discovery, &companions(discovery, s)) {
+        match open_source(
+            global,
+            env,
+            discovery,
+            &companions(discovery, s),
+            interval_ns,
+        ) {
             Ok(b) => return Ok(b),
             Err(e) => {
                 log::info!("{}: {e}", s.backend.as_str());

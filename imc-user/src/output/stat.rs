@@ -3,7 +3,7 @@
 //! At `-I 1` this runs a thousand times a second, so each interval is formatted into a reused
 //! byte buffer (no allocation once warm), JSON keys are escaped once up front, and the whole
 //! interval reaches the writer in one `write` + `flush`.
-use crate::backends::interval::{Bytes, IntervalReport, Layout};
+use crate::backends::interval::{Bytes, IntervalReport, Layout, Sink};
 use std::io::{self, Write};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -27,6 +27,15 @@ pub struct StatWriter<W: Write> {
     /// Reference for the human/CSV time column (seconds since the first read).
     t0_ns: Option<u64>,
     header_done: bool,
+}
+
+impl<W: Write> Sink for StatWriter<W> {
+    fn interval(&mut self, layout: &Layout, report: &IntervalReport) -> io::Result<()> {
+        self.write_interval(layout, report)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.out.flush()
+    }
 }
 
 /// `s` as a JSON string literal.
@@ -114,6 +123,12 @@ impl<W: Write> StatWriter<W> {
 
     /// Writes one interval and flushes it.
     pub fn interval(&mut self, layout: &Layout, r: &IntervalReport) -> io::Result<()> {
+        self.write_interval(layout, r)?;
+        self.out.flush()
+    }
+
+    /// Writes one interval into the (buffered) output without flushing.
+    pub fn write_interval(&mut self, layout: &Layout, r: &IntervalReport) -> io::Result<()> {
         self.buf.clear();
         let t0 = *self.t0_ns.get_or_insert(r.t_start_ns);
         // Take the separator out for the call so formatting borrows nothing twice.
@@ -128,8 +143,7 @@ impl<W: Write> StatWriter<W> {
                 self.format = Format::Human;
             }
         }
-        self.out.write_all(&self.buf)?;
-        self.out.flush()
+        self.out.write_all(&self.buf)
     }
 
     /// Consumes the writer, returning the underlying output.

@@ -132,6 +132,103 @@ pub trait PerfSys: Send + Sync {
     /// `read(fd, buf)`.
     fn read(&self, fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize>;
     fn ioctl(&self, fd: BorrowedFd<'_>, op: PerfIoctl) -> io::Result<()>;
+    /// Maps the ring buffer of a sampling event (`data_pages` a power of two). Fakes that do not
+    /// implement it make callers fall back to reading counters with `read`.
+    fn map_ring(&self, _fd: BorrowedFd<'_>, _data_pages: usize) -> io::Result<Box<dyn RingBuffer>> {
+        Err(io::Error::from(io::ErrorKind::Unsupported))
+    }
+    /// Whether `map_ring` works, asked before opening anything for kernel-timed sampling.
+    fn supports_rings(&self) -> bool {
+        false
+    }
+}
+
+/// A perf ring buffer the kernel writes records into.
+pub trait RingBuffer: Send {
+    /// Calls `f(type, payload)` for every record written since the last call (the payload is
+    /// what follows the 8-byte header), then hands the space back to the kernel.
+    fn drain(&mut self, f: &mut dyn FnMut(u32, &[u8]));
+}
+
+pub const FLAG_WATERMARK: u64 = 1 << 14;
+pub const FLAG_USE_CLOCKID: u64 = 1 << 25;
+pub const SAMPLE_TIME: u64 = 1 << 2;
+pub const SAMPLE_READ: u64 = 1 << 4;
+pub const RECORD_LOST: u32 = 2;
+pub const RECORD_THROTTLE: u32 = 5;
+pub const RECORD_SAMPLE: u32 = 9;
+
+/// The mmap'd ring of a sampling event: one metadata page, then `data_pages` of data.
+pub struct MmapRing {
+    base: *mut u8,
+    len: usize,
+    data_size: u64,
+    /// Records are copied out here so a record that wraps the ring's end reads contiguously;
+    /// preallocated, so draining does not allocate.
+    scratch: Vec<u8>,
+}
+
+// SAFETY: the mapping is owned by this value and only accessed through &mut self.
+unsafe impl Send for MmapRing {}
+
+/// Offsets of data_head/data_tail in struct perf_event_mmap_page.
+const DATA_HEAD: usize = 1024;
+const DATA_TAIL: usize = 1032;
+
+impl RingBuffer for MmapRing {
+    fn drain(&mut self, f: &mut dyn FnMut(u32, &[u8])) {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        // SAFETY: base points at the metadata page; data_head/data_tail are naturally aligned
+        // u64 fields that the kernel and we access atomically, as the perf ABI prescribes.
+        let (head_p, tail_p) = unsafe {
+            (
+                &*(self.base.add(DATA_HEAD) as *const AtomicU64),
+                &*(self.base.add(DATA_TAIL) as *const AtomicU64),
+            )
+        };
+        let head = head_p.load(Ordering::Acquire);
+        let mut tail = tail_p.load(Ordering::Relaxed);
+        let page = self.len as u64 - self.data_size;
+        // SAFETY: the data area follows the metadata page inside the mapping.
+        let data = unsafe { self.base.add(page as usize) };
+        while head.wrapping_sub(tail) >= 8 {
+            let copy = |dst: &mut [u8], from: u64| {
+                for (i, b) in dst.iter_mut().enumerate() {
+                    let off = (from + i as u64) % self.data_size;
+                    // SAFETY: off < data_size, inside the data area.
+                    *b = unsafe { *data.add(off as usize) };
+                }
+            };
+            let mut hdr = [0u8; 8];
+            copy(&mut hdr, tail);
+            let kind = u32::from_ne_bytes([hdr[0], hdr[1], hdr[2], hdr[3]]);
+            let size = u64::from(u16::from_ne_bytes([hdr[6], hdr[7]]));
+            if size < 8 || head.wrapping_sub(tail) < size {
+                // A torn or corrupt record: drop everything up to head rather than loop.
+                tail = head;
+                break;
+            }
+            let n = (size - 8) as usize;
+            if self.scratch.len() < n {
+                self.scratch.resize(n, 0);
+            }
+            let mut buf = std::mem::take(&mut self.scratch);
+            copy(&mut buf[..n], tail + 8);
+            f(kind, &buf[..n]);
+            self.scratch = buf;
+            tail = tail.wrapping_add(size);
+        }
+        tail_p.store(tail, Ordering::Release);
+    }
+}
+
+impl Drop for MmapRing {
+    fn drop(&mut self) {
+        // SAFETY: base/len are exactly what mmap returned.
+        unsafe {
+            libc::munmap(self.base.cast(), self.len);
+        }
+    }
 }
 
 /// The kernel.
@@ -183,6 +280,39 @@ impl PerfSys for RealPerf {
         } else {
             Ok(())
         }
+    }
+
+    fn supports_rings(&self) -> bool {
+        true
+    }
+
+    fn map_ring(&self, fd: BorrowedFd<'_>, data_pages: usize) -> io::Result<Box<dyn RingBuffer>> {
+        if !data_pages.is_power_of_two() {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        let page = crate::sys::devmem::page_size() as usize;
+        let len = (data_pages + 1) * page;
+        // SAFETY: a fresh shared mapping of a perf fd; the kernel validates the size. Writable
+        // because data_tail is how the reader hands space back.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Box::new(MmapRing {
+            base: p.cast(),
+            len,
+            data_size: (data_pages * page) as u64,
+            scratch: vec![0; 256],
+        }))
     }
 }
 
