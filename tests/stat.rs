@@ -1,1 +1,724 @@
-//! End-to-end tests: stat (being written).
+//! End-to-end tests of `imc stat`: the real binary on this VM (msr/tsc and software events, the
+//! MCHBAR backend on a regular file standing in for /dev/mem), and the whole command in-process
+//! against the fixture trees with the perf syscall layer replaced by `FakePerf`.
+use imc::backends::Backend;
+use imc::backends::clock::MonotonicClock;
+use imc::backends::mchbar::MchbarBackend;
+use imc::backends::plan::MchbarCounter;
+use imc::backends::{CounterSpec, Memory};
+use imc::cli::{GlobalArgs, StatArgs};
+use imc::commands::stat::{StatEnv, run_with};
+use imc::model::{Direction, Scope};
+use imc::sys::devmem::{DevMem, DevMemError, RealDevMem, Region};
+use imc::sys::perf::{FakePerf, PerfSys, TYPE_SOFTWARE};
+use imc_tests::{imc, shared_fixtures};
+use serde_json::Value;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+
+/// `imc --root ROOT [--devmem PATH] stat -I interval --duration S --json [--backend B]`, built
+/// directly (the tests crate does not depend on clap).
+fn parse(
+    root: &str,
+    devmem: &str,
+    interval_ms: u64,
+    duration: f64,
+    backend: &str,
+) -> (GlobalArgs, StatArgs) {
+    (
+        GlobalArgs {
+            root: PathBuf::from(root),
+            devmem: PathBuf::from(devmem),
+            verbose: 0,
+        },
+        StatArgs {
+            interval_ms,
+            duration: Some(duration),
+            events: Vec::new(),
+            per_channel: false,
+            json: true,
+            separator: None,
+            backend: backend.to_string(),
+            command: Vec::new(),
+        },
+    )
+}
+
+/// Runs `imc stat` in-process with `perf` as the syscall layer; returns (exit code or error
+/// message, stdout JSON lines, stderr).
+fn run_fake(
+    perf: Arc<FakePerf>,
+    devmem: &dyn DevMem,
+    (g, a): (GlobalArgs, StatArgs),
+) -> (Result<(), String>, Vec<Value>, String) {
+    let env = StatEnv {
+        perf: perf as Arc<dyn PerfSys>,
+        devmem,
+        clock: &MonotonicClock,
+    };
+    let mut out = Vec::new();
+    let mut err = Vec::new();
+    let r = run_with(&g, &a, &env, &mut out, &mut err)
+        .map(|_| ())
+        .map_err(|e| e.message);
+    let text = String::from_utf8(out).expect("utf-8 output");
+    let lines = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad JSON line {l}: {e}")))
+        .collect();
+    (r, lines, String::from_utf8_lossy(&err).into_owned())
+}
+
+fn fixture(name: &str) -> String {
+    shared_fixtures().join(name).display().to_string()
+}
+
+fn num(v: &Value) -> f64 {
+    v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"))
+}
+
+// ---------------------------------------------------------------------------------------------
+// The perf backend against fixture trees, syscalls substituted.
+
+#[test]
+fn skx_uncore_opens_each_channel_on_each_designated_cpu_with_the_right_encoding() {
+    let perf = Arc::new(FakePerf::new());
+    perf.set_step(0x0304, 1000);
+    perf.set_step(0x0c04, 250);
+    let root = fixture("skx-2socket");
+    let (r, lines, err) = run_fake(
+        perf.clone(),
+        &RealDevMem,
+        parse(&root, "/dev/mem", 10, 0.03, "auto"),
+    );
+    assert_eq!(r, Ok(()), "stderr: {err}");
+    let opens = perf.opens();
+    // 6 channels × 2 events × 2 packages, system-wide on CPUs 0 and 20.
+    assert_eq!(opens.len(), 24, "{opens:#?}");
+    for o in &opens {
+        assert_eq!(o.pid, -1);
+        assert!(o.cpu == 0 || o.cpu == 20, "cpu {}", o.cpu);
+        assert!((13..=18).contains(&o.attr.type_), "type {}", o.attr.type_);
+        assert!(o.attr.config == 0x0304 || o.attr.config == 0x0c04);
+        assert_eq!(o.attr.sample_period, 0, "uncore events must not sample");
+    }
+    // Read and write of one channel on one CPU share a group (one read per group).
+    assert_eq!(opens.iter().filter(|o| o.group.is_some()).count(), 12);
+    assert!(!lines.is_empty());
+    for l in &lines {
+        assert_eq!(l["source"], "intel-uncore-imc");
+        let pk = l["packages"].as_array().expect("packages");
+        assert_eq!(pk.len(), 2);
+        for p in pk {
+            // Each read advances every counter by its step: 6 channels × step × 64 B.
+            assert_eq!(num(&p["read_bytes"]), 6.0 * 1000.0 * 64.0);
+            assert_eq!(num(&p["write_bytes"]), 6.0 * 250.0 * 64.0);
+            let ch = p["channels"].as_array().expect("channels");
+            assert_eq!(ch.len(), 6);
+            assert_eq!(num(&ch[0]["read_bytes"]), 64000.0);
+            let el = (num(&l["t_end_ns"]) - num(&l["t_start_ns"])) / 1e9;
+            let rate = num(&p["read_bytes_per_s"]);
+            assert!(
+                (rate - 384000.0 / el).abs() <= 1.0,
+                "rate {rate} over {el} s"
+            );
+        }
+        assert_eq!(num(&l["values"]["read"]), 2.0 * 6.0 * 1000.0);
+    }
+    assert_eq!(pk_ids(&lines[0]), vec![0, 1]);
+}
+
+fn pk_ids(l: &Value) -> Vec<u64> {
+    l["packages"]
+        .as_array()
+        .expect("packages")
+        .iter()
+        .map(|p| p["id"].as_u64().expect("id"))
+        .collect()
+}
+
+#[test]
+fn power9_nest_opens_one_event_per_chip_and_applies_the_sysfs_scale() {
+    let perf = Arc::new(FakePerf::new());
+    let root = fixture("power9-2chip");
+    let (r, lines, err) = run_fake(
+        perf.clone(),
+        &RealDevMem,
+        parse(&root, "/dev/mem", 10, 0.02, "auto"),
+    );
+    assert_eq!(r, Ok(()), "stderr: {err}");
+    let opens = perf.opens();
+    assert!(!opens.is_empty());
+    for o in &opens {
+        assert_eq!(o.pid, -1);
+        // One CPU per chip (cpumask 0,64): never any other CPU of the chip.
+        assert!(o.cpu == 0 || o.cpu == 64, "cpu {}", o.cpu);
+    }
+    let mcs01_rd: Vec<_> = opens
+        .iter()
+        .filter(|o| o.attr.config == 0xd0 && o.cpu == 64)
+        .collect();
+    assert_eq!(
+        mcs01_rd.len(),
+        1,
+        "PM_MCS01_128B_RD_DISP_PORT01 once on chip 1"
+    );
+    let l = &lines[0];
+    assert_eq!(l["source"], "power-nest-imc");
+    assert_eq!(pk_ids(l), vec![0, 8], "chip ids are the package ids");
+    // Default step 1000 per read; discovery's bytes per count for the 128B events is 256 × 64.
+    let reads_per_chip = opens
+        .iter()
+        .filter(|o| o.cpu == 0 && [0xd0, 0xf0, 0x50, 0x70].contains(&o.attr.config))
+        .count() as f64;
+    let p0 = &l["packages"][0];
+    let mcs_bytes = reads_per_chip * 1000.0 * 16384.0;
+    assert!(
+        num(&p0["read_bytes"]) >= mcs_bytes,
+        "{} < {mcs_bytes}",
+        p0["read_bytes"]
+    );
+}
+
+#[test]
+fn knl_shows_ddr_and_mcdram_apart() {
+    let perf = Arc::new(FakePerf::new());
+    let root = fixture("knl");
+    let (r, lines, err) = run_fake(
+        perf.clone(),
+        &RealDevMem,
+        parse(&root, "/dev/mem", 10, 0.02, "auto"),
+    );
+    assert_eq!(r, Ok(()), "stderr: {err}");
+    let l = &lines[0];
+    let mem = l["packages"][0]["memory"].as_array().expect("memory kinds");
+    let kinds: Vec<&str> = mem
+        .iter()
+        .map(|m| m["kind"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(kinds, vec!["DDR", "MCDRAM"]);
+    // 6 DDR channels and 8 MCDRAM EDCs, 1000 counts × 64 B each per interval.
+    assert_eq!(num(&mem[0]["read_bytes"]), 6.0 * 64000.0);
+    assert_eq!(num(&mem[1]["read_bytes"]), 8.0 * 64000.0);
+    assert_eq!(num(&l["packages"][0]["read_bytes"]), 14.0 * 64000.0);
+    assert!(l["values"]["mcdram_read"].is_number());
+}
+
+#[test]
+fn a_package_whose_counters_fail_to_open_is_reported_and_the_others_keep_going() {
+    let perf = Arc::new(FakePerf::new());
+    perf.fail_open(None, 20, libc::ENODEV);
+    let root = fixture("skx-2socket");
+    let (r, lines, err) = run_fake(
+        perf,
+        &RealDevMem,
+        parse(&root, "/dev/mem", 10, 0.02, "auto"),
+    );
+    assert_eq!(r, Ok(()), "stderr: {err}");
+    assert!(err.contains("CPU 20") && err.contains("package 1"), "{err}");
+    assert!(err.contains("CPU offline"), "{err}");
+    for l in &lines {
+        assert_eq!(pk_ids(l), vec![0], "only package 0 has counters");
+        assert!(num(&l["packages"][0]["read_bytes"]) > 0.0);
+    }
+}
+
+#[test]
+fn a_cpu_going_offline_stops_its_counters_only() {
+    let perf = Arc::new(FakePerf::new());
+    // After two reads the kernel returns 0 bytes for CPU 20's events (error state).
+    perf.fail_reads_after(20, 2, 0);
+    let root = fixture("skx-2socket");
+    let (r, lines, err) = run_fake(perf, &RealDevMem, parse(&root, "/dev/mem", 5, 0.03, "auto"));
+    assert_eq!(r, Ok(()), "stderr: {err}");
+    assert!(
+        err.contains("stopped counting") && err.contains("CPU 20"),
+        "{err}"
+    );
+    assert!(err.contains("offline"), "{err}");
+    let last = lines.last().expect("intervals");
+    let missing = last["missing"].as_array().expect("missing counters listed");
+    assert_eq!(missing.len(), 12);
+    assert_eq!(num(&last["packages"][0]["read_bytes"]), 6.0 * 64000.0);
+    assert_eq!(num(&last["packages"][1]["read_bytes"]), 0.0);
+}
+
+#[test]
+fn pmus_that_refuse_groups_get_one_fd_per_event() {
+    let perf = Arc::new(FakePerf::new());
+    perf.refuse_groups();
+    let root = fixture("icl-client");
+    let (r, lines, err) = run_fake(
+        perf.clone(),
+        &RealDevMem,
+        parse(&root, "/dev/mem", 10, 0.02, "auto"),
+    );
+    assert_eq!(r, Ok(()), "stderr: {err}");
+    assert_eq!(
+        lines[0]["source"], "intel-client-imc",
+        "auto prefers the kernel PMU"
+    );
+    let opens = perf.opens();
+    // The grouped attempt (leader, refused sibling), then one fd per event.
+    assert_eq!(opens.len(), 4, "{opens:#?}");
+    assert!(opens[1].group.is_some() && opens[1].fd.is_none());
+    assert!(
+        opens[2..]
+            .iter()
+            .all(|o| o.group.is_none() && o.fd.is_some() && o.cpu == 0)
+    );
+    assert_eq!(num(&lines[0]["packages"][0]["read_bytes"]), 64000.0);
+}
+
+#[test]
+fn auto_falls_back_to_mchbar_when_the_kernel_pmu_does_not_open() {
+    let perf = Arc::new(FakePerf::new());
+    perf.fail_open(None, 0, libc::ENOENT);
+    let root = fixture("icl-client");
+    let (r, _, err) = run_fake(
+        perf,
+        &RealDevMem,
+        parse(&root, "/nonexistent/mem", 10, 0.01, "auto"),
+    );
+    // The fallback is tried: its error (no /dev/mem) is not the answer, the first one is.
+    let msg = r.expect_err("nothing opens");
+    assert!(msg.contains("uncore_imc"), "{msg} / {err}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// /dev/mem: a regular file through the real mmap path.
+
+/// Physical addresses of icl-client's DRAM_DATA_READS/WRITES (MCHBAR 0xfed10000 + 0x5050/4).
+const READS: u64 = 0xfed1_5050;
+const WRITES: u64 = 0xfed1_5054;
+
+/// A sparse file as large as the physical address space up to the counters' page.
+fn fake_devmem(dir: &Path) -> PathBuf {
+    let path = dir.join("mem");
+    let f = std::fs::File::create(&path).expect("create");
+    f.set_len(0xfed1_6000).expect("sparse file");
+    path
+}
+
+/// Advances the two counters at `read_rate` and `write_rate` counts per second of
+/// CLOCK_MONOTONIC, from `start` (32-bit, so they wrap), until `stop`.
+fn counter_writer(
+    path: &Path,
+    start: u32,
+    read_rate: f64,
+    write_rate: f64,
+    stop: Arc<AtomicBool>,
+) -> std::thread::JoinHandle<u32> {
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .expect("open");
+    std::thread::spawn(move || {
+        use std::os::fd::AsRawFd;
+        let page: u64 = 0xfed1_5000;
+        // SAFETY: a shared writable mapping of one page of our own file.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                4096,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                f.as_raw_fd(),
+                page as libc::off_t,
+            )
+        };
+        assert_ne!(p, libc::MAP_FAILED);
+        // SAFETY: both offsets are inside the page and 4-byte aligned.
+        let (rd, wr) = unsafe {
+            (
+                &*(p.cast::<u8>().add((READS - page) as usize) as *const AtomicU32),
+                &*(p.cast::<u8>().add((WRITES - page) as usize) as *const AtomicU32),
+            )
+        };
+        let t0 = std::time::Instant::now();
+        let mut last = start;
+        while !stop.load(Ordering::SeqCst) {
+            let s = t0.elapsed().as_secs_f64();
+            last = start.wrapping_add((s * read_rate) as u64 as u32);
+            rd.store(last, Ordering::SeqCst);
+            wr.store(
+                start.wrapping_add((s * write_rate) as u64 as u32),
+                Ordering::SeqCst,
+            );
+            std::thread::sleep(std::time::Duration::from_micros(20));
+        }
+        last
+    })
+}
+
+#[test]
+fn mchbar_measures_a_known_rate_across_32_bit_wraps() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mem = fake_devmem(dir.path());
+    // 8e9 lines/s wraps the 32-bit read counter every 0.54 s, i.e. about twice in each 1 s
+    // interval: only the backend's own poller can see every wrap.
+    let (read_rate, write_rate) = (8.0e9, 1.0e9);
+    let start = u32::MAX - 100_000_000;
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = counter_writer(&mem, start, read_rate, write_rate, stop.clone());
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    let out = imc()
+        .args(["--root", &fixture("icl-client"), "--devmem"])
+        .arg(&mem)
+        .args([
+            "stat",
+            "--backend",
+            "intel-client-mchbar",
+            "-I",
+            "1000",
+            "--duration",
+            "2",
+        ])
+        .arg("--json")
+        .output()
+        .expect("run imc");
+    stop.store(true, Ordering::SeqCst);
+    let last = writer.join().expect("writer");
+    assert!(last < start, "the read counter wrapped during the run");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("json"))
+        .collect();
+    assert_eq!(lines.len(), 2);
+    let (mut rb, mut wb, mut ns) = (0.0, 0.0, 0.0);
+    for l in &lines {
+        assert_eq!(l["source"], "intel-client-mchbar");
+        let p = &l["packages"][0];
+        rb += num(&p["read_bytes"]);
+        wb += num(&p["write_bytes"]);
+        ns += num(&l["t_end_ns"]) - num(&l["t_start_ns"]);
+    }
+    let (r, w) = (rb / ns * 1e9, wb / ns * 1e9);
+    let within = |got: f64, want: f64| (got - want).abs() / want < 0.01;
+    assert!(
+        within(r, read_rate * 64.0),
+        "read {r:e} B/s, want {:e}",
+        read_rate * 64.0
+    );
+    assert!(
+        within(w, write_rate * 64.0),
+        "write {w:e} B/s, want {:e}",
+        write_rate * 64.0
+    );
+}
+
+fn mchbar_counter(name: &str, address: u64, direction: Direction) -> MchbarCounter {
+    MchbarCounter {
+        spec: CounterSpec {
+            event: name.into(),
+            pmu: "mchbar".into(),
+            cpu: None,
+            scope: Scope::Package(0),
+            package: Some(0),
+            direction: Some(direction),
+            memory: Memory::Dram,
+            bytes_per_count: Some(64.0),
+            scale: 1.0,
+            counter_bits: 64,
+            config: 0,
+        },
+        address,
+        width: 32,
+    }
+}
+
+#[test]
+fn mchbar_maps_only_the_counters_page_and_refuses_addresses_outside_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mem = fake_devmem(dir.path());
+    let mut b = MchbarBackend::open(
+        &RealDevMem,
+        &mem,
+        vec![
+            mchbar_counter("read", READS, Direction::Read),
+            mchbar_counter("write", WRITES, Direction::Write),
+        ],
+    )
+    .expect("maps");
+    assert_eq!(b.windows(), vec![(0xfed1_5000, 4096)]);
+    assert!(b.read_address(READS, 32).is_ok());
+    for addr in [0xfed1_4ffc, 0xfed1_6000, 0] {
+        assert!(
+            matches!(
+                b.read_address(addr, 32),
+                Err(DevMemError::OutsideWindow { .. })
+            ),
+            "{addr:#x} must be refused"
+        );
+    }
+    let mut out = vec![Default::default(); 2];
+    b.read(&mut out);
+    assert!(out.iter().all(|r| r.ok));
+    assert!(b.poll_period().is_some(), "32-bit counters need the poller");
+}
+
+#[test]
+fn a_missing_devmem_says_so_and_names_the_kernel_pmu() {
+    let out = imc()
+        .args([
+            "--root",
+            &fixture("icl-client"),
+            "--devmem",
+            "/nonexistent/mem",
+            "stat",
+            "--backend",
+            "intel-client-mchbar",
+            "--duration",
+            "0.1",
+        ])
+        .output()
+        .expect("run imc");
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("/nonexistent/mem") && err.contains("intel-client-imc"),
+        "{err}"
+    );
+}
+
+/// A /dev/mem whose mmap the kernel forbids (STRICT_DEVMEM, lockdown).
+struct ForbiddingDevMem;
+
+impl DevMem for ForbiddingDevMem {
+    fn map_readonly(
+        &self,
+        path: &Path,
+        base: u64,
+        len: usize,
+    ) -> Result<Box<dyn Region>, DevMemError> {
+        Err(DevMemError::Map {
+            path: path.to_path_buf(),
+            addr: base,
+            len,
+            source: io::Error::from_raw_os_error(libc::EPERM),
+        })
+    }
+}
+
+#[test]
+fn a_forbidden_mapping_names_strict_devmem_and_the_alternative() {
+    let root = fixture("icl-client");
+    let (r, _, _) = run_fake(
+        Arc::new(FakePerf::new()),
+        &ForbiddingDevMem,
+        parse(&root, "/dev/mem", 1000, 1.0, "intel-client-mchbar"),
+    );
+    let msg = r.expect_err("refused");
+    assert!(
+        msg.contains("STRICT_DEVMEM") && msg.contains("lockdown"),
+        "{msg}"
+    );
+    assert!(msg.contains("--backend intel-client-imc"), "{msg}");
+    assert!(!msg.contains('\n'));
+}
+
+// ---------------------------------------------------------------------------------------------
+// The real binary on this VM.
+
+fn json_lines(out: &std::process::Output) -> Vec<Value> {
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}")))
+        .collect()
+}
+
+fn perf_usable() -> bool {
+    let attr = imc::sys::perf::PerfEventAttr::counting(TYPE_SOFTWARE, 0);
+    imc::sys::perf::RealPerf.open(&attr, -1, 0, None).is_ok()
+}
+
+#[test]
+fn msr_tsc_counts_at_a_steady_rate_per_real_elapsed_time() {
+    if !imc_tests::require(
+        perf_usable() && Path::new("/sys/bus/event_source/devices/msr").exists(),
+        "system-wide perf events and the msr PMU",
+    ) {
+        return;
+    }
+    // -I 5 runs kernel-timed, -I 150 wakes per interval: both must divide by real time.
+    for (interval, duration) in [("5", "0.2"), ("150", "0.45")] {
+        let out = imc()
+            .args([
+                "stat",
+                "-I",
+                interval,
+                "--duration",
+                duration,
+                "-e",
+                "msr/tsc/",
+                "--json",
+            ])
+            .output()
+            .expect("run imc");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let lines = json_lines(&out);
+        assert!(lines.len() >= 3, "{} intervals", lines.len());
+        // The TSC ticks at a constant rate on every CPU, so count / elapsed is the same in every
+        // interval however late a wake-up was; compare each interval with the run's total.
+        let rate = |l: &Value| {
+            num(&l["values"]["msr/tsc/"]) / (num(&l["t_end_ns"]) - num(&l["t_start_ns"]))
+        };
+        let total: f64 = lines.iter().map(|l| num(&l["values"]["msr/tsc/"])).sum();
+        let span = num(&lines[lines.len() - 1]["t_end_ns"]) - num(&lines[0]["t_start_ns"]);
+        let mean = total / span;
+        for l in &lines {
+            assert!(
+                (rate(l) / mean - 1.0).abs() < 0.01,
+                "{l} vs {mean} ticks/ns"
+            );
+            assert_eq!(l["source"], "events");
+            assert_eq!(l["packages"], Value::Array(vec![]));
+        }
+        // Consecutive intervals share their boundary.
+        for w in lines.windows(2) {
+            assert_eq!(w[0]["t_end_ns"], w[1]["t_start_ns"]);
+        }
+    }
+}
+
+#[test]
+fn software_events_count_system_wide() {
+    if !imc_tests::require(perf_usable(), "system-wide perf events") {
+        return;
+    }
+    let out = imc()
+        .args([
+            "stat",
+            "-I",
+            "20",
+            "--duration",
+            "0.1",
+            "-e",
+            "cpu-clock",
+            "-x",
+            ";",
+        ])
+        .output()
+        .expect("run imc");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let rows: Vec<Vec<&str>> = text
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| l.split(';').collect())
+        .collect();
+    assert_eq!(rows.len(), 5, "{text}");
+    for r in &rows {
+        assert_eq!(r[2], "event");
+        assert_eq!(r[3], "cpu-clock");
+        // cpu-clock on every CPU counts wall time: ns per CPU ≈ elapsed.
+        let ns: f64 = r[4].parse().expect("count");
+        let el: f64 = r[1].parse().expect("elapsed");
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+        assert!((ns / (el * 1e9) / cpus - 1.0).abs() < 0.05, "{r:?}");
+    }
+}
+
+#[test]
+fn no_memory_controller_in_a_guest_is_one_line_and_exit_1() {
+    let out = imc()
+        .args(["--root", &fixture("vm-guest"), "stat", "--duration", "0.1"])
+        .output()
+        .expect("run imc");
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("no memory-controller counters on this machine"),
+        "{err}"
+    );
+    assert!(
+        err.contains("hypervisor") && err.contains("-e msr/tsc/"),
+        "{err}"
+    );
+}
+
+#[test]
+fn bad_input_exits_2() {
+    for args in [
+        vec!["stat", "-I", "0"],
+        vec!["stat", "--backend", "nonsense"],
+        vec!["stat", "-e", "nosuchpmu/foo/", "--duration", "0.1"],
+        vec!["stat", "-x", "", "--duration", "0.1"],
+        vec!["stat", "--duration", "1", "--", "true"],
+    ] {
+        let out = imc().args(&args).output().expect("run imc");
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&out.stderr).lines().count(),
+            1,
+            "{args:?}"
+        );
+    }
+}
+
+#[test]
+fn the_child_command_decides_the_exit_status() {
+    if !imc_tests::require(perf_usable(), "system-wide perf events") {
+        return;
+    }
+    let out = imc()
+        .args([
+            "stat",
+            "-I",
+            "10",
+            "-e",
+            "msr/tsc/",
+            "--json",
+            "--",
+            "sh",
+            "-c",
+            "sleep 0.05; exit 3",
+        ])
+        .output()
+        .expect("run imc");
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!json_lines(&out).is_empty());
+    let out = imc()
+        .args([
+            "stat",
+            "-I",
+            "10",
+            "-e",
+            "msr/tsc/",
+            "--",
+            "sh",
+            "-c",
+            "kill -TERM $$",
+        ])
+        .output()
+        .expect("run imc");
+    assert_eq!(out.status.code(), Some(128 + libc::SIGTERM));
+}

@@ -642,7 +642,7 @@ mod tests {
             1_000_000,
             Some(10_000_000),
             &mut || false,
-            &mut |_, r| {
+            &mut |_: &Layout, r: &IntervalReport| {
                 rates.push(r.rate(r.packages[0].bytes.read));
                 elapsed.push(r.elapsed_ns());
                 Ok(())

@@ -168,16 +168,51 @@ impl PerfBackend {
                 errno: first_errno,
             });
         }
-        let n = planned.len();
-        Ok(PerfBackend {
+        Ok(Self::keep_opened(
+            sys, source, planned, groups, failures, None,
+        ))
+    }
+
+    /// The backend over the counters that opened: the others were reported and are left out, so
+    /// a package whose CPU is offline shows no row rather than a row of zeros.
+    fn keep_opened(
+        sys: Arc<dyn PerfSys>,
+        source: &str,
+        planned: Vec<PerfCounter>,
+        mut groups: Vec<Group>,
+        mut failures: Vec<CounterFailure>,
+        period_ns: Option<u64>,
+    ) -> PerfBackend {
+        let mut new_index = vec![None; planned.len()];
+        let mut order: Vec<usize> = groups.iter().flat_map(|g| g.counters.clone()).collect();
+        order.sort_unstable();
+        for (new, &old) in order.iter().enumerate() {
+            new_index[old] = Some(new);
+        }
+        for g in &mut groups {
+            for i in &mut g.counters {
+                *i = new_index[*i].unwrap_or(*i);
+            }
+        }
+        for f in &mut failures {
+            f.counter = f.counter.and_then(|i| new_index.get(i).copied().flatten());
+        }
+        let counters: Vec<CounterSpec> = planned
+            .into_iter()
+            .enumerate()
+            .filter(|(i, _)| new_index[*i].is_some())
+            .map(|(_, c)| c.spec)
+            .collect();
+        let n = counters.len();
+        PerfBackend {
             sys,
             source: source.to_string(),
-            counters: planned.into_iter().map(|c| c.spec).collect(),
+            counters,
             groups,
             failures,
-            period_ns: None,
+            period_ns,
             scratch: vec![RawReading::default(); n],
-        })
+        }
     }
 
     /// Opens the planned counters so that the kernel reads them every `period_ns` itself: per
@@ -290,16 +325,14 @@ impl PerfBackend {
             sys.ioctl(g.fds[0].as_fd(), PerfIoctl::Enable)
                 .map_err(refused)?;
         }
-        let n = planned.len();
-        Ok(PerfBackend {
+        Ok(Self::keep_opened(
             sys,
-            source: source.to_string(),
-            counters: planned.into_iter().map(|c| c.spec).collect(),
+            source,
+            planned,
             groups,
             failures,
-            period_ns: Some(period_ns),
-            scratch: vec![RawReading::default(); n],
-        })
+            Some(period_ns),
+        ))
     }
 
     /// Moves every group's new samples from its ring into its queue.
