@@ -42,6 +42,7 @@ fn config(slots: Vec<SlotPlan>, cpus: &[u32], freq: u32) -> SamplerConfig {
         ring_bytes: None,
         drain_period_ms: 10,
         bpf_log: false,
+        tick_program: Default::default(),
     }
 }
 
@@ -97,6 +98,10 @@ fn tsc_read_in_the_tick_matches_read_of_the_same_fd() {
                 .all(|w| w[1].slots[0].value >= w[0].slots[0].value)
         );
         assert!(last.slots[0].running > 0 && last.slots[0].running == last.slots[0].enabled);
+        assert!(
+            ticks.iter().all(|t| t.comm_bytes().len() > 0),
+            "every record names its task"
+        );
         // TSC rate as the ticks saw it.
         let rate =
             (last.slots[0].value - first.slots[0].value) as f64 / (last.t_ns - first.t_ns) as f64;

@@ -10,14 +10,44 @@
 pub const MAX_SLOTS: usize = 8;
 
 /// Bumped whenever [`TickRecord`] or the map names change.
-pub const RECORD_ABI_VERSION: u32 = 1;
+pub const RECORD_ABI_VERSION: u32 = 2;
 
 /// Names of the per-slot PERF_EVENT_ARRAY maps, in slot order.
 pub const SLOT_MAP_NAMES: [&str; MAX_SLOTS] = [
     "SLOT0", "SLOT1", "SLOT2", "SLOT3", "SLOT4", "SLOT5", "SLOT6", "SLOT7",
 ];
-/// Ring buffer carrying [`TickRecord`]s.
+/// Per-CPU rings of [`TickRecord`]s: one BPF_F_MMAPABLE array, CPU `c` owning entries
+/// `c * RING_LEN .. (c + 1) * RING_LEN`. Each CPU writes only its own region and publishes with
+/// its [`CpuHead`], so the tick takes no lock (the shared BPF ring buffer's spinlock cost more
+/// than everything else in the tick together) and userspace reads it through mmap, with no
+/// syscall per record.
 pub const TICKS_MAP_NAME: &str = "TICKS";
+/// One [`CpuHead`] per CPU, also mmapable.
+pub const HEADS_MAP_NAME: &str = "HEADS";
+/// Read-only global: bit `s` set when slot `s` may be multiplexed and needs enabled/running
+/// times; other slots carry `enabled == running == 1`.
+pub const TIMED_SLOTS_GLOBAL: &str = "TIMED_SLOTS";
+/// Read-only global: records per CPU ring (a power of two).
+pub const RING_LEN_GLOBAL: &str = "RING_LEN";
+
+/// The producer side of one CPU's ring. Padded to a cache line so CPUs never share one.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CpuHead {
+    /// Records ever written on this CPU; the next goes to `head % RING_LEN`. Increased with an
+    /// atomic add after the record is complete, so a reader that loads it (acquire) sees
+    /// complete records below it.
+    pub head: u64,
+    /// Thread id the last record carried comm and cgroup for (see [`FLAG_TASK_OMITTED`]).
+    pub last_pid: u32,
+    pub _pad: [u32; 13],
+}
+
+/// Set by the kernel in `TickRecord::_pad` when the task is the one the previous record of this
+/// CPU described in full, so comm and cgroup were not fetched again (each helper costs about
+/// 100 ns in a VM). The sampler fills them in from its per-CPU cache and clears the flag before
+/// any consumer sees the record.
+pub const FLAG_TASK_OMITTED: u8 = 1;
 /// Per-CPU array of u64 counters, indexed by the `STAT_*` constants.
 pub const STATS_MAP_NAME: &str = "STATS";
 /// Read-only global: how many slots are configured (0..=MAX_SLOTS).
@@ -31,7 +61,8 @@ pub const KIND_SWITCH: u8 = 1;
 
 /// Program runs (ticks or switches) on this CPU.
 pub const STAT_RUNS: u32 = 0;
-/// Records dropped because the ring buffer was full: userspace reports them as lost samples.
+/// Unused since the per-CPU rings (lost records are counted by the reader); kept so the
+/// indices below do not move.
 pub const STAT_RINGBUF_FULL: u32 = 1;
 /// `STAT_READ_ERROR + slot`: `bpf_perf_event_read_value` failed for a reason other than an
 /// empty array entry (the counter exists but cannot be read from this CPU, for instance).
@@ -70,6 +101,7 @@ pub struct TickRecord {
     pub nr_slots: u8,
     /// Bit `s` set: slot `s` could not be read in this run; its reading is zero.
     pub failed_mask: u8,
+    /// Kernel-to-sampler flags ([`FLAG_TASK_OMITTED`]); always 0 in records handed out.
     pub _pad: u8,
     pub comm: [u8; 16],
     pub slots: [SlotReading; MAX_SLOTS],
@@ -97,3 +129,7 @@ const _: () = assert!(TickRecord::SIZE == 48 + 24 * MAX_SLOTS);
 unsafe impl aya::Pod for SlotReading {}
 #[cfg(feature = "user")]
 unsafe impl aya::Pod for TickRecord {}
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for CpuHead {}
+
+const _: () = assert!(core::mem::size_of::<CpuHead>() == 64);

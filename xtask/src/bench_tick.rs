@@ -1,3 +1,16 @@
-pub fn run(_imc: &std::path::Path) -> anyhow::Result<()> {
-    anyhow::bail!("bench-tick is not written yet")
+//! `cargo xtask bench-tick`: builds and runs imc-bench-tick (imc-user/src/bin), which measures
+//! ns per run of imc's tick against a bpftrace-like baseline in the same run.
+use anyhow::{Context, Result, bail};
+use std::path::Path;
+use std::process::Command;
+
+pub fn run(imc: &Path) -> Result<()> {
+    let bench = imc.with_file_name("imc-bench-tick");
+    let status = Command::new(&bench)
+        .status()
+        .with_context(|| format!("running {}", bench.display()))?;
+    if !status.success() {
+        bail!("{} failed: {status}", bench.display());
+    }
+    Ok(())
 }

@@ -6,21 +6,24 @@
 pub mod object;
 
 use crate::model::{Encoded, SlotSpec};
-use crate::sys::bpf::{BpfSys, RealBpf};
+use crate::sys::bpf::{BpfSys, MappedMap, RealBpf};
 use crate::sys::perf::{
     self, CounterValue, FLAG_EXCLUDE_KERNEL, FLAG_EXCLUDE_USER, PerfEventAttr, PerfSys, RealPerf,
 };
-use aya::maps::{MapData, PerCpuArray, RingBuf};
+use aya::maps::{MapData, PerCpuArray};
 use aya::programs::perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent};
 use aya::programs::{PerfEvent, RawTracePoint};
 use aya::{Ebpf, EbpfLoader};
 use imc_common::{
-    MAX_SLOTS, NR_SLOTS_GLOBAL, NR_STATS, SLOT_MAP_NAMES, STAT_READ_ERROR, STAT_RINGBUF_FULL,
-    STAT_RUNS, STAT_SLOT_ABSENT, STATS_MAP_NAME, TICKS_MAP_NAME, TickRecord,
+    CpuHead, FLAG_TASK_OMITTED, HEADS_MAP_NAME, MAX_SLOTS, NR_SLOTS_GLOBAL, NR_STATS,
+    RING_LEN_GLOBAL, SLOT_MAP_NAMES, STAT_READ_ERROR, STAT_SLOT_ABSENT, STATS_MAP_NAME,
+    SlotReading, TICKS_MAP_NAME, TIMED_SLOTS_GLOBAL, TickRecord,
 };
+use std::collections::HashMap;
 use std::io;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use thiserror::Error;
 
 #[derive(Debug, Error)]
@@ -63,6 +66,9 @@ pub struct SlotPlan {
     /// For each counter of this slot: the CPU it is opened on and the CPUs whose array entry
     /// gets its fd (a CPU-scope counter: itself; a package counter: the CPUs allowed to read it).
     pub instances: Vec<(u32, Vec<u32>)>,
+    /// Read enabled/running times at each tick (core PMU events, which can be multiplexed);
+    /// otherwise the value alone is read, which is cheaper.
+    pub may_multiplex: bool,
 }
 
 impl SlotPlan {
@@ -72,8 +78,19 @@ impl SlotPlan {
             spec,
             attr: counting_attr(encoded),
             instances: cpus.iter().map(|&c| (c, vec![c])).collect(),
+            may_multiplex: may_multiplex(encoded),
         }
     }
+}
+
+/// Whether an event lives on a PMU that shares counters between events (the core PMU), where
+/// the kernel multiplexes when too many are open.
+pub fn may_multiplex(e: &Encoded) -> bool {
+    matches!(
+        e.pmu_type,
+        perf::TYPE_HARDWARE | perf::TYPE_HW_CACHE | perf::TYPE_RAW
+    ) || e.pmu == "cpu"
+        || e.pmu.starts_with("cpu_")
 }
 
 /// The counting `perf_event_attr` for an encoded event.
@@ -90,6 +107,25 @@ pub fn counting_attr(e: &Encoded) -> PerfEventAttr {
     a
 }
 
+/// Which program the cpu-clock timer runs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TickProgram {
+    /// imc's tick: read the slots, emit a record.
+    #[default]
+    Imc,
+    /// Benchmark baseline: a per-CPU hash count per pid, as bpftrace's `@[pid] = count()`.
+    BaselinePidCount,
+}
+
+impl TickProgram {
+    fn name(self) -> &'static str {
+        match self {
+            TickProgram::Imc => "imc_tick",
+            TickProgram::BaselinePidCount => "baseline_pid_count",
+        }
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct SamplerConfig {
     /// Timer ticks per second per CPU (1..=10000).
@@ -99,13 +135,15 @@ pub struct SamplerConfig {
     pub cpus: Vec<u32>,
     /// Also run at every context switch.
     pub precise: bool,
-    /// Ring buffer size in bytes (power of two, multiple of the page size); None: sized for
-    /// `drain_period_ms` at `freq` on every CPU with a wide margin.
+    /// Records per CPU ring (rounded up to a power of two); None: sized for `drain_period_ms`
+    /// at `freq` with a wide margin.
     pub ring_bytes: Option<u32>,
     /// How often the caller drains; sizes the ring buffer.
     pub drain_period_ms: u32,
     /// Forward the program's aya-log lines to the `log` crate (debug only: costs time per run).
     pub bpf_log: bool,
+    /// imc's tick, or the benchmark's baseline.
+    pub tick_program: TickProgram,
 }
 
 /// Per-CPU program statistics, from the STATS map.
@@ -143,11 +181,12 @@ struct OpenCounter {
 }
 
 pub struct Sampler {
+    tick_program: TickProgram,
     // Field order is drop order: the links and programs (inside `ebpf`) go first, then the
     // maps we took out of it, then the counter fds.
     ebpf: Ebpf,
     logger: Option<aya_log::EbpfLogger<&'static dyn log::Log>>,
-    ring: RingBuf<MapData>,
+    rings: Rings,
     stats: PerCpuArray<MapData, u64>,
     counters: Vec<OpenCounter>,
     slots: Vec<SlotSpec>,
@@ -175,17 +214,142 @@ pub fn privileged() -> bool {
     }
 }
 
-fn ring_size(cfg: &SamplerConfig) -> u32 {
-    if let Some(b) = cfg.ring_bytes {
-        return b;
+/// Records per CPU ring: enough for 8 drain periods at the tick rate (32 in precise mode, where
+/// context switches add records), a power of two between 64 and 16384.
+fn ring_len(cfg: &SamplerConfig) -> u32 {
+    if let Some(n) = cfg.ring_bytes {
+        return n.clamp(2, 1 << 20).next_power_of_two();
     }
-    // Records per drain period on every CPU, times 8 for scheduling hiccups and switch storms
-    // in precise mode; at least 1 MiB.
-    let per_period =
-        cfg.cpus.len() as u64 * u64::from(cfg.freq) * u64::from(cfg.drain_period_ms.max(1)) / 1000;
-    let mut want = per_period * (TickRecord::SIZE as u64 + 8) * if cfg.precise { 32 } else { 8 };
-    want = want.clamp(1 << 20, 1 << 30);
-    want.next_power_of_two() as u32
+    let per_period = u64::from(cfg.freq) * u64::from(cfg.drain_period_ms.max(1)) / 1000 + 1;
+    let want = per_period * if cfg.precise { 32 } else { 8 };
+    want.clamp(64, 16384).next_power_of_two() as u32
+}
+
+/// Task identity of the last full record seen per CPU and per thread, to fill in records where
+/// the kernel omitted comm and cgroup (FLAG_TASK_OMITTED).
+#[derive(Default)]
+struct TaskCache {
+    by_cpu: Vec<(u32, u64, [u8; 16])>,
+    by_pid: HashMap<u32, (u64, [u8; 16])>,
+}
+
+impl TaskCache {
+    fn complete(&mut self, rec: &mut TickRecord) {
+        let cpu = rec.cpu as usize;
+        if cpu >= self.by_cpu.len() {
+            self.by_cpu.resize(cpu + 1, (u32::MAX, 0, [0; 16]));
+        }
+        if rec._pad & FLAG_TASK_OMITTED == 0 {
+            self.by_cpu[cpu] = (rec.pid, rec.cgroup_id, rec.comm);
+            self.by_pid.insert(rec.pid, (rec.cgroup_id, rec.comm));
+            return;
+        }
+        rec._pad &= !FLAG_TASK_OMITTED;
+        let (pid, cgroup, comm) = self.by_cpu[cpu];
+        if pid == rec.pid {
+            rec.cgroup_id = cgroup;
+            rec.comm = comm;
+        } else if let Some((cgroup, comm)) = self.by_pid.get(&rec.pid) {
+            // The full record was overwritten before we read it; an earlier one named the task.
+            rec.cgroup_id = *cgroup;
+            rec.comm = *comm;
+        } else {
+            // Never seen in full: ask /proc (the cgroup stays unknown, 0).
+            let name = std::fs::read(format!("/proc/{}/comm", rec.pid)).unwrap_or_default();
+            let mut comm = [0u8; 16];
+            let n = name
+                .iter()
+                .position(|&b| b == b'\n')
+                .unwrap_or(name.len())
+                .min(15);
+            comm[..n].copy_from_slice(&name[..n]);
+            rec.cgroup_id = 0;
+            rec.comm = comm;
+            self.by_pid.insert(rec.pid, (0, comm));
+        }
+    }
+}
+
+/// The consumer side of the per-CPU rings.
+struct Rings {
+    ticks: MappedMap,
+    heads: MappedMap,
+    ring_len: u32,
+    tails: Vec<u64>,
+    lost: Vec<u64>,
+    batch: Vec<(u64, TickRecord)>,
+    tasks: TaskCache,
+}
+
+impl Rings {
+    fn head(&self, cpu: usize) -> u64 {
+        // SAFETY: cpu < possible CPUs = entries of HEADS; `head` is the first, 8-byte aligned
+        // field of a 64-byte element; the kernel updates it atomically.
+        unsafe {
+            let p = self
+                .heads
+                .as_ptr()
+                .add(cpu * std::mem::size_of::<CpuHead>())
+                .cast::<AtomicU64>();
+            (*p).load(Ordering::Acquire)
+        }
+    }
+
+    fn record(&self, cpu: usize, seq: u64) -> TickRecord {
+        let index = cpu * self.ring_len as usize + (seq % u64::from(self.ring_len)) as usize;
+        // SAFETY: index < possible CPUs × ring_len = entries of TICKS (elements are exactly
+        // TickRecord::SIZE bytes, a multiple of 8). The producer may be rewriting it; the
+        // caller detects that from the head and discards such copies.
+        unsafe {
+            std::ptr::read_volatile(
+                self.ticks
+                    .as_ptr()
+                    .add(index * TickRecord::SIZE)
+                    .cast::<TickRecord>(),
+            )
+        }
+    }
+
+    fn drain(&mut self, f: &mut dyn FnMut(&TickRecord)) -> usize {
+        let len = u64::from(self.ring_len);
+        let mut n = 0;
+        for cpu in 0..self.tails.len() {
+            let head = self.head(cpu);
+            let mut tail = self.tails[cpu];
+            if head == tail {
+                continue;
+            }
+            if head - tail > len {
+                self.lost[cpu] += head - tail - len;
+                tail = head - len;
+            }
+            self.batch.clear();
+            for seq in tail..head {
+                let r = self.record(cpu, seq);
+                self.batch.push((seq, r));
+            }
+            // Anything the producer lapped while we copied is torn: drop it, count it lost.
+            let after = self.head(cpu);
+            let valid_from = after.saturating_sub(len);
+            let mut batch = std::mem::take(&mut self.batch);
+            for (seq, rec) in batch.iter_mut() {
+                if *seq < valid_from {
+                    self.lost[cpu] += 1;
+                    continue;
+                }
+                let nr = usize::from(rec.nr_slots).min(MAX_SLOTS);
+                for s in &mut rec.slots[nr..] {
+                    *s = SlotReading::default();
+                }
+                self.tasks.complete(rec);
+                f(rec);
+                n += 1;
+            }
+            self.batch = batch;
+            self.tails[cpu] = head;
+        }
+        n
+    }
 }
 
 impl Sampler {
@@ -242,7 +406,19 @@ impl Sampler {
         for name in SLOT_MAP_NAMES {
             loader.map_max_entries(name, possible);
         }
-        loader.map_max_entries(TICKS_MAP_NAME, ring_size(cfg));
+        // Core PMU events (type 0, 3, 4 and the "cpu" PMU) share counters and can be
+        // multiplexed; uncore, msr and software counters cannot.
+        let timed: u32 = cfg
+            .slots
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.may_multiplex)
+            .fold(0, |m, (i, _)| m | 1 << i);
+        loader.override_global(TIMED_SLOTS_GLOBAL, &timed, true);
+        let ring_len = ring_len(cfg);
+        loader.override_global(RING_LEN_GLOBAL, &ring_len, true);
+        loader.map_max_entries(TICKS_MAP_NAME, possible * ring_len);
+        loader.map_max_entries(HEADS_MAP_NAME, possible);
         let mut ebpf = loader
             .load(&bytes)
             .map_err(|e| SamplerError::Load(error_chain(&e)))?;
@@ -287,17 +463,33 @@ impl Sampler {
             }
         }
 
-        let ring: RingBuf<MapData> = ebpf
-            .take_map(TICKS_MAP_NAME)
-            .ok_or_else(|| SamplerError::Map {
-                map: TICKS_MAP_NAME.into(),
-                message: "missing".into(),
-            })?
-            .try_into()
-            .map_err(|e: aya::maps::MapError| SamplerError::Map {
-                map: TICKS_MAP_NAME.into(),
-                message: e.to_string(),
-            })?;
+        let map_bytes = |name: &str, bytes: usize| -> Result<MappedMap, SamplerError> {
+            let Some(aya::maps::Map::Array(data)) = ebpf.map(name) else {
+                return Err(SamplerError::Map {
+                    map: name.into(),
+                    message: "missing or not an array".into(),
+                });
+            };
+            MappedMap::map(data.fd().as_fd(), bytes).map_err(|e| SamplerError::Map {
+                map: name.into(),
+                message: format!("mmap of {bytes} bytes: {e}"),
+            })
+        };
+        let rings = Rings {
+            ticks: map_bytes(
+                TICKS_MAP_NAME,
+                (possible * ring_len) as usize * TickRecord::SIZE,
+            )?,
+            heads: map_bytes(
+                HEADS_MAP_NAME,
+                possible as usize * std::mem::size_of::<CpuHead>(),
+            )?,
+            ring_len,
+            tails: vec![0; possible as usize],
+            lost: vec![0; possible as usize],
+            batch: Vec::with_capacity(ring_len as usize),
+            tasks: TaskCache::default(),
+        };
         let stats: PerCpuArray<MapData, u64> = ebpf
             .take_map(STATS_MAP_NAME)
             .ok_or_else(|| SamplerError::Map {
@@ -314,10 +506,11 @@ impl Sampler {
         // `freq` ticks per busy second, with no adaptive period for the kernel to tune.
         let period_ns = 1_000_000_000u64 / u64::from(cfg.freq.max(1));
         {
+            let name = cfg.tick_program.name();
             let prog: &mut PerfEvent = ebpf
-                .program_mut("imc_tick")
+                .program_mut(name)
                 .ok_or_else(|| {
-                    SamplerError::Load("program imc_tick missing from the object".into())
+                    SamplerError::Load(format!("program {name} missing from the object"))
                 })?
                 .try_into()
                 .map_err(|e: aya::programs::ProgramError| SamplerError::Load(error_chain(&e)))?;
@@ -354,9 +547,10 @@ impl Sampler {
         }
 
         Ok(Sampler {
+            tick_program: cfg.tick_program,
             ebpf,
             logger,
-            ring,
+            rings,
             stats,
             counters,
             slots: cfg.slots.iter().map(|p| p.spec.clone()).collect(),
@@ -377,22 +571,7 @@ impl Sampler {
         if let Some(l) = self.logger.as_mut() {
             l.flush();
         }
-        let mut n = 0;
-        while let Some(item) = self.ring.next() {
-            if item.len() >= TickRecord::SIZE {
-                // SAFETY: the kernel wrote a full TickRecord (same #[repr(C)] layout, checked by
-                // size); read_unaligned because ring entries are only 8-byte aligned.
-                let rec = unsafe { std::ptr::read_unaligned(item.as_ptr().cast::<TickRecord>()) };
-                f(&rec);
-                n += 1;
-            }
-        }
-        n
-    }
-
-    /// The ring buffer fd, for waiting on it (epoll) instead of polling on a timer.
-    pub fn ring_fd(&self) -> BorrowedFd<'_> {
-        self.ring.as_fd()
+        self.rings.drain(&mut f)
     }
 
     /// Program statistics summed per CPU.
@@ -414,13 +593,20 @@ impl Sampler {
             for (cpu, v) in values.iter().enumerate() {
                 let s = &mut per_cpu[cpu];
                 match index {
-                    STAT_RUNS => s.runs = *v,
-                    STAT_RINGBUF_FULL => s.lost = *v,
+                    i if i < STAT_READ_ERROR => {}
                     i if (STAT_READ_ERROR..STAT_SLOT_ABSENT).contains(&i) => {
                         s.read_errors[(i - STAT_READ_ERROR) as usize] = *v
                     }
                     i => s.absent[(i - STAT_SLOT_ABSENT) as usize] = *v,
                 }
+            }
+        }
+        // Runs are the rings' heads; lost records are the ones the reader found overwritten.
+        for s in &mut per_cpu {
+            let cpu = s.cpu as usize;
+            if cpu < self.rings.tails.len() {
+                s.runs = self.rings.head(cpu);
+                s.lost = self.rings.lost[cpu];
             }
         }
         Ok(SamplerStats { per_cpu })
@@ -440,6 +626,20 @@ impl Sampler {
                 )
             })?;
         perf::read_counter(&RealPerf, c.fd.as_fd())
+    }
+
+    /// Total run time and run count of the tick program, as the kernel accounts them while
+    /// run-time statistics are enabled (`sys::bpf::enable_run_time_stats`).
+    pub fn tick_run_stats(&self) -> Result<(std::time::Duration, u64), SamplerError> {
+        let name = self.tick_program.name();
+        let prog = self
+            .ebpf
+            .program(name)
+            .ok_or_else(|| SamplerError::Load(format!("program {name} missing")))?;
+        let info = prog
+            .info()
+            .map_err(|e| SamplerError::Load(error_chain(&e)))?;
+        Ok((info.run_time(), info.run_count()))
     }
 
     /// Program ids of the loaded programs (for checking that they are gone after drop).

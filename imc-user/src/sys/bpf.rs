@@ -88,3 +88,55 @@ pub fn enable_run_time_stats() -> io::Result<std::os::fd::OwnedFd> {
     // SAFETY: a fresh fd owned by nobody else.
     Ok(unsafe { std::os::fd::FromRawFd::from_raw_fd(fd as i32) })
 }
+
+/// A read-only shared mapping of a BPF_F_MMAPABLE array map, unmapped on drop.
+pub struct MappedMap {
+    ptr: std::ptr::NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: the mapping is plain shared memory; all access goes through volatile/atomic reads.
+unsafe impl Send for MappedMap {}
+
+impl MappedMap {
+    /// Maps the first `len` bytes of the map's values (offset 0), read-only.
+    pub fn map(map: BorrowedFd<'_>, len: usize) -> io::Result<MappedMap> {
+        // SAFETY: a fresh mapping of a valid fd; the kernel checks len against the map size.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                map.as_raw_fd(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(MappedMap {
+            ptr: std::ptr::NonNull::new(p.cast()).expect("mmap returned non-null"),
+            len,
+        })
+    }
+
+    pub fn as_ptr(&self) -> *const u8 {
+        self.ptr.as_ptr()
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl Drop for MappedMap {
+    fn drop(&mut self) {
+        // SAFETY: unmapping exactly what map() mapped.
+        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
+    }
+}
