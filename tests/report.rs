@@ -220,7 +220,7 @@ fn not_a_recording_or_too_new_is_one_line_and_exit_2() {
 fn max_size_rotates_into_file_1_and_report_reads_both() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("rot.imc");
-    let max = 16 * 1024;
+    let max = 64 * 1024;
     let (stats, _) = record_scenario(
         &bursty(20),
         &path,

@@ -91,21 +91,24 @@ impl Histogram {
         self.counts[Self::bucket(v)] += 1;
         self.n += 1;
     }
-    /// Upper edge of the bucket holding the q-th percentile.
-    fn percentile(&self, q: f64) -> f64 {
+    /// (lower, upper) edges of the bucket holding the q-th percentile.
+    fn percentile(&self, q: f64) -> (f64, f64) {
         let want = ((q / 100.0) * self.n as f64).ceil() as u64;
+        let edge = |i: usize| {
+            if i == 0 {
+                0.0
+            } else {
+                2f64.powf((i - 1) as f64 / HIST_PER_OCTAVE)
+            }
+        };
         let mut acc = 0;
         for (i, c) in self.counts.iter().enumerate() {
             acc += c;
             if acc >= want.max(1) {
-                return if i == 0 {
-                    1.0
-                } else {
-                    2f64.powf(i as f64 / HIST_PER_OCTAVE)
-                };
+                return (edge(i), edge(i + 1));
             }
         }
-        f64::INFINITY
+        (f64::INFINITY, f64::INFINITY)
     }
 }
 
@@ -141,7 +144,7 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> RecordError + '_ {
 
 /// Ticks per TICKS chunk: small enough that a crash loses little, large enough that the chunk
 /// overhead (9 bytes and a per-CPU restart of delta coding) stays negligible.
-const TICKS_PER_CHUNK: usize = 4096;
+const TICKS_PER_CHUNK: usize = 1024;
 
 impl Writer {
     /// Creates (truncates) `path`. With `max_size`, the recording is FILE plus at most one
@@ -246,10 +249,16 @@ impl Writer {
         } else {
             0.0
         };
-        let threshold = match self.opts.burst_threshold {
-            Some(t) => Some(t),
-            None if self.hist.n >= self.opts.warmup_intervals => Some(self.hist.percentile(99.0)),
-            None => None,
+        // As in the report: above an explicit threshold, or reaching the p99 bucket of the run
+        // so far while above its median (bursts of equal height must not hide each other).
+        let is_burst = match self.opts.burst_threshold {
+            Some(t) => bw > t,
+            None if self.hist.n >= self.opts.warmup_intervals => {
+                let (p99_low, _) = self.hist.percentile(99.0);
+                let (_, p50_high) = self.hist.percentile(50.0);
+                bw >= p99_low && bw > p50_high
+            }
+            None => false,
         };
         self.hist.add(bw);
         // Refill the raw-tick budget by recording time.
@@ -261,7 +270,7 @@ impl Writer {
         }
         self.last_token_t = Some(iv.t_end_ns);
         let from = iv.t_start_ns.saturating_sub(self.opts.pre_ns);
-        if threshold.is_some_and(|th| bw > th && bw > 0.0) {
+        if is_burst && bw > 0.0 {
             self.stats.bursts += 1;
             let ticks: Vec<TickRecord> = self.ring.drain(..).filter(|r| r.t_ns >= from).collect();
             let until = iv.t_end_ns.saturating_add(self.opts.post_ns);
@@ -298,7 +307,12 @@ impl Writer {
         let ticks = std::mem::take(&mut self.capture);
         for part in ticks.chunks(TICKS_PER_CHUNK) {
             let payload = self.encode_ticks(part);
-            if self.tokens < payload.len() as f64 {
+            // Raw ticks are the first thing to give up: over budget, or too big for a file
+            // half of `max_size` (a chunk must never push a file past its bound).
+            let too_big = self
+                .max_size
+                .is_some_and(|m| payload.len() as u64 + 9 > m / 4);
+            if too_big || self.tokens < payload.len() as f64 {
                 self.stats.ticks_skipped += part.len() as u64;
                 continue;
             }
