@@ -368,8 +368,10 @@ impl PerfBackend {
                 }
                 let base = *t0.get_or_insert(t);
                 // Samples keep the phase of the first one (the kernel's hrtimer forwards by
-                // whole periods), so the boundary index is the rounded period count.
-                let k = (t.saturating_sub(base) + period / 2) / period;
+                // whole periods) and are never early, only late: a sample up to 0.9 period late
+                // still closes its own boundary (the next one follows on time), while 0.1 period
+                // of slack absorbs the first sample's own lateness.
+                let k = (t.saturating_sub(base) + period / 10) / period;
                 queue.push_back(k);
                 queue.push_back(t);
                 queue.push_back(en);
