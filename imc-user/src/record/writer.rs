@@ -53,6 +53,8 @@ pub struct WriterStats {
     pub ticks_skipped: u64,
     pub bursts: u64,
     pub rotations: u64,
+    /// Bytes of TICKS chunks written (all files).
+    pub raw_bytes: u64,
     /// Bytes written to the current file.
     pub bytes: u64,
 }
@@ -320,6 +322,7 @@ impl Writer {
             self.emit_tables()?;
             self.write_chunk(CHUNK_TICKS, &payload)?;
             self.stats.ticks_written += part.len() as u64;
+            self.stats.raw_bytes += payload.len() as u64 + 9;
         }
         let mut ticks = ticks;
         ticks.clear();
