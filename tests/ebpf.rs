@@ -8,6 +8,14 @@ use imc_tests::*;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+/// Sampler tests measure the whole machine (ticks, page faults, CPU time, loaded programs), so
+/// they run one at a time rather than disturbing each other.
+static MACHINE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn exclusive() -> std::sync::MutexGuard<'static, ()> {
+    MACHINE.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 fn msr_tsc() -> Encoded {
     let ty = std::fs::read_to_string("/sys/bus/event_source/devices/msr/type")
         .expect("this machine kind has the msr PMU")
@@ -64,6 +72,7 @@ fn tsc_read_in_the_tick_matches_read_of_the_same_fd() {
     if !sampler_prerequisites() {
         return;
     }
+    let _machine = exclusive();
     let cpus = online_cpus();
     let tsc = msr_tsc();
     let plan = SlotPlan::per_cpu(spec("msr/tsc/"), &tsc, &cpus);
@@ -128,6 +137,7 @@ fn dropping_the_sampler_leaves_no_program_loaded() {
     if !sampler_prerequisites() {
         return;
     }
+    let _machine = exclusive();
     let cpus = online_cpus();
     let pf = Encoded {
         event: "page-faults".into(),
@@ -148,11 +158,19 @@ fn dropping_the_sampler_leaves_no_program_loaded() {
         "{ids:?} not in {loaded:?}"
     );
     drop(s);
-    let after = loaded_imc_programs();
-    assert!(
-        ids.iter().all(|id| !after.contains(&u64::from(*id))),
-        "still loaded after drop: {after:?}"
-    );
+    // The kernel frees programs after an RCU grace period, so give it a moment.
+    let deadline = Instant::now() + Duration::from_secs(3);
+    loop {
+        let after = loaded_imc_programs();
+        if ids.iter().all(|id| !after.contains(&u64::from(*id))) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "still loaded 3 s after drop: {ids:?} in {after:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 #[test]
@@ -160,6 +178,7 @@ fn precise_mode_records_context_switches() {
     if !sampler_prerequisites() {
         return;
     }
+    let _machine = exclusive();
     let cpus = online_cpus();
     let tsc = msr_tsc();
     let mut cfg = config(
@@ -190,4 +209,315 @@ fn precise_mode_records_context_switches() {
             .filter(|r| r.kind == imc_common::KIND_SWITCH)
             .all(|r| r.slots[0].value > 0)
     );
+}
+
+// ---- `imc top` end to end: the real binary, real programs, processes with known behaviour ----
+
+/// Child roles, run by re-executing this test binary with IMC_TEST_ROLE set (a no-op otherwise).
+#[test]
+fn role_child() {
+    let Ok(role) = std::env::var("IMC_TEST_ROLE") else {
+        return;
+    };
+    let secs: f64 = std::env::var("IMC_TEST_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(3.0);
+    let end = Instant::now() + Duration::from_secs_f64(secs);
+    match role.as_str() {
+        // Touches fresh pages as fast as it can: every touch is a page fault.
+        "toucher" => {
+            let len = 8 << 20;
+            while Instant::now() < end {
+                // SAFETY: anonymous private mapping, touched within bounds, then unmapped.
+                unsafe {
+                    let p = libc::mmap(
+                        std::ptr::null_mut(),
+                        len,
+                        libc::PROT_READ | libc::PROT_WRITE,
+                        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                        -1,
+                        0,
+                    );
+                    assert_ne!(p, libc::MAP_FAILED);
+                    for off in (0..len).step_by(4096) {
+                        *(p as *mut u8).add(off) = 1;
+                    }
+                    libc::munmap(p, len);
+                }
+            }
+        }
+        // Pure CPU, no memory allocation after start.
+        "spinner" => {
+            let mut x = 1u64;
+            while Instant::now() < end {
+                for _ in 0..100_000 {
+                    x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+                }
+                std::hint::black_box(x);
+            }
+        }
+        other => panic!("unknown role {other}"),
+    }
+}
+
+fn spawn_role(role: &str, secs: f64) -> std::process::Child {
+    std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["role_child", "--exact", "--nocapture", "--test-threads=1"])
+        .env("IMC_TEST_ROLE", role)
+        .env("IMC_TEST_SECS", secs.to_string())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn role child")
+}
+
+/// Fields of /proc/PID/stat after the comm (0 = state).
+fn stat_field(pid: u32, i: usize) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    after
+        .split_whitespace()
+        .nth(i)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// utime + stime of a process in seconds.
+fn cpu_seconds(pid: u32) -> f64 {
+    // SAFETY: sysconf has no preconditions.
+    let tck = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    (stat_field(pid, 11) + stat_field(pid, 12)) / tck
+}
+
+/// Minor page faults of a process so far, as the kernel counts them.
+fn minor_faults(pid: u32) -> f64 {
+    stat_field(pid, 7)
+}
+
+#[test]
+fn top_charges_page_faults_to_the_toucher_and_cpu_time_to_the_spinner() {
+    if !sampler_prerequisites() {
+        return;
+    }
+    let _machine = exclusive();
+    let secs = 4.0;
+    let mut toucher = spawn_role("toucher", secs + 2.0);
+    let mut spinner = spawn_role("spinner", secs + 2.0);
+    std::thread::sleep(Duration::from_millis(300));
+    let spin_cpu0 = cpu_seconds(spinner.id());
+    let (touch_f0, t0) = (minor_faults(toucher.id()), Instant::now());
+    let out = imc()
+        .args([
+            "top",
+            "--json",
+            "--duration",
+            &secs.to_string(),
+            "-e",
+            "page-faults",
+            "-e",
+            "cpu-clock",
+        ])
+        .output()
+        .expect("run imc top");
+    let spin_cpu = cpu_seconds(spinner.id()) - spin_cpu0;
+    // The toucher faults at a steady rate, so its true rate over imc's whole run (start-up
+    // included) is comparable with the rate imc measured over its intervals.
+    let true_rate = (minor_faults(toucher.id()) - touch_f0) / t0.elapsed().as_secs_f64();
+    let _ = toucher.kill();
+    let _ = spinner.kill();
+    let _ = toucher.wait();
+    let _ = spinner.wait();
+    assert!(
+        out.status.success(),
+        "imc top failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (mut total_pf, mut toucher_pf, mut total_clock, mut spinner_clock, mut lost) =
+        (0.0, 0.0, 0.0, 0.0, 0u64);
+    let mut by_comm: BTreeMap<String, f64> = BTreeMap::new();
+    let (mut window_ns, mut ours_pf) = (0u64, 0.0);
+    let ours = [toucher.id(), spinner.id(), std::process::id()];
+    let mut objects = 0;
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let o: serde_json::Value = serde_json::from_str(line).expect("one JSON object per line");
+        assert_eq!(o["source"], "events:page-faults,cpu-clock");
+        objects += 1;
+        lost += o["lost_samples"].as_u64().unwrap();
+        window_ns += o["t_end_ns"].as_u64().unwrap() - o["t_start_ns"].as_u64().unwrap();
+        for t in o["tasks"].as_array().unwrap() {
+            let pf = t["values"]["page-faults"].as_f64().unwrap_or(0.0);
+            let clock = t["values"]["cpu-clock"].as_f64().unwrap_or(0.0);
+            total_pf += pf;
+            total_clock += clock;
+            *by_comm
+                .entry(format!(
+                    "{}:{}",
+                    t["comm"].as_str().unwrap_or("?"),
+                    t["tgid"]
+                ))
+                .or_default() += pf;
+            let tgid = t["tgid"].as_u64().unwrap_or(0);
+            // The test's own processes, and imc itself (its comm is imc): faults elsewhere on a
+            // shared machine are real faults of other programs, not misattributions.
+            if ours.iter().any(|&p| u64::from(p) == tgid) || t["comm"] == "imc" {
+                ours_pf += pf;
+            }
+            if t["tgid"].as_u64() == Some(u64::from(toucher.id())) {
+                toucher_pf += pf;
+            }
+            if t["tgid"].as_u64() == Some(u64::from(spinner.id())) {
+                spinner_clock += clock;
+            }
+        }
+    }
+    assert!(objects >= 3, "{objects} intervals in {secs} s");
+    assert_eq!(lost, 0);
+    assert!(total_pf > 10_000.0, "only {total_pf} page faults counted");
+    let share = toucher_pf / ours_pf;
+    let mut others: Vec<(String, f64)> = by_comm.into_iter().collect();
+    others.sort_by(|a, b| b.1.total_cmp(&a.1));
+    others.truncate(6);
+    assert!(
+        share >= 0.90,
+        "toucher (tgid {}) got {:.1}% of the {ours_pf} page faults of the test's processes; largest: {others:?}",
+        toucher.id(),
+        share * 100.0
+    );
+    let imc_rate = toucher_pf / (window_ns as f64 / 1e9);
+    assert!(
+        (imc_rate / true_rate - 1.0).abs() <= 0.15,
+        "toucher faults/s: imc {imc_rate:.0}, kernel {true_rate:.0}"
+    );
+    // cpu-clock counts ns of CPU time: the spinner's attributed amount is its on-CPU time.
+    let spinner_secs = spinner_clock / 1e9;
+    assert!(
+        (spinner_secs - spin_cpu).abs() <= 0.25 * spin_cpu + 0.1,
+        "spinner: imc says {spinner_secs:.2} s on CPU, the kernel says {spin_cpu:.2} s (of {:.2} s attributed in all)",
+        total_clock / 1e9
+    );
+}
+
+#[test]
+fn top_exits_at_duration_with_nothing_left_loaded() {
+    if !sampler_prerequisites() {
+        return;
+    }
+    let _machine = exclusive();
+    let _spin = Spinners::start(online_cpus().len());
+    let out = imc()
+        .args(["top", "--json", "--duration", "1", "-e", "page-faults"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).lines().count() >= 1);
+    // Other tests in this binary load their own imc programs; only this child's must be gone,
+    // and the child is gone, so wait until no program created by a dead process remains.
+    let deadline = Instant::now() + Duration::from_secs(3);
+    let mine: Vec<u64> = loop {
+        let owners = bpftool_owned_imc_programs();
+        let orphans: Vec<u64> = owners
+            .iter()
+            .filter(|(_, pids)| pids.is_empty())
+            .map(|(id, _)| *id)
+            .collect();
+        if orphans.is_empty() || Instant::now() > deadline {
+            break orphans;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(
+        mine.is_empty(),
+        "imc programs left loaded with no process holding them: {mine:?}"
+    );
+}
+
+/// imc programs and the pids holding them (bpftool's `pids` field).
+fn bpftool_owned_imc_programs() -> Vec<(u64, Vec<u64>)> {
+    let out = std::process::Command::new("bpftool")
+        .args(["prog", "show", "--json"])
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    v.as_array()
+        .into_iter()
+        .flatten()
+        .filter(|p| p["name"].as_str().is_some_and(|n| n.starts_with("imc_")))
+        .map(|p| {
+            let pids = p["pids"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|x| x["pid"].as_u64())
+                .collect();
+            (p["id"].as_u64().unwrap(), pids)
+        })
+        .collect()
+}
+
+fn one_line_error(args: &[&str], code: i32, needle: &str) {
+    let out = imc().args(args).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(code), "imc {args:?}: {err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "not one line: {err}");
+    assert!(
+        err.contains(needle),
+        "imc {args:?}: '{err}' does not name '{needle}'"
+    );
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+#[test]
+fn top_bad_input_is_one_line_and_exit_2() {
+    one_line_error(
+        &["top", "-e", "no-such-event", "--duration", "1"],
+        2,
+        "no-such-event",
+    );
+    one_line_error(
+        &["top", "-e", "nosuchpmu/foo/", "--duration", "1"],
+        2,
+        "nosuchpmu",
+    );
+    one_line_error(&["top", "--freq", "0"], 2, "0");
+    one_line_error(&["top", "--freq", "10001"], 2, "10001");
+    one_line_error(
+        &["top", "--backend", "bogus", "--duration", "1"],
+        2,
+        "bogus",
+    );
+}
+
+#[test]
+fn top_without_privileges_says_so_and_exits_1() {
+    if !require(is_root(), "dropping privileges needs root to start with") {
+        return;
+    }
+    let bin = imc_bin();
+    // setpriv drops to nobody with no capabilities; the binary must be reachable by that user.
+    let tmp = tempfile::tempdir().unwrap();
+    let copy = tmp.path().join("imc");
+    std::fs::copy(&bin, &copy).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = std::process::Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+            "--bounding-set=-all",
+        ])
+        .arg(&copy)
+        .args(["top", "--json", "--duration", "1", "-e", "page-faults"])
+        .output()
+        .expect("setpriv (util-linux)");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(err.contains("root") || err.contains("CAP_BPF"), "{err}");
 }
