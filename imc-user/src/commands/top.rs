@@ -205,32 +205,88 @@ pub fn select(global: &GlobalArgs, args: &SamplerArgs, found: &Discovery) -> Cli
     })
 }
 
-pub fn run(global: &GlobalArgs, args: &TopArgs) -> CliResult<ExitCode> {
-    let found = discovery::discover(&global.root).map_err(|e| {
+/// Where the sampling loop's output goes: `imc top` prints intervals, `imc record` writes
+/// ticks and intervals to a recording.
+pub trait Sink {
+    /// Every record, in drain order (time order per CPU).
+    fn tick(&mut self, _rec: &imc_common::TickRecord) -> std::io::Result<()> {
+        Ok(())
+    }
+    /// One closed interval. `Ok(false)` stops the loop quietly (the reader went away).
+    fn interval(&mut self, r: &IntervalResult) -> std::io::Result<bool>;
+}
+
+struct Printer {
+    json: bool,
+    top: usize,
+    out: std::io::StdoutLock<'static>,
+}
+
+impl Sink for Printer {
+    fn interval(&mut self, r: &IntervalResult) -> std::io::Result<bool> {
+        match print_result(&mut self.out, r, self.json, self.top) {
+            Ok(()) => Ok(true),
+            // The reader went away (`imc top --json | head`): stop quietly, like cat.
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// Discovery under --root, with bad trees as bad input (exit 2).
+pub fn discover(global: &GlobalArgs) -> CliResult<Discovery> {
+    discovery::discover(&global.root).map_err(|e| {
         if e.is_bad_input() {
             CliError::bad_input(e.to_string())
         } else {
             CliError::runtime(e.to_string())
         }
-    })?;
-    let sel = select(global, &args.sampler, &found)?;
-    let json = args.json || !std::io::stdout().is_terminal();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| CliError::runtime(format!("starting the runtime: {e}")))?;
-    rt.block_on(run_loop(global, args, &found, sel, json))
+    })
 }
 
-/// Drains the sampler every 10 ms into the attributor and prints one result per interval,
-/// until --duration, SIGINT or SIGTERM. The sampler is dropped (everything detached) on every
-/// way out of this function.
-async fn run_loop(
+pub fn run(global: &GlobalArgs, args: &TopArgs) -> CliResult<ExitCode> {
+    let found = discover(global)?;
+    let sel = select(global, &args.sampler, &found)?;
+    let json = args.json || !std::io::stdout().is_terminal();
+    let mut sink = Printer {
+        json,
+        top: args.top,
+        out: std::io::stdout().lock(),
+    };
+    let opts = LoopOptions {
+        sampler: &args.sampler,
+        interval_ms: args.interval_ms,
+        duration: args.duration,
+        command: &[],
+    };
+    block_on(sample_loop(global, &opts, &found, sel, &mut sink))
+}
+
+pub fn block_on<F: std::future::Future<Output = CliResult<ExitCode>>>(f: F) -> CliResult<ExitCode> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| CliError::runtime(format!("starting the runtime: {e}")))?
+        .block_on(f)
+}
+
+pub struct LoopOptions<'a> {
+    pub sampler: &'a SamplerArgs,
+    pub interval_ms: u64,
+    pub duration: Option<f64>,
+    /// `-- CMD ARGS`: run it, stop when it exits, exit with its status.
+    pub command: &'a [String],
+}
+
+/// Drains the sampler every 10 ms into the attributor and hands each interval to the sink,
+/// until --duration, the command's exit, SIGINT or SIGTERM. The sampler is dropped (everything
+/// detached) on every way out of this function.
+pub async fn sample_loop(
     global: &GlobalArgs,
-    args: &TopArgs,
+    args: &LoopOptions<'_>,
     found: &Discovery,
     sel: Selection,
-    json: bool,
+    sink: &mut dyn Sink,
 ) -> CliResult<ExitCode> {
     use tokio::signal::unix::{SignalKind, signal};
     let cfg = SamplerConfig {
@@ -270,16 +326,50 @@ async fn run_loop(
     let deadline = args.duration.map(|d| start + Duration::from_secs_f64(d));
     let mut next_report = start + interval;
     let mut lost_seen = 0u64;
-    let mut out = std::io::stdout().lock();
+    // Start the command only once the sampler runs, so none of its traffic is missed.
+    let mut child = match args.command.split_first() {
+        Some((prog, rest)) => Some(
+            tokio::process::Command::new(prog)
+                .args(rest)
+                .spawn()
+                .map_err(|e| CliError::bad_input(format!("cannot run '{prog}': {e}")))?,
+        ),
+        None => None,
+    };
+    let mut exit = ExitCode::SUCCESS;
+    let mut sink_error: Option<std::io::Error> = None;
     loop {
-        let stop = tokio::select! {
-            _ = drain_tick.tick() => false,
-            _ = sigint.recv() => true,
-            _ = sigterm.recv() => true,
+        let child_done = async {
+            match child.as_mut() {
+                Some(c) => c.wait().await.ok(),
+                None => std::future::pending().await,
+            }
         };
+        let (stop, status) = tokio::select! {
+            _ = drain_tick.tick() => (false, None),
+            _ = sigint.recv() => (true, None),
+            _ = sigterm.recv() => (true, None),
+            st = child_done => (true, st),
+        };
+        if let Some(st) = status {
+            use std::os::unix::process::ExitStatusExt;
+            let code = st.code().unwrap_or_else(|| 128 + st.signal().unwrap_or(0));
+            exit = ExitCode::from(code.clamp(0, 255) as u8);
+            child = None;
+        }
         let now = tokio::time::Instant::now();
         let finished = stop || deadline.is_some_and(|d| now >= d);
-        sampler.drain(|r| attr.push_tick(r));
+        sampler.drain(|r| {
+            attr.push_tick(r);
+            if sink_error.is_none()
+                && let Err(e) = sink.tick(r)
+            {
+                sink_error = Some(e);
+            }
+        });
+        if let Some(e) = sink_error.take() {
+            return Err(CliError::runtime(format!("writing output: {e}")));
+        }
         if now >= next_report || finished {
             // Package counters are also read from userspace at each interval end, so traffic
             // while every CPU of a package idles (and barely ticks) is not lost.
@@ -299,10 +389,9 @@ async fn run_loop(
             } else {
                 attr.close_interval(t)
             };
-            match print_result(&mut out, &result, json, args.top) {
-                Ok(()) => {}
-                // The reader went away (`imc top --json | head`): stop quietly, like cat.
-                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => break,
+            match sink.interval(&result) {
+                Ok(true) => {}
+                Ok(false) => break,
                 Err(e) => return Err(CliError::runtime(format!("writing output: {e}"))),
             }
             next_report += interval;
@@ -315,7 +404,13 @@ async fn run_loop(
         }
     }
     drop(sampler);
-    Ok(ExitCode::SUCCESS)
+    if let Some(mut c) = child {
+        // Stopped by signal or --duration while the command still runs: leave it running?
+        // No: like perf, the measured command ends with the measurement.
+        let _ = c.start_kill();
+        let _ = c.wait().await;
+    }
+    Ok(exit)
 }
 
 fn now_ns() -> u64 {
