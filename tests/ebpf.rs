@@ -108,7 +108,7 @@ fn tsc_read_in_the_tick_matches_read_of_the_same_fd() {
         );
         assert!(last.slots[0].running > 0 && last.slots[0].running == last.slots[0].enabled);
         assert!(
-            ticks.iter().all(|t| t.comm_bytes().len() > 0),
+            ticks.iter().all(|t| !t.comm_bytes().is_empty()),
             "every record names its task"
         );
         // TSC rate as the ticks saw it.
