@@ -179,15 +179,16 @@ fn real_main() -> Result<ExitCode> {
         "test" => {
             let obj = build_ebpf()?;
             let root = workspace_root();
-            // The suite runs the real binary, so build it (with the program embedded) first.
+            // The default members (everything but the BPF-only crate, which only builds for
+            // bpfel-unknown-none); the suite runs the real binary, so build it first.
             run(Command::new(env!("CARGO"))
                 .current_dir(&root)
                 .env("IMC_EBPF_OBJECT", &obj)
-                .args(["build", "--workspace"]))?;
+                .args(["build"]))?;
             run(Command::new(env!("CARGO"))
                 .current_dir(&root)
                 .env("IMC_EBPF_OBJECT", &obj)
-                .args(["test", "--workspace", "--no-fail-fast"])
+                .args(["test", "--no-fail-fast"])
                 .args(&args))?;
         }
         "bench-tick" => {
