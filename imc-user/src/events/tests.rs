@@ -745,3 +745,111 @@ fn control_characters_are_escaped_in_messages() {
         );
     }
 }
+
+#[test]
+fn resolve_reads_the_pmus_under_a_root() {
+    let root =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures/skx-2socket");
+    if !root.is_dir() {
+        eprintln!(
+            "SKIPPED: shared fixtures not beside this checkout ({})",
+            root.display()
+        );
+        return;
+    }
+    let v = resolve(&root, "uncore_imc/cas_count_read/").unwrap();
+    assert_eq!(v.len(), 6);
+    assert!(
+        v.iter()
+            .all(|e| e.config == 0x304 && e.bytes_per_count == Some(64.0))
+    );
+    let e = resolve(&root.join("nonexistent"), "uncore_imc/cas_count_read/").unwrap_err();
+    assert!(matches!(e, EventError::Discovery { .. }), "{e:?}");
+}
+
+/// Minimised inputs the event fuzzer (fuzz/fuzz_targets/event.rs) kept, each pinned to the
+/// error kind it must produce: never a panic, always one line naming the string.
+#[test]
+fn fuzz_found_edge_cases() {
+    let syntax = [
+        "::",
+        "0D:::T:::_::l",
+        "//",
+        "/.ur45</",
+        "--------o//",
+        ".//",
+        "=:R=",
+        "𓌐",
+        ":",
+        "a:",
+        "uncore_imc/cas_count_read,cas_count_write/",
+        "./t,e,um/;",
+    ];
+    for text in syntax {
+        let e = err(&skx(), text);
+        assert!(
+            matches!(e, EventError::Syntax { .. } | EventError::Modifier { .. }),
+            "{text}: {e:?}"
+        );
+    }
+    // a perf cache name matched case-insensitively, then an empty modifier
+    assert!(matches!(
+        err(&skx(), "BRANCH-LOADS:"),
+        EventError::Modifier { .. }
+    ));
+    // PMU names made only of name characters are looked up, not refused as malformed
+    for text in ["...../7/", ".0....../7/", "---a-//"] {
+        assert!(
+            matches!(
+                parse_event(&skx(), text),
+                Err(EventError::UnknownPmu { .. } | EventError::Syntax { .. })
+            ),
+            "{text}"
+        );
+    }
+    // numbers at the edge of u64
+    let e = one(&skx(), "cpu/config=18446744073709551615/");
+    assert_eq!(e.config, u64::MAX);
+    assert!(matches!(
+        err(&skx(), "uncore_imc_0/event=0xffffffffffffffffff/"),
+        EventError::Term { .. }
+    ));
+    // a bare format term twice is still 1
+    assert_eq!(one(&skx(), "uncore_imc_0/edge,edge/").config, 1 << 18);
+    // Strings of libpfm characters only reach libpfm, which must refuse them cleanly.
+    if libpfm_or_skip() {
+        for text in ["+", "===", "+-+E++++++", "....", "-", "0x10"] {
+            assert!(
+                matches!(
+                    parse_event(&skx(), text),
+                    Err(EventError::Libpfm { .. } | EventError::Syntax { .. })
+                ),
+                "{text}"
+            );
+        }
+    }
+}
+
+/// Format and cpulist inputs the other two fuzzers kept, as a record of what discovery's parsers
+/// were shown to accept or refuse without panicking.
+#[test]
+fn fuzz_found_format_and_cpulist_cases() {
+    use crate::discovery::cpulist::parse_cpulist;
+    assert!(parse_format("f", "config:0-63").is_ok());
+    assert!(parse_format("f", "config:63").is_ok());
+    assert!(parse_format("f", "config:0-7,8-15,16-23,24-31,32-39,40-47,48-55,56-63").is_ok());
+    for bad in [
+        "config:",
+        "config:0-",
+        "config:-",
+        "config:99",
+        "config:0-7,,8",
+        "config1:63-0",
+    ] {
+        assert!(parse_format("f", bad).is_err(), "{bad}");
+    }
+    assert_eq!(parse_cpulist("0,20\n").unwrap(), vec![0, 20]);
+    for bad in ["3-1", "0,,1", "-", "4294967296", "0-4294967295"] {
+        assert!(parse_cpulist(bad).is_err(), "{bad}");
+    }
+}
