@@ -138,8 +138,9 @@ static CALLS: Mutex<()> = Mutex::new(());
 
 fn load() -> Result<Pfm, String> {
     let name = std::env::var_os(LIBPFM_ENV).unwrap_or_else(|| DEFAULT_LIB.into());
-    // SAFETY: loading libpfm runs no initialisation code with preconditions we could violate;
-    // its constructor-free design only sets up static tables.
+    // SAFETY: dlopen runs the library's load-time initialisers; libpfm4 does its real set-up in
+    // pfm_initialize (called below, once), so loading it has no preconditions of ours to break.
+    // IMC_LIBPFM is trusted like LD_LIBRARY_PATH: whoever sets it chooses the code that runs.
     let lib = unsafe { Library::new(&name) }
         .map_err(|e| format!("cannot load {}: {e}", name.to_string_lossy()))?;
     // SAFETY: each symbol is looked up with the C signature pfmlib.h declares for it.
