@@ -11,9 +11,9 @@
 use super::plan::PerfCounter;
 use super::{Backend, BackendError, CounterFailure, CounterSpec, RawReading};
 use crate::sys::perf::{
-    FLAG_DISABLED, FLAG_EXCLUDE_KERNEL, FLAG_EXCLUDE_USER, FLAG_USE_CLOCKID, FLAG_WATERMARK,
-    GROUP_READ_FORMAT, GroupReader, PerfEventAttr, PerfIoctl, PerfSys, RECORD_SAMPLE, RingBuffer,
-    SAMPLE_READ, SAMPLE_TIME, SW_CPU_CLOCK, TYPE_SOFTWARE, explain_open_error, read_counter,
+    FLAG_DISABLED, FLAG_USE_CLOCKID, FLAG_WATERMARK, GROUP_READ_FORMAT, GroupReader, PerfEventAttr,
+    PerfIoctl, PerfSys, RECORD_SAMPLE, RingBuffer, SAMPLE_READ, SAMPLE_TIME, SW_CPU_CLOCK,
+    TYPE_SOFTWARE, explain_open_error, read_counter,
 };
 use std::collections::VecDeque;
 use std::io;
@@ -84,16 +84,12 @@ pub struct PerfBackend {
 }
 
 fn attr_for(c: &PerfCounter) -> PerfEventAttr {
-    let mut attr = PerfEventAttr::counting(c.pmu_type, c.spec.config);
-    attr.config1 = c.config1;
-    attr.config2 = c.config2;
-    if c.exclude_user {
-        attr.flags |= FLAG_EXCLUDE_USER;
-    }
-    if c.exclude_kernel {
-        attr.flags |= FLAG_EXCLUDE_KERNEL;
-    }
-    attr
+    PerfEventAttr::counter(
+        c.pmu_type,
+        [c.spec.config, c.config1, c.config2],
+        c.exclude_user,
+        c.exclude_kernel,
+    )
 }
 
 /// Errors that mean "this PMU cannot put these events in one group", after which each event is

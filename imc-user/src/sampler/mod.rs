@@ -7,9 +7,7 @@ pub mod object;
 
 use crate::model::{Encoded, SlotSpec};
 use crate::sys::bpf::{BpfSys, MappedMap, RealBpf};
-use crate::sys::perf::{
-    self, CounterValue, FLAG_EXCLUDE_KERNEL, FLAG_EXCLUDE_USER, PerfEventAttr, PerfSys, RealPerf,
-};
+use crate::sys::perf::{self, CounterValue, PerfEventAttr, PerfSys, RealPerf};
 use aya::maps::{MapData, PerCpuArray};
 use aya::programs::perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent};
 use aya::programs::{PerfEvent, RawTracePoint};
@@ -95,16 +93,12 @@ pub fn may_multiplex(e: &Encoded) -> bool {
 
 /// The counting `perf_event_attr` for an encoded event.
 pub fn counting_attr(e: &Encoded) -> PerfEventAttr {
-    let mut a = PerfEventAttr::counting(e.pmu_type, e.config);
-    a.config1 = e.config1;
-    a.config2 = e.config2;
-    if e.exclude_user {
-        a.flags |= FLAG_EXCLUDE_USER;
-    }
-    if e.exclude_kernel {
-        a.flags |= FLAG_EXCLUDE_KERNEL;
-    }
-    a
+    PerfEventAttr::counter(
+        e.pmu_type,
+        [e.config, e.config1, e.config2],
+        e.exclude_user,
+        e.exclude_kernel,
+    )
 }
 
 /// Which program the cpu-clock timer runs.

@@ -94,6 +94,23 @@ impl PerfEventAttr {
     }
 }
 
+impl PerfEventAttr {
+    /// A counting event with every encoding word and the user/kernel exclusions set: what both
+    /// `imc stat` and the sampler open.
+    pub fn counter(type_: u32, config: [u64; 3], exclude_user: bool, exclude_kernel: bool) -> Self {
+        let mut attr = PerfEventAttr::counting(type_, config[0]);
+        attr.config1 = config[1];
+        attr.config2 = config[2];
+        if exclude_user {
+            attr.flags |= FLAG_EXCLUDE_USER;
+        }
+        if exclude_kernel {
+            attr.flags |= FLAG_EXCLUDE_KERNEL;
+        }
+        attr
+    }
+}
+
 /// One counter reading: `{ value, time_enabled, time_running }`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CounterValue {
