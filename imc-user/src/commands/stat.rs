@@ -252,9 +252,17 @@ fn open_source(
     Ok(Box::new(open_perf(env, &name, planned, interval_ns)?))
 }
 
-/// Intervals up to this long use kernel-timed sampling when it works: there the cost of waking
-/// at every boundary dominates; longer ones wake a few times a second at most.
+/// Intervals up to this long may use kernel-timed sampling (IMC_STAT_KERNEL_TIMED=1): there the
+/// cost of waking at every boundary dominates; longer ones wake a few times a second at most.
 const TIMED_UP_TO_NS: u64 = 100_000_000;
+
+/// Kernel-timed sampling hangs each group on a cpu-clock leader, and cpu-clock barely fires on
+/// an idle CPU: a quiet CPU delivers no boundaries and its intervals merge, which breaks the
+/// 1 ms promise exactly on idle servers. Until idle CPUs get a fallback read it is opt-in; the
+/// default reads every counter at each absolute deadline, which is correct everywhere.
+fn kernel_timed_enabled() -> bool {
+    std::env::var("IMC_STAT_KERNEL_TIMED").is_ok_and(|v| v == "1")
+}
 
 /// Opens perf counters, kernel-timed for short intervals when the kernel allows it.
 fn open_perf(
@@ -263,7 +271,7 @@ fn open_perf(
     planned: Vec<plan::PerfCounter>,
     interval_ns: u64,
 ) -> Result<PerfBackend, BackendError> {
-    if interval_ns <= TIMED_UP_TO_NS {
+    if interval_ns <= TIMED_UP_TO_NS && kernel_timed_enabled() {
         match PerfBackend::open_timed(env.perf.clone(), name, planned.clone(), interval_ns) {
             Ok(b) => return Ok(b),
             Err(e) => log::info!("{name}: reading counters at each interval instead: {e}"),
