@@ -83,6 +83,24 @@ pub struct PerfBackend {
     scratch: Vec<RawReading>,
 }
 
+/// Indices of the planned counters grouped by (PMU, CPU), groups and members in plan order:
+/// the counters that can share one perf group (read together, scheduled together).
+fn groups_by_pmu_cpu(planned: &[PerfCounter]) -> Vec<Vec<usize>> {
+    let mut keys: Vec<(&str, Option<u32>)> = Vec::new();
+    let mut members: Vec<Vec<usize>> = Vec::new();
+    for (i, c) in planned.iter().enumerate() {
+        let key = (c.spec.pmu.as_str(), c.spec.cpu);
+        match keys.iter().position(|k| *k == key) {
+            Some(g) => members[g].push(i),
+            None => {
+                keys.push(key);
+                members.push(vec![i]);
+            }
+        }
+    }
+    members
+}
+
 fn attr_for(c: &PerfCounter) -> PerfEventAttr {
     PerfEventAttr::counter(
         c.pmu_type,
@@ -111,19 +129,7 @@ impl PerfBackend {
     ) -> Result<PerfBackend, BackendError> {
         let mut failures = Vec::new();
         let mut first_errno = None;
-        // Group members by (PMU, CPU), in plan order.
-        let mut keys: Vec<(String, Option<u32>)> = Vec::new();
-        let mut members: Vec<Vec<usize>> = Vec::new();
-        for (i, c) in planned.iter().enumerate() {
-            let key = (c.spec.pmu.clone(), c.spec.cpu);
-            match keys.iter().position(|k| *k == key) {
-                Some(g) => members[g].push(i),
-                None => {
-                    keys.push(key);
-                    members.push(vec![i]);
-                }
-            }
-        }
+        let members = groups_by_pmu_cpu(&planned);
         let mut groups = Vec::new();
         for m in members {
             let mut fail = |i: usize, e: &io::Error, failures: &mut Vec<CounterFailure>| {
@@ -231,18 +237,7 @@ impl PerfBackend {
             });
         }
         let mut failures = Vec::new();
-        let mut keys: Vec<(String, Option<u32>)> = Vec::new();
-        let mut members: Vec<Vec<usize>> = Vec::new();
-        for (i, c) in planned.iter().enumerate() {
-            let key = (c.spec.pmu.clone(), c.spec.cpu);
-            match keys.iter().position(|k| *k == key) {
-                Some(g) => members[g].push(i),
-                None => {
-                    keys.push(key);
-                    members.push(vec![i]);
-                }
-            }
-        }
+        let members = groups_by_pmu_cpu(&planned);
         let refused = |e: io::Error| BackendError::NothingOpened {
             message: format!("kernel-timed sampling unavailable: {e}"),
             errno: e.raw_os_error(),

@@ -45,6 +45,8 @@ pub const FLAG_EXCLUDE_USER: u64 = 1 << 4;
 pub const FLAG_EXCLUDE_KERNEL: u64 = 1 << 5;
 pub const FLAG_EXCLUDE_HV: u64 = 1 << 6;
 pub const FLAG_FREQ: u64 = 1 << 10;
+pub const FLAG_WATERMARK: u64 = 1 << 14;
+pub const FLAG_USE_CLOCKID: u64 = 1 << 25;
 
 pub const FORMAT_TOTAL_TIME_ENABLED: u64 = 1 << 0;
 pub const FORMAT_TOTAL_TIME_RUNNING: u64 = 1 << 1;
@@ -167,8 +169,6 @@ pub trait RingBuffer: Send {
     fn drain(&mut self, f: &mut dyn FnMut(u32, &[u8]));
 }
 
-pub const FLAG_WATERMARK: u64 = 1 << 14;
-pub const FLAG_USE_CLOCKID: u64 = 1 << 25;
 pub const SAMPLE_TIME: u64 = 1 << 2;
 pub const SAMPLE_READ: u64 = 1 << 4;
 pub const RECORD_LOST: u32 = 2;
