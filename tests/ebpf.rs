@@ -521,3 +521,27 @@ fn top_without_privileges_says_so_and_exits_1() {
     assert_eq!(err.trim_end().lines().count(), 1, "{err}");
     assert!(err.contains("root") || err.contains("CAP_BPF"), "{err}");
 }
+
+#[test]
+fn usage_errors_name_the_fix_in_one_line() {
+    one_line_error(&[], 2, "a command is needed");
+    one_line_error(&["stat", "-I", "0"], 2, "whole milliseconds");
+    one_line_error(&["top", "-I", "0"], 2, "whole milliseconds");
+    one_line_error(&["report", "/etc/hostname"], 2, "not an imc recording");
+    if is_root() {
+        // record checks its output before it samples anything.
+        one_line_error(
+            &[
+                "record",
+                "-o",
+                "/nonexistent/dir/x.imcrec",
+                "-e",
+                "page-faults",
+                "--duration",
+                "1",
+            ],
+            1,
+            "directory /nonexistent/dir does not exist",
+        );
+    }
+}

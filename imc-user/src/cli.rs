@@ -64,7 +64,7 @@ pub struct EncodeArgs {
 pub struct StatArgs {
     /// Interval in milliseconds (1 ms and up).
     #[arg(short = 'I', long = "interval", value_name = "MS", default_value_t = 1000,
-          value_parser = clap::value_parser!(u64).range(1..))]
+          value_parser = parse_interval_ms)]
     pub interval_ms: u64,
     /// Stop after S seconds (fractions allowed).
     #[arg(long, value_name = "S", value_parser = parse_seconds)]
@@ -116,7 +116,7 @@ pub struct TopArgs {
     pub json: bool,
     /// Interval between updates in milliseconds.
     #[arg(short = 'I', long = "interval", value_name = "MS", default_value_t = 1000,
-          value_parser = clap::value_parser!(u64).range(1..))]
+          value_parser = parse_interval_ms)]
     pub interval_ms: u64,
     /// Rows of tasks to show (0: all).
     #[arg(short = 'n', long = "top", value_name = "N", default_value_t = 20)]
@@ -137,7 +137,7 @@ pub struct RecordArgs {
     pub max_size: Option<u64>,
     /// Aggregation interval in milliseconds.
     #[arg(short = 'I', long = "interval", value_name = "MS", default_value_t = 100,
-          value_parser = clap::value_parser!(u64).range(1..))]
+          value_parser = parse_interval_ms)]
     pub interval_ms: u64,
     /// Run this command and record until it exits.
     #[arg(last = true, value_name = "CMD")]
@@ -166,6 +166,16 @@ pub struct ReportArgs {
     /// Bandwidth above which an interval is a burst (default: a high percentile of the run).
     #[arg(long, value_name = "BYTES/S", value_parser = parse_size)]
     pub burst_threshold: Option<u64>,
+}
+
+/// An interval in whole milliseconds, at least 1.
+pub fn parse_interval_ms(s: &str) -> Result<u64, String> {
+    match s.trim().parse::<u64>() {
+        Ok(v) if v >= 1 => Ok(v),
+        _ => Err(format!(
+            "'{s}' is not an interval: give whole milliseconds, 1 or more"
+        )),
+    }
 }
 
 /// Seconds as a positive decimal: `10`, `0.5`.
@@ -215,6 +225,13 @@ mod tests {
         assert!(parse_size("0").is_err());
         assert!(parse_size("5X").is_err());
         assert!(parse_size("99999999999T").is_err());
+    }
+
+    #[test]
+    fn intervals() {
+        assert_eq!(parse_interval_ms("1"), Ok(1));
+        assert!(parse_interval_ms("0").is_err());
+        assert!(parse_interval_ms("1.5").is_err());
     }
 
     #[test]

@@ -10,12 +10,20 @@ fn main() -> ExitCode {
             let _ = e.print();
             return ExitCode::SUCCESS;
         }
+        Err(e) if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            eprintln!(
+                "imc: a command is needed: list, encode, stat, top, record or report (see 'imc --help')"
+            );
+            return ExitCode::from(2);
+        }
         Err(e) => {
             // clap's message is several lines (usage, a tip); the contract is one line.
             let text = e.render().to_string();
+            // The error line, not the about text clap prints first when a subcommand is missing.
             let first = text
                 .lines()
-                .find(|l| !l.trim().is_empty())
+                .find(|l| l.starts_with("error:"))
+                .or_else(|| text.lines().find(|l| !l.trim().is_empty()))
                 .unwrap_or("bad usage");
             let first = first.strip_prefix("error: ").unwrap_or(first);
             eprintln!("imc: {first} (see 'imc --help')");

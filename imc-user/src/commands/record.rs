@@ -60,8 +60,16 @@ pub fn run(global: &GlobalArgs, args: &RecordArgs) -> CliResult<ExitCode> {
     header.precise = args.sampler.precise;
     header.start_monotonic_ns = clock_ns(libc::CLOCK_MONOTONIC);
     header.start_realtime_ns = clock_ns(libc::CLOCK_REALTIME);
-    let writer = Writer::create(&args.output, header, args.max_size)
-        .map_err(|e| CliError::runtime(format!("{}: {e}", args.output.display())))?;
+    // The writer's error already names the file; add what to do about the usual cause.
+    let writer = Writer::create(&args.output, header, args.max_size).map_err(|e| {
+        let hint = match args.output.parent() {
+            Some(d) if !d.as_os_str().is_empty() && !d.is_dir() => {
+                format!(" (directory {} does not exist)", d.display())
+            }
+            _ => String::new(),
+        };
+        CliError::runtime(format!("cannot create the recording: {e}{hint}"))
+    })?;
     let mut sink = Recorder {
         writer: Some(writer),
         intervals: 0,
