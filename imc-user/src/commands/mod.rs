@@ -8,6 +8,7 @@ pub mod encode;
 pub mod list;
 pub mod record;
 pub mod report;
+pub mod sampling;
 pub mod stat;
 pub mod top;
 

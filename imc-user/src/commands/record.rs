@@ -1,6 +1,6 @@
 //! `imc record`: the sampling loop of `imc top`, written to a bounded recording (per-interval
 //! per-task aggregates plus raw ticks around bursts; see record/FORMAT.md).
-use super::top::{LoopOptions, Sink, block_on, discover, sample_loop, select};
+use super::sampling::{LoopOptions, Sink, block_on, discover, sample_loop, select};
 use crate::cli::{GlobalArgs, RecordArgs};
 use crate::error::{CliError, CliResult};
 use crate::output::interval::IntervalResult;
