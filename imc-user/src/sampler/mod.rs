@@ -4,6 +4,7 @@
 //! Lifetime is ownership: dropping a [`Sampler`] detaches every link and closes every program,
 //! map and counter fd, so nothing stays loaded after `imc` exits, however it exits.
 pub mod object;
+mod rings;
 
 use crate::model::{Encoded, SlotSpec};
 use crate::sys::bpf::{BpfSys, MappedMap, RealBpf};
@@ -13,15 +14,14 @@ use aya::programs::perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, S
 use aya::programs::{PerfEvent, RawTracePoint};
 use aya::{Ebpf, EbpfLoader};
 use imc_common::{
-    CpuHead, FLAG_TASK_OMITTED, HEADS_MAP_NAME, MAX_SLOTS, NR_SLOTS_GLOBAL, NR_STATS,
-    RING_LEN_GLOBAL, SLOT_MAP_NAMES, STAT_READ_ERROR, STAT_SLOT_ABSENT, STATS_MAP_NAME,
-    SlotReading, TICKS_MAP_NAME, TIMED_SLOTS_GLOBAL, TickRecord,
+    CpuHead, HEADS_MAP_NAME, MAX_SLOTS, NR_SLOTS_GLOBAL, NR_STATS, RING_LEN_GLOBAL, SLOT_MAP_NAMES,
+    STAT_READ_ERROR, STAT_SLOT_ABSENT, STATS_MAP_NAME, TICKS_MAP_NAME, TIMED_SLOTS_GLOBAL,
+    TickRecord,
 };
-use std::collections::HashMap;
+use rings::Rings;
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
 use thiserror::Error;
 
 #[derive(Debug, Error)]
@@ -219,133 +219,6 @@ fn ring_len(cfg: &SamplerConfig) -> u32 {
     want.clamp(64, 16384).next_power_of_two() as u32
 }
 
-/// Task identity of the last full record seen per CPU and per thread, to fill in records where
-/// the kernel omitted comm and cgroup (FLAG_TASK_OMITTED).
-#[derive(Default)]
-struct TaskCache {
-    by_cpu: Vec<(u32, u64, [u8; 16])>,
-    by_pid: HashMap<u32, (u64, [u8; 16])>,
-}
-
-impl TaskCache {
-    fn complete(&mut self, rec: &mut TickRecord) {
-        let cpu = rec.cpu as usize;
-        if cpu >= self.by_cpu.len() {
-            self.by_cpu.resize(cpu + 1, (u32::MAX, 0, [0; 16]));
-        }
-        if rec._pad & FLAG_TASK_OMITTED == 0 {
-            self.by_cpu[cpu] = (rec.pid, rec.cgroup_id, rec.comm);
-            self.by_pid.insert(rec.pid, (rec.cgroup_id, rec.comm));
-            return;
-        }
-        rec._pad &= !FLAG_TASK_OMITTED;
-        let (pid, cgroup, comm) = self.by_cpu[cpu];
-        if pid == rec.pid {
-            rec.cgroup_id = cgroup;
-            rec.comm = comm;
-        } else if let Some((cgroup, comm)) = self.by_pid.get(&rec.pid) {
-            // The full record was overwritten before we read it; an earlier one named the task.
-            rec.cgroup_id = *cgroup;
-            rec.comm = *comm;
-        } else {
-            // Never seen in full: ask /proc (the cgroup stays unknown, 0).
-            let name = std::fs::read(format!("/proc/{}/comm", rec.pid)).unwrap_or_default();
-            let mut comm = [0u8; 16];
-            let n = name
-                .iter()
-                .position(|&b| b == b'\n')
-                .unwrap_or(name.len())
-                .min(15);
-            comm[..n].copy_from_slice(&name[..n]);
-            rec.cgroup_id = 0;
-            rec.comm = comm;
-            self.by_pid.insert(rec.pid, (0, comm));
-        }
-    }
-}
-
-/// The consumer side of the per-CPU rings.
-struct Rings {
-    ticks: MappedMap,
-    heads: MappedMap,
-    ring_len: u32,
-    tails: Vec<u64>,
-    lost: Vec<u64>,
-    batch: Vec<(u64, TickRecord)>,
-    tasks: TaskCache,
-}
-
-impl Rings {
-    fn head(&self, cpu: usize) -> u64 {
-        // SAFETY: cpu < possible CPUs = entries of HEADS; `head` is the first, 8-byte aligned
-        // field of a 64-byte element; the kernel updates it atomically.
-        unsafe {
-            let p = self
-                .heads
-                .as_ptr()
-                .add(cpu * std::mem::size_of::<CpuHead>())
-                .cast::<AtomicU64>();
-            (*p).load(Ordering::Acquire)
-        }
-    }
-
-    fn record(&self, cpu: usize, seq: u64) -> TickRecord {
-        let index = cpu * self.ring_len as usize + (seq % u64::from(self.ring_len)) as usize;
-        // SAFETY: index < possible CPUs × ring_len = entries of TICKS (elements are exactly
-        // TickRecord::SIZE bytes, a multiple of 8). The producer may be rewriting it; the
-        // caller detects that from the head and discards such copies.
-        unsafe {
-            std::ptr::read_volatile(
-                self.ticks
-                    .as_ptr()
-                    .add(index * TickRecord::SIZE)
-                    .cast::<TickRecord>(),
-            )
-        }
-    }
-
-    fn drain(&mut self, f: &mut dyn FnMut(&TickRecord)) -> usize {
-        let len = u64::from(self.ring_len);
-        let mut n = 0;
-        for cpu in 0..self.tails.len() {
-            let head = self.head(cpu);
-            let mut tail = self.tails[cpu];
-            if head == tail {
-                continue;
-            }
-            if head - tail > len {
-                self.lost[cpu] += head - tail - len;
-                tail = head - len;
-            }
-            self.batch.clear();
-            for seq in tail..head {
-                let r = self.record(cpu, seq);
-                self.batch.push((seq, r));
-            }
-            // Anything the producer lapped while we copied is torn: drop it, count it lost.
-            let after = self.head(cpu);
-            let valid_from = after.saturating_sub(len);
-            let mut batch = std::mem::take(&mut self.batch);
-            for (seq, rec) in batch.iter_mut() {
-                if *seq < valid_from {
-                    self.lost[cpu] += 1;
-                    continue;
-                }
-                let nr = usize::from(rec.nr_slots).min(MAX_SLOTS);
-                for s in &mut rec.slots[nr..] {
-                    *s = SlotReading::default();
-                }
-                self.tasks.complete(rec);
-                f(rec);
-                n += 1;
-            }
-            self.batch = batch;
-            self.tails[cpu] = head;
-        }
-        n
-    }
-}
-
 impl Sampler {
     /// Opens the counters, loads and attaches the program. Nothing stays loaded on error.
     pub fn start(cfg: &SamplerConfig) -> Result<Sampler, SamplerError> {
@@ -469,21 +342,18 @@ impl Sampler {
                 message: format!("mmap of {bytes} bytes: {e}"),
             })
         };
-        let rings = Rings {
-            ticks: map_bytes(
+        let rings = Rings::new(
+            map_bytes(
                 TICKS_MAP_NAME,
                 (possible * ring_len) as usize * TickRecord::SIZE,
             )?,
-            heads: map_bytes(
+            map_bytes(
                 HEADS_MAP_NAME,
                 possible as usize * std::mem::size_of::<CpuHead>(),
             )?,
             ring_len,
-            tails: vec![0; possible as usize],
-            lost: vec![0; possible as usize],
-            batch: Vec::with_capacity(ring_len as usize),
-            tasks: TaskCache::default(),
-        };
+            possible as usize,
+        );
         let stats: PerCpuArray<MapData, u64> = ebpf
             .take_map(STATS_MAP_NAME)
             .ok_or_else(|| SamplerError::Map {

@@ -1,0 +1,145 @@
+//! The consumer side of the kernel's per-CPU record rings, read through mmap: no syscall per
+//! record, and the producer never waits for us (a record we were too slow for is counted lost).
+use crate::sys::bpf::MappedMap;
+use imc_common::{CpuHead, FLAG_TASK_OMITTED, MAX_SLOTS, SlotReading, TickRecord};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Task identity of the last full record seen per CPU and per thread, to fill in records where
+/// the kernel omitted comm and cgroup (FLAG_TASK_OMITTED).
+#[derive(Default)]
+pub(super) struct TaskCache {
+    by_cpu: Vec<(u32, u64, [u8; 16])>,
+    by_pid: HashMap<u32, (u64, [u8; 16])>,
+}
+
+impl TaskCache {
+    fn complete(&mut self, rec: &mut TickRecord) {
+        let cpu = rec.cpu as usize;
+        if cpu >= self.by_cpu.len() {
+            self.by_cpu.resize(cpu + 1, (u32::MAX, 0, [0; 16]));
+        }
+        if rec._pad & FLAG_TASK_OMITTED == 0 {
+            self.by_cpu[cpu] = (rec.pid, rec.cgroup_id, rec.comm);
+            self.by_pid.insert(rec.pid, (rec.cgroup_id, rec.comm));
+            return;
+        }
+        rec._pad &= !FLAG_TASK_OMITTED;
+        let (pid, cgroup, comm) = self.by_cpu[cpu];
+        if pid == rec.pid {
+            rec.cgroup_id = cgroup;
+            rec.comm = comm;
+        } else if let Some((cgroup, comm)) = self.by_pid.get(&rec.pid) {
+            // The full record was overwritten before we read it; an earlier one named the task.
+            rec.cgroup_id = *cgroup;
+            rec.comm = *comm;
+        } else {
+            // Never seen in full: ask /proc (the cgroup stays unknown, 0).
+            let name = std::fs::read(format!("/proc/{}/comm", rec.pid)).unwrap_or_default();
+            let mut comm = [0u8; 16];
+            let n = name
+                .iter()
+                .position(|&b| b == b'\n')
+                .unwrap_or(name.len())
+                .min(15);
+            comm[..n].copy_from_slice(&name[..n]);
+            rec.cgroup_id = 0;
+            rec.comm = comm;
+            self.by_pid.insert(rec.pid, (0, comm));
+        }
+    }
+}
+
+/// The consumer side of the per-CPU rings.
+pub(super) struct Rings {
+    ticks: MappedMap,
+    heads: MappedMap,
+    ring_len: u32,
+    pub(super) tails: Vec<u64>,
+    pub(super) lost: Vec<u64>,
+    batch: Vec<(u64, TickRecord)>,
+    tasks: TaskCache,
+}
+
+impl Rings {
+    pub(super) fn new(ticks: MappedMap, heads: MappedMap, ring_len: u32, cpus: usize) -> Rings {
+        Rings {
+            ticks,
+            heads,
+            ring_len,
+            tails: vec![0; cpus],
+            lost: vec![0; cpus],
+            batch: Vec::with_capacity(ring_len as usize),
+            tasks: TaskCache::default(),
+        }
+    }
+
+    pub(super) fn head(&self, cpu: usize) -> u64 {
+        // SAFETY: cpu < possible CPUs = entries of HEADS; `head` is the first, 8-byte aligned
+        // field of a 64-byte element; the kernel updates it atomically.
+        unsafe {
+            let p = self
+                .heads
+                .as_ptr()
+                .add(cpu * std::mem::size_of::<CpuHead>())
+                .cast::<AtomicU64>();
+            (*p).load(Ordering::Acquire)
+        }
+    }
+
+    fn record(&self, cpu: usize, seq: u64) -> TickRecord {
+        let index = cpu * self.ring_len as usize + (seq % u64::from(self.ring_len)) as usize;
+        // SAFETY: index < possible CPUs × ring_len = entries of TICKS (elements are exactly
+        // TickRecord::SIZE bytes, a multiple of 8). The producer may be rewriting it; the
+        // caller detects that from the head and discards such copies.
+        unsafe {
+            std::ptr::read_volatile(
+                self.ticks
+                    .as_ptr()
+                    .add(index * TickRecord::SIZE)
+                    .cast::<TickRecord>(),
+            )
+        }
+    }
+
+    pub(super) fn drain(&mut self, f: &mut dyn FnMut(&TickRecord)) -> usize {
+        let len = u64::from(self.ring_len);
+        let mut n = 0;
+        for cpu in 0..self.tails.len() {
+            let head = self.head(cpu);
+            let mut tail = self.tails[cpu];
+            if head == tail {
+                continue;
+            }
+            if head - tail > len {
+                self.lost[cpu] += head - tail - len;
+                tail = head - len;
+            }
+            self.batch.clear();
+            for seq in tail..head {
+                let r = self.record(cpu, seq);
+                self.batch.push((seq, r));
+            }
+            // Anything the producer lapped while we copied is torn: drop it, count it lost.
+            let after = self.head(cpu);
+            let valid_from = after.saturating_sub(len);
+            let mut batch = std::mem::take(&mut self.batch);
+            for (seq, rec) in batch.iter_mut() {
+                if *seq < valid_from {
+                    self.lost[cpu] += 1;
+                    continue;
+                }
+                let nr = usize::from(rec.nr_slots).min(MAX_SLOTS);
+                for s in &mut rec.slots[nr..] {
+                    *s = SlotReading::default();
+                }
+                self.tasks.complete(rec);
+                f(rec);
+                n += 1;
+            }
+            self.batch = batch;
+            self.tails[cpu] = head;
+        }
+        n
+    }
+}
