@@ -112,6 +112,54 @@ pub fn baseline_pid_count(_ctx: PerfEventContext) -> u32 {
     0
 }
 
+// Cost probes for `cargo xtask bench-tick --breakdown`: each does one piece of the tick's work
+// alone, so the benchmark can say where the tick's time goes (helper calls dominate in a VM).
+// Loaded only by that benchmark.
+#[map]
+static PROBE_OUT: PerCpuArray<u64> = PerCpuArray::with_max_entries(2, 0);
+
+#[inline(always)]
+fn probe_store(i: u32, v: u64) {
+    if let Some(p) = PROBE_OUT.get_ptr_mut(i) {
+        // SAFETY: per-CPU slot, only this CPU writes it.
+        unsafe { *p = v };
+    }
+}
+
+/// The floor: a perf_event program that does nothing (includes the run-time accounting).
+#[perf_event]
+pub fn probe_empty(_ctx: PerfEventContext) -> u32 {
+    0
+}
+
+/// CPU number (inlined by the verifier) and pid/tgid: what every record needs to name the task.
+#[perf_event]
+pub fn probe_task(_ctx: PerfEventContext) -> u32 {
+    // SAFETY: helpers without preconditions.
+    unsafe {
+        probe_store(0, bpf_get_smp_processor_id() as u64);
+        probe_store(1, bpf_get_current_pid_tgid());
+    }
+    0
+}
+
+/// The timestamp.
+#[perf_event]
+pub fn probe_clock(_ctx: PerfEventContext) -> u32 {
+    // SAFETY: helper without preconditions.
+    probe_store(0, unsafe { bpf_ktime_get_ns() });
+    0
+}
+
+/// One counter read (slot 0), value only.
+#[perf_event]
+pub fn probe_read(_ctx: PerfEventContext) -> u32 {
+    // SAFETY: SLOT0 is a PERF_EVENT_ARRAY map; the helper checks the entry.
+    let v = unsafe { bpf_perf_event_read(&raw const SLOT0 as *mut c_void, BPF_F_CURRENT_CPU) };
+    probe_store(0, v);
+    0
+}
+
 #[inline(always)]
 fn bump(index: u32) {
     if let Some(p) = STATS.get_ptr_mut(index) {

@@ -4,9 +4,10 @@ use anyhow::{Context, Result, bail};
 use std::path::Path;
 use std::process::Command;
 
-pub fn run(imc: &Path) -> Result<()> {
+pub fn run(imc: &Path, args: &[String]) -> Result<()> {
     let bench = imc.with_file_name("imc-bench-tick");
     let status = Command::new(&bench)
+        .args(args)
         .status()
         .with_context(|| format!("running {}", bench.display()))?;
     if !status.success() {

@@ -4,7 +4,7 @@
 //!   cargo xtask build [--release]      eBPF object + imc (embedded)
 //!   cargo xtask run [-- ARGS]          build, then `imc ARGS` (default: `imc top`) as root
 //!   cargo xtask test                   build, then the whole test suite
-//!   cargo xtask bench-tick             ns per program run: imc's tick vs a bpftrace-like baseline
+//!   cargo xtask bench-tick [--breakdown]  ns per program run: imc's tick vs a bpftrace-like baseline
 //!   cargo xtask bench-stat             `imc stat -I 1` vs `perf stat -I 1`: CPU and intervals
 mod bench_stat;
 mod bench_tick;
@@ -193,7 +193,7 @@ fn real_main() -> Result<ExitCode> {
         }
         "bench-tick" => {
             let bin = build(true)?;
-            bench_tick::run(&bin)?;
+            bench_tick::run(&bin, &args)?;
         }
         "bench-stat" => {
             let bin = build(true)?;

@@ -5,6 +5,9 @@
 //! Both run at 1000 Hz on every CPU with the CPUs kept busy (an idle CPU barely ticks); imc's
 //! tick reads 2 counter slots (msr/tsc/ and page-faults, the VM's stand-ins for the memory
 //! controller's read and write counters).
+//!
+//! `--breakdown` also measures cost probes (an empty program, the task ids, the clock, one
+//! counter read) so the figures say where the tick's time goes.
 use imc::model::{Encoded, SlotRole, SlotScope, SlotSpec};
 use imc::sampler::{Sampler, SamplerConfig, SlotPlan, TickProgram};
 use std::sync::Arc;
@@ -65,6 +68,24 @@ fn measure(
     Ok((time.as_nanos() as f64 / runs as f64, runs))
 }
 
+/// Cost probes in the eBPF object, each one piece of the tick alone (the first is the floor).
+const PROBES: [(&str, &str); 4] = [
+    ("probe_empty", "empty program (floor)"),
+    ("probe_task", "cpu + pid/tgid"),
+    ("probe_clock", "bpf_ktime_get_ns"),
+    ("probe_read", "one bpf_perf_event_read"),
+];
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
 fn main() {
     if let Err(e) = run() {
         eprintln!("bench-tick: {e}");
@@ -76,11 +97,12 @@ fn run() -> Result<(), String> {
     let secs: f64 = std::env::var("IMC_BENCH_SECONDS")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(3.0);
+        .unwrap_or(2.0);
     let rounds: usize = std::env::var("IMC_BENCH_ROUNDS")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(3);
+        .unwrap_or(5);
+    let breakdown = std::env::args().any(|a| a == "--breakdown");
     let cpus = online_cpus();
     let msr_type: u32 = std::fs::read_to_string("/sys/bus/event_source/devices/msr/type")
         .map_err(|e| format!("no msr PMU ({e}): this benchmark reads msr/tsc/"))?
@@ -129,38 +151,56 @@ fn run() -> Result<(), String> {
         "bench-tick: {} CPUs, 1000 Hz, {secs} s per measurement, {rounds} rounds alternating",
         cpus.len()
     );
+    // Each round runs every program once, in an order rotated per round, so drift on a shared
+    // machine hits all alike; the median over rounds resists the outliers a noisy host makes.
+    let mut programs = vec![TickProgram::Imc, TickProgram::BaselinePidCount];
+    if breakdown {
+        programs.extend(PROBES.iter().map(|(name, _)| TickProgram::Probe(name)));
+    }
+    let mut samples: Vec<Vec<f64>> = vec![Vec::new(); programs.len()];
     println!(
-        "{:>6} {:>22} {:>22}",
+        "{:>6} {:>22} {:>26}",
         "round", "imc tick (2 slots)", "baseline @[pid]=count()"
     );
-    let (mut imc_sum, mut base_sum) = (0.0, 0.0);
-    for round in 1..=rounds {
-        // Alternate the order each round so drift on a shared machine hits both alike.
-        let order = if round % 2 == 1 {
-            [TickProgram::Imc, TickProgram::BaselinePidCount]
-        } else {
-            [TickProgram::BaselinePidCount, TickProgram::Imc]
-        };
-        let mut got = [(0.0, 0u64); 2];
-        for p in order {
-            let m = measure(p, &slots, &cpus, secs)?;
-            got[(p == TickProgram::BaselinePidCount) as usize] = m;
+    for round in 0..rounds {
+        for k in 0..programs.len() {
+            let i = (k + round) % programs.len();
+            samples[i].push(measure(programs[i], &slots, &cpus, secs)?.0);
         }
         println!(
-            "{round:>6} {:>14.1} ns/run ({:>6}) {:>11.1} ns/run ({:>6})",
-            got[0].0, got[0].1, got[1].0, got[1].1
+            "{:>6} {:>15.1} ns/run {:>19.1} ns/run",
+            round + 1,
+            samples[0][round],
+            samples[1][round]
         );
-        imc_sum += got[0].0;
-        base_sum += got[1].0;
     }
     stop.store(true, Ordering::Relaxed);
     for t in spinners {
         let _ = t.join();
     }
-    let (imc_mean, base_mean) = (imc_sum / rounds as f64, base_sum / rounds as f64);
+    let med: Vec<f64> = samples.iter_mut().map(|v| median(v)).collect();
+    let (imc, base) = (med[0], med[1]);
     println!(
-        "mean: imc {imc_mean:.1} ns/run, baseline {base_mean:.1} ns/run, ratio imc/baseline = {:.2} (target <= 0.50)",
-        imc_mean / base_mean
+        "median: imc {imc:.1} ns/run, baseline {base:.1} ns/run, ratio imc/baseline = {:.2} (target <= 0.50)",
+        imc / base
     );
+    if breakdown {
+        let floor = med[2];
+        println!("breakdown (median ns/run; cost = above the empty program's floor):");
+        println!(
+            "{:>34} {:>9} {:>9} {:>12}",
+            "program", "ns/run", "cost", "/ baseline"
+        );
+        let mut rows: Vec<(&str, f64)> = vec![("imc tick", imc), ("baseline @[pid]=count()", base)];
+        rows.extend(
+            PROBES
+                .iter()
+                .zip(&med[2..])
+                .map(|((_, what), m)| (*what, *m)),
+        );
+        for (what, m) in rows {
+            println!("{what:>34} {m:>9.1} {:>9.1} {:>12.2}", m - floor, m / base);
+        }
+    }
     Ok(())
 }

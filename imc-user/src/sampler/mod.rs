@@ -109,13 +109,16 @@ pub enum TickProgram {
     Imc,
     /// Benchmark baseline: a per-CPU hash count per pid, as bpftrace's `@[pid] = count()`.
     BaselinePidCount,
+    /// Benchmark cost probe: one piece of the tick's work alone (`probe_*` in the object).
+    Probe(&'static str),
 }
 
 impl TickProgram {
-    fn name(self) -> &'static str {
+    pub fn name(self) -> &'static str {
         match self {
             TickProgram::Imc => "imc_tick",
             TickProgram::BaselinePidCount => "baseline_pid_count",
+            TickProgram::Probe(name) => name,
         }
     }
 }
