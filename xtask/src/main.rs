@@ -6,6 +6,8 @@
 //!   cargo xtask test                   build, then the whole test suite
 //!   cargo xtask bench-tick [--breakdown]  ns per program run: imc's tick vs a bpftrace-like baseline
 //!   cargo xtask bench-stat             `imc stat -I 1` vs `perf stat -I 1`: CPU and intervals
+//!   cargo xtask bench-overhead         workload slowdown under `imc record --freq 1000` vs alone
+mod bench_overhead;
 mod bench_stat;
 mod bench_tick;
 
@@ -150,7 +152,9 @@ fn main() -> ExitCode {
 fn real_main() -> Result<ExitCode> {
     let mut args: Vec<String> = std::env::args().skip(1).collect();
     if args.is_empty() {
-        bail!("usage: cargo xtask build|run|test|bench-tick|bench-stat [--release] [-- ARGS]");
+        bail!(
+            "usage: cargo xtask build|run|test|bench-tick|bench-stat|bench-overhead [--release] [-- ARGS]"
+        );
     }
     let cmd = args.remove(0);
     let release = args.first().is_some_and(|a| a == "--release");
@@ -199,8 +203,15 @@ fn real_main() -> Result<ExitCode> {
             let bin = build(true)?;
             bench_stat::run(&bin)?;
         }
+        "bench-overhead" => {
+            let bin = build(true)?;
+            bench_overhead::run(&bin)?;
+        }
         other => {
-            bail!("unknown xtask command '{other}' (build, run, test, bench-tick, bench-stat)")
+            bail!(
+                "unknown xtask command '{other}' (build, run, test, bench-tick, bench-stat, \
+                 bench-overhead)"
+            )
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -1,0 +1,224 @@
+//! The workload `cargo xtask bench-overhead` times alone and under `imc record`: a fixed amount
+//! of memory-bound or compute-bound work on one thread per online CPU (so the sampler's ticks
+//! land on it), timed by itself so that imc's start-up and tear-down stay outside the figure.
+//!
+//!   imc-workload mem|cpu UNITS [--probe-parent]
+//!
+//! mem: UNITS passes of read-modify-write over a 256 MiB buffer (far beyond any LLC), split
+//! between the threads. cpu: UNITS million steps of an integer/FP recurrence per thread, all in
+//! registers. Prints one line of key=value figures on stdout.
+//!
+//! --probe-parent: just before and just after the timed work (outside it), read the parent's
+//! CPU time and the run statistics of the BPF programs it holds. Under `imc record -- CMD` the
+//! parent is imc, so the differences are imc's own CPU and the number (and kernel cost) of its
+//! ticks during exactly the measured window: the proof that it was sampling. Alone, the parent is
+//! the benchmark, which holds no BPF program: the same reads, so both sides pay the same.
+use std::time::Instant;
+
+const MEM_BYTES: usize = 256 << 20;
+const CPU_STEPS_PER_UNIT: u64 = 1_000_000;
+
+fn online_cpus() -> usize {
+    let text = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap_or_default();
+    imc::discovery::cpulist::parse_cpulist(&text)
+        .map(|v| v.len())
+        .unwrap_or(0)
+        .max(1)
+}
+
+/// user+sys CPU of this whole process (all threads, joined ones included), in ns.
+fn self_cpu_ns() -> u64 {
+    // SAFETY: an all-zero rusage is valid; getrusage only writes it.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: ru is valid to write.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    let ns = |t: libc::timeval| t.tv_sec as u64 * 1_000_000_000 + t.tv_usec as u64 * 1_000;
+    ns(ru.ru_utime) + ns(ru.ru_stime)
+}
+
+/// One process's CPU and BPF-program statistics at an instant.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+struct Probe {
+    /// Sum of the first field of /proc/PID/task/*/schedstat (ns on CPU, per thread).
+    cpu_ns: u64,
+    /// BPF programs the process holds an fd to.
+    progs: u64,
+    /// Sum of run_cnt and run_time_ns over them (counted while run-time stats are enabled).
+    runs: u64,
+    run_ns: u64,
+}
+
+/// run_cnt and run_time_ns from a BPF program's fdinfo (absent when stats were never enabled).
+fn parse_prog_fdinfo(text: &str) -> (u64, u64) {
+    let field = |k: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(k)?.trim().parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    (field("run_cnt:"), field("run_time_ns:"))
+}
+
+fn probe(pid: u32) -> Probe {
+    let mut p = Probe::default();
+    if let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) {
+        for t in tasks.flatten() {
+            let s = std::fs::read_to_string(t.path().join("schedstat")).unwrap_or_default();
+            p.cpu_ns += s
+                .split_whitespace()
+                .next()
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0);
+        }
+    }
+    if let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) {
+        for fd in fds.flatten() {
+            let is_prog =
+                std::fs::read_link(fd.path()).is_ok_and(|l| l.as_os_str() == "anon_inode:bpf-prog");
+            if !is_prog {
+                continue;
+            }
+            let info = format!("/proc/{pid}/fdinfo/{}", fd.file_name().to_string_lossy());
+            let (runs, ns) = parse_prog_fdinfo(&std::fs::read_to_string(info).unwrap_or_default());
+            p.progs += 1;
+            p.runs += runs;
+            p.run_ns += ns;
+        }
+    }
+    p
+}
+
+/// Streams over `buf` `passes` times, reading and writing every word.
+fn mem_work(buf: &mut [u64], passes: u64) {
+    for pass in 0..passes {
+        for w in buf.iter_mut() {
+            *w = w.wrapping_mul(3).wrapping_add(pass);
+        }
+        std::hint::black_box(&mut *buf);
+    }
+}
+
+/// A dependent chain of integer and floating-point steps: no memory traffic.
+fn cpu_work(steps: u64, seed: u64) -> u64 {
+    let mut x = seed | 1;
+    let mut f = 1.0f64 + seed as f64;
+    for _ in 0..steps {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        f = f * 0.999_999_9 + (x & 0xff) as f64;
+    }
+    x ^ f.to_bits()
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let usage = "usage: imc-workload mem|cpu UNITS [--probe-parent] (UNITS: a whole number >= 1)";
+    let (mode, units) = match (args.first(), args.get(1).map(|u| u.parse::<u64>())) {
+        (Some(m), Some(Ok(u))) if (m == "mem" || m == "cpu") && u >= 1 => (m.clone(), u),
+        _ => {
+            eprintln!("imc-workload: {usage}");
+            std::process::exit(2);
+        }
+    };
+    let probe_parent = match args.get(2).map(String::as_str) {
+        None => false,
+        Some("--probe-parent") => true,
+        Some(other) => {
+            eprintln!("imc-workload: unknown argument '{other}'; {usage}");
+            std::process::exit(2);
+        }
+    };
+    let threads = online_cpus();
+
+    // Set-up outside the timed work: fault the buffer in; turn on BPF run statistics (held until
+    // exit) so the parent's tick program counts its runs.
+    let mut buf = if mode == "mem" {
+        vec![1u64; MEM_BYTES / 8]
+    } else {
+        Vec::new()
+    };
+    let _stats = if probe_parent {
+        match imc::sys::bpf::enable_run_time_stats() {
+            Ok(fd) => Some(fd),
+            Err(e) => {
+                eprintln!("imc-workload: BPF_ENABLE_STATS: {e} (--probe-parent needs root)");
+                std::process::exit(1);
+            }
+        }
+    } else {
+        None
+    };
+    let ppid = std::os::unix::process::parent_id();
+    let before = probe_parent.then(|| probe(ppid));
+
+    let cpu0 = self_cpu_ns();
+    let t0 = Instant::now();
+    std::thread::scope(|s| {
+        if mode == "mem" {
+            let per = buf.len().div_ceil(threads);
+            for chunk in buf.chunks_mut(per) {
+                s.spawn(move || mem_work(chunk, units));
+            }
+        } else {
+            for i in 0..threads {
+                s.spawn(move || {
+                    std::hint::black_box(cpu_work(units * CPU_STEPS_PER_UNIT, i as u64))
+                });
+            }
+        }
+    });
+    let elapsed = t0.elapsed();
+    let cpu_ns = self_cpu_ns() - cpu0;
+
+    let after = probe_parent.then(|| probe(ppid));
+    let mut line = format!(
+        "imc-workload: mode={mode} units={units} threads={threads} pid={} elapsed_ns={} cpu_ns={cpu_ns}",
+        std::process::id(),
+        elapsed.as_nanos()
+    );
+    if let (Some(b), Some(a)) = (before, after) {
+        line += &format!(
+            " parent_progs={} parent_cpu_ns={} parent_bpf_runs={} parent_bpf_run_ns={}",
+            a.progs,
+            a.cpu_ns.saturating_sub(b.cpu_ns),
+            a.runs.saturating_sub(b.runs),
+            a.run_ns.saturating_sub(b.run_ns)
+        );
+    }
+    println!("{line}");
+    std::hint::black_box(&buf);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_run_statistics_from_fdinfo() {
+        let info = "pos:\t0\nflags:\t02000002\nmnt_id:\t15\nino:\t1057\nprog_type:\t7\n\
+                    prog_jited:\t1\nprog_tag:\t4cc3a1d2d6dc7d1e\nmemlock:\t4096\nprog_id:\t42\n\
+                    run_time_ns:\t1234567\nrun_cnt:\t2001\nrecursion_misses:\t0\n\
+                    verified_insns:\t389\n";
+        assert_eq!(parse_prog_fdinfo(info), (2001, 1234567));
+        assert_eq!(parse_prog_fdinfo("prog_type:\t7\n"), (0, 0));
+    }
+
+    #[test]
+    fn probing_this_process_sees_its_own_cpu() {
+        let a = probe(std::process::id());
+        std::hint::black_box(cpu_work(2_000_000, 1));
+        let b = probe(std::process::id());
+        assert!(b.cpu_ns > a.cpu_ns, "{a:?} then {b:?}");
+        assert_eq!(b.progs, 0);
+    }
+
+    #[test]
+    fn work_is_deterministic_and_not_optimised_away() {
+        assert_eq!(cpu_work(1000, 3), cpu_work(1000, 3));
+        assert_ne!(cpu_work(1000, 3), cpu_work(1001, 3));
+        let mut b = vec![1u64; 8];
+        mem_work(&mut b, 2);
+        // pass 0: 1*3+0 = 3; pass 1: 3*3+1 = 10.
+        assert_eq!(b, vec![10u64; 8]);
+    }
+}
