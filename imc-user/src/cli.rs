@@ -163,7 +163,8 @@ pub struct ReportArgs {
     /// List the bursts (always included in --json).
     #[arg(long)]
     pub bursts: bool,
-    /// Bandwidth above which an interval is a burst (default: a high percentile of the run).
+    /// Bandwidth above which an interval is a burst (default: halfway between the run's median
+    /// and its 99th percentile; none in a flat run).
     #[arg(long, value_name = "BYTES/S", value_parser = parse_size)]
     pub burst_threshold: Option<u64>,
 }

@@ -280,26 +280,37 @@ pub struct BurstSpan {
     pub bytes_per_s: f64,
 }
 
-/// The default threshold: the 99th percentile of per-interval bandwidth over the run.
+/// The peak level of a run, against which the default threshold is set.
 pub const DEFAULT_BURST_PERCENTILE: f64 = 99.0;
+/// A run whose peak level is less than this many times its typical (median) level is flat:
+/// it has no bursts, only noise.
+pub const BURST_MIN_PEAK_RATIO: f64 = 1.5;
+
+/// The default burst threshold from a run's median (`p50`) and peak (`p99`) bandwidth: halfway
+/// between them, so every interval nearer the peak level than the typical level is a burst.
+/// A plain high percentile would keep only the top 1% of intervals and so hide most bursts of a
+/// periodic workload, whose on-phases all reach about the same height; halfway still leaves
+/// ordinary noise around the typical level out. None for a flat run.
+pub fn default_burst_threshold(p50: f64, p99: f64) -> Option<f64> {
+    (p99 > 0.0 && p99 >= BURST_MIN_PEAK_RATIO * p50).then(|| p50 + (p99 - p50) / 2.0)
+}
 
 /// Bursts: intervals whose bandwidth is above `threshold` (bytes/s), adjacent ones merged
-/// (consecutive in the input with no gap longer than an interval). Without a threshold, the
-/// 99th percentile of the run is used, and an interval at or above it is a burst when it is
-/// also above the median: bursts of equal height are common (one task saturating the
-/// controller) and must not hide each other, while a flat run has none.
+/// (consecutive in the input with no gap longer than an interval). Without a threshold,
+/// [`default_burst_threshold`] of the run's median and 99th percentile (no bursts, and an
+/// infinite threshold, for a flat run).
 pub fn find_bursts(rates: &[IntervalRate], threshold: Option<f64>) -> (f64, Vec<BurstSpan>) {
     let per_s: Vec<f64> = rates.iter().map(IntervalRate::per_s).collect();
-    let (threshold, is_burst): (f64, Box<dyn Fn(f64) -> bool>) = match threshold {
-        Some(t) => (t, Box::new(move |v| v > t)),
-        None => match (
-            percentile(&per_s, DEFAULT_BURST_PERCENTILE),
+    let threshold = threshold.unwrap_or_else(|| {
+        match (
             percentile(&per_s, 50.0),
+            percentile(&per_s, DEFAULT_BURST_PERCENTILE),
         ) {
-            (Some(p99), Some(p50)) => (p99, Box::new(move |v| v >= p99 && v > p50)),
-            _ => (f64::INFINITY, Box::new(|_| false)),
-        },
-    };
+            (Some(p50), Some(p99)) => default_burst_threshold(p50, p99).unwrap_or(f64::INFINITY),
+            _ => f64::INFINITY,
+        }
+    });
+    let is_burst = |v: f64| v > threshold;
     let mut out: Vec<BurstSpan> = Vec::new();
     let mut amount = 0.0;
     for (i, r) in rates.iter().enumerate() {
@@ -379,13 +390,42 @@ mod tests {
         assert_eq!(b[0].t_start_ns, 4000);
         assert_eq!(b[0].t_end_ns, 4200);
         assert!((b[0].bytes_per_s - 120.0 * 1e9 / 200.0).abs() < 1e-3);
-        // p99 of 100 values is the 99th smallest (50): the 50 and 70 intervals reach it.
+        // p99 of 100 values is the 99th smallest (50), the median 10: the default threshold is
+        // 30, which the 50 and 70 intervals pass and the 30 one does not.
         let (thr, b) = find_bursts(&rates, None);
-        assert_eq!(thr, 50.0e7);
+        assert_eq!(thr, 30.0e7);
         assert_eq!(b.len(), 1);
         assert_eq!((b[0].first, b[0].last), (40, 41));
         // A flat run has no bursts.
         let flat: Vec<IntervalRate> = (0..100).map(|t| rate(t, 10.0)).collect();
+        assert!(find_bursts(&flat, None).1.is_empty());
+    }
+
+    #[test]
+    fn periodic_bursts_of_noisy_equal_height_are_all_found() {
+        // 20 on-phases of 10 intervals at 100 ± 15, off-phases of 20 intervals at 5 ± 3: the
+        // top 1% alone would be six intervals in two or three phases.
+        let noise = |i: usize, amp: f64| ((i * 7919 % 101) as f64 / 50.0 - 1.0) * amp;
+        let rates: Vec<IntervalRate> = (0..600)
+            .map(|i| {
+                let on = i % 30 < 10;
+                let level = if on {
+                    100.0 + noise(i, 15.0)
+                } else {
+                    5.0 + noise(i, 3.0)
+                };
+                rate(i as u64, level)
+            })
+            .collect();
+        let (_, b) = find_bursts(&rates, None);
+        assert_eq!(b.len(), 20, "{b:?}");
+        for (k, span) in b.iter().enumerate() {
+            assert_eq!((span.first, span.last), (k * 30, k * 30 + 9));
+        }
+        // The same run without its bursts, noise only (±30% around the level): none.
+        let flat: Vec<IntervalRate> = (0..600)
+            .map(|i| rate(i as u64, 100.0 + noise(i, 30.0)))
+            .collect();
         assert!(find_bursts(&flat, None).1.is_empty());
     }
 

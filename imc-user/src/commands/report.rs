@@ -421,7 +421,7 @@ fn human(
             if args.burst_threshold.is_some() {
                 ""
             } else {
-                " (p99 of the run)"
+                " (halfway between the run's median and p99)"
             }
         ));
         for b in &rep.bursts {

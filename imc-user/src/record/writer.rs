@@ -26,7 +26,7 @@ pub struct WriterOptions {
     /// Raw-tick bytes allowed per hour of recording (a token bucket, so bursts in a row cannot
     /// fill the file with raw ticks): the aggregates always come first.
     pub raw_bytes_per_hour: u64,
-    /// Bandwidth (bytes/s) above which an interval is a burst; None: above the 99th percentile
+    /// Bandwidth (bytes/s) above which an interval is a burst; None: above the default threshold
     /// of the intervals so far (after `warmup_intervals`).
     pub burst_threshold: Option<f64>,
     pub warmup_intervals: u64,
@@ -251,14 +251,18 @@ impl Writer {
         } else {
             0.0
         };
-        // As in the report: above an explicit threshold, or reaching the p99 bucket of the run
-        // so far while above its median (bursts of equal height must not hide each other).
+        // As in the report: above an explicit threshold, or above the default threshold of
+        // the run so far (halfway between its median and its 99th percentile; the histogram's
+        // bucket edges err towards keeping raw ticks).
         let is_burst = match self.opts.burst_threshold {
             Some(t) => bw > t,
             None if self.hist.n >= self.opts.warmup_intervals => {
-                let (p99_low, _) = self.hist.percentile(99.0);
                 let (_, p50_high) = self.hist.percentile(50.0);
-                bw >= p99_low && bw > p50_high
+                let (p99_low, _) = self
+                    .hist
+                    .percentile(crate::attribution::summary::DEFAULT_BURST_PERCENTILE);
+                crate::attribution::summary::default_burst_threshold(p50_high, p99_low)
+                    .is_some_and(|t| bw > t)
             }
             None => false,
         };
