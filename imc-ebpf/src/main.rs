@@ -151,11 +151,21 @@ pub fn probe_clock(_ctx: PerfEventContext) -> u32 {
     0
 }
 
-/// One counter read (slot 0), value only.
+/// One counter read of slot 0, value only (the benchmark puts `msr/tsc/` there).
 #[perf_event]
 pub fn probe_read(_ctx: PerfEventContext) -> u32 {
     // SAFETY: SLOT0 is a PERF_EVENT_ARRAY map; the helper checks the entry.
     let v = unsafe { bpf_perf_event_read(&raw const SLOT0 as *mut c_void, BPF_F_CURRENT_CPU) };
+    probe_store(0, v);
+    0
+}
+
+/// One counter read of slot 1, value only (the benchmark puts a software counter there, whose
+/// read has no hardware access: the helper's own cost).
+#[perf_event]
+pub fn probe_read_sw(_ctx: PerfEventContext) -> u32 {
+    // SAFETY: SLOT1 is a PERF_EVENT_ARRAY map; the helper checks the entry.
+    let v = unsafe { bpf_perf_event_read(&raw const SLOT1 as *mut c_void, BPF_F_CURRENT_CPU) };
     probe_store(0, v);
     0
 }

@@ -69,11 +69,12 @@ fn measure(
 }
 
 /// Cost probes in the eBPF object, each one piece of the tick alone (the first is the floor).
-const PROBES: [(&str, &str); 4] = [
+const PROBES: [(&str, &str); 5] = [
     ("probe_empty", "empty program (floor)"),
     ("probe_task", "cpu + pid/tgid"),
     ("probe_clock", "bpf_ktime_get_ns"),
-    ("probe_read", "one bpf_perf_event_read"),
+    ("probe_read", "read msr/tsc/ (slot 0)"),
+    ("probe_read_sw", "read page-faults (slot 1)"),
 ];
 
 fn median(v: &mut [f64]) -> f64 {
