@@ -322,6 +322,18 @@ fn live_view_shows_tasks_sorts_on_keys_and_quits_restoring_the_terminal() {
     });
     assert_ne!(row_pids(&asc), row_pids(&desc), "the order changed");
 
+    // A smaller window: the view fits itself to it, keys line at the bottom, sort kept.
+    let out = tmux.run(&["resize-window", "-t", "top", "-x", "100", "-y", "16"]);
+    assert!(out.status.success(), "tmux resize-window");
+    tmux.wait_for("the view redrawn at 100x16", Duration::from_secs(5), |s| {
+        let lines: Vec<&str> = s.lines().collect();
+        lines.len() == 16
+            && lines[15].contains("q quit")
+            && lines.iter().all(|l| l.chars().count() <= 100)
+            && header_line(s).contains("PID▼")
+            && row_pids(s).len() >= 2
+    });
+
     tmux.keys("q");
     let end = tmux.wait_for("imc to exit", Duration::from_secs(10), |s| {
         s.contains("imc exited")
