@@ -314,3 +314,101 @@ fn give_back_terminal() {
         );
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Encoded, SlotScope, SlotSpec};
+    use crate::sampler::SlotPlan;
+
+    fn plan(event: &str, role: SlotRole, bytes_per_count: Option<f64>) -> SlotPlan {
+        let spec = SlotSpec {
+            event: event.into(),
+            scope: SlotScope::Cpu,
+            role,
+            bytes_per_count,
+            counter_bits: 64,
+        };
+        SlotPlan::per_cpu(spec, &Encoded::default(), &[0])
+    }
+
+    fn selection(source: &str, plans: Vec<SlotPlan>) -> Selection {
+        Selection {
+            plans,
+            source: source.into(),
+        }
+    }
+
+    #[test]
+    fn memory_controller_shows_bytes_without_counter_columns() {
+        let sel = selection(
+            "intel-uncore-imc",
+            vec![
+                plan(
+                    "uncore_imc_0/read",
+                    SlotRole::Traffic(Direction::Read),
+                    Some(64.0),
+                ),
+                plan(
+                    "uncore_imc_0/write",
+                    SlotRole::Traffic(Direction::Write),
+                    Some(64.0),
+                ),
+            ],
+        );
+        let cfg = view_config(&sel, 20);
+        assert_eq!(cfg.units, Units::Bytes { total: false });
+        assert!(cfg.value_events.is_empty());
+        assert_eq!(cfg.top, 20);
+    }
+
+    #[test]
+    fn stand_in_and_plain_events_show_counts_by_counter() {
+        let sel = selection(
+            "proxy:page-faults",
+            vec![plan(
+                "page-faults",
+                SlotRole::Traffic(Direction::Total),
+                None,
+            )],
+        );
+        let cfg = view_config(&sel, 0);
+        assert_eq!(cfg.units, Units::Counts);
+        assert_eq!(cfg.value_events, ["page-faults"]);
+        assert_eq!(cfg.traffic_events, ["page-faults"]);
+
+        // -e page-faults -e context-switches: the first ranks, both are shown.
+        let sel = selection(
+            "events:page-faults,context-switches",
+            vec![
+                plan("page-faults", SlotRole::Traffic(Direction::Total), None),
+                plan("context-switches", SlotRole::Other, None),
+            ],
+        );
+        let cfg = view_config(&sel, 0);
+        assert_eq!(cfg.units, Units::Counts);
+        assert_eq!(cfg.value_events, ["page-faults", "context-switches"]);
+        assert_eq!(cfg.traffic_events, ["page-faults"]);
+    }
+
+    #[test]
+    fn a_bandwidth_event_among_others_shows_bytes_and_every_counter() {
+        let sel = selection(
+            "events",
+            vec![
+                plan(
+                    "uncore_imc/cas_count_all/",
+                    SlotRole::Traffic(Direction::Total),
+                    Some(64.0),
+                ),
+                plan("instructions", SlotRole::Other, None),
+            ],
+        );
+        let cfg = view_config(&sel, 0);
+        assert_eq!(cfg.units, Units::Bytes { total: true });
+        assert_eq!(
+            cfg.value_events,
+            ["uncore_imc/cas_count_all/", "instructions"]
+        );
+    }
+}
