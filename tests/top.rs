@@ -103,7 +103,7 @@ impl Drop for Tmux {
 }
 
 /// Threads that take page faults without pause (map, touch every page, unmap), so the stand-in
-/// counter has tasks to rank, named so their rows can be recognised. Returns their thread ids.
+/// counter has tasks to rank, named so their rows can be recognised; `tids[i]` is thread i's id.
 struct Faulters {
     stop: Arc<AtomicBool>,
     threads: Vec<std::thread::JoinHandle<()>>,
@@ -121,7 +121,7 @@ impl Faulters {
                     .name(format!("imc-faulter{i}"))
                     .spawn(move || {
                         // SAFETY: gettid has no preconditions.
-                        tx.send(unsafe { libc::gettid() } as u32).unwrap();
+                        tx.send((i, unsafe { libc::gettid() } as u32)).unwrap();
                         const LEN: usize = 4 << 20;
                         while !stop.load(Ordering::Relaxed) {
                             // SAFETY: a fresh private anonymous mapping, written within its
@@ -146,7 +146,10 @@ impl Faulters {
                     .expect("spawn faulter")
             })
             .collect();
-        let tids = (0..n).map(|_| rx.recv().unwrap()).collect();
+        // In thread order (they start in any order), so tids[i] is the thread named i.
+        let mut tids: Vec<(usize, u32)> = (0..n).map(|_| rx.recv().unwrap()).collect();
+        tids.sort();
+        let tids = tids.into_iter().map(|(_, tid)| tid).collect();
         Faulters {
             stop,
             threads,
