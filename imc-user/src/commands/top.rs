@@ -22,7 +22,7 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Once};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// `--json` or piped: one object per interval.
 struct JsonLines {
@@ -123,7 +123,12 @@ struct Screen {
     history: History,
     last: Option<IntervalResult>,
     state: ViewState,
+    /// When the last frame was drawn.
+    drawn: Option<Instant>,
 }
+
+/// The shortest time between two frames drawn for new intervals.
+const MIN_FRAME: Duration = Duration::from_millis(100);
 
 impl Screen {
     fn draw(&mut self) -> std::io::Result<()> {
@@ -138,11 +143,13 @@ impl Screen {
             history,
             last,
             state,
+            drawn,
         } = self;
         term.draw(|f| {
             let area = f.area();
             render(cfg, history, last.as_ref(), state, area, f.buffer_mut());
         })?;
+        *drawn = Some(Instant::now());
         Ok(())
     }
 }
@@ -172,6 +179,7 @@ impl LiveView {
             history: History::default(),
             last: None,
             state: ViewState::default(),
+            drawn: None,
         }));
         lock(&screen).draw()?;
         let quit = Arc::new(AtomicBool::new(false));
@@ -244,7 +252,11 @@ impl Sink for LiveView {
         let Screen { cfg, history, .. } = &mut *s;
         history.push(cfg, r);
         s.last = Some(r.clone());
-        s.draw()?;
+        // With intervals shorter than a person can read (-I 10), drawing every one would only
+        // cost the loop time: the history still takes every interval, the screen a few a second.
+        if s.drawn.is_none_or(|t| t.elapsed() >= MIN_FRAME) {
+            s.draw()?;
+        }
         LOOP_RUNNING.store(true, Ordering::SeqCst);
         Ok(!self.quit.load(Ordering::SeqCst))
     }
