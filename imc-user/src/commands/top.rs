@@ -4,22 +4,38 @@
 //! (package scope); else, on machines without one (a VM), a stand-in said so on stderr and in
 //! every object's `source`: core LLC misses where a core PMU exists, else page faults (see
 //! [`super::sampling`]).
-use super::sampling::{LoopOptions, Sink, block_on, discover, sample_loop, select};
+//!
+//! On a terminal (and without `--json`) the intervals feed the full-screen view of
+//! [`crate::output::top`]; otherwise each interval is one JSON line (the contract in design.md).
+use super::sampling::{LoopOptions, Selection, Sink, block_on, discover, sample_loop, select};
 use crate::cli::{GlobalArgs, TopArgs};
-use crate::error::CliResult;
+use crate::error::{CliError, CliResult};
+use crate::model::{Direction, SlotRole};
 use crate::output::interval::IntervalResult;
+use crate::output::top::{Action, History, Units, ViewConfig, ViewState, handle_key, render};
+use ratatui::Terminal;
+use ratatui::backend::CrosstermBackend;
+use ratatui::crossterm::event::{self, Event};
+use ratatui::crossterm::{cursor, execute, terminal};
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Once};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
-struct Printer {
-    json: bool,
-    top: usize,
+/// `--json` or piped: one object per interval.
+struct JsonLines {
     out: std::io::StdoutLock<'static>,
 }
 
-impl Sink for Printer {
+impl Sink for JsonLines {
     fn interval(&mut self, r: &IntervalResult) -> std::io::Result<bool> {
-        match print_result(&mut self.out, r, self.json, self.top) {
+        let line = serde_json::to_writer(&mut self.out, r)
+            .map_err(std::io::Error::from)
+            .and_then(|()| writeln!(self.out))
+            .and_then(|()| self.out.flush());
+        match line {
             Ok(()) => Ok(true),
             // The reader went away (`imc top --json | head`): stop quietly, like cat.
             Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(false),
@@ -32,10 +48,21 @@ pub fn run(global: &GlobalArgs, args: &TopArgs) -> CliResult<ExitCode> {
     let found = discover(global)?;
     let sel = select(global, &args.sampler, &found)?;
     let json = args.json || !std::io::stdout().is_terminal();
-    let mut sink = Printer {
-        json,
-        top: args.top,
-        out: std::io::stdout().lock(),
+    let cfg = view_config(&sel, args.top);
+    let mut lines;
+    let mut live;
+    let sink: &mut dyn Sink = if json {
+        lines = JsonLines {
+            out: std::io::stdout().lock(),
+        };
+        &mut lines
+    } else {
+        live = LiveView::start(cfg).map_err(|e| {
+            CliError::runtime(format!(
+                "cannot start the full-screen view on this terminal ({e}): use --json"
+            ))
+        })?;
+        &mut live
     };
     let opts = LoopOptions {
         sampler: &args.sampler,
@@ -43,69 +70,357 @@ pub fn run(global: &GlobalArgs, args: &TopArgs) -> CliResult<ExitCode> {
         duration: args.duration,
         command: &[],
     };
-    block_on(sample_loop(global, &opts, &found, sel, &mut sink))
+    block_on(sample_loop(global, &opts, &found, sel, sink))
 }
 
-fn print_result(
-    out: &mut impl Write,
-    r: &IntervalResult,
-    json: bool,
-    top: usize,
-) -> std::io::Result<()> {
-    if json {
-        serde_json::to_writer(&mut *out, r)?;
-        writeln!(out)?;
-        return out.flush();
-    }
-    // A plain refreshing table on a terminal.
-    write!(out, "\x1b[H\x1b[2J")?;
-    let secs = r.t_end_ns.saturating_sub(r.t_start_ns) as f64 / 1e9;
-    writeln!(
-        out,
-        "imc top — source {} — interval {:.2} s — lost samples {}",
-        r.source, secs, r.lost_samples
-    )?;
-    for p in &r.packages {
-        writeln!(
-            out,
-            "package {}: read {:.1} MB/s  write {:.1} MB/s",
-            p.id,
-            p.read_bytes as f64 / secs.max(1e-9) / 1e6,
-            p.write_bytes as f64 / secs.max(1e-9) / 1e6
-        )?;
-    }
-    writeln!(
-        out,
-        "unattributed: {:.1} MB/s",
-        r.unattributed_bytes as f64 / secs.max(1e-9) / 1e6
-    )?;
-    writeln!(
-        out,
-        "{:>8} {:>8} {:<16} {:>12} {:>12} {:>7}  values",
-        "PID", "TGID", "COMM", "READ MB/s", "WRITE MB/s", "SHARE"
-    )?;
-    let n = if top == 0 {
-        r.tasks.len()
-    } else {
-        top.min(r.tasks.len())
-    };
-    for t in &r.tasks[..n] {
-        let vals: Vec<String> = t
-            .values
+/// What the view shows follows from the counters the loop reads: bytes when a traffic counter
+/// has bytes per count (as the attributor decides), else counts; the counters' own columns for
+/// `-e` events and stand-ins, whose names say more than READ/WRITE.
+fn view_config(sel: &Selection, top: usize) -> ViewConfig {
+    let traffic = || {
+        sel.plans
             .iter()
-            .map(|(k, v)| format!("{k}={v:.0}"))
-            .collect();
-        writeln!(
-            out,
-            "{:>8} {:>8} {:<16} {:>12.1} {:>12.1} {:>6.1}%  {}",
-            t.pid,
-            t.tgid,
-            t.comm,
-            t.read_bytes as f64 / secs.max(1e-9) / 1e6,
-            t.write_bytes as f64 / secs.max(1e-9) / 1e6,
-            t.share * 100.0,
-            vals.join(" ")
-        )?;
+            .filter(|p| matches!(p.spec.role, SlotRole::Traffic(_)))
+    };
+    let bytes = traffic().any(|p| p.spec.bytes_per_count.is_some());
+    let units = if bytes {
+        Units::Bytes {
+            total: traffic().any(|p| {
+                p.spec.bytes_per_count.is_some()
+                    && p.spec.role == SlotRole::Traffic(Direction::Total)
+            }),
+        }
+    } else {
+        Units::Counts
+    };
+    let mut traffic_events: Vec<String> = Vec::new();
+    for p in traffic() {
+        if !traffic_events.contains(&p.spec.event) {
+            traffic_events.push(p.spec.event.clone());
+        }
     }
-    out.flush()
+    let mut value_events: Vec<String> = Vec::new();
+    if !bytes || sel.source.starts_with("events") || sel.source.starts_with("proxy:") {
+        for p in &sel.plans {
+            if !value_events.contains(&p.spec.event) {
+                value_events.push(p.spec.event.clone());
+            }
+        }
+    }
+    ViewConfig {
+        units,
+        value_events,
+        traffic_events,
+        top,
+    }
+}
+
+/// Everything one frame needs, shared by the loop's thread (new intervals) and the key thread
+/// (sorting and scrolling between intervals).
+struct Screen {
+    term: Terminal<CrosstermBackend<std::io::Stdout>>,
+    cfg: ViewConfig,
+    history: History,
+    last: Option<IntervalResult>,
+    state: ViewState,
+    /// When the last frame was drawn.
+    drawn: Option<Instant>,
+}
+
+/// The shortest time between two frames drawn for new intervals.
+const MIN_FRAME: Duration = Duration::from_millis(100);
+
+impl Screen {
+    fn draw(&mut self) -> std::io::Result<()> {
+        if !TERMINAL_OURS.load(Ordering::SeqCst) {
+            // A panic elsewhere already gave the terminal back: drawing now would scribble on
+            // the user's shell.
+            return Err(std::io::Error::other("the full-screen view was closed"));
+        }
+        let Screen {
+            term,
+            cfg,
+            history,
+            last,
+            state,
+            drawn,
+        } = self;
+        term.draw(|f| {
+            let area = f.area();
+            render(cfg, history, last.as_ref(), state, area, f.buffer_mut());
+        })?;
+        *drawn = Some(Instant::now());
+        Ok(())
+    }
+}
+
+fn lock(screen: &Mutex<Screen>) -> MutexGuard<'_, Screen> {
+    // A panic while drawing leaves nothing half-updated worth refusing over.
+    screen.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The full-screen view as the loop's sink. `interval` only records the interval and draws one
+/// frame (the loop's drain is never waited on for keys); a small thread reads keys, redraws on
+/// sorting, scrolling and resizing, and on q/Esc/Ctrl-C stops the loop.
+struct LiveView {
+    screen: Arc<Mutex<Screen>>,
+    quit: Arc<AtomicBool>,
+    stop_keys: Arc<AtomicBool>,
+    keys: Option<JoinHandle<()>>,
+}
+
+impl LiveView {
+    fn start(cfg: ViewConfig) -> std::io::Result<LiveView> {
+        let mut mode = RawMode::enter()?;
+        let term = Terminal::new(CrosstermBackend::new(std::io::stdout()))?;
+        let screen = Arc::new(Mutex::new(Screen {
+            term,
+            cfg,
+            history: History::default(),
+            last: None,
+            state: ViewState::default(),
+            drawn: None,
+        }));
+        lock(&screen).draw()?;
+        let quit = Arc::new(AtomicBool::new(false));
+        let stop_keys = Arc::new(AtomicBool::new(false));
+        let keys = std::thread::Builder::new()
+            .name("imc-top-keys".into())
+            .spawn({
+                let (screen, quit, stop) = (screen.clone(), quit.clone(), stop_keys.clone());
+                move || read_keys(&screen, &quit, &stop)
+            })?;
+        // From here LiveView's Drop gives the terminal back.
+        mode.disarm();
+        Ok(LiveView {
+            screen,
+            quit,
+            stop_keys,
+            keys: Some(keys),
+        })
+    }
+}
+
+/// The loop delivered an interval, so its SIGINT handler is installed (it is set up before the
+/// loop starts and never removed): from then on a quit key may raise SIGINT to end the loop at
+/// once, exactly like Ctrl-C outside raw mode would.
+static LOOP_RUNNING: AtomicBool = AtomicBool::new(false);
+
+fn read_keys(screen: &Mutex<Screen>, quit: &AtomicBool, stop: &AtomicBool) {
+    while !stop.load(Ordering::SeqCst) {
+        // Short polls, so dropping the view joins this thread promptly.
+        match event::poll(Duration::from_millis(50)) {
+            Ok(true) => {}
+            Ok(false) => continue,
+            Err(_) => return,
+        }
+        let Ok(ev) = event::read() else { return };
+        let mut s = lock(screen);
+        let redraw = match ev {
+            Event::Key(key) => {
+                let units = s.cfg.units;
+                match handle_key(&mut s.state, units, key) {
+                    Action::Quit => {
+                        quit.store(true, Ordering::SeqCst);
+                        if LOOP_RUNNING.load(Ordering::SeqCst) {
+                            // SAFETY: raise has no preconditions; the loop's handler takes it.
+                            unsafe { libc::raise(libc::SIGINT) };
+                        }
+                        // Before the first interval the loop stops at that interval instead.
+                        return;
+                    }
+                    Action::Redraw => true,
+                    Action::Ignore => false,
+                }
+            }
+            Event::Resize(..) => true,
+            _ => false,
+        };
+        if redraw {
+            // A failed draw shows up at the next interval, which returns it as an error.
+            let _ = s.draw();
+        }
+    }
+}
+
+impl Sink for LiveView {
+    fn interval(&mut self, r: &IntervalResult) -> std::io::Result<bool> {
+        if self.quit.load(Ordering::SeqCst) {
+            return Ok(false);
+        }
+        let mut s = lock(&self.screen);
+        let Screen { cfg, history, .. } = &mut *s;
+        history.push(cfg, r);
+        s.last = Some(r.clone());
+        // With intervals shorter than a person can read (-I 10), drawing every one would only
+        // cost the loop time: the history still takes every interval, the screen a few a second.
+        if s.drawn.is_none_or(|t| t.elapsed() >= MIN_FRAME) {
+            s.draw()?;
+        }
+        LOOP_RUNNING.store(true, Ordering::SeqCst);
+        Ok(!self.quit.load(Ordering::SeqCst))
+    }
+}
+
+impl Drop for LiveView {
+    fn drop(&mut self) {
+        self.stop_keys.store(true, Ordering::SeqCst);
+        if let Some(t) = self.keys.take() {
+            let _ = t.join();
+        }
+        give_back_terminal();
+    }
+}
+
+/// Whether the terminal is in raw mode on the alternate screen because of us.
+static TERMINAL_OURS: AtomicBool = AtomicBool::new(false);
+
+/// Raw mode, alternate screen and hidden cursor, given back on every way out: by `LiveView`'s
+/// drop (normal end, errors), by this guard if starting the view fails half-way, and by a panic
+/// hook before the panic message prints.
+struct RawMode {
+    armed: bool,
+}
+
+impl RawMode {
+    fn enter() -> std::io::Result<RawMode> {
+        static HOOK: Once = Once::new();
+        HOOK.call_once(|| {
+            let previous = std::panic::take_hook();
+            std::panic::set_hook(Box::new(move |info| {
+                give_back_terminal();
+                previous(info);
+            }));
+        });
+        terminal::enable_raw_mode()?;
+        TERMINAL_OURS.store(true, Ordering::SeqCst);
+        let guard = RawMode { armed: true };
+        execute!(
+            std::io::stdout(),
+            terminal::EnterAlternateScreen,
+            cursor::Hide
+        )?;
+        Ok(guard)
+    }
+
+    fn disarm(&mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for RawMode {
+    fn drop(&mut self) {
+        if self.armed {
+            give_back_terminal();
+        }
+    }
+}
+
+fn give_back_terminal() {
+    if TERMINAL_OURS.swap(false, Ordering::SeqCst) {
+        let _ = terminal::disable_raw_mode();
+        let _ = execute!(
+            std::io::stdout(),
+            terminal::LeaveAlternateScreen,
+            cursor::Show
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Encoded, SlotScope, SlotSpec};
+    use crate::sampler::SlotPlan;
+
+    fn plan(event: &str, role: SlotRole, bytes_per_count: Option<f64>) -> SlotPlan {
+        let spec = SlotSpec {
+            event: event.into(),
+            scope: SlotScope::Cpu,
+            role,
+            bytes_per_count,
+            counter_bits: 64,
+        };
+        SlotPlan::per_cpu(spec, &Encoded::default(), &[0])
+    }
+
+    fn selection(source: &str, plans: Vec<SlotPlan>) -> Selection {
+        Selection {
+            plans,
+            source: source.into(),
+        }
+    }
+
+    #[test]
+    fn memory_controller_shows_bytes_without_counter_columns() {
+        let sel = selection(
+            "intel-uncore-imc",
+            vec![
+                plan(
+                    "uncore_imc_0/read",
+                    SlotRole::Traffic(Direction::Read),
+                    Some(64.0),
+                ),
+                plan(
+                    "uncore_imc_0/write",
+                    SlotRole::Traffic(Direction::Write),
+                    Some(64.0),
+                ),
+            ],
+        );
+        let cfg = view_config(&sel, 20);
+        assert_eq!(cfg.units, Units::Bytes { total: false });
+        assert!(cfg.value_events.is_empty());
+        assert_eq!(cfg.top, 20);
+    }
+
+    #[test]
+    fn stand_in_and_plain_events_show_counts_by_counter() {
+        let sel = selection(
+            "proxy:page-faults",
+            vec![plan(
+                "page-faults",
+                SlotRole::Traffic(Direction::Total),
+                None,
+            )],
+        );
+        let cfg = view_config(&sel, 0);
+        assert_eq!(cfg.units, Units::Counts);
+        assert_eq!(cfg.value_events, ["page-faults"]);
+        assert_eq!(cfg.traffic_events, ["page-faults"]);
+
+        // -e page-faults -e context-switches: the first ranks, both are shown.
+        let sel = selection(
+            "events:page-faults,context-switches",
+            vec![
+                plan("page-faults", SlotRole::Traffic(Direction::Total), None),
+                plan("context-switches", SlotRole::Other, None),
+            ],
+        );
+        let cfg = view_config(&sel, 0);
+        assert_eq!(cfg.units, Units::Counts);
+        assert_eq!(cfg.value_events, ["page-faults", "context-switches"]);
+        assert_eq!(cfg.traffic_events, ["page-faults"]);
+    }
+
+    #[test]
+    fn a_bandwidth_event_among_others_shows_bytes_and_every_counter() {
+        let sel = selection(
+            "events",
+            vec![
+                plan(
+                    "uncore_imc/cas_count_all/",
+                    SlotRole::Traffic(Direction::Total),
+                    Some(64.0),
+                ),
+                plan("instructions", SlotRole::Other, None),
+            ],
+        );
+        let cfg = view_config(&sel, 0);
+        assert_eq!(cfg.units, Units::Bytes { total: true });
+        assert_eq!(
+            cfg.value_events,
+            ["uncore_imc/cas_count_all/", "instructions"]
+        );
+    }
 }

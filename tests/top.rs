@@ -1,0 +1,350 @@
+//! `imc top`'s full-screen view as a person meets it: the real binary in a real terminal (a
+//! detached tmux pane), read back from the screen, driven by key presses, and the terminal
+//! checked after it quits.
+use imc_tests::*;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+fn have_tmux() -> bool {
+    Command::new("tmux")
+        .arg("-V")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// A tmux server of our own (its own socket, no user config), killed on every way out of the
+/// test so a failed run leaves no `imc top` behind.
+struct Tmux {
+    socket: String,
+}
+
+impl Tmux {
+    fn start(width: u16, height: u16, shell_command: &str) -> Tmux {
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let t = Tmux {
+            socket: format!(
+                "imc-top-test-{}-{}",
+                std::process::id(),
+                N.fetch_add(1, Ordering::SeqCst)
+            ),
+        };
+        let out = t.run(&[
+            "new-session",
+            "-d",
+            "-s",
+            "top",
+            "-x",
+            &width.to_string(),
+            "-y",
+            &height.to_string(),
+            shell_command,
+        ]);
+        assert!(
+            out.status.success(),
+            "tmux new-session: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        t
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        Command::new("tmux")
+            .args(["-L", &self.socket, "-f", "/dev/null"])
+            .args(args)
+            .output()
+            .expect("tmux runs")
+    }
+
+    fn screen(&self) -> String {
+        let out = self.run(&["capture-pane", "-p", "-t", "top"]);
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    fn keys(&self, keys: &str) {
+        let out = self.run(&["send-keys", "-t", "top", keys]);
+        assert!(out.status.success(), "tmux send-keys {keys}");
+    }
+
+    fn pane_flag(&self, name: &str) -> String {
+        let out = self.run(&[
+            "display-message",
+            "-p",
+            "-t",
+            "top",
+            &format!("#{{{name}}}"),
+        ]);
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    /// Polls the pane until `ok` holds for its text; panics with the last screen after `within`.
+    fn wait_for(&self, what: &str, within: Duration, ok: impl Fn(&str) -> bool) -> String {
+        let end = Instant::now() + within;
+        loop {
+            let s = self.screen();
+            if ok(&s) {
+                return s;
+            }
+            assert!(
+                Instant::now() < end,
+                "waited {within:?} for {what}; the pane shows:\n{s}"
+            );
+            std::thread::sleep(Duration::from_millis(150));
+        }
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = self.run(&["kill-server"]);
+    }
+}
+
+/// Threads that take page faults without pause (map, touch every page, unmap), so the stand-in
+/// counter has tasks to rank, named so their rows can be recognised; `tids[i]` is thread i's id.
+struct Faulters {
+    stop: Arc<AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+    tids: Vec<u32>,
+}
+
+impl Faulters {
+    fn start(n: usize) -> Faulters {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let threads = (0..n)
+            .map(|i| {
+                let (stop, tx) = (stop.clone(), tx.clone());
+                std::thread::Builder::new()
+                    .name(format!("imc-faulter{i}"))
+                    .spawn(move || {
+                        // SAFETY: gettid has no preconditions.
+                        tx.send((i, unsafe { libc::gettid() } as u32)).unwrap();
+                        const LEN: usize = 4 << 20;
+                        while !stop.load(Ordering::Relaxed) {
+                            // SAFETY: a fresh private anonymous mapping, written within its
+                            // length and unmapped before the next one.
+                            unsafe {
+                                let p = libc::mmap(
+                                    std::ptr::null_mut(),
+                                    LEN,
+                                    libc::PROT_READ | libc::PROT_WRITE,
+                                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                                    -1,
+                                    0,
+                                );
+                                assert_ne!(p, libc::MAP_FAILED);
+                                for off in (0..LEN).step_by(4096) {
+                                    (p as *mut u8).add(off).write_volatile(1);
+                                }
+                                libc::munmap(p, LEN);
+                            }
+                        }
+                    })
+                    .expect("spawn faulter")
+            })
+            .collect();
+        // In thread order (they start in any order), so tids[i] is the thread named i.
+        let mut tids: Vec<(usize, u32)> = (0..n).map(|_| rx.recv().unwrap()).collect();
+        tids.sort();
+        let tids = tids.into_iter().map(|(_, tid)| tid).collect();
+        Faulters {
+            stop,
+            threads,
+            tids,
+        }
+    }
+}
+
+impl Drop for Faulters {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The PIDs of the task table's rows, top to bottom: the lines under the header that start
+/// with a number.
+fn row_pids(screen: &str) -> Vec<u32> {
+    screen
+        .lines()
+        .skip_while(|l| !l.contains("PID"))
+        .skip(1)
+        .filter_map(|l| l.split_whitespace().next()?.parse().ok())
+        .collect()
+}
+
+fn header_line(screen: &str) -> &str {
+    screen.lines().find(|l| l.contains("PID")).unwrap_or("")
+}
+
+fn shell_quote(p: &Path) -> String {
+    format!("'{}'", p.display().to_string().replace('\'', r"'\''"))
+}
+
+/// Runs `ENV imc ARGS` in a fresh 150x45 terminal. After imc exits, the same shell prints its
+/// exit status, writes the terminal's line discipline to the returned file (raw mode would show
+/// -icanon -echo), and stays, so the pane can still be read.
+fn in_terminal(env: &str, args: &str) -> (Tmux, AfterExit) {
+    let dir = tempfile::tempdir().unwrap();
+    let after = dir.path().join("after");
+    let script = format!(
+        "{env} {} {args}; echo \"imc exited $?\"; \
+         stty -a | tr ' ;' '\\n\\n' | grep -x -e icanon -e -icanon -e echo -e -echo \
+         | tr '\\n' ' ' > {}; sleep 120",
+        shell_quote(&imc_bin()),
+        shell_quote(&after),
+    );
+    (
+        Tmux::start(150, 45, &script),
+        AfterExit { _dir: dir, after },
+    )
+}
+
+/// Where the shell reports the terminal's modes after imc exits (in a directory of its own).
+struct AfterExit {
+    _dir: tempfile::TempDir,
+    after: PathBuf,
+}
+
+/// The terminal as imc found it: main screen, cursor shown, line editing and echo back on.
+fn assert_restored(tmux: &Tmux, after: &AfterExit) {
+    assert_eq!(tmux.pane_flag("alternate_on"), "0", "alternate screen left");
+    assert_eq!(tmux.pane_flag("cursor_flag"), "1", "cursor shown again");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let modes = loop {
+        match std::fs::read_to_string(&after.after) {
+            Ok(m) if !m.is_empty() => break m,
+            _ if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(100)),
+            other => panic!("stty's report never came: {other:?}"),
+        }
+    };
+    let modes: Vec<&str> = modes.split_whitespace().collect();
+    assert!(
+        modes.contains(&"icanon") && modes.contains(&"echo"),
+        "raw mode not given back: {modes:?}"
+    );
+}
+
+/// A failure after the view took the terminal (here the sampler cannot load its program) gives
+/// the terminal back before the one-line error prints, so the error is readable and the shell
+/// usable. Needs neither root nor the eBPF object: the object named is missing on purpose.
+#[test]
+fn a_failure_inside_the_view_gives_the_terminal_back_and_says_why() {
+    if !require(
+        have_tmux(),
+        "tmux runs the view in a terminal: apt-get install tmux (scripts/setup.sh)",
+    ) {
+        return;
+    }
+    let (tmux, after) = in_terminal(
+        "IMC_BPF_OBJECT=/nonexistent/imc.bpf.o",
+        "top -e page-faults",
+    );
+    let end = tmux.wait_for("imc to fail", Duration::from_secs(20), |s| {
+        s.contains("imc exited")
+    });
+    assert!(end.contains("imc exited 1"), "{end}");
+    // The error starts its own line at the left edge: output processing was back on when it
+    // printed (in raw mode the next line would start where this one ended).
+    let lines: Vec<&str> = end.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("imc: ") && l.contains("/nonexistent/imc.bpf.o")),
+        "{end}"
+    );
+    assert!(lines.iter().any(|l| l.starts_with("imc exited 1")), "{end}");
+    assert_restored(&tmux, &after);
+}
+
+#[test]
+fn live_view_shows_tasks_sorts_on_keys_and_quits_restoring_the_terminal() {
+    if !sampler_prerequisites() {
+        return;
+    }
+    if !require(
+        have_tmux(),
+        "tmux runs the view in a terminal: apt-get install tmux (scripts/setup.sh)",
+    ) {
+        return;
+    }
+    let faulters = Faulters::start(2);
+    let (tmux, after) = in_terminal("", "top -e page-faults -I 300");
+
+    let first = tmux.wait_for(
+        "the view with our faulting threads",
+        Duration::from_secs(30),
+        |s| {
+            s.contains("source events:page-faults")
+                && faulters.tids.iter().all(|t| row_pids(s).contains(t))
+        },
+    );
+    assert!(
+        tmux.pane_flag("alternate_on") == "1",
+        "the view is on the alternate screen"
+    );
+    assert!(
+        first.contains("counts/s, not bandwidth"),
+        "page faults have no bytes: the header says so\n{first}"
+    );
+    assert!(
+        !first.contains("MB/s"),
+        "no bandwidth columns for counts\n{first}"
+    );
+    // Our faulters' rows: their names, and a page-fault rate that is not zero.
+    for (i, tid) in faulters.tids.iter().enumerate() {
+        let row = first
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(&tid.to_string()))
+            .unwrap();
+        let cols: Vec<&str> = row.split_whitespace().collect();
+        assert_eq!(cols[2], format!("imc-faulter{i}"), "row {row:?}");
+        let rate = cols.last().unwrap();
+        assert!(
+            rate.trim_end_matches(['k', 'M']).parse::<f64>().unwrap() > 0.0,
+            "page-faults/s of a faulting thread: {row:?}"
+        );
+    }
+    assert!(header_line(&first).contains("SHARE▼"), "{first}");
+
+    // p sorts by PID ascending, p again descending: the rows change order on the screen.
+    tmux.keys("p");
+    let asc = tmux.wait_for("rows by PID ascending", Duration::from_secs(5), |s| {
+        let p = row_pids(s);
+        header_line(s).contains("PID▲") && p.len() >= 2 && p.is_sorted()
+    });
+    tmux.keys("p");
+    let desc = tmux.wait_for("rows by PID descending", Duration::from_secs(5), |s| {
+        let p = row_pids(s);
+        header_line(s).contains("PID▼") && p.len() >= 2 && p.is_sorted_by(|a, b| a >= b)
+    });
+    assert_ne!(row_pids(&asc), row_pids(&desc), "the order changed");
+
+    // A smaller window: the view fits itself to it, keys line at the bottom, sort kept.
+    let out = tmux.run(&["resize-window", "-t", "top", "-x", "100", "-y", "16"]);
+    assert!(out.status.success(), "tmux resize-window");
+    tmux.wait_for("the view redrawn at 100x16", Duration::from_secs(5), |s| {
+        let lines: Vec<&str> = s.lines().collect();
+        lines.len() == 16
+            && lines[15].contains("q quit")
+            && lines.iter().all(|l| l.chars().count() <= 100)
+            && header_line(s).contains("PID▼")
+            && row_pids(s).len() >= 2
+    });
+
+    tmux.keys("q");
+    let end = tmux.wait_for("imc to exit", Duration::from_secs(10), |s| {
+        s.contains("imc exited")
+    });
+    assert!(end.contains("imc exited 0"), "{end}");
+    assert!(
+        !end.contains("PID"),
+        "the view is gone with the alternate screen:\n{end}"
+    );
+    assert_restored(&tmux, &after);
+}
