@@ -36,8 +36,9 @@ apt_install() {
 }
 
 # 1. Base tools: a C toolchain for -sys crates, libpfm4 for the libpfm4 event syntax, bpftool
-#    for checking that nothing stays loaded, perf for the `imc stat` benchmark baseline.
-apt_install build-essential pkg-config libpfm4-dev bpftool linux-perf
+#    for checking that nothing stays loaded, perf for the benchmarks' baselines, tmux for the
+#    end-to-end test of the live view.
+apt_install build-essential pkg-config libpfm4-dev bpftool linux-perf tmux
 
 command -v cargo >/dev/null 2>&1 || die "cargo not found: install Rust (rustup) first"
 
