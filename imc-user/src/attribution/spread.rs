@@ -9,7 +9,9 @@
 //!
 //! Within a span, `D` goes to segments in proportion to the weight they put into the span
 //! (`rate × overlap`), or, when the span has no usable weight (no Weight counter, a failed weight
-//! read, or zero weight), in proportion to on-CPU time. Whatever goes to the idle task, and the
+//! read, or zero weight), in proportion to on-CPU time. A segment carries up to
+//! [`MAX_CLASSES`] weight rates: one per set of Weight counters some package counter is weighed
+//! by (read misses for read traffic, writebacks for write traffic, all of them for the rest). Whatever goes to the idle task, and the
 //! whole `D` of a span in which nothing ran, is unattributed: it is returned, never spread.
 //!
 //! Cost: a span-by-segment overlap loop would cost spans × segments per span (64 CPUs reading
@@ -20,16 +22,20 @@
 //! O((events + spans) + sort).
 use super::tasks::IDLE;
 
+/// Distinct weight classes a segment carries: read-direction, write-direction, and undirected
+/// weights are all a package counter can be weighed by.
+pub const MAX_CLASSES: usize = 3;
+
 #[derive(Clone, Copy, Debug)]
 pub struct Segment {
     pub start: u64,
     pub end: u64,
-    /// Weight counters' delta per ns over the segment.
-    pub wrate: f64,
+    /// Per weight class: its Weight counters' delta per ns over the segment.
+    pub wrate: [f64; MAX_CLASSES],
     /// The owner: a task index, or IDLE.
     pub task: u32,
-    /// Every Weight counter read cleanly at both ends (and there is at least one).
-    pub weight_ok: bool,
+    /// Bit c: every Weight counter of class c read cleanly at both ends (and it has one).
+    pub weight_ok: u8,
 }
 
 impl Segment {
@@ -81,16 +87,20 @@ pub fn build_events(segs: &[Segment], events: &mut Vec<Event>) {
     events.sort_unstable_by_key(|e| e.t);
 }
 
-/// Spreads `spans` (sorted, contiguous, non-empty) over `segs` through their sorted `events`.
-/// `give(task, amount)` receives each task's part (IDLE included: the caller counts it as
-/// unattributed); the return value is the part of spans in which nothing could take it.
+/// Spreads `spans` (sorted, contiguous, non-empty) over `segs` through their sorted `events`,
+/// weighing by weight class `class`. `give(task, amount)` receives each task's part (IDLE
+/// included: the caller counts it as unattributed); the return value is the part of spans in
+/// which nothing could take it.
 pub fn spread(
     spans: &[Span],
     segs: &[Segment],
     events: &[Event],
+    class: usize,
     scratch: &mut Scratch,
     mut give: impl FnMut(u32, f64),
 ) -> f64 {
+    let class = class.min(MAX_CLASSES - 1);
+    let ok_bit = 1u8 << class;
     let (Some(first), Some(last)) = (spans.first(), spans.last()) else {
         return 0.0;
     };
@@ -135,11 +145,11 @@ pub fn spread(
         let te = e.t.clamp(f0, f1);
         advance(te, rw, rt, ru, &mut i, &mut t_cur);
         let sign = if e.end { -1 } else { 1 };
-        rw += sign as f64 * s.wrate;
+        rw += sign as f64 * s.wrate[class];
         if s.busy() {
             rt += sign;
         }
-        if !s.weight_ok {
+        if s.weight_ok & ok_bit == 0 {
             ru += sign;
         }
     }
@@ -186,7 +196,7 @@ pub fn spread(
         } else {
             (pi_w, pi_t)
         };
-        let mut amount = s.wrate * at_w;
+        let mut amount = s.wrate[class] * at_w;
         if s.busy() {
             amount += at_t;
         }
@@ -205,9 +215,9 @@ mod tests {
         Segment {
             start,
             end,
-            wrate: w / (end - start) as f64,
+            wrate: [w / (end - start) as f64; MAX_CLASSES],
             task,
-            weight_ok: true,
+            weight_ok: 1,
         }
     }
 
@@ -216,7 +226,7 @@ mod tests {
         build_events(segs, &mut ev);
         let mut got = vec![0.0; 4];
         let mut idle = 0.0;
-        let un = spread(spans, segs, &ev, &mut Scratch::default(), |t, a| {
+        let un = spread(spans, segs, &ev, 0, &mut Scratch::default(), |t, a| {
             if t == IDLE {
                 idle += a
             } else {

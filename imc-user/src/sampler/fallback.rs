@@ -10,6 +10,14 @@
 //! `read(2)` per counter per drain while a package idles, and nothing while it is busy.
 use imc_common::TickRecord;
 
+/// How long a package counter may go unread by ticks before userspace reads it: two drain
+/// periods (a tick read in the last one may still sit undrained), or two tick periods when the
+/// tick is slower than the drain.
+pub fn max_age_ns(freq_hz: u32, drain_period_ms: u32) -> u64 {
+    let tick_ns = 1_000_000_000u64 / u64::from(freq_hz.max(1));
+    2 * tick_ns.max(u64::from(drain_period_ms.max(1)) * 1_000_000)
+}
+
 #[derive(Clone, Debug)]
 struct Instance {
     slot: usize,

@@ -432,10 +432,8 @@ impl Sampler {
                 })?;
         }
 
-        // A package counter nobody ticked on for two drain periods (or two ticks, if slower)
-        // is read from userspace; see `fallback`.
-        let tick_ns = 1_000_000_000u64 / u64::from(cfg.freq.max(1));
-        let max_age = 2 * tick_ns.max(u64::from(cfg.drain_period_ms.max(1)) * 1_000_000);
+        // A package counter no tick read lately is read from userspace; see `fallback`.
+        let max_age = fallback::max_age_ns(cfg.freq, cfg.drain_period_ms);
         let package_instances: Vec<(usize, u32, Vec<u32>)> = cfg
             .slots
             .iter()
