@@ -612,7 +612,7 @@ fn idle_package_run(stale_reads: bool) -> (f64, f64, f64, f64) {
             SynthItem::PackageRead(..) => unreachable!("the driver reads, not the scenario"),
             SynthItem::Mark(t) => {
                 marks += 1;
-                let end = marks % 100 == 0;
+                let end = marks.is_multiple_of(100);
                 if end || stale_reads {
                     for (i, slot, _) in fallback.due(t, end) {
                         attr.push_package_read(0, slot, t, stream.package_value(0, slot));
