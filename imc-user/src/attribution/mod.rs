@@ -565,22 +565,33 @@ impl Attributor {
                 any |= !ps.spans.is_empty();
             }
             if any {
-                spread::build_events(&p.segs, &mut self.events);
+                spread::build_events(&p.segs, &mut self.events, &mut self.scratch);
             }
-            for ps in &p.slots {
+            // (slot list index, class) whose weighing is in the scratch buffers: a read and a
+            // write counter read at the same ticks share it, which halves the first sweep.
+            let mut weighed: Option<(usize, usize)> = None;
+            for (k, ps) in p.slots.iter().enumerate() {
                 if ps.spans.is_empty() || ps.slot >= nslots {
                     continue;
                 }
                 let s = ps.slot;
                 let total: f64 = ps.spans.iter().map(|sp| sp.d).sum();
                 p.acc[s] += total;
+                let class = usize::from(self.slot_class[s]);
+                let reuse = weighed.is_some_and(|(j, c)| {
+                    c == class && spread::same_bounds(&p.slots[j].spans, &ps.spans)
+                });
+                if !reuse {
+                    spread::weigh(&ps.spans, &p.segs, &self.events, class, &mut self.scratch);
+                    weighed = Some((k, class));
+                }
                 let tasks = &mut self.tasks;
                 let idle = &mut self.idle_acc[s];
-                let un = spread::spread(
+                let un = spread::apportion(
                     &ps.spans,
                     &p.segs,
                     &self.events,
-                    usize::from(self.slot_class[s]),
+                    class,
                     &mut self.scratch,
                     |task, amount| {
                         if task == IDLE {
