@@ -488,3 +488,43 @@ impl Pump {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Package;
+
+    fn topo(packages: &[&[u32]], online: &[u32]) -> Topology {
+        Topology {
+            online: online.to_vec(),
+            possible: online.to_vec(),
+            packages: packages
+                .iter()
+                .enumerate()
+                .map(|(i, c)| Package {
+                    id: i as u32,
+                    cpus: c.to_vec(),
+                })
+                .collect(),
+            nodes: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn package_counters_are_offered_to_the_online_cpus_of_their_package() {
+        // Two sockets, CPU 5 offline: each cpumask CPU's counter goes to its own package.
+        let t = topo(&[&[0, 1, 2, 3], &[4, 5, 6, 7]], &[0, 1, 2, 3, 4, 6, 7]);
+        assert_eq!(
+            package_readers(&[0, 4], &t),
+            [(0, vec![0, 1, 2, 3]), (4, vec![4, 6, 7])]
+        );
+        // One PMU instance per die, two in a package: which die a CPU's traffic goes to is not
+        // known, so each stays with its own CPU.
+        assert_eq!(
+            package_readers(&[0, 2], &topo(&[&[0, 1, 2, 3]], &[0, 1, 2, 3])),
+            [(0, vec![0]), (2, vec![2])]
+        );
+        // A cpumask CPU outside the known packages still reads its own counter.
+        assert_eq!(package_readers(&[9], &t), [(9, vec![9])]);
+    }
+}

@@ -164,7 +164,11 @@ pub struct CpuStats {
     pub runs: u64,
     pub lost: u64,
     pub read_errors: [u64; MAX_SLOTS],
+    /// Reads that found no counter in this CPU's entry (-ENOENT).
     pub absent: [u64; MAX_SLOTS],
+    /// Failed reads while this CPU was being tried for a package counter it turned out not
+    /// to be able to read (or is still being tried for): not read errors (see `probe`).
+    pub probe_failures: [u64; MAX_SLOTS],
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -559,11 +563,11 @@ impl Sampler {
             }
         }
         // Failures of CPUs probed for a package counter they may not be able to read are the
-        // probe's, not read errors: they count as absent, like the entries later removed.
+        // probe's, not read errors.
         for s in &mut per_cpu {
             for slot in 0..self.slots.len() {
                 if self.probe.is_probe(s.cpu, slot) {
-                    s.absent[slot] += std::mem::take(&mut s.read_errors[slot]);
+                    s.probe_failures[slot] = std::mem::take(&mut s.read_errors[slot]);
                 }
             }
         }

@@ -10,7 +10,7 @@
 //! counter once keeps it for good.
 //!
 //! Probe failures are not read errors: until a CPU is known to be able to read a slot, its
-//! failures on that slot are reported as absent (see [`ReaderProbe::is_probe`]). No reading is
+//! failures on that slot are reported apart, as probe failures (see [`ReaderProbe::is_probe`]). No reading is
 //! lost either: the CPU the counter was opened on is never probed, and a failed package reading
 //! is simply not a point of the package counter for attribution.
 use super::SlotPlan;
