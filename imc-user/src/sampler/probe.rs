@@ -15,7 +15,7 @@
 //! is simply not a point of the package counter for attribution.
 use super::SlotPlan;
 use crate::sys::bpf::BpfSys;
-use imc_common::TickRecord;
+use imc_common::{MAX_SLOTS, TickRecord};
 use serde::Serialize;
 use std::io;
 use std::os::fd::BorrowedFd;
@@ -83,7 +83,7 @@ impl ReaderProbe {
     /// Entries for every CPU that was given a counter it was not opened on.
     pub fn new(plans: &[SlotPlan]) -> ReaderProbe {
         let mut p = ReaderProbe::default();
-        for (slot, plan) in plans.iter().enumerate().take(8) {
+        for (slot, plan) in plans.iter().enumerate().take(MAX_SLOTS) {
             for (open_cpu, readers) in &plan.instances {
                 for &reader in readers.iter().filter(|&&r| r != *open_cpu) {
                     p.entries.push(Entry {
@@ -178,7 +178,7 @@ impl ReaderProbe {
     pub fn is_probe(&self, cpu: u32, slot: usize) -> bool {
         self.probe
             .get(cpu as usize)
-            .is_some_and(|b| slot < 8 && b & (1 << slot) != 0)
+            .is_some_and(|b| slot < MAX_SLOTS && b & (1 << slot) != 0)
     }
 
     /// The read mode of `slot`, or None when it has no probed CPU (a CPU-scope slot, or a
@@ -207,7 +207,7 @@ impl ReaderProbe {
 mod tests {
     use super::*;
     use crate::model::{Encoded, SlotRole, SlotScope, SlotSpec};
-    use imc_common::{MAX_SLOTS, SlotReading};
+    use imc_common::SlotReading;
     use std::collections::HashMap;
     use std::os::fd::{AsFd, AsRawFd, OwnedFd};
     use std::sync::Mutex;
