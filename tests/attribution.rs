@@ -536,3 +536,126 @@ fn interval_json_is_the_top_contract() {
             > 0.0
     );
 }
+
+// ---- Weights with a direction: each task's own read/write split ----
+
+/// A reader and a writer sharing a package, both busy all the time.
+fn reader_and_writer(directed: bool) -> Scenario {
+    let mut sc = Scenario::busy(2, 1000, 2000 * MS);
+    sc.tasks = vec![
+        task(100, "reader", 4.0e9, 2.0e8),
+        task(200, "writer", 2.0e8, 4.0e9),
+    ];
+    sc.directed_weights = directed;
+    sc.mark_every_ns = Some(100 * MS);
+    sc
+}
+
+#[test]
+fn read_and_write_weights_split_each_tasks_directions_apart() {
+    let sc = reader_and_writer(true);
+    let run = run(&sc);
+    assert_directions_within(&run, &sc, 0.02);
+    assert_eq!(unattributed(&run), 0);
+    // The same run weighed by one undirected weight gives each task the package's ratio: both
+    // look like they read and write alike, the reader's reads off by about half.
+    let run = self::run(&reader_and_writer(false));
+    let (r, _) = got(&run, 100);
+    let err = (r - run.truth.task_read[0]).abs() / run.truth.task_read[0];
+    assert!(
+        err > 0.3,
+        "undirected weight: reader's reads off by only {err}"
+    );
+    assert_tasks_within(&run, &sc, 0.02);
+}
+
+#[test]
+fn directed_weights_follow_many_tasks_with_different_ratios() {
+    // Four CPUs, tasks with read/write ratios from 2/3 to 5, and DMA nobody owns.
+    let mut sc = Scenario::busy(4, 1000, 2000 * MS);
+    sc.directed_weights = true;
+    sc.dma_bps = vec![0.0];
+    sc.mark_every_ns = Some(100 * MS);
+    let run = run(&sc);
+    assert_directions_within(&run, &sc, 0.02);
+}
+
+// ---- The idle-package fallback as the sampler drives it ----
+
+/// CPU 0 (the only CPU allowed to read the package counters) idles the whole run and never
+/// ticks; CPU 1 runs one task for the last 100 ms of every second; DMA flows all the time.
+/// The driver drains every 10 ms and reads the counters from userspace when the sampler's
+/// `IdleFallback` says so (`stale_reads`), or only at interval ends (1 s) when not.
+fn idle_package_run(stale_reads: bool) -> (f64, f64, f64, f64) {
+    use imc::sampler::fallback::{IdleFallback, max_age_ns};
+    let mut sc = Scenario::busy(2, 1000, 4000 * MS);
+    sc.tasks = vec![task(100, "late", 2.0e9, 0.0)];
+    sc.schedule = vec![vec![(0, None)], vec![(0, None)]];
+    for k in 0..4u64 {
+        sc.schedule[1].push((k * 1000 * MS + 900 * MS, Some(0)));
+        sc.schedule[1].push((k * 1000 * MS + 1000 * MS, None));
+    }
+    sc.dma_bps = vec![2.0e8];
+    sc.readers = Readers::First;
+    sc.mark_every_ns = Some(10 * MS);
+    let mut attr = Attributor::new(&sc.specs(), &sc.topology(), "t").tick_hz(sc.freq_hz);
+    let mut fallback = IdleFallback::new(&[(0, 0, vec![0]), (1, 0, vec![0])], max_age_ns(1000, 10));
+    let mut stream = sc.stream();
+    let mut intervals = Vec::new();
+    let mut marks = 0u64;
+    while let Some(it) = stream.next() {
+        match it {
+            SynthItem::Tick(r) => {
+                fallback.observe(&r);
+                attr.push_tick(&r);
+            }
+            SynthItem::PackageRead(..) => unreachable!("the driver reads, not the scenario"),
+            SynthItem::Mark(t) => {
+                marks += 1;
+                let end = marks.is_multiple_of(100);
+                if end || stale_reads {
+                    for (i, slot, _) in fallback.due(t, end) {
+                        attr.push_package_read(0, slot, t, stream.package_value(0, slot));
+                        fallback.mark_read(i, t);
+                    }
+                }
+                if end {
+                    intervals.push(attr.close_interval(t));
+                }
+            }
+        }
+    }
+    intervals.push(attr.finish(sc.duration_ns));
+    let task: f64 = intervals
+        .iter()
+        .flat_map(|iv| &iv.tasks)
+        .map(|t| t.read_bytes as f64)
+        .sum();
+    let un: f64 = intervals
+        .iter()
+        .map(|iv| iv.unattributed_bytes as f64)
+        .sum();
+    // The counters start at zero, so the whole run's truth is the final truth.
+    (task, stream.truth.task_read[0], un, stream.truth.dma[0])
+}
+
+#[test]
+fn idle_package_is_read_when_no_tick_did_so_dma_keeps_its_time() {
+    let (task, truth, un, dma) = idle_package_run(true);
+    // The task takes its own bytes plus the DMA of the spans it ran in: its 100 ms per second
+    // and at most one fallback age (20 ms) on either side. Everything else is unattributed.
+    let slack = 2.0e8 * 4.0 * (0.100 + 0.040);
+    assert!(
+        task >= truth && task - truth <= slack,
+        "task got {task:.0}, truth {truth:.0}, allowed {slack:.0} of DMA"
+    );
+    // Nothing is lost but the 10 ms before the first reading (the baseline): 2 MB of 1.6 GB.
+    assert_within("unattributed + task = all", un + task, truth + dma, 0.0015);
+    assert!(un >= dma - slack, "unattributed {un:.0} of {dma:.0} DMA");
+    // Read only at interval ends, the second of idle DMA before each run goes to the task.
+    let (task_end_only, ..) = idle_package_run(false);
+    assert!(
+        task_end_only - truth > 3.0 * slack,
+        "interval-end reads only: task got {task_end_only:.0}, truth {truth:.0}"
+    );
+}

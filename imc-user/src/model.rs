@@ -268,8 +268,11 @@ pub enum SlotScope {
 pub enum SlotRole {
     /// Memory traffic in this direction (bytes = count × bytes_per_count).
     Traffic(Direction),
-    /// A per-CPU weight for spreading package traffic (LLC misses, offcore requests).
-    Weight,
+    /// A per-CPU weight for spreading package traffic (LLC misses, offcore requests). With a
+    /// direction it weighs only the package traffic of that direction (LLC misses for reads,
+    /// writebacks or RFOs for writes), so a task's read/write split is its own and not the
+    /// package's ratio; without one (or `Total`) it weighs every direction.
+    Weight(Option<Direction>),
     /// Counted and reported (`values`), not bandwidth.
     Other,
 }

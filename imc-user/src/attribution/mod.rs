@@ -11,6 +11,10 @@
 //!   the package counter; deltas between consecutive points are spread over the package's CPUs
 //!   by Weight deltas, else by on-CPU time, and from CPUs to tasks (see [`spread`]). What falls
 //!   on the idle task or on spans nobody ran in is unattributed.
+//! - Which Weight counters weigh a package counter: those of its direction when there are any
+//!   (`Weight(Some(Read))` for read traffic, `Weight(Some(Write))` for write traffic), else the
+//!   undirected ones, else all; total traffic is weighed by undirected weights, else by all. So
+//!   with a read and a write weight, a task's read/write split is measured, not the package's.
 //! - A CPU silent for longer than two tick periods (NOHZ idle) is not assumed busy: only the
 //!   last two periods before its next record belong to that record's task.
 //!
@@ -27,7 +31,7 @@ pub use tasks::TaskKey;
 use crate::model::{Direction, SlotRole, SlotScope, SlotSpec, Topology};
 use crate::output::interval::{IntervalResult, PackageRow, TaskRow};
 use imc_common::{KIND_SWITCH, MAX_SLOTS, SlotReading, TickRecord};
-use spread::{Event, Scratch, Segment, Span};
+use spread::{Event, MAX_CLASSES, Scratch, Segment, Span};
 use std::collections::BTreeMap;
 use tasks::{IDLE, TaskTable};
 
@@ -121,6 +125,10 @@ pub struct Attributor {
     cpu_mask: u8,
     weight_mask: u8,
     pkg_mask: u8,
+    /// The Weight slots of each weight class (see [`weight_classes`]).
+    classes: [u8; MAX_CLASSES],
+    /// Per slot: the weight class a package slot is spread by.
+    slot_class: [u8; MAX_SLOTS],
     /// Slots whose values are multiplexing-scaled (all of them; kept as a mask for symmetry).
     packages: Vec<PkgState>,
     cpus: Vec<CpuState>,
@@ -150,13 +158,14 @@ impl Attributor {
             match spec.scope {
                 SlotScope::Cpu => {
                     cpu_mask |= 1 << s;
-                    if spec.role == SlotRole::Weight {
+                    if matches!(spec.role, SlotRole::Weight(_)) {
                         weight_mask |= 1 << s;
                     }
                 }
                 SlotScope::Package => pkg_mask |= 1 << s,
             }
         }
+        let (classes, slot_class) = weight_classes(&specs);
         let mut cpu_pkg_init = Vec::new();
         let packages = topology
             .packages
@@ -196,6 +205,8 @@ impl Attributor {
             cpu_mask,
             weight_mask,
             pkg_mask,
+            classes,
+            slot_class,
             packages,
             cpus: Vec::new(),
             cpu_pkg_init,
@@ -329,9 +340,9 @@ impl Attributor {
                     segs_out[0] = Some(Segment {
                         start: st.seg_start,
                         end: st.t_last,
-                        wrate: 0.0,
+                        wrate: [0.0; MAX_CLASSES],
                         task: st.prev_task,
-                        weight_ok: false,
+                        weight_ok: 0,
                     });
                 }
                 st.seg_base_t = st.t_last;
@@ -341,9 +352,9 @@ impl Attributor {
                 segs_out[0] = Some(Segment {
                     start: st.seg_start,
                     end: st.t_last,
-                    wrate: 0.0,
+                    wrate: [0.0; MAX_CLASSES],
                     task: st.prev_task,
-                    weight_ok: false,
+                    weight_ok: 0,
                 });
                 st.seg_start = st.t_last;
                 st.seg_base_t = st.t_last;
@@ -355,8 +366,10 @@ impl Attributor {
             // CPU-scope deltas: to this record's task when every record since the baseline
             // was this task's; otherwise the delta spans two owners and is dropped, not split
             // by guess.
-            let mut weight = 0.0;
-            let mut weight_ok = self.weight_mask != 0;
+            // Per Weight slot: its delta, and whether it is measured over exactly the open
+            // segment (a clean baseline of this owner at the segment's start).
+            let mut wdelta = [0.0f64; MAX_SLOTS];
+            let mut w_ok: u8 = 0;
             let mut bits = cpu_valid;
             while bits != 0 {
                 let s = bits.trailing_zeros() as usize;
@@ -364,7 +377,6 @@ impl Attributor {
                 let is_weight = self.weight_mask & (1 << s) != 0;
                 let usable = st.base_ok & (1 << s) != 0 && st.base_t[s] >= st.owner_since;
                 if !usable {
-                    weight_ok &= !is_weight;
                     continue;
                 }
                 let d = scaled_delta(&st.last[s], &rec.slots[s], self.masks[s], true);
@@ -379,20 +391,33 @@ impl Attributor {
                     }
                 }
                 if is_weight {
-                    weight += d;
-                    weight_ok &= st.base_t[s] == st.seg_base_t;
+                    wdelta[s] = d;
+                    if st.base_t[s] == st.seg_base_t {
+                        w_ok |= 1 << s;
+                    }
                 }
             }
             let weights_read = cpu_valid & self.weight_mask == self.weight_mask;
             if weights_read || self.weight_mask == 0 {
+                let dt = (t - st.seg_start) as f64;
+                let mut wrate = [0.0; MAX_CLASSES];
+                let mut weight_ok = 0u8;
+                for (c, &m) in self.classes.iter().enumerate() {
+                    if m != 0 && w_ok & m == m {
+                        weight_ok |= 1 << c;
+                        let mut w = 0.0;
+                        let mut b = m;
+                        while b != 0 {
+                            w += wdelta[b.trailing_zeros() as usize];
+                            b &= b - 1;
+                        }
+                        wrate[c] = w / dt;
+                    }
+                }
                 segs_out[1] = Some(Segment {
                     start: st.seg_start,
                     end: t,
-                    wrate: if weight_ok {
-                        weight / (t - st.seg_start) as f64
-                    } else {
-                        0.0
-                    },
+                    wrate,
                     task,
                     weight_ok,
                 });
@@ -540,21 +565,33 @@ impl Attributor {
                 any |= !ps.spans.is_empty();
             }
             if any {
-                spread::build_events(&p.segs, &mut self.events);
+                spread::build_events(&p.segs, &mut self.events, &mut self.scratch);
             }
-            for ps in &p.slots {
+            // (slot list index, class) whose weighing is in the scratch buffers: a read and a
+            // write counter read at the same ticks share it, which halves the first sweep.
+            let mut weighed: Option<(usize, usize)> = None;
+            for (k, ps) in p.slots.iter().enumerate() {
                 if ps.spans.is_empty() || ps.slot >= nslots {
                     continue;
                 }
                 let s = ps.slot;
                 let total: f64 = ps.spans.iter().map(|sp| sp.d).sum();
                 p.acc[s] += total;
+                let class = usize::from(self.slot_class[s]);
+                let reuse = weighed.is_some_and(|(j, c)| {
+                    c == class && spread::same_bounds(&p.slots[j].spans, &ps.spans)
+                });
+                if !reuse {
+                    spread::weigh(&ps.spans, &p.segs, &self.events, class, &mut self.scratch);
+                    weighed = Some((k, class));
+                }
                 let tasks = &mut self.tasks;
                 let idle = &mut self.idle_acc[s];
-                let un = spread::spread(
+                let un = spread::apportion(
                     &ps.spans,
                     &p.segs,
                     &self.events,
+                    class,
                     &mut self.scratch,
                     |task, amount| {
                         if task == IDLE {
@@ -715,6 +752,51 @@ impl Attributor {
             }
         }
     }
+}
+
+/// The weight classes of a slot list (the CPU-scope Weight slots each class sums, at most
+/// [`MAX_CLASSES`] distinct ones) and, per slot, the class a package slot is weighed by: the
+/// Weight slots of its own direction when there are any, else the undirected ones, else all.
+fn weight_classes(specs: &[SlotSpec]) -> ([u8; MAX_CLASSES], [u8; MAX_SLOTS]) {
+    let (mut read, mut write, mut undirected, mut all) = (0u8, 0u8, 0u8, 0u8);
+    for (s, spec) in specs.iter().enumerate().take(MAX_SLOTS) {
+        if spec.scope != SlotScope::Cpu {
+            continue;
+        }
+        if let SlotRole::Weight(dir) = spec.role {
+            all |= 1 << s;
+            match dir {
+                Some(Direction::Read) => read |= 1 << s,
+                Some(Direction::Write) => write |= 1 << s,
+                None | Some(Direction::Total) => undirected |= 1 << s,
+            }
+        }
+    }
+    let fallback = if undirected != 0 { undirected } else { all };
+    let mut classes = [0u8; MAX_CLASSES];
+    let mut slot_class = [0u8; MAX_SLOTS];
+    let mut n = 0;
+    for (s, spec) in specs.iter().enumerate().take(MAX_SLOTS) {
+        if spec.scope != SlotScope::Package {
+            continue;
+        }
+        let want = match spec.role {
+            SlotRole::Traffic(Direction::Read) if read != 0 => read,
+            SlotRole::Traffic(Direction::Write) if write != 0 => write,
+            _ => fallback,
+        };
+        // Three masks at most exist (read, write, the fallback), so a free class is found.
+        let c = match classes[..n].iter().position(|&m| m == want) {
+            Some(c) => c,
+            None => {
+                classes[n] = want;
+                n += 1;
+                n - 1
+            }
+        };
+        slot_class[s] = c as u8;
+    }
+    (classes, slot_class)
 }
 
 /// (read, write, total) bytes of whole counts per slot: Traffic slots with a byte size.

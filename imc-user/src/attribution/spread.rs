@@ -9,7 +9,9 @@
 //!
 //! Within a span, `D` goes to segments in proportion to the weight they put into the span
 //! (`rate × overlap`), or, when the span has no usable weight (no Weight counter, a failed weight
-//! read, or zero weight), in proportion to on-CPU time. Whatever goes to the idle task, and the
+//! read, or zero weight), in proportion to on-CPU time. A segment carries up to
+//! [`MAX_CLASSES`] weight rates: one per set of Weight counters some package counter is weighed
+//! by (read misses for read traffic, writebacks for write traffic, all of them for the rest). Whatever goes to the idle task, and the
 //! whole `D` of a span in which nothing ran, is unattributed: it is returned, never spread.
 //!
 //! Cost: a span-by-segment overlap loop would cost spans × segments per span (64 CPUs reading
@@ -20,16 +22,20 @@
 //! O((events + spans) + sort).
 use super::tasks::IDLE;
 
+/// Distinct weight classes a segment carries: read-direction, write-direction, and undirected
+/// weights are all a package counter can be weighed by.
+pub const MAX_CLASSES: usize = 3;
+
 #[derive(Clone, Copy, Debug)]
 pub struct Segment {
     pub start: u64,
     pub end: u64,
-    /// Weight counters' delta per ns over the segment.
-    pub wrate: f64,
+    /// Per weight class: its Weight counters' delta per ns over the segment.
+    pub wrate: [f64; MAX_CLASSES],
     /// The owner: a task index, or IDLE.
     pub task: u32,
-    /// Every Weight counter read cleanly at both ends (and there is at least one).
-    pub weight_ok: bool,
+    /// Bit c: every Weight counter of class c read cleanly at both ends (and it has one).
+    pub weight_ok: u8,
 }
 
 impl Segment {
@@ -55,6 +61,7 @@ pub struct Event {
 /// Scratch buffers kept between calls so that closing an interval does not allocate once warm.
 #[derive(Default)]
 pub struct Scratch {
+    events: Vec<Event>,
     ww: Vec<f64>,
     wt: Vec<f64>,
     wu: Vec<f64>,
@@ -62,42 +69,86 @@ pub struct Scratch {
     pt: Vec<f64>,
 }
 
-/// Builds the boundary events of `segs`, sorted by time.
-pub fn build_events(segs: &[Segment], events: &mut Vec<Event>) {
-    events.clear();
-    events.reserve(segs.len() * 2);
-    for (i, s) in segs.iter().enumerate() {
-        events.push(Event {
-            t: s.start,
-            seg: i as u32,
-            end: false,
-        });
-        events.push(Event {
-            t: s.end,
-            seg: i as u32,
-            end: true,
-        });
+/// Builds the boundary events of `segs`, sorted by time (ties in any order: a zero-length step
+/// changes nothing in either sweep).
+///
+/// Segments arrive in the order their CPUs' records were pushed, which is time order or close
+/// to it, so the starts and the ends are each usually sorted already: they are checked, sorted
+/// only if not, and merged, instead of sorting all 2n events (the sort was a sixth of the
+/// attributor's instructions).
+pub fn build_events(segs: &[Segment], events: &mut Vec<Event>, scratch: &mut Scratch) {
+    let tmp = &mut scratch.events;
+    tmp.clear();
+    let mk = |(i, s): (usize, &Segment), end: bool| Event {
+        t: if end { s.end } else { s.start },
+        seg: i as u32,
+        end,
+    };
+    tmp.extend(segs.iter().enumerate().map(|x| mk(x, false)));
+    tmp.extend(segs.iter().enumerate().map(|x| mk(x, true)));
+    let (starts, ends) = tmp.split_at_mut(segs.len());
+    for half in [&mut *starts, &mut *ends] {
+        if !half.is_sorted_by_key(|e| e.t) {
+            half.sort_unstable_by_key(|e| e.t);
+        }
     }
-    events.sort_unstable_by_key(|e| e.t);
+    events.clear();
+    events.reserve(2 * segs.len());
+    let (mut i, mut j) = (0, 0);
+    while i < starts.len() && j < ends.len() {
+        if starts[i].t <= ends[j].t {
+            events.push(starts[i]);
+            i += 1;
+        } else {
+            events.push(ends[j]);
+            j += 1;
+        }
+    }
+    events.extend_from_slice(&starts[i..]);
+    events.extend_from_slice(&ends[j..]);
 }
 
-/// Spreads `spans` (sorted, contiguous, non-empty) over `segs` through their sorted `events`.
-/// `give(task, amount)` receives each task's part (IDLE included: the caller counts it as
-/// unattributed); the return value is the part of spans in which nothing could take it.
+/// Spreads `spans` (sorted, contiguous, non-empty) over `segs` through their sorted `events`,
+/// weighing by weight class `class`. `give(task, amount)` receives each task's part (IDLE
+/// included: the caller counts it as unattributed); the return value is the part of spans in
+/// which nothing could take it.
 pub fn spread(
     spans: &[Span],
     segs: &[Segment],
     events: &[Event],
+    class: usize,
     scratch: &mut Scratch,
-    mut give: impl FnMut(u32, f64),
+    give: impl FnMut(u32, f64),
 ) -> f64 {
+    weigh(spans, segs, events, class, scratch);
+    apportion(spans, segs, events, class, scratch, give)
+}
+
+/// Whether two span lists have the same bounds, so that what [`weigh`] measured for one holds
+/// for the other (package counters read at the same ticks: a read and a write counter).
+pub fn same_bounds(a: &[Span], b: &[Span]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.t0 == y.t0 && x.t1 == y.t1)
+}
+
+/// The first half of [`spread`]: the weight, busy time and unknown-weight time inside each span,
+/// kept in `scratch` for [`apportion`], which may run more than once on them (for other spans
+/// with the [`same_bounds`] and the same class).
+pub fn weigh(
+    spans: &[Span],
+    segs: &[Segment],
+    events: &[Event],
+    class: usize,
+    scratch: &mut Scratch,
+) {
+    let class = class.min(MAX_CLASSES - 1);
+    let ok_bit = 1u8 << class;
     let (Some(first), Some(last)) = (spans.first(), spans.last()) else {
-        return 0.0;
+        return;
     };
     let (f0, f1) = (first.t0, last.t1);
     let n = spans.len();
-    let Scratch { ww, wt, wu, pw, pt } = scratch;
-    for v in [&mut *ww, &mut *wt, &mut *wu, &mut *pw, &mut *pt] {
+    let Scratch { ww, wt, wu, .. } = scratch;
+    for v in [&mut *ww, &mut *wt, &mut *wu] {
         v.clear();
         v.resize(n, 0.0);
     }
@@ -135,15 +186,41 @@ pub fn spread(
         let te = e.t.clamp(f0, f1);
         advance(te, rw, rt, ru, &mut i, &mut t_cur);
         let sign = if e.end { -1 } else { 1 };
-        rw += sign as f64 * s.wrate;
+        rw += sign as f64 * s.wrate[class];
         if s.busy() {
             rt += sign;
         }
-        if !s.weight_ok {
+        if s.weight_ok & ok_bit == 0 {
             ru += sign;
         }
     }
     advance(f1, rw, rt, ru, &mut i, &mut t_cur);
+}
+
+/// The second half of [`spread`], on what [`weigh`] left in `scratch` for spans with these
+/// bounds and this class.
+pub fn apportion(
+    spans: &[Span],
+    segs: &[Segment],
+    events: &[Event],
+    class: usize,
+    scratch: &mut Scratch,
+    mut give: impl FnMut(u32, f64),
+) -> f64 {
+    let class = class.min(MAX_CLASSES - 1);
+    let (Some(first), Some(last)) = (spans.first(), spans.last()) else {
+        return 0.0;
+    };
+    let (f0, f1) = (first.t0, last.t1);
+    let n = spans.len();
+    let Scratch {
+        ww, wt, wu, pw, pt, ..
+    } = scratch;
+    assert_eq!(ww.len(), n, "apportion without weigh over the same spans");
+    for v in [&mut *pw, &mut *pt] {
+        v.clear();
+        v.resize(n, 0.0);
+    }
 
     // Prices per span; spans nobody ran in stay unattributed.
     let mut unattributed = 0.0;
@@ -186,7 +263,7 @@ pub fn spread(
         } else {
             (pi_w, pi_t)
         };
-        let mut amount = s.wrate * at_w;
+        let mut amount = s.wrate[class] * at_w;
         if s.busy() {
             amount += at_t;
         }
@@ -205,18 +282,19 @@ mod tests {
         Segment {
             start,
             end,
-            wrate: w / (end - start) as f64,
+            wrate: [w / (end - start) as f64; MAX_CLASSES],
             task,
-            weight_ok: true,
+            weight_ok: 1,
         }
     }
 
     fn run(spans: &[Span], segs: &[Segment]) -> (Vec<f64>, f64) {
         let mut ev = Vec::new();
-        build_events(segs, &mut ev);
+        let mut scratch = Scratch::default();
+        build_events(segs, &mut ev, &mut scratch);
         let mut got = vec![0.0; 4];
         let mut idle = 0.0;
-        let un = spread(spans, segs, &ev, &mut Scratch::default(), |t, a| {
+        let un = spread(spans, segs, &ev, 0, &mut scratch, |t, a| {
             if t == IDLE {
                 idle += a
             } else {

@@ -47,6 +47,9 @@ pub struct Scenario {
     pub precise: bool,
     /// Include an LLC-miss Weight slot (one miss per 64 bytes of the running task's traffic).
     pub weights: bool,
+    /// With `weights`: split it by direction, a read weight (one per 64 bytes read) in slot 2
+    /// and a write weight (one per 64 bytes written) in slot 3, as LLC misses and writebacks.
+    pub directed_weights: bool,
     /// Idle CPUs do not tick (NOHZ), as on real systems.
     pub nohz: bool,
     pub readers: Readers,
@@ -85,6 +88,7 @@ impl Scenario {
             dma_bps: vec![0.0],
             precise: false,
             weights: true,
+            directed_weights: false,
             nohz: true,
             readers: Readers::All,
             fallback_every_ns: None,
@@ -113,7 +117,8 @@ impl Scenario {
         }
     }
 
-    /// Slots: 0 package read (64 B/count, 48 bits), 1 package write, 2 LLC misses (weight).
+    /// Slots: 0 package read (64 B/count, 48 bits), 1 package write, 2 LLC misses (weight; the
+    /// read weight with `directed_weights`), 3 the write weight with `directed_weights`.
     pub fn specs(&self) -> Vec<SlotSpec> {
         let mut v = vec![
             SlotSpec {
@@ -131,11 +136,26 @@ impl Scenario {
                 counter_bits: 48,
             },
         ];
-        if self.weights {
+        if self.weights && self.directed_weights {
             v.push(SlotSpec {
                 event: "LLC-load-misses".into(),
                 scope: SlotScope::Cpu,
-                role: SlotRole::Weight,
+                role: SlotRole::Weight(Some(Direction::Read)),
+                bytes_per_count: None,
+                counter_bits: 64,
+            });
+            v.push(SlotSpec {
+                event: "LLC-writebacks".into(),
+                scope: SlotScope::Cpu,
+                role: SlotRole::Weight(Some(Direction::Write)),
+                bytes_per_count: None,
+                counter_bits: 64,
+            });
+        } else if self.weights {
+            v.push(SlotSpec {
+                event: "LLC-load-misses".into(),
+                scope: SlotScope::Cpu,
+                role: SlotRole::Weight(None),
                 bytes_per_count: None,
                 counter_bits: 64,
             });
@@ -185,8 +205,9 @@ pub struct SynthStream {
     pkg_of: Vec<usize>,
     /// Per CPU: running task.
     running: Vec<Option<usize>>,
-    /// Per CPU: weight counter (true count) and the time it was last brought up to date.
+    /// Per CPU: weight counters (true counts): reads and writes.
     weight: Vec<f64>,
+    weight_w: Vec<f64>,
     /// Per package: cumulative read/write counts (true) and their rate.
     pkg_read: Vec<f64>,
     pkg_write: Vec<f64>,
@@ -234,6 +255,7 @@ impl SynthStream {
             pkg_of,
             running: vec![None; ncpu],
             weight: vec![0.0; ncpu],
+            weight_w: vec![0.0; ncpu],
             pkg_read: vec![0.0; npkg],
             pkg_write: vec![0.0; npkg],
             t_now: 0,
@@ -256,7 +278,12 @@ impl SynthStream {
             let (r, w) = (task.read_bps * dt, task.write_bps * dt);
             self.truth.task_read[ti] += r;
             self.truth.task_write[ti] += w;
-            self.weight[c] += (r + w) / 64.0;
+            if self.sc.directed_weights {
+                self.weight[c] += r / 64.0;
+                self.weight_w[c] += w / 64.0;
+            } else {
+                self.weight[c] += (r + w) / 64.0;
+            }
             if let Some(p) = self
                 .pkg_of
                 .get(c)
@@ -280,6 +307,12 @@ impl SynthStream {
         self.sc.dma_bps.get(p).copied().unwrap_or(0.0) * self.t_now as f64 / 1e9
     }
 
+    /// The package counter of `slot` (0 read, 1 write) of package `p` now: what a userspace
+    /// read at the last item's time returns.
+    pub fn package_value(&self, p: usize, slot: usize) -> u64 {
+        self.pkg_value(p, slot == 1)
+    }
+
     fn pkg_value(&self, p: usize, write: bool) -> u64 {
         let v = if write {
             self.pkg_write[p]
@@ -298,7 +331,11 @@ impl SynthStream {
             pid: 0,
             tgid: 0,
             kind,
-            nr_slots: if self.sc.weights { 3 } else { 2 },
+            nr_slots: match (self.sc.weights, self.sc.directed_weights) {
+                (true, true) => 4,
+                (true, false) => 3,
+                _ => 2,
+            },
             failed_mask: 0,
             _pad: 0,
             comm: [0; 16],
@@ -340,6 +377,13 @@ impl SynthStream {
                 enabled: t,
                 running,
             };
+            if self.sc.directed_weights {
+                rec.slots[3] = SlotReading {
+                    value: (self.weight_w[c] * self.sc.weight_running).floor() as u64,
+                    enabled: t,
+                    running,
+                };
+            }
         }
         self.records_of_cpu[c] += 1;
         if let Some((fc, n)) = self.sc.fail_every

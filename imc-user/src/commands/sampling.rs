@@ -5,9 +5,13 @@ use crate::attribution::Attributor;
 use crate::cli::{GlobalArgs, SamplerArgs};
 use crate::discovery;
 use crate::error::{CliError, CliResult};
-use crate::model::{BackendKind, Direction, Discovery, Encoded, SlotRole, SlotScope, SlotSpec};
+use crate::model::{
+    BackendKind, Direction, Discovery, Encoded, SlotRole, SlotScope, SlotSpec, Topology,
+};
 use crate::output::interval::IntervalResult;
+use crate::sampler::probe::ReadMode;
 use crate::sampler::{Sampler, SamplerConfig, SlotPlan, may_multiplex};
+use imc_common::TickRecord;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -29,13 +33,11 @@ fn direction_of(name: &str) -> Direction {
 }
 
 /// One slot for one encoded counter: CPU scope when its PMU has no cpumask (core, software,
-/// msr), else package scope, opened on the PMU's designated CPUs and read there.
-fn plan_for(e: &Encoded, role: SlotRole, counter_bits: u8, online: &[u32]) -> SlotPlan {
+/// msr), else package scope, opened on the PMU's designated CPUs.
+fn plan_for(e: &Encoded, role: SlotRole, counter_bits: u8, topology: &Topology) -> SlotPlan {
+    let online = &topology.online;
     let (scope, instances) = match &e.cpus {
-        Some(cpus) if !cpus.is_empty() => (
-            SlotScope::Package,
-            cpus.iter().map(|&c| (c, vec![c])).collect(),
-        ),
+        Some(cpus) if !cpus.is_empty() => (SlotScope::Package, package_readers(cpus, topology)),
         _ => (
             SlotScope::Cpu,
             online.iter().map(|&c| (c, vec![c])).collect(),
@@ -54,6 +56,41 @@ fn plan_for(e: &Encoded, role: SlotRole, counter_bits: u8, online: &[u32]) -> Sl
     plan
 }
 
+/// For each CPU a package PMU is opened on (its cpumask): the CPUs whose ticks are given the
+/// counter. Every online CPU of its package, so that the sampler can find out by trying which
+/// of them may read it (any, on Intel uncore since Linux 6.7; only the opening CPU otherwise).
+/// A package with several opening CPUs (one PMU instance per die) keeps each to itself: an
+/// array entry holds one counter, and which die a CPU's traffic goes to is not known here.
+pub fn package_readers(open_cpus: &[u32], topology: &Topology) -> Vec<(u32, Vec<u32>)> {
+    open_cpus
+        .iter()
+        .map(|&c| {
+            let pkg = topology.package_of(c);
+            let shared = open_cpus
+                .iter()
+                .filter(|&&o| topology.package_of(o) == pkg)
+                .count()
+                > 1;
+            let readers = match pkg.and_then(|p| topology.packages.iter().find(|x| x.id == p)) {
+                Some(p) if !shared => {
+                    let mut r: Vec<u32> = p
+                        .cpus
+                        .iter()
+                        .copied()
+                        .filter(|x| topology.online.contains(x) || *x == c)
+                        .collect();
+                    if !r.contains(&c) {
+                        r.push(c);
+                    }
+                    r
+                }
+                _ => vec![c],
+            };
+            (c, readers)
+        })
+        .collect()
+}
+
 fn too_many(n: usize) -> CliError {
     CliError::bad_input(format!(
         "{n} counters to read per tick, at most {}: name fewer with -e",
@@ -63,7 +100,6 @@ fn too_many(n: usize) -> CliError {
 
 /// Chooses the slots from `-e`, the memory controller, or a stand-in.
 pub fn select(global: &GlobalArgs, args: &SamplerArgs, found: &Discovery) -> CliResult<Selection> {
-    let online = &found.topology.online;
     let mut plans = Vec::new();
     if !args.events.is_empty() {
         for (i, text) in args.events.iter().enumerate() {
@@ -78,7 +114,7 @@ pub fn select(global: &GlobalArgs, args: &SamplerArgs, found: &Discovery) -> Cli
                     SlotRole::Other
                 };
                 let bits = if e.cpus.is_some() { 48 } else { 64 };
-                plans.push(plan_for(&e, role, bits, online));
+                plans.push(plan_for(&e, role, bits, &found.topology));
             }
         }
         if plans.len() > imc_common::MAX_SLOTS {
@@ -130,7 +166,7 @@ pub fn select(global: &GlobalArgs, args: &SamplerArgs, found: &Discovery) -> Cli
                 &e,
                 SlotRole::Traffic(dir),
                 ev.counter_bits.max(1),
-                online,
+                &found.topology,
             ));
         }
         if plans.len() > imc_common::MAX_SLOTS {
@@ -194,7 +230,7 @@ pub fn select(global: &GlobalArgs, args: &SamplerArgs, found: &Discovery) -> Cli
         &e,
         SlotRole::Traffic(Direction::Total),
         64,
-        online,
+        &found.topology,
     ));
     Ok(Selection {
         plans,
@@ -261,21 +297,14 @@ pub async fn sample_loop(
         bpf_log: global.verbose >= 2,
         tick_program: Default::default(),
     };
-    let mut sampler = Sampler::start(&cfg).map_err(|e| CliError::runtime(e.to_string()))?;
-    let specs: Vec<SlotSpec> = sampler.slots().to_vec();
-    let mut attr =
-        Attributor::new(&specs, &found.topology, sel.source.clone()).tick_hz(args.sampler.freq);
-    let pkg_slots: Vec<(usize, u32, u32)> = sel
-        .plans
-        .iter()
-        .enumerate()
-        .filter(|(_, p)| p.spec.scope == SlotScope::Package)
-        .flat_map(|(s, p)| {
-            p.instances
-                .iter()
-                .map(move |(cpu, _)| (s, *cpu, found.topology.package_of(*cpu).unwrap_or(0)))
-        })
-        .collect();
+    let sampler = Sampler::start(&cfg).map_err(|e| CliError::runtime(e.to_string()))?;
+    let mut pump = Pump::new(
+        sampler,
+        &found.topology,
+        sel.source.clone(),
+        args.sampler.freq,
+        global.verbose > 0,
+    );
 
     let mut sigint = signal(SignalKind::interrupt())
         .map_err(|e| CliError::runtime(format!("SIGINT handler: {e}")))?;
@@ -287,7 +316,6 @@ pub async fn sample_loop(
     let start = tokio::time::Instant::now();
     let deadline = args.duration.map(|d| start + Duration::from_secs_f64(d));
     let mut next_report = start + interval;
-    let mut lost_seen = 0u64;
     // Start the command only once the sampler runs, so none of its traffic is missed.
     let mut child = match args.command.split_first() {
         Some((prog, rest)) => Some(
@@ -321,8 +349,7 @@ pub async fn sample_loop(
         }
         let now = tokio::time::Instant::now();
         let finished = stop || deadline.is_some_and(|d| now >= d);
-        sampler.drain(|r| {
-            attr.push_tick(r);
+        pump.drain(|r| {
             if sink_error.is_none()
                 && let Err(e) = sink.tick(r)
             {
@@ -333,24 +360,7 @@ pub async fn sample_loop(
             return Err(CliError::runtime(format!("writing output: {e}")));
         }
         if now >= next_report || finished {
-            // Package counters are also read from userspace at each interval end, so traffic
-            // while every CPU of a package idles (and barely ticks) is not lost.
-            let t = now_ns();
-            for &(slot, cpu, pkg) in &pkg_slots {
-                if let Ok(v) = sampler.read_counter(slot, cpu) {
-                    attr.push_package_read(pkg, slot, t, v.value);
-                }
-            }
-            if let Ok(st) = sampler.stats() {
-                let lost = st.lost();
-                attr.add_lost_samples(lost.saturating_sub(lost_seen));
-                lost_seen = lost;
-            }
-            let result = if finished {
-                attr.finish(t)
-            } else {
-                attr.close_interval(t)
-            };
+            let result = pump.close(finished);
             match sink.interval(&result) {
                 Ok(true) => {}
                 Ok(false) => break,
@@ -365,7 +375,7 @@ pub async fn sample_loop(
             break;
         }
     }
-    drop(sampler);
+    drop(pump);
     if let Some(mut c) = child {
         // Stopped by signal or --duration while the command still runs: leave it running?
         // No: like perf, the measured command ends with the measurement.
@@ -375,12 +385,146 @@ pub async fn sample_loop(
     Ok(exit)
 }
 
-fn now_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: ts is valid to write; CLOCK_MONOTONIC is what bpf_ktime_get_ns reads.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+/// The sampler and the attributor joined the way every sampling command runs them: what one
+/// drain and one interval end do, apart from timers, signals and output, so that tests can run
+/// exactly this path against the real program with counters of their choosing.
+pub struct Pump {
+    sampler: Sampler,
+    attr: Attributor,
+    /// (slot, CPU a package counter is opened on) → its package id.
+    package_of: Vec<((usize, u32), u32)>,
+    lost_seen: u64,
+    /// Say under -v how each package slot ended up being read.
+    verbose: bool,
+    modes_told: Vec<Option<ReadMode>>,
+}
+
+impl Pump {
+    pub fn new(
+        sampler: Sampler,
+        topology: &Topology,
+        source: String,
+        freq: u32,
+        verbose: bool,
+    ) -> Pump {
+        let specs: Vec<SlotSpec> = sampler.slots().to_vec();
+        let attr = Attributor::new(&specs, topology, source).tick_hz(freq);
+        let package_of = sampler
+            .package_instances()
+            .into_iter()
+            .map(|(s, cpu)| ((s, cpu), topology.package_of(cpu).unwrap_or(0)))
+            .collect();
+        Pump {
+            modes_told: vec![None; specs.len()],
+            sampler,
+            attr,
+            package_of,
+            lost_seen: 0,
+            verbose,
+        }
+    }
+
+    pub fn sampler(&self) -> &Sampler {
+        &self.sampler
+    }
+
+    pub fn attributor(&self) -> &Attributor {
+        &self.attr
+    }
+
+    /// Drains every record into the attributor (and `tick`), then reads from userspace the
+    /// package counters no tick has read lately, so an idle package's traffic keeps its time.
+    pub fn drain(&mut self, mut tick: impl FnMut(&TickRecord)) -> usize {
+        let attr = &mut self.attr;
+        let n = self.sampler.drain(|r| {
+            attr.push_tick(r);
+            tick(r)
+        });
+        self.read_packages(false);
+        self.tell_modes();
+        n
+    }
+
+    /// Ends the interval now (the run when `last`): every package counter is read first, so the
+    /// interval holds its traffic up to its end.
+    pub fn close(&mut self, last: bool) -> IntervalResult {
+        self.read_packages(true);
+        if let Ok(st) = self.sampler.stats() {
+            let lost = st.lost();
+            self.attr
+                .add_lost_samples(lost.saturating_sub(self.lost_seen));
+            self.lost_seen = lost;
+        }
+        let t = crate::sampler::monotonic_ns();
+        if last {
+            self.attr.finish(t)
+        } else {
+            self.attr.close_interval(t)
+        }
+    }
+
+    fn read_packages(&mut self, all: bool) {
+        let (attr, package_of) = (&mut self.attr, &self.package_of);
+        self.sampler.read_idle_packages(all, |slot, cpu, t, v| {
+            if let Some(&(_, pkg)) = package_of.iter().find(|(k, _)| *k == (slot, cpu)) {
+                attr.push_package_read(pkg, slot, t, v.value);
+            }
+        });
+    }
+
+    fn tell_modes(&mut self) {
+        if !self.verbose {
+            return;
+        }
+        for (s, mode) in self.sampler.read_modes().into_iter().enumerate() {
+            if mode != self.modes_told[s] && mode.is_some_and(|m| m != ReadMode::Probing) {
+                eprintln!(
+                    "imc: {}: {}",
+                    self.sampler.slots()[s].event,
+                    mode.map_or("", ReadMode::describe)
+                );
+                self.modes_told[s] = mode;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Package;
+
+    fn topo(packages: &[&[u32]], online: &[u32]) -> Topology {
+        Topology {
+            online: online.to_vec(),
+            possible: online.to_vec(),
+            packages: packages
+                .iter()
+                .enumerate()
+                .map(|(i, c)| Package {
+                    id: i as u32,
+                    cpus: c.to_vec(),
+                })
+                .collect(),
+            nodes: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn package_counters_are_offered_to_the_online_cpus_of_their_package() {
+        // Two sockets, CPU 5 offline: each cpumask CPU's counter goes to its own package.
+        let t = topo(&[&[0, 1, 2, 3], &[4, 5, 6, 7]], &[0, 1, 2, 3, 4, 6, 7]);
+        assert_eq!(
+            package_readers(&[0, 4], &t),
+            [(0, vec![0, 1, 2, 3]), (4, vec![4, 6, 7])]
+        );
+        // One PMU instance per die, two in a package: which die a CPU's traffic goes to is not
+        // known, so each stays with its own CPU.
+        assert_eq!(
+            package_readers(&[0, 2], &topo(&[&[0, 1, 2, 3]], &[0, 1, 2, 3])),
+            [(0, vec![0]), (2, vec![2])]
+        );
+        // A cpumask CPU outside the known packages still reads its own counter.
+        assert_eq!(package_readers(&[9], &t), [(9, vec![9])]);
+    }
 }

@@ -57,7 +57,7 @@ pub struct HeaderSlot {
     pub event: String,
     /// `cpu` or `package`.
     pub scope: String,
-    /// `read`, `write`, `total` (traffic), `weight` or `other`.
+    /// `read`, `write`, `total` (traffic), `weight`, `weight-read`, `weight-write` or `other`.
     pub role: String,
     pub bytes_per_count: Option<f64>,
     pub counter_bits: u8,
@@ -76,7 +76,9 @@ impl HeaderSlot {
                 SlotRole::Traffic(Direction::Read) => "read",
                 SlotRole::Traffic(Direction::Write) => "write",
                 SlotRole::Traffic(Direction::Total) => "total",
-                SlotRole::Weight => "weight",
+                SlotRole::Weight(None | Some(Direction::Total)) => "weight",
+                SlotRole::Weight(Some(Direction::Read)) => "weight-read",
+                SlotRole::Weight(Some(Direction::Write)) => "weight-write",
                 SlotRole::Other => "other",
             }
             .into(),
@@ -95,7 +97,9 @@ impl HeaderSlot {
             "read" => SlotRole::Traffic(Direction::Read),
             "write" => SlotRole::Traffic(Direction::Write),
             "total" => SlotRole::Traffic(Direction::Total),
-            "weight" => SlotRole::Weight,
+            "weight" => SlotRole::Weight(None),
+            "weight-read" => SlotRole::Weight(Some(Direction::Read)),
+            "weight-write" => SlotRole::Weight(Some(Direction::Write)),
             "other" => SlotRole::Other,
             o => return Err(format!("slot '{}': unknown role '{o}'", self.event)),
         };

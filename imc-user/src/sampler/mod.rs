@@ -3,25 +3,30 @@
 //!
 //! Lifetime is ownership: dropping a [`Sampler`] detaches every link and closes every program,
 //! map and counter fd, so nothing stays loaded after `imc` exits, however it exits.
+pub mod fallback;
 pub mod object;
+pub mod probe;
 mod rings;
 
-use crate::model::{Encoded, SlotSpec};
+use crate::model::{Encoded, SlotScope, SlotSpec};
 use crate::sys::bpf::{BpfSys, MappedMap, RealBpf};
 use crate::sys::perf::{self, CounterValue, PerfEventAttr, PerfSys, RealPerf};
 use aya::maps::{MapData, PerCpuArray};
 use aya::programs::perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent};
 use aya::programs::{PerfEvent, RawTracePoint};
 use aya::{Ebpf, EbpfLoader};
+use fallback::IdleFallback;
 use imc_common::{
     CpuHead, HEADS_MAP_NAME, MAX_SLOTS, NR_SLOTS_GLOBAL, NR_STATS, RING_LEN_GLOBAL, SLOT_MAP_NAMES,
     STAT_READ_ERROR, STAT_SLOT_ABSENT, STATS_MAP_NAME, TICKS_MAP_NAME, TIMED_SLOTS_GLOBAL,
     TickRecord,
 };
+use probe::{ReadMode, ReaderProbe};
 use rings::Rings;
 use std::io;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::PathBuf;
+use std::sync::Arc;
 use thiserror::Error;
 
 #[derive(Debug, Error)]
@@ -76,6 +81,18 @@ impl SlotPlan {
             spec,
             attr: counting_attr(encoded),
             instances: cpus.iter().map(|&c| (c, vec![c])).collect(),
+            may_multiplex: may_multiplex(encoded),
+        }
+    }
+
+    /// A package-scope counter: one instance per (CPU it is opened on, CPUs whose ticks are
+    /// given it). Readers other than the opening CPU are probed at the first ticks and
+    /// dropped if they cannot read it (see [`probe`]).
+    pub fn package(spec: SlotSpec, encoded: &Encoded, instances: Vec<(u32, Vec<u32>)>) -> SlotPlan {
+        SlotPlan {
+            spec,
+            attr: counting_attr(encoded),
+            instances,
             may_multiplex: may_multiplex(encoded),
         }
     }
@@ -150,7 +167,11 @@ pub struct CpuStats {
     pub runs: u64,
     pub lost: u64,
     pub read_errors: [u64; MAX_SLOTS],
+    /// Reads that found no counter in this CPU's entry (-ENOENT).
     pub absent: [u64; MAX_SLOTS],
+    /// Failed reads while this CPU was being tried for a package counter it turned out not
+    /// to be able to read (or is still being tried for): not read errors (see `probe`).
+    pub probe_failures: [u64; MAX_SLOTS],
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -188,6 +209,11 @@ pub struct Sampler {
     counters: Vec<OpenCounter>,
     slots: Vec<SlotSpec>,
     cpus: Vec<u32>,
+    bpf_sys: Arc<dyn BpfSys>,
+    probe: ReaderProbe,
+    fallback: IdleFallback,
+    /// The last failure to remove a probed entry, reported once.
+    probe_error: Option<String>,
 }
 
 /// Effective capabilities of this process (CapEff in /proc/self/status).
@@ -225,13 +251,13 @@ fn ring_len(cfg: &SamplerConfig) -> u32 {
 impl Sampler {
     /// Opens the counters, loads and attaches the program. Nothing stays loaded on error.
     pub fn start(cfg: &SamplerConfig) -> Result<Sampler, SamplerError> {
-        Self::start_with(cfg, &RealPerf, &RealBpf)
+        Self::start_with(cfg, &RealPerf, Arc::new(RealBpf))
     }
 
     pub fn start_with(
         cfg: &SamplerConfig,
         perf_sys: &dyn PerfSys,
-        bpf_sys: &dyn BpfSys,
+        bpf_sys: Arc<dyn BpfSys>,
     ) -> Result<Sampler, SamplerError> {
         if cfg.slots.len() > MAX_SLOTS {
             return Err(SamplerError::TooManySlots(cfg.slots.len()));
@@ -413,6 +439,15 @@ impl Sampler {
                 })?;
         }
 
+        // A package counter no tick read lately is read from userspace; see `fallback`.
+        let max_age = fallback::max_age_ns(cfg.freq, cfg.drain_period_ms);
+        let package_instances: Vec<(usize, u32, Vec<u32>)> = cfg
+            .slots
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.spec.scope == SlotScope::Package)
+            .flat_map(|(s, p)| p.instances.iter().map(move |(c, r)| (s, *c, r.clone())))
+            .collect();
         Ok(Sampler {
             tick_program: cfg.tick_program,
             ebpf,
@@ -422,6 +457,10 @@ impl Sampler {
             counters,
             slots: cfg.slots.iter().map(|p| p.spec.clone()).collect(),
             cpus: cfg.cpus.clone(),
+            bpf_sys,
+            probe: ReaderProbe::new(&cfg.slots),
+            fallback: IdleFallback::new(&package_instances, max_age),
+            probe_error: None,
         })
     }
 
@@ -433,12 +472,70 @@ impl Sampler {
         &self.cpus
     }
 
-    /// Hands every record waiting in the ring buffer to `f`; returns how many.
+    /// Hands every record waiting in the ring buffer to `f`; returns how many. Also where the
+    /// probe of package readers learns from the ticks and removes the entries of CPUs that
+    /// cannot read their counter.
     pub fn drain(&mut self, mut f: impl FnMut(&TickRecord)) -> usize {
         if let Some(l) = self.logger.as_mut() {
             l.flush();
         }
-        self.rings.drain(&mut f)
+        let (probe, fallback) = (&mut self.probe, &mut self.fallback);
+        let n = self.rings.drain(&mut |r: &TickRecord| {
+            probe.observe(r);
+            fallback.observe(r);
+            f(r)
+        });
+        if self.probe.has_work() {
+            let maps: Vec<BorrowedFd<'_>> = SLOT_MAP_NAMES[..self.slots.len()]
+                .iter()
+                .filter_map(|name| match self.ebpf.map(name) {
+                    Some(aya::maps::Map::PerfEventArray(data)) => Some(data.fd().as_fd()),
+                    _ => None,
+                })
+                .collect();
+            if maps.len() == self.slots.len()
+                && let Err(e) = self.probe.apply(self.bpf_sys.as_ref(), &maps)
+                && self.probe_error.is_none()
+            {
+                log::warn!("{e}");
+                self.probe_error = Some(e.to_string());
+            }
+        }
+        n
+    }
+
+    /// (slot, CPU the counter is opened on) of every package counter.
+    pub fn package_instances(&self) -> Vec<(usize, u32)> {
+        self.fallback.instances()
+    }
+
+    /// How each package slot is read at the ticks, as probed so far (None: not a probed slot).
+    pub fn read_modes(&self) -> Vec<Option<ReadMode>> {
+        (0..self.slots.len()).map(|s| self.probe.mode(s)).collect()
+    }
+
+    /// Reads from userspace every package counter no tick has read within two drain periods
+    /// (every package counter when `all`), handing `f(slot, open_cpu, t_ns, value)` each: the
+    /// fallback that keeps idle packages' traffic (DMA) and its timing. Failed reads are
+    /// skipped (the counter's next reading covers the span). Returns how many were read.
+    pub fn read_idle_packages(
+        &mut self,
+        all: bool,
+        mut f: impl FnMut(usize, u32, u64, CounterValue),
+    ) -> usize {
+        let mut n = 0;
+        for (i, slot, cpu) in self.fallback.due(monotonic_ns(), all) {
+            let before = monotonic_ns();
+            let Ok(v) = self.read_counter(slot, cpu) else {
+                continue;
+            };
+            // The read crosses to the counter's CPU; its middle is the best time to give it.
+            let t = before + (monotonic_ns() - before) / 2;
+            self.fallback.mark_read(i, t);
+            f(slot, cpu, t, v);
+            n += 1;
+        }
+        n
     }
 
     /// Program statistics summed per CPU.
@@ -465,6 +562,15 @@ impl Sampler {
                         s.read_errors[(i - STAT_READ_ERROR) as usize] = *v
                     }
                     i => s.absent[(i - STAT_SLOT_ABSENT) as usize] = *v,
+                }
+            }
+        }
+        // Failures of CPUs probed for a package counter they may not be able to read are the
+        // probe's, not read errors.
+        for s in &mut per_cpu {
+            for slot in 0..self.slots.len() {
+                if self.probe.is_probe(s.cpu, slot) {
+                    s.probe_failures[slot] = std::mem::take(&mut s.read_errors[slot]);
                 }
             }
         }
@@ -539,4 +645,16 @@ fn error_chain(e: &dyn std::error::Error) -> String {
         return short;
     }
     s.replace('\n', " | ")
+}
+
+/// CLOCK_MONOTONIC in ns: the clock `bpf_ktime_get_ns` reads, so userspace readings and tick
+/// records share one time line.
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: ts is valid to write.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }

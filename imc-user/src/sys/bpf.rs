@@ -1,9 +1,11 @@
-//! bpf(2) calls that aya 0.14 does not wrap: storing external perf fds in a PERF_EVENT_ARRAY
-//! (aya only fills those arrays with perf buffers it creates itself), and kernel.bpf_stats.
+//! bpf(2) calls that aya 0.14 does not wrap: storing and removing external perf fds in a
+//! PERF_EVENT_ARRAY (aya only fills those arrays with perf buffers it creates itself), and
+//! kernel.bpf_stats.
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};
 
 const BPF_MAP_UPDATE_ELEM: libc::c_long = 2;
+const BPF_MAP_DELETE_ELEM: libc::c_long = 3;
 const BPF_ENABLE_STATS: libc::c_long = 32;
 const BPF_STATS_RUN_TIME: u32 = 0;
 
@@ -16,6 +18,10 @@ pub trait BpfSys: Send + Sync {
         index: u32,
         perf_fd: BorrowedFd<'_>,
     ) -> io::Result<()>;
+
+    /// `BPF_MAP_DELETE_ELEM(map, &index)` on a PERF_EVENT_ARRAY: the program then finds no
+    /// counter at `index` (-ENOENT) instead of one it cannot read there.
+    fn perf_array_clear(&self, map: BorrowedFd<'_>, index: u32) -> io::Result<()>;
 }
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -51,6 +57,31 @@ impl BpfSys for RealBpf {
             libc::syscall(
                 libc::SYS_bpf,
                 BPF_MAP_UPDATE_ELEM,
+                &attr as *const MapElemAttr,
+                std::mem::size_of::<MapElemAttr>() as u32,
+            )
+        };
+        if r < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(())
+        }
+    }
+
+    fn perf_array_clear(&self, map: BorrowedFd<'_>, index: u32) -> io::Result<()> {
+        let attr = MapElemAttr {
+            map_fd: map.as_raw_fd() as u32,
+            _pad: 0,
+            key: &index as *const u32 as u64,
+            value: 0,
+            flags: 0,
+        };
+        // SAFETY: attr is a valid bpf_attr prefix for BPF_MAP_DELETE_ELEM (map_fd, key); key
+        // points at a live u32 for the duration of the call.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_bpf,
+                BPF_MAP_DELETE_ELEM,
                 &attr as *const MapElemAttr,
                 std::mem::size_of::<MapElemAttr>() as u32,
             )
