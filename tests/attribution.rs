@@ -446,7 +446,7 @@ fn rec(cpu: u32, t: u64, pid: u32, comm: &[u8], slots: &[(u64, u64, u64)]) -> Ti
         kind: KIND_TIMER,
         nr_slots: slots.len() as u8,
         failed_mask: 0,
-        _pad: 0,
+        flags: 0,
         comm: [0; 16],
         slots: [SlotReading::default(); MAX_SLOTS],
     };

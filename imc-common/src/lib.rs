@@ -43,7 +43,7 @@ pub struct CpuHead {
     pub _pad: [u32; 13],
 }
 
-/// Set by the kernel in `TickRecord::_pad` when the task is the one the previous record of this
+/// Set by the kernel in `TickRecord::flags` when the task is the one the previous record of this
 /// CPU described in full, so comm and cgroup were not fetched again (each helper costs about
 /// 100 ns in a VM). The sampler fills them in from its per-CPU cache and clears the flag before
 /// any consumer sees the record.
@@ -102,7 +102,7 @@ pub struct TickRecord {
     /// Bit `s` set: slot `s` could not be read in this run; its reading is zero.
     pub failed_mask: u8,
     /// Kernel-to-sampler flags ([`FLAG_TASK_OMITTED`]); always 0 in records handed out.
-    pub _pad: u8,
+    pub flags: u8,
     pub comm: [u8; 16],
     pub slots: [SlotReading; MAX_SLOTS],
 }

@@ -222,10 +222,10 @@ fn record(kind: u8) {
             if bpf_get_current_comm((*rec).comm.as_mut_ptr().cast(), 16) != 0 {
                 (*rec).comm = [0; 16];
             }
-            (*rec)._pad = 0;
+            (*rec).flags = 0;
             (*h).last_pid = pid;
         } else {
-            (*rec)._pad = FLAG_TASK_OMITTED;
+            (*rec).flags = FLAG_TASK_OMITTED;
         }
 
         macro_rules! read_slot {

@@ -862,7 +862,7 @@ mod tests {
             kind: KIND_TIMER,
             nr_slots: 1,
             failed_mask: u8::from(value.is_none()),
-            _pad: 0,
+            flags: 0,
             comm: [0; 16],
             slots: [SlotReading::default(); MAX_SLOTS],
         };

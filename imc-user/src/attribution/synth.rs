@@ -337,7 +337,7 @@ impl SynthStream {
                 _ => 2,
             },
             failed_mask: 0,
-            _pad: 0,
+            flags: 0,
             comm: [0; 16],
             slots: [SlotReading::default(); MAX_SLOTS],
         };

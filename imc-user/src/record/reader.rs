@@ -371,7 +371,7 @@ impl Reader {
                 kind: kn & 1,
                 nr_slots: nr as u8,
                 failed_mask,
-                _pad: 0,
+                flags: 0,
                 comm: def.comm_raw,
                 slots,
             });

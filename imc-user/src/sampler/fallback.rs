@@ -126,7 +126,7 @@ mod tests {
             kind: 0,
             nr_slots: 2,
             failed_mask: failed,
-            _pad: 0,
+            flags: 0,
             comm: [0; 16],
             slots: [SlotReading::default(); MAX_SLOTS],
         }

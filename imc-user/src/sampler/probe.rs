@@ -271,7 +271,7 @@ mod tests {
                 kind: 0,
                 nr_slots: maps.len() as u8,
                 failed_mask: 0,
-                _pad: 0,
+                flags: 0,
                 comm: [0; 16],
                 slots: [SlotReading::default(); MAX_SLOTS],
             };

@@ -19,12 +19,12 @@ impl TaskCache {
         if cpu >= self.by_cpu.len() {
             self.by_cpu.resize(cpu + 1, (u32::MAX, 0, [0; 16]));
         }
-        if rec._pad & FLAG_TASK_OMITTED == 0 {
+        if rec.flags & FLAG_TASK_OMITTED == 0 {
             self.by_cpu[cpu] = (rec.pid, rec.cgroup_id, rec.comm);
             self.by_pid.insert(rec.pid, (rec.cgroup_id, rec.comm));
             return;
         }
-        rec._pad &= !FLAG_TASK_OMITTED;
+        rec.flags &= !FLAG_TASK_OMITTED;
         let (pid, cgroup, comm) = self.by_cpu[cpu];
         if pid == rec.pid {
             rec.cgroup_id = cgroup;
