@@ -247,6 +247,19 @@ pub trait Sink {
     }
     /// One closed interval. `Ok(false)` stops the loop quietly (the reader went away).
     fn interval(&mut self, r: &IntervalResult) -> std::io::Result<bool>;
+    /// Asked at every drain: true ends the loop as SIGINT would (the live view's quit key), with
+    /// a last interval up to now.
+    fn stop_requested(&self) -> bool {
+        false
+    }
+}
+
+/// How often the loop drains the rings: a quarter of the interval, so an interval closes at most
+/// a quarter late, between 10 ms (shorter intervals close at the next drain) and 50 ms. Each
+/// drain wakes imc, which is most of its own CPU use at long intervals: a 1 s interval drains
+/// 20 times a second, not 100.
+pub fn drain_period_ms(interval_ms: u64) -> u32 {
+    (interval_ms / 4).clamp(10, 50) as u32
 }
 
 /// Discovery under --root, with bad trees as bad input (exit 2).
@@ -276,7 +289,7 @@ pub struct LoopOptions<'a> {
     pub command: &'a [String],
 }
 
-/// Drains the sampler every 10 ms into the attributor and hands each interval to the sink,
+/// Drains the sampler every [`drain_period_ms`] into the attributor and hands each interval to the sink,
 /// until --duration, the command's exit, SIGINT or SIGTERM. The sampler is dropped (everything
 /// detached) on every way out of this function.
 pub async fn sample_loop(
@@ -293,7 +306,7 @@ pub async fn sample_loop(
         cpus: found.topology.online.clone(),
         precise: args.sampler.precise,
         ring_bytes: None,
-        drain_period_ms: 10,
+        drain_period_ms: drain_period_ms(args.interval_ms),
         bpf_log: global.verbose >= 2,
         tick_program: Default::default(),
     };
@@ -311,7 +324,7 @@ pub async fn sample_loop(
     let mut sigterm = signal(SignalKind::terminate())
         .map_err(|e| CliError::runtime(format!("SIGTERM handler: {e}")))?;
     let interval = Duration::from_millis(args.interval_ms);
-    let mut drain_tick = tokio::time::interval(Duration::from_millis(10));
+    let mut drain_tick = tokio::time::interval(Duration::from_millis(cfg.drain_period_ms.into()));
     drain_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let start = tokio::time::Instant::now();
     let deadline = args.duration.map(|d| start + Duration::from_secs_f64(d));
@@ -348,7 +361,7 @@ pub async fn sample_loop(
             child = None;
         }
         let now = tokio::time::Instant::now();
-        let finished = stop || deadline.is_some_and(|d| now >= d);
+        let finished = stop || sink.stop_requested() || deadline.is_some_and(|d| now >= d);
         pump.drain(|r| {
             if sink_error.is_none()
                 && let Err(e) = sink.tick(r)

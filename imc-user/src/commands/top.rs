@@ -201,11 +201,6 @@ impl LiveView {
     }
 }
 
-/// The loop delivered an interval, so its SIGINT handler is installed (it is set up before the
-/// loop starts and never removed): from then on a quit key may raise SIGINT to end the loop at
-/// once, exactly like Ctrl-C outside raw mode would.
-static LOOP_RUNNING: AtomicBool = AtomicBool::new(false);
-
 fn read_keys(screen: &Mutex<Screen>, quit: &AtomicBool, stop: &AtomicBool) {
     while !stop.load(Ordering::SeqCst) {
         // Short polls, so dropping the view joins this thread promptly.
@@ -221,12 +216,8 @@ fn read_keys(screen: &Mutex<Screen>, quit: &AtomicBool, stop: &AtomicBool) {
                 let units = s.cfg.units;
                 match handle_key(&mut s.state, units, key) {
                     Action::Quit => {
+                        // The loop asks at every drain (Sink::stop_requested) and ends then.
                         quit.store(true, Ordering::SeqCst);
-                        if LOOP_RUNNING.load(Ordering::SeqCst) {
-                            // SAFETY: raise has no preconditions; the loop's handler takes it.
-                            unsafe { libc::raise(libc::SIGINT) };
-                        }
-                        // Before the first interval the loop stops at that interval instead.
                         return;
                     }
                     Action::Redraw => true,
@@ -257,8 +248,11 @@ impl Sink for LiveView {
         if s.drawn.is_none_or(|t| t.elapsed() >= MIN_FRAME) {
             s.draw()?;
         }
-        LOOP_RUNNING.store(true, Ordering::SeqCst);
         Ok(!self.quit.load(Ordering::SeqCst))
+    }
+
+    fn stop_requested(&self) -> bool {
+        self.quit.load(Ordering::SeqCst)
     }
 }
 
