@@ -1,0 +1,463 @@
+//! Boundary bookkeeping of kernel-timed counting: which reading of each counter group closes
+//! which interval, and when imc must wake.
+//!
+//! Each group's cpu-clock leader makes the kernel read the group at every boundary
+//! `base + k × period` into a ring, so imc need not wake per interval. But cpu-clock barely fires
+//! on an idle CPU, so a group can miss boundaries. A group that missed one is *watched*: imc
+//! then wakes just after every boundary and reads the groups whose sample is not there from
+//! userspace (one group read, timestamped), so the boundary still closes on time with real
+//! elapsed time. A watched group that delivers every boundary by itself for `UNWATCH_NS` is
+//! trusted again. While no group is watched imc wakes once per `COLLECT_NS` only, on a
+//! boundary, and patches any group missing there; only boundaries between two such wake-ups
+//! that a group misses merge, once per busy-to-idle transition of its CPU.
+//!
+//! Everything here is arithmetic on timestamps and queues, so tests drive it with scripted
+//! samples and times.
+use std::collections::VecDeque;
+
+/// Wake-up period while every group delivers its own samples: bounds the output latency.
+pub const COLLECT_NS: u64 = 10_000_000;
+/// How long a watched group must deliver every boundary by itself before imc stops watching.
+pub const UNWATCH_NS: u64 = 250_000_000;
+/// Margin after a group's usual sample time before its sample counts as missing.
+const MARGIN_NS: u64 = 50_000;
+
+/// One group's readings not yet emitted and its delivery record.
+#[derive(Debug)]
+struct GroupState {
+    /// Flat readings: `[k, t, enabled, running, value × width]` each, k strictly increasing.
+    queue: VecDeque<u64>,
+    width: usize,
+    /// Last boundary queued (by the kernel or a userspace read); 0: none yet.
+    last_k: u64,
+    /// Last boundary the kernel sampled by itself, and how many consecutive boundaries up to it.
+    kernel_k: u64,
+    streak: u64,
+    /// Read from userspace at every boundary whose sample is missing.
+    watched: bool,
+    /// How long after its boundary the kernel's sample usually comes (the leader's timer phase).
+    phase_ns: Option<u64>,
+    dead: bool,
+}
+
+impl GroupState {
+    fn push(&mut self, k: u64, t: u64, enabled: u64, running: u64, values: &[u64]) {
+        self.queue.extend([k, t, enabled, running]);
+        for j in 0..self.width {
+            self.queue.push_back(values.get(j).copied().unwrap_or(0));
+        }
+        self.last_k = k;
+    }
+
+    fn record(&self) -> usize {
+        4 + self.width
+    }
+}
+
+/// Boundaries `base + k × period` (k ≥ 1) of every group.
+#[derive(Debug)]
+pub struct Boundaries {
+    base: u64,
+    period: u64,
+    /// Boundaries between wake-ups while no group is watched.
+    stride: u64,
+    unwatch_after: u64,
+    groups: Vec<GroupState>,
+    /// Last boundary at which missing groups were considered for a userspace read.
+    handled_k: u64,
+}
+
+impl Boundaries {
+    /// `widths[g]`: the counters of group g (its leader's own value left out). `base` is
+    /// CLOCK_MONOTONIC just before the leaders were enabled, so samples are never early.
+    pub fn new(base: u64, period: u64, widths: &[usize]) -> Boundaries {
+        let period = period.max(1);
+        Boundaries {
+            base,
+            period,
+            stride: (COLLECT_NS / period).max(1),
+            unwatch_after: (UNWATCH_NS / period).max(2),
+            groups: widths
+                .iter()
+                .map(|&width| GroupState {
+                    queue: VecDeque::with_capacity((4 + width) * 1024),
+                    width,
+                    last_k: 0,
+                    kernel_k: 0,
+                    streak: 0,
+                    // Until a group has shown that it delivers, its boundaries are patched, so
+                    // the first intervals never merge.
+                    watched: true,
+                    phase_ns: None,
+                    dead: false,
+                })
+                .collect(),
+            handled_k: 0,
+        }
+    }
+
+    pub fn period(&self) -> u64 {
+        self.period
+    }
+
+    /// The last boundary at or before `t` (0 before the first).
+    pub fn boundary_at(&self, t: u64) -> u64 {
+        t.saturating_sub(self.base) / self.period
+    }
+
+    pub fn time_of(&self, k: u64) -> u64 {
+        self.base.saturating_add(k.saturating_mul(self.period))
+    }
+
+    /// A sample the kernel took at `t`. It belongs to the boundary just before it: timers start
+    /// after `base` and are only ever late, and 5% of a period absorbs clock rounding.
+    pub fn kernel_sample(&mut self, g: usize, t: u64, enabled: u64, running: u64, values: &[u64]) {
+        let k = (t.saturating_sub(self.base) + self.period / 20) / self.period;
+        let phase = t.saturating_sub(self.time_of(k));
+        let unwatch_after = self.unwatch_after;
+        let Some(s) = self.groups.get_mut(g) else {
+            return;
+        };
+        if s.dead || k == 0 || k <= s.kernel_k {
+            return;
+        }
+        s.streak = if k == s.kernel_k + 1 { s.streak + 1 } else { 1 };
+        s.kernel_k = k;
+        s.phase_ns = Some(phase);
+        if s.watched && s.streak >= unwatch_after {
+            s.watched = false;
+        }
+        // A boundary already patched from userspace keeps that reading.
+        if k > s.last_k {
+            s.push(k, t, enabled, running, values);
+        }
+    }
+
+    /// At `now`: the boundary whose missing groups must be read from userspace now, with those
+    /// groups in `out` (empty when none). `final_k` is a boundary that must close on time
+    /// whatever the schedule (the end of `--duration`).
+    pub fn plan(&mut self, now: u64, final_k: Option<u64>, out: &mut Vec<usize>) -> u64 {
+        out.clear();
+        let k = self.boundary_at(now);
+        if k == 0 || k <= self.handled_k {
+            return k;
+        }
+        self.handled_k = k;
+        let aligned = k % self.stride == 0 || final_k == Some(k);
+        for (g, s) in self.groups.iter_mut().enumerate() {
+            if s.dead || s.last_k >= k {
+                continue;
+            }
+            // Its sample for the previous boundary never came: its CPU went quiet.
+            if s.kernel_k + 1 < k {
+                s.watched = true;
+            }
+            if s.watched || aligned {
+                s.watched = true;
+                s.streak = 0;
+                out.push(g);
+            }
+        }
+        k
+    }
+
+    /// A userspace read of group `g` at `t` for boundary `k` (from `plan`). A read that only
+    /// happened after the next boundary (imc was preempted) may postdate the kernel's sample
+    /// of that boundary, so it is dropped rather than let counts run backwards; boundary `k`
+    /// then merges into its neighbour. Returns whether the read was kept.
+    pub fn patched(
+        &mut self,
+        g: usize,
+        k: u64,
+        t: u64,
+        enabled: u64,
+        running: u64,
+        values: &[u64],
+    ) -> bool {
+        let next = self.time_of(k + 1);
+        match self.groups.get_mut(g) {
+            Some(s) if !s.dead && k > s.last_k && t < next => {
+                s.push(k, t, enabled, running, values);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Group `g` stopped (its CPU went offline): it no longer holds boundaries back.
+    pub fn kill(&mut self, g: usize) {
+        if let Some(s) = self.groups.get_mut(g) {
+            s.dead = true;
+            s.queue.clear();
+        }
+    }
+
+    pub fn is_dead(&self, g: usize) -> bool {
+        self.groups.get(g).is_none_or(|s| s.dead)
+    }
+
+    pub fn watched(&self) -> usize {
+        self.groups.iter().filter(|s| s.watched && !s.dead).count()
+    }
+
+    /// The next boundary every live group has a reading for, in order: `(k, mean time)`, with
+    /// `out[g]` filled with `[enabled, running, values...]` of each live group. Boundaries some
+    /// group has no reading for are dropped: the interval around them is longer.
+    pub fn pop_complete(&mut self, out: &mut [Vec<u64>]) -> Option<(u64, u64)> {
+        loop {
+            let mut live = self.groups.iter().filter(|s| !s.dead).peekable();
+            live.peek()?;
+            let mut kmax = 0;
+            for s in live {
+                kmax = kmax.max(*s.queue.front()?);
+            }
+            let mut complete = true;
+            for s in self.groups.iter_mut().filter(|s| !s.dead) {
+                if s.queue[0] < kmax {
+                    complete = false;
+                    let n = s.record();
+                    s.queue.drain(..n);
+                }
+            }
+            if !complete {
+                continue;
+            }
+            let mut tsum: u128 = 0;
+            let mut n: u128 = 0;
+            for (g, s) in self.groups.iter_mut().enumerate() {
+                if s.dead {
+                    continue;
+                }
+                tsum += u128::from(s.queue[1]);
+                n += 1;
+                if let Some(o) = out.get_mut(g) {
+                    o.clear();
+                    o.extend(s.queue.range(2..s.record()));
+                }
+                let r = s.record();
+                s.queue.drain(..r);
+            }
+            return Some((kmax, (tsum / n.max(1)) as u64));
+        }
+    }
+
+    /// When to wake next: just after the next boundary that needs a look (every boundary while
+    /// a group is watched, else the next aligned one or `final_k`), late enough that the
+    /// delivering groups' samples are in.
+    pub fn next_wake(&self, final_k: Option<u64>) -> u64 {
+        let next = self.handled_k + 1;
+        let k = if self.watched() > 0 {
+            next
+        } else {
+            let aligned = next.div_ceil(self.stride) * self.stride;
+            match final_k {
+                Some(f) if f >= next && f < aligned => f,
+                _ => aligned,
+            }
+        };
+        self.time_of(k).saturating_add(self.wake_offset())
+    }
+
+    /// How long after a boundary imc wakes: after the latest usual sample time of the groups
+    /// that deliver, plus a margin; within the first half of the period.
+    fn wake_offset(&self) -> u64 {
+        let phase = self
+            .groups
+            .iter()
+            .filter(|s| !s.dead)
+            .filter_map(|s| s.phase_ns)
+            .max()
+            .unwrap_or(MARGIN_NS);
+        (phase + MARGIN_NS).min(self.period / 2)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const P: u64 = 1_000_000;
+    const BASE: u64 = 5_000_000_000;
+
+    fn drain(b: &mut Boundaries, groups: usize) -> Vec<(u64, u64, Vec<Vec<u64>>)> {
+        let mut out = vec![Vec::new(); groups];
+        let mut v = Vec::new();
+        while let Some((k, t)) = b.pop_complete(&mut out) {
+            v.push((k, t, out.clone()));
+        }
+        v
+    }
+
+    /// Group 0 delivers every boundary 20 µs late; group 1 (an idle CPU) never does: every
+    /// boundary still closes, group 1's by a read right after it, and no interval merges.
+    #[test]
+    fn an_idle_group_is_read_at_every_boundary() {
+        let mut b = Boundaries::new(BASE, P, &[1, 1]);
+        let mut patch = Vec::new();
+        let mut emitted = Vec::new();
+        let mut now = BASE;
+        for _ in 0..2000 {
+            let wake = b.next_wake(None);
+            assert!(wake > now, "wake-ups move forward");
+            now = wake;
+            let k = b.boundary_at(now);
+            // The kernel's samples of group 0 up to now.
+            b.kernel_sample(0, b.time_of(k) + 20_000, 0, 0, &[k * 10]);
+            let kp = b.plan(now, None, &mut patch);
+            assert_eq!(kp, k);
+            for &g in &patch {
+                assert_eq!(g, 1, "group 0 delivered its own sample");
+                b.patched(g, k, now + 3_000, 0, 0, &[k * 7]);
+            }
+            emitted.extend(drain(&mut b, 2));
+        }
+        assert_eq!(emitted.len(), 2000);
+        for (i, (k, t, vals)) in emitted.iter().enumerate() {
+            assert_eq!(*k, i as u64 + 1, "no boundary dropped");
+            assert_eq!(vals[0][2], k * 10);
+            assert_eq!(vals[1][2], k * 7);
+            // The mean of the sample (20 µs) and the read (offset + 3 µs) times.
+            let off = t - b.time_of(*k);
+            assert!(off < 200_000, "{off}");
+        }
+        assert_eq!(b.watched(), 1);
+    }
+
+    /// While both groups deliver, imc wakes once per COLLECT_NS and reads nothing.
+    #[test]
+    fn delivering_groups_are_collected_every_stride_without_reads() {
+        let mut b = Boundaries::new(BASE, P, &[1, 1]);
+        let mut patch = Vec::new();
+        let mut wakes = 0;
+        let mut reads = 0;
+        let mut now = BASE;
+        let mut ksent = 0;
+        let mut emitted = 0;
+        while now < BASE + 2_000_000_000 {
+            now = b.next_wake(None);
+            wakes += 1;
+            let k = b.boundary_at(now);
+            while ksent < k {
+                ksent += 1;
+                for g in 0..2 {
+                    b.kernel_sample(
+                        g,
+                        b.time_of(ksent) + 10_000 + g as u64 * 5_000,
+                        1,
+                        1,
+                        &[ksent],
+                    );
+                }
+            }
+            b.plan(now, None, &mut patch);
+            reads += patch.len();
+            for &g in &patch {
+                b.patched(g, k, now, 1, 1, &[k]);
+            }
+            emitted += drain(&mut b, 2).len();
+        }
+        // Watched for UNWATCH_NS at the start (every boundary), then one wake per stride.
+        let watched_wakes = (UNWATCH_NS / P) as usize;
+        let rest = (2_000_000_000 - UNWATCH_NS) / COLLECT_NS;
+        assert!(
+            wakes <= watched_wakes + rest as usize + 2,
+            "{wakes} wake-ups"
+        );
+        assert_eq!(reads, 0, "samples arrive before the wake-up");
+        assert!(emitted >= 1999, "{emitted}");
+        assert_eq!(b.watched(), 0);
+    }
+
+    /// A group that stops delivering between two collect wake-ups: the boundaries it missed
+    /// merge once, then it is watched and read at every boundary; when its CPU gets busy again
+    /// it is trusted again after UNWATCH_NS.
+    #[test]
+    fn a_group_going_quiet_is_watched_then_trusted_again() {
+        let mut b = Boundaries::new(BASE, P, &[1, 1]);
+        let mut patch = Vec::new();
+        // Quiet from just after a collect wake-up (every 10th boundary) to boundary 800.
+        let quiet = 405..800u64;
+        let mut ksent = 0;
+        let mut ks = Vec::new();
+        let mut max_watched_after = 0;
+        while ksent < 1600 {
+            let now = b.next_wake(None);
+            let k = b.boundary_at(now);
+            while ksent < k {
+                ksent += 1;
+                b.kernel_sample(0, b.time_of(ksent) + 10_000, 0, 0, &[ksent]);
+                if !quiet.contains(&ksent) {
+                    b.kernel_sample(1, b.time_of(ksent) + 12_000, 0, 0, &[ksent]);
+                }
+            }
+            b.plan(now, None, &mut patch);
+            for &g in &patch {
+                b.patched(g, k, now, 0, 0, &[k]);
+            }
+            ks.extend(drain(&mut b, 2).into_iter().map(|e| e.0));
+            if ksent > 800 + UNWATCH_NS / P + COLLECT_NS / P {
+                max_watched_after = max_watched_after.max(b.watched());
+            }
+        }
+        let gaps: Vec<u64> = ks
+            .windows(2)
+            .map(|w| w[1] - w[0])
+            .filter(|&d| d > 1)
+            .collect();
+        assert_eq!(gaps.len(), 1, "one merge when group 1 went quiet: {gaps:?}");
+        assert!(gaps[0] <= COLLECT_NS / P, "{gaps:?}");
+        assert_eq!(max_watched_after, 0, "trusted again once busy");
+    }
+
+    /// A sample that arrives after its boundary was patched keeps the patched reading; a
+    /// sample for the boundary after it is queued as usual.
+    #[test]
+    fn late_samples_do_not_duplicate_a_patched_boundary() {
+        let mut b = Boundaries::new(BASE, P, &[1]);
+        let mut patch = Vec::new();
+        let now = b.time_of(1) + 60_000;
+        assert_eq!(b.plan(now, None, &mut patch), 1);
+        assert_eq!(patch, vec![0]);
+        b.patched(0, 1, now, 0, 0, &[100]);
+        b.kernel_sample(0, b.time_of(1) + 70_000, 0, 0, &[101]);
+        b.kernel_sample(0, b.time_of(2) + 10_000, 0, 0, &[200]);
+        let got = drain(&mut b, 1);
+        assert_eq!(got.len(), 2);
+        assert_eq!(got[0].2[0][2], 100);
+        assert_eq!(got[1].2[0][2], 200);
+    }
+
+    /// A read that only happened after the next boundary is dropped: the kernel's sample of
+    /// that boundary may predate it, and counts must never run backwards.
+    #[test]
+    fn a_read_after_the_next_boundary_is_dropped() {
+        let mut b = Boundaries::new(BASE, P, &[1]);
+        let mut patch = Vec::new();
+        assert_eq!(b.plan(b.time_of(1) + 60_000, None, &mut patch), 1);
+        assert!(!b.patched(0, 1, b.time_of(2) + 5_000, 0, 0, &[300]));
+        b.kernel_sample(0, b.time_of(2) + 1_000, 0, 0, &[250]);
+        let got = drain(&mut b, 1);
+        assert_eq!(got.len(), 1);
+        assert_eq!((got[0].0, got[0].2[0][2]), (2, 250));
+    }
+
+    /// A dead group holds nothing back; the final boundary of --duration is always looked at.
+    #[test]
+    fn dead_groups_and_the_final_boundary() {
+        let mut b = Boundaries::new(BASE, P, &[1, 2]);
+        b.kill(1);
+        b.kernel_sample(0, b.time_of(1) + 1_000, 0, 0, &[1]);
+        assert_eq!(drain(&mut b, 2).len(), 1);
+        // Not watched any more and 3 boundaries before the end: the wake-up lands on the end.
+        for k in 2..=300 {
+            b.kernel_sample(0, b.time_of(k) + 1_000, 0, 0, &[k]);
+        }
+        let mut patch = Vec::new();
+        b.plan(b.time_of(300) + 2_000, None, &mut patch);
+        assert_eq!(b.watched(), 0);
+        let w = b.next_wake(Some(303));
+        assert_eq!(b.boundary_at(w), 303);
+        let w = b.next_wake(None);
+        assert_eq!(b.boundary_at(w), 310);
+    }
+}
