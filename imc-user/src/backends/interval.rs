@@ -43,6 +43,8 @@ pub struct PackageRow {
     pub channels: Vec<(Memory, String)>,
     /// Theoretical peak in bytes/s, where imc can know it.
     pub peak_bytes_per_s: Option<f64>,
+    /// Theoretical peak of one channel row, where imc can know it.
+    pub channel_peak_bytes_per_s: Option<f64>,
 }
 
 /// How counters map onto rows and values; built once.
@@ -59,6 +61,8 @@ pub struct Layout {
     value_of: Vec<usize>,
     /// Per counter: its description for messages.
     pub describe: Vec<String>,
+    /// Why no package has a peak, when imc could not know it (shown instead of utilisation).
+    pub peak_unknown: Option<String>,
 }
 
 impl Layout {
@@ -94,6 +98,7 @@ impl Layout {
                         memories: Vec::new(),
                         channels: Vec::new(),
                         peak_bytes_per_s: None,
+                        channel_peak_bytes_per_s: None,
                     });
                     packages.len() - 1
                 }
@@ -137,6 +142,7 @@ impl Layout {
             slots,
             value_of,
             describe: counters.iter().map(|c| c.describe()).collect(),
+            peak_unknown: None,
         }
     }
 

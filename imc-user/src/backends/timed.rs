@@ -143,7 +143,7 @@ impl Boundaries {
             return k;
         }
         self.handled_k = k;
-        let aligned = k % self.stride == 0 || final_k == Some(k);
+        let aligned = k.is_multiple_of(self.stride) || final_k == Some(k);
         for (g, s) in self.groups.iter_mut().enumerate() {
             if s.dead || s.last_k >= k {
                 continue;

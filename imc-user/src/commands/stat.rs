@@ -138,7 +138,8 @@ pub fn run_with<W: Write>(
         None => None,
     };
 
-    let layout = interval::Layout::new(backend.as_ref());
+    let mut layout = interval::Layout::new(backend.as_ref());
+    set_peaks(&mut layout, &global.root, &discovery);
     let mut writer = StatWriter::new(out, format, args.per_channel, &layout);
     let mut child_status: Option<std::process::ExitStatus> = None;
     let result = {
@@ -203,6 +204,53 @@ pub fn run_with<W: Write>(
         return Ok(exit_code_of(status));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Fills in the theoretical peak of each package (and channel) from the SMBIOS memory devices
+/// under `root`: the slowest installed device's transfers/s × data width, times the package's
+/// channels. A source with one PMU per channel says how many channels a package has; otherwise
+/// each installed device is taken as one channel, spread evenly over the packages (a board with
+/// two devices per channel then shows half the true utilisation). MCDRAM is not in SMBIOS.
+fn set_peaks(layout: &mut interval::Layout, root: &Path, discovery: &Discovery) {
+    use crate::backends::Memory;
+    if layout.packages.is_empty() {
+        return;
+    }
+    if layout
+        .packages
+        .iter()
+        .any(|p| p.memories.contains(&Memory::Mcdram))
+    {
+        layout.peak_unknown = Some("SMBIOS does not describe MCDRAM".to_string());
+        return;
+    }
+    let devices = crate::discovery::dmi::read_memory_devices(root);
+    for e in &devices.errors {
+        log::info!("{e}");
+    }
+    let Some(channel) = devices.channel_peak() else {
+        let dir = root.join("sys/firmware/dmi/entries");
+        layout.peak_unknown = Some(if devices.errors.is_empty() {
+            format!(
+                "no SMBIOS memory device with a speed and width under {}",
+                dir.display()
+            )
+        } else {
+            devices.errors[0].clone()
+        });
+        return;
+    };
+    let installed = devices.populated().count();
+    let packages = discovery.topology.packages.len().max(layout.packages.len());
+    for p in &mut layout.packages {
+        let channels = if p.channels.len() > 1 {
+            p.channels.len()
+        } else {
+            installed.div_ceil(packages).max(1)
+        };
+        p.peak_bytes_per_s = Some(channel * channels as f64);
+        p.channel_peak_bytes_per_s = (p.channels.len() > 1).then_some(channel);
+    }
 }
 
 /// The child's status as ours: its exit code, or 128+N when signal N killed it (as shells do).
