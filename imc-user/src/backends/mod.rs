@@ -146,6 +146,10 @@ pub trait Backend {
     ) -> u64 {
         u64::MAX
     }
+    /// What the run cost, for `-v` (kernel-timed backends: wake-ups and userspace reads).
+    fn run_stats(&self) -> Option<String> {
+        None
+    }
     /// Failures since the last call: counters that failed to open or stopped counting.
     fn take_failures(&mut self) -> Vec<CounterFailure>;
 }

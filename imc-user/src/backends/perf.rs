@@ -77,8 +77,12 @@ pub struct PerfBackend {
     patch: Vec<usize>,
     words: Vec<Vec<u64>>,
     scratch: Vec<RawReading>,
-    /// Kernel-timed mode: throttle records seen (the kernel stopped a leader's timer).
+    /// Kernel-timed mode: throttle records seen (the kernel stopped a leader's timer), wake-ups,
+    /// userspace group reads, boundaries emitted.
     throttled: u64,
+    wakes: u64,
+    user_reads: u64,
+    boundaries: u64,
 }
 
 /// Indices of the planned counters grouped by (PMU, CPU), groups and members in plan order:
@@ -216,6 +220,9 @@ impl PerfBackend {
             words: (0..ng).map(|_| Vec::with_capacity(16)).collect(),
             scratch: vec![RawReading::default(); n],
             throttled: 0,
+            wakes: 0,
+            user_reads: 0,
+            boundaries: 0,
         }
     }
 
@@ -386,6 +393,7 @@ impl PerfBackend {
         f: &mut dyn FnMut(u64, u64, &[RawReading]),
     ) -> u64 {
         self.fill_queues();
+        self.wakes += 1;
         let Some(timing) = self.timing.as_mut() else {
             return u64::MAX;
         };
@@ -409,6 +417,7 @@ impl PerfBackend {
                     .read(self.sys.as_ref(), g.fds[0].as_fd(), &mut g.values);
                 let b = clock.now_ns();
                 tries += 1;
+                self.user_reads += 1;
                 if r.is_err() || b.saturating_sub(a) <= SLOW_READ_NS || tries == READ_TRIES {
                     break r.map(|(en, run)| (a + b.saturating_sub(a) / 2, en, run));
                 }
@@ -448,6 +457,7 @@ impl PerfBackend {
                     }
                 }
             }
+            self.boundaries += 1;
             f(k, t, &self.scratch);
         }
         timing.next_wake(final_k)
@@ -584,6 +594,15 @@ impl Backend for PerfBackend {
         f: &mut dyn FnMut(u64, u64, &[RawReading]),
     ) -> u64 {
         self.advance(clock, final_k, f)
+    }
+
+    fn run_stats(&self) -> Option<String> {
+        let t = self.timing.as_ref()?;
+        Some(format!(
+            "kernel-timed: {} boundaries, {} wake-ups, {} userspace group reads, {} times a group \
+             missed a boundary and was watched, {} throttle records",
+            self.boundaries, self.wakes, self.user_reads, t.watch_entries, self.throttled
+        ))
     }
 
     fn take_failures(&mut self) -> Vec<CounterFailure> {

@@ -6,10 +6,12 @@
 //! on an idle CPU, so a group can miss boundaries. A group that missed one is *watched*: imc
 //! then wakes just after every boundary and reads the groups whose sample is not there from
 //! userspace (one group read, timestamped), so the boundary still closes on time with real
-//! elapsed time. A watched group that delivers every boundary by itself for `UNWATCH_NS` is
-//! trusted again. While no group is watched imc wakes once per `COLLECT_NS` only, on a
-//! boundary, and patches any group missing there; only boundaries between two such wake-ups
-//! that a group misses merge, once per busy-to-idle transition of its CPU.
+//! elapsed time. A watched group that delivers every boundary by itself for a while is trusted
+//! again: `MIN_HOLD_NS` after a lone miss (a busy vCPU the host ran late), doubling up to
+//! `MAX_HOLD_NS` when it keeps missing soon after being trusted (an idle CPU). While no group
+//! is watched imc wakes once per `COLLECT_NS` only, on a boundary, and patches any group missing
+//! there; only boundaries between two such wake-ups that a group misses merge, once per
+//! busy-to-idle transition of its CPU.
 //!
 //! Everything here is arithmetic on timestamps and queues, so tests drive it with scripted
 //! samples and times.
@@ -17,8 +19,13 @@ use std::collections::VecDeque;
 
 /// Wake-up period while every group delivers its own samples: bounds the output latency.
 pub const COLLECT_NS: u64 = 10_000_000;
-/// How long a watched group must deliver every boundary by itself before imc stops watching.
-pub const UNWATCH_NS: u64 = 250_000_000;
+/// How long a watched group must deliver every boundary by itself before imc stops watching it:
+/// at first, and after a miss long after the previous one.
+pub const MIN_HOLD_NS: u64 = 20_000_000;
+/// The longest such hold, for a group that keeps missing boundaries soon after being trusted.
+pub const MAX_HOLD_NS: u64 = 1_000_000_000;
+/// A miss within this many holds of being trusted doubles the hold.
+const RELAPSE_HOLDS: u64 = 8;
 /// Margin after a group's usual sample time before its sample counts as missing.
 const MARGIN_NS: u64 = 50_000;
 
@@ -35,12 +42,27 @@ struct GroupState {
     streak: u64,
     /// Read from userspace at every boundary whose sample is missing.
     watched: bool,
+    /// Boundaries delivered in a row that end the watch, and the boundary it last ended at.
+    hold: u64,
+    trusted_at: u64,
     /// How long after its boundary the kernel's sample usually comes (the leader's timer phase).
     phase_ns: Option<u64>,
     dead: bool,
 }
 
 impl GroupState {
+    /// The group missed boundary `k` while trusted: watch it again, for longer when it was
+    /// trusted only recently.
+    fn relapse(&mut self, k: u64, min_hold: u64, max_hold: u64) {
+        self.watched = true;
+        self.streak = 0;
+        self.hold = if k.saturating_sub(self.trusted_at) < RELAPSE_HOLDS * self.hold {
+            (self.hold * 2).min(max_hold)
+        } else {
+            min_hold
+        };
+    }
+
     fn push(&mut self, k: u64, t: u64, enabled: u64, running: u64, values: &[u64]) {
         self.queue.extend([k, t, enabled, running]);
         for j in 0..self.width {
@@ -61,10 +83,13 @@ pub struct Boundaries {
     period: u64,
     /// Boundaries between wake-ups while no group is watched.
     stride: u64,
-    unwatch_after: u64,
+    min_hold: u64,
+    max_hold: u64,
     groups: Vec<GroupState>,
     /// Last boundary at which missing groups were considered for a userspace read.
     handled_k: u64,
+    /// How often a trusted group was found missing a boundary (for `-v`).
+    pub watch_entries: u64,
 }
 
 impl Boundaries {
@@ -76,7 +101,8 @@ impl Boundaries {
             base,
             period,
             stride: (COLLECT_NS / period).max(1),
-            unwatch_after: (UNWATCH_NS / period).max(2),
+            min_hold: (MIN_HOLD_NS / period).max(2),
+            max_hold: (MAX_HOLD_NS / period).max(2),
             groups: widths
                 .iter()
                 .map(|&width| GroupState {
@@ -88,11 +114,14 @@ impl Boundaries {
                     // Until a group has shown that it delivers, its boundaries are patched, so
                     // the first intervals never merge.
                     watched: true,
+                    hold: (MIN_HOLD_NS / period).max(2),
+                    trusted_at: 0,
                     phase_ns: None,
                     dead: false,
                 })
                 .collect(),
             handled_k: 0,
+            watch_entries: 0,
         }
     }
 
@@ -114,18 +143,23 @@ impl Boundaries {
     pub fn kernel_sample(&mut self, g: usize, t: u64, enabled: u64, running: u64, values: &[u64]) {
         let k = (t.saturating_sub(self.base) + self.period / 20) / self.period;
         let phase = t.saturating_sub(self.time_of(k));
-        let unwatch_after = self.unwatch_after;
         let Some(s) = self.groups.get_mut(g) else {
             return;
         };
         if s.dead || k == 0 || k <= s.kernel_k {
             return;
         }
+        if k > s.kernel_k + 1 && !s.watched {
+            // It skipped a boundary between two collect wake-ups: that one merged.
+            s.relapse(k, self.min_hold, self.max_hold);
+            self.watch_entries += 1;
+        }
         s.streak = if k == s.kernel_k + 1 { s.streak + 1 } else { 1 };
         s.kernel_k = k;
         s.phase_ns = Some(phase);
-        if s.watched && s.streak >= unwatch_after {
+        if s.watched && s.streak >= s.hold {
             s.watched = false;
+            s.trusted_at = k;
         }
         // A boundary already patched from userspace keeps that reading.
         if k > s.last_k {
@@ -149,11 +183,12 @@ impl Boundaries {
                 continue;
             }
             // Its sample for the previous boundary never came: its CPU went quiet.
-            if s.kernel_k + 1 < k {
-                s.watched = true;
+            let missed = s.kernel_k + 1 < k;
+            if !s.watched && (missed || aligned) {
+                self.watch_entries += 1;
+                s.relapse(k, self.min_hold, self.max_hold);
             }
-            if s.watched || aligned {
-                s.watched = true;
+            if s.watched {
                 s.streak = 0;
                 out.push(g);
             }
@@ -356,9 +391,9 @@ mod tests {
             }
             emitted += drain(&mut b, 2).len();
         }
-        // Watched for UNWATCH_NS at the start (every boundary), then one wake per stride.
-        let watched_wakes = (UNWATCH_NS / P) as usize;
-        let rest = (2_000_000_000 - UNWATCH_NS) / COLLECT_NS;
+        // Watched for MIN_HOLD_NS at the start (every boundary), then one wake per stride.
+        let watched_wakes = (MIN_HOLD_NS / P) as usize;
+        let rest = (2_000_000_000 - MIN_HOLD_NS) / COLLECT_NS;
         assert!(
             wakes <= watched_wakes + rest as usize + 2,
             "{wakes} wake-ups"
@@ -370,7 +405,7 @@ mod tests {
 
     /// A group that stops delivering between two collect wake-ups: the boundaries it missed
     /// merge once, then it is watched and read at every boundary; when its CPU gets busy again
-    /// it is trusted again after UNWATCH_NS.
+    /// it is trusted again after MIN_HOLD_NS.
     #[test]
     fn a_group_going_quiet_is_watched_then_trusted_again() {
         let mut b = Boundaries::new(BASE, P, &[1, 1]);
@@ -395,7 +430,7 @@ mod tests {
                 b.patched(g, k, now, 0, 0, &[k]);
             }
             ks.extend(drain(&mut b, 2).into_iter().map(|e| e.0));
-            if ksent > 800 + UNWATCH_NS / P + COLLECT_NS / P {
+            if ksent > 800 + MIN_HOLD_NS / P + COLLECT_NS / P {
                 max_watched_after = max_watched_after.max(b.watched());
             }
         }
@@ -407,6 +442,54 @@ mod tests {
         assert_eq!(gaps.len(), 1, "one merge when group 1 went quiet: {gaps:?}");
         assert!(gaps[0] <= COLLECT_NS / P, "{gaps:?}");
         assert_eq!(max_watched_after, 0, "trusted again once busy");
+    }
+
+    /// Runs `n` boundaries where group 1 misses those `misses` says, waking when told; returns
+    /// (wake-ups, boundaries emitted, boundaries at which group 1 was watched).
+    fn run_misses(n: u64, misses: impl Fn(u64) -> bool) -> (u64, usize, u64) {
+        let mut b = Boundaries::new(BASE, P, &[1, 1]);
+        let mut patch = Vec::new();
+        let (mut wakes, mut emitted, mut watched) = (0, 0, 0);
+        let mut ksent = 0;
+        while ksent < n {
+            let now = b.next_wake(None);
+            wakes += 1;
+            let k = b.boundary_at(now);
+            let kprev = ksent;
+            watched += b.watched() as u64 * (k - kprev);
+            while ksent < k {
+                ksent += 1;
+                b.kernel_sample(0, b.time_of(ksent) + 10_000, 0, 0, &[ksent]);
+                if !misses(ksent) {
+                    b.kernel_sample(1, b.time_of(ksent) + 10_000, 0, 0, &[ksent]);
+                }
+            }
+            b.plan(now, None, &mut patch);
+            for &g in &patch {
+                b.patched(g, k, now, 0, 0, &[k]);
+            }
+            emitted += drain(&mut b, 2).len();
+        }
+        (wakes, emitted, watched)
+    }
+
+    /// A lone miss costs a short watch; a CPU that keeps missing (an idle one) is watched for
+    /// longer and longer, so its misses are patched instead of merging.
+    #[test]
+    fn the_watch_lengthens_for_groups_that_keep_missing() {
+        let n = 10_000;
+        let lone = run_misses(n, |k| k == 5_003);
+        // The start and the lone miss: two short holds, else one wake-up per stride.
+        let min = MIN_HOLD_NS / P;
+        assert!(
+            lone.0 <= 2 * min + 2 * COLLECT_NS / P + n / (COLLECT_NS / P) + 4,
+            "{lone:?}"
+        );
+        assert!(lone.1 as u64 >= n - COLLECT_NS / P, "{lone:?}");
+        // Missing one boundary in 37, 2% of them: watched nearly all the time, few merges.
+        let idle = run_misses(n, |k| k % 37 == 0);
+        assert!(idle.2 > n * 8 / 10, "watched only {} of {n}", idle.2);
+        assert!(idle.1 as u64 >= n * 99 / 100, "{idle:?}");
     }
 
     /// A sample that arrives after its boundary was patched keeps the patched reading; a

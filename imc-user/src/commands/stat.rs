@@ -194,6 +194,11 @@ pub fn run_with<W: Write>(
             s.skipped
         );
     }
+    if global.verbose > 0
+        && let Some(s) = backend.run_stats()
+    {
+        let _ = writeln!(err, "imc: {s}");
+    }
     if let Some(mut c) = child {
         let status = match child_status {
             Some(s) => s,
