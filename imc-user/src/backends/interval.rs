@@ -469,6 +469,7 @@ fn run_timed(
     let mut err: Option<std::io::Error> = None;
     let t_open = clock.now_ns();
     let mut next_wake = t_open;
+    let mut last_flush = t_open;
     loop {
         let mut stopping = stop.stop();
         if !stopping {
@@ -528,7 +529,13 @@ fn run_timed(
         if let Some(e) = err {
             return Err(e);
         }
-        sink.flush()?;
+        // While a watched group makes imc wake at every boundary, the output still goes out
+        // once per collect period: one write per 10 ms instead of one per interval.
+        let t = clock.now_ns();
+        if done || stopping || t >= last_flush.saturating_add(crate::backends::timed::COLLECT_NS) {
+            sink.flush()?;
+            last_flush = t;
+        }
         for f in backend.take_failures() {
             failed(&f);
         }
@@ -543,6 +550,7 @@ fn run_timed(
             break;
         }
     }
+    sink.flush()?;
     // The last, partial interval: up to the end of --duration, or to now when stopped early.
     if ks.is_some() {
         let end = match (done, duration_ns) {
