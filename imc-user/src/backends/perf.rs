@@ -36,8 +36,9 @@ struct Group {
     values: Vec<u64>,
     /// Stopped after a read error; its counters read as not ok from then on.
     dead: bool,
-    /// Kernel-timed mode: the leader's ring of boundary samples.
+    /// Kernel-timed mode: the leader's ring of boundary samples, and how many it delivered.
     ring: Option<Box<dyn RingBuffer>>,
+    samples: u64,
 }
 
 impl Group {
@@ -52,6 +53,7 @@ impl Group {
             values: vec![0; n],
             dead: false,
             ring: None,
+            samples: 0,
         }
     }
 }
@@ -353,6 +355,7 @@ impl PerfBackend {
             };
             let nvals = g.counters.len() + g.lead;
             let values = &mut g.values;
+            let samples = &mut g.samples;
             let throttled = &mut self.throttled;
             ring.drain(&mut |kind, p| {
                 if kind == RECORD_THROTTLE {
@@ -378,6 +381,7 @@ impl PerfBackend {
                 for (j, v) in values.iter_mut().enumerate().take(nvals) {
                     *v = word(4 + j).unwrap_or(0);
                 }
+                *samples += 1;
                 timing.kernel_sample(gi, t, en, run, &values[1..nvals]);
             });
         }
@@ -598,10 +602,28 @@ impl Backend for PerfBackend {
 
     fn run_stats(&self) -> Option<String> {
         let t = self.timing.as_ref()?;
+        let per_cpu: Vec<String> = self
+            .groups
+            .iter()
+            .map(|g| {
+                let cpu = g
+                    .counters
+                    .first()
+                    .and_then(|&i| self.counters.get(i))
+                    .and_then(|c| c.cpu)
+                    .map_or("-".to_string(), |c| c.to_string());
+                format!("CPU {cpu}: {}", g.samples)
+            })
+            .collect();
         Some(format!(
             "kernel-timed: {} boundaries, {} wake-ups, {} userspace group reads, {} times a group \
-             missed a boundary and was watched, {} throttle records",
-            self.boundaries, self.wakes, self.user_reads, t.watch_entries, self.throttled
+             missed a boundary and was watched, {} throttle records; kernel samples per group: {}",
+            self.boundaries,
+            self.wakes,
+            self.user_reads,
+            t.watch_entries,
+            self.throttled,
+            per_cpu.join(", ")
         ))
     }
 
