@@ -37,8 +37,10 @@ struct GroupState {
     /// Flat readings: `[k, t, enabled, running, value × width]` each, k strictly increasing.
     queue: VecDeque<u64>,
     width: usize,
-    /// Last boundary queued (by the kernel or a userspace read); 0: none yet.
+    /// Last boundary queued (by the kernel or a userspace read); 0: none yet. And the time of
+    /// that reading: a later reading must be later in time too, or counts would run backwards.
     last_k: u64,
+    last_t: u64,
     /// Last boundary the kernel sampled by itself, and how many consecutive boundaries up to it.
     kernel_k: u64,
     streak: u64,
@@ -71,6 +73,12 @@ impl GroupState {
             self.queue.push_back(values.get(j).copied().unwrap_or(0));
         }
         self.last_k = k;
+        self.last_t = t;
+    }
+
+    /// Whether a reading of boundary `k` at `t` may follow the queued ones.
+    fn fits(&self, k: u64, t: u64) -> bool {
+        k > self.last_k && t > self.last_t
     }
 
     fn record(&self) -> usize {
@@ -113,6 +121,7 @@ impl Boundaries {
                     queue: VecDeque::with_capacity((4 + width) * 1024),
                     width,
                     last_k: 0,
+                    last_t: 0,
                     kernel_k: 0,
                     streak: 0,
                     // Until a group has shown that it delivers, its boundaries are patched, so
@@ -167,8 +176,10 @@ impl Boundaries {
             s.watched = false;
             s.trusted_at = k;
         }
-        // A boundary already patched from userspace keeps that reading.
-        if k > s.last_k {
+        // A boundary already patched from userspace keeps that reading. A sample labelled with a
+        // later boundary but taken before the last patch (its timer's phase is close to a whole
+        // period, after a throttle restarted it) is dropped too.
+        if s.fits(k, t) {
             s.push(k, t, enabled, running, values);
         }
     }
@@ -224,7 +235,7 @@ impl Boundaries {
     ) -> bool {
         let next = self.time_of(k + 1);
         match self.groups.get_mut(g) {
-            Some(s) if !s.dead && k > s.last_k && t < next => {
+            Some(s) if !s.dead && s.fits(k, t) && t < next => {
                 s.push(k, t, enabled, running, values);
                 true
             }
@@ -549,6 +560,23 @@ mod tests {
         let got = drain(&mut b, 1);
         assert_eq!(got.len(), 1);
         assert_eq!((got[0].0, got[0].2[0][2]), (2, 250));
+    }
+
+    /// A sample whose timer phase is nearly a whole period is labelled with the next boundary;
+    /// when it was taken before the patch of the current one it is dropped, never queued after it.
+    #[test]
+    fn a_sample_older_than_the_last_patch_is_dropped() {
+        let mut b = Boundaries::new(BASE, P, &[1]);
+        let mut patch = Vec::new();
+        b.plan(b.time_of(1) + 60_000, None, &mut patch);
+        b.plan(b.time_of(1) + P / 2, None, &mut patch);
+        assert!(b.patched(0, 1, b.time_of(1) + 980_000, 0, 0, &[1_900]));
+        // Taken at 1.96 P, labelled 2, but 20 µs before the patch read (at 1.98 P).
+        b.kernel_sample(0, b.time_of(1) + 960_000, 0, 0, &[1_860]);
+        b.kernel_sample(0, b.time_of(2) + 960_000, 0, 0, &[2_860]);
+        let got = drain(&mut b, 1);
+        let values: Vec<u64> = got.iter().map(|g| g.2[0][2]).collect();
+        assert_eq!(values, vec![1_900, 2_860]);
     }
 
     /// A dead group holds nothing back; the final boundary of --duration is always looked at.
