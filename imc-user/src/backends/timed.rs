@@ -46,9 +46,11 @@ struct GroupState {
     streak: u64,
     /// Read from userspace at every boundary whose sample is missing.
     watched: bool,
-    /// Boundaries delivered in a row that end the watch, and the boundary it last ended at.
+    /// Boundaries delivered in a row that end the watch, the boundary it last ended at, and the
+    /// last boundary it missed while trusted.
     hold: u64,
     trusted_at: u64,
+    last_miss_k: u64,
     /// How long after its boundary the kernel's sample usually comes (the leader's timer phase).
     phase_ns: Option<u64>,
     dead: bool,
@@ -57,7 +59,15 @@ struct GroupState {
 impl GroupState {
     /// The group missed boundary `k` while trusted: watch it again, for longer when it was
     /// trusted only recently.
-    fn relapse(&mut self, k: u64, min_hold: u64, max_hold: u64) {
+    /// Returns false (and only remembers the miss) for a lone miss: a busy vCPU the host ran
+    /// late misses one boundary now and then, which merges one interval, while waking at every
+    /// boundary for it would cost more than a whole collect period's worth of wake-ups.
+    fn relapse(&mut self, k: u64, min_hold: u64, max_hold: u64) -> bool {
+        let lone = k.saturating_sub(self.last_miss_k) > RELAPSE_HOLDS * min_hold;
+        self.last_miss_k = k;
+        if lone {
+            return false;
+        }
         self.watched = true;
         self.streak = 0;
         self.hold = if k.saturating_sub(self.trusted_at) < RELAPSE_HOLDS * self.hold {
@@ -65,6 +75,7 @@ impl GroupState {
         } else {
             min_hold
         };
+        true
     }
 
     fn push(&mut self, k: u64, t: u64, enabled: u64, running: u64, values: &[u64]) {
@@ -129,6 +140,7 @@ impl Boundaries {
                     watched: true,
                     hold: (MIN_HOLD_NS / period).max(2),
                     trusted_at: 0,
+                    last_miss_k: 0,
                     phase_ns: None,
                     dead: false,
                 })
@@ -163,10 +175,11 @@ impl Boundaries {
         if s.dead || k == 0 || k <= s.kernel_k {
             return;
         }
-        if k > s.kernel_k + 1 && !s.watched {
+        if k > s.kernel_k + 1 && !s.watched && s.kernel_k > 0 {
             // It skipped a boundary between two collect wake-ups: that one merged.
-            s.relapse(k, self.min_hold, self.max_hold);
-            self.watch_entries += 1;
+            if s.relapse(k, self.min_hold, self.max_hold) {
+                self.watch_entries += 1;
+            }
         }
         s.streak = if k == s.kernel_k + 1 { s.streak + 1 } else { 1 };
         s.kernel_k = k;
@@ -209,8 +222,13 @@ impl Boundaries {
                 continue;
             }
             if !s.watched && (missed || aligned) {
-                self.watch_entries += 1;
-                s.relapse(k, self.min_hold, self.max_hold);
+                if s.relapse(k, self.min_hold, self.max_hold) {
+                    self.watch_entries += 1;
+                } else if aligned {
+                    // A lone miss at a collect wake-up: read it this once.
+                    out.push(g);
+                    continue;
+                }
             }
             if s.watched {
                 s.streak = 0;
@@ -436,8 +454,8 @@ mod tests {
     }
 
     /// A group that stops delivering between two collect wake-ups: the boundaries it missed
-    /// merge once, then it is watched and read at every boundary; when its CPU gets busy again
-    /// it is trusted again after MIN_HOLD_NS.
+    /// merge (twice at most), then it is watched and read at every boundary; when its CPU gets
+    /// busy again it is trusted again after MIN_HOLD_NS.
     #[test]
     fn a_group_going_quiet_is_watched_then_trusted_again() {
         let mut b = Boundaries::new(BASE, P, &[1, 1]);
@@ -471,8 +489,12 @@ mod tests {
             .map(|w| w[1] - w[0])
             .filter(|&d| d > 1)
             .collect();
-        assert_eq!(gaps.len(), 1, "one merge when group 1 went quiet: {gaps:?}");
-        assert!(gaps[0] <= COLLECT_NS / P, "{gaps:?}");
+        // The first miss is taken for a lone one (a merge up to the collect wake-up, where it is
+        // read once); the second, a stride later, starts the watch.
+        assert!(
+            (1..=2).contains(&gaps.len()) && gaps.iter().all(|&g| g <= COLLECT_NS / P),
+            "at most two short merges when group 1 went quiet: {gaps:?}"
+        );
         assert_eq!(max_watched_after, 0, "trusted again once busy");
     }
 
