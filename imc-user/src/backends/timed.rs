@@ -41,6 +41,8 @@ struct GroupState {
     /// that reading: a later reading must be later in time too, or counts would run backwards.
     last_k: u64,
     last_t: u64,
+    /// The counts of that reading: perf counts are 64-bit and never go down.
+    last_vals: Vec<u64>,
     /// Last boundary the kernel sampled by itself, and how many consecutive boundaries up to it.
     kernel_k: u64,
     streak: u64,
@@ -85,11 +87,19 @@ impl GroupState {
         }
         self.last_k = k;
         self.last_t = t;
+        for (j, v) in self.last_vals.iter_mut().enumerate() {
+            *v = values.get(j).copied().unwrap_or(0);
+        }
     }
 
-    /// Whether a reading of boundary `k` at `t` may follow the queued ones.
-    fn fits(&self, k: u64, t: u64) -> bool {
-        k > self.last_k && t > self.last_t
+    /// Whether a reading of boundary `k` at `t` with `values` may follow the queued ones. The
+    /// counts matter too: a read of an idle vCPU's group waits for that vCPU to wake, and the
+    /// kernel's late sample taken as it wakes can carry a time after the read's midpoint but
+    /// counts from before the read.
+    fn fits(&self, k: u64, t: u64, values: &[u64]) -> bool {
+        k > self.last_k
+            && t > self.last_t
+            && self.last_vals.iter().zip(values).all(|(last, v)| v >= last)
     }
 
     fn record(&self) -> usize {
@@ -133,6 +143,7 @@ impl Boundaries {
                     width,
                     last_k: 0,
                     last_t: 0,
+                    last_vals: vec![0; width],
                     kernel_k: 0,
                     streak: 0,
                     // Until a group has shown that it delivers, its boundaries are patched, so
@@ -192,7 +203,7 @@ impl Boundaries {
         // A boundary already patched from userspace keeps that reading. A sample labelled with a
         // later boundary but taken before the last patch (its timer's phase is close to a whole
         // period, after a throttle restarted it) is dropped too.
-        if s.fits(k, t) {
+        if s.fits(k, t, values) {
             s.push(k, t, enabled, running, values);
         }
     }
@@ -253,7 +264,7 @@ impl Boundaries {
     ) -> bool {
         let next = self.time_of(k + 1);
         match self.groups.get_mut(g) {
-            Some(s) if !s.dead && s.fits(k, t) && t < next => {
+            Some(s) if !s.dead && s.fits(k, t, values) && t < next => {
                 s.push(k, t, enabled, running, values);
                 true
             }
@@ -599,6 +610,21 @@ mod tests {
         let got = drain(&mut b, 1);
         let values: Vec<u64> = got.iter().map(|g| g.2[0][2]).collect();
         assert_eq!(values, vec![1_900, 2_860]);
+    }
+
+    /// A read that waited for an idle vCPU to wake is dated at its midpoint; the kernel's late
+    /// sample taken as that vCPU woke can be dated after it with smaller counts. It is dropped.
+    #[test]
+    fn a_sample_with_smaller_counts_than_the_last_reading_is_dropped() {
+        let mut b = Boundaries::new(BASE, P, &[1]);
+        let mut patch = Vec::new();
+        b.plan(b.time_of(1) + 60_000, None, &mut patch);
+        b.plan(b.time_of(1) + P / 2, None, &mut patch);
+        assert!(b.patched(0, 1, b.time_of(1) + P / 2 + 100_000, 0, 0, &[5_000]));
+        b.kernel_sample(0, b.time_of(1) + 970_000, 0, 0, &[4_990]);
+        b.kernel_sample(0, b.time_of(2) + 970_000, 0, 0, &[6_000]);
+        let values: Vec<u64> = drain(&mut b, 1).iter().map(|g| g.2[0][2]).collect();
+        assert_eq!(values, vec![5_000, 6_000]);
     }
 
     /// A dead group holds nothing back; the final boundary of --duration is always looked at.
