@@ -8,7 +8,12 @@
 //! CPU, so an interval's count / CPUs / TSC rate is how long it really lasted (the rate is
 //! calibrated from the whole run). imc reports each interval's duration (the `ms` column); perf
 //! reports none, so its users divide by the nominal interval — both that and perf's timestamp
-//! differences are shown. std only: perf's and imc's text output are parsed here.
+//! differences are shown. imc runs twice: in its default (kernel-timed) mode and forced to read
+//! at every deadline (`IMC_STAT_MODE=deadline`), the mode it falls back to when the kernel
+//! refuses the grouping. A last short run measures output latency: when each `--json` line
+//! reaches the pipe against the end of its interval. `IMC_BENCH_BUSY=1` keeps every CPU busy
+//! with a spinning thread throughout (the other case: idle CPUs miss cpu-clock samples and are
+//! read from userspace). std only: perf's and imc's text output are parsed here.
 use anyhow::{Context, Result, anyhow, bail};
 use std::io::Read;
 use std::path::Path;
@@ -71,6 +76,31 @@ fn online_cpus() -> Result<usize> {
 
 /// Runs `cmd`, sampling its schedstat every 20 ms, and returns (stdout, stderr, run).
 fn measure(name: &'static str, mut cmd: Command) -> Result<(String, String, Run)> {
+    measure_lines(name, cmd.stdout(Stdio::piped()), &mut |_| {})
+}
+
+/// CLOCK_MONOTONIC of an `Instant`: on Linux std's Instant is a CLOCK_MONOTONIC timespec and its
+/// Debug output shows it (`Instant { tv_sec: .., tv_nsec: .. }`); None where it does not.
+fn mono_ns(i: Instant) -> Option<u64> {
+    let d = format!("{i:?}");
+    let field = |name: &str| -> Option<u64> {
+        let rest = &d[d.find(name)? + name.len()..];
+        let digits: String = rest
+            .trim_start_matches([':', ' '])
+            .chars()
+            .take_while(|c| c.is_ascii_digit())
+            .collect();
+        digits.parse().ok()
+    };
+    Some(field("tv_sec")? * 1_000_000_000 + field("tv_nsec")?)
+}
+
+/// Like `measure`, calling `on_line` with each stdout line as it arrives.
+fn measure_lines(
+    name: &'static str,
+    cmd: &mut Command,
+    on_line: &mut (dyn FnMut(&str) + Send),
+) -> Result<(String, String, Run)> {
     let before = children_cpu_s()?;
     let start = Instant::now();
     let mut child = cmd
@@ -81,9 +111,17 @@ fn measure(name: &'static str, mut cmd: Command) -> Result<(String, String, Run)
     let pid = child.id();
     let mut out = child.stdout.take().context("stdout")?;
     let mut err = child.stderr.take().context("stderr")?;
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
     let out_t = std::thread::spawn(move || {
+        use std::io::BufRead;
         let mut s = String::new();
-        let _ = out.read_to_string(&mut s);
+        let mut r = std::io::BufReader::new(&mut out);
+        let mut line = String::new();
+        while r.read_line(&mut line).unwrap_or(0) > 0 {
+            let _ = tx.send(line.clone());
+            s.push_str(&line);
+            line.clear();
+        }
         s
     });
     let err_t = std::thread::spawn(move || {
@@ -92,15 +130,28 @@ fn measure(name: &'static str, mut cmd: Command) -> Result<(String, String, Run)
         s
     });
     let mut sched = 0.0;
+    let mut last_sched = Instant::now() - Duration::from_secs(1);
     let status = loop {
-        if let Some(s) = schedstat_s(pid) {
-            sched = s;
+        if last_sched.elapsed() >= Duration::from_millis(20) {
+            if let Some(s) = schedstat_s(pid) {
+                sched = s;
+            }
+            last_sched = Instant::now();
         }
         if let Some(st) = child.try_wait()? {
             break st;
         }
-        std::thread::sleep(Duration::from_millis(20));
+        match rx.recv_timeout(Duration::from_millis(20)) {
+            Ok(l) => on_line(&l),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                std::thread::sleep(Duration::from_millis(5))
+            }
+        }
     };
+    while let Ok(l) = rx.try_recv() {
+        on_line(&l);
+    }
     let wall_s = start.elapsed().as_secs_f64();
     let stdout = out_t
         .join()
@@ -196,14 +247,90 @@ fn figures(run: &Run, cpus: usize) -> Figures {
     }
 }
 
+/// Spinning threads on every CPU until dropped.
+struct Busy {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Busy {
+    fn start(n: usize) -> Busy {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let threads = (0..n)
+            .map(|_| {
+                let stop = stop.clone();
+                std::thread::spawn(move || {
+                    let mut x = 1u64;
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+                        std::hint::black_box(x);
+                    }
+                })
+            })
+            .collect();
+        Busy { stop, threads }
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Output latency of `imc stat -I 1 --json`: per line, arrival at the pipe minus the line's
+/// `t_end_ns` (both CLOCK_MONOTONIC), in ms; sorted.
+fn latencies(imc_bin: &Path, secs: u64) -> Result<Vec<f64>> {
+    let mut lat = Vec::new();
+    let mut cmd = Command::new(imc_bin);
+    cmd.args([
+        "stat",
+        "-I",
+        "1",
+        "-e",
+        "msr/tsc/",
+        "--json",
+        "--duration",
+        &secs.to_string(),
+    ]);
+    let mut on_line = |l: &str| {
+        let Some(now) = mono_ns(Instant::now()) else {
+            return;
+        };
+        let key = "\"t_end_ns\":";
+        let Some(i) = l.find(key) else { return };
+        let t: String = l[i + key.len()..]
+            .chars()
+            .take_while(|c| c.is_ascii_digit())
+            .collect();
+        if let Ok(t) = t.parse::<u64>() {
+            lat.push(now.saturating_sub(t) as f64 / 1e6);
+        }
+    };
+    measure_lines("imc", &mut cmd, &mut on_line)?;
+    lat.sort_by(f64::total_cmp);
+    Ok(lat)
+}
+
 pub fn run(imc_bin: &Path) -> Result<()> {
     let cpus = online_cpus()?;
     let secs = SECONDS.to_string();
+    let busy = std::env::var("IMC_BENCH_BUSY").is_ok_and(|v| v == "1");
+    let _spin = busy.then(|| Busy::start(cpus));
 
+    let imc_args = ["stat", "-I", "1", "-e", "msr/tsc/", "--duration", &secs];
     let mut imc = Command::new(imc_bin);
-    imc.args(["stat", "-I", "1", "-e", "msr/tsc/", "--duration", &secs]);
+    imc.args(imc_args);
     let (out, _, mut imc_run) = measure("imc", imc)?;
     imc_run.intervals = parse_imc(&out);
+
+    let mut imc_dl = Command::new(imc_bin);
+    imc_dl.env("IMC_STAT_MODE", "deadline").args(imc_args);
+    let (out, _, mut dl_run) = measure("imc-dl", imc_dl)?;
+    dl_run.intervals = parse_imc(&out);
 
     let mut perf = Command::new("perf");
     perf.args(["stat", "-I", "1", "-a", "-e", "msr/tsc/", "sleep", &secs]);
@@ -213,16 +340,23 @@ pub fn run(imc_bin: &Path) -> Result<()> {
     perf_run.intervals = perf_lines.iter().map(|&(_, d, c)| (d, c)).collect();
     perf_run.nominal = true;
 
+    let lat = latencies(imc_bin, 3)?;
+
     println!(
-        "bench-stat: {SECONDS} s at -I 1 with msr/tsc/ on {cpus} CPUs (measured duration = TSC \
-         count / CPUs / calibrated TSC rate)"
+        "bench-stat: {SECONDS} s at -I 1 with msr/tsc/ on {cpus} CPUs, {} (measured duration = \
+         TSC count / CPUs / calibrated TSC rate; imc-dl = imc forced to deadline reads)",
+        if busy {
+            "every CPU kept busy by a spinning thread"
+        } else {
+            "no load added"
+        }
     );
     println!(
         "{:<6} {:>10} {:>10} {:>9} {:>8} {:>13} {:>12} {:>11}",
         "tool", "cpu s", "ticks s", "% core", "wall s", "intervals", "worst |Δ| µs", "vs 1ms µs"
     );
     let mut figs = Vec::new();
-    for r in [&imc_run, &perf_run] {
+    for r in [&imc_run, &dl_run, &perf_run] {
         let f = figures(r, cpus);
         println!(
             "{:<6} {:>10.4} {:>10.2} {:>8.2}% {:>8.2} {:>6} {:>5.1}% {:>12.1} {:>11}",
@@ -242,22 +376,39 @@ pub fn run(imc_bin: &Path) -> Result<()> {
         );
         figs.push(f);
     }
-    let (i, p) = (&figs[0], &figs[1]);
-    let ratio = if p.cpu_s > 0.0 {
-        i.cpu_s / p.cpu_s
-    } else {
-        f64::NAN
+    let (i, d, p) = (&figs[0], &figs[1], &figs[2]);
+    let ratio = |a: &Figures| {
+        if p.cpu_s > 0.0 {
+            a.cpu_s / p.cpu_s
+        } else {
+            f64::NAN
+        }
     };
     println!(
-        "ratios: imc/perf CPU = {ratio:.3} (target <= 0.125); intervals delivered imc {:.1}% vs \
-         perf {:.1}% (target imc >= 99%); worst interval-duration error imc {:.1} µs vs perf {:.1} \
-         µs against its timestamps, {:.1} µs against the nominal 1 ms",
+        "ratios: imc/perf CPU = {:.3} (target <= 0.125), imc-dl/perf = {:.3}; intervals \
+         delivered imc {:.1}% vs perf {:.1}% (target imc >= 99%); worst interval-duration error \
+         imc {:.1} µs vs perf {:.1} µs against its timestamps, {:.1} µs against the nominal 1 ms",
+        ratio(i),
+        ratio(d),
         i.delivered * 100.0,
         p.delivered * 100.0,
         i.worst_us,
         p.worst_us,
         p.worst_nominal_us
     );
+    if lat.is_empty() {
+        println!("latency: not measured (no CLOCK_MONOTONIC from Instant here)");
+    } else {
+        let q = |f: f64| lat[((lat.len() - 1) as f64 * f) as usize];
+        println!(
+            "imc output latency at -I 1 (line at the pipe − interval end, {} lines): median \
+             {:.1} ms, p99 {:.1} ms, max {:.1} ms",
+            lat.len(),
+            q(0.5),
+            q(0.99),
+            lat[lat.len() - 1]
+        );
+    }
     Ok(())
 }
 
@@ -274,5 +425,13 @@ mod tests {
         assert_eq!(p.len(), 2);
         assert!((p[1].1 - 0.001528346).abs() < 1e-12);
         assert_eq!(p[1].2, 6322856.0);
+    }
+
+    #[test]
+    fn instants_are_clock_monotonic() {
+        let a = mono_ns(Instant::now()).expect("Instant shows its timespec");
+        std::thread::sleep(Duration::from_millis(5));
+        let b = mono_ns(Instant::now()).unwrap();
+        assert!(b - a >= 5_000_000 && b - a < 1_000_000_000, "{a} {b}");
     }
 }

@@ -43,6 +43,8 @@ pub struct PackageRow {
     pub channels: Vec<(Memory, String)>,
     /// Theoretical peak in bytes/s, where imc can know it.
     pub peak_bytes_per_s: Option<f64>,
+    /// Theoretical peak of one channel row, where imc can know it.
+    pub channel_peak_bytes_per_s: Option<f64>,
 }
 
 /// How counters map onto rows and values; built once.
@@ -59,6 +61,8 @@ pub struct Layout {
     value_of: Vec<usize>,
     /// Per counter: its description for messages.
     pub describe: Vec<String>,
+    /// Why no package has a peak, when imc could not know it (shown instead of utilisation).
+    pub peak_unknown: Option<String>,
 }
 
 impl Layout {
@@ -94,6 +98,7 @@ impl Layout {
                         memories: Vec::new(),
                         channels: Vec::new(),
                         peak_bytes_per_s: None,
+                        channel_peak_bytes_per_s: None,
                     });
                     packages.len() - 1
                 }
@@ -137,6 +142,7 @@ impl Layout {
             slots,
             value_of,
             describe: counters.iter().map(|c| c.describe()).collect(),
+            peak_unknown: None,
         }
     }
 
@@ -272,10 +278,6 @@ impl<F: FnMut(&Layout, &IntervalReport) -> std::io::Result<()>> Sink for F {
     }
 }
 
-/// How often a kernel-timed run drains its rings (and so the output latency at short
-/// intervals): 10 wake-ups a second instead of 1000.
-pub const DRAIN_NS: u64 = 100_000_000;
-
 /// When the loop stops besides its duration.
 pub trait Stop {
     /// Checked after every wake-up: true ends the run after one last (partial) interval.
@@ -312,10 +314,13 @@ fn timed_read(backend: &mut dyn Backend, clock: &dyn Clock, out: &mut [RawReadin
 }
 
 /// Runs intervals of `interval_ns` until `duration_ns` has passed (None: until `stop`), calling
-/// `sink` with every interval and `failed` with each counter failure as it happens.
+/// `sink` with every interval and `failed` with each counter failure as it happens. `layout` is
+/// `Layout::new(backend)`, possibly with peaks filled in.
+#[allow(clippy::too_many_arguments)]
 pub fn run(
     backend: &mut dyn Backend,
     clock: &dyn Clock,
+    layout: &Layout,
     interval_ns: u64,
     duration_ns: Option<u64>,
     stop: &mut dyn Stop,
@@ -323,10 +328,18 @@ pub fn run(
     failed: &mut dyn FnMut(&CounterFailure),
 ) -> std::io::Result<RunSummary> {
     let interval_ns = interval_ns.max(1);
-    if backend.is_timed() {
-        return run_timed(backend, clock, interval_ns, duration_ns, stop, sink, failed);
+    if let Some(period) = backend.timed_period() {
+        return run_timed(
+            backend,
+            clock,
+            layout,
+            period,
+            duration_ns,
+            stop,
+            sink,
+            failed,
+        );
     }
-    let layout = Layout::new(backend);
     let counters = backend.counters().to_vec();
     let mut report = layout.new_report();
     let n = backend.counters().len();
@@ -381,9 +394,9 @@ pub fn run(
             failed(&f);
         }
         if t > t_prev {
-            report.compute(&layout, &counters, &prev, &now, t_prev, t);
-            report_missing(&report, &layout, &prev, &now, &mut reported_missing, failed);
-            sink.interval(&layout, &report)?;
+            report.compute(layout, &counters, &prev, &now, t_prev, t);
+            report_missing(&report, layout, &prev, &now, &mut reported_missing, failed);
+            sink.interval(layout, &report)?;
             sink.flush()?;
             summary.intervals += 1;
             std::mem::swap(&mut prev, &mut now);
@@ -428,25 +441,25 @@ fn report_missing(
 }
 
 /// The loop for kernel-timed backends: the kernel samples the counters at every boundary; imc
-/// sleeps `DRAIN_NS` at a time and turns the samples into intervals. Stopping early (signal,
-/// child exit) or a duration that is not a whole number of intervals ends with one direct read
-/// for the last, partial interval.
+/// sleeps until the backend's next wake-up and turns the boundaries into intervals. Stopping
+/// early (signal, child exit) or a duration that is not a whole number of intervals ends with
+/// one direct read for the last, partial interval.
+#[allow(clippy::too_many_arguments)]
 fn run_timed(
     backend: &mut dyn Backend,
     clock: &dyn Clock,
+    layout: &Layout,
     interval_ns: u64,
     duration_ns: Option<u64>,
     stop: &mut dyn Stop,
     sink: &mut dyn Sink,
     failed: &mut dyn FnMut(&CounterFailure),
 ) -> std::io::Result<RunSummary> {
-    let layout = Layout::new(backend);
     let counters = backend.counters().to_vec();
     let n = counters.len();
     let mut report = layout.new_report();
     let mut prev = vec![RawReading::default(); n];
     let mut reported_missing = vec![false; n];
-    let drain_ns = DRAIN_NS;
     let full = duration_ns.map(|d| d / interval_ns);
     let mut summary = RunSummary::default();
     // (k of the first boundary, k of the previous one), once the first sample is in.
@@ -455,23 +468,27 @@ fn run_timed(
     let mut done = false;
     let mut err: Option<std::io::Error> = None;
     let t_open = clock.now_ns();
-    let mut next_wake = t_open.saturating_add(drain_ns);
+    let mut next_wake = t_open;
+    let mut last_flush = t_open;
     loop {
         let mut stopping = stop.stop();
         if !stopping {
-            clock.sleep_until(next_wake);
-            let t = clock.now_ns();
-            next_wake = next_wake.saturating_add(drain_ns).max(t.saturating_add(1));
-            // Do not oversleep the end of --duration by up to a drain period.
-            if let (Some(d), Some(_)) = (duration_ns, ks) {
-                let end = summary.t_start_ns.saturating_add(d) + interval_ns / 4;
-                if t < end {
-                    next_wake = next_wake.min(end);
-                }
+            // Sleep to the backend's wake-up, looking at the stop condition at least every
+            // STOP_CHECK_NS so a signal that slipped in just before the sleep is not missed.
+            let now = clock.now_ns();
+            if now < next_wake {
+                clock.sleep_until(next_wake.min(now.saturating_add(STOP_CHECK_NS)));
             }
             stopping = stop.stop();
+            if !stopping && clock.now_ns() < next_wake {
+                continue;
+            }
         }
-        backend.drain_timed(&mut |k, t, readings| {
+        let final_k = match (ks, full) {
+            (Some((k0, _)), Some(f)) => Some(k0.saturating_add(f)),
+            _ => None,
+        };
+        next_wake = backend.advance_timed(clock, final_k, &mut |k, t, readings| {
             if done || err.is_some() {
                 return;
             }
@@ -486,16 +503,16 @@ fn run_timed(
             if t <= t_prev {
                 return;
             }
-            report.compute(&layout, &counters, &prev, readings, t_prev, t);
+            report.compute(layout, &counters, &prev, readings, t_prev, t);
             report_missing(
                 &report,
-                &layout,
+                layout,
                 &prev,
                 readings,
                 &mut reported_missing,
                 failed,
             );
-            if let Err(e) = sink.interval(&layout, &report) {
+            if let Err(e) = sink.interval(layout, &report) {
                 err = Some(e);
                 return;
             }
@@ -512,7 +529,13 @@ fn run_timed(
         if let Some(e) = err {
             return Err(e);
         }
-        sink.flush()?;
+        // While a watched group makes imc wake at every boundary, the output still goes out
+        // once per collect period: one write per 10 ms instead of one per interval.
+        let t = clock.now_ns();
+        if done || stopping || t >= last_flush.saturating_add(crate::backends::timed::COLLECT_NS) {
+            sink.flush()?;
+            last_flush = t;
+        }
         for f in backend.take_failures() {
             failed(&f);
         }
@@ -527,6 +550,7 @@ fn run_timed(
             break;
         }
     }
+    sink.flush()?;
     // The last, partial interval: up to the end of --duration, or to now when stopped early.
     if ks.is_some() {
         let end = match (done, duration_ns) {
@@ -543,8 +567,8 @@ fn run_timed(
             let mut now = vec![RawReading::default(); n];
             let t = timed_read(backend, clock, &mut now);
             if t > t_prev {
-                report.compute(&layout, &counters, &prev, &now, t_prev, t);
-                sink.interval(&layout, &report)?;
+                report.compute(layout, &counters, &prev, &now, t_prev, t);
+                sink.interval(layout, &report)?;
                 sink.flush()?;
                 summary.intervals += 1;
                 summary.t_end_ns = t;
@@ -636,9 +660,11 @@ mod tests {
         };
         let mut rates = Vec::new();
         let mut elapsed = Vec::new();
+        let layout = Layout::new(&b);
         let summary = run(
             &mut b,
             &clock,
+            &layout,
             1_000_000,
             Some(10_000_000),
             &mut || false,

@@ -8,7 +8,10 @@
 //! - [`mchbar`]: Intel client DRAM counters read from a read-only /dev/mem mapping, with a
 //!   poller that folds 32-bit wraps into 64-bit totals.
 //! - [`counter`]: deltas modulo the counter width, multiplexing scaling.
-//! - [`interval`]: the absolute-deadline interval loop and the per-interval aggregate.
+//! - [`interval`]: the interval loops (absolute deadlines, or kernel-timed) and the per-interval
+//!   aggregate.
+//! - [`timed`]: kernel-timed boundaries: which reading closes which interval, when to wake, and
+//!   which groups of idle CPUs to read from userspace.
 //! - [`clock`]: CLOCK_MONOTONIC and absolute sleeps, behind a trait tests replace.
 use crate::model::{Direction, Scope};
 use std::time::Duration;
@@ -19,6 +22,7 @@ pub mod interval;
 pub mod mchbar;
 pub mod perf;
 pub mod plan;
+pub mod timed;
 
 /// What memory a counter measures, so KNL's DDR and MCDRAM can be shown apart.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -123,16 +127,29 @@ pub trait Backend {
     }
     /// Folds the hardware counters into the backend's wide totals (see `poll_period`).
     fn poll(&mut self) {}
-    /// Whether the kernel itself reads the counters at every interval boundary (perf sampling
-    /// with PERF_SAMPLE_READ): the loop then sleeps long and drains, instead of waking and
-    /// reading at every boundary.
-    fn is_timed(&self) -> bool {
-        false
+    /// Kernel-timed backends (perf sampling with PERF_SAMPLE_READ): the interval at which the
+    /// kernel itself reads the counters. The loop then wakes when `advance_timed` says, instead
+    /// of reading at every boundary.
+    fn timed_period(&self) -> Option<u64> {
+        None
     }
-    /// Kernel-timed backends: calls `f(k, t_ns, readings)` for every boundary complete since the
-    /// last call, k counting interval periods since the first sample. Boundaries that some
-    /// counter missed are left out, so the interval around them is simply longer.
-    fn drain_timed(&mut self, _f: &mut dyn FnMut(u64, u64, &[RawReading])) {}
+    /// Kernel-timed backends: collects what the kernel sampled, reads from userspace what it
+    /// missed at the boundary just passed, calls `f(k, t_ns, readings)` for every boundary
+    /// complete since the last call (k counts periods; a boundary some counter missed is left
+    /// out, so the interval around it is longer), and returns the CLOCK_MONOTONIC time at which
+    /// to call again. `final_k` is a boundary that must close on time (the end of `--duration`).
+    fn advance_timed(
+        &mut self,
+        _clock: &dyn clock::Clock,
+        _final_k: Option<u64>,
+        _f: &mut dyn FnMut(u64, u64, &[RawReading]),
+    ) -> u64 {
+        u64::MAX
+    }
+    /// What the run cost, for `-v` (kernel-timed backends: wake-ups and userspace reads).
+    fn run_stats(&self) -> Option<String> {
+        None
+    }
     /// Failures since the last call: counters that failed to open or stopped counting.
     fn take_failures(&mut self) -> Vec<CounterFailure>;
 }

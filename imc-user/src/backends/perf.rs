@@ -4,18 +4,24 @@
 //! get one fd per counter instead.
 //!
 //! `open_timed` goes further for short intervals: a cpu-clock leader per group makes the kernel
-//! read the group at every boundary (PERF_SAMPLE_READ) into a ring, so imc wakes a few times a
-//! second to drain instead of once per interval, and never reads another CPU's counter through
-//! an IPI. In a VM, a wake-up alone costs 15–25 µs and a remote read ~35 µs: at `-I 1` that is
-//! the difference between ~5% of a core and well under 1%.
+//! read the group at every boundary (PERF_SAMPLE_READ) into a ring, so imc wakes every
+//! `timed::COLLECT_NS` to drain instead of once per interval, and does not read another CPU's
+//! counters through an IPI. In a VM, a wake-up alone costs 15–30 µs and a remote read ~35 µs:
+//! at `-I 1` that is the difference between ~10% of a core and well under 1%. Groups whose CPU
+//! idles are read from userspace at the boundaries they miss (`timed` decides which and when):
+//! on an idle vCPU the leader's timer fires every period (timer:hrtimer_expire_entry counts
+//! 1999 expiries of perf_swevent_hrtimer in 2 s) yet only a few dozen samples reach the ring,
+//! with no lost or throttle records; a tracepoint leader fares no better, so no other leader
+//! avoids it.
+use super::clock::Clock;
 use super::plan::PerfCounter;
+use super::timed::Boundaries;
 use super::{Backend, BackendError, CounterFailure, CounterSpec, RawReading};
 use crate::sys::perf::{
     FLAG_DISABLED, FLAG_USE_CLOCKID, FLAG_WATERMARK, GROUP_READ_FORMAT, GroupReader, PerfEventAttr,
-    PerfIoctl, PerfSys, RECORD_SAMPLE, RingBuffer, SAMPLE_READ, SAMPLE_TIME, SW_CPU_CLOCK,
-    TYPE_SOFTWARE, explain_open_error, read_counter,
+    PerfIoctl, PerfSys, RECORD_SAMPLE, RECORD_THROTTLE, RingBuffer, SAMPLE_READ, SAMPLE_TIME,
+    SW_CPU_CLOCK, TYPE_SOFTWARE, explain_open_error, read_counter,
 };
-use std::collections::VecDeque;
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Arc;
@@ -33,12 +39,9 @@ struct Group {
     values: Vec<u64>,
     /// Stopped after a read error; its counters read as not ok from then on.
     dead: bool,
-    /// Kernel-timed mode: the leader's ring and the samples not yet emitted, flat:
-    /// `[k, t, enabled, running, value...]` per sample (no allocation per sample).
+    /// Kernel-timed mode: the leader's ring of boundary samples, and how many it delivered.
     ring: Option<Box<dyn RingBuffer>>,
-    queue: VecDeque<u64>,
-    t0: Option<u64>,
-    last_t: u64,
+    samples: u64,
 }
 
 impl Group {
@@ -53,23 +56,18 @@ impl Group {
             values: vec![0; n],
             dead: false,
             ring: None,
-            queue: VecDeque::new(),
-            t0: None,
-            last_t: 0,
+            samples: 0,
         }
-    }
-
-    fn stride(&self) -> usize {
-        4 + self.counters.len()
     }
 }
 
 /// Data pages of each sampling ring: at 1 ms a sample of a few counters is ~60 bytes, so 32 KiB
-/// holds about half a second, five times the drain period.
+/// holds about half a second, fifty times the collect period.
 const RING_PAGES: usize = 8;
-/// A group whose samples lag the others' by this much has stopped (its CPU went offline). Long
-/// enough that a vCPU the host did not run for a while is not taken for an offline CPU.
-const STALL_NS: u64 = 1_000_000_000;
+/// A userspace group read slower than this is repeated (up to `READ_TRIES` reads): a remote
+/// read through an IPI takes 10–40 µs in a VM when the other vCPU runs.
+const SLOW_READ_NS: u64 = 60_000;
+const READ_TRIES: u32 = 3;
 
 pub struct PerfBackend {
     sys: Arc<dyn PerfSys>,
@@ -77,10 +75,19 @@ pub struct PerfBackend {
     counters: Vec<CounterSpec>,
     groups: Vec<Group>,
     failures: Vec<CounterFailure>,
-    /// Kernel-timed mode: the sampling period.
-    period_ns: Option<u64>,
-    /// Readings of one boundary, reused.
+    /// Kernel-timed mode: which reading closes which boundary.
+    timing: Option<Boundaries>,
+    /// Kernel-timed mode, reused: groups to read now, one boundary's words per group, one
+    /// boundary's readings.
+    patch: Vec<usize>,
+    words: Vec<Vec<u64>>,
     scratch: Vec<RawReading>,
+    /// Kernel-timed mode: throttle records seen (the kernel stopped a leader's timer), wake-ups,
+    /// userspace group reads, boundaries emitted.
+    throttled: u64,
+    wakes: u64,
+    user_reads: u64,
+    boundaries: u64,
 }
 
 /// Indices of the planned counters grouped by (PMU, CPU), groups and members in plan order:
@@ -183,7 +190,7 @@ impl PerfBackend {
         planned: Vec<PerfCounter>,
         mut groups: Vec<Group>,
         mut failures: Vec<CounterFailure>,
-        period_ns: Option<u64>,
+        timing: Option<Boundaries>,
     ) -> PerfBackend {
         let mut new_index = vec![None; planned.len()];
         let mut order: Vec<usize> = groups.iter().flat_map(|g| g.counters.clone()).collect();
@@ -206,28 +213,37 @@ impl PerfBackend {
             .map(|(_, c)| c.spec)
             .collect();
         let n = counters.len();
+        let ng = groups.len();
         PerfBackend {
             sys,
             source: source.to_string(),
             counters,
             groups,
             failures,
-            period_ns,
+            timing,
+            patch: Vec::with_capacity(ng),
+            words: (0..ng).map(|_| Vec::with_capacity(16)).collect(),
             scratch: vec![RawReading::default(); n],
+            throttled: 0,
+            wakes: 0,
+            user_reads: 0,
+            boundaries: 0,
         }
     }
 
     /// Opens the planned counters so that the kernel reads them every `period_ns` itself: per
     /// PMU instance and CPU, a cpu-clock event samples the group (PERF_SAMPLE_READ, timestamps
-    /// on CLOCK_MONOTONIC) into a ring that `drain_timed` empties. imc then wakes a few times a
-    /// second instead of at every interval, and no counter of another CPU is read through an
-    /// IPI. Err when this is not possible here (the PMU refuses a software leader, the syscall
-    /// layer has no rings): the caller falls back to `open`.
+    /// on CLOCK_MONOTONIC) into a ring that `advance_timed` empties. imc then wakes every
+    /// `timed::COLLECT_NS` instead of at every interval (except for groups whose CPU idles), and
+    /// no counter of another CPU is read through an IPI. Err when this is not possible here (the
+    /// PMU refuses a software leader, the syscall layer has no rings): the caller falls back to
+    /// `open`.
     pub fn open_timed(
         sys: Arc<dyn PerfSys>,
         source: &str,
         planned: Vec<PerfCounter>,
         period_ns: u64,
+        clock: &dyn Clock,
     ) -> Result<PerfBackend, BackendError> {
         if !sys.supports_rings() {
             return Err(BackendError::NothingOpened {
@@ -299,7 +315,6 @@ impl PerfBackend {
             let ring = sys.map_ring(fds[0].as_fd(), RING_PAGES).map_err(refused)?;
             let mut g = Group::new(fds, counters, true, 1);
             g.ring = Some(ring);
-            g.queue = VecDeque::with_capacity(g.stride() * 1024);
             groups.push(g);
         }
         if groups.is_empty() {
@@ -311,24 +326,30 @@ impl PerfBackend {
                 errno: None,
             });
         }
-        // Start every group as close together as possible so their samples line up.
+        // Start every group as close together as possible so their samples line up; the
+        // boundaries count from just before, so no sample is ever early.
+        let base = clock.now_ns();
         for g in &groups {
             sys.ioctl(g.fds[0].as_fd(), PerfIoctl::Enable)
                 .map_err(refused)?;
         }
+        let widths: Vec<usize> = groups.iter().map(|g| g.counters.len()).collect();
         Ok(Self::keep_opened(
             sys,
             source,
             planned,
             groups,
             failures,
-            Some(period_ns),
+            Some(Boundaries::new(base, period_ns, &widths)),
         ))
     }
 
-    /// Moves every group's new samples from its ring into its queue.
-    fn fill_queues(&mut self, period: u64) {
-        for g in &mut self.groups {
+    /// Hands every group's new ring samples to the boundary bookkeeping.
+    fn fill_queues(&mut self) {
+        let Some(timing) = self.timing.as_mut() else {
+            return;
+        };
+        for (gi, g) in self.groups.iter_mut().enumerate() {
             if g.dead {
                 continue;
             }
@@ -336,43 +357,129 @@ impl PerfBackend {
                 continue;
             };
             let nvals = g.counters.len() + g.lead;
-            let queue = &mut g.queue;
-            let t0 = &mut g.t0;
-            let last_t = &mut g.last_t;
+            let values = &mut g.values;
+            let samples = &mut g.samples;
+            let throttled = &mut self.throttled;
             ring.drain(&mut |kind, p| {
+                if kind == RECORD_THROTTLE {
+                    *throttled += 1;
+                }
                 if kind != RECORD_SAMPLE {
-                    // Lost or throttled samples just leave gaps; the boundaries around them
-                    // merge into a longer interval.
+                    // Lost or throttled samples leave gaps that userspace reads patch.
                     return;
                 }
                 let word = |i: usize| -> Option<u64> {
                     let b = p.get(i * 8..i * 8 + 8)?;
                     Some(u64::from_ne_bytes(b.try_into().ok()?))
                 };
-                // PERF_SAMPLE_TIME, then the group read: nr, enabled, running, values.
+                // PERF_SAMPLE_TIME, then the group read: nr, enabled, running, values (the
+                // leader's own first).
                 let (Some(t), Some(nr), Some(en), Some(run)) = (word(0), word(1), word(2), word(3))
                 else {
                     return;
                 };
-                if nr as usize != nvals {
+                if nr as usize != nvals || values.len() < nvals {
                     return;
                 }
-                let base = *t0.get_or_insert(t);
-                // Samples keep the phase of the first one (the kernel's hrtimer forwards by
-                // whole periods) and are never early, only late: a sample up to 0.9 period late
-                // still closes its own boundary (the next one follows on time), while 0.1 period
-                // of slack absorbs the first sample's own lateness.
-                let k = (t.saturating_sub(base) + period / 10) / period;
-                queue.push_back(k);
-                queue.push_back(t);
-                queue.push_back(en);
-                queue.push_back(run);
-                for j in 0..nvals - 1 {
-                    queue.push_back(word(5 + j).unwrap_or(0));
+                for (j, v) in values.iter_mut().enumerate().take(nvals) {
+                    *v = word(4 + j).unwrap_or(0);
                 }
-                *last_t = t;
+                *samples += 1;
+                timing.kernel_sample(gi, t, en, run, &values[1..nvals]);
             });
         }
+    }
+
+    /// Kernel-timed mode, at `clock`'s now: collects the rings, reads from userspace the groups
+    /// whose sample for the boundary just passed is missing, calls `f(k, t, readings)` for every
+    /// boundary complete, and returns when to call again (absolute CLOCK_MONOTONIC ns).
+    fn advance(
+        &mut self,
+        clock: &dyn Clock,
+        final_k: Option<u64>,
+        f: &mut dyn FnMut(u64, u64, &[RawReading]),
+    ) -> u64 {
+        self.fill_queues();
+        self.wakes += 1;
+        let Some(timing) = self.timing.as_mut() else {
+            return u64::MAX;
+        };
+        let now = clock.now_ns();
+        let k = timing.plan(now, final_k, &mut self.patch);
+        let mut stopped = Vec::new();
+        for &gi in &self.patch {
+            let g = &mut self.groups[gi];
+            if g.dead {
+                continue;
+            }
+            // A read of another CPU's group waits for an IPI; when the host has not run that
+            // vCPU for a while the read takes long and the midpoint of the clock around it is
+            // not when the counters were read. Read again then: the vCPU now runs, the read is
+            // quick, and its time is still a real one.
+            let mut tries = 0;
+            let r = loop {
+                let a = clock.now_ns();
+                let r = g
+                    .reader
+                    .read(self.sys.as_ref(), g.fds[0].as_fd(), &mut g.values);
+                let b = clock.now_ns();
+                tries += 1;
+                self.user_reads += 1;
+                if r.is_err() || b.saturating_sub(a) <= SLOW_READ_NS || tries == READ_TRIES {
+                    // Still slow: it waited for the host to wake the other vCPU, whose handler
+                    // then read the counters and answered at once, so the end is closer.
+                    let t = if b.saturating_sub(a) > SLOW_READ_NS {
+                        b
+                    } else {
+                        a + b.saturating_sub(a) / 2
+                    };
+                    break r.map(|(en, run)| (t, en, run));
+                }
+            };
+            match r {
+                Ok((t, en, run)) => {
+                    timing.patched(gi, k, t, en, run, &g.values[g.lead..]);
+                }
+                Err(e) => {
+                    timing.kill(gi);
+                    stopped.push((gi, e));
+                }
+            }
+        }
+        for (gi, e) in stopped {
+            self.stop_group(gi, &e);
+        }
+        let Some(timing) = self.timing.as_mut() else {
+            return u64::MAX;
+        };
+        while let Some((k, t)) = timing.pop_complete(&mut self.words) {
+            for r in self.scratch.iter_mut() {
+                r.ok = false;
+            }
+            for (g, w) in self.groups.iter().zip(&self.words) {
+                if g.dead || w.len() < 2 + g.counters.len() {
+                    continue;
+                }
+                for (j, &i) in g.counters.iter().enumerate() {
+                    if let Some(r) = self.scratch.get_mut(i) {
+                        *r = RawReading {
+                            value: w[2 + j],
+                            enabled: w[0],
+                            running: w[1],
+                            ok: true,
+                        };
+                    }
+                }
+            }
+            self.boundaries += 1;
+            f(k, t, &self.scratch);
+        }
+        timing.next_wake(final_k)
+    }
+
+    /// Throttle records seen in kernel-timed mode (for `-v`).
+    pub fn throttled(&self) -> u64 {
+        self.throttled
     }
 
     /// Opens `members` as one group. Err when the leader fails or the PMU refuses groups (the
@@ -490,73 +597,44 @@ impl Backend for PerfBackend {
         }
     }
 
-    fn is_timed(&self) -> bool {
-        self.period_ns.is_some()
+    fn timed_period(&self) -> Option<u64> {
+        self.timing.as_ref().map(|t| t.period())
     }
 
-    fn drain_timed(&mut self, f: &mut dyn FnMut(u64, u64, &[RawReading])) {
-        let Some(period) = self.period_ns else { return };
-        self.fill_queues(period);
-        // A group whose samples stopped while the others' went on has lost its CPU.
-        let live_t = || self.groups.iter().filter(|g| !g.dead && g.t0.is_some());
-        let newest = live_t().map(|g| g.last_t).max();
-        let first = live_t().filter_map(|g| g.t0).min();
-        if let (Some(newest), Some(first)) = (newest, first) {
-            for gi in 0..self.groups.len() {
-                let g = &self.groups[gi];
-                let since = g.t0.map_or(first, |_| g.last_t);
-                if !g.dead && newest.saturating_sub(since) > STALL_NS {
-                    let err = io::Error::new(
-                        io::ErrorKind::UnexpectedEof,
-                        "no samples for 1 s while the other counters delivered",
-                    );
-                    self.stop_group(gi, &err);
-                    self.groups[gi].queue.clear();
-                }
-            }
-        }
-        loop {
-            let live = || self.groups.iter().filter(|g| !g.dead);
-            if live().next().is_none() || live().any(|g| g.queue.is_empty()) {
-                return;
-            }
-            let kmax = live().map(|g| g.queue[0]).max().unwrap_or(0);
-            if live().all(|g| g.queue[0] == kmax) {
-                let mut tsum: u128 = 0;
-                let mut n: u128 = 0;
-                for r in self.scratch.iter_mut() {
-                    r.ok = false;
-                }
-                for g in self.groups.iter_mut().filter(|g| !g.dead) {
-                    let (t, en, run) = (g.queue[1], g.queue[2], g.queue[3]);
-                    tsum += u128::from(t);
-                    n += 1;
-                    for (j, &i) in g.counters.iter().enumerate() {
-                        if let Some(r) = self.scratch.get_mut(i) {
-                            *r = RawReading {
-                                value: g.queue[4 + j],
-                                enabled: en,
-                                running: run,
-                                ok: true,
-                            };
-                        }
-                    }
-                    let stride = g.stride();
-                    g.queue.drain(..stride);
-                }
-                // The boundary's time: the mean of the groups' sample times (a few µs apart).
-                f(kmax, (tsum / n.max(1)) as u64, &self.scratch);
-            } else {
-                // Some group missed this boundary: drop the older samples; the next complete
-                // boundary closes a longer interval.
-                for g in self.groups.iter_mut().filter(|g| !g.dead) {
-                    if g.queue[0] < kmax {
-                        let stride = g.stride();
-                        g.queue.drain(..stride);
-                    }
-                }
-            }
-        }
+    fn advance_timed(
+        &mut self,
+        clock: &dyn Clock,
+        final_k: Option<u64>,
+        f: &mut dyn FnMut(u64, u64, &[RawReading]),
+    ) -> u64 {
+        self.advance(clock, final_k, f)
+    }
+
+    fn run_stats(&self) -> Option<String> {
+        let t = self.timing.as_ref()?;
+        let per_cpu: Vec<String> = self
+            .groups
+            .iter()
+            .map(|g| {
+                let cpu = g
+                    .counters
+                    .first()
+                    .and_then(|&i| self.counters.get(i))
+                    .and_then(|c| c.cpu)
+                    .map_or("-".to_string(), |c| c.to_string());
+                format!("CPU {cpu}: {}", g.samples)
+            })
+            .collect();
+        Some(format!(
+            "kernel-timed: {} boundaries, {} wake-ups, {} userspace group reads, {} times a group \
+             missed a boundary and was watched, {} throttle records; kernel samples per group: {}",
+            self.boundaries,
+            self.wakes,
+            self.user_reads,
+            t.watch_entries,
+            self.throttled,
+            per_cpu.join(", ")
+        ))
     }
 
     fn take_failures(&mut self) -> Vec<CounterFailure> {

@@ -114,6 +114,8 @@ pub fn run_with<W: Write>(
         })?),
     };
     let duration_ns = args.duration.map(|s| (s * 1e9).round() as u64);
+    // A mistyped IMC_STAT_MODE is bad input, said before anything opens.
+    read_mode().map_err(|e| CliError::bad_input(e.to_string()))?;
 
     let discovery = discover(&global.root)?;
     let mut backend = open_backend(global, args, env, &discovery, backend_kind)?;
@@ -136,12 +138,9 @@ pub fn run_with<W: Write>(
         None => None,
     };
 
-    let mut writer = StatWriter::new(
-        out,
-        format,
-        args.per_channel,
-        &interval::Layout::new(backend.as_ref()),
-    );
+    let mut layout = interval::Layout::new(backend.as_ref());
+    set_peaks(&mut layout, &global.root, &discovery);
+    let mut writer = StatWriter::new(out, format, args.per_channel, &layout);
     let mut child_status: Option<std::process::ExitStatus> = None;
     let result = {
         let child_ref = &mut child;
@@ -171,6 +170,7 @@ pub fn run_with<W: Write>(
         interval::run(
             backend.as_mut(),
             env.clock,
+            &layout,
             args.interval_ms.saturating_mul(1_000_000),
             duration_ns,
             &mut stop,
@@ -194,6 +194,11 @@ pub fn run_with<W: Write>(
             s.skipped
         );
     }
+    if global.verbose > 0
+        && let Some(s) = backend.run_stats()
+    {
+        let _ = writeln!(err, "imc: {s}");
+    }
     if let Some(mut c) = child {
         let status = match child_status {
             Some(s) => s,
@@ -204,6 +209,53 @@ pub fn run_with<W: Write>(
         return Ok(exit_code_of(status));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Fills in the theoretical peak of each package (and channel) from the SMBIOS memory devices
+/// under `root`: the slowest installed device's transfers/s × data width, times the package's
+/// channels. A source with one PMU per channel says how many channels a package has; otherwise
+/// each installed device is taken as one channel, spread evenly over the packages (a board with
+/// two devices per channel then shows half the true utilisation). MCDRAM is not in SMBIOS.
+fn set_peaks(layout: &mut interval::Layout, root: &Path, discovery: &Discovery) {
+    use crate::backends::Memory;
+    if layout.packages.is_empty() {
+        return;
+    }
+    if layout
+        .packages
+        .iter()
+        .any(|p| p.memories.contains(&Memory::Mcdram))
+    {
+        layout.peak_unknown = Some("SMBIOS does not describe MCDRAM".to_string());
+        return;
+    }
+    let devices = crate::discovery::dmi::read_memory_devices(root);
+    for e in &devices.errors {
+        log::info!("{e}");
+    }
+    let Some(channel) = devices.channel_peak() else {
+        let dir = root.join("sys/firmware/dmi/entries");
+        layout.peak_unknown = Some(if devices.errors.is_empty() {
+            format!(
+                "no SMBIOS memory device with a speed and width under {}",
+                dir.display()
+            )
+        } else {
+            devices.errors[0].clone()
+        });
+        return;
+    };
+    let installed = devices.populated().count();
+    let packages = discovery.topology.packages.len().max(layout.packages.len());
+    for p in &mut layout.packages {
+        let channels = if p.channels.len() > 1 {
+            p.channels.len()
+        } else {
+            installed.div_ceil(packages).max(1)
+        };
+        p.peak_bytes_per_s = Some(channel * channels as f64);
+        p.channel_peak_bytes_per_s = (p.channels.len() > 1).then_some(channel);
+    }
 }
 
 /// The child's status as ours: its exit code, or 128+N when signal N killed it (as shells do).
@@ -252,16 +304,37 @@ fn open_source(
     Ok(Box::new(open_perf(env, &name, planned, interval_ns)?))
 }
 
-/// Intervals up to this long may use kernel-timed sampling (IMC_STAT_KERNEL_TIMED=1): there the
-/// cost of waking at every boundary dominates; longer ones wake a few times a second at most.
+/// Intervals up to this long use kernel-timed sampling by default: there the cost of waking and
+/// reading at every boundary dominates; longer ones wake a few times a second at most, and each
+/// wake-up reads every counter at its deadline.
 const TIMED_UP_TO_NS: u64 = 100_000_000;
 
-/// Kernel-timed sampling hangs each group on a cpu-clock leader, and cpu-clock barely fires on
-/// an idle CPU: a quiet CPU delivers no boundaries and its intervals merge, which breaks the
-/// 1 ms promise exactly on idle servers. Until idle CPUs get a fallback read it is opt-in; the
-/// default reads every counter at each absolute deadline, which is correct everywhere.
-fn kernel_timed_enabled() -> bool {
-    std::env::var("IMC_STAT_KERNEL_TIMED").is_ok_and(|v| v == "1")
+/// How perf counters are read; `IMC_STAT_MODE` forces one (tests, and a way around a kernel
+/// whose sampling misbehaves).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ReadMode {
+    /// Kernel-timed for intervals up to `TIMED_UP_TO_NS` when the kernel allows the grouping,
+    /// else deadline reads.
+    Auto,
+    /// A userspace read of every counter at each absolute deadline.
+    Deadline,
+    /// Kernel-timed whatever the interval; an error when the kernel refuses it.
+    KernelTimed,
+}
+
+fn read_mode() -> Result<ReadMode, BackendError> {
+    // IMC_STAT_KERNEL_TIMED=1 was the opt-in before kernel-timed became the default.
+    if std::env::var("IMC_STAT_KERNEL_TIMED").is_ok_and(|v| v == "1") {
+        return Ok(ReadMode::KernelTimed);
+    }
+    match std::env::var("IMC_STAT_MODE").as_deref() {
+        Err(_) | Ok("") | Ok("auto") => Ok(ReadMode::Auto),
+        Ok("deadline") => Ok(ReadMode::Deadline),
+        Ok("kernel-timed") => Ok(ReadMode::KernelTimed),
+        Ok(other) => Err(BackendError::Plan(format!(
+            "IMC_STAT_MODE={other}: unknown mode (one of auto, deadline, kernel-timed)"
+        ))),
+    }
 }
 
 /// Opens perf counters, kernel-timed for short intervals when the kernel allows it.
@@ -271,9 +344,29 @@ fn open_perf(
     planned: Vec<plan::PerfCounter>,
     interval_ns: u64,
 ) -> Result<PerfBackend, BackendError> {
-    if interval_ns <= TIMED_UP_TO_NS && kernel_timed_enabled() {
-        match PerfBackend::open_timed(env.perf.clone(), name, planned.clone(), interval_ns) {
-            Ok(b) => return Ok(b),
+    let mode = read_mode()?;
+    let timed = match mode {
+        ReadMode::Auto => interval_ns <= TIMED_UP_TO_NS,
+        ReadMode::Deadline => false,
+        ReadMode::KernelTimed => true,
+    };
+    if timed {
+        match PerfBackend::open_timed(
+            env.perf.clone(),
+            name,
+            planned.clone(),
+            interval_ns,
+            env.clock,
+        ) {
+            Ok(b) => {
+                log::info!("{name}: kernel-timed reads every {} ns", interval_ns);
+                return Ok(b);
+            }
+            Err(e) if mode == ReadMode::KernelTimed => {
+                return Err(BackendError::Plan(format!(
+                    "IMC_STAT_MODE=kernel-timed: {e}; unset it to read at each interval"
+                )));
+            }
             Err(e) => log::info!("{name}: reading counters at each interval instead: {e}"),
         }
     }

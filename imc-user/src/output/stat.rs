@@ -164,9 +164,14 @@ impl<W: Write> StatWriter<W> {
             }
             let _ = write!(b, "{{\"id\":{},", p.id);
             bytes_json(b, r, &pb.bytes);
+            // Extra fields: the theoretical peak and the share of it used, null when unknown.
             if let Some(peak) = p.peak_bytes_per_s {
+                b.extend_from_slice(b",\"peak_bytes_per_s\":");
+                json_num(b, peak.round());
                 b.extend_from_slice(b",\"utilisation\":");
                 json_num(b, r.rate(pb.bytes.total()) / peak);
+            } else if layout.peak_unknown.is_some() {
+                b.extend_from_slice(b",\"utilisation\":null");
             }
             b.extend_from_slice(b",\"channels\":[");
             for (ci, cb) in pb.channels.iter().enumerate() {
@@ -321,6 +326,9 @@ impl<W: Write> StatWriter<W> {
                     let _ = write!(b, " {:>6}", "util");
                 }
                 b.push(b'\n');
+                if let Some(why) = &layout.peak_unknown {
+                    let _ = writeln!(b, "# utilisation unknown: {why}");
+                }
             } else {
                 let _ = writeln!(b, "#       time {:>9} {:>20}  event", "ms", "count");
             }
@@ -336,7 +344,7 @@ impl<W: Write> StatWriter<W> {
             }
             if self.per_channel {
                 for (c, cb) in chans.iter().zip(&pb.channels) {
-                    human_row(b, time, ms, c, r, cb, None);
+                    human_row(b, time, ms, c, r, cb, p.channel_peak_bytes_per_s);
                 }
             }
         }
