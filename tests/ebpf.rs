@@ -229,22 +229,7 @@ fn role_child() {
         "toucher" => {
             let len = 8 << 20;
             while Instant::now() < end {
-                // SAFETY: anonymous private mapping, touched within bounds, then unmapped.
-                unsafe {
-                    let p = libc::mmap(
-                        std::ptr::null_mut(),
-                        len,
-                        libc::PROT_READ | libc::PROT_WRITE,
-                        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                        -1,
-                        0,
-                    );
-                    assert_ne!(p, libc::MAP_FAILED);
-                    for off in (0..len).step_by(4096) {
-                        *(p as *mut u8).add(off) = 1;
-                    }
-                    libc::munmap(p, len);
-                }
+                touch_fresh_pages(len);
             }
         }
         // Touches fresh pages in bursts: 1 s on, 2 s off, so a recording has quiet stretches and
@@ -257,22 +242,7 @@ fn role_child() {
                     std::thread::sleep(Duration::from_millis(5));
                     continue;
                 }
-                // SAFETY: anonymous private mapping, touched within bounds, then unmapped.
-                unsafe {
-                    let p = libc::mmap(
-                        std::ptr::null_mut(),
-                        len,
-                        libc::PROT_READ | libc::PROT_WRITE,
-                        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                        -1,
-                        0,
-                    );
-                    assert_ne!(p, libc::MAP_FAILED);
-                    for off in (0..len).step_by(4096) {
-                        *(p as *mut u8).add(off) = 1;
-                    }
-                    libc::munmap(p, len);
-                }
+                touch_fresh_pages(len);
             }
         }
         // Pure CPU, no memory allocation after start.

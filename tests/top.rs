@@ -124,23 +124,7 @@ impl Faulters {
                         tx.send((i, unsafe { libc::gettid() } as u32)).unwrap();
                         const LEN: usize = 4 << 20;
                         while !stop.load(Ordering::Relaxed) {
-                            // SAFETY: a fresh private anonymous mapping, written within its
-                            // length and unmapped before the next one.
-                            unsafe {
-                                let p = libc::mmap(
-                                    std::ptr::null_mut(),
-                                    LEN,
-                                    libc::PROT_READ | libc::PROT_WRITE,
-                                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                                    -1,
-                                    0,
-                                );
-                                assert_ne!(p, libc::MAP_FAILED);
-                                for off in (0..LEN).step_by(4096) {
-                                    (p as *mut u8).add(off).write_volatile(1);
-                                }
-                                libc::munmap(p, LEN);
-                            }
+                            touch_fresh_pages(LEN);
                         }
                     })
                     .expect("spawn faulter")

@@ -149,3 +149,24 @@ pub fn monotonic_ns() -> u64 {
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
+
+/// Maps `len` bytes of fresh anonymous memory, writes one byte per page and unmaps it again:
+/// one minor page fault per page, the workload whose counter use the sampler tests know.
+pub fn touch_fresh_pages(len: usize) {
+    // SAFETY: a fresh private anonymous mapping, written within its length, then unmapped.
+    unsafe {
+        let p = libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        );
+        assert_ne!(p, libc::MAP_FAILED, "mmap of {len} bytes");
+        for off in (0..len).step_by(4096) {
+            (p as *mut u8).add(off).write_volatile(1);
+        }
+        libc::munmap(p, len);
+    }
+}
