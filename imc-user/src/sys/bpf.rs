@@ -36,6 +36,25 @@ struct MapElemAttr {
     flags: u64,
 }
 
+/// One `bpf(cmd, attr)` call on a map element; `Ok` when the kernel returned 0.
+fn map_elem(cmd: libc::c_long, attr: &MapElemAttr) -> io::Result<()> {
+    // SAFETY: attr is a valid bpf_attr prefix for the map-element commands (map_fd, key, value,
+    // flags); the caller's key and value pointers point at live values for the call.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            cmd,
+            attr as *const MapElemAttr,
+            std::mem::size_of::<MapElemAttr>() as u32,
+        )
+    };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
 impl BpfSys for RealBpf {
     fn perf_array_set(
         &self,
@@ -51,21 +70,7 @@ impl BpfSys for RealBpf {
             value: &value as *const u32 as u64,
             flags: 0, // BPF_ANY
         };
-        // SAFETY: attr is a valid bpf_attr prefix for BPF_MAP_UPDATE_ELEM; key and value point at
-        // live u32s for the duration of the call.
-        let r = unsafe {
-            libc::syscall(
-                libc::SYS_bpf,
-                BPF_MAP_UPDATE_ELEM,
-                &attr as *const MapElemAttr,
-                std::mem::size_of::<MapElemAttr>() as u32,
-            )
-        };
-        if r < 0 {
-            Err(io::Error::last_os_error())
-        } else {
-            Ok(())
-        }
+        map_elem(BPF_MAP_UPDATE_ELEM, &attr)
     }
 
     fn perf_array_clear(&self, map: BorrowedFd<'_>, index: u32) -> io::Result<()> {
@@ -76,21 +81,7 @@ impl BpfSys for RealBpf {
             value: 0,
             flags: 0,
         };
-        // SAFETY: attr is a valid bpf_attr prefix for BPF_MAP_DELETE_ELEM (map_fd, key); key
-        // points at a live u32 for the duration of the call.
-        let r = unsafe {
-            libc::syscall(
-                libc::SYS_bpf,
-                BPF_MAP_DELETE_ELEM,
-                &attr as *const MapElemAttr,
-                std::mem::size_of::<MapElemAttr>() as u32,
-            )
-        };
-        if r < 0 {
-            Err(io::Error::last_os_error())
-        } else {
-            Ok(())
-        }
+        map_elem(BPF_MAP_DELETE_ELEM, &attr)
     }
 }
 
