@@ -246,15 +246,7 @@ fn role_child() {
             }
         }
         // Pure CPU, no memory allocation after start.
-        "spinner" => {
-            let mut x = 1u64;
-            while Instant::now() < end {
-                for _ in 0..100_000 {
-                    x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
-                }
-                std::hint::black_box(x);
-            }
-        }
+        "spinner" => spin_until(end),
         other => panic!("unknown role {other}"),
     }
 }

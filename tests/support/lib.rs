@@ -139,16 +139,8 @@ pub fn online_cpus() -> Vec<u32> {
     cpus
 }
 
-/// CLOCK_MONOTONIC in ns: the clock bpf_ktime_get_ns reads.
-pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: ts is a valid timespec to write.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
+/// CLOCK_MONOTONIC in ns: the clock bpf_ktime_get_ns reads (the library's own reading).
+pub use imc::sampler::monotonic_ns;
 
 /// Maps `len` bytes of fresh anonymous memory, writes one byte per page and unmaps it again:
 /// one minor page fault per page, the workload whose counter use the sampler tests know.
@@ -168,5 +160,17 @@ pub fn touch_fresh_pages(len: usize) {
             (p as *mut u8).add(off).write_volatile(1);
         }
         libc::munmap(p, len);
+    }
+}
+
+/// Pure CPU work with no memory traffic until `end`: the known-innocent workload beside a
+/// page-toucher.
+pub fn spin_until(end: std::time::Instant) {
+    let mut x = 1u64;
+    while std::time::Instant::now() < end {
+        for _ in 0..100_000 {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+        }
+        std::hint::black_box(x);
     }
 }
