@@ -536,6 +536,34 @@ fn json_lines(out: &std::process::Output) -> Vec<Value> {
         .collect()
 }
 
+/// `imc stat -I interval --duration secs -e msr/tsc/ --json` (with IMC_STAT_MODE=mode when
+/// given), which must succeed; its interval objects.
+fn tsc_json(mode: Option<&str>, interval: &str, secs: &str) -> Vec<Value> {
+    let mut cmd = imc();
+    if let Some(m) = mode {
+        cmd.env("IMC_STAT_MODE", m);
+    }
+    let out = cmd
+        .args([
+            "stat",
+            "-I",
+            interval,
+            "--duration",
+            secs,
+            "-e",
+            "msr/tsc/",
+            "--json",
+        ])
+        .output()
+        .expect("run imc");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    json_lines(&out)
+}
+
 fn perf_usable() -> bool {
     let attr = imc::sys::perf::PerfEventAttr::counting(TYPE_SOFTWARE, 0);
     imc::sys::perf::RealPerf.open(&attr, -1, 0, None).is_ok()
@@ -551,25 +579,7 @@ fn msr_tsc_counts_at_a_steady_rate_per_real_elapsed_time() {
     }
     // -I 5 runs kernel-timed, -I 150 wakes per interval: both must divide by real time.
     for (interval, duration) in [("5", "0.2"), ("150", "0.45")] {
-        let out = imc()
-            .args([
-                "stat",
-                "-I",
-                interval,
-                "--duration",
-                duration,
-                "-e",
-                "msr/tsc/",
-                "--json",
-            ])
-            .output()
-            .expect("run imc");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let lines = json_lines(&out);
+        let lines = tsc_json(None, interval, duration);
         assert!(lines.len() >= 3, "{} intervals", lines.len());
         // The TSC ticks at a constant rate on every CPU, so count / elapsed is the same in every
         // interval however late a wake-up was; compare each interval with the run's total.
@@ -873,26 +883,11 @@ fn without_smbios_entries_utilisation_is_unknown() {
 /// interval's count over the run's ticks per ns is how long it really lasted. Returns the
 /// intervals' lengths in ns.
 fn kernel_timed_intervals(interval_ms: u64, secs: f64, tolerance: f64) -> Vec<f64> {
-    let out = imc()
-        .env("IMC_STAT_MODE", "kernel-timed")
-        .args([
-            "stat",
-            "-I",
-            &interval_ms.to_string(),
-            "--duration",
-            &secs.to_string(),
-            "-e",
-            "msr/tsc/",
-            "--json",
-        ])
-        .output()
-        .expect("run imc");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let lines = tsc_json(
+        Some("kernel-timed"),
+        &interval_ms.to_string(),
+        &secs.to_string(),
     );
-    let lines = json_lines(&out);
     assert!(lines.len() >= 2, "{} intervals", lines.len());
     let span = num(&lines[lines.len() - 1]["t_end_ns"]) - num(&lines[0]["t_start_ns"]);
     let ticks: f64 = lines.iter().map(|l| num(&l["values"]["msr/tsc/"])).sum();
