@@ -12,6 +12,7 @@
 //!   aggregate.
 //! - [`timed`]: kernel-timed boundaries: which reading closes which interval, when to wake, and
 //!   which groups of idle CPUs to read from userspace.
+//! - [`local`]: the threads that read those groups on their own CPUs.
 //! - [`clock`]: CLOCK_MONOTONIC and absolute sleeps, behind a trait tests replace.
 use crate::model::{Direction, Scope};
 use std::time::Duration;
@@ -19,6 +20,7 @@ use std::time::Duration;
 pub mod clock;
 pub mod counter;
 pub mod interval;
+pub mod local;
 pub mod mchbar;
 pub mod perf;
 pub mod plan;

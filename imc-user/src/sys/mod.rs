@@ -3,3 +3,4 @@
 pub mod bpf;
 pub mod devmem;
 pub mod perf;
+pub mod thread;
