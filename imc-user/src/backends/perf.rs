@@ -8,12 +8,14 @@
 //! `timed::COLLECT_NS` to drain instead of once per interval, and does not read another CPU's
 //! counters through an IPI. In a VM, a wake-up alone costs 15–30 µs and a remote read ~35 µs:
 //! at `-I 1` that is the difference between ~10% of a core and well under 1%. Groups whose CPU
-//! idles are read from userspace at the boundaries they miss (`timed` decides which and when):
-//! on an idle vCPU the leader's timer fires every period (timer:hrtimer_expire_entry counts
-//! 1999 expiries of perf_swevent_hrtimer in 2 s) yet only a few dozen samples reach the ring,
-//! with no lost or throttle records; a tracepoint leader fares no better, so no other leader
-//! avoids it.
-use super::clock::Clock;
+//! idles without delivering are read from userspace at the boundaries they miss (`timed` decides
+//! which and when), by a thread pinned to that CPU (`local`) so the read is local, or from imc's
+//! own thread through an IPI when no such thread can run there. Kernels normally sample idle
+//! CPUs too; some do not: this project's test VMs run a kernel patched to hide sandbox tasks
+//! from perf, which drops every sample (cpu-clock and tracepoint leaders alike) taken while one
+//! vCPU's idle task is current, with no lost or throttle records.
+use super::clock::{Clock, MonotonicClock};
+use super::local::{Grid, LocalEvent, LocalReaders, LocalReading};
 use super::plan::PerfCounter;
 use super::timed::Boundaries;
 use super::{Backend, BackendError, CounterFailure, CounterSpec, RawReading};
@@ -22,6 +24,7 @@ use crate::sys::perf::{
     PerfIoctl, PerfSys, RECORD_SAMPLE, RECORD_THROTTLE, RingBuffer, SAMPLE_READ, SAMPLE_TIME,
     SW_CPU_CLOCK, TYPE_SOFTWARE, explain_open_error, read_counter,
 };
+use std::collections::VecDeque;
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Arc;
@@ -77,6 +80,10 @@ pub struct PerfBackend {
     failures: Vec<CounterFailure>,
     /// Kernel-timed mode: which reading closes which boundary.
     timing: Option<Boundaries>,
+    /// Kernel-timed mode: the threads that read watched groups on their own CPUs, and their
+    /// readings per group not yet merged with the kernel's samples.
+    local: Option<LocalReaders>,
+    pending: Vec<VecDeque<LocalReading>>,
     /// Kernel-timed mode, reused: groups to read now, one boundary's words per group, one
     /// boundary's readings.
     patch: Vec<usize>,
@@ -88,6 +95,20 @@ pub struct PerfBackend {
     wakes: u64,
     user_reads: u64,
     boundaries: u64,
+    /// CPUs whose reader could not pin itself, with why (for `-v`).
+    unpinned: Vec<String>,
+    /// Groups the kernel throttled since the last wake-up, with when; and the time their
+    /// counters stood still in all (from the throttle to imc lifting it).
+    throttle_hits: Vec<(usize, u64)>,
+    paused_ns: u64,
+}
+
+/// The CPU a group's counters are opened on.
+fn group_cpu(counters: &[CounterSpec], g: &Group) -> Option<u32> {
+    g.counters
+        .first()
+        .and_then(|&i| counters.get(i))
+        .and_then(|c| c.cpu)
 }
 
 /// Indices of the planned counters grouped by (PMU, CPU), groups and members in plan order:
@@ -214,12 +235,21 @@ impl PerfBackend {
             .collect();
         let n = counters.len();
         let ng = groups.len();
+        let local = timing.as_ref().map(|t| {
+            LocalReaders::new(
+                sys.clone(),
+                Grid::new(t.base(), t.period()),
+                Arc::new(|| Box::new(MonotonicClock)),
+            )
+        });
         PerfBackend {
             sys,
             source: source.to_string(),
             counters,
             groups,
             failures,
+            local,
+            pending: (0..ng).map(|_| VecDeque::new()).collect(),
             timing,
             patch: Vec::with_capacity(ng),
             words: (0..ng).map(|_| Vec::with_capacity(16)).collect(),
@@ -228,6 +258,36 @@ impl PerfBackend {
             wakes: 0,
             user_reads: 0,
             boundaries: 0,
+            unpinned: Vec::new(),
+            throttle_hits: Vec::new(),
+            paused_ns: 0,
+        }
+    }
+
+    /// Lifts the throttles the rings reported. The kernel throttles a sampling event that
+    /// overflowed more than `perf_event_max_sample_rate / HZ` times without a scheduler tick,
+    /// which a CPU idling tickless at `-I 1` reaches in under half a second; since Linux 6.16
+    /// that stops the whole group, the counters with it, until the CPU's next tick, which an
+    /// idle CPU may not have for seconds. The group is read first: PMUs whose read still
+    /// updates the count while stopped (msr, software) then lose nothing; the others lose the
+    /// time from the throttle to here (at most a collect period), which `-v` reports.
+    fn lift_throttles(&mut self, clock: &dyn Clock) {
+        let Some(period) = self.timing.as_ref().map(|t| t.period()) else {
+            return;
+        };
+        for (gi, t) in std::mem::take(&mut self.throttle_hits) {
+            let g = &mut self.groups[gi];
+            if g.dead {
+                continue;
+            }
+            let _ = g
+                .reader
+                .read(self.sys.as_ref(), g.fds[0].as_fd(), &mut g.values);
+            self.user_reads += 1;
+            match self.sys.ioctl(g.fds[0].as_fd(), PerfIoctl::Period(period)) {
+                Ok(()) => self.paused_ns += clock.now_ns().saturating_sub(t),
+                Err(e) => log::info!("imc: cannot lift the kernel's throttle of a group: {e}"),
+            }
         }
     }
 
@@ -344,7 +404,8 @@ impl PerfBackend {
         ))
     }
 
-    /// Hands every group's new ring samples to the boundary bookkeeping.
+    /// Hands every group's new ring samples, and the local readers' readings, to the boundary
+    /// bookkeeping in boundary order. A boundary both delivered keeps the kernel's sample.
     fn fill_queues(&mut self) {
         let Some(timing) = self.timing.as_mut() else {
             return;
@@ -357,12 +418,33 @@ impl PerfBackend {
                 continue;
             };
             let nvals = g.counters.len() + g.lead;
+            let lead = g.lead;
             let values = &mut g.values;
             let samples = &mut g.samples;
             let throttled = &mut self.throttled;
+            let throttle_hits = &mut self.throttle_hits;
+            let pending = &mut self.pending[gi];
+            let mut local_before = |timing: &mut Boundaries, k: u64| {
+                while let Some(r) = pending.front() {
+                    if r.k > k {
+                        break;
+                    }
+                    if r.k < k {
+                        timing.patched(gi, r.k, r.t, r.enabled, r.running, &r.values[lead..]);
+                    }
+                    pending.pop_front();
+                }
+            };
             ring.drain(&mut |kind, p| {
                 if kind == RECORD_THROTTLE {
                     *throttled += 1;
+                    // The record's first word is its time, on the leader's clock.
+                    let t = p
+                        .get(..8)
+                        .map_or(0, |b| u64::from_ne_bytes(b.try_into().unwrap_or([0; 8])));
+                    if !throttle_hits.iter().any(|&(g, _)| g == gi) {
+                        throttle_hits.push((gi, t));
+                    }
                 }
                 if kind != RECORD_SAMPLE {
                     // Lost or throttled samples leave gaps that userspace reads patch.
@@ -385,8 +467,74 @@ impl PerfBackend {
                     *v = word(4 + j).unwrap_or(0);
                 }
                 *samples += 1;
+                local_before(timing, timing.sample_boundary(t));
                 timing.kernel_sample(gi, t, en, run, &values[1..nvals]);
             });
+            local_before(timing, u64::MAX);
+        }
+    }
+
+    /// Takes the local readers' readings (in boundary order per group) and failures. Done before
+    /// the rings are drained: a reader reads after the kernel would have sampled, so a reading
+    /// here means the kernel's sample of that boundary, if any, is in the ring already.
+    fn take_local(&mut self) {
+        let Some(local) = self.local.as_ref() else {
+            return;
+        };
+        let mut failed = Vec::new();
+        let pending = &mut self.pending;
+        local.drain(&mut |e| match e {
+            LocalEvent::Reading(r) => {
+                if let Some(p) = pending.get_mut(r.group) {
+                    p.push_back(r);
+                }
+            }
+            LocalEvent::Failed { group, error } => failed.push((group, error)),
+        });
+        for (gi, e) in failed {
+            if let Some(t) = self.timing.as_mut() {
+                t.kill(gi);
+            }
+            if !self.groups[gi].dead {
+                self.stop_group(gi, &e);
+            }
+        }
+    }
+
+    /// Starts, wakes or parks the local readers to match which groups are watched, and tells
+    /// the bookkeeping which groups a running reader covers.
+    fn sync_local(&mut self) {
+        let (Some(local), Some(timing)) = (self.local.as_mut(), self.timing.as_mut()) else {
+            return;
+        };
+        let offset = local.grid().offset;
+        for gi in 0..self.groups.len() {
+            let g = &self.groups[gi];
+            let watched = !g.dead && timing.is_watched(gi);
+            if watched
+                && !local.has_reader(gi)
+                && let Some(cpu) = group_cpu(&self.counters, g)
+            {
+                // Every live group of that CPU, so one wake-up reads them all.
+                let on_cpu: Vec<(usize, std::os::fd::BorrowedFd<'_>, usize)> = self
+                    .groups
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, o)| !o.dead && group_cpu(&self.counters, o) == Some(cpu))
+                    .map(|(i, o)| (i, o.fds[0].as_fd(), o.values.len()))
+                    .collect();
+                if let Err(e) = local.start(cpu, &on_cpu) {
+                    self.unpinned.push(format!("CPU {cpu}: {e}"));
+                }
+            }
+            local.set_watched(gi, watched);
+            timing.set_covered(gi, local.covers(gi), offset);
+        }
+        for (cpu, e) in local.take_unpinned() {
+            log::info!(
+                "imc: cannot run a reader on CPU {cpu} ({e}); reading its counters from another CPU"
+            );
+            self.unpinned.push(format!("CPU {cpu}: {e}"));
         }
     }
 
@@ -399,7 +547,9 @@ impl PerfBackend {
         final_k: Option<u64>,
         f: &mut dyn FnMut(u64, u64, &[RawReading]),
     ) -> u64 {
+        self.take_local();
         self.fill_queues();
+        self.lift_throttles(clock);
         self.wakes += 1;
         let Some(timing) = self.timing.as_mut() else {
             return u64::MAX;
@@ -449,6 +599,7 @@ impl PerfBackend {
         for (gi, e) in stopped {
             self.stop_group(gi, &e);
         }
+        self.sync_local();
         let Some(timing) = self.timing.as_mut() else {
             return u64::MAX;
         };
@@ -625,19 +776,172 @@ impl Backend for PerfBackend {
                 format!("CPU {cpu}: {}", g.samples)
             })
             .collect();
+        let (local_reads, readers) = self
+            .local
+            .as_ref()
+            .map_or((0, 0), |l| (l.reads(), l.started()));
+        let unpinned = if self.unpinned.is_empty() {
+            String::new()
+        } else {
+            format!("; no reader could run on {}", self.unpinned.join(", "))
+        };
         Some(format!(
-            "kernel-timed: {} boundaries, {} wake-ups, {} userspace group reads, {} times a group \
-             missed a boundary and was watched, {} throttle records; kernel samples per group: {}",
+            "kernel-timed: {} boundaries, {} wake-ups, {} group reads from imc's thread, {} group \
+             reads by {} reader thread(s) on the groups' own CPUs, {} times a group missed a \
+             boundary and was watched, {} throttles lifted ({:.1} ms with counters paused in \
+             all); kernel samples per group: {}{}",
             self.boundaries,
             self.wakes,
             self.user_reads,
+            local_reads,
+            readers,
             t.watch_entries,
             self.throttled,
-            per_cpu.join(", ")
+            self.paused_ns as f64 / 1e6,
+            per_cpu.join(", "),
+            unpinned
         ))
     }
 
     fn take_failures(&mut self) -> Vec<CounterFailure> {
         std::mem::take(&mut self.failures)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backends::Memory;
+    use crate::model::Scope;
+    use crate::sys::perf::FakePerf;
+    use std::os::fd::{AsRawFd, BorrowedFd};
+    use std::sync::Mutex;
+
+    /// Records of one ring: (type, payload).
+    type Records = Vec<(u32, Vec<u8>)>;
+
+    /// `FakePerf` with rings: the n-th ring mapped yields the n-th scripted batch of records
+    /// at its first drain; ioctls are recorded with the raw fd they were issued on.
+    #[derive(Default)]
+    struct RingFake {
+        inner: FakePerf,
+        script: Mutex<Vec<Records>>,
+        ioctls: Mutex<Vec<(i32, PerfIoctl)>>,
+        /// Raw fds read, in order, with how many ioctls had been issued before each read.
+        reads: Mutex<Vec<(i32, usize)>>,
+    }
+
+    struct ScriptRing(Records);
+
+    impl RingBuffer for ScriptRing {
+        fn drain(&mut self, f: &mut dyn FnMut(u32, &[u8])) {
+            for (kind, payload) in self.0.drain(..) {
+                f(kind, &payload);
+            }
+        }
+    }
+
+    impl PerfSys for RingFake {
+        fn open(
+            &self,
+            attr: &PerfEventAttr,
+            pid: i32,
+            cpu: i32,
+            group: Option<BorrowedFd<'_>>,
+        ) -> io::Result<OwnedFd> {
+            self.inner.open(attr, pid, cpu, group)
+        }
+        fn read(&self, fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize> {
+            let ioctls = self.ioctls.lock().unwrap().len();
+            self.reads.lock().unwrap().push((fd.as_raw_fd(), ioctls));
+            self.inner.read(fd, buf)
+        }
+        fn ioctl(&self, fd: BorrowedFd<'_>, op: PerfIoctl) -> io::Result<()> {
+            self.ioctls.lock().unwrap().push((fd.as_raw_fd(), op));
+            Ok(())
+        }
+        fn map_ring(&self, _fd: BorrowedFd<'_>, _pages: usize) -> io::Result<Box<dyn RingBuffer>> {
+            let mut script = self.script.lock().unwrap();
+            let batch = if script.is_empty() {
+                Vec::new()
+            } else {
+                script.remove(0)
+            };
+            Ok(Box::new(ScriptRing(batch)))
+        }
+        fn supports_rings(&self) -> bool {
+            true
+        }
+    }
+
+    fn tsc_on(cpu: u32) -> PerfCounter {
+        PerfCounter {
+            spec: CounterSpec {
+                event: "msr/tsc/".to_string(),
+                pmu: "msr".to_string(),
+                cpu: Some(cpu),
+                scope: Scope::Cpu(cpu),
+                package: None,
+                direction: None,
+                memory: Memory::Dram,
+                bytes_per_count: None,
+                scale: 1.0,
+                counter_bits: 64,
+                config: 0,
+            },
+            pmu_type: 99,
+            config1: 0,
+            config2: 0,
+            exclude_user: false,
+            exclude_kernel: false,
+        }
+    }
+
+    /// A throttle record in a group's ring makes imc read that group (so PMUs whose reads keep
+    /// counting lose nothing) and lift the throttle at once with PERF_EVENT_IOC_PERIOD on its
+    /// leader, rather than leave its counters stopped until the CPU's next tick.
+    #[test]
+    fn a_throttled_group_is_read_and_unthrottled_at_once() {
+        const PERIOD: u64 = 1_000_000;
+        let sys = Arc::new(RingFake::default());
+        let clock = MonotonicClock;
+        let throttled_at = clock.now_ns();
+        // Group 0 (CPU 0) reports nothing; group 1 (CPU 1) a throttle record: time, id, stream.
+        let record: Vec<u8> = [throttled_at, 7, 7]
+            .iter()
+            .flat_map(|w| w.to_ne_bytes())
+            .collect();
+        *sys.script.lock().unwrap() = vec![Vec::new(), vec![(RECORD_THROTTLE, record)]];
+        let mut b = PerfBackend::open_timed(
+            sys.clone(),
+            "perf",
+            vec![tsc_on(0), tsc_on(1)],
+            PERIOD,
+            &clock,
+        )
+        .unwrap();
+        let leaders: Vec<i32> = sys
+            .inner
+            .opens()
+            .iter()
+            .filter(|o| o.group.is_none())
+            .filter_map(|o| o.fd)
+            .collect();
+        assert_eq!(leaders.len(), 2);
+        sys.ioctls.lock().unwrap().clear();
+        sys.reads.lock().unwrap().clear();
+        b.advance_timed(&clock, None, &mut |_, _, _| {});
+        let ioctls = sys.ioctls.lock().unwrap().clone();
+        assert_eq!(ioctls, vec![(leaders[1], PerfIoctl::Period(PERIOD))]);
+        assert!(
+            sys.reads.lock().unwrap().contains(&(leaders[1], 0)),
+            "the group was read before the restart: {:?}",
+            sys.reads.lock().unwrap()
+        );
+        let stats = b.run_stats().unwrap();
+        assert!(stats.contains("1 throttles lifted"), "{stats}");
+        // Lifted once: a later wake-up without a new record issues nothing.
+        b.advance_timed(&clock, None, &mut |_, _, _| {});
+        assert_eq!(sys.ioctls.lock().unwrap().len(), 1);
     }
 }

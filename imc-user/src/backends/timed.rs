@@ -55,6 +55,9 @@ struct GroupState {
     last_miss_k: u64,
     /// How long after its boundary the kernel's sample usually comes (the leader's timer phase).
     phase_ns: Option<u64>,
+    /// A reader on the group's own CPU reads it at every boundary while it is watched (see
+    /// `local`), so imc's own thread neither reads it nor wakes for it.
+    covered: bool,
     dead: bool,
 }
 
@@ -123,6 +126,8 @@ pub struct Boundaries {
     recheck: Option<u64>,
     /// How often a trusted group was found missing a boundary (for `-v`).
     pub watch_entries: u64,
+    /// How long after a boundary a local reader reads its groups.
+    reader_offset: u64,
 }
 
 impl Boundaries {
@@ -153,17 +158,43 @@ impl Boundaries {
                     trusted_at: 0,
                     last_miss_k: 0,
                     phase_ns: None,
+                    covered: false,
                     dead: false,
                 })
                 .collect(),
             handled_k: 0,
             recheck: None,
             watch_entries: 0,
+            reader_offset: 0,
         }
+    }
+
+    /// Group `g` is read at every boundary by a reader on its CPU, `offset` after the boundary,
+    /// while it is watched (`covered`), or not.
+    pub fn set_covered(&mut self, g: usize, covered: bool, offset: u64) {
+        if let Some(s) = self.groups.get_mut(g) {
+            s.covered = covered;
+        }
+        self.reader_offset = offset;
+    }
+
+    /// Whether group `g` is watched: its boundaries must be read from userspace.
+    pub fn is_watched(&self, g: usize) -> bool {
+        self.groups.get(g).is_some_and(|s| s.watched && !s.dead)
+    }
+
+    /// The boundary a kernel sample taken at `t` belongs to (as `kernel_sample` labels it).
+    pub fn sample_boundary(&self, t: u64) -> u64 {
+        (t.saturating_sub(self.base) + self.period / 20) / self.period
     }
 
     pub fn period(&self) -> u64 {
         self.period
+    }
+
+    /// CLOCK_MONOTONIC of boundary 0.
+    pub fn base(&self) -> u64 {
+        self.base
     }
 
     /// The last boundary at or before `t` (0 before the first).
@@ -178,7 +209,7 @@ impl Boundaries {
     /// A sample the kernel took at `t`. It belongs to the boundary just before it: timers start
     /// after `base` and are only ever late, and 5% of a period absorbs clock rounding.
     pub fn kernel_sample(&mut self, g: usize, t: u64, enabled: u64, running: u64, values: &[u64]) {
-        let k = (t.saturating_sub(self.base) + self.period / 20) / self.period;
+        let k = self.sample_boundary(t);
         let phase = t.saturating_sub(self.time_of(k));
         let Some(s) = self.groups.get_mut(g) else {
             return;
@@ -223,7 +254,7 @@ impl Boundaries {
         self.recheck = None;
         let aligned = k.is_multiple_of(self.stride) || final_k == Some(k);
         for (g, s) in self.groups.iter_mut().enumerate() {
-            if s.dead || s.last_k >= k {
+            if s.dead || s.last_k >= k || (s.watched && s.covered) {
                 continue;
             }
             // Its sample for the previous boundary never came either: its CPU went quiet.
@@ -288,6 +319,14 @@ impl Boundaries {
         self.groups.iter().filter(|s| s.watched && !s.dead).count()
     }
 
+    /// Watched groups no local reader covers: imc's own thread reads them at every boundary.
+    fn watched_uncovered(&self) -> usize {
+        self.groups
+            .iter()
+            .filter(|s| s.watched && !s.covered && !s.dead)
+            .count()
+    }
+
     /// The next boundary every live group has a reading for, in order: `(k, mean time)`, with
     /// `out[g]` filled with `[enabled, running, values...]` of each live group. Boundaries some
     /// group has no reading for are dropped: the interval around them is longer.
@@ -330,11 +369,11 @@ impl Boundaries {
     }
 
     /// When to wake next: just after the next boundary that needs a look (every boundary while
-    /// a group is watched, else the next aligned one or `final_k`), late enough that the
-    /// delivering groups' samples are in.
+    /// a group no local reader covers is watched, else the next aligned one or `final_k`), late
+    /// enough that the delivering groups' samples and the local readers' readings are in.
     pub fn next_wake(&self, final_k: Option<u64>) -> u64 {
         let next = self.handled_k + 1;
-        let k = if self.watched() > 0 {
+        let k = if self.watched_uncovered() > 0 {
             next
         } else {
             let aligned = next.div_ceil(self.stride) * self.stride;
@@ -360,7 +399,16 @@ impl Boundaries {
             .filter_map(|s| s.phase_ns)
             .max()
             .unwrap_or(MARGIN_NS);
-        (phase + MARGIN_NS).min(self.period / 2)
+        let read = if self
+            .groups
+            .iter()
+            .any(|s| s.watched && s.covered && !s.dead)
+        {
+            self.reader_offset
+        } else {
+            0
+        };
+        (phase.max(read) + MARGIN_NS).min(self.period / 2)
     }
 }
 
@@ -625,6 +673,62 @@ mod tests {
         b.kernel_sample(0, b.time_of(2) + 970_000, 0, 0, &[6_000]);
         let values: Vec<u64> = drain(&mut b, 1).iter().map(|g| g.2[0][2]).collect();
         assert_eq!(values, vec![5_000, 6_000]);
+    }
+
+    /// A watched group covered by a local reader: imc's own thread neither reads it nor wakes
+    /// per boundary for it; the reader's readings (250 µs after each boundary) close every
+    /// boundary, and imc wakes after them.
+    #[test]
+    fn a_covered_group_needs_no_wake_ups_per_boundary() {
+        const OFFSET: u64 = 250_000;
+        let mut b = Boundaries::new(BASE, P, &[1, 1]);
+        let mut patch = Vec::new();
+        let mut now = BASE;
+        let (mut wakes, mut emitted, mut ksent) = (0u64, Vec::new(), 0u64);
+        while ksent < 1_000 {
+            now = b.next_wake(None).max(now + 1);
+            wakes += 1;
+            let k = b.boundary_at(now);
+            while ksent < k {
+                ksent += 1;
+                b.kernel_sample(0, b.time_of(ksent) + 10_000, 0, 0, &[ksent]);
+                // Group 1's CPU is idle: only its reader reads it, once covered.
+                if b.time_of(ksent) + OFFSET <= now && ksent > 5 {
+                    assert!(b.patched(1, ksent, b.time_of(ksent) + OFFSET, 0, 0, &[ksent * 3]));
+                }
+            }
+            b.plan(now, None, &mut patch);
+            for &g in &patch {
+                assert_eq!(g, 1, "group 0 delivers");
+                assert!(
+                    k <= 5,
+                    "a covered group is never read by imc's thread ({k})"
+                );
+                b.patched(g, k, now, 0, 0, &[k * 3]);
+            }
+            if k == 5 {
+                // After this wake-up's reads (as the backend does), the reader runs.
+                assert!(b.is_watched(1));
+                b.set_covered(1, true, OFFSET);
+            }
+            emitted.extend(drain(&mut b, 2));
+        }
+        // Boundaries whose reading comes after the wake-up wait for the next one; none is lost.
+        let ks: Vec<u64> = emitted.iter().map(|e| e.0).collect();
+        let gap = ks.iter().zip(1u64..).find(|(k, i)| *k != i);
+        assert!(gap.is_none(), "boundary missing: {gap:?}");
+        assert!(ks.len() >= 980, "{}", ks.len());
+        // Per boundary until covered (and the first MIN_HOLD of group 0), then per stride.
+        assert!(
+            wakes <= MIN_HOLD_NS / P + 1_000 / (COLLECT_NS / P) + 4,
+            "{wakes} wake-ups"
+        );
+        // imc wakes after the reader's reading, not before it.
+        let w = b.next_wake(None);
+        assert!(
+            w - b.time_of(b.boundary_at(w)) > OFFSET,
+            "wakes before the reader read"
+        );
     }
 
     /// A dead group holds nothing back; the final boundary of --duration is always looked at.

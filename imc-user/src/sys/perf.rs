@@ -70,15 +70,18 @@ pub enum PerfIoctl {
     Enable,
     Disable,
     Reset,
+    /// PERF_EVENT_IOC_PERIOD: a new sample period; also lifts a throttle at once.
+    Period(u64),
 }
 
 impl PerfIoctl {
     fn request(self) -> libc::c_ulong {
-        // _IO('$', n)
+        // _IO('$', n), and _IOW('$', 4, u64) for the period
         match self {
             PerfIoctl::Enable => 0x2400,
             PerfIoctl::Disable => 0x2401,
             PerfIoctl::Reset => 0x2403,
+            PerfIoctl::Period(_) => 0x4008_2404,
         }
     }
 }
@@ -290,8 +293,15 @@ impl PerfSys for RealPerf {
     }
 
     fn ioctl(&self, fd: BorrowedFd<'_>, op: PerfIoctl) -> io::Result<()> {
-        // SAFETY: the perf ioctls used here take an integer argument (0).
-        let r = unsafe { libc::ioctl(fd.as_raw_fd(), op.request() as _, 0) };
+        let r = match op {
+            PerfIoctl::Period(period) => {
+                // SAFETY: PERF_EVENT_IOC_PERIOD reads one u64 through the pointer, which lives
+                // across the call.
+                unsafe { libc::ioctl(fd.as_raw_fd(), op.request() as _, &period as *const u64) }
+            }
+            // SAFETY: the other perf ioctls used here take an integer argument (0).
+            _ => unsafe { libc::ioctl(fd.as_raw_fd(), op.request() as _, 0) },
+        };
         if r < 0 {
             Err(io::Error::last_os_error())
         } else {
