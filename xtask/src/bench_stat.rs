@@ -1,10 +1,10 @@
 //! `cargo xtask bench-stat`: `imc stat -I 1 -e msr/tsc/ --duration 10` against
 //! `perf stat -I 1 -a -e msr/tsc/ sleep 10`, one after the other on this machine.
 //!
-//! For each tool: CPU seconds (the process's own schedstat run time, sampled until it exits,
-//! and its children-time in clock ticks after the wait), the fraction of the 10 000 1-ms
-//! intervals actually printed, and the worst difference between an interval's reported duration
-//! and its measured one. The measurement is the TSC itself: msr/tsc counts TSC ticks on every
+//! For each tool: CPU seconds (the schedstat run time of all the process's threads, sampled
+//! until it exits, and its children-time in clock ticks after the wait), the fraction of the
+//! 10 000 1-ms intervals actually printed, and the worst difference between an interval's
+//! reported duration and its measured one. The measurement is the TSC itself: msr/tsc counts TSC ticks on every
 //! CPU, so an interval's count / CPUs / TSC rate is how long it really lasted (the rate is
 //! calibrated from the whole run). imc reports each interval's duration (the `ms` column); perf
 //! reports none, so its users divide by the nominal interval — both that and perf's timestamp
@@ -55,9 +55,18 @@ fn children_cpu_s() -> Result<f64> {
     Ok((ticks(16)? + ticks(17)?) / 100.0)
 }
 
+/// Run time of every thread of `pid` (imc's readers are threads of their own).
 fn schedstat_s(pid: u32) -> Option<f64> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/schedstat")).ok()?;
-    let ns: f64 = s.split_whitespace().next()?.parse().ok()?;
+    let mut ns = 0.0;
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .ok()?
+        .flatten()
+    {
+        let Ok(s) = std::fs::read_to_string(task.path().join("schedstat")) else {
+            continue;
+        };
+        ns += s.split_whitespace().next()?.parse::<f64>().ok()?;
+    }
     Some(ns / 1e9)
 }
 
