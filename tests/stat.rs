@@ -890,9 +890,17 @@ fn without_smbios_entries_utilisation_is_unknown() {
 /// machine quiet, and cargo runs a binary's tests in parallel.
 static WHOLE_MACHINE: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-fn whole_machine() -> std::sync::MutexGuard<'static, ()> {
+/// The machine to itself, when it has system-wide perf events and the msr PMU (else the test
+/// says why it skips).
+fn whole_machine_with_msr() -> Option<std::sync::MutexGuard<'static, ()>> {
+    if !imc_tests::require(
+        perf_usable() && Path::new("/sys/bus/event_source/devices/msr").exists(),
+        "system-wide perf events and the msr PMU",
+    ) {
+        return None;
+    }
     // A test that failed while holding it leaves nothing to repair.
-    WHOLE_MACHINE.lock().unwrap_or_else(|e| e.into_inner())
+    Some(WHOLE_MACHINE.lock().unwrap_or_else(|e| e.into_inner()))
 }
 
 /// Runs `imc stat -I interval_ms --duration secs -e msr/tsc/ --json` forced kernel-timed and
@@ -944,13 +952,9 @@ fn merged(lengths: &[f64], interval_ms: u64) -> usize {
 
 #[test]
 fn kernel_timed_intervals_close_on_time_on_an_idle_machine() {
-    if !imc_tests::require(
-        perf_usable() && Path::new("/sys/bus/event_source/devices/msr").exists(),
-        "system-wide perf events and the msr PMU",
-    ) {
+    let Some(_machine) = whole_machine_with_msr() else {
         return;
-    }
-    let _machine = whole_machine();
+    };
     // On a quiet machine (CI) cpu-clock misses boundaries on idle CPUs; their groups must be
     // read from userspace so every 10 ms boundary still closes: 100 intervals, none merged.
     // A busy 2-vCPU machine can delay imc's own wake-up past a whole interval now and then,
@@ -966,13 +970,9 @@ fn kernel_timed_intervals_close_on_time_on_an_idle_machine() {
 
 #[test]
 fn kernel_timed_intervals_close_on_time_with_every_cpu_busy() {
-    if !imc_tests::require(
-        perf_usable() && Path::new("/sys/bus/event_source/devices/msr").exists(),
-        "system-wide perf events and the msr PMU",
-    ) {
+    let Some(_machine) = whole_machine_with_msr() else {
         return;
-    }
-    let _machine = whole_machine();
+    };
     // Every CPU busy: the kernel's samples arrive and imc only collects them every 10 ms, so
     // at -I 2 five boundaries pass between wake-ups.
     let stop = Arc::new(AtomicBool::new(false));
@@ -1018,13 +1018,9 @@ fn count_before(text: &str, phrase: &str) -> Option<u64> {
 
 #[test]
 fn cpus_without_kernel_samples_are_read_on_their_own_cpu_at_1_ms() {
-    if !imc_tests::require(
-        perf_usable() && Path::new("/sys/bus/event_source/devices/msr").exists(),
-        "system-wide perf events and the msr PMU",
-    ) {
+    let Some(_machine) = whole_machine_with_msr() else {
         return;
-    }
-    let _machine = whole_machine();
+    };
     // At -I 1 a CPU whose cpu-clock samples do not come (an idle vCPU on this project's test
     // VMs: their kernel drops samples taken while that vCPU's idle task runs) is read at every
     // boundary by a thread pinned to it, so imc's own thread still wakes once per 10 ms and

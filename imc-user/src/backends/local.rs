@@ -432,9 +432,28 @@ mod tests {
         }
     }
 
-    fn readers(sys: Arc<CountingSys>, period: u64) -> LocalReaders {
+    /// A reader of one group (`members` values, reads failing after `fail_after`) on `cpu`,
+    /// watched from the start, on a grid of `period`.
+    fn watched_reader(
+        members: usize,
+        fail_after: Option<u64>,
+        period: u64,
+        cpu: u32,
+        group: usize,
+    ) -> (Arc<CountingSys>, LocalReaders) {
+        let sys = Arc::new(CountingSys {
+            members,
+            reads: AtomicU64::new(0),
+            cpus: Mutex::new(Vec::new()),
+            fail_after,
+        });
         let grid = Grid::new(MonotonicClock.now_ns(), period);
-        LocalReaders::new(sys, grid, Arc::new(|| Box::new(MonotonicClock)))
+        let mut r = LocalReaders::new(sys.clone(), grid, Arc::new(|| Box::new(MonotonicClock)));
+        let null = std::fs::File::open("/dev/null").unwrap();
+        r.start(cpu, &[(group, null.as_fd(), members)]).unwrap();
+        assert!(!r.covers(group), "not watched yet");
+        r.set_watched(group, true);
+        (sys, r)
     }
 
     fn collect(r: &LocalReaders, until: impl Fn(&[LocalReading]) -> bool) -> Vec<LocalReading> {
@@ -455,17 +474,7 @@ mod tests {
     /// grid's offset and before the next one; boundaries only go forward.
     #[test]
     fn a_watched_group_is_read_on_its_cpu_after_every_boundary() {
-        let sys = Arc::new(CountingSys {
-            members: 2,
-            reads: AtomicU64::new(0),
-            cpus: Mutex::new(Vec::new()),
-            fail_after: None,
-        });
-        let mut r = readers(sys.clone(), 2_000_000);
-        let null = std::fs::File::open("/dev/null").unwrap();
-        r.start(0, &[(7, null.as_fd(), 2)]).unwrap();
-        assert!(!r.covers(7), "not watched yet");
-        r.set_watched(7, true);
+        let (sys, r) = watched_reader(2, None, 2_000_000, 0, 7);
         let got = collect(&r, |g| g.len() >= 50);
         assert!(got.len() >= 50, "{} readings in 10 s", got.len());
         assert!(r.covers(7));
@@ -520,16 +529,7 @@ mod tests {
     /// A failed read is reported once and the group is not read again.
     #[test]
     fn a_failing_group_is_reported_and_dropped() {
-        let sys = Arc::new(CountingSys {
-            members: 1,
-            reads: AtomicU64::new(0),
-            cpus: Mutex::new(Vec::new()),
-            fail_after: Some(3),
-        });
-        let mut r = readers(sys.clone(), 1_000_000);
-        let null = std::fs::File::open("/dev/null").unwrap();
-        r.start(0, &[(0, null.as_fd(), 1)]).unwrap();
-        r.set_watched(0, true);
+        let (sys, r) = watched_reader(1, Some(3), 1_000_000, 0, 0);
         let mut readings = 0;
         let mut failures = 0;
         let t0 = std::time::Instant::now();
@@ -562,16 +562,7 @@ mod tests {
     /// A reader that cannot pin itself says why and never claims to cover its group.
     #[test]
     fn a_reader_that_cannot_pin_reports_it() {
-        let sys = Arc::new(CountingSys {
-            members: 1,
-            reads: AtomicU64::new(0),
-            cpus: Mutex::new(Vec::new()),
-            fail_after: None,
-        });
-        let mut r = readers(sys.clone(), 1_000_000);
-        let null = std::fs::File::open("/dev/null").unwrap();
-        r.start(100_000, &[(3, null.as_fd(), 1)]).unwrap();
-        r.set_watched(3, true);
+        let (sys, mut r) = watched_reader(1, None, 1_000_000, 100_000, 3);
         let t0 = std::time::Instant::now();
         let mut unpinned = Vec::new();
         while unpinned.is_empty() && t0.elapsed() < Duration::from_secs(10) {
