@@ -427,7 +427,11 @@ fn report_missing(
     failed: &mut dyn FnMut(&CounterFailure),
 ) {
     for &i in &report.missing {
-        if !reported[i] && prev[i].ok && now[i].ok {
+        // Only a counter whose time_enabled stopped was turned off: one with no running time
+        // was stopped for a while (a throttle) or never got a counter, and JSON lists it under
+        // `missing` for that interval.
+        let turned_off = now[i].enabled == prev[i].enabled;
+        if !reported[i] && prev[i].ok && now[i].ok && turned_off {
             failed(&CounterFailure {
                 counter: Some(i),
                 message: format!(
@@ -435,8 +439,8 @@ fn report_missing(
                     layout.describe[i]
                 ),
             });
+            reported[i] = true;
         }
-        reported[i] = true;
     }
 }
 

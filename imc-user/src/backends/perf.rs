@@ -21,8 +21,8 @@ use super::timed::Boundaries;
 use super::{Backend, BackendError, CounterFailure, CounterSpec, RawReading};
 use crate::sys::perf::{
     FLAG_DISABLED, FLAG_USE_CLOCKID, FLAG_WATERMARK, GROUP_READ_FORMAT, GroupReader, PerfEventAttr,
-    PerfIoctl, PerfSys, RECORD_SAMPLE, RECORD_THROTTLE, RingBuffer, SAMPLE_READ, SAMPLE_TIME,
-    SW_CPU_CLOCK, TYPE_SOFTWARE, explain_open_error, read_counter,
+    PerfIoctl, PerfSys, RECORD_SAMPLE, RECORD_THROTTLE, RECORD_UNTHROTTLE, RingBuffer, SAMPLE_READ,
+    SAMPLE_TIME, SW_CPU_CLOCK, TYPE_SOFTWARE, explain_open_error, read_counter,
 };
 use std::collections::VecDeque;
 use std::io;
@@ -45,6 +45,8 @@ struct Group {
     /// Kernel-timed mode: the leader's ring of boundary samples, and how many it delivered.
     ring: Option<Box<dyn RingBuffer>>,
     samples: u64,
+    /// Kernel-timed mode: since when the kernel has the group throttled (its counters stopped).
+    throttled_since: Option<u64>,
 }
 
 impl Group {
@@ -60,6 +62,7 @@ impl Group {
             dead: false,
             ring: None,
             samples: 0,
+            throttled_since: None,
         }
     }
 }
@@ -97,10 +100,9 @@ pub struct PerfBackend {
     boundaries: u64,
     /// CPUs whose reader could not pin itself, with why (for `-v`).
     unpinned: Vec<String>,
-    /// Groups the kernel throttled since the last wake-up, with when; and the time their
-    /// counters stood still in all (from the throttle to imc lifting it).
-    throttle_hits: Vec<(usize, u64)>,
+    /// How long throttles kept counters stopped, in all groups, and how many imc lifted.
     paused_ns: u64,
+    lifted: u64,
 }
 
 /// The CPU a group's counters are opened on.
@@ -259,33 +261,39 @@ impl PerfBackend {
             user_reads: 0,
             boundaries: 0,
             unpinned: Vec::new(),
-            throttle_hits: Vec::new(),
             paused_ns: 0,
+            lifted: 0,
         }
     }
 
     /// Lifts the throttles the rings reported. The kernel throttles a sampling event that
     /// overflowed more than `perf_event_max_sample_rate / HZ` times without a scheduler tick,
-    /// which a CPU idling tickless at `-I 1` reaches in under half a second; since Linux 6.16
-    /// that stops the whole group, the counters with it, until the CPU's next tick, which an
-    /// idle CPU may not have for seconds. The group is read first: PMUs whose read still
-    /// updates the count while stopped (msr, software) then lose nothing; the others lose the
-    /// time from the throttle to here (at most a collect period), which `-v` reports.
+    /// which a CPU idling tickless at `-I 1` can reach in under half a second; since Linux 6.16
+    /// that stops the whole group, the counters with it, until that CPU's next tick, which an
+    /// idle CPU may not have for a long while (670 ms seen here). PERF_EVENT_IOC_PERIOD
+    /// restarts it at once. What the counters missed meanwhile is gone: the bookkeeping gives
+    /// the intervals around the window no running time, so they list those counters as not
+    /// counted (JSON `missing`) rather than report them low, and `-v` says how long it was.
     fn lift_throttles(&mut self, clock: &dyn Clock) {
-        let Some(period) = self.timing.as_ref().map(|t| t.period()) else {
+        let Some(timing) = self.timing.as_mut() else {
             return;
         };
-        for (gi, t) in std::mem::take(&mut self.throttle_hits) {
-            let g = &mut self.groups[gi];
+        let period = timing.period();
+        for (gi, g) in self.groups.iter_mut().enumerate() {
+            let Some(since) = g.throttled_since else {
+                continue;
+            };
             if g.dead {
                 continue;
             }
-            let _ = g
-                .reader
-                .read(self.sys.as_ref(), g.fds[0].as_fd(), &mut g.values);
-            self.user_reads += 1;
             match self.sys.ioctl(g.fds[0].as_fd(), PerfIoctl::Period(period)) {
-                Ok(()) => self.paused_ns += clock.now_ns().saturating_sub(t),
+                Ok(()) => {
+                    let until = clock.now_ns();
+                    g.throttled_since = None;
+                    timing.pause(gi, since, until);
+                    self.paused_ns += until.saturating_sub(since);
+                    self.lifted += 1;
+                }
                 Err(e) => log::info!("imc: cannot lift the kernel's throttle of a group: {e}"),
             }
         }
@@ -422,7 +430,8 @@ impl PerfBackend {
             let values = &mut g.values;
             let samples = &mut g.samples;
             let throttled = &mut self.throttled;
-            let throttle_hits = &mut self.throttle_hits;
+            let throttled_since = &mut g.throttled_since;
+            let paused_ns = &mut self.paused_ns;
             let pending = &mut self.pending[gi];
             let mut local_before = |timing: &mut Boundaries, k: u64| {
                 while let Some(r) = pending.front() {
@@ -436,15 +445,23 @@ impl PerfBackend {
                 }
             };
             ring.drain(&mut |kind, p| {
+                // (Un)throttle records start with their time, on the leader's clock.
+                let record_time = || {
+                    p.get(..8)
+                        .map_or(0, |b| u64::from_ne_bytes(b.try_into().unwrap_or([0; 8])))
+                };
                 if kind == RECORD_THROTTLE {
                     *throttled += 1;
-                    // The record's first word is its time, on the leader's clock.
-                    let t = p
-                        .get(..8)
-                        .map_or(0, |b| u64::from_ne_bytes(b.try_into().unwrap_or([0; 8])));
-                    if !throttle_hits.iter().any(|&(g, _)| g == gi) {
-                        throttle_hits.push((gi, t));
-                    }
+                    throttled_since.get_or_insert(record_time());
+                }
+                // The kernel lifted it itself (the CPU ticked) before imc did; a record that
+                // imc's own lift caused finds nothing pending.
+                if kind == RECORD_UNTHROTTLE
+                    && let Some(since) = throttled_since.take()
+                {
+                    let until = record_time();
+                    timing.pause(gi, since, until);
+                    *paused_ns += until.saturating_sub(since);
                 }
                 if kind != RECORD_SAMPLE {
                     // Lost or throttled samples leave gaps that userspace reads patch.
@@ -788,8 +805,8 @@ impl Backend for PerfBackend {
         Some(format!(
             "kernel-timed: {} boundaries, {} wake-ups, {} group reads from imc's thread, {} group \
              reads by {} reader thread(s) on the groups' own CPUs, {} times a group missed a \
-             boundary and was watched, {} throttles lifted ({:.1} ms with counters paused in \
-             all); kernel samples per group: {}{}",
+             boundary and was watched, {} throttles ({} lifted by imc; counters stopped \
+             {:.1} ms in all, not counted in those intervals); kernel samples per group: {}{}",
             self.boundaries,
             self.wakes,
             self.user_reads,
@@ -797,6 +814,7 @@ impl Backend for PerfBackend {
             readers,
             t.watch_entries,
             self.throttled,
+            self.lifted,
             self.paused_ns as f64 / 1e6,
             per_cpu.join(", "),
             unpinned
@@ -827,8 +845,6 @@ mod tests {
         inner: FakePerf,
         script: Mutex<Vec<Records>>,
         ioctls: Mutex<Vec<(i32, PerfIoctl)>>,
-        /// Raw fds read, in order, with how many ioctls had been issued before each read.
-        reads: Mutex<Vec<(i32, usize)>>,
     }
 
     struct ScriptRing(Records);
@@ -852,8 +868,6 @@ mod tests {
             self.inner.open(attr, pid, cpu, group)
         }
         fn read(&self, fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize> {
-            let ioctls = self.ioctls.lock().unwrap().len();
-            self.reads.lock().unwrap().push((fd.as_raw_fd(), ioctls));
             self.inner.read(fd, buf)
         }
         fn ioctl(&self, fd: BorrowedFd<'_>, op: PerfIoctl) -> io::Result<()> {
@@ -897,27 +911,16 @@ mod tests {
         }
     }
 
-    /// A throttle record in a group's ring makes imc read that group (so PMUs whose reads keep
-    /// counting lose nothing) and lift the throttle at once with PERF_EVENT_IOC_PERIOD on its
-    /// leader, rather than leave its counters stopped until the CPU's next tick.
-    #[test]
-    fn a_throttled_group_is_read_and_unthrottled_at_once() {
-        const PERIOD: u64 = 1_000_000;
-        let sys = Arc::new(RingFake::default());
-        let clock = MonotonicClock;
-        let throttled_at = clock.now_ns();
-        // Group 0 (CPU 0) reports nothing; group 1 (CPU 1) a throttle record: time, id, stream.
-        let record: Vec<u8> = [throttled_at, 7, 7]
-            .iter()
-            .flat_map(|w| w.to_ne_bytes())
-            .collect();
-        *sys.script.lock().unwrap() = vec![Vec::new(), vec![(RECORD_THROTTLE, record)]];
-        let mut b = PerfBackend::open_timed(
+    /// Opens msr/tsc on CPUs 0 and 1 kernel-timed over `sys`, whose second ring yields
+    /// `records`; returns the backend and the two leaders' raw fds.
+    fn two_groups(sys: &Arc<RingFake>, records: Records) -> (PerfBackend, Vec<i32>) {
+        *sys.script.lock().unwrap() = vec![Vec::new(), records];
+        let b = PerfBackend::open_timed(
             sys.clone(),
             "perf",
             vec![tsc_on(0), tsc_on(1)],
             PERIOD,
-            &clock,
+            &MonotonicClock,
         )
         .unwrap();
         let leaders: Vec<i32> = sys
@@ -929,19 +932,63 @@ mod tests {
             .collect();
         assert_eq!(leaders.len(), 2);
         sys.ioctls.lock().unwrap().clear();
-        sys.reads.lock().unwrap().clear();
-        b.advance_timed(&clock, None, &mut |_, _, _| {});
+        (b, leaders)
+    }
+
+    const PERIOD: u64 = 1_000_000;
+
+    /// A (un)throttle record: time, id, stream id.
+    fn throttle_record(kind: u32, t: u64) -> (u32, Vec<u8>) {
+        (
+            kind,
+            [t, 7, 7].iter().flat_map(|w| w.to_ne_bytes()).collect(),
+        )
+    }
+
+    /// The milliseconds of stopped counters `-v` reports.
+    fn stopped_ms(stats: &str) -> f64 {
+        let head = &stats[..stats.find(" ms in all").expect(stats)];
+        head.rsplit(' ').next().unwrap().parse().unwrap()
+    }
+
+    /// A throttle record in a group's ring makes imc lift the throttle at once with
+    /// PERF_EVENT_IOC_PERIOD on its leader, rather than leave its counters stopped until the
+    /// CPU's next tick; the window counts as time not running.
+    #[test]
+    fn a_throttled_group_is_unthrottled_at_once() {
+        let sys = Arc::new(RingFake::default());
+        let throttled_at = MonotonicClock.now_ns().saturating_sub(3_000_000);
+        let (mut b, leaders) =
+            two_groups(&sys, vec![throttle_record(RECORD_THROTTLE, throttled_at)]);
+        b.advance_timed(&MonotonicClock, None, &mut |_, _, _| {});
         let ioctls = sys.ioctls.lock().unwrap().clone();
         assert_eq!(ioctls, vec![(leaders[1], PerfIoctl::Period(PERIOD))]);
-        assert!(
-            sys.reads.lock().unwrap().contains(&(leaders[1], 0)),
-            "the group was read before the restart: {:?}",
-            sys.reads.lock().unwrap()
-        );
         let stats = b.run_stats().unwrap();
-        assert!(stats.contains("1 throttles lifted"), "{stats}");
+        assert!(stats.contains("1 throttles (1 lifted by imc"), "{stats}");
+        let ms = stopped_ms(&stats);
+        assert!((3.0..1000.0).contains(&ms), "{stats}");
         // Lifted once: a later wake-up without a new record issues nothing.
-        b.advance_timed(&clock, None, &mut |_, _, _| {});
+        b.advance_timed(&MonotonicClock, None, &mut |_, _, _| {});
         assert_eq!(sys.ioctls.lock().unwrap().len(), 1);
+    }
+
+    /// A throttle the kernel lifted itself before imc looked: nothing to restart, and the
+    /// window between the two records counts as time not running.
+    #[test]
+    fn a_throttle_the_kernel_lifted_is_only_accounted() {
+        let sys = Arc::new(RingFake::default());
+        let t = MonotonicClock.now_ns();
+        let (mut b, _) = two_groups(
+            &sys,
+            vec![
+                throttle_record(RECORD_THROTTLE, t - 5_000_000),
+                throttle_record(RECORD_UNTHROTTLE, t - 3_500_000),
+            ],
+        );
+        b.advance_timed(&MonotonicClock, None, &mut |_, _, _| {});
+        assert!(sys.ioctls.lock().unwrap().is_empty());
+        let stats = b.run_stats().unwrap();
+        assert!(stats.contains("1 throttles (0 lifted by imc"), "{stats}");
+        assert_eq!(stopped_ms(&stats), 1.5, "{stats}");
     }
 }

@@ -58,6 +58,13 @@ struct GroupState {
     /// A reader on the group's own CPU reads it at every boundary while it is watched (see
     /// `local`), so imc's own thread neither reads it nor wakes for it.
     covered: bool,
+    /// Taken off every later reading's time_running: the running time of past pauses (see
+    /// `pause`). While a pause is open, `(to, running)`: readings before `to`, and the first
+    /// at or after it, get the running time of the last reading before the pause.
+    run_offset: u64,
+    frozen: Option<(u64, u64)>,
+    /// time_running of the last reading handed out.
+    popped_run: u64,
     dead: bool,
 }
 
@@ -84,6 +91,14 @@ impl GroupState {
     }
 
     fn push(&mut self, k: u64, t: u64, enabled: u64, running: u64, values: &[u64]) {
+        let mut running = running.saturating_sub(self.run_offset);
+        if let Some((to, base)) = self.frozen {
+            if t >= to {
+                self.run_offset += running.saturating_sub(base);
+                self.frozen = None;
+            }
+            running = base;
+        }
         self.queue.extend([k, t, enabled, running]);
         for j in 0..self.width {
             self.queue.push_back(values.get(j).copied().unwrap_or(0));
@@ -159,6 +174,9 @@ impl Boundaries {
                     last_miss_k: 0,
                     phase_ns: None,
                     covered: false,
+                    run_offset: 0,
+                    frozen: None,
+                    popped_run: 0,
                     dead: false,
                 })
                 .collect(),
@@ -176,6 +194,46 @@ impl Boundaries {
             s.covered = covered;
         }
         self.reader_offset = offset;
+    }
+
+    /// The kernel stopped group `g`'s counters from `from` to `to` (a throttle) while their
+    /// time_running went on. What they missed is unknown, so every interval from the last
+    /// reading before `from` to the first one at or after `to` gets no running time: its
+    /// counters are reported as not counted there (JSON `missing`) rather than low. Later
+    /// intervals count as usual.
+    pub fn pause(&mut self, g: usize, from: u64, to: u64) {
+        let Some(s) = self.groups.get_mut(g) else {
+            return;
+        };
+        if to <= from {
+            return;
+        }
+        let r = s.record();
+        let mut base = s.popped_run;
+        let mut i = 0;
+        while i + r <= s.queue.len() && s.queue[i + 1] <= from {
+            base = s.queue[i + 3];
+            i += r;
+        }
+        // Queued readings after `from`: frozen up to the first at or after `to`, shifted after.
+        let mut shift = None;
+        while i + r <= s.queue.len() {
+            let (t, run) = (s.queue[i + 1], s.queue[i + 3]);
+            match shift {
+                None => {
+                    if t >= to {
+                        shift = Some(run.saturating_sub(base));
+                    }
+                    s.queue[i + 3] = base;
+                }
+                Some(d) => s.queue[i + 3] = run.saturating_sub(d),
+            }
+            i += r;
+        }
+        match shift {
+            Some(d) => s.run_offset += d,
+            None => s.frozen = Some((to, base)),
+        }
     }
 
     /// Whether group `g` is watched: its boundaries must be read from userspace.
@@ -361,6 +419,7 @@ impl Boundaries {
                     o.clear();
                     o.extend(s.queue.range(2..s.record()));
                 }
+                s.popped_run = s.queue[3];
                 let r = s.record();
                 s.queue.drain(..r);
             }
@@ -729,6 +788,34 @@ mod tests {
             w - b.time_of(b.boundary_at(w)) > OFFSET,
             "wakes before the reader read"
         );
+    }
+
+    /// A pause freezes time_running from the last reading before it to the first reading at
+    /// or after its end, queued or to come, so those intervals have no running time; the
+    /// intervals after count their full time again.
+    #[test]
+    fn a_pause_leaves_the_intervals_around_it_not_running() {
+        let mut b = Boundaries::new(BASE, P, &[1]);
+        for k in 1..=3 {
+            b.kernel_sample(0, b.time_of(k), 10, k * P, &[k]);
+        }
+        // Stopped from 2.5 P to 4.25 P: readings 3 (queued) and 4 (in it), and 5 (the first
+        // after it) keep reading 2's running time.
+        b.pause(0, b.time_of(2) + P / 2, b.time_of(4) + P / 4);
+        for k in 4..=7 {
+            b.kernel_sample(0, b.time_of(k), 10, k * P, &[k]);
+        }
+        let running: Vec<u64> = drain(&mut b, 1).iter().map(|e| e.2[0][1]).collect();
+        assert_eq!(running, vec![P, 2 * P, 2 * P, 2 * P, 2 * P, 3 * P, 4 * P]);
+        // A pause whose end is already queued: shifted at once.
+        let mut b = Boundaries::new(BASE, P, &[1]);
+        for k in 1..=4 {
+            b.kernel_sample(0, b.time_of(k), 10, k * P, &[k]);
+        }
+        b.pause(0, b.time_of(1) + P / 2, b.time_of(2) + P / 2);
+        b.kernel_sample(0, b.time_of(5), 10, 5 * P, &[5]);
+        let running: Vec<u64> = drain(&mut b, 1).iter().map(|e| e.2[0][1]).collect();
+        assert_eq!(running, vec![P, P, P, 2 * P, 3 * P]);
     }
 
     /// A dead group holds nothing back; the final boundary of --duration is always looked at.

@@ -366,6 +366,16 @@ impl<W: Write> StatWriter<W> {
                 b.push(b'\n');
             }
         }
+        if !r.missing.is_empty() {
+            // The rows above lack these counters' share: say so rather than let them read low.
+            b.extend_from_slice(b"# not counted in this interval:");
+            for &i in &r.missing {
+                let d = layout.describe.get(i).map_or("", |s| s.as_str());
+                let _ = write!(b, " {d};");
+            }
+            b.pop();
+            b.push(b'\n');
+        }
     }
 }
 

@@ -176,6 +176,7 @@ pub const SAMPLE_TIME: u64 = 1 << 2;
 pub const SAMPLE_READ: u64 = 1 << 4;
 pub const RECORD_LOST: u32 = 2;
 pub const RECORD_THROTTLE: u32 = 5;
+pub const RECORD_UNTHROTTLE: u32 = 6;
 pub const RECORD_SAMPLE: u32 = 9;
 
 /// The mmap'd ring of a sampling event: one metadata page, then `data_pages` of data.
