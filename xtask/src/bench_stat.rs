@@ -35,6 +35,8 @@ struct Run {
     intervals: Vec<(f64, f64)>,
     /// perf only: the nominal duration users divide by.
     nominal: bool,
+    /// imc only: intervals that say a counter was not counted (left out of the error).
+    partial: Vec<usize>,
 }
 
 fn children_cpu_s() -> Result<f64> {
@@ -182,6 +184,7 @@ fn measure_lines(
             wall_s,
             intervals: Vec::new(),
             nominal: false,
+            partial: Vec::new(),
         },
     ))
 }
@@ -190,18 +193,25 @@ fn count(s: &str) -> Option<f64> {
     s.replace(',', "").parse().ok()
 }
 
-/// imc's human lines: `time ms count event`.
-fn parse_imc(text: &str) -> Vec<(f64, f64)> {
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter_map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            if f.len() < 4 || f[3] != "msr/tsc/" {
-                return None;
-            }
-            Some((f[1].parse::<f64>().ok()? / 1e3, count(f[2])?))
-        })
-        .collect()
+/// imc's human lines: `time ms count event`; and which of them a `# not counted in this
+/// interval:` line follows (a counter the kernel stopped: the count lacks its share).
+fn parse_imc(text: &str) -> (Vec<(f64, f64)>, Vec<usize>) {
+    let mut rows = Vec::new();
+    let mut partial = Vec::new();
+    for l in text.lines() {
+        if l.starts_with("# not counted in this interval:") && !rows.is_empty() {
+            partial.push(rows.len() - 1);
+            continue;
+        }
+        let f: Vec<&str> = l.split_whitespace().collect();
+        if l.starts_with('#') || f.len() < 4 || f[3] != "msr/tsc/" {
+            continue;
+        }
+        if let (Some(ms), Some(c)) = (f[1].parse::<f64>().ok(), count(f[2])) {
+            rows.push((ms / 1e3, c));
+        }
+    }
+    (rows, partial)
 }
 
 /// perf's interval lines: `timestamp count msr/tsc/`; the duration is the timestamp difference.
@@ -233,8 +243,15 @@ struct Figures {
 
 fn figures(run: &Run, cpus: usize) -> Figures {
     let expected = (SECONDS as f64 * 1e3 / INTERVAL_MS).round();
-    let tsc: f64 = run.intervals.iter().map(|i| i.1).sum();
-    let secs: f64 = run.intervals.iter().map(|i| i.0).sum();
+    let complete = || {
+        run.intervals
+            .iter()
+            .enumerate()
+            .filter(|(n, _)| !run.partial.contains(n))
+            .map(|(_, i)| *i)
+    };
+    let tsc: f64 = complete().map(|i| i.1).sum();
+    let secs: f64 = complete().map(|i| i.0).sum();
     // TSC ticks per second per CPU, from the whole run.
     let hz = if secs > 0.0 {
         tsc / cpus as f64 / secs
@@ -243,7 +260,7 @@ fn figures(run: &Run, cpus: usize) -> Figures {
     };
     let mut worst: f64 = 0.0;
     let mut worst_nominal: f64 = 0.0;
-    for &(reported, c) in &run.intervals {
+    for (reported, c) in complete() {
         let measured = if hz > 0.0 { c / cpus as f64 / hz } else { 0.0 };
         worst = worst.max((reported - measured).abs());
         worst_nominal = worst_nominal.max((INTERVAL_MS / 1e3 - measured).abs());
@@ -334,12 +351,12 @@ pub fn run(imc_bin: &Path) -> Result<()> {
     let mut imc = Command::new(imc_bin);
     imc.args(imc_args);
     let (out, _, mut imc_run) = measure("imc", imc)?;
-    imc_run.intervals = parse_imc(&out);
+    (imc_run.intervals, imc_run.partial) = parse_imc(&out);
 
     let mut imc_dl = Command::new(imc_bin);
     imc_dl.env("IMC_STAT_MODE", "deadline").args(imc_args);
     let (out, _, mut dl_run) = measure("imc-dl", imc_dl)?;
-    dl_run.intervals = parse_imc(&out);
+    (dl_run.intervals, dl_run.partial) = parse_imc(&out);
 
     let mut perf = Command::new("perf");
     perf.args(["stat", "-I", "1", "-a", "-e", "msr/tsc/", "sleep", &secs]);
@@ -386,6 +403,7 @@ pub fn run(imc_bin: &Path) -> Result<()> {
         figs.push(f);
     }
     let (i, d, p) = (&figs[0], &figs[1], &figs[2]);
+    let imc_partial = imc_run.partial.len();
     let ratio = |a: &Figures| {
         if p.cpu_s > 0.0 {
             a.cpu_s / p.cpu_s
@@ -396,14 +414,16 @@ pub fn run(imc_bin: &Path) -> Result<()> {
     println!(
         "ratios: imc/perf CPU = {:.3} (target <= 0.125), imc-dl/perf = {:.3}; intervals \
          delivered imc {:.1}% vs perf {:.1}% (target imc >= 99%); worst interval-duration error \
-         imc {:.1} µs vs perf {:.1} µs against its timestamps, {:.1} µs against the nominal 1 ms",
+         imc {:.1} µs vs perf {:.1} µs against its timestamps, {:.1} µs against the nominal 1 ms \
+         ({} imc intervals said a counter was not counted, a kernel throttle: left out)",
         ratio(i),
         ratio(d),
         i.delivered * 100.0,
         p.delivered * 100.0,
         i.worst_us,
         p.worst_us,
-        p.worst_nominal_us
+        p.worst_nominal_us,
+        imc_partial
     );
     if lat.is_empty() {
         println!("latency: not measured (no CLOCK_MONOTONIC from Instant here)");
@@ -428,7 +448,11 @@ mod tests {
     #[test]
     fn parses_both_outputs() {
         let imc = "#       time        ms                count  event\n    0.001000     1.000            4,595,338  msr/tsc/\n";
-        assert_eq!(parse_imc(imc), vec![(0.001, 4595338.0)]);
+        assert_eq!(parse_imc(imc), (vec![(0.001, 4595338.0)], vec![]));
+        let throttled = format!(
+            "{imc}    0.002000     1.000            1,000,000  msr/tsc/\n# not counted in this interval: msr msr/tsc/ on CPU 0\n"
+        );
+        assert_eq!(parse_imc(&throttled).1, vec![1]);
         let perf = "#           time             counts unit events\n     0.001105205            6431142      msr/tsc/\n     0.002633551          6,322,856      msr/tsc/\n";
         let p = parse_perf(perf);
         assert_eq!(p.len(), 2);

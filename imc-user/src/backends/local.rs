@@ -29,7 +29,8 @@ use std::time::Duration;
 const READER_SLACK_NS: u64 = 1_000;
 /// A local read takes a microsecond or two; one whose clock bracket is wider than this was
 /// interrupted or preempted around the read, so its midpoint may be far from the read itself:
-/// it is read again (up to `READ_TRIES` reads) and the tightest bracket kept.
+/// it is read again, up to `READ_TRIES` reads, and when none is tight the boundary gets no
+/// reading (its interval merges with the next) rather than one whose time is unknown.
 const TIGHT_READ_NS: u64 = 20_000;
 const READ_TRIES: u32 = 3;
 /// How long a reader with nothing to read parks before looking at its flags again (a wake-up
@@ -75,6 +76,8 @@ struct Shared {
     pin_error: Mutex<Option<io::Error>>,
     out: Mutex<Vec<LocalEvent>>,
     reads: AtomicU64,
+    /// Boundaries left without a reading: no read was tight enough to be timed.
+    untimed: AtomicU64,
 }
 
 /// A group a reader serves: the backend's index, a duplicate of its leader fd, its size.
@@ -179,6 +182,7 @@ impl LocalReaders {
             pin_error: Mutex::new(None),
             out: Mutex::new(Vec::new()),
             reads: AtomicU64::new(0),
+            untimed: AtomicU64::new(0),
         });
         let run = {
             let shared = shared.clone();
@@ -276,6 +280,14 @@ impl LocalReaders {
             .sum()
     }
 
+    /// Boundaries the readers left without a reading (no read tight enough to be timed).
+    pub fn untimed(&self) -> u64 {
+        self.readers
+            .iter()
+            .map(|r| r.shared.untimed.load(Ordering::Relaxed))
+            .sum()
+    }
+
     /// How many reader threads were started.
     pub fn started(&self) -> usize {
         self.readers.len()
@@ -355,6 +367,9 @@ fn run_reader(
             };
             shared.reads.fetch_add(tries.into(), Ordering::Relaxed);
             match r {
+                Ok(_) if b.saturating_sub(a) > TIGHT_READ_NS => {
+                    shared.untimed.fetch_add(1, Ordering::Relaxed);
+                }
                 Ok((enabled, running)) => {
                     // A reader woken late (preempted, or its vCPU not run) labels the reading
                     // with the boundary it really follows.

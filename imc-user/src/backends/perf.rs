@@ -793,10 +793,10 @@ impl Backend for PerfBackend {
                 format!("CPU {cpu}: {}", g.samples)
             })
             .collect();
-        let (local_reads, readers) = self
+        let (local_reads, readers, untimed) = self
             .local
             .as_ref()
-            .map_or((0, 0), |l| (l.reads(), l.started()));
+            .map_or((0, 0, 0), |l| (l.reads(), l.started(), l.untimed()));
         let unpinned = if self.unpinned.is_empty() {
             String::new()
         } else {
@@ -804,7 +804,8 @@ impl Backend for PerfBackend {
         };
         Some(format!(
             "kernel-timed: {} boundaries, {} wake-ups, {} group reads from imc's thread, {} group \
-             reads by {} reader thread(s) on the groups' own CPUs, {} times a group missed a \
+             reads by {} reader thread(s) on the groups' own CPUs ({} left out: no read tight \
+             enough to time), {} times a group missed a \
              boundary and was watched, {} throttles ({} lifted by imc; counters stopped \
              {:.1} ms in all, not counted in those intervals); kernel samples per group: {}{}",
             self.boundaries,
@@ -812,6 +813,7 @@ impl Backend for PerfBackend {
             self.user_reads,
             local_reads,
             readers,
+            untimed,
             t.watch_entries,
             self.throttled,
             self.lifted,

@@ -63,8 +63,9 @@ struct GroupState {
     /// at or after it, get the running time of the last reading before the pause.
     run_offset: u64,
     frozen: Option<(u64, u64)>,
-    /// time_running of the last reading handed out.
+    /// time_running of the last reading handed out; time_enabled of the last one queued.
     popped_run: u64,
+    last_enabled: u64,
     dead: bool,
 }
 
@@ -99,6 +100,7 @@ impl GroupState {
             }
             running = base;
         }
+        self.last_enabled = enabled;
         self.queue.extend([k, t, enabled, running]);
         for j in 0..self.width {
             self.queue.push_back(values.get(j).copied().unwrap_or(0));
@@ -177,6 +179,7 @@ impl Boundaries {
                     run_offset: 0,
                     frozen: None,
                     popped_run: 0,
+                    last_enabled: 0,
                     dead: false,
                 })
                 .collect(),
@@ -233,6 +236,24 @@ impl Boundaries {
         match shift {
             Some(d) => s.run_offset += d,
             None => s.frozen = Some((to, base)),
+        }
+        // The boundaries inside the window it has no reading for get a stand-in, so the other
+        // groups' intervals there stay apart instead of merging; with no running time, its
+        // counters show as not counted in them. Its time keeps the group's usual phase after
+        // the boundary, so the boundary's mean time moves as the other groups' times do.
+        let time_of = |k: u64| self.base.saturating_add(k.saturating_mul(self.period));
+        let phase = s
+            .last_t
+            .saturating_sub(time_of(s.last_k))
+            .min(self.period - 1);
+        let first = (from.saturating_sub(self.base) / self.period + 1).max(s.last_k + 1);
+        let last = to.saturating_sub(self.base) / self.period;
+        for k in first..=last {
+            let t = time_of(k) + phase;
+            let enabled = s.last_enabled + t.saturating_sub(s.last_t.max(from));
+            s.queue.extend([k, t, enabled, base]);
+            s.queue.extend(s.last_vals.iter().copied());
+            s.last_k = k;
         }
     }
 
@@ -816,6 +837,41 @@ mod tests {
         b.kernel_sample(0, b.time_of(5), 10, 5 * P, &[5]);
         let running: Vec<u64> = drain(&mut b, 1).iter().map(|e| e.2[0][1]).collect();
         assert_eq!(running, vec![P, P, P, 2 * P, 3 * P]);
+    }
+
+    /// A group paused for several boundaries with no reading: the other group's boundaries
+    /// still close one by one, the paused group's stand-ins keeping its phase, while it shows
+    /// no running time until its first reading after the pause.
+    #[test]
+    fn a_pause_does_not_merge_the_other_groups_intervals() {
+        let mut b = Boundaries::new(BASE, P, &[1, 1]);
+        for k in 1..=10 {
+            b.kernel_sample(0, b.time_of(k) + 5_000, k * P, k * P, &[k]);
+            if k <= 3 {
+                b.kernel_sample(1, b.time_of(k) + 7_000, k * P, k * P, &[k]);
+            }
+        }
+        // Group 1 was throttled from just after boundary 3 until 8.5 P.
+        b.pause(1, b.time_of(3) + 100_000, b.time_of(8) + P / 2);
+        for k in 9..=10 {
+            b.kernel_sample(1, b.time_of(k) + 7_000, k * P, k * P, &[k]);
+        }
+        let got = drain(&mut b, 2);
+        let ks: Vec<u64> = got.iter().map(|e| e.0).collect();
+        assert_eq!(ks, (1..=10).collect::<Vec<_>>());
+        for (k, t, vals) in &got {
+            assert_eq!(*t, b.time_of(*k) + 6_000, "boundary {k}");
+            // Group 1: running frozen at boundary 3's from 4 to 9, enabled still moving.
+            let run1 = vals[1][1];
+            if (4..=9).contains(k) {
+                assert_eq!(run1, 3 * P, "boundary {k}");
+            }
+            if *k == 10 {
+                assert_eq!(run1, 4 * P);
+            }
+        }
+        let enabled1: Vec<u64> = got.iter().map(|e| e.2[1][0]).collect();
+        assert!(enabled1.windows(2).all(|w| w[1] > w[0]), "{enabled1:?}");
     }
 
     /// A dead group holds nothing back; the final boundary of --duration is always looked at.
