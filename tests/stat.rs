@@ -270,6 +270,27 @@ fn a_cpu_going_offline_stops_its_counters_only() {
             .all(|l| l.contains("on CPU 20") && l.matches(';').count() == 11),
         "{notes:?}"
     );
+
+    // And CSV, as a comment line (CSV readers skip those, as they skip the header).
+    let perf = Arc::new(FakePerf::new());
+    perf.fail_reads_after(20, 2, 0);
+    a.separator = Some(",".to_string());
+    let env = StatEnv {
+        perf: perf as Arc<dyn PerfSys>,
+        devmem: &RealDevMem,
+        clock: &MonotonicClock,
+    };
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    run_with(&g, &a, &env, &mut out, &mut err)
+        .map_err(|e| e.message)
+        .unwrap();
+    let text = String::from_utf8(out).unwrap();
+    assert!(text.starts_with("# time_s,elapsed_s,"), "{text}");
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("# not counted in this interval:") && l.contains("on CPU 20")),
+        "{text}"
+    );
 }
 
 #[test]

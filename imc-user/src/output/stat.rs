@@ -307,6 +307,7 @@ impl<W: Write> StatWriter<W> {
                 b.push(b'\n');
             }
         }
+        not_counted_note(b, layout, r);
     }
 
     fn human(&mut self, layout: &Layout, r: &IntervalReport, t0: u64) {
@@ -366,17 +367,23 @@ impl<W: Write> StatWriter<W> {
                 b.push(b'\n');
             }
         }
-        if !r.missing.is_empty() {
-            // The rows above lack these counters' share: say so rather than let them read low.
-            b.extend_from_slice(b"# not counted in this interval:");
-            for &i in &r.missing {
-                let d = layout.describe.get(i).map_or("", |s| s.as_str());
-                let _ = write!(b, " {d};");
-            }
-            b.pop();
-            b.push(b'\n');
-        }
+        not_counted_note(b, layout, r);
     }
+}
+
+/// Under an interval whose rows lack some counters' share (stopped by the kernel, or gone with
+/// their CPU): a comment line naming them, so the rows are not read as complete.
+fn not_counted_note(b: &mut Vec<u8>, layout: &Layout, r: &IntervalReport) {
+    if r.missing.is_empty() {
+        return;
+    }
+    b.extend_from_slice(b"# not counted in this interval:");
+    for &i in &r.missing {
+        let d = layout.describe.get(i).map_or("", |s| s.as_str());
+        let _ = write!(b, " {d};");
+    }
+    b.pop();
+    b.push(b'\n');
 }
 
 /// The default events' names (the bandwidth rows already show them).
