@@ -71,6 +71,21 @@ fn run_fake(
     (r, lines, String::from_utf8_lossy(&err).into_owned())
 }
 
+/// `run_fake` for the table or CSV: the run must succeed; returns what it printed.
+fn run_fake_text(perf: Arc<FakePerf>, (g, a): (GlobalArgs, StatArgs)) -> String {
+    assert!(!a.json, "run_fake parses JSON");
+    let env = StatEnv {
+        perf: perf as Arc<dyn PerfSys>,
+        devmem: &RealDevMem,
+        clock: &MonotonicClock,
+    };
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    run_with(&g, &a, &env, &mut out, &mut err)
+        .map_err(|e| e.message)
+        .unwrap();
+    String::from_utf8(out).expect("utf-8 output")
+}
+
 fn fixture(name: &str) -> String {
     shared_fixtures().join(name).display().to_string()
 }
@@ -249,16 +264,7 @@ fn a_cpu_going_offline_stops_its_counters_only() {
     perf.fail_reads_after(20, 2, 0);
     let (g, mut a) = parse(&root, "/dev/mem", 5, 0.03, "auto");
     a.json = false;
-    let env = StatEnv {
-        perf: perf as Arc<dyn PerfSys>,
-        devmem: &RealDevMem,
-        clock: &MonotonicClock,
-    };
-    let (mut out, mut err) = (Vec::new(), Vec::new());
-    run_with(&g, &a, &env, &mut out, &mut err)
-        .map_err(|e| e.message)
-        .unwrap();
-    let text = String::from_utf8(out).unwrap();
+    let text = run_fake_text(perf, (g.clone(), a.clone()));
     let notes: Vec<&str> = text
         .lines()
         .filter(|l| l.starts_with("# not counted in this interval:"))
@@ -275,16 +281,7 @@ fn a_cpu_going_offline_stops_its_counters_only() {
     let perf = Arc::new(FakePerf::new());
     perf.fail_reads_after(20, 2, 0);
     a.separator = Some(",".to_string());
-    let env = StatEnv {
-        perf: perf as Arc<dyn PerfSys>,
-        devmem: &RealDevMem,
-        clock: &MonotonicClock,
-    };
-    let (mut out, mut err) = (Vec::new(), Vec::new());
-    run_with(&g, &a, &env, &mut out, &mut err)
-        .map_err(|e| e.message)
-        .unwrap();
-    let text = String::from_utf8(out).unwrap();
+    let text = run_fake_text(perf, (g, a));
     assert!(text.starts_with("# time_s,elapsed_s,"), "{text}");
     assert!(
         text.lines()
@@ -877,17 +874,7 @@ fn utilisation_is_shown_against_the_smbios_peak() {
     let (g, mut a) = parse(&root, "/dev/mem", 10, 0.03, "auto");
     a.json = false;
     a.per_channel = true;
-    let env = StatEnv {
-        perf: Arc::new(FakePerf::new()) as Arc<dyn PerfSys>,
-        devmem: &RealDevMem,
-        clock: &MonotonicClock,
-    };
-    let mut out = Vec::new();
-    let mut e = Vec::new();
-    run_with(&g, &a, &env, &mut out, &mut e)
-        .map_err(|e| e.message)
-        .unwrap();
-    let text = String::from_utf8(out).unwrap();
+    let text = run_fake_text(Arc::new(FakePerf::new()), (g, a));
     let header = text.lines().next().unwrap();
     assert!(header.ends_with("util"), "{text}");
     let rows: Vec<&str> = text.lines().filter(|l| !l.starts_with('#')).collect();
@@ -913,17 +900,7 @@ fn without_smbios_entries_utilisation_is_unknown() {
     }
     let (g, mut a) = parse(&fixture("skx-2socket"), "/dev/mem", 10, 0.02, "auto");
     a.json = false;
-    let env = StatEnv {
-        perf: Arc::new(FakePerf::new()) as Arc<dyn PerfSys>,
-        devmem: &RealDevMem,
-        clock: &MonotonicClock,
-    };
-    let mut out = Vec::new();
-    let mut e = Vec::new();
-    run_with(&g, &a, &env, &mut out, &mut e)
-        .map_err(|e| e.message)
-        .unwrap();
-    let text = String::from_utf8(out).unwrap();
+    let text = run_fake_text(Arc::new(FakePerf::new()), (g, a));
     assert!(
         text.lines()
             .any(|l| l.starts_with("# utilisation unknown: no SMBIOS memory device")),
@@ -1040,25 +1017,10 @@ fn kernel_timed_intervals_close_on_time_with_every_cpu_busy() {
     };
     // Every CPU busy: the kernel's samples arrive and imc only collects them every 10 ms, so
     // at -I 2 five boundaries pass between wake-ups.
-    let stop = Arc::new(AtomicBool::new(false));
     let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
-    let spinners: Vec<_> = (0..cpus)
-        .map(|_| {
-            let stop = stop.clone();
-            std::thread::spawn(move || {
-                let mut x = 0u64;
-                while !stop.load(Ordering::Relaxed) {
-                    x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
-                    std::hint::black_box(x);
-                }
-            })
-        })
-        .collect();
+    let spin = imc_tests::Spinners::start(cpus);
     let lengths = kernel_timed_intervals(2, 1.0, 0.1);
-    stop.store(true, Ordering::Relaxed);
-    for s in spinners {
-        s.join().unwrap();
-    }
+    drop(spin);
     let m = merged(&lengths, 2);
     // 500 nominal; with spinners on every vCPU the host sometimes runs a vCPU late and a
     // boundary merges into the next one.
