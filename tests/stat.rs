@@ -41,6 +41,7 @@ fn parse(
             json: true,
             separator: None,
             backend: backend.to_string(),
+            dry_run: false,
             command: Vec::new(),
         },
     )

@@ -82,6 +82,10 @@ pub struct StatArgs {
     pub separator: Option<String>,
     #[arg(long, value_name = "NAME", default_value = "auto")]
     pub backend: String,
+    /// Print the plan (counters, readers, refusals) and exit, without privileges; with --json
+    /// as one JSON object.
+    #[arg(long)]
+    pub dry_run: bool,
     /// Run this command and measure until it exits (exit with its status).
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<String>,
@@ -89,17 +93,23 @@ pub struct StatArgs {
 
 #[derive(Args, Debug, Clone)]
 pub struct SamplerArgs {
-    /// Timer ticks per second on every CPU.
-    #[arg(long, value_name = "HZ", default_value_t = 1000,
+    /// Sample on a timer of imc's own, HZ times a second on every CPU, for finer resolution than
+    /// the kernel's tick (adds a timer interrupt per CPU per period). Default: the kernel's own
+    /// tick and context switches, which add no interrupt.
+    #[arg(long, value_name = "HZ",
           value_parser = clap::value_parser!(u32).range(1..=10000))]
-    pub freq: u32,
+    pub freq: Option<u32>,
+    /// Print the plan (counters, readers, tick source, refusals) and exit, without privileges;
+    /// with --json as one JSON object.
+    #[arg(long)]
+    pub dry_run: bool,
     /// Counters to read at each tick (default: the memory-controller read/write events).
     #[arg(short = 'e', long = "event", value_name = "EVENT")]
     pub events: Vec<String>,
     #[arg(long, value_name = "NAME", default_value = "auto")]
     pub backend: String,
-    /// Also read the counters at every context switch (sched_switch), so shares do not depend
-    /// on where the ticks landed.
+    /// With --freq: also read the counters at every context switch (sched_switch), so shares do
+    /// not depend on where the ticks landed (always on with the kernel's tick).
     #[arg(long)]
     pub precise: bool,
 }
@@ -128,8 +138,16 @@ pub struct RecordArgs {
     #[command(flatten)]
     pub sampler: SamplerArgs,
     /// Output file.
-    #[arg(short = 'o', long = "output", value_name = "FILE")]
-    pub output: PathBuf,
+    #[arg(
+        short = 'o',
+        long = "output",
+        value_name = "FILE",
+        required_unless_present = "dry_run"
+    )]
+    pub output: Option<PathBuf>,
+    /// With --dry-run: the plan as one JSON object.
+    #[arg(long, requires = "dry_run")]
+    pub json: bool,
     #[arg(long, value_name = "S", value_parser = parse_seconds)]
     pub duration: Option<f64>,
     /// Largest size of the recording; older data rotates out beyond it (e.g. 100M, 2G).
@@ -249,7 +267,7 @@ mod tests {
         assert!(bad.is_err());
         let ok = Cli::try_parse_from(["imc", "top", "--freq", "10000"]).unwrap();
         match ok.command {
-            Command::Top(t) => assert_eq!(t.sampler.freq, 10000),
+            Command::Top(t) => assert_eq!(t.sampler.freq, Some(10000)),
             _ => panic!("parsed as another command"),
         }
     }

@@ -1,6 +1,6 @@
 //! `imc record`: the sampling loop of `imc top`, written to a bounded recording (per-interval
 //! per-task aggregates plus raw ticks around bursts; see record/FORMAT.md).
-use super::sampling::{LoopOptions, Sink, block_on, discover, sample_loop, select};
+use super::sampling::{LoopOptions, Sink, block_on, discover, print_plan, sample_loop, select_for};
 use crate::cli::{GlobalArgs, RecordArgs};
 use crate::error::{CliError, CliResult};
 use crate::output::interval::IntervalResult;
@@ -48,21 +48,35 @@ pub fn run(global: &GlobalArgs, args: &RecordArgs) -> CliResult<ExitCode> {
         return Err(CliError::bad_input("give --duration or -- CMD, not both"));
     }
     let found = discover(global)?;
-    let sel = select(global, &args.sampler, &found)?;
-    let specs: Vec<_> = sel.plans.iter().map(|p| p.spec.clone()).collect();
+    let sel = select_for(
+        global,
+        &args.sampler,
+        &found,
+        crate::plan::Command::Record,
+        args.interval_ms,
+    )?;
+    if args.sampler.dry_run {
+        return print_plan(&sel.plan, args.json);
+    }
+    let Some(output) = args.output.as_deref() else {
+        return Err(CliError::bad_input(
+            "imc record needs -o FILE (see imc record --help)",
+        ));
+    };
+    let specs = crate::sampler::planned::slot_specs(&sel.plan);
     let mut header = RecordHeader::new(
         &specs,
         &found.topology,
-        args.sampler.freq,
+        sel.plan.tick.hz.map_or(0, |h| h.round() as u32),
         sel.source.clone(),
         args.interval_ms * 1_000_000,
     );
-    header.precise = args.sampler.precise;
+    header.precise = sel.plan.tick.switches;
     header.start_monotonic_ns = clock_ns(libc::CLOCK_MONOTONIC);
     header.start_realtime_ns = clock_ns(libc::CLOCK_REALTIME);
     // The writer's error already names the file; add what to do about the usual cause.
-    let writer = Writer::create(&args.output, header, args.max_size).map_err(|e| {
-        let hint = match args.output.parent() {
+    let writer = Writer::create(output, header, args.max_size).map_err(|e| {
+        let hint = match output.parent() {
             Some(d) if !d.as_os_str().is_empty() && !d.is_dir() => {
                 format!(" (directory {} does not exist)", d.display())
             }
@@ -87,14 +101,14 @@ pub fn run(global: &GlobalArgs, args: &RecordArgs) -> CliResult<ExitCode> {
         .take()
         .map(|w| w.finish())
         .transpose()
-        .map_err(|e| CliError::runtime(format!("{}: {e}", args.output.display())))?;
+        .map_err(|e| CliError::runtime(format!("{}: {e}", output.display())))?;
     if let Some(st) = stats {
         eprintln!(
             "imc: recorded {} intervals, {} raw ticks around bursts, {} bytes to {}",
             st.intervals,
             st.ticks_written,
             st.bytes,
-            args.output.display()
+            output.display()
         );
     }
     code

@@ -7,9 +7,10 @@
 //!
 //! On a terminal (and without `--json`) the intervals feed the full-screen view of
 //! [`crate::output::top`]; otherwise each interval is one JSON line (the contract in design.md).
-use super::sampling::{LoopOptions, Selection, Sink, block_on, discover, sample_loop, select};
+use super::sampling::{LoopOptions, Sink, block_on, discover, print_plan, sample_loop, select_for};
 use crate::cli::{GlobalArgs, TopArgs};
 use crate::error::{CliError, CliResult};
+use crate::model::SlotSpec;
 use crate::model::{Direction, SlotRole};
 use crate::output::interval::IntervalResult;
 use crate::output::top::{Action, History, Units, ViewConfig, ViewState, handle_key, render};
@@ -46,9 +47,19 @@ impl Sink for JsonLines {
 
 pub fn run(global: &GlobalArgs, args: &TopArgs) -> CliResult<ExitCode> {
     let found = discover(global)?;
-    let sel = select(global, &args.sampler, &found)?;
+    let sel = select_for(
+        global,
+        &args.sampler,
+        &found,
+        crate::plan::Command::Top,
+        args.interval_ms,
+    )?;
+    if args.sampler.dry_run {
+        return print_plan(&sel.plan, args.json);
+    }
     let json = args.json || !std::io::stdout().is_terminal();
-    let cfg = view_config(&sel, args.top);
+    let specs = crate::sampler::planned::slot_specs(&sel.plan);
+    let cfg = view_config(&specs, &sel.source, args.top);
     let mut lines;
     let mut live;
     let sink: &mut dyn Sink = if json {
@@ -76,18 +87,17 @@ pub fn run(global: &GlobalArgs, args: &TopArgs) -> CliResult<ExitCode> {
 /// What the view shows follows from the counters the loop reads: bytes when a traffic counter
 /// has bytes per count (as the attributor decides), else counts; the counters' own columns for
 /// `-e` events and stand-ins, whose names say more than READ/WRITE.
-fn view_config(sel: &Selection, top: usize) -> ViewConfig {
+fn view_config(specs: &[SlotSpec], source: &str, top: usize) -> ViewConfig {
     let traffic = || {
-        sel.plans
+        specs
             .iter()
-            .filter(|p| matches!(p.spec.role, SlotRole::Traffic(_)))
+            .filter(|p| matches!(p.role, SlotRole::Traffic(_)))
     };
-    let bytes = traffic().any(|p| p.spec.bytes_per_count.is_some());
+    let bytes = traffic().any(|p| p.bytes_per_count.is_some());
     let units = if bytes {
         Units::Bytes {
             total: traffic().any(|p| {
-                p.spec.bytes_per_count.is_some()
-                    && p.spec.role == SlotRole::Traffic(Direction::Total)
+                p.bytes_per_count.is_some() && p.role == SlotRole::Traffic(Direction::Total)
             }),
         }
     } else {
@@ -95,15 +105,15 @@ fn view_config(sel: &Selection, top: usize) -> ViewConfig {
     };
     let mut traffic_events: Vec<String> = Vec::new();
     for p in traffic() {
-        if !traffic_events.contains(&p.spec.event) {
-            traffic_events.push(p.spec.event.clone());
+        if !traffic_events.contains(&p.event) {
+            traffic_events.push(p.event.clone());
         }
     }
     let mut value_events: Vec<String> = Vec::new();
-    if !bytes || sel.source.starts_with("events") || sel.source.starts_with("proxy:") {
-        for p in &sel.plans {
-            if !value_events.contains(&p.spec.event) {
-                value_events.push(p.spec.event.clone());
+    if !bytes || source.starts_with("events") || source.starts_with("proxy:") {
+        for p in specs {
+            if !value_events.contains(&p.event) {
+                value_events.push(p.event.clone());
             }
         }
     }
@@ -324,25 +334,20 @@ fn give_back_terminal() {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{Encoded, SlotScope, SlotSpec};
-    use crate::sampler::SlotPlan;
+    use crate::model::{SlotScope, SlotSpec};
 
-    fn plan(event: &str, role: SlotRole, bytes_per_count: Option<f64>) -> SlotPlan {
-        let spec = SlotSpec {
+    fn plan(event: &str, role: SlotRole, bytes_per_count: Option<f64>) -> SlotSpec {
+        SlotSpec {
             event: event.into(),
             scope: SlotScope::Cpu,
             role,
             bytes_per_count,
             counter_bits: 64,
-        };
-        SlotPlan::per_cpu(spec, &Encoded::default(), &[0])
+        }
     }
 
-    fn selection(source: &str, plans: Vec<SlotPlan>) -> Selection {
-        Selection {
-            plans,
-            source: source.into(),
-        }
+    fn selection(source: &str, plans: Vec<SlotSpec>) -> (Vec<SlotSpec>, String) {
+        (plans, source.into())
     }
 
     #[test]
@@ -362,7 +367,7 @@ mod tests {
                 ),
             ],
         );
-        let cfg = view_config(&sel, 20);
+        let cfg = view_config(&sel.0, &sel.1, 20);
         assert_eq!(cfg.units, Units::Bytes { total: false });
         assert!(cfg.value_events.is_empty());
         assert_eq!(cfg.top, 20);
@@ -378,7 +383,7 @@ mod tests {
                 None,
             )],
         );
-        let cfg = view_config(&sel, 0);
+        let cfg = view_config(&sel.0, &sel.1, 0);
         assert_eq!(cfg.units, Units::Counts);
         assert_eq!(cfg.value_events, ["page-faults"]);
         assert_eq!(cfg.traffic_events, ["page-faults"]);
@@ -391,7 +396,7 @@ mod tests {
                 plan("context-switches", SlotRole::Other, None),
             ],
         );
-        let cfg = view_config(&sel, 0);
+        let cfg = view_config(&sel.0, &sel.1, 0);
         assert_eq!(cfg.units, Units::Counts);
         assert_eq!(cfg.value_events, ["page-faults", "context-switches"]);
         assert_eq!(cfg.traffic_events, ["page-faults"]);
@@ -410,7 +415,7 @@ mod tests {
                 plan("instructions", SlotRole::Other, None),
             ],
         );
-        let cfg = view_config(&sel, 0);
+        let cfg = view_config(&sel.0, &sel.1, 0);
         assert_eq!(cfg.units, Units::Bytes { total: true });
         assert_eq!(
             cfg.value_events,
