@@ -164,6 +164,8 @@ pub struct Plan {
     pub slots: Vec<Slot>,
     pub tick: Tick,
     pub refusals: Vec<Refusal>,
+    /// Why the readers are what they are (one line each).
+    pub notes: Vec<String>,
     pub kernel: Kernel,
 }
 
@@ -171,8 +173,9 @@ pub struct Plan {
 pub fn plan(found: &Discovery, kernel: &Kernel, req: &Request) -> Result<Plan, PlanError> {
     let refusals = source_refusals(found, req);
     let (source, backend, mut counters) = choose_counters(found, req)?;
+    let mut notes = Vec::new();
     let slots = if req.command.samples() {
-        assign_slots(&mut counters, found, kernel, req)?
+        assign_slots(&mut counters, found, kernel, req, &mut notes)?
     } else {
         for c in &mut counters {
             c.reader = Reader::Userspace {
@@ -189,6 +192,7 @@ pub fn plan(found: &Discovery, kernel: &Kernel, req: &Request) -> Result<Plan, P
         slots,
         tick: tick_of(kernel, req),
         refusals,
+        notes,
         kernel: kernel.clone(),
     })
 }
@@ -613,6 +617,7 @@ fn assign_slots(
     found: &Discovery,
     kernel: &Kernel,
     req: &Request,
+    notes: &mut Vec<String>,
 ) -> Result<Vec<Slot>, PlanError> {
     let mut slots: Vec<Slot> = Vec::new();
     let mut keys: Vec<String> = Vec::new();
@@ -681,7 +686,20 @@ fn assign_slots(
                 in_pkg.len()
             )));
         }
-        let readers = package_readers(counters, &in_pkg, pkg, &found.topology, kernel);
+        let crowded = crowded_pmus(counters, &in_pkg);
+        let readers = if crowded.is_empty() {
+            let r = package_readers(counters, &in_pkg, pkg, &found.topology, kernel);
+            notes.push(reader_note(counters, &in_pkg, pkg, &r, kernel));
+            r
+        } else {
+            notes.push(format!(
+                "package {pkg}: {} counts {} events with {} hardware counters, so the kernel \
+                 takes turns and each count must be scaled by its time enabled/running, which \
+                 a tick's sum cannot do: userspace reads and scales them every {} ms",
+                crowded[0].0, crowded[0].1, crowded[0].2, req.drain_ms
+            ));
+            Vec::new()
+        };
         for i in in_pkg {
             counters[i].reader = if readers.is_empty() {
                 Reader::Userspace {
@@ -696,6 +714,69 @@ fn assign_slots(
         }
     }
     Ok(slots)
+}
+
+/// Hardware counters of one instance of a package PMU, where fewer than the events imc may put
+/// on it: AMD's data fabric counts 4 events at once without PerfMonV2 (amd/uncore.c
+/// NUM_COUNTERS_NB), and Zen 2/3 have 8 DRAM channel events; Intel uncore boxes and AMD UMCs
+/// have 4 for imc's 2, POWER's nest counters are memory the firmware fills.
+fn hardware_counters(pmu: &str) -> Option<usize> {
+    (pmu == "amd_df").then_some(4)
+}
+
+/// (PMU instance, events, hardware counters) for each instance of this package that has more
+/// events than counters: the kernel multiplexes them.
+fn crowded_pmus(counters: &[Counter], in_pkg: &[usize]) -> Vec<(String, usize, usize)> {
+    let mut per: std::collections::BTreeMap<&str, usize> = Default::default();
+    for &i in in_pkg {
+        *per.entry(counters[i].pmu.as_str()).or_default() += 1;
+    }
+    per.into_iter()
+        .filter_map(|(pmu, n)| {
+            let hw = hardware_counters(pmu)?;
+            (n > hw).then(|| (pmu.to_string(), n, hw))
+        })
+        .collect()
+}
+
+/// Why package `pkg`'s counters have the readers they have.
+fn reader_note(
+    counters: &[Counter],
+    in_pkg: &[usize],
+    pkg: u32,
+    readers: &[u32],
+    kernel: &Kernel,
+) -> String {
+    let pmu = &counters[in_pkg[0]].pmu;
+    let release = kernel.release.as_deref().unwrap_or("unknown");
+    let list = crate::discovery::cpulist::format_cpulist(readers);
+    if readers.is_empty() {
+        format!(
+            "package {pkg}: its counters are opened on several CPUs and this kernel ({release}) \
+             lets only that CPU read each: userspace reads them at every drain"
+        )
+    } else if readers.len() > 1 {
+        format!(
+            "package {pkg}: Linux 6.7+ (here {release}) lets any CPU of the package read {pmu}'s \
+             counters: the first of CPUs {list} to tick in a period reads them all"
+        )
+    } else if pmu.starts_with("uncore_") && kernel.release.is_none() {
+        format!(
+            "package {pkg}: the kernel's release is unknown (no proc/sys/kernel/osrelease under \
+             --root), so as before Linux 6.7 only the CPU {pmu} is opened on may read it: CPU \
+             {list}'s ticks read all of the package's counters"
+        )
+    } else if pmu.starts_with("uncore_") {
+        format!(
+            "package {pkg}: before Linux 6.7 (here {release}) only the CPU {pmu} is opened on may \
+             read it: CPU {list}'s ticks read all of the package's counters"
+        )
+    } else {
+        format!(
+            "package {pkg}: only the CPU {pmu} is opened on may read it: CPU {list}'s ticks read \
+             all of the package's counters"
+        )
+    }
 }
 
 fn packages_of(counters: &[Counter]) -> Vec<u32> {

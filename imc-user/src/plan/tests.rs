@@ -167,3 +167,79 @@ fn events_narrow_the_set_and_too_many_slots_are_refused() {
         other => panic!("{other:?}"),
     }
 }
+
+#[test]
+fn a_multiplexed_data_fabric_is_read_and_scaled_from_userspace() {
+    // Zen 3: 8 DRAM channel events on an amd_df with 4 counters.
+    let p = plan_on("zen3-ibs", &kernel("6.8.0"), &request(Command::Top));
+    assert_eq!(p.source, "amd-df");
+    assert_eq!(p.counters.len(), 8);
+    assert!(
+        p.counters
+            .iter()
+            .all(|c| c.reader == Reader::Userspace { every_ms: 50 }),
+        "{:?}",
+        p.counters[0].reader
+    );
+    assert!(
+        p.notes.iter().any(|n| n.contains("4 hardware counters")),
+        "{:?}",
+        p.notes
+    );
+}
+
+#[test]
+fn every_fixture_with_a_memory_controller_plans_all_its_channels() {
+    // (tree, source, counters, slots): every channel of every package, read and write (or
+    // total where that is all the hardware has).
+    let cases = [
+        ("skx-2socket", "intel-uncore-imc", 24, 2),
+        ("spr-2socket", "intel-uncore-imc", 32, 2),
+        ("icx-gaps", "intel-uncore-imc", 32, 2),
+        ("zen4-2socket", "amd-umc", 8, 2),
+        ("zen2-1socket", "amd-df", 8, 1),
+        ("zen3-ibs", "amd-df", 8, 1),
+        ("knl", "knl-edc", 28, 4),
+        ("power9-2chip", "power-nest-imc", 16, 2),
+        ("icl-client", "intel-client-imc", 2, 2),
+    ];
+    for (tree, source, n, slots) in cases {
+        for command in [Command::Top, Command::Record, Command::Serve, Command::Stat] {
+            let p = plan_on(tree, &kernel("6.8.0"), &request(command));
+            assert_eq!(p.source, source, "{tree} {command:?}");
+            assert_eq!(p.counters.len(), n, "{tree} {command:?}");
+            let want = if command == Command::Stat { 0 } else { slots };
+            assert_eq!(p.slots.len(), want, "{tree} {command:?}");
+            assert!(
+                p.counters
+                    .iter()
+                    .all(|c| c.package.is_some() && c.direction.is_some()),
+                "{tree}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_guest_gets_a_labelled_stand_in_for_sampling_and_a_refusal_for_stat() {
+    let root = fixture("vm-guest");
+    let found = crate::discovery::discover(&root).unwrap();
+    let mut req = request(Command::Top);
+    req.stand_in = vec![(
+        "page-faults".into(),
+        crate::events::resolve(&root, "page-faults").unwrap(),
+    )];
+    let p = plan(&found, &kernel("6.8.0"), &req).unwrap();
+    assert_eq!(p.source, "proxy:page-faults");
+    assert_eq!(p.refusals.len(), 1, "{:?}", p.refusals);
+    assert!(
+        p.refusals[0].reason.contains("hypervisor"),
+        "{:?}",
+        p.refusals
+    );
+    assert!(p.counters.iter().all(|c| c.bytes_per_count.is_none()));
+    match plan(&found, &kernel("6.8.0"), &request(Command::Stat)) {
+        Err(PlanError::Unavailable(m)) => assert!(m.contains("hypervisor"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+}

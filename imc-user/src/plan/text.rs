@@ -83,6 +83,9 @@ pub fn render(plan: &Plan) -> String {
             );
         }
     }
+    for n in &plan.notes {
+        let _ = writeln!(s, "why: {n}");
+    }
     if !plan.refusals.is_empty() {
         let _ = writeln!(s, "refused:");
         for r in &plan.refusals {

@@ -314,7 +314,7 @@ pub fn privileged() -> bool {
     }
 }
 
-/// Records per CPU ring: four drain periods' worth at the tick rate plus, where context switches
+/// Records per CPU ring: eight drain periods' worth at the tick rate plus, where context switches
 /// run the program too, 20 000 switches a second (a busy server's rate; a burst beyond it within
 /// one drain period is what may be lost), a power of two between 64 (2048 with switches: a
 /// drain a loaded machine delays must not lose a switch burst) and 16384.
@@ -327,7 +327,7 @@ fn ring_len(cfg: &SamplerConfig) -> u32 {
     let switches = if cfg.switches() { 20_000 } else { 0 };
     let per_period = (hz + switches) * u64::from(cfg.drain_period_ms.max(1)) / 1000 + 1;
     let least = if switches > 0 { 2048 } else { 64 };
-    (per_period * 4).clamp(least, 16384).next_power_of_two() as u32
+    (per_period * 8).clamp(least, 16384).next_power_of_two() as u32
 }
 
 /// The map of `ebpf` named `name`, or why not.
@@ -507,8 +507,10 @@ impl Sampler {
                 .iter()
                 .filter(|c| c.slot == slot && c.group == group as usize)
             {
+                // Scaled for multiplexing (a PMU with more events than counters): the same
+                // value where the counter ran all along.
                 match perf::read_counter(&RealPerf, c.fd.as_fd()) {
-                    Ok(v) => sum = sum.wrapping_add(v.value),
+                    Ok(v) => sum = sum.wrapping_add(v.scaled().0.round() as u64),
                     Err(_) => ok = false,
                 }
             }
