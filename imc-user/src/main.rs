@@ -1,6 +1,6 @@
 use clap::Parser;
 use clap::error::ErrorKind;
-use imc::cli::Cli;
+use imc::cli::{Cli, Command};
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
@@ -38,6 +38,18 @@ fn main() -> ExitCode {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(level))
         .format_timestamp(None)
         .init();
+    // libpfm4 encodes for the CPU --root describes: decided before any thread starts and before
+    // libpfm4 is loaded, since it reads LIBPFM_FORCE_PMU once, when it initialises.
+    let pfm = imc::events::pfm_model::decide(&cli.global.root);
+    // SAFETY: no other thread exists yet (clap and env_logger start none), and nothing has read
+    // the environment through libc.
+    unsafe { imc::events::pfm_model::apply(&pfm) };
+    if matches!(
+        cli.command,
+        Command::Encode(_) | Command::Stat(_) | Command::Top(_) | Command::Record(_)
+    ) {
+        log::info!("{}", pfm.why);
+    }
     match imc::commands::run(cli) {
         Ok(code) => code,
         Err(e) => {

@@ -426,6 +426,14 @@ fn explain(pfm: &Pfm, text: &str, rc: c_int) -> String {
     match rc {
         PFM_ERR_NOTFOUND => {
             let active = pfm.active_pmus();
+            if active.is_empty()
+                && let Ok(forced) = std::env::var(super::pfm_model::FORCE_ENV)
+            {
+                return format!(
+                    "libpfm4 has no PMU '{forced}' to encode for (LIBPFM_FORCE_PMU={forced}; \
+                     this libpfm4 build lacks it, e.g. it was built for another architecture)"
+                );
+            }
             let active = if active.is_empty() {
                 "none".to_string()
             } else {
