@@ -82,6 +82,13 @@ pub struct StatArgs {
     pub separator: Option<String>,
     #[arg(long, value_name = "NAME", default_value = "auto")]
     pub backend: String,
+    /// Knights Landing/Mill: average memory latency in core cycles for these request types
+    /// (libpfm4 umask names, e.g. DMND_DATA_RD:DMND_RFO; default DMND_DATA_RD), beside DDR
+    /// and MCDRAM bandwidth.
+    #[arg(long, value_name = "REQUEST-TYPES", num_args = 0..=1,
+          default_missing_value = crate::backends::latency::DEFAULT_REQUEST_TYPES,
+          conflicts_with = "events")]
+    pub latency: Option<String>,
     /// Run this command and measure until it exits (exit with its status).
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<String>,

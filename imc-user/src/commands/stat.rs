@@ -141,6 +141,10 @@ pub fn run_with<W: Write>(
     let mut layout = interval::Layout::new(backend.as_ref());
     set_peaks(&mut layout, &global.root, &discovery);
     let mut writer = StatWriter::new(out, format, args.per_channel, &layout);
+    // --latency (KNL): the average-latency column (commands/latency.rs).
+    if let Some(req) = &args.latency {
+        writer.set_latency(super::latency::columns(&layout, req));
+    }
     let mut child_status: Option<std::process::ExitStatus> = None;
     let result = {
         let child_ref = &mut child;
@@ -406,6 +410,13 @@ fn open_backend(
     kind: Option<BackendKind>,
 ) -> CliResult<Box<dyn Backend>> {
     let interval_ns = args.interval_ms.saturating_mul(1_000_000);
+    // --latency (KNL): bandwidth plus the offcore-response pair (commands/latency.rs).
+    if let Some(req) = &args.latency {
+        let planned = super::latency::counters(&global.root, discovery, req)?;
+        return open_perf(env, "knl-imc+knl-edc+latency", planned, interval_ns)
+            .map(|b| Box::new(b) as Box<dyn Backend>)
+            .map_err(backend_error);
+    }
     if !args.events.is_empty() {
         let mut encs = Vec::new();
         for text in &args.events {
