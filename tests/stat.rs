@@ -1244,4 +1244,55 @@ fn knl_latency_refusals_are_one_line() {
         1,
         &["knl-imc", "Knights Landing"],
     );
+    // What `--dry-run` shows: the two checked encodings.
+    let (o, r) = imc::commands::latency::encodings(Path::new(&fixture("knl")), "DMND_DATA_RD")
+        .expect("encodings");
+    assert_eq!(
+        (o.pmu_type, o.config, o.config1),
+        (4, 0x01b7, 0x40_0000_0001)
+    );
+    assert_eq!((r.pmu_type, r.config, r.config1), (4, 0x02b7, 0x1_0001));
+    assert_eq!(o.pmu, "cpu");
+}
+
+#[test]
+fn sampling_only_and_per_task_pmus_are_refused_before_anything_opens() {
+    for (tree, event, what) in [
+        ("zen3-ibs", "ibs_op/cnt_ctl=1/", "only samples"),
+        ("power9-imc-full", "trace_imc/trace_cycles/", "only samples"),
+        (
+            "power9-imc-full",
+            "thread_imc/CPM_CS_INST_USER/",
+            "per task",
+        ),
+    ] {
+        let perf = Arc::new(FakePerf::new());
+        let (g, mut a) = parse(&fixture(tree), "/dev/mem", 10, 0.02, "auto");
+        a.events = vec![event.to_string()];
+        let (r, lines, _) = run_fake(perf.clone(), &RealDevMem, (g, a));
+        let m = r.unwrap_err();
+        assert!(m.contains(event) && m.contains(what), "{m}");
+        assert_eq!(m.lines().count(), 1);
+        assert!(lines.is_empty());
+        assert!(
+            perf.opens().is_empty(),
+            "{event}: opened {:?}",
+            perf.opens()
+        );
+    }
+    // core_imc counts CPU-wide: one counter per core, on the cpumask CPU.
+    let perf = Arc::new(FakePerf::new());
+    let (g, mut a) = parse(&fixture("power9-imc-full"), "/dev/mem", 10, 0.02, "auto");
+    a.events = vec!["core_imc/CPM_CCYC/".to_string()];
+    let (r, _, err) = run_fake(perf.clone(), &RealDevMem, (g, a));
+    assert_eq!(r, Ok(()), "{err}");
+    let mut cpus: Vec<i32> = perf
+        .opens()
+        .iter()
+        .filter(|o| o.attr.type_ == 30)
+        .map(|o| o.cpu)
+        .collect();
+    cpus.sort();
+    cpus.dedup();
+    assert_eq!(cpus, (0..32).map(|k| 4 * k).collect::<Vec<i32>>());
 }

@@ -422,6 +422,15 @@ fn open_backend(
         for text in &args.events {
             let e = crate::events::resolve(&global.root, text)
                 .map_err(|e| CliError::bad_input(e.to_string()))?;
+            // Sampling-only and per-task PMUs (IBS, POWER trace/thread IMC) cannot count here.
+            for enc in &e {
+                let others = &discovery.other_sources;
+                if let Some(why) =
+                    crate::discovery::other::cpu_wide_count_refusal(others, &enc.pmu, text)
+                {
+                    return Err(CliError::bad_input(why));
+                }
+            }
             encs.extend(e);
         }
         let planned = plan::encoded_counters(&encs, &discovery.topology);

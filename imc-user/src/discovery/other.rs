@@ -263,6 +263,29 @@ fn trace_imc(p: &Pmu, pmus: &[Pmu]) -> OtherSource {
     s
 }
 
+/// Why a CPU-wide counting tool (`imc stat -e`, which opens pid -1 on CPUs) cannot count
+/// `event` on `pmu`, in one line naming both; None when it can (or the PMU is not one of these).
+pub fn cpu_wide_count_refusal(others: &[OtherSource], pmu: &str, event: &str) -> Option<String> {
+    let s = others.iter().find(|s| s.pmu == pmu)?;
+    if !s.can_count {
+        return Some(format!(
+            "event '{event}': PMU {pmu} only samples ({}); imc stat counts — see 'imc list'",
+            if pmu.starts_with("ibs_") {
+                "AMD IBS, a profiling source"
+            } else {
+                "a profiling source; record it with perf record"
+            }
+        ));
+    }
+    if !s.cpu_wide {
+        return Some(format!(
+            "event '{event}': PMU {pmu} counts per task only (the kernel refuses CPU-wide opens \
+             with EINVAL); imc stat opens counters CPU-wide"
+        ));
+    }
+    None
+}
+
 /// Why a PMU lacks a format term that the same PMU has on other CPUs, in one line naming the
 /// PMU and the term (AMD IBS filters that only newer cores have).
 pub fn missing_term_reason(pmu: &str, term: &str) -> Option<String> {
@@ -503,6 +526,20 @@ mod tests {
                 .iter()
                 .any(|n| n.what.contains("together"))
         );
+    }
+
+    #[test]
+    fn cpu_wide_counting_refusals_name_pmu_and_event() {
+        let v = other_sources(Path::new("/nonexistent"), &power_pmus()).unwrap();
+        assert_eq!(
+            cpu_wide_count_refusal(&v, "core_imc", "core_imc/CPM_CCYC/"),
+            None
+        );
+        let m = cpu_wide_count_refusal(&v, "thread_imc", "thread_imc/x/").unwrap();
+        assert!(m.contains("thread_imc/x/") && m.contains("per task"), "{m}");
+        let m = cpu_wide_count_refusal(&v, "trace_imc", "trace_imc/trace_cycles/").unwrap();
+        assert!(m.contains("only samples"), "{m}");
+        assert_eq!(cpu_wide_count_refusal(&v, "nest_mba0_imc", "e"), None);
     }
 
     #[test]
