@@ -128,6 +128,10 @@ pub struct TopArgs {
     /// Rows of tasks to show (0: all).
     #[arg(short = 'n', long = "top", value_name = "N", default_value_t = 20)]
     pub top: usize,
+    /// AMD: sample with IBS op instead and show, per process, how many sampled loads DRAM
+    /// served, local or remote node (L3 misses only where the PMU has l3missonly).
+    #[arg(long, conflicts_with = "events")]
+    pub ibs: bool,
 }
 
 #[derive(Args, Debug, Clone)]

@@ -35,6 +35,12 @@ pub(crate) fn other_sources(root: &Path, pmus: &[Pmu]) -> Result<Vec<OtherSource
     Ok(out)
 }
 
+/// `other_sources` for hand-built PMUs (unit tests elsewhere in the crate).
+#[cfg(test)]
+pub(crate) fn tests_other_sources(pmus: &[Pmu]) -> Vec<OtherSource> {
+    other_sources(Path::new("/nonexistent"), pmus).unwrap()
+}
+
 /// A format field as the kernel writes it: `config:0-7,32-35`.
 pub fn format_text(f: &FormatField) -> String {
     let word = match f.word {
