@@ -87,7 +87,7 @@ pub struct StatArgs {
     /// and MCDRAM bandwidth.
     #[arg(long, value_name = "REQUEST-TYPES", num_args = 0..=1,
           default_missing_value = crate::backends::latency::DEFAULT_REQUEST_TYPES,
-          conflicts_with = "events")]
+          conflicts_with_all = ["events", "backend"])]
     pub latency: Option<String>,
     /// Run this command and measure until it exits (exit with its status).
     #[arg(last = true, value_name = "CMD")]

@@ -48,7 +48,13 @@ fn main() -> ExitCode {
         cli.command,
         Command::Encode(_) | Command::Stat(_) | Command::Top(_) | Command::Record(_)
     ) {
-        log::info!("{}", pfm.why);
+        match (&pfm.pmu, log::log_enabled!(log::Level::Info)) {
+            (None, true) => match imc::events::pfm::active_pmus() {
+                Ok(active) => log::info!("{}; active: {}", pfm.why, active.join(", ")),
+                Err(e) => log::info!("{}; libpfm4 not loaded: {e}", pfm.why),
+            },
+            _ => log::info!("{}", pfm.why),
+        }
     }
     match imc::commands::run(cli) {
         Ok(code) => code,

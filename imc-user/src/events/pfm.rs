@@ -181,6 +181,13 @@ pub fn available() -> Result<(), String> {
     library().map(|_| ())
 }
 
+/// The PMUs libpfm4 activated (detected on this host, or forced), for `-v`.
+pub fn active_pmus() -> Result<Vec<String>, String> {
+    let pfm = library()?;
+    let _guard = CALLS.lock().unwrap_or_else(|p| p.into_inner());
+    Ok(pfm.active_pmus())
+}
+
 impl Pfm {
     fn error_text(&self, rc: c_int) -> String {
         // SAFETY: pfm_strerror returns a static string (or NULL) for any code.

@@ -94,7 +94,7 @@ pub fn choose(root_cpu: Option<&Machine>, host: &Machine, user_force: Option<&st
     let host_detect = |why: String| PfmModel {
         force: None,
         pmu: None,
-        why: format!("libpfm4 PMU: libpfm4's detection of this host's CPU; {why}"),
+        why: format!("libpfm4 PMU from libpfm4's own detection of this host: {why}"),
     };
     let Some(root) = root_cpu.filter(|m| m.vendor.is_some() || m.power.is_some()) else {
         return host_detect("--root has no proc/cpuinfo naming a CPU".into());
