@@ -125,9 +125,9 @@ fn render(r: &Report, verbose: bool) -> String {
     o
 }
 
-/// One non-bandwidth PMU: role, scope, what it can do, what excludes it, why it is not
-/// bandwidth, its formats, caps and events (events only with -v when there are many).
-fn render_other(o: &mut String, s: &OtherSource, verbose: bool) {
+/// The first line of a non-bandwidth PMU: role, scope, what it can do, where, and why it is not
+/// bandwidth.
+fn other_summary(s: &OtherSource) -> String {
     let role = match s.role {
         SourceRole::Profiling => "profiling",
         SourceRole::Counting => "counting",
@@ -138,31 +138,31 @@ fn render_other(o: &mut String, s: &OtherSource, verbose: bool) {
         PmuScope::Thread => "per thread (task-bound)",
         PmuScope::Cpu => "per CPU",
     };
-    let mut can = Vec::new();
-    if s.can_count {
-        can.push("counts");
-    }
-    if s.can_sample {
-        can.push("samples");
-    }
-    if !s.can_count {
-        can.push("cannot count");
-    }
-    if !s.can_sample {
-        can.push("cannot sample");
-    }
+    let count = if s.can_count {
+        "counts"
+    } else {
+        "cannot count"
+    };
+    let sample = if s.can_sample {
+        "samples"
+    } else {
+        "cannot sample"
+    };
     let cpus = if s.cpus.is_empty() {
         "any CPU".to_string()
     } else {
         format!("cpus {}", cpus_text(&s.cpus))
     };
-    let _ = writeln!(
-        o,
-        "{:<20} {role}, {scope}, {}, {cpus}: {}",
-        s.pmu,
-        can.join(", "),
-        s.why
-    );
+    format!(
+        "{:<20} {role}, {scope}, {count}, {sample}, {cpus}: {}",
+        s.pmu, s.why
+    )
+}
+
+/// One non-bandwidth PMU: its summary, exclusivity, formats, caps, notes and events (the first
+/// few events only, unless -v).
+fn render_other(o: &mut String, s: &OtherSource, verbose: bool) {
+    let _ = writeln!(o, "{}", other_summary(s));
     let _ = writeln!(o, "  pmu {:<28} type {}", s.pmu, s.pmu_type);
     if let Some(ex) = &s.exclusive {
         let _ = writeln!(
@@ -176,7 +176,8 @@ fn render_other(o: &mut String, s: &OtherSource, verbose: bool) {
     let fmts: Vec<String> = s.formats.iter().map(|(n, f)| format!("{n}={f}")).collect();
     let _ = writeln!(o, "  formats {}", fmts.join(" "));
     let caps: Vec<String> = s.caps.iter().map(|(n, v)| format!("{n}={v}")).collect();
-    if s.role == SourceRole::Profiling && s.pmu.starts_with("ibs_") || !caps.is_empty() {
+    // IBS says "(none)" too: an empty caps/ is itself a fact (no Zen 4 extensions).
+    if s.pmu.starts_with("ibs_") || !caps.is_empty() {
         let _ = writeln!(
             o,
             "  caps {}",
