@@ -9,7 +9,9 @@
 //! request bits of the two MSR values.
 //!
 //! Both events are core events: one pair per online CPU, summed; the KNL DDR (knl-imc) and
-//! MCDRAM (knl-edc) bandwidth counters are opened beside them.
+//! MCDRAM (knl-edc) bandwidth counters are opened beside them. Summing keeps the ratio right
+//! even where the threads of a core (or tile) see the same requests: both counts are
+//! duplicated alike.
 use super::BackendError;
 use super::plan::{PerfCounter, encoded_counters, perf_counters};
 use crate::events::{self, EventError};
