@@ -646,3 +646,211 @@ fn every_fixture_tree_says_what_a_correct_tool_finds_and_where_the_facts_come_fr
         );
     }
 }
+
+/// The non-bandwidth source `pmu` of `imc list --json`.
+fn other<'a>(v: &'a Value, pmu: &str) -> &'a Value {
+    v["other_sources"]
+        .as_array()
+        .expect("other_sources array")
+        .iter()
+        .find(|s| s["pmu"] == pmu)
+        .unwrap_or_else(|| panic!("no other source {pmu} in {}", v["other_sources"]))
+}
+
+#[test]
+fn zen3_ibs_is_a_profiling_source_with_formats_and_no_caps() {
+    let root = own("zen3-ibs");
+    let v = json(&root);
+    // IBS is not among the bandwidth sources: amd_df is the DRAM source here.
+    assert!(available(&v, "amd-df"));
+    for s in v["sources"].as_array().unwrap() {
+        let names: Vec<&str> = s["pmus"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["name"].as_str().unwrap())
+            .collect();
+        assert!(!names.iter().any(|n| n.starts_with("ibs_")), "{names:?}");
+    }
+    let fetch = other(&v, "ibs_fetch");
+    let op = other(&v, "ibs_op");
+    for (s, ty) in [(fetch, 8), (op, 9)] {
+        assert_eq!(s["type"], ty);
+        assert_eq!(s["role"], "profiling");
+        assert_eq!(s["can_sample"], true);
+        assert_eq!(s["can_count"], false);
+        assert_eq!(s["per_task"], true);
+        // no cpumask file: any CPU
+        assert_eq!(s["cpus"], serde_json::json!([]));
+        // caps/ is empty (or absent in a git checkout) on Zen 3
+        assert_eq!(s["caps"], serde_json::json!({}));
+        assert!(s["why"].as_str().unwrap().contains("not bandwidth"), "{s}");
+    }
+    assert_eq!(
+        fetch["formats"],
+        serde_json::json!({"rand_en": "config:57", "swfilt": "config2:0"})
+    );
+    assert_eq!(
+        op["formats"],
+        serde_json::json!({"cnt_ctl": "config:19", "swfilt": "config2:0"})
+    );
+    let notes = op["notes"].to_string();
+    assert!(notes.contains("no l3missonly"), "{notes}");
+    assert!(notes.contains("DRAM"), "{notes}");
+
+    let o = run(&root, &[]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let text = &o.stdout;
+    assert!(text.contains("other sources (not bandwidth):"), "{text}");
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("ibs_op"))
+        .expect("an ibs_op line");
+    assert!(
+        line.contains("profiling") && line.contains("cannot count"),
+        "{line}"
+    );
+    assert!(
+        text.contains("formats cnt_ctl=config:19 swfilt=config2:0"),
+        "{text}"
+    );
+}
+
+#[test]
+fn ibs_caps_are_listed_when_the_kernel_exports_them() {
+    // A Zen 4 kernel: caps/zen4_ibs_extensions and format/l3missonly.
+    let tree = copy_tree(&own("zen3-ibs"));
+    let op = tree.path().join("sys/devices/ibs_op");
+    std::fs::create_dir_all(op.join("caps")).unwrap();
+    std::fs::write(op.join("caps/zen4_ibs_extensions"), "1\n").unwrap();
+    std::fs::write(op.join("format/l3missonly"), "config:16\n").unwrap();
+    let v = json(tree.path());
+    let s = other(&v, "ibs_op");
+    assert_eq!(s["caps"], serde_json::json!({"zen4_ibs_extensions": "1"}));
+    assert_eq!(s["formats"]["l3missonly"], "config:16");
+    assert!(
+        s["notes"].to_string().contains("l3missonly=1 keeps only"),
+        "{s}"
+    );
+}
+
+#[test]
+fn power9_core_thread_trace_imc_scopes_exclusivity_and_scales() {
+    let root = own("power9-imc-full");
+    let v = json(&root);
+    // The nest PMUs stay the bandwidth source, per chip, as on power9-2chip.
+    let nest = source(&v, "power-nest-imc");
+    assert_eq!(nest["available"], true);
+    for (name, _, cpus) in pmus(nest) {
+        assert!(name.starts_with("nest_"), "{name}");
+        assert_eq!(cpus, [0, 64]);
+    }
+    let core = other(&v, "core_imc");
+    let thread = other(&v, "thread_imc");
+    let trace = other(&v, "trace_imc");
+    assert_eq!(
+        (
+            core["type"].as_u64(),
+            thread["type"].as_u64(),
+            trace["type"].as_u64()
+        ),
+        (Some(30), Some(31), Some(32))
+    );
+    // core_imc: per core, one CPU per core, each with its SMT4 siblings
+    assert_eq!(core["scope"], "core");
+    assert_eq!(core["role"], "counting");
+    let cpus: Vec<u64> = core["cpus"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c.as_u64().unwrap())
+        .collect();
+    assert_eq!(cpus, (0..32).map(|k| 4 * k).collect::<Vec<u64>>());
+    assert_eq!(core["cores"][1], serde_json::json!([4, 5, 6, 7]));
+    assert_eq!(core["cores"].as_array().unwrap().len(), 32);
+    assert_eq!(
+        (
+            core["can_count"].as_bool(),
+            core["can_sample"].as_bool(),
+            core["per_task"].as_bool()
+        ),
+        (Some(true), Some(false), Some(false))
+    );
+    // thread_imc: per task, no CPU-wide opens, CAP_PERFMON
+    assert_eq!(thread["scope"], "thread");
+    assert_eq!(thread["cpu_wide"], false);
+    assert_eq!(thread["per_task"], true);
+    assert_eq!(thread["needs_perfmon"], true);
+    assert_eq!(thread["cpus"], serde_json::json!([]));
+    // trace_imc: sampling only, a profiling source
+    assert_eq!(trace["role"], "profiling");
+    assert_eq!(trace["can_sample"], true);
+    assert_eq!(trace["can_count"], false);
+    assert!(
+        trace["notes"]
+            .to_string()
+            .contains("trace_imc/trace_cycles/")
+    );
+    // one system-wide lock for the three, none for nest
+    for s in [core, thread, trace] {
+        assert_eq!(s["exclusive"]["errno"], "EBUSY");
+        assert_eq!(
+            s["exclusive"]["members"],
+            serde_json::json!(["core_imc", "thread_imc", "trace_imc"])
+        );
+    }
+    assert!(
+        !v["other_sources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s["pmu"].as_str().unwrap().starts_with("nest_"))
+    );
+    // formats and events with their scales (README table)
+    assert_eq!(core["formats"]["offset"], "config:0-31");
+    assert_eq!(core["formats"]["mode"], "config:33-40");
+    assert_eq!(trace["formats"]["cpmc_load"], "config:30-61");
+    let ev = |s: &Value, n: &str| -> (u64, Option<f64>) {
+        let e = s["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["name"] == n)
+            .unwrap_or_else(|| panic!("no event {n}"));
+        (e["config"].as_u64().unwrap(), e["scale"].as_f64())
+    };
+    assert_eq!(ev(core, "CPM_CCYC"), (0x98, Some(512.0)));
+    assert_eq!(ev(core, "CPM_CS_FROM_MEM_LOCAL"), (0xfe0, Some(512.0)));
+    assert_eq!(
+        ev(thread, "CPM_CS_FROM_MEM_LDATA_USER"),
+        (0x1560, Some(512.0))
+    );
+    assert_eq!(ev(trace, "trace_cycles"), (0x1020_0000, None));
+    assert_eq!(core["events"].as_array().unwrap().len(), 19);
+    assert_eq!(thread["events"].as_array().unwrap().len(), 12);
+
+    let o = run(&root, &[]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let line = |p: &str| {
+        o.stdout
+            .lines()
+            .find(|l| l.starts_with(p))
+            .unwrap_or_else(|| panic!("no {p} line in {}", o.stdout))
+            .to_string()
+    };
+    assert!(line("core_imc").contains("per core"));
+    assert!(line("thread_imc").contains("per thread"));
+    assert!(line("trace_imc").contains("cannot count"));
+    assert!(
+        o.stdout
+            .contains("exclusive group power-imc-core-thread-trace")
+    );
+}
+
+#[test]
+fn machines_without_them_have_no_other_sources() {
+    for tree in ["skx-2socket", "power9-2chip", "vm-guest"] {
+        let v = json(&own(tree));
+        assert_eq!(v["other_sources"], serde_json::json!([]), "{tree}");
+    }
+}

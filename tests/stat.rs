@@ -42,6 +42,7 @@ fn parse(
             separator: None,
             backend: backend.to_string(),
             dry_run: false,
+            latency: None,
             command: Vec::new(),
         },
     )
@@ -1085,4 +1086,214 @@ fn cpus_without_kernel_samples_are_read_on_their_own_cpu_at_1_ms() {
         wakes <= boundaries / 4,
         "imc's thread woke {wakes} times for {boundaries} boundaries: {stats}"
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// `stat --latency` on KNL, with scripted offcore-response counts.
+
+/// libpfm4 reads LIBPFM_FORCE_PMU once per process, when it initialises (the binary sets it
+/// from --root at start-up). A test that encodes for KNL in-process runs itself again in a
+/// child with the variable set: true in the child (run the body), false in the parent once the
+/// child passed.
+fn in_knl_child(test: &str) -> bool {
+    const CHILD: &str = "IMC_STAT_TEST_CHILD";
+    if std::env::var(CHILD).as_deref() == Ok(test) {
+        return true;
+    }
+    let out = std::process::Command::new(std::env::current_exe().expect("test binary"))
+        .args([test, "--exact", "--nocapture", "--test-threads=1"])
+        .env(CHILD, test)
+        .env("LIBPFM_FORCE_PMU", "knl")
+        .output()
+        .expect("run the test binary again");
+    let (so, se) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(
+        out.status.success() && so.contains("1 passed"),
+        "child run of {test} failed:\n{so}\n{se}"
+    );
+    false
+}
+
+fn latency_args(request_types: &str, json: bool) -> (GlobalArgs, StatArgs) {
+    let (g, mut a) = parse(&fixture("knl"), "/dev/mem", 10, 0.03, "auto");
+    a.latency = Some(request_types.to_string());
+    a.json = json;
+    (g, a)
+}
+
+#[test]
+fn knl_latency_is_outstanding_cycles_over_requests_beside_ddr_and_mcdram() {
+    if !in_knl_child("knl_latency_is_outstanding_cycles_over_requests_beside_ddr_and_mcdram") {
+        return;
+    }
+    if let Err(e) = imc::events::pfm::available() {
+        eprintln!("SKIPPED: libpfm4 not available: {e}");
+        return;
+    }
+    let perf = Arc::new(FakePerf::new());
+    // Per read and CPU: 5000 cycles × requests outstanding, 100 completed requests.
+    perf.set_step(0x01b7, 5000);
+    perf.set_step(0x02b7, 100);
+    let (r, lines, err) = run_fake(
+        perf.clone(),
+        &RealDevMem,
+        latency_args("DMND_DATA_RD:DMND_RFO", true),
+    );
+    assert_eq!(r, Ok(()), "stderr: {err}");
+    assert!(!lines.is_empty());
+    let o_key = "OFFCORE_RESPONSE_0:DMND_DATA_RD:DMND_RFO:OUTSTANDING";
+    let r_key = "OFFCORE_RESPONSE_1:DMND_DATA_RD:DMND_RFO:ANY_RESPONSE";
+    for l in &lines {
+        assert_eq!(num(&l["latency_cycles"]), 50.0, "{l}");
+        // both counts summed over the 256 CPUs, in the same ratio
+        let (o, q) = (num(&l["values"][o_key]), num(&l["values"][r_key]));
+        assert_eq!(o / q, 50.0, "{l}");
+        assert_eq!(o % (256.0 * 5000.0), 0.0, "{l}");
+        // DDR and MCDRAM bandwidth beside it
+        let kinds: Vec<&str> = l["packages"][0]["memory"]
+            .as_array()
+            .expect("memory kinds")
+            .iter()
+            .map(|m| m["kind"].as_str().unwrap())
+            .collect();
+        assert_eq!(kinds, ["DDR", "MCDRAM"]);
+    }
+    // What was asked of the kernel: the pair on every CPU, same request bits (0x3), OUTSTANDING
+    // (bit 38) only on RSP_0, ANY_RESPONSE (bit 16) only on RSP_1.
+    let opens = perf.opens();
+    let of = |config: u64| -> Vec<_> {
+        opens
+            .iter()
+            .filter(|o| o.attr.type_ == 4 && o.attr.config == config)
+            .collect()
+    };
+    let (rsp0, rsp1) = (of(0x01b7), of(0x02b7));
+    assert_eq!(rsp0.len(), 256);
+    assert_eq!(rsp1.len(), 256);
+    assert!(
+        rsp0.iter()
+            .all(|o| o.attr.config1 == 0x40_0000_0003 && o.pid == -1)
+    );
+    assert!(rsp1.iter().all(|o| o.attr.config1 == 0x1_0003));
+    let mut cpus: Vec<i32> = rsp0.iter().map(|o| o.cpu).collect();
+    cpus.sort();
+    assert_eq!(cpus, (0..256).collect::<Vec<i32>>());
+
+    // No completed requests: the latency is unknown (null), not a division by zero.
+    let perf = Arc::new(FakePerf::new());
+    perf.set_step(0x02b7, 0);
+    let (r, lines, err) = run_fake(perf, &RealDevMem, latency_args("DMND_DATA_RD", true));
+    assert_eq!(r, Ok(()), "stderr: {err}");
+    assert!(
+        lines.iter().all(|l| l["latency_cycles"].is_null()),
+        "{lines:?}"
+    );
+
+    // The table shows it as a row of its own.
+    let perf = Arc::new(FakePerf::new());
+    perf.set_step(0x01b7, 3000);
+    perf.set_step(0x02b7, 20);
+    let text = run_fake_text(perf, latency_args("DMND_DATA_RD", false));
+    let row = text
+        .lines()
+        .find(|l| l.contains("average latency (core cycles)"))
+        .unwrap_or_else(|| panic!("no latency row in\n{text}"));
+    assert!(row.contains("150.0"), "{row}");
+}
+
+#[test]
+fn knl_latency_refusals_are_one_line() {
+    if !in_knl_child("knl_latency_refusals_are_one_line") {
+        return;
+    }
+    if imc::events::pfm::available().is_err() {
+        return;
+    }
+    let refused = |req: &str, root: &str, code: u8, what: &[&str]| {
+        let (g, mut a) = latency_args(req, true);
+        let g = GlobalArgs {
+            root: PathBuf::from(fixture(root)),
+            ..g
+        };
+        a.latency = Some(req.to_string());
+        let env = StatEnv {
+            perf: Arc::new(FakePerf::new()) as Arc<dyn PerfSys>,
+            devmem: &RealDevMem,
+            clock: &MonotonicClock,
+        };
+        let e = run_with(&g, &a, &env, &mut Vec::new(), &mut Vec::new()).unwrap_err();
+        assert_eq!(e.code, code, "{req}: {}", e.message);
+        assert_eq!(e.message.lines().count(), 1, "{}", e.message);
+        for w in what {
+            assert!(e.message.contains(w), "{req}: '{w}' not in {}", e.message);
+        }
+    };
+    refused("DMND_DATA_RD:DDR", "knl", 2, &["DDR", "response types"]);
+    refused(
+        "DMND_DATA_RDX",
+        "knl",
+        2,
+        &["OFFCORE_RESPONSE_0", "dmnd_data_rdx"],
+    );
+    refused("DMND_DATA_RD:c=1", "knl", 2, &["c=1", "request type"]);
+    refused(
+        "DMND_DATA_RD",
+        "skx-2socket",
+        1,
+        &["knl-imc", "Knights Landing"],
+    );
+    // What `--dry-run` shows: the two checked encodings.
+    let (o, r) = imc::commands::latency::encodings(Path::new(&fixture("knl")), "DMND_DATA_RD")
+        .expect("encodings");
+    assert_eq!(
+        (o.pmu_type, o.config, o.config1),
+        (4, 0x01b7, 0x40_0000_0001)
+    );
+    assert_eq!((r.pmu_type, r.config, r.config1), (4, 0x02b7, 0x1_0001));
+    assert_eq!(o.pmu, "cpu");
+}
+
+#[test]
+fn sampling_only_and_per_task_pmus_are_refused_before_anything_opens() {
+    for (tree, event, what) in [
+        ("zen3-ibs", "ibs_op/cnt_ctl=1/", "only samples"),
+        ("power9-imc-full", "trace_imc/trace_cycles/", "only samples"),
+        (
+            "power9-imc-full",
+            "thread_imc/CPM_CS_INST_USER/",
+            "per task",
+        ),
+    ] {
+        let perf = Arc::new(FakePerf::new());
+        let (g, mut a) = parse(&fixture(tree), "/dev/mem", 10, 0.02, "auto");
+        a.events = vec![event.to_string()];
+        let (r, lines, _) = run_fake(perf.clone(), &RealDevMem, (g, a));
+        let m = r.unwrap_err();
+        assert!(m.contains(event) && m.contains(what), "{m}");
+        assert_eq!(m.lines().count(), 1);
+        assert!(lines.is_empty());
+        assert!(
+            perf.opens().is_empty(),
+            "{event}: opened {:?}",
+            perf.opens()
+        );
+    }
+    // core_imc counts CPU-wide: one counter per core, on the cpumask CPU.
+    let perf = Arc::new(FakePerf::new());
+    let (g, mut a) = parse(&fixture("power9-imc-full"), "/dev/mem", 10, 0.02, "auto");
+    a.events = vec!["core_imc/CPM_CCYC/".to_string()];
+    let (r, _, err) = run_fake(perf.clone(), &RealDevMem, (g, a));
+    assert_eq!(r, Ok(()), "{err}");
+    let mut cpus: Vec<i32> = perf
+        .opens()
+        .iter()
+        .filter(|o| o.attr.type_ == 30)
+        .map(|o| o.cpu)
+        .collect();
+    cpus.sort();
+    cpus.dedup();
+    assert_eq!(cpus, (0..32).map(|k| 4 * k).collect::<Vec<i32>>());
 }

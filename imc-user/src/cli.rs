@@ -86,6 +86,13 @@ pub struct StatArgs {
     /// as one JSON object.
     #[arg(long)]
     pub dry_run: bool,
+    /// Knights Landing/Mill: average memory latency in core cycles for these request types
+    /// (libpfm4 umask names, e.g. DMND_DATA_RD:DMND_RFO; default DMND_DATA_RD), beside DDR
+    /// and MCDRAM bandwidth.
+    #[arg(long, value_name = "REQUEST-TYPES", num_args = 0..=1,
+          default_missing_value = crate::backends::latency::DEFAULT_REQUEST_TYPES,
+          conflicts_with_all = ["events", "backend"])]
+    pub latency: Option<String>,
     /// Run this command and measure until it exits (exit with its status).
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<String>,
@@ -131,6 +138,10 @@ pub struct TopArgs {
     /// Rows of tasks to show (0: all).
     #[arg(short = 'n', long = "top", value_name = "N", default_value_t = 20)]
     pub top: usize,
+    /// AMD: sample with IBS op instead and show, per process, how many sampled loads DRAM
+    /// served, local or remote node (L3 misses only where the PMU has l3missonly).
+    #[arg(long, conflicts_with_all = ["events", "dry_run"])]
+    pub ibs: bool,
 }
 
 #[derive(Args, Debug, Clone)]

@@ -1,6 +1,6 @@
 use clap::Parser;
 use clap::error::ErrorKind;
-use imc::cli::Cli;
+use imc::cli::{Cli, Command};
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
@@ -38,6 +38,24 @@ fn main() -> ExitCode {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(level))
         .format_timestamp(None)
         .init();
+    // libpfm4 encodes for the CPU --root describes: decided before any thread starts and before
+    // libpfm4 is loaded, since it reads LIBPFM_FORCE_PMU once, when it initialises.
+    let pfm = imc::events::pfm_model::decide(&cli.global.root);
+    // SAFETY: no other thread exists yet (clap and env_logger start none), and nothing has read
+    // the environment through libc.
+    unsafe { imc::events::pfm_model::apply(&pfm) };
+    if matches!(
+        cli.command,
+        Command::Encode(_) | Command::Stat(_) | Command::Top(_) | Command::Record(_)
+    ) {
+        match (&pfm.pmu, log::log_enabled!(log::Level::Info)) {
+            (None, true) => match imc::events::pfm::active_pmus() {
+                Ok(active) => log::info!("{}; active: {}", pfm.why, active.join(", ")),
+                Err(e) => log::info!("{}; libpfm4 not loaded: {e}", pfm.why),
+            },
+            _ => log::info!("{}", pfm.why),
+        }
+    }
     match imc::commands::run(cli) {
         Ok(code) => code,
         Err(e) => {

@@ -3,7 +3,7 @@
 use crate::cli::{GlobalArgs, ListArgs};
 use crate::discovery::{self, DiscoveryError, Report};
 use crate::error::{CliError, CliResult};
-use crate::model::Source;
+use crate::model::{OtherSource, PmuScope, Source, SourceRole};
 use serde_json::{Value, json};
 use std::fmt::Write as _;
 use std::path::Path;
@@ -51,6 +51,7 @@ pub fn to_json(r: &Report) -> Value {
         "nodes": d.topology.nodes,
         "online": d.topology.online,
         "sources": d.sources,
+        "other_sources": d.other_sources,
     })
 }
 
@@ -115,7 +116,94 @@ fn render(r: &Report, verbose: bool) -> String {
     if !any_mc {
         let _ = writeln!(o, "\nno memory-bandwidth backend available");
     }
+    if !d.other_sources.is_empty() {
+        let _ = writeln!(o, "\nother sources (not bandwidth):");
+        for s in &d.other_sources {
+            render_other(&mut o, s, verbose);
+        }
+    }
     o
+}
+
+/// The first line of a non-bandwidth PMU: role, scope, what it can do, where, and why it is not
+/// bandwidth.
+fn other_summary(s: &OtherSource) -> String {
+    let role = match s.role {
+        SourceRole::Profiling => "profiling",
+        SourceRole::Counting => "counting",
+    };
+    let scope = match s.scope {
+        PmuScope::Chip => "per chip",
+        PmuScope::Core => "per core",
+        PmuScope::Thread => "per thread (task-bound)",
+        PmuScope::Cpu => "per CPU",
+    };
+    let count = if s.can_count {
+        "counts"
+    } else {
+        "cannot count"
+    };
+    let sample = if s.can_sample {
+        "samples"
+    } else {
+        "cannot sample"
+    };
+    let cpus = if s.cpus.is_empty() {
+        "any CPU".to_string()
+    } else {
+        format!("cpus {}", cpus_text(&s.cpus))
+    };
+    format!(
+        "{:<20} {role}, {scope}, {count}, {sample}, {cpus}: {}",
+        s.pmu, s.why
+    )
+}
+
+/// One non-bandwidth PMU: its summary, exclusivity, formats, caps, notes and events (the first
+/// few events only, unless -v).
+fn render_other(o: &mut String, s: &OtherSource, verbose: bool) {
+    let _ = writeln!(o, "{}", other_summary(s));
+    let _ = writeln!(o, "  pmu {:<28} type {}", s.pmu, s.pmu_type);
+    if let Some(ex) = &s.exclusive {
+        let _ = writeln!(
+            o,
+            "  exclusive group {}: {} ({} while another member is in use)",
+            ex.group,
+            ex.members.join(", "),
+            ex.errno
+        );
+    }
+    let fmts: Vec<String> = s.formats.iter().map(|(n, f)| format!("{n}={f}")).collect();
+    let _ = writeln!(o, "  formats {}", fmts.join(" "));
+    let caps: Vec<String> = s.caps.iter().map(|(n, v)| format!("{n}={v}")).collect();
+    // IBS says "(none)" too: an empty caps/ is itself a fact (no Zen 4 extensions).
+    if s.pmu.starts_with("ibs_") || !caps.is_empty() {
+        let _ = writeln!(
+            o,
+            "  caps {}",
+            if caps.is_empty() {
+                "(none)".to_string()
+            } else {
+                caps.join(" ")
+            }
+        );
+    }
+    for n in &s.notes {
+        let _ = writeln!(o, "  note {n}");
+    }
+    const SHOWN: usize = 8;
+    for (i, e) in s.events.iter().enumerate() {
+        if i == SHOWN && !verbose {
+            let _ = writeln!(
+                o,
+                "  … {} more events (imc -v list shows all)",
+                s.events.len() - SHOWN
+            );
+            break;
+        }
+        let scale = e.scale.map_or(String::new(), |x| format!("  scale {x}"));
+        let _ = writeln!(o, "  event {:<32} config {:#x}{scale}", e.name, e.config);
+    }
 }
 
 fn render_source(o: &mut String, s: &Source, verbose: bool) {

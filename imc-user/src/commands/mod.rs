@@ -5,6 +5,8 @@ use crate::error::CliResult;
 use std::process::ExitCode;
 
 pub mod encode;
+pub mod ibs_top;
+pub mod latency;
 pub mod list;
 pub mod record;
 pub mod report;

@@ -92,6 +92,7 @@ pub fn select_for(
         } else {
             Vec::new()
         },
+        latency: None,
     };
     let plan = plan::plan(found, &Kernel::read(&global.root), &req).map_err(plan_error)?;
     Ok(Selection {

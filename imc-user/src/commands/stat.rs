@@ -139,6 +139,10 @@ pub fn run_with<W: Write>(
     let mut layout = interval::Layout::new(backend.as_ref());
     set_peaks(&mut layout, &global.root, &discovery);
     let mut writer = StatWriter::new(out, format, args.per_channel, &layout);
+    // --latency (KNL): the average-latency column (commands/latency.rs).
+    if let Some(req) = &args.latency {
+        writer.set_latency(super::latency::columns(&layout, req));
+    }
     let mut child_status: Option<std::process::ExitStatus> = None;
     let result = {
         let child_ref = &mut child;
@@ -295,7 +299,7 @@ fn open_planned(
             plan.source
         )));
     }
-    let name = if plan.source == "knl-imc" || plan.source == "knl-edc" {
+    let name = if plan.source == "knl-edc" {
         "knl-imc+knl-edc".to_string()
     } else {
         plan.source.clone()
@@ -389,6 +393,11 @@ pub fn plan_of(
         interval_ms: args.interval_ms,
         drain_ms: args.interval_ms,
         stand_in: Vec::new(),
+        latency: args
+            .latency
+            .as_deref()
+            .map(|types| super::latency::encodings(&global.root, types))
+            .transpose()?,
     };
     crate::plan::plan(discovery, &Kernel::read(&global.root), &req).map_err(plan_error)
 }

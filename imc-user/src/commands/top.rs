@@ -46,6 +46,10 @@ impl Sink for JsonLines {
 }
 
 pub fn run(global: &GlobalArgs, args: &TopArgs) -> CliResult<ExitCode> {
+    // --ibs: AMD IBS op sampling, its own loop (commands/ibs_top.rs).
+    if args.ibs {
+        return super::ibs_top::run(global, args);
+    }
     let found = discover(global)?;
     let sel = select_for(
         global,

@@ -268,9 +268,20 @@ pub fn encode(pmus: &[Pmu], text: &str) -> Result<Vec<Encoded>, EventError> {
             all.push(a.terms.trim());
         }
         all.extend(user_terms.iter().copied());
-        let words = encode_terms(pmu, &all.join(",")).map_err(|source| EventError::Term {
-            event: text.to_string(),
-            source,
+        let words = encode_terms(pmu, &all.join(",")).map_err(|source| {
+            // A filter this CPU's PMU lacks gets the reason, not only the list of terms.
+            if let crate::discovery::FormatError::UnknownTerm { term, .. } = &source
+                && let Some(why) = crate::discovery::other::missing_term_reason(&pmu.name, term)
+            {
+                return EventError::Modifier {
+                    event: text.to_string(),
+                    reason: why,
+                };
+            }
+            EventError::Term {
+                event: text.to_string(),
+                source,
+            }
         })?;
         if words.config3 != 0 {
             return Err(syntax(

@@ -4,6 +4,7 @@
 //! byte buffer (no allocation once warm), JSON keys are escaped once up front, and the whole
 //! interval reaches the writer in one `write` + `flush`.
 use crate::backends::interval::{Bytes, IntervalReport, Layout, Sink};
+use crate::output::latency::LatencyCols;
 use std::io::{self, Write};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -27,6 +28,8 @@ pub struct StatWriter<W: Write> {
     /// Reference for the human/CSV time column (seconds since the first read).
     t0_ns: Option<u64>,
     header_done: bool,
+    /// `stat --latency`: the two counts whose ratio is the average latency.
+    latency: Option<LatencyCols>,
 }
 
 impl<W: Write> Sink for StatWriter<W> {
@@ -118,7 +121,13 @@ impl<W: Write> StatWriter<W> {
                 .collect(),
             t0_ns: None,
             header_done: false,
+            latency: None,
         }
+    }
+
+    /// Adds the average-latency column (`stat --latency`).
+    pub fn set_latency(&mut self, cols: Option<LatencyCols>) {
+        self.latency = cols;
     }
 
     /// Writes one interval and flushes it.
@@ -220,6 +229,9 @@ impl<W: Write> StatWriter<W> {
             json_num(b, *v);
         }
         b.push(b'}');
+        if let Some(l) = &self.latency {
+            l.json(b, r);
+        }
         if r.multiplexed {
             // Extra field: the fraction of the interval each multiplexed counter ran.
             b.extend_from_slice(b",\"multiplexed\":{");
@@ -307,6 +319,9 @@ impl<W: Write> StatWriter<W> {
                 b.push(b'\n');
             }
         }
+        if let Some(l) = &self.latency {
+            l.csv(b, r, time, el, sep);
+        }
         not_counted_note(b, layout, r);
     }
 
@@ -366,6 +381,9 @@ impl<W: Write> StatWriter<W> {
                 }
                 b.push(b'\n');
             }
+        }
+        if let Some(l) = &self.latency {
+            l.human(b, r, time, ms);
         }
         not_counted_note(b, layout, r);
     }

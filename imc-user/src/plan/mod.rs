@@ -55,6 +55,9 @@ pub struct Request {
     /// The stand-in to use without a memory controller: `LLC-load-misses` where the core PMU
     /// encodes it, else `page-faults` (resolved by the caller, who reads the root).
     pub stand_in: Vec<(String, Vec<Encoded>)>,
+    /// `stat --latency` (KNL): the checked OFFCORE_RESPONSE pair (outstanding, requests),
+    /// counted on every CPU beside DDR and MCDRAM bandwidth.
+    pub latency: Option<(Encoded, Encoded)>,
 }
 
 #[derive(Debug, Error, PartialEq)]
@@ -203,7 +206,11 @@ fn choose_counters(
     found: &Discovery,
     req: &Request,
 ) -> Result<(String, Option<BackendKind>, Vec<Counter>), PlanError> {
+    if let Some(pair) = &req.latency {
+        return latency_counters(found, pair);
+    }
     if !req.events.is_empty() {
+        refuse_uncountable(found, &req.events)?;
         let counters = event_counters(&req.events, &found.topology);
         if counters.is_empty() {
             return Err(PlanError::Unavailable(
@@ -259,6 +266,67 @@ fn choose_counters(
     };
     let counters = event_counters(&[(name.clone(), encs.clone())], &found.topology);
     Ok((format!("proxy:{name}"), None, counters))
+}
+
+/// Sampling-only PMUs (IBS, POWER trace IMC) and per-task ones (thread IMC) cannot be counted
+/// CPU-wide: said before anything opens.
+fn refuse_uncountable(
+    found: &Discovery,
+    events: &[(String, Vec<Encoded>)],
+) -> Result<(), PlanError> {
+    for (text, encs) in events {
+        for e in encs {
+            if let Some(why) =
+                crate::discovery::other::cpu_wide_count_refusal(&found.other_sources, &e.pmu, text)
+            {
+                return Err(PlanError::BadRequest(why));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `stat --latency`: KNL's DDR and MCDRAM channels, then the offcore-response pair on every
+/// online CPU (the core PMU has no cpumask).
+fn latency_counters(
+    found: &Discovery,
+    (outstanding, requests): &(Encoded, Encoded),
+) -> Result<(String, Option<BackendKind>, Vec<Counter>), PlanError> {
+    let knl: Vec<&Source> = [BackendKind::KnlImc, BackendKind::KnlEdc]
+        .iter()
+        .filter_map(|k| found.sources.iter().find(|s| s.backend == *k))
+        .collect();
+    if let Some(s) = knl.iter().find(|s| !s.available) {
+        return Err(PlanError::Unavailable(format!(
+            "--latency needs Knights Landing/Mill memory counters; {} is unavailable ({})",
+            s.backend.as_str(),
+            s.reason.as_deref().unwrap_or("no reason given")
+        )));
+    }
+    if knl.is_empty() {
+        return Err(PlanError::Unavailable(
+            "--latency needs Knights Landing/Mill memory counters (knl-imc, knl-edc)".into(),
+        ));
+    }
+    let mut counters = Vec::new();
+    for s in knl {
+        counters.extend(source_counters(s, &found.topology));
+    }
+    number_channels(&mut counters);
+    let pair: Vec<(String, Vec<Encoded>)> = [outstanding, requests]
+        .into_iter()
+        .map(|e| {
+            let mut one = e.clone();
+            one.cpus = None;
+            (e.event.clone(), vec![one])
+        })
+        .collect();
+    counters.extend(event_counters(&pair, &found.topology));
+    Ok((
+        "knl-imc+knl-edc+latency".into(),
+        Some(BackendKind::KnlImc),
+        counters,
+    ))
 }
 
 fn no_controller_reason(found: &Discovery) -> String {

@@ -26,6 +26,7 @@ fn request(command: Command) -> Request {
         interval_ms: 1000,
         drain_ms: 50,
         stand_in: Vec::new(),
+        latency: None,
     }
 }
 
