@@ -252,6 +252,9 @@ pub trait Sink {
     fn stop_requested(&self) -> bool {
         false
     }
+    /// After every drain: how many records it took in and how long it took (`imc serve`'s
+    /// health metrics).
+    fn drained(&mut self, _records: usize, _took: Duration) {}
 }
 
 /// How often the loop drains the rings: a quarter of the interval, so an interval closes at most
@@ -362,13 +365,15 @@ pub async fn sample_loop(
         }
         let now = tokio::time::Instant::now();
         let finished = stop || sink.stop_requested() || deadline.is_some_and(|d| now >= d);
-        pump.drain(|r| {
+        let drain_start = std::time::Instant::now();
+        let records = pump.drain(|r| {
             if sink_error.is_none()
                 && let Err(e) = sink.tick(r)
             {
                 sink_error = Some(e);
             }
         });
+        sink.drained(records, drain_start.elapsed());
         if let Some(e) = sink_error.take() {
             return Err(CliError::runtime(format!("writing output: {e}")));
         }
