@@ -107,16 +107,22 @@ impl Pair {
     }
 }
 
-/// A process as exported: its labels other than direction/event.
-#[derive(Clone, Debug, Hash, PartialEq, Eq)]
-struct ProcKey {
-    tgid: u32,
+/// The labels of a process other than direction/event (besides its pid).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct ProcLabels {
     comm: String,
     cgroup: String,
 }
 
+/// One process (thread group): everything attributed to its pid, whatever its threads are
+/// called. It is labelled by its main thread's name and cgroup as last seen (a process whose
+/// main thread has not run yet: the first thread seen); when they change (an exec, a move to
+/// another cgroup) its series moves to the new labels with the same total.
 #[derive(Default)]
 struct ProcState {
+    labels: ProcLabels,
+    /// Labels its series are exported under now, if exported.
+    shown: Option<ProcLabels>,
     /// Cumulative amounts by (direction, event): event is empty for bytes.
     totals: BTreeMap<(Direction, String), u64>,
     score: f64,
@@ -136,12 +142,8 @@ pub struct Exporter {
     intervals: Counter,
     scrape: Histogram,
     drain: Histogram,
-    procs: HashMap<ProcKey, ProcState>,
-    /// Processes whose series are in the process family now.
-    exported: HashSet<ProcKey>,
-    /// The name a process is exported under: its main thread's, once seen; until then the
-    /// first name given, so that a process whose threads have their own names stays one series.
-    names: HashMap<u32, String>,
+    /// By pid (thread group id).
+    procs: HashMap<u32, ProcState>,
     n_intervals: u64,
 }
 
@@ -224,8 +226,6 @@ impl Exporter {
             scrape,
             drain,
             procs: HashMap::new(),
-            exported: HashSet::new(),
-            names: HashMap::new(),
             n_intervals: 0,
         }
     }
@@ -234,10 +234,9 @@ impl Exporter {
     pub fn add_interval(&mut self, r: &IntervalResult) {
         self.n_intervals += 1;
         self.add_packages(r);
-        self.learn_names(&r.tasks);
         let groups = group_rows(r.tasks.clone(), GroupBy::Tgid);
         self.add_cgroups(&r.tasks);
-        self.add_processes(&groups);
+        self.add_processes(&groups, &r.tasks);
         self.choose_processes();
         self.lost.inc_by(r.lost_samples);
         self.intervals.inc();
@@ -371,31 +370,26 @@ impl Exporter {
         }
     }
 
-    fn learn_names(&mut self, rows: &[TaskRow]) {
-        for row in rows {
-            if row.pid == row.tgid {
-                self.names.insert(row.tgid, row.comm.clone());
-            } else {
-                self.names
-                    .entry(row.tgid)
-                    .or_insert_with(|| row.comm.clone());
-            }
-        }
-    }
-
-    fn add_processes(&mut self, groups: &[TaskRow]) {
+    /// `groups`: the interval's rows summed per thread group; `threads`: the rows themselves,
+    /// for the main threads' names.
+    fn add_processes(&mut self, groups: &[TaskRow], threads: &[TaskRow]) {
         let now = self.n_intervals;
         for st in self.procs.values_mut() {
             st.score *= DECAY;
         }
         for row in groups {
             let amounts = self.amounts(row);
-            let key = ProcKey {
-                tgid: row.tgid,
-                comm: self.names.get(&row.tgid).unwrap_or(&row.comm).clone(),
-                cgroup: cgroup_label(row),
-            };
-            let st = self.procs.entry(key).or_default();
+            let main = threads
+                .iter()
+                .find(|t| t.pid == row.tgid && t.tgid == row.tgid);
+            let fresh = !self.procs.contains_key(&row.tgid);
+            let st = self.procs.entry(row.tgid).or_default();
+            if let Some(m) = main.or(fresh.then_some(row)) {
+                st.labels = ProcLabels {
+                    comm: m.comm.clone(),
+                    cgroup: cgroup_label(m),
+                };
+            }
             let mut recent = 0u64;
             for (dir, event, amount) in amounts {
                 *st.totals.entry((dir, event)).or_default() += amount;
@@ -407,79 +401,84 @@ impl Exporter {
     }
 
     /// Exports the top `max_processes` by recent traffic, removes the series of those that
-    /// dropped out, and forgets idle processes so that the state stays bounded too.
+    /// dropped out (or changed labels), and forgets idle processes so that the state stays
+    /// bounded too.
     fn choose_processes(&mut self) {
-        let mut ranked: Vec<(&ProcKey, &ProcState)> =
-            self.procs.iter().filter(|(_, s)| s.score > 0.0).collect();
-        ranked.sort_by(|a, b| {
-            b.1.score
-                .total_cmp(&a.1.score)
-                .then(a.0.tgid.cmp(&b.0.tgid))
-        });
-        let top: HashSet<ProcKey> = ranked
+        let mut ranked: Vec<(u32, f64)> = self
+            .procs
+            .iter()
+            .filter(|(_, s)| s.score > 0.0)
+            .map(|(&pid, s)| (pid, s.score))
+            .collect();
+        ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        let top: HashSet<u32> = ranked
             .iter()
             .take(self.meta.max_processes)
-            .map(|(k, _)| (*k).clone())
+            .map(|&(pid, _)| pid)
             .collect();
-        for gone in self.exported.difference(&top) {
-            if let Some(st) = self.procs.get(gone) {
+        let family = &self.process;
+        for (pid, st) in self.procs.iter_mut() {
+            let wanted = top.contains(pid).then(|| st.labels.clone());
+            if let Some(old) = st.shown.take_if(|old| Some(&*old) != wanted.as_ref()) {
                 for (dir, event) in st.totals.keys() {
-                    let (family, labels) = self.process_series(gone, *dir, event);
-                    family.remove(&labels);
+                    let (f, labels) = process_series(family, *pid, &old, *dir, event);
+                    f.remove(&labels);
                 }
             }
-        }
-        for key in &top {
-            let Some(st) = self.procs.get(key) else {
+            let Some(labels) = wanted else {
                 continue;
             };
             for ((dir, event), &total) in &st.totals {
-                let (family, labels) = self.process_series(key, *dir, event);
-                let c = family.get_or_create(&labels);
+                let (f, series) = process_series(family, *pid, &labels, *dir, event);
+                let c = f.get_or_create(&series);
                 let shown = c.get();
                 if total > shown {
                     c.inc_by(total - shown);
                 }
             }
+            st.shown = Some(labels);
         }
-        self.exported = top;
         self.forget_idle();
-    }
-
-    fn process_series(&self, key: &ProcKey, dir: Direction, event: &str) -> (&Counters, Labels) {
-        let mut labels = vec![
-            ("pid", key.tgid.to_string()),
-            ("comm", key.comm.clone()),
-            ("cgroup", key.cgroup.clone()),
-            ("direction", direction_label(dir).to_string()),
-        ];
-        if event.is_empty() {
-            (&self.process.bytes, labels)
-        } else {
-            labels.push(("event", event.to_string()));
-            (&self.process.events, labels)
-        }
     }
 
     fn forget_idle(&mut self) {
         let now = self.n_intervals;
-        let exported = &self.exported;
         self.procs
-            .retain(|k, s| exported.contains(k) || now.saturating_sub(s.last_seen) < FORGET_AFTER);
+            .retain(|_, s| s.shown.is_some() || now.saturating_sub(s.last_seen) < FORGET_AFTER);
         if self.procs.len() > MAX_TRACKED {
             let mut scores: Vec<f64> = self.procs.values().map(|s| s.score).collect();
             scores.sort_by(|a, b| b.total_cmp(a));
             let floor = scores[MAX_TRACKED - 1];
             self.procs
-                .retain(|k, s| exported.contains(k) || s.score >= floor);
+                .retain(|_, s| s.shown.is_some() || s.score >= floor);
         }
-        let live: HashSet<u32> = self.procs.keys().map(|k| k.tgid).collect();
-        self.names.retain(|tgid, _| live.contains(tgid));
     }
 
     /// Processes whose state is kept (exported or not).
     pub fn tracked_processes(&self) -> usize {
         self.procs.len()
+    }
+}
+
+/// The family and labels of one process series.
+fn process_series<'a>(
+    family: &'a Pair,
+    pid: u32,
+    l: &ProcLabels,
+    dir: Direction,
+    event: &str,
+) -> (&'a Counters, Labels) {
+    let mut labels = vec![
+        ("pid", pid.to_string()),
+        ("comm", l.comm.clone()),
+        ("cgroup", l.cgroup.clone()),
+        ("direction", direction_label(dir).to_string()),
+    ];
+    if event.is_empty() {
+        (&family.bytes, labels)
+    } else {
+        labels.push(("event", event.to_string()));
+        (&family.events, labels)
     }
 }
 

@@ -390,33 +390,45 @@ fn health_counts_read_errors_and_durations() {
 }
 
 #[test]
-fn a_process_keeps_one_name_whichever_threads_ran() {
+fn a_process_is_one_series_whichever_threads_ran() {
     let m = meta(
         vec![slot("page-faults", "software", Direction::Total, None)],
         5,
     );
     let mut ex = Exporter::new(m);
-    let thread = |pid, comm: &str, n| TaskRow {
+    let thread = |pid, comm: &str, n: f64| TaskRow {
         tgid: 70,
+        share: n / 1000.0,
         ..faults(pid, comm, 1, n)
     };
+    // The main thread has not run: named after the busiest thread seen first.
     ex.add_interval(&IntervalResult {
         tasks: vec![thread(71, "worker 1", 10.0), thread(72, "worker 2", 30.0)],
         ..IntervalResult::default()
     });
     ex.add_interval(&IntervalResult {
-        tasks: vec![thread(72, "worker 2", 5.0)],
+        tasks: vec![thread(71, "worker 1", 5.0)],
+        ..IntervalResult::default()
+    });
+    let t = ex.encode();
+    assert_eq!(count(&t, "imc_process_dram_events_total"), 1, "{t}");
+    let series = |comm: &str| {
+        format!(r#"pid="70",comm="{comm}",cgroup="1",direction="total",event="page-faults""#)
+    };
+    assert_eq!(
+        value(&t, "imc_process_dram_events_total", &series("worker 2")),
+        Some(45.0)
+    );
+    // Its main thread runs (after an exec, under a new name): the series moves, total kept.
+    ex.add_interval(&IntervalResult {
+        tasks: vec![thread(70, "server", 100.0)],
         ..IntervalResult::default()
     });
     let t = ex.encode();
     assert_eq!(count(&t, "imc_process_dram_events_total"), 1, "{t}");
     assert_eq!(
-        value(
-            &t,
-            "imc_process_dram_events_total",
-            r#"pid="70",comm="worker 1",cgroup="1",direction="total",event="page-faults""#
-        ),
-        Some(45.0)
+        value(&t, "imc_process_dram_events_total", &series("server")),
+        Some(145.0)
     );
 }
 
