@@ -27,10 +27,23 @@ pub fn completions(shell: Shell) -> Vec<u8> {
         Shell::Elvish => S::Elvish,
         Shell::Powershell => S::PowerShell,
     };
-    let mut cmd = Cli::command();
+    let mut cmd = visible(&Cli::command());
     let mut buf = Vec::new();
     clap_complete::generate(s, &mut cmd, "imc", &mut buf);
     buf
+}
+
+/// The command without its hidden subcommands (clap_complete would offer them in bash).
+fn visible(cmd: &clap::Command) -> clap::Command {
+    let subs: Vec<clap::Command> = cmd
+        .get_subcommands()
+        .filter(|s| !s.is_hide_set())
+        .cloned()
+        .collect();
+    clap::Command::new("imc")
+        .version(env!("CARGO_PKG_VERSION"))
+        .args(cmd.get_arguments().filter(|a| !a.is_hide_set()).cloned())
+        .subcommands(subs)
 }
 
 /// imc(1) in roff: the top-level page with every visible subcommand and its options.
