@@ -344,10 +344,12 @@ fn prometheus_stores_what_imc_reported_for_the_same_intervals() {
         v
     };
     let by_pid = prefix(&|t| t["tgid"].as_u64() == Some(u64::from(pid)));
+    // The cgroup label is the id today, the resolved path once tasks carry one.
     let by_cgroup = prefix(&|t| {
-        t["cgroup"].as_u64().map(|c| c.to_string()) == Some(cgroup_of_workload.clone())
+        t["cgroup"].as_u64().map(|c| c.to_string()).as_deref() == Some(&cgroup_of_workload)
+            || t["cgroup_path"].as_str() == Some(&cgroup_of_workload)
     });
-    let mut checked = 0;
+    let (mut checked, mut checked_cgroup) = (0, 0);
     for (t, k) in &intervals_seen {
         let k = *k as usize;
         assert!(
@@ -364,13 +366,18 @@ fn prometheus_stores_what_imc_reported_for_the_same_intervals() {
                 *v, by_cgroup[k],
                 "cgroup series at scrape {t} (interval {k})"
             );
+            checked_cgroup += 1;
         }
     }
     assert!(checked >= 5, "only {checked} scrapes compared");
+    assert!(
+        checked_cgroup >= 5,
+        "only {checked_cgroup} scrapes of the cgroup"
+    );
     let last = process.last().unwrap().1;
     assert!(last > 1000.0, "the workload faulted {last} pages");
     eprintln!(
-        "compared {checked} scrapes; workload {pid}: {last} page faults over {} intervals",
+        "compared {checked} scrapes ({checked_cgroup} of cgroup {cgroup_of_workload}); workload {pid}: {last} page faults over {} intervals",
         ivs.len()
     );
 }

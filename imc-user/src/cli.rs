@@ -163,7 +163,8 @@ pub struct ServeArgs {
     pub sampler: SamplerArgs,
     /// Address and port of the HTTP server (/metrics). Loopback by default; any other
     /// address exposes per-process data to the network.
-    #[arg(long, value_name = "ADDR:PORT", default_value = DEFAULT_LISTEN)]
+    #[arg(long, value_name = "ADDR:PORT", default_value = DEFAULT_LISTEN,
+          value_parser = parse_listen)]
     pub listen: SocketAddr,
     /// Processes exported individually: the busiest N by recent traffic (their series are
     /// removed when they drop out, so the series count stays bounded).
@@ -230,6 +231,13 @@ pub fn parse_interval_ms(s: &str) -> Result<u64, String> {
             "'{s}' is not an interval: give whole milliseconds, 1 or more"
         )),
     }
+}
+
+/// A socket address to listen on: `127.0.0.1:10160`, `[::1]:10160`, `0.0.0.0:10160`.
+pub fn parse_listen(s: &str) -> Result<SocketAddr, String> {
+    s.trim().parse().map_err(|_| {
+        format!("'{s}' is not ADDR:PORT (e.g. 127.0.0.1:10160, [::1]:10160 or 0.0.0.0:10160)")
+    })
 }
 
 /// Seconds as a positive decimal: `10`, `0.5`.
