@@ -440,3 +440,63 @@ fn series_stay_bounded_while_thousands_of_processes_come_and_go() {
     assert!(most > 0, "no process series at all");
     assert!(series_total < 200, "{series_total} series after the churn");
 }
+
+/// `imc serve --dry-run` on a fixture tree: no privileges, no socket, the labels it would use.
+fn dry_run(fixture: &str, extra: &[&str]) -> String {
+    // A port held busy: a dry run must not try to listen.
+    let busy = TcpListener::bind("127.0.0.1:0").unwrap();
+    let listen = busy.local_addr().unwrap().to_string();
+    let root = own_fixtures().join(fixture);
+    let out = imc()
+        .arg("--root")
+        .arg(&root)
+        .args(["serve", "--dry-run", "--listen", &listen])
+        .args(extra)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "imc serve --dry-run on {fixture}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn memory_controller_counters_are_exported_in_bytes_per_channel() {
+    let text = dry_run("zen4-2socket", &[]);
+    assert!(text.contains("backend=amd-umc source=amd-umc"), "{text}");
+    let slots: Vec<&str> = text.lines().filter(|l| l.starts_with("slot ")).collect();
+    assert!(!slots.is_empty(), "{text}");
+    for l in &slots {
+        assert!(l.ends_with("-> imc_dram_bytes_total"), "{l}");
+        assert!(l.contains("(channel amd_umc_"), "{l}");
+    }
+    assert!(!text.contains("_events_total"), "{text}");
+}
+
+#[test]
+fn one_event_over_several_pmus_is_one_channel_each() {
+    let text = dry_run("spr-2socket", &["-e", "uncore_imc/cas_count_read/"]);
+    assert!(text.contains("backend=intel-uncore-imc"), "{text}");
+    let channels: std::collections::BTreeSet<&str> = text
+        .lines()
+        .filter_map(|l| l.split("(channel ").nth(1))
+        .filter_map(|l| l.split(',').next())
+        .collect();
+    assert_eq!(channels.len(), 8, "{text}");
+    assert!(channels.contains("uncore_imc_7"), "{text}");
+}
+
+#[test]
+fn a_stand_in_is_exported_as_events_with_its_name() {
+    let text = dry_run("zen4-2socket", &["-e", "page-faults"]);
+    assert!(text.contains("backend=software"), "{text}");
+    assert!(
+        text.contains(
+            "(channel software, total, counts) -> imc_dram_events_total{event=\"page-faults\"}"
+        ),
+        "{text}"
+    );
+    assert!(!text.contains("bytes_total"), "{text}");
+}

@@ -7,12 +7,14 @@
 use super::sampling::{LoopOptions, Selection, Sink, block_on, discover, sample_loop, select};
 use crate::cli::{GlobalArgs, SamplerArgs, ServeArgs};
 use crate::error::{CliError, CliResult};
-use crate::model::{BackendKind, SlotRole};
+use crate::events::generic::type_name;
+use crate::model::{BackendKind, Discovery, SlotRole};
 use crate::output::interval::IntervalResult;
 use crate::output::prometheus::{
     CLASSIC_TYPE, ExportMeta, Exporter, OPENMETRICS_TYPE, SlotInfo, direction_label,
     to_classic_text, wants_openmetrics,
 };
+use crate::sampler::SlotPlan;
 use axum::Router;
 use axum::extract::State;
 use axum::http::HeaderMap;
@@ -34,7 +36,7 @@ fn lock(ex: &Shared) -> MutexGuard<'_, Exporter> {
 pub fn run(global: &GlobalArgs, args: &ServeArgs) -> CliResult<ExitCode> {
     let found = discover(global)?;
     let sel = select(global, &args.sampler, &found)?;
-    let meta = export_meta(global, args, &sel);
+    let meta = export_meta(global, args, &found, &sel);
     if args.dry_run {
         print_dry_run(args, &meta);
         return Ok(ExitCode::SUCCESS);
@@ -149,34 +151,48 @@ pub fn tick_label(s: &SamplerArgs) -> String {
 }
 
 /// Labels of the selection's traffic counters: the channel is the counter's PMU (found by its
-/// perf type among the PMUs under --root), else the PMU part of the event string.
-fn export_meta(global: &GlobalArgs, args: &ServeArgs, sel: &Selection) -> ExportMeta {
+/// perf type among the PMUs under --root, else perf's name for a generic type, else the PMU
+/// part of the event string); the backend is the one that PMU belongs to, else the PMU.
+fn export_meta(
+    global: &GlobalArgs,
+    args: &ServeArgs,
+    found: &Discovery,
+    sel: &Selection,
+) -> ExportMeta {
     let pmus = crate::discovery::read_pmus(&global.root).unwrap_or_default();
+    let channel = |p: &SlotPlan| {
+        pmus.iter()
+            .find(|m| m.pmu_type == p.attr.type_)
+            .map(|m| m.name.clone())
+            .or_else(|| type_name(p.attr.type_).map(str::to_string))
+            .unwrap_or_else(|| p.spec.event.split('/').next().unwrap_or("").to_string())
+    };
     let slots: Vec<Option<SlotInfo>> = sel
         .plans
         .iter()
         .map(|p| match p.spec.role {
             SlotRole::Traffic(direction) => Some(SlotInfo {
                 event: p.spec.event.clone(),
-                channel: pmus
-                    .iter()
-                    .find(|m| m.pmu_type == p.attr.type_)
-                    .map(|m| m.name.clone())
-                    .unwrap_or_else(|| p.spec.event.split('/').next().unwrap_or("").to_string()),
+                channel: channel(p),
                 direction,
                 bytes_per_count: p.spec.bytes_per_count,
             }),
             _ => None,
         })
         .collect();
-    let backend = match BackendKind::parse(&sel.source) {
-        Some(b) => b.as_str().to_string(),
-        None => {
-            let mut names: Vec<&str> = slots.iter().flatten().map(|s| s.channel.as_str()).collect();
-            names.dedup();
-            names.join(",")
-        }
-    };
+    let first = slots.iter().flatten().next().map(|s| s.channel.as_str());
+    let backend = BackendKind::parse(&sel.source)
+        .or_else(|| {
+            let src = found
+                .sources
+                .iter()
+                .find(|s| s.pmus.iter().any(|p| Some(p.name.as_str()) == first));
+            src.map(|s| s.backend)
+        })
+        .map_or_else(
+            || first.unwrap_or("").to_string(),
+            |b| b.as_str().to_string(),
+        );
     ExportMeta {
         version: env!("CARGO_PKG_VERSION").to_string(),
         backend,
