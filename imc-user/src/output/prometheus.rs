@@ -145,6 +145,8 @@ pub struct Exporter {
     /// By pid (thread group id).
     procs: HashMap<u32, ProcState>,
     n_intervals: u64,
+    /// Every cgroup series and the interval it last had traffic in.
+    cgroups_seen: HashMap<Labels, u64>,
 }
 
 impl Exporter {
@@ -226,6 +228,7 @@ impl Exporter {
             scrape,
             drain,
             procs: HashMap::new(),
+            cgroups_seen: HashMap::new(),
             n_intervals: 0,
         }
     }
@@ -351,23 +354,50 @@ impl Exporter {
         out
     }
 
+    /// Adds each task's traffic to its cgroup's series, and removes the series of cgroups
+    /// without traffic for [`FORGET_AFTER`] intervals (containers come and go; a cgroup that
+    /// comes back starts again from zero, which `rate()` reads as a counter reset).
     fn add_cgroups(&mut self, rows: &[TaskRow]) {
+        let now = self.n_intervals;
         for row in rows {
             let cgroup = cgroup_label(row);
             for (dir, event, amount) in self.amounts(row) {
-                let mut labels = vec![
-                    ("cgroup", cgroup.clone()),
-                    ("direction", direction_label(dir).to_string()),
-                ];
-                let family = if event.is_empty() {
-                    &self.cgroup.bytes
-                } else {
-                    labels.push(("event", event));
-                    &self.cgroup.events
-                };
-                family.get_or_create(&labels).inc_by(amount);
+                let labels = cgroup_series(&cgroup, dir, &event);
+                self.cgroup_family(&event)
+                    .get_or_create(&labels)
+                    .inc_by(amount);
+                self.cgroups_seen.insert(labels, now);
             }
         }
+        let stale: Vec<Labels> = self
+            .cgroups_seen
+            .iter()
+            .filter(|(_, seen)| now.saturating_sub(**seen) >= FORGET_AFTER)
+            .map(|(l, _)| l.clone())
+            .collect();
+        for labels in stale {
+            let is_event = labels.iter().any(|(k, _)| *k == "event");
+            let family = if is_event {
+                &self.cgroup.events
+            } else {
+                &self.cgroup.bytes
+            };
+            family.remove(&labels);
+            self.cgroups_seen.remove(&labels);
+        }
+    }
+
+    fn cgroup_family(&self, event: &str) -> &Counters {
+        if event.is_empty() {
+            &self.cgroup.bytes
+        } else {
+            &self.cgroup.events
+        }
+    }
+
+    /// Cgroup series exported now (all directions and events).
+    pub fn cgroup_series_count(&self) -> usize {
+        self.cgroups_seen.len()
     }
 
     /// `groups`: the interval's rows summed per thread group; `threads`: the rows themselves,
@@ -458,6 +488,18 @@ impl Exporter {
     pub fn tracked_processes(&self) -> usize {
         self.procs.len()
     }
+}
+
+/// The labels of one cgroup series.
+fn cgroup_series(cgroup: &str, dir: Direction, event: &str) -> Labels {
+    let mut labels = vec![
+        ("cgroup", cgroup.to_string()),
+        ("direction", direction_label(dir).to_string()),
+    ];
+    if !event.is_empty() {
+        labels.push(("event", event.to_string()));
+    }
+    labels
 }
 
 /// The family and labels of one process series.

@@ -318,6 +318,46 @@ fn only_the_top_processes_are_exported_and_dropouts_are_removed() {
 }
 
 #[test]
+fn cgroups_without_traffic_for_long_lose_their_series() {
+    let m = meta(
+        vec![slot("page-faults", "software", Direction::Total, None)],
+        5,
+    );
+    let mut ex = Exporter::new(m);
+    ex.add_interval(&IntervalResult {
+        tasks: vec![faults(5, "a", 11, 100.0), faults(6, "b", 12, 10.0)],
+        ..IntervalResult::default()
+    });
+    let series = |c: u64| format!(r#"cgroup="{c}",direction="total",event="page-faults""#);
+    for _ in 1..FORGET_AFTER {
+        ex.add_interval(&IntervalResult {
+            tasks: vec![faults(5, "a", 11, 1.0)],
+            ..IntervalResult::default()
+        });
+    }
+    let t = ex.encode();
+    assert_eq!(
+        value(&t, "imc_cgroup_dram_events_total", &series(12)),
+        Some(10.0)
+    );
+    ex.add_interval(&IntervalResult {
+        tasks: vec![faults(5, "a", 11, 1.0)],
+        ..IntervalResult::default()
+    });
+    let t = ex.encode();
+    assert_eq!(
+        value(&t, "imc_cgroup_dram_events_total", &series(12)),
+        None,
+        "{t}"
+    );
+    assert_eq!(
+        value(&t, "imc_cgroup_dram_events_total", &series(11)),
+        Some(100.0 + FORGET_AFTER as f64)
+    );
+    assert_eq!(ex.cgroup_series_count(), 1);
+}
+
+#[test]
 fn a_returning_process_resumes_from_its_total() {
     let m = meta(
         vec![slot("page-faults", "software", Direction::Total, None)],
