@@ -40,6 +40,11 @@ apt_install() {
 #    end-to-end test of the live view.
 apt_install build-essential pkg-config libpfm4-dev bpftool linux-perf tmux
 
+# 1b. Prometheus (server and promtool) and python3 (its workload) for the test of `imc serve`
+#     scraped by a real Prometheus.
+#     Debian's package enables a system service; the tests run their own server on loopback.
+apt_install prometheus python3
+
 command -v cargo >/dev/null 2>&1 || die "cargo not found: install Rust (rustup) first"
 
 # 2. The eBPF compiler. bpf-linker must be built against an LLVM at least as new as the one

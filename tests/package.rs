@@ -116,6 +116,7 @@ fn plans(topology: &Topology, weight: SlotRole) -> (Vec<SlotPlan>, Vec<ReaderGro
                 open_cpu: 0,
                 attr: counting_attr(&page_faults()),
                 name: format!("page-faults@cpu0#{i}"),
+                channel: format!("page-faults@cpu0#{i}"),
             })
             .collect(),
     };

@@ -1,7 +1,12 @@
 //! The command line of the contract in shared/design.md. Each subcommand's arguments are one
 //! struct so that the command modules take exactly what they need.
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::net::SocketAddr;
 use std::path::PathBuf;
+
+/// Where `imc serve` listens unless told: loopback only, on a port outside the 9100-9999
+/// range of Prometheus exporters (all allocated) and of no well-known service.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:10160";
 
 #[derive(Parser, Debug)]
 #[command(
@@ -43,6 +48,14 @@ pub enum Command {
     Record(RecordArgs),
     /// Attribution and bursts from a recording.
     Report(ReportArgs),
+    /// The sampler as a service: Prometheus/OpenMetrics at /metrics.
+    Serve(ServeArgs),
+    /// Shell completions for imc, written to standard output (for packagers).
+    #[command(hide = true)]
+    Completions(CompletionsArgs),
+    /// The man page imc(1) in roff, written to standard output (for packagers).
+    #[command(hide = true)]
+    Manpage,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -173,6 +186,44 @@ pub struct RecordArgs {
     pub command: Vec<String>,
 }
 
+#[derive(Args, Debug, Clone)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub sampler: SamplerArgs,
+    /// Address and port of the HTTP server (/metrics). Loopback by default; any other
+    /// address exposes per-process data to the network.
+    #[arg(long, value_name = "ADDR:PORT", default_value = DEFAULT_LISTEN,
+          value_parser = parse_listen)]
+    pub listen: SocketAddr,
+    /// Processes exported individually: the busiest N by recent traffic (their series are
+    /// removed when they drop out, so the series count stays bounded).
+    #[arg(long, value_name = "N", default_value_t = 20)]
+    pub max_processes: usize,
+    /// How often the counters are brought up to date, in milliseconds.
+    #[arg(short = 'I', long = "interval", value_name = "MS", default_value_t = 1000,
+          value_parser = parse_interval_ms)]
+    pub interval_ms: u64,
+    /// Also write every interval to standard output as one JSON line (the object of
+    /// `imc top --json`), e.g. to check the exporter against.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shell {
+    Bash,
+    Zsh,
+    Fish,
+    Elvish,
+    Powershell,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct CompletionsArgs {
+    #[arg(value_enum)]
+    pub shell: Shell,
+}
+
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GroupBy {
     Pid,
@@ -206,6 +257,13 @@ pub fn parse_interval_ms(s: &str) -> Result<u64, String> {
             "'{s}' is not an interval: give whole milliseconds, 1 or more"
         )),
     }
+}
+
+/// A socket address to listen on: `127.0.0.1:10160`, `[::1]:10160`, `0.0.0.0:10160`.
+pub fn parse_listen(s: &str) -> Result<SocketAddr, String> {
+    s.trim().parse().map_err(|_| {
+        format!("'{s}' is not ADDR:PORT (e.g. 127.0.0.1:10160, [::1]:10160 or 0.0.0.0:10160)")
+    })
 }
 
 /// Seconds as a positive decimal: `10`, `0.5`.
@@ -270,6 +328,21 @@ mod tests {
         assert!(parse_seconds("0").is_err());
         assert!(parse_seconds("nan").is_err());
         assert!(parse_seconds("-1").is_err());
+    }
+
+    #[test]
+    fn serve_defaults_to_loopback_and_twenty_processes() {
+        let cli = Cli::try_parse_from(["imc", "serve", "-e", "page-faults"]).unwrap();
+        match cli.command {
+            Command::Serve(s) => {
+                assert!(s.listen.ip().is_loopback());
+                assert_eq!(s.listen.port(), 10160);
+                assert_eq!(s.max_processes, 20);
+                assert_eq!(s.sampler.events, ["page-faults"]);
+            }
+            _ => panic!("parsed as another command"),
+        }
+        assert!(Cli::try_parse_from(["imc", "serve", "--listen", "localhost"]).is_err());
     }
 
     #[test]

@@ -12,7 +12,7 @@ fn main() -> ExitCode {
         }
         Err(e) if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
             eprintln!(
-                "imc: a command is needed: list, encode, stat, top, record or report (see 'imc --help')"
+                "imc: a command is needed: list, encode, stat, top, record, report or serve (see 'imc --help')"
             );
             return ExitCode::from(2);
         }

@@ -115,6 +115,8 @@ struct PkgState {
     segs: Vec<Segment>,
     /// Counts per slot in the current interval (package totals).
     acc: [f64; MAX_SLOTS],
+    /// The part of `acc` no task took.
+    idle: [f64; MAX_SLOTS],
 }
 
 /// Turns the record stream into per-interval, per-task results.
@@ -195,6 +197,7 @@ impl Attributor {
                         .collect(),
                     segs: Vec::new(),
                     acc: [0.0; MAX_SLOTS],
+                    idle: [0.0; MAX_SLOTS],
                 }
             })
             .collect();
@@ -388,6 +391,9 @@ impl Attributor {
                     }
                     if let Some(p) = self.packages.get_mut(pkg as usize) {
                         p.acc[s] += d;
+                        if task == IDLE {
+                            p.idle[s] += d;
+                        }
                     }
                 }
                 if is_weight {
@@ -561,6 +567,7 @@ impl Attributor {
                     // over) rather than lose it.
                     self.idle_acc[ps.slot] += carry;
                     p.acc[ps.slot] += carry;
+                    p.idle[ps.slot] += carry;
                 }
                 any |= !ps.spans.is_empty();
             }
@@ -586,6 +593,7 @@ impl Attributor {
                     weighed = Some((k, class));
                 }
                 let tasks = &mut self.tasks;
+                let idle_before = self.idle_acc[s];
                 let idle = &mut self.idle_acc[s];
                 let un = spread::apportion(
                     &ps.spans,
@@ -602,6 +610,7 @@ impl Attributor {
                     },
                 );
                 *idle += un;
+                p.idle[s] += self.idle_acc[s] - idle_before;
             }
             // Keep segments that reach past some slot's frontier: their later part is spread
             // when the next readings arrive.
@@ -632,12 +641,17 @@ impl Attributor {
                     *c = round(p.acc[s]);
                 }
                 p.acc = [0.0; MAX_SLOTS];
+                let unattributed_counts = p.idle[..specs.len()].iter().map(|&v| round(v)).collect();
+                p.idle = [0.0; MAX_SLOTS];
                 let (read_bytes, write_bytes, total_bytes) = bytes_of(specs, &counts);
                 PackageRow {
                     id: p.id,
                     read_bytes,
                     write_bytes,
                     total_bytes,
+                    slot_counts: counts[..specs.len()].to_vec(),
+                    unattributed_counts,
+                    channels: Vec::new(),
                 }
             })
             .collect();

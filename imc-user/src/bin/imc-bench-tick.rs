@@ -63,6 +63,7 @@ fn groups(tsc: &Encoded, cpus: &[u32], n: usize, readers: bool, slot: usize) -> 
                     open_cpu: c,
                     attr: imc::sampler::counting_attr(tsc),
                     name: format!("msr/tsc/#{i}"),
+                    channel: format!("msr/tsc/#{i}"),
                 })
                 .collect(),
         })

@@ -93,6 +93,7 @@ pub fn run(global: &GlobalArgs, args: &RecordArgs) -> CliResult<ExitCode> {
         interval_ms: args.interval_ms,
         duration: args.duration,
         command: &args.command,
+        per_channel: false,
     };
     let code = block_on(sample_loop(global, &opts, &found, sel, &mut sink));
     // Whatever ended the loop, close the file properly: everything recorded stays readable.

@@ -151,6 +151,9 @@ pub trait Sink {
     fn stop_requested(&self) -> bool {
         false
     }
+    /// After every drain: how many records it took in and how long it took (`imc serve`'s
+    /// health metrics).
+    fn drained(&mut self, _records: usize, _took: Duration) {}
 }
 
 /// How often the loop drains the rings: a quarter of the interval, so an interval closes at most
@@ -186,6 +189,8 @@ pub struct LoopOptions<'a> {
     pub duration: Option<f64>,
     /// `-- CMD ARGS`: run it, stop when it exits, exit with its status.
     pub command: &'a [String],
+    /// Read each package counter on its own at every interval end (per-channel figures).
+    pub per_channel: bool,
 }
 
 /// Drains the sampler every [`drain_period_ms`] into the attributor and hands each interval to the sink,
@@ -217,7 +222,8 @@ pub async fn sample_loop(
             if a.adds_interrupts { "yes" } else { "no" }
         );
     }
-    let mut pump = Pump::new(sampler, &found.topology, sel.source.clone(), tick_hz);
+    let mut pump = Pump::new(sampler, &found.topology, sel.source.clone(), tick_hz)
+        .per_channel(args.per_channel);
 
     let mut sigint = signal(SignalKind::interrupt())
         .map_err(|e| CliError::runtime(format!("SIGINT handler: {e}")))?;
@@ -262,13 +268,15 @@ pub async fn sample_loop(
         }
         let now = tokio::time::Instant::now();
         let finished = stop || sink.stop_requested() || deadline.is_some_and(|d| now >= d);
-        pump.drain(|r| {
+        let drain_start = std::time::Instant::now();
+        let records = pump.drain(|r| {
             if sink_error.is_none()
                 && let Err(e) = sink.tick(r)
             {
                 sink_error = Some(e);
             }
         });
+        sink.drained(records, drain_start.elapsed());
         if let Some(e) = sink_error.take() {
             return Err(CliError::runtime(format!("writing output: {e}")));
         }
@@ -305,6 +313,9 @@ pub struct Pump {
     sampler: Sampler,
     attr: Attributor,
     lost_seen: u64,
+    /// Each package counter's reading at the last interval end, when per-channel figures are
+    /// wanted (`imc serve`): one userspace read per counter per interval.
+    channels: Option<Vec<f64>>,
 }
 
 impl Pump {
@@ -315,7 +326,15 @@ impl Pump {
             sampler,
             attr,
             lost_seen: 0,
+            channels: None,
         }
+    }
+
+    /// Also read every package counter on its own at each interval end, so each result carries
+    /// per-channel counts (`PackageRow::channels`).
+    pub fn per_channel(mut self, yes: bool) -> Pump {
+        self.channels = yes.then(Vec::new);
+        self
     }
 
     pub fn sampler(&self) -> &Sampler {
@@ -349,11 +368,34 @@ impl Pump {
             self.lost_seen = lost;
         }
         let t = crate::sampler::monotonic_ns();
-        if last {
+        let mut result = if last {
             self.attr.finish(t)
         } else {
             self.attr.close_interval(t)
+        };
+        self.add_channels(&mut result);
+        result
+    }
+
+    /// Each channel's counts since the last interval end into its package's row (nothing the
+    /// first time: that reading is the baseline).
+    fn add_channels(&mut self, result: &mut IntervalResult) {
+        let Some(last) = self.channels.as_mut() else {
+            return;
+        };
+        let now = self.sampler.read_channels();
+        if last.len() == now.len() {
+            for (c, prev) in now.iter().zip(last.iter()) {
+                if let Some(p) = result.packages.iter_mut().find(|p| p.id == c.package) {
+                    p.channels.push(crate::output::interval::ChannelRow {
+                        channel: c.channel.clone(),
+                        slot: c.slot,
+                        counts: (c.value - prev).max(0.0),
+                    });
+                }
+            }
         }
+        *last = now.iter().map(|c| c.value).collect();
     }
 
     fn read_packages(&mut self, all: bool) {

@@ -84,6 +84,7 @@ pub fn run(global: &GlobalArgs, args: &TopArgs) -> CliResult<ExitCode> {
         interval_ms: args.interval_ms,
         duration: args.duration,
         command: &[],
+        per_channel: false,
     };
     block_on(sample_loop(global, &opts, &found, sel, sink))
 }

@@ -15,6 +15,27 @@ pub struct PackageRow {
     /// Absent from JSON when zero, so read/write-only sources print exactly the contract.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub total_bytes: u64,
+    /// Counts of each sampler slot in this package over the interval (by slot index, scaled,
+    /// rounded): a channel's own figures, for `imc serve`. Not part of the JSON contract.
+    #[serde(skip)]
+    pub slot_counts: Vec<f64>,
+    /// The part of `slot_counts` no task could take (idle CPUs, spans nobody ran in).
+    #[serde(skip)]
+    pub unattributed_counts: Vec<f64>,
+    /// Each memory channel's own counts over the interval, where the loop reads them (`imc
+    /// serve`). Not part of the JSON contract.
+    #[serde(skip)]
+    pub channels: Vec<ChannelRow>,
+}
+
+/// One package counter's counts over an interval.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ChannelRow {
+    /// The channel's label (`uncore_imc_3`, `amd_df#2`).
+    pub channel: String,
+    /// The slot the counter is summed into (its direction and bytes per count).
+    pub slot: usize,
+    pub counts: f64,
 }
 
 /// One task (or group of tasks, in reports) and what was attributed to it.

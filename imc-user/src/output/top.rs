@@ -535,6 +535,7 @@ mod tests {
                 read_bytes: 600_000_000,
                 write_bytes: 150_000_000,
                 total_bytes: 0,
+                ..PackageRow::default()
             }],
             tasks: vec![
                 task(300, "stream", 400_000_000, 100_000_000, 0.66),

@@ -146,6 +146,21 @@ pub struct Tick {
     pub reason: String,
 }
 
+impl Tick {
+    /// The tick as one label (`imc_info{tick}`): `kernel-tick:250Hz+sched_switch`,
+    /// `cpu-clock:1000Hz`.
+    pub fn label(&self) -> String {
+        let mut t = self.source.to_string();
+        if let Some(hz) = self.hz {
+            t.push_str(&format!(":{}Hz", hz.round()));
+        }
+        if self.switches {
+            t.push_str("+sched_switch");
+        }
+        t
+    }
+}
+
 /// Something the plan could have read and does not, and why.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Refusal {
@@ -170,6 +185,24 @@ pub struct Plan {
     /// Why the readers are what they are (one line each).
     pub notes: Vec<String>,
     pub kernel: Kernel,
+}
+
+impl Plan {
+    /// How a counter's channel is named where channels are shown one by one (`imc serve`'s
+    /// `channel` label): its PMU instance (`uncore_imc_3`), with the channel's number where one
+    /// PMU has an event per channel (`amd_df#2`, POWER's MCS pairs).
+    pub fn channel_label(&self, c: &Counter) -> String {
+        let shared_pmu = self
+            .counters
+            .iter()
+            .filter(|o| o.package == c.package && o.slot == c.slot && o.pmu == c.pmu)
+            .count()
+            > 1;
+        match c.channel {
+            Some(ch) if shared_pmu => format!("{}#{ch}", c.pmu),
+            _ => c.pmu.clone(),
+        }
+    }
 }
 
 /// Plans `req` on the machine `found` describes.

@@ -270,6 +270,7 @@ impl Reader {
                 read_bytes: c.varint()?,
                 write_bytes: c.varint()?,
                 total_bytes: c.varint()?,
+                ..PackageRow::default()
             });
         }
         let package_bytes: u64 = packages.iter().fold(0u64, |a, p| {

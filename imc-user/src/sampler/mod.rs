@@ -111,6 +111,19 @@ pub struct PackageCounter {
     pub attr: PerfEventAttr,
     /// For messages: `uncore_imc_3/read`.
     pub name: String,
+    /// The memory channel it counts, as exported: its PMU instance (`uncore_imc_3`), or the PMU
+    /// and the channel's number where one PMU has an event per channel (`amd_df#2`).
+    pub channel: String,
+}
+
+/// One package counter's own reading (`Sampler::read_channels`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ChannelReading {
+    pub package: u32,
+    pub slot: usize,
+    pub channel: String,
+    /// Cumulative count, scaled for multiplexing.
+    pub value: f64,
 }
 
 /// The package counters of one package and who reads them: each of `readers` may read all of
@@ -271,6 +284,7 @@ struct OpenCounter {
 struct OpenPackageCounter {
     slot: usize,
     group: usize,
+    channel: String,
     fd: OwnedFd,
 }
 
@@ -526,6 +540,23 @@ impl Sampler {
         n
     }
 
+    /// Every package counter read on its own from userspace (for per-channel figures, once an
+    /// interval): one reading each, in plan order; a counter that fails to read is left out.
+    pub fn read_channels(&self) -> Vec<ChannelReading> {
+        self.package_counters
+            .iter()
+            .filter_map(|c| {
+                let v = perf::read_counter(&RealPerf, c.fd.as_fd()).ok()?;
+                Some(ChannelReading {
+                    package: self.group_package[c.group],
+                    slot: c.slot,
+                    channel: c.channel.clone(),
+                    value: v.scaled().0,
+                })
+            })
+            .collect()
+    }
+
     /// Program statistics summed per CPU.
     pub fn stats(&self) -> Result<SamplerStats, SamplerError> {
         let mut per_cpu: Vec<CpuStats> = Vec::new();
@@ -655,6 +686,7 @@ fn open_package_counters(
             out.push(OpenPackageCounter {
                 slot: c.slot,
                 group,
+                channel: c.channel.clone(),
                 fd,
             });
         }

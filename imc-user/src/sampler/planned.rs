@@ -87,6 +87,7 @@ fn reader_groups(plan: &Plan) -> Vec<ReaderGroup> {
             open_cpu,
             attr: super::counting_attr(&c.encoded),
             name: format!("{}/{}", c.pmu, c.event),
+            channel: plan.channel_label(c),
         };
         match groups.iter_mut().find(|g| g.package == package) {
             Some(g) => g.counters.push(counter),
