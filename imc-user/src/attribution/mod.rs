@@ -549,6 +549,12 @@ impl Attributor {
                     if r.t < b.t {
                         continue; // late reading of an already spread span
                     }
+                    if mask == u64::MAX && r.r.value < b.r.value {
+                        // A 64-bit count (the kernel's, or a sum of them) never wraps: a smaller
+                        // one is a reading that overlapped the previous (a userspace read whose
+                        // counters were read around a tick's), not a wrap. Keep the base.
+                        continue;
+                    }
                     let d = scaled_delta(&b.r, &r.r, mask, b.times && r.times);
                     if r.t == b.t {
                         carry += d; // zero-length span: the next one carries it
@@ -926,6 +932,26 @@ mod tests {
         a.push_tick(&rec(2000, 7, None));
         a.push_tick(&rec(3000, 7, Some(400))); // both readings are task 7's: 300 is exact
         assert_eq!(values(&a.close_interval(4000)), [(7, 300.0)]);
+    }
+
+    #[test]
+    fn an_overlapping_smaller_package_sum_is_skipped_not_wrapped() {
+        // A package slot of summed 64-bit counts: a userspace reading dated after a tick's may
+        // hold a smaller sum (its counters were read around the tick). It must not count as a
+        // wrap of 2^64.
+        let spec = SlotSpec {
+            event: "read".into(),
+            scope: SlotScope::Package,
+            role: SlotRole::Traffic(crate::model::Direction::Read),
+            bytes_per_count: Some(1.0),
+            counter_bits: 64,
+        };
+        let mut a = Attributor::new(&[spec], &topo(), "test");
+        for (t, v) in [(1_000, 100), (2_000, 200), (3_000, 150), (4_000, 300)] {
+            a.push_package_read(0, 0, t, v);
+        }
+        let r = a.finish(5_000);
+        assert_eq!(r.packages[0].read_bytes, 200);
     }
 
     #[test]

@@ -202,7 +202,10 @@ fn export_meta(found: &Discovery, sel: &Selection) -> ExportMeta {
                 .find(|s| s.pmus.iter().any(|p| Some(&p.name) == first_pmu.as_ref()))
                 .map(|s| s.backend)
         })
-        .map_or_else(|| first_pmu.clone().unwrap_or_default(), |b| b.as_str().to_string());
+        .map_or_else(
+            || first_pmu.clone().unwrap_or_default(),
+            |b| b.as_str().to_string(),
+        );
     ExportMeta {
         version: env!("CARGO_PKG_VERSION").to_string(),
         backend,
