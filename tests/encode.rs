@@ -1,12 +1,12 @@
-//! End-to-end: the built `imc encode` against the shared fixture trees with `--root`.
-use imc_tests::{imc, shared_fixtures};
+//! End-to-end: the built `imc encode` against the project's fixture trees with `--root`.
+use imc_tests::{imc, own_fixtures};
 use serde_json::Value;
 use std::process::Output;
 
 fn encode(root: &str, args: &[&str], envs: &[(&str, &str)]) -> Output {
     imc()
         .arg("--root")
-        .arg(shared_fixtures().join(root))
+        .arg(own_fixtures().join(root))
         .arg("encode")
         .args(args)
         .envs(envs.iter().copied())

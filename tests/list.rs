@@ -1,4 +1,4 @@
-//! End-to-end tests of `imc list`: the real binary against every shared and own fixture root,
+//! End-to-end tests of `imc list`: the real binary against every fixture root of tests/fixtures,
 //! asserting the PMU types, designated CPUs and exact config integers the READMEs state, and
 //! that bad input fails with exit 2 and one line on stderr naming the file.
 use imc_tests::{imc, own_fixtures, shared_fixtures};
@@ -31,10 +31,6 @@ fn json(root: &Path) -> Value {
     assert_eq!(o.code, 0, "imc list --json failed: {}", o.stderr);
     assert!(o.stderr.is_empty(), "stderr not empty: {}", o.stderr);
     serde_json::from_str(&o.stdout).expect("valid JSON")
-}
-
-fn shared(name: &str) -> PathBuf {
-    shared_fixtures().join(name)
 }
 
 fn own(name: &str) -> PathBuf {
@@ -119,7 +115,7 @@ fn assert_cas(s: &Value, pmu_names: &[String], read: u64, write: u64) {
 
 #[test]
 fn skx_2socket_uncore_imc() {
-    let v = json(&shared("skx-2socket"));
+    let v = json(&own("skx-2socket"));
     assert_eq!(v["hypervisor"], false);
     let pk = v["packages"].as_array().unwrap();
     assert_eq!(pk.len(), 2);
@@ -147,7 +143,7 @@ fn skx_2socket_uncore_imc() {
 
 #[test]
 fn human_table_shows_pmus_types_cpus_and_configs() {
-    let o = run(&shared("skx-2socket"), &[]);
+    let o = run(&own("skx-2socket"), &[]);
     assert_eq!(o.code, 0, "{}", o.stderr);
     assert!(
         o.stdout.contains("intel-uncore-imc     available"),
@@ -164,7 +160,7 @@ fn human_table_shows_pmus_types_cpus_and_configs() {
 
 #[test]
 fn icl_client_imc_and_mchbar() {
-    let v = json(&shared("icl-client"));
+    let v = json(&own("icl-client"));
     let s = source(&v, "intel-client-imc");
     assert_eq!(s["available"], true);
     assert_eq!(pmus(s), vec![("uncore_imc".to_string(), 12, vec![0])]);
@@ -188,7 +184,7 @@ fn icl_client_imc_and_mchbar() {
 
 #[test]
 fn knl_ddr_and_mcdram() {
-    let v = json(&shared("knl"));
+    let v = json(&own("knl"));
     assert!(!available(&v, "intel-uncore-imc"));
     let imc = source(&v, "knl-imc");
     assert_eq!(pmus(imc), uncore_pmus(14..20, &[0], &[0, 1, 2, 3, 4, 5]));
@@ -210,7 +206,7 @@ fn knl_ddr_and_mcdram() {
 
 #[test]
 fn power9_nest_one_event_per_chip() {
-    let v = json(&shared("power9-2chip"));
+    let v = json(&own("power9-2chip"));
     let ids: Vec<u64> = v["packages"]
         .as_array()
         .unwrap()
@@ -254,7 +250,7 @@ fn power9_nest_one_event_per_chip() {
 
 #[test]
 fn vm_guest_reports_no_backend_without_errors() {
-    let v = json(&shared("vm-guest"));
+    let v = json(&own("vm-guest"));
     assert_eq!(v["hypervisor"], true);
     for s in v["sources"].as_array().unwrap() {
         let b = s["backend"].as_str().unwrap();
@@ -276,7 +272,7 @@ fn vm_guest_reports_no_backend_without_errors() {
     assert_eq!(configs(sw, "software", "page-faults"), [2]);
     assert_eq!(pmus(sw)[0].1, 1);
 
-    let o = run(&shared("vm-guest"), &[]);
+    let o = run(&own("vm-guest"), &[]);
     assert_eq!(o.code, 0);
     assert!(o.stderr.is_empty(), "{}", o.stderr);
     assert!(o.stdout.contains("no memory-bandwidth backend available"));
@@ -558,4 +554,95 @@ fn alias_needed_but_events_missing_makes_backend_unavailable_with_the_file() {
     assert_eq!(s["available"], false);
     let why = s["reason"].as_str().unwrap();
     assert!(why.contains("uncore_imc_0/events/cas_count_read"), "{why}");
+}
+
+/// The trees tests/fixtures/gen.py captured from the shared reference set.
+const CAPTURED: [&str; 7] = [
+    "skx-2socket",
+    "icl-client",
+    "power9-2chip",
+    "power9-imc-full",
+    "knl",
+    "vm-guest",
+    "zen3-ibs",
+];
+
+/// Every file of `root` by relative path: a symlink as its target, a file as its bytes.
+fn tree_contents(root: &Path) -> std::collections::BTreeMap<PathBuf, Vec<u8>> {
+    fn walk(root: &Path, dir: &Path, out: &mut std::collections::BTreeMap<PathBuf, Vec<u8>>) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let e = e.unwrap();
+            let path = e.path();
+            let rel = path.strip_prefix(root).unwrap().to_path_buf();
+            let ft = e.file_type().unwrap();
+            if ft.is_symlink() {
+                let target = std::fs::read_link(&path).unwrap();
+                out.insert(rel, target.into_os_string().into_encoded_bytes());
+            } else if ft.is_dir() {
+                walk(root, &path, out);
+            } else {
+                out.insert(rel, std::fs::read(&path).unwrap());
+            }
+        }
+    }
+    let mut out = std::collections::BTreeMap::new();
+    walk(root, root, &mut out);
+    out
+}
+
+#[test]
+fn captured_trees_match_their_shared_originals() {
+    let Some(shared) = shared_fixtures() else {
+        eprintln!(
+            "SKIPPED: no shared reference fixtures beside this checkout (../shared/fixtures or \
+             IMC_SHARED_FIXTURES): the committed trees are used as they are"
+        );
+        return;
+    };
+    for name in CAPTURED {
+        let original = shared.join(name);
+        if !original.is_dir() {
+            eprintln!("SKIPPED {name}: not in {}", shared.display());
+            continue;
+        }
+        let mine = tree_contents(&own(name));
+        let theirs = tree_contents(&original);
+        let (a, b): (Vec<_>, Vec<_>) = (mine.keys().collect(), theirs.keys().collect());
+        assert_eq!(
+            a, b,
+            "{name}: the file lists differ: rerun tests/fixtures/gen.py"
+        );
+        for (rel, want) in &theirs {
+            let got = &mine[rel];
+            let same = if rel.ends_with("README.md") {
+                got.starts_with(want)
+            } else {
+                // A copy without symlinks holds the link target, perhaps with a newline.
+                got == want || got.as_slice() == want.trim_ascii_end()
+            };
+            assert!(
+                same,
+                "{name}/{}: differs from the shared original",
+                rel.display()
+            );
+        }
+    }
+}
+
+#[test]
+fn every_fixture_tree_says_what_a_correct_tool_finds_and_where_the_facts_come_from() {
+    for e in std::fs::read_dir(own_fixtures()).unwrap() {
+        let dir = e.unwrap().path();
+        if !dir.is_dir() {
+            continue;
+        }
+        let readme = std::fs::read_to_string(dir.join("README.md"))
+            .unwrap_or_else(|err| panic!("{}: README.md: {err}", dir.display()));
+        let lower = readme.to_lowercase();
+        assert!(
+            lower.contains("correct tool") && (lower.contains("source") || readme.contains(".c")),
+            "{}: README.md must say what a correct tool finds and name its kernel sources",
+            dir.display()
+        );
+    }
 }

@@ -11,7 +11,7 @@ use imc::commands::stat::{StatEnv, run_with};
 use imc::model::{Direction, Scope};
 use imc::sys::devmem::{DevMem, DevMemError, RealDevMem, Region};
 use imc::sys::perf::{FakePerf, PerfSys, TYPE_SOFTWARE};
-use imc_tests::{imc, shared_fixtures};
+use imc_tests::{imc, own_fixtures};
 use serde_json::Value;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -87,7 +87,7 @@ fn run_fake_text(perf: Arc<FakePerf>, (g, a): (GlobalArgs, StatArgs)) -> String 
 }
 
 fn fixture(name: &str) -> String {
-    shared_fixtures().join(name).display().to_string()
+    own_fixtures().join(name).display().to_string()
 }
 
 fn num(v: &Value) -> f64 {
@@ -813,7 +813,7 @@ fn memory_device(handle: u16, size_mb: u16, configured_mts: u16) -> Vec<u8> {
     b
 }
 
-/// A copy of a shared fixture tree with SMBIOS entries added: `devices` of (size MB, MT/s).
+/// A copy of a fixture tree with SMBIOS entries added: `devices` of (size MB, MT/s).
 fn fixture_with_dmi(name: &str, devices: &[(u16, u16)]) -> tempfile::TempDir {
     let dir = tempfile::tempdir().expect("tempdir");
     let st = std::process::Command::new("cp")

@@ -21,9 +21,15 @@ pub fn imc() -> Command {
     Command::new(imc_bin())
 }
 
-/// ../shared/fixtures (the fixtures every imc checkout is given beside it).
-pub fn shared_fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures")
+/// The shared reference fixtures, when this checkout has them: IMC_SHARED_FIXTURES, else
+/// ../shared/fixtures beside the checkout. Only optional cross-checks use them (a user's clone
+/// has none); every tree a test runs against is under [`own_fixtures`].
+pub fn shared_fixtures() -> Option<PathBuf> {
+    let dir = match std::env::var_os("IMC_SHARED_FIXTURES") {
+        Some(d) if !d.is_empty() => PathBuf::from(d),
+        _ => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures"),
+    };
+    dir.is_dir().then_some(dir)
 }
 
 /// This project's own fixture trees (tests/fixtures).
