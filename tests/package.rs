@@ -248,9 +248,14 @@ fn package_counter_read_on_its_cpu_only_goes_to_the_toucher() {
         share(spin) * 100.0,
         share(unattributed) * 100.0
     );
+    // The spinner makes no faults. Spreading by on-CPU time instead of weights would give it
+    // about half. What it gets when right comes from strangers: their faults on CPU 1 between
+    // its ticks are charged to the task each tick finds, mostly the spinner, and take a share
+    // of CPU 0's count through CPU 1's weight. Idle that is under 1%; a loaded shared machine
+    // gave 3.2%. 10% keeps that margin and stays five times below the wrong method's answer.
     assert!(
-        share(spin) <= 0.02,
-        "spinner got {:.2}%",
+        share(spin) <= 0.10,
+        "spinner got {:.2}% (spreading by time instead of weights gives about 50%)",
         share(spin) * 100.0
     );
     assert!(
