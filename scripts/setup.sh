@@ -55,7 +55,7 @@ if command -v rustup >/dev/null 2>&1; then
   [ -n "$user_toolchain" ] || die "rust-toolchain.toml names no channel"
   if ! rustup run "$user_toolchain" cargo --version >/dev/null 2>&1; then
     say "installing Rust $user_toolchain (rust-toolchain.toml) for the user crates"
-    rustup toolchain install "$user_toolchain" --profile minimal --component clippy,rustfmt >/dev/null
+    rustup toolchain install --no-self-update "$user_toolchain" --profile minimal --component clippy,rustfmt >/dev/null
   fi
 fi
 cargo --version >/dev/null 2>&1 || die "cargo does not run here: install Rust (rustup) first"
@@ -72,7 +72,7 @@ llvm_dev_available() {
 ebpf_route=""
 if command -v rustup >/dev/null 2>&1; then
   if ! rustup +nightly component list --installed 2>/dev/null | grep -q '^rust-src'; then
-    timeout 180 rustup toolchain install nightly --profile minimal --component rust-src >/dev/null 2>&1 || true
+    timeout 180 rustup toolchain install --no-self-update nightly --profile minimal --component rust-src >/dev/null 2>&1 || true
   fi
   if rustup +nightly component list --installed 2>/dev/null | grep -q '^rust-src'; then
     nightly_rustc="$(rustup +nightly which rustc)"
