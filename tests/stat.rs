@@ -290,6 +290,57 @@ fn a_cpu_going_offline_stops_its_counters_only() {
     );
 }
 
+/// Checks a `-x SEP` table: exactly one header line, and every data row has its fields.
+/// Returns the header's column names.
+fn one_csv_table(text: &str, sep: char) -> Vec<String> {
+    let headers: Vec<&str> = text.lines().filter(|l| l.starts_with("# time_s")).collect();
+    assert_eq!(headers.len(), 1, "one header line: {text}");
+    let cols: Vec<String> = headers[0][2..].split(sep).map(str::to_string).collect();
+    let rows: Vec<&str> = text.lines().filter(|l| !l.starts_with('#')).collect();
+    assert!(!rows.is_empty(), "{text}");
+    for r in rows {
+        assert_eq!(
+            r.split(sep).count(),
+            cols.len(),
+            "row {r:?} vs header {cols:?}"
+        );
+    }
+    cols
+}
+
+#[test]
+fn csv_has_one_header_that_matches_package_and_event_rows() {
+    let (g, mut a) = parse(&fixture("skx-2socket"), "/dev/mem", 10, 0.03, "auto");
+    a.json = false;
+    a.separator = Some(",".to_string());
+    a.events = vec![
+        "uncore_imc_0/cas_count_read/".to_string(),
+        "uncore_imc_0/clockticks/".to_string(),
+    ];
+    let perf = Arc::new(FakePerf::new());
+    perf.set_step(0x0304, 1000);
+    let text = run_fake_text(perf, (g, a));
+    let cols = one_csv_table(&text, ',');
+    let col = |name: &str| cols.iter().position(|c| c == name).unwrap();
+    let rows: Vec<Vec<&str>> = text
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| l.split(',').collect())
+        .collect();
+    let kinds: std::collections::BTreeSet<&str> = rows.iter().map(|r| r[col("kind")]).collect();
+    assert!(
+        kinds.contains("event") && kinds.contains("package"),
+        "{text}"
+    );
+    for r in &rows {
+        let (bytes, count) = (r[col("read_bytes")], r[col("count")]);
+        match r[col("kind")] {
+            "event" => assert!(bytes.is_empty() && count.parse::<f64>().is_ok(), "{r:?}"),
+            _ => assert!(bytes.parse::<f64>().is_ok() && count.is_empty(), "{r:?}"),
+        }
+    }
+}
+
 #[test]
 fn pmus_that_refuse_groups_get_one_fd_per_event() {
     let perf = Arc::new(FakePerf::new());
@@ -685,6 +736,11 @@ fn software_events_count_system_wide() {
         String::from_utf8_lossy(&out.stderr)
     );
     let text = String::from_utf8_lossy(&out.stdout);
+    let cols = one_csv_table(&text, ';');
+    let count = cols
+        .iter()
+        .position(|c| c == "count")
+        .expect("a count column");
     let rows: Vec<Vec<&str>> = text
         .lines()
         .filter(|l| !l.starts_with('#'))
@@ -697,7 +753,7 @@ fn software_events_count_system_wide() {
         assert_eq!(r[2], "event");
         assert_eq!(r[3], "cpu-clock");
         // cpu-clock on every CPU counts wall time: ns per CPU ≈ elapsed.
-        let ns: f64 = r[4].parse().expect("count");
+        let ns: f64 = r[count].parse().expect("count");
         let el: f64 = r[1].parse().expect("elapsed");
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
         assert!((ns / (el * 1e9) / cpus - 1.0).abs() < 0.05, "{r:?}");
