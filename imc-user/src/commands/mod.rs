@@ -9,6 +9,7 @@ pub mod list;
 pub mod record;
 pub mod report;
 pub mod sampling;
+pub mod stand_in;
 pub mod stat;
 pub mod top;
 

@@ -199,42 +199,13 @@ pub fn select(global: &GlobalArgs, args: &SamplerArgs, found: &Discovery) -> Cli
     }
 
     // No memory controller: a labelled stand-in, so the tool still shows who is busy.
-    let why = found
-        .sources
-        .iter()
-        .filter(|s| s.backend.is_memory_controller())
-        .find_map(|s| s.reason.clone())
-        .unwrap_or_else(|| "no memory-controller PMU found".into());
-    let core_pmu = discovery::read_pmu(&global.root, "cpu").is_ok();
-    let (name, proxy) = if core_pmu {
-        (
-            "LLC-load-misses",
-            crate::events::resolve(&global.root, "LLC-load-misses").ok(),
-        )
-    } else {
-        ("page-faults", None)
-    };
-    let (name, e) = match proxy.and_then(|v| v.into_iter().next()) {
-        Some(e) => (name, e),
-        None => (
-            "page-faults",
-            crate::events::resolve(&global.root, "page-faults")
-                .map_err(|e| CliError::runtime(e.to_string()))?
-                .into_iter()
-                .next()
-                .ok_or_else(|| CliError::runtime("page-faults did not encode"))?,
-        ),
-    };
-    eprintln!("imc: no memory-controller counters ({why}); using {name} per process as a stand-in");
-    plans.push(plan_for(
-        &e,
-        SlotRole::Traffic(Direction::Total),
-        64,
-        &found.topology,
-    ));
+    let stand_in = super::stand_in::choose(&global.root, found)?;
+    eprintln!("imc: {}", stand_in.notice("per process"));
+    let role = SlotRole::Traffic(Direction::Total);
+    plans.push(plan_for(&stand_in.event, role, 64, &found.topology));
     Ok(Selection {
         plans,
-        source: format!("proxy:{name}"),
+        source: stand_in.source(),
     })
 }
 

@@ -4,6 +4,7 @@
 //! fallback, or the `-e` events), runs the interval loop until `--duration`, the child of
 //! `-- CMD` exits, or SIGINT/SIGTERM, and converts every module error into a one-line
 //! `CliError` here.
+use super::stand_in;
 use crate::backends::clock::{Clock, MonotonicClock};
 use crate::backends::interval::{self, RunSummary};
 use crate::backends::mchbar::MchbarBackend;
@@ -118,7 +119,13 @@ pub fn run_with<W: Write>(
     read_mode().map_err(|e| CliError::bad_input(e.to_string()))?;
 
     let discovery = discover(&global.root)?;
-    let mut backend = open_backend(global, args, env, &discovery, backend_kind)?;
+    // Nothing asked for and no memory controller: the stand-in top and record use too.
+    let mut backend =
+        if args.events.is_empty() && backend_kind.is_none() && stand_in::needed(&discovery) {
+            open_stand_in(global, args, env, &discovery, err)?
+        } else {
+            open_backend(global, args, env, &discovery, backend_kind)?
+        };
     for f in backend.take_failures() {
         let _ = writeln!(
             err,
@@ -396,6 +403,23 @@ fn companions<'a>(discovery: &'a Discovery, s: &'a Source) -> Vec<&'a Source> {
         }
     }
     v
+}
+
+/// The stand-in counted system-wide, said in one line on `err`.
+fn open_stand_in(
+    global: &GlobalArgs,
+    args: &StatArgs,
+    env: &StatEnv<'_>,
+    discovery: &Discovery,
+    err: &mut dyn Write,
+) -> CliResult<Box<dyn Backend>> {
+    let s = stand_in::choose(&global.root, discovery)?;
+    let _ = writeln!(err, "imc: {}", s.notice("system-wide"));
+    let planned = plan::encoded_counters(std::slice::from_ref(&s.event), &discovery.topology);
+    let interval_ns = args.interval_ms.saturating_mul(1_000_000);
+    open_perf(env, &s.source(), planned, interval_ns)
+        .map(|b| Box::new(b) as Box<dyn Backend>)
+        .map_err(backend_error)
 }
 
 fn open_backend(
