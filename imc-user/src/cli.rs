@@ -47,6 +47,7 @@ pub enum Command {
 
 #[derive(Args, Debug, Clone)]
 pub struct ListArgs {
+    /// One JSON object (sources, PMUs, packages, nodes) instead of the text listing.
     #[arg(long)]
     pub json: bool,
 }
@@ -56,6 +57,7 @@ pub struct EncodeArgs {
     /// Event strings: PMU/alias/, PMU/term=value,.../, a perf generic name, or libpfm4 syntax.
     #[arg(required = true, value_name = "EVENT")]
     pub events: Vec<String>,
+    /// One JSON object per event (its perf_event_attr fields) instead of the text listing.
     #[arg(long)]
     pub json: bool,
 }
@@ -64,10 +66,10 @@ pub struct EncodeArgs {
 pub struct StatArgs {
     /// Interval in milliseconds (1 ms and up).
     #[arg(short = 'I', long = "interval", value_name = "MS", default_value_t = 1000,
-          value_parser = parse_interval_ms)]
+          value_parser = parse_interval_ms, allow_negative_numbers = true)]
     pub interval_ms: u64,
     /// Stop after S seconds (fractions allowed).
-    #[arg(long, value_name = "S", value_parser = parse_seconds)]
+    #[arg(long, value_name = "S", value_parser = parse_seconds, allow_negative_numbers = true)]
     pub duration: Option<f64>,
     /// Counters to read instead of the backend's default read/write events.
     #[arg(short = 'e', long = "event", value_name = "EVENT")]
@@ -75,12 +77,15 @@ pub struct StatArgs {
     /// Show each memory channel (PMU instance) as well as the package.
     #[arg(long)]
     pub per_channel: bool,
+    /// One JSON object per interval instead of the table.
     #[arg(long, conflicts_with = "separator")]
     pub json: bool,
     /// CSV output with this field separator.
     #[arg(short = 'x', value_name = "SEP")]
     pub separator: Option<String>,
-    #[arg(long, value_name = "NAME", default_value = "auto")]
+    /// Which counters to read: auto (the first available memory-controller backend in
+    /// `imc list` order) or a backend `imc list` names.
+    #[arg(long, value_name = "NAME", default_value = "auto", value_parser = backend_names())]
     pub backend: String,
     /// Run this command and measure until it exits (exit with its status).
     #[arg(last = true, value_name = "CMD")]
@@ -90,13 +95,15 @@ pub struct StatArgs {
 #[derive(Args, Debug, Clone)]
 pub struct SamplerArgs {
     /// Timer ticks per second on every CPU.
-    #[arg(long, value_name = "HZ", default_value_t = 1000,
+    #[arg(long, value_name = "HZ", default_value_t = 1000, allow_negative_numbers = true,
           value_parser = clap::value_parser!(u32).range(1..=10000))]
     pub freq: u32,
     /// Counters to read at each tick (default: the memory-controller read/write events).
     #[arg(short = 'e', long = "event", value_name = "EVENT")]
     pub events: Vec<String>,
-    #[arg(long, value_name = "NAME", default_value = "auto")]
+    /// Which counters to read: auto (the first available memory-controller backend in
+    /// `imc list` order) or a backend `imc list` names.
+    #[arg(long, value_name = "NAME", default_value = "auto", value_parser = backend_names())]
     pub backend: String,
     /// Also read the counters at every context switch (sched_switch), so shares do not depend
     /// on where the ticks landed.
@@ -108,18 +115,24 @@ pub struct SamplerArgs {
 pub struct TopArgs {
     #[command(flatten)]
     pub sampler: SamplerArgs,
-    /// Stop after S seconds.
-    #[arg(long, value_name = "S", value_parser = parse_seconds)]
+    /// Stop after S seconds (fractions allowed).
+    #[arg(long, value_name = "S", value_parser = parse_seconds, allow_negative_numbers = true)]
     pub duration: Option<f64>,
     /// One JSON object per interval instead of the full-screen view (default when piped).
     #[arg(long)]
     pub json: bool,
     /// Interval between updates in milliseconds.
     #[arg(short = 'I', long = "interval", value_name = "MS", default_value_t = 1000,
-          value_parser = parse_interval_ms)]
+          value_parser = parse_interval_ms, allow_negative_numbers = true)]
     pub interval_ms: u64,
     /// Rows of tasks to show (0: all).
-    #[arg(short = 'n', long = "top", value_name = "N", default_value_t = 20)]
+    #[arg(
+        short = 'n',
+        long = "top",
+        value_name = "N",
+        default_value_t = 20,
+        allow_negative_numbers = true
+    )]
     pub top: usize,
 }
 
@@ -130,14 +143,15 @@ pub struct RecordArgs {
     /// Output file.
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     pub output: PathBuf,
-    #[arg(long, value_name = "S", value_parser = parse_seconds)]
+    /// Stop after S seconds (fractions allowed; default: until -- CMD exits, or Ctrl-C).
+    #[arg(long, value_name = "S", value_parser = parse_seconds, allow_negative_numbers = true)]
     pub duration: Option<f64>,
     /// Largest size of the recording; older data rotates out beyond it (e.g. 100M, 2G).
-    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    #[arg(long, value_name = "SIZE", value_parser = parse_size, allow_hyphen_values = true)]
     pub max_size: Option<u64>,
     /// Aggregation interval in milliseconds.
     #[arg(short = 'I', long = "interval", value_name = "MS", default_value_t = 100,
-          value_parser = parse_interval_ms)]
+          value_parser = parse_interval_ms, allow_negative_numbers = true)]
     pub interval_ms: u64,
     /// Run this command and record until it exits.
     #[arg(last = true, value_name = "CMD")]
@@ -154,10 +168,13 @@ pub enum GroupBy {
 
 #[derive(Args, Debug, Clone)]
 pub struct ReportArgs {
+    /// A recording made by `imc record -o FILE`.
     #[arg(value_name = "FILE")]
     pub file: PathBuf,
+    /// One JSON object (groups, bursts, totals) instead of the text report.
     #[arg(long)]
     pub json: bool,
+    /// What to add the traffic up by: process (tgid), thread (pid), command name or cgroup.
     #[arg(long, value_enum, default_value = "tgid")]
     pub by: GroupBy,
     /// List the bursts (always included in --json).
@@ -165,8 +182,14 @@ pub struct ReportArgs {
     pub bursts: bool,
     /// Bandwidth above which an interval is a burst (default: halfway between the run's median
     /// and its 99th percentile; none in a flat run).
-    #[arg(long, value_name = "BYTES/S", value_parser = parse_size)]
+    #[arg(long, value_name = "BYTES/S", value_parser = parse_size, allow_hyphen_values = true)]
     pub burst_threshold: Option<u64>,
+}
+
+/// `--backend` values: auto or a backend name.
+fn backend_names() -> clap::builder::PossibleValuesParser {
+    let names = crate::model::BackendKind::ALL.map(|b| b.as_str());
+    clap::builder::PossibleValuesParser::new(std::iter::once("auto").chain(names))
 }
 
 /// An interval in whole milliseconds, at least 1.
@@ -241,6 +264,21 @@ mod tests {
         assert!(parse_seconds("0").is_err());
         assert!(parse_seconds("nan").is_err());
         assert!(parse_seconds("-1").is_err());
+    }
+
+    #[test]
+    fn every_option_and_argument_has_help_text() {
+        use clap::CommandFactory;
+        let cli = Cli::command();
+        let mut missing = Vec::new();
+        for sub in cli.get_subcommands() {
+            for arg in sub.get_arguments() {
+                if arg.get_help().is_none() && arg.get_id() != "help" {
+                    missing.push(format!("imc {} {}", sub.get_name(), arg.get_id()));
+                }
+            }
+        }
+        assert!(missing.is_empty(), "no help text: {missing:?}");
     }
 
     #[test]
