@@ -180,10 +180,28 @@ pub struct ReportArgs {
     /// List the bursts (always included in --json).
     #[arg(long)]
     pub bursts: bool,
-    /// Bandwidth above which an interval is a burst (default: halfway between the run's median
-    /// and its 99th percentile; none in a flat run).
-    #[arg(long, value_name = "BYTES/S", value_parser = parse_size, allow_hyphen_values = true)]
-    pub burst_threshold: Option<u64>,
+    /// Rate above which an interval is a burst, in the recording's unit: bytes/s (K, M, G: powers
+    /// of 1024) for memory-controller counters, counts/s (K, M, G: powers of 1000) for a
+    /// stand-in such as page faults (default: halfway between the run's median and its 99th
+    /// percentile; none in a flat run).
+    #[arg(long, value_name = "RATE", value_parser = parse_rate, allow_hyphen_values = true)]
+    pub burst_threshold: Option<Rate>,
+}
+
+/// A rate as given on the command line: a number and the power of its K/M/G/T suffix, whose
+/// base depends on the unit it turns out to be in (1024 for bytes, 1000 for counts).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Rate {
+    pub number: f64,
+    pub power: u8,
+}
+
+impl Rate {
+    /// Per second, in bytes (`bytes`: the suffix counts powers of 1024) or counts (1000).
+    pub fn per_s(self, bytes: bool) -> f64 {
+        let base: f64 = if bytes { 1024.0 } else { 1000.0 };
+        self.number * base.powi(i32::from(self.power))
+    }
 }
 
 /// `--backend` values: auto or a backend name.
@@ -207,6 +225,28 @@ pub fn parse_seconds(s: &str) -> Result<f64, String> {
     match s.trim().parse::<f64>() {
         Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
         _ => Err(format!("'{s}' is not a positive number of seconds")),
+    }
+}
+
+/// A positive rate with an optional K/M/G/T suffix: `300K`, `1.5G`, `250000`.
+pub fn parse_rate(s: &str) -> Result<Rate, String> {
+    let t = s.trim();
+    let (num, power) = match t.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => match "KMGT".find(c.to_ascii_uppercase()) {
+            Some(p) => (&t[..i], p as u8 + 1),
+            None => {
+                return Err(format!(
+                    "'{s}': unknown rate suffix '{c}' (use K, M, G or T)"
+                ));
+            }
+        },
+        _ => (t, 0),
+    };
+    match num.parse::<f64>() {
+        Ok(n) if n.is_finite() && n > 0.0 => Ok(Rate { number: n, power }),
+        _ => Err(format!(
+            "'{s}' is not a positive rate per second (e.g. 300K)"
+        )),
     }
 }
 
@@ -249,6 +289,18 @@ mod tests {
         assert!(parse_size("0").is_err());
         assert!(parse_size("5X").is_err());
         assert!(parse_size("99999999999T").is_err());
+    }
+
+    #[test]
+    fn rates_take_their_base_from_the_unit() {
+        let r = parse_rate("300K").unwrap();
+        assert_eq!(r.per_s(true), 300.0 * 1024.0);
+        assert_eq!(r.per_s(false), 300_000.0);
+        assert_eq!(parse_rate("1.5m").unwrap().per_s(false), 1_500_000.0);
+        assert_eq!(parse_rate("42").unwrap().per_s(true), 42.0);
+        assert!(parse_rate("0").is_err());
+        assert!(parse_rate("-5K").is_err());
+        assert!(parse_rate("5X").is_err());
     }
 
     #[test]
