@@ -30,8 +30,9 @@ pub fn imc_bin() -> PathBuf {
     .clone()
 }
 
-/// The workspace's target directory: `CARGO_TARGET_DIR` when set (relative to the workspace
-/// root, as Cargo reads it), else `cargo metadata`'s `target_directory`.
+/// The workspace's target directory: `CARGO_TARGET_DIR` when set (a relative one is taken from
+/// the workspace root, where `cargo xtask` runs cargo; Cargo itself reads it from the directory
+/// it was started in, which a test cannot know), else `cargo metadata`'s `target_directory`.
 pub fn target_dir() -> PathBuf {
     let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     if let Some(dir) = std::env::var_os("CARGO_TARGET_DIR").filter(|d| !d.is_empty()) {
