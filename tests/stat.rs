@@ -292,6 +292,57 @@ fn a_cpu_going_offline_stops_its_counters_only() {
     );
 }
 
+/// Checks a `-x SEP` table: exactly one header line, and every data row has its fields.
+/// Returns the header's column names.
+fn one_csv_table(text: &str, sep: char) -> Vec<String> {
+    let headers: Vec<&str> = text.lines().filter(|l| l.starts_with("# time_s")).collect();
+    assert_eq!(headers.len(), 1, "one header line: {text}");
+    let cols: Vec<String> = headers[0][2..].split(sep).map(str::to_string).collect();
+    let rows: Vec<&str> = text.lines().filter(|l| !l.starts_with('#')).collect();
+    assert!(!rows.is_empty(), "{text}");
+    for r in rows {
+        assert_eq!(
+            r.split(sep).count(),
+            cols.len(),
+            "row {r:?} vs header {cols:?}"
+        );
+    }
+    cols
+}
+
+#[test]
+fn csv_has_one_header_that_matches_package_and_event_rows() {
+    let (g, mut a) = parse(&fixture("skx-2socket"), "/dev/mem", 10, 0.03, "auto");
+    a.json = false;
+    a.separator = Some(",".to_string());
+    a.events = vec![
+        "uncore_imc_0/cas_count_read/".to_string(),
+        "uncore_imc_0/clockticks/".to_string(),
+    ];
+    let perf = Arc::new(FakePerf::new());
+    perf.set_step(0x0304, 1000);
+    let text = run_fake_text(perf, (g, a));
+    let cols = one_csv_table(&text, ',');
+    let col = |name: &str| cols.iter().position(|c| c == name).unwrap();
+    let rows: Vec<Vec<&str>> = text
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| l.split(',').collect())
+        .collect();
+    let kinds: std::collections::BTreeSet<&str> = rows.iter().map(|r| r[col("kind")]).collect();
+    assert!(
+        kinds.contains("event") && kinds.contains("package"),
+        "{text}"
+    );
+    for r in &rows {
+        let (bytes, count) = (r[col("read_bytes")], r[col("count")]);
+        match r[col("kind")] {
+            "event" => assert!(bytes.is_empty() && count.parse::<f64>().is_ok(), "{r:?}"),
+            _ => assert!(bytes.parse::<f64>().is_ok() && count.is_empty(), "{r:?}"),
+        }
+    }
+}
+
 #[test]
 fn pmus_that_refuse_groups_get_one_fd_per_event() {
     let perf = Arc::new(FakePerf::new());
@@ -687,6 +738,11 @@ fn software_events_count_system_wide() {
         String::from_utf8_lossy(&out.stderr)
     );
     let text = String::from_utf8_lossy(&out.stdout);
+    let cols = one_csv_table(&text, ';');
+    let count = cols
+        .iter()
+        .position(|c| c == "count")
+        .expect("a count column");
     let rows: Vec<Vec<&str>> = text
         .lines()
         .filter(|l| !l.starts_with('#'))
@@ -699,7 +755,7 @@ fn software_events_count_system_wide() {
         assert_eq!(r[2], "event");
         assert_eq!(r[3], "cpu-clock");
         // cpu-clock on every CPU counts wall time: ns per CPU ≈ elapsed.
-        let ns: f64 = r[4].parse().expect("count");
+        let ns: f64 = r[count].parse().expect("count");
         let el: f64 = r[1].parse().expect("elapsed");
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
         assert!((ns / (el * 1e9) / cpus - 1.0).abs() < 0.05, "{r:?}");
@@ -707,21 +763,74 @@ fn software_events_count_system_wide() {
 }
 
 #[test]
-fn no_memory_controller_in_a_guest_is_one_line_and_exit_1() {
-    let out = imc()
-        .args(["--root", &fixture("vm-guest"), "stat", "--duration", "0.1"])
-        .output()
-        .expect("run imc");
-    assert_eq!(out.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&out.stderr);
+fn without_a_memory_controller_stat_counts_the_stand_in_top_and_record_use() {
+    let perf = Arc::new(FakePerf::new());
+    perf.set_step(2, 500);
+    let (r, lines, err) = run_fake(
+        perf.clone(),
+        &RealDevMem,
+        parse(&fixture("vm-guest"), "/dev/mem", 10, 0.03, "auto"),
+    );
+    assert_eq!(r, Ok(()), "stderr: {err}");
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(
-        err.contains("no memory-controller counters on this machine"),
+        err.contains("no memory-controller counters")
+            && err.contains("hypervisor")
+            && err.contains("counting page-faults system-wide as a stand-in (counts, not bytes)"),
         "{err}"
     );
+    assert!(!lines.is_empty());
+    for l in &lines {
+        assert_eq!(l["source"], "proxy:page-faults", "{l}");
+        assert_eq!(
+            l["packages"].as_array().map(Vec::len),
+            Some(0),
+            "no bytes: {l}"
+        );
+        assert!(num(&l["values"]["page-faults"]) > 0.0, "{l}");
+    }
+    // page-faults system-wide on each of the guest's 4 CPUs.
+    let opens = perf.opens();
+    let mut cpus: Vec<i32> = opens.iter().map(|o| o.cpu).collect();
+    cpus.sort();
+    assert_eq!(cpus, [0, 1, 2, 3], "{opens:#?}");
+    for o in &opens {
+        assert_eq!((o.pid, o.attr.type_, o.attr.config), (-1, TYPE_SOFTWARE, 2));
+    }
+    // Asking for something else is not overridden by the stand-in.
+    let (g, mut a) = parse(&fixture("vm-guest"), "/dev/mem", 10, 0.03, "auto");
+    a.events = vec!["msr/tsc/".into()];
+    let (r, lines, err) = run_fake(Arc::new(FakePerf::new()), &RealDevMem, (g, a));
+    assert_eq!(r, Ok(()), "stderr: {err}");
+    assert!(err.is_empty(), "{err}");
+    assert_eq!(lines[0]["source"], "events");
+}
+
+#[test]
+fn stat_on_this_guest_names_its_stand_in_like_top() {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    if !cpuinfo.contains(" hypervisor") {
+        eprintln!("SKIPPED: not a VM guest (this machine may have memory-controller counters)");
+        return;
+    }
+    if !imc_tests::require(perf_usable(), "system-wide perf events") {
+        return;
+    }
+    let out = imc()
+        .args(["stat", "--duration", "0.2", "--json"])
+        .output()
+        .expect("run imc");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("as a stand-in (counts, not bytes)"), "{err}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let first: Value = serde_json::from_str(text.lines().next().expect("an interval")).unwrap();
     assert!(
-        err.contains("hypervisor") && err.contains("-e msr/tsc/"),
-        "{err}"
+        first["source"]
+            .as_str()
+            .is_some_and(|s| s.starts_with("proxy:")),
+        "{first}"
     );
 }
 

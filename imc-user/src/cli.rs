@@ -60,6 +60,7 @@ pub enum Command {
 
 #[derive(Args, Debug, Clone)]
 pub struct ListArgs {
+    /// One JSON object (sources, PMUs, packages, nodes) instead of the text listing.
     #[arg(long)]
     pub json: bool,
 }
@@ -69,6 +70,7 @@ pub struct EncodeArgs {
     /// Event strings: PMU/alias/, PMU/term=value,.../, a perf generic name, or libpfm4 syntax.
     #[arg(required = true, value_name = "EVENT")]
     pub events: Vec<String>,
+    /// One JSON object per event (its perf_event_attr fields) instead of the text listing.
     #[arg(long)]
     pub json: bool,
 }
@@ -77,10 +79,10 @@ pub struct EncodeArgs {
 pub struct StatArgs {
     /// Interval in milliseconds (1 ms and up).
     #[arg(short = 'I', long = "interval", value_name = "MS", default_value_t = 1000,
-          value_parser = parse_interval_ms)]
+          value_parser = parse_interval_ms, allow_negative_numbers = true)]
     pub interval_ms: u64,
     /// Stop after S seconds (fractions allowed).
-    #[arg(long, value_name = "S", value_parser = parse_seconds)]
+    #[arg(long, value_name = "S", value_parser = parse_seconds, allow_negative_numbers = true)]
     pub duration: Option<f64>,
     /// Counters to read instead of the backend's default read/write events.
     #[arg(short = 'e', long = "event", value_name = "EVENT")]
@@ -88,12 +90,15 @@ pub struct StatArgs {
     /// Show each memory channel (PMU instance) as well as the package.
     #[arg(long)]
     pub per_channel: bool,
+    /// One JSON object per interval instead of the table.
     #[arg(long, conflicts_with = "separator")]
     pub json: bool,
     /// CSV output with this field separator.
     #[arg(short = 'x', value_name = "SEP")]
     pub separator: Option<String>,
-    #[arg(long, value_name = "NAME", default_value = "auto")]
+    /// Which counters to read: auto (the first available memory-controller backend in
+    /// `imc list` order) or a backend `imc list` names.
+    #[arg(long, value_name = "NAME", default_value = "auto", value_parser = backend_names())]
     pub backend: String,
     /// Print the plan (counters, readers, refusals) and exit, without privileges; with --json
     /// as one JSON object.
@@ -116,7 +121,7 @@ pub struct SamplerArgs {
     /// Sample on a timer of imc's own, HZ times a second on every CPU, for finer resolution than
     /// the kernel's tick (adds a timer interrupt per CPU per period). Default: the kernel's own
     /// tick and context switches, which add no interrupt.
-    #[arg(long, value_name = "HZ",
+    #[arg(long, value_name = "HZ", allow_negative_numbers = true,
           value_parser = clap::value_parser!(u32).range(1..=10000))]
     pub freq: Option<u32>,
     /// Print the plan (counters, readers, tick source, refusals) and exit, without privileges;
@@ -126,7 +131,9 @@ pub struct SamplerArgs {
     /// Counters to read at each tick (default: the memory-controller read/write events).
     #[arg(short = 'e', long = "event", value_name = "EVENT")]
     pub events: Vec<String>,
-    #[arg(long, value_name = "NAME", default_value = "auto")]
+    /// Which counters to read: auto (the first available memory-controller backend in
+    /// `imc list` order) or a backend `imc list` names.
+    #[arg(long, value_name = "NAME", default_value = "auto", value_parser = backend_names())]
     pub backend: String,
     /// With --freq: also read the counters at every context switch (sched_switch), so shares do
     /// not depend on where the ticks landed (always on with the kernel's tick).
@@ -138,18 +145,24 @@ pub struct SamplerArgs {
 pub struct TopArgs {
     #[command(flatten)]
     pub sampler: SamplerArgs,
-    /// Stop after S seconds.
-    #[arg(long, value_name = "S", value_parser = parse_seconds)]
+    /// Stop after S seconds (fractions allowed).
+    #[arg(long, value_name = "S", value_parser = parse_seconds, allow_negative_numbers = true)]
     pub duration: Option<f64>,
     /// One JSON object per interval instead of the full-screen view (default when piped).
     #[arg(long)]
     pub json: bool,
     /// Interval between updates in milliseconds.
     #[arg(short = 'I', long = "interval", value_name = "MS", default_value_t = 1000,
-          value_parser = parse_interval_ms)]
+          value_parser = parse_interval_ms, allow_negative_numbers = true)]
     pub interval_ms: u64,
     /// Rows of tasks to show (0: all).
-    #[arg(short = 'n', long = "top", value_name = "N", default_value_t = 20)]
+    #[arg(
+        short = 'n',
+        long = "top",
+        value_name = "N",
+        default_value_t = 20,
+        allow_negative_numbers = true
+    )]
     pub top: usize,
     /// AMD: sample with IBS op instead and show, per process, how many sampled loads DRAM
     /// served, local or remote node (L3 misses only where the PMU has l3missonly).
@@ -172,14 +185,15 @@ pub struct RecordArgs {
     /// With --dry-run: the plan as one JSON object.
     #[arg(long, requires = "dry_run")]
     pub json: bool,
-    #[arg(long, value_name = "S", value_parser = parse_seconds)]
+    /// Stop after S seconds (fractions allowed; default: until -- CMD exits, or Ctrl-C).
+    #[arg(long, value_name = "S", value_parser = parse_seconds, allow_negative_numbers = true)]
     pub duration: Option<f64>,
     /// Largest size of the recording; older data rotates out beyond it (e.g. 100M, 2G).
-    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    #[arg(long, value_name = "SIZE", value_parser = parse_size, allow_hyphen_values = true)]
     pub max_size: Option<u64>,
     /// Aggregation interval in milliseconds.
     #[arg(short = 'I', long = "interval", value_name = "MS", default_value_t = 100,
-          value_parser = parse_interval_ms)]
+          value_parser = parse_interval_ms, allow_negative_numbers = true)]
     pub interval_ms: u64,
     /// Run this command and record until it exits.
     #[arg(last = true, value_name = "CMD")]
@@ -220,6 +234,7 @@ pub enum Shell {
 
 #[derive(Args, Debug, Clone)]
 pub struct CompletionsArgs {
+    /// The shell to write completions for.
     #[arg(value_enum)]
     pub shell: Shell,
 }
@@ -234,19 +249,46 @@ pub enum GroupBy {
 
 #[derive(Args, Debug, Clone)]
 pub struct ReportArgs {
+    /// A recording made by `imc record -o FILE`.
     #[arg(value_name = "FILE")]
     pub file: PathBuf,
+    /// One JSON object (groups, bursts, totals) instead of the text report.
     #[arg(long)]
     pub json: bool,
+    /// What to add the traffic up by: process (tgid), thread (pid), command name or cgroup.
     #[arg(long, value_enum, default_value = "tgid")]
     pub by: GroupBy,
     /// List the bursts (always included in --json).
     #[arg(long)]
     pub bursts: bool,
-    /// Bandwidth above which an interval is a burst (default: halfway between the run's median
-    /// and its 99th percentile; none in a flat run).
-    #[arg(long, value_name = "BYTES/S", value_parser = parse_size)]
-    pub burst_threshold: Option<u64>,
+    /// Rate above which an interval is a burst, in the recording's unit: bytes/s (K, M, G: powers
+    /// of 1024) for memory-controller counters, counts/s (K, M, G: powers of 1000) for a
+    /// stand-in such as page faults (default: halfway between the run's median and its 99th
+    /// percentile; none in a flat run).
+    #[arg(long, value_name = "RATE", value_parser = parse_rate, allow_hyphen_values = true)]
+    pub burst_threshold: Option<Rate>,
+}
+
+/// A rate as given on the command line: a number and the power of its K/M/G/T suffix, whose
+/// base depends on the unit it turns out to be in (1024 for bytes, 1000 for counts).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Rate {
+    pub number: f64,
+    pub power: u8,
+}
+
+impl Rate {
+    /// Per second, in bytes (`bytes`: the suffix counts powers of 1024) or counts (1000).
+    pub fn per_s(self, bytes: bool) -> f64 {
+        let base: f64 = if bytes { 1024.0 } else { 1000.0 };
+        self.number * base.powi(i32::from(self.power))
+    }
+}
+
+/// `--backend` values: auto or a backend name.
+fn backend_names() -> clap::builder::PossibleValuesParser {
+    let names = crate::model::BackendKind::ALL.map(|b| b.as_str());
+    clap::builder::PossibleValuesParser::new(std::iter::once("auto").chain(names))
 }
 
 /// An interval in whole milliseconds, at least 1.
@@ -271,6 +313,28 @@ pub fn parse_seconds(s: &str) -> Result<f64, String> {
     match s.trim().parse::<f64>() {
         Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
         _ => Err(format!("'{s}' is not a positive number of seconds")),
+    }
+}
+
+/// A positive rate with an optional K/M/G/T suffix: `300K`, `1.5G`, `250000`.
+pub fn parse_rate(s: &str) -> Result<Rate, String> {
+    let t = s.trim();
+    let (num, power) = match t.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => match "KMGT".find(c.to_ascii_uppercase()) {
+            Some(p) => (&t[..i], p as u8 + 1),
+            None => {
+                return Err(format!(
+                    "'{s}': unknown rate suffix '{c}' (use K, M, G or T)"
+                ));
+            }
+        },
+        _ => (t, 0),
+    };
+    match num.parse::<f64>() {
+        Ok(n) if n.is_finite() && n > 0.0 => Ok(Rate { number: n, power }),
+        _ => Err(format!(
+            "'{s}' is not a positive rate per second (e.g. 300K)"
+        )),
     }
 }
 
@@ -316,6 +380,18 @@ mod tests {
     }
 
     #[test]
+    fn rates_take_their_base_from_the_unit() {
+        let r = parse_rate("300K").unwrap();
+        assert_eq!(r.per_s(true), 300.0 * 1024.0);
+        assert_eq!(r.per_s(false), 300_000.0);
+        assert_eq!(parse_rate("1.5m").unwrap().per_s(false), 1_500_000.0);
+        assert_eq!(parse_rate("42").unwrap().per_s(true), 42.0);
+        assert!(parse_rate("0").is_err());
+        assert!(parse_rate("-5K").is_err());
+        assert!(parse_rate("5X").is_err());
+    }
+
+    #[test]
     fn intervals() {
         assert_eq!(parse_interval_ms("1"), Ok(1));
         assert!(parse_interval_ms("0").is_err());
@@ -343,6 +419,21 @@ mod tests {
             _ => panic!("parsed as another command"),
         }
         assert!(Cli::try_parse_from(["imc", "serve", "--listen", "localhost"]).is_err());
+    }
+
+    #[test]
+    fn every_option_and_argument_has_help_text() {
+        use clap::CommandFactory;
+        let cli = Cli::command();
+        let mut missing = Vec::new();
+        for sub in cli.get_subcommands() {
+            for arg in sub.get_arguments() {
+                if arg.get_help().is_none() && arg.get_id() != "help" {
+                    missing.push(format!("imc {} {}", sub.get_name(), arg.get_id()));
+                }
+            }
+        }
+        assert!(missing.is_empty(), "no help text: {missing:?}");
     }
 
     #[test]

@@ -13,6 +13,7 @@ pub mod record;
 pub mod report;
 pub mod sampling;
 pub mod serve;
+pub mod stand_in;
 pub mod stat;
 pub mod top;
 

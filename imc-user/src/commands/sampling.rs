@@ -48,19 +48,19 @@ pub fn resolve_events(
         .collect()
 }
 
-/// The stand-in without a memory controller: core LLC misses where a core PMU encodes them,
-/// else page faults.
-fn stand_in(global: &GlobalArgs) -> Vec<(String, Vec<crate::model::Encoded>)> {
-    let mut out = Vec::new();
-    if discovery::read_pmu(&global.root, "cpu").is_ok()
-        && let Ok(e) = crate::events::resolve(&global.root, "LLC-load-misses")
-    {
-        out.push(("LLC-load-misses".to_string(), e));
+/// The stand-in the plan falls back to without a memory controller, when nothing else was
+/// asked for (see [`super::stand_in`]).
+pub fn stand_in_for(
+    global: &GlobalArgs,
+    found: &Discovery,
+    events: &[String],
+    backend: &str,
+) -> CliResult<Vec<(String, Vec<crate::model::Encoded>)>> {
+    if !events.is_empty() || backend != "auto" || !super::stand_in::needed(found) {
+        return Ok(Vec::new());
     }
-    if let Ok(e) = crate::events::resolve(&global.root, "page-faults") {
-        out.push(("page-faults".to_string(), e));
-    }
-    out
+    let s = super::stand_in::choose(&global.root, found)?;
+    Ok(vec![(s.name.to_string(), vec![s.event])])
 }
 
 pub fn plan_error(e: PlanError) -> CliError {
@@ -87,11 +87,7 @@ pub fn select_for(
         precise: args.precise,
         interval_ms,
         drain_ms: u64::from(drain_period_ms(interval_ms)),
-        stand_in: if args.events.is_empty() {
-            stand_in(global)
-        } else {
-            Vec::new()
-        },
+        stand_in: stand_in_for(global, found, &args.events, &args.backend)?,
         latency: None,
     };
     let plan = plan::plan(found, &Kernel::read(&global.root), &req).map_err(plan_error)?;
@@ -122,19 +118,22 @@ pub fn print_plan(plan: &Plan, json: bool) -> CliResult<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Says once, on stderr, what the plan chose without a memory controller.
-fn tell_stand_in(plan: &Plan) {
-    if let Some(name) = plan.source.strip_prefix("proxy:") {
-        let why = plan
-            .refusals
-            .first()
-            .map_or("no memory-controller PMU found".to_string(), |r| {
-                r.reason.clone()
-            });
-        eprintln!(
-            "imc: no memory-controller counters ({why}); using {name} per process as a stand-in"
-        );
-    }
+/// The one line said on stderr when the plan counts a stand-in; `how`: "per process",
+/// "system-wide".
+pub fn stand_in_notice(plan: &Plan, how: &str) -> Option<String> {
+    let name = plan.source.strip_prefix("proxy:")?;
+    let why = plan.refusals.first().map_or_else(
+        || "no memory-controller PMU found".to_string(),
+        |r| {
+            // The refusal names its backend first; the reason is what the user needs.
+            r.reason
+                .split_once(": ")
+                .map_or(r.reason.clone(), |(_, why)| why.to_string())
+        },
+    );
+    Some(format!(
+        "no memory-controller counters ({why}); counting {name} {how} as a stand-in (counts, not bytes)"
+    ))
 }
 
 /// Where the sampling loop's output goes: `imc top` prints intervals, `imc record` writes
@@ -204,7 +203,9 @@ pub async fn sample_loop(
     sink: &mut dyn Sink,
 ) -> CliResult<ExitCode> {
     use tokio::signal::unix::{SignalKind, signal};
-    tell_stand_in(&sel.plan);
+    if let Some(notice) = stand_in_notice(&sel.plan, "per process") {
+        eprintln!("imc: {notice}");
+    }
     let cfg = planned::config_of(
         &sel.plan,
         &found.topology.online,

@@ -10,7 +10,9 @@ use crate::backends::mchbar::MchbarBackend;
 use crate::backends::perf::PerfBackend;
 use crate::backends::{Backend, BackendError, plan};
 use crate::cli::{GlobalArgs, StatArgs};
-use crate::commands::sampling::{backend_arg, plan_error, print_plan, resolve_events};
+use crate::commands::sampling::{
+    backend_arg, plan_error, print_plan, resolve_events, stand_in_for, stand_in_notice,
+};
 use crate::error::{CliError, CliResult};
 use crate::model::{BackendKind, Discovery};
 use crate::output::stat::{Format, StatWriter};
@@ -116,7 +118,7 @@ pub fn run_with<W: Write>(
         let plan = plan_of(global, args, &discovery, Vec::new())?;
         return print_plan(&plan, args.json);
     }
-    let mut backend = open_backend(global, args, env, &discovery)?;
+    let mut backend = open_backend(global, args, env, &discovery, err)?;
     for f in backend.take_failures() {
         let _ = writeln!(
             err,
@@ -392,7 +394,7 @@ pub fn plan_of(
         precise: false,
         interval_ms: args.interval_ms,
         drain_ms: args.interval_ms,
-        stand_in: Vec::new(),
+        stand_in: stand_in_for(global, discovery, &args.events, &args.backend)?,
         latency: args
             .latency
             .as_deref()
@@ -409,6 +411,7 @@ fn open_backend(
     args: &StatArgs,
     env: &StatEnv<'_>,
     discovery: &Discovery,
+    err: &mut dyn Write,
 ) -> CliResult<Box<dyn Backend>> {
     let interval_ns = args.interval_ms.saturating_mul(1_000_000);
     let mut exclude = Vec::new();
@@ -422,6 +425,9 @@ fn open_backend(
             }
             Err(e) => return Err(e),
         };
+        if let Some(notice) = stand_in_notice(&plan, "system-wide") {
+            let _ = writeln!(err, "imc: {notice}");
+        }
         match open_planned(global, env, discovery, &plan, interval_ns) {
             Ok(b) => return Ok(b),
             Err(e) => {

@@ -28,13 +28,16 @@ use std::time::{Duration, Instant};
 /// `--json` or piped: one object per interval.
 struct JsonLines {
     out: std::io::StdoutLock<'static>,
+    /// A stand-in or `-e` counts: the byte fields are null, not 0.
+    counts: bool,
 }
 
 impl Sink for JsonLines {
     fn interval(&mut self, r: &IntervalResult) -> std::io::Result<bool> {
-        let line = serde_json::to_writer(&mut self.out, r)
+        let unit = self.counts.then_some("counts/s");
+        let line = crate::output::interval::to_json(r, unit)
             .map_err(std::io::Error::from)
-            .and_then(|()| writeln!(self.out))
+            .and_then(|s| writeln!(self.out, "{s}"))
             .and_then(|()| self.out.flush());
         match line {
             Ok(()) => Ok(true),
@@ -69,6 +72,7 @@ pub fn run(global: &GlobalArgs, args: &TopArgs) -> CliResult<ExitCode> {
     let sink: &mut dyn Sink = if json {
         lines = JsonLines {
             out: std::io::stdout().lock(),
+            counts: cfg.units == Units::Counts,
         };
         &mut lines
     } else {

@@ -451,8 +451,8 @@ fn explain(pfm: &Pfm, text: &str, rc: c_int) -> String {
                 None => "LIBPFM_FORCE_PMU=<pmu>".to_string(),
             };
             format!(
-                "libpfm4 knows no such event on the PMUs active here ({active}); \
-                 set {force} to encode for another model"
+                "unknown event: not a perf generic name, and libpfm4 knows no such event on \
+                 the PMUs active here ({active}); to encode it for another CPU model, set {force}"
             )
         }
         PFM_ERR_ATTR | PFM_ERR_UMASK | PFM_ERR_ATTR_VAL | PFM_ERR_FEATCOMB | PFM_ERR_ATTR_SET => {

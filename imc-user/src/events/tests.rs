@@ -704,6 +704,9 @@ fn libpfm_on_this_host() {
     assert_eq!((e.pmu_type, e.config), (TYPE_SOFTWARE, 2));
     let m = err(&skx(), "NO_SUCH_EVENT_XYZ").to_string();
     assert!(m.contains("LIBPFM_FORCE_PMU"), "{m}");
+    // Unknown first, then the way to another model's tables.
+    let unknown = m.find("unknown event").unwrap_or(usize::MAX);
+    assert!(unknown < m.find("LIBPFM_FORCE_PMU").unwrap(), "{m}");
     let m = err(&skx(), "knl::OFFCORE_RESPONSE_0").to_string();
     assert!(m.contains("LIBPFM_FORCE_PMU=knl"), "{m}");
     assert!(matches!(

@@ -279,9 +279,10 @@ impl<W: Write> StatWriter<W> {
                 "read_bytes_per_s",
                 "write_bytes_per_s",
                 "total_bytes_per_s",
+                "count",
             ];
+            // One table: package and channel rows leave `count` empty, event rows the bytes.
             let _ = writeln!(b, "# {}", cols.join(sep));
-            let _ = writeln!(b, "# time_s{sep}elapsed_s{sep}event{sep}NAME{sep}count");
         }
         for (p, pb) in layout.packages.iter().zip(&r.packages) {
             let rows = std::iter::once((String::new(), &pb.bytes)).chain(if p.memories.len() > 1 {
@@ -315,6 +316,9 @@ impl<W: Write> StatWriter<W> {
         if layout.packages.is_empty() || layout.value_keys.iter().any(|k| !is_default(k)) {
             for (k, v) in layout.value_keys.iter().zip(&r.values) {
                 let _ = write!(b, "{time:.9}{sep}{el:.9}{sep}event{sep}{k}{sep}");
+                for _ in 0..5 {
+                    b.extend_from_slice(sep.as_bytes());
+                }
                 json_num(b, *v);
                 b.push(b'\n');
             }
@@ -440,6 +444,8 @@ fn csv_bytes(b: &mut Vec<u8>, r: &IntervalReport, x: &Bytes, sep: &str) {
     json_num(b, r.rate(x.write).round());
     b.extend_from_slice(sep.as_bytes());
     json_num(b, r.rate(x.total()).round());
+    // The event rows' count column.
+    b.extend_from_slice(sep.as_bytes());
     b.push(b'\n');
 }
 

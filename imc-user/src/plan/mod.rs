@@ -286,12 +286,6 @@ fn choose_counters(
         )));
     }
     let why = no_controller_reason(found);
-    if !req.command.samples() {
-        return Err(PlanError::Unavailable(format!(
-            "no memory-controller counters on this machine ({why}); use -e EVENT to count other \
-             events, e.g. -e msr/tsc/"
-        )));
-    }
     let Some((name, encs)) = req.stand_in.first() else {
         return Err(PlanError::Unavailable(format!(
             "no memory-controller counters ({why}) and no stand-in event encodes here"
