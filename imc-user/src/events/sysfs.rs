@@ -325,7 +325,9 @@ mod tests {
         assert_eq!(p.terms, vec!["event=0x3c", "umask=0x00", "edge"]);
         assert_eq!(p.mods, Some("u"));
         assert_eq!(parse("cpu/event=1/:k").unwrap().mods, Some("k"));
-        let e = parse("software/config=1,config=2/").unwrap_err().to_string();
+        let e = parse("software/config=1,config=2/")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("'config' given twice"), "{e}");
         // Different terms that share a prefix are not repeats.
         assert_eq!(parse("p/config=1,config1=2/").unwrap().terms.len(), 2);
