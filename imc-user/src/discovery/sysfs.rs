@@ -170,7 +170,8 @@ pub fn read_pmu(root: &Path, name: &str) -> Result<Pmu, DiscoveryError> {
     let mut cpumask = None;
     for file in ["cpumask", "cpus"] {
         let p = dir.join(file);
-        if p.is_file() {
+        // exists(), not is_file(): something else there (a FIFO) is an error, not "no mask".
+        if p.exists() {
             cpumask = Some(read_cpulist_file(&p)?);
             break;
         }
