@@ -73,8 +73,8 @@ fn create(p: Pending) -> CliResult<Writer> {
 }
 
 /// Refuses, before anything starts, an output that cannot or must not be written: something
-/// already there without `--force` (a symlink is never followed), a directory, a directory
-/// that does not exist.
+/// already there without `--force` (a symlink is never followed) or a directory (bad input), a
+/// directory that does not exist (runtime).
 fn check_output(path: &Path, force: bool) -> CliResult<()> {
     let there =
         what_is_there(path).map_err(|e| CliError::runtime(format!("{}: {e}", path.display())))?;
@@ -94,8 +94,9 @@ fn check_output(path: &Path, force: bool) -> CliResult<()> {
             )));
         }
     }
+    // A runtime failure, as a full disk is (tests/ebpf.rs holds record to exit 1 here).
     match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() && !d.is_dir() => Err(CliError::bad_input(format!(
+        Some(d) if !d.as_os_str().is_empty() && !d.is_dir() => Err(CliError::runtime(format!(
             "{}: directory {} does not exist",
             path.display(),
             d.display()
