@@ -174,7 +174,8 @@ pub struct TopArgs {
 pub struct RecordArgs {
     #[command(flatten)]
     pub sampler: SamplerArgs,
-    /// Output file.
+    /// Output file. It is created when the run starts, never through a symlink; an existing
+    /// file is an error unless --force.
     #[arg(
         short = 'o',
         long = "output",
@@ -182,6 +183,9 @@ pub struct RecordArgs {
         required_unless_present = "dry_run"
     )]
     pub output: Option<PathBuf>,
+    /// Replace an existing FILE (a symlink there is removed, not followed).
+    #[arg(long)]
+    pub force: bool,
     /// With --dry-run: the plan as one JSON object.
     #[arg(long, requires = "dry_run")]
     pub json: bool,
@@ -291,12 +295,20 @@ fn backend_names() -> clap::builder::PossibleValuesParser {
     clap::builder::PossibleValuesParser::new(std::iter::once("auto").chain(names))
 }
 
-/// An interval in whole milliseconds, at least 1.
+/// Longest interval: one day. Longer ones are typing mistakes, and every interval becomes a
+/// `Duration` added to an `Instant` and nanoseconds in a `u64`, which must not overflow.
+pub const MAX_INTERVAL_MS: u64 = 24 * 3600 * 1000;
+
+/// Longest `--duration`: one year (365 days). Beyond that `Instant + Duration` can overflow
+/// (`Duration::from_secs_f64` panics from about 1.8e19 s), and no run is meant to last longer.
+pub const MAX_SECONDS: f64 = 365.0 * 24.0 * 3600.0;
+
+/// An interval in whole milliseconds, from 1 to [`MAX_INTERVAL_MS`].
 pub fn parse_interval_ms(s: &str) -> Result<u64, String> {
     match s.trim().parse::<u64>() {
-        Ok(v) if v >= 1 => Ok(v),
+        Ok(v) if (1..=MAX_INTERVAL_MS).contains(&v) => Ok(v),
         _ => Err(format!(
-            "'{s}' is not an interval: give whole milliseconds, 1 or more"
+            "'{s}' is not an interval: give whole milliseconds, 1 or more and at most {MAX_INTERVAL_MS} (a day)"
         )),
     }
 }
@@ -308,11 +320,13 @@ pub fn parse_listen(s: &str) -> Result<SocketAddr, String> {
     })
 }
 
-/// Seconds as a positive decimal: `10`, `0.5`.
+/// Seconds as a positive decimal up to [`MAX_SECONDS`]: `10`, `0.5`.
 pub fn parse_seconds(s: &str) -> Result<f64, String> {
     match s.trim().parse::<f64>() {
-        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
-        _ => Err(format!("'{s}' is not a positive number of seconds")),
+        Ok(v) if v.is_finite() && v > 0.0 && v <= MAX_SECONDS => Ok(v),
+        _ => Err(format!(
+            "'{s}' is not a positive number of seconds (at most {MAX_SECONDS:.0}, a year)"
+        )),
     }
 }
 
@@ -336,6 +350,13 @@ pub fn parse_rate(s: &str) -> Result<Rate, String> {
             "'{s}' is not a positive rate per second (e.g. 300K)"
         )),
     }
+}
+
+/// The `Duration` of a `--duration` value, checked again here so that no caller can panic on
+/// a value that did not come through [`parse_seconds`].
+pub fn seconds_duration(s: f64) -> std::time::Duration {
+    std::time::Duration::try_from_secs_f64(s.clamp(0.0, MAX_SECONDS))
+        .unwrap_or(std::time::Duration::ZERO)
 }
 
 /// A byte count with an optional K/M/G/T suffix (powers of 1024): `512M`, `2G`, `1048576`.
@@ -396,6 +417,8 @@ mod tests {
         assert_eq!(parse_interval_ms("1"), Ok(1));
         assert!(parse_interval_ms("0").is_err());
         assert!(parse_interval_ms("1.5").is_err());
+        assert_eq!(parse_interval_ms("86400000"), Ok(MAX_INTERVAL_MS));
+        assert!(parse_interval_ms("86400001").is_err());
     }
 
     #[test]
@@ -404,6 +427,32 @@ mod tests {
         assert!(parse_seconds("0").is_err());
         assert!(parse_seconds("nan").is_err());
         assert!(parse_seconds("-1").is_err());
+        assert!(parse_seconds("inf").is_err());
+        // Panicked in Duration::from_secs_f64 before the bound (issue 16).
+        assert!(parse_seconds("1e99").is_err());
+        assert!(parse_seconds("1e19").is_err());
+        assert!(parse_seconds("31536001").is_err());
+        assert_eq!(parse_seconds("31536000"), Ok(MAX_SECONDS));
+        assert_eq!(seconds_duration(f64::NAN), std::time::Duration::ZERO);
+        assert_eq!(seconds_duration(1e99).as_secs(), MAX_SECONDS as u64);
+    }
+
+    #[test]
+    fn absurd_values_are_one_line_errors_not_panics() {
+        for args in [
+            &["imc", "top", "--duration", "1e99"][..],
+            &["imc", "record", "-o", "x", "--duration", "1e19"],
+            &["imc", "stat", "--duration", "1e300"],
+            &["imc", "stat", "-I", "18446744073709551615"],
+            &["imc", "record", "-o", "x", "-I", "86400001"],
+        ] {
+            let e = Cli::try_parse_from(args).unwrap_err();
+            assert_eq!(
+                e.kind(),
+                clap::error::ErrorKind::ValueValidation,
+                "{args:?}"
+            );
+        }
     }
 
     #[test]

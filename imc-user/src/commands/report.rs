@@ -19,9 +19,12 @@ use std::process::ExitCode;
 const BURST_TASKS: usize = 10;
 const TABLE_ROWS: usize = 30;
 
+/// A path that is missing, a directory, a FIFO or a symlink loop is bad input (exit 2), as is
+/// a file that is not a recording; a failing disk or a permission is a runtime failure (1).
+/// The message names the path once (the error's own text does).
 fn to_cli(e: RecordError) -> CliError {
     match &e {
-        RecordError::Io { source, .. } if source.kind() != std::io::ErrorKind::NotFound => {
+        RecordError::Io { source, .. } if !crate::sys::file::is_bad_path(source) => {
             CliError::runtime(e.to_string())
         }
         _ => CliError::bad_input(e.to_string()),
@@ -120,7 +123,7 @@ fn pass1(readers: Vec<Reader>) -> Pass1 {
                 "{}: no end marker: the recording was interrupted (or is still being written); reporting all it holds",
                 r.path().display()
             )),
-            ReadStatus::Complete | ReadStatus::Reading => {}
+            ReadStatus::Complete | ReadStatus::Continued | ReadStatus::Reading => {}
         }
     }
     let precise = cmp.map(|(_, _, sp, st)| {

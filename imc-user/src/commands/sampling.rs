@@ -193,7 +193,7 @@ pub struct LoopOptions<'a> {
 }
 
 /// Drains the sampler every [`drain_period_ms`] into the attributor and hands each interval to the sink,
-/// until --duration, the command's exit, SIGINT or SIGTERM. The sampler is dropped (everything
+/// until --duration, the command's exit, SIGINT, SIGTERM or SIGHUP. The sampler is dropped (everything
 /// detached) on every way out of this function.
 pub async fn sample_loop(
     global: &GlobalArgs,
@@ -230,11 +230,17 @@ pub async fn sample_loop(
         .map_err(|e| CliError::runtime(format!("SIGINT handler: {e}")))?;
     let mut sigterm = signal(SignalKind::terminate())
         .map_err(|e| CliError::runtime(format!("SIGTERM handler: {e}")))?;
+    // A closed terminal or session (SIGHUP) ends the run like INT/TERM: the sink finishes its
+    // output (a recording gets its end marker) instead of the process dying mid-write.
+    let mut sighup = signal(SignalKind::hangup())
+        .map_err(|e| CliError::runtime(format!("SIGHUP handler: {e}")))?;
     let interval = Duration::from_millis(args.interval_ms);
     let mut drain_tick = tokio::time::interval(Duration::from_millis(cfg.drain_period_ms.into()));
     drain_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let start = tokio::time::Instant::now();
-    let deadline = args.duration.map(|d| start + Duration::from_secs_f64(d));
+    let deadline = args
+        .duration
+        .map(|d| start + crate::cli::seconds_duration(d));
     let mut next_report = start + interval;
     // Start the command only once the sampler runs, so none of its traffic is missed.
     let mut child = match args.command.split_first() {
@@ -259,6 +265,7 @@ pub async fn sample_loop(
             _ = drain_tick.tick() => (false, None),
             _ = sigint.recv() => (true, None),
             _ = sigterm.recv() => (true, None),
+            _ = sighup.recv() => (true, None),
             st = child_done => (true, st),
         };
         if let Some(st) = status {

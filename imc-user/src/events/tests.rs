@@ -817,8 +817,15 @@ fn fuzz_found_edge_cases() {
         err(&skx(), "uncore_imc_0/event=0xffffffffffffffffff/"),
         EventError::Term { .. }
     ));
-    // a bare format term twice is still 1
-    assert_eq!(one(&skx(), "uncore_imc_0/edge,edge/").config, 1 << 18);
+    // a term given twice is refused, as a repeated modifier is (issue 16)
+    assert!(matches!(
+        err(&skx(), "uncore_imc_0/edge,edge/"),
+        EventError::Syntax { .. }
+    ));
+    assert!(matches!(
+        err(&skx(), "uncore_imc_0/event=0x4,event=0x5/"),
+        EventError::Syntax { .. }
+    ));
     // Strings of libpfm characters only reach libpfm, which must refuse them cleanly.
     if libpfm_or_skip() {
         for text in ["+", "===", "+-+E++++++", "....", "-", "0x10"] {
