@@ -52,6 +52,10 @@ const TARGET_COLLECTOR_PCT: f64 = 0.1;
 /// sampling the run (or not on every CPU); above, the count is not what it claims to be.
 const TICKS_MIN_RATIO: f64 = 0.8;
 const TICKS_MAX_RATIO: f64 = 1.25;
+/// The same lower bound where the CPUs go idle between context switches: there a VM's cpu-clock
+/// timer fires late and skips periods (0.74 to 0.98 of FREQ measured on a 2-vCPU VM), while 0.5
+/// still tells a firing timer from none or from the kernel's tick (HZ / FREQ).
+const TICKS_MIN_RATIO_IDLE: f64 = 0.5;
 /// The default tick: at least this share of the kernel's HZ × CPUs × seconds (busy CPUs tick at
 /// HZ; context switches only add program runs).
 const KERNEL_TICKS_MIN_RATIO: f64 = 0.5;
@@ -81,6 +85,14 @@ impl Kind {
             Kind::Cpu => "compute-bound (register-only integer/FP chain, a thread per CPU)",
             Kind::Mem => "memory-bound (256 MiB read-modify-write passes, a thread per CPU)",
             Kind::Switch => "context-switch-heavy (two threads passing a byte through pipes)",
+        }
+    }
+    /// The least share of FREQ × CPUs × seconds a cpu-clock timer is expected to tick: its CPUs
+    /// are busy throughout, or (switch) idle between wake-ups.
+    fn freq_min_ratio(self) -> f64 {
+        match self {
+            Kind::Cpu | Kind::Mem => TICKS_MIN_RATIO,
+            Kind::Switch => TICKS_MIN_RATIO_IDLE,
         }
     }
     /// Work for the calibration run, scaled afterwards to the target duration.
@@ -233,9 +245,15 @@ fn parse_plan_tick(json: &str) -> Result<Tick> {
 }
 
 /// Whether a run under imc sampled the measured work: its programs ran on every CPU at the
-/// rate its tick promises (imc's timer: `freq`; the kernel's: at least half of HZ, plus
-/// context switches).
-fn check_ticks(w: &Work, freq: Option<u32>, kernel_hz: f64, cpus: usize) -> Result<(), String> {
+/// rate its tick promises (imc's timer: `freq`, less on CPUs that go idle; the kernel's: at
+/// least half of HZ, plus context switches).
+fn check_ticks(
+    w: &Work,
+    kind: Kind,
+    freq: Option<u32>,
+    kernel_hz: f64,
+    cpus: usize,
+) -> Result<(), String> {
     if w.parent_progs == 0 {
         return Err("no BPF program in imc during the run".into());
     }
@@ -244,10 +262,11 @@ fn check_ticks(w: &Work, freq: Option<u32>, kernel_hz: f64, cpus: usize) -> Resu
         Some(f) => {
             let expected = f as f64 * cpu_s;
             let ratio = w.bpf_runs as f64 / expected;
-            if !(TICKS_MIN_RATIO..=TICKS_MAX_RATIO).contains(&ratio) {
+            let min = kind.freq_min_ratio();
+            if !(min..=TICKS_MAX_RATIO).contains(&ratio) {
                 return Err(format!(
                     "{} ticks in {:.3} s where {f} Hz × {cpus} CPUs makes {expected:.0} (ratio \
-                     {ratio:.2}, accepted {TICKS_MIN_RATIO}..{TICKS_MAX_RATIO})",
+                     {ratio:.2}, accepted {min}..{TICKS_MAX_RATIO})",
                     w.bpf_runs, w.elapsed_s
                 ));
             }
@@ -354,7 +373,7 @@ impl Bench {
         }
         argv.extend(["-o".into(), file.display().to_string(), "--".into()]);
         let (w, stderr) = self.execute(argv, kind, units)?;
-        check_ticks(&w, freq, self.kernel_hz, self.cpus).map_err(|e| {
+        check_ticks(&w, kind, freq, self.kernel_hz, self.cpus).map_err(|e| {
             anyhow!("imc record was not sampling the measured run: {e}; imc said: {stderr}")
         })?;
         self.check_recording(&file, w.elapsed_s)?;
@@ -893,16 +912,21 @@ mod tests {
     #[test]
     fn tick_checks_follow_the_tick_source() {
         // --freq 1000 on 2 CPUs for 1 s: about 2000 ticks.
-        assert!(check_ticks(&work(1.0, 500, 2000), Some(1000), 250.0, 2).is_ok());
-        assert!(check_ticks(&work(1.0, 500, 1000), Some(1000), 250.0, 2).is_err());
-        assert!(check_ticks(&work(1.0, 500, 4000), Some(1000), 250.0, 2).is_err());
+        let c = Kind::Cpu;
+        assert!(check_ticks(&work(1.0, 500, 2000), c, Some(1000), 250.0, 2).is_ok());
+        assert!(check_ticks(&work(1.0, 500, 1500), c, Some(1000), 250.0, 2).is_err());
+        assert!(check_ticks(&work(1.0, 500, 4000), c, Some(1000), 250.0, 2).is_err());
+        // CPUs idle between switches: a late timer passes, the kernel's tick rate does not.
+        let s = Kind::Switch;
+        assert!(check_ticks(&work(1.0, 500, 1500), s, Some(1000), 250.0, 2).is_ok());
+        assert!(check_ticks(&work(1.0, 500, 500), s, Some(1000), 250.0, 2).is_err());
         // The kernel's tick: at least half of HZ × CPUs; context switches may add any number.
-        assert!(check_ticks(&work(1.0, 500, 260), None, 250.0, 2).is_ok());
-        assert!(check_ticks(&work(1.0, 500, 90_000), None, 250.0, 2).is_ok());
-        assert!(check_ticks(&work(1.0, 500, 200), None, 250.0, 2).is_err());
+        assert!(check_ticks(&work(1.0, 500, 260), c, None, 250.0, 2).is_ok());
+        assert!(check_ticks(&work(1.0, 500, 90_000), s, None, 250.0, 2).is_ok());
+        assert!(check_ticks(&work(1.0, 500, 200), c, None, 250.0, 2).is_err());
         let mut none = work(1.0, 500, 600);
         none.parent_progs = 0;
-        assert!(check_ticks(&none, None, 250.0, 2).is_err());
+        assert!(check_ticks(&none, c, None, 250.0, 2).is_err());
     }
 
     #[test]
