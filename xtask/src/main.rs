@@ -6,7 +6,7 @@
 //!   cargo xtask test                   build, then the whole test suite
 //!   cargo xtask bench-tick [--breakdown]  ns per program run: imc's tick vs a bpftrace-like baseline
 //!   cargo xtask bench-stat             `imc stat -I 1` vs `perf stat -I 1`: CPU and intervals
-//!   cargo xtask bench-overhead         workload slowdown under `imc record --freq 1000` vs alone
+//!   cargo xtask bench-overhead         workload slowdown, interrupts, CPU: imc record vs perf record
 mod bench_overhead;
 mod bench_stat;
 mod bench_tick;
