@@ -29,7 +29,8 @@ use aya_ebpf::{
 };
 use imc_common::{
     CpuHead, FLAG_TASK_OMITTED, KIND_SWITCH, KIND_TIMER, MAX_PKG_COUNTERS, MAX_SLOTS, NR_STATS,
-    ReaderCfg, STAT_PKG_READS, STAT_READ_ERROR, STAT_SLOT_ABSENT, SlotReading, TickRecord,
+    RECENT_TASKS, ReaderCfg, STAT_PKG_READS, STAT_READ_ERROR, STAT_SLOT_ABSENT, SlotReading,
+    TickRecord,
 };
 
 #[cfg(feature = "bench")]
@@ -237,15 +238,22 @@ fn record(kind: u8) {
         } else {
             nr as u8
         };
-        // comm and cgroup cost ~100 ns each in a VM; fetch them only for a task this CPU's last
-        // full record did not describe, and every 64th record anyway (comm changes at exec).
-        if pid != (*h).last_pid || seq & 63 == 0 {
+        // comm and cgroup cost ~100 ns each in a VM; fetch them only for a task none of this
+        // CPU's recent full records described (threads taking turns at context switches stay
+        // described), and every 64th record anyway (comm changes at exec).
+        let recent = &raw mut (*h).recent;
+        let known = (*recent).contains(&pid);
+        if !known || seq & 63 == 0 {
             (*rec).cgroup_id = bpf_get_current_cgroup_id();
             if bpf_get_current_comm((*rec).comm.as_mut_ptr().cast(), 16) != 0 {
                 (*rec).comm = [0; 16];
             }
             (*rec).flags = 0;
-            (*h).last_pid = pid;
+            if !known {
+                let slot = ((*h).next as usize) & (RECENT_TASKS - 1);
+                (*recent)[slot] = pid;
+                (*h).next = (*h).next.wrapping_add(1);
+            }
         } else {
             (*rec).flags = FLAG_TASK_OMITTED;
         }
