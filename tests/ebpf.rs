@@ -144,13 +144,7 @@ fn dropping_the_sampler_leaves_no_program_loaded() {
     }
     let _machine = exclusive();
     let cpus = online_cpus();
-    let pf = Encoded {
-        event: "page-faults".into(),
-        pmu: "software".into(),
-        pmu_type: 1,
-        config: 2,
-        ..Default::default()
-    };
+    let pf = page_faults();
     let plan = SlotPlan::per_cpu(spec("page-faults"), &pf, &cpus);
     let mut cfg = config(vec![plan], &cpus, 100);
     cfg.tick = TickSource::CpuClock {
@@ -212,13 +206,7 @@ fn a_package_counter_its_reader_cannot_read_is_said_once_and_counted_always() {
     log::set_max_level(log::LevelFilter::Trace);
     // A system-wide counter opened on CPU 0 that CPU 1's ticks are (wrongly) made to read:
     // the kernel refuses a per-CPU event on another CPU (perf_event_read_local).
-    let pf = Encoded {
-        event: "page-faults".into(),
-        pmu: "software".into(),
-        pmu_type: 1,
-        config: 2,
-        ..Default::default()
-    };
+    let pf = page_faults();
     let package = SlotSpec {
         scope: SlotScope::Package,
         ..spec("page-faults@cpu0")

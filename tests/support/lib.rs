@@ -226,3 +226,15 @@ pub fn spin_until(end: std::time::Instant) {
         std::hint::black_box(x);
     }
 }
+
+/// `page-faults` as the kernel's software PMU encodes it (type 1, config 2): the stand-in counter
+/// the sampler tests open where this machine kind has no memory controller.
+pub fn page_faults() -> imc::model::Encoded {
+    imc::model::Encoded {
+        event: "page-faults".into(),
+        pmu: "software".into(),
+        pmu_type: 1,
+        config: 2,
+        ..Default::default()
+    }
+}
