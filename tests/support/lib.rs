@@ -238,3 +238,27 @@ pub fn page_faults() -> imc::model::Encoded {
         ..Default::default()
     }
 }
+
+/// `setpriv` to run imc as nobody, when this test runs as root and setpriv exists.
+pub fn as_nobody(args: &[&str]) -> Option<Command> {
+    if !require(is_root(), "dropping privileges needs root") {
+        return None;
+    }
+    let ok = Command::new("setpriv")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !require(ok, "setpriv (util-linux) not found") {
+        return None;
+    }
+    let mut c = Command::new("setpriv");
+    c.args([
+        "--reuid=65534",
+        "--regid=65534",
+        "--clear-groups",
+        "--inh-caps=-all",
+    ])
+    .arg(imc_bin())
+    .args(args);
+    Some(c)
+}

@@ -747,7 +747,9 @@ fn load(
             .map_err(|e| SamplerError::Map {
                 map: PKG_MAP_NAME.into(),
                 message: format!(
-                    "{n} package counters need an array longer than the {possible} CPUs, made on                      a private bpffs mount, which failed ({e}): run imc as root, or name fewer                      counters with -e"
+                    "{n} package counters need an array longer than the {possible} CPUs, made on \
+                     a private bpffs mount, which failed ({e}): run imc as root, or name fewer \
+                     counters with -e"
                 ),
             })?;
         loader.map_pin_path(PKG_MAP_NAME, p.path().to_path_buf());
