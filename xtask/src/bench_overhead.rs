@@ -200,27 +200,16 @@ fn parse_work(stdout: &str) -> Result<Work> {
     })
 }
 
-/// The raw text of a field of a JSON object (its first occurrence: the fields that matter here
-/// come before any list, and a key in quotes cannot occur inside a JSON string, whose quotes are
-/// escaped).
-fn json_field<'a>(json: &'a str, key: &str) -> Option<&'a str> {
-    let pat = format!("\"{key}\":");
-    let rest = &json[json.find(&pat)? + pat.len()..];
-    let rest = rest.trim_start();
-    if let Some(s) = rest.strip_prefix('"') {
-        return s.find('"').map(|e| &s[..e]);
+/// A top-level field of a JSON object (imc's report or plan), as text: a string's contents,
+/// or a number's or boolean's digits. Parsed, not searched: nested objects (bursts, tasks) have
+/// fields of the same names.
+fn json_field(json: &str, key: &str) -> Option<String> {
+    let v: serde_json::Value = serde_json::from_str(json).ok()?;
+    match v.get(key)? {
+        serde_json::Value::String(s) => Some(s.clone()),
+        serde_json::Value::Null => None,
+        other => Some(other.to_string()),
     }
-    let end = rest.find([',', '}', ']']).unwrap_or(rest.len());
-    Some(rest[..end].trim())
-}
-
-/// The text of a flat JSON object held in `key` (one without nested objects, like the plan's
-/// `tick`).
-fn json_object<'a>(json: &'a str, key: &str) -> Option<&'a str> {
-    let pat = format!("\"{key}\":");
-    let rest = json[json.find(&pat)? + pat.len()..].trim_start();
-    let rest = rest.strip_prefix('{')?;
-    rest.find('}').map(|e| &rest[..e])
 }
 
 /// The tick of one `imc record` plan (`--dry-run --json`).
@@ -232,15 +221,22 @@ struct Tick {
 }
 
 fn parse_plan_tick(json: &str) -> Result<Tick> {
-    let tick = json_object(json, "tick").ok_or_else(|| anyhow!("the plan has no tick: {json}"))?;
-    let field =
-        |k: &str| json_field(tick, k).ok_or_else(|| anyhow!("the plan's tick has no {k}: {tick}"));
+    let v: serde_json::Value =
+        serde_json::from_str(json).with_context(|| format!("the plan is not JSON: {json}"))?;
+    let tick = v
+        .get("tick")
+        .ok_or_else(|| anyhow!("the plan has no tick: {json}"))?;
     Ok(Tick {
-        source: field("source")?.to_string(),
-        hz: field("hz")?
-            .parse()
-            .with_context(|| format!("the plan's tick.hz: {tick}"))?,
-        adds_interrupts: field("adds_interrupts")? == "true",
+        source: tick["source"]
+            .as_str()
+            .ok_or_else(|| anyhow!("the plan's tick has no source: {tick}"))?
+            .to_string(),
+        hz: tick["hz"]
+            .as_f64()
+            .ok_or_else(|| anyhow!("the plan's tick has no hz: {tick}"))?,
+        adds_interrupts: tick["adds_interrupts"]
+            .as_bool()
+            .ok_or_else(|| anyhow!("the plan's tick has no adds_interrupts: {tick}"))?,
     })
 }
 
@@ -748,7 +744,7 @@ fn dry_run(imc: &Path, args: &[&str]) -> Result<String> {
 /// counters) and the kernel tick's rate. Stops when either arm's tick is not the one it names.
 fn plan(imc: &Path) -> Result<(Vec<String>, f64)> {
     let default = dry_run(imc, &[])?;
-    let source = json_field(&default, "source").unwrap_or("?").to_string();
+    let source = json_field(&default, "source").unwrap_or_else(|| "?".into());
     let events: Vec<String> = if source.starts_with("proxy:") {
         vec!["page-faults".into()]
     } else {
@@ -892,10 +888,15 @@ mod tests {
 
     #[test]
     fn reads_report_fields_and_the_plan_tick() {
-        let j = r#"{"t_start_ns":729223277578,"t_end_ns":730294921606,"source":"proxy:page-faults","packages":[{"id":0,"read_bytes":0}],"tasks":[{"comm":"a\"lost_samples\":9"}],"unattributed_bytes":0,"lost_samples":177,"bursts":[{"t_start_ns":1}]}"#;
-        assert_eq!(json_field(j, "t_start_ns"), Some("729223277578"));
-        assert_eq!(json_field(j, "source"), Some("proxy:page-faults"));
-        assert_eq!(json_field(j, "lost_samples"), Some("177"));
+        // Keys in any order: a burst's t_end_ns before the report's must not be taken for it.
+        let j = r#"{"bursts":[{"t_end_ns":2,"t_start_ns":1}],"lost_samples":177,"packages":[{"id":0,"read_bytes":0}],"source":"proxy:page-faults","t_end_ns":730294921606,"t_start_ns":729223277578,"tasks":[{"comm":"a\"lost_samples\":9"}],"unattributed_bytes":0}"#;
+        assert_eq!(json_field(j, "t_start_ns").as_deref(), Some("729223277578"));
+        assert_eq!(json_field(j, "t_end_ns").as_deref(), Some("730294921606"));
+        assert_eq!(
+            json_field(j, "source").as_deref(),
+            Some("proxy:page-faults")
+        );
+        assert_eq!(json_field(j, "lost_samples").as_deref(), Some("177"));
         assert_eq!(json_field(j, "missing"), None);
         let plan = r#"{"command":"record","source":"events:page-faults","counters":[{"pmu":"software","reader":{"kind":"tick"},"slot":0}],"tick":{"source":"kernel-tick","hz":250.0,"adds_interrupts":false,"switches":true,"reason":"x"},"refusals":[],"kernel":{"release":"6.18","hz":null}}"#;
         assert_eq!(
