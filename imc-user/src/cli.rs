@@ -121,6 +121,9 @@ pub struct TopArgs {
     /// Rows of tasks to show (0: all).
     #[arg(short = 'n', long = "top", value_name = "N", default_value_t = 20)]
     pub top: usize,
+    /// One row per thread (pid), process (tgid), name (comm), cgroup, container or pod.
+    #[arg(long, value_enum, default_value = "pid")]
+    pub by: GroupBy,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -150,6 +153,10 @@ pub enum GroupBy {
     Tgid,
     Comm,
     Cgroup,
+    /// Docker, containerd, CRI-O or Podman container id (tasks in none: one row).
+    Container,
+    /// Kubernetes pod UID (tasks in none: one row).
+    Pod,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -167,6 +174,13 @@ pub struct ReportArgs {
     /// and its 99th percentile; none in a flat run).
     #[arg(long, value_name = "BYTES/S", value_parser = parse_size)]
     pub burst_threshold: Option<u64>,
+    /// Also write a Perfetto trace (open it in ui.perfetto.dev): package bandwidth, the top
+    /// processes' bandwidth and the bursts on a timeline.
+    #[arg(long, value_name = "OUT")]
+    pub perfetto: Option<PathBuf>,
+    /// Also draw bandwidth over time, stacked by the top processes, as an SVG file.
+    #[arg(long, value_name = "OUT.svg")]
+    pub plot: Option<PathBuf>,
 }
 
 /// An interval in whole milliseconds, at least 1.

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 pub mod encode;
 pub mod list;
+pub mod names;
 pub mod record;
 pub mod report;
 pub mod sampling;

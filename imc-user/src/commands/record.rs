@@ -1,7 +1,8 @@
 //! `imc record`: the sampling loop of `imc top`, written to a bounded recording (per-interval
 //! per-task aggregates plus raw ticks around bursts; see record/FORMAT.md).
+use super::names::Naming;
 use super::sampling::{LoopOptions, Sink, block_on, discover, sample_loop, select};
-use crate::cli::{GlobalArgs, RecordArgs};
+use crate::cli::{GlobalArgs, GroupBy, RecordArgs};
 use crate::error::{CliError, CliResult};
 use crate::output::interval::IntervalResult;
 use crate::record::{RecordHeader, Writer};
@@ -80,7 +81,9 @@ pub fn run(global: &GlobalArgs, args: &RecordArgs) -> CliResult<ExitCode> {
         duration: args.duration,
         command: &args.command,
     };
-    let code = block_on(sample_loop(global, &opts, &found, sel, &mut sink));
+    // Cgroup paths go into the recording, so a report elsewhere still names containers.
+    let mut named = Naming::new(global, GroupBy::Pid, &mut sink);
+    let code = block_on(sample_loop(global, &opts, &found, sel, &mut named));
     // Whatever ended the loop, close the file properly: everything recorded stays readable.
     let stats = sink
         .writer

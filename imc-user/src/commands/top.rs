@@ -7,6 +7,7 @@
 //!
 //! On a terminal (and without `--json`) the intervals feed the full-screen view of
 //! [`crate::output::top`]; otherwise each interval is one JSON line (the contract in design.md).
+use super::names::Naming;
 use super::sampling::{LoopOptions, Selection, Sink, block_on, discover, sample_loop, select};
 use crate::cli::{GlobalArgs, TopArgs};
 use crate::error::{CliError, CliResult};
@@ -70,7 +71,8 @@ pub fn run(global: &GlobalArgs, args: &TopArgs) -> CliResult<ExitCode> {
         duration: args.duration,
         command: &[],
     };
-    block_on(sample_loop(global, &opts, &found, sel, sink))
+    let mut named = Naming::new(global, args.by, sink);
+    block_on(sample_loop(global, &opts, &found, sel, &mut named))
 }
 
 /// What the view shows follows from the counters the loop reads: bytes when a traffic counter

@@ -27,6 +27,8 @@ pub const CHUNK_TASKS: u8 = 2;
 pub const CHUNK_INTERVAL: u8 = 3;
 pub const CHUNK_TICKS: u8 = 4;
 pub const CHUNK_END: u8 = 5;
+/// Cgroup paths of the tasks' cgroup ids (a later addition: older readers skip it).
+pub const CHUNK_CGROUPS: u8 = 6;
 
 /// Largest chunk payload a reader accepts (a corrupt length must not allocate gigabytes).
 pub const MAX_CHUNK: u32 = 64 << 20;

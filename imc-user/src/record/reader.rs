@@ -2,10 +2,11 @@
 //! saying whether the file ended cleanly, was cut, or is damaged at some offset.
 use super::codec::{Cursor, Malformed, crc32, unzigzag};
 use super::{
-    CHUNK_END, CHUNK_INTERVAL, CHUNK_STRINGS, CHUNK_TASKS, CHUNK_TICKS, MAGIC, MAX_CHUNK,
-    RecordError, RecordHeader, VERSION,
+    CHUNK_CGROUPS, CHUNK_END, CHUNK_INTERVAL, CHUNK_STRINGS, CHUNK_TASKS, CHUNK_TICKS, MAGIC,
+    MAX_CHUNK, RecordError, RecordHeader, VERSION,
 };
 use crate::attribution::{bytes_of, summary::sort_rows, traffic_counts};
+use crate::discovery::cgroup::{CgroupNames, names_of_path};
 use crate::model::{SlotRole, SlotSpec};
 use crate::output::interval::{IntervalResult, PackageRow, TaskRow};
 use imc_common::{MAX_SLOTS, SlotReading, TickRecord};
@@ -50,6 +51,8 @@ pub struct Reader {
     pos: usize,
     strings: Vec<String>,
     tasks: Vec<TaskDef>,
+    /// Cgroup id → names, from CGROUPS chunks (none in recordings made before they existed).
+    cgroups: HashMap<u64, CgroupNames>,
     status: ReadStatus,
     has_bytes: bool,
     ended: bool,
@@ -112,6 +115,7 @@ impl Reader {
             data,
             strings: Vec::new(),
             tasks: Vec::new(),
+            cgroups: HashMap::new(),
             status: ReadStatus::Reading,
             has_bytes,
             ended: false,
@@ -243,6 +247,16 @@ impl Reader {
                 }
                 Ok(None)
             }
+            CHUNK_CGROUPS => {
+                let n = c.count()?;
+                for _ in 0..n {
+                    let id = c.varint()?;
+                    let sid = c.varint()?;
+                    let path = self.strings.get(sid as usize).ok_or(Malformed)?;
+                    self.cgroups.insert(id, names_of_path(path));
+                }
+                Ok(None)
+            }
             CHUNK_INTERVAL => self
                 .decode_interval(&mut c)
                 .map(|iv| Some(Item::Interval(iv))),
@@ -302,7 +316,7 @@ impl Reader {
             } else {
                 0.0
             };
-            tasks.push(TaskRow {
+            let mut row = TaskRow {
                 pid: def.pid,
                 tgid: def.tgid,
                 comm: def.comm.clone(),
@@ -312,7 +326,12 @@ impl Reader {
                 total_bytes,
                 share,
                 values,
-            });
+                ..TaskRow::default()
+            };
+            if let Some(n) = self.cgroups.get(&def.cgroup) {
+                row.set_cgroup_names(n);
+            }
+            tasks.push(row);
         }
         sort_rows(&mut tasks);
         Ok(IntervalResult {

@@ -1,8 +1,8 @@
 //! Writing recordings: aggregates every interval, raw ticks only around bursts, size-bounded.
 use super::codec::{crc32, put_varint, zigzag};
 use super::{
-    CHUNK_END, CHUNK_INTERVAL, CHUNK_STRINGS, CHUNK_TASKS, CHUNK_TICKS, MAGIC, RecordError,
-    RecordHeader, VERSION, rotated_path,
+    CHUNK_CGROUPS, CHUNK_END, CHUNK_INTERVAL, CHUNK_STRINGS, CHUNK_TASKS, CHUNK_TICKS, MAGIC,
+    RecordError, RecordHeader, VERSION, rotated_path,
 };
 use crate::attribution::TaskKey;
 use crate::attribution::tasks::FxBuild;
@@ -125,6 +125,9 @@ pub struct Writer {
     tasks: HashMap<TaskKey, u64, FxBuild>,
     new_strings: Vec<String>,
     new_tasks: Vec<(TaskKey, u64)>,
+    /// Cgroup id → path, for every id whose path the intervals carried.
+    cgroups: HashMap<u64, String>,
+    new_cgroups: Vec<(u64, u64)>,
     ring: VecDeque<TickRecord>,
     /// Write ticks straight through until this time (the tail of a burst).
     capture_until: Option<u64>,
@@ -187,6 +190,8 @@ impl Writer {
             tasks: HashMap::default(),
             new_strings: Vec::new(),
             new_tasks: Vec::new(),
+            cgroups: HashMap::new(),
+            new_cgroups: Vec::new(),
             ring: VecDeque::new(),
             capture_until: None,
             capture: Vec::new(),
@@ -356,8 +361,17 @@ impl Writer {
         i
     }
 
-    /// Writes the string and task definitions the next chunk uses, before it: a file cut after
-    /// them still decodes, a file cut before the chunk never needs them.
+    /// Notes a cgroup's path the first time an interval carries it.
+    fn cgroup_def(&mut self, id: u64, path: &str) {
+        if !self.cgroups.contains_key(&id) {
+            let sid = self.string_id(path);
+            self.cgroups.insert(id, path.to_owned());
+            self.new_cgroups.push((id, sid));
+        }
+    }
+
+    /// Writes the string, cgroup and task definitions the next chunk uses, before it: a file cut
+    /// after them still decodes, a file cut before the chunk never needs them.
     fn emit_tables(&mut self) -> Result<(), RecordError> {
         if !self.new_strings.is_empty() {
             let mut p = Vec::new();
@@ -367,6 +381,15 @@ impl Writer {
                 p.extend_from_slice(s.as_bytes());
             }
             self.write_chunk(CHUNK_STRINGS, &p)?;
+        }
+        if !self.new_cgroups.is_empty() {
+            let mut p = Vec::new();
+            put_varint(&mut p, self.new_cgroups.len() as u64);
+            for (id, sid) in std::mem::take(&mut self.new_cgroups) {
+                put_varint(&mut p, id);
+                put_varint(&mut p, sid);
+            }
+            self.write_chunk(CHUNK_CGROUPS, &p)?;
         }
         if !self.new_tasks.is_empty() {
             let mut p = Vec::new();
@@ -439,6 +462,9 @@ impl Writer {
                 comm,
             };
             rows.push((self.task_id(&key), i));
+            if let Some(path) = &t.cgroup_path {
+                self.cgroup_def(t.cgroup, path);
+            }
         }
         rows.sort_unstable();
         let has_bytes = self
@@ -488,6 +514,7 @@ impl Writer {
         if let Some(max) = self.max_size
             && kind != CHUNK_STRINGS
             && kind != CHUNK_TASKS
+            && kind != CHUNK_CGROUPS
             && self.stats.bytes + total > max / 2
             && self.stats.bytes > 0
         {
@@ -527,14 +554,19 @@ impl Writer {
             v.sort_by_key(|e| e.1);
             v
         };
+        let old_cgroups = std::mem::take(&mut self.cgroups);
         self.strings.clear();
         self.tasks.clear();
         self.new_strings.clear();
         self.new_tasks.clear();
-        // Every task the old file knew is restated: simpler than re-encoding the payload, and
-        // small (one entry per task seen).
+        self.new_cgroups.clear();
+        // Every task (and cgroup path) the old file knew is restated: simpler than re-encoding
+        // the payload, and small (one entry per task seen).
         for (k, _) in &old_tasks {
             self.task_id(k);
+        }
+        for (id, path) in &old_cgroups {
+            self.cgroup_def(*id, path);
         }
         self.emit_tables()?;
         let saved = self.max_size.take();
