@@ -460,8 +460,16 @@ fn human(
         ));
     }
     if args.bursts {
+        // A stand-in's bursts are counts per second: never shown as bytes.
+        let rate = |v: f64| {
+            if stand_in.is_empty() {
+                format!("{}/s", fmt_bytes(v))
+            } else {
+                format!("{v:.0} {}/s", stand_in.join("+"))
+            }
+        };
         let thr = if threshold.is_finite() {
-            format!("{}/s", fmt_bytes(threshold))
+            rate(threshold)
         } else {
             "-".into()
         };
@@ -477,8 +485,8 @@ fn human(
             let from = b.t_start_ns.saturating_sub(t.t_start_ns) as f64 / 1e9;
             let len = b.t_end_ns.saturating_sub(b.t_start_ns) as f64 / 1e6;
             s.push_str(&format!(
-                "  +{from:.3} s  {len:.0} ms  {}/s\n",
-                fmt_bytes(b.bytes_per_s)
+                "  +{from:.3} s  {len:.0} ms  {}\n",
+                rate(b.bytes_per_s)
             ));
             let rows: Vec<Vec<String>> = b
                 .tasks

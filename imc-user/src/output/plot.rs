@@ -245,3 +245,95 @@ pub fn write(path: &Path, tl: &Timeline, bursts: &[BurstRow], title: &str) -> st
     let s = svg(tl, bursts, title).map_err(std::io::Error::other)?;
     std::fs::write(path, s)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::attribution::Summary;
+    use crate::cli::GroupBy;
+    use crate::model::{Direction, SlotRole, SlotScope, SlotSpec};
+    use crate::output::interval::{IntervalResult, PackageRow, TaskRow};
+
+    fn timeline(bytes_per_count: Option<f64>, n: u64) -> Timeline {
+        let specs = [SlotSpec {
+            event: "page-faults".into(),
+            scope: SlotScope::Cpu,
+            role: SlotRole::Traffic(Direction::Total),
+            bytes_per_count,
+            counter_bits: 64,
+        }];
+        let ivs: Vec<IntervalResult> = (0..n)
+            .map(|i| {
+                let task = |pid: u32, comm: &str, v: f64| TaskRow {
+                    pid,
+                    tgid: pid,
+                    comm: comm.into(),
+                    total_bytes: bytes_per_count.map_or(0, |b| (v * b) as u64),
+                    share: 0.4,
+                    values: [("page-faults".to_string(), v)].into(),
+                    ..TaskRow::default()
+                };
+                let total = bytes_per_count.map_or(0, |b| (300.0 * b) as u64);
+                IntervalResult {
+                    t_start_ns: i * 100_000_000,
+                    t_end_ns: (i + 1) * 100_000_000,
+                    packages: vec![PackageRow {
+                        id: 0,
+                        total_bytes: total,
+                        ..PackageRow::default()
+                    }],
+                    tasks: vec![task(1, "big", 120.0), task(2, "small", 60.0)],
+                    ..IntervalResult::default()
+                }
+            })
+            .collect();
+        let mut sum = Summary::new(&specs);
+        for iv in &ivs {
+            sum.add(iv);
+        }
+        let mut tl = Timeline::new(&specs, &sum.finish(GroupBy::Comm), GroupBy::Comm, 8);
+        for iv in &ivs {
+            tl.add(iv);
+        }
+        tl
+    }
+
+    fn texts(svg: &str) -> Vec<String> {
+        svg.split("<text")
+            .skip(1)
+            .filter_map(|t| {
+                let body = t.split_once('>')?.1;
+                Some(body.split_once("</text>")?.0.trim().to_owned())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn counts_are_labelled_as_counts_and_every_group_has_a_band() {
+        let s = svg(&timeline(None, 20), &[], "t").unwrap();
+        let t = texts(&s);
+        assert!(t.contains(&"page-faults/s".to_string()), "{t:?}");
+        assert!(t.iter().all(|l| !l.contains("B/s")), "{t:?}");
+        // 120 of the 180 attributed faults, which are 80% of all: 53.3%.
+        assert!(t.contains(&"big 53.3%".to_string()), "{t:?}");
+        assert!(t.contains(&"no bursts".to_string()), "{t:?}");
+        assert_eq!(s.matches("<polygon").count(), 3, "big, small and the rest");
+        assert!(s.contains(&format!("fill=\"#{:02X}{:02X}{:02X}\"", 214, 39, 40)));
+    }
+
+    #[test]
+    fn bytes_get_a_binary_prefix_and_long_runs_are_resampled() {
+        // 300 lines of 64 KiB in 100 ms: 187.5 MiB/s.
+        let tl = timeline(Some(65536.0), 5000);
+        let s = svg(&tl, &[], "t").unwrap();
+        assert!(texts(&s).contains(&"MiB/s".to_string()));
+        assert_eq!(resample(&tl.points, MAX_POINTS).len(), 1000);
+        // Averaging keeps the level.
+        let r = resample(&tl.points, 7);
+        assert!(
+            r.iter()
+                .all(|p| (p.groups[0] - tl.points[0].groups[0]).abs() < 1e-6)
+        );
+        assert_eq!(r.last().unwrap().t_end_ns, 5000 * 100_000_000);
+    }
+}

@@ -299,4 +299,140 @@ mod tests {
             assert_ne!(r.status(), &ReadStatus::Reading);
         }
     }
+
+    /// Intervals with named tasks in ten containers, in turn.
+    fn named_intervals(n: u64) -> (Vec<crate::model::SlotSpec>, Vec<IntervalResult>) {
+        use crate::model::{Direction, SlotRole, SlotScope, SlotSpec};
+        use crate::output::interval::{PackageRow, TaskRow};
+        let specs = vec![SlotSpec {
+            event: "r".into(),
+            scope: SlotScope::Package,
+            role: SlotRole::Traffic(Direction::Read),
+            bytes_per_count: Some(64.0),
+            counter_bits: 48,
+        }];
+        let ivs = (0..n)
+            .map(|i| {
+                let mut t = TaskRow {
+                    pid: 100 + i as u32,
+                    tgid: 100,
+                    comm: "w".into(),
+                    cgroup: 1000 + i % 10,
+                    read_bytes: 6400,
+                    share: 1.0,
+                    values: [("r".to_string(), 100.0)].into(),
+                    ..TaskRow::default()
+                };
+                let path = format!("/system.slice/docker-{:064x}.scope", i % 10 + 1);
+                t.set_cgroup_names(&crate::discovery::cgroup::names_of_path(&path));
+                // The root cgroup's tasks come without a path (not resolved): null stays null.
+                let bare = TaskRow {
+                    pid: 1,
+                    tgid: 1,
+                    comm: "init".into(),
+                    cgroup: 1,
+                    values: [("r".to_string(), 0.0)].into(),
+                    ..TaskRow::default()
+                };
+                IntervalResult {
+                    t_start_ns: i * 100,
+                    t_end_ns: (i + 1) * 100,
+                    source: "x".into(),
+                    packages: vec![PackageRow {
+                        id: 0,
+                        read_bytes: 6400,
+                        ..PackageRow::default()
+                    }],
+                    tasks: vec![t, bare],
+                    ..IntervalResult::default()
+                }
+            })
+            .collect();
+        (specs, ivs)
+    }
+
+    #[test]
+    fn cgroup_paths_survive_the_file_and_its_rotations() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.imc");
+        let (specs, ivs) = named_intervals(2000);
+        let topo = crate::model::Topology {
+            packages: vec![crate::model::Package {
+                id: 0,
+                cpus: vec![0],
+            }],
+            ..crate::model::Topology::default()
+        };
+        let header = RecordHeader::new(&specs, &topo, 1000, "x", 100);
+        // Small enough to rotate several times.
+        let mut w = Writer::create(&path, header, Some(32 << 10)).unwrap();
+        for iv in &ivs {
+            w.push_interval(iv).unwrap();
+        }
+        assert!(w.stats().rotations >= 2, "{:?}", w.stats());
+        w.finish().unwrap();
+        let mut got: Vec<IntervalResult> = Vec::new();
+        for p in [rotated_path(&path), path.clone()] {
+            got.extend(Reader::open(&p).unwrap().filter_map(|it| match it {
+                Item::Interval(iv) => Some(iv),
+                Item::Ticks(_) => None,
+            }));
+        }
+        assert!(got.len() > 10);
+        for g in &got {
+            let want = ivs.iter().find(|i| i.t_start_ns == g.t_start_ns).unwrap();
+            // The reader derives the container id from the stored path.
+            assert_eq!(g.tasks, want.tasks);
+        }
+        let last = &got[got.len() - 1].tasks[0];
+        assert_eq!(
+            last.container_id.as_deref(),
+            Some(&*format!("{:064x}", 1999 % 10 + 1))
+        );
+    }
+
+    #[test]
+    fn without_paths_no_cgroups_chunk_is_written_and_paths_read_null() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("old.imc");
+        let (specs, mut ivs) = named_intervals(3);
+        // Tasks whose cgroups did not resolve (or a recording made before paths were kept).
+        for iv in &mut ivs {
+            for t in &mut iv.tasks {
+                (t.cgroup_path, t.container_id, t.pod_uid) = (None, None, None);
+            }
+        }
+        let header = RecordHeader::new(&specs, &crate::model::Topology::default(), 1, "x", 100);
+        let mut w = Writer::create(&path, header, None).unwrap();
+        for iv in &ivs {
+            w.push_interval(iv).unwrap();
+        }
+        w.finish().unwrap();
+        let data = std::fs::read(&path).unwrap();
+        // Nothing was resolved: no CGROUPS chunk, the file is what earlier versions wrote.
+        let hlen = u32::from_le_bytes(data[10..14].try_into().unwrap()) as usize;
+        let mut at = 18 + hlen;
+        let mut kinds = Vec::new();
+        while at + 9 <= data.len() {
+            kinds.push(data[at]);
+            at += 9 + u32::from_le_bytes(data[at + 1..at + 5].try_into().unwrap()) as usize;
+        }
+        assert_eq!(at, data.len());
+        assert!(!kinds.contains(&CHUNK_CGROUPS), "{kinds:?}");
+        let mut r = Reader::from_bytes(&path, data).unwrap();
+        let got: Vec<IntervalResult> = r
+            .by_ref()
+            .filter_map(|it| match it {
+                Item::Interval(iv) => Some(iv),
+                Item::Ticks(_) => None,
+            })
+            .collect();
+        assert_eq!(r.status(), &ReadStatus::Complete);
+        assert_eq!(got.len(), 3);
+        assert!(
+            got.iter()
+                .flat_map(|g| &g.tasks)
+                .all(|t| t.cgroup_path.is_none())
+        );
+    }
 }
