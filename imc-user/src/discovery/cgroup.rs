@@ -199,6 +199,9 @@ pub fn find_cgroup2_mount(root: &Path) -> Result<PathBuf, CgroupError> {
 
 /// The shortest time between two walks of the cgroup tree.
 pub const MIN_RESCAN: Duration = Duration::from_secs(1);
+/// Names kept for cgroups; beyond this (container churn on a long run) a walk starts afresh,
+/// keeping only cgroups that still exist.
+pub const MAX_CACHED: usize = 1 << 16;
 
 /// Resolves cgroup ids to names, caching by id.
 pub struct CgroupPaths {
@@ -284,6 +287,9 @@ impl CgroupPaths {
     /// an id is never reused while its cgroup exists, and names of a cgroup that went away
     /// are still the right names for the traffic it made.
     fn walk(&mut self) {
+        if self.by_id.len() > MAX_CACHED {
+            self.by_id.clear();
+        }
         self.walks += 1;
         self.last_walk = Some(Instant::now());
         let mut stack = vec![(self.mount.clone(), String::from("/"))];
