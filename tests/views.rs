@@ -24,10 +24,14 @@ static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 const CONTAINER: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
 
-/// A cgroup made for the test (a `docker-<id>.scope` inside a directory of its own), emptied
-/// and removed however the test ends.
+const POD: &str = "0f1e2d3c-4b5a-4678-9abc-def012345678";
+
+/// A cgroup made for the test, named as the systemd cgroup driver names a container of a
+/// Kubernetes pod (`kubepods-besteffort-pod<uid>.slice/docker-<id>.scope`) inside a directory of
+/// its own; emptied and removed however the test ends.
 struct TestCgroup {
-    parent: PathBuf,
+    /// Outermost first.
+    dirs: Vec<PathBuf>,
     leaf: PathBuf,
     rel: String,
 }
@@ -36,15 +40,22 @@ impl TestCgroup {
     fn create() -> TestCgroup {
         let mount = imc::discovery::cgroup::find_cgroup2_mount(Path::new("/"))
             .expect("a cgroup2 mount on this machine");
-        let top = format!("imc-test-views-{}", std::process::id());
-        let leaf_name = format!("docker-{CONTAINER}.scope");
-        let parent = mount.join(&top);
-        let leaf = parent.join(&leaf_name);
-        std::fs::create_dir_all(&leaf).expect("create the test cgroup");
+        let names = [
+            format!("imc-test-views-{}", std::process::id()),
+            format!("kubepods-besteffort-pod{}.slice", POD.replace('-', "_")),
+            format!("docker-{CONTAINER}.scope"),
+        ];
+        let mut dirs = Vec::new();
+        let mut dir = mount;
+        for n in &names {
+            dir = dir.join(n);
+            std::fs::create_dir(&dir).expect("create the test cgroup");
+            dirs.push(dir.clone());
+        }
         TestCgroup {
-            parent,
-            leaf,
-            rel: format!("/{top}/{leaf_name}"),
+            dirs,
+            leaf: dir,
+            rel: format!("/{}", names.join("/")),
         }
     }
 
@@ -85,8 +96,9 @@ impl Drop for TestCgroup {
         while !self.pids().is_empty() && Instant::now() < until {
             std::thread::sleep(Duration::from_millis(20));
         }
-        let _ = std::fs::remove_dir(&self.leaf);
-        let _ = std::fs::remove_dir(&self.parent);
+        for d in self.dirs.iter().rev() {
+            let _ = std::fs::remove_dir(d);
+        }
     }
 }
 
@@ -117,7 +129,7 @@ impl Drop for Workload {
 }
 
 #[test]
-fn a_workload_in_a_new_cgroup_shows_under_its_path_and_container() {
+fn a_workload_in_a_new_cgroup_shows_under_its_path_container_and_pod() {
     if !sampler_prerequisites() {
         return;
     }
@@ -136,7 +148,7 @@ fn a_workload_in_a_new_cgroup_shows_under_its_path_and_container() {
             assert!(t.get("cgroup_path").is_some() && t.get("pod_uid").is_some());
             if t["cgroup_path"] == cg.rel.as_str() {
                 assert_eq!(t["container_id"], CONTAINER, "{t}");
-                assert_eq!(t["pod_uid"], Value::Null);
+                assert_eq!(t["pod_uid"], POD, "{t}");
                 seen += faults(t);
             }
         }
@@ -180,6 +192,19 @@ fn a_workload_in_a_new_cgroup_shows_under_its_path_and_container() {
     assert_eq!(mine.len(), 1, "one row for the cgroup {}", cg.rel);
     assert!(faults(mine[0]) > 1000.0, "{}", mine[0]);
     assert_eq!(mine[0]["container_id"], CONTAINER);
+    assert_eq!(mine[0]["pod_uid"], POD);
+    // report --by pod: the pod's row holds the workload's faults; every other task is in no
+    // pod, one row with a null UID.
+    let rep: Value =
+        serde_json::from_str(&run_ok(&["report", f, "--by", "pod", "--json"])).unwrap();
+    let pods: Vec<&Value> = rep["tasks"].as_array().unwrap().iter().collect();
+    assert_eq!(pods.len(), 2, "the pod and everyone else");
+    let pod = pods
+        .iter()
+        .find(|t| t["pod_uid"] == POD)
+        .expect("the pod's row");
+    assert_eq!(faults(pod), faults(mine[0]));
+    assert!(pods.iter().any(|t| t["pod_uid"].is_null()));
     // Every other row is another cgroup.
     let paths: Vec<&Value> = tasks.iter().map(|t| &t["cgroup_path"]).collect();
     let mut dedup = paths.clone();
