@@ -322,6 +322,16 @@ mod tests {
     }
 
     #[test]
+    fn an_empty_recording_still_draws() {
+        let tl = timeline(None, 0);
+        assert!(tl.points.is_empty());
+        let s = svg(&tl, &[], "empty").unwrap();
+        assert!(texts(&s).contains(&"empty".to_string()));
+        let t = crate::output::perfetto::trace(&tl, &[]);
+        assert!(t.packet.iter().all(|p| !p.has_track_event()));
+    }
+
+    #[test]
     fn bytes_get_a_binary_prefix_and_long_runs_are_resampled() {
         // 300 lines of 64 KiB in 100 ms: 187.5 MiB/s.
         let tl = timeline(Some(65536.0), 5000);
