@@ -40,9 +40,32 @@ apt_install() {
 #    end-to-end test of the live view.
 apt_install build-essential pkg-config libpfm4-dev bpftool linux-perf tmux
 
-command -v cargo >/dev/null 2>&1 || die "cargo not found: install Rust (rustup) first"
+# 1b. Prometheus (server and promtool) and python3 (its workload) for the test of `imc serve`
+#     scraped by a real Prometheus.
+#     Debian's package enables a system service; the tests run their own server on loopback.
+apt_install prometheus python3
 
-# 2. The eBPF compiler. bpf-linker must be built against an LLVM at least as new as the one
+# 2. The user crates' toolchain: the one rust-toolchain.toml names (stable), installed when
+#    missing, so the build does not depend on which toolchain rustup defaults to (nightly, on a
+#    new rustup where step 3 installs it first).
+cd "$(dirname "$0")/.."
+if command -v rustup >/dev/null 2>&1; then
+  # rustup installs toolchains only where it is installed itself: a rustup shared from another
+  # home (PATH holding someone else's ~/.cargo/bin) needs its CARGO_HOME named.
+  if [ -z "${CARGO_HOME:-}" ] && [ ! -x "${HOME:-/root}/.cargo/bin/rustup" ]; then
+    CARGO_HOME="$(dirname "$(dirname "$(command -v rustup)")")"
+    export CARGO_HOME
+  fi
+  user_toolchain="$(sed -n 's/^channel *= *"\(.*\)"/\1/p' rust-toolchain.toml)"
+  [ -n "$user_toolchain" ] || die "rust-toolchain.toml names no channel"
+  if ! rustup run "$user_toolchain" cargo --version >/dev/null 2>&1; then
+    say "installing Rust $user_toolchain (rust-toolchain.toml) for the user crates"
+    rustup toolchain install --no-self-update "$user_toolchain" --profile minimal --component clippy,rustfmt >/dev/null
+  fi
+fi
+cargo --version >/dev/null 2>&1 || die "cargo does not run here: install Rust (rustup) first"
+
+# 3. The eBPF compiler. bpf-linker must be built against an LLVM at least as new as the one
 #    in the compiler that emits the bitcode, so a route is only usable when Debian has the
 #    matching llvm-N-dev. Prefer rustup nightly + rust-src; else Debian's rustc-web route.
 llvm_of() { "$1" -vV | sed -n 's/^LLVM version: \([0-9]*\).*/\1/p'; }
@@ -54,7 +77,7 @@ llvm_dev_available() {
 ebpf_route=""
 if command -v rustup >/dev/null 2>&1; then
   if ! rustup +nightly component list --installed 2>/dev/null | grep -q '^rust-src'; then
-    timeout 180 rustup toolchain install nightly --profile minimal --component rust-src >/dev/null 2>&1 || true
+    timeout 180 rustup toolchain install --no-self-update nightly --profile minimal --component rust-src >/dev/null 2>&1 || true
   fi
   if rustup +nightly component list --installed 2>/dev/null | grep -q '^rust-src'; then
     nightly_rustc="$(rustup +nightly which rustc)"
@@ -78,7 +101,7 @@ llvm_major="$(llvm_of "$ebpf_rustc")"
 [ -n "$llvm_major" ] || die "cannot read the LLVM version from '$ebpf_rustc -vV'"
 say "eBPF route: $ebpf_route ($("$ebpf_rustc" --version), LLVM $llvm_major)"
 
-# 3. bpf-linker against that LLVM major.
+# 4. bpf-linker against that LLVM major.
 have_linker=""
 if command -v bpf-linker >/dev/null 2>&1; then
   have_linker="$(bpf-linker --version 2>/dev/null | awk '{print $2}')"
@@ -100,7 +123,7 @@ else
   echo "$llvm_major" > "$STATE_DIR/bpf-linker-llvm"
 fi
 
-# 4. Record the route for xtask.
+# 5. Record the route for xtask.
 {
   echo "route=$ebpf_route"
   echo "rustc=$ebpf_rustc"

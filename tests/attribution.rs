@@ -278,6 +278,47 @@ fn idle_package_dma_is_unattributed_exactly() {
     );
 }
 
+/// The per-slot detail `imc serve` labels by channel and package: each package's slot counts
+/// make up its bytes, and its unattributed part is where the untaken traffic was.
+#[test]
+fn per_slot_package_counts_add_up_and_place_unattributed_traffic() {
+    let mut sc = two_tasks();
+    sc.packages = vec![vec![0, 1], vec![2, 3]];
+    sc.schedule = vec![vec![(0, Some(0))], vec![(0, Some(1))], vec![], vec![]];
+    sc.dma_bps = vec![0.0, 64.0e6];
+    sc.readers = Readers::First;
+    sc.fallback_every_ns = Some(10 * MS);
+    let specs = sc.specs();
+    let run = run(&sc);
+    let bytes = |counts: &[f64]| -> f64 {
+        specs
+            .iter()
+            .zip(counts)
+            .filter(|(s, _)| matches!(s.role, SlotRole::Traffic(_)))
+            .map(|(s, c)| c * s.bytes_per_count.unwrap_or(0.0))
+            .sum()
+    };
+    let (mut idle0, mut idle1) = (0.0, 0.0);
+    for iv in &run.intervals {
+        let mut idle_sum = 0.0;
+        for p in &iv.packages {
+            assert_eq!(p.slot_counts.len(), specs.len());
+            let whole = (p.read_bytes + p.write_bytes + p.total_bytes) as f64;
+            assert!(
+                (bytes(&p.slot_counts) - whole).abs() <= 64.0,
+                "package {}",
+                p.id
+            );
+            idle_sum += bytes(&p.unattributed_counts);
+        }
+        assert!((idle_sum - iv.unattributed_bytes as f64).abs() <= 64.0);
+        idle0 += bytes(&iv.packages[0].unattributed_counts);
+        idle1 += bytes(&iv.packages[1].unattributed_counts);
+    }
+    assert_eq!(idle0, 0.0, "the busy package's traffic was all attributed");
+    assert_eq!(idle1, run.truth.dma[1], "the idle package's DMA is its own");
+}
+
 #[test]
 fn counters_wrapping_at_48_bits_change_nothing() {
     let sc = two_tasks();

@@ -2,7 +2,7 @@
 //! a counting-only system-wide PMU (`msr/tsc/`) and a software counter through the same path
 //! that reads `uncore_imc` on hardware, and leave nothing loaded.
 use imc::model::{Encoded, SlotRole, SlotScope, SlotSpec};
-use imc::sampler::{Sampler, SamplerConfig, SlotPlan};
+use imc::sampler::{Sampler, SamplerConfig, SlotPlan, TickSource};
 use imc_common::TickRecord;
 use imc_tests::*;
 use std::collections::BTreeMap;
@@ -43,10 +43,13 @@ fn spec(event: &str) -> SlotSpec {
 
 fn config(slots: Vec<SlotPlan>, cpus: &[u32], freq: u32) -> SamplerConfig {
     SamplerConfig {
-        freq,
+        tick: TickSource::CpuClock {
+            freq,
+            switches: false,
+        },
         slots,
+        groups: Vec::new(),
         cpus: cpus.to_vec(),
-        precise: false,
         ring_bytes: None,
         drain_period_ms: 10,
         bpf_log: false,
@@ -148,7 +151,10 @@ fn dropping_the_sampler_leaves_no_program_loaded() {
     };
     let plan = SlotPlan::per_cpu(spec("page-faults"), &pf, &cpus);
     let mut cfg = config(vec![plan], &cpus, 100);
-    cfg.precise = true;
+    cfg.tick = TickSource::CpuClock {
+        freq: 100,
+        switches: true,
+    };
     let s = Sampler::start(&cfg).expect("sampler starts");
     let ids = s.program_ids();
     assert_eq!(ids.len(), 2, "tick and switch programs: {ids:?}");
@@ -174,6 +180,39 @@ fn dropping_the_sampler_leaves_no_program_loaded() {
 }
 
 #[test]
+fn the_kernel_tick_runs_the_program_on_busy_cpus_without_a_timer_of_imcs_own() {
+    let _x = exclusive();
+    if !sampler_prerequisites() {
+        return;
+    }
+    let cpus = online_cpus();
+    let tsc = msr_tsc();
+    let mut cfg = config(
+        vec![SlotPlan::per_cpu(spec("msr/tsc/"), &tsc, &cpus)],
+        &cpus,
+        1,
+    );
+    cfg.tick = TickSource::Kernel;
+    let mut s = Sampler::start(&cfg).expect("sampler starts on the kernel's tick");
+    let attached = s.attached().clone();
+    assert!(!attached.adds_interrupts, "{attached:?}");
+    assert!(attached.source.starts_with("tracepoint:"), "{attached:?}");
+    let recs = collect(&mut s, Duration::from_millis(1000));
+    // A busy CPU ticks at HZ (100 to 1000): at least 50 timer records each in a second.
+    for &cpu in &cpus {
+        let timers = recs
+            .iter()
+            .filter(|r| r.cpu == cpu && r.kind == imc_common::KIND_TIMER)
+            .count();
+        assert!(timers >= 50, "CPU {cpu}: {timers} timer records in 1 s");
+    }
+    assert!(
+        recs.iter().any(|r| r.kind == imc_common::KIND_SWITCH),
+        "context switches are recorded too"
+    );
+}
+
+#[test]
 fn precise_mode_records_context_switches() {
     if !sampler_prerequisites() {
         return;
@@ -186,7 +225,10 @@ fn precise_mode_records_context_switches() {
         &cpus,
         100,
     );
-    cfg.precise = true;
+    cfg.tick = TickSource::CpuClock {
+        freq: 100,
+        switches: true,
+    };
     let mut s = Sampler::start(&cfg).expect("sampler starts");
     // More spinners than CPUs force switches between them.
     let _extra = Spinners::start(cpus.len() * 2);

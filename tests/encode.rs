@@ -1,12 +1,12 @@
-//! End-to-end: the built `imc encode` against the shared fixture trees with `--root`.
-use imc_tests::{imc, shared_fixtures};
+//! End-to-end: the built `imc encode` against the project's fixture trees with `--root`.
+use imc_tests::{imc, own_fixtures};
 use serde_json::Value;
 use std::process::Output;
 
 fn encode(root: &str, args: &[&str], envs: &[(&str, &str)]) -> Output {
     imc()
         .arg("--root")
-        .arg(shared_fixtures().join(root))
+        .arg(own_fixtures().join(root))
         .arg("encode")
         .args(args)
         .envs(envs.iter().copied())
@@ -246,4 +246,111 @@ fn missing_libpfm_is_one_line_saying_what_to_install() {
         &[("IMC_LIBPFM", "/nonexistent/libpfm.so.4")],
     ));
     assert_eq!(v.len(), 2);
+}
+
+#[test]
+fn ibs_events_encode_through_their_formats() {
+    let v = json_lines(&encode(
+        "zen3-ibs",
+        &[
+            "--json",
+            "ibs_op/cnt_ctl=1/",
+            "ibs_fetch/rand_en=1,swfilt=1/",
+        ],
+        &[],
+    ));
+    assert_eq!(
+        (v[0]["pmu"].as_str(), v[0]["type"].as_u64()),
+        (Some("ibs_op"), Some(9))
+    );
+    assert_eq!(v[0]["config"], 1u64 << 19);
+    assert_eq!(v[1]["type"], 8);
+    assert_eq!(v[1]["config"], 1u64 << 57);
+    assert_eq!(v[1]["config2"], 1);
+    // Zen 3 has no L3-miss filter: one line naming the PMU, the term and why.
+    refused(
+        "zen3-ibs",
+        "ibs_op/cnt_ctl=1,l3missonly=1/",
+        &["ibs_op", "l3missonly", "Zen 4"],
+    );
+}
+
+#[test]
+fn power_core_thread_trace_imc_events_encode_as_offsets_with_scales() {
+    let v = json_lines(&encode(
+        "power9-imc-full",
+        &[
+            "--json",
+            "core_imc/CPM_CCYC/",
+            "thread_imc/CPM_CS_FROM_MEM_LDATA_USER/",
+            "trace_imc/trace_cycles/",
+        ],
+        &[],
+    ));
+    assert_eq!(v.len(), 3);
+    assert_eq!(
+        (v[0]["type"].as_u64(), v[0]["config"].as_u64()),
+        (Some(30), Some(0x98))
+    );
+    assert_eq!(v[0]["scale"], 512.0);
+    // core_imc is opened on its cpumask: one CPU per core
+    assert_eq!(v[0]["cpus"].as_array().unwrap().len(), 32);
+    assert_eq!(
+        (v[1]["type"].as_u64(), v[1]["config"].as_u64()),
+        (Some(31), Some(0x1560))
+    );
+    assert_eq!(v[1]["scale"], 512.0);
+    assert!(v[1].get("cpus").is_none());
+    assert_eq!(
+        (v[2]["type"].as_u64(), v[2]["config"].as_u64()),
+        (Some(32), Some(0x1020_0000))
+    );
+    assert!(v[2].get("scale").is_none());
+    // the DD2 catalogue has only the _USER thread variant
+    refused(
+        "power9-imc-full",
+        "thread_imc/CPM_CS_FROM_L4_MEM_X_DPTEG/",
+        &["thread_imc", "CPM_CS_FROM_L4_MEM_X_DPTEG_USER"],
+    );
+}
+
+#[test]
+fn root_chooses_the_libpfm4_model_without_libpfm_force_pmu() {
+    let out = imc()
+        .arg("-v")
+        .arg("--root")
+        .arg(own_fixtures().join("knl"))
+        .args([
+            "encode",
+            "--json",
+            "OFFCORE_RESPONSE_0:DMND_DATA_RD:OUTSTANDING",
+        ])
+        .env_remove("LIBPFM_FORCE_PMU")
+        .output()
+        .expect("run imc");
+    let err = String::from_utf8_lossy(&out.stderr);
+    if err.contains("apt-get install libpfm4") {
+        eprintln!("SKIPPED: libpfm.so.4 is not installed here: {err}");
+        return;
+    }
+    let v = json_lines(&out);
+    // KNL's OUTSTANDING is bit 38 of MSR_OFFCORE_RSP_0, a KNL-only umask.
+    assert_eq!(v[0]["config"], 0x01b7);
+    assert_eq!(v[0]["config1"], 0x40_0000_0001u64);
+    assert_eq!(v[0]["pmu"], "cpu");
+    // -v says which libpfm4 PMU and why
+    assert!(err.contains("libpfm4 PMU knl"), "{err}");
+    assert!(err.contains("Knights Landing"), "{err}");
+    // A user's LIBPFM_FORCE_PMU wins and is named.
+    let out = imc()
+        .arg("-v")
+        .arg("--root")
+        .arg(own_fixtures().join("knl"))
+        .args(["encode", "OFFCORE_RESPONSE_0:DMND_DATA_RD:OUTSTANDING"])
+        .env("LIBPFM_FORCE_PMU", "skx")
+        .output()
+        .expect("run imc");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("LIBPFM_FORCE_PMU=skx is set"), "{err}");
 }

@@ -1,4 +1,4 @@
-//! End-to-end tests of `imc list`: the real binary against every shared and own fixture root,
+//! End-to-end tests of `imc list`: the real binary against every fixture root of tests/fixtures,
 //! asserting the PMU types, designated CPUs and exact config integers the READMEs state, and
 //! that bad input fails with exit 2 and one line on stderr naming the file.
 use imc_tests::{imc, own_fixtures, shared_fixtures};
@@ -31,10 +31,6 @@ fn json(root: &Path) -> Value {
     assert_eq!(o.code, 0, "imc list --json failed: {}", o.stderr);
     assert!(o.stderr.is_empty(), "stderr not empty: {}", o.stderr);
     serde_json::from_str(&o.stdout).expect("valid JSON")
-}
-
-fn shared(name: &str) -> PathBuf {
-    shared_fixtures().join(name)
 }
 
 fn own(name: &str) -> PathBuf {
@@ -119,7 +115,7 @@ fn assert_cas(s: &Value, pmu_names: &[String], read: u64, write: u64) {
 
 #[test]
 fn skx_2socket_uncore_imc() {
-    let v = json(&shared("skx-2socket"));
+    let v = json(&own("skx-2socket"));
     assert_eq!(v["hypervisor"], false);
     let pk = v["packages"].as_array().unwrap();
     assert_eq!(pk.len(), 2);
@@ -147,7 +143,7 @@ fn skx_2socket_uncore_imc() {
 
 #[test]
 fn human_table_shows_pmus_types_cpus_and_configs() {
-    let o = run(&shared("skx-2socket"), &[]);
+    let o = run(&own("skx-2socket"), &[]);
     assert_eq!(o.code, 0, "{}", o.stderr);
     assert!(
         o.stdout.contains("intel-uncore-imc     available"),
@@ -164,7 +160,7 @@ fn human_table_shows_pmus_types_cpus_and_configs() {
 
 #[test]
 fn icl_client_imc_and_mchbar() {
-    let v = json(&shared("icl-client"));
+    let v = json(&own("icl-client"));
     let s = source(&v, "intel-client-imc");
     assert_eq!(s["available"], true);
     assert_eq!(pmus(s), vec![("uncore_imc".to_string(), 12, vec![0])]);
@@ -188,7 +184,7 @@ fn icl_client_imc_and_mchbar() {
 
 #[test]
 fn knl_ddr_and_mcdram() {
-    let v = json(&shared("knl"));
+    let v = json(&own("knl"));
     assert!(!available(&v, "intel-uncore-imc"));
     let imc = source(&v, "knl-imc");
     assert_eq!(pmus(imc), uncore_pmus(14..20, &[0], &[0, 1, 2, 3, 4, 5]));
@@ -210,7 +206,7 @@ fn knl_ddr_and_mcdram() {
 
 #[test]
 fn power9_nest_one_event_per_chip() {
-    let v = json(&shared("power9-2chip"));
+    let v = json(&own("power9-2chip"));
     let ids: Vec<u64> = v["packages"]
         .as_array()
         .unwrap()
@@ -254,7 +250,7 @@ fn power9_nest_one_event_per_chip() {
 
 #[test]
 fn vm_guest_reports_no_backend_without_errors() {
-    let v = json(&shared("vm-guest"));
+    let v = json(&own("vm-guest"));
     assert_eq!(v["hypervisor"], true);
     for s in v["sources"].as_array().unwrap() {
         let b = s["backend"].as_str().unwrap();
@@ -276,7 +272,7 @@ fn vm_guest_reports_no_backend_without_errors() {
     assert_eq!(configs(sw, "software", "page-faults"), [2]);
     assert_eq!(pmus(sw)[0].1, 1);
 
-    let o = run(&shared("vm-guest"), &[]);
+    let o = run(&own("vm-guest"), &[]);
     assert_eq!(o.code, 0);
     assert!(o.stderr.is_empty(), "{}", o.stderr);
     assert!(o.stdout.contains("no memory-bandwidth backend available"));
@@ -558,4 +554,303 @@ fn alias_needed_but_events_missing_makes_backend_unavailable_with_the_file() {
     assert_eq!(s["available"], false);
     let why = s["reason"].as_str().unwrap();
     assert!(why.contains("uncore_imc_0/events/cas_count_read"), "{why}");
+}
+
+/// The trees tests/fixtures/gen.py captured from the shared reference set.
+const CAPTURED: [&str; 7] = [
+    "skx-2socket",
+    "icl-client",
+    "power9-2chip",
+    "power9-imc-full",
+    "knl",
+    "vm-guest",
+    "zen3-ibs",
+];
+
+/// Every file of `root` by relative path: a symlink as its target, a file as its bytes.
+fn tree_contents(root: &Path) -> std::collections::BTreeMap<PathBuf, Vec<u8>> {
+    fn walk(root: &Path, dir: &Path, out: &mut std::collections::BTreeMap<PathBuf, Vec<u8>>) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let e = e.unwrap();
+            let path = e.path();
+            let rel = path.strip_prefix(root).unwrap().to_path_buf();
+            let ft = e.file_type().unwrap();
+            if ft.is_symlink() {
+                let target = std::fs::read_link(&path).unwrap();
+                out.insert(rel, target.into_os_string().into_encoded_bytes());
+            } else if ft.is_dir() {
+                walk(root, &path, out);
+            } else {
+                out.insert(rel, std::fs::read(&path).unwrap());
+            }
+        }
+    }
+    let mut out = std::collections::BTreeMap::new();
+    walk(root, root, &mut out);
+    out
+}
+
+#[test]
+fn captured_trees_match_their_shared_originals() {
+    let Some(shared) = shared_fixtures() else {
+        eprintln!(
+            "SKIPPED: no shared reference fixtures beside this checkout (../shared/fixtures or \
+             IMC_SHARED_FIXTURES): the committed trees are used as they are"
+        );
+        return;
+    };
+    for name in CAPTURED {
+        let original = shared.join(name);
+        if !original.is_dir() {
+            eprintln!("SKIPPED {name}: not in {}", shared.display());
+            continue;
+        }
+        let mine = tree_contents(&own(name));
+        let theirs = tree_contents(&original);
+        let (a, b): (Vec<_>, Vec<_>) = (mine.keys().collect(), theirs.keys().collect());
+        assert_eq!(
+            a, b,
+            "{name}: the file lists differ: rerun tests/fixtures/gen.py"
+        );
+        for (rel, want) in &theirs {
+            let got = &mine[rel];
+            let same = if rel.ends_with("README.md") {
+                got.starts_with(want)
+            } else {
+                // A copy without symlinks holds the link target, perhaps with a newline.
+                got == want || got.as_slice() == want.trim_ascii_end()
+            };
+            assert!(
+                same,
+                "{name}/{}: differs from the shared original",
+                rel.display()
+            );
+        }
+    }
+}
+
+#[test]
+fn every_fixture_tree_says_what_a_correct_tool_finds_and_where_the_facts_come_from() {
+    for e in std::fs::read_dir(own_fixtures()).unwrap() {
+        let dir = e.unwrap().path();
+        if !dir.is_dir() {
+            continue;
+        }
+        let readme = std::fs::read_to_string(dir.join("README.md"))
+            .unwrap_or_else(|err| panic!("{}: README.md: {err}", dir.display()));
+        let lower = readme.to_lowercase();
+        assert!(
+            lower.contains("correct tool") && (lower.contains("source") || readme.contains(".c")),
+            "{}: README.md must say what a correct tool finds and name its kernel sources",
+            dir.display()
+        );
+    }
+}
+
+/// The non-bandwidth source `pmu` of `imc list --json`.
+fn other<'a>(v: &'a Value, pmu: &str) -> &'a Value {
+    v["other_sources"]
+        .as_array()
+        .expect("other_sources array")
+        .iter()
+        .find(|s| s["pmu"] == pmu)
+        .unwrap_or_else(|| panic!("no other source {pmu} in {}", v["other_sources"]))
+}
+
+#[test]
+fn zen3_ibs_is_a_profiling_source_with_formats_and_no_caps() {
+    let root = own("zen3-ibs");
+    let v = json(&root);
+    // IBS is not among the bandwidth sources: amd_df is the DRAM source here.
+    assert!(available(&v, "amd-df"));
+    for s in v["sources"].as_array().unwrap() {
+        let names: Vec<&str> = s["pmus"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["name"].as_str().unwrap())
+            .collect();
+        assert!(!names.iter().any(|n| n.starts_with("ibs_")), "{names:?}");
+    }
+    let fetch = other(&v, "ibs_fetch");
+    let op = other(&v, "ibs_op");
+    for (s, ty) in [(fetch, 8), (op, 9)] {
+        assert_eq!(s["type"], ty);
+        assert_eq!(s["role"], "profiling");
+        assert_eq!(s["can_sample"], true);
+        assert_eq!(s["can_count"], false);
+        assert_eq!(s["per_task"], true);
+        // no cpumask file: any CPU
+        assert_eq!(s["cpus"], serde_json::json!([]));
+        // caps/ is empty (or absent in a git checkout) on Zen 3
+        assert_eq!(s["caps"], serde_json::json!({}));
+        assert!(s["why"].as_str().unwrap().contains("not bandwidth"), "{s}");
+    }
+    assert_eq!(
+        fetch["formats"],
+        serde_json::json!({"rand_en": "config:57", "swfilt": "config2:0"})
+    );
+    assert_eq!(
+        op["formats"],
+        serde_json::json!({"cnt_ctl": "config:19", "swfilt": "config2:0"})
+    );
+    let notes = op["notes"].to_string();
+    assert!(notes.contains("no l3missonly"), "{notes}");
+    assert!(notes.contains("DRAM"), "{notes}");
+
+    let o = run(&root, &[]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let text = &o.stdout;
+    assert!(text.contains("other sources (not bandwidth):"), "{text}");
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("ibs_op"))
+        .expect("an ibs_op line");
+    assert!(
+        line.contains("profiling") && line.contains("cannot count"),
+        "{line}"
+    );
+    assert!(
+        text.contains("formats cnt_ctl=config:19 swfilt=config2:0"),
+        "{text}"
+    );
+}
+
+#[test]
+fn ibs_caps_are_listed_when_the_kernel_exports_them() {
+    // A Zen 4 kernel: caps/zen4_ibs_extensions and format/l3missonly.
+    let tree = copy_tree(&own("zen3-ibs"));
+    let op = tree.path().join("sys/devices/ibs_op");
+    std::fs::create_dir_all(op.join("caps")).unwrap();
+    std::fs::write(op.join("caps/zen4_ibs_extensions"), "1\n").unwrap();
+    std::fs::write(op.join("format/l3missonly"), "config:16\n").unwrap();
+    let v = json(tree.path());
+    let s = other(&v, "ibs_op");
+    assert_eq!(s["caps"], serde_json::json!({"zen4_ibs_extensions": "1"}));
+    assert_eq!(s["formats"]["l3missonly"], "config:16");
+    assert!(
+        s["notes"].to_string().contains("l3missonly=1 keeps only"),
+        "{s}"
+    );
+}
+
+#[test]
+fn power9_core_thread_trace_imc_scopes_exclusivity_and_scales() {
+    let root = own("power9-imc-full");
+    let v = json(&root);
+    // The nest PMUs stay the bandwidth source, per chip, as on power9-2chip.
+    let nest = source(&v, "power-nest-imc");
+    assert_eq!(nest["available"], true);
+    for (name, _, cpus) in pmus(nest) {
+        assert!(name.starts_with("nest_"), "{name}");
+        assert_eq!(cpus, [0, 64]);
+    }
+    let core = other(&v, "core_imc");
+    let thread = other(&v, "thread_imc");
+    let trace = other(&v, "trace_imc");
+    assert_eq!(
+        (
+            core["type"].as_u64(),
+            thread["type"].as_u64(),
+            trace["type"].as_u64()
+        ),
+        (Some(30), Some(31), Some(32))
+    );
+    // core_imc: per core, one CPU per core, each with its SMT4 siblings
+    assert_eq!(core["scope"], "core");
+    assert_eq!(core["role"], "counting");
+    let cpus: Vec<u64> = core["cpus"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c.as_u64().unwrap())
+        .collect();
+    assert_eq!(cpus, (0..32).map(|k| 4 * k).collect::<Vec<u64>>());
+    assert_eq!(core["cores"][1], serde_json::json!([4, 5, 6, 7]));
+    assert_eq!(core["cores"].as_array().unwrap().len(), 32);
+    assert_eq!(
+        (
+            core["can_count"].as_bool(),
+            core["can_sample"].as_bool(),
+            core["per_task"].as_bool()
+        ),
+        (Some(true), Some(false), Some(false))
+    );
+    // thread_imc: per task, no CPU-wide opens, CAP_PERFMON
+    assert_eq!(thread["scope"], "thread");
+    assert_eq!(thread["cpu_wide"], false);
+    assert_eq!(thread["per_task"], true);
+    assert_eq!(thread["needs_perfmon"], true);
+    assert_eq!(thread["cpus"], serde_json::json!([]));
+    // trace_imc: sampling only, a profiling source
+    assert_eq!(trace["role"], "profiling");
+    assert_eq!(trace["can_sample"], true);
+    assert_eq!(trace["can_count"], false);
+    assert!(
+        trace["notes"]
+            .to_string()
+            .contains("trace_imc/trace_cycles/")
+    );
+    // one system-wide lock for the three, none for nest
+    for s in [core, thread, trace] {
+        assert_eq!(s["exclusive"]["errno"], "EBUSY");
+        assert_eq!(
+            s["exclusive"]["members"],
+            serde_json::json!(["core_imc", "thread_imc", "trace_imc"])
+        );
+    }
+    assert!(
+        !v["other_sources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s["pmu"].as_str().unwrap().starts_with("nest_"))
+    );
+    // formats and events with their scales (README table)
+    assert_eq!(core["formats"]["offset"], "config:0-31");
+    assert_eq!(core["formats"]["mode"], "config:33-40");
+    assert_eq!(trace["formats"]["cpmc_load"], "config:30-61");
+    let ev = |s: &Value, n: &str| -> (u64, Option<f64>) {
+        let e = s["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["name"] == n)
+            .unwrap_or_else(|| panic!("no event {n}"));
+        (e["config"].as_u64().unwrap(), e["scale"].as_f64())
+    };
+    assert_eq!(ev(core, "CPM_CCYC"), (0x98, Some(512.0)));
+    assert_eq!(ev(core, "CPM_CS_FROM_MEM_LOCAL"), (0xfe0, Some(512.0)));
+    assert_eq!(
+        ev(thread, "CPM_CS_FROM_MEM_LDATA_USER"),
+        (0x1560, Some(512.0))
+    );
+    assert_eq!(ev(trace, "trace_cycles"), (0x1020_0000, None));
+    assert_eq!(core["events"].as_array().unwrap().len(), 19);
+    assert_eq!(thread["events"].as_array().unwrap().len(), 12);
+
+    let o = run(&root, &[]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let line = |p: &str| {
+        o.stdout
+            .lines()
+            .find(|l| l.starts_with(p))
+            .unwrap_or_else(|| panic!("no {p} line in {}", o.stdout))
+            .to_string()
+    };
+    assert!(line("core_imc").contains("per core"));
+    assert!(line("thread_imc").contains("per thread"));
+    assert!(line("trace_imc").contains("cannot count"));
+    assert!(
+        o.stdout
+            .contains("exclusive group power-imc-core-thread-trace")
+    );
+}
+
+#[test]
+fn machines_without_them_have_no_other_sources() {
+    for tree in ["skx-2socket", "power9-2chip", "vm-guest"] {
+        let v = json(&own(tree));
+        assert_eq!(v["other_sources"], serde_json::json!([]), "{tree}");
+    }
 }

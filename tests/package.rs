@@ -1,23 +1,23 @@
-//! A package-scope counter end to end, through the real eBPF program, on a machine without any
-//! uncore PMU (issue 5).
+//! Package counters end to end, through the real eBPF program on the kernel's own tick, on a
+//! machine without any uncore PMU (issues 5 and 12).
 //!
 //! The stand-in: `page-faults` opened system-wide on CPU 0 alone (pid -1, cpu 0) is a counter of
-//! "package traffic" that, like an uncore counter on a kernel before 6.7, only CPU 0 can read at
-//! its ticks (the kernel's `perf_event_read_local` refuses an event bound to another CPU). A
-//! CPU-scope `page-faults` on every CPU is the per-CPU weight. A page-toucher pinned to CPU 0
-//! makes nearly all of the package's counts, a spinner pinned to CPU 1 none: that is the known
-//! truth attribution must find.
+//! "package traffic" that, like an uncore counter on a kernel before 6.7, only CPU 0 can read
+//! (the kernel's `perf_event_read_local` refuses an event bound to another CPU). It is opened
+//! 12 times, as a 12-channel socket's counters would be, all summed into one package slot read by
+//! CPU 0's tick alone; a CPU-scope `page-faults` on every CPU is the per-CPU weight. A
+//! page-toucher pinned to CPU 0 makes nearly all of the package's counts, a spinner pinned to
+//! CPU 1 none: that is the known truth attribution must find.
 //!
-//! The slots are built with the library's own constructors (`SlotPlan::package` with the
-//! readers `package_readers` gives a real uncore PMU) and run through `Pump`, the drain and
-//! interval path `imc top` and `imc record` use. A command-line way to declare a software event
-//! package-scope would be a switch no user needs (software events have no cpumask, and real
-//! package PMUs get their scope from theirs), so the test goes through the library instead.
-use imc::commands::sampling::{Pump, package_readers};
+//! The configuration is built with the library's own types (the plan layer gives real uncore
+//! PMUs their scope from their cpumask; a software event has none) and run through `Pump`, the
+//! drain and interval path `imc top` and `imc record` use.
+use imc::commands::sampling::Pump;
 use imc::model::{Encoded, SlotRole, SlotScope, SlotSpec, Topology};
 use imc::output::interval::IntervalResult;
-use imc::sampler::probe::ReadMode;
-use imc::sampler::{Sampler, SamplerConfig, SlotPlan};
+use imc::sampler::{
+    PackageCounter, ReaderGroup, Sampler, SamplerConfig, SlotPlan, TickSource, counting_attr,
+};
 use imc_tests::*;
 use std::time::{Duration, Instant};
 
@@ -87,9 +87,43 @@ fn page_faults() -> Encoded {
 
 const PAGE: f64 = 4096.0;
 
-/// Slot 0: the package stand-in, opened on CPU 0 and offered to every CPU of its package.
+/// Page faults of every process on each of some CPUs, as the kernel counts them (pid -1): what
+/// the stand-in's package counter (CPU 0) and the weights (every CPU) see, strangers included.
+struct CpuFaults(Vec<std::os::fd::OwnedFd>);
+
+impl CpuFaults {
+    fn open(cpus: &[u32]) -> CpuFaults {
+        use imc::sys::perf::{PerfEventAttr, PerfSys, RealPerf, TYPE_SOFTWARE};
+        let attr = PerfEventAttr::counting(TYPE_SOFTWARE, 2 /* page-faults */);
+        CpuFaults(
+            cpus.iter()
+                .map(|&c| {
+                    RealPerf
+                        .open(&attr, -1, c as i32, None)
+                        .expect("page-faults on a CPU")
+                })
+                .collect(),
+        )
+    }
+
+    fn read(&self) -> Vec<f64> {
+        use std::os::fd::AsFd;
+        self.0
+            .iter()
+            .map(|fd| {
+                let v = imc::sys::perf::read_counter(&imc::sys::perf::RealPerf, fd.as_fd());
+                v.expect("read page-faults").value as f64
+            })
+            .collect()
+    }
+}
+
+/// Channels the stand-in package has: more than the 8 slots a record carries.
+const CHANNELS: usize = 12;
+
+/// Slot 0: the package stand-in, the sum of CHANNELS counters opened on CPU 0, read by CPU 0.
 /// Slot 1: page-faults per CPU as the weight.
-fn plans(topology: &Topology, weight: SlotRole) -> Vec<SlotPlan> {
+fn plans(topology: &Topology, weight: SlotRole) -> (Vec<SlotPlan>, Vec<ReaderGroup>) {
     let package = SlotSpec {
         event: "page-faults@cpu0".into(),
         scope: SlotScope::Package,
@@ -104,10 +138,26 @@ fn plans(topology: &Topology, weight: SlotRole) -> Vec<SlotPlan> {
         bytes_per_count: None,
         counter_bits: 64,
     };
-    vec![
-        SlotPlan::package(package, &page_faults(), package_readers(&[0], topology)),
-        SlotPlan::per_cpu(per_cpu, &page_faults(), &topology.online),
-    ]
+    let group = ReaderGroup {
+        package: topology.package_of(0).unwrap_or(0),
+        readers: vec![0],
+        counters: (0..CHANNELS)
+            .map(|i| PackageCounter {
+                slot: 0,
+                open_cpu: 0,
+                attr: counting_attr(&page_faults()),
+                name: format!("page-faults@cpu0#{i}"),
+                channel: format!("page-faults@cpu0#{i}"),
+            })
+            .collect(),
+    };
+    (
+        vec![
+            SlotPlan::package(package),
+            SlotPlan::per_cpu(per_cpu, &page_faults(), &topology.online),
+        ],
+        vec![group],
+    )
 }
 
 #[test]
@@ -124,29 +174,31 @@ fn package_counter_read_on_its_cpu_only_goes_to_the_toucher() {
     ) {
         return;
     }
-    let readers = &package_readers(&[0], &topo)[0].1;
-    assert!(
-        readers.contains(&1),
-        "CPU 1 is offered the counter: {readers:?}"
-    );
 
     let secs = 3.0;
+    let cpu_faults = CpuFaults::open(&[0, 1]);
     let mut toucher = spawn_role("toucher", 0, secs + 3.0);
     let mut spinner = spawn_role("spinner", 1, secs + 3.0);
     std::thread::sleep(Duration::from_millis(300));
 
+    let (slots, groups) = plans(&topo, SlotRole::Weight(None));
     let cfg = SamplerConfig {
-        freq: 1000,
-        slots: plans(&topo, SlotRole::Weight(None)),
+        tick: TickSource::Kernel,
+        slots,
+        groups,
         cpus: topo.online.clone(),
-        precise: false,
         ring_bytes: None,
         drain_period_ms: 10,
         bpf_log: false,
         tick_program: Default::default(),
     };
     let sampler = Sampler::start(&cfg).expect("sampler starts");
-    let mut pump = Pump::new(sampler, &topo, "test:package-stand-in".into(), 1000, false);
+    assert!(
+        !sampler.attached().adds_interrupts,
+        "{:?}",
+        sampler.attached()
+    );
+    let mut pump = Pump::new(sampler, &topo, "test:package-stand-in".into(), 250);
     let mut intervals: Vec<IntervalResult> = Vec::new();
     let start = Instant::now();
     let mut next_close = start + Duration::from_millis(500);
@@ -157,17 +209,24 @@ fn package_counter_read_on_its_cpu_only_goes_to_the_toucher() {
         if Instant::now() >= next_close {
             intervals.push(pump.close(false));
             if faults_at_warm.is_none() {
-                faults_at_warm = Some((minor_faults(toucher.id()), Instant::now()));
+                faults_at_warm = Some((
+                    minor_faults(toucher.id()),
+                    cpu_faults.read(),
+                    Instant::now(),
+                ));
             }
             next_close += Duration::from_millis(500);
         }
     }
     pump.drain(|_| {});
     intervals.push(pump.close(true));
-    let (f0, t0) = faults_at_warm.unwrap();
+    let (f0, c0, t0) = faults_at_warm.unwrap();
     let true_faults = minor_faults(toucher.id()) - f0;
+    let c1 = cpu_faults.read();
+    // The fraction of all faults of the window that CPU 1 made (strangers', on a loaded machine).
+    let (w0, w1) = (c1[0] - c0[0], c1[1] - c0[1]);
+    let cpu1_frac = w1 / (w0 + w1).max(1.0);
     let true_secs = t0.elapsed().as_secs_f64();
-    let modes = pump.sampler().read_modes();
     let stats = pump.sampler().stats().unwrap();
     drop(pump);
     let _ = toucher.kill();
@@ -175,32 +234,25 @@ fn package_counter_read_on_its_cpu_only_goes_to_the_toucher() {
     let _ = toucher.wait();
     let _ = spinner.wait();
 
-    // Detection by trying: CPU 1's reads of a counter bound to CPU 0 fail in the kernel, so its
-    // entry was removed, and those failures are not read errors.
-    assert_eq!(modes[0], Some(ReadMode::CpumaskOnly), "{modes:?}");
-    assert_eq!(modes[1], None, "a CPU-scope slot is never probed");
-    for s in 0..2 {
-        assert_eq!(stats.read_errors(s), 0, "slot {s}: {stats:?}");
+    // One reader: CPU 0's ticks read the 12 counters; CPU 1's ticks never touch them.
+    for sl in 0..2 {
+        assert_eq!(stats.read_errors(sl), 0, "slot {sl}: {stats:?}");
     }
-    // The kernel fact the probe relies on: a system-wide event opened on CPU 0 cannot be read
-    // by bpf_perf_event_read on CPU 1 (perf_event_read_local: -EINVAL, not -ENOENT), and once
-    // CPU 1's entry is gone its ticks find none (-ENOENT).
+    let cpu0 = stats.per_cpu.iter().find(|c| c.cpu == 0).unwrap();
     let cpu1 = stats.per_cpu.iter().find(|c| c.cpu == 1).unwrap();
     assert!(
-        cpu1.probe_failures[0] >= u64::from(imc::sampler::probe::FAILS_TO_REMOVE),
-        "CPU 1's reads of a counter bound to CPU 0 did not fail: {cpu1:?}"
+        cpu0.pkg_reads > 100,
+        "CPU 0 read its package rarely: {cpu0:?}"
     );
+    assert_eq!(cpu1.pkg_reads, 0, "CPU 1 is no reader: {cpu1:?}");
+    assert!(cpu0.runs > 0 && cpu1.runs > 0, "{stats:?}");
+    // Context switches add records; a drain that a loaded machine delays may lose a few.
     assert!(
-        cpu1.absent[0] > 0,
-        "CPU 1's entry was not removed: {cpu1:?}"
+        stats.lost() * 100 <= stats.runs(),
+        "{} of {} records lost",
+        stats.lost(),
+        stats.runs()
     );
-    let cpu0 = stats.per_cpu.iter().find(|c| c.cpu == 0).unwrap();
-    assert_eq!(
-        (cpu0.absent[0], cpu0.probe_failures[0]),
-        (0, 0),
-        "CPU 0 always reads its own counter"
-    );
-    assert_eq!(stats.lost(), 0);
 
     // Attribution, after the first (warm-up) interval.
     // Faults other programs make on CPU 0 (other builds on a shared machine) are real package
@@ -230,43 +282,53 @@ fn package_counter_read_on_its_cpu_only_goes_to_the_toucher() {
     let ours = touch + spin + ours + unattributed;
     let share = |b: u64| b as f64 / ours.max(1) as f64;
     eprintln!(
-        "package {package} B, {ours} B to the test's processes or nobody: toucher {:.2}%, spinner {:.3}%, unattributed {:.3}%; strangers {strangers:?}; CPU 1's probe: {} failed reads of slot 0, then {} absent",
+        "package {package} B, {ours} B to the test's processes or nobody: toucher {:.2}%, spinner {:.3}%, unattributed {:.3}%; CPU 1 made {:.1}% of the faults; strangers {strangers:?}; CPU 0 read the package {} times",
         share(touch) * 100.0,
         share(spin) * 100.0,
         share(unattributed) * 100.0,
-        cpu1.probe_failures[0],
-        cpu1.absent[0]
+        cpu1_frac * 100.0,
+        cpu0.pkg_reads
     );
     assert!(
-        package as f64 > 10_000.0 * PAGE,
+        package as f64 > 10_000.0 * PAGE * CHANNELS as f64,
         "only {package} bytes counted"
     );
+    // The stand-in's one imperfection, measured rather than assumed small: its package counter
+    // sees CPU 0's faults only, while the weights also see CPU 1's, which strangers make on a
+    // loaded machine (on hardware their traffic would be in the package counter too). By
+    // weights, CPU 1 then takes `cpu1_frac` of the package and charges it to the task each of
+    // its ticks finds, mostly the spinner. The spinner makes no faults of its own: it may get
+    // that much, never more. Spreading by on-CPU time instead would give it about half.
+    // Between the two of them, by the same token, the toucher has nearly all (by time: half).
+    let own = (touch + spin).max(1) as f64;
     assert!(
-        share(touch) >= 0.90,
-        "toucher got {:.1}% (spinner {:.1}%, unattributed {:.1}%)",
-        share(touch) * 100.0,
-        share(spin) * 100.0,
-        share(unattributed) * 100.0
+        touch as f64 / own >= 0.80,
+        "toucher got {:.1}% of the toucher's and spinner's bytes",
+        touch as f64 / own * 100.0
     );
+    let spin_bound = package as f64 * cpu1_frac * 1.25 + 0.02 * ours as f64;
     assert!(
-        share(spin) <= 0.02,
-        "spinner got {:.2}%",
-        share(spin) * 100.0
+        spin as f64 <= spin_bound,
+        "spinner got {:.2}% of the test's bytes, {spin} B > {spin_bound:.0} B that CPU 1's {:.1}% \
+         of the faults allow (spreading by time instead of weights gives about half)",
+        share(spin) * 100.0,
+        cpu1_frac * 100.0
     );
     assert!(
         share(unattributed) <= 0.05,
         "unattributed {:.2}%",
         share(unattributed) * 100.0
     );
-    // And the amount is the toucher's real one: its fault rate as the kernel counted it. The
-    // stand-in is not a perfect package: its counter sees CPU 0's faults only, while the weight
-    // also counts faults of strangers on CPU 1, who then take a little of CPU 0's count (on
-    // hardware their traffic would be in the package counter too). 20% absorbs that on a busy
-    // shared machine; a spread by on-CPU time instead of weights would give the spinner half.
-    let imc_rate = touch as f64 / PAGE / (window_ns as f64 / 1e9);
+    // And the amount is the toucher's real one: its fault rate as the kernel counted it, less
+    // what CPU 1's weight takes of CPU 0's count (above). A spread by on-CPU time instead of
+    // weights would give it about half, whatever the load. The package slot sums CHANNELS
+    // copies of the count.
+    let imc_rate = touch as f64 / PAGE / CHANNELS as f64 / (window_ns as f64 / 1e9);
     let true_rate = true_faults / true_secs;
+    let expected = true_rate * (1.0 - cpu1_frac);
     assert!(
-        (imc_rate / true_rate - 1.0).abs() <= 0.20,
-        "toucher faults/s: imc {imc_rate:.0}, kernel {true_rate:.0}"
+        (0.75..=1.20).contains(&(imc_rate / expected)),
+        "toucher faults/s: imc {imc_rate:.0}, kernel {true_rate:.0} less CPU 1's {:.1}% = {expected:.0}",
+        cpu1_frac * 100.0
     );
 }

@@ -240,13 +240,15 @@ fn max_size_rotates_into_file_1_and_report_reads_both() {
     let (newest, s1) = intervals(&path);
     let (older, s2) = intervals(&old);
     assert_eq!(s1, ReadStatus::Complete);
-    assert_eq!(s2, ReadStatus::Unfinished);
+    // FILE.1 ends with the rotation marker: a clean rotation, not an interruption.
+    assert_eq!(s2, ReadStatus::Continued);
     assert_eq!(
         older.last().unwrap().t_end_ns,
         newest[0].t_start_ns,
         "FILE.1 ends where FILE starts"
     );
-    let (v, _) = json(&[path.to_str().unwrap(), "--json"]);
+    let (v, err) = json(&[path.to_str().unwrap(), "--json"]);
+    assert!(err.is_empty(), "a clean rotation gives no warning: {err}");
     assert_eq!(u(&v["t_start_ns"]), older[0].t_start_ns);
     assert_eq!(u(&v["t_end_ns"]), 20 * S);
 }
@@ -280,4 +282,135 @@ fn precise_recordings_report_the_tick_only_difference() {
     assert!(u(&p["switches"]) > 500, "{p}");
     assert!(p["share_distance"].as_f64().unwrap() > 0.3, "{p}");
     assert_eq!(u(&p["max_diff_pid"]), 4242);
+}
+
+/// A stand-in recording as `imc record` makes one in a VM: `event` counted per task (no bytes
+/// per count), 20 intervals of 100 ms; a toucher makes 1000 counts per interval and 50000 in
+/// intervals 10 and 11 (a burst of 501000/s with the idler's 100), an idler 100.
+fn stand_in_recording(dir: &Path, event: &str) -> PathBuf {
+    use imc::model::{Direction, SlotRole, SlotScope, SlotSpec};
+    use imc::output::interval::{PackageRow, TaskRow};
+    let specs = [SlotSpec {
+        event: event.to_string(),
+        scope: SlotScope::Cpu,
+        role: SlotRole::Traffic(Direction::Total),
+        bytes_per_count: None,
+        counter_bits: 64,
+    }];
+    let topo = Scenario::busy(2, 1000, S).topology();
+    let source = format!("proxy:{event}");
+    let header = imc::record::RecordHeader::new(&specs, &topo, 1000, source.clone(), 100 * MS);
+    let path = dir.join(format!("{event}.imc"));
+    let mut w = imc::record::Writer::create(&path, header, None).unwrap();
+    for i in 0..20u64 {
+        let busy = if (10..12).contains(&i) {
+            50_000.0
+        } else {
+            1000.0
+        };
+        let task = |pid: u32, comm: &str, n: f64| TaskRow {
+            pid,
+            tgid: pid,
+            comm: comm.into(),
+            cgroup: 1,
+            share: n / (busy + 100.0),
+            values: [(event.to_string(), n)].into_iter().collect(),
+            ..TaskRow::default()
+        };
+        w.push_interval(&IntervalResult {
+            t_start_ns: i * 100 * MS,
+            t_end_ns: (i + 1) * 100 * MS,
+            source: source.clone(),
+            packages: vec![PackageRow {
+                id: 0,
+                ..PackageRow::default()
+            }],
+            tasks: vec![task(10, "toucher", busy), task(11, "idler", 100.0)],
+            unattributed_bytes: 0,
+            lost_samples: 0,
+        })
+        .unwrap();
+    }
+    w.finish().unwrap();
+    path
+}
+
+#[test]
+fn a_stand_in_recording_is_reported_in_its_own_counts_never_in_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = stand_in_recording(dir.path(), "page-faults");
+    let p = path.to_str().unwrap();
+    let (code, out, err) = report(&[p, "--bursts"]);
+    assert_eq!(code, 0, "{err}");
+    for bytes in [
+        " B ",
+        " B/s",
+        "KiB",
+        "MiB",
+        "GiB",
+        "package 0:",
+        "unattributed:",
+    ] {
+        assert!(
+            !out.contains(bytes),
+            "{bytes:?} in a stand-in report:\n{out}"
+        );
+    }
+    assert!(out.contains("not bandwidth"), "{out}");
+    let burst = out
+        .lines()
+        .find(|l| l.contains(" ms "))
+        .expect("a burst line");
+    assert!(burst.contains("501000 page-faults/s"), "{out}");
+    // A suffix on a count rate is a power of 1000: 495K is below the burst's 501000/s (as
+    // powers of 1024, 506880/s, it would be above it).
+    let (_, out, _) = report(&[p, "--bursts", "--burst-threshold", "495K"]);
+    assert!(
+        out.contains("bursts above 495000 page-faults/s: 1"),
+        "{out}"
+    );
+
+    let (v, _) = json(&[p, "--json", "--burst-threshold", "495K"]);
+    assert!(v["packages"][0]["read_bytes"].is_null(), "{v}");
+    assert!(v["packages"][0]["write_bytes"].is_null(), "{v}");
+    assert!(v["unattributed_bytes"].is_null(), "{v}");
+    let top = &v["tasks"][0];
+    assert_eq!(top["comm"], "toucher");
+    assert!(
+        top["read_bytes"].is_null() && top["write_bytes"].is_null(),
+        "{top}"
+    );
+    assert_eq!(top["values"]["page-faults"].as_f64(), Some(118_000.0));
+    let b = &v["bursts"][0];
+    assert!(b["bytes_per_s"].is_null(), "{b}");
+    assert_eq!(b["counts_per_s"].as_f64().map(f64::round), Some(501_000.0));
+    assert_eq!(b["unit"], "page-faults/s");
+    assert!(b["tasks"][0]["read_bytes"].is_null(), "{b}");
+}
+
+#[test]
+fn a_cpu_clock_stand_in_shows_nanoseconds() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = stand_in_recording(dir.path(), "cpu-clock");
+    let (code, out, err) = report(&[path.to_str().unwrap(), "--bursts"]);
+    assert_eq!(code, 0, "{err}");
+    let head = out
+        .lines()
+        .find(|l| l.trim_start().starts_with("TGID"))
+        .unwrap();
+    assert!(head.contains("CPU-CLOCK NS"), "{out}");
+    assert!(out.contains("501000 ns/s (cpu-clock)"), "{out}");
+}
+
+#[test]
+fn a_bytes_threshold_suffix_stays_binary() {
+    let (path, _) = recording();
+    let (code, out, err) = report(&[
+        path.to_str().unwrap(),
+        "--bursts",
+        "--burst-threshold",
+        "8G",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("bursts above 8.00 GiB/s: 6"), "{out}");
 }

@@ -11,7 +11,7 @@ use imc::commands::stat::{StatEnv, run_with};
 use imc::model::{Direction, Scope};
 use imc::sys::devmem::{DevMem, DevMemError, RealDevMem, Region};
 use imc::sys::perf::{FakePerf, PerfSys, TYPE_SOFTWARE};
-use imc_tests::{imc, shared_fixtures};
+use imc_tests::{imc, own_fixtures};
 use serde_json::Value;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -41,6 +41,8 @@ fn parse(
             json: true,
             separator: None,
             backend: backend.to_string(),
+            dry_run: false,
+            latency: None,
             command: Vec::new(),
         },
     )
@@ -87,7 +89,7 @@ fn run_fake_text(perf: Arc<FakePerf>, (g, a): (GlobalArgs, StatArgs)) -> String 
 }
 
 fn fixture(name: &str) -> String {
-    shared_fixtures().join(name).display().to_string()
+    own_fixtures().join(name).display().to_string()
 }
 
 fn num(v: &Value) -> f64 {
@@ -288,6 +290,57 @@ fn a_cpu_going_offline_stops_its_counters_only() {
             .any(|l| l.starts_with("# not counted in this interval:") && l.contains("on CPU 20")),
         "{text}"
     );
+}
+
+/// Checks a `-x SEP` table: exactly one header line, and every data row has its fields.
+/// Returns the header's column names.
+fn one_csv_table(text: &str, sep: char) -> Vec<String> {
+    let headers: Vec<&str> = text.lines().filter(|l| l.starts_with("# time_s")).collect();
+    assert_eq!(headers.len(), 1, "one header line: {text}");
+    let cols: Vec<String> = headers[0][2..].split(sep).map(str::to_string).collect();
+    let rows: Vec<&str> = text.lines().filter(|l| !l.starts_with('#')).collect();
+    assert!(!rows.is_empty(), "{text}");
+    for r in rows {
+        assert_eq!(
+            r.split(sep).count(),
+            cols.len(),
+            "row {r:?} vs header {cols:?}"
+        );
+    }
+    cols
+}
+
+#[test]
+fn csv_has_one_header_that_matches_package_and_event_rows() {
+    let (g, mut a) = parse(&fixture("skx-2socket"), "/dev/mem", 10, 0.03, "auto");
+    a.json = false;
+    a.separator = Some(",".to_string());
+    a.events = vec![
+        "uncore_imc_0/cas_count_read/".to_string(),
+        "uncore_imc_0/clockticks/".to_string(),
+    ];
+    let perf = Arc::new(FakePerf::new());
+    perf.set_step(0x0304, 1000);
+    let text = run_fake_text(perf, (g, a));
+    let cols = one_csv_table(&text, ',');
+    let col = |name: &str| cols.iter().position(|c| c == name).unwrap();
+    let rows: Vec<Vec<&str>> = text
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| l.split(',').collect())
+        .collect();
+    let kinds: std::collections::BTreeSet<&str> = rows.iter().map(|r| r[col("kind")]).collect();
+    assert!(
+        kinds.contains("event") && kinds.contains("package"),
+        "{text}"
+    );
+    for r in &rows {
+        let (bytes, count) = (r[col("read_bytes")], r[col("count")]);
+        match r[col("kind")] {
+            "event" => assert!(bytes.is_empty() && count.parse::<f64>().is_ok(), "{r:?}"),
+            _ => assert!(bytes.parse::<f64>().is_ok() && count.is_empty(), "{r:?}"),
+        }
+    }
 }
 
 #[test]
@@ -685,6 +738,11 @@ fn software_events_count_system_wide() {
         String::from_utf8_lossy(&out.stderr)
     );
     let text = String::from_utf8_lossy(&out.stdout);
+    let cols = one_csv_table(&text, ';');
+    let count = cols
+        .iter()
+        .position(|c| c == "count")
+        .expect("a count column");
     let rows: Vec<Vec<&str>> = text
         .lines()
         .filter(|l| !l.starts_with('#'))
@@ -697,7 +755,7 @@ fn software_events_count_system_wide() {
         assert_eq!(r[2], "event");
         assert_eq!(r[3], "cpu-clock");
         // cpu-clock on every CPU counts wall time: ns per CPU ≈ elapsed.
-        let ns: f64 = r[4].parse().expect("count");
+        let ns: f64 = r[count].parse().expect("count");
         let el: f64 = r[1].parse().expect("elapsed");
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
         assert!((ns / (el * 1e9) / cpus - 1.0).abs() < 0.05, "{r:?}");
@@ -705,21 +763,74 @@ fn software_events_count_system_wide() {
 }
 
 #[test]
-fn no_memory_controller_in_a_guest_is_one_line_and_exit_1() {
-    let out = imc()
-        .args(["--root", &fixture("vm-guest"), "stat", "--duration", "0.1"])
-        .output()
-        .expect("run imc");
-    assert_eq!(out.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&out.stderr);
+fn without_a_memory_controller_stat_counts_the_stand_in_top_and_record_use() {
+    let perf = Arc::new(FakePerf::new());
+    perf.set_step(2, 500);
+    let (r, lines, err) = run_fake(
+        perf.clone(),
+        &RealDevMem,
+        parse(&fixture("vm-guest"), "/dev/mem", 10, 0.03, "auto"),
+    );
+    assert_eq!(r, Ok(()), "stderr: {err}");
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(
-        err.contains("no memory-controller counters on this machine"),
+        err.contains("no memory-controller counters")
+            && err.contains("hypervisor")
+            && err.contains("counting page-faults system-wide as a stand-in (counts, not bytes)"),
         "{err}"
     );
+    assert!(!lines.is_empty());
+    for l in &lines {
+        assert_eq!(l["source"], "proxy:page-faults", "{l}");
+        assert_eq!(
+            l["packages"].as_array().map(Vec::len),
+            Some(0),
+            "no bytes: {l}"
+        );
+        assert!(num(&l["values"]["page-faults"]) > 0.0, "{l}");
+    }
+    // page-faults system-wide on each of the guest's 4 CPUs.
+    let opens = perf.opens();
+    let mut cpus: Vec<i32> = opens.iter().map(|o| o.cpu).collect();
+    cpus.sort();
+    assert_eq!(cpus, [0, 1, 2, 3], "{opens:#?}");
+    for o in &opens {
+        assert_eq!((o.pid, o.attr.type_, o.attr.config), (-1, TYPE_SOFTWARE, 2));
+    }
+    // Asking for something else is not overridden by the stand-in.
+    let (g, mut a) = parse(&fixture("vm-guest"), "/dev/mem", 10, 0.03, "auto");
+    a.events = vec!["msr/tsc/".into()];
+    let (r, lines, err) = run_fake(Arc::new(FakePerf::new()), &RealDevMem, (g, a));
+    assert_eq!(r, Ok(()), "stderr: {err}");
+    assert!(err.is_empty(), "{err}");
+    assert_eq!(lines[0]["source"], "events");
+}
+
+#[test]
+fn stat_on_this_guest_names_its_stand_in_like_top() {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    if !cpuinfo.contains(" hypervisor") {
+        eprintln!("SKIPPED: not a VM guest (this machine may have memory-controller counters)");
+        return;
+    }
+    if !imc_tests::require(perf_usable(), "system-wide perf events") {
+        return;
+    }
+    let out = imc()
+        .args(["stat", "--duration", "0.2", "--json"])
+        .output()
+        .expect("run imc");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("as a stand-in (counts, not bytes)"), "{err}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let first: Value = serde_json::from_str(text.lines().next().expect("an interval")).unwrap();
     assert!(
-        err.contains("hypervisor") && err.contains("-e msr/tsc/"),
-        "{err}"
+        first["source"]
+            .as_str()
+            .is_some_and(|s| s.starts_with("proxy:")),
+        "{first}"
     );
 }
 
@@ -813,7 +924,7 @@ fn memory_device(handle: u16, size_mb: u16, configured_mts: u16) -> Vec<u8> {
     b
 }
 
-/// A copy of a shared fixture tree with SMBIOS entries added: `devices` of (size MB, MT/s).
+/// A copy of a fixture tree with SMBIOS entries added: `devices` of (size MB, MT/s).
 fn fixture_with_dmi(name: &str, devices: &[(u16, u16)]) -> tempfile::TempDir {
     let dir = tempfile::tempdir().expect("tempdir");
     let st = std::process::Command::new("cp")
@@ -1084,4 +1195,214 @@ fn cpus_without_kernel_samples_are_read_on_their_own_cpu_at_1_ms() {
         wakes <= boundaries / 4,
         "imc's thread woke {wakes} times for {boundaries} boundaries: {stats}"
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// `stat --latency` on KNL, with scripted offcore-response counts.
+
+/// libpfm4 reads LIBPFM_FORCE_PMU once per process, when it initialises (the binary sets it
+/// from --root at start-up). A test that encodes for KNL in-process runs itself again in a
+/// child with the variable set: true in the child (run the body), false in the parent once the
+/// child passed.
+fn in_knl_child(test: &str) -> bool {
+    const CHILD: &str = "IMC_STAT_TEST_CHILD";
+    if std::env::var(CHILD).as_deref() == Ok(test) {
+        return true;
+    }
+    let out = std::process::Command::new(std::env::current_exe().expect("test binary"))
+        .args([test, "--exact", "--nocapture", "--test-threads=1"])
+        .env(CHILD, test)
+        .env("LIBPFM_FORCE_PMU", "knl")
+        .output()
+        .expect("run the test binary again");
+    let (so, se) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(
+        out.status.success() && so.contains("1 passed"),
+        "child run of {test} failed:\n{so}\n{se}"
+    );
+    false
+}
+
+fn latency_args(request_types: &str, json: bool) -> (GlobalArgs, StatArgs) {
+    let (g, mut a) = parse(&fixture("knl"), "/dev/mem", 10, 0.03, "auto");
+    a.latency = Some(request_types.to_string());
+    a.json = json;
+    (g, a)
+}
+
+#[test]
+fn knl_latency_is_outstanding_cycles_over_requests_beside_ddr_and_mcdram() {
+    if !in_knl_child("knl_latency_is_outstanding_cycles_over_requests_beside_ddr_and_mcdram") {
+        return;
+    }
+    if let Err(e) = imc::events::pfm::available() {
+        eprintln!("SKIPPED: libpfm4 not available: {e}");
+        return;
+    }
+    let perf = Arc::new(FakePerf::new());
+    // Per read and CPU: 5000 cycles × requests outstanding, 100 completed requests.
+    perf.set_step(0x01b7, 5000);
+    perf.set_step(0x02b7, 100);
+    let (r, lines, err) = run_fake(
+        perf.clone(),
+        &RealDevMem,
+        latency_args("DMND_DATA_RD:DMND_RFO", true),
+    );
+    assert_eq!(r, Ok(()), "stderr: {err}");
+    assert!(!lines.is_empty());
+    let o_key = "OFFCORE_RESPONSE_0:DMND_DATA_RD:DMND_RFO:OUTSTANDING";
+    let r_key = "OFFCORE_RESPONSE_1:DMND_DATA_RD:DMND_RFO:ANY_RESPONSE";
+    for l in &lines {
+        assert_eq!(num(&l["latency_cycles"]), 50.0, "{l}");
+        // both counts summed over the 256 CPUs, in the same ratio
+        let (o, q) = (num(&l["values"][o_key]), num(&l["values"][r_key]));
+        assert_eq!(o / q, 50.0, "{l}");
+        assert_eq!(o % (256.0 * 5000.0), 0.0, "{l}");
+        // DDR and MCDRAM bandwidth beside it
+        let kinds: Vec<&str> = l["packages"][0]["memory"]
+            .as_array()
+            .expect("memory kinds")
+            .iter()
+            .map(|m| m["kind"].as_str().unwrap())
+            .collect();
+        assert_eq!(kinds, ["DDR", "MCDRAM"]);
+    }
+    // What was asked of the kernel: the pair on every CPU, same request bits (0x3), OUTSTANDING
+    // (bit 38) only on RSP_0, ANY_RESPONSE (bit 16) only on RSP_1.
+    let opens = perf.opens();
+    let of = |config: u64| -> Vec<_> {
+        opens
+            .iter()
+            .filter(|o| o.attr.type_ == 4 && o.attr.config == config)
+            .collect()
+    };
+    let (rsp0, rsp1) = (of(0x01b7), of(0x02b7));
+    assert_eq!(rsp0.len(), 256);
+    assert_eq!(rsp1.len(), 256);
+    assert!(
+        rsp0.iter()
+            .all(|o| o.attr.config1 == 0x40_0000_0003 && o.pid == -1)
+    );
+    assert!(rsp1.iter().all(|o| o.attr.config1 == 0x1_0003));
+    let mut cpus: Vec<i32> = rsp0.iter().map(|o| o.cpu).collect();
+    cpus.sort();
+    assert_eq!(cpus, (0..256).collect::<Vec<i32>>());
+
+    // No completed requests: the latency is unknown (null), not a division by zero.
+    let perf = Arc::new(FakePerf::new());
+    perf.set_step(0x02b7, 0);
+    let (r, lines, err) = run_fake(perf, &RealDevMem, latency_args("DMND_DATA_RD", true));
+    assert_eq!(r, Ok(()), "stderr: {err}");
+    assert!(
+        lines.iter().all(|l| l["latency_cycles"].is_null()),
+        "{lines:?}"
+    );
+
+    // The table shows it as a row of its own.
+    let perf = Arc::new(FakePerf::new());
+    perf.set_step(0x01b7, 3000);
+    perf.set_step(0x02b7, 20);
+    let text = run_fake_text(perf, latency_args("DMND_DATA_RD", false));
+    let row = text
+        .lines()
+        .find(|l| l.contains("average latency (core cycles)"))
+        .unwrap_or_else(|| panic!("no latency row in\n{text}"));
+    assert!(row.contains("150.0"), "{row}");
+}
+
+#[test]
+fn knl_latency_refusals_are_one_line() {
+    if !in_knl_child("knl_latency_refusals_are_one_line") {
+        return;
+    }
+    if imc::events::pfm::available().is_err() {
+        return;
+    }
+    let refused = |req: &str, root: &str, code: u8, what: &[&str]| {
+        let (g, mut a) = latency_args(req, true);
+        let g = GlobalArgs {
+            root: PathBuf::from(fixture(root)),
+            ..g
+        };
+        a.latency = Some(req.to_string());
+        let env = StatEnv {
+            perf: Arc::new(FakePerf::new()) as Arc<dyn PerfSys>,
+            devmem: &RealDevMem,
+            clock: &MonotonicClock,
+        };
+        let e = run_with(&g, &a, &env, &mut Vec::new(), &mut Vec::new()).unwrap_err();
+        assert_eq!(e.code, code, "{req}: {}", e.message);
+        assert_eq!(e.message.lines().count(), 1, "{}", e.message);
+        for w in what {
+            assert!(e.message.contains(w), "{req}: '{w}' not in {}", e.message);
+        }
+    };
+    refused("DMND_DATA_RD:DDR", "knl", 2, &["DDR", "response types"]);
+    refused(
+        "DMND_DATA_RDX",
+        "knl",
+        2,
+        &["OFFCORE_RESPONSE_0", "dmnd_data_rdx"],
+    );
+    refused("DMND_DATA_RD:c=1", "knl", 2, &["c=1", "request type"]);
+    refused(
+        "DMND_DATA_RD",
+        "skx-2socket",
+        1,
+        &["knl-imc", "Knights Landing"],
+    );
+    // What `--dry-run` shows: the two checked encodings.
+    let (o, r) = imc::commands::latency::encodings(Path::new(&fixture("knl")), "DMND_DATA_RD")
+        .expect("encodings");
+    assert_eq!(
+        (o.pmu_type, o.config, o.config1),
+        (4, 0x01b7, 0x40_0000_0001)
+    );
+    assert_eq!((r.pmu_type, r.config, r.config1), (4, 0x02b7, 0x1_0001));
+    assert_eq!(o.pmu, "cpu");
+}
+
+#[test]
+fn sampling_only_and_per_task_pmus_are_refused_before_anything_opens() {
+    for (tree, event, what) in [
+        ("zen3-ibs", "ibs_op/cnt_ctl=1/", "only samples"),
+        ("power9-imc-full", "trace_imc/trace_cycles/", "only samples"),
+        (
+            "power9-imc-full",
+            "thread_imc/CPM_CS_INST_USER/",
+            "per task",
+        ),
+    ] {
+        let perf = Arc::new(FakePerf::new());
+        let (g, mut a) = parse(&fixture(tree), "/dev/mem", 10, 0.02, "auto");
+        a.events = vec![event.to_string()];
+        let (r, lines, _) = run_fake(perf.clone(), &RealDevMem, (g, a));
+        let m = r.unwrap_err();
+        assert!(m.contains(event) && m.contains(what), "{m}");
+        assert_eq!(m.lines().count(), 1);
+        assert!(lines.is_empty());
+        assert!(
+            perf.opens().is_empty(),
+            "{event}: opened {:?}",
+            perf.opens()
+        );
+    }
+    // core_imc counts CPU-wide: one counter per core, on the cpumask CPU.
+    let perf = Arc::new(FakePerf::new());
+    let (g, mut a) = parse(&fixture("power9-imc-full"), "/dev/mem", 10, 0.02, "auto");
+    a.events = vec!["core_imc/CPM_CCYC/".to_string()];
+    let (r, _, err) = run_fake(perf.clone(), &RealDevMem, (g, a));
+    assert_eq!(r, Ok(()), "{err}");
+    let mut cpus: Vec<i32> = perf
+        .opens()
+        .iter()
+        .filter(|o| o.attr.type_ == 30)
+        .map(|o| o.cpu)
+        .collect();
+    cpus.sort();
+    cpus.dedup();
+    assert_eq!(cpus, (0..32).map(|k| 4 * k).collect::<Vec<i32>>());
 }

@@ -332,3 +332,71 @@ fn live_view_shows_tasks_sorts_on_keys_and_quits_restoring_the_terminal() {
     );
     assert_restored(&tmux, &after);
 }
+
+/// Counts are never shown as bytes: with page-faults as the traffic counter, every byte field
+/// of the JSON lines is null (nothing measured bytes), not 0.
+#[test]
+fn json_lines_of_counts_carry_null_bytes() {
+    if !sampler_prerequisites() {
+        return;
+    }
+    let _faulters = Faulters::start(1);
+    let out = imc()
+        .args([
+            "top",
+            "-e",
+            "page-faults",
+            "-I",
+            "200",
+            "--duration",
+            "0.7",
+            "--json",
+        ])
+        .output()
+        .expect("run imc");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut tasks = 0;
+    for line in text.lines() {
+        let v: serde_json::Value = serde_json::from_str(line).expect("a JSON line");
+        assert!(v["unattributed_bytes"].is_null(), "{v}");
+        for p in v["packages"].as_array().unwrap() {
+            assert!(
+                p["read_bytes"].is_null() && p["write_bytes"].is_null(),
+                "{p}"
+            );
+        }
+        for t in v["tasks"].as_array().unwrap() {
+            assert!(
+                t["read_bytes"].is_null() && t["write_bytes"].is_null(),
+                "{t}"
+            );
+            assert!(t["values"]["page-faults"].is_number(), "{t}");
+            tasks += 1;
+        }
+    }
+    assert!(tasks > 0, "no task in {text}");
+}
+
+/// cpu-clock counts nanoseconds: its column says ns/s.
+#[test]
+fn live_view_gives_cpu_clock_its_unit() {
+    if !sampler_prerequisites() {
+        return;
+    }
+    if !require(
+        have_tmux(),
+        "tmux runs the view in a terminal: apt-get install tmux (scripts/setup.sh)",
+    ) {
+        return;
+    }
+    let (tmux, _after) = in_terminal("", "top -e page-faults -e cpu-clock -I 300");
+    let screen = tmux.wait_for("the task table", Duration::from_secs(30), |s| {
+        !row_pids(s).is_empty()
+    });
+    let head = header_line(&screen);
+    assert!(head.contains("cpu-clock ns/s"), "{screen}");
+    assert!(head.contains("page-faults/s"), "{screen}");
+    tmux.keys("q");
+}

@@ -1,16 +1,23 @@
 //! Types shared by the eBPF program (`imc-ebpf`) and userspace (`imc-user`).
 //!
-//! Everything here is `#[repr(C)]` and plain data: the kernel side writes these records into a
-//! ring buffer and userspace reads the same bytes back, so the layout is the contract between the
-//! two halves. Change it only together with [`RECORD_ABI_VERSION`].
+//! Everything here is `#[repr(C)]` and plain data: the kernel side writes these records into
+//! per-CPU rings (an mmapable array, see [`TICKS_MAP_NAME`]) and userspace reads the same bytes
+//! back, so the layout is the contract between the two halves. Change it only together with
+//! [`RECORD_ABI_VERSION`].
 #![no_std]
 
-/// Counter slots the program reads per tick. Each slot is one PERF_EVENT_ARRAY map
-/// (`SLOT0` … `SLOT7`) indexed by CPU.
+/// Counter slots a record carries. A CPU slot is one PERF_EVENT_ARRAY map (`SLOT0` … `SLOT7`)
+/// indexed by CPU, read by every CPU for itself; a package slot (bit set in
+/// [`PKG_SLOTS_GLOBAL`]) carries the sum of that slot's package counters, read by one reader
+/// CPU per package at most once per [`PKG_MIN_GAP_GLOBAL`] (see [`ReaderCfg`]).
 pub const MAX_SLOTS: usize = 8;
 
+/// Package counters one reader reads at one tick, at most (a 12-channel socket with read and
+/// write counters has 24; the bound keeps the verifier's loop finite).
+pub const MAX_PKG_COUNTERS: u32 = 128;
+
 /// Bumped whenever [`TickRecord`] or the map names change.
-pub const RECORD_ABI_VERSION: u32 = 2;
+pub const RECORD_ABI_VERSION: u32 = 3;
 
 /// Names of the per-slot PERF_EVENT_ARRAY maps, in slot order.
 pub const SLOT_MAP_NAMES: [&str; MAX_SLOTS] = [
@@ -48,22 +55,48 @@ pub struct CpuHead {
 /// 100 ns in a VM). The sampler fills them in from its per-CPU cache and clears the flag before
 /// any consumer sees the record.
 pub const FLAG_TASK_OMITTED: u8 = 1;
+/// PERF_EVENT_ARRAY of every package counter, indexed by counter number (not by CPU): the
+/// counters of one reader group are contiguous, `ReaderCfg::first ..first + count`.
+pub const PKG_MAP_NAME: &str = "PKG";
+/// Array of u32 indexed like [`PKG_MAP_NAME`]: the package slot each counter is summed into.
+pub const PKG_SLOT_MAP_NAME: &str = "PKG_SLOT";
+/// Array of [`ReaderCfg`] indexed by CPU: which package counters that CPU's ticks read.
+pub const READERS_MAP_NAME: &str = "READERS";
+/// Array of u64 indexed by reader group: when its counters were last read (ns), so a package
+/// with several reader CPUs is read once per period, not by each of them.
+pub const GROUP_LAST_MAP_NAME: &str = "GROUP_LAST";
+/// Read-only global: bit `s` set when slot `s` is a package slot (a sum of package counters).
+pub const PKG_SLOTS_GLOBAL: &str = "PKG_SLOTS";
+/// Read-only global: the least time between two reads of one group's counters (ns).
+pub const PKG_MIN_GAP_GLOBAL: &str = "PKG_MIN_GAP_NS";
+
+/// What one CPU reads of the package counters. `count == 0`: nothing (a CPU that is not a
+/// reader, or whose kernel may not read its package's counters).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReaderCfg {
+    pub first: u32,
+    pub count: u32,
+    pub group: u32,
+    pub _pad: u32,
+}
+
 /// Per-CPU array of u64 counters, indexed by the `STAT_*` constants.
 pub const STATS_MAP_NAME: &str = "STATS";
 /// Read-only global: how many slots are configured (0..=MAX_SLOTS).
 pub const NR_SLOTS_GLOBAL: &str = "NR_SLOTS";
 
-/// What made the program run.
+/// What made the program run: a timer (the kernel's own tick through a tracepoint, or imc's
+/// cpu-clock timer with `--freq`).
 pub const KIND_TIMER: u8 = 0;
-/// A `sched_switch` (precise mode): the record describes the task switched *out*, and the
+/// A `sched_switch`: the record describes the task switched *out*, and the
 /// counter values are the ones at the moment it stopped running.
 pub const KIND_SWITCH: u8 = 1;
 
 /// Program runs (ticks or switches) on this CPU.
 pub const STAT_RUNS: u32 = 0;
-/// Unused since the per-CPU rings (lost records are counted by the reader); kept so the
-/// indices below do not move.
-pub const STAT_RINGBUF_FULL: u32 = 1;
+/// Package-counter reads this CPU made as its package's reader (one per group read).
+pub const STAT_PKG_READS: u32 = 1;
 /// `STAT_READ_ERROR + slot`: `bpf_perf_event_read_value` failed for a reason other than an
 /// empty array entry (the counter exists but cannot be read from this CPU, for instance).
 pub const STAT_READ_ERROR: u32 = 2;
@@ -131,5 +164,7 @@ unsafe impl aya::Pod for SlotReading {}
 unsafe impl aya::Pod for TickRecord {}
 #[cfg(feature = "user")]
 unsafe impl aya::Pod for CpuHead {}
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for ReaderCfg {}
 
 const _: () = assert!(core::mem::size_of::<CpuHead>() == 64);

@@ -1,11 +1,17 @@
-//! imc's kernel side: at every cpu-clock tick (and, in precise mode, at every context switch)
-//! read the configured counter slots on the current CPU and emit one `TickRecord` with the task
-//! that was running.
+//! imc's kernel side: at every tick and every context switch, read the configured counter slots
+//! on the current CPU and emit one `TickRecord` with the task that was running.
 //!
-//! Cost matters more than anything here: this runs up to 10 000 times a second on every CPU of a
-//! production host. So the record is written in place in the ring buffer (no copy), the counters
+//! The tick is the kernel's own: the program is attached to the local-timer (or hrtimer-expiry)
+//! tracepoint and to sched_switch, so it adds no interrupt; `imc_tick`, on a cpu-clock timer,
+//! is there for `--freq`, which asks for finer resolution than the kernel's tick.
+//!
+//! Cost matters more than anything here: this runs on every CPU of a production host at every
+//! tick and switch. So the record is written in place in the CPU's ring (no copy), the counters
 //! are read straight into it, the slot count is a read-only global the verifier folds (unused
-//! slots cost nothing), and submission never wakes userspace (it drains on its own timer).
+//! slots cost nothing), and nothing wakes userspace (it drains on its own timer). A CPU reads
+//! only its own counters; a package's counters (one per memory channel and direction) are read
+//! by one reader CPU at most once per tick period, so a workload CPU's tick costs the same
+//! whatever the number of channels.
 #![no_std]
 #![no_main]
 
@@ -18,13 +24,16 @@ use aya_ebpf::{
         bpf_get_smp_processor_id, bpf_ktime_get_ns, bpf_perf_event_read, bpf_perf_event_read_value,
     },
     macros::{map, perf_event, raw_tracepoint},
-    maps::{Array, PerCpuArray, PerCpuHashMap, PerfEventArray},
+    maps::{Array, PerCpuArray, PerfEventArray},
     programs::{PerfEventContext, RawTracePointContext},
 };
 use imc_common::{
-    CpuHead, FLAG_TASK_OMITTED, KIND_SWITCH, KIND_TIMER, MAX_SLOTS, NR_STATS, STAT_READ_ERROR,
-    STAT_SLOT_ABSENT, SlotReading, TickRecord,
+    CpuHead, FLAG_TASK_OMITTED, KIND_SWITCH, KIND_TIMER, MAX_PKG_COUNTERS, MAX_SLOTS, NR_STATS,
+    ReaderCfg, STAT_PKG_READS, STAT_READ_ERROR, STAT_SLOT_ABSENT, SlotReading, TickRecord,
 };
+
+#[cfg(feature = "bench")]
+mod bench;
 
 /// How many slots userspace configured. Lives in .rodata and is frozen before load, so the
 /// verifier sees a constant and drops the code of unused slots.
@@ -35,9 +44,9 @@ static NR_SLOTS: u32 = 0;
 // inserts counter fds (for a package-scope counter, into the entries of the CPUs allowed to
 // read it).
 #[map]
-static SLOT0: PerfEventArray<u32> = PerfEventArray::new(0);
+pub(crate) static SLOT0: PerfEventArray<u32> = PerfEventArray::new(0);
 #[map]
-static SLOT1: PerfEventArray<u32> = PerfEventArray::new(0);
+pub(crate) static SLOT1: PerfEventArray<u32> = PerfEventArray::new(0);
 #[map]
 static SLOT2: PerfEventArray<u32> = PerfEventArray::new(0);
 #[map]
@@ -57,6 +66,30 @@ static SLOT7: PerfEventArray<u32> = PerfEventArray::new(0);
 #[unsafe(no_mangle)]
 static TIMED_SLOTS: u32 = 0;
 
+/// Bit `s` set: slot `s` is a package slot, the sum of the package counters PKG_SLOT maps to it.
+#[unsafe(no_mangle)]
+static PKG_SLOTS: u32 = 0;
+
+/// The least time between two reads of one reader group's counters.
+#[unsafe(no_mangle)]
+static PKG_MIN_GAP_NS: u64 = 0;
+
+/// Every package counter, indexed by counter number; a reader group's are contiguous.
+#[map]
+static PKG: PerfEventArray<u32> = PerfEventArray::new(0);
+
+/// The package slot each counter of PKG is summed into.
+#[map]
+static PKG_SLOT: Array<u32> = Array::with_max_entries(1, 0);
+
+/// Per CPU: which counters of PKG its ticks read (count 0: none).
+#[map]
+static READERS: Array<ReaderCfg> = Array::with_max_entries(1, 0);
+
+/// Per reader group: when its counters were last read.
+#[map]
+static GROUP_LAST: Array<u64> = Array::with_max_entries(1, 0);
+
 /// Records per CPU ring, a power of two (set by userspace before load).
 #[unsafe(no_mangle)]
 static RING_LEN: u32 = 1;
@@ -74,14 +107,21 @@ static HEADS: Array<CpuHead> = Array::with_max_entries(1, BPF_F_MMAPABLE);
 #[map]
 static STATS: PerCpuArray<u64> = PerCpuArray::with_max_entries(NR_STATS, 0);
 
-/// Benchmark baseline only (see `baseline_pid_count`).
-#[map]
-static BASELINE_COUNTS: PerCpuHashMap<u32, u64> = PerCpuHashMap::with_max_entries(16384, 0);
-
 const ENOENT: i64 = 2;
 
+/// `--freq`: imc's own cpu-clock timer, for finer resolution than the kernel's tick (it adds a
+/// timer interrupt per CPU per period).
 #[perf_event]
 pub fn imc_tick(_ctx: PerfEventContext) -> u32 {
+    record(KIND_TIMER);
+    0
+}
+
+/// The default tick: a tracepoint of the kernel's own timer interrupt (`local_timer_entry` on
+/// x86, else `hrtimer_expire_entry`), which fires at the scheduler tick on a busy CPU. The
+/// program reads no tracepoint argument, so one program serves either.
+#[raw_tracepoint(tracepoint = "local_timer_entry")]
+pub fn imc_tick_tp(_ctx: RawTracePointContext) -> i32 {
     record(KIND_TIMER);
     0
 }
@@ -95,87 +135,61 @@ pub fn imc_switch(_ctx: RawTracePointContext) -> i32 {
     0
 }
 
-/// Not used by imc: the baseline `cargo xtask bench-tick` compares the tick against. It does
-/// what `bpftrace -e 'profile:hz:1000 { @[pid] = count(); }'` does per run: one per-CPU hash
-/// increment keyed by the process id.
-#[perf_event]
-pub fn baseline_pid_count(_ctx: PerfEventContext) -> u32 {
-    // SAFETY: helper without preconditions.
-    let tgid = (unsafe { bpf_get_current_pid_tgid() } >> 32) as u32;
-    match BASELINE_COUNTS.get_ptr_mut(tgid) {
-        // SAFETY: per-CPU value, only this CPU writes it.
-        Some(p) => unsafe { *p += 1 },
-        None => {
-            let _ = BASELINE_COUNTS.insert(tgid, 1, 0);
-        }
-    }
-    0
-}
-
-// Cost probes for `cargo xtask bench-tick --breakdown`: each does one piece of the tick's work
-// alone, so the benchmark can say where the tick's time goes (helper calls dominate in a VM).
-// Loaded only by that benchmark.
-#[map]
-static PROBE_OUT: PerCpuArray<u64> = PerCpuArray::with_max_entries(2, 0);
-
 #[inline(always)]
-fn probe_store(i: u32, v: u64) {
-    if let Some(p) = PROBE_OUT.get_ptr_mut(i) {
-        // SAFETY: per-CPU slot, only this CPU writes it.
-        unsafe { *p = v };
-    }
-}
-
-/// The floor: a perf_event program that does nothing (includes the run-time accounting).
-#[perf_event]
-pub fn probe_empty(_ctx: PerfEventContext) -> u32 {
-    0
-}
-
-/// CPU number (inlined by the verifier) and pid/tgid: what every record needs to name the task.
-#[perf_event]
-pub fn probe_task(_ctx: PerfEventContext) -> u32 {
-    // SAFETY: helpers without preconditions.
-    unsafe {
-        probe_store(0, bpf_get_smp_processor_id() as u64);
-        probe_store(1, bpf_get_current_pid_tgid());
-    }
-    0
-}
-
-/// The timestamp.
-#[perf_event]
-pub fn probe_clock(_ctx: PerfEventContext) -> u32 {
-    // SAFETY: helper without preconditions.
-    probe_store(0, unsafe { bpf_ktime_get_ns() });
-    0
-}
-
-/// One counter read of slot 0, value only (the benchmark puts `msr/tsc/` there).
-#[perf_event]
-pub fn probe_read(_ctx: PerfEventContext) -> u32 {
-    // SAFETY: SLOT0 is a PERF_EVENT_ARRAY map; the helper checks the entry.
-    let v = unsafe { bpf_perf_event_read(&raw const SLOT0 as *mut c_void, BPF_F_CURRENT_CPU) };
-    probe_store(0, v);
-    0
-}
-
-/// One counter read of slot 1, value only (the benchmark puts a software counter there, whose
-/// read has no hardware access: the helper's own cost).
-#[perf_event]
-pub fn probe_read_sw(_ctx: PerfEventContext) -> u32 {
-    // SAFETY: SLOT1 is a PERF_EVENT_ARRAY map; the helper checks the entry.
-    let v = unsafe { bpf_perf_event_read(&raw const SLOT1 as *mut c_void, BPF_F_CURRENT_CPU) };
-    probe_store(0, v);
-    0
-}
-
-#[inline(always)]
-fn bump(index: u32) {
+pub(crate) fn bump(index: u32) {
     if let Some(p) = STATS.get_ptr_mut(index) {
         // SAFETY: a per-CPU slot only this CPU writes, with preemption off in this program.
         unsafe { *p += 1 };
     }
+}
+
+/// The package slots' sums when this CPU is its group's reader and the group was not read within
+/// PKG_MIN_GAP_NS; bit `s` of the returned mask set when slot `s`'s sum is complete (a failed
+/// counter read leaves its slot out rather than report a partial sum).
+#[inline(always)]
+fn read_package(cpu: u32, now: u64, sums: &mut [u64; MAX_SLOTS]) -> u8 {
+    let Some(cfg) = READERS.get(cpu) else {
+        return 0;
+    };
+    if cfg.count == 0 {
+        return 0;
+    }
+    let Some(last) = GROUP_LAST.get_ptr_mut(cfg.group) else {
+        return 0;
+    };
+    // SAFETY: `last` points into GROUP_LAST. Two reader CPUs of one group may both pass this
+    // check at the same instant; both readings are then valid, one is merely redundant.
+    unsafe {
+        let gap = core::ptr::read_volatile(&PKG_MIN_GAP_NS);
+        if now.wrapping_sub(*last) < gap {
+            return 0;
+        }
+        *last = now;
+    }
+    bump(STAT_PKG_READS);
+    let (first, count) = (cfg.first, cfg.count);
+    let mut have: u8 = 0;
+    let mut failed: u8 = 0;
+    for i in 0..MAX_PKG_COUNTERS {
+        if i >= count {
+            break;
+        }
+        let index = first.wrapping_add(i);
+        let Some(&slot) = PKG_SLOT.get(index) else {
+            continue;
+        };
+        let s = (slot as usize) & (MAX_SLOTS - 1);
+        // SAFETY: PKG is a PERF_EVENT_ARRAY map; the helper checks the index and the entry.
+        let v = unsafe { bpf_perf_event_read(&raw const PKG as *mut c_void, u64::from(index)) };
+        if (-4095..0).contains(&(v as i64)) {
+            failed |= 1 << s;
+            bump(STAT_READ_ERROR + s as u32);
+        } else {
+            sums[s] = sums[s].wrapping_add(v);
+            have |= 1 << s;
+        }
+    }
+    have & !failed
 }
 
 #[inline(always)]
@@ -183,8 +197,8 @@ fn record(kind: u8) {
     // SAFETY (whole function): helpers without preconditions; `h` and `rec` are pointers the
     // verifier proved to be inside their arrays, and only this CPU writes its head and its
     // ring region (the program runs with preemption off, and a tick cannot nest in a switch
-    // record on one CPU because perf_event and raw tracepoint programs share the per-CPU
-    // bpf_prog_active guard).
+    // record on one CPU: sched_switch runs with interrupts off, so neither timer program can
+    // interrupt it, and each program's own recursion guard keeps it from nesting in itself).
     unsafe {
         let cpu = bpf_get_smp_processor_id();
         let Some(h) = HEADS.get_ptr_mut(cpu) else {
@@ -201,9 +215,17 @@ fn record(kind: u8) {
         // The volatile read keeps the compiler from folding the zero NR_SLOTS was compiled with.
         let nr = core::ptr::read_volatile(&NR_SLOTS);
         let timed = core::ptr::read_volatile(&TIMED_SLOTS);
+        let pkg_slots = core::ptr::read_volatile(&PKG_SLOTS);
         let mut failed: u8 = 0;
 
-        (*rec).t_ns = bpf_ktime_get_ns();
+        let now = bpf_ktime_get_ns();
+        (*rec).t_ns = now;
+        let mut sums = [0u64; MAX_SLOTS];
+        let pkg_ok = if pkg_slots != 0 {
+            read_package(cpu, now, &mut sums)
+        } else {
+            0
+        };
         (*rec).cpu = cpu;
         let id = bpf_get_current_pid_tgid();
         let pid = id as u32;
@@ -231,7 +253,20 @@ fn record(kind: u8) {
         macro_rules! read_slot {
             ($i:literal, $map:ident) => {
                 let out = &raw mut (*rec).slots[$i];
-                if nr > $i {
+                if nr > $i && pkg_slots & (1 << $i) != 0 {
+                    // A package slot: this CPU's sum if it read its group now, else nothing
+                    // (not an error: most ticks are not a reader's).
+                    if pkg_ok & (1 << $i) != 0 {
+                        *out = SlotReading {
+                            value: sums[$i],
+                            enabled: 1,
+                            running: 1,
+                        };
+                    } else {
+                        *out = SlotReading::default();
+                        failed |= 1 << $i;
+                    }
+                } else if nr > $i {
                     let map = &raw const $map as *mut c_void;
                     let r = if timed & (1 << $i) != 0 {
                         // Zeroes the reading on failure, so a failed slot reads as zero.

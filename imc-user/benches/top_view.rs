@@ -62,6 +62,7 @@ fn interval(seed: u64) -> IntervalResult {
                 read_bytes: 5_000_000_000 + seed * 1_000_003,
                 write_bytes: 1_000_000_000 + seed * 999_983,
                 total_bytes: 0,
+                ..PackageRow::default()
             })
             .collect(),
         tasks,

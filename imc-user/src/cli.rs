@@ -1,7 +1,12 @@
 //! The command line of the contract in shared/design.md. Each subcommand's arguments are one
 //! struct so that the command modules take exactly what they need.
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::net::SocketAddr;
 use std::path::PathBuf;
+
+/// Where `imc serve` listens unless told: loopback only, on a port outside the 9100-9999
+/// range of Prometheus exporters (all allocated) and of no well-known service.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:10160";
 
 #[derive(Parser, Debug)]
 #[command(
@@ -43,10 +48,19 @@ pub enum Command {
     Record(RecordArgs),
     /// Attribution and bursts from a recording.
     Report(ReportArgs),
+    /// The sampler as a service: Prometheus/OpenMetrics at /metrics.
+    Serve(ServeArgs),
+    /// Shell completions for imc, written to standard output (for packagers).
+    #[command(hide = true)]
+    Completions(CompletionsArgs),
+    /// The man page imc(1) in roff, written to standard output (for packagers).
+    #[command(hide = true)]
+    Manpage,
 }
 
 #[derive(Args, Debug, Clone)]
 pub struct ListArgs {
+    /// One JSON object (sources, PMUs, packages, nodes) instead of the text listing.
     #[arg(long)]
     pub json: bool,
 }
@@ -56,6 +70,7 @@ pub struct EncodeArgs {
     /// Event strings: PMU/alias/, PMU/term=value,.../, a perf generic name, or libpfm4 syntax.
     #[arg(required = true, value_name = "EVENT")]
     pub events: Vec<String>,
+    /// One JSON object per event (its perf_event_attr fields) instead of the text listing.
     #[arg(long)]
     pub json: bool,
 }
@@ -64,10 +79,10 @@ pub struct EncodeArgs {
 pub struct StatArgs {
     /// Interval in milliseconds (1 ms and up).
     #[arg(short = 'I', long = "interval", value_name = "MS", default_value_t = 1000,
-          value_parser = parse_interval_ms)]
+          value_parser = parse_interval_ms, allow_negative_numbers = true)]
     pub interval_ms: u64,
     /// Stop after S seconds (fractions allowed).
-    #[arg(long, value_name = "S", value_parser = parse_seconds)]
+    #[arg(long, value_name = "S", value_parser = parse_seconds, allow_negative_numbers = true)]
     pub duration: Option<f64>,
     /// Counters to read instead of the backend's default read/write events.
     #[arg(short = 'e', long = "event", value_name = "EVENT")]
@@ -75,13 +90,27 @@ pub struct StatArgs {
     /// Show each memory channel (PMU instance) as well as the package.
     #[arg(long)]
     pub per_channel: bool,
+    /// One JSON object per interval instead of the table.
     #[arg(long, conflicts_with = "separator")]
     pub json: bool,
     /// CSV output with this field separator.
     #[arg(short = 'x', value_name = "SEP")]
     pub separator: Option<String>,
-    #[arg(long, value_name = "NAME", default_value = "auto")]
+    /// Which counters to read: auto (the first available memory-controller backend in
+    /// `imc list` order) or a backend `imc list` names.
+    #[arg(long, value_name = "NAME", default_value = "auto", value_parser = backend_names())]
     pub backend: String,
+    /// Print the plan (counters, readers, refusals) and exit, without privileges; with --json
+    /// as one JSON object.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Knights Landing/Mill: average memory latency in core cycles for these request types
+    /// (libpfm4 umask names, e.g. DMND_DATA_RD:DMND_RFO; default DMND_DATA_RD), beside DDR
+    /// and MCDRAM bandwidth.
+    #[arg(long, value_name = "REQUEST-TYPES", num_args = 0..=1,
+          default_missing_value = crate::backends::latency::DEFAULT_REQUEST_TYPES,
+          conflicts_with_all = ["events", "backend"])]
+    pub latency: Option<String>,
     /// Run this command and measure until it exits (exit with its status).
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<String>,
@@ -89,17 +118,25 @@ pub struct StatArgs {
 
 #[derive(Args, Debug, Clone)]
 pub struct SamplerArgs {
-    /// Timer ticks per second on every CPU.
-    #[arg(long, value_name = "HZ", default_value_t = 1000,
+    /// Sample on a timer of imc's own, HZ times a second on every CPU, for finer resolution than
+    /// the kernel's tick (adds a timer interrupt per CPU per period). Default: the kernel's own
+    /// tick and context switches, which add no interrupt.
+    #[arg(long, value_name = "HZ", allow_negative_numbers = true,
           value_parser = clap::value_parser!(u32).range(1..=10000))]
-    pub freq: u32,
+    pub freq: Option<u32>,
+    /// Print the plan (counters, readers, tick source, refusals) and exit, without privileges;
+    /// with --json as one JSON object.
+    #[arg(long)]
+    pub dry_run: bool,
     /// Counters to read at each tick (default: the memory-controller read/write events).
     #[arg(short = 'e', long = "event", value_name = "EVENT")]
     pub events: Vec<String>,
-    #[arg(long, value_name = "NAME", default_value = "auto")]
+    /// Which counters to read: auto (the first available memory-controller backend in
+    /// `imc list` order) or a backend `imc list` names.
+    #[arg(long, value_name = "NAME", default_value = "auto", value_parser = backend_names())]
     pub backend: String,
-    /// Also read the counters at every context switch (sched_switch), so shares do not depend
-    /// on where the ticks landed.
+    /// With --freq: also read the counters at every context switch (sched_switch), so shares do
+    /// not depend on where the ticks landed (always on with the kernel's tick).
     #[arg(long)]
     pub precise: bool,
 }
@@ -108,72 +145,148 @@ pub struct SamplerArgs {
 pub struct TopArgs {
     #[command(flatten)]
     pub sampler: SamplerArgs,
-    /// Stop after S seconds.
-    #[arg(long, value_name = "S", value_parser = parse_seconds)]
+    /// Stop after S seconds (fractions allowed).
+    #[arg(long, value_name = "S", value_parser = parse_seconds, allow_negative_numbers = true)]
     pub duration: Option<f64>,
     /// One JSON object per interval instead of the full-screen view (default when piped).
     #[arg(long)]
     pub json: bool,
     /// Interval between updates in milliseconds.
     #[arg(short = 'I', long = "interval", value_name = "MS", default_value_t = 1000,
-          value_parser = parse_interval_ms)]
+          value_parser = parse_interval_ms, allow_negative_numbers = true)]
     pub interval_ms: u64,
     /// Rows of tasks to show (0: all).
-    #[arg(short = 'n', long = "top", value_name = "N", default_value_t = 20)]
+    #[arg(
+        short = 'n',
+        long = "top",
+        value_name = "N",
+        default_value_t = 20,
+        allow_negative_numbers = true
+    )]
     pub top: usize,
-    /// One row per thread (pid), process (tgid), name (comm), cgroup, container or pod.
-    #[arg(long, value_enum, default_value = "pid")]
+    /// One row per thread (pid), process (tgid), name (comm), cgroup (its v2 path), container
+    /// (Docker, containerd, CRI-O or Podman id) or Kubernetes pod (UID); tasks in no container
+    /// (pod) are one row.
+    #[arg(long, value_enum, default_value = "pid", conflicts_with = "ibs")]
     pub by: GroupBy,
+    /// AMD: sample with IBS op instead and show, per process, how many sampled loads DRAM
+    /// served, local or remote node (L3 misses only where the PMU has l3missonly).
+    #[arg(long, conflicts_with_all = ["events", "dry_run"])]
+    pub ibs: bool,
 }
 
 #[derive(Args, Debug, Clone)]
 pub struct RecordArgs {
     #[command(flatten)]
     pub sampler: SamplerArgs,
-    /// Output file.
-    #[arg(short = 'o', long = "output", value_name = "FILE")]
-    pub output: PathBuf,
-    #[arg(long, value_name = "S", value_parser = parse_seconds)]
+    /// Output file. It is created when the run starts, never through a symlink; an existing
+    /// file is an error unless --force.
+    #[arg(
+        short = 'o',
+        long = "output",
+        value_name = "FILE",
+        required_unless_present = "dry_run"
+    )]
+    pub output: Option<PathBuf>,
+    /// Replace an existing FILE (a symlink there is removed, not followed).
+    #[arg(long)]
+    pub force: bool,
+    /// With --dry-run: the plan as one JSON object.
+    #[arg(long, requires = "dry_run")]
+    pub json: bool,
+    /// Stop after S seconds (fractions allowed; default: until -- CMD exits, or Ctrl-C).
+    #[arg(long, value_name = "S", value_parser = parse_seconds, allow_negative_numbers = true)]
     pub duration: Option<f64>,
     /// Largest size of the recording; older data rotates out beyond it (e.g. 100M, 2G).
-    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    #[arg(long, value_name = "SIZE", value_parser = parse_size, allow_hyphen_values = true)]
     pub max_size: Option<u64>,
     /// Aggregation interval in milliseconds.
     #[arg(short = 'I', long = "interval", value_name = "MS", default_value_t = 100,
-          value_parser = parse_interval_ms)]
+          value_parser = parse_interval_ms, allow_negative_numbers = true)]
     pub interval_ms: u64,
     /// Run this command and record until it exits.
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<String>,
 }
 
+#[derive(Args, Debug, Clone)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub sampler: SamplerArgs,
+    /// Address and port of the HTTP server (/metrics). Loopback by default; any other
+    /// address exposes per-process data to the network.
+    #[arg(long, value_name = "ADDR:PORT", default_value = DEFAULT_LISTEN,
+          value_parser = parse_listen)]
+    pub listen: SocketAddr,
+    /// Processes exported individually: the busiest N by recent traffic (their series are
+    /// removed when they drop out, so the series count stays bounded).
+    #[arg(long, value_name = "N", default_value_t = 20)]
+    pub max_processes: usize,
+    /// How often the counters are brought up to date, in milliseconds.
+    #[arg(short = 'I', long = "interval", value_name = "MS", default_value_t = 1000,
+          value_parser = parse_interval_ms)]
+    pub interval_ms: u64,
+    /// Also write every interval to standard output as one JSON line (the object of
+    /// `imc top --json`), e.g. to check the exporter against.
+    #[arg(long)]
+    pub json: bool,
+}
+
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shell {
+    Bash,
+    Zsh,
+    Fish,
+    Elvish,
+    Powershell,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct CompletionsArgs {
+    /// The shell to write completions for.
+    #[arg(value_enum)]
+    pub shell: Shell,
+}
+
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+// Plain comments, not doc comments: values with help text would switch clap's whole `--help`
+// to the long layout (help under each option), which the usage tests read line by line.
 pub enum GroupBy {
+    // Thread id.
     Pid,
+    // Process (thread group) id.
     Tgid,
+    // Command name.
     Comm,
+    // cgroup v2 path (the numeric id where it does not resolve).
     Cgroup,
-    /// Docker, containerd, CRI-O or Podman container id (tasks in none: one row).
+    // Docker, containerd, CRI-O or Podman container id (tasks in none: one row).
     Container,
-    /// Kubernetes pod UID (tasks in none: one row).
+    // Kubernetes pod UID (tasks in none: one row).
     Pod,
 }
 
 #[derive(Args, Debug, Clone)]
 pub struct ReportArgs {
+    /// A recording made by `imc record -o FILE`.
     #[arg(value_name = "FILE")]
     pub file: PathBuf,
+    /// One JSON object (groups, bursts, totals) instead of the text report.
     #[arg(long)]
     pub json: bool,
+    /// What to add the traffic up by: process (tgid), thread (pid), command name, cgroup (its
+    /// v2 path), container (Docker, containerd, CRI-O or Podman id) or Kubernetes pod (UID).
     #[arg(long, value_enum, default_value = "tgid")]
     pub by: GroupBy,
     /// List the bursts (always included in --json).
     #[arg(long)]
     pub bursts: bool,
-    /// Bandwidth above which an interval is a burst (default: halfway between the run's median
-    /// and its 99th percentile; none in a flat run).
-    #[arg(long, value_name = "BYTES/S", value_parser = parse_size)]
-    pub burst_threshold: Option<u64>,
+    /// Rate above which an interval is a burst, in the recording's unit: bytes/s (K, M, G: powers
+    /// of 1024) for memory-controller counters, counts/s (K, M, G: powers of 1000) for a
+    /// stand-in such as page faults (default: halfway between the run's median and its 99th
+    /// percentile; none in a flat run).
+    #[arg(long, value_name = "RATE", value_parser = parse_rate, allow_hyphen_values = true)]
+    pub burst_threshold: Option<Rate>,
     /// Also write a Perfetto trace (open it in ui.perfetto.dev): package bandwidth, the top
     /// processes' bandwidth and the bursts on a timeline.
     #[arg(long, value_name = "OUT")]
@@ -183,22 +296,90 @@ pub struct ReportArgs {
     pub plot: Option<PathBuf>,
 }
 
-/// An interval in whole milliseconds, at least 1.
+/// A rate as given on the command line: a number and the power of its K/M/G/T suffix, whose
+/// base depends on the unit it turns out to be in (1024 for bytes, 1000 for counts).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Rate {
+    pub number: f64,
+    pub power: u8,
+}
+
+impl Rate {
+    /// Per second, in bytes (`bytes`: the suffix counts powers of 1024) or counts (1000).
+    pub fn per_s(self, bytes: bool) -> f64 {
+        let base: f64 = if bytes { 1024.0 } else { 1000.0 };
+        self.number * base.powi(i32::from(self.power))
+    }
+}
+
+/// `--backend` values: auto or a backend name.
+fn backend_names() -> clap::builder::PossibleValuesParser {
+    let names = crate::model::BackendKind::ALL.map(|b| b.as_str());
+    clap::builder::PossibleValuesParser::new(std::iter::once("auto").chain(names))
+}
+
+/// Longest interval: one day. Longer ones are typing mistakes, and every interval becomes a
+/// `Duration` added to an `Instant` and nanoseconds in a `u64`, which must not overflow.
+pub const MAX_INTERVAL_MS: u64 = 24 * 3600 * 1000;
+
+/// Longest `--duration`: one year (365 days). Beyond that `Instant + Duration` can overflow
+/// (`Duration::from_secs_f64` panics from about 1.8e19 s), and no run is meant to last longer.
+pub const MAX_SECONDS: f64 = 365.0 * 24.0 * 3600.0;
+
+/// An interval in whole milliseconds, from 1 to [`MAX_INTERVAL_MS`].
 pub fn parse_interval_ms(s: &str) -> Result<u64, String> {
     match s.trim().parse::<u64>() {
-        Ok(v) if v >= 1 => Ok(v),
+        Ok(v) if (1..=MAX_INTERVAL_MS).contains(&v) => Ok(v),
         _ => Err(format!(
-            "'{s}' is not an interval: give whole milliseconds, 1 or more"
+            "'{s}' is not an interval: give whole milliseconds, 1 or more and at most {MAX_INTERVAL_MS} (a day)"
         )),
     }
 }
 
-/// Seconds as a positive decimal: `10`, `0.5`.
+/// A socket address to listen on: `127.0.0.1:10160`, `[::1]:10160`, `0.0.0.0:10160`.
+pub fn parse_listen(s: &str) -> Result<SocketAddr, String> {
+    s.trim().parse().map_err(|_| {
+        format!("'{s}' is not ADDR:PORT (e.g. 127.0.0.1:10160, [::1]:10160 or 0.0.0.0:10160)")
+    })
+}
+
+/// Seconds as a positive decimal up to [`MAX_SECONDS`]: `10`, `0.5`.
 pub fn parse_seconds(s: &str) -> Result<f64, String> {
     match s.trim().parse::<f64>() {
-        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
-        _ => Err(format!("'{s}' is not a positive number of seconds")),
+        Ok(v) if v.is_finite() && v > 0.0 && v <= MAX_SECONDS => Ok(v),
+        _ => Err(format!(
+            "'{s}' is not a positive number of seconds (at most {MAX_SECONDS:.0}, a year)"
+        )),
     }
+}
+
+/// A positive rate with an optional K/M/G/T suffix: `300K`, `1.5G`, `250000`.
+pub fn parse_rate(s: &str) -> Result<Rate, String> {
+    let t = s.trim();
+    let (num, power) = match t.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => match "KMGT".find(c.to_ascii_uppercase()) {
+            Some(p) => (&t[..i], p as u8 + 1),
+            None => {
+                return Err(format!(
+                    "'{s}': unknown rate suffix '{c}' (use K, M, G or T)"
+                ));
+            }
+        },
+        _ => (t, 0),
+    };
+    match num.parse::<f64>() {
+        Ok(n) if n.is_finite() && n > 0.0 => Ok(Rate { number: n, power }),
+        _ => Err(format!(
+            "'{s}' is not a positive rate per second (e.g. 300K)"
+        )),
+    }
+}
+
+/// The `Duration` of a `--duration` value, checked again here so that no caller can panic on
+/// a value that did not come through [`parse_seconds`].
+pub fn seconds_duration(s: f64) -> std::time::Duration {
+    std::time::Duration::try_from_secs_f64(s.clamp(0.0, MAX_SECONDS))
+        .unwrap_or(std::time::Duration::ZERO)
 }
 
 /// A byte count with an optional K/M/G/T suffix (powers of 1024): `512M`, `2G`, `1048576`.
@@ -243,10 +424,24 @@ mod tests {
     }
 
     #[test]
+    fn rates_take_their_base_from_the_unit() {
+        let r = parse_rate("300K").unwrap();
+        assert_eq!(r.per_s(true), 300.0 * 1024.0);
+        assert_eq!(r.per_s(false), 300_000.0);
+        assert_eq!(parse_rate("1.5m").unwrap().per_s(false), 1_500_000.0);
+        assert_eq!(parse_rate("42").unwrap().per_s(true), 42.0);
+        assert!(parse_rate("0").is_err());
+        assert!(parse_rate("-5K").is_err());
+        assert!(parse_rate("5X").is_err());
+    }
+
+    #[test]
     fn intervals() {
         assert_eq!(parse_interval_ms("1"), Ok(1));
         assert!(parse_interval_ms("0").is_err());
         assert!(parse_interval_ms("1.5").is_err());
+        assert_eq!(parse_interval_ms("86400000"), Ok(MAX_INTERVAL_MS));
+        assert!(parse_interval_ms("86400001").is_err());
     }
 
     #[test]
@@ -255,6 +450,62 @@ mod tests {
         assert!(parse_seconds("0").is_err());
         assert!(parse_seconds("nan").is_err());
         assert!(parse_seconds("-1").is_err());
+        assert!(parse_seconds("inf").is_err());
+        // Panicked in Duration::from_secs_f64 before the bound (issue 16).
+        assert!(parse_seconds("1e99").is_err());
+        assert!(parse_seconds("1e19").is_err());
+        assert!(parse_seconds("31536001").is_err());
+        assert_eq!(parse_seconds("31536000"), Ok(MAX_SECONDS));
+        assert_eq!(seconds_duration(f64::NAN), std::time::Duration::ZERO);
+        assert_eq!(seconds_duration(1e99).as_secs(), MAX_SECONDS as u64);
+    }
+
+    #[test]
+    fn absurd_values_are_one_line_errors_not_panics() {
+        for args in [
+            &["imc", "top", "--duration", "1e99"][..],
+            &["imc", "record", "-o", "x", "--duration", "1e19"],
+            &["imc", "stat", "--duration", "1e300"],
+            &["imc", "stat", "-I", "18446744073709551615"],
+            &["imc", "record", "-o", "x", "-I", "86400001"],
+        ] {
+            let e = Cli::try_parse_from(args).unwrap_err();
+            assert_eq!(
+                e.kind(),
+                clap::error::ErrorKind::ValueValidation,
+                "{args:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn serve_defaults_to_loopback_and_twenty_processes() {
+        let cli = Cli::try_parse_from(["imc", "serve", "-e", "page-faults"]).unwrap();
+        match cli.command {
+            Command::Serve(s) => {
+                assert!(s.listen.ip().is_loopback());
+                assert_eq!(s.listen.port(), 10160);
+                assert_eq!(s.max_processes, 20);
+                assert_eq!(s.sampler.events, ["page-faults"]);
+            }
+            _ => panic!("parsed as another command"),
+        }
+        assert!(Cli::try_parse_from(["imc", "serve", "--listen", "localhost"]).is_err());
+    }
+
+    #[test]
+    fn every_option_and_argument_has_help_text() {
+        use clap::CommandFactory;
+        let cli = Cli::command();
+        let mut missing = Vec::new();
+        for sub in cli.get_subcommands() {
+            for arg in sub.get_arguments() {
+                if arg.get_help().is_none() && arg.get_id() != "help" {
+                    missing.push(format!("imc {} {}", sub.get_name(), arg.get_id()));
+                }
+            }
+        }
+        assert!(missing.is_empty(), "no help text: {missing:?}");
     }
 
     #[test]
@@ -263,7 +514,7 @@ mod tests {
         assert!(bad.is_err());
         let ok = Cli::try_parse_from(["imc", "top", "--freq", "10000"]).unwrap();
         match ok.command {
-            Command::Top(t) => assert_eq!(t.sampler.freq, 10000),
+            Command::Top(t) => assert_eq!(t.sampler.freq, Some(10000)),
             _ => panic!("parsed as another command"),
         }
     }

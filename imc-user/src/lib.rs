@@ -19,6 +19,7 @@ pub mod error;
 pub mod events;
 pub mod model;
 pub mod output;
+pub mod plan;
 pub mod record;
 pub mod sampler;
 pub mod sys;

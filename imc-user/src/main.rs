@@ -1,36 +1,64 @@
-use clap::Parser;
-use clap::error::ErrorKind;
-use imc::cli::Cli;
+//! The `imc` binary: parse the command line, run the command, and turn any failure into one
+//! line on stderr and an exit code (2 bad usage or input, 1 runtime failure). The library's
+//! errors are typed (`CliError` and each area's own); anyhow only gathers them here.
+use anyhow::Result;
+use clap::error::{ContextKind, ContextValue, ErrorKind};
+use clap::{CommandFactory, Parser};
+use imc::cli::{Cli, Command};
+use imc::error::CliError;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
+    match run() {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("imc: {e:#}");
+            // Failures that are not the library's typed ones are runtime failures.
+            ExitCode::from(e.downcast_ref::<CliError>().map_or(1, |c| c.code))
+        }
+    }
+}
+
+fn run() -> Result<ExitCode> {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) => {
-            let _ = e.print();
-            return ExitCode::SUCCESS;
-        }
-        Err(e) if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
-            eprintln!(
-                "imc: a command is needed: list, encode, stat, top, record or report (see 'imc --help')"
-            );
-            return ExitCode::from(2);
+            e.print()?;
+            return Ok(ExitCode::SUCCESS);
         }
         Err(e) => {
-            // clap's message is several lines (usage, a tip); the contract is one line.
-            let text = e.render().to_string();
-            // The error line, not the about text clap prints first when a subcommand is missing.
-            let first = text
-                .lines()
-                .find(|l| l.starts_with("error:"))
-                .or_else(|| text.lines().find(|l| !l.trim().is_empty()))
-                .unwrap_or("bad usage");
-            let first = first.strip_prefix("error: ").unwrap_or(first);
-            eprintln!("imc: {first} (see 'imc --help')");
-            return ExitCode::from(2);
+            let args: Vec<String> = std::env::args().skip(1).collect();
+            return Err(CliError::bad_input(usage_message(&e, &args)).into());
         }
     };
-    let level = match cli.global.verbose {
+    init_logging(cli.global.verbose);
+    choose_libpfm_model(&cli);
+    Ok(imc::commands::run(cli)?)
+}
+
+/// libpfm4 encodes for the CPU --root describes: decided before any thread starts and before
+/// libpfm4 is loaded, since it reads LIBPFM_FORCE_PMU once, when it initialises.
+fn choose_libpfm_model(cli: &Cli) {
+    let pfm = imc::events::pfm_model::decide(&cli.global.root);
+    // SAFETY: no other thread exists yet (clap and env_logger start none), and nothing has read
+    // the environment through libc.
+    unsafe { imc::events::pfm_model::apply(&pfm) };
+    if matches!(
+        cli.command,
+        Command::Encode(_) | Command::Stat(_) | Command::Top(_) | Command::Record(_)
+    ) {
+        match (&pfm.pmu, log::log_enabled!(log::Level::Info)) {
+            (None, true) => match imc::events::pfm::active_pmus() {
+                Ok(active) => log::info!("{}; active: {}", pfm.why, active.join(", ")),
+                Err(e) => log::info!("{}; libpfm4 not loaded: {e}", pfm.why),
+            },
+            _ => log::info!("{}", pfm.why),
+        }
+    }
+}
+
+fn init_logging(verbose: u8) {
+    let level = match verbose {
         0 => "warn",
         1 => "info",
         _ => "debug",
@@ -38,11 +66,75 @@ fn main() -> ExitCode {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(level))
         .format_timestamp(None)
         .init();
-    match imc::commands::run(cli) {
-        Ok(code) => code,
-        Err(e) => {
-            eprintln!("imc: {}", e.message);
-            ExitCode::from(e.code)
+}
+
+/// clap's error as one line that names the input and where help is: the subcommand's own help
+/// when a subcommand was given.
+fn usage_message(e: &clap::Error, args: &[String]) -> String {
+    let sub = subcommand_of(args);
+    let help = match &sub {
+        Some(s) => format!("see 'imc {s} --help'"),
+        None => "see 'imc --help'".to_string(),
+    };
+    let what = match e.kind() {
+        ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand | ErrorKind::MissingSubcommand
+            if sub.is_none() =>
+        {
+            "a command is needed: list, encode, stat, top, record, report or serve".to_string()
         }
+        ErrorKind::MissingRequiredArgument => match strings(e, ContextKind::InvalidArg) {
+            Some(missing) => format!("missing {}", missing.join(", ")),
+            None => first_error_line(e),
+        },
+        _ => {
+            let mut line = first_error_line(e);
+            if let Some(values) = strings(e, ContextKind::ValidValue) {
+                line.push_str(&format!("; choose one of: {}", values.join(", ")));
+            }
+            if let Some(similar) = strings(e, ContextKind::SuggestedArg) {
+                line.push_str(&format!(" (did you mean {}?)", quoted(&similar)));
+            }
+            line
+        }
+    };
+    match sub {
+        Some(s) => format!("{s}: {what} ({help})"),
+        None => format!("{what} ({help})"),
     }
+}
+
+/// The error line of clap's rendering, without its `error: ` prefix.
+fn first_error_line(e: &clap::Error) -> String {
+    let text = e.render().to_string();
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("error:"))
+        .or_else(|| text.lines().find(|l| !l.trim().is_empty()))
+        .unwrap_or("bad usage");
+    line.strip_prefix("error: ").unwrap_or(line).to_string()
+}
+
+fn strings(e: &clap::Error, kind: ContextKind) -> Option<Vec<String>> {
+    match e.get(kind)? {
+        ContextValue::Strings(v) if !v.is_empty() => Some(v.clone()),
+        ContextValue::String(s) => Some(vec![s.clone()]),
+        _ => None,
+    }
+}
+
+fn quoted(v: &[String]) -> String {
+    v.iter()
+        .map(|s| format!("'{s}'"))
+        .collect::<Vec<_>>()
+        .join(" or ")
+}
+
+/// The subcommand named on the command line, if any (the first argument that is one; a
+/// global option's value cannot be a subcommand name in practice).
+fn subcommand_of(args: &[String]) -> Option<String> {
+    let cmd = Cli::command();
+    args.iter()
+        .take_while(|a| a.as_str() != "--")
+        .find(|a| cmd.get_subcommands().any(|s| s.get_name() == a.as_str()))
+        .cloned()
 }

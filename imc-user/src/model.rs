@@ -202,6 +202,9 @@ pub struct Discovery {
     pub hypervisor: bool,
     pub topology: Topology,
     pub sources: Vec<Source>,
+    /// PMUs that are not bandwidth counters but that a planner or a profiler can use: AMD IBS,
+    /// POWER core/thread/trace IMC. Empty where the machine has none.
+    pub other_sources: Vec<OtherSource>,
 }
 
 /// One backend, available or not.
@@ -287,4 +290,89 @@ pub struct SlotSpec {
     pub bytes_per_count: Option<f64>,
     /// Counter width for wrap handling: 64 for software/msr/core, 48 for Intel uncore.
     pub counter_bits: u8,
+}
+
+/// What a non-bandwidth source is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SourceRole {
+    /// Samples individual instructions or cycles (AMD IBS, POWER trace IMC): no byte counts.
+    Profiling,
+    /// Counts events, but not bytes of memory traffic (POWER core and thread IMC).
+    Counting,
+}
+
+/// Whose activity one counter of the PMU covers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PmuScope {
+    /// A whole chip (POWER nest IMC).
+    Chip,
+    /// All SMT threads of one core: one event per core, on its designated CPU.
+    Core,
+    /// One task: events are bound to a task (pid ≥ 0), not opened CPU-wide.
+    Thread,
+    /// One CPU (per-CPU or per-task events on any CPU, as core PMUs).
+    Cpu,
+}
+
+/// A group of PMUs of which only one may have events at a time, system-wide.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Exclusivity {
+    /// Name of the group (`power-imc-core-thread-trace`).
+    pub group: String,
+    /// The PMUs of the group present here (this one included).
+    pub members: Vec<String>,
+    /// What the kernel does when another member is in use (`EBUSY`).
+    pub errno: String,
+}
+
+/// One `events/` alias of a non-bandwidth PMU, encoded.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct OtherEvent {
+    pub name: String,
+    pub config: u64,
+    /// The alias' `.scale` (perf multiplies counts by it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scale: Option<f64>,
+}
+
+/// A PMU that is not a bandwidth source, with the facts a planner needs to use it or to say why
+/// not: its role, scope, whether it counts or samples, who may open it, and what excludes it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct OtherSource {
+    pub pmu: String,
+    #[serde(rename = "type")]
+    pub pmu_type: u32,
+    pub role: SourceRole,
+    pub scope: PmuScope,
+    /// perf_event_open in counting mode (sample_period 0) is accepted.
+    pub can_count: bool,
+    /// Sampling (sample_period > 0) is accepted.
+    pub can_sample: bool,
+    /// Task-bound events (pid ≥ 0) are accepted.
+    pub per_task: bool,
+    /// CPU-wide events (pid = -1, cpu ≥ 0) are accepted.
+    pub cpu_wide: bool,
+    /// Needs CAP_PERFMON (or CAP_SYS_ADMIN) whatever perf_event_paranoid says.
+    pub needs_perfmon: bool,
+    /// The CPUs to open it on: its cpumask (core IMC: one CPU per core). Empty: no cpumask, any
+    /// CPU (IBS on every CPU, thread IMC with the task).
+    pub cpus: Vec<u32>,
+    /// For a per-core PMU, the CPUs of each designated CPU's core (`thread_siblings_list`), in
+    /// the order of `cpus`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub cores: Vec<Vec<u32>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exclusive: Option<Exclusivity>,
+    /// `format/` files as the kernel writes them (`cnt_ctl` → `config:19`).
+    pub formats: BTreeMap<String, String>,
+    /// `caps/` files (IBS: `zen4_ibs_extensions`, …); empty when the directory is empty or
+    /// absent.
+    pub caps: BTreeMap<String, String>,
+    pub events: Vec<OtherEvent>,
+    /// Why it is not a bandwidth source, in one line.
+    pub why: String,
+    /// Further facts, one line each (what samples carry, how to record, what is missing).
+    pub notes: Vec<String>,
 }

@@ -3,27 +3,79 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// The `imc` binary built beside this test executable (target/<profile>/imc).
+/// The `imc` binary the way Cargo documents it: `CARGO_BIN_EXE_imc` when the tests are compiled
+/// in imc-user's own package (Cargo sets it only there), else `<target dir>/<profile>/imc`, the
+/// target directory being `CARGO_TARGET_DIR` or what `cargo metadata` says (which honours
+/// `build.target-dir` in config files). Not found by walking up from the test executable:
+/// where that lives is Cargo's business (nightly moved it under `build/<crate>/<hash>/out`).
 pub fn imc_bin() -> PathBuf {
-    let exe = std::env::current_exe().expect("current_exe");
-    // target/<profile>/deps/<test>-<hash> → target/<profile>/imc
-    let dir = exe.parent().and_then(Path::parent).expect("target dir");
-    let bin = dir.join("imc");
+    static BIN: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BIN.get_or_init(|| {
+        if let Some(bin) = option_env!("CARGO_BIN_EXE_imc") {
+            return PathBuf::from(bin);
+        }
+        let profile = if cfg!(debug_assertions) {
+            "debug"
+        } else {
+            "release"
+        };
+        let bin = target_dir().join(profile).join("imc");
+        assert!(
+            bin.is_file(),
+            "{} not built: run `cargo build -p imc-user` (cargo xtask test does)",
+            bin.display()
+        );
+        bin
+    })
+    .clone()
+}
+
+/// The workspace's target directory: `CARGO_TARGET_DIR` when set (a relative one is taken from
+/// the workspace root, where `cargo xtask` runs cargo; Cargo itself reads it from the directory
+/// it was started in, which a test cannot know), else `cargo metadata`'s `target_directory`.
+pub fn target_dir() -> PathBuf {
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    if let Some(dir) = std::env::var_os("CARGO_TARGET_DIR").filter(|d| !d.is_empty()) {
+        return workspace.join(dir);
+    }
+    // `cargo test` runs tests with CARGO set to the cargo that built them.
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let out = Command::new(&cargo)
+        .args([
+            "metadata",
+            "--format-version",
+            "1",
+            "--no-deps",
+            "--offline",
+        ])
+        .current_dir(&workspace)
+        .output()
+        .unwrap_or_else(|e| panic!("running {} metadata: {e}", cargo.display()));
     assert!(
-        bin.is_file(),
-        "{} not built: run `cargo build -p imc-user` (cargo xtask test does)",
-        bin.display()
+        out.status.success(),
+        "cargo metadata failed: {}",
+        String::from_utf8_lossy(&out.stderr)
     );
-    bin
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("cargo metadata JSON");
+    let dir = v["target_directory"]
+        .as_str()
+        .expect("cargo metadata has no target_directory");
+    PathBuf::from(dir)
 }
 
 pub fn imc() -> Command {
     Command::new(imc_bin())
 }
 
-/// ../shared/fixtures (the fixtures every imc checkout is given beside it).
-pub fn shared_fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures")
+/// The shared reference fixtures, when this checkout has them: IMC_SHARED_FIXTURES, else
+/// ../shared/fixtures beside the checkout. Only optional cross-checks use them (a user's clone
+/// has none); every tree a test runs against is under [`own_fixtures`].
+pub fn shared_fixtures() -> Option<PathBuf> {
+    let dir = match std::env::var_os("IMC_SHARED_FIXTURES") {
+        Some(d) if !d.is_empty() => PathBuf::from(d),
+        _ => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures"),
+    };
+    dir.is_dir().then_some(dir)
 }
 
 /// This project's own fixture trees (tests/fixtures).

@@ -4,9 +4,11 @@ use anyhow::{Context, Result, bail};
 use std::path::Path;
 use std::process::Command;
 
-pub fn run(imc: &Path, args: &[String]) -> Result<()> {
+/// `object`: the benchmark's eBPF object (imc's programs plus the baseline and cost probes).
+pub fn run(imc: &Path, object: &Path, args: &[String]) -> Result<()> {
     let bench = imc.with_file_name("imc-bench-tick");
     let status = Command::new(&bench)
+        .env("IMC_BPF_OBJECT", object)
         .args(args)
         .status()
         .with_context(|| format!("running {}", bench.display()))?;

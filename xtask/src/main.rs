@@ -6,7 +6,7 @@
 //!   cargo xtask test                   build, then the whole test suite
 //!   cargo xtask bench-tick [--breakdown]  ns per program run: imc's tick vs a bpftrace-like baseline
 //!   cargo xtask bench-stat             `imc stat -I 1` vs `perf stat -I 1`: CPU and intervals
-//!   cargo xtask bench-overhead         workload slowdown under `imc record --freq 1000` vs alone
+//!   cargo xtask bench-overhead         workload slowdown, interrupts, CPU: imc record vs perf record
 mod bench_overhead;
 mod bench_stat;
 mod bench_tick;
@@ -73,11 +73,22 @@ fn run(cmd: &mut Command) -> Result<()> {
     Ok(())
 }
 
+/// Which eBPF object to build: the one imc embeds, or the benchmark's (imc's programs plus the
+/// baseline and cost probes `bench-tick` compares against).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum EbpfObject {
+    Production,
+    Bench,
+}
+
 /// Builds imc-ebpf for bpfel-unknown-none and returns the object's path.
-fn build_ebpf() -> Result<PathBuf> {
+pub fn build_ebpf(which: EbpfObject) -> Result<PathBuf> {
     let tc = ebpf_toolchain()?;
     let root = workspace_root();
-    let tdir = target_dir().join("ebpf");
+    let tdir = target_dir().join(match which {
+        EbpfObject::Production => "ebpf",
+        EbpfObject::Bench => "ebpf-bench",
+    });
     // The nested build must not inherit the outer cargo's toolchain choices.
     let mut cmd = match tc.route.as_str() {
         "nightly" => {
@@ -114,6 +125,9 @@ fn build_ebpf() -> Result<PathBuf> {
             "-Z",
             "build-std=core",
         ]);
+    if which == EbpfObject::Bench {
+        cmd.args(["--features", "bench"]);
+    }
     eprintln!("xtask: building the eBPF program ({} route)", tc.route);
     run(&mut cmd)?;
     let obj = tdir.join("bpfel-unknown-none/release/imc");
@@ -125,7 +139,7 @@ fn build_ebpf() -> Result<PathBuf> {
 
 /// Builds the eBPF object, then `imc` with it embedded. Returns the imc binary's path.
 fn build(release: bool) -> Result<PathBuf> {
-    let obj = build_ebpf()?;
+    let obj = build_ebpf(EbpfObject::Production)?;
     let mut cmd = Command::new(env!("CARGO"));
     cmd.current_dir(workspace_root())
         .env("IMC_EBPF_OBJECT", &obj)
@@ -181,7 +195,7 @@ fn real_main() -> Result<ExitCode> {
             return Ok(ExitCode::from(status.code().unwrap_or(1) as u8));
         }
         "test" => {
-            let obj = build_ebpf()?;
+            let obj = build_ebpf(EbpfObject::Production)?;
             let root = workspace_root();
             // The default members (everything but the BPF-only crate, which only builds for
             // bpfel-unknown-none); the suite runs the real binary, so build it first.
@@ -197,7 +211,8 @@ fn real_main() -> Result<ExitCode> {
         }
         "bench-tick" => {
             let bin = build(true)?;
-            bench_tick::run(&bin, &args)?;
+            let object = build_ebpf(EbpfObject::Bench)?;
+            bench_tick::run(&bin, &object, &args)?;
         }
         "bench-stat" => {
             let bin = build(true)?;

@@ -117,6 +117,8 @@ struct PkgState {
     segs: Vec<Segment>,
     /// Counts per slot in the current interval (package totals).
     acc: [f64; MAX_SLOTS],
+    /// The part of `acc` no task took.
+    idle: [f64; MAX_SLOTS],
 }
 
 /// Turns the record stream into per-interval, per-task results.
@@ -197,6 +199,7 @@ impl Attributor {
                         .collect(),
                     segs: Vec::new(),
                     acc: [0.0; MAX_SLOTS],
+                    idle: [0.0; MAX_SLOTS],
                 }
             })
             .collect();
@@ -390,6 +393,9 @@ impl Attributor {
                     }
                     if let Some(p) = self.packages.get_mut(pkg as usize) {
                         p.acc[s] += d;
+                        if task == IDLE {
+                            p.idle[s] += d;
+                        }
                     }
                 }
                 if is_weight {
@@ -545,6 +551,12 @@ impl Attributor {
                     if r.t < b.t {
                         continue; // late reading of an already spread span
                     }
+                    if mask == u64::MAX && r.r.value < b.r.value {
+                        // A 64-bit count (the kernel's, or a sum of them) never wraps: a smaller
+                        // one is a reading that overlapped the previous (a userspace read whose
+                        // counters were read around a tick's), not a wrap. Keep the base.
+                        continue;
+                    }
                     let d = scaled_delta(&b.r, &r.r, mask, b.times && r.times);
                     if r.t == b.t {
                         carry += d; // zero-length span: the next one carries it
@@ -563,6 +575,7 @@ impl Attributor {
                     // over) rather than lose it.
                     self.idle_acc[ps.slot] += carry;
                     p.acc[ps.slot] += carry;
+                    p.idle[ps.slot] += carry;
                 }
                 any |= !ps.spans.is_empty();
             }
@@ -588,6 +601,7 @@ impl Attributor {
                     weighed = Some((k, class));
                 }
                 let tasks = &mut self.tasks;
+                let idle_before = self.idle_acc[s];
                 let idle = &mut self.idle_acc[s];
                 let un = spread::apportion(
                     &ps.spans,
@@ -604,6 +618,7 @@ impl Attributor {
                     },
                 );
                 *idle += un;
+                p.idle[s] += self.idle_acc[s] - idle_before;
             }
             // Keep segments that reach past some slot's frontier: their later part is spread
             // when the next readings arrive.
@@ -634,12 +649,17 @@ impl Attributor {
                     *c = round(p.acc[s]);
                 }
                 p.acc = [0.0; MAX_SLOTS];
+                let unattributed_counts = p.idle[..specs.len()].iter().map(|&v| round(v)).collect();
+                p.idle = [0.0; MAX_SLOTS];
                 let (read_bytes, write_bytes, total_bytes) = bytes_of(specs, &counts);
                 PackageRow {
                     id: p.id,
                     read_bytes,
                     write_bytes,
                     total_bytes,
+                    slot_counts: counts[..specs.len()].to_vec(),
+                    unattributed_counts,
+                    channels: Vec::new(),
                 }
             })
             .collect();
@@ -915,6 +935,26 @@ mod tests {
         a.push_tick(&rec(2000, 7, None));
         a.push_tick(&rec(3000, 7, Some(400))); // both readings are task 7's: 300 is exact
         assert_eq!(values(&a.close_interval(4000)), [(7, 300.0)]);
+    }
+
+    #[test]
+    fn an_overlapping_smaller_package_sum_is_skipped_not_wrapped() {
+        // A package slot of summed 64-bit counts: a userspace reading dated after a tick's may
+        // hold a smaller sum (its counters were read around the tick). It must not count as a
+        // wrap of 2^64.
+        let spec = SlotSpec {
+            event: "read".into(),
+            scope: SlotScope::Package,
+            role: SlotRole::Traffic(crate::model::Direction::Read),
+            bytes_per_count: Some(1.0),
+            counter_bits: 64,
+        };
+        let mut a = Attributor::new(&[spec], &topo(), "test");
+        for (t, v) in [(1_000, 100), (2_000, 200), (3_000, 150), (4_000, 300)] {
+            a.push_package_read(0, 0, t, v);
+        }
+        let r = a.finish(5_000);
+        assert_eq!(r.packages[0].read_bytes, 200);
     }
 
     #[test]

@@ -466,7 +466,7 @@ impl Iterator for SynthStream {
 }
 
 /// Records a scenario the way `imc record` does (attributor → writer, intervals of
-/// `interval_ns`), returning the writer's statistics and the truth.
+/// `interval_ns`) into `path`, replacing it, returning the writer's statistics and the truth.
 pub fn record_scenario(
     sc: &Scenario,
     path: &std::path::Path,
@@ -474,6 +474,17 @@ pub fn record_scenario(
     max_size: Option<u64>,
     opts: crate::record::WriterOptions,
 ) -> Result<(crate::record::WriterStats, Truth), crate::record::RecordError> {
+    // A test's or benchmark's own file, rewritten on every run (the writer only creates new
+    // files).
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            return Err(crate::record::RecordError::Io {
+                path: path.to_path_buf(),
+                source: e,
+            });
+        }
+        _ => {}
+    }
     let specs = sc.specs();
     let topo = sc.topology();
     let mut header = crate::record::RecordHeader::new(

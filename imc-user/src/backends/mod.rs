@@ -13,13 +13,17 @@
 //! - [`timed`]: kernel-timed boundaries: which reading closes which interval, when to wake, and
 //!   which groups of idle CPUs to read from userspace.
 //! - [`local`]: the threads that read those groups on their own CPUs.
+//! - [`ibs`]: `top --ibs`: AMD IBS op samples, which loads DRAM served, per process.
+//! - [`latency`]: `stat --latency` on KNL: the offcore-response pair and average latency.
 //! - [`clock`]: CLOCK_MONOTONIC and absolute sleeps, behind a trait tests replace.
 use crate::model::{Direction, Scope};
 use std::time::Duration;
 
 pub mod clock;
 pub mod counter;
+pub mod ibs;
 pub mod interval;
+pub mod latency;
 pub mod local;
 pub mod mchbar;
 pub mod perf;

@@ -1,7 +1,8 @@
-//! Which counters to open: from a discovery `Source` (the default read/write events of each PMU
-//! instance on each designated CPU) or from `-e` encodings.
+//! A [`Plan`] of `imc stat` turned into the counters its backends open: perf counters, or the
+//! MCHBAR's physical addresses.
 use super::{BackendError, CounterSpec, Memory};
-use crate::model::{BackendKind, Direction, Encoded, Scope, Source, Topology};
+use crate::model::{BackendKind, Scope};
+use crate::plan::{Counter, Plan};
 
 /// A counter to open through perf_event_open.
 #[derive(Clone, Debug, PartialEq)]
@@ -22,149 +23,93 @@ pub struct MchbarCounter {
     pub width: u8,
 }
 
-/// The memory a source measures.
-pub fn memory_of(backend: BackendKind) -> Memory {
-    match backend {
-        BackendKind::KnlEdc => Memory::Mcdram,
-        _ => Memory::Dram,
-    }
-}
-
-/// The direction of a bandwidth event named `read`/`write`/`total` by discovery.
-fn direction_of_name(name: &str) -> Option<Direction> {
-    match name {
-        "read" => Some(Direction::Read),
-        "write" => Some(Direction::Write),
-        "total" => Some(Direction::Total),
-        _ => None,
-    }
-}
-
-/// The key of `values` for a default event: its name, prefixed for MCDRAM so KNL's two memories
-/// stay apart.
-fn value_key(memory: Memory, name: &str) -> String {
-    match memory {
-        Memory::Dram => name.to_string(),
-        Memory::Mcdram => format!("mcdram_{name}"),
-    }
-}
-
-/// The package of a designated CPU; a PMU's cpumask lists one CPU per package in package order,
-/// so the position is the fallback when the topology does not know the CPU.
-fn package_of(topo: &Topology, cpu: u32, position: usize) -> u32 {
-    topo.package_of(cpu).unwrap_or_else(|| {
-        topo.packages
-            .get(position)
-            .map_or(position as u32, |p| p.id)
-    })
-}
-
-/// Scope of a PMU instance's counter on one package: each instance is a channel when the source
-/// has several per package (SKX's six uncore_imc_N, POWER's nest_mbaN), else the package.
-fn scope_for(source: &Source, pmu: &str, package: u32) -> Scope {
-    if source.pmus.len() > 1 {
-        let channel = source.pmus.iter().position(|p| p.name == pmu).unwrap_or(0) as u32;
-        Scope::Channel { package, channel }
+/// The memory a counter measures: KNL's EDC counters are MCDRAM.
+fn memory_of(c: &Counter) -> Memory {
+    if c.pmu.starts_with("uncore_edc") || c.value_key.starts_with("mcdram_") {
+        Memory::Mcdram
     } else {
-        Scope::Package(package)
+        Memory::Dram
     }
 }
 
-/// The read/write events of a perf-backed source, on each designated CPU of each PMU instance.
-pub fn perf_counters(source: &Source, topo: &Topology) -> Result<Vec<PerfCounter>, BackendError> {
-    let memory = memory_of(source.backend);
+fn scope_of(c: &Counter) -> Scope {
+    match (c.package, c.channel) {
+        (Some(package), Some(channel)) => Scope::Channel { package, channel },
+        (Some(package), None) => Scope::Package(package),
+        _ => Scope::Cpu(c.cpus.first().copied().unwrap_or(0)),
+    }
+}
+
+/// The perf counters of a plan: each counter on each CPU it is opened on (a CPU-scope counter
+/// on every online CPU).
+pub fn perf_counters(plan: &Plan, topo: &crate::model::Topology) -> Vec<PerfCounter> {
+    let stand_in = plan.backend.is_some_and(|b| !b.is_memory_controller());
     let mut out = Vec::new();
-    for ev in &source.events {
-        let direction = ev.direction.or_else(|| direction_of_name(&ev.name));
-        // Auxiliary events of a memory controller (clock ticks) are not bandwidth and are left
-        // out; a stand-in source's events (msr tsc, page-faults) are counted as plain values.
-        let stand_in = !source.backend.is_memory_controller();
-        if direction.is_none() && !stand_in {
-            continue;
-        }
-        let Some(config) = ev.config else { continue };
-        let Some(pmu) = source.pmus.iter().find(|p| p.name == ev.pmu) else {
-            return Err(BackendError::Plan(format!(
-                "{}: event {} names PMU {} that the source does not list",
-                source.backend.as_str(),
-                ev.name,
-                ev.pmu
-            )));
-        };
-        for (i, &cpu) in pmu.cpus.iter().enumerate() {
-            let package = package_of(topo, cpu, i);
+    for c in plan.counters.iter().filter(|c| c.address.is_none()) {
+        for &cpu in &c.cpus {
+            let scope = if c.package.is_some() {
+                scope_of(c)
+            } else {
+                Scope::Cpu(cpu)
+            };
+            let package = c.package.or_else(|| topo.package_of(cpu));
             out.push(PerfCounter {
                 spec: CounterSpec {
-                    event: value_key(memory, &ev.name),
-                    pmu: ev.pmu.clone(),
+                    event: c.value_key.clone(),
+                    pmu: c.pmu.clone(),
                     cpu: Some(cpu),
-                    scope: if stand_in {
-                        Scope::Cpu(cpu)
+                    scope,
+                    package,
+                    direction: c.direction.filter(|_| !stand_in),
+                    memory: memory_of(c),
+                    bytes_per_count: c.bytes_per_count.filter(|_| !stand_in),
+                    scale: c.encoded.scale.unwrap_or(1.0),
+                    counter_bits: if plan.backend.is_some() {
+                        c.counter_bits
                     } else {
-                        scope_for(source, &ev.pmu, package)
+                        64
                     },
-                    package: Some(package),
-                    direction: direction.filter(|_| !stand_in),
-                    memory,
-                    bytes_per_count: (!stand_in).then(|| ev.bytes_per_count.unwrap_or(1.0)),
-                    scale: 1.0,
-                    counter_bits: ev.counter_bits,
-                    config,
+                    config: c.encoded.config,
                 },
-                pmu_type: pmu.pmu_type,
-                config1: ev.config1.unwrap_or(0),
-                config2: 0,
-                exclude_user: false,
-                exclude_kernel: false,
+                pmu_type: c.encoded.pmu_type,
+                config1: c.encoded.config1,
+                config2: c.encoded.config2,
+                exclude_user: c.encoded.exclude_user,
+                exclude_kernel: c.encoded.exclude_kernel,
             });
         }
     }
-    if out.is_empty() {
-        return Err(BackendError::Plan(format!(
-            "{}: discovery found no read/write events to open",
-            source.backend.as_str()
-        )));
-    }
-    Ok(out)
+    out
 }
 
-/// The counters of the intel-client-mchbar source: one package, addresses from discovery.
-pub fn mchbar_counters(
-    source: &Source,
-    topo: &Topology,
-) -> Result<Vec<MchbarCounter>, BackendError> {
-    let package = topo.packages.first().map_or(0, |p| p.id);
-    let mut out = Vec::new();
-    for ev in &source.events {
-        let Some(direction) = ev.direction.or_else(|| direction_of_name(&ev.name)) else {
-            continue;
-        };
-        let (Some(address), Some(width)) = (ev.address, ev.width) else {
-            continue;
-        };
-        out.push(MchbarCounter {
-            spec: CounterSpec {
-                event: ev.name.clone(),
-                pmu: if ev.pmu.is_empty() {
-                    "mchbar".to_string()
-                } else {
-                    ev.pmu.clone()
+/// The counters of the intel-client-mchbar source.
+pub fn mchbar_counters(plan: &Plan) -> Result<Vec<MchbarCounter>, BackendError> {
+    let out: Vec<MchbarCounter> = plan
+        .counters
+        .iter()
+        .filter_map(|c| {
+            let (address, width) = (c.address?, c.width?);
+            let package = c.package.unwrap_or(0);
+            Some(MchbarCounter {
+                spec: CounterSpec {
+                    event: c.value_key.clone(),
+                    pmu: c.pmu.clone(),
+                    cpu: None,
+                    scope: Scope::Package(package),
+                    package: Some(package),
+                    direction: c.direction,
+                    memory: Memory::Dram,
+                    bytes_per_count: c.bytes_per_count,
+                    scale: 1.0,
+                    // The backend unwraps the hardware width itself and reports 64-bit totals.
+                    counter_bits: 64,
+                    config: 0,
                 },
-                cpu: None,
-                scope: Scope::Package(package),
-                package: Some(package),
-                direction: Some(direction),
-                memory: Memory::Dram,
-                bytes_per_count: Some(ev.bytes_per_count.unwrap_or(64.0)),
-                scale: 1.0,
-                // The backend unwraps the hardware width itself and reports 64-bit totals.
-                counter_bits: 64,
-                config: 0,
-            },
-            address,
-            width,
-        });
-    }
+                address,
+                width,
+            })
+        })
+        .collect();
     if out.is_empty() {
         return Err(BackendError::Plan(
             "intel-client-mchbar: discovery found no counter addresses".to_string(),
@@ -173,54 +118,7 @@ pub fn mchbar_counters(
     Ok(out)
 }
 
-/// Guesses the direction of a user's bandwidth event from its name (`cas_count_read`,
-/// `UNC_M_CAS_COUNT.WR`, `data_writes`): everything else counts as total traffic.
-fn guess_direction(event: &str) -> Direction {
-    let e = event.to_ascii_lowercase();
-    let has = |w: &[&str]| w.iter().any(|w| e.contains(w));
-    if has(&["read", ".rd", "_rd"]) {
-        Direction::Read
-    } else if has(&["write", ".wr", "_wr"]) {
-        Direction::Write
-    } else {
-        Direction::Total
-    }
-}
-
-/// The counters for `-e` events: on each CPU of the PMU's cpumask (one per package), or on every
-/// online CPU for PMUs without one (software, msr, core), as `perf stat -a` does.
-pub fn encoded_counters(encs: &[Encoded], topo: &Topology) -> Vec<PerfCounter> {
-    let mut out = Vec::new();
-    for enc in encs {
-        let cpus: &[u32] = enc.cpus.as_deref().unwrap_or(&topo.online);
-        for (i, &cpu) in cpus.iter().enumerate() {
-            let (scope, package) = if enc.cpus.is_some() {
-                let p = package_of(topo, cpu, i);
-                (Scope::Package(p), Some(p))
-            } else {
-                (Scope::Cpu(cpu), topo.package_of(cpu))
-            };
-            out.push(PerfCounter {
-                spec: CounterSpec {
-                    event: enc.event.clone(),
-                    pmu: enc.pmu.clone(),
-                    cpu: Some(cpu),
-                    scope,
-                    package,
-                    direction: enc.bytes_per_count.map(|_| guess_direction(&enc.event)),
-                    memory: Memory::Dram,
-                    bytes_per_count: enc.bytes_per_count,
-                    scale: enc.scale.unwrap_or(1.0),
-                    counter_bits: 64,
-                    config: enc.config,
-                },
-                pmu_type: enc.pmu_type,
-                config1: enc.config1,
-                config2: enc.config2,
-                exclude_user: enc.exclude_user,
-                exclude_kernel: enc.exclude_kernel,
-            });
-        }
-    }
-    out
+/// Whether the plan is executed by the /dev/mem backend.
+pub fn is_mchbar(plan: &Plan) -> bool {
+    plan.backend == Some(BackendKind::IntelClientMchbar)
 }

@@ -6,10 +6,18 @@
 //! tick reads 2 counter slots (msr/tsc/ and page-faults, the VM's stand-ins for the memory
 //! controller's read and write counters).
 //!
+//! It also measures what package counters cost: a workload CPU's tick (it reads none of them:
+//! the same ns with 2, 16 and 48) and the reader's tick (it reads all of its package's: grows
+//! with their number), with `msr/tsc/` opened 2, 16 and 48 times per CPU as stand-ins for a
+//! server's channel counters. The benchmark's eBPF object (`cargo xtask bench-tick` builds it
+//! with the `bench` feature) carries the baseline and the probes.
+//!
 //! `--breakdown` also measures cost probes (an empty program, the task ids, the clock, one
 //! counter read) so the figures say where the tick's time goes.
 use imc::model::{Encoded, SlotRole, SlotScope, SlotSpec};
-use imc::sampler::{Sampler, SamplerConfig, SlotPlan, TickProgram};
+use imc::sampler::{
+    PackageCounter, ReaderGroup, Sampler, SamplerConfig, SlotPlan, TickProgram, TickSource,
+};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -30,17 +38,64 @@ fn slot(event: &str, e: &Encoded, cpus: &[u32]) -> SlotPlan {
     SlotPlan::per_cpu(spec, e, cpus)
 }
 
-fn measure(
+/// One thing to time: a program, and how many package counters per CPU (`readers`: each CPU
+/// reads its own group at every tick; else no CPU reads them, as on a workload CPU).
+#[derive(Clone, Copy, Debug)]
+struct Variant {
+    label: &'static str,
     program: TickProgram,
+    package_counters: usize,
+    readers: bool,
+}
+
+/// `n` stand-in package counters per CPU, each CPU its own "package".
+fn groups(tsc: &Encoded, cpus: &[u32], n: usize, readers: bool, slot: usize) -> Vec<ReaderGroup> {
+    if n == 0 {
+        return Vec::new();
+    }
+    cpus.iter()
+        .map(|&c| ReaderGroup {
+            package: c,
+            readers: if readers { vec![c] } else { Vec::new() },
+            counters: (0..n)
+                .map(|i| PackageCounter {
+                    slot,
+                    open_cpu: c,
+                    attr: imc::sampler::counting_attr(tsc),
+                    name: format!("msr/tsc/#{i}"),
+                    channel: format!("msr/tsc/#{i}"),
+                })
+                .collect(),
+        })
+        .collect()
+}
+
+fn measure(
+    v: Variant,
     slots: &[SlotPlan],
+    tsc: &Encoded,
     cpus: &[u32],
     secs: f64,
 ) -> Result<(f64, u64), String> {
+    let program = v.program;
+    let mut slots = slots.to_vec();
+    if v.package_counters > 0 {
+        slots.push(SlotPlan::package(SlotSpec {
+            event: "package".into(),
+            scope: SlotScope::Package,
+            role: SlotRole::Other,
+            bytes_per_count: None,
+            counter_bits: 64,
+        }));
+    }
     let cfg = SamplerConfig {
-        freq: 1000,
-        slots: slots.to_vec(),
+        tick: TickSource::CpuClock {
+            freq: 1000,
+            switches: false,
+        },
+        groups: groups(tsc, cpus, v.package_counters, v.readers, slots.len() - 1),
+        slots,
         cpus: cpus.to_vec(),
-        precise: false,
         ring_bytes: None,
         drain_period_ms: 10,
         bpf_log: false,
@@ -85,6 +140,17 @@ fn median(v: &mut [f64]) -> f64 {
     } else {
         (v[n / 2 - 1] + v[n / 2]) / 2.0
     }
+}
+
+/// Standard error of the mean of `v`.
+fn std_error(v: &[f64]) -> f64 {
+    let n = v.len() as f64;
+    if v.len() < 2 {
+        return f64::NAN;
+    }
+    let mean = v.iter().sum::<f64>() / n;
+    let var = v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0);
+    (var / n).sqrt()
 }
 
 fn main() {
@@ -152,11 +218,47 @@ fn run() -> Result<(), String> {
         "bench-tick: {} CPUs, 1000 Hz, {secs} s per measurement, {rounds} rounds alternating",
         cpus.len()
     );
-    // Each round runs every program once, in an order rotated per round, so drift on a shared
+    // Each round runs every variant once, in an order rotated per round, so drift on a shared
     // machine hits all alike; the median over rounds resists the outliers a noisy host makes.
-    let mut programs = vec![TickProgram::Imc, TickProgram::BaselinePidCount];
+    let plain = |label, program| Variant {
+        label,
+        program,
+        package_counters: 0,
+        readers: false,
+    };
+    let mut programs = vec![
+        plain("imc tick", TickProgram::Imc),
+        plain("baseline @[pid]=count()", TickProgram::BaselinePidCount),
+    ];
+    for (n, workload, reader) in [
+        (2, "workload CPU, 2 pkg counters", "reader, 2 pkg counters"),
+        (
+            16,
+            "workload CPU, 16 pkg counters",
+            "reader, 16 pkg counters",
+        ),
+        (
+            48,
+            "workload CPU, 48 pkg counters",
+            "reader, 48 pkg counters",
+        ),
+    ] {
+        for (label, readers) in [(workload, false), (reader, true)] {
+            programs.push(Variant {
+                label,
+                program: TickProgram::Imc,
+                package_counters: n,
+                readers,
+            });
+        }
+    }
+    let probes_at = programs.len();
     if breakdown {
-        programs.extend(PROBES.iter().map(|(name, _)| TickProgram::Probe(name)));
+        programs.extend(
+            PROBES
+                .iter()
+                .map(|(name, what)| plain(what, TickProgram::Probe(name))),
+        );
     }
     let mut samples: Vec<Vec<f64>> = vec![Vec::new(); programs.len()];
     println!(
@@ -166,7 +268,7 @@ fn run() -> Result<(), String> {
     for round in 0..rounds {
         for k in 0..programs.len() {
             let i = (k + round) % programs.len();
-            samples[i].push(measure(programs[i], &slots, &cpus, secs)?.0);
+            samples[i].push(measure(programs[i], &slots, &tsc, &cpus, secs)?.0);
         }
         println!(
             "{:>6} {:>15.1} ns/run {:>19.1} ns/run",
@@ -179,13 +281,27 @@ fn run() -> Result<(), String> {
     for t in spinners {
         let _ = t.join();
     }
+    let stderr: Vec<f64> = samples.iter().map(|v| std_error(v)).collect();
     let med: Vec<f64> = samples.iter_mut().map(|v| median(v)).collect();
     let (imc, base) = (med[0], med[1]);
     println!(
         "median: imc {imc:.1} ns/run, baseline {base:.1} ns/run, ratio imc/baseline = {:.2} (target <= 0.50)",
         imc / base
     );
+    println!(
+        "package counters (median ns/run ± standard error of the mean; ratio to imc's tick without them):"
+    );
+    for i in 2..probes_at {
+        println!(
+            "{:>34} {:>9.1} ± {:>5.1} {:>8.2}",
+            programs[i].label,
+            med[i],
+            stderr[i],
+            med[i] / imc
+        );
+    }
     if breakdown {
+        let med = &med[probes_at - 2..];
         let floor = med[2];
         println!("breakdown (median ns/run; cost = above the empty program's floor):");
         println!(

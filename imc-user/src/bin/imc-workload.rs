@@ -1,12 +1,15 @@
-//! The workload `cargo xtask bench-overhead` times alone and under `imc record`: a fixed amount
-//! of memory-bound or compute-bound work on one thread per online CPU (so the sampler's ticks
-//! land on it), timed by itself so that imc's start-up and tear-down stay outside the figure.
+//! The workload `cargo xtask bench-overhead` times alone and under a collector (`imc record`,
+//! `perf record`): a fixed amount of work, timed by itself so that the collector's start-up and
+//! tear-down stay outside the figure.
 //!
-//!   imc-workload mem|cpu UNITS [--probe-parent]
+//!   imc-workload mem|cpu|switch UNITS [--probe-parent]
 //!
 //! mem: UNITS passes of read-modify-write over a 256 MiB buffer (far beyond any LLC), split
-//! between the threads. cpu: UNITS million steps of an integer/FP recurrence per thread, all in
-//! registers. Prints one line of key=value figures on stdout.
+//! between one thread per online CPU. cpu: UNITS million steps of an integer/FP recurrence on
+//! each of those threads, all in registers. switch: UNITS thousand round trips of one byte
+//! between two threads through a pair of pipes, so that nearly all the time goes into context
+//! switches. Prints one line of key=value figures on stdout, among them `loc=`: the local timer
+//! interrupts (/proc/interrupts LOC, all CPUs) taken during the timed work.
 //!
 //! --probe-parent: just before and just after the timed work (outside it), read the parent's
 //! CPU time and the run statistics of the BPF programs it holds. Under `imc record -- CMD` the
@@ -17,6 +20,25 @@ use std::time::Instant;
 
 const MEM_BYTES: usize = 256 << 20;
 const CPU_STEPS_PER_UNIT: u64 = 1_000_000;
+const ROUND_TRIPS_PER_UNIT: u64 = 1_000;
+
+#[derive(Clone, Copy, PartialEq)]
+enum Mode {
+    Mem,
+    Cpu,
+    Switch,
+}
+
+impl Mode {
+    fn parse(s: &str) -> Option<Mode> {
+        match s {
+            "mem" => Some(Mode::Mem),
+            "cpu" => Some(Mode::Cpu),
+            "switch" => Some(Mode::Switch),
+            _ => None,
+        }
+    }
+}
 
 fn online_cpus() -> usize {
     let text = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap_or_default();
@@ -87,6 +109,27 @@ fn probe(pid: u32) -> Probe {
     p
 }
 
+/// The LOC line of /proc/interrupts ("Local timer interrupts") summed over the CPUs: the
+/// timer interrupts every CPU has taken since boot.
+fn parse_local_timer_interrupts(text: &str) -> Option<u64> {
+    let line = text
+        .lines()
+        .find_map(|l| l.trim_start().strip_prefix("LOC:"))?;
+    let counts: Vec<u64> = line
+        .split_whitespace()
+        .map_while(|f| f.parse::<u64>().ok())
+        .collect();
+    (!counts.is_empty()).then(|| counts.iter().sum())
+}
+
+fn local_timer_interrupts() -> u64 {
+    let text = std::fs::read_to_string("/proc/interrupts").unwrap_or_default();
+    parse_local_timer_interrupts(&text).unwrap_or_else(|| {
+        eprintln!("imc-workload: /proc/interrupts has no LOC line: the timer interrupts are not counted here");
+        std::process::exit(1);
+    })
+}
+
 /// Streams over `buf` `passes` times, reading and writing every word.
 fn mem_work(buf: &mut [u64], passes: u64) {
     for pass in 0..passes {
@@ -110,11 +153,63 @@ fn cpu_work(steps: u64, seed: u64) -> u64 {
     x ^ f.to_bits()
 }
 
+/// `round_trips` times: one thread writes a byte into a pipe, the other reads it and writes it
+/// back through a second pipe. Each leg wakes the other thread: two context switches (or two
+/// cross-CPU wake-ups) per round trip, and almost no work in between.
+fn switch_work(round_trips: u64) -> std::io::Result<()> {
+    use std::io::{Read, Write};
+    let (mut ping_rx, mut ping_tx) = std::io::pipe()?;
+    let (mut pong_rx, mut pong_tx) = std::io::pipe()?;
+    std::thread::scope(|s| {
+        let echo = s.spawn(move || -> std::io::Result<()> {
+            let mut b = [0u8; 1];
+            for _ in 0..round_trips {
+                ping_rx.read_exact(&mut b)?;
+                pong_tx.write_all(&b)?;
+            }
+            Ok(())
+        });
+        let mut b = [0u8; 1];
+        for i in 0..round_trips {
+            ping_tx.write_all(&[i as u8])?;
+            pong_rx.read_exact(&mut b)?;
+        }
+        echo.join()
+            .unwrap_or_else(|_| Err(std::io::Error::other("the echo thread panicked")))
+    })
+}
+
+fn run_work(mode: Mode, units: u64, threads: usize, buf: &mut [u64]) {
+    match mode {
+        Mode::Mem => std::thread::scope(|s| {
+            let per = buf.len().div_ceil(threads);
+            for chunk in buf.chunks_mut(per) {
+                s.spawn(move || mem_work(chunk, units));
+            }
+        }),
+        Mode::Cpu => std::thread::scope(|s| {
+            for i in 0..threads {
+                s.spawn(move || {
+                    std::hint::black_box(cpu_work(units * CPU_STEPS_PER_UNIT, i as u64))
+                });
+            }
+        }),
+        Mode::Switch => {
+            if let Err(e) = switch_work(units * ROUND_TRIPS_PER_UNIT) {
+                eprintln!("imc-workload: passing a byte through a pipe: {e}");
+                std::process::exit(1);
+            }
+        }
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let usage = "usage: imc-workload mem|cpu UNITS [--probe-parent] (UNITS: a whole number >= 1)";
-    let (mode, units) = match (args.first(), args.get(1).map(|u| u.parse::<u64>())) {
-        (Some(m), Some(Ok(u))) if (m == "mem" || m == "cpu") && u >= 1 => (m.clone(), u),
+    let usage =
+        "usage: imc-workload mem|cpu|switch UNITS [--probe-parent] (UNITS: a whole number >= 1)";
+    let mode = args.first().and_then(|m| Mode::parse(m));
+    let (mode, units) = match (mode, args.get(1).map(|u| u.parse::<u64>())) {
+        (Some(m), Some(Ok(u))) if u >= 1 => (m, u),
         _ => {
             eprintln!("imc-workload: {usage}");
             std::process::exit(2);
@@ -128,11 +223,14 @@ fn main() {
             std::process::exit(2);
         }
     };
-    let threads = online_cpus();
+    let threads = match mode {
+        Mode::Switch => 2,
+        Mode::Mem | Mode::Cpu => online_cpus(),
+    };
 
     // Set-up outside the timed work: fault the buffer in; turn on BPF run statistics (held until
     // exit) so the parent's tick program counts its runs.
-    let mut buf = if mode == "mem" {
+    let mut buf = if mode == Mode::Mem {
         vec![1u64; MEM_BYTES / 8]
     } else {
         Vec::new()
@@ -151,28 +249,18 @@ fn main() {
     let ppid = std::os::unix::process::parent_id();
     let before = probe_parent.then(|| probe(ppid));
 
+    let loc0 = local_timer_interrupts();
     let cpu0 = self_cpu_ns();
     let t0 = Instant::now();
-    std::thread::scope(|s| {
-        if mode == "mem" {
-            let per = buf.len().div_ceil(threads);
-            for chunk in buf.chunks_mut(per) {
-                s.spawn(move || mem_work(chunk, units));
-            }
-        } else {
-            for i in 0..threads {
-                s.spawn(move || {
-                    std::hint::black_box(cpu_work(units * CPU_STEPS_PER_UNIT, i as u64))
-                });
-            }
-        }
-    });
+    run_work(mode, units, threads, &mut buf);
     let elapsed = t0.elapsed();
     let cpu_ns = self_cpu_ns() - cpu0;
+    let loc = local_timer_interrupts().saturating_sub(loc0);
 
     let after = probe_parent.then(|| probe(ppid));
     let mut line = format!(
-        "imc-workload: mode={mode} units={units} threads={threads} pid={} elapsed_ns={} cpu_ns={cpu_ns}",
+        "imc-workload: mode={} units={units} threads={threads} pid={} elapsed_ns={} cpu_ns={cpu_ns} loc={loc}",
+        args[0],
         std::process::id(),
         elapsed.as_nanos()
     );
@@ -210,6 +298,29 @@ mod tests {
         let b = probe(std::process::id());
         assert!(b.cpu_ns > a.cpu_ns, "{a:?} then {b:?}");
         assert_eq!(b.progs, 0);
+    }
+
+    #[test]
+    fn sums_the_local_timer_line_over_cpus() {
+        let text = "           CPU0       CPU1       \n  26:          0         15  IO-APIC   4-edge      ttyS0\n\
+                    NMI:          0          0   Non-maskable interrupts\n\
+                    LOC:     656160     712965   Local timer interrupts\n\
+                    RES:     139165      70047   Rescheduling interrupts\n";
+        assert_eq!(parse_local_timer_interrupts(text), Some(656160 + 712965));
+        assert_eq!(
+            parse_local_timer_interrupts("NMI: 0 0 Non-maskable\n"),
+            None
+        );
+        assert_eq!(parse_local_timer_interrupts("LOC: Local timer\n"), None);
+    }
+
+    #[test]
+    fn passes_every_byte_back() {
+        switch_work(500).unwrap();
+        assert!(
+            local_timer_interrupts() > 0,
+            "this machine counts no timer interrupt"
+        );
     }
 
     #[test]

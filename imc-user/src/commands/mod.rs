@@ -5,11 +5,16 @@ use crate::error::CliResult;
 use std::process::ExitCode;
 
 pub mod encode;
+pub mod generate;
+pub mod ibs_top;
+pub mod latency;
 pub mod list;
 pub mod names;
 pub mod record;
 pub mod report;
 pub mod sampling;
+pub mod serve;
+pub mod stand_in;
 pub mod stat;
 pub mod top;
 
@@ -22,5 +27,8 @@ pub fn run(cli: Cli) -> CliResult<ExitCode> {
         Command::Top(a) => top::run(g, &a),
         Command::Record(a) => record::run(g, &a),
         Command::Report(a) => report::run(g, &a),
+        Command::Serve(a) => serve::run(g, &a),
+        Command::Completions(a) => generate::run_completions(a.shell),
+        Command::Manpage => generate::run_manpage(),
     }
 }

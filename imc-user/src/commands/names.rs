@@ -1,4 +1,4 @@
-//! The sink between the sampling loop and `top`/`record`: names every task's cgroup (path,
+//! The sink between the sampling loop and `top`/`record`/`serve`: names every task's cgroup (path,
 //! container, pod) and, for `top --by`, groups the rows, before the real sink sees the interval.
 use super::sampling::Sink;
 use crate::attribution::group_rows;
@@ -13,17 +13,20 @@ pub struct Naming<'a> {
     inner: &'a mut dyn Sink,
 }
 
+/// The cgroup path resolver under --root. Without a cgroup2 mount there, says so once (before
+/// any full-screen view starts) and leaves the names null: the measurement does not need them.
+pub fn cgroup_paths(global: &GlobalArgs) -> Option<CgroupPaths> {
+    match CgroupPaths::open(&global.root) {
+        Ok(p) => Some(p),
+        Err(e) => {
+            eprintln!("imc: warning: {e}: cgroup paths, container ids and pod UIDs are null");
+            None
+        }
+    }
+}
+
 impl<'a> Naming<'a> {
-    /// Without a cgroup2 mount under --root, says so once and leaves the names null: the
-    /// measurement itself does not need them.
-    pub fn new(global: &GlobalArgs, by: GroupBy, inner: &'a mut dyn Sink) -> Naming<'a> {
-        let paths = match CgroupPaths::open(&global.root) {
-            Ok(p) => Some(p),
-            Err(e) => {
-                eprintln!("imc: warning: {e}: cgroup paths, container ids and pod UIDs are null");
-                None
-            }
-        };
+    pub fn new(paths: Option<CgroupPaths>, by: GroupBy, inner: &'a mut dyn Sink) -> Naming<'a> {
         Naming { paths, by, inner }
     }
 }
@@ -46,5 +49,9 @@ impl Sink for Naming<'_> {
 
     fn stop_requested(&self) -> bool {
         self.inner.stop_requested()
+    }
+
+    fn drained(&mut self, records: usize, took: std::time::Duration) {
+        self.inner.drained(records, took);
     }
 }

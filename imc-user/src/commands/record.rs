@@ -1,16 +1,43 @@
 //! `imc record`: the sampling loop of `imc top`, written to a bounded recording (per-interval
 //! per-task aggregates plus raw ticks around bursts; see record/FORMAT.md).
-use super::names::Naming;
-use super::sampling::{LoopOptions, Sink, block_on, discover, sample_loop, select};
+//!
+//! The output is checked before anything starts (an existing file needs `--force`; a bound too
+//! small for one interval is refused) and created only once the run is under way (the sampler
+//! loaded, the command started): a run that cannot start leaves an existing file as it was.
+use super::names::{Naming, cgroup_paths};
+use super::sampling::{LoopOptions, Sink, block_on, discover, print_plan, sample_loop, select_for};
 use crate::cli::{GlobalArgs, GroupBy, RecordArgs};
 use crate::error::{CliError, CliResult};
 use crate::output::interval::IntervalResult;
-use crate::record::{RecordHeader, Writer};
+use crate::record::{RecordHeader, Writer, WriterStats, smallest_max_size};
+use crate::sys::file::what_is_there;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+/// What the writer is made of, until the run starts.
+struct Pending {
+    path: PathBuf,
+    header: RecordHeader,
+    max_size: Option<u64>,
+    force: bool,
+}
+
 struct Recorder {
+    pending: Option<Pending>,
     writer: Option<Writer>,
-    intervals: u64,
+}
+
+impl Recorder {
+    /// The writer, created at the first record or interval: the sampler runs and the command
+    /// (if any) has started by then.
+    fn writer(&mut self) -> std::io::Result<&mut Writer> {
+        if let Some(p) = self.pending.take() {
+            self.writer = Some(create(p).map_err(|e| std::io::Error::other(e.message))?);
+        }
+        self.writer
+            .as_mut()
+            .ok_or_else(|| std::io::Error::other("the recording is closed"))
+    }
 }
 
 fn to_io(e: crate::record::RecordError) -> std::io::Error {
@@ -19,18 +46,63 @@ fn to_io(e: crate::record::RecordError) -> std::io::Error {
 
 impl Sink for Recorder {
     fn tick(&mut self, rec: &imc_common::TickRecord) -> std::io::Result<()> {
-        match self.writer.as_mut() {
-            Some(w) => w.push_tick(rec).map_err(to_io),
-            None => Ok(()),
-        }
+        self.writer()?.push_tick(rec).map_err(to_io)
     }
 
     fn interval(&mut self, r: &IntervalResult) -> std::io::Result<bool> {
-        self.intervals += 1;
-        if let Some(w) = self.writer.as_mut() {
-            w.push_interval(r).map_err(to_io)?;
-        }
+        self.writer()?.push_interval(r).map_err(to_io)?;
         Ok(true)
+    }
+}
+
+/// Creates the file: with `--force`, whatever is at the path (a file, a symlink) is removed
+/// first, and the new file is created without following symlinks either way.
+fn create(p: Pending) -> CliResult<Writer> {
+    if p.force {
+        match std::fs::remove_file(&p.path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(CliError::runtime(format!(
+                    "cannot replace {}: {e}",
+                    p.path.display()
+                )));
+            }
+            _ => {}
+        }
+    }
+    Writer::create(&p.path, p.header, p.max_size)
+        .map_err(|e| CliError::runtime(format!("cannot create the recording: {e}")))
+}
+
+/// Refuses, before anything starts, an output that cannot or must not be written: something
+/// already there without `--force` (a symlink is never followed) or a directory (bad input), a
+/// directory that does not exist (runtime).
+fn check_output(path: &Path, force: bool) -> CliResult<()> {
+    let there =
+        what_is_there(path).map_err(|e| CliError::runtime(format!("{}: {e}", path.display())))?;
+    match there {
+        None => {}
+        Some(kind @ ("a file" | "a symlink")) if !force => {
+            return Err(CliError::bad_input(format!(
+                "{}: {kind} is already there: give --force to replace it, or another -o",
+                path.display()
+            )));
+        }
+        Some("a file" | "a symlink") => {}
+        Some(kind) => {
+            return Err(CliError::bad_input(format!(
+                "{}: is {kind}: give a file name for the recording",
+                path.display()
+            )));
+        }
+    }
+    // A runtime failure, as a full disk is (tests/ebpf.rs holds record to exit 1 here).
+    match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() && !d.is_dir() => Err(CliError::runtime(format!(
+            "{}: directory {} does not exist",
+            path.display(),
+            d.display()
+        ))),
+        _ => Ok(()),
     }
 }
 
@@ -48,57 +120,98 @@ pub fn run(global: &GlobalArgs, args: &RecordArgs) -> CliResult<ExitCode> {
     if args.duration.is_some() && !args.command.is_empty() {
         return Err(CliError::bad_input("give --duration or -- CMD, not both"));
     }
+    if let Some(output) = args.output.as_deref()
+        && !args.sampler.dry_run
+    {
+        check_output(output, args.force)?;
+    }
     let found = discover(global)?;
-    let sel = select(global, &args.sampler, &found)?;
-    let specs: Vec<_> = sel.plans.iter().map(|p| p.spec.clone()).collect();
+    let sel = select_for(
+        global,
+        &args.sampler,
+        &found,
+        crate::plan::Command::Record,
+        args.interval_ms,
+    )?;
+    if args.sampler.dry_run {
+        return print_plan(&sel.plan, args.json);
+    }
+    let Some(output) = args.output.as_deref() else {
+        return Err(CliError::bad_input(
+            "imc record needs -o FILE (see imc record --help)",
+        ));
+    };
+    let specs = crate::sampler::planned::slot_specs(&sel.plan);
     let mut header = RecordHeader::new(
         &specs,
         &found.topology,
-        args.sampler.freq,
+        sel.plan.tick.hz.map_or(0, |h| h.round() as u32),
         sel.source.clone(),
         args.interval_ms * 1_000_000,
     );
-    header.precise = args.sampler.precise;
+    header.precise = sel.plan.tick.switches;
     header.start_monotonic_ns = clock_ns(libc::CLOCK_MONOTONIC);
     header.start_realtime_ns = clock_ns(libc::CLOCK_REALTIME);
-    // The writer's error already names the file; add what to do about the usual cause.
-    let writer = Writer::create(&args.output, header, args.max_size).map_err(|e| {
-        let hint = match args.output.parent() {
-            Some(d) if !d.as_os_str().is_empty() && !d.is_dir() => {
-                format!(" (directory {} does not exist)", d.display())
-            }
-            _ => String::new(),
-        };
-        CliError::runtime(format!("cannot create the recording: {e}{hint}"))
-    })?;
+    if let Some(m) = args.max_size {
+        let least = smallest_max_size(&header);
+        if m < least {
+            return Err(CliError::bad_input(format!(
+                "--max-size {m}: too small for one interval of this recording in each half of the bound; give at least {}K",
+                least.div_ceil(1024)
+            )));
+        }
+    }
     let mut sink = Recorder {
-        writer: Some(writer),
-        intervals: 0,
+        pending: Some(Pending {
+            path: output.to_path_buf(),
+            header,
+            max_size: args.max_size,
+            force: args.force,
+        }),
+        writer: None,
     };
     let opts = LoopOptions {
         sampler: &args.sampler,
         interval_ms: args.interval_ms,
         duration: args.duration,
         command: &args.command,
+        per_channel: false,
     };
     // Cgroup paths go into the recording, so a report elsewhere still names containers.
-    let mut named = Naming::new(global, GroupBy::Pid, &mut sink);
+    let mut named = Naming::new(cgroup_paths(global), GroupBy::Pid, &mut sink);
     let code = block_on(sample_loop(global, &opts, &found, sel, &mut named));
     // Whatever ended the loop, close the file properly: everything recorded stays readable.
-    let stats = sink
-        .writer
-        .take()
-        .map(|w| w.finish())
-        .transpose()
-        .map_err(|e| CliError::runtime(format!("{}: {e}", args.output.display())))?;
-    if let Some(st) = stats {
-        eprintln!(
-            "imc: recorded {} intervals, {} raw ticks around bursts, {} bytes to {}",
-            st.intervals,
-            st.ticks_written,
-            st.bytes,
-            args.output.display()
-        );
+    let finished = sink.writer.take().map(Writer::finish).transpose();
+    match (code, finished) {
+        // The loop's error is the one line to show (the file was closed as far as it could be).
+        (Err(e), _) => Err(e),
+        (Ok(_), Err(e)) => Err(CliError::runtime(format!(
+            "cannot finish the recording: {e}"
+        ))),
+        (Ok(code), Ok(stats)) => {
+            if let Some(st) = stats {
+                summary(&st, output);
+            }
+            Ok(code)
+        }
     }
-    code
+}
+
+fn summary(st: &WriterStats, path: &Path) {
+    let rotated = if st.rotations > 0 {
+        format!(
+            " ({} rotations; the older part is in {})",
+            st.rotations,
+            crate::record::rotated_path(path).display()
+        )
+    } else {
+        String::new()
+    };
+    eprintln!(
+        "imc: recorded {} intervals, {} raw ticks around bursts, {} bytes to {}{rotated}",
+        st.intervals,
+        st.ticks_written,
+        st.bytes,
+        path.display()
+    );
 }

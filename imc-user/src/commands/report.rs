@@ -21,9 +21,12 @@ use std::process::ExitCode;
 const BURST_TASKS: usize = 10;
 const TABLE_ROWS: usize = 30;
 
+/// A path that is missing, a directory, a FIFO or a symlink loop is bad input (exit 2), as is
+/// a file that is not a recording; a failing disk or a permission is a runtime failure (1).
+/// The message names the path once (the error's own text does).
 fn to_cli(e: RecordError) -> CliError {
     match &e {
-        RecordError::Io { source, .. } if source.kind() != std::io::ErrorKind::NotFound => {
+        RecordError::Io { source, .. } if !crate::sys::file::is_bad_path(source) => {
             CliError::runtime(e.to_string())
         }
         _ => CliError::bad_input(e.to_string()),
@@ -122,7 +125,7 @@ fn pass1(readers: Vec<Reader>) -> Pass1 {
                 "{}: no end marker: the recording was interrupted (or is still being written); reporting all it holds",
                 r.path().display()
             )),
-            ReadStatus::Complete | ReadStatus::Reading => {}
+            ReadStatus::Complete | ReadStatus::Continued | ReadStatus::Reading => {}
         }
     }
     let precise = cmp.map(|(_, _, sp, st)| {
@@ -222,7 +225,9 @@ pub fn run(_global: &GlobalArgs, args: &ReportArgs) -> CliResult<ExitCode> {
         .map(|r| r.header().clone())
         .ok_or_else(|| CliError::bad_input("no recording"))?;
     let p1 = pass1(readers);
-    let threshold = args.burst_threshold.map(|b| b as f64);
+    let unit = Unit::of(&header.specs().unwrap_or_default());
+    // A suffix means powers of 1024 for bytes, of 1000 for counts.
+    let threshold = args.burst_threshold.map(|r| r.per_s(unit.is_bytes()));
     let (threshold, spans) = find_bursts(&p1.rates, threshold);
     let views = args.perfetto.is_some() || args.plot.is_some();
     let want_bursts = args.json || args.bursts || views;
@@ -245,18 +250,66 @@ pub fn run(_global: &GlobalArgs, args: &ReportArgs) -> CliResult<ExitCode> {
     };
     let mut out = std::io::stdout().lock();
     let text = if args.json {
-        let mut s = serde_json::to_string(&report)
+        let counts_unit = match &unit {
+            Unit::Bytes => None,
+            Unit::Counts(events) => Some(rate_unit(events)),
+        };
+        let mut s = crate::output::interval::to_json(&report, counts_unit.as_deref())
             .map_err(|e| CliError::runtime(format!("cannot encode JSON: {e}")))?;
         s.push('\n');
         s
     } else {
-        human(&report, &header, args, threshold, spans.len())
+        human(&report, &header, args, &unit, threshold, spans.len())
     };
     match out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
         Ok(()) => Ok(ExitCode::SUCCESS),
         // A closed pipe (`imc report F | head`) is not a failure of the report.
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(ExitCode::SUCCESS),
         Err(e) => Err(CliError::runtime(format!("cannot write the report: {e}"))),
+    }
+}
+
+/// What the recording's traffic counters measured: bytes, or counts of stand-in events (page
+/// faults, cpu-clock) that must never be shown as bytes.
+enum Unit {
+    Bytes,
+    Counts(Vec<String>),
+}
+
+impl Unit {
+    fn of(specs: &[crate::model::SlotSpec]) -> Unit {
+        let traffic = || {
+            specs
+                .iter()
+                .filter(|s| matches!(s.role, crate::model::SlotRole::Traffic(_)))
+        };
+        if traffic().any(|s| s.bytes_per_count.is_some()) {
+            Unit::Bytes
+        } else {
+            Unit::Counts(traffic().map(|s| s.event.clone()).collect())
+        }
+    }
+
+    fn is_bytes(&self) -> bool {
+        matches!(self, Unit::Bytes)
+    }
+
+    /// A rate in this unit: `1.50 MiB/s`, `87354 page-faults/s`, `1.2e9 ns/s (cpu-clock)`.
+    fn rate(&self, per_s: f64) -> String {
+        match self {
+            Unit::Bytes => format!("{}/s", fmt_bytes(per_s)),
+            Unit::Counts(events) => format!("{per_s:.0} {}", rate_unit(events)),
+        }
+    }
+}
+
+/// The unit of a rate of these events' counts: clocks count nanoseconds.
+fn rate_unit(events: &[String]) -> String {
+    let names = events.join("+");
+    if !events.is_empty() && events.iter().all(|e| crate::output::counts_nanoseconds(e)) {
+        format!("ns/s ({names})")
+    } else {
+        format!("{names}/s")
     }
 }
 
@@ -367,24 +420,15 @@ fn human(
     rep: &ReportResult,
     header: &crate::record::RecordHeader,
     args: &ReportArgs,
+    unit: &Unit,
     threshold: f64,
     nbursts: usize,
 ) -> String {
     let t = &rep.total;
     let secs = t.t_end_ns.saturating_sub(t.t_start_ns) as f64 / 1e9;
-    let specs = header.specs().unwrap_or_default();
-    let has_bytes = t.package_bytes() > 0
-        || specs.iter().any(|s| {
-            s.bytes_per_count.is_some() && matches!(s.role, crate::model::SlotRole::Traffic(_))
-        });
-    let stand_in: Vec<String> = if has_bytes {
-        Vec::new()
-    } else {
-        specs
-            .iter()
-            .filter(|s| matches!(s.role, crate::model::SlotRole::Traffic(_)))
-            .map(|s| s.event.clone())
-            .collect()
+    let stand_in: Vec<String> = match unit {
+        Unit::Bytes => Vec::new(),
+        Unit::Counts(events) => events.clone(),
     };
     let has_total = t.packages.iter().any(|p| p.total_bytes > 0);
     let mut s = format!(
@@ -394,7 +438,14 @@ fn human(
         header.freq_hz,
         secs
     );
-    for p in &t.packages {
+    if !stand_in.is_empty() {
+        s.push_str(&format!(
+            "{}: a stand-in counted per task, not bandwidth (no bytes were measured)\n",
+            stand_in.join("+")
+        ));
+    }
+    // A stand-in has no package bytes to show.
+    for p in t.packages.iter().filter(|_| stand_in.is_empty()) {
         let rate = |b: u64| if secs > 0.0 { b as f64 / secs } else { 0.0 };
         s.push_str(&format!(
             "package {}: read {} ({}/s), write {} ({}/s)",
@@ -426,7 +477,14 @@ fn human(
             head.push("TOTAL".into());
         }
     } else {
-        head.extend(stand_in.iter().map(|k| k.to_uppercase()));
+        head.extend(stand_in.iter().map(|k| {
+            let name = k.to_uppercase();
+            if crate::output::counts_nanoseconds(k) {
+                format!("{name} NS")
+            } else {
+                name
+            }
+        }));
     }
     head.push("SHARE".into());
     let left = match args.by {
@@ -444,11 +502,14 @@ fn human(
     if t.tasks.len() > TABLE_ROWS {
         s.push_str(&format!("... {} more\n", t.tasks.len() - TABLE_ROWS));
     }
-    s.push_str(&format!(
-        "\nunattributed: {}   lost samples: {}\n",
-        fmt_bytes(t.unattributed_bytes as f64),
-        t.lost_samples
-    ));
+    match unit {
+        Unit::Bytes => s.push_str(&format!(
+            "\nunattributed: {}   lost samples: {}\n",
+            fmt_bytes(t.unattributed_bytes as f64),
+            t.lost_samples
+        )),
+        Unit::Counts(_) => s.push_str(&format!("\nlost samples: {}\n", t.lost_samples)),
+    }
     if let Some(p) = &rep.precise_vs_tick {
         s.push_str(&format!(
             "tick-only vs precise (raw ticks around bursts: {} ticks, {} switches): shares differ by {} (largest: pid {}, {})\n",
@@ -460,16 +521,8 @@ fn human(
         ));
     }
     if args.bursts {
-        // A stand-in's bursts are counts per second: never shown as bytes.
-        let rate = |v: f64| {
-            if stand_in.is_empty() {
-                format!("{}/s", fmt_bytes(v))
-            } else {
-                format!("{v:.0} {}/s", stand_in.join("+"))
-            }
-        };
         let thr = if threshold.is_finite() {
-            rate(threshold)
+            unit.rate(threshold)
         } else {
             "-".into()
         };
@@ -486,7 +539,7 @@ fn human(
             let len = b.t_end_ns.saturating_sub(b.t_start_ns) as f64 / 1e6;
             s.push_str(&format!(
                 "  +{from:.3} s  {len:.0} ms  {}\n",
-                rate(b.bytes_per_s)
+                unit.rate(b.bytes_per_s)
             ));
             let rows: Vec<Vec<String>> = b
                 .tasks

@@ -1,241 +1,139 @@
-//! The sampling loop that `imc top` and `imc record` share: which counters the tick reads
-//! (`-e` events, else the memory controller's read/write counters, else a labelled stand-in) and
-//! the loop that drains the sampler into the attributor and hands each interval to a [`Sink`].
+//! The sampling loop that `imc top`, `imc record` and `imc serve` share: the plan they execute
+//! (`-e` events, else every channel of the memory controller, else a labelled stand-in; see
+//! [`crate::plan`]) and the loop that drains the sampler into the attributor and hands each
+//! interval to a [`Sink`].
 use crate::attribution::Attributor;
 use crate::cli::{GlobalArgs, SamplerArgs};
 use crate::discovery;
 use crate::error::{CliError, CliResult};
-use crate::model::{
-    BackendKind, Direction, Discovery, Encoded, SlotRole, SlotScope, SlotSpec, Topology,
-};
+use crate::model::{BackendKind, Discovery, Topology};
 use crate::output::interval::IntervalResult;
-use crate::sampler::probe::ReadMode;
-use crate::sampler::{Sampler, SamplerConfig, SlotPlan, may_multiplex};
+use crate::plan::{self, Kernel, Plan, PlanError, Request};
+use crate::sampler::{Sampler, planned};
 use imc_common::TickRecord;
 use std::process::ExitCode;
 use std::time::Duration;
 
 /// What the sampler will read and how to label it.
 pub struct Selection {
-    pub plans: Vec<SlotPlan>,
+    pub plan: Plan,
     pub source: String,
 }
 
-fn direction_of(name: &str) -> Direction {
-    let n = name.to_ascii_lowercase();
-    if n.contains("write") || n.contains("wr") && !n.contains("rd") {
-        Direction::Write
-    } else if n.contains("read") || n.contains("rd") {
-        Direction::Read
-    } else {
-        Direction::Total
+/// `--backend NAME`: None for `auto`.
+pub fn backend_arg(name: &str) -> CliResult<Option<BackendKind>> {
+    if name == "auto" {
+        return Ok(None);
     }
+    BackendKind::parse(name).map(Some).ok_or_else(|| {
+        CliError::bad_input(format!(
+            "--backend '{name}': unknown (one of auto, {})",
+            BackendKind::ALL.map(BackendKind::as_str).join(", ")
+        ))
+    })
 }
 
-/// One slot for one encoded counter: CPU scope when its PMU has no cpumask (core, software,
-/// msr), else package scope, opened on the PMU's designated CPUs.
-fn plan_for(e: &Encoded, role: SlotRole, counter_bits: u8, topology: &Topology) -> SlotPlan {
-    let online = &topology.online;
-    let (scope, instances) = match &e.cpus {
-        Some(cpus) if !cpus.is_empty() => (SlotScope::Package, package_readers(cpus, topology)),
-        _ => (
-            SlotScope::Cpu,
-            online.iter().map(|&c| (c, vec![c])).collect(),
-        ),
-    };
-    let spec = SlotSpec {
-        event: e.event.clone(),
-        scope,
-        role,
-        bytes_per_count: e.bytes_per_count,
-        counter_bits,
-    };
-    let mut plan = SlotPlan::per_cpu(spec, e, online);
-    plan.instances = instances;
-    plan.may_multiplex = may_multiplex(e);
-    plan
-}
-
-/// For each CPU a package PMU is opened on (its cpumask): the CPUs whose ticks are given the
-/// counter. Every online CPU of its package, so that the sampler can find out by trying which
-/// of them may read it (any, on Intel uncore since Linux 6.7; only the opening CPU otherwise).
-/// A package with several opening CPUs (one PMU instance per die) keeps each to itself: an
-/// array entry holds one counter, and which die a CPU's traffic goes to is not known here.
-pub fn package_readers(open_cpus: &[u32], topology: &Topology) -> Vec<(u32, Vec<u32>)> {
-    open_cpus
+/// `-e` events resolved under --root: an unknown or malformed event is bad input.
+pub fn resolve_events(
+    global: &GlobalArgs,
+    events: &[String],
+) -> CliResult<Vec<(String, Vec<crate::model::Encoded>)>> {
+    events
         .iter()
-        .map(|&c| {
-            let pkg = topology.package_of(c);
-            let shared = open_cpus
-                .iter()
-                .filter(|&&o| topology.package_of(o) == pkg)
-                .count()
-                > 1;
-            let readers = match pkg.and_then(|p| topology.packages.iter().find(|x| x.id == p)) {
-                Some(p) if !shared => {
-                    let mut r: Vec<u32> = p
-                        .cpus
-                        .iter()
-                        .copied()
-                        .filter(|x| topology.online.contains(x) || *x == c)
-                        .collect();
-                    if !r.contains(&c) {
-                        r.push(c);
-                    }
-                    r
-                }
-                _ => vec![c],
-            };
-            (c, readers)
+        .map(|text| {
+            crate::events::resolve(&global.root, text)
+                .map(|e| (text.clone(), e))
+                .map_err(|e| CliError::bad_input(e.to_string()))
         })
         .collect()
 }
 
-fn too_many(n: usize) -> CliError {
-    CliError::bad_input(format!(
-        "{n} counters to read per tick, at most {}: name fewer with -e",
-        imc_common::MAX_SLOTS
-    ))
+/// The stand-in the plan falls back to without a memory controller, when nothing else was
+/// asked for (see [`super::stand_in`]).
+pub fn stand_in_for(
+    global: &GlobalArgs,
+    found: &Discovery,
+    events: &[String],
+    backend: &str,
+) -> CliResult<Vec<(String, Vec<crate::model::Encoded>)>> {
+    if !events.is_empty() || backend != "auto" || !super::stand_in::needed(found) {
+        return Ok(Vec::new());
+    }
+    let s = super::stand_in::choose(&global.root, found)?;
+    Ok(vec![(s.name.to_string(), vec![s.event])])
 }
 
-/// Chooses the slots from `-e`, the memory controller, or a stand-in.
-pub fn select(global: &GlobalArgs, args: &SamplerArgs, found: &Discovery) -> CliResult<Selection> {
-    let mut plans = Vec::new();
-    if !args.events.is_empty() {
-        for (i, text) in args.events.iter().enumerate() {
-            let encoded = crate::events::resolve(&global.root, text)
-                .map_err(|e| CliError::bad_input(e.to_string()))?;
-            for e in encoded {
-                // The first event is what "share" ranks by; bandwidth events keep their
-                // direction, others count as an unspecified total.
-                let role = if i == 0 || e.bytes_per_count.is_some() {
-                    SlotRole::Traffic(direction_of(&e.event))
-                } else {
-                    SlotRole::Other
-                };
-                let bits = if e.cpus.is_some() { 48 } else { 64 };
-                plans.push(plan_for(&e, role, bits, &found.topology));
-            }
-        }
-        if plans.len() > imc_common::MAX_SLOTS {
-            return Err(too_many(plans.len()));
-        }
-        let source = if plans.iter().any(|p| p.spec.bytes_per_count.is_some()) {
-            "events".to_string()
-        } else {
-            format!("events:{}", args.events.join(","))
-        };
-        return Ok(Selection { plans, source });
+pub fn plan_error(e: PlanError) -> CliError {
+    match e {
+        PlanError::BadRequest(m) => CliError::bad_input(m),
+        PlanError::Unavailable(m) => CliError::runtime(m),
     }
+}
 
-    let wanted = BackendKind::parse(&args.backend);
-    if args.backend != "auto" && wanted.is_none() {
-        return Err(CliError::bad_input(format!(
-            "--backend '{}': unknown (one of auto, {})",
-            args.backend,
-            BackendKind::ALL.map(BackendKind::as_str).join(", ")
-        )));
-    }
-    let mc = found.sources.iter().find(|s| {
-        s.available
-            && s.backend.is_memory_controller()
-            && s.backend != BackendKind::IntelClientMchbar
-            && wanted.is_none_or(|w| w == s.backend)
-    });
-    if let Some(src) = mc {
-        for ev in src
-            .events
-            .iter()
-            .filter(|e| matches!(e.name.as_str(), "read" | "write"))
-        {
-            let Some(pmu) = src.pmus.iter().find(|p| p.name == ev.pmu) else {
-                continue;
-            };
-            let e = Encoded {
-                event: format!("{}/{}", ev.pmu, ev.name),
-                pmu: ev.pmu.clone(),
-                pmu_type: pmu.pmu_type,
-                config: ev.config.unwrap_or(0),
-                config1: ev.config1.unwrap_or(0),
-                bytes_per_count: ev.bytes_per_count,
-                cpus: Some(pmu.cpus.clone()),
-                ..Default::default()
-            };
-            let dir = ev.direction.unwrap_or_else(|| direction_of(&ev.name));
-            plans.push(plan_for(
-                &e,
-                SlotRole::Traffic(dir),
-                ev.counter_bits.max(1),
-                &found.topology,
-            ));
-        }
-        if plans.len() > imc_common::MAX_SLOTS {
-            return Err(CliError::runtime(format!(
-                "{} has {} read/write counters, more than the {} a tick reads: choose channels with -e (e.g. -e {}/cas_count_read/)",
-                src.backend.as_str(),
-                plans.len(),
-                imc_common::MAX_SLOTS,
-                src.pmus.first().map_or("uncore_imc_0", |p| p.name.as_str())
-            )));
-        }
-        if !plans.is_empty() {
-            return Ok(Selection {
-                plans,
-                source: src.backend.as_str().to_string(),
-            });
-        }
-    }
-    if let Some(w) = wanted {
-        let why = found
-            .sources
-            .iter()
-            .find(|s| s.backend == w)
-            .and_then(|s| s.reason.clone())
-            .unwrap_or_else(|| "not found".into());
-        return Err(CliError::runtime(format!(
-            "--backend {}: unavailable: {why}",
-            w.as_str()
-        )));
-    }
-
-    // No memory controller: a labelled stand-in, so the tool still shows who is busy.
-    let why = found
-        .sources
-        .iter()
-        .filter(|s| s.backend.is_memory_controller())
-        .find_map(|s| s.reason.clone())
-        .unwrap_or_else(|| "no memory-controller PMU found".into());
-    let core_pmu = discovery::read_pmu(&global.root, "cpu").is_ok();
-    let (name, proxy) = if core_pmu {
-        (
-            "LLC-load-misses",
-            crate::events::resolve(&global.root, "LLC-load-misses").ok(),
-        )
-    } else {
-        ("page-faults", None)
+/// The plan of a sampling command (`command`: top, record or serve).
+pub fn select_for(
+    global: &GlobalArgs,
+    args: &SamplerArgs,
+    found: &Discovery,
+    command: plan::Command,
+    interval_ms: u64,
+) -> CliResult<Selection> {
+    let req = Request {
+        command,
+        events: resolve_events(global, &args.events)?,
+        backend: backend_arg(&args.backend)?,
+        exclude: Vec::new(),
+        freq: args.freq,
+        precise: args.precise,
+        interval_ms,
+        drain_ms: u64::from(drain_period_ms(interval_ms)),
+        stand_in: stand_in_for(global, found, &args.events, &args.backend)?,
+        latency: None,
     };
-    let (name, e) = match proxy.and_then(|v| v.into_iter().next()) {
-        Some(e) => (name, e),
-        None => (
-            "page-faults",
-            crate::events::resolve(&global.root, "page-faults")
-                .map_err(|e| CliError::runtime(e.to_string()))?
-                .into_iter()
-                .next()
-                .ok_or_else(|| CliError::runtime("page-faults did not encode"))?,
-        ),
-    };
-    eprintln!("imc: no memory-controller counters ({why}); using {name} per process as a stand-in");
-    plans.push(plan_for(
-        &e,
-        SlotRole::Traffic(Direction::Total),
-        64,
-        &found.topology,
-    ));
+    let plan = plan::plan(found, &Kernel::read(&global.root), &req).map_err(plan_error)?;
     Ok(Selection {
-        plans,
-        source: format!("proxy:{name}"),
+        source: plan.source.clone(),
+        plan,
     })
+}
+
+/// The plan of `imc top` at its default interval (kept for callers that do not say which
+/// command they are).
+pub fn select(global: &GlobalArgs, args: &SamplerArgs, found: &Discovery) -> CliResult<Selection> {
+    select_for(global, args, found, plan::Command::Top, 1000)
+}
+
+/// `--dry-run`: the plan, as text or one JSON object, on stdout.
+pub fn print_plan(plan: &Plan, json: bool) -> CliResult<ExitCode> {
+    use std::io::Write;
+    let text = if json {
+        serde_json::to_string(plan).map_err(|e| CliError::runtime(e.to_string()))? + "\n"
+    } else {
+        plan::text::render(plan)
+    };
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes())
+        .and_then(|_| out.flush())
+        .map_err(|e| CliError::runtime(format!("writing the plan: {e}")))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The one line said on stderr when the plan counts a stand-in; `how`: "per process",
+/// "system-wide".
+pub fn stand_in_notice(plan: &Plan, how: &str) -> Option<String> {
+    let name = plan.source.strip_prefix("proxy:")?;
+    let why = plan.refusals.first().map_or_else(
+        || "no memory-controller PMU found".to_string(),
+        |r| {
+            // The refusal names its backend first; the reason is what the user needs.
+            r.reason
+                .split_once(": ")
+                .map_or(r.reason.clone(), |(_, why)| why.to_string())
+        },
+    );
+    Some(format!(
+        "no memory-controller counters ({why}); counting {name} {how} as a stand-in (counts, not bytes)"
+    ))
 }
 
 /// Where the sampling loop's output goes: `imc top` prints intervals, `imc record` writes
@@ -252,6 +150,9 @@ pub trait Sink {
     fn stop_requested(&self) -> bool {
         false
     }
+    /// After every drain: how many records it took in and how long it took (`imc serve`'s
+    /// health metrics).
+    fn drained(&mut self, _records: usize, _took: Duration) {}
 }
 
 /// How often the loop drains the rings: a quarter of the interval, so an interval closes at most
@@ -287,10 +188,12 @@ pub struct LoopOptions<'a> {
     pub duration: Option<f64>,
     /// `-- CMD ARGS`: run it, stop when it exits, exit with its status.
     pub command: &'a [String],
+    /// Read each package counter on its own at every interval end (per-channel figures).
+    pub per_channel: bool,
 }
 
 /// Drains the sampler every [`drain_period_ms`] into the attributor and hands each interval to the sink,
-/// until --duration, the command's exit, SIGINT or SIGTERM. The sampler is dropped (everything
+/// until --duration, the command's exit, SIGINT, SIGTERM or SIGHUP. The sampler is dropped (everything
 /// detached) on every way out of this function.
 pub async fn sample_loop(
     global: &GlobalArgs,
@@ -300,34 +203,44 @@ pub async fn sample_loop(
     sink: &mut dyn Sink,
 ) -> CliResult<ExitCode> {
     use tokio::signal::unix::{SignalKind, signal};
-    let cfg = SamplerConfig {
-        freq: args.sampler.freq,
-        slots: sel.plans.clone(),
-        cpus: found.topology.online.clone(),
-        precise: args.sampler.precise,
-        ring_bytes: None,
-        drain_period_ms: drain_period_ms(args.interval_ms),
-        bpf_log: global.verbose >= 2,
-        tick_program: Default::default(),
-    };
-    let sampler = Sampler::start(&cfg).map_err(|e| CliError::runtime(e.to_string()))?;
-    let mut pump = Pump::new(
-        sampler,
-        &found.topology,
-        sel.source.clone(),
-        args.sampler.freq,
-        global.verbose > 0,
+    if let Some(notice) = stand_in_notice(&sel.plan, "per process") {
+        eprintln!("imc: {notice}");
+    }
+    let cfg = planned::config_of(
+        &sel.plan,
+        &found.topology.online,
+        drain_period_ms(args.interval_ms),
+        global.verbose >= 2,
     );
+    let sampler = Sampler::start(&cfg).map_err(|e| CliError::runtime(e.to_string()))?;
+    let tick_hz = cfg.tick_hz(sel.plan.kernel.hz);
+    if global.verbose > 0 {
+        let a = sampler.attached();
+        eprintln!(
+            "imc: tick: {} ({}; adds interrupts: {})",
+            a.source,
+            a.why,
+            if a.adds_interrupts { "yes" } else { "no" }
+        );
+    }
+    let mut pump = Pump::new(sampler, &found.topology, sel.source.clone(), tick_hz)
+        .per_channel(args.per_channel);
 
     let mut sigint = signal(SignalKind::interrupt())
         .map_err(|e| CliError::runtime(format!("SIGINT handler: {e}")))?;
     let mut sigterm = signal(SignalKind::terminate())
         .map_err(|e| CliError::runtime(format!("SIGTERM handler: {e}")))?;
+    // A closed terminal or session (SIGHUP) ends the run like INT/TERM: the sink finishes its
+    // output (a recording gets its end marker) instead of the process dying mid-write.
+    let mut sighup = signal(SignalKind::hangup())
+        .map_err(|e| CliError::runtime(format!("SIGHUP handler: {e}")))?;
     let interval = Duration::from_millis(args.interval_ms);
     let mut drain_tick = tokio::time::interval(Duration::from_millis(cfg.drain_period_ms.into()));
     drain_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let start = tokio::time::Instant::now();
-    let deadline = args.duration.map(|d| start + Duration::from_secs_f64(d));
+    let deadline = args
+        .duration
+        .map(|d| start + crate::cli::seconds_duration(d));
     let mut next_report = start + interval;
     // Start the command only once the sampler runs, so none of its traffic is missed.
     let mut child = match args.command.split_first() {
@@ -352,6 +265,7 @@ pub async fn sample_loop(
             _ = drain_tick.tick() => (false, None),
             _ = sigint.recv() => (true, None),
             _ = sigterm.recv() => (true, None),
+            _ = sighup.recv() => (true, None),
             st = child_done => (true, st),
         };
         if let Some(st) = status {
@@ -362,13 +276,15 @@ pub async fn sample_loop(
         }
         let now = tokio::time::Instant::now();
         let finished = stop || sink.stop_requested() || deadline.is_some_and(|d| now >= d);
-        pump.drain(|r| {
+        let drain_start = std::time::Instant::now();
+        let records = pump.drain(|r| {
             if sink_error.is_none()
                 && let Err(e) = sink.tick(r)
             {
                 sink_error = Some(e);
             }
         });
+        sink.drained(records, drain_start.elapsed());
         if let Some(e) = sink_error.take() {
             return Err(CliError::runtime(format!("writing output: {e}")));
         }
@@ -404,37 +320,29 @@ pub async fn sample_loop(
 pub struct Pump {
     sampler: Sampler,
     attr: Attributor,
-    /// (slot, CPU a package counter is opened on) → its package id.
-    package_of: Vec<((usize, u32), u32)>,
     lost_seen: u64,
-    /// Say under -v how each package slot ended up being read.
-    verbose: bool,
-    modes_told: Vec<Option<ReadMode>>,
+    /// Each package counter's reading at the last interval end, when per-channel figures are
+    /// wanted (`imc serve`): one userspace read per counter per interval.
+    channels: Option<Vec<f64>>,
 }
 
 impl Pump {
-    pub fn new(
-        sampler: Sampler,
-        topology: &Topology,
-        source: String,
-        freq: u32,
-        verbose: bool,
-    ) -> Pump {
-        let specs: Vec<SlotSpec> = sampler.slots().to_vec();
-        let attr = Attributor::new(&specs, topology, source).tick_hz(freq);
-        let package_of = sampler
-            .package_instances()
-            .into_iter()
-            .map(|(s, cpu)| ((s, cpu), topology.package_of(cpu).unwrap_or(0)))
-            .collect();
+    /// `tick_hz`: the tick rate of a busy CPU (the kernel's HZ, or `--freq`).
+    pub fn new(sampler: Sampler, topology: &Topology, source: String, tick_hz: u32) -> Pump {
+        let attr = Attributor::new(sampler.slots(), topology, source).tick_hz(tick_hz);
         Pump {
-            modes_told: vec![None; specs.len()],
             sampler,
             attr,
-            package_of,
             lost_seen: 0,
-            verbose,
+            channels: None,
         }
+    }
+
+    /// Also read every package counter on its own at each interval end, so each result carries
+    /// per-channel counts (`PackageRow::channels`).
+    pub fn per_channel(mut self, yes: bool) -> Pump {
+        self.channels = yes.then(Vec::new);
+        self
     }
 
     pub fn sampler(&self) -> &Sampler {
@@ -446,7 +354,7 @@ impl Pump {
     }
 
     /// Drains every record into the attributor (and `tick`), then reads from userspace the
-    /// package counters no tick has read lately, so an idle package's traffic keeps its time.
+    /// packages no reader's tick has read lately, so an idle package's traffic keeps its time.
     pub fn drain(&mut self, mut tick: impl FnMut(&TickRecord)) -> usize {
         let attr = &mut self.attr;
         let n = self.sampler.drain(|r| {
@@ -454,11 +362,10 @@ impl Pump {
             tick(r)
         });
         self.read_packages(false);
-        self.tell_modes();
         n
     }
 
-    /// Ends the interval now (the run when `last`): every package counter is read first, so the
+    /// Ends the interval now (the run when `last`): every package is read first, so the
     /// interval holds its traffic up to its end.
     pub fn close(&mut self, last: bool) -> IntervalResult {
         self.read_packages(true);
@@ -469,75 +376,40 @@ impl Pump {
             self.lost_seen = lost;
         }
         let t = crate::sampler::monotonic_ns();
-        if last {
+        let mut result = if last {
             self.attr.finish(t)
         } else {
             self.attr.close_interval(t)
+        };
+        self.add_channels(&mut result);
+        result
+    }
+
+    /// Each channel's counts since the last interval end into its package's row (nothing the
+    /// first time: that reading is the baseline).
+    fn add_channels(&mut self, result: &mut IntervalResult) {
+        let Some(last) = self.channels.as_mut() else {
+            return;
+        };
+        let now = self.sampler.read_channels();
+        if last.len() == now.len() {
+            for (c, prev) in now.iter().zip(last.iter()) {
+                if let Some(p) = result.packages.iter_mut().find(|p| p.id == c.package) {
+                    p.channels.push(crate::output::interval::ChannelRow {
+                        channel: c.channel.clone(),
+                        slot: c.slot,
+                        counts: (c.value - prev).max(0.0),
+                    });
+                }
+            }
         }
+        *last = now.iter().map(|c| c.value).collect();
     }
 
     fn read_packages(&mut self, all: bool) {
-        let (attr, package_of) = (&mut self.attr, &self.package_of);
-        self.sampler.read_idle_packages(all, |slot, cpu, t, v| {
-            if let Some(&(_, pkg)) = package_of.iter().find(|(k, _)| *k == (slot, cpu)) {
-                attr.push_package_read(pkg, slot, t, v.value);
-            }
+        let attr = &mut self.attr;
+        self.sampler.read_idle_packages(all, |pkg, slot, t, sum| {
+            attr.push_package_read(pkg, slot, t, sum)
         });
-    }
-
-    fn tell_modes(&mut self) {
-        if !self.verbose {
-            return;
-        }
-        for (s, mode) in self.sampler.read_modes().into_iter().enumerate() {
-            if mode != self.modes_told[s] && mode.is_some_and(|m| m != ReadMode::Probing) {
-                eprintln!(
-                    "imc: {}: {}",
-                    self.sampler.slots()[s].event,
-                    mode.map_or("", ReadMode::describe)
-                );
-                self.modes_told[s] = mode;
-            }
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::model::Package;
-
-    fn topo(packages: &[&[u32]], online: &[u32]) -> Topology {
-        Topology {
-            online: online.to_vec(),
-            possible: online.to_vec(),
-            packages: packages
-                .iter()
-                .enumerate()
-                .map(|(i, c)| Package {
-                    id: i as u32,
-                    cpus: c.to_vec(),
-                })
-                .collect(),
-            nodes: Vec::new(),
-        }
-    }
-
-    #[test]
-    fn package_counters_are_offered_to_the_online_cpus_of_their_package() {
-        // Two sockets, CPU 5 offline: each cpumask CPU's counter goes to its own package.
-        let t = topo(&[&[0, 1, 2, 3], &[4, 5, 6, 7]], &[0, 1, 2, 3, 4, 6, 7]);
-        assert_eq!(
-            package_readers(&[0, 4], &t),
-            [(0, vec![0, 1, 2, 3]), (4, vec![4, 6, 7])]
-        );
-        // One PMU instance per die, two in a package: which die a CPU's traffic goes to is not
-        // known, so each stays with its own CPU.
-        assert_eq!(
-            package_readers(&[0, 2], &topo(&[&[0, 1, 2, 3]], &[0, 1, 2, 3])),
-            [(0, vec![0]), (2, vec![2])]
-        );
-        // A cpumask CPU outside the known packages still reads its own counter.
-        assert_eq!(package_readers(&[9], &t), [(9, vec![9])]);
     }
 }

@@ -10,9 +10,13 @@ use crate::backends::mchbar::MchbarBackend;
 use crate::backends::perf::PerfBackend;
 use crate::backends::{Backend, BackendError, plan};
 use crate::cli::{GlobalArgs, StatArgs};
+use crate::commands::sampling::{
+    backend_arg, plan_error, print_plan, resolve_events, stand_in_for, stand_in_notice,
+};
 use crate::error::{CliError, CliResult};
-use crate::model::{BackendKind, Discovery, Source};
+use crate::model::{BackendKind, Discovery};
 use crate::output::stat::{Format, StatWriter};
+use crate::plan::{Command as PlanCommand, Kernel, Plan, Request};
 use crate::sys::devmem::{DevMem, RealDevMem};
 use crate::sys::perf::{PerfSys, RealPerf};
 use std::io::{self, Write};
@@ -104,21 +108,17 @@ pub fn run_with<W: Write>(
             "--duration and -- CMD both say when to stop: give one of them",
         ));
     }
-    let backend_kind = match args.backend.as_str() {
-        "auto" => None,
-        name => Some(BackendKind::parse(name).ok_or_else(|| {
-            CliError::bad_input(format!(
-                "--backend {name}: unknown backend (one of auto, {})",
-                BackendKind::ALL.map(BackendKind::as_str).join(", ")
-            ))
-        })?),
-    };
+    backend_arg(&args.backend)?;
     let duration_ns = args.duration.map(|s| (s * 1e9).round() as u64);
     // A mistyped IMC_STAT_MODE is bad input, said before anything opens.
     read_mode().map_err(|e| CliError::bad_input(e.to_string()))?;
 
     let discovery = discover(&global.root)?;
-    let mut backend = open_backend(global, args, env, &discovery, backend_kind)?;
+    if args.dry_run {
+        let plan = plan_of(global, args, &discovery, Vec::new())?;
+        return print_plan(&plan, args.json);
+    }
+    let mut backend = open_backend(global, args, env, &discovery, err)?;
     for f in backend.take_failures() {
         let _ = writeln!(
             err,
@@ -141,6 +141,10 @@ pub fn run_with<W: Write>(
     let mut layout = interval::Layout::new(backend.as_ref());
     set_peaks(&mut layout, &global.root, &discovery);
     let mut writer = StatWriter::new(out, format, args.per_channel, &layout);
+    // --latency (KNL): the average-latency column (commands/latency.rs).
+    if let Some(req) = &args.latency {
+        writer.set_latency(super::latency::columns(&layout, req));
+    }
     let mut child_status: Option<std::process::ExitStatus> = None;
     let result = {
         let child_ref = &mut child;
@@ -274,34 +278,35 @@ fn backend_error(e: BackendError) -> CliError {
     CliError::runtime(e.to_string())
 }
 
-/// Opens one source's counters.
-fn open_source(
+/// Opens the counters of a plan.
+fn open_planned(
     global: &GlobalArgs,
     env: &StatEnv<'_>,
     discovery: &Discovery,
-    sources: &[&Source],
+    plan: &Plan,
     interval_ns: u64,
 ) -> Result<Box<dyn Backend>, BackendError> {
-    let name = sources
-        .iter()
-        .map(|s| s.backend.as_str())
-        .collect::<Vec<_>>()
-        .join("+");
-    if let [s] = sources
-        && s.backend == BackendKind::IntelClientMchbar
-    {
-        let counters = plan::mchbar_counters(s, &discovery.topology)?;
+    if plan::is_mchbar(plan) {
+        let counters = plan::mchbar_counters(plan)?;
         return Ok(Box::new(MchbarBackend::open(
             env.devmem,
             &global.devmem,
             counters,
         )?));
     }
-    let mut planned = Vec::new();
-    for s in sources {
-        planned.extend(plan::perf_counters(s, &discovery.topology)?);
+    let counters = plan::perf_counters(plan, &discovery.topology);
+    if counters.is_empty() {
+        return Err(BackendError::Plan(format!(
+            "{}: discovery found no read/write events to open",
+            plan.source
+        )));
     }
-    Ok(Box::new(open_perf(env, &name, planned, interval_ns)?))
+    let name = if plan.source == "knl-edc" {
+        "knl-imc+knl-edc".to_string()
+    } else {
+        plan.source.clone()
+    };
+    Ok(Box::new(open_perf(env, &name, counters, interval_ns)?))
 }
 
 /// Intervals up to this long use kernel-timed sampling by default: there the cost of waking and
@@ -373,116 +378,71 @@ fn open_perf(
     PerfBackend::open(env.perf.clone(), name, planned)
 }
 
-/// The sources measured together with `s`: KNL's DDR (knl-imc) and MCDRAM (knl-edc) are shown
-/// side by side.
-fn companions<'a>(discovery: &'a Discovery, s: &'a Source) -> Vec<&'a Source> {
-    let mut v = vec![s];
-    let partner = match s.backend {
-        BackendKind::KnlImc => Some(BackendKind::KnlEdc),
-        BackendKind::KnlEdc => Some(BackendKind::KnlImc),
-        _ => None,
+/// The plan of this `imc stat` (without the backends in `exclude`, which failed to open).
+pub fn plan_of(
+    global: &GlobalArgs,
+    args: &StatArgs,
+    discovery: &Discovery,
+    exclude: Vec<BackendKind>,
+) -> CliResult<Plan> {
+    let req = Request {
+        command: PlanCommand::Stat,
+        events: resolve_events(global, &args.events)?,
+        backend: backend_arg(&args.backend)?,
+        exclude,
+        freq: None,
+        precise: false,
+        interval_ms: args.interval_ms,
+        drain_ms: args.interval_ms,
+        stand_in: stand_in_for(global, discovery, &args.events, &args.backend)?,
+        latency: args
+            .latency
+            .as_deref()
+            .map(|types| super::latency::encodings(&global.root, types))
+            .transpose()?,
     };
-    if let Some(p) = partner
-        && let Some(o) = discovery
-            .sources
-            .iter()
-            .find(|o| o.backend == p && o.available)
-    {
-        // DDR first.
-        if p == BackendKind::KnlImc {
-            v.insert(0, o);
-        } else {
-            v.push(o);
-        }
-    }
-    v
+    crate::plan::plan(discovery, &Kernel::read(&global.root), &req).map_err(plan_error)
 }
 
+/// Opens the planned counters; with `--backend auto` a memory controller whose counters do not
+/// open gives way to the next one the plan finds.
 fn open_backend(
     global: &GlobalArgs,
     args: &StatArgs,
     env: &StatEnv<'_>,
     discovery: &Discovery,
-    kind: Option<BackendKind>,
+    err: &mut dyn Write,
 ) -> CliResult<Box<dyn Backend>> {
     let interval_ns = args.interval_ms.saturating_mul(1_000_000);
-    if !args.events.is_empty() {
-        let mut encs = Vec::new();
-        for text in &args.events {
-            let e = crate::events::resolve(&global.root, text)
-                .map_err(|e| CliError::bad_input(e.to_string()))?;
-            encs.extend(e);
-        }
-        let planned = plan::encoded_counters(&encs, &discovery.topology);
-        if planned.is_empty() {
-            return Err(CliError::runtime(
-                "-e: no CPU to open the events on (no online CPUs found under --root)",
-            ));
-        }
-        return open_perf(env, "events", planned, interval_ns)
-            .map(|b| Box::new(b) as Box<dyn Backend>)
-            .map_err(backend_error);
-    }
-    if let Some(kind) = kind {
-        let Some(s) = discovery.sources.iter().find(|s| s.backend == kind) else {
-            return Err(CliError::runtime(format!(
-                "--backend {}: not found on this machine",
-                kind.as_str()
-            )));
-        };
-        if !s.available {
-            return Err(CliError::runtime(format!(
-                "--backend {}: not available{}",
-                kind.as_str(),
-                s.reason
-                    .as_deref()
-                    .map_or(String::new(), |r| format!(" ({r})"))
-            )));
-        }
-        let sources = if kind.is_memory_controller() {
-            companions(discovery, s)
-        } else {
-            vec![s]
-        };
-        return open_source(global, env, discovery, &sources, interval_ns).map_err(backend_error);
-    }
-    // auto: the first memory-controller source whose counters open, the kernel's PMUs before
-    // the /dev/mem mapping.
-    let mut candidates: Vec<&Source> = discovery
-        .sources
-        .iter()
-        .filter(|s| s.available && s.backend.is_memory_controller())
-        .collect();
-    candidates.sort_by_key(|s| s.backend == BackendKind::IntelClientMchbar);
-    if candidates.is_empty() {
-        let reason = if discovery.hypervisor {
-            "running under a hypervisor".to_string()
-        } else {
-            discovery
-                .sources
-                .iter()
-                .filter(|s| s.backend.is_memory_controller())
-                .find_map(|s| s.reason.clone())
-                .unwrap_or_else(|| "no memory-controller PMU found".to_string())
-        };
-        return Err(CliError::runtime(format!(
-            "no memory-controller counters on this machine ({reason}); use -e EVENT to count \
-             other events, e.g. -e msr/tsc/"
-        )));
-    }
+    let mut exclude = Vec::new();
     let mut first_err: Option<BackendError> = None;
-    for s in candidates {
-        match open_source(
-            global,
-            env,
-            discovery,
-            &companions(discovery, s),
-            interval_ns,
-        ) {
+    loop {
+        let plan = match plan_of(global, args, discovery, exclude.clone()) {
+            Ok(p) => p,
+            Err(e) if first_err.is_some() && !exclude.is_empty() => {
+                log::info!("{e}");
+                break;
+            }
+            Err(e) => return Err(e),
+        };
+        if let Some(notice) = stand_in_notice(&plan, "system-wide") {
+            let _ = writeln!(err, "imc: {notice}");
+        }
+        match open_planned(global, env, discovery, &plan, interval_ns) {
             Ok(b) => return Ok(b),
             Err(e) => {
-                log::info!("{}: {e}", s.backend.as_str());
-                first_err.get_or_insert(e);
+                let retry = args.events.is_empty() && args.backend == "auto";
+                match plan.backend {
+                    Some(b) if retry => {
+                        log::info!("{}: {e}", b.as_str());
+                        first_err.get_or_insert(e);
+                        exclude.push(b);
+                        if b == BackendKind::KnlImc || b == BackendKind::KnlEdc {
+                            exclude.extend([BackendKind::KnlImc, BackendKind::KnlEdc]);
+                        }
+                    }
+                    _ => return Err(backend_error(e)),
+                }
             }
         }
     }

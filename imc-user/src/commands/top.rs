@@ -7,10 +7,11 @@
 //!
 //! On a terminal (and without `--json`) the intervals feed the full-screen view of
 //! [`crate::output::top`]; otherwise each interval is one JSON line (the contract in design.md).
-use super::names::Naming;
-use super::sampling::{LoopOptions, Selection, Sink, block_on, discover, sample_loop, select};
+use super::names::{Naming, cgroup_paths};
+use super::sampling::{LoopOptions, Sink, block_on, discover, print_plan, sample_loop, select_for};
 use crate::cli::{GlobalArgs, TopArgs};
 use crate::error::{CliError, CliResult};
+use crate::model::SlotSpec;
 use crate::model::{Direction, SlotRole};
 use crate::output::interval::IntervalResult;
 use crate::output::top::{Action, History, Units, ViewConfig, ViewState, handle_key, render};
@@ -28,13 +29,16 @@ use std::time::{Duration, Instant};
 /// `--json` or piped: one object per interval.
 struct JsonLines {
     out: std::io::StdoutLock<'static>,
+    /// A stand-in or `-e` counts: the byte fields are null, not 0.
+    counts: bool,
 }
 
 impl Sink for JsonLines {
     fn interval(&mut self, r: &IntervalResult) -> std::io::Result<bool> {
-        let line = serde_json::to_writer(&mut self.out, r)
+        let unit = self.counts.then_some("counts/s");
+        let line = crate::output::interval::to_json(r, unit)
             .map_err(std::io::Error::from)
-            .and_then(|()| writeln!(self.out))
+            .and_then(|s| writeln!(self.out, "{s}"))
             .and_then(|()| self.out.flush());
         match line {
             Ok(()) => Ok(true),
@@ -46,15 +50,32 @@ impl Sink for JsonLines {
 }
 
 pub fn run(global: &GlobalArgs, args: &TopArgs) -> CliResult<ExitCode> {
+    // --ibs: AMD IBS op sampling, its own loop (commands/ibs_top.rs).
+    if args.ibs {
+        return super::ibs_top::run(global, args);
+    }
     let found = discover(global)?;
-    let sel = select(global, &args.sampler, &found)?;
+    let sel = select_for(
+        global,
+        &args.sampler,
+        &found,
+        crate::plan::Command::Top,
+        args.interval_ms,
+    )?;
+    if args.sampler.dry_run {
+        return print_plan(&sel.plan, args.json);
+    }
     let json = args.json || !std::io::stdout().is_terminal();
-    let cfg = view_config(&sel, args.top);
+    // Opened (and any warning said) before the full-screen view takes the terminal.
+    let paths = cgroup_paths(global);
+    let specs = crate::sampler::planned::slot_specs(&sel.plan);
+    let cfg = view_config(&specs, &sel.source, args.top);
     let mut lines;
     let mut live;
     let sink: &mut dyn Sink = if json {
         lines = JsonLines {
             out: std::io::stdout().lock(),
+            counts: cfg.units == Units::Counts,
         };
         &mut lines
     } else {
@@ -70,26 +91,26 @@ pub fn run(global: &GlobalArgs, args: &TopArgs) -> CliResult<ExitCode> {
         interval_ms: args.interval_ms,
         duration: args.duration,
         command: &[],
+        per_channel: false,
     };
-    let mut named = Naming::new(global, args.by, sink);
+    let mut named = Naming::new(paths, args.by, sink);
     block_on(sample_loop(global, &opts, &found, sel, &mut named))
 }
 
 /// What the view shows follows from the counters the loop reads: bytes when a traffic counter
 /// has bytes per count (as the attributor decides), else counts; the counters' own columns for
 /// `-e` events and stand-ins, whose names say more than READ/WRITE.
-fn view_config(sel: &Selection, top: usize) -> ViewConfig {
+fn view_config(specs: &[SlotSpec], source: &str, top: usize) -> ViewConfig {
     let traffic = || {
-        sel.plans
+        specs
             .iter()
-            .filter(|p| matches!(p.spec.role, SlotRole::Traffic(_)))
+            .filter(|p| matches!(p.role, SlotRole::Traffic(_)))
     };
-    let bytes = traffic().any(|p| p.spec.bytes_per_count.is_some());
+    let bytes = traffic().any(|p| p.bytes_per_count.is_some());
     let units = if bytes {
         Units::Bytes {
             total: traffic().any(|p| {
-                p.spec.bytes_per_count.is_some()
-                    && p.spec.role == SlotRole::Traffic(Direction::Total)
+                p.bytes_per_count.is_some() && p.role == SlotRole::Traffic(Direction::Total)
             }),
         }
     } else {
@@ -97,15 +118,15 @@ fn view_config(sel: &Selection, top: usize) -> ViewConfig {
     };
     let mut traffic_events: Vec<String> = Vec::new();
     for p in traffic() {
-        if !traffic_events.contains(&p.spec.event) {
-            traffic_events.push(p.spec.event.clone());
+        if !traffic_events.contains(&p.event) {
+            traffic_events.push(p.event.clone());
         }
     }
     let mut value_events: Vec<String> = Vec::new();
-    if !bytes || sel.source.starts_with("events") || sel.source.starts_with("proxy:") {
-        for p in &sel.plans {
-            if !value_events.contains(&p.spec.event) {
-                value_events.push(p.spec.event.clone());
+    if !bytes || source.starts_with("events") || source.starts_with("proxy:") {
+        for p in specs {
+            if !value_events.contains(&p.event) {
+                value_events.push(p.event.clone());
             }
         }
     }
@@ -326,25 +347,20 @@ fn give_back_terminal() {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{Encoded, SlotScope, SlotSpec};
-    use crate::sampler::SlotPlan;
+    use crate::model::{SlotScope, SlotSpec};
 
-    fn plan(event: &str, role: SlotRole, bytes_per_count: Option<f64>) -> SlotPlan {
-        let spec = SlotSpec {
+    fn plan(event: &str, role: SlotRole, bytes_per_count: Option<f64>) -> SlotSpec {
+        SlotSpec {
             event: event.into(),
             scope: SlotScope::Cpu,
             role,
             bytes_per_count,
             counter_bits: 64,
-        };
-        SlotPlan::per_cpu(spec, &Encoded::default(), &[0])
+        }
     }
 
-    fn selection(source: &str, plans: Vec<SlotPlan>) -> Selection {
-        Selection {
-            plans,
-            source: source.into(),
-        }
+    fn selection(source: &str, plans: Vec<SlotSpec>) -> (Vec<SlotSpec>, String) {
+        (plans, source.into())
     }
 
     #[test]
@@ -364,7 +380,7 @@ mod tests {
                 ),
             ],
         );
-        let cfg = view_config(&sel, 20);
+        let cfg = view_config(&sel.0, &sel.1, 20);
         assert_eq!(cfg.units, Units::Bytes { total: false });
         assert!(cfg.value_events.is_empty());
         assert_eq!(cfg.top, 20);
@@ -380,7 +396,7 @@ mod tests {
                 None,
             )],
         );
-        let cfg = view_config(&sel, 0);
+        let cfg = view_config(&sel.0, &sel.1, 0);
         assert_eq!(cfg.units, Units::Counts);
         assert_eq!(cfg.value_events, ["page-faults"]);
         assert_eq!(cfg.traffic_events, ["page-faults"]);
@@ -393,7 +409,7 @@ mod tests {
                 plan("context-switches", SlotRole::Other, None),
             ],
         );
-        let cfg = view_config(&sel, 0);
+        let cfg = view_config(&sel.0, &sel.1, 0);
         assert_eq!(cfg.units, Units::Counts);
         assert_eq!(cfg.value_events, ["page-faults", "context-switches"]);
         assert_eq!(cfg.traffic_events, ["page-faults"]);
@@ -412,7 +428,7 @@ mod tests {
                 plan("instructions", SlotRole::Other, None),
             ],
         );
-        let cfg = view_config(&sel, 0);
+        let cfg = view_config(&sel.0, &sel.1, 0);
         assert_eq!(cfg.units, Units::Bytes { total: true });
         assert_eq!(
             cfg.value_events,

@@ -469,7 +469,7 @@ fn intel_client_mchbar(ctx: &Ctx) -> Result<Source, DiscoveryError> {
         ));
     }
     let cfg_path = dev.join("config");
-    let config = match std::fs::read(&cfg_path) {
+    let config = match super::sysfs::read_small(&cfg_path) {
         Ok(c) => c,
         Err(e) => {
             return Ok(unavailable(

@@ -20,6 +20,28 @@ pub enum CpuListError {
     EmptyItem { text: String },
 }
 
+/// A CPU list the way the kernel writes one: `0-3,8,10-11` (empty for none).
+pub fn format_cpulist(cpus: &[u32]) -> String {
+    let mut v = cpus.to_vec();
+    v.sort_unstable();
+    v.dedup();
+    let mut parts = Vec::new();
+    let mut i = 0;
+    while i < v.len() {
+        let mut j = i;
+        while j + 1 < v.len() && v[j + 1] == v[j] + 1 {
+            j += 1;
+        }
+        parts.push(if i == j {
+            v[i].to_string()
+        } else {
+            format!("{}-{}", v[i], v[j])
+        });
+        i = j + 1;
+    }
+    parts.join(",")
+}
+
 /// Parses a cpulist into sorted, de-duplicated CPU numbers.
 pub fn parse_cpulist(text: &str) -> Result<Vec<u32>, CpuListError> {
     let t = text.trim();

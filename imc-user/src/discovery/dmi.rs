@@ -153,7 +153,7 @@ pub fn read_memory_devices(root: &Path) -> MemoryDevices {
     names.sort_by_key(|n| n[3..].parse::<u32>().unwrap_or(u32::MAX));
     for n in names {
         let path = dir.join(&n).join("raw");
-        match std::fs::read(&path) {
+        match super::sysfs::read_small(&path) {
             Ok(raw) => match parse_memory_device(&path, &raw) {
                 Ok(d) => out.devices.push(d),
                 Err(e) => out.errors.push(e.to_string()),

@@ -8,6 +8,8 @@
 //! - [`cgroup`]: cgroup v2 ids → paths → systemd unit, container id, pod UID.
 //! - [`dmi`]: SMBIOS memory devices, for the theoretical peak bandwidth.
 //! - `catalogue`: every backend, available or not, with the reason.
+//! - [`other`]: PMUs that are not bandwidth sources (AMD IBS, POWER core/thread/trace IMC),
+//!   with the facts a planner needs, and [`other::power_imc_plan_notes`].
 mod catalogue;
 pub mod cgroup;
 pub mod cpulist;
@@ -15,6 +17,7 @@ pub mod dmi;
 pub mod format;
 pub mod machine;
 pub mod mchbar;
+pub mod other;
 pub mod sysfs;
 pub mod topology;
 
@@ -58,11 +61,13 @@ pub fn discover_report(root: &Path) -> Result<Report, DiscoveryError> {
         pmus: &pmus,
     };
     let sources = catalogue::catalogue(&ctx)?;
+    let other_sources = other::other_sources(root, &pmus)?;
     Ok(Report {
         discovery: Discovery {
             hypervisor: machine.hypervisor,
             topology,
             sources,
+            other_sources,
         },
         machine,
     })

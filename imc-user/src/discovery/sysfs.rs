@@ -80,14 +80,15 @@ pub(crate) fn io_error(path: &Path, e: &io::Error) -> DiscoveryError {
 /// Largest sysfs text file we read: real ones are one short line; a huge file is not sysfs.
 const MAX_TEXT: u64 = 64 * 1024;
 
+/// Reads a small file under the root: a regular file only (a FIFO there must not hang
+/// discovery), at most [`MAX_TEXT`] bytes. Every sysfs/proc/DMI/PCI read goes through here.
+pub(crate) fn read_small(path: &Path) -> io::Result<Vec<u8>> {
+    crate::sys::file::read_capped(path, MAX_TEXT)
+}
+
 /// Reads a small text file, trimmed. Non-UTF-8 content is an `Invalid` error naming the file.
 pub(crate) fn read_text(path: &Path) -> Result<String, DiscoveryError> {
-    use std::io::Read;
-    let f = std::fs::File::open(path).map_err(|e| io_error(path, &e))?;
-    let mut buf = Vec::new();
-    f.take(MAX_TEXT)
-        .read_to_end(&mut buf)
-        .map_err(|e| io_error(path, &e))?;
+    let buf = read_small(path).map_err(|e| io_error(path, &e))?;
     String::from_utf8(buf)
         .map(|s| s.trim().to_string())
         .map_err(|_| DiscoveryError::Invalid {
@@ -169,7 +170,8 @@ pub fn read_pmu(root: &Path, name: &str) -> Result<Pmu, DiscoveryError> {
     let mut cpumask = None;
     for file in ["cpumask", "cpus"] {
         let p = dir.join(file);
-        if p.is_file() {
+        // exists(), not is_file(): something else there (a FIFO) is an error, not "no mask".
+        if p.exists() {
             cpumask = Some(read_cpulist_file(&p)?);
             break;
         }

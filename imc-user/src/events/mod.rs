@@ -21,6 +21,7 @@ use thiserror::Error;
 
 pub mod generic;
 pub mod pfm;
+pub mod pfm_model;
 pub mod sysfs;
 
 /// Why an event string could not be encoded. Every message names the string and says what was

@@ -181,6 +181,13 @@ pub fn available() -> Result<(), String> {
     library().map(|_| ())
 }
 
+/// The PMUs libpfm4 activated (detected on this host, or forced), for `-v`.
+pub fn active_pmus() -> Result<Vec<String>, String> {
+    let pfm = library()?;
+    let _guard = CALLS.lock().unwrap_or_else(|p| p.into_inner());
+    Ok(pfm.active_pmus())
+}
+
 impl Pfm {
     fn error_text(&self, rc: c_int) -> String {
         // SAFETY: pfm_strerror returns a static string (or NULL) for any code.
@@ -426,6 +433,14 @@ fn explain(pfm: &Pfm, text: &str, rc: c_int) -> String {
     match rc {
         PFM_ERR_NOTFOUND => {
             let active = pfm.active_pmus();
+            if active.is_empty()
+                && let Ok(forced) = std::env::var(super::pfm_model::FORCE_ENV)
+            {
+                return format!(
+                    "libpfm4 has no PMU '{forced}' to encode for (LIBPFM_FORCE_PMU={forced}; \
+                     this libpfm4 build lacks it, e.g. it was built for another architecture)"
+                );
+            }
             let active = if active.is_empty() {
                 "none".to_string()
             } else {
@@ -436,8 +451,8 @@ fn explain(pfm: &Pfm, text: &str, rc: c_int) -> String {
                 None => "LIBPFM_FORCE_PMU=<pmu>".to_string(),
             };
             format!(
-                "libpfm4 knows no such event on the PMUs active here ({active}); \
-                 set {force} to encode for another model"
+                "unknown event: not a perf generic name, and libpfm4 knows no such event on \
+                 the PMUs active here ({active}); to encode it for another CPU model, set {force}"
             )
         }
         PFM_ERR_ATTR | PFM_ERR_UMASK | PFM_ERR_ATTR_VAL | PFM_ERR_FEATCOMB | PFM_ERR_ATTR_SET => {

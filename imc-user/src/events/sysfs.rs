@@ -65,7 +65,8 @@ fn parse(text: &str) -> Result<Parsed<'_>, EventError> {
             format!("nothing between the slashes ({shape})"),
         ));
     }
-    let mut terms = Vec::new();
+    let mut terms: Vec<&str> = Vec::new();
+    let mut keys: Vec<&str> = Vec::new();
     for term in body.split(',') {
         if term.is_empty() {
             return Err(syntax(text, "empty term (doubled or trailing ',')"));
@@ -88,6 +89,15 @@ fn parse(text: &str) -> Result<Parsed<'_>, EventError> {
                 format!("term '{term}' has no usable value (expected a decimal or 0x-hex number)"),
             ));
         }
+        // Which of two values would count is not obvious (perf keeps the last): refuse, as a
+        // repeated u/k modifier is refused.
+        if keys.contains(&key) {
+            return Err(syntax(
+                text,
+                format!("term '{key}' given twice (give each term once)"),
+            ));
+        }
+        keys.push(key);
         terms.push(term);
     }
     let mods = if after.is_empty() {
@@ -268,9 +278,20 @@ pub fn encode(pmus: &[Pmu], text: &str) -> Result<Vec<Encoded>, EventError> {
             all.push(a.terms.trim());
         }
         all.extend(user_terms.iter().copied());
-        let words = encode_terms(pmu, &all.join(",")).map_err(|source| EventError::Term {
-            event: text.to_string(),
-            source,
+        let words = encode_terms(pmu, &all.join(",")).map_err(|source| {
+            // A filter this CPU's PMU lacks gets the reason, not only the list of terms.
+            if let crate::discovery::FormatError::UnknownTerm { term, .. } = &source
+                && let Some(why) = crate::discovery::other::missing_term_reason(&pmu.name, term)
+            {
+                return EventError::Modifier {
+                    event: text.to_string(),
+                    reason: why,
+                };
+            }
+            EventError::Term {
+                event: text.to_string(),
+                source,
+            }
         })?;
         if words.config3 != 0 {
             return Err(syntax(
@@ -315,6 +336,12 @@ mod tests {
         assert_eq!(p.terms, vec!["event=0x3c", "umask=0x00", "edge"]);
         assert_eq!(p.mods, Some("u"));
         assert_eq!(parse("cpu/event=1/:k").unwrap().mods, Some("k"));
+        let e = parse("software/config=1,config=2/")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("'config' given twice"), "{e}");
+        // Different terms that share a prefix are not repeats.
+        assert_eq!(parse("p/config=1,config1=2/").unwrap().terms.len(), 2);
         for bad in [
             "/x/",
             "pmu/",
@@ -332,6 +359,9 @@ mod tests {
             "pmu/a b/",
             "/",
             "//",
+            "software/config=1,config=2/",
+            "pmu/edge,edge/",
+            "pmu/event=1,umask=2,event=1/",
         ] {
             assert!(parse(bad).is_err(), "{bad:?} accepted");
         }

@@ -704,6 +704,9 @@ fn libpfm_on_this_host() {
     assert_eq!((e.pmu_type, e.config), (TYPE_SOFTWARE, 2));
     let m = err(&skx(), "NO_SUCH_EVENT_XYZ").to_string();
     assert!(m.contains("LIBPFM_FORCE_PMU"), "{m}");
+    // Unknown first, then the way to another model's tables.
+    let unknown = m.find("unknown event").unwrap_or(usize::MAX);
+    assert!(unknown < m.find("LIBPFM_FORCE_PMU").unwrap(), "{m}");
     let m = err(&skx(), "knl::OFFCORE_RESPONSE_0").to_string();
     assert!(m.contains("LIBPFM_FORCE_PMU=knl"), "{m}");
     assert!(matches!(
@@ -814,8 +817,15 @@ fn fuzz_found_edge_cases() {
         err(&skx(), "uncore_imc_0/event=0xffffffffffffffffff/"),
         EventError::Term { .. }
     ));
-    // a bare format term twice is still 1
-    assert_eq!(one(&skx(), "uncore_imc_0/edge,edge/").config, 1 << 18);
+    // a term given twice is refused, as a repeated modifier is (issue 16)
+    assert!(matches!(
+        err(&skx(), "uncore_imc_0/edge,edge/"),
+        EventError::Syntax { .. }
+    ));
+    assert!(matches!(
+        err(&skx(), "uncore_imc_0/event=0x4,event=0x5/"),
+        EventError::Syntax { .. }
+    ));
     // Strings of libpfm characters only reach libpfm, which must refuse them cleanly.
     if libpfm_or_skip() {
         for text in ["+", "===", "+-+E++++++", "....", "-", "0x10"] {

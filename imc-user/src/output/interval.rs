@@ -16,6 +16,27 @@ pub struct PackageRow {
     /// Absent from JSON when zero, so read/write-only sources print exactly the contract.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub total_bytes: u64,
+    /// Counts of each sampler slot in this package over the interval (by slot index, scaled,
+    /// rounded): a channel's own figures, for `imc serve`. Not part of the JSON contract.
+    #[serde(skip)]
+    pub slot_counts: Vec<f64>,
+    /// The part of `slot_counts` no task could take (idle CPUs, spans nobody ran in).
+    #[serde(skip)]
+    pub unattributed_counts: Vec<f64>,
+    /// Each memory channel's own counts over the interval, where the loop reads them (`imc
+    /// serve`). Not part of the JSON contract.
+    #[serde(skip)]
+    pub channels: Vec<ChannelRow>,
+}
+
+/// One package counter's counts over an interval.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ChannelRow {
+    /// The channel's label (`uncore_imc_3`, `amd_df#2`).
+    pub channel: String,
+    /// The slot the counter is summed into (its direction and bytes per count).
+    pub slot: usize,
+    pub counts: f64,
 }
 
 /// One task (or group of tasks, in reports) and what was attributed to it.
@@ -130,6 +151,46 @@ pub struct ReportResult {
     /// Present when the recording holds context-switch records (a `--precise` run).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub precise_vs_tick: Option<PrecisionRow>,
+}
+
+/// An interval object or a report as JSON. With `counts_unit` (a stand-in source: nothing
+/// measured bytes) every byte field is null rather than 0, and a burst's rate is `counts_per_s`
+/// in that unit instead of `bytes_per_s`.
+pub fn to_json(value: &impl Serialize, counts_unit: Option<&str>) -> serde_json::Result<String> {
+    let Some(unit) = counts_unit else {
+        return serde_json::to_string(value);
+    };
+    let mut v = serde_json::to_value(value)?;
+    counts_not_bytes(&mut v, unit);
+    serde_json::to_string(&v)
+}
+
+fn counts_not_bytes(v: &mut serde_json::Value, unit: &str) {
+    use serde_json::Value;
+    const BYTES: [&str; 3] = ["read_bytes", "write_bytes", "total_bytes"];
+    fn null_rows(rows: Option<&mut Value>) {
+        for row in rows.and_then(Value::as_array_mut).into_iter().flatten() {
+            for k in BYTES {
+                if let Some(f) = row.get_mut(k) {
+                    *f = Value::Null;
+                }
+            }
+        }
+    }
+    null_rows(v.get_mut("packages"));
+    null_rows(v.get_mut("tasks"));
+    if let Some(f) = v.get_mut("unattributed_bytes") {
+        *f = Value::Null;
+    }
+    let bursts = v.get_mut("bursts").and_then(Value::as_array_mut);
+    for b in bursts.into_iter().flatten() {
+        null_rows(b.get_mut("tasks"));
+        if let Some(obj) = b.as_object_mut() {
+            let rate = obj.insert("bytes_per_s".into(), Value::Null);
+            obj.insert("counts_per_s".into(), rate.unwrap_or(Value::Null));
+            obj.insert("unit".into(), Value::from(unit));
+        }
+    }
 }
 
 fn is_zero(v: &u64) -> bool {

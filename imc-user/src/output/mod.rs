@@ -1,6 +1,44 @@
 //! Rendering: human tables, CSV, JSON lines and the live view, one module per command family.
 pub mod interval;
+pub mod latency;
 pub mod perfetto;
 pub mod plot;
+pub mod prometheus;
 pub mod stat;
 pub mod top;
+
+/// Whether an event counts nanoseconds (the software clocks), so its rate is ns/s, not a
+/// count per second: `cpu-clock`, `task-clock`, with or without modifiers (`cpu-clock:u`).
+pub fn counts_nanoseconds(event: &str) -> bool {
+    let name = event.split(':').next().unwrap_or(event);
+    let name = name
+        .strip_prefix("software/")
+        .map_or(name, |n| n.trim_end_matches('/'));
+    matches!(name, "cpu-clock" | "task-clock")
+}
+
+/// A column or label for a rate of an event's counts: `page-faults/s`, `cpu-clock ns/s`.
+pub fn rate_title(event: &str) -> String {
+    if counts_nanoseconds(event) {
+        format!("{event} ns/s")
+    } else {
+        format!("{event}/s")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clocks_are_rates_of_nanoseconds() {
+        assert_eq!(rate_title("cpu-clock"), "cpu-clock ns/s");
+        assert_eq!(rate_title("task-clock:u"), "task-clock:u ns/s");
+        assert_eq!(
+            rate_title("software/cpu-clock/"),
+            "software/cpu-clock/ ns/s"
+        );
+        assert_eq!(rate_title("page-faults"), "page-faults/s");
+        assert!(!counts_nanoseconds("cpu-cycles"));
+    }
+}

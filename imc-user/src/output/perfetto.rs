@@ -258,7 +258,7 @@ mod tests {
                     id,
                     read_bytes: 3 << 29,
                     write_bytes: 1 << 29,
-                    total_bytes: 0,
+                    ..PackageRow::default()
                 })
                 .collect(),
             tasks: vec![stream.clone()],

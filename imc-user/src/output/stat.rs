@@ -4,6 +4,7 @@
 //! byte buffer (no allocation once warm), JSON keys are escaped once up front, and the whole
 //! interval reaches the writer in one `write` + `flush`.
 use crate::backends::interval::{Bytes, IntervalReport, Layout, Sink};
+use crate::output::latency::LatencyCols;
 use std::io::{self, Write};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -27,6 +28,8 @@ pub struct StatWriter<W: Write> {
     /// Reference for the human/CSV time column (seconds since the first read).
     t0_ns: Option<u64>,
     header_done: bool,
+    /// `stat --latency`: the two counts whose ratio is the average latency.
+    latency: Option<LatencyCols>,
 }
 
 impl<W: Write> Sink for StatWriter<W> {
@@ -118,7 +121,13 @@ impl<W: Write> StatWriter<W> {
                 .collect(),
             t0_ns: None,
             header_done: false,
+            latency: None,
         }
+    }
+
+    /// Adds the average-latency column (`stat --latency`).
+    pub fn set_latency(&mut self, cols: Option<LatencyCols>) {
+        self.latency = cols;
     }
 
     /// Writes one interval and flushes it.
@@ -220,6 +229,9 @@ impl<W: Write> StatWriter<W> {
             json_num(b, *v);
         }
         b.push(b'}');
+        if let Some(l) = &self.latency {
+            l.json(b, r);
+        }
         if r.multiplexed {
             // Extra field: the fraction of the interval each multiplexed counter ran.
             b.extend_from_slice(b",\"multiplexed\":{");
@@ -267,9 +279,10 @@ impl<W: Write> StatWriter<W> {
                 "read_bytes_per_s",
                 "write_bytes_per_s",
                 "total_bytes_per_s",
+                "count",
             ];
+            // One table: package and channel rows leave `count` empty, event rows the bytes.
             let _ = writeln!(b, "# {}", cols.join(sep));
-            let _ = writeln!(b, "# time_s{sep}elapsed_s{sep}event{sep}NAME{sep}count");
         }
         for (p, pb) in layout.packages.iter().zip(&r.packages) {
             let rows = std::iter::once((String::new(), &pb.bytes)).chain(if p.memories.len() > 1 {
@@ -303,9 +316,15 @@ impl<W: Write> StatWriter<W> {
         if layout.packages.is_empty() || layout.value_keys.iter().any(|k| !is_default(k)) {
             for (k, v) in layout.value_keys.iter().zip(&r.values) {
                 let _ = write!(b, "{time:.9}{sep}{el:.9}{sep}event{sep}{k}{sep}");
+                for _ in 0..5 {
+                    b.extend_from_slice(sep.as_bytes());
+                }
                 json_num(b, *v);
                 b.push(b'\n');
             }
+        }
+        if let Some(l) = &self.latency {
+            l.csv(b, r, time, el, sep);
         }
         not_counted_note(b, layout, r);
     }
@@ -367,6 +386,9 @@ impl<W: Write> StatWriter<W> {
                 b.push(b'\n');
             }
         }
+        if let Some(l) = &self.latency {
+            l.human(b, r, time, ms);
+        }
         not_counted_note(b, layout, r);
     }
 }
@@ -422,6 +444,8 @@ fn csv_bytes(b: &mut Vec<u8>, r: &IntervalReport, x: &Bytes, sep: &str) {
     json_num(b, r.rate(x.write).round());
     b.extend_from_slice(sep.as_bytes());
     json_num(b, r.rate(x.total()).round());
+    // The event rows' count column.
+    b.extend_from_slice(sep.as_bytes());
     b.push(b'\n');
 }
 

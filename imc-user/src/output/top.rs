@@ -362,7 +362,10 @@ fn render_series(
                     let sum: f64 = r.tasks.iter().map(|t| traffic_count(cfg, t)).sum();
                     per_s(sum, seconds(r))
                 });
-                let label = format!("{}/s {now:>10}", cfg.traffic_events.join("+"));
+                let label = format!(
+                    "{} {now:>10}",
+                    super::rate_title(&cfg.traffic_events.join("+"))
+                );
                 series_line(label, &history.counts, a, buf);
             }
         }
@@ -437,8 +440,9 @@ fn render_tasks(
         // In counts mode the traffic counters are what 't' sorts by.
         let key = (cfg.units == Units::Counts && cfg.traffic_events.contains(e))
             .then_some(SortKey::Total);
-        let width = (e.chars().count() + 3).clamp(8, 24) as u16;
-        titles.push((key, format!("{e}/s"), width));
+        let title = super::rate_title(e);
+        let width = (title.chars().count() + 1).clamp(8, 24) as u16;
+        titles.push((key, title, width));
     }
     let header = Row::new(titles.iter().enumerate().map(|(i, (k, t, _))| {
         let t = column_title(state, *k, t);
@@ -548,6 +552,7 @@ mod tests {
                 read_bytes: 600_000_000,
                 write_bytes: 150_000_000,
                 total_bytes: 0,
+                ..PackageRow::default()
             }],
             tasks: vec![
                 task(300, "stream", 400_000_000, 100_000_000, 0.66),

@@ -1,5 +1,6 @@
 //! Byte-level helpers of the recording format: LEB128 varints, zigzag, CRC-32 (IEEE, as zlib
 //! and gzip use, so `python3 -c 'import zlib'` can check a chunk by hand).
+use bytes::{BufMut, BytesMut};
 
 /// CRC-32 table for the reflected IEEE polynomial 0xEDB88320, built at compile time.
 const CRC_TABLE: [u32; 256] = {
@@ -32,13 +33,34 @@ pub fn crc32(parts: &[&[u8]]) -> u32 {
     !c
 }
 
+/// Appends `v` as LEB128 to any byte sink (`Vec<u8>`, `BytesMut`).
 #[inline]
-pub fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+pub fn put_varint(out: &mut impl BufMut, mut v: u64) {
     while v >= 0x80 {
-        out.push((v as u8) | 0x80);
+        out.put_u8((v as u8) | 0x80);
         v >>= 7;
     }
-    out.push(v as u8);
+    out.put_u8(v as u8);
+}
+
+/// Bytes `put_varint` writes for `v`.
+pub fn varint_len(v: u64) -> usize {
+    (64 - (v | 1).leading_zeros() as usize).div_ceil(7)
+}
+
+/// Appends one framed chunk: type, payload length, payload, CRC of the three.
+pub fn put_chunk(out: &mut BytesMut, kind: u8, payload: &[u8]) {
+    let start = out.len();
+    out.put_u8(kind);
+    out.put_u32_le(payload.len() as u32);
+    out.put_slice(payload);
+    let crc = crc32(&[&out[start..]]);
+    out.put_u32_le(crc);
+}
+
+/// Bytes of a framed chunk around a payload of `len` bytes.
+pub const fn framed(len: usize) -> u64 {
+    9 + len as u64
 }
 
 #[inline]
@@ -141,6 +163,11 @@ mod tests {
         }
         assert_eq!(c.varint(), Err(Malformed));
         assert_eq!(Cursor::new(&[0xff; 11]).varint(), Err(Malformed));
+        for v in [0, 1, 127, 128, 16383, 16384, u64::MAX >> 1, u64::MAX] {
+            let mut o = Vec::new();
+            put_varint(&mut o, v);
+            assert_eq!(varint_len(v), o.len(), "{v}");
+        }
         for v in [0i64, -1, 1, i64::MIN, i64::MAX] {
             assert_eq!(unzigzag(zigzag(v)), v);
         }

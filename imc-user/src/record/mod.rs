@@ -11,7 +11,7 @@ mod reader;
 mod writer;
 
 pub use reader::{Item, ReadStatus, Reader};
-pub use writer::{Writer, WriterOptions, WriterStats};
+pub use writer::{Writer, WriterOptions, WriterStats, smallest_max_size};
 
 use crate::model::{Direction, Package, SlotRole, SlotScope, SlotSpec, Topology};
 use serde::{Deserialize, Serialize};
@@ -27,8 +27,11 @@ pub const CHUNK_TASKS: u8 = 2;
 pub const CHUNK_INTERVAL: u8 = 3;
 pub const CHUNK_TICKS: u8 = 4;
 pub const CHUNK_END: u8 = 5;
-/// Cgroup paths of the tasks' cgroup ids (a later addition: older readers skip it).
-pub const CHUNK_CGROUPS: u8 = 6;
+/// Last chunk of a file the writer rotated out: the run continues in the next segment.
+pub const CHUNK_CONTINUED: u8 = 6;
+/// Cgroup paths of the tasks' cgroup ids, per file like the task table (a later addition:
+/// older readers skip it). Views' branch first numbered it 6, which main gave CONTINUED.
+pub const CHUNK_CGROUPS: u8 = 7;
 
 /// Largest chunk payload a reader accepts (a corrupt length must not allocate gigabytes).
 pub const MAX_CHUNK: u32 = 64 << 20;
@@ -51,6 +54,11 @@ pub enum RecordError {
     BadHeader { path: PathBuf, reason: String },
     #[error("header: {0}")]
     Header(String),
+    #[error(
+        "--max-size {max} is too small: each half of the bound must hold the header and one interval; give at least {least} bytes ({}K)",
+        least.div_ceil(1024)
+    )]
+    BoundTooSmall { max: u64, least: u64 },
 }
 
 /// One slot as the header stores it (the model's `SlotSpec`, in words).
@@ -213,6 +221,7 @@ mod tests {
     use super::*;
     use crate::attribution::synth::{Scenario, SynthItem};
     use crate::output::interval::IntervalResult;
+    use std::path::Path;
 
     #[test]
     fn raw_ticks_and_intervals_round_trip_exactly() {
@@ -257,6 +266,11 @@ mod tests {
             }
         }
         assert_eq!(r.status(), &ReadStatus::Complete);
+        // Per-slot package counts are the live exporter's detail, not recorded.
+        for p in ivs.iter_mut().flat_map(|iv| iv.packages.iter_mut()) {
+            p.slot_counts.clear();
+            p.unattributed_counts.clear();
+        }
         assert_eq!(got_ivs, ivs);
         // Every interval is a burst (threshold 0): every record was kept, bit for bit.
         assert_eq!(stats.ticks_written as usize, got_ticks.len());
@@ -391,6 +405,111 @@ mod tests {
         );
     }
 
+    /// Chunk types of a file, in order (walking the framing only).
+    fn chunk_kinds(data: &[u8]) -> Vec<u8> {
+        let hlen = u32::from_le_bytes(data[10..14].try_into().unwrap()) as usize;
+        let mut at = 18 + hlen;
+        let mut kinds = Vec::new();
+        while at + 9 <= data.len() {
+            kinds.push(data[at]);
+            at += 9 + u32::from_le_bytes(data[at + 1..at + 5].try_into().unwrap()) as usize;
+        }
+        assert_eq!(at, data.len());
+        kinds
+    }
+
+    #[test]
+    fn under_container_churn_each_segment_defines_only_its_cgroups_within_the_bound() {
+        use crate::output::interval::TaskRow;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("pods.imc");
+        let sc = Scenario::busy(2, 1000, 1);
+        let specs = sc.specs();
+        let header = RecordHeader::new(&specs, &sc.topology(), 1000, "x", 100_000_000);
+        let max = 64 * 1024;
+        let mut w = Writer::create(&path, header, Some(max)).unwrap();
+        // A cgroup's path follows from its id: a new pod container every task, 10 an interval.
+        let path_of = |id: u64| {
+            format!(
+                "/kubepods.slice/kubepods-pod{id:08x}_0000_4000_8000_00000000000a.slice/cri-containerd-{id:064x}.scope"
+            )
+        };
+        let mut pid = 1000u32;
+        for k in 0..1000u64 {
+            let mut iv = churn_interval(&specs, k, pid, 10);
+            for t in &mut iv.tasks {
+                t.cgroup = if t.comm == "steady" {
+                    7
+                } else {
+                    u64::from(t.pid)
+                };
+                t.set_cgroup_names(&crate::discovery::cgroup::names_of_path(&path_of(t.cgroup)));
+            }
+            w.push_interval(&iv).unwrap();
+            pid += 10;
+        }
+        let stats = w.finish().unwrap();
+        assert!(stats.rotations >= 2, "{stats:?}");
+        assert_eq!(stats.rows_dropped, 0);
+        let old = rotated_path(&path);
+        let (a, b) = (
+            std::fs::metadata(&path).unwrap().len(),
+            std::fs::metadata(&old).unwrap().len(),
+        );
+        // The cgroup entries count inside the bound, and do not pile up from file to file.
+        assert!(a + b <= max, "{a} + {b} > {max}");
+        assert!(b > max / 2 * 3 / 4, "FILE.1 holds {b} of {} bytes", max / 2);
+        let mut kept = 0;
+        for p in [&old, &path] {
+            let kinds = chunk_kinds(&std::fs::read(p).unwrap());
+            // Type 7: never mistaken for the rotation marker (6) a rotated file ends with.
+            assert!(kinds.contains(&CHUNK_CGROUPS), "{kinds:?}");
+            assert_eq!(
+                kinds.iter().filter(|&&k| k == CHUNK_CONTINUED).count(),
+                usize::from(p == &old)
+            );
+            let mut r = Reader::open(p).unwrap();
+            let ivs: Vec<IntervalResult> = r
+                .by_ref()
+                .filter_map(|i| match i {
+                    Item::Interval(iv) => Some(iv),
+                    Item::Ticks(_) => None,
+                })
+                .collect();
+            let used: std::collections::HashSet<u64> = ivs
+                .iter()
+                .flat_map(|iv| iv.tasks.iter().map(|t| t.cgroup))
+                .collect();
+            assert_eq!(
+                r.cgroups_defined(),
+                used.len(),
+                "each file defines only the cgroups it uses"
+            );
+            for t in ivs.iter().flat_map(|iv| &iv.tasks) {
+                let want = crate::discovery::cgroup::names_of_path(&path_of(t.cgroup));
+                let mut named = TaskRow::default();
+                named.set_cgroup_names(&want);
+                assert_eq!(
+                    (&t.cgroup_path, &t.container_id, &t.pod_uid),
+                    (&named.cgroup_path, &named.container_id, &named.pod_uid)
+                );
+                assert!(t.container_id.is_some() && t.pod_uid.is_some());
+            }
+            kept += ivs.len();
+        }
+        assert_eq!(
+            read_all(&path).0.last().unwrap().t_end_ns,
+            1000 * 100_000_000
+        );
+        // Ten new paths an interval make an interval large; the kept span is still at least a
+        // file's worth of them.
+        let per_interval = (a + b) / kept as u64;
+        assert!(
+            kept as u64 >= (max / 2) / per_interval,
+            "{kept} intervals of ~{per_interval} bytes kept in {max} bytes"
+        );
+    }
+
     #[test]
     fn without_paths_no_cgroups_chunk_is_written_and_paths_read_null() {
         let dir = tempfile::tempdir().unwrap();
@@ -434,5 +553,197 @@ mod tests {
                 .flat_map(|g| &g.tasks)
                 .all(|t| t.cgroup_path.is_none())
         );
+    }
+
+    /// An interval of `n` short-lived tasks (pids from `first_pid`) plus one steady task, as
+    /// under process churn: a shell loop of /bin/true.
+    fn churn_interval(specs: &[SlotSpec], k: u64, first_pid: u32, n: u32) -> IntervalResult {
+        let row = |pid: u32, comm: &str, reads: u64| {
+            let mut values = std::collections::BTreeMap::new();
+            values.insert(specs[0].event.clone(), reads as f64);
+            values.insert(specs[1].event.clone(), 0.0);
+            crate::output::interval::TaskRow {
+                pid,
+                tgid: pid,
+                comm: comm.into(),
+                cgroup: 7,
+                read_bytes: reads * 64,
+                share: 0.0,
+                values,
+                ..Default::default()
+            }
+        };
+        let mut tasks: Vec<_> = (0..n)
+            .map(|i| row(first_pid + i, "true", 10 + u64::from(i % 5)))
+            .collect();
+        tasks.push(row(1, "steady", 1000));
+        let read: u64 = tasks.iter().map(|t| t.read_bytes).sum();
+        IntervalResult {
+            t_start_ns: k * 100_000_000,
+            t_end_ns: (k + 1) * 100_000_000,
+            source: "x".into(),
+            packages: vec![crate::output::interval::PackageRow {
+                id: 0,
+                read_bytes: read,
+                write_bytes: 0,
+                total_bytes: 0,
+                ..Default::default()
+            }],
+            tasks,
+            unattributed_bytes: 0,
+            lost_samples: 0,
+        }
+    }
+
+    fn read_all(path: &std::path::Path) -> (Vec<IntervalResult>, ReadStatus, usize) {
+        let mut r = Reader::open(path).unwrap();
+        let ivs: Vec<_> = r
+            .by_ref()
+            .filter_map(|i| match i {
+                Item::Interval(iv) => Some(iv),
+                Item::Ticks(_) => None,
+            })
+            .collect();
+        (ivs, r.status().clone(), r.tasks_defined())
+    }
+
+    #[test]
+    fn under_churn_each_segment_restates_only_its_tasks_and_the_bound_holds() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("churn.imc");
+        let sc = Scenario::busy(2, 1000, 1);
+        let specs = sc.specs();
+        let header = RecordHeader::new(&specs, &sc.topology(), 1000, "x", 100_000_000);
+        let max = 64 * 1024;
+        let mut w = Writer::create(&path, header, Some(max)).unwrap();
+        // 125 new processes every 100 ms: 75k a minute, for 2 minutes.
+        let mut pid = 1000u32;
+        for k in 0..1200 {
+            w.push_interval(&churn_interval(&specs, k, pid, 125))
+                .unwrap();
+            pid += 125;
+        }
+        let stats = w.finish().unwrap();
+        let old = rotated_path(&path);
+        let (a, b) = (
+            std::fs::metadata(&path).unwrap().len(),
+            std::fs::metadata(&old).unwrap().len(),
+        );
+        assert!(a + b <= max, "{a} + {b} > {max}");
+        assert_eq!(stats.rows_dropped, 0);
+        // A rotated file is filled to its half (less the room for one interval), not cut after
+        // every interval by a table of every task ever seen.
+        assert!(b > max / 2 * 3 / 4, "FILE.1 holds {b} of {} bytes", max / 2);
+        let written: u64 = 1200 * 2000;
+        assert!(
+            stats.rotations < written / (max / 2) * 2,
+            "{} rotations",
+            stats.rotations
+        );
+        let (newest, s1, defined1) = read_all(&path);
+        let (older, s2, defined2) = read_all(&old);
+        assert_eq!(s1, ReadStatus::Complete);
+        // A clean rotation is not an interruption.
+        assert_eq!(s2, ReadStatus::Continued);
+        for (ivs, defined) in [(&newest, defined1), (&older, defined2)] {
+            let used: std::collections::HashSet<u32> = ivs
+                .iter()
+                .flat_map(|iv| iv.tasks.iter().map(|t| t.pid))
+                .collect();
+            assert_eq!(
+                defined,
+                used.len(),
+                "each file defines only the tasks it uses"
+            );
+        }
+        assert_eq!(older.last().unwrap().t_end_ns, newest[0].t_start_ns);
+        // The kept span: everything in both files, back to back.
+        let kept = newest.len() + older.len();
+        let per_interval = (a + b) / kept as u64;
+        assert!(
+            kept as u64 >= (max / 2) / per_interval,
+            "{kept} intervals of ~{per_interval} bytes kept in {max} bytes"
+        );
+        assert_eq!(newest.last().unwrap().t_end_ns, 1200 * 100_000_000);
+    }
+
+    #[test]
+    fn a_bound_too_small_for_one_interval_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let sc = Scenario::busy(2, 1000, 1);
+        let header = RecordHeader::new(&sc.specs(), &sc.topology(), 1000, "x", 100_000_000);
+        let least = smallest_max_size(&header);
+        assert!(least < 64 * 1024, "{least}");
+        let e = Writer::create(&dir.path().join("a"), header.clone(), Some(least - 1))
+            .err()
+            .unwrap();
+        assert!(matches!(e, RecordError::BoundTooSmall { .. }), "{e}");
+        assert!(!dir.path().join("a").exists());
+        Writer::create(&dir.path().join("b"), header, Some(least)).unwrap();
+    }
+
+    #[test]
+    fn an_interval_larger_than_a_file_keeps_its_largest_rows_within_the_bound() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("big.imc");
+        let sc = Scenario::busy(2, 1000, 1);
+        let specs = sc.specs();
+        let header = RecordHeader::new(&specs, &sc.topology(), 1000, "x", 100_000_000);
+        let max = smallest_max_size(&header);
+        let mut w = Writer::create(&path, header, Some(max)).unwrap();
+        let iv = churn_interval(&specs, 0, 1000, 5000);
+        w.push_interval(&iv).unwrap();
+        w.push_interval(&churn_interval(&specs, 1, 9000, 3))
+            .unwrap();
+        let stats = w.finish().unwrap();
+        assert!(stats.rows_dropped > 0);
+        let total = std::fs::metadata(&path).unwrap().len()
+            + std::fs::metadata(rotated_path(&path)).map_or(0, |m| m.len());
+        assert!(total <= max, "{total} > {max}");
+        let mut got = Vec::new();
+        for p in [rotated_path(&path), path.clone()] {
+            if p.exists() {
+                got.extend(read_all(&p).0);
+            }
+        }
+        let first = got.iter().find(|g| g.t_start_ns == 0).unwrap();
+        // The largest row is kept; no byte is lost: what was left out is unattributed.
+        assert!(first.tasks.iter().any(|t| t.comm == "steady"));
+        let kept: u64 = first.tasks.iter().map(|t| t.read_bytes).sum();
+        assert_eq!(kept + first.unattributed_bytes, iv.packages[0].read_bytes);
+    }
+
+    #[test]
+    fn streaming_reader_reads_a_recording_in_pieces_and_refuses_non_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = Reader::open(Path::new("/dev/zero")).err().unwrap();
+        assert!(e.to_string().contains("character device"), "{e}");
+        let e = Reader::open(dir.path()).err().unwrap();
+        assert!(e.to_string().contains("a directory"), "{e}");
+        // A reader over a source that hands out one byte at a time sees the same items.
+        let path = dir.path().join("p.imc");
+        let sc = Scenario::busy(2, 1000, 1);
+        let specs = sc.specs();
+        let header = RecordHeader::new(&specs, &sc.topology(), 1000, "x", 100_000_000);
+        let mut w = Writer::create(&path, header, None).unwrap();
+        for k in 0..20 {
+            w.push_interval(&churn_interval(&specs, k, 100 + k as u32 * 3, 3))
+                .unwrap();
+        }
+        w.finish().unwrap();
+        struct Trickle(std::io::Cursor<Vec<u8>>);
+        impl std::io::Read for Trickle {
+            fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+                let n = buf.len().min(1);
+                self.0.read(&mut buf[..n])
+            }
+        }
+        let data = std::fs::read(&path).unwrap();
+        let mut r =
+            Reader::from_reader(&path, Box::new(Trickle(std::io::Cursor::new(data)))).unwrap();
+        let n = r.by_ref().count();
+        assert_eq!(n, 20);
+        assert_eq!(r.status(), &ReadStatus::Complete);
+        assert_eq!(read_all(&path).0.len(), 20);
     }
 }

@@ -1,16 +1,20 @@
 //! Reading recordings: everything up to the first damaged or truncated chunk, then a status
-//! saying whether the file ended cleanly, was cut, or is damaged at some offset.
+//! saying whether the file ended cleanly, was cut, or is damaged at some offset. The file is
+//! streamed chunk by chunk: memory is one chunk plus the string, cgroup and task tables, never
+//! the file.
 use super::codec::{Cursor, Malformed, crc32, unzigzag};
 use super::{
-    CHUNK_CGROUPS, CHUNK_END, CHUNK_INTERVAL, CHUNK_STRINGS, CHUNK_TASKS, CHUNK_TICKS, MAGIC,
-    MAX_CHUNK, RecordError, RecordHeader, VERSION,
+    CHUNK_CGROUPS, CHUNK_CONTINUED, CHUNK_END, CHUNK_INTERVAL, CHUNK_STRINGS, CHUNK_TASKS,
+    CHUNK_TICKS, MAGIC, MAX_CHUNK, RecordError, RecordHeader, VERSION,
 };
 use crate::attribution::{bytes_of, summary::sort_rows, traffic_counts};
 use crate::discovery::cgroup::{CgroupNames, names_of_path};
 use crate::model::{SlotRole, SlotSpec};
 use crate::output::interval::{IntervalResult, PackageRow, TaskRow};
+use bytes::{BufMut, BytesMut};
 use imc_common::{MAX_SLOTS, SlotReading, TickRecord};
 use std::collections::{BTreeMap, HashMap};
+use std::io::{BufReader, Read};
 use std::path::{Path, PathBuf};
 
 /// One thing read from a recording.
@@ -26,6 +30,9 @@ pub enum Item {
 pub enum ReadStatus {
     /// Not at the end yet.
     Reading,
+    /// The file ends with the writer's rotation marker: the run went on in the next segment
+    /// (FILE, when this is FILE.1). Nothing was lost at this end.
+    Continued,
     /// The END chunk was reached: the writer finished normally.
     Complete,
     /// The file ends on a chunk boundary without END: the writer was stopped (or crashed)
@@ -43,45 +50,86 @@ struct TaskDef {
     comm_raw: [u8; 16],
 }
 
+/// Where the next chunk comes from: the file (buffered) or bytes already in memory.
+type Source = Box<dyn Read>;
+
 pub struct Reader {
     path: PathBuf,
     header: RecordHeader,
     specs: Vec<SlotSpec>,
-    data: Vec<u8>,
-    pos: usize,
+    src: Source,
+    /// File offset of the next chunk.
+    pos: u64,
+    /// The current chunk (type, length, payload, CRC), reused: memory stays one chunk, at most
+    /// [`MAX_CHUNK`], whatever the size of the file.
+    chunk: BytesMut,
     strings: Vec<String>,
     tasks: Vec<TaskDef>,
-    /// Cgroup id → names, from CGROUPS chunks (none in recordings made before they existed).
+    /// Cgroup id → names, from the file's CGROUPS chunks (none in recordings made before they
+    /// existed: paths read null).
     cgroups: HashMap<u64, CgroupNames>,
     status: ReadStatus,
     has_bytes: bool,
     ended: bool,
+    continued: bool,
+}
+
+/// Largest JSON header a reader accepts (real ones are a few KiB).
+const MAX_HEADER: usize = 1 << 20;
+
+/// Reads until `buf` is full or the input ends; the number of bytes read.
+fn read_full(src: &mut dyn Read, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match src.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
 }
 
 impl Reader {
+    /// Opens a recording and reads its header; the chunks are read one at a time as they are
+    /// asked for. Anything but a regular file (a FIFO, a directory, `/dev/zero`) is refused
+    /// before it is read.
     pub fn open(path: &Path) -> Result<Reader, RecordError> {
-        let data = std::fs::read(path).map_err(|source| RecordError::Io {
+        let io = |source| RecordError::Io {
             path: path.to_path_buf(),
             source,
-        })?;
-        Self::from_bytes(path, data)
+        };
+        let file = crate::sys::file::open_regular(path).map_err(io)?;
+        Self::from_reader(path, Box::new(BufReader::with_capacity(1 << 16, file)))
     }
 
     /// Parses a recording already in memory (`path` names it in messages).
     pub fn from_bytes(path: &Path, data: Vec<u8>) -> Result<Reader, RecordError> {
+        Self::from_reader(path, Box::new(std::io::Cursor::new(data)))
+    }
+
+    /// Reads the header from `src`; the chunks follow on demand.
+    pub fn from_reader(path: &Path, mut src: Source) -> Result<Reader, RecordError> {
         let bad = |reason: &str| RecordError::BadHeader {
             path: path.to_path_buf(),
             reason: reason.to_owned(),
         };
-        if data.len() < MAGIC.len() || data[..MAGIC.len()] != MAGIC {
+        let io = |source| RecordError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        let mut fixed = [0u8; 14];
+        let got = read_full(&mut src, &mut fixed).map_err(io)?;
+        if got < MAGIC.len() || fixed[..MAGIC.len()] != MAGIC {
             return Err(RecordError::NotARecording {
                 path: path.to_path_buf(),
             });
         }
-        let fixed = data
-            .get(8..14)
-            .ok_or_else(|| bad("cut inside the header"))?;
-        let version = u16::from_le_bytes([fixed[0], fixed[1]]);
+        if got < fixed.len() {
+            return Err(bad("cut inside the header"));
+        }
+        let version = u16::from_le_bytes([fixed[8], fixed[9]]);
         if version > VERSION {
             return Err(RecordError::NewerVersion {
                 path: path.to_path_buf(),
@@ -91,18 +139,20 @@ impl Reader {
         if version == 0 {
             return Err(bad("version 0"));
         }
-        let hlen = u32::from_le_bytes([fixed[2], fixed[3], fixed[4], fixed[5]]) as usize;
-        let json = data
-            .get(14..14usize.saturating_add(hlen))
-            .ok_or_else(|| bad("cut inside the header"))?;
-        let crc = data
-            .get(14 + hlen..18 + hlen)
-            .ok_or_else(|| bad("cut inside the header"))?;
-        if crc32(&[json]).to_le_bytes() != crc {
+        let hlen = u32::from_le_bytes([fixed[10], fixed[11], fixed[12], fixed[13]]) as usize;
+        if hlen > MAX_HEADER {
+            return Err(bad(&format!("header length {hlen} is implausible")));
+        }
+        let mut json = vec![0u8; hlen + 4];
+        if read_full(&mut src, &mut json).map_err(io)? < json.len() {
+            return Err(bad("cut inside the header"));
+        }
+        let crc = json.split_off(hlen);
+        if crc32(&[&json]).to_le_bytes()[..] != crc[..] {
             return Err(bad("checksum mismatch"));
         }
         let header: RecordHeader =
-            serde_json::from_slice(json).map_err(|e| bad(&format!("{e}")))?;
+            serde_json::from_slice(&json).map_err(|e| bad(&format!("{e}")))?;
         let specs = header.specs().map_err(|e| bad(&e))?;
         let has_bytes = specs
             .iter()
@@ -111,14 +161,16 @@ impl Reader {
             path: path.to_path_buf(),
             header,
             specs,
-            pos: 18 + hlen,
-            data,
+            src,
+            pos: 18 + hlen as u64,
+            chunk: BytesMut::new(),
             strings: Vec::new(),
             tasks: Vec::new(),
             cgroups: HashMap::new(),
             status: ReadStatus::Reading,
             has_bytes,
             ended: false,
+            continued: false,
         })
     }
 
@@ -138,19 +190,37 @@ impl Reader {
         &self.status
     }
 
-    /// Bytes of the file.
-    pub fn len(&self) -> usize {
-        self.data.len()
+    /// Tasks the file has defined so far (its task table).
+    pub fn tasks_defined(&self) -> usize {
+        self.tasks.len()
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.data.is_empty()
+    /// Cgroup paths the file has defined so far (its cgroup table).
+    pub fn cgroups_defined(&self) -> usize {
+        self.cgroups.len()
     }
 
-    fn damaged(&mut self, offset: usize, reason: impl Into<String>) -> Option<Item> {
+    /// Bytes read so far (the header and every chunk handed out).
+    pub fn offset(&self) -> u64 {
+        self.pos
+    }
+
+    fn damaged(&mut self, offset: u64, reason: impl Into<String>) -> Option<Item> {
         self.status = ReadStatus::Damaged {
-            offset: offset as u64,
+            offset,
             reason: reason.into(),
+        };
+        None
+    }
+
+    /// The end of the input on a chunk boundary: how the file ended.
+    fn at_end(&mut self) -> Option<Item> {
+        self.status = if self.ended {
+            ReadStatus::Complete
+        } else if self.continued {
+            ReadStatus::Continued
+        } else {
+            ReadStatus::Unfinished
         };
         None
     }
@@ -163,50 +233,48 @@ impl Reader {
                 return None;
             }
             let at = self.pos;
-            let rest = self.data.len() - at;
-            if rest == 0 {
-                self.status = if self.ended {
-                    ReadStatus::Complete
-                } else {
-                    ReadStatus::Unfinished
-                };
-                return None;
+            let mut head = [0u8; 5];
+            let got = match read_full(&mut self.src, &mut head) {
+                Ok(n) => n,
+                Err(e) => return self.damaged(at, format!("read error: {e}")),
+            };
+            if got == 0 {
+                return self.at_end();
             }
-            if rest < 9 {
+            if got < head.len() {
                 return self.damaged(at, "file cut inside a chunk header");
             }
-            let kind = self.data[at];
-            let len = u32::from_le_bytes([
-                self.data[at + 1],
-                self.data[at + 2],
-                self.data[at + 3],
-                self.data[at + 4],
-            ]);
+            let kind = head[0];
+            let len = u32::from_le_bytes([head[1], head[2], head[3], head[4]]);
             if len > MAX_CHUNK {
                 return self.damaged(at, format!("chunk length {len} is implausible"));
             }
-            let end = at + 5 + len as usize;
-            if end + 4 > self.data.len() {
-                return self.damaged(at, "file cut inside a chunk");
+            // Payload and CRC, read as they come (a cut file never allocates its claimed
+            // length up front).
+            self.chunk.clear();
+            self.chunk.extend_from_slice(&head);
+            let want = u64::from(len) + 4;
+            let mut w = (&mut self.chunk).writer();
+            let copied = std::io::copy(&mut (&mut self.src).take(want), &mut w);
+            match copied {
+                Ok(n) if n == want => {}
+                Ok(_) => return self.damaged(at, "file cut inside a chunk"),
+                Err(e) => return self.damaged(at, format!("read error: {e}")),
             }
-            let crc = u32::from_le_bytes([
-                self.data[end],
-                self.data[end + 1],
-                self.data[end + 2],
-                self.data[end + 3],
-            ]);
-            if crc32(&[&self.data[at..end]]) != crc {
+            let end = 5 + len as usize;
+            if crc32(&[&self.chunk[..end]]).to_le_bytes()[..] != self.chunk[end..] {
                 return self.damaged(at, "chunk checksum mismatch");
             }
-            self.pos = end + 4;
-            let payload = std::mem::take(&mut self.data);
-            let r = self.decode(kind, &payload[at + 5..end]);
-            self.data = payload;
+            let chunk = std::mem::take(&mut self.chunk);
+            let r = self.decode(kind, &chunk[5..end]);
+            self.chunk = chunk;
             match r {
-                Ok(Some(item)) => return Some(item),
-                Ok(None) => continue,
+                Ok(Some(item)) => {
+                    self.pos = at + 5 + want;
+                    return Some(item);
+                }
+                Ok(None) => self.pos = at + 5 + want,
                 Err(Malformed) => {
-                    self.pos = at;
                     return self.damaged(at, format!("malformed chunk of type {kind}"));
                 }
             }
@@ -265,6 +333,10 @@ impl Reader {
                 self.ended = true;
                 Ok(None)
             }
+            CHUNK_CONTINUED => {
+                self.continued = true;
+                Ok(None)
+            }
             // Chunk types from a newer minor revision: skipped (FORMAT.md, compatibility).
             _ => Ok(None),
         }
@@ -284,6 +356,7 @@ impl Reader {
                 read_bytes: c.varint()?,
                 write_bytes: c.varint()?,
                 total_bytes: c.varint()?,
+                ..PackageRow::default()
             });
         }
         let package_bytes: u64 = packages.iter().fold(0u64, |a, p| {

@@ -1,15 +1,16 @@
 //! Writing recordings: aggregates every interval, raw ticks only around bursts, size-bounded.
-use super::codec::{crc32, put_varint, zigzag};
+use super::codec::{crc32, framed, put_chunk, put_varint, zigzag};
 use super::{
-    CHUNK_CGROUPS, CHUNK_END, CHUNK_INTERVAL, CHUNK_STRINGS, CHUNK_TASKS, CHUNK_TICKS, MAGIC,
-    RecordError, RecordHeader, VERSION, rotated_path,
+    CHUNK_CGROUPS, CHUNK_CONTINUED, CHUNK_END, CHUNK_INTERVAL, CHUNK_STRINGS, CHUNK_TASKS,
+    CHUNK_TICKS, MAGIC, RecordError, RecordHeader, VERSION, rotated_path,
 };
 use crate::attribution::TaskKey;
 use crate::attribution::tasks::FxBuild;
 use crate::model::{SlotRole, SlotSpec};
 use crate::output::interval::IntervalResult;
+use bytes::{BufMut, BytesMut};
 use imc_common::{MAX_SLOTS, SlotReading, TickRecord};
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -57,6 +58,11 @@ pub struct WriterStats {
     pub raw_bytes: u64,
     /// Bytes written to the current file.
     pub bytes: u64,
+    /// Task rows left out of intervals too large for a file of the bound (their bytes are
+    /// counted as unattributed).
+    pub rows_dropped: u64,
+    /// Intervals not written at all (cannot happen above `smallest_max_size`).
+    pub intervals_dropped: u64,
 }
 
 /// Per-CPU previous values within one TICKS chunk (delta coding restarts in every chunk, so a
@@ -114,20 +120,204 @@ impl Histogram {
     }
 }
 
+/// The string, cgroup and task tables of the current file. Each file has its own (ids start at
+/// 0 in every segment), so a rotated file restates only the tasks, and the cgroup paths, its
+/// chunks use.
+#[derive(Default)]
+struct Tables {
+    strings: HashMap<String, u64>,
+    /// Cgroup ids whose path this file defines.
+    cgroups: HashSet<u64, FxBuild>,
+    tasks: HashMap<TaskKey, u64, FxBuild>,
+    /// Entries not yet written, in id order (cgroups: id and path string id).
+    new_strings: Vec<String>,
+    new_cgroups: Vec<(u64, u64)>,
+    new_tasks: Vec<(TaskKey, u64)>,
+}
+
+/// How many unwritten entries each table has: what [`Tables::rollback`] returns to.
+#[derive(Clone, Copy)]
+struct Mark {
+    strings: usize,
+    cgroups: usize,
+    tasks: usize,
+}
+
+/// The STRINGS, CGROUPS and TASKS payloads of a chunk's unwritten table entries, in the order
+/// they are written (each empty when there are none).
+#[derive(Default)]
+struct Pending {
+    strings: Vec<u8>,
+    cgroups: Vec<u8>,
+    tasks: Vec<u8>,
+}
+
+impl Tables {
+    fn string_id(&mut self, s: &str) -> u64 {
+        if let Some(&i) = self.strings.get(s) {
+            return i;
+        }
+        let i = self.strings.len() as u64;
+        self.strings.insert(s.to_owned(), i);
+        self.new_strings.push(s.to_owned());
+        i
+    }
+
+    fn task_id(&mut self, key: &TaskKey) -> u64 {
+        if let Some(&i) = self.tasks.get(key) {
+            return i;
+        }
+        let sid = self.string_id(&key.comm_str());
+        let i = self.tasks.len() as u64;
+        self.tasks.insert(*key, i);
+        self.new_tasks.push((*key, sid));
+        i
+    }
+
+    /// Defines the path of cgroup `id` in this file, the first time a row of it carries one.
+    fn cgroup(&mut self, id: u64, path: &str) {
+        if self.cgroups.contains(&id) {
+            return;
+        }
+        let sid = self.string_id(path);
+        self.cgroups.insert(id);
+        self.new_cgroups.push((id, sid));
+    }
+
+    /// How many unwritten entries there are: what [`rollback`](Self::rollback) returns to.
+    fn mark(&self) -> Mark {
+        Mark {
+            strings: self.new_strings.len(),
+            cgroups: self.new_cgroups.len(),
+            tasks: self.new_tasks.len(),
+        }
+    }
+
+    /// Forgets the entries made since `mark` (a chunk that was encoded but not written).
+    fn rollback(&mut self, mark: Mark) {
+        for s in self.new_strings.drain(mark.strings..) {
+            self.strings.remove(&s);
+        }
+        for (id, _) in self.new_cgroups.drain(mark.cgroups..) {
+            self.cgroups.remove(&id);
+        }
+        for (k, _) in self.new_tasks.drain(mark.tasks..) {
+            self.tasks.remove(&k);
+        }
+    }
+
+    /// The entries are written: they are the file's from now on.
+    fn written(&mut self) {
+        self.new_strings.clear();
+        self.new_cgroups.clear();
+        self.new_tasks.clear();
+    }
+
+    /// The table payloads of the unwritten entries.
+    fn pending(&self) -> Pending {
+        let mut p = Pending::default();
+        if !self.new_strings.is_empty() {
+            put_varint(&mut p.strings, self.new_strings.len() as u64);
+            for s in &self.new_strings {
+                put_varint(&mut p.strings, s.len() as u64);
+                p.strings.extend_from_slice(s.as_bytes());
+            }
+        }
+        if !self.new_cgroups.is_empty() {
+            put_varint(&mut p.cgroups, self.new_cgroups.len() as u64);
+            for &(id, sid) in &self.new_cgroups {
+                put_varint(&mut p.cgroups, id);
+                put_varint(&mut p.cgroups, sid);
+            }
+        }
+        if !self.new_tasks.is_empty() {
+            put_varint(&mut p.tasks, self.new_tasks.len() as u64);
+            for (k, sid) in &self.new_tasks {
+                put_varint(&mut p.tasks, u64::from(k.pid));
+                put_varint(&mut p.tasks, u64::from(k.tgid));
+                put_varint(&mut p.tasks, k.cgroup);
+                put_varint(&mut p.tasks, *sid);
+            }
+        }
+        p
+    }
+}
+
+/// One data chunk, encoded against the current tables but not yet written.
+struct Staged {
+    kind: u8,
+    payload: Vec<u8>,
+    tables: Pending,
+    mark: Mark,
+}
+
+impl Staged {
+    /// Bytes it takes in the file, with the table chunks before it.
+    fn bytes(&self) -> u64 {
+        let table = |p: &Vec<u8>| if p.is_empty() { 0 } else { framed(p.len()) };
+        let t = &self.tables;
+        table(&t.strings) + table(&t.cgroups) + table(&t.tasks) + framed(self.payload.len())
+    }
+}
+
+/// What a data chunk holds, for encoding (again after a rotation, against the new tables).
+enum Data<'a> {
+    /// An interval with the rows at these indices of `iv.tasks` (all but when the interval
+    /// alone would not fit in a file: the largest first), and the bytes of the rows left out.
+    Interval {
+        iv: &'a IntervalResult,
+        rows: &'a [usize],
+        dropped_bytes: u64,
+    },
+    Ticks(&'a [TickRecord]),
+}
+
+/// Room kept at the end of every file for the chunk that ends it (END or CONTINUED), so the
+/// bound holds whichever way the file ends.
+const TAIL_RESERVE: u64 = framed(3 * 10);
+
+/// Task rows an interval must have room for in a file of the smallest accepted bound.
+const MIN_ROWS: u64 = 64;
+
+/// Cgroup paths (of up to [`MIN_PATH`] bytes) an interval must have room for likewise.
+const MIN_CGROUPS: u64 = 8;
+const MIN_PATH: u64 = 128;
+
+/// The smallest `--max-size` for a recording with this header: each half must hold the header,
+/// the closing chunk and one interval of [`MIN_ROWS`] new tasks in [`MIN_CGROUPS`] new cgroups
+/// (each with its table entries) for every package. Smaller bounds are refused; above it, an
+/// interval with more tasks (or longer cgroup paths) than a fresh file can hold keeps its
+/// largest rows and counts the rest as unattributed.
+pub fn smallest_max_size(header: &RecordHeader) -> u64 {
+    let json = serde_json::to_vec(header).map_or(4096, |j| j.len() as u64);
+    // Room for the run id and segment number the writer fills in.
+    let head = 18 + json + 64;
+    let slots = header.slots.len() as u64;
+    let packages = header.packages.len() as u64;
+    let interval_fixed = 9 + 5 * 10 + 10 + packages * 4 * 10;
+    // Row: id delta and a count per slot; table entries: pid, tgid, cgroup, comm id, and a
+    // comm of up to 16 bytes.
+    let per_row = 3 + slots * 5 + (5 + 5 + 10 + 3) + 17;
+    // Cgroup entry: id, path string id, and the path with its length.
+    let per_cgroup = 10 + 5 + 2 + MIN_PATH;
+    2 * (head
+        + TAIL_RESERVE
+        + interval_fixed
+        + 3 * 9
+        + MIN_ROWS * per_row
+        + MIN_CGROUPS * per_cgroup)
+}
+
 pub struct Writer {
     path: PathBuf,
     file: File,
     header: RecordHeader,
+    /// Bytes of the current file's header: a file no longer than this holds no data yet.
+    header_bytes: u64,
     specs: Vec<SlotSpec>,
     max_size: Option<u64>,
     opts: WriterOptions,
-    strings: HashMap<String, u64>,
-    tasks: HashMap<TaskKey, u64, FxBuild>,
-    new_strings: Vec<String>,
-    new_tasks: Vec<(TaskKey, u64)>,
-    /// Cgroup id → path, for every id whose path the intervals carried.
-    cgroups: HashMap<u64, String>,
-    new_cgroups: Vec<(u64, u64)>,
+    tables: Tables,
     ring: VecDeque<TickRecord>,
     /// Write ticks straight through until this time (the tail of a burst).
     capture_until: Option<u64>,
@@ -137,7 +327,7 @@ pub struct Writer {
     last_token_t: Option<u64>,
     stats: WriterStats,
     buf: Vec<u8>,
-    chunk: Vec<u8>,
+    chunk: BytesMut,
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> RecordError + '_ {
@@ -152,9 +342,10 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> RecordError + '_ {
 const TICKS_PER_CHUNK: usize = 1024;
 
 impl Writer {
-    /// Creates (truncates) `path`. With `max_size`, the recording is FILE plus at most one
-    /// older FILE.1, each at most max_size/2: when FILE would outgrow its half it becomes
-    /// FILE.1 (replacing the previous one) and a new FILE starts with its own header.
+    /// Creates `path`, which must not exist (see [`Writer::with_options`]). With `max_size`,
+    /// the recording is FILE plus at most one older FILE.1, each at most max_size/2: when FILE
+    /// would outgrow its half it becomes FILE.1 (replacing the previous one) and a new FILE
+    /// starts with its own header.
     pub fn create(
         path: &Path,
         header: RecordHeader,
@@ -163,6 +354,9 @@ impl Writer {
         Self::with_options(path, header, max_size, WriterOptions::default())
     }
 
+    /// Creates `path` new: an existing file, or a symlink (even a dangling one), is an error,
+    /// never followed nor truncated. Replacing a recording is the caller's decision (`record
+    /// --force` removes the old one first).
     pub fn with_options(
         path: &Path,
         mut header: RecordHeader,
@@ -170,6 +364,12 @@ impl Writer {
         opts: WriterOptions,
     ) -> Result<Writer, RecordError> {
         let specs = header.specs().map_err(RecordError::Header)?;
+        if let Some(m) = max_size {
+            let least = smallest_max_size(&header);
+            if m < least {
+                return Err(RecordError::BoundTooSmall { max: m, least });
+            }
+        }
         if header.run_id == 0 {
             // Distinguishes this run's FILE.1 from a stale one left by an earlier run.
             let now = std::time::SystemTime::now()
@@ -177,21 +377,17 @@ impl Writer {
                 .map_or(0, |d| d.as_nanos() as u64);
             header.run_id = (now ^ (u64::from(std::process::id()) << 40)) | 1;
         }
-        let file = File::create(path).map_err(io(path))?;
+        let file = crate::sys::file::create_new(path).map_err(io(path))?;
         let mut w = Writer {
             path: path.to_path_buf(),
             file,
             header,
+            header_bytes: 0,
             specs,
             max_size,
             tokens: opts.raw_bytes_per_hour as f64 / 4.0,
             opts,
-            strings: HashMap::new(),
-            tasks: HashMap::default(),
-            new_strings: Vec::new(),
-            new_tasks: Vec::new(),
-            cgroups: HashMap::new(),
-            new_cgroups: Vec::new(),
+            tables: Tables::default(),
             ring: VecDeque::new(),
             capture_until: None,
             capture: Vec::new(),
@@ -199,7 +395,7 @@ impl Writer {
             last_token_t: None,
             stats: WriterStats::default(),
             buf: Vec::new(),
-            chunk: Vec::new(),
+            chunk: BytesMut::new(),
         };
         w.write_header()?;
         Ok(w)
@@ -212,14 +408,15 @@ impl Writer {
     fn write_header(&mut self) -> Result<(), RecordError> {
         let json =
             serde_json::to_vec(&self.header).map_err(|e| RecordError::Header(e.to_string()))?;
-        let mut out = Vec::with_capacity(json.len() + 18);
-        out.extend_from_slice(&MAGIC);
-        out.extend_from_slice(&VERSION.to_le_bytes());
-        out.extend_from_slice(&(json.len() as u32).to_le_bytes());
-        out.extend_from_slice(&json);
-        out.extend_from_slice(&crc32(&[&json]).to_le_bytes());
+        let mut out = BytesMut::with_capacity(json.len() + 18);
+        out.put_slice(&MAGIC);
+        out.put_u16_le(VERSION);
+        out.put_u32_le(json.len() as u32);
+        out.put_slice(&json);
+        out.put_u32_le(crc32(&[&json]));
         self.file.write_all(&out).map_err(io(&self.path))?;
         self.stats.bytes = out.len() as u64;
+        self.header_bytes = out.len() as u64;
         Ok(())
     }
 
@@ -299,7 +496,8 @@ impl Writer {
         Ok(())
     }
 
-    /// Ends the recording: the tail of a burst, and the END chunk that marks a clean finish.
+    /// Ends the recording: the tail of a burst, and the END chunk that marks a clean finish
+    /// (always room for it: every file keeps [`TAIL_RESERVE`] free).
     pub fn finish(mut self) -> Result<WriterStats, RecordError> {
         self.flush_capture()?;
         let mut p = Vec::new();
@@ -317,21 +515,23 @@ impl Writer {
         }
         let ticks = std::mem::take(&mut self.capture);
         for part in ticks.chunks(TICKS_PER_CHUNK) {
-            let payload = self.encode_ticks(part);
-            // Raw ticks are the first thing to give up: over budget, or too big for a file
-            // half of `max_size` (a chunk must never push a file past its bound).
-            let too_big = self
-                .max_size
-                .is_some_and(|m| payload.len() as u64 + 9 > m / 4);
-            if too_big || self.tokens < payload.len() as f64 {
+            // Raw ticks are the first thing to give up: over budget, too big for a quarter of
+            // `max_size`, or (with their table entries) too big for a file of their own.
+            let staged = self.stage(CHUNK_TICKS, &Data::Ticks(part));
+            let len = staged.payload.len();
+            let too_big = self.max_size.is_some_and(|m| framed(len) > m / 4);
+            if too_big || self.tokens < len as f64 {
+                self.unstage(staged);
                 self.stats.ticks_skipped += part.len() as u64;
                 continue;
             }
-            self.tokens -= payload.len() as f64;
-            self.emit_tables()?;
-            self.write_chunk(CHUNK_TICKS, &payload)?;
-            self.stats.ticks_written += part.len() as u64;
-            self.stats.raw_bytes += payload.len() as u64 + 9;
+            if self.put(staged, &Data::Ticks(part))? {
+                self.tokens -= len as f64;
+                self.stats.ticks_written += part.len() as u64;
+                self.stats.raw_bytes += framed(len);
+            } else {
+                self.stats.ticks_skipped += part.len() as u64;
+            }
         }
         let mut ticks = ticks;
         ticks.clear();
@@ -339,77 +539,81 @@ impl Writer {
         Ok(())
     }
 
-    fn string_id(&mut self, s: &str) -> u64 {
-        if let Some(&i) = self.strings.get(s) {
-            return i;
+    /// Encodes `data` against the current tables (adding the entries it needs).
+    fn stage(&mut self, kind: u8, data: &Data) -> Staged {
+        let mark = self.tables.mark();
+        let mut payload = std::mem::take(&mut self.buf);
+        payload.clear();
+        match data {
+            Data::Interval {
+                iv,
+                rows,
+                dropped_bytes,
+            } => self.encode_interval(iv, rows, *dropped_bytes, &mut payload),
+            Data::Ticks(t) => self.encode_ticks(t, &mut payload),
         }
-        let i = self.strings.len() as u64;
-        self.strings.insert(s.to_owned(), i);
-        self.new_strings.push(s.to_owned());
-        i
-    }
-
-    fn task_id(&mut self, key: &TaskKey) -> u64 {
-        if let Some(&i) = self.tasks.get(key) {
-            return i;
-        }
-        let comm = key.comm_str();
-        let sid = self.string_id(&comm);
-        let i = self.tasks.len() as u64;
-        self.tasks.insert(*key, i);
-        self.new_tasks.push((*key, sid));
-        i
-    }
-
-    /// Notes a cgroup's path the first time an interval carries it.
-    fn cgroup_def(&mut self, id: u64, path: &str) {
-        if !self.cgroups.contains_key(&id) {
-            let sid = self.string_id(path);
-            self.cgroups.insert(id, path.to_owned());
-            self.new_cgroups.push((id, sid));
+        Staged {
+            kind,
+            payload,
+            tables: self.tables.pending(),
+            mark,
         }
     }
 
-    /// Writes the string, cgroup and task definitions the next chunk uses, before it: a file cut
-    /// after them still decodes, a file cut before the chunk never needs them.
-    fn emit_tables(&mut self) -> Result<(), RecordError> {
-        if !self.new_strings.is_empty() {
-            let mut p = Vec::new();
-            put_varint(&mut p, self.new_strings.len() as u64);
-            for s in std::mem::take(&mut self.new_strings) {
-                put_varint(&mut p, s.len() as u64);
-                p.extend_from_slice(s.as_bytes());
+    /// Drops a staged chunk: its new table entries are forgotten.
+    fn unstage(&mut self, s: Staged) {
+        self.tables.rollback(s.mark);
+        self.buf = s.payload;
+    }
+
+    /// Whether `s` fits in the current file within the bound (with the tail reserved).
+    fn fits(&self, s: &Staged) -> bool {
+        self.max_size
+            .is_none_or(|m| self.stats.bytes + s.bytes() + TAIL_RESERVE <= m / 2)
+    }
+
+    /// Writes a staged chunk, rotating first when it would take the file past its half of the
+    /// bound (then re-encoding it against the new file's empty tables, so the new file defines
+    /// only what this chunk uses). False: it does not fit even in a fresh file, and nothing
+    /// was written.
+    fn put(&mut self, staged: Staged, data: &Data) -> Result<bool, RecordError> {
+        let staged = if self.fits(&staged) {
+            staged
+        } else {
+            let kind = staged.kind;
+            self.unstage(staged);
+            if self.stats.bytes <= self.header_bytes {
+                return Ok(false);
             }
-            self.write_chunk(CHUNK_STRINGS, &p)?;
-        }
-        if !self.new_cgroups.is_empty() {
-            let mut p = Vec::new();
-            put_varint(&mut p, self.new_cgroups.len() as u64);
-            for (id, sid) in std::mem::take(&mut self.new_cgroups) {
-                put_varint(&mut p, id);
-                put_varint(&mut p, sid);
+            self.rotate()?;
+            let again = self.stage(kind, data);
+            if !self.fits(&again) {
+                self.unstage(again);
+                return Ok(false);
             }
-            self.write_chunk(CHUNK_CGROUPS, &p)?;
-        }
-        if !self.new_tasks.is_empty() {
-            let mut p = Vec::new();
-            put_varint(&mut p, self.new_tasks.len() as u64);
-            for (k, sid) in std::mem::take(&mut self.new_tasks) {
-                put_varint(&mut p, u64::from(k.pid));
-                put_varint(&mut p, u64::from(k.tgid));
-                put_varint(&mut p, k.cgroup);
-                put_varint(&mut p, sid);
+            again
+        };
+        // Strings first: the cgroup and task entries name theirs.
+        for (kind, p) in [
+            (CHUNK_STRINGS, &staged.tables.strings),
+            (CHUNK_CGROUPS, &staged.tables.cgroups),
+            (CHUNK_TASKS, &staged.tables.tasks),
+        ] {
+            if !p.is_empty() {
+                self.write_chunk(kind, p)?;
             }
-            self.write_chunk(CHUNK_TASKS, &p)?;
         }
-        Ok(())
+        self.tables.written();
+        let r = self.write_chunk(staged.kind, &staged.payload);
+        self.buf = staged.payload;
+        r.map(|()| true)
     }
 
-    fn encode_ticks(&mut self, ticks: &[TickRecord]) -> Vec<u8> {
-        let mut p = Vec::with_capacity(ticks.len() * 24);
-        put_varint(&mut p, ticks.len() as u64);
+    fn encode_ticks(&mut self, ticks: &[TickRecord], p: &mut Vec<u8>) {
+        p.reserve(ticks.len() * 24);
+        put_varint(p, ticks.len() as u64);
         let base = ticks.iter().map(|r| r.t_ns).min().unwrap_or(0);
-        put_varint(&mut p, base);
+        put_varint(p, base);
         let mut prev: HashMap<u32, TickPrev> = HashMap::new();
         for r in ticks {
             let mut comm = [0u8; 16];
@@ -420,37 +624,86 @@ impl Writer {
                 cgroup: r.cgroup_id,
                 comm,
             };
-            let tid = self.task_id(&key);
+            let tid = self.tables.task_id(&key);
             let pv = prev.entry(r.cpu).or_insert(TickPrev {
                 t: base,
                 slots: [SlotReading::default(); MAX_SLOTS],
             });
-            put_varint(&mut p, u64::from(r.cpu));
+            put_varint(p, u64::from(r.cpu));
             let nr = r.nr_slots.min(MAX_SLOTS as u8);
             p.push((r.kind & 1) | (nr << 1));
             p.push(r.failed_mask);
-            put_varint(&mut p, zigzag(r.t_ns.wrapping_sub(pv.t) as i64));
-            put_varint(&mut p, tid);
+            put_varint(p, zigzag(r.t_ns.wrapping_sub(pv.t) as i64));
+            put_varint(p, tid);
             for s in 0..nr as usize {
                 let (a, b) = (&pv.slots[s], &r.slots[s]);
                 let dv = b.value.wrapping_sub(a.value) as i64;
                 let de = b.enabled.wrapping_sub(a.enabled) as i64;
                 let dr = b.running.wrapping_sub(a.running) as i64;
-                put_varint(&mut p, zigzag(dv));
-                put_varint(&mut p, zigzag(de));
+                put_varint(p, zigzag(dv));
+                put_varint(p, zigzag(de));
                 // Usually 0 (not multiplexed): one byte.
-                put_varint(&mut p, zigzag(de.wrapping_sub(dr)));
+                put_varint(p, zigzag(de.wrapping_sub(dr)));
                 pv.slots[s] = *b;
             }
             pv.t = r.t_ns;
         }
-        p
     }
 
+    /// Writes one interval; if it would not fit in a file even alone, its largest rows are
+    /// kept and the bytes of the others counted as unattributed (the bound always holds).
     fn write_interval(&mut self, iv: &IntervalResult) -> Result<(), RecordError> {
+        let all: Vec<usize> = (0..iv.tasks.len()).collect();
+        let data = Data::Interval {
+            iv,
+            rows: &all,
+            dropped_bytes: 0,
+        };
+        let staged = self.stage(CHUNK_INTERVAL, &data);
+        if self.put(staged, &data)? {
+            return Ok(());
+        }
+        // Largest rows first; halve until it fits.
+        let mut order = all;
+        let bytes = |i: usize| {
+            let t = &iv.tasks[i];
+            t.read_bytes + t.write_bytes + t.total_bytes
+        };
+        order.sort_by_key(|&i| std::cmp::Reverse((bytes(i), t_amount(iv, i))));
+        let mut keep = order.len() / 2;
+        loop {
+            let dropped_bytes = order[keep..].iter().map(|&i| bytes(i)).sum();
+            let data = Data::Interval {
+                iv,
+                rows: &order[..keep],
+                dropped_bytes,
+            };
+            let staged = self.stage(CHUNK_INTERVAL, &data);
+            if self.put(staged, &data)? {
+                self.stats.rows_dropped += (order.len() - keep) as u64;
+                return Ok(());
+            }
+            if keep == 0 {
+                // Not even an empty interval fits: the bound was checked against this header at
+                // creation, so this cannot happen; count it rather than break the bound.
+                self.stats.intervals_dropped += 1;
+                return Ok(());
+            }
+            keep /= 2;
+        }
+    }
+
+    fn encode_interval(
+        &mut self,
+        iv: &IntervalResult,
+        rows: &[usize],
+        dropped_bytes: u64,
+        p: &mut Vec<u8>,
+    ) {
         // Task ids first (they may add table entries), sorted so ids delta-code small.
-        let mut rows: Vec<(u64, usize)> = Vec::with_capacity(iv.tasks.len());
-        for (i, t) in iv.tasks.iter().enumerate() {
+        let mut ids: Vec<(u64, usize)> = Vec::with_capacity(rows.len());
+        for &i in rows {
+            let t = &iv.tasks[i];
             let mut comm = [0u8; 16];
             let b = t.comm.as_bytes();
             let n = b.len().min(16);
@@ -461,12 +714,13 @@ impl Writer {
                 cgroup: t.cgroup,
                 comm,
             };
-            rows.push((self.task_id(&key), i));
+            ids.push((self.tables.task_id(&key), i));
+            // The path travels with the recording, so a report elsewhere names the container.
             if let Some(path) = &t.cgroup_path {
-                self.cgroup_def(t.cgroup, path);
+                self.tables.cgroup(t.cgroup, path);
             }
         }
-        rows.sort_unstable();
+        ids.sort_unstable();
         let has_bytes = self
             .specs
             .iter()
@@ -476,102 +730,60 @@ impl Writer {
         } else {
             crate::attribution::traffic_amount(iv, &self.specs).round() as u64
         };
-        let mut p = std::mem::take(&mut self.buf);
-        p.clear();
         // Absolute (not a delta from the previous interval): a chunk must decode the same in
         // the file a rotation moves it to.
-        put_varint(&mut p, iv.t_start_ns);
-        put_varint(&mut p, iv.t_end_ns.saturating_sub(iv.t_start_ns));
-        put_varint(&mut p, iv.lost_samples);
-        put_varint(&mut p, iv.unattributed_bytes);
-        put_varint(&mut p, den);
-        put_varint(&mut p, iv.packages.len() as u64);
+        put_varint(p, iv.t_start_ns);
+        put_varint(p, iv.t_end_ns.saturating_sub(iv.t_start_ns));
+        put_varint(p, iv.lost_samples);
+        put_varint(p, iv.unattributed_bytes.saturating_add(dropped_bytes));
+        put_varint(p, den);
+        put_varint(p, iv.packages.len() as u64);
         for pk in &iv.packages {
-            put_varint(&mut p, u64::from(pk.id));
-            put_varint(&mut p, pk.read_bytes);
-            put_varint(&mut p, pk.write_bytes);
-            put_varint(&mut p, pk.total_bytes);
+            put_varint(p, u64::from(pk.id));
+            put_varint(p, pk.read_bytes);
+            put_varint(p, pk.write_bytes);
+            put_varint(p, pk.total_bytes);
         }
-        put_varint(&mut p, rows.len() as u64);
+        put_varint(p, ids.len() as u64);
         let mut prev_id = 0u64;
-        for &(id, i) in &rows {
-            put_varint(&mut p, id - prev_id);
+        for &(id, i) in &ids {
+            put_varint(p, id - prev_id);
             prev_id = id;
             let t = &iv.tasks[i];
             for spec in &self.specs {
                 let v = t.values.get(&spec.event).copied().unwrap_or(0.0);
-                put_varint(&mut p, if v > 0.0 { v.round() as u64 } else { 0 });
+                put_varint(p, if v > 0.0 { v.round() as u64 } else { 0 });
             }
         }
-        self.emit_tables()?;
-        let r = self.write_chunk(CHUNK_INTERVAL, &p);
-        self.buf = p;
-        r
     }
 
     fn write_chunk(&mut self, kind: u8, payload: &[u8]) -> Result<(), RecordError> {
-        let total = 9 + payload.len() as u64;
-        if let Some(max) = self.max_size
-            && kind != CHUNK_STRINGS
-            && kind != CHUNK_TASKS
-            && kind != CHUNK_CGROUPS
-            && self.stats.bytes + total > max / 2
-            && self.stats.bytes > 0
-        {
-            self.rotate()?;
-            // Definitions the chunk relies on were in the old file: restate them.
-            return self.rewrite_after_rotation(kind, payload);
-        }
-        let len = payload.len() as u32;
-        let mut c = std::mem::take(&mut self.chunk);
-        c.clear();
-        c.push(kind);
-        c.extend_from_slice(&len.to_le_bytes());
-        c.extend_from_slice(payload);
-        let crc = crc32(&[&c]);
-        c.extend_from_slice(&crc.to_le_bytes());
-        let r = self.file.write_all(&c).map_err(io(&self.path));
-        self.stats.bytes += c.len() as u64;
-        self.chunk = c;
+        self.chunk.clear();
+        put_chunk(&mut self.chunk, kind, payload);
+        let r = self.file.write_all(&self.chunk).map_err(io(&self.path));
+        self.stats.bytes += self.chunk.len() as u64;
         r
     }
 
+    /// Ends the current file with CONTINUED (a clean end: the run goes on), moves it to FILE.1
+    /// and starts FILE anew with its own header and empty tables. The new FILE is created new,
+    /// like the first: a symlink planted at FILE meanwhile makes this fail, never followed.
     fn rotate(&mut self) -> Result<(), RecordError> {
+        self.write_chunk(CHUNK_CONTINUED, &[])?;
         let old = rotated_path(&self.path);
         std::fs::rename(&self.path, &old).map_err(io(&self.path))?;
-        self.file = File::create(&self.path).map_err(io(&self.path))?;
+        self.file = crate::sys::file::create_new(&self.path).map_err(io(&self.path))?;
+        self.tables = Tables::default();
         self.header.segment += 1;
         self.stats.rotations += 1;
         self.write_header()
     }
+}
 
-    /// After a rotation the new file has empty tables: a chunk that refers to tasks must be
-    /// re-encoded against the new tables. Interval chunks are re-encoded by redoing the table
-    /// lookups; tick chunks likewise.
-    fn rewrite_after_rotation(&mut self, kind: u8, payload: &[u8]) -> Result<(), RecordError> {
-        let old_tasks: Vec<(TaskKey, u64)> = {
-            let mut v: Vec<(TaskKey, u64)> = self.tasks.iter().map(|(k, &i)| (*k, i)).collect();
-            v.sort_by_key(|e| e.1);
-            v
-        };
-        let old_cgroups = std::mem::take(&mut self.cgroups);
-        self.strings.clear();
-        self.tasks.clear();
-        self.new_strings.clear();
-        self.new_tasks.clear();
-        self.new_cgroups.clear();
-        // Every task (and cgroup path) the old file knew is restated: simpler than re-encoding
-        // the payload, and small (one entry per task seen).
-        for (k, _) in &old_tasks {
-            self.task_id(k);
-        }
-        for (id, path) in &old_cgroups {
-            self.cgroup_def(*id, path);
-        }
-        self.emit_tables()?;
-        let saved = self.max_size.take();
-        let r = self.write_chunk(kind, payload);
-        self.max_size = saved;
-        r
-    }
+/// A row's traffic counts, to order rows of a stand-in source (no bytes) by size too.
+fn t_amount(iv: &IntervalResult, i: usize) -> u64 {
+    iv.tasks[i]
+        .values
+        .values()
+        .fold(0u64, |a, v| a.saturating_add(v.max(0.0) as u64))
 }

@@ -22,6 +22,8 @@ pub fn max_age_ns(freq_hz: u32, drain_period_ms: u32) -> u64 {
 struct Instance {
     slot: usize,
     open_cpu: u32,
+    /// No tick reads it: due at every drain.
+    always: bool,
     /// Time of the newest reading of this counter (tick or userspace); 0: none yet.
     last_t: u64,
 }
@@ -46,6 +48,7 @@ impl IdleFallback {
             f.instances.push(Instance {
                 slot: *slot,
                 open_cpu: *open_cpu,
+                always: readers.is_empty(),
                 last_t: 0,
             });
             for &r in readers.iter().chain(std::iter::once(open_cpu)) {
@@ -90,14 +93,16 @@ impl IdleFallback {
         }
     }
 
-    /// Instances no reading has refreshed within `max_age` before `now_ns` (all of them when
-    /// `all`), as (index, slot, CPU the counter is opened on).
+    /// Instances no reading has refreshed within `max_age` before `now_ns`, and those no tick
+    /// reads (all of them when `all`), as (index, slot, CPU the counter is opened on).
     pub fn due(&self, now_ns: u64, all: bool) -> Vec<(usize, usize, u32)> {
         self.instances
             .iter()
             .enumerate()
             .filter(|(_, i)| {
-                all || i.last_t == 0 || now_ns.saturating_sub(i.last_t) > self.max_age_ns
+                all || i.always
+                    || i.last_t == 0
+                    || now_ns.saturating_sub(i.last_t) > self.max_age_ns
             })
             .map(|(n, i)| (n, i.slot, i.open_cpu))
             .collect()
@@ -151,5 +156,12 @@ mod tests {
         f.observe(&rec(5, 200, 0));
         assert_eq!(f.due(131, false), [(0, 0, 0), (1, 0, 2)]);
         assert_eq!(f.due(0, true).len(), 2);
+    }
+
+    #[test]
+    fn an_instance_no_tick_reads_is_due_at_every_drain() {
+        let mut f = IdleFallback::new(&[(0, 0, vec![])], 20);
+        f.mark_read(0, 100);
+        assert_eq!(f.due(101, false), [(0, 0, 0)]);
     }
 }

@@ -1,27 +1,29 @@
-//! The eBPF tick sampler: opens the counters of each slot, loads the program, attaches it to a
-//! cpu-clock timer on every CPU (and to sched_switch in precise mode), and drains its records.
+//! The eBPF tick sampler: opens the counters of each slot and each package, loads the program,
+//! attaches it to the kernel's own tick and to sched_switch (or, with `--freq`, to a cpu-clock
+//! timer on every CPU), and drains its records.
 //!
 //! Lifetime is ownership: dropping a [`Sampler`] detaches every link and closes every program,
 //! map and counter fd, so nothing stays loaded after `imc` exits, however it exits.
 pub mod fallback;
 pub mod object;
-pub mod probe;
+pub mod planned;
 mod rings;
 
 use crate::model::{Encoded, SlotScope, SlotSpec};
 use crate::sys::bpf::{BpfSys, MappedMap, RealBpf};
 use crate::sys::perf::{self, CounterValue, PerfEventAttr, PerfSys, RealPerf};
+use aya::maps::Array;
 use aya::maps::{MapData, PerCpuArray};
 use aya::programs::perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent};
 use aya::programs::{PerfEvent, RawTracePoint};
 use aya::{Ebpf, EbpfLoader};
 use fallback::IdleFallback;
 use imc_common::{
-    CpuHead, HEADS_MAP_NAME, MAX_SLOTS, NR_SLOTS_GLOBAL, NR_STATS, RING_LEN_GLOBAL, SLOT_MAP_NAMES,
-    STAT_READ_ERROR, STAT_SLOT_ABSENT, STATS_MAP_NAME, TICKS_MAP_NAME, TIMED_SLOTS_GLOBAL,
-    TickRecord,
+    CpuHead, GROUP_LAST_MAP_NAME, HEADS_MAP_NAME, MAX_PKG_COUNTERS, MAX_SLOTS, NR_SLOTS_GLOBAL,
+    NR_STATS, PKG_MAP_NAME, PKG_MIN_GAP_GLOBAL, PKG_SLOT_MAP_NAME, PKG_SLOTS_GLOBAL,
+    READERS_MAP_NAME, RING_LEN_GLOBAL, ReaderCfg, SLOT_MAP_NAMES, STAT_PKG_READS, STAT_READ_ERROR,
+    STAT_SLOT_ABSENT, STATS_MAP_NAME, TICKS_MAP_NAME, TIMED_SLOTS_GLOBAL, TickRecord,
 };
-use probe::{ReadMode, ReaderProbe};
 use rings::Rings;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -42,6 +44,10 @@ pub enum SamplerError {
     NotPrivileged,
     #[error("at most {MAX_SLOTS} counters can be read per tick; {0} were asked for")]
     TooManySlots(usize),
+    #[error(
+        "package {package}: {count} counters for one reader, at most {MAX_PKG_COUNTERS}: name fewer with -e"
+    )]
+    TooManyPackageCounters { package: u32, count: usize },
     #[error("no CPUs to sample (is {0} the right --root?)")]
     NoCpus(String),
     #[error("{0}")]
@@ -66,8 +72,8 @@ impl SamplerError {
 pub struct SlotPlan {
     pub spec: SlotSpec,
     pub attr: PerfEventAttr,
-    /// For each counter of this slot: the CPU it is opened on and the CPUs whose array entry
-    /// gets its fd (a CPU-scope counter: itself; a package counter: the CPUs allowed to read it).
+    /// A CPU slot's counters: the CPU each is opened on and the CPUs whose array entry gets its
+    /// fd (itself). Empty for a package slot, whose counters are in [`ReaderGroup`]s.
     pub instances: Vec<(u32, Vec<u32>)>,
     /// Read enabled/running times at each tick (core PMU events, which can be multiplexed);
     /// otherwise the value alone is read, which is cheaper.
@@ -85,17 +91,75 @@ impl SlotPlan {
         }
     }
 
-    /// A package-scope counter: one instance per (CPU it is opened on, CPUs whose ticks are
-    /// given it). Readers other than the opening CPU are probed at the first ticks and
-    /// dropped if they cannot read it (see [`probe`]).
-    pub fn package(spec: SlotSpec, encoded: &Encoded, instances: Vec<(u32, Vec<u32>)>) -> SlotPlan {
+    /// A package slot: the per-package sum of the [`PackageCounter`]s that name it.
+    pub fn package(spec: SlotSpec) -> SlotPlan {
         SlotPlan {
             spec,
-            attr: counting_attr(encoded),
-            instances,
-            may_multiplex: may_multiplex(encoded),
+            attr: PerfEventAttr::counter(0, [0; 3], false, false),
+            instances: Vec::new(),
+            may_multiplex: false,
         }
     }
+}
+
+/// One package counter (a memory channel's read or write counter): summed into `slot`.
+#[derive(Clone, Debug)]
+pub struct PackageCounter {
+    pub slot: usize,
+    /// The CPU it is opened on (its PMU's cpumask CPU for this package).
+    pub open_cpu: u32,
+    pub attr: PerfEventAttr,
+    /// For messages: `uncore_imc_3/read`.
+    pub name: String,
+    /// The memory channel it counts, as exported: its PMU instance (`uncore_imc_3`), or the PMU
+    /// and the channel's number where one PMU has an event per channel (`amd_df#2`).
+    pub channel: String,
+}
+
+/// One package counter's own reading (`Sampler::read_channels`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ChannelReading {
+    pub package: u32,
+    pub slot: usize,
+    pub channel: String,
+    /// Cumulative count, scaled for multiplexing.
+    pub value: f64,
+}
+
+/// The package counters of one package and who reads them: each of `readers` may read all of
+/// them at its tick (the group is read at most once per tick period, by whichever reader ticks
+/// first); with no readers, userspace reads them at every drain.
+#[derive(Clone, Debug)]
+pub struct ReaderGroup {
+    pub package: u32,
+    pub readers: Vec<u32>,
+    pub counters: Vec<PackageCounter>,
+}
+
+/// What runs the program.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TickSource {
+    /// The kernel's own timer tick (a tracepoint of its timer interrupt) and sched_switch: adds
+    /// no interrupt. Resolution is the kernel's HZ on busy CPUs, and every context switch.
+    Kernel,
+    /// imc's own cpu-clock timer at `freq` per CPU (adds a timer interrupt per CPU per
+    /// period); sched_switch too when `switches`.
+    CpuClock { freq: u32, switches: bool },
+}
+
+/// Which tracepoint carries the kernel's tick, in order of preference: x86's local APIC timer
+/// interrupt (the tick and every other hrtimer expiring in hard interrupt context), else every
+/// hrtimer expiry (any architecture).
+pub const KERNEL_TICK_TRACEPOINTS: [&str; 2] = ["local_timer_entry", "hrtimer_expire_entry"];
+
+/// How the program came to run, once attached (for `-v` and `imc_info`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TickAttached {
+    /// `tracepoint:irq_vectors:local_timer_entry + sched_switch`, `cpu-clock 1000 Hz`.
+    pub source: String,
+    pub adds_interrupts: bool,
+    /// Why this one: the tracepoints tried before it and what the kernel said.
+    pub why: String,
 }
 
 /// Whether an event lives on a PMU that shares counters between events (the core PMU), where
@@ -124,9 +188,11 @@ pub enum TickProgram {
     /// imc's tick: read the slots, emit a record.
     #[default]
     Imc,
-    /// Benchmark baseline: a per-CPU hash count per pid, as bpftrace's `@[pid] = count()`.
+    /// Benchmark baseline: a per-CPU hash count per pid, as bpftrace's `@[pid] = count()`
+    /// (only in the benchmark's object).
     BaselinePidCount,
-    /// Benchmark cost probe: one piece of the tick's work alone (`probe_*` in the object).
+    /// Benchmark cost probe: one piece of the tick's work alone (`probe_*` in the benchmark's
+    /// object).
     Probe(&'static str),
 }
 
@@ -142,22 +208,39 @@ impl TickProgram {
 
 #[derive(Clone, Debug)]
 pub struct SamplerConfig {
-    /// Timer ticks per second per CPU (1..=10000).
-    pub freq: u32,
+    pub tick: TickSource,
+    /// CPU slots and package slots (slot index = position).
     pub slots: Vec<SlotPlan>,
+    /// The package slots' counters, one group per package.
+    pub groups: Vec<ReaderGroup>,
     /// CPUs to attach the tick to (the online CPUs).
     pub cpus: Vec<u32>,
-    /// Also run at every context switch.
-    pub precise: bool,
     /// Records per CPU ring (rounded up to a power of two); None: sized for `drain_period_ms`
-    /// at `freq` with a wide margin.
+    /// at the tick rate with a wide margin.
     pub ring_bytes: Option<u32>,
     /// How often the caller drains; sizes the ring buffer.
     pub drain_period_ms: u32,
     /// Forward the program's aya-log lines to the `log` crate (debug only: costs time per run).
     pub bpf_log: bool,
-    /// imc's tick, or the benchmark's baseline.
+    /// imc's tick, or the benchmark's baseline (cpu-clock only).
     pub tick_program: TickProgram,
+}
+
+impl SamplerConfig {
+    /// Timer ticks per second per busy CPU: `freq`, or the kernel's HZ (250 where unknown).
+    pub fn tick_hz(&self, kernel_hz: Option<u32>) -> u32 {
+        match self.tick {
+            TickSource::CpuClock { freq, .. } => freq.max(1),
+            TickSource::Kernel => kernel_hz.unwrap_or(250).max(1),
+        }
+    }
+
+    fn switches(&self) -> bool {
+        match self.tick {
+            TickSource::Kernel => true,
+            TickSource::CpuClock { switches, .. } => switches,
+        }
+    }
 }
 
 /// Per-CPU program statistics, from the STATS map.
@@ -169,9 +252,8 @@ pub struct CpuStats {
     pub read_errors: [u64; MAX_SLOTS],
     /// Reads that found no counter in this CPU's entry (-ENOENT).
     pub absent: [u64; MAX_SLOTS],
-    /// Failed reads while this CPU was being tried for a package counter it turned out not
-    /// to be able to read (or is still being tried for): not read errors (see `probe`).
-    pub probe_failures: [u64; MAX_SLOTS],
+    /// Times this CPU read its package's counters as their reader.
+    pub pkg_reads: u64,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -198,8 +280,15 @@ struct OpenCounter {
     fd: OwnedFd,
 }
 
+/// An opened package counter: index `i` of these is entry `i` of the PKG array.
+struct OpenPackageCounter {
+    slot: usize,
+    group: usize,
+    channel: String,
+    fd: OwnedFd,
+}
+
 pub struct Sampler {
-    tick_program: TickProgram,
     // Field order is drop order: the links and programs (inside `ebpf`) go first, then the
     // maps we took out of it, then the counter fds.
     ebpf: Ebpf,
@@ -207,13 +296,15 @@ pub struct Sampler {
     rings: Rings,
     stats: PerCpuArray<MapData, u64>,
     counters: Vec<OpenCounter>,
+    package_counters: Vec<OpenPackageCounter>,
+    /// Package of each reader group.
+    group_package: Vec<u32>,
     slots: Vec<SlotSpec>,
     cpus: Vec<u32>,
-    bpf_sys: Arc<dyn BpfSys>,
-    probe: ReaderProbe,
     fallback: IdleFallback,
-    /// The last failure to remove a probed entry, reported once.
-    probe_error: Option<String>,
+    attached: TickAttached,
+    /// The program that runs at the tick (for its run-time statistics).
+    tick_prog_name: &'static str,
 }
 
 /// Effective capabilities of this process (CapEff in /proc/self/status).
@@ -237,15 +328,46 @@ pub fn privileged() -> bool {
     }
 }
 
-/// Records per CPU ring: enough for 8 drain periods at the tick rate (32 in precise mode, where
-/// context switches add records), a power of two between 64 and 16384.
+/// Records per CPU ring: eight drain periods' worth at the tick rate plus, where context switches
+/// run the program too, 20 000 switches a second (a busy server's rate; a burst beyond it within
+/// one drain period is what may be lost), a power of two between 64 (2048 with switches: a
+/// drain a loaded machine delays must not lose a switch burst) and 16384.
 fn ring_len(cfg: &SamplerConfig) -> u32 {
     if let Some(n) = cfg.ring_bytes {
         return n.clamp(2, 1 << 20).next_power_of_two();
     }
-    let per_period = u64::from(cfg.freq) * u64::from(cfg.drain_period_ms.max(1)) / 1000 + 1;
-    let want = per_period * if cfg.precise { 32 } else { 8 };
-    want.clamp(64, 16384).next_power_of_two() as u32
+    // The kernel tick fires at up to 1000 Hz, plus other hrtimers on the local-timer tracepoint.
+    let hz = u64::from(cfg.tick_hz(Some(1000)));
+    let switches = if cfg.switches() { 20_000 } else { 0 };
+    let per_period = (hz + switches) * u64::from(cfg.drain_period_ms.max(1)) / 1000 + 1;
+    let least = if switches > 0 { 2048 } else { 64 };
+    (per_period * 8).clamp(least, 16384).next_power_of_two() as u32
+}
+
+/// The map of `ebpf` named `name`, or why not.
+fn map_missing(name: &str) -> SamplerError {
+    SamplerError::Map {
+        map: name.into(),
+        message: "not in the eBPF object (object and imc built from different sources?)".into(),
+    }
+}
+
+fn perf_array<'a>(ebpf: &'a Ebpf, name: &str) -> Result<BorrowedFd<'a>, SamplerError> {
+    match ebpf.map(name) {
+        Some(aya::maps::Map::PerfEventArray(data)) => Ok(data.fd().as_fd()),
+        Some(_) => Err(SamplerError::Map {
+            map: name.into(),
+            message: "is not a PERF_EVENT_ARRAY".into(),
+        }),
+        None => Err(map_missing(name)),
+    }
+}
+
+fn open_error(what: &str, cpu: u32, e: &io::Error) -> SamplerError {
+    SamplerError::OpenCounter(perf::explain_open_error(
+        &format!("opening '{what}' on CPU {cpu}"),
+        e,
+    ))
 }
 
 impl Sampler {
@@ -254,214 +376,103 @@ impl Sampler {
         Self::start_with(cfg, &RealPerf, Arc::new(RealBpf))
     }
 
+    /// The steps of [`start`](Self::start): check the configuration, open the counters
+    /// (before the program, so a counter the user got wrong is reported first), load the
+    /// program sized for them, hand it the counters, map its rings, attach it.
     pub fn start_with(
         cfg: &SamplerConfig,
         perf_sys: &dyn PerfSys,
         bpf_sys: Arc<dyn BpfSys>,
     ) -> Result<Sampler, SamplerError> {
-        if cfg.slots.len() > MAX_SLOTS {
-            return Err(SamplerError::TooManySlots(cfg.slots.len()));
-        }
-        if cfg.cpus.is_empty() {
-            return Err(SamplerError::NoCpus("/".into()));
-        }
-        if !privileged() {
-            return Err(SamplerError::NotPrivileged);
-        }
+        Self::check(cfg)?;
         let bytes = object::program_bytes()?;
-
-        // Counters first: an event that does not open is the user's most likely mistake, and
-        // it should be reported before the program is even loaded.
-        let mut counters = Vec::new();
-        for (slot, plan) in cfg.slots.iter().enumerate() {
-            for (open_cpu, _) in &plan.instances {
-                let fd = perf_sys
-                    .open(&plan.attr, -1, *open_cpu as i32, None)
-                    .map_err(|e| {
-                        SamplerError::OpenCounter(perf::explain_open_error(
-                            &format!("opening '{}' on CPU {open_cpu}", plan.spec.event),
-                            &e,
-                        ))
-                    })?;
-                counters.push(OpenCounter {
-                    slot,
-                    cpu: *open_cpu,
-                    fd,
-                });
-            }
-        }
+        let counters = open_slot_counters(cfg, perf_sys)?;
+        let package_counters = open_package_counters(cfg, perf_sys)?;
 
         let max_cpu = cfg.cpus.iter().copied().max().unwrap_or(0);
         let possible = aya::util::nr_cpus()
             .map(|n| n as u32)
             .unwrap_or(max_cpu + 1)
             .max(max_cpu + 1);
-        let nr_slots = cfg.slots.len() as u32;
-        let mut loader = EbpfLoader::new();
-        loader.override_global(NR_SLOTS_GLOBAL, &nr_slots, true);
-        for name in SLOT_MAP_NAMES {
-            loader.map_max_entries(name, possible);
-        }
-        // Core PMU events (type 0, 3, 4 and the "cpu" PMU) share counters and can be
-        // multiplexed; uncore, msr and software counters cannot.
-        let timed: u32 = cfg
-            .slots
-            .iter()
-            .enumerate()
-            .filter(|(_, p)| p.may_multiplex)
-            .fold(0, |m, (i, _)| m | 1 << i);
-        loader.override_global(TIMED_SLOTS_GLOBAL, &timed, true);
         let ring_len = ring_len(cfg);
-        loader.override_global(RING_LEN_GLOBAL, &ring_len, true);
-        loader.map_max_entries(TICKS_MAP_NAME, possible * ring_len);
-        loader.map_max_entries(HEADS_MAP_NAME, possible);
-        let mut ebpf = loader
-            .load(&bytes)
-            .map_err(|e| SamplerError::Load(error_chain(&e)))?;
-
+        let mut ebpf = load(cfg, &bytes, possible, ring_len, package_counters.len())?;
         let logger = if cfg.bpf_log {
-            // No log statements on the hot path yet; the logger is here so that debug lines
-            // added to the program show up under -vv without further plumbing.
+            // The program logs nothing on its hot path; under -vv its rare-path lines show.
             aya_log::EbpfLogger::init(&mut ebpf).ok()
         } else {
             None
         };
-
-        // Insert the counter fds into the slot arrays.
-        for (slot, plan) in cfg.slots.iter().enumerate() {
-            let name = SLOT_MAP_NAMES[slot];
-            let map = ebpf.map(name).ok_or_else(|| SamplerError::Map {
-                map: name.into(),
-                message: "not in the eBPF object (object and imc built from different sources?)"
-                    .into(),
-            })?;
-            let aya::maps::Map::PerfEventArray(data) = map else {
-                return Err(SamplerError::Map {
-                    map: name.into(),
-                    message: "is not a PERF_EVENT_ARRAY".into(),
-                });
-            };
-            for (open_cpu, readers) in &plan.instances {
-                let c = counters
-                    .iter()
-                    .find(|c| c.slot == slot && c.cpu == *open_cpu)
-                    .expect("every instance was opened above");
-                for &reader in readers {
-                    bpf_sys
-                        .perf_array_set(data.fd().as_fd(), reader, c.fd.as_fd())
-                        .map_err(|e| SamplerError::Map {
-                            map: name.into(),
-                            message: format!(
-                                "storing the counter of CPU {open_cpu} at index {reader}: {e}"
-                            ),
-                        })?;
-                }
-            }
-        }
-
-        let map_bytes = |name: &str, bytes: usize| -> Result<MappedMap, SamplerError> {
-            let Some(aya::maps::Map::Array(data)) = ebpf.map(name) else {
-                return Err(SamplerError::Map {
-                    map: name.into(),
-                    message: "missing or not an array".into(),
-                });
-            };
-            MappedMap::map(data.fd().as_fd(), bytes).map_err(|e| SamplerError::Map {
-                map: name.into(),
-                message: format!("mmap of {bytes} bytes: {e}"),
-            })
-        };
-        let rings = Rings::new(
-            map_bytes(
-                TICKS_MAP_NAME,
-                (possible * ring_len) as usize * TickRecord::SIZE,
-            )?,
-            map_bytes(
-                HEADS_MAP_NAME,
-                possible as usize * std::mem::size_of::<CpuHead>(),
-            )?,
-            ring_len,
-            possible as usize,
-        );
+        fill_slot_arrays(&ebpf, cfg, &counters, bpf_sys.as_ref())?;
+        fill_package_maps(&mut ebpf, cfg, &package_counters, bpf_sys.as_ref())?;
+        let rings = map_rings(&ebpf, possible, ring_len)?;
         let stats: PerCpuArray<MapData, u64> = ebpf
             .take_map(STATS_MAP_NAME)
-            .ok_or_else(|| SamplerError::Map {
-                map: STATS_MAP_NAME.into(),
-                message: "missing".into(),
-            })?
+            .ok_or_else(|| map_missing(STATS_MAP_NAME))?
             .try_into()
             .map_err(|e: aya::maps::MapError| SamplerError::Map {
                 map: STATS_MAP_NAME.into(),
                 message: e.to_string(),
             })?;
+        let (attached, tick_prog_name) = attach(&mut ebpf, cfg)?;
 
-        // The tick: a cpu-clock timer per CPU. A period in ns (not a frequency) gives exactly
-        // `freq` ticks per busy second, with no adaptive period for the kernel to tune.
-        let period_ns = 1_000_000_000u64 / u64::from(cfg.freq.max(1));
-        {
-            let name = cfg.tick_program.name();
-            let prog: &mut PerfEvent = ebpf
-                .program_mut(name)
-                .ok_or_else(|| {
-                    SamplerError::Load(format!("program {name} missing from the object"))
-                })?
-                .try_into()
-                .map_err(|e: aya::programs::ProgramError| SamplerError::Load(error_chain(&e)))?;
-            prog.load()
-                .map_err(|e| SamplerError::Load(error_chain(&e)))?;
-            for &cpu in &cfg.cpus {
-                prog.attach(
-                    PerfEventConfig::Software(SoftwareEvent::CpuClock),
-                    PerfEventScope::AllProcessesOneCpu { cpu },
-                    SamplePolicy::Period(period_ns),
-                    false,
-                )
-                .map_err(|e| SamplerError::Attach {
-                    what: format!("the cpu-clock timer of CPU {cpu}"),
-                    message: error_chain(&e),
-                })?;
-            }
-        }
-        if cfg.precise {
-            let prog: &mut RawTracePoint = ebpf
-                .program_mut("imc_switch")
-                .ok_or_else(|| {
-                    SamplerError::Load("program imc_switch missing from the object".into())
-                })?
-                .try_into()
-                .map_err(|e: aya::programs::ProgramError| SamplerError::Load(error_chain(&e)))?;
-            prog.load()
-                .map_err(|e| SamplerError::Load(error_chain(&e)))?;
-            prog.attach("sched_switch")
-                .map_err(|e| SamplerError::Attach {
-                    what: "sched/sched_switch".into(),
-                    message: error_chain(&e),
-                })?;
-        }
-
-        // A package counter no tick read lately is read from userspace; see `fallback`.
-        let max_age = fallback::max_age_ns(cfg.freq, cfg.drain_period_ms);
-        let package_instances: Vec<(usize, u32, Vec<u32>)> = cfg
-            .slots
+        // A package nobody's tick read lately is read from userspace; see `fallback`. Each
+        // (package slot, group) is one instance, its "CPU" the group's index.
+        let max_age = fallback::max_age_ns(cfg.tick_hz(None), cfg.drain_period_ms);
+        let instances: Vec<(usize, u32, Vec<u32>)> = cfg
+            .groups
             .iter()
             .enumerate()
-            .filter(|(_, p)| p.spec.scope == SlotScope::Package)
-            .flat_map(|(s, p)| p.instances.iter().map(move |(c, r)| (s, *c, r.clone())))
+            .flat_map(|(g, grp)| {
+                let mut slots: Vec<usize> = grp.counters.iter().map(|c| c.slot).collect();
+                slots.sort_unstable();
+                slots.dedup();
+                slots
+                    .into_iter()
+                    .map(move |s| (s, g as u32, grp.readers.clone()))
+            })
             .collect();
         Ok(Sampler {
-            tick_program: cfg.tick_program,
             ebpf,
             logger,
             rings,
             stats,
             counters,
+            package_counters,
+            group_package: cfg.groups.iter().map(|g| g.package).collect(),
             slots: cfg.slots.iter().map(|p| p.spec.clone()).collect(),
             cpus: cfg.cpus.clone(),
-            bpf_sys,
-            probe: ReaderProbe::new(&cfg.slots),
-            fallback: IdleFallback::new(&package_instances, max_age),
-            probe_error: None,
+            fallback: IdleFallback::new(&instances, max_age),
+            attached,
+            tick_prog_name,
         })
+    }
+
+    fn check(cfg: &SamplerConfig) -> Result<(), SamplerError> {
+        if cfg.slots.len() > MAX_SLOTS {
+            return Err(SamplerError::TooManySlots(cfg.slots.len()));
+        }
+        if cfg.cpus.is_empty() {
+            return Err(SamplerError::NoCpus("/".into()));
+        }
+        if let Some(g) = cfg
+            .groups
+            .iter()
+            .find(|g| g.counters.len() > MAX_PKG_COUNTERS as usize)
+        {
+            return Err(SamplerError::TooManyPackageCounters {
+                package: g.package,
+                count: g.counters.len(),
+            });
+        }
+        if !privileged() {
+            return Err(SamplerError::NotPrivileged);
+        }
+        Ok(())
+    }
+
+    /// How the program runs: the tick source attached and why.
+    pub fn attached(&self) -> &TickAttached {
+        &self.attached
     }
 
     pub fn slots(&self) -> &[SlotSpec] {
@@ -472,70 +483,78 @@ impl Sampler {
         &self.cpus
     }
 
-    /// Hands every record waiting in the ring buffer to `f`; returns how many. Also where the
-    /// probe of package readers learns from the ticks and removes the entries of CPUs that
-    /// cannot read their counter.
+    /// Hands every record waiting in the rings to `f`; returns how many. The fallback learns
+    /// from them which packages a tick has read.
     pub fn drain(&mut self, mut f: impl FnMut(&TickRecord)) -> usize {
         if let Some(l) = self.logger.as_mut() {
             l.flush();
         }
-        let (probe, fallback) = (&mut self.probe, &mut self.fallback);
-        let n = self.rings.drain(&mut |r: &TickRecord| {
-            probe.observe(r);
+        let fallback = &mut self.fallback;
+        self.rings.drain(&mut |r: &TickRecord| {
             fallback.observe(r);
             f(r)
-        });
-        if self.probe.has_work() {
-            let maps: Vec<BorrowedFd<'_>> = SLOT_MAP_NAMES[..self.slots.len()]
-                .iter()
-                .filter_map(|name| match self.ebpf.map(name) {
-                    Some(aya::maps::Map::PerfEventArray(data)) => Some(data.fd().as_fd()),
-                    _ => None,
-                })
-                .collect();
-            if maps.len() == self.slots.len()
-                && let Err(e) = self.probe.apply(self.bpf_sys.as_ref(), &maps)
-                && self.probe_error.is_none()
-            {
-                log::warn!("{e}");
-                self.probe_error = Some(e.to_string());
-            }
-        }
-        n
+        })
     }
 
-    /// (slot, CPU the counter is opened on) of every package counter.
-    pub fn package_instances(&self) -> Vec<(usize, u32)> {
-        self.fallback.instances()
+    /// The package of each reader group (group index = position).
+    pub fn group_packages(&self) -> &[u32] {
+        &self.group_package
     }
 
-    /// How each package slot is read at the ticks, as probed so far (None: not a probed slot).
-    pub fn read_modes(&self) -> Vec<Option<ReadMode>> {
-        (0..self.slots.len()).map(|s| self.probe.mode(s)).collect()
-    }
-
-    /// Reads from userspace every package counter no tick has read within two drain periods
-    /// (every package counter when `all`), handing `f(slot, open_cpu, t_ns, value)` each: the
-    /// fallback that keeps idle packages' traffic (DMA) and its timing. Failed reads are
-    /// skipped (the counter's next reading covers the span). Returns how many were read.
+    /// Reads from userspace every package no reader's tick has read within two drain periods
+    /// (every package when `all`), handing `f(package, slot, t_ns, sum)` for each package slot:
+    /// the fallback that keeps idle packages' traffic (DMA) and its timing, and the reader of
+    /// packages whose kernel lets no tick read them. A slot one of whose counters fails to read
+    /// is skipped (its next reading covers the span). Returns how many sums were handed out.
     pub fn read_idle_packages(
         &mut self,
         all: bool,
-        mut f: impl FnMut(usize, u32, u64, CounterValue),
+        mut f: impl FnMut(u32, usize, u64, u64),
     ) -> usize {
         let mut n = 0;
-        for (i, slot, cpu) in self.fallback.due(monotonic_ns(), all) {
+        for (i, slot, group) in self.fallback.due(monotonic_ns(), all) {
             let before = monotonic_ns();
-            let Ok(v) = self.read_counter(slot, cpu) else {
+            let mut sum = 0u64;
+            let mut ok = true;
+            for c in self
+                .package_counters
+                .iter()
+                .filter(|c| c.slot == slot && c.group == group as usize)
+            {
+                // Scaled for multiplexing (a PMU with more events than counters): the same
+                // value where the counter ran all along.
+                match perf::read_counter(&RealPerf, c.fd.as_fd()) {
+                    Ok(v) => sum = sum.wrapping_add(v.scaled().0.round() as u64),
+                    Err(_) => ok = false,
+                }
+            }
+            if !ok {
                 continue;
-            };
-            // The read crosses to the counter's CPU; its middle is the best time to give it.
+            }
+            // The reads cross to the counters' CPU; their middle is the best time to give them.
             let t = before + (monotonic_ns() - before) / 2;
             self.fallback.mark_read(i, t);
-            f(slot, cpu, t, v);
+            f(self.group_package[group as usize], slot, t, sum);
             n += 1;
         }
         n
+    }
+
+    /// Every package counter read on its own from userspace (for per-channel figures, once an
+    /// interval): one reading each, in plan order; a counter that fails to read is left out.
+    pub fn read_channels(&self) -> Vec<ChannelReading> {
+        self.package_counters
+            .iter()
+            .filter_map(|c| {
+                let v = perf::read_counter(&RealPerf, c.fd.as_fd()).ok()?;
+                Some(ChannelReading {
+                    package: self.group_package[c.group],
+                    slot: c.slot,
+                    channel: c.channel.clone(),
+                    value: v.scaled().0,
+                })
+            })
+            .collect()
     }
 
     /// Program statistics summed per CPU.
@@ -557,20 +576,12 @@ impl Sampler {
             for (cpu, v) in values.iter().enumerate() {
                 let s = &mut per_cpu[cpu];
                 match index {
+                    STAT_PKG_READS => s.pkg_reads = *v,
                     i if i < STAT_READ_ERROR => {}
                     i if (STAT_READ_ERROR..STAT_SLOT_ABSENT).contains(&i) => {
                         s.read_errors[(i - STAT_READ_ERROR) as usize] = *v
                     }
                     i => s.absent[(i - STAT_SLOT_ABSENT) as usize] = *v,
-                }
-            }
-        }
-        // Failures of CPUs probed for a package counter they may not be able to read are the
-        // probe's, not read errors.
-        for s in &mut per_cpu {
-            for slot in 0..self.slots.len() {
-                if self.probe.is_probe(s.cpu, slot) {
-                    s.probe_failures[slot] = std::mem::take(&mut s.read_errors[slot]);
                 }
             }
         }
@@ -585,8 +596,8 @@ impl Sampler {
         Ok(SamplerStats { per_cpu })
     }
 
-    /// Reads a slot's counter from userspace (`read(2)` on the same fd the program reads): the
-    /// fallback for package counters whose CPUs are idle, and a cross-check in tests.
+    /// Reads a CPU slot's counter from userspace (`read(2)` on the same fd the program reads):
+    /// a cross-check in tests.
     pub fn read_counter(&self, slot: usize, open_cpu: u32) -> io::Result<CounterValue> {
         let c = self
             .counters
@@ -604,7 +615,23 @@ impl Sampler {
     /// Total run time and run count of the tick program, as the kernel accounts them while
     /// run-time statistics are enabled (`sys::bpf::enable_run_time_stats`).
     pub fn tick_run_stats(&self) -> Result<(std::time::Duration, u64), SamplerError> {
-        let name = self.tick_program.name();
+        self.program_run_stats(self.tick_prog_name)
+    }
+
+    /// Run time and count of every loaded program of the sampler together (the tick and the
+    /// context-switch program): what the collector costs in the kernel.
+    pub fn all_run_stats(&self) -> Result<(std::time::Duration, u64), SamplerError> {
+        let mut total = (std::time::Duration::ZERO, 0);
+        for (_, prog) in self.ebpf.programs() {
+            if let Ok(info) = prog.info() {
+                total.0 += info.run_time();
+                total.1 += info.run_count();
+            }
+        }
+        Ok(total)
+    }
+
+    fn program_run_stats(&self, name: &str) -> Result<(std::time::Duration, u64), SamplerError> {
         let prog = self
             .ebpf
             .program(name)
@@ -622,6 +649,330 @@ impl Sampler {
             .filter_map(|(_, p)| p.info().ok().map(|i| i.id()))
             .collect()
     }
+}
+
+/// Every CPU slot's counter, on each CPU it is opened on.
+fn open_slot_counters(
+    cfg: &SamplerConfig,
+    perf_sys: &dyn PerfSys,
+) -> Result<Vec<OpenCounter>, SamplerError> {
+    let mut counters = Vec::new();
+    for (slot, plan) in cfg.slots.iter().enumerate() {
+        for (open_cpu, _) in &plan.instances {
+            let fd = perf_sys
+                .open(&plan.attr, -1, *open_cpu as i32, None)
+                .map_err(|e| open_error(&plan.spec.event, *open_cpu, &e))?;
+            counters.push(OpenCounter {
+                slot,
+                cpu: *open_cpu,
+                fd,
+            });
+        }
+    }
+    Ok(counters)
+}
+
+/// Every package counter, group after group (their PKG array order).
+fn open_package_counters(
+    cfg: &SamplerConfig,
+    perf_sys: &dyn PerfSys,
+) -> Result<Vec<OpenPackageCounter>, SamplerError> {
+    let mut out = Vec::new();
+    for (group, g) in cfg.groups.iter().enumerate() {
+        for c in &g.counters {
+            let fd = perf_sys
+                .open(&c.attr, -1, c.open_cpu as i32, None)
+                .map_err(|e| open_error(&c.name, c.open_cpu, &e))?;
+            out.push(OpenPackageCounter {
+                slot: c.slot,
+                group,
+                channel: c.channel.clone(),
+                fd,
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// Loads the object with its globals and map sizes set for this configuration.
+fn load(
+    cfg: &SamplerConfig,
+    bytes: &[u8],
+    possible: u32,
+    ring_len: u32,
+    nr_package_counters: usize,
+) -> Result<Ebpf, SamplerError> {
+    let nr_slots = cfg.slots.len() as u32;
+    let mut loader = EbpfLoader::new();
+    loader.override_global(NR_SLOTS_GLOBAL, &nr_slots, true);
+    for name in SLOT_MAP_NAMES {
+        loader.map_max_entries(name, possible);
+    }
+    // Core PMU events (type 0, 3, 4 and the "cpu" PMU) share counters and can be multiplexed;
+    // uncore, msr and software counters cannot.
+    let timed: u32 = cfg
+        .slots
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| p.may_multiplex)
+        .fold(0, |m, (i, _)| m | 1 << i);
+    loader.override_global(TIMED_SLOTS_GLOBAL, &timed, true);
+    let pkg_slots: u32 = cfg
+        .slots
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| p.spec.scope == SlotScope::Package)
+        .fold(0, |m, (i, _)| m | 1 << i);
+    loader.override_global(PKG_SLOTS_GLOBAL, &pkg_slots, true);
+    // Once per tick period, with a margin for a tick that comes a little early.
+    let min_gap: u64 = 900_000_000 / u64::from(cfg.tick_hz(None));
+    loader.override_global(PKG_MIN_GAP_GLOBAL, &min_gap, true);
+    loader.override_global(RING_LEN_GLOBAL, &ring_len, true);
+    loader.map_max_entries(TICKS_MAP_NAME, possible * ring_len);
+    loader.map_max_entries(HEADS_MAP_NAME, possible);
+    let n = (nr_package_counters as u32).max(1);
+    loader.map_max_entries(PKG_MAP_NAME, n);
+    // aya makes a PERF_EVENT_ARRAY no longer than the CPU count; a longer PKG array is made
+    // here and handed to the loader by pin path (the pin and its mount go once loaded).
+    let pinned = if n > possible {
+        let p = crate::sys::bpf::PinnedPerfArray::create(&std::env::temp_dir(), PKG_MAP_NAME, n)
+            .map_err(|e| SamplerError::Map {
+                map: PKG_MAP_NAME.into(),
+                message: format!(
+                    "{n} package counters need an array longer than the {possible} CPUs, made on                      a private bpffs mount, which failed ({e}): run imc as root, or name fewer                      counters with -e"
+                ),
+            })?;
+        loader.map_pin_path(PKG_MAP_NAME, p.path().to_path_buf());
+        Some(p)
+    } else {
+        None
+    };
+    loader.map_max_entries(PKG_SLOT_MAP_NAME, n);
+    loader.map_max_entries(READERS_MAP_NAME, possible);
+    loader.map_max_entries(GROUP_LAST_MAP_NAME, (cfg.groups.len() as u32).max(1));
+    let loaded = loader
+        .load(bytes)
+        .map_err(|e| SamplerError::Load(error_chain(&e)));
+    drop(pinned);
+    loaded
+}
+
+/// Each CPU slot's counter fd into the entries of the CPUs that read it.
+fn fill_slot_arrays(
+    ebpf: &Ebpf,
+    cfg: &SamplerConfig,
+    counters: &[OpenCounter],
+    bpf_sys: &dyn BpfSys,
+) -> Result<(), SamplerError> {
+    for (slot, plan) in cfg.slots.iter().enumerate() {
+        let name = SLOT_MAP_NAMES[slot];
+        let map = perf_array(ebpf, name)?;
+        for (open_cpu, readers) in &plan.instances {
+            let c = counters
+                .iter()
+                .find(|c| c.slot == slot && c.cpu == *open_cpu)
+                .expect("every instance was opened");
+            for &reader in readers {
+                bpf_sys
+                    .perf_array_set(map, reader, c.fd.as_fd())
+                    .map_err(|e| SamplerError::Map {
+                        map: name.into(),
+                        message: format!(
+                            "storing the counter of CPU {open_cpu} at index {reader}: {e}"
+                        ),
+                    })?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The package counters into PKG, their slots into PKG_SLOT, and each reader CPU's range into
+/// READERS.
+fn fill_package_maps(
+    ebpf: &mut Ebpf,
+    cfg: &SamplerConfig,
+    counters: &[OpenPackageCounter],
+    bpf_sys: &dyn BpfSys,
+) -> Result<(), SamplerError> {
+    if counters.is_empty() {
+        return Ok(());
+    }
+    let map_err = |map: &str, e: &dyn std::fmt::Display| SamplerError::Map {
+        map: map.into(),
+        message: e.to_string(),
+    };
+    {
+        let pkg = perf_array(ebpf, PKG_MAP_NAME)?;
+        for (i, c) in counters.iter().enumerate() {
+            bpf_sys
+                .perf_array_set(pkg, i as u32, c.fd.as_fd())
+                .map_err(|e| map_err(PKG_MAP_NAME, &format!("entry {i}: {e}")))?;
+        }
+    }
+    {
+        let mut slots: Array<_, u32> = Array::try_from(
+            ebpf.map_mut(PKG_SLOT_MAP_NAME)
+                .ok_or_else(|| map_missing(PKG_SLOT_MAP_NAME))?,
+        )
+        .map_err(|e| map_err(PKG_SLOT_MAP_NAME, &e))?;
+        for (i, c) in counters.iter().enumerate() {
+            slots
+                .set(i as u32, c.slot as u32, 0)
+                .map_err(|e| map_err(PKG_SLOT_MAP_NAME, &e))?;
+        }
+    }
+    let mut readers: Array<_, ReaderCfg> = Array::try_from(
+        ebpf.map_mut(READERS_MAP_NAME)
+            .ok_or_else(|| map_missing(READERS_MAP_NAME))?,
+    )
+    .map_err(|e| map_err(READERS_MAP_NAME, &e))?;
+    let mut first = 0u32;
+    for (group, g) in cfg.groups.iter().enumerate() {
+        let count = g.counters.len() as u32;
+        for &cpu in &g.readers {
+            let entry = ReaderCfg {
+                first,
+                count,
+                group: group as u32,
+                _pad: 0,
+            };
+            readers
+                .set(cpu, entry, 0)
+                .map_err(|e| map_err(READERS_MAP_NAME, &e))?;
+        }
+        first += count;
+    }
+    Ok(())
+}
+
+/// The per-CPU rings and heads, mapped read-only.
+fn map_rings(ebpf: &Ebpf, possible: u32, ring_len: u32) -> Result<Rings, SamplerError> {
+    let map_bytes = |name: &str, bytes: usize| -> Result<MappedMap, SamplerError> {
+        let Some(aya::maps::Map::Array(data)) = ebpf.map(name) else {
+            return Err(SamplerError::Map {
+                map: name.into(),
+                message: "missing or not an array".into(),
+            });
+        };
+        MappedMap::map(data.fd().as_fd(), bytes).map_err(|e| SamplerError::Map {
+            map: name.into(),
+            message: format!("mmap of {bytes} bytes: {e}"),
+        })
+    };
+    Ok(Rings::new(
+        map_bytes(
+            TICKS_MAP_NAME,
+            (possible * ring_len) as usize * TickRecord::SIZE,
+        )?,
+        map_bytes(
+            HEADS_MAP_NAME,
+            possible as usize * std::mem::size_of::<CpuHead>(),
+        )?,
+        ring_len,
+        possible as usize,
+    ))
+}
+
+fn load_program<'a, T>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut T, SamplerError>
+where
+    &'a mut T: TryFrom<&'a mut aya::programs::Program, Error = aya::programs::ProgramError>,
+{
+    ebpf.program_mut(name)
+        .ok_or_else(|| SamplerError::Load(format!("program {name} missing from the object")))?
+        .try_into()
+        .map_err(|e: aya::programs::ProgramError| SamplerError::Load(error_chain(&e)))
+}
+
+/// Attaches the tick (and sched_switch): the kernel's tick through the first tracepoint of
+/// [`KERNEL_TICK_TRACEPOINTS`] that attaches, or the cpu-clock timer with `--freq`.
+fn attach(
+    ebpf: &mut Ebpf,
+    cfg: &SamplerConfig,
+) -> Result<(TickAttached, &'static str), SamplerError> {
+    let (attached, name) = match cfg.tick {
+        TickSource::Kernel => {
+            let prog: &mut RawTracePoint = load_program(ebpf, "imc_tick_tp")?;
+            prog.load()
+                .map_err(|e| SamplerError::Load(error_chain(&e)))?;
+            let mut tried = Vec::new();
+            let mut chosen = None;
+            for tp in KERNEL_TICK_TRACEPOINTS {
+                match prog.attach(tp) {
+                    Ok(_) => {
+                        chosen = Some(tp);
+                        break;
+                    }
+                    Err(e) => tried.push(format!("{tp}: {}", error_chain(&e))),
+                }
+            }
+            let Some(tp) = chosen else {
+                return Err(SamplerError::Attach {
+                    what: "the kernel's tick".into(),
+                    message: format!(
+                        "{} (use --freq HZ for a timer of imc's own)",
+                        tried.join("; ")
+                    ),
+                });
+            };
+            let why = if tried.is_empty() {
+                format!("{tp} fires at the kernel's own timer interrupt")
+            } else {
+                format!("{tp}, since {}", tried.join("; "))
+            };
+            (
+                TickAttached {
+                    source: format!("tracepoint:{tp}+sched_switch"),
+                    adds_interrupts: false,
+                    why,
+                },
+                "imc_tick_tp",
+            )
+        }
+        TickSource::CpuClock { freq, .. } => {
+            // A period in ns (not a frequency) gives exactly `freq` ticks per busy second, with
+            // no adaptive period for the kernel to tune.
+            let period_ns = 1_000_000_000u64 / u64::from(freq.max(1));
+            let name = cfg.tick_program.name();
+            let prog: &mut PerfEvent = load_program(ebpf, name)?;
+            prog.load()
+                .map_err(|e| SamplerError::Load(error_chain(&e)))?;
+            for &cpu in &cfg.cpus {
+                prog.attach(
+                    PerfEventConfig::Software(SoftwareEvent::CpuClock),
+                    PerfEventScope::AllProcessesOneCpu { cpu },
+                    SamplePolicy::Period(period_ns),
+                    false,
+                )
+                .map_err(|e| SamplerError::Attach {
+                    what: format!("the cpu-clock timer of CPU {cpu}"),
+                    message: error_chain(&e),
+                })?;
+            }
+            (
+                TickAttached {
+                    source: format!("cpu-clock:{freq}Hz"),
+                    adds_interrupts: true,
+                    why: format!(
+                        "--freq {freq} asks for imc's own timer: one interrupt per CPU every {} us",
+                        period_ns / 1000
+                    ),
+                },
+                name,
+            )
+        }
+    };
+    if cfg.switches() {
+        let prog: &mut RawTracePoint = load_program(ebpf, "imc_switch")?;
+        prog.load()
+            .map_err(|e| SamplerError::Load(error_chain(&e)))?;
+        prog.attach("sched_switch")
+            .map_err(|e| SamplerError::Attach {
+                what: "sched/sched_switch".into(),
+                message: error_chain(&e),
+            })?;
+    }
+    Ok((attached, name))
 }
 
 /// An error and its sources on one line.

@@ -162,3 +162,117 @@ impl Drop for MappedMap {
         unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
     }
 }
+
+const BPF_MAP_CREATE: libc::c_long = 0;
+const BPF_OBJ_PIN: libc::c_long = 6;
+const BPF_MAP_TYPE_PERF_EVENT_ARRAY: u32 = 4;
+
+/// A PERF_EVENT_ARRAY with more entries than there are CPUs, pinned on a private bpffs mount so
+/// that the loader uses it by pin path: aya caps the PERF_EVENT_ARRAYs it creates at the CPU
+/// count, and a small machine can have more package counters than CPUs. Dropping it removes the
+/// pin and the mount; the map lives on in the loaded program's references.
+pub struct PinnedPerfArray {
+    dir: std::path::PathBuf,
+    path: std::path::PathBuf,
+    mounted: bool,
+}
+
+impl PinnedPerfArray {
+    /// Creates the array with `entries` entries and pins it as `name` on a bpffs mounted in a
+    /// new directory under `parent` (needs CAP_SYS_ADMIN for the mount).
+    pub fn create(parent: &std::path::Path, name: &str, entries: u32) -> io::Result<Self> {
+        use std::ffi::CString;
+        use std::os::fd::FromRawFd;
+        use std::os::unix::ffi::OsStrExt;
+        static SEQ: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = parent.join(format!("imc-bpf-{}-{n}", std::process::id()));
+        std::fs::create_dir(&dir)?;
+        let mut me = PinnedPerfArray {
+            path: dir.join(name),
+            dir,
+            mounted: false,
+        };
+        let cdir = CString::new(me.dir.as_os_str().as_bytes()).map_err(io::Error::other)?;
+        // SAFETY: valid NUL-terminated strings; a null data pointer is allowed for bpffs.
+        let r = unsafe {
+            libc::mount(
+                c"bpf".as_ptr(),
+                cdir.as_ptr(),
+                c"bpf".as_ptr(),
+                0,
+                std::ptr::null(),
+            )
+        };
+        if r != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        me.mounted = true;
+
+        // bpf_attr for BPF_MAP_CREATE: map_type, key_size, value_size, max_entries, map_flags,
+        // then fields left zero.
+        let mut attr = [0u32; 30];
+        attr[0] = BPF_MAP_TYPE_PERF_EVENT_ARRAY;
+        attr[1] = 4;
+        attr[2] = 4;
+        attr[3] = entries;
+        // SAFETY: attr is a zeroed bpf_attr prefix of the size given.
+        let fd = unsafe {
+            libc::syscall(
+                libc::SYS_bpf,
+                BPF_MAP_CREATE,
+                attr.as_ptr(),
+                std::mem::size_of_val(&attr) as u32,
+            )
+        };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: the kernel returned a new fd we own.
+        let map = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) };
+        let cpath = CString::new(me.path.as_os_str().as_bytes()).map_err(io::Error::other)?;
+        #[repr(C)]
+        struct PinAttr {
+            pathname: u64,
+            bpf_fd: u32,
+            file_flags: u32,
+        }
+        let pin = PinAttr {
+            pathname: cpath.as_ptr() as u64,
+            bpf_fd: map.as_raw_fd() as u32,
+            file_flags: 0,
+        };
+        // SAFETY: pin is a valid bpf_attr prefix for BPF_OBJ_PIN; the path outlives the call.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_bpf,
+                BPF_OBJ_PIN,
+                &pin as *const PinAttr,
+                std::mem::size_of::<PinAttr>() as u32,
+            )
+        };
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(me)
+    }
+
+    /// Where the loader finds it (`EbpfLoader::map_pin_path`).
+    pub fn path(&self) -> &std::path::Path {
+        &self.path
+    }
+}
+
+impl Drop for PinnedPerfArray {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+        if self.mounted {
+            use std::os::unix::ffi::OsStrExt;
+            if let Ok(c) = std::ffi::CString::new(self.dir.as_os_str().as_bytes()) {
+                // SAFETY: a valid path; MNT_DETACH never blocks.
+                unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
+            }
+        }
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}

@@ -7,6 +7,7 @@
 use std::fmt;
 use std::io;
 use std::os::fd::AsRawFd;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 /// Why mapping or reading physical memory failed.
@@ -190,8 +191,10 @@ impl DevMem for RealDevMem {
         base: u64,
         len: usize,
     ) -> Result<Box<dyn Region>, DevMemError> {
+        // O_NONBLOCK: a FIFO given as --devmem fails at mmap instead of hanging the open.
         let file = std::fs::OpenOptions::new()
             .read(true)
+            .custom_flags(libc::O_NONBLOCK)
             .open(path)
             .map_err(|source| DevMemError::Open {
                 path: path.to_path_buf(),

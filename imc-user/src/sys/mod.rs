@@ -2,5 +2,6 @@
 //! replace with a fake (as perf-event2 does with its hooks).
 pub mod bpf;
 pub mod devmem;
+pub mod file;
 pub mod perf;
 pub mod thread;

@@ -1,0 +1,89 @@
+//! Programs that only `cargo xtask bench-tick` loads (the `bench` feature; the production object
+//! carries none of this): the baseline the tick is compared against, and cost probes that each do
+//! one piece of the tick's work alone, so the benchmark can say where the tick's time goes.
+use crate::{SLOT0, SLOT1};
+use aya_ebpf::{
+    bindings::BPF_F_CURRENT_CPU,
+    cty::c_void,
+    helpers::generated::{
+        bpf_get_current_pid_tgid, bpf_get_smp_processor_id, bpf_ktime_get_ns, bpf_perf_event_read,
+    },
+    macros::{map, perf_event},
+    maps::{PerCpuArray, PerCpuHashMap},
+    programs::PerfEventContext,
+};
+
+/// The baseline's per-process counts.
+#[map]
+static BASELINE_COUNTS: PerCpuHashMap<u32, u64> = PerCpuHashMap::with_max_entries(16384, 0);
+
+/// What `bpftrace -e 'profile:hz:1000 { @[pid] = count(); }'` does per run: one per-CPU hash
+/// increment keyed by the process id.
+#[perf_event]
+pub fn baseline_pid_count(_ctx: PerfEventContext) -> u32 {
+    // SAFETY: helper without preconditions.
+    let tgid = (unsafe { bpf_get_current_pid_tgid() } >> 32) as u32;
+    match BASELINE_COUNTS.get_ptr_mut(tgid) {
+        // SAFETY: per-CPU value, only this CPU writes it.
+        Some(p) => unsafe { *p += 1 },
+        None => {
+            let _ = BASELINE_COUNTS.insert(tgid, 1, 0);
+        }
+    }
+    0
+}
+
+#[map]
+static PROBE_OUT: PerCpuArray<u64> = PerCpuArray::with_max_entries(2, 0);
+
+#[inline(always)]
+fn probe_store(i: u32, v: u64) {
+    if let Some(p) = PROBE_OUT.get_ptr_mut(i) {
+        // SAFETY: per-CPU slot, only this CPU writes it.
+        unsafe { *p = v };
+    }
+}
+
+/// The floor: a perf_event program that does nothing (includes the run-time accounting).
+#[perf_event]
+pub fn probe_empty(_ctx: PerfEventContext) -> u32 {
+    0
+}
+
+/// CPU number (inlined by the verifier) and pid/tgid: what every record needs to name the task.
+#[perf_event]
+pub fn probe_task(_ctx: PerfEventContext) -> u32 {
+    // SAFETY: helpers without preconditions.
+    unsafe {
+        probe_store(0, bpf_get_smp_processor_id() as u64);
+        probe_store(1, bpf_get_current_pid_tgid());
+    }
+    0
+}
+
+/// The timestamp.
+#[perf_event]
+pub fn probe_clock(_ctx: PerfEventContext) -> u32 {
+    // SAFETY: helper without preconditions.
+    probe_store(0, unsafe { bpf_ktime_get_ns() });
+    0
+}
+
+/// One counter read of slot 0, value only (the benchmark puts `msr/tsc/` there).
+#[perf_event]
+pub fn probe_read(_ctx: PerfEventContext) -> u32 {
+    // SAFETY: SLOT0 is a PERF_EVENT_ARRAY map; the helper checks the entry.
+    let v = unsafe { bpf_perf_event_read(&raw const SLOT0 as *mut c_void, BPF_F_CURRENT_CPU) };
+    probe_store(0, v);
+    0
+}
+
+/// One counter read of slot 1, value only (the benchmark puts a software counter there, whose
+/// read has no hardware access: the helper's own cost).
+#[perf_event]
+pub fn probe_read_sw(_ctx: PerfEventContext) -> u32 {
+    // SAFETY: SLOT1 is a PERF_EVENT_ARRAY map; the helper checks the entry.
+    let v = unsafe { bpf_perf_event_read(&raw const SLOT1 as *mut c_void, BPF_F_CURRENT_CPU) };
+    probe_store(0, v);
+    0
+}

@@ -1,0 +1,267 @@
+//! `imc serve`: the sampling loop of `imc top`, run until SIGINT/SIGTERM, its intervals
+//! summed into Prometheus counters served at `/metrics` (see [`crate::output::prometheus`]).
+//!
+//! The HTTP server (axum) runs on the loop's own runtime: a scrape is answered between two
+//! drains, from the counters as of the last closed interval, under the same lock the loop
+//! takes to add an interval, so one scrape never mixes two intervals.
+use super::names::{Naming, cgroup_paths};
+use super::sampling::{
+    LoopOptions, Selection, Sink, block_on, discover, print_plan, sample_loop, select_for,
+};
+use crate::cli::{GlobalArgs, GroupBy, ServeArgs};
+use crate::error::{CliError, CliResult};
+use crate::model::Discovery;
+use crate::output::interval::IntervalResult;
+use crate::output::prometheus::{
+    CLASSIC_TYPE, ExportMeta, Exporter, OPENMETRICS_TYPE, SlotInfo, direction_label,
+    to_classic_text, wants_openmetrics,
+};
+use axum::Router;
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::http::header::{ACCEPT, CONTENT_TYPE};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use std::io::Write;
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+type Shared = Arc<Mutex<Exporter>>;
+
+fn lock(ex: &Shared) -> MutexGuard<'_, Exporter> {
+    // A panic while adding an interval leaves counters that are still counters.
+    ex.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+pub fn run(global: &GlobalArgs, args: &ServeArgs) -> CliResult<ExitCode> {
+    let found = discover(global)?;
+    let sel = select_for(
+        global,
+        &args.sampler,
+        &found,
+        crate::plan::Command::Serve,
+        args.interval_ms,
+    )?;
+    let meta = export_meta(&found, &sel);
+    if args.sampler.dry_run {
+        let code = print_plan(&sel.plan, args.json)?;
+        if !args.json {
+            print_dry_run(args, &sel, &meta);
+        }
+        return Ok(code);
+    }
+    if !args.listen.ip().is_loopback() {
+        eprintln!(
+            "imc: warning: serving on {}, not loopback: anyone who reaches it sees process names and cgroups",
+            args.listen
+        );
+    }
+    let exporter: Shared = Arc::new(Mutex::new(Exporter::new(ExportMeta {
+        max_processes: args.max_processes,
+        ..meta
+    })));
+    let mut sink = ServeSink {
+        exporter: exporter.clone(),
+        json: args.json.then(|| std::io::stdout().lock()),
+        read_errors: 0,
+    };
+    let opts = LoopOptions {
+        sampler: &args.sampler,
+        interval_ms: args.interval_ms,
+        duration: None,
+        command: &[],
+        per_channel: true,
+    };
+    block_on(async {
+        let listener = tokio::net::TcpListener::bind(args.listen)
+            .await
+            .map_err(|e| {
+                CliError::runtime(format!(
+                    "cannot listen on {}: {e} (choose another --listen ADDR:PORT)",
+                    args.listen
+                ))
+            })?;
+        let bound = listener
+            .local_addr()
+            .map_err(|e| CliError::runtime(format!("listening socket: {e}")))?;
+        let app = Router::new()
+            .route("/metrics", get(metrics))
+            .route("/", get(index))
+            .with_state(exporter);
+        let server = tokio::spawn(async move { axum::serve(listener, app).await });
+        eprintln!("imc: serving http://{bound}/metrics");
+        // Rows carry their cgroup's path: the `cgroup` label (ids where it does not resolve).
+        let mut named = Naming::new(cgroup_paths(global), GroupBy::Pid, &mut sink);
+        let code = sample_loop(global, &opts, &found, sel, &mut named).await;
+        server.abort();
+        code
+    })
+}
+
+/// The loop's sink: every interval into the counters (and to stdout with `--json`).
+struct ServeSink {
+    exporter: Shared,
+    json: Option<std::io::StdoutLock<'static>>,
+    /// Failed counter reads seen since the last drain ended.
+    read_errors: u64,
+}
+
+impl Sink for ServeSink {
+    fn tick(&mut self, rec: &imc_common::TickRecord) -> std::io::Result<()> {
+        let filled = (1u16 << rec.nr_slots.min(8)) - 1;
+        self.read_errors += u64::from((u16::from(rec.failed_mask) & filled).count_ones());
+        Ok(())
+    }
+
+    fn drained(&mut self, _records: usize, took: Duration) {
+        let ex = lock(&self.exporter);
+        ex.observe_drain(took);
+        ex.add_read_errors(std::mem::take(&mut self.read_errors));
+    }
+
+    fn interval(&mut self, r: &IntervalResult) -> std::io::Result<bool> {
+        lock(&self.exporter).add_interval(r);
+        if let Some(out) = self.json.as_mut() {
+            let written = serde_json::to_writer(&mut *out, r)
+                .map_err(std::io::Error::from)
+                .and_then(|()| writeln!(out))
+                .and_then(|()| out.flush());
+            if let Err(e) = written {
+                // The service goes on without its log.
+                eprintln!("imc: --json output stopped: {e}");
+                self.json = None;
+            }
+        }
+        Ok(true)
+    }
+}
+
+async fn metrics(State(ex): State<Shared>, headers: HeaderMap) -> impl IntoResponse {
+    let start = Instant::now();
+    let text = {
+        let ex = lock(&ex);
+        let text = ex.encode();
+        ex.observe_scrape(start.elapsed());
+        text
+    };
+    let accept = headers.get(ACCEPT).and_then(|v| v.to_str().ok());
+    if wants_openmetrics(accept) {
+        ([(CONTENT_TYPE, OPENMETRICS_TYPE)], text)
+    } else {
+        ([(CONTENT_TYPE, CLASSIC_TYPE)], to_classic_text(&text))
+    }
+}
+
+async fn index() -> &'static str {
+    "imc: metrics at /metrics\n"
+}
+
+/// Labels of the plan's traffic slots: the channel label is the PMU its counters are on where
+/// they share one (a stand-in's `software`, a client's `uncore_imc`), else `all` (a package
+/// slot sums every channel of the package); the backend is the plan's, else the PMU.
+fn export_meta(found: &Discovery, sel: &Selection) -> ExportMeta {
+    let plan = &sel.plan;
+    let slots: Vec<Option<SlotInfo>> = plan
+        .slots
+        .iter()
+        .enumerate()
+        .map(|(i, slot)| {
+            if slot.role != "traffic" {
+                return None;
+            }
+            let mut pmus: Vec<&str> = plan
+                .counters
+                .iter()
+                .filter(|c| c.slot == Some(i))
+                .map(|c| c.pmu.as_str())
+                .collect();
+            pmus.sort_unstable();
+            pmus.dedup();
+            Some(SlotInfo {
+                event: slot.event.clone(),
+                channel: match pmus.as_slice() {
+                    [one] => one.to_string(),
+                    _ => "all".to_string(),
+                },
+                direction: slot.direction.unwrap_or(crate::model::Direction::Total),
+                bytes_per_count: slot.bytes_per_count,
+            })
+        })
+        .collect();
+    // The backend a PMU of the first traffic counter belongs to (for `-e` events), else that
+    // PMU's name.
+    let first_pmu = slots
+        .iter()
+        .position(Option::is_some)
+        .and_then(|i| plan.counters.iter().find(|c| c.slot == Some(i)))
+        .map(|c| c.pmu.clone());
+    let backend = plan
+        .backend
+        .or_else(|| {
+            found
+                .sources
+                .iter()
+                .find(|s| s.pmus.iter().any(|p| Some(&p.name) == first_pmu.as_ref()))
+                .map(|s| s.backend)
+        })
+        .map_or_else(
+            || first_pmu.clone().unwrap_or_default(),
+            |b| b.as_str().to_string(),
+        );
+    ExportMeta {
+        version: env!("CARGO_PKG_VERSION").to_string(),
+        backend,
+        source: sel.source.clone(),
+        tick: plan.tick.label(),
+        slots,
+        max_processes: 0,
+    }
+}
+
+fn print_dry_run(args: &ServeArgs, sel: &Selection, meta: &ExportMeta) {
+    println!("listen: http://{}/metrics", args.listen);
+    println!(
+        "imc_info: version={} backend={} source={} tick={}",
+        meta.version, meta.backend, meta.source, meta.tick
+    );
+    for (slot, info) in meta.slots.iter().enumerate() {
+        let Some(s) = info else {
+            println!("slot {slot}: not a traffic counter, not exported");
+            continue;
+        };
+        let (family, unit) = match s.bytes_per_count {
+            Some(b) => (
+                "imc_dram_bytes_total".to_string(),
+                format!("{b} bytes per count"),
+            ),
+            None => (
+                format!("imc_dram_events_total{{event=\"{}\"}}", s.event),
+                "counts".to_string(),
+            ),
+        };
+        // Package counters are exported channel by channel; a CPU slot as itself.
+        let mut channels: Vec<String> = sel
+            .plan
+            .counters
+            .iter()
+            .filter(|c| c.slot == Some(slot) && c.package.is_some())
+            .map(|c| sel.plan.channel_label(c))
+            .collect();
+        channels.dedup();
+        if channels.is_empty() {
+            channels.push(s.channel.clone());
+        }
+        for channel in channels {
+            println!(
+                "slot {slot}: {} (channel {channel}, {}, {unit}) -> {family}",
+                s.event,
+                direction_label(s.direction)
+            );
+        }
+    }
+    println!(
+        "processes exported: the top {} by recent traffic",
+        args.max_processes
+    );
+}

@@ -1,0 +1,75 @@
+//! The stand-in counter of a machine without memory-controller counters (a VM guest, a machine
+//! whose PMUs are hidden): `imc stat`, `top` and `record` all say so in one line and count the
+//! same labelled stand-in instead, core LLC load misses where a core PMU exists, else page
+//! faults. Its source is `proxy:NAME`, and it is never shown as bytes.
+use crate::discovery;
+use crate::error::{CliError, CliResult};
+use crate::model::Discovery;
+use crate::model::Encoded;
+use std::path::Path;
+
+pub struct StandIn {
+    /// The perf name of the stand-in event (`page-faults`, `LLC-load-misses`).
+    pub name: &'static str,
+    pub event: Encoded,
+    /// Why there are no memory-controller counters.
+    pub why: String,
+}
+
+impl StandIn {
+    /// The `source` of what it measures: `proxy:page-faults`.
+    pub fn source(&self) -> String {
+        format!("proxy:{}", self.name)
+    }
+
+    /// The one line said on stderr; `how` says what is counted: "per process", "system-wide".
+    pub fn notice(&self, how: &str) -> String {
+        format!(
+            "no memory-controller counters ({}); counting {} {how} as a stand-in (counts, not bytes)",
+            self.why, self.name
+        )
+    }
+}
+
+/// Whether a command that was given neither `-e` nor `--backend` must use the stand-in: no
+/// memory-controller backend is available.
+pub fn needed(found: &Discovery) -> bool {
+    !found
+        .sources
+        .iter()
+        .any(|s| s.available && s.backend.is_memory_controller())
+}
+
+/// The stand-in for this root: LLC-load-misses when a core PMU encodes it, else page-faults.
+pub fn choose(root: &Path, found: &Discovery) -> CliResult<StandIn> {
+    let why = found
+        .sources
+        .iter()
+        .filter(|s| s.backend.is_memory_controller())
+        .find_map(|s| s.reason.clone())
+        .unwrap_or_else(|| "no memory-controller PMU found".into());
+    let first = |name: &str| {
+        crate::events::resolve(root, name)
+            .ok()
+            .and_then(|v| v.into_iter().next())
+    };
+    if discovery::read_pmu(root, "cpu").is_ok()
+        && let Some(event) = first("LLC-load-misses")
+    {
+        return Ok(StandIn {
+            name: "LLC-load-misses",
+            event,
+            why,
+        });
+    }
+    let event = crate::events::resolve(root, "page-faults")
+        .map_err(|e| CliError::runtime(e.to_string()))?
+        .into_iter()
+        .next()
+        .ok_or_else(|| CliError::runtime("page-faults did not encode"))?;
+    Ok(StandIn {
+        name: "page-faults",
+        event,
+        why,
+    })
+}

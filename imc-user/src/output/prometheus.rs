@@ -1,0 +1,593 @@
+//! The Prometheus/OpenMetrics exposition of `imc serve`: cumulative counters built from the
+//! sampling loop's intervals, encoded by `prometheus-client`.
+//!
+//! Families (names are a contract, shared/design.md):
+//! - `imc_dram_bytes_total{package,channel,direction}`: the memory controller's counters;
+//! - `imc_cgroup_dram_bytes_total{cgroup,direction}`: attributed bytes per cgroup (its path);
+//! - `imc_process_dram_bytes_total{pid,comm,cgroup,direction}`: the top N processes only;
+//! - `imc_unattributed_dram_bytes_total{package,direction}`: traffic no task could take.
+//!
+//! A counter without bytes per count (a stand-in such as page faults, or a raw `-e` event)
+//! goes to the same families ending in `_events_total`, with the event in an `event` label:
+//! never bytes that are not bytes. Only traffic counters are exported; weights and other
+//! counters shape the attribution but are not DRAM traffic.
+//!
+//! `imc_info{version,backend,source,tick}` is 1; collector health is `imc_lost_records_total`,
+//! `imc_read_errors_total`, `imc_intervals_total` and the `imc_scrape_duration_seconds` and
+//! `imc_drain_duration_seconds` histograms.
+use crate::attribution::group_rows;
+use crate::cli::GroupBy;
+use crate::model::Direction;
+use crate::output::interval::{IntervalResult, TaskRow};
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::time::Duration;
+
+/// A label set in a fixed order (the family's label names, then their values).
+type Labels = Vec<(&'static str, String)>;
+type Counters = Family<Labels, Counter>;
+
+/// The content type of [`Exporter::encode`].
+pub const OPENMETRICS_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+/// The content type of [`to_classic_text`].
+pub const CLASSIC_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// Per-process state is kept for at most this many processes (the busiest by recent traffic).
+const MAX_TRACKED: usize = 4096;
+/// A process with no traffic for this many intervals is forgotten unless it is exported.
+const FORGET_AFTER: u64 = 300;
+/// Weight of the past in a process's recent-traffic score, per interval.
+const DECAY: f64 = 0.7;
+
+/// One traffic counter of the sampler (by slot index): how it is labelled.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SlotInfo {
+    /// The event string (the key of a task's `values`).
+    pub event: String,
+    /// The PMU instance the counter belongs to (a memory channel for controller counters).
+    pub channel: String,
+    pub direction: Direction,
+    pub bytes_per_count: Option<f64>,
+}
+
+/// What the exporter is told once: `imc_info`'s labels and the sampler's slots.
+#[derive(Clone, Debug)]
+pub struct ExportMeta {
+    pub version: String,
+    pub backend: String,
+    pub source: String,
+    pub tick: String,
+    /// Per slot index: `Some` for a traffic counter, `None` for others (not exported).
+    pub slots: Vec<Option<SlotInfo>>,
+    pub max_processes: usize,
+}
+
+pub fn direction_label(d: Direction) -> &'static str {
+    match d {
+        Direction::Read => "read",
+        Direction::Write => "write",
+        Direction::Total => "total",
+    }
+}
+
+/// The `cgroup` label of a task: its cgroup v2 path (`/system.slice/nginx.service`, resolved by
+/// the sampling loop), else the numeric id (a cgroup gone before it was resolved, or no cgroup2
+/// mount). One label per cgroup either way, so the series stay as bounded as the cgroups are.
+pub fn cgroup_label(row: &TaskRow) -> String {
+    row.cgroup_path
+        .clone()
+        .unwrap_or_else(|| row.cgroup.to_string())
+}
+
+/// One family in its two units: bytes for counters with a byte size, events for the rest.
+struct Pair {
+    bytes: Counters,
+    events: Counters,
+}
+
+impl Pair {
+    fn register(reg: &mut Registry, stem: &str, help: &str) -> Pair {
+        let pair = Pair {
+            bytes: Counters::default(),
+            events: Counters::default(),
+        };
+        reg.register(
+            format!("{stem}_bytes"),
+            format!("{help}, in bytes"),
+            pair.bytes.clone(),
+        );
+        reg.register(
+            format!("{stem}_events"),
+            format!("{help}, in counts of a stand-in or raw event (label event)"),
+            pair.events.clone(),
+        );
+        pair
+    }
+}
+
+/// The labels of a process other than direction/event (besides its pid).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct ProcLabels {
+    comm: String,
+    cgroup: String,
+}
+
+/// One process (thread group): everything attributed to its pid, whatever its threads are
+/// called. It is labelled by its main thread's name and cgroup as last seen (a process whose
+/// main thread has not run yet: the first thread seen); when they change (an exec, a move to
+/// another cgroup) its series moves to the new labels with the same total.
+#[derive(Default)]
+struct ProcState {
+    labels: ProcLabels,
+    /// Labels its series are exported under now, if exported.
+    shown: Option<ProcLabels>,
+    /// Cumulative amounts by (direction, event): event is empty for bytes.
+    totals: BTreeMap<(Direction, String), u64>,
+    score: f64,
+    last_seen: u64,
+}
+
+/// The exporter's registry and the per-process state behind the top-N family.
+pub struct Exporter {
+    registry: Registry,
+    meta: ExportMeta,
+    dram: Pair,
+    cgroup: Pair,
+    process: Pair,
+    unattributed: Pair,
+    lost: Counter,
+    read_errors: Counter,
+    intervals: Counter,
+    scrape: Histogram,
+    drain: Histogram,
+    /// By pid (thread group id).
+    procs: HashMap<u32, ProcState>,
+    n_intervals: u64,
+    /// Every cgroup series and the interval it last had traffic in.
+    cgroups_seen: HashMap<Labels, u64>,
+}
+
+impl Exporter {
+    pub fn new(meta: ExportMeta) -> Exporter {
+        let mut registry = Registry::default();
+        let info = Family::<Labels, Gauge>::default();
+        info.get_or_create(&vec![
+            ("version", meta.version.clone()),
+            ("backend", meta.backend.clone()),
+            ("source", meta.source.clone()),
+            ("tick", meta.tick.clone()),
+        ])
+        .set(1);
+        registry.register(
+            "imc_info",
+            "What imc measures: version, backend, source of the counts and tick source",
+            info,
+        );
+        let dram = Pair::register(
+            &mut registry,
+            "imc_dram",
+            "Memory-controller traffic per package, channel and direction",
+        );
+        let cgroup = Pair::register(
+            &mut registry,
+            "imc_cgroup_dram",
+            "Traffic attributed to each cgroup",
+        );
+        let process = Pair::register(
+            &mut registry,
+            "imc_process_dram",
+            "Traffic attributed to each of the top processes by recent traffic",
+        );
+        let unattributed = Pair::register(
+            &mut registry,
+            "imc_unattributed_dram",
+            "Traffic no task could take (DMA, idle CPUs, the controller's own)",
+        );
+        let lost = Counter::default();
+        registry.register(
+            "imc_lost_records",
+            "Sampler records the kernel dropped (ring buffer full)",
+            lost.clone(),
+        );
+        let read_errors = Counter::default();
+        registry.register(
+            "imc_read_errors",
+            "Counter reads that failed at a tick (the delta across them is dropped)",
+            read_errors.clone(),
+        );
+        let intervals = Counter::default();
+        registry.register(
+            "imc_intervals",
+            "Intervals closed and added to these counters",
+            intervals.clone(),
+        );
+        let scrape = Histogram::new(exponential_buckets(0.0001, 4.0, 8));
+        registry.register(
+            "imc_scrape_duration_seconds",
+            "Time to encode one scrape of /metrics",
+            scrape.clone(),
+        );
+        let drain = Histogram::new(exponential_buckets(0.00005, 4.0, 8));
+        registry.register(
+            "imc_drain_duration_seconds",
+            "Time of one drain of the sampler's rings into the attribution",
+            drain.clone(),
+        );
+        Exporter {
+            registry,
+            meta,
+            dram,
+            cgroup,
+            process,
+            unattributed,
+            lost,
+            read_errors,
+            intervals,
+            scrape,
+            drain,
+            procs: HashMap::new(),
+            cgroups_seen: HashMap::new(),
+            n_intervals: 0,
+        }
+    }
+
+    /// Adds one interval to every counter and picks the processes exported from now on.
+    pub fn add_interval(&mut self, r: &IntervalResult) {
+        self.n_intervals += 1;
+        self.add_packages(r);
+        let groups = group_rows(r.tasks.clone(), GroupBy::Tgid);
+        self.add_cgroups(&r.tasks);
+        self.add_processes(&groups, &r.tasks);
+        self.choose_processes();
+        self.lost.inc_by(r.lost_samples);
+        self.intervals.inc();
+    }
+
+    /// Failed counter reads seen in the record stream.
+    pub fn add_read_errors(&self, n: u64) {
+        if n > 0 {
+            self.read_errors.inc_by(n);
+        }
+    }
+
+    pub fn observe_drain(&self, d: Duration) {
+        self.drain.observe(d.as_secs_f64());
+    }
+
+    pub fn observe_scrape(&self, d: Duration) {
+        self.scrape.observe(d.as_secs_f64());
+    }
+
+    /// The OpenMetrics text of every family.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        // Writing to a String cannot fail; a label that could not be encoded would be a bug
+        // here, and an empty scrape says so more plainly than a panic in a service.
+        if encode(&mut out, &self.registry).is_err() {
+            out.clear();
+        }
+        out
+    }
+
+    /// The traffic slots, by index.
+    fn traffic(&self) -> impl Iterator<Item = (usize, &SlotInfo)> {
+        self.meta
+            .slots
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| s.as_ref().map(|s| (i, s)))
+    }
+
+    fn add_packages(&mut self, r: &IntervalResult) {
+        for p in &r.packages {
+            let package = p.id.to_string();
+            // Unattributed traffic is summed over channels: per direction (and event).
+            let mut unattributed: BTreeMap<(Direction, String, bool), f64> = BTreeMap::new();
+            for (s, info) in self.traffic() {
+                let counts = p.slot_counts.get(s).copied().unwrap_or(0.0);
+                let idle = p.unattributed_counts.get(s).copied().unwrap_or(0.0);
+                let (idle, event, is_bytes) = match info.bytes_per_count {
+                    Some(b) => (idle * b, String::new(), true),
+                    None => (idle, info.event.clone(), false),
+                };
+                // Each channel on its own where the loop read them, else the slot's sum.
+                let mut per_channel: Vec<(String, f64)> = p
+                    .channels
+                    .iter()
+                    .filter(|c| c.slot == s)
+                    .map(|c| (c.channel.clone(), c.counts))
+                    .collect();
+                if per_channel.is_empty() {
+                    per_channel.push((info.channel.clone(), counts));
+                }
+                for (channel, counts) in per_channel {
+                    let amount = info.bytes_per_count.map_or(counts, |b| counts * b);
+                    let mut labels = vec![
+                        ("package", package.clone()),
+                        ("channel", channel),
+                        ("direction", direction_label(info.direction).to_string()),
+                    ];
+                    let family = if is_bytes {
+                        &self.dram.bytes
+                    } else {
+                        labels.push(("event", event.clone()));
+                        &self.dram.events
+                    };
+                    family.get_or_create(&labels).inc_by(whole(amount));
+                }
+                *unattributed
+                    .entry((info.direction, event, is_bytes))
+                    .or_default() += idle;
+            }
+            for ((dir, event, is_bytes), amount) in unattributed {
+                let mut labels = vec![
+                    ("package", package.clone()),
+                    ("direction", direction_label(dir).to_string()),
+                ];
+                let family = if is_bytes {
+                    &self.unattributed.bytes
+                } else {
+                    labels.push(("event", event));
+                    &self.unattributed.events
+                };
+                family.get_or_create(&labels).inc_by(whole(amount));
+            }
+        }
+    }
+
+    /// (direction, event, amount) of one task row: bytes per direction the source has, then
+    /// each event without a byte size.
+    fn amounts(&self, row: &TaskRow) -> Vec<(Direction, String, u64)> {
+        let mut out = Vec::new();
+        let mut dirs: Vec<Direction> = Vec::new();
+        let mut events: Vec<(&str, Direction)> = Vec::new();
+        for (_, info) in self.traffic() {
+            if info.bytes_per_count.is_some() {
+                if !dirs.contains(&info.direction) {
+                    dirs.push(info.direction);
+                }
+            } else if !events.iter().any(|(e, _)| *e == info.event) {
+                events.push((&info.event, info.direction));
+            }
+        }
+        for d in dirs {
+            let b = match d {
+                Direction::Read => row.read_bytes,
+                Direction::Write => row.write_bytes,
+                Direction::Total => row.total_bytes,
+            };
+            out.push((d, String::new(), b));
+        }
+        for (e, d) in events {
+            let v = row.values.get(e).copied().unwrap_or(0.0);
+            out.push((d, e.to_string(), whole(v)));
+        }
+        out
+    }
+
+    /// Adds each task's traffic to its cgroup's series, and removes the series of cgroups
+    /// without traffic for [`FORGET_AFTER`] intervals (containers come and go; a cgroup that
+    /// comes back starts again from zero, which `rate()` reads as a counter reset).
+    fn add_cgroups(&mut self, rows: &[TaskRow]) {
+        let now = self.n_intervals;
+        for row in rows {
+            let cgroup = cgroup_label(row);
+            for (dir, event, amount) in self.amounts(row) {
+                let labels = cgroup_series(&cgroup, dir, &event);
+                self.cgroup_family(&event)
+                    .get_or_create(&labels)
+                    .inc_by(amount);
+                self.cgroups_seen.insert(labels, now);
+            }
+        }
+        let stale: Vec<Labels> = self
+            .cgroups_seen
+            .iter()
+            .filter(|(_, seen)| now.saturating_sub(**seen) >= FORGET_AFTER)
+            .map(|(l, _)| l.clone())
+            .collect();
+        for labels in stale {
+            let is_event = labels.iter().any(|(k, _)| *k == "event");
+            let family = if is_event {
+                &self.cgroup.events
+            } else {
+                &self.cgroup.bytes
+            };
+            family.remove(&labels);
+            self.cgroups_seen.remove(&labels);
+        }
+    }
+
+    fn cgroup_family(&self, event: &str) -> &Counters {
+        if event.is_empty() {
+            &self.cgroup.bytes
+        } else {
+            &self.cgroup.events
+        }
+    }
+
+    /// Cgroup series exported now (all directions and events).
+    pub fn cgroup_series_count(&self) -> usize {
+        self.cgroups_seen.len()
+    }
+
+    /// `groups`: the interval's rows summed per thread group; `threads`: the rows themselves,
+    /// for the main threads' names.
+    fn add_processes(&mut self, groups: &[TaskRow], threads: &[TaskRow]) {
+        let now = self.n_intervals;
+        for st in self.procs.values_mut() {
+            st.score *= DECAY;
+        }
+        for row in groups {
+            let amounts = self.amounts(row);
+            let main = threads
+                .iter()
+                .find(|t| t.pid == row.tgid && t.tgid == row.tgid);
+            let fresh = !self.procs.contains_key(&row.tgid);
+            let st = self.procs.entry(row.tgid).or_default();
+            if let Some(m) = main.or(fresh.then_some(row)) {
+                st.labels = ProcLabels {
+                    comm: m.comm.clone(),
+                    cgroup: cgroup_label(m),
+                };
+            }
+            let mut recent = 0u64;
+            for (dir, event, amount) in amounts {
+                *st.totals.entry((dir, event)).or_default() += amount;
+                recent = recent.saturating_add(amount);
+            }
+            st.score += recent as f64;
+            st.last_seen = now;
+        }
+    }
+
+    /// Exports the top `max_processes` by recent traffic, removes the series of those that
+    /// dropped out (or changed labels), and forgets idle processes so that the state stays
+    /// bounded too.
+    fn choose_processes(&mut self) {
+        let mut ranked: Vec<(u32, f64)> = self
+            .procs
+            .iter()
+            .filter(|(_, s)| s.score > 0.0)
+            .map(|(&pid, s)| (pid, s.score))
+            .collect();
+        ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        let top: HashSet<u32> = ranked
+            .iter()
+            .take(self.meta.max_processes)
+            .map(|&(pid, _)| pid)
+            .collect();
+        let family = &self.process;
+        for (pid, st) in self.procs.iter_mut() {
+            let wanted = top.contains(pid).then(|| st.labels.clone());
+            if let Some(old) = st.shown.take_if(|old| Some(&*old) != wanted.as_ref()) {
+                for (dir, event) in st.totals.keys() {
+                    let (f, labels) = process_series(family, *pid, &old, *dir, event);
+                    f.remove(&labels);
+                }
+            }
+            let Some(labels) = wanted else {
+                continue;
+            };
+            for ((dir, event), &total) in &st.totals {
+                let (f, series) = process_series(family, *pid, &labels, *dir, event);
+                let c = f.get_or_create(&series);
+                let shown = c.get();
+                if total > shown {
+                    c.inc_by(total - shown);
+                }
+            }
+            st.shown = Some(labels);
+        }
+        self.forget_idle();
+    }
+
+    fn forget_idle(&mut self) {
+        let now = self.n_intervals;
+        self.procs
+            .retain(|_, s| s.shown.is_some() || now.saturating_sub(s.last_seen) < FORGET_AFTER);
+        if self.procs.len() > MAX_TRACKED {
+            let mut scores: Vec<f64> = self.procs.values().map(|s| s.score).collect();
+            scores.sort_by(|a, b| b.total_cmp(a));
+            let floor = scores[MAX_TRACKED - 1];
+            self.procs
+                .retain(|_, s| s.shown.is_some() || s.score >= floor);
+        }
+    }
+
+    /// Processes whose state is kept (exported or not).
+    pub fn tracked_processes(&self) -> usize {
+        self.procs.len()
+    }
+}
+
+/// The labels of one cgroup series.
+fn cgroup_series(cgroup: &str, dir: Direction, event: &str) -> Labels {
+    let mut labels = vec![
+        ("cgroup", cgroup.to_string()),
+        ("direction", direction_label(dir).to_string()),
+    ];
+    if !event.is_empty() {
+        labels.push(("event", event.to_string()));
+    }
+    labels
+}
+
+/// The family and labels of one process series.
+fn process_series<'a>(
+    family: &'a Pair,
+    pid: u32,
+    l: &ProcLabels,
+    dir: Direction,
+    event: &str,
+) -> (&'a Counters, Labels) {
+    let mut labels = vec![
+        ("pid", pid.to_string()),
+        ("comm", l.comm.clone()),
+        ("cgroup", l.cgroup.clone()),
+        ("direction", direction_label(dir).to_string()),
+    ];
+    if event.is_empty() {
+        (&family.bytes, labels)
+    } else {
+        labels.push(("event", event.to_string()));
+        (&family.events, labels)
+    }
+}
+
+/// A non-negative amount as a whole count (amounts are sums of whole counts already; this
+/// only guards against rounding noise and negative values).
+fn whole(v: f64) -> u64 {
+    if v.is_finite() && v > 0.0 {
+        v.round() as u64
+    } else {
+        0
+    }
+}
+
+/// The same exposition in Prometheus's classic text format (version 0.0.4), for scrapers and
+/// linters that do not read OpenMetrics (Debian's `promtool check metrics` among them). The two
+/// differ, for what this exporter writes, in three ways: a counter family is named with its
+/// `_total` suffix in HELP and TYPE, there is no `# UNIT` line and no `# EOF` line.
+pub fn to_classic_text(openmetrics: &str) -> String {
+    let counters: HashSet<&str> = openmetrics
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.strip_suffix(" counter"))
+        .collect();
+    let mut out = String::with_capacity(openmetrics.len() + 64);
+    for line in openmetrics.lines() {
+        if line == "# EOF" || line.starts_with("# UNIT ") {
+            continue;
+        }
+        let meta = ["# HELP ", "# TYPE "]
+            .into_iter()
+            .find_map(|p| line.strip_prefix(p).map(|rest| (p, rest)));
+        match meta {
+            Some((prefix, rest)) => {
+                let (name, tail) = rest.split_once(' ').unwrap_or((rest, ""));
+                if counters.contains(name) {
+                    out.push_str(&format!("{prefix}{name}_total {tail}"));
+                } else {
+                    out.push_str(line);
+                }
+            }
+            None => out.push_str(line),
+        }
+        out.push('\n');
+    }
+    out
+}
+
+/// Whether an HTTP `Accept` header asks for OpenMetrics (Prometheus's scraper does).
+pub fn wants_openmetrics(accept: Option<&str>) -> bool {
+    accept.is_some_and(|a| a.contains("application/openmetrics-text"))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,966 @@
+//! The one place that decides what imc reads: a pure function from discovery, the kernel's facts
+//! and the request to a [`Plan`] — every counter, the package and channel it belongs to, who
+//! reads it and how often, how counters are summed, what runs the sampler, and why, including
+//! what was refused. `stat`, `top`, `record` and `serve` execute a plan (`backends::plan` turns
+//! it into stat's counters, `sampler::planned` into the sampler's configuration); `--dry-run`
+//! prints it.
+//!
+//! - [`kernel`]: the facts of the running kernel that shape a plan (release, HZ), read under
+//!   `--root`.
+//! - [`text`]: the plan as a person reads it.
+pub mod kernel;
+pub mod text;
+
+use crate::model::{BackendKind, Direction, Discovery, Encoded, Scope, Source, Topology};
+use imc_common::{MAX_PKG_COUNTERS, MAX_SLOTS};
+pub use kernel::Kernel;
+use serde::Serialize;
+use thiserror::Error;
+
+/// Which command the plan is for: `stat` reads from userspace at each interval; the sampling
+/// commands run the eBPF sampler.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Command {
+    Stat,
+    Top,
+    Record,
+    Serve,
+}
+
+impl Command {
+    pub fn samples(self) -> bool {
+        self != Command::Stat
+    }
+}
+
+/// What the user asked for.
+#[derive(Clone, Debug)]
+pub struct Request {
+    pub command: Command,
+    /// `-e` events, resolved: the text as given and what it encodes to (every PMU instance).
+    pub events: Vec<(String, Vec<Encoded>)>,
+    /// `--backend` other than `auto`.
+    pub backend: Option<BackendKind>,
+    /// Backends already tried and failed to open (stat falls through to the next).
+    pub exclude: Vec<BackendKind>,
+    /// `--freq`: imc's own cpu-clock timer instead of the kernel's tick.
+    pub freq: Option<u32>,
+    /// `--precise` with `--freq`: context switches too (always on with the kernel's tick).
+    pub precise: bool,
+    /// The interval (stat reads at each one; the sampler drains four times per interval).
+    pub interval_ms: u64,
+    /// How often the sampling loop drains the rings (and reads idle packages).
+    pub drain_ms: u64,
+    /// The stand-in to use without a memory controller: `LLC-load-misses` where the core PMU
+    /// encodes it, else `page-faults` (resolved by the caller, who reads the root).
+    pub stand_in: Vec<(String, Vec<Encoded>)>,
+    /// `stat --latency` (KNL): the checked OFFCORE_RESPONSE pair (outstanding, requests),
+    /// counted on every CPU beside DDR and MCDRAM bandwidth.
+    pub latency: Option<(Encoded, Encoded)>,
+}
+
+#[derive(Debug, Error, PartialEq)]
+pub enum PlanError {
+    /// The request cannot be met as asked: exit 2.
+    #[error("{0}")]
+    BadRequest(String),
+    /// Nothing on this machine can be read: exit 1.
+    #[error("{0}")]
+    Unavailable(String),
+}
+
+/// Who reads a counter, and when.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum Reader {
+    /// Each CPU's program reads its own counter at its ticks and context switches.
+    Tick,
+    /// The program of whichever of `cpus` ticks first in a tick period reads every counter of
+    /// the package (once per period); userspace reads them when none of those CPUs ticked
+    /// within two drain periods (an idle package's DMA).
+    PackageTick { cpus: Vec<u32>, idle_every_ms: u64 },
+    /// imc reads it with read(2) every `every_ms` (from the CPU it is opened on, by IPI where
+    /// that is another CPU).
+    Userspace { every_ms: u64 },
+}
+
+/// One counter to open.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Counter {
+    pub pmu: String,
+    /// The event's name (`read`, `write`, `total`), or the `-e` text.
+    pub event: String,
+    pub package: Option<u32>,
+    pub channel: Option<u32>,
+    /// Bandwidth direction; None for counters that are not bytes.
+    pub direction: Option<Direction>,
+    /// `cpu` (one counter per CPU), `package` or `channel`.
+    pub scope: &'static str,
+    /// Where it is opened: its PMU's CPU for this package, or every online CPU.
+    pub cpus: Vec<u32>,
+    pub reader: Reader,
+    pub bytes_per_count: Option<f64>,
+    /// The record slot it is read into (sampling commands); package counters of one slot and
+    /// package are summed there.
+    pub slot: Option<usize>,
+    /// The key of `values` in JSON output.
+    #[serde(skip)]
+    pub value_key: String,
+    #[serde(skip)]
+    pub encoded: Encoded,
+    #[serde(skip)]
+    pub counter_bits: u8,
+    /// Physical address and width (intel-client-mchbar).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub address: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub width: Option<u8>,
+}
+
+/// What a sampling record carries in one slot.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Slot {
+    pub event: String,
+    /// `cpu` or `package` (a per-package sum).
+    pub scope: &'static str,
+    pub direction: Option<Direction>,
+    /// Bandwidth (`traffic`), or counted and shown (`other`).
+    pub role: &'static str,
+    pub bytes_per_count: Option<f64>,
+    /// How a package slot is formed: `sum of 12 counters per package`.
+    pub sum: Option<String>,
+}
+
+/// What runs the sampler (or times stat's reads).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Tick {
+    /// `kernel-tick` (its timer tracepoint + sched_switch), `cpu-clock`, or for stat
+    /// `interval-timer`.
+    pub source: &'static str,
+    /// Runs per second on a busy CPU (the kernel's HZ, `--freq`, or stat's interval rate).
+    pub hz: Option<f64>,
+    pub adds_interrupts: bool,
+    /// Context switches run the program too.
+    pub switches: bool,
+    pub reason: String,
+}
+
+impl Tick {
+    /// The tick as one label (`imc_info{tick}`): `kernel-tick:250Hz+sched_switch`,
+    /// `cpu-clock:1000Hz`.
+    pub fn label(&self) -> String {
+        let mut t = self.source.to_string();
+        if let Some(hz) = self.hz {
+            t.push_str(&format!(":{}Hz", hz.round()));
+        }
+        if self.switches {
+            t.push_str("+sched_switch");
+        }
+        t
+    }
+}
+
+/// Something the plan could have read and does not, and why.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Refusal {
+    pub pmu: Option<String>,
+    pub event: Option<String>,
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Plan {
+    pub command: Command,
+    /// What is measured: a backend name, `events`, or a stand-in `proxy:EVENT`.
+    pub source: String,
+    /// The backend executing it (`None` for `-e` and stand-ins).
+    #[serde(skip)]
+    pub backend: Option<BackendKind>,
+    pub counters: Vec<Counter>,
+    /// The record's slots (sampling commands; empty for stat).
+    pub slots: Vec<Slot>,
+    pub tick: Tick,
+    pub refusals: Vec<Refusal>,
+    /// Why the readers are what they are (one line each).
+    pub notes: Vec<String>,
+    pub kernel: Kernel,
+}
+
+impl Plan {
+    /// How a counter's channel is named where channels are shown one by one (`imc serve`'s
+    /// `channel` label): its PMU instance (`uncore_imc_3`), with the channel's number where one
+    /// PMU has an event per channel (`amd_df#2`, POWER's MCS pairs).
+    pub fn channel_label(&self, c: &Counter) -> String {
+        let shared_pmu = self
+            .counters
+            .iter()
+            .filter(|o| o.package == c.package && o.slot == c.slot && o.pmu == c.pmu)
+            .count()
+            > 1;
+        match c.channel {
+            Some(ch) if shared_pmu => format!("{}#{ch}", c.pmu),
+            _ => c.pmu.clone(),
+        }
+    }
+}
+
+/// Plans `req` on the machine `found` describes.
+pub fn plan(found: &Discovery, kernel: &Kernel, req: &Request) -> Result<Plan, PlanError> {
+    let refusals = source_refusals(found, req);
+    let (source, backend, mut counters) = choose_counters(found, req)?;
+    let mut notes = Vec::new();
+    let slots = if req.command.samples() {
+        assign_slots(&mut counters, found, kernel, req, &mut notes)?
+    } else {
+        for c in &mut counters {
+            c.reader = Reader::Userspace {
+                every_ms: req.interval_ms,
+            };
+        }
+        Vec::new()
+    };
+    Ok(Plan {
+        command: req.command,
+        source,
+        backend,
+        counters,
+        slots,
+        tick: tick_of(kernel, req),
+        refusals,
+        notes,
+        kernel: kernel.clone(),
+    })
+}
+
+/// The counters: `-e` events as given, else the first available memory controller's read,
+/// write (or total) events on every channel of every package, else a labelled stand-in.
+fn choose_counters(
+    found: &Discovery,
+    req: &Request,
+) -> Result<(String, Option<BackendKind>, Vec<Counter>), PlanError> {
+    if let Some(pair) = &req.latency {
+        return latency_counters(found, pair);
+    }
+    if !req.events.is_empty() {
+        refuse_uncountable(found, &req.events)?;
+        let counters = event_counters(&req.events, &found.topology);
+        if counters.is_empty() {
+            return Err(PlanError::Unavailable(
+                "-e: no CPU to open the events on (no online CPUs found under --root)".into(),
+            ));
+        }
+        let bytes = counters.iter().any(|c| c.bytes_per_count.is_some());
+        let source = if bytes || !req.command.samples() {
+            "events".to_string()
+        } else {
+            let names: Vec<&str> = req.events.iter().map(|(t, _)| t.as_str()).collect();
+            format!("events:{}", names.join(","))
+        };
+        return Ok((source, None, counters));
+    }
+    if let Some(src) = memory_controller(found, req)? {
+        let mut counters = Vec::new();
+        for s in with_companions(found, src) {
+            counters.extend(source_counters(s, &found.topology));
+        }
+        number_channels(&mut counters);
+        if !counters.is_empty() {
+            return Ok((
+                src.backend.as_str().to_string(),
+                Some(src.backend),
+                counters,
+            ));
+        }
+    }
+    if let Some(w) = req.backend {
+        let why = found
+            .sources
+            .iter()
+            .find(|s| s.backend == w)
+            .and_then(|s| s.reason.clone())
+            .unwrap_or_else(|| "not found on this machine".into());
+        return Err(PlanError::Unavailable(format!(
+            "--backend {}: unavailable: {why}",
+            w.as_str()
+        )));
+    }
+    let why = no_controller_reason(found);
+    let Some((name, encs)) = req.stand_in.first() else {
+        return Err(PlanError::Unavailable(format!(
+            "no memory-controller counters ({why}) and no stand-in event encodes here"
+        )));
+    };
+    let counters = event_counters(&[(name.clone(), encs.clone())], &found.topology);
+    Ok((format!("proxy:{name}"), None, counters))
+}
+
+/// Sampling-only PMUs (IBS, POWER trace IMC) and per-task ones (thread IMC) cannot be counted
+/// CPU-wide: said before anything opens.
+fn refuse_uncountable(
+    found: &Discovery,
+    events: &[(String, Vec<Encoded>)],
+) -> Result<(), PlanError> {
+    for (text, encs) in events {
+        for e in encs {
+            if let Some(why) =
+                crate::discovery::other::cpu_wide_count_refusal(&found.other_sources, &e.pmu, text)
+            {
+                return Err(PlanError::BadRequest(why));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `stat --latency`: KNL's DDR and MCDRAM channels, then the offcore-response pair on every
+/// online CPU (the core PMU has no cpumask).
+fn latency_counters(
+    found: &Discovery,
+    (outstanding, requests): &(Encoded, Encoded),
+) -> Result<(String, Option<BackendKind>, Vec<Counter>), PlanError> {
+    let knl: Vec<&Source> = [BackendKind::KnlImc, BackendKind::KnlEdc]
+        .iter()
+        .filter_map(|k| found.sources.iter().find(|s| s.backend == *k))
+        .collect();
+    if let Some(s) = knl.iter().find(|s| !s.available) {
+        return Err(PlanError::Unavailable(format!(
+            "--latency needs Knights Landing/Mill memory counters; {} is unavailable ({})",
+            s.backend.as_str(),
+            s.reason.as_deref().unwrap_or("no reason given")
+        )));
+    }
+    if knl.is_empty() {
+        return Err(PlanError::Unavailable(
+            "--latency needs Knights Landing/Mill memory counters (knl-imc, knl-edc)".into(),
+        ));
+    }
+    let mut counters = Vec::new();
+    for s in knl {
+        counters.extend(source_counters(s, &found.topology));
+    }
+    number_channels(&mut counters);
+    let pair: Vec<(String, Vec<Encoded>)> = [outstanding, requests]
+        .into_iter()
+        .map(|e| {
+            let mut one = e.clone();
+            one.cpus = None;
+            (e.event.clone(), vec![one])
+        })
+        .collect();
+    counters.extend(event_counters(&pair, &found.topology));
+    Ok((
+        "knl-imc+knl-edc+latency".into(),
+        Some(BackendKind::KnlImc),
+        counters,
+    ))
+}
+
+fn no_controller_reason(found: &Discovery) -> String {
+    if found.hypervisor {
+        return "running under a hypervisor, which exposes no memory controller".into();
+    }
+    found
+        .sources
+        .iter()
+        .filter(|s| s.backend.is_memory_controller())
+        .find_map(|s| s.reason.clone())
+        .unwrap_or_else(|| "no memory-controller PMU found".into())
+}
+
+/// The memory controller to read: `--backend`, else the first available one, the kernel's
+/// PMUs before the /dev/mem mapping (which the sampler cannot read at ticks).
+fn memory_controller<'a>(
+    found: &'a Discovery,
+    req: &Request,
+) -> Result<Option<&'a Source>, PlanError> {
+    if let Some(w) = req.backend {
+        let Some(s) = found.sources.iter().find(|s| s.backend == w) else {
+            return Ok(None);
+        };
+        if !s.available {
+            return Ok(None);
+        }
+        if req.command.samples() && w == BackendKind::IntelClientMchbar {
+            return Err(PlanError::BadRequest(
+                "--backend intel-client-mchbar: the sampler cannot read /dev/mem counters at \
+                 its ticks; use it with imc stat"
+                    .into(),
+            ));
+        }
+        return Ok(Some(s));
+    }
+    let mut candidates: Vec<&Source> = found
+        .sources
+        .iter()
+        .filter(|s| s.available && s.backend.is_memory_controller())
+        .filter(|s| !req.exclude.contains(&s.backend))
+        .filter(|s| !(req.command.samples() && s.backend == BackendKind::IntelClientMchbar))
+        .collect();
+    candidates.sort_by_key(|s| s.backend == BackendKind::IntelClientMchbar);
+    Ok(candidates.first().copied())
+}
+
+/// KNL's DDR (knl-imc) and MCDRAM (knl-edc) are measured side by side, DDR first.
+fn with_companions<'a>(found: &'a Discovery, s: &'a Source) -> Vec<&'a Source> {
+    let partner = match s.backend {
+        BackendKind::KnlImc => Some(BackendKind::KnlEdc),
+        BackendKind::KnlEdc => Some(BackendKind::KnlImc),
+        _ => None,
+    };
+    let other = partner.and_then(|p| found.sources.iter().find(|o| o.backend == p && o.available));
+    match other {
+        Some(o) if o.backend == BackendKind::KnlImc => vec![o, s],
+        Some(o) => vec![s, o],
+        None => vec![s],
+    }
+}
+
+/// Why each memory-controller source is not used (and, for sampling, that /dev/mem counters
+/// cannot be read at ticks).
+fn source_refusals(found: &Discovery, req: &Request) -> Vec<Refusal> {
+    let mut out: Vec<Refusal> = Vec::new();
+    for s in &found.sources {
+        if !s.backend.is_memory_controller() {
+            continue;
+        }
+        // A source with no PMU here is not refused, merely absent; under a hypervisor the
+        // first says why for all.
+        if s.pmus.is_empty() && !(found.hypervisor && out.is_empty()) {
+            continue;
+        }
+        let pmu = s.pmus.first().map(|p| p.name.clone());
+        if !s.available {
+            out.push(Refusal {
+                pmu,
+                event: None,
+                reason: format!(
+                    "{}: {}",
+                    s.backend.as_str(),
+                    s.reason.as_deref().unwrap_or("not available")
+                ),
+            });
+        } else if req.command.samples() && s.backend == BackendKind::IntelClientMchbar {
+            out.push(Refusal {
+                pmu: Some("mchbar".into()),
+                event: None,
+                reason: "intel-client-mchbar: /dev/mem counters cannot be read at the sampler's \
+                         ticks (imc stat reads them)"
+                    .into(),
+            });
+        }
+    }
+    out
+}
+
+fn direction_of_name(name: &str) -> Option<Direction> {
+    match name {
+        "read" => Some(Direction::Read),
+        "write" => Some(Direction::Write),
+        "total" => Some(Direction::Total),
+        _ => None,
+    }
+}
+
+/// Guesses the direction of a user's bandwidth event from its name (`cas_count_read`,
+/// `UNC_M_CAS_COUNT.WR`, `data_writes`): everything else counts as total traffic.
+pub fn guess_direction(event: &str) -> Direction {
+    let e = event.to_ascii_lowercase();
+    let has = |w: &[&str]| w.iter().any(|w| e.contains(w));
+    if has(&["read", ".rd", "_rd"]) {
+        Direction::Read
+    } else if has(&["write", ".wr", "_wr"]) {
+        Direction::Write
+    } else {
+        Direction::Total
+    }
+}
+
+/// The package of a PMU's designated CPU; a cpumask lists one CPU per package in package order,
+/// so the position is the fallback when the topology does not know the CPU.
+fn package_of(topo: &Topology, cpu: u32, position: usize) -> u32 {
+    topo.package_of(cpu).unwrap_or_else(|| {
+        topo.packages
+            .get(position)
+            .map_or(position as u32, |p| p.id)
+    })
+}
+
+fn scope_name(scope: Scope) -> &'static str {
+    match scope {
+        Scope::Cpu(_) => "cpu",
+        Scope::Package(_) => "package",
+        Scope::Channel { .. } => "channel",
+    }
+}
+
+/// The value key of a default event: its name, prefixed for MCDRAM so KNL's two memories stay
+/// apart.
+fn value_key(backend: BackendKind, name: &str) -> String {
+    match backend {
+        BackendKind::KnlEdc => format!("mcdram_{name}"),
+        _ => name.to_string(),
+    }
+}
+
+/// A memory controller's bandwidth events, on every channel (PMU instance) of every package.
+/// Auxiliary events (clock ticks) are not bandwidth and are left out.
+pub fn source_counters(source: &Source, topo: &Topology) -> Vec<Counter> {
+    let mut out = Vec::new();
+    // A stand-in source's events (msr tsc, page-faults) are counted as plain values per CPU.
+    let stand_in = !source.backend.is_memory_controller();
+    for ev in &source.events {
+        let direction = ev.direction.or_else(|| direction_of_name(&ev.name));
+        if stand_in {
+            if let (Some(config), Some(pmu)) =
+                (ev.config, source.pmus.iter().find(|p| p.name == ev.pmu))
+            {
+                let enc = Encoded {
+                    event: format!("{}/{}", ev.pmu, ev.name),
+                    pmu: ev.pmu.clone(),
+                    pmu_type: pmu.pmu_type,
+                    config,
+                    config1: ev.config1.unwrap_or(0),
+                    ..Default::default()
+                };
+                let mut c = event_counter(&ev.name, &enc, None, None, pmu.cpus.clone(), None);
+                c.bytes_per_count = None;
+                out.push(c);
+            }
+            continue;
+        }
+        let Some(direction) = direction else {
+            continue;
+        };
+        let channel = source
+            .pmus
+            .iter()
+            .position(|p| p.name == ev.pmu)
+            .unwrap_or(0) as u32;
+        let several = source.pmus.len() > 1;
+        if let (Some(address), Some(width)) = (ev.address, ev.width) {
+            // /dev/mem counters: one package, no perf encoding.
+            let package = topo.packages.first().map_or(0, |p| p.id);
+            out.push(Counter {
+                pmu: if ev.pmu.is_empty() {
+                    "mchbar".into()
+                } else {
+                    ev.pmu.clone()
+                },
+                event: ev.name.clone(),
+                package: Some(package),
+                channel: None,
+                direction: Some(direction),
+                scope: "package",
+                cpus: Vec::new(),
+                reader: Reader::Tick,
+                bytes_per_count: Some(ev.bytes_per_count.unwrap_or(64.0)),
+                slot: None,
+                value_key: ev.name.clone(),
+                encoded: Encoded::default(),
+                counter_bits: 64,
+                address: Some(address),
+                width: Some(width),
+            });
+            continue;
+        }
+        let Some(config) = ev.config else { continue };
+        let Some(pmu) = source.pmus.iter().find(|p| p.name == ev.pmu) else {
+            continue;
+        };
+        for (i, &cpu) in pmu.cpus.iter().enumerate() {
+            let package = package_of(topo, cpu, i);
+            let scope = if several {
+                Scope::Channel { package, channel }
+            } else {
+                Scope::Package(package)
+            };
+            out.push(Counter {
+                pmu: ev.pmu.clone(),
+                event: ev.name.clone(),
+                package: Some(package),
+                channel: several.then_some(channel),
+                direction: Some(direction),
+                scope: scope_name(scope),
+                cpus: vec![cpu],
+                reader: Reader::Tick,
+                bytes_per_count: Some(ev.bytes_per_count.unwrap_or(1.0)),
+                slot: None,
+                value_key: value_key(source.backend, &ev.name),
+                encoded: Encoded {
+                    event: format!("{}/{}", ev.pmu, ev.name),
+                    pmu: ev.pmu.clone(),
+                    pmu_type: pmu.pmu_type,
+                    config,
+                    config1: ev.config1.unwrap_or(0),
+                    bytes_per_count: ev.bytes_per_count,
+                    cpus: Some(vec![cpu]),
+                    ..Default::default()
+                },
+                counter_bits: ev.counter_bits,
+                address: None,
+                width: None,
+            });
+        }
+    }
+    out
+}
+
+/// Channels numbered in order within each package and direction (and memory), where a package
+/// has several counters of one direction: a PMU instance each (SKX's uncore_imc_N), or several
+/// events of one PMU (AMD DF's per-channel events, POWER's nest MCS pairs).
+fn number_channels(counters: &mut [Counter]) {
+    let key = |c: &Counter| (c.package, c.direction, c.value_key.clone());
+    for i in 0..counters.len() {
+        if counters[i].address.is_some() {
+            continue;
+        }
+        let k = key(&counters[i]);
+        let same = counters.iter().filter(|c| key(c) == k).count();
+        let before = counters[..i].iter().filter(|c| key(c) == k).count();
+        let c = &mut counters[i];
+        if same > 1 {
+            c.channel = Some(before as u32);
+            c.scope = "channel";
+        } else {
+            c.channel = None;
+            c.scope = "package";
+        }
+    }
+}
+
+/// The counters of `-e` events: a PMU with a cpumask (uncore) on each of its CPUs (one per
+/// package, each instance a channel), else on every online CPU, as `perf stat -a` does.
+pub fn event_counters(events: &[(String, Vec<Encoded>)], topo: &Topology) -> Vec<Counter> {
+    let mut out = Vec::new();
+    for (text, encs) in events {
+        let instances = encs.len();
+        for (channel, enc) in encs.iter().enumerate() {
+            let direction = enc.bytes_per_count.map(|_| guess_direction(&enc.event));
+            match enc.cpus.as_deref() {
+                Some(cpus) => {
+                    for (i, &cpu) in cpus.iter().enumerate() {
+                        let package = package_of(topo, cpu, i);
+                        out.push(event_counter(
+                            text,
+                            enc,
+                            Some(package),
+                            (instances > 1).then_some(channel as u32),
+                            vec![cpu],
+                            direction,
+                        ));
+                    }
+                }
+                None if !topo.online.is_empty() => out.push(event_counter(
+                    text,
+                    enc,
+                    None,
+                    None,
+                    topo.online.clone(),
+                    direction,
+                )),
+                None => {}
+            }
+        }
+    }
+    out
+}
+
+fn event_counter(
+    text: &str,
+    enc: &Encoded,
+    package: Option<u32>,
+    channel: Option<u32>,
+    cpus: Vec<u32>,
+    direction: Option<Direction>,
+) -> Counter {
+    let scope = match (package, channel) {
+        (None, _) => "cpu",
+        (Some(_), None) => "package",
+        (Some(_), Some(_)) => "channel",
+    };
+    Counter {
+        pmu: enc.pmu.clone(),
+        event: text.to_string(),
+        package,
+        channel,
+        direction,
+        scope,
+        cpus,
+        reader: Reader::Tick,
+        bytes_per_count: enc.bytes_per_count,
+        slot: None,
+        value_key: text.to_string(),
+        encoded: enc.clone(),
+        counter_bits: if package.is_some() { 48 } else { 64 },
+        address: None,
+        width: None,
+    }
+}
+
+/// Whether the kernel lets any CPU of a package read this PMU's counters (Intel uncore since
+/// Linux 6.7, PERF_EV_CAP_READ_ACTIVE_PKG); elsewhere only the CPU it is opened on may.
+fn any_cpu_of_package_reads(pmu: &str, kernel: &Kernel) -> bool {
+    kernel.at_least(6, 7) && pmu.starts_with("uncore_")
+}
+
+/// Gives every counter its record slot and reader: CPU counters a slot each, read by every CPU
+/// for itself; package counters summed per package into one slot per event (per direction for
+/// a memory controller), read by one reader per package. Returns the slots.
+fn assign_slots(
+    counters: &mut [Counter],
+    found: &Discovery,
+    kernel: &Kernel,
+    req: &Request,
+    notes: &mut Vec<String>,
+) -> Result<Vec<Slot>, PlanError> {
+    let mut slots: Vec<Slot> = Vec::new();
+    let mut keys: Vec<String> = Vec::new();
+    for c in counters.iter_mut() {
+        let package_scope = c.package.is_some();
+        // Package counters of one event (or one direction) share a slot: its per-package sum.
+        let key = if package_scope {
+            match c.direction {
+                Some(d) if req.events.is_empty() => format!("pkg:{d:?}:{}", c.value_key),
+                _ => format!("pkg:{}", c.value_key),
+            }
+        } else {
+            format!("cpu:{}:{}", c.value_key, keys.len())
+        };
+        let index = match keys.iter().position(|k| *k == key) {
+            Some(i) => i,
+            None => {
+                keys.push(key);
+                slots.push(Slot {
+                    event: c.value_key.clone(),
+                    scope: if package_scope { "package" } else { "cpu" },
+                    direction: c.direction,
+                    role: if c.bytes_per_count.is_some() || slots.is_empty() {
+                        "traffic"
+                    } else {
+                        "other"
+                    },
+                    bytes_per_count: c.bytes_per_count,
+                    sum: None,
+                });
+                keys.len() - 1
+            }
+        };
+        c.slot = Some(index);
+    }
+    if slots.len() > MAX_SLOTS {
+        return Err(PlanError::BadRequest(format!(
+            "{} counters to read per tick, at most {MAX_SLOTS} (a package event counts once, \
+             whatever its channels): name fewer with -e",
+            slots.len()
+        )));
+    }
+    for (i, slot) in slots.iter_mut().enumerate() {
+        if slot.scope != "package" {
+            continue;
+        }
+        let per_pkg = counters.iter().filter(|c| c.slot == Some(i)).fold(
+            std::collections::BTreeMap::new(),
+            |mut m, c| {
+                *m.entry(c.package).or_insert(0usize) += 1;
+                m
+            },
+        );
+        let most = per_pkg.values().copied().max().unwrap_or(0);
+        slot.sum = Some(format!("sum of {most} counter(s) per package"));
+    }
+    let idle_every_ms = 2 * req.drain_ms;
+    for pkg in packages_of(counters) {
+        let in_pkg: Vec<usize> = (0..counters.len())
+            .filter(|&i| counters[i].package == Some(pkg))
+            .collect();
+        if in_pkg.len() > MAX_PKG_COUNTERS as usize {
+            return Err(PlanError::BadRequest(format!(
+                "package {pkg}: {} counters, more than the {MAX_PKG_COUNTERS} one reader reads \
+                 at a tick: name fewer with -e",
+                in_pkg.len()
+            )));
+        }
+        let crowded = crowded_pmus(counters, &in_pkg);
+        let readers = if crowded.is_empty() {
+            let r = package_readers(counters, &in_pkg, pkg, &found.topology, kernel);
+            notes.push(reader_note(counters, &in_pkg, pkg, &r, kernel));
+            r
+        } else {
+            notes.push(format!(
+                "package {pkg}: {} counts {} events with {} hardware counters, so the kernel \
+                 takes turns and each count must be scaled by its time enabled/running, which \
+                 a tick's sum cannot do: userspace reads and scales them every {} ms",
+                crowded[0].0, crowded[0].1, crowded[0].2, req.drain_ms
+            ));
+            Vec::new()
+        };
+        for i in in_pkg {
+            counters[i].reader = if readers.is_empty() {
+                Reader::Userspace {
+                    every_ms: req.drain_ms,
+                }
+            } else {
+                Reader::PackageTick {
+                    cpus: readers.clone(),
+                    idle_every_ms,
+                }
+            };
+        }
+    }
+    Ok(slots)
+}
+
+/// Hardware counters of one instance of a package PMU, where fewer than the events imc may put
+/// on it: AMD's data fabric counts 4 events at once without PerfMonV2 (amd/uncore.c
+/// NUM_COUNTERS_NB), and Zen 2/3 have 8 DRAM channel events; Intel uncore boxes and AMD UMCs
+/// have 4 for imc's 2, POWER's nest counters are memory the firmware fills.
+fn hardware_counters(pmu: &str) -> Option<usize> {
+    (pmu == "amd_df").then_some(4)
+}
+
+/// (PMU instance, events, hardware counters) for each instance of this package that has more
+/// events than counters: the kernel multiplexes them.
+fn crowded_pmus(counters: &[Counter], in_pkg: &[usize]) -> Vec<(String, usize, usize)> {
+    let mut per: std::collections::BTreeMap<&str, usize> = Default::default();
+    for &i in in_pkg {
+        *per.entry(counters[i].pmu.as_str()).or_default() += 1;
+    }
+    per.into_iter()
+        .filter_map(|(pmu, n)| {
+            let hw = hardware_counters(pmu)?;
+            (n > hw).then(|| (pmu.to_string(), n, hw))
+        })
+        .collect()
+}
+
+/// Why package `pkg`'s counters have the readers they have.
+fn reader_note(
+    counters: &[Counter],
+    in_pkg: &[usize],
+    pkg: u32,
+    readers: &[u32],
+    kernel: &Kernel,
+) -> String {
+    let pmu = &counters[in_pkg[0]].pmu;
+    let release = kernel.release.as_deref().unwrap_or("unknown");
+    let list = crate::discovery::cpulist::format_cpulist(readers);
+    if readers.is_empty() {
+        format!(
+            "package {pkg}: its counters are opened on several CPUs and this kernel ({release}) \
+             lets only that CPU read each: userspace reads them at every drain"
+        )
+    } else if readers.len() > 1 {
+        format!(
+            "package {pkg}: Linux 6.7+ (here {release}) lets any CPU of the package read {pmu}'s \
+             counters: the first of CPUs {list} to tick in a period reads them all"
+        )
+    } else if pmu.starts_with("uncore_") && kernel.release.is_none() {
+        format!(
+            "package {pkg}: the kernel's release is unknown (no proc/sys/kernel/osrelease under \
+             --root), so as before Linux 6.7 only the CPU {pmu} is opened on may read it: CPU \
+             {list}'s ticks read all of the package's counters"
+        )
+    } else if pmu.starts_with("uncore_") {
+        format!(
+            "package {pkg}: before Linux 6.7 (here {release}) only the CPU {pmu} is opened on may \
+             read it: CPU {list}'s ticks read all of the package's counters"
+        )
+    } else {
+        format!(
+            "package {pkg}: only the CPU {pmu} is opened on may read it: CPU {list}'s ticks read \
+             all of the package's counters"
+        )
+    }
+}
+
+fn packages_of(counters: &[Counter]) -> Vec<u32> {
+    let mut v: Vec<u32> = counters.iter().filter_map(|c| c.package).collect();
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
+/// The CPUs whose ticks may read every counter of package `pkg`: all its online CPUs where the
+/// kernel allows any CPU of the package to read each of them; else the one CPU they are all
+/// opened on; else none (counters opened on several CPUs of the package, one per die, on a
+/// kernel where only that CPU may read each): userspace reads them.
+fn package_readers(
+    counters: &[Counter],
+    in_pkg: &[usize],
+    pkg: u32,
+    topo: &Topology,
+    kernel: &Kernel,
+) -> Vec<u32> {
+    let anyone = in_pkg
+        .iter()
+        .all(|&i| any_cpu_of_package_reads(&counters[i].pmu, kernel));
+    if anyone && let Some(p) = topo.packages.iter().find(|p| p.id == pkg) {
+        let cpus: Vec<u32> = p
+            .cpus
+            .iter()
+            .copied()
+            .filter(|c| topo.online.contains(c))
+            .collect();
+        if !cpus.is_empty() {
+            return cpus;
+        }
+    }
+    let mut open: Vec<u32> = in_pkg
+        .iter()
+        .flat_map(|&i| counters[i].cpus.iter().copied())
+        .collect();
+    open.sort_unstable();
+    open.dedup();
+    if open.len() == 1 { open } else { Vec::new() }
+}
+
+/// What runs the program: the kernel's tick unless `--freq` asks for a timer of imc's own.
+fn tick_of(kernel: &Kernel, req: &Request) -> Tick {
+    if !req.command.samples() {
+        return Tick {
+            source: "interval-timer",
+            hz: Some(1000.0 / req.interval_ms.max(1) as f64),
+            adds_interrupts: true,
+            switches: false,
+            reason: format!(
+                "imc stat reads every counter from userspace at each {} ms interval (a timer \
+                 wake-up per interval; kernel-timed reads up to 100 ms)",
+                req.interval_ms
+            ),
+        };
+    }
+    match req.freq {
+        Some(f) => Tick {
+            source: "cpu-clock",
+            hz: Some(f64::from(f)),
+            adds_interrupts: true,
+            switches: req.precise,
+            reason: format!(
+                "--freq {f}: imc's own cpu-clock timer on every CPU, finer than the kernel's \
+                 tick; it adds a timer interrupt per CPU every {} us",
+                1_000_000 / u64::from(f.max(1))
+            ),
+        },
+        None => Tick {
+            source: "kernel-tick",
+            hz: Some(f64::from(kernel.hz_or_default())),
+            adds_interrupts: false,
+            switches: true,
+            reason: format!(
+                "the kernel's own timer interrupt (tracepoint local_timer_entry, else \
+                 hrtimer_expire_entry) and sched_switch: no interrupt of imc's own; busy CPUs \
+                 tick at HZ={}{}, idle ones are described by their context switches",
+                kernel.hz_or_default(),
+                if kernel.hz.is_none() {
+                    " (assumed: no kernel config under --root)"
+                } else {
+                    ""
+                }
+            ),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,246 @@
+//! The plan on the project's own fixture trees: which counters, who reads them, what ticks.
+use super::*;
+use std::path::{Path, PathBuf};
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures")
+        .join(name)
+}
+
+fn kernel(release: &str) -> Kernel {
+    Kernel {
+        release: Some(release.into()),
+        hz: Some(250),
+    }
+}
+
+fn request(command: Command) -> Request {
+    Request {
+        command,
+        events: Vec::new(),
+        backend: None,
+        exclude: Vec::new(),
+        freq: None,
+        precise: false,
+        interval_ms: 1000,
+        drain_ms: 50,
+        stand_in: Vec::new(),
+        latency: None,
+    }
+}
+
+fn plan_on(tree: &str, k: &Kernel, req: &Request) -> Plan {
+    let found = crate::discovery::discover(&fixture(tree)).expect("fixture discovers");
+    plan(&found, k, req).expect("plans")
+}
+
+#[test]
+fn every_channel_of_every_package_in_two_slots() {
+    // Sapphire Rapids, 2 sockets, 8 channels each: 32 counters, one read and one write slot.
+    let p = plan_on("spr-2socket", &kernel("6.8.0"), &request(Command::Top));
+    assert_eq!(p.source, "intel-uncore-imc");
+    assert_eq!(p.counters.len(), 32);
+    for pkg in [0, 1] {
+        for dir in [Direction::Read, Direction::Write] {
+            let chans: Vec<u32> = p
+                .counters
+                .iter()
+                .filter(|c| c.package == Some(pkg) && c.direction == Some(dir))
+                .filter_map(|c| c.channel)
+                .collect();
+            assert_eq!(chans, (0..8).collect::<Vec<_>>(), "package {pkg} {dir:?}");
+        }
+    }
+    assert_eq!(p.slots.len(), 2);
+    assert!(p.slots.iter().all(|s| s.scope == "package"));
+    assert_eq!(p.tick.source, "kernel-tick");
+    assert!(!p.tick.adds_interrupts);
+    assert!(p.tick.switches);
+    assert!(p.refusals.is_empty(), "{:?}", p.refusals);
+}
+
+#[test]
+fn package_reader_depends_on_the_kernel_release() {
+    let found = crate::discovery::discover(&fixture("spr-2socket")).unwrap();
+    let pkg0_cpus: Vec<u32> = found.topology.packages[0]
+        .cpus
+        .iter()
+        .copied()
+        .filter(|c| found.topology.online.contains(c))
+        .collect();
+    // 6.7+: any CPU of the package reads Intel uncore counters, so every one of them may.
+    let new = plan(&found, &kernel("6.7.0"), &request(Command::Record)).unwrap();
+    let c = new.counters.iter().find(|c| c.package == Some(0)).unwrap();
+    assert_eq!(
+        c.reader,
+        Reader::PackageTick {
+            cpus: pkg0_cpus.clone(),
+            idle_every_ms: 100
+        }
+    );
+    // Before 6.7 (and with no release known): only the CPU the counters are opened on.
+    for k in [kernel("6.6.30"), Kernel::default()] {
+        let old = plan(&found, &k, &request(Command::Record)).unwrap();
+        let c = old.counters.iter().find(|c| c.package == Some(0)).unwrap();
+        match &c.reader {
+            Reader::PackageTick { cpus, .. } => assert_eq!(cpus, &c.cpus, "{k:?}"),
+            other => panic!("{other:?}"),
+        }
+    }
+}
+
+#[test]
+fn amd_counters_are_read_by_their_own_cpu_on_any_kernel() {
+    let p = plan_on("zen4-2socket", &kernel("6.10.0"), &request(Command::Top));
+    assert_eq!(p.source, "amd-umc");
+    for c in &p.counters {
+        match &c.reader {
+            Reader::PackageTick { cpus, .. } => assert_eq!(cpus, &c.cpus),
+            other => panic!("{other:?}"),
+        }
+    }
+}
+
+#[test]
+fn zen2_total_events_are_planned_as_total() {
+    let p = plan_on("zen2-1socket", &kernel("6.1.0"), &request(Command::Top));
+    assert_eq!(p.source, "amd-df");
+    assert!(!p.counters.is_empty());
+    assert!(
+        p.counters
+            .iter()
+            .all(|c| c.direction == Some(Direction::Total))
+    );
+    assert_eq!(p.slots.len(), 1);
+    assert_eq!(p.slots[0].direction, Some(Direction::Total));
+}
+
+#[test]
+fn freq_keeps_a_timer_of_its_own_and_says_it_adds_interrupts() {
+    let mut req = request(Command::Top);
+    req.freq = Some(1000);
+    let p = plan_on("spr-2socket", &kernel("6.8.0"), &req);
+    assert_eq!(p.tick.source, "cpu-clock");
+    assert!(p.tick.adds_interrupts);
+    assert_eq!(p.tick.hz, Some(1000.0));
+}
+
+#[test]
+fn stat_reads_from_userspace_at_each_interval() {
+    let p = plan_on("spr-2socket", &kernel("6.8.0"), &request(Command::Stat));
+    assert!(p.slots.is_empty());
+    assert!(
+        p.counters
+            .iter()
+            .all(|c| c.reader == Reader::Userspace { every_ms: 1000 })
+    );
+    assert_eq!(p.counters.len(), 32);
+}
+
+#[test]
+fn events_narrow_the_set_and_too_many_slots_are_refused() {
+    let root = fixture("spr-2socket");
+    let found = crate::discovery::discover(&root).unwrap();
+    let enc = |t: &str| (t.to_string(), crate::events::resolve(&root, t).unwrap());
+    let mut req = request(Command::Top);
+    req.events = vec![enc("uncore_imc_0/cas_count_read/")];
+    let p = plan(&found, &kernel("6.8.0"), &req).unwrap();
+    assert_eq!(p.source, "events");
+    assert_eq!(p.counters.len(), 2, "one PMU instance on each package");
+    assert_eq!(p.slots.len(), 1);
+
+    // Nine per-CPU events (as software/config=N/ encodes them): a slot each, one too many.
+    req.events = (0..9)
+        .map(|i| {
+            let e = Encoded {
+                event: format!("software/config={i}/"),
+                pmu: "software".into(),
+                pmu_type: 1,
+                config: i,
+                ..Default::default()
+            };
+            (e.event.clone(), vec![e])
+        })
+        .collect();
+    match plan(&found, &kernel("6.8.0"), &req) {
+        Err(PlanError::BadRequest(m)) => assert!(m.contains("9 counters"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_multiplexed_data_fabric_is_read_and_scaled_from_userspace() {
+    // Zen 3: 8 DRAM channel events on an amd_df with 4 counters.
+    let p = plan_on("zen3-ibs", &kernel("6.8.0"), &request(Command::Top));
+    assert_eq!(p.source, "amd-df");
+    assert_eq!(p.counters.len(), 8);
+    assert!(
+        p.counters
+            .iter()
+            .all(|c| c.reader == Reader::Userspace { every_ms: 50 }),
+        "{:?}",
+        p.counters[0].reader
+    );
+    assert!(
+        p.notes.iter().any(|n| n.contains("4 hardware counters")),
+        "{:?}",
+        p.notes
+    );
+}
+
+#[test]
+fn every_fixture_with_a_memory_controller_plans_all_its_channels() {
+    // (tree, source, counters, slots): every channel of every package, read and write (or
+    // total where that is all the hardware has).
+    let cases = [
+        ("skx-2socket", "intel-uncore-imc", 24, 2),
+        ("spr-2socket", "intel-uncore-imc", 32, 2),
+        ("icx-gaps", "intel-uncore-imc", 32, 2),
+        ("zen4-2socket", "amd-umc", 8, 2),
+        ("zen2-1socket", "amd-df", 8, 1),
+        ("zen3-ibs", "amd-df", 8, 1),
+        ("knl", "knl-edc", 28, 4),
+        ("power9-2chip", "power-nest-imc", 16, 2),
+        ("icl-client", "intel-client-imc", 2, 2),
+    ];
+    for (tree, source, n, slots) in cases {
+        for command in [Command::Top, Command::Record, Command::Serve, Command::Stat] {
+            let p = plan_on(tree, &kernel("6.8.0"), &request(command));
+            assert_eq!(p.source, source, "{tree} {command:?}");
+            assert_eq!(p.counters.len(), n, "{tree} {command:?}");
+            let want = if command == Command::Stat { 0 } else { slots };
+            assert_eq!(p.slots.len(), want, "{tree} {command:?}");
+            assert!(
+                p.counters
+                    .iter()
+                    .all(|c| c.package.is_some() && c.direction.is_some()),
+                "{tree}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_guest_gets_a_labelled_stand_in_for_sampling_and_a_refusal_for_stat() {
+    let root = fixture("vm-guest");
+    let found = crate::discovery::discover(&root).unwrap();
+    let mut req = request(Command::Top);
+    req.stand_in = vec![(
+        "page-faults".into(),
+        crate::events::resolve(&root, "page-faults").unwrap(),
+    )];
+    let p = plan(&found, &kernel("6.8.0"), &req).unwrap();
+    assert_eq!(p.source, "proxy:page-faults");
+    assert_eq!(p.refusals.len(), 1, "{:?}", p.refusals);
+    assert!(
+        p.refusals[0].reason.contains("hypervisor"),
+        "{:?}",
+        p.refusals
+    );
+    assert!(p.counters.iter().all(|c| c.bytes_per_count.is_none()));
+    match plan(&found, &kernel("6.8.0"), &request(Command::Stat)) {
+        Err(PlanError::Unavailable(m)) => assert!(m.contains("hypervisor"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+}

@@ -1,0 +1,96 @@
+//! A plan as a person reads it (`--dry-run` without `--json`).
+use super::{Counter, Plan, Reader};
+use std::fmt::Write;
+
+fn cpus(list: &[u32]) -> String {
+    crate::discovery::cpulist::format_cpulist(list)
+}
+
+fn reader(r: &Reader) -> String {
+    match r {
+        Reader::Tick => "each CPU's tick and context switches, for itself".into(),
+        Reader::PackageTick {
+            cpus: c,
+            idle_every_ms,
+        } => format!(
+            "the tick of {} {} once per tick period (userspace after {idle_every_ms} ms without one)",
+            if c.len() == 1 { "CPU" } else { "one of CPUs" },
+            cpus(c)
+        ),
+        Reader::Userspace { every_ms } => format!("userspace every {every_ms} ms"),
+    }
+}
+
+fn counter_line(c: &Counter) -> String {
+    let mut where_ = String::new();
+    if let Some(p) = c.package {
+        let _ = write!(where_, "package {p}");
+    }
+    if let Some(ch) = c.channel {
+        let _ = write!(where_, " channel {ch}");
+    }
+    if where_.is_empty() {
+        where_ = "every CPU".into();
+    }
+    let dir = c
+        .direction
+        .map_or("-".to_string(), |d| format!("{d:?}").to_lowercase());
+    let slot = c.slot.map_or(String::new(), |s| format!(" slot {s},"));
+    format!(
+        "  {where_:<20} {dir:<6} {}/{}  (on CPU {},{slot} read by {})",
+        c.pmu,
+        c.event,
+        cpus(&c.cpus),
+        reader(&c.reader)
+    )
+}
+
+/// The plan as lines of text.
+pub fn render(plan: &Plan) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "imc {:?} plan: source {}", plan.command, plan.source);
+    let _ = writeln!(
+        s,
+        "tick: {}{} — {}; adds interrupts: {}",
+        plan.tick.source,
+        plan.tick
+            .hz
+            .map_or(String::new(), |h| format!(" at {h:.0} Hz")),
+        plan.tick.reason,
+        if plan.tick.adds_interrupts {
+            "yes"
+        } else {
+            "no"
+        }
+    );
+    if let Some(r) = &plan.kernel.release {
+        let _ = writeln!(s, "kernel: {r}");
+    }
+    let _ = writeln!(s, "counters ({}):", plan.counters.len());
+    for c in &plan.counters {
+        let _ = writeln!(s, "{}", counter_line(c));
+    }
+    if !plan.slots.is_empty() {
+        let _ = writeln!(s, "record slots ({}):", plan.slots.len());
+        for (i, sl) in plan.slots.iter().enumerate() {
+            let _ = writeln!(
+                s,
+                "  {i}: {} ({} scope, {}{})",
+                sl.event,
+                sl.scope,
+                sl.role,
+                sl.sum.as_ref().map_or(String::new(), |x| format!(", {x}"))
+            );
+        }
+    }
+    for n in &plan.notes {
+        let _ = writeln!(s, "why: {n}");
+    }
+    if !plan.refusals.is_empty() {
+        let _ = writeln!(s, "refused:");
+        for r in &plan.refusals {
+            let _ = writeln!(s, "  {}", r.reason);
+        }
+    }
+    s
+}

@@ -1,0 +1,531 @@
+//! Hostile input, run against the built binary as ordinary tests (issue 16): corrupt and cut
+//! recordings, FIFOs where a sysfs file or a recording should be, paths that are not files,
+//! absurd numbers, a symlink planted at `record -o`, signals. Every case must end (no hang),
+//! without a panic, with exit 0 or a one-line error and exit 1/2. Each class prints its
+//! tried / crashed / hung counts (`cargo test --test hostile -- --nocapture`).
+use imc::attribution::synth::{Scenario, record_scenario};
+use imc::record::{Item, ReadStatus, Reader, WriterOptions};
+use imc_tests::{have_bpf_object, imc_bin, is_root, require, sampler_prerequisites};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Longest any case may take; longer is counted as hung.
+const HANG: Duration = Duration::from_secs(20);
+
+struct Outcome {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+    hung: bool,
+}
+
+impl Outcome {
+    /// A panic, a signal or an exit code outside the contract.
+    fn crashed(&self) -> bool {
+        !self.hung
+            && (self.stderr.contains("panicked")
+                || !matches!(self.code, Some(0..=2))
+                || (self.code != Some(0) && self.stderr.lines().count() != 1))
+    }
+}
+
+fn run(cmd: &mut Command) -> Outcome {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn imc");
+    let t = Instant::now();
+    let mut hung = false;
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            break;
+        }
+        if t.elapsed() > HANG {
+            let _ = child.kill();
+            hung = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let out = child.wait_with_output().unwrap();
+    Outcome {
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        hung,
+    }
+}
+
+fn imc(args: &[&str]) -> Command {
+    let mut c = Command::new(imc_bin());
+    c.args(args);
+    c
+}
+
+/// Runs every case, prints the class's counts and fails on any crash or hang.
+fn class(name: &str, cases: Vec<(String, Command)>, check: impl Fn(&str, &Outcome)) {
+    let (mut crashed, mut hung) = (Vec::new(), Vec::new());
+    let tried = cases.len();
+    for (label, mut cmd) in cases {
+        let o = run(&mut cmd);
+        if o.hung {
+            hung.push(label);
+        } else if o.crashed() {
+            crashed.push(format!("{label}: exit {:?}: {}", o.code, o.stderr.trim()));
+        } else {
+            check(&label, &o);
+        }
+    }
+    eprintln!(
+        "hostile {name}: tried {tried}, crashed {}, hung {}",
+        crashed.len(),
+        hung.len()
+    );
+    assert!(crashed.is_empty(), "{name}: crashed: {crashed:#?}");
+    assert!(hung.is_empty(), "{name}: hung: {hung:#?}");
+}
+
+fn mkfifo(path: &Path) {
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0, "mkfifo");
+}
+
+/// A small real recording (5 s, raw ticks around every interval) to damage.
+fn recording(dir: &Path) -> (PathBuf, Vec<u8>) {
+    let path = dir.join("base.imc");
+    let opts = WriterOptions {
+        burst_threshold: Some(0.0),
+        ..WriterOptions::default()
+    };
+    record_scenario(
+        &Scenario::busy(2, 1000, 5_000_000_000),
+        &path,
+        100_000_000,
+        None,
+        opts,
+    )
+    .unwrap();
+    let data = std::fs::read(&path).unwrap();
+    (path, data)
+}
+
+/// xorshift: reproducible damage without a dependency.
+fn rng(seed: u64) -> impl FnMut() -> u64 {
+    let mut x = seed | 1;
+    move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    }
+}
+
+/// The damaged variants of a recording: cuts, bit flips, absurd lengths and counts, garbage.
+fn damaged(data: &[u8]) -> Vec<(String, Vec<u8>)> {
+    let mut out = Vec::new();
+    let n = data.len();
+    for cut in (0..64).chain((64..n).step_by((n / 150).max(1))) {
+        out.push((format!("cut at {cut}"), data[..cut].to_vec()));
+    }
+    let mut r = rng(0x1616);
+    for k in 0..200 {
+        let mut d = data.to_vec();
+        for _ in 0..=(k % 4) {
+            let at = (r() as usize) % n;
+            d[at] ^= 1 << (r() % 8);
+        }
+        out.push((format!("bit flips #{k}"), d));
+    }
+    // Absurd header length, chunk lengths and counts at the first chunk after the header.
+    let hlen = u32::from_le_bytes(data[10..14].try_into().unwrap()) as usize;
+    let first = 18 + hlen;
+    for v in [u32::MAX, 64 << 20, (64 << 20) + 1, 1 << 30] {
+        let mut d = data.to_vec();
+        d[10..14].copy_from_slice(&v.to_le_bytes());
+        out.push((format!("header length {v}"), d));
+        let mut d = data.to_vec();
+        d[first + 1..first + 5].copy_from_slice(&v.to_le_bytes());
+        out.push((format!("chunk length {v}"), d));
+    }
+    let mut d = data[..first].to_vec();
+    d.extend(std::iter::repeat_n(0xff, 4096));
+    out.push(("0xff after the header".into(), d));
+    let mut d = data[..first].to_vec();
+    let mut r = rng(99);
+    d.extend((0..100_000).map(|_| r() as u8));
+    out.push(("random after the header".into(), d));
+    out
+}
+
+#[test]
+fn corrupt_and_cut_recordings_report_or_refuse_in_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, data) = recording(dir.path());
+    let variants = damaged(&data);
+    let mut cases = Vec::new();
+    for (i, (label, d)) in variants.iter().enumerate() {
+        let p = dir.path().join(format!("v{i}.imc"));
+        std::fs::write(&p, d).unwrap();
+        let args = ["report", "--json", p.to_str().unwrap()];
+        cases.push((label.clone(), imc(&args)));
+    }
+    class("corrupt recordings", cases, |label, o| {
+        if o.code == Some(0) {
+            serde_json::from_str::<serde_json::Value>(&o.stdout)
+                .unwrap_or_else(|e| panic!("{label}: output is not JSON ({e})"));
+        }
+    });
+    // The same in-process, through the library reader: a thousand more, each stopping with a
+    // status and never reading past its input.
+    let mut r = rng(7);
+    for k in 0..1000 {
+        let mut d = data.clone();
+        let at = (r() as usize) % d.len();
+        d[at] = r() as u8;
+        d.truncate(d.len() - (r() as usize) % 64);
+        if let Ok(mut rd) = Reader::from_bytes(Path::new("x"), d) {
+            while rd.next_item().is_some() {}
+            assert_ne!(rd.status(), &ReadStatus::Reading, "variant {k}");
+        }
+    }
+}
+
+#[test]
+fn paths_that_are_not_recordings_are_bad_input_named_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let fifo = d.join("fifo.imc");
+    mkfifo(&fifo);
+    std::os::unix::fs::symlink("loop.imc", d.join("loop.imc")).unwrap();
+    std::fs::create_dir(d.join("dir.imc")).unwrap();
+    let paths: Vec<PathBuf> = vec![
+        fifo,
+        d.join("loop.imc"),
+        d.join("dir.imc"),
+        d.join("missing.imc"),
+        PathBuf::from("/dev/zero"),
+        PathBuf::from("/dev/null"),
+    ];
+    let cases = paths
+        .iter()
+        .map(|p| {
+            (
+                p.display().to_string(),
+                imc(&["report", p.to_str().unwrap()]),
+            )
+        })
+        .collect();
+    class("report paths", cases, |label, o| {
+        assert_eq!(o.code, Some(2), "{label}: {}", o.stderr);
+        let name = Path::new(label).file_name().unwrap().to_str().unwrap();
+        assert_eq!(
+            o.stderr.matches(name).count(),
+            1,
+            "{label}: the path once: {}",
+            o.stderr
+        );
+    });
+}
+
+/// A fixture tree with a FIFO in place of one of its sysfs files.
+fn tree_with_fifo(dir: &Path, file: &str) -> PathBuf {
+    let root = dir.join(file.replace('/', "_"));
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/icx-gaps");
+    let st = Command::new("cp")
+        .arg("-a")
+        .arg(&src)
+        .arg(&root)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let f = root.join(file);
+    std::fs::remove_file(&f).unwrap();
+    mkfifo(&f);
+    root
+}
+
+#[test]
+fn a_fifo_in_the_sysfs_tree_never_hangs_list_encode_or_stat() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cases = Vec::new();
+    for file in [
+        "sys/devices/uncore_imc_0/type",
+        "sys/devices/uncore_imc_0/cpumask",
+        "sys/devices/uncore_imc_0/format/event",
+        "sys/devices/uncore_imc_0/events/cas_count_read",
+        "proc/cpuinfo",
+    ] {
+        let root = tree_with_fifo(dir.path(), file);
+        let r = root.to_str().unwrap();
+        cases.push((format!("list, {file}"), imc(&["--root", r, "list"])));
+        cases.push((
+            format!("encode, {file}"),
+            imc(&["--root", r, "encode", "uncore_imc_0/cas_count_read/"]),
+        ));
+        cases.push((
+            format!("stat, {file}"),
+            imc(&["--root", r, "stat", "--duration", "0.1"]),
+        ));
+    }
+    class("FIFOs in sysfs", cases, |label, o| {
+        // A FIFO where a file is read is refused naming it (bad input); one in a directory of
+        // format or event files is not a file of it and is passed over, as a subdirectory is.
+        // (encode reads only the PMUs, not proc/.)
+        let listed = label.contains("/format/") || label.contains("/events/");
+        let unread = label.starts_with("encode") && label.contains("proc/");
+        if !listed && !unread && !label.starts_with("stat") {
+            assert_eq!(o.code, Some(2), "{label}: {}", o.stderr);
+            assert!(o.stderr.contains("FIFO"), "{label}: {}", o.stderr);
+        }
+    });
+}
+
+#[test]
+fn absurd_numbers_are_one_line_bad_values() {
+    let cases: Vec<(String, Command)> = [
+        &["top", "--duration", "1e99"][..],
+        &["record", "-o", "/nonexistent/x", "--duration", "1e19"],
+        &["stat", "--duration", "1e300"],
+        &["stat", "--duration", "-0"],
+        &["stat", "-I", "18446744073709551615"],
+        &["top", "-I", "99999999999"],
+        &["record", "-o", "/nonexistent/x", "-I", "1e30"],
+        &[
+            "record",
+            "-o",
+            "/nonexistent/x",
+            "--max-size",
+            "99999999999T",
+        ],
+        &["record", "-o", "/nonexistent/x", "--max-size", "0"],
+        &["top", "--freq", "4294967296"],
+        &["report", "x", "--burst-threshold", "1e99"],
+    ]
+    .iter()
+    .map(|a| (a.join(" "), imc(a)))
+    .collect();
+    class("absurd numbers", cases, |label, o| {
+        assert_eq!(o.code, Some(2), "{label}: {}", o.stderr);
+    });
+}
+
+fn reads_back(path: &Path) -> ReadStatus {
+    let mut r = Reader::open(path).unwrap();
+    while let Some(it) = r.next_item() {
+        let _ = matches!(it, Item::Interval(_));
+    }
+    r.status().clone()
+}
+
+#[test]
+fn record_output_never_follows_a_symlink_nor_replaces_without_force() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let victim = d.join("victim");
+    std::fs::write(&victim, b"precious").unwrap();
+    std::os::unix::fs::symlink(&victim, d.join("link.imc")).unwrap();
+    std::fs::write(d.join("old.imc"), b"an older recording").unwrap();
+    std::fs::create_dir(d.join("dir.imc")).unwrap();
+    let cases = ["link.imc", "old.imc", "dir.imc", "nodir/x.imc"]
+        .iter()
+        .map(|f| {
+            let p = d.join(f);
+            let a = [
+                "record",
+                "-e",
+                "page-faults",
+                "-o",
+                p.to_str().unwrap(),
+                "--duration",
+                "0.2",
+            ];
+            (f.to_string(), imc(&a))
+        })
+        .collect();
+    class("record -o", cases, |label, o| {
+        // Refused before anything starts, whoever runs it: no privileges needed to say so.
+        let want = if label.starts_with("nodir") { 1 } else { 2 };
+        assert_eq!(o.code, Some(want), "{label}: {}", o.stderr);
+    });
+    assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+    assert_eq!(
+        std::fs::read(d.join("old.imc")).unwrap(),
+        b"an older recording"
+    );
+    assert!(
+        std::fs::symlink_metadata(d.join("link.imc"))
+            .unwrap()
+            .is_symlink()
+    );
+
+    if !sampler_prerequisites() {
+        return;
+    }
+    // With --force a symlink is replaced by the recording, its target untouched.
+    let link = d.join("link.imc");
+    let o = run(&mut imc(&[
+        "record",
+        "-e",
+        "page-faults",
+        "--force",
+        "-o",
+        link.to_str().unwrap(),
+        "--duration",
+        "0.3",
+    ]));
+    assert_eq!(o.code, Some(0), "{}", o.stderr);
+    assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+    assert!(std::fs::symlink_metadata(&link).unwrap().is_file());
+    assert_eq!(reads_back(&link), ReadStatus::Complete);
+}
+
+/// `setpriv` to run imc as nobody, when this test runs as root and setpriv exists.
+fn as_nobody(args: &[&str]) -> Option<Command> {
+    if !require(is_root(), "dropping privileges needs root") {
+        return None;
+    }
+    let ok = Command::new("setpriv")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !require(ok, "setpriv (util-linux) not found") {
+        return None;
+    }
+    let mut c = Command::new("setpriv");
+    c.args([
+        "--reuid=65534",
+        "--regid=65534",
+        "--clear-groups",
+        "--inh-caps=-all",
+    ])
+    .arg(imc_bin())
+    .args(args);
+    Some(c)
+}
+
+/// A directory and file anybody may write, so only imc's own care keeps the file intact.
+fn world_writable_recording(dir: &Path) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let f = dir.join("kept.imc");
+    std::fs::write(&f, b"an older recording").unwrap();
+    std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o666)).unwrap();
+    f
+}
+
+#[test]
+fn a_run_that_cannot_start_leaves_the_existing_file_and_says_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = world_writable_recording(dir.path());
+    let fs = f.to_str().unwrap();
+    let args = [
+        "record",
+        "-e",
+        "page-faults",
+        "--force",
+        "-o",
+        fs,
+        "--duration",
+        "1",
+    ];
+    if let Some(mut c) = as_nobody(&args) {
+        let o = run(&mut c);
+        assert_eq!(
+            o.code,
+            Some(1),
+            "no privileges is a runtime failure: {}",
+            o.stderr
+        );
+        assert_eq!(o.stderr.lines().count(), 1, "{}", o.stderr);
+        assert_eq!(std::fs::read(&f).unwrap(), b"an older recording");
+    }
+    if !sampler_prerequisites() {
+        return;
+    }
+    let o = run(&mut imc(&[
+        "record",
+        "-e",
+        "page-faults",
+        "--force",
+        "-o",
+        fs,
+        "--",
+        "/nonexistent/command",
+    ]));
+    assert_eq!(o.code, Some(2), "{}", o.stderr);
+    assert_eq!(o.stderr.lines().count(), 1, "{}", o.stderr);
+    assert!(o.stderr.contains("/nonexistent/command"), "{}", o.stderr);
+    assert_eq!(std::fs::read(&f).unwrap(), b"an older recording");
+}
+
+#[test]
+fn list_as_an_unprivileged_user_says_what_it_cannot_open() {
+    let Some(mut c) = as_nobody(&["list", "--json"]) else {
+        return;
+    };
+    let o = run(&mut c);
+    assert_eq!(o.code, Some(0), "{}", o.stderr);
+    let v: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
+    let paranoid: i32 = std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(2);
+    let sw = v["sources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["backend"] == "software")
+        .expect("the software backend is listed");
+    if paranoid > 0 {
+        // System-wide counting needs CAP_PERFMON above paranoid 0: stat would fail, so list
+        // must not call it available.
+        assert_eq!(sw["available"], false, "{sw}");
+        let why = sw["reason"].as_str().unwrap();
+        assert!(
+            why.contains("cannot open") && why.contains("Permission denied"),
+            "{why}"
+        );
+    }
+    // As root the same source opens.
+    let o = run(&mut imc(&["list", "--json"]));
+    let v: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
+    let sw = v["sources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["backend"] == "software")
+        .unwrap()
+        .clone();
+    assert_eq!(sw["available"], true, "{sw}");
+}
+
+#[test]
+fn sighup_finishes_the_recording_like_sigint() {
+    if !sampler_prerequisites() {
+        return;
+    }
+    let _ = have_bpf_object();
+    let dir = tempfile::tempdir().unwrap();
+    for (sig, name) in [(libc::SIGHUP, "HUP"), (libc::SIGTERM, "TERM")] {
+        let path = dir.path().join(format!("{name}.imc"));
+        let mut child = imc(&["record", "-e", "page-faults", "-o", path.to_str().unwrap()])
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Wait for the file: the run has started.
+        let t = Instant::now();
+        while !path.exists() && t.elapsed() < HANG {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(child.id() as i32, sig) };
+        let st = child.wait().unwrap();
+        assert_eq!(st.code(), Some(0), "SIG{name}");
+        assert_eq!(reads_back(&path), ReadStatus::Complete, "SIG{name}");
+    }
+}

@@ -1,0 +1,512 @@
+//! `imc serve` as a fleet runs it: scraped by a real Prometheus server (Debian's `prometheus`,
+//! installed by scripts/setup.sh) on loopback, its stored values checked against imc's own JSON
+//! for the same intervals; its output linted by `promtool check metrics`; its series count
+//! bounded while thousands of short processes come and go.
+use imc_tests::*;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+fn have(cmd: &str) -> bool {
+    Command::new(cmd)
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// A child killed (and reaped) on every way out of the test.
+struct Guard(Child);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        // SIGTERM first so that imc detaches its programs; SIGKILL if it does not end.
+        // SAFETY: kill on our own child's pid.
+        unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
+        let end = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < end {
+            if let Ok(Some(_)) = self.0.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `imc serve` on an ephemeral loopback port, its JSON lines going to `json`.
+struct Serve {
+    _guard: Guard,
+    addr: SocketAddr,
+}
+
+fn start_serve(extra: &[&str], json: &Path) -> Serve {
+    let out = std::fs::File::create(json).unwrap();
+    let mut child = imc()
+        .args([
+            "serve",
+            "-e",
+            "page-faults",
+            "--freq",
+            "250",
+            "--listen",
+            "127.0.0.1:0",
+        ])
+        .args(["--json"])
+        .args(extra)
+        .stdout(out)
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn imc serve");
+    let stderr = child.stderr.take().unwrap();
+    let guard = Guard(child);
+    // The line naming the bound address; the rest of stderr is drained so imc never blocks.
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            eprintln!("[imc] {line}");
+            if let Some(rest) = line.strip_prefix("imc: serving http://") {
+                let _ = tx.send(rest.trim_end_matches("/metrics").to_string());
+            }
+        }
+    });
+    let addr = rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("imc serve did not say where it listens within 30 s");
+    Serve {
+        _guard: guard,
+        addr: addr.parse().expect("a socket address"),
+    }
+}
+
+/// A plain HTTP/1.0 GET (the test's own client; imc's server is axum): (status, body).
+fn http_get(addr: SocketAddr, path_and_query: &str, accept: &str) -> (u32, String) {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(
+        s,
+        "GET {path_and_query} HTTP/1.0\r\nHost: {addr}\r\nAccept: {accept}\r\n\r\n"
+    )
+    .unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).expect("read response");
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").expect("a header and a body");
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .expect("status code");
+    (status, body.to_string())
+}
+
+fn percent_encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A Prometheus server on loopback with its storage in a temp dir, scraping `target` every
+/// second.
+struct Prometheus {
+    _guard: Guard,
+    addr: SocketAddr,
+    _dir: tempfile::TempDir,
+}
+
+fn start_prometheus(target: SocketAddr) -> Prometheus {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("prometheus.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "global:\n  scrape_interval: 1s\n  scrape_timeout: 900ms\nscrape_configs:\n  - job_name: imc\n    static_configs:\n      - targets: ['{target}']\n"
+        ),
+    )
+    .unwrap();
+    let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let child = Command::new("prometheus")
+        .arg(format!("--config.file={}", config.display()))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            dir.path().join("data").display()
+        ))
+        .arg(format!("--web.listen-address={addr}"))
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.path().join("prometheus.log")).unwrap())
+        .spawn()
+        .expect("spawn prometheus");
+    let guard = Guard(child);
+    let end = Instant::now() + Duration::from_secs(60);
+    loop {
+        let ready = TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok()
+            && http_get(addr, "/-/ready", "*/*").0 == 200;
+        if ready {
+            break;
+        }
+        assert!(
+            Instant::now() < end,
+            "prometheus not ready within 60 s: {}",
+            std::fs::read_to_string(dir.path().join("prometheus.log")).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    Prometheus {
+        _guard: guard,
+        addr,
+        _dir: dir,
+    }
+}
+
+impl Prometheus {
+    /// The `data.result` of an instant query.
+    fn query(&self, promql: &str) -> Vec<serde_json::Value> {
+        let (status, body) = http_get(
+            self.addr,
+            &format!("/api/v1/query?query={}", percent_encode(promql)),
+            "application/json",
+        );
+        assert_eq!(status, 200, "{promql}: {body}");
+        let v: serde_json::Value = serde_json::from_str(&body).expect("Prometheus JSON");
+        assert_eq!(v["status"], "success", "{promql}: {body}");
+        v["data"]["result"].as_array().cloned().unwrap_or_default()
+    }
+
+    /// Raw samples (timestamp in ms, value) of one series over the last `range`.
+    fn samples(&self, selector: &str, range: &str) -> Vec<(i64, f64)> {
+        let r = self.query(&format!("{selector}[{range}]"));
+        assert!(r.len() <= 1, "{selector} matches several series: {r:?}");
+        r.first()
+            .and_then(|s| s["values"].as_array())
+            .into_iter()
+            .flatten()
+            .map(|p| {
+                let t = p[0].as_f64().unwrap();
+                let v: f64 = p[1].as_str().unwrap().parse().unwrap();
+                ((t * 1000.0).round() as i64, v)
+            })
+            .collect()
+    }
+}
+
+/// A single-threaded process faulting fresh pages for `secs` seconds.
+fn page_toucher(secs: u32) -> Guard {
+    let script = format!(
+        "import time\nend = time.time() + {secs}\nwhile time.time() < end:\n    x = b'\\x01' * (8 << 20)\n    time.sleep(0.002)\n"
+    );
+    Guard(
+        Command::new("python3")
+            .args(["-c", &script])
+            .spawn()
+            .expect("spawn python3"),
+    )
+}
+
+fn read_intervals(path: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("one JSON object per line"))
+        .collect()
+}
+
+/// Page faults attributed in one interval to the tasks `pick` selects.
+fn faults_of(iv: &serde_json::Value, pick: impl Fn(&serde_json::Value) -> bool) -> f64 {
+    iv["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| pick(t))
+        .map(|t| t["values"]["page-faults"].as_f64().unwrap_or(0.0))
+        .sum()
+}
+
+fn prerequisites() -> bool {
+    sampler_prerequisites()
+        && require(
+            have("prometheus") && have("promtool"),
+            "prometheus/promtool not installed: scripts/setup.sh installs Debian's prometheus",
+        )
+        && require(have("python3"), "python3 runs the page-touching workload")
+}
+
+fn scratch(name: &str) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join(name);
+    (dir, p)
+}
+
+#[test]
+fn prometheus_stores_what_imc_reported_for_the_same_intervals() {
+    if !prerequisites() {
+        return;
+    }
+    let (_dir, json) = scratch("intervals.jsonl");
+    let serve = start_serve(&["-I", "500"], &json);
+    let prom = start_prometheus(serve.addr);
+    let workload = page_toucher(12);
+    let pid = workload.0.id();
+
+    // Wait (bounded) until Prometheus has scraped the workload's series several times.
+    // Before its exec the child had the test's name; the series of its pid moved to python3.
+    let selector = format!(
+        "imc_process_dram_events_total{{pid=\"{pid}\",comm=\"python3\",event=\"page-faults\"}}"
+    );
+    let end = Instant::now() + Duration::from_secs(60);
+    while prom.samples(&selector, "5m").len() < 5 {
+        assert!(
+            Instant::now() < end,
+            "Prometheus never stored 5 samples of {selector}"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+
+    // promtool lints what a plain scraper gets; Prometheus itself was given OpenMetrics.
+    let (status, classic) = http_get(serve.addr, "/metrics", "*/*");
+    assert_eq!(status, 200);
+    let mut lint = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    lint.stdin
+        .take()
+        .unwrap()
+        .write_all(classic.as_bytes())
+        .unwrap();
+    let lint = lint.wait_with_output().unwrap();
+    assert!(
+        lint.status.success(),
+        "promtool check metrics: {}{}\n{classic}",
+        String::from_utf8_lossy(&lint.stdout),
+        String::from_utf8_lossy(&lint.stderr)
+    );
+    let (_, om) = http_get(
+        serve.addr,
+        "/metrics",
+        "application/openmetrics-text;version=1.0.0",
+    );
+    assert!(om.ends_with("# EOF\n"), "OpenMetrics ends with # EOF");
+
+    drop(workload);
+    let intervals_seen = prom.samples("imc_intervals_total", "5m");
+    let process = prom.samples(&selector, "5m");
+    let cgroup_of_workload = prom.query(&selector)[0]["metric"]["cgroup"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let cgroup = prom.samples(
+        &format!(
+            "imc_cgroup_dram_events_total{{cgroup=\"{cgroup_of_workload}\",event=\"page-faults\"}}"
+        ),
+        "5m",
+    );
+    // Stand-in source: no byte series at all, and imc_info says what was counted.
+    assert!(
+        prom.query(r#"{__name__=~"imc_.*_bytes_total"}"#).is_empty(),
+        "a page-fault source exported bytes"
+    );
+    let info = prom.query("imc_info");
+    assert_eq!(info.len(), 1);
+    assert_eq!(info[0]["metric"]["source"], "events:page-faults");
+    drop(serve);
+
+    // imc's own JSON of the same run: interval k is what imc_intervals_total = k included.
+    let ivs = read_intervals(&json);
+    let prefix = |pick: &dyn Fn(&serde_json::Value) -> bool| -> Vec<f64> {
+        let mut acc = 0.0;
+        let mut v = vec![0.0];
+        for iv in &ivs {
+            acc += faults_of(iv, pick);
+            v.push(acc);
+        }
+        v
+    };
+    let by_pid = prefix(&|t| t["tgid"].as_u64() == Some(u64::from(pid)));
+    // Where imc resolved the workload's cgroup (its JSON rows carry the path), the series is
+    // labelled by that path, not by the number.
+    let workload_path = ivs
+        .iter()
+        .flat_map(|iv| iv["tasks"].as_array().into_iter().flatten())
+        .filter(|t| t["tgid"].as_u64() == Some(u64::from(pid)))
+        .find_map(|t| t["cgroup_path"].as_str());
+    if let Some(p) = workload_path {
+        assert_eq!(cgroup_of_workload, p, "the cgroup label is the path");
+    }
+    // The cgroup label is the resolved path (the id where a cgroup did not resolve).
+    let by_cgroup = prefix(&|t| {
+        t["cgroup"].as_u64().map(|c| c.to_string()).as_deref() == Some(&cgroup_of_workload)
+            || t["cgroup_path"].as_str() == Some(&cgroup_of_workload)
+    });
+    let (mut checked, mut checked_cgroup) = (0, 0);
+    for (t, k) in &intervals_seen {
+        let k = *k as usize;
+        assert!(
+            k < by_pid.len(),
+            "Prometheus saw interval {k}, imc wrote {}",
+            ivs.len()
+        );
+        if let Some((_, v)) = process.iter().find(|(tp, _)| tp == t) {
+            assert_eq!(*v, by_pid[k], "process series at scrape {t} (interval {k})");
+            checked += 1;
+        }
+        if let Some((_, v)) = cgroup.iter().find(|(tp, _)| tp == t) {
+            assert_eq!(
+                *v, by_cgroup[k],
+                "cgroup series at scrape {t} (interval {k})"
+            );
+            checked_cgroup += 1;
+        }
+    }
+    assert!(checked >= 5, "only {checked} scrapes compared");
+    assert!(
+        checked_cgroup >= 5,
+        "only {checked_cgroup} scrapes of the cgroup"
+    );
+    let last = process.last().unwrap().1;
+    assert!(last > 1000.0, "the workload faulted {last} pages");
+    eprintln!(
+        "compared {checked} scrapes ({checked_cgroup} of cgroup {cgroup_of_workload}); workload {pid}: {last} page faults over {} intervals",
+        ivs.len()
+    );
+}
+
+#[test]
+fn series_stay_bounded_while_thousands_of_processes_come_and_go() {
+    if !prerequisites() {
+        return;
+    }
+    const SPAWNS: usize = 2000;
+    const MAX: usize = 5;
+    let (_dir, json) = scratch("churn.jsonl");
+    let serve = start_serve(&["-I", "200", "--max-processes", "5"], &json);
+    let count_series = |text: &str| {
+        text.lines()
+            .filter(|l| l.starts_with("imc_process_dram_events_total{"))
+            .count()
+    };
+    let mut most = 0;
+    let mut fetches = 0;
+    let end = Instant::now() + Duration::from_secs(240);
+    for i in 0..SPAWNS {
+        let st = Command::new("true").status().expect("run true");
+        assert!(st.success());
+        if i % 100 == 0 {
+            let (_, text) = http_get(serve.addr, "/metrics", "*/*");
+            most = most.max(count_series(&text));
+            fetches += 1;
+        }
+        assert!(Instant::now() < end, "spawning took over 240 s");
+    }
+    std::thread::sleep(Duration::from_millis(600));
+    let (_, text) = http_get(serve.addr, "/metrics", "*/*");
+    most = most.max(count_series(&text));
+    let series_total = text.lines().filter(|l| !l.starts_with('#')).count();
+    drop(serve);
+
+    // The churn really went through the exporter: far more processes had traffic than the
+    // bound lets through. (A process shorter than a tick period gets a tick only by chance,
+    // so not all of them are seen.)
+    let seen: std::collections::HashSet<u64> = read_intervals(&json)
+        .iter()
+        .flat_map(|iv| iv["tasks"].as_array().cloned().unwrap_or_default())
+        .filter(|t| t["comm"] == "true")
+        .filter_map(|t| t["tgid"].as_u64())
+        .collect();
+    eprintln!(
+        "{} of {SPAWNS} short processes attributed; at most {most} process series in {fetches} scrapes; {series_total} series in all at the end",
+        seen.len()
+    );
+    assert!(
+        seen.len() >= 20 * MAX,
+        "only {} short processes seen",
+        seen.len()
+    );
+    assert!(
+        most <= MAX,
+        "{most} process series exported with --max-processes {MAX}"
+    );
+    assert!(most > 0, "no process series at all");
+    assert!(series_total < 200, "{series_total} series after the churn");
+}
+
+/// `imc serve --dry-run` on a fixture tree: no privileges, no socket, the labels it would use.
+fn dry_run(fixture: &str, extra: &[&str]) -> String {
+    // A port held busy: a dry run must not try to listen.
+    let busy = TcpListener::bind("127.0.0.1:0").unwrap();
+    let listen = busy.local_addr().unwrap().to_string();
+    let root = own_fixtures().join(fixture);
+    let out = imc()
+        .arg("--root")
+        .arg(&root)
+        .args(["serve", "--dry-run", "--listen", &listen])
+        .args(extra)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "imc serve --dry-run on {fixture}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn memory_controller_counters_are_exported_in_bytes_per_channel() {
+    let text = dry_run("zen4-2socket", &[]);
+    assert!(text.contains("backend=amd-umc source=amd-umc"), "{text}");
+    let slots: Vec<&str> = text.lines().filter(|l| l.starts_with("slot ")).collect();
+    assert!(!slots.is_empty(), "{text}");
+    for l in &slots {
+        assert!(l.ends_with("-> imc_dram_bytes_total"), "{l}");
+        assert!(l.contains("(channel amd_umc_"), "{l}");
+    }
+    assert!(!text.contains("_events_total"), "{text}");
+}
+
+#[test]
+fn one_event_over_several_pmus_is_one_channel_each() {
+    let text = dry_run("spr-2socket", &["-e", "uncore_imc/cas_count_read/"]);
+    assert!(text.contains("backend=intel-uncore-imc"), "{text}");
+    let channels: std::collections::BTreeSet<&str> = text
+        .lines()
+        .filter_map(|l| l.split("(channel ").nth(1))
+        .filter_map(|l| l.split(',').next())
+        .collect();
+    assert_eq!(channels.len(), 8, "{text}");
+    assert!(channels.contains("uncore_imc_7"), "{text}");
+}
+
+#[test]
+fn a_stand_in_is_exported_as_events_with_its_name() {
+    let text = dry_run("zen4-2socket", &["-e", "page-faults"]);
+    assert!(text.contains("backend=software"), "{text}");
+    assert!(
+        text.contains(
+            "(channel software, total, counts) -> imc_dram_events_total{event=\"page-faults\"}"
+        ),
+        "{text}"
+    );
+    assert!(!text.contains("bytes_total"), "{text}");
+}
