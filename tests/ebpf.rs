@@ -2,7 +2,9 @@
 //! a counting-only system-wide PMU (`msr/tsc/`) and a software counter through the same path
 //! that reads `uncore_imc` on hardware, and leave nothing loaded.
 use imc::model::{Encoded, SlotRole, SlotScope, SlotSpec};
-use imc::sampler::{Sampler, SamplerConfig, SlotPlan, TickSource};
+use imc::sampler::{
+    PackageCounter, ReaderGroup, Sampler, SamplerConfig, SlotPlan, TickSource, counting_attr,
+};
 use imc_common::TickRecord;
 use imc_tests::*;
 use std::collections::BTreeMap;
@@ -142,13 +144,7 @@ fn dropping_the_sampler_leaves_no_program_loaded() {
     }
     let _machine = exclusive();
     let cpus = online_cpus();
-    let pf = Encoded {
-        event: "page-faults".into(),
-        pmu: "software".into(),
-        pmu_type: 1,
-        config: 2,
-        ..Default::default()
-    };
+    let pf = page_faults();
     let plan = SlotPlan::per_cpu(spec("page-faults"), &pf, &cpus);
     let mut cfg = config(vec![plan], &cpus, 100);
     cfg.tick = TickSource::CpuClock {
@@ -177,6 +173,77 @@ fn dropping_the_sampler_leaves_no_program_loaded() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// The program's aya-log lines, as the `log` crate hands them on (imc prints them under -vv).
+struct Captured(std::sync::Mutex<Vec<String>>);
+
+impl log::Log for Captured {
+    fn enabled(&self, _: &log::Metadata<'_>) -> bool {
+        true
+    }
+    fn log(&self, record: &log::Record<'_>) {
+        if let Ok(mut v) = self.0.lock() {
+            v.push(record.args().to_string());
+        }
+    }
+    fn flush(&self) {}
+}
+
+static CAPTURED: Captured = Captured(std::sync::Mutex::new(Vec::new()));
+
+#[test]
+fn a_package_counter_its_reader_cannot_read_is_said_once_and_counted_always() {
+    let _x = exclusive();
+    if !sampler_prerequisites() {
+        return;
+    }
+    let cpus = online_cpus();
+    if !require(cpus.len() >= 2, "needs two CPUs") {
+        return;
+    }
+    let _ = log::set_logger(&CAPTURED);
+    log::set_max_level(log::LevelFilter::Trace);
+    // A system-wide counter opened on CPU 0 that CPU 1's ticks are (wrongly) made to read:
+    // the kernel refuses a per-CPU event on another CPU (perf_event_read_local).
+    let pf = page_faults();
+    let package = SlotSpec {
+        scope: SlotScope::Package,
+        ..spec("page-faults@cpu0")
+    };
+    let mut cfg = config(vec![SlotPlan::package(package)], &cpus, 1);
+    cfg.tick = TickSource::Kernel;
+    cfg.bpf_log = true;
+    cfg.groups = vec![ReaderGroup {
+        package: 0,
+        readers: vec![1],
+        counters: vec![PackageCounter {
+            slot: 0,
+            open_cpu: 0,
+            attr: counting_attr(&pf),
+            name: "page-faults@cpu0".into(),
+            channel: "cpu0".into(),
+        }],
+    }];
+    let mut s = Sampler::start(&cfg).expect("sampler starts");
+    let _ = collect(&mut s, Duration::from_millis(800));
+    let stats = s.stats().unwrap();
+    drop(s);
+    let cpu1 = stats.per_cpu.iter().find(|c| c.cpu == 1).unwrap();
+    assert!(cpu1.read_errors[0] > 1, "counted at every read: {cpu1:?}");
+    let lines: Vec<String> = CAPTURED
+        .0
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|l| l.contains("cannot read package counter"))
+        .cloned()
+        .collect();
+    assert_eq!(
+        lines,
+        ["CPU 1 cannot read package counter 0 (slot 0): error 22"],
+        "said once, with the kernel's errno"
+    );
 }
 
 #[test]

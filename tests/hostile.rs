@@ -5,7 +5,7 @@
 //! tried / crashed / hung counts (`cargo test --test hostile -- --nocapture`).
 use imc::attribution::synth::{Scenario, record_scenario};
 use imc::record::{Item, ReadStatus, Reader, WriterOptions};
-use imc_tests::{have_bpf_object, imc_bin, is_root, require, sampler_prerequisites};
+use imc_tests::{as_nobody, have_bpf_object, imc_bin, sampler_prerequisites};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -381,30 +381,6 @@ fn record_output_never_follows_a_symlink_nor_replaces_without_force() {
     assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
     assert!(std::fs::symlink_metadata(&link).unwrap().is_file());
     assert_eq!(reads_back(&link), ReadStatus::Complete);
-}
-
-/// `setpriv` to run imc as nobody, when this test runs as root and setpriv exists.
-fn as_nobody(args: &[&str]) -> Option<Command> {
-    if !require(is_root(), "dropping privileges needs root") {
-        return None;
-    }
-    let ok = Command::new("setpriv")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !require(ok, "setpriv (util-linux) not found") {
-        return None;
-    }
-    let mut c = Command::new("setpriv");
-    c.args([
-        "--reuid=65534",
-        "--regid=65534",
-        "--clear-groups",
-        "--inh-caps=-all",
-    ])
-    .arg(imc_bin())
-    .args(args);
-    Some(c)
 }
 
 /// A directory and file anybody may write, so only imc's own care keeps the file intact.

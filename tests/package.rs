@@ -13,7 +13,7 @@
 //! PMUs their scope from their cpumask; a software event has none) and run through `Pump`, the
 //! drain and interval path `imc top` and `imc record` use.
 use imc::commands::sampling::Pump;
-use imc::model::{Encoded, SlotRole, SlotScope, SlotSpec, Topology};
+use imc::model::{SlotRole, SlotScope, SlotSpec, Topology};
 use imc::output::interval::IntervalResult;
 use imc::sampler::{
     PackageCounter, ReaderGroup, Sampler, SamplerConfig, SlotPlan, TickSource, counting_attr,
@@ -73,16 +73,6 @@ fn minor_faults(pid: u32) -> f64 {
         .nth(7)
         .and_then(|v| v.parse().ok())
         .unwrap_or(0.0)
-}
-
-fn page_faults() -> Encoded {
-    Encoded {
-        event: "page-faults".into(),
-        pmu: "software".into(),
-        pmu_type: 1,
-        config: 2,
-        ..Default::default()
-    }
 }
 
 const PAGE: f64 = 4096.0;

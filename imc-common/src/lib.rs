@@ -45,15 +45,22 @@ pub struct CpuHead {
     /// atomic add after the record is complete, so a reader that loads it (acquire) sees
     /// complete records below it.
     pub head: u64,
-    /// Thread id the last record carried comm and cgroup for (see [`FLAG_TASK_OMITTED`]).
-    pub last_pid: u32,
-    pub _pad: [u32; 13],
+    /// Thread ids this CPU's records last carried comm and cgroup for, in full (see
+    /// [`FLAG_TASK_OMITTED`]): four, so that threads taking turns on a CPU (every context
+    /// switch is a record) are not fetched again at each switch.
+    pub recent: [u32; RECENT_TASKS],
+    /// Where the next thread described in full goes in `recent` (modulo its length).
+    pub next: u32,
+    pub _pad: [u32; 9],
 }
 
-/// Set by the kernel in `TickRecord::flags` when the task is the one the previous record of this
-/// CPU described in full, so comm and cgroup were not fetched again (each helper costs about
-/// 100 ns in a VM). The sampler fills them in from its per-CPU cache and clears the flag before
-/// any consumer sees the record.
+/// Threads a CPU remembers having described in full.
+pub const RECENT_TASKS: usize = 4;
+
+/// Set by the kernel in `TickRecord::flags` when the task is one an earlier record of this CPU
+/// described in full (one of its [`CpuHead::recent`]), so comm and cgroup were not fetched again
+/// (each helper costs about 100 ns in a VM). The sampler fills them in from its cache of those
+/// records and clears the flag before any consumer sees the record.
 pub const FLAG_TASK_OMITTED: u8 = 1;
 /// PERF_EVENT_ARRAY of every package counter, indexed by counter number (not by CPU): the
 /// counters of one reader group are contiguous, `ReaderCfg::first ..first + count`.

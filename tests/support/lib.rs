@@ -226,3 +226,39 @@ pub fn spin_until(end: std::time::Instant) {
         std::hint::black_box(x);
     }
 }
+
+/// `page-faults` as the kernel's software PMU encodes it (type 1, config 2): the stand-in counter
+/// the sampler tests open where this machine kind has no memory controller.
+pub fn page_faults() -> imc::model::Encoded {
+    imc::model::Encoded {
+        event: "page-faults".into(),
+        pmu: "software".into(),
+        pmu_type: 1,
+        config: 2,
+        ..Default::default()
+    }
+}
+
+/// `setpriv` to run imc as nobody, when this test runs as root and setpriv exists.
+pub fn as_nobody(args: &[&str]) -> Option<Command> {
+    if !require(is_root(), "dropping privileges needs root") {
+        return None;
+    }
+    let ok = Command::new("setpriv")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !require(ok, "setpriv (util-linux) not found") {
+        return None;
+    }
+    let mut c = Command::new("setpriv");
+    c.args([
+        "--reuid=65534",
+        "--regid=65534",
+        "--clear-groups",
+        "--inh-caps=-all",
+    ])
+    .arg(imc_bin())
+    .args(args);
+    Some(c)
+}

@@ -258,21 +258,52 @@ impl Attributor {
 
     /// One program run on one CPU. Records of one CPU must come in time order; CPUs may
     /// interleave arbitrarily.
+    ///
+    /// The steps: admit the record (and the CPU), name its task, give its package readings to
+    /// the package, then on the CPU's own time line close what the record ends (the CPU-scope
+    /// deltas to their owner, the segment that weighs the package's traffic) and make it the
+    /// CPU's new baseline.
     pub fn push_tick(&mut self, rec: &TickRecord) {
-        if self.tick_only && rec.kind == KIND_SWITCH {
+        let Some(cpu) = self.admit(rec) else {
             return;
+        };
+        let nslots = (rec.nr_slots as usize).min(self.specs.len());
+        let valid: u8 = (((1u16 << nslots) - 1) as u8) & !rec.failed_mask;
+        let task = self.task_of(cpu, rec);
+        self.push_package_points(cpu, rec, valid & self.pkg_mask);
+        let cpu_valid = valid & self.cpu_mask;
+        let st = &mut self.cpus[cpu];
+        if !st.have_t {
+            // First record (or a restart): only baselines.
+            st.owner_since = rec.t_ns;
+            st.seg_start = rec.t_ns;
+            st.seg_base_t = rec.t_ns;
+        } else if rec.t_ns > st.t_last {
+            let held = self.close_held_segment(cpu, task, rec.t_ns);
+            let (wdelta, w_ok) = self.cpu_deltas(cpu, rec, task, cpu_valid);
+            let ended = self.end_segment(cpu, rec.t_ns, task, cpu_valid, &wdelta, w_ok);
+            self.hand_segments(cpu, [held, ended]);
+        }
+        self.rebase(cpu, rec, task, cpu_valid);
+    }
+
+    /// Counts the record and makes room for its CPU; None for a record to leave out (a switch
+    /// record in tick-only mode, a corrupt CPU number). A CPU whose time went backwards
+    /// restarts its chain rather than invent a delta.
+    fn admit(&mut self, rec: &TickRecord) -> Option<usize> {
+        if self.tick_only && rec.kind == KIND_SWITCH {
+            return None;
         }
         if rec.cpu >= MAX_CPU {
             self.lost += 1;
-            return;
+            return None;
         }
         self.records += 1;
         if rec.kind == KIND_SWITCH {
             self.switches += 1;
         }
-        let t = rec.t_ns;
         if self.t_start.is_none() {
-            self.t_start = Some(t);
+            self.t_start = Some(rec.t_ns);
         }
         let cpu = rec.cpu as usize;
         if cpu >= self.cpus.len() {
@@ -283,178 +314,207 @@ impl Attributor {
                 st.cache_idx = IDLE;
             }
         }
-        let nslots = (rec.nr_slots as usize).min(self.specs.len());
-        let valid: u8 = (((1u16 << nslots) - 1) as u8) & !rec.failed_mask;
-
         let st = &mut self.cpus[cpu];
-        if st.have_t && t < st.t_last {
-            // Time went backwards on one CPU: the stream is damaged here; restart the chain
-            // rather than invent a delta.
+        if st.have_t && rec.t_ns < st.t_last {
             st.have_t = false;
             st.base_ok = 0;
         }
-        let task = if rec.pid == 0 {
-            IDLE
-        } else {
-            let key = TaskKey {
-                pid: rec.pid,
-                tgid: rec.tgid,
-                cgroup: rec.cgroup_id,
-                comm: rec.comm,
-            };
-            if st.cache_idx != IDLE && st.cache_key == key {
-                st.cache_idx
-            } else {
-                let i = self.tasks.lookup(&key);
-                st.cache_key = key;
-                st.cache_idx = i;
-                i
-            }
+        Some(cpu)
+    }
+
+    /// The record's task index (IDLE for the idle task), skipping the table lookup while the
+    /// same task keeps running on the CPU.
+    fn task_of(&mut self, cpu: usize, rec: &TickRecord) -> u32 {
+        if rec.pid == 0 {
+            return IDLE;
+        }
+        let key = TaskKey {
+            pid: rec.pid,
+            tgid: rec.tgid,
+            cgroup: rec.cgroup_id,
+            comm: rec.comm,
         };
-        let pkg = st.pkg;
-
-        // Package readings: any CPU allowed to read the package counter gives a point.
-        let pkg_valid = valid & self.pkg_mask;
-        if pkg_valid != 0
-            && let Some(p) = self.packages.get_mut(pkg as usize)
-        {
-            for ps in &mut p.slots {
-                if pkg_valid & (1 << ps.slot) != 0 {
-                    ps.pending.push(Reading {
-                        t,
-                        r: rec.slots[ps.slot],
-                        times: true,
-                    });
-                }
-            }
-        }
-
         let st = &mut self.cpus[cpu];
-        let cpu_valid = valid & self.cpu_mask;
-        if !st.have_t {
-            // First record (or a restart): only baselines.
-            st.owner_since = t;
-            st.seg_start = t;
-            st.seg_base_t = t;
-        } else if t > st.t_last {
-            let mut segs_out: [Option<Segment>; 2] = [None, None];
-            if t - st.t_last > self.max_gap_ns {
-                // Silent longer than two ticks (NOHZ idle): only the last stretch is known to
-                // be this record's task; the open part before the silence is closed as is.
-                if st.seg_start < st.t_last {
-                    segs_out[0] = Some(Segment {
-                        start: st.seg_start,
-                        end: st.t_last,
-                        wrate: [0.0; MAX_CLASSES],
-                        task: st.prev_task,
-                        weight_ok: 0,
-                    });
-                }
-                st.seg_base_t = st.t_last;
-                st.seg_start = t - self.max_gap_ns;
-            } else if task != st.prev_task && st.seg_start < st.t_last {
-                // The task changed while a segment was held open: close it for its owner.
-                segs_out[0] = Some(Segment {
-                    start: st.seg_start,
-                    end: st.t_last,
-                    wrate: [0.0; MAX_CLASSES],
-                    task: st.prev_task,
-                    weight_ok: 0,
-                });
-                st.seg_start = st.t_last;
-                st.seg_base_t = st.t_last;
-            }
-            if task != st.prev_task {
-                st.owner_since = st.t_last;
-            }
+        if st.cache_idx != IDLE && st.cache_key == key {
+            return st.cache_idx;
+        }
+        let i = self.tasks.lookup(&key);
+        st.cache_key = key;
+        st.cache_idx = i;
+        i
+    }
 
-            // CPU-scope deltas: to this record's task when every record since the baseline
-            // was this task's; otherwise the delta spans two owners and is dropped, not split
-            // by guess.
-            // Per Weight slot: its delta, and whether it is measured over exactly the open
-            // segment (a clean baseline of this owner at the segment's start).
-            let mut wdelta = [0.0f64; MAX_SLOTS];
-            let mut w_ok: u8 = 0;
-            let mut bits = cpu_valid;
-            while bits != 0 {
-                let s = bits.trailing_zeros() as usize;
-                bits &= bits - 1;
-                let is_weight = self.weight_mask & (1 << s) != 0;
-                let usable = st.base_ok & (1 << s) != 0 && st.base_t[s] >= st.owner_since;
-                if !usable {
-                    continue;
-                }
-                let d = scaled_delta(&st.last[s], &rec.slots[s], self.masks[s], true);
-                if d != 0.0 {
-                    if task == IDLE {
-                        self.idle_acc[s] += d;
-                    } else {
-                        self.tasks.add(task, s, d);
-                    }
-                    if let Some(p) = self.packages.get_mut(pkg as usize) {
-                        p.acc[s] += d;
-                        if task == IDLE {
-                            p.idle[s] += d;
-                        }
-                    }
-                }
-                if is_weight {
-                    wdelta[s] = d;
-                    if st.base_t[s] == st.seg_base_t {
-                        w_ok |= 1 << s;
-                    }
-                }
-            }
-            let weights_read = cpu_valid & self.weight_mask == self.weight_mask;
-            if weights_read || self.weight_mask == 0 {
-                let dt = (t - st.seg_start) as f64;
-                let mut wrate = [0.0; MAX_CLASSES];
-                let mut weight_ok = 0u8;
-                for (c, &m) in self.classes.iter().enumerate() {
-                    if m != 0 && w_ok & m == m {
-                        weight_ok |= 1 << c;
-                        let mut w = 0.0;
-                        let mut b = m;
-                        while b != 0 {
-                            w += wdelta[b.trailing_zeros() as usize];
-                            b &= b - 1;
-                        }
-                        wrate[c] = w / dt;
-                    }
-                }
-                segs_out[1] = Some(Segment {
-                    start: st.seg_start,
-                    end: t,
-                    wrate,
-                    task,
-                    weight_ok,
+    /// Package readings: the record of a CPU that read its package's slots is a point of
+    /// each.
+    fn push_package_points(&mut self, cpu: usize, rec: &TickRecord, pkg_valid: u8) {
+        if pkg_valid == 0 {
+            return;
+        }
+        let Some(p) = self.packages.get_mut(self.cpus[cpu].pkg as usize) else {
+            return;
+        };
+        for ps in &mut p.slots {
+            if pkg_valid & (1 << ps.slot) != 0 {
+                ps.pending.push(Reading {
+                    t: rec.t_ns,
+                    r: rec.slots[ps.slot],
+                    times: true,
                 });
-                st.seg_start = t;
-                st.seg_base_t = t;
             }
-            if self.pkg_mask != 0
-                && let Some(p) = self.packages.get_mut(pkg as usize)
-            {
-                for seg in segs_out.into_iter().flatten() {
-                    if seg.end > seg.start {
-                        p.segs.push(seg);
+        }
+    }
+
+    /// The segment held open since before a silence or a change of task, closed for its owner
+    /// up to the last record; moves the open segment's start for what follows.
+    fn close_held_segment(&mut self, cpu: usize, task: u32, t: u64) -> Option<Segment> {
+        let max_gap_ns = self.max_gap_ns;
+        let st = &mut self.cpus[cpu];
+        let held = |st: &CpuState| {
+            (st.seg_start < st.t_last).then_some(Segment {
+                start: st.seg_start,
+                end: st.t_last,
+                wrate: [0.0; MAX_CLASSES],
+                task: st.prev_task,
+                weight_ok: 0,
+            })
+        };
+        let mut out = None;
+        if t - st.t_last > max_gap_ns {
+            // Silent longer than two ticks (NOHZ idle): only the last stretch is known to be
+            // this record's task; the open part before the silence is closed as is.
+            out = held(st);
+            st.seg_base_t = st.t_last;
+            st.seg_start = t - max_gap_ns;
+        } else if task != st.prev_task && st.seg_start < st.t_last {
+            out = held(st);
+            st.seg_start = st.t_last;
+            st.seg_base_t = st.t_last;
+        }
+        if task != st.prev_task {
+            st.owner_since = st.t_last;
+        }
+        out
+    }
+
+    /// CPU-scope deltas since the baseline go to this record's task when every record since
+    /// the baseline was this task's; otherwise the delta spans two owners and is dropped, not
+    /// split by guess. Returns each Weight slot's delta, and the bits of those measured over
+    /// exactly the open segment (a clean baseline of this owner at the segment's start).
+    fn cpu_deltas(
+        &mut self,
+        cpu: usize,
+        rec: &TickRecord,
+        task: u32,
+        cpu_valid: u8,
+    ) -> ([f64; MAX_SLOTS], u8) {
+        let st = &self.cpus[cpu];
+        let mut wdelta = [0.0f64; MAX_SLOTS];
+        let mut w_ok: u8 = 0;
+        let mut bits = cpu_valid;
+        while bits != 0 {
+            let s = bits.trailing_zeros() as usize;
+            bits &= bits - 1;
+            let usable = st.base_ok & (1 << s) != 0 && st.base_t[s] >= st.owner_since;
+            if !usable {
+                continue;
+            }
+            let d = scaled_delta(&st.last[s], &rec.slots[s], self.masks[s], true);
+            if d != 0.0 {
+                if task == IDLE {
+                    self.idle_acc[s] += d;
+                } else {
+                    self.tasks.add(task, s, d);
+                }
+                if let Some(p) = self.packages.get_mut(st.pkg as usize) {
+                    p.acc[s] += d;
+                    if task == IDLE {
+                        p.idle[s] += d;
                     }
+                }
+            }
+            if self.weight_mask & (1 << s) != 0 {
+                wdelta[s] = d;
+                if st.base_t[s] == st.seg_base_t {
+                    w_ok |= 1 << s;
                 }
             }
         }
+        (wdelta, w_ok)
+    }
+
+    /// The open segment, ended at this record with its weight rates, when its Weight counters
+    /// were read (else it stays open until a clean read closes it with a real delta).
+    fn end_segment(
+        &mut self,
+        cpu: usize,
+        t: u64,
+        task: u32,
+        cpu_valid: u8,
+        wdelta: &[f64; MAX_SLOTS],
+        w_ok: u8,
+    ) -> Option<Segment> {
+        let weights_read = cpu_valid & self.weight_mask == self.weight_mask;
+        if !(weights_read || self.weight_mask == 0) {
+            return None;
+        }
+        let st = &mut self.cpus[cpu];
+        let dt = (t - st.seg_start) as f64;
+        let mut wrate = [0.0; MAX_CLASSES];
+        let mut weight_ok = 0u8;
+        for (c, &m) in self.classes.iter().enumerate() {
+            if m != 0 && w_ok & m == m {
+                weight_ok |= 1 << c;
+                let mut w = 0.0;
+                let mut b = m;
+                while b != 0 {
+                    w += wdelta[b.trailing_zeros() as usize];
+                    b &= b - 1;
+                }
+                wrate[c] = w / dt;
+            }
+        }
+        let seg = Segment {
+            start: st.seg_start,
+            end: t,
+            wrate,
+            task,
+            weight_ok,
+        };
+        st.seg_start = t;
+        st.seg_base_t = t;
+        Some(seg)
+    }
+
+    /// Closed segments to the CPU's package, which spreads its traffic over them.
+    fn hand_segments(&mut self, cpu: usize, segs: [Option<Segment>; 2]) {
+        if self.pkg_mask == 0 {
+            return;
+        }
+        if let Some(p) = self.packages.get_mut(self.cpus[cpu].pkg as usize) {
+            for seg in segs.into_iter().flatten() {
+                if seg.end > seg.start {
+                    p.segs.push(seg);
+                }
+            }
+        }
+    }
+
+    /// The record becomes the CPU's baseline for the slots it read.
+    fn rebase(&mut self, cpu: usize, rec: &TickRecord, task: u32, cpu_valid: u8) {
+        let st = &mut self.cpus[cpu];
         let mut bits = cpu_valid;
         while bits != 0 {
             let s = bits.trailing_zeros() as usize;
             bits &= bits - 1;
             st.last[s] = rec.slots[s];
-            st.base_t[s] = t;
+            st.base_t[s] = rec.t_ns;
         }
         st.base_ok |= cpu_valid;
         if !st.have_t {
             st.base_ok = cpu_valid;
         }
         st.prev_task = task;
-        st.t_last = t;
+        st.t_last = rec.t_ns;
         st.have_t = true;
     }
 

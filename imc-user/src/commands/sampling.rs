@@ -86,7 +86,7 @@ pub fn select_for(
         freq: args.freq,
         precise: args.precise,
         interval_ms,
-        drain_ms: u64::from(drain_period_ms(interval_ms)),
+        drain_ms: u64::from(drain_period_ms(interval_ms, args.freq.is_none())),
         stand_in: stand_in_for(global, found, &args.events, &args.backend)?,
         latency: None,
     };
@@ -155,12 +155,19 @@ pub trait Sink {
     fn drained(&mut self, _records: usize, _took: Duration) {}
 }
 
-/// How often the loop drains the rings: a quarter of the interval, so an interval closes at most
-/// a quarter late, between 10 ms (shorter intervals close at the next drain) and 50 ms. Each
-/// drain wakes imc, which is most of its own CPU use at long intervals: a 1 s interval drains
-/// 20 times a second, not 100.
-pub fn drain_period_ms(interval_ms: u64) -> u32 {
-    (interval_ms / 4).clamp(10, 50) as u32
+/// How often the loop drains the rings. Each drain wakes imc, a timer interrupt of its own on a
+/// CPU that was not going to take one, and most of imc's own CPU use: on the kernel's tick (the
+/// continuous mode meant to be left on) once per interval, at most every 100 ms (the rings
+/// hold that long at a busy server's switch rate), and with a timer slack of a quarter of that,
+/// so the wake-up can ride on an interrupt the CPU takes anyway. With `--freq` (asked-for
+/// resolution) a quarter of the interval, between 10 and 50 ms, so an interval closes at most a
+/// quarter late.
+pub fn drain_period_ms(interval_ms: u64, kernel_tick: bool) -> u32 {
+    if kernel_tick {
+        interval_ms.clamp(10, 100) as u32
+    } else {
+        (interval_ms / 4).clamp(10, 50) as u32
+    }
 }
 
 /// Discovery under --root, with bad trees as bad input (exit 2).
@@ -206,12 +213,20 @@ pub async fn sample_loop(
     if let Some(notice) = stand_in_notice(&sel.plan, "per process") {
         eprintln!("imc: {notice}");
     }
+    let kernel_tick = !sel.plan.tick.adds_interrupts;
     let cfg = planned::config_of(
         &sel.plan,
         &found.topology.online,
-        drain_period_ms(args.interval_ms),
+        drain_period_ms(args.interval_ms, kernel_tick),
         global.verbose >= 2,
     );
+    if kernel_tick {
+        // This thread runs the loop's timers (a current-thread runtime).
+        let slack_ns = u64::from(cfg.drain_period_ms) * 1_000_000 / 4;
+        if let Err(e) = crate::sys::thread::set_timer_slack_ns(slack_ns) {
+            log::info!("timer slack of {slack_ns} ns refused ({e}): imc's wake-ups stay exact");
+        }
+    }
     let sampler = Sampler::start(&cfg).map_err(|e| CliError::runtime(e.to_string()))?;
     let tick_hz = cfg.tick_hz(sel.plan.kernel.hz);
     if global.verbose > 0 {

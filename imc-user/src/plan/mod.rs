@@ -769,6 +769,19 @@ fn assign_slots(
         let most = per_pkg.values().copied().max().unwrap_or(0);
         slot.sum = Some(format!("sum of {most} counter(s) per package"));
     }
+    let nr_package = counters.iter().filter(|c| c.package.is_some()).count();
+    let possible = found
+        .topology
+        .possible
+        .len()
+        .max(found.topology.online.len());
+    if nr_package > possible {
+        notes.push(format!(
+            "{nr_package} package counters and {possible} CPUs: their array is longer than the \
+             CPU count that aya gives such arrays, so imc makes it on a private bpffs mount \
+             (needs root or CAP_SYS_ADMIN) and removes the mount once loaded"
+        ));
+    }
     let idle_every_ms = 2 * req.drain_ms;
     for pkg in packages_of(counters) {
         let in_pkg: Vec<usize> = (0..counters.len())

@@ -397,7 +397,8 @@ impl Sampler {
         let ring_len = ring_len(cfg);
         let mut ebpf = load(cfg, &bytes, possible, ring_len, package_counters.len())?;
         let logger = if cfg.bpf_log {
-            // The program logs nothing on its hot path; under -vv its rare-path lines show.
+            // The program logs only on rare paths (a package counter a CPU cannot read, once
+            // per CPU and slot); under -vv those lines show.
             aya_log::EbpfLogger::init(&mut ebpf).ok()
         } else {
             None
@@ -694,6 +695,9 @@ fn open_package_counters(
     Ok(out)
 }
 
+/// AYA_LOG_LEVEL with every level off.
+static LOG_OFF: u8 = 0;
+
 /// Loads the object with its globals and map sizes set for this configuration.
 fn load(
     cfg: &SamplerConfig,
@@ -728,6 +732,10 @@ fn load(
     let min_gap: u64 = 900_000_000 / u64::from(cfg.tick_hz(None));
     loader.override_global(PKG_MIN_GAP_GLOBAL, &min_gap, true);
     loader.override_global(RING_LEN_GLOBAL, &ring_len, true);
+    // The program's rare-path lines (aya-log) are written only when -vv reads them.
+    if !cfg.bpf_log {
+        loader.override_global(aya_log::LEVEL, &LOG_OFF, true);
+    }
     loader.map_max_entries(TICKS_MAP_NAME, possible * ring_len);
     loader.map_max_entries(HEADS_MAP_NAME, possible);
     let n = (nr_package_counters as u32).max(1);
@@ -739,7 +747,9 @@ fn load(
             .map_err(|e| SamplerError::Map {
                 map: PKG_MAP_NAME.into(),
                 message: format!(
-                    "{n} package counters need an array longer than the {possible} CPUs, made on                      a private bpffs mount, which failed ({e}): run imc as root, or name fewer                      counters with -e"
+                    "{n} package counters need an array longer than the {possible} CPUs, made on \
+                     a private bpffs mount, which failed ({e}): run imc as root, or name fewer \
+                     counters with -e"
                 ),
             })?;
         loader.map_pin_path(PKG_MAP_NAME, p.path().to_path_buf());

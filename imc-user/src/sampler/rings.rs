@@ -5,6 +5,11 @@ use imc_common::{CpuHead, FLAG_TASK_OMITTED, MAX_SLOTS, SlotReading, TickRecord}
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+/// Threads remembered by id before the table is started afresh: a host with a large pid_max
+/// and heavy churn must not grow it without bound (an omitted record of a thread no longer in
+/// it falls back to /proc, or to the CPU's last full record).
+const MAX_TASKS: usize = 65_536;
+
 /// Task identity of the last full record seen per CPU and per thread, to fill in records where
 /// the kernel omitted comm and cgroup (FLAG_TASK_OMITTED).
 #[derive(Default)]
@@ -21,6 +26,9 @@ impl TaskCache {
         }
         if rec.flags & FLAG_TASK_OMITTED == 0 {
             self.by_cpu[cpu] = (rec.pid, rec.cgroup_id, rec.comm);
+            if self.by_pid.len() >= MAX_TASKS && !self.by_pid.contains_key(&rec.pid) {
+                self.by_pid.clear();
+            }
             self.by_pid.insert(rec.pid, (rec.cgroup_id, rec.comm));
             return;
         }

@@ -1,0 +1,177 @@
+//! `--dry-run` on every fixture tree, through the real binary and without privileges: the plan
+//! that `stat`, `top`, `record` and `serve` execute (issue 12), as JSON, checked against what
+//! each tree's README says a correct tool finds.
+use imc_tests::*;
+use serde_json::Value;
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::process::Command;
+
+/// A copy of a fixture tree anybody may read (a test's temp dir is private to root).
+fn readable_copy(tree: &str) -> tempfile::TempDir {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let ok = Command::new("cp")
+        .arg("-a")
+        .arg(own_fixtures().join(tree))
+        .arg(dir.path().join("root"))
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "copying {tree}");
+    dir
+}
+
+/// `imc --root TREE ARGS --dry-run --json` as nobody where this test may drop privileges, else
+/// as whoever runs it; the plan object.
+fn plan(root: &Path, args: &[&str]) -> Value {
+    let mut all = vec!["--root", root.to_str().unwrap()];
+    all.extend_from_slice(args);
+    all.extend(["--dry-run", "--json"]);
+    let mut cmd = if is_root() {
+        as_nobody(&all).unwrap_or_else(|| {
+            let mut c = imc();
+            c.args(&all);
+            c
+        })
+    } else {
+        let mut c = imc();
+        c.args(&all);
+        c
+    };
+    let o = cmd.output().unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "imc {all:?}: {stderr}");
+    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("imc {all:?}: {e}"))
+}
+
+#[test]
+fn every_tree_with_a_memory_controller_plans_every_channel_for_every_command() {
+    // (tree, source, counters, (package, channel, direction) triples): every channel of every
+    // package, read and write, or total where that is all the hardware has.
+    let cases: [(&str, &str, usize); 9] = [
+        ("skx-2socket", "intel-uncore-imc", 24),
+        ("spr-2socket", "intel-uncore-imc", 32),
+        ("icx-gaps", "intel-uncore-imc", 32),
+        ("zen4-2socket", "amd-umc", 8),
+        ("zen2-1socket", "amd-df", 8),
+        ("zen3-ibs", "amd-df", 8),
+        ("knl", "knl-edc", 28),
+        ("power9-2chip", "power-nest-imc", 16),
+        ("icl-client", "intel-client-imc", 2),
+    ];
+    for (tree, source, n) in cases {
+        let copy = readable_copy(tree);
+        let root = copy.path().join("root");
+        for command in ["stat", "top", "record", "serve"] {
+            let p = plan(&root, &[command]);
+            let what = format!("{tree} {command}");
+            assert_eq!(p["source"], source, "{what}");
+            let counters = p["counters"].as_array().unwrap();
+            assert_eq!(counters.len(), n, "{what}");
+            let mut seen = BTreeSet::new();
+            for c in counters {
+                for k in ["pmu", "event", "package", "channel", "direction", "reader"] {
+                    assert!(c.get(k).is_some(), "{what}: no {k} in {c}");
+                }
+                let dir = c["direction"].as_str().unwrap_or("");
+                assert!(["read", "write", "total"].contains(&dir), "{what}: {c}");
+                assert!(
+                    seen.insert((
+                        c["package"].to_string(),
+                        c["channel"].to_string(),
+                        c["pmu"].to_string(),
+                        dir.to_string()
+                    )),
+                    "{what}: a counter twice: {c}"
+                );
+            }
+            let tick = &p["tick"];
+            if command == "stat" {
+                assert_eq!(tick["source"], "interval-timer", "{what}");
+                assert!(counters.iter().all(|c| c["reader"]["kind"] == "userspace"));
+            } else {
+                assert_eq!(tick["source"], "kernel-tick", "{what}");
+                assert_eq!(tick["adds_interrupts"], false, "{what}");
+                // Package counters are read by a package reader's tick (or by userspace where
+                // the kernel multiplexes them); never by every CPU.
+                for c in counters {
+                    let kind = c["reader"]["kind"].as_str().unwrap();
+                    assert!(["package-tick", "userspace"].contains(&kind), "{what}: {c}");
+                }
+                let slots = p["slots"].as_array().unwrap();
+                assert!(!slots.is_empty() && slots.len() <= 4, "{what}: {slots:?}");
+            }
+            assert!(p["refusals"].is_array(), "{what}");
+        }
+    }
+}
+
+#[test]
+fn freq_asks_for_imcs_own_timer_and_says_it_adds_interrupts() {
+    let copy = readable_copy("skx-2socket");
+    let root = copy.path().join("root");
+    let p = plan(&root, &["record", "--freq", "1000"]);
+    assert_eq!(p["tick"]["source"], "cpu-clock");
+    assert_eq!(p["tick"]["adds_interrupts"], true);
+    assert_eq!(p["tick"]["hz"], 1000.0);
+}
+
+#[test]
+fn events_narrow_the_plan_to_what_was_named() {
+    let copy = readable_copy("spr-2socket");
+    let root = copy.path().join("root");
+    let p = plan(&root, &["top", "-e", "uncore_imc_0/cas_count_read/"]);
+    let counters = p["counters"].as_array().unwrap();
+    assert_eq!(
+        counters.len(),
+        2,
+        "uncore_imc_0 on each package: {counters:?}"
+    );
+    assert!(counters.iter().all(|c| c["pmu"] == "uncore_imc_0"));
+}
+
+#[test]
+fn a_guest_plans_a_labelled_stand_in_and_says_why() {
+    let copy = readable_copy("vm-guest");
+    let root = copy.path().join("root");
+    for command in ["stat", "top"] {
+        let p = plan(&root, &[command]);
+        assert!(
+            p["source"].as_str().unwrap().starts_with("proxy:"),
+            "{command}: {}",
+            p["source"]
+        );
+        let refusals = p["refusals"].as_array().unwrap();
+        assert!(
+            refusals
+                .iter()
+                .any(|r| r["reason"].as_str().unwrap().contains("hypervisor")),
+            "{command}: {refusals:?}"
+        );
+        assert!(
+            p["counters"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|c| c["direction"].is_null())
+        );
+    }
+}
+
+#[test]
+fn the_text_plan_names_every_channel_and_why_its_reader() {
+    let o = imc()
+        .arg("--root")
+        .arg(own_fixtures().join("skx-2socket"))
+        .args(["top", "--dry-run"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = String::from_utf8(o.stdout).unwrap();
+    assert!(text.contains("counters (24):"), "{text}");
+    assert!(text.contains("package 1 channel 5"), "{text}");
+    assert!(text.contains("adds interrupts: no"), "{text}");
+    assert!(text.contains("why: package 0:"), "{text}");
+}
