@@ -558,8 +558,11 @@ fn interval_json_is_the_top_contract() {
         keys(&v["tasks"][0]),
         [
             "cgroup",
+            "cgroup_path",
             "comm",
+            "container_id",
             "pid",
+            "pod_uid",
             "read_bytes",
             "share",
             "tgid",
@@ -568,6 +571,10 @@ fn interval_json_is_the_top_contract() {
         ]
     );
     assert_eq!(v["source"], "intel-uncore-imc");
+    // Names are null until resolved (the attributor knows only the cgroup id).
+    for k in ["cgroup_path", "container_id", "pod_uid"] {
+        assert!(v["tasks"][0][k].is_null(), "{k}");
+    }
     assert_eq!(v["t_start_ns"], 100 * MS);
     assert_eq!(v["t_end_ns"], 200 * MS);
     assert!(

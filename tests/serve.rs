@@ -344,7 +344,17 @@ fn prometheus_stores_what_imc_reported_for_the_same_intervals() {
         v
     };
     let by_pid = prefix(&|t| t["tgid"].as_u64() == Some(u64::from(pid)));
-    // The cgroup label is the id today, the resolved path once tasks carry one.
+    // Where imc resolved the workload's cgroup (its JSON rows carry the path), the series is
+    // labelled by that path, not by the number.
+    let workload_path = ivs
+        .iter()
+        .flat_map(|iv| iv["tasks"].as_array().into_iter().flatten())
+        .filter(|t| t["tgid"].as_u64() == Some(u64::from(pid)))
+        .find_map(|t| t["cgroup_path"].as_str());
+    if let Some(p) = workload_path {
+        assert_eq!(cgroup_of_workload, p, "the cgroup label is the path");
+    }
+    // The cgroup label is the resolved path (the id where a cgroup did not resolve).
     let by_cgroup = prefix(&|t| {
         t["cgroup"].as_u64().map(|c| c.to_string()).as_deref() == Some(&cgroup_of_workload)
             || t["cgroup_path"].as_str() == Some(&cgroup_of_workload)

@@ -48,6 +48,7 @@ fn interval(seed: u64) -> IntervalResult {
                     ("LLC-load-misses".to_string(), (v % 77_777) as f64),
                 ]
                 .into(),
+                ..TaskRow::default()
             }
         })
         .collect();

@@ -164,6 +164,11 @@ pub struct TopArgs {
         allow_negative_numbers = true
     )]
     pub top: usize,
+    /// One row per thread (pid), process (tgid), name (comm), cgroup (its v2 path), container
+    /// (Docker, containerd, CRI-O or Podman id) or Kubernetes pod (UID); tasks in no container
+    /// (pod) are one row.
+    #[arg(long, value_enum, default_value = "pid", conflicts_with = "ibs")]
+    pub by: GroupBy,
     /// AMD: sample with IBS op instead and show, per process, how many sampled loads DRAM
     /// served, local or remote node (L3 misses only where the PMU has l3missonly).
     #[arg(long, conflicts_with_all = ["events", "dry_run"])]
@@ -244,11 +249,21 @@ pub struct CompletionsArgs {
 }
 
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+// Plain comments, not doc comments: values with help text would switch clap's whole `--help`
+// to the long layout (help under each option), which the usage tests read line by line.
 pub enum GroupBy {
+    // Thread id.
     Pid,
+    // Process (thread group) id.
     Tgid,
+    // Command name.
     Comm,
+    // cgroup v2 path (the numeric id where it does not resolve).
     Cgroup,
+    // Docker, containerd, CRI-O or Podman container id (tasks in none: one row).
+    Container,
+    // Kubernetes pod UID (tasks in none: one row).
+    Pod,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -259,7 +274,8 @@ pub struct ReportArgs {
     /// One JSON object (groups, bursts, totals) instead of the text report.
     #[arg(long)]
     pub json: bool,
-    /// What to add the traffic up by: process (tgid), thread (pid), command name or cgroup.
+    /// What to add the traffic up by: process (tgid), thread (pid), command name, cgroup (its
+    /// v2 path), container (Docker, containerd, CRI-O or Podman id) or Kubernetes pod (UID).
     #[arg(long, value_enum, default_value = "tgid")]
     pub by: GroupBy,
     /// List the bursts (always included in --json).
@@ -271,6 +287,13 @@ pub struct ReportArgs {
     /// percentile; none in a flat run).
     #[arg(long, value_name = "RATE", value_parser = parse_rate, allow_hyphen_values = true)]
     pub burst_threshold: Option<Rate>,
+    /// Also write a Perfetto trace (open it in ui.perfetto.dev): package bandwidth, the top
+    /// processes' bandwidth and the bursts on a timeline.
+    #[arg(long, value_name = "OUT")]
+    pub perfetto: Option<PathBuf>,
+    /// Also draw bandwidth over time, stacked by the top processes, as an SVG file.
+    #[arg(long, value_name = "OUT.svg")]
+    pub plot: Option<PathBuf>,
 }
 
 /// A rate as given on the command line: a number and the power of its K/M/G/T suffix, whose

@@ -20,10 +20,12 @@
 //!
 //! Per-record work is O(1) amortised and allocation-free once buffers and the task table have
 //! grown; the package spread runs when an interval is closed.
+pub mod names;
 pub mod spread;
 pub mod summary;
 pub mod synth;
 pub mod tasks;
+pub mod timeline;
 
 pub use summary::{Summary, compare, find_bursts, group_rows, percentile, traffic_amount};
 pub use tasks::TaskKey;
@@ -764,6 +766,7 @@ impl Attributor {
                     total_bytes,
                     share: 0.0,
                     values,
+                    ..TaskRow::default()
                 },
             ));
         }

@@ -115,6 +115,11 @@ impl Summary {
                 cgroup: r.cgroup,
                 ..TaskRow::default()
             });
+            if e.cgroup_path.is_none() && r.cgroup_path.is_some() {
+                e.cgroup_path.clone_from(&r.cgroup_path);
+                e.container_id.clone_from(&r.container_id);
+                e.pod_uid.clone_from(&r.pod_uid);
+            }
             add_row(e, r);
         }
     }
@@ -166,7 +171,9 @@ fn add_row(e: &mut TaskRow, r: &TaskRow) {
 /// Merges rows by the grouping key and sorts them. Shares add (they share a denominator).
 /// Fields that are not the key keep their value when every member agrees; otherwise pid and
 /// tgid become 0 (for `tgid` grouping pid becomes the tgid, the process' main thread), cgroup
-/// becomes 0 and comm is the main thread's (tgid grouping) or the largest member's.
+/// becomes 0, cgroup_path, container_id and pod_uid become null, and comm is the main thread's
+/// (tgid grouping) or the largest member's. Tasks in no container (pod) are one group of their
+/// own under `container` (`pod`) grouping, with a null id.
 pub fn group_rows(rows: Vec<TaskRow>, by: GroupBy) -> Vec<TaskRow> {
     if by == GroupBy::Pid {
         let mut rows = rows;
@@ -184,6 +191,8 @@ pub fn group_rows(rows: Vec<TaskRow>, by: GroupBy) -> Vec<TaskRow> {
         let key = match by {
             GroupBy::Tgid => (u64::from(r.tgid), String::new()),
             GroupBy::Cgroup => (r.cgroup, String::new()),
+            GroupBy::Container => (0, r.container_id.clone().unwrap_or_default()),
+            GroupBy::Pod => (0, r.pod_uid.clone().unwrap_or_default()),
             GroupBy::Comm | GroupBy::Pid => (0, r.comm.clone()),
         };
         let size = r.bytes().max((r.share * 1e12) as u64);
@@ -227,6 +236,18 @@ pub fn group_rows(rows: Vec<TaskRow>, by: GroupBy) -> Vec<TaskRow> {
                 if by != GroupBy::Cgroup && g.row.cgroup != r.cgroup {
                     g.row.cgroup = 0;
                 }
+                if by == GroupBy::Cgroup {
+                    // The names follow from the id: any member that has them has the right ones.
+                    if g.row.cgroup_path.is_none() && r.cgroup_path.is_some() {
+                        g.row.cgroup_path.clone_from(&r.cgroup_path);
+                        g.row.container_id.clone_from(&r.container_id);
+                        g.row.pod_uid.clone_from(&r.pod_uid);
+                    }
+                } else {
+                    keep_if_same(&mut g.row.cgroup_path, &r.cgroup_path);
+                    keep_if_same(&mut g.row.container_id, &r.container_id);
+                    keep_if_same(&mut g.row.pod_uid, &r.pod_uid);
+                }
                 add_row(&mut g.row, &r);
             }
         }
@@ -237,6 +258,13 @@ pub fn group_rows(rows: Vec<TaskRow>, by: GroupBy) -> Vec<TaskRow> {
         .collect();
     sort_rows(&mut out);
     out
+}
+
+/// A group's name field stays only while every member has the same one.
+fn keep_if_same(group: &mut Option<String>, member: &Option<String>) {
+    if group != member {
+        *group = None;
+    }
 }
 
 /// Nearest-rank percentile (q in 0..=100) of `values`; None when empty.
@@ -453,9 +481,68 @@ mod tests {
         );
         assert_eq!(g[0].read_bytes, 600);
         assert!((g[0].share - 0.6).abs() < 1e-12);
-        let c = group_rows(rows, GroupBy::Cgroup);
+        let c = group_rows(rows.clone(), GroupBy::Cgroup);
         assert_eq!(c.len(), 1);
         assert_eq!((c[0].pid, c[0].tgid, c[0].cgroup), (0, 0, 7));
         assert_eq!(c[0].comm, "worker");
+    }
+
+    #[test]
+    fn grouping_by_container_and_pod_keeps_the_shared_names_only() {
+        let row = |pid, cgroup, path: &str, bytes| {
+            let mut r = TaskRow {
+                pid,
+                tgid: pid,
+                comm: format!("t{pid}"),
+                cgroup,
+                read_bytes: bytes,
+                share: bytes as f64 / 1000.0,
+                ..TaskRow::default()
+            };
+            r.set_cgroup_names(&crate::discovery::cgroup::names_of_path(path));
+            r
+        };
+        let pod = "kubepods-pod0a1b2c3d_0000_4000_8000_00000000000a.slice";
+        let (a, b) = ("a".repeat(64), "b".repeat(64));
+        let rows = vec![
+            row(
+                1,
+                10,
+                &format!("/kubepods.slice/{pod}/cri-containerd-{a}.scope"),
+                100,
+            ),
+            row(
+                2,
+                11,
+                &format!("/kubepods.slice/{pod}/cri-containerd-{a}.scope/sub"),
+                50,
+            ),
+            row(
+                3,
+                12,
+                &format!("/kubepods.slice/{pod}/cri-containerd-{b}.scope"),
+                300,
+            ),
+            row(4, 13, "/system.slice/sshd.service", 20),
+            row(5, 14, "/user.slice", 30),
+        ];
+        let c = group_rows(rows.clone(), GroupBy::Container);
+        let ids: Vec<(Option<&str>, u64)> = c
+            .iter()
+            .map(|r| (r.container_id.as_deref(), r.read_bytes))
+            .collect();
+        assert_eq!(ids, [(Some(&*b), 300), (Some(&*a), 150), (None, 50)]);
+        // Container a spans two cgroups: no single path; its pod is shared.
+        assert_eq!(c[1].cgroup_path, None);
+        assert_eq!(c[1].cgroup, 0);
+        assert_eq!(
+            c[1].pod_uid.as_deref(),
+            Some("0a1b2c3d-0000-4000-8000-00000000000a")
+        );
+        let p = group_rows(rows, GroupBy::Pod);
+        assert_eq!(p.len(), 2);
+        assert_eq!(p[0].read_bytes, 450);
+        assert_eq!(p[0].container_id, None);
+        assert_eq!((p[1].pod_uid.as_deref(), p[1].read_bytes), (None, 50));
     }
 }

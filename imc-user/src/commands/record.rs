@@ -4,8 +4,9 @@
 //! The output is checked before anything starts (an existing file needs `--force`; a bound too
 //! small for one interval is refused) and created only once the run is under way (the sampler
 //! loaded, the command started): a run that cannot start leaves an existing file as it was.
+use super::names::{Naming, cgroup_paths};
 use super::sampling::{LoopOptions, Sink, block_on, discover, print_plan, sample_loop, select_for};
-use crate::cli::{GlobalArgs, RecordArgs};
+use crate::cli::{GlobalArgs, GroupBy, RecordArgs};
 use crate::error::{CliError, CliResult};
 use crate::output::interval::IntervalResult;
 use crate::record::{RecordHeader, Writer, WriterStats, smallest_max_size};
@@ -176,7 +177,9 @@ pub fn run(global: &GlobalArgs, args: &RecordArgs) -> CliResult<ExitCode> {
         command: &args.command,
         per_channel: false,
     };
-    let code = block_on(sample_loop(global, &opts, &found, sel, &mut sink));
+    // Cgroup paths go into the recording, so a report elsewhere still names containers.
+    let mut named = Naming::new(cgroup_paths(global), GroupBy::Pid, &mut sink);
+    let code = block_on(sample_loop(global, &opts, &found, sel, &mut named));
     // Whatever ended the loop, close the file properly: everything recorded stays readable.
     let finished = sink.writer.take().map(Writer::finish).transpose();
     match (code, finished) {

@@ -5,10 +5,12 @@
 //! sums the intervals inside each burst. Memory stays proportional to the number of tasks and
 //! intervals, not to the file. A rotated `FILE.1` of the same run is read first.
 use crate::attribution::summary::{BurstSpan, IntervalRate};
+use crate::attribution::timeline::Timeline;
 use crate::attribution::{Attributor, Summary, compare, find_bursts, traffic_amount};
 use crate::cli::{GlobalArgs, GroupBy, ReportArgs};
 use crate::error::{CliError, CliResult};
-use crate::output::interval::{BurstRow, PrecisionRow, ReportResult, TaskRow};
+use crate::output::interval::{BurstRow, IntervalResult, PrecisionRow, ReportResult, TaskRow};
+use crate::output::{perfetto, plot};
 use crate::record::{Item, ReadStatus, Reader, RecordError, rotated_path};
 use imc_common::KIND_SWITCH;
 use std::io::Write;
@@ -184,6 +186,38 @@ fn burst_rows(path: &Path, spans: &[BurstSpan], by: GroupBy) -> CliResult<Vec<Bu
         .collect())
 }
 
+/// Series of the top groups drawn or traced.
+const VIEW_GROUPS: usize = 8;
+
+/// The run as a timeline (one more pass over the file), then the Perfetto trace and the plot.
+fn write_views(args: &ReportArgs, total: &IntervalResult, bursts: &[BurstRow]) -> CliResult<()> {
+    let readers = open_run(&args.file)?;
+    let specs = readers
+        .last()
+        .map(|r| r.specs().to_vec())
+        .unwrap_or_default();
+    let mut tl = Timeline::new(&specs, total, args.by, VIEW_GROUPS);
+    for r in readers {
+        for item in r {
+            if let Item::Interval(iv) = item {
+                tl.add(&iv);
+            }
+        }
+    }
+    let failed = |what: &str, path: &Path, e: std::io::Error| {
+        CliError::runtime(format!("cannot write the {what} {}: {e}", path.display()))
+    };
+    if let Some(path) = &args.perfetto {
+        perfetto::write(path, &tl, bursts).map_err(|e| failed("Perfetto trace", path, e))?;
+    }
+    if let Some(path) = &args.plot {
+        let name = args.file.file_name().unwrap_or_default().to_string_lossy();
+        let title = format!("{name}: {}, {}", total.source, tl.unit.per_s());
+        plot::write(path, &tl, bursts, &title).map_err(|e| failed("plot", path, e))?;
+    }
+    Ok(())
+}
+
 pub fn run(_global: &GlobalArgs, args: &ReportArgs) -> CliResult<ExitCode> {
     let readers = open_run(&args.file)?;
     let header = readers
@@ -195,7 +229,8 @@ pub fn run(_global: &GlobalArgs, args: &ReportArgs) -> CliResult<ExitCode> {
     // A suffix means powers of 1024 for bytes, of 1000 for counts.
     let threshold = args.burst_threshold.map(|r| r.per_s(unit.is_bytes()));
     let (threshold, spans) = find_bursts(&p1.rates, threshold);
-    let want_bursts = args.json || args.bursts;
+    let views = args.perfetto.is_some() || args.plot.is_some();
+    let want_bursts = args.json || args.bursts || views;
     let bursts = if want_bursts {
         burst_rows(&args.file, &spans, args.by)?
     } else {
@@ -204,6 +239,9 @@ pub fn run(_global: &GlobalArgs, args: &ReportArgs) -> CliResult<ExitCode> {
     let total = p1.summary.finish(args.by);
     for w in &p1.warnings {
         eprintln!("imc: warning: {w}");
+    }
+    if views {
+        write_views(args, &total, &bursts)?;
     }
     let report = ReportResult {
         total,
@@ -301,6 +339,8 @@ fn key_name(by: GroupBy) -> &'static str {
         GroupBy::Tgid => "TGID",
         GroupBy::Comm => "COMM",
         GroupBy::Cgroup => "CGROUP",
+        GroupBy::Container => "CONTAINER",
+        GroupBy::Pod => "POD",
     }
 }
 
@@ -310,7 +350,16 @@ fn row_cells(r: &TaskRow, by: GroupBy, has_total: bool, stand_in: &[String]) -> 
             GroupBy::Pid => r.pid.to_string(),
             GroupBy::Tgid => r.tgid.to_string(),
             GroupBy::Comm => r.comm.clone(),
-            GroupBy::Cgroup => r.cgroup.to_string(),
+            GroupBy::Cgroup => r
+                .cgroup_path
+                .clone()
+                .unwrap_or_else(|| r.cgroup.to_string()),
+            // Docker's short form: the first 12 hex digits name a container uniquely enough.
+            GroupBy::Container => r
+                .container_id
+                .as_deref()
+                .map_or_else(|| "-".into(), |c| c.chars().take(12).collect()),
+            GroupBy::Pod => r.pod_uid.clone().unwrap_or_else(|| "-".into()),
         },
         if by == GroupBy::Comm {
             if r.tgid == 0 {
@@ -438,10 +487,10 @@ fn human(
         }));
     }
     head.push("SHARE".into());
-    let left = if args.by == GroupBy::Comm {
-        vec![0]
-    } else {
-        vec![1]
+    let left = match args.by {
+        GroupBy::Comm => vec![0],
+        GroupBy::Cgroup | GroupBy::Container | GroupBy::Pod => vec![0, 1],
+        GroupBy::Pid | GroupBy::Tgid => vec![1],
     };
     let rows: Vec<Vec<String>> = t
         .tasks

@@ -4,10 +4,11 @@
 //! The HTTP server (axum) runs on the loop's own runtime: a scrape is answered between two
 //! drains, from the counters as of the last closed interval, under the same lock the loop
 //! takes to add an interval, so one scrape never mixes two intervals.
+use super::names::{Naming, cgroup_paths};
 use super::sampling::{
     LoopOptions, Selection, Sink, block_on, discover, print_plan, sample_loop, select_for,
 };
-use crate::cli::{GlobalArgs, ServeArgs};
+use crate::cli::{GlobalArgs, GroupBy, ServeArgs};
 use crate::error::{CliError, CliResult};
 use crate::model::Discovery;
 use crate::output::interval::IntervalResult;
@@ -90,7 +91,9 @@ pub fn run(global: &GlobalArgs, args: &ServeArgs) -> CliResult<ExitCode> {
             .with_state(exporter);
         let server = tokio::spawn(async move { axum::serve(listener, app).await });
         eprintln!("imc: serving http://{bound}/metrics");
-        let code = sample_loop(global, &opts, &found, sel, &mut sink).await;
+        // Rows carry their cgroup's path: the `cgroup` label (ids where it does not resolve).
+        let mut named = Naming::new(cgroup_paths(global), GroupBy::Pid, &mut sink);
+        let code = sample_loop(global, &opts, &found, sel, &mut named).await;
         server.abort();
         code
     })

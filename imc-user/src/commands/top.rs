@@ -7,6 +7,7 @@
 //!
 //! On a terminal (and without `--json`) the intervals feed the full-screen view of
 //! [`crate::output::top`]; otherwise each interval is one JSON line (the contract in design.md).
+use super::names::{Naming, cgroup_paths};
 use super::sampling::{LoopOptions, Sink, block_on, discover, print_plan, sample_loop, select_for};
 use crate::cli::{GlobalArgs, TopArgs};
 use crate::error::{CliError, CliResult};
@@ -65,6 +66,8 @@ pub fn run(global: &GlobalArgs, args: &TopArgs) -> CliResult<ExitCode> {
         return print_plan(&sel.plan, args.json);
     }
     let json = args.json || !std::io::stdout().is_terminal();
+    // Opened (and any warning said) before the full-screen view takes the terminal.
+    let paths = cgroup_paths(global);
     let specs = crate::sampler::planned::slot_specs(&sel.plan);
     let cfg = view_config(&specs, &sel.source, args.top);
     let mut lines;
@@ -90,7 +93,8 @@ pub fn run(global: &GlobalArgs, args: &TopArgs) -> CliResult<ExitCode> {
         command: &[],
         per_channel: false,
     };
-    block_on(sample_loop(global, &opts, &found, sel, sink))
+    let mut named = Naming::new(paths, args.by, sink);
+    block_on(sample_loop(global, &opts, &found, sel, &mut named))
 }
 
 /// What the view shows follows from the counters the loop reads: bytes when a traffic counter

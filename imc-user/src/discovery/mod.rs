@@ -5,11 +5,13 @@
 //! - [`sysfs`]: PMUs from `sys/bus/event_source/devices` (symlinks followed).
 //! - [`topology`], [`machine`]: CPUs/packages/NUMA nodes; vendor, model, hypervisor.
 //! - [`mchbar`]: the Intel client MCHBAR counter layout.
+//! - [`cgroup`]: cgroup v2 ids → paths → systemd unit, container id, pod UID.
 //! - [`dmi`]: SMBIOS memory devices, for the theoretical peak bandwidth.
 //! - `catalogue`: every backend, available or not, with the reason.
 //! - [`other`]: PMUs that are not bandwidth sources (AMD IBS, POWER core/thread/trace IMC),
 //!   with the facts a planner needs, and [`other::power_imc_plan_notes`].
 mod catalogue;
+pub mod cgroup;
 pub mod cpulist;
 pub mod dmi;
 pub mod format;

@@ -2,6 +2,7 @@
 //! `imc report --json` (shared/design.md). The field names and nesting are the contract; the
 //! structs are shared by the attributor (which fills them), the recording file (which stores
 //! them) and the report (which sums them), so all three agree by construction.
+use crate::discovery::cgroup::CgroupNames;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -47,6 +48,15 @@ pub struct TaskRow {
     pub comm: String,
     /// cgroup v2 id.
     pub cgroup: u64,
+    /// The cgroup's path under the cgroup2 root (`/system.slice/nginx.service`), and the
+    /// container and Kubernetes pod it names; null when unknown (a cgroup gone before it was
+    /// resolved, a recording made before paths were stored) or, in groups, when members differ.
+    #[serde(default)]
+    pub cgroup_path: Option<String>,
+    #[serde(default)]
+    pub container_id: Option<String>,
+    #[serde(default)]
+    pub pod_uid: Option<String>,
     pub read_bytes: u64,
     pub write_bytes: u64,
     #[serde(default, skip_serializing_if = "is_zero")]
@@ -59,6 +69,13 @@ pub struct TaskRow {
 }
 
 impl TaskRow {
+    /// Sets the cgroup path and the names that follow from it.
+    pub fn set_cgroup_names(&mut self, names: &CgroupNames) {
+        self.cgroup_path = Some(names.path.clone());
+        self.container_id.clone_from(&names.container_id);
+        self.pod_uid.clone_from(&names.pod_uid);
+    }
+
     pub fn bytes(&self) -> u64 {
         self.read_bytes
             .saturating_add(self.write_bytes)

@@ -3,7 +3,7 @@
 //!
 //! Families (names are a contract, shared/design.md):
 //! - `imc_dram_bytes_total{package,channel,direction}`: the memory controller's counters;
-//! - `imc_cgroup_dram_bytes_total{cgroup,direction}`: attributed bytes per cgroup;
+//! - `imc_cgroup_dram_bytes_total{cgroup,direction}`: attributed bytes per cgroup (its path);
 //! - `imc_process_dram_bytes_total{pid,comm,cgroup,direction}`: the top N processes only;
 //! - `imc_unattributed_dram_bytes_total{package,direction}`: traffic no task could take.
 //!
@@ -75,10 +75,13 @@ pub fn direction_label(d: Direction) -> &'static str {
     }
 }
 
-/// The `cgroup` label of a task. Today the cgroup v2 id as the interval carries it; the one
-/// place to swap in the resolved cgroup path.
+/// The `cgroup` label of a task: its cgroup v2 path (`/system.slice/nginx.service`, resolved by
+/// the sampling loop), else the numeric id (a cgroup gone before it was resolved, or no cgroup2
+/// mount). One label per cgroup either way, so the series stay as bounded as the cgroups are.
 pub fn cgroup_label(row: &TaskRow) -> String {
-    row.cgroup.to_string()
+    row.cgroup_path
+        .clone()
+        .unwrap_or_else(|| row.cgroup.to_string())
 }
 
 /// One family in its two units: bytes for counters with a byte size, events for the rest.

@@ -426,7 +426,7 @@ fn render_tasks(
         (Some(SortKey::Pid), "PID".into(), 8),
         (None, "TGID".into(), 8),
         (Some(SortKey::Comm), "COMM".into(), 16),
-        (None, "CGROUP".into(), 8),
+        (None, "CGROUP".into(), 16),
     ];
     if let Units::Bytes { total } = cfg.units {
         titles.push((Some(SortKey::Read), "READ MB/s".into(), 11));
@@ -459,7 +459,7 @@ fn render_tasks(
             right(t.pid.to_string()),
             right(t.tgid.to_string()),
             Cell::from(t.comm.clone()),
-            right(t.cgroup.to_string()),
+            right(cgroup_cell(t)),
         ];
         if let Units::Bytes { total } = cfg.units {
             cells.push(right(mb_per_s(t.read_bytes, secs)));
@@ -478,6 +478,19 @@ fn render_tasks(
         .header(header)
         .column_spacing(1)
         .render(area, buf);
+}
+
+/// A task's cgroup in a few characters: its container's short id, else the last part of its
+/// path (`nginx.service`), else the numeric id (not resolved).
+fn cgroup_cell(t: &TaskRow) -> String {
+    if let Some(c) = &t.container_id {
+        return c.chars().take(12).collect();
+    }
+    match t.cgroup_path.as_deref() {
+        Some("/") => "/".into(),
+        Some(p) => p.rsplit('/').next().unwrap_or(p).to_owned(),
+        None => t.cgroup.to_string(),
+    }
 }
 
 /// The view rendered into a fresh `width`×`height` buffer (what tests and benchmarks look at).

@@ -29,6 +29,9 @@ pub const CHUNK_TICKS: u8 = 4;
 pub const CHUNK_END: u8 = 5;
 /// Last chunk of a file the writer rotated out: the run continues in the next segment.
 pub const CHUNK_CONTINUED: u8 = 6;
+/// Cgroup paths of the tasks' cgroup ids, per file like the task table (a later addition:
+/// older readers skip it). Views' branch first numbered it 6, which main gave CONTINUED.
+pub const CHUNK_CGROUPS: u8 = 7;
 
 /// Largest chunk payload a reader accepts (a corrupt length must not allocate gigabytes).
 pub const MAX_CHUNK: u32 = 64 << 20;
@@ -309,6 +312,247 @@ mod tests {
             while r.next_item().is_some() {}
             assert_ne!(r.status(), &ReadStatus::Reading);
         }
+    }
+
+    /// Intervals with named tasks in ten containers, in turn.
+    fn named_intervals(n: u64) -> (Vec<crate::model::SlotSpec>, Vec<IntervalResult>) {
+        use crate::model::{Direction, SlotRole, SlotScope, SlotSpec};
+        use crate::output::interval::{PackageRow, TaskRow};
+        let specs = vec![SlotSpec {
+            event: "r".into(),
+            scope: SlotScope::Package,
+            role: SlotRole::Traffic(Direction::Read),
+            bytes_per_count: Some(64.0),
+            counter_bits: 48,
+        }];
+        let ivs = (0..n)
+            .map(|i| {
+                let mut t = TaskRow {
+                    pid: 100 + i as u32,
+                    tgid: 100,
+                    comm: "w".into(),
+                    cgroup: 1000 + i % 10,
+                    read_bytes: 6400,
+                    share: 1.0,
+                    values: [("r".to_string(), 100.0)].into(),
+                    ..TaskRow::default()
+                };
+                let path = format!("/system.slice/docker-{:064x}.scope", i % 10 + 1);
+                t.set_cgroup_names(&crate::discovery::cgroup::names_of_path(&path));
+                // The root cgroup's tasks come without a path (not resolved): null stays null.
+                let bare = TaskRow {
+                    pid: 1,
+                    tgid: 1,
+                    comm: "init".into(),
+                    cgroup: 1,
+                    values: [("r".to_string(), 0.0)].into(),
+                    ..TaskRow::default()
+                };
+                IntervalResult {
+                    t_start_ns: i * 100,
+                    t_end_ns: (i + 1) * 100,
+                    source: "x".into(),
+                    packages: vec![PackageRow {
+                        id: 0,
+                        read_bytes: 6400,
+                        ..PackageRow::default()
+                    }],
+                    tasks: vec![t, bare],
+                    ..IntervalResult::default()
+                }
+            })
+            .collect();
+        (specs, ivs)
+    }
+
+    #[test]
+    fn cgroup_paths_survive_the_file_and_its_rotations() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.imc");
+        let (specs, ivs) = named_intervals(2000);
+        let topo = crate::model::Topology {
+            packages: vec![crate::model::Package {
+                id: 0,
+                cpus: vec![0],
+            }],
+            ..crate::model::Topology::default()
+        };
+        let header = RecordHeader::new(&specs, &topo, 1000, "x", 100);
+        // Small enough to rotate several times.
+        let mut w = Writer::create(&path, header, Some(32 << 10)).unwrap();
+        for iv in &ivs {
+            w.push_interval(iv).unwrap();
+        }
+        assert!(w.stats().rotations >= 2, "{:?}", w.stats());
+        w.finish().unwrap();
+        let mut got: Vec<IntervalResult> = Vec::new();
+        for p in [rotated_path(&path), path.clone()] {
+            got.extend(Reader::open(&p).unwrap().filter_map(|it| match it {
+                Item::Interval(iv) => Some(iv),
+                Item::Ticks(_) => None,
+            }));
+        }
+        assert!(got.len() > 10);
+        for g in &got {
+            let want = ivs.iter().find(|i| i.t_start_ns == g.t_start_ns).unwrap();
+            // The reader derives the container id from the stored path.
+            assert_eq!(g.tasks, want.tasks);
+        }
+        let last = &got[got.len() - 1].tasks[0];
+        assert_eq!(
+            last.container_id.as_deref(),
+            Some(&*format!("{:064x}", 1999 % 10 + 1))
+        );
+    }
+
+    /// Chunk types of a file, in order (walking the framing only).
+    fn chunk_kinds(data: &[u8]) -> Vec<u8> {
+        let hlen = u32::from_le_bytes(data[10..14].try_into().unwrap()) as usize;
+        let mut at = 18 + hlen;
+        let mut kinds = Vec::new();
+        while at + 9 <= data.len() {
+            kinds.push(data[at]);
+            at += 9 + u32::from_le_bytes(data[at + 1..at + 5].try_into().unwrap()) as usize;
+        }
+        assert_eq!(at, data.len());
+        kinds
+    }
+
+    #[test]
+    fn under_container_churn_each_segment_defines_only_its_cgroups_within_the_bound() {
+        use crate::output::interval::TaskRow;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("pods.imc");
+        let sc = Scenario::busy(2, 1000, 1);
+        let specs = sc.specs();
+        let header = RecordHeader::new(&specs, &sc.topology(), 1000, "x", 100_000_000);
+        let max = 64 * 1024;
+        let mut w = Writer::create(&path, header, Some(max)).unwrap();
+        // A cgroup's path follows from its id: a new pod container every task, 10 an interval.
+        let path_of = |id: u64| {
+            format!(
+                "/kubepods.slice/kubepods-pod{id:08x}_0000_4000_8000_00000000000a.slice/cri-containerd-{id:064x}.scope"
+            )
+        };
+        let mut pid = 1000u32;
+        for k in 0..1000u64 {
+            let mut iv = churn_interval(&specs, k, pid, 10);
+            for t in &mut iv.tasks {
+                t.cgroup = if t.comm == "steady" {
+                    7
+                } else {
+                    u64::from(t.pid)
+                };
+                t.set_cgroup_names(&crate::discovery::cgroup::names_of_path(&path_of(t.cgroup)));
+            }
+            w.push_interval(&iv).unwrap();
+            pid += 10;
+        }
+        let stats = w.finish().unwrap();
+        assert!(stats.rotations >= 2, "{stats:?}");
+        assert_eq!(stats.rows_dropped, 0);
+        let old = rotated_path(&path);
+        let (a, b) = (
+            std::fs::metadata(&path).unwrap().len(),
+            std::fs::metadata(&old).unwrap().len(),
+        );
+        // The cgroup entries count inside the bound, and do not pile up from file to file.
+        assert!(a + b <= max, "{a} + {b} > {max}");
+        assert!(b > max / 2 * 3 / 4, "FILE.1 holds {b} of {} bytes", max / 2);
+        let mut kept = 0;
+        for p in [&old, &path] {
+            let kinds = chunk_kinds(&std::fs::read(p).unwrap());
+            // Type 7: never mistaken for the rotation marker (6) a rotated file ends with.
+            assert!(kinds.contains(&CHUNK_CGROUPS), "{kinds:?}");
+            assert_eq!(
+                kinds.iter().filter(|&&k| k == CHUNK_CONTINUED).count(),
+                usize::from(p == &old)
+            );
+            let mut r = Reader::open(p).unwrap();
+            let ivs: Vec<IntervalResult> = r
+                .by_ref()
+                .filter_map(|i| match i {
+                    Item::Interval(iv) => Some(iv),
+                    Item::Ticks(_) => None,
+                })
+                .collect();
+            let used: std::collections::HashSet<u64> = ivs
+                .iter()
+                .flat_map(|iv| iv.tasks.iter().map(|t| t.cgroup))
+                .collect();
+            assert_eq!(
+                r.cgroups_defined(),
+                used.len(),
+                "each file defines only the cgroups it uses"
+            );
+            for t in ivs.iter().flat_map(|iv| &iv.tasks) {
+                let want = crate::discovery::cgroup::names_of_path(&path_of(t.cgroup));
+                let mut named = TaskRow::default();
+                named.set_cgroup_names(&want);
+                assert_eq!(
+                    (&t.cgroup_path, &t.container_id, &t.pod_uid),
+                    (&named.cgroup_path, &named.container_id, &named.pod_uid)
+                );
+                assert!(t.container_id.is_some() && t.pod_uid.is_some());
+            }
+            kept += ivs.len();
+        }
+        assert_eq!(
+            read_all(&path).0.last().unwrap().t_end_ns,
+            1000 * 100_000_000
+        );
+        // Ten new paths an interval make an interval large; the kept span is still at least a
+        // file's worth of them.
+        let per_interval = (a + b) / kept as u64;
+        assert!(
+            kept as u64 >= (max / 2) / per_interval,
+            "{kept} intervals of ~{per_interval} bytes kept in {max} bytes"
+        );
+    }
+
+    #[test]
+    fn without_paths_no_cgroups_chunk_is_written_and_paths_read_null() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("old.imc");
+        let (specs, mut ivs) = named_intervals(3);
+        // Tasks whose cgroups did not resolve (or a recording made before paths were kept).
+        for iv in &mut ivs {
+            for t in &mut iv.tasks {
+                (t.cgroup_path, t.container_id, t.pod_uid) = (None, None, None);
+            }
+        }
+        let header = RecordHeader::new(&specs, &crate::model::Topology::default(), 1, "x", 100);
+        let mut w = Writer::create(&path, header, None).unwrap();
+        for iv in &ivs {
+            w.push_interval(iv).unwrap();
+        }
+        w.finish().unwrap();
+        let data = std::fs::read(&path).unwrap();
+        // Nothing was resolved: no CGROUPS chunk, the file is what earlier versions wrote.
+        let hlen = u32::from_le_bytes(data[10..14].try_into().unwrap()) as usize;
+        let mut at = 18 + hlen;
+        let mut kinds = Vec::new();
+        while at + 9 <= data.len() {
+            kinds.push(data[at]);
+            at += 9 + u32::from_le_bytes(data[at + 1..at + 5].try_into().unwrap()) as usize;
+        }
+        assert_eq!(at, data.len());
+        assert!(!kinds.contains(&CHUNK_CGROUPS), "{kinds:?}");
+        let mut r = Reader::from_bytes(&path, data).unwrap();
+        let got: Vec<IntervalResult> = r
+            .by_ref()
+            .filter_map(|it| match it {
+                Item::Interval(iv) => Some(iv),
+                Item::Ticks(_) => None,
+            })
+            .collect();
+        assert_eq!(r.status(), &ReadStatus::Complete);
+        assert_eq!(got.len(), 3);
+        assert!(
+            got.iter()
+                .flat_map(|g| &g.tasks)
+                .all(|t| t.cgroup_path.is_none())
+        );
     }
 
     /// An interval of `n` short-lived tasks (pids from `first_pid`) plus one steady task, as

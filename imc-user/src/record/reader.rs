@@ -1,12 +1,14 @@
 //! Reading recordings: everything up to the first damaged or truncated chunk, then a status
 //! saying whether the file ended cleanly, was cut, or is damaged at some offset. The file is
-//! streamed chunk by chunk: memory is one chunk plus the string and task tables, never the file.
+//! streamed chunk by chunk: memory is one chunk plus the string, cgroup and task tables, never
+//! the file.
 use super::codec::{Cursor, Malformed, crc32, unzigzag};
 use super::{
-    CHUNK_CONTINUED, CHUNK_END, CHUNK_INTERVAL, CHUNK_STRINGS, CHUNK_TASKS, CHUNK_TICKS, MAGIC,
-    MAX_CHUNK, RecordError, RecordHeader, VERSION,
+    CHUNK_CGROUPS, CHUNK_CONTINUED, CHUNK_END, CHUNK_INTERVAL, CHUNK_STRINGS, CHUNK_TASKS,
+    CHUNK_TICKS, MAGIC, MAX_CHUNK, RecordError, RecordHeader, VERSION,
 };
 use crate::attribution::{bytes_of, summary::sort_rows, traffic_counts};
+use crate::discovery::cgroup::{CgroupNames, names_of_path};
 use crate::model::{SlotRole, SlotSpec};
 use crate::output::interval::{IntervalResult, PackageRow, TaskRow};
 use bytes::{BufMut, BytesMut};
@@ -63,6 +65,9 @@ pub struct Reader {
     chunk: BytesMut,
     strings: Vec<String>,
     tasks: Vec<TaskDef>,
+    /// Cgroup id → names, from the file's CGROUPS chunks (none in recordings made before they
+    /// existed: paths read null).
+    cgroups: HashMap<u64, CgroupNames>,
     status: ReadStatus,
     has_bytes: bool,
     ended: bool,
@@ -161,6 +166,7 @@ impl Reader {
             chunk: BytesMut::new(),
             strings: Vec::new(),
             tasks: Vec::new(),
+            cgroups: HashMap::new(),
             status: ReadStatus::Reading,
             has_bytes,
             ended: false,
@@ -187,6 +193,11 @@ impl Reader {
     /// Tasks the file has defined so far (its task table).
     pub fn tasks_defined(&self) -> usize {
         self.tasks.len()
+    }
+
+    /// Cgroup paths the file has defined so far (its cgroup table).
+    pub fn cgroups_defined(&self) -> usize {
+        self.cgroups.len()
     }
 
     /// Bytes read so far (the header and every chunk handed out).
@@ -304,6 +315,16 @@ impl Reader {
                 }
                 Ok(None)
             }
+            CHUNK_CGROUPS => {
+                let n = c.count()?;
+                for _ in 0..n {
+                    let id = c.varint()?;
+                    let sid = c.varint()?;
+                    let path = self.strings.get(sid as usize).ok_or(Malformed)?;
+                    self.cgroups.insert(id, names_of_path(path));
+                }
+                Ok(None)
+            }
             CHUNK_INTERVAL => self
                 .decode_interval(&mut c)
                 .map(|iv| Some(Item::Interval(iv))),
@@ -368,7 +389,7 @@ impl Reader {
             } else {
                 0.0
             };
-            tasks.push(TaskRow {
+            let mut row = TaskRow {
                 pid: def.pid,
                 tgid: def.tgid,
                 comm: def.comm.clone(),
@@ -378,7 +399,12 @@ impl Reader {
                 total_bytes,
                 share,
                 values,
-            });
+                ..TaskRow::default()
+            };
+            if let Some(n) = self.cgroups.get(&def.cgroup) {
+                row.set_cgroup_names(n);
+            }
+            tasks.push(row);
         }
         sort_rows(&mut tasks);
         Ok(IntervalResult {

@@ -1,8 +1,8 @@
 //! Writing recordings: aggregates every interval, raw ticks only around bursts, size-bounded.
 use super::codec::{crc32, framed, put_chunk, put_varint, zigzag};
 use super::{
-    CHUNK_CONTINUED, CHUNK_END, CHUNK_INTERVAL, CHUNK_STRINGS, CHUNK_TASKS, CHUNK_TICKS, MAGIC,
-    RecordError, RecordHeader, VERSION, rotated_path,
+    CHUNK_CGROUPS, CHUNK_CONTINUED, CHUNK_END, CHUNK_INTERVAL, CHUNK_STRINGS, CHUNK_TASKS,
+    CHUNK_TICKS, MAGIC, RecordError, RecordHeader, VERSION, rotated_path,
 };
 use crate::attribution::TaskKey;
 use crate::attribution::tasks::FxBuild;
@@ -10,7 +10,7 @@ use crate::model::{SlotRole, SlotSpec};
 use crate::output::interval::IntervalResult;
 use bytes::{BufMut, BytesMut};
 use imc_common::{MAX_SLOTS, SlotReading, TickRecord};
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -120,15 +120,36 @@ impl Histogram {
     }
 }
 
-/// The string and task tables of the current file. Each file has its own (ids start at 0 in
-/// every segment), so a rotated file restates only the tasks its chunks use.
+/// The string, cgroup and task tables of the current file. Each file has its own (ids start at
+/// 0 in every segment), so a rotated file restates only the tasks, and the cgroup paths, its
+/// chunks use.
 #[derive(Default)]
 struct Tables {
     strings: HashMap<String, u64>,
+    /// Cgroup ids whose path this file defines.
+    cgroups: HashSet<u64, FxBuild>,
     tasks: HashMap<TaskKey, u64, FxBuild>,
-    /// Entries not yet written, in id order.
+    /// Entries not yet written, in id order (cgroups: id and path string id).
     new_strings: Vec<String>,
+    new_cgroups: Vec<(u64, u64)>,
     new_tasks: Vec<(TaskKey, u64)>,
+}
+
+/// How many unwritten entries each table has: what [`Tables::rollback`] returns to.
+#[derive(Clone, Copy)]
+struct Mark {
+    strings: usize,
+    cgroups: usize,
+    tasks: usize,
+}
+
+/// The STRINGS, CGROUPS and TASKS payloads of a chunk's unwritten table entries, in the order
+/// they are written (each empty when there are none).
+#[derive(Default)]
+struct Pending {
+    strings: Vec<u8>,
+    cgroups: Vec<u8>,
+    tasks: Vec<u8>,
 }
 
 impl Tables {
@@ -153,42 +174,72 @@ impl Tables {
         i
     }
 
+    /// Defines the path of cgroup `id` in this file, the first time a row of it carries one.
+    fn cgroup(&mut self, id: u64, path: &str) {
+        if self.cgroups.contains(&id) {
+            return;
+        }
+        let sid = self.string_id(path);
+        self.cgroups.insert(id);
+        self.new_cgroups.push((id, sid));
+    }
+
     /// How many unwritten entries there are: what [`rollback`](Self::rollback) returns to.
-    fn mark(&self) -> (usize, usize) {
-        (self.new_strings.len(), self.new_tasks.len())
+    fn mark(&self) -> Mark {
+        Mark {
+            strings: self.new_strings.len(),
+            cgroups: self.new_cgroups.len(),
+            tasks: self.new_tasks.len(),
+        }
     }
 
     /// Forgets the entries made since `mark` (a chunk that was encoded but not written).
-    fn rollback(&mut self, mark: (usize, usize)) {
-        for s in self.new_strings.drain(mark.0..) {
+    fn rollback(&mut self, mark: Mark) {
+        for s in self.new_strings.drain(mark.strings..) {
             self.strings.remove(&s);
         }
-        for (k, _) in self.new_tasks.drain(mark.1..) {
+        for (id, _) in self.new_cgroups.drain(mark.cgroups..) {
+            self.cgroups.remove(&id);
+        }
+        for (k, _) in self.new_tasks.drain(mark.tasks..) {
             self.tasks.remove(&k);
         }
     }
 
-    /// The STRINGS and TASKS payloads of the unwritten entries (empty when there are none).
-    fn pending(&self) -> (Vec<u8>, Vec<u8>) {
-        let mut sp = Vec::new();
+    /// The entries are written: they are the file's from now on.
+    fn written(&mut self) {
+        self.new_strings.clear();
+        self.new_cgroups.clear();
+        self.new_tasks.clear();
+    }
+
+    /// The table payloads of the unwritten entries.
+    fn pending(&self) -> Pending {
+        let mut p = Pending::default();
         if !self.new_strings.is_empty() {
-            put_varint(&mut sp, self.new_strings.len() as u64);
+            put_varint(&mut p.strings, self.new_strings.len() as u64);
             for s in &self.new_strings {
-                put_varint(&mut sp, s.len() as u64);
-                sp.extend_from_slice(s.as_bytes());
+                put_varint(&mut p.strings, s.len() as u64);
+                p.strings.extend_from_slice(s.as_bytes());
             }
         }
-        let mut tp = Vec::new();
+        if !self.new_cgroups.is_empty() {
+            put_varint(&mut p.cgroups, self.new_cgroups.len() as u64);
+            for &(id, sid) in &self.new_cgroups {
+                put_varint(&mut p.cgroups, id);
+                put_varint(&mut p.cgroups, sid);
+            }
+        }
         if !self.new_tasks.is_empty() {
-            put_varint(&mut tp, self.new_tasks.len() as u64);
+            put_varint(&mut p.tasks, self.new_tasks.len() as u64);
             for (k, sid) in &self.new_tasks {
-                put_varint(&mut tp, u64::from(k.pid));
-                put_varint(&mut tp, u64::from(k.tgid));
-                put_varint(&mut tp, k.cgroup);
-                put_varint(&mut tp, *sid);
+                put_varint(&mut p.tasks, u64::from(k.pid));
+                put_varint(&mut p.tasks, u64::from(k.tgid));
+                put_varint(&mut p.tasks, k.cgroup);
+                put_varint(&mut p.tasks, *sid);
             }
         }
-        (sp, tp)
+        p
     }
 }
 
@@ -196,16 +247,16 @@ impl Tables {
 struct Staged {
     kind: u8,
     payload: Vec<u8>,
-    strings: Vec<u8>,
-    tasks: Vec<u8>,
-    mark: (usize, usize),
+    tables: Pending,
+    mark: Mark,
 }
 
 impl Staged {
     /// Bytes it takes in the file, with the table chunks before it.
     fn bytes(&self) -> u64 {
         let table = |p: &Vec<u8>| if p.is_empty() { 0 } else { framed(p.len()) };
-        table(&self.strings) + table(&self.tasks) + framed(self.payload.len())
+        let t = &self.tables;
+        table(&t.strings) + table(&t.cgroups) + table(&t.tasks) + framed(self.payload.len())
     }
 }
 
@@ -228,10 +279,15 @@ const TAIL_RESERVE: u64 = framed(3 * 10);
 /// Task rows an interval must have room for in a file of the smallest accepted bound.
 const MIN_ROWS: u64 = 64;
 
+/// Cgroup paths (of up to [`MIN_PATH`] bytes) an interval must have room for likewise.
+const MIN_CGROUPS: u64 = 8;
+const MIN_PATH: u64 = 128;
+
 /// The smallest `--max-size` for a recording with this header: each half must hold the header,
-/// the closing chunk and one interval of [`MIN_ROWS`] new tasks (each with its table entries)
-/// for every package. Smaller bounds are refused; above it, an interval with more tasks than a
-/// fresh file can hold keeps its largest rows and counts the rest as unattributed.
+/// the closing chunk and one interval of [`MIN_ROWS`] new tasks in [`MIN_CGROUPS`] new cgroups
+/// (each with its table entries) for every package. Smaller bounds are refused; above it, an
+/// interval with more tasks (or longer cgroup paths) than a fresh file can hold keeps its
+/// largest rows and counts the rest as unattributed.
 pub fn smallest_max_size(header: &RecordHeader) -> u64 {
     let json = serde_json::to_vec(header).map_or(4096, |j| j.len() as u64);
     // Room for the run id and segment number the writer fills in.
@@ -242,7 +298,14 @@ pub fn smallest_max_size(header: &RecordHeader) -> u64 {
     // Row: id delta and a count per slot; table entries: pid, tgid, cgroup, comm id, and a
     // comm of up to 16 bytes.
     let per_row = 3 + slots * 5 + (5 + 5 + 10 + 3) + 17;
-    2 * (head + TAIL_RESERVE + interval_fixed + 2 * 9 + MIN_ROWS * per_row)
+    // Cgroup entry: id, path string id, and the path with its length.
+    let per_cgroup = 10 + 5 + 2 + MIN_PATH;
+    2 * (head
+        + TAIL_RESERVE
+        + interval_fixed
+        + 3 * 9
+        + MIN_ROWS * per_row
+        + MIN_CGROUPS * per_cgroup)
 }
 
 pub struct Writer {
@@ -489,12 +552,10 @@ impl Writer {
             } => self.encode_interval(iv, rows, *dropped_bytes, &mut payload),
             Data::Ticks(t) => self.encode_ticks(t, &mut payload),
         }
-        let (strings, tasks) = self.tables.pending();
         Staged {
             kind,
             payload,
-            strings,
-            tasks,
+            tables: self.tables.pending(),
             mark,
         }
     }
@@ -532,14 +593,17 @@ impl Writer {
             }
             again
         };
-        if !staged.strings.is_empty() {
-            self.write_chunk(CHUNK_STRINGS, &staged.strings)?;
+        // Strings first: the cgroup and task entries name theirs.
+        for (kind, p) in [
+            (CHUNK_STRINGS, &staged.tables.strings),
+            (CHUNK_CGROUPS, &staged.tables.cgroups),
+            (CHUNK_TASKS, &staged.tables.tasks),
+        ] {
+            if !p.is_empty() {
+                self.write_chunk(kind, p)?;
+            }
         }
-        if !staged.tasks.is_empty() {
-            self.write_chunk(CHUNK_TASKS, &staged.tasks)?;
-        }
-        self.tables.new_strings.clear();
-        self.tables.new_tasks.clear();
+        self.tables.written();
         let r = self.write_chunk(staged.kind, &staged.payload);
         self.buf = staged.payload;
         r.map(|()| true)
@@ -651,6 +715,10 @@ impl Writer {
                 comm,
             };
             ids.push((self.tables.task_id(&key), i));
+            // The path travels with the recording, so a report elsewhere names the container.
+            if let Some(path) = &t.cgroup_path {
+                self.tables.cgroup(t.cgroup, path);
+            }
         }
         ids.sort_unstable();
         let has_bytes = self

@@ -486,3 +486,40 @@ fn label_values_are_escaped() {
     let t = ex.encode();
     assert!(t.contains(r#"comm="we\"ird\\name""#), "{t}");
 }
+
+#[test]
+fn cgroups_are_labelled_by_their_path_and_by_id_where_it_did_not_resolve() {
+    let mut ex = Exporter::new(imc_meta(20));
+    let mut iv = imc_interval();
+    let pod = "kubepods-pod0a1b2c3d_0000_4000_8000_00000000000a.slice";
+    let path = format!(
+        "/kubepods.slice/{pod}/cri-containerd-{}.scope",
+        "a".repeat(64)
+    );
+    for t in iv.tasks.iter_mut().filter(|t| t.cgroup == 7) {
+        t.set_cgroup_names(&crate::discovery::cgroup::names_of_path(&path));
+    }
+    ex.add_interval(&iv);
+    let t = ex.encode();
+    let c = "imc_cgroup_dram_bytes_total";
+    // Both threads of cgroup 7 under its path; cgroup 9 (not resolved) under its id.
+    assert_eq!(
+        value(&t, c, &format!(r#"cgroup="{path}",direction="read""#)),
+        Some(10000.0),
+        "{t}"
+    );
+    assert_eq!(value(&t, c, r#"cgroup="9",direction="write""#), Some(640.0));
+    assert!(!t.contains(r#"cgroup="7""#), "{t}");
+    let p = "imc_process_dram_bytes_total";
+    assert_eq!(
+        value(
+            &t,
+            p,
+            &format!(r#"pid="40",comm="stream",cgroup="{path}",direction="read""#)
+        ),
+        Some(10000.0)
+    );
+    // One series per cgroup and direction, as with ids.
+    assert_eq!(count(&t, c), 4);
+    assert_eq!(ex.cgroup_series_count(), 4);
+}

@@ -1,0 +1,361 @@
+//! A recording as series over time, for the Perfetto trace and the plot: per interval, the
+//! package counters' rate by package and direction, and the rate of each of the run's top groups
+//! (processes, cgroups, containers, … as the report groups them), the rest in one series.
+//!
+//! Amounts are bytes when the source has bytes, else the traffic counters' counts (a stand-in
+//! such as page faults): the unit says which, and no count is ever called a byte.
+use super::summary::{group_rows, traffic_amount};
+use crate::cli::GroupBy;
+use crate::model::{Direction, SlotRole, SlotSpec};
+use crate::output::interval::{IntervalResult, TaskRow};
+use std::collections::HashMap;
+
+/// What a series' values are per second of.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Unit {
+    Bytes,
+    /// Counts of these events (stand-ins, `-e` events without bytes).
+    Counts(Vec<String>),
+}
+
+impl Unit {
+    pub fn per_s(&self) -> String {
+        match self {
+            Unit::Bytes => "bytes/s".into(),
+            Unit::Counts(events) => format!("{}/s", events.join("+")),
+        }
+    }
+}
+
+/// One top group of the run.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Group {
+    /// The grouping key (see [`group_key`]).
+    pub key: String,
+    /// What a person reads: `stream (pid 1234)`, a cgroup path, `container 3f2a…`.
+    pub label: String,
+    /// The process (or thread) id when grouping by tgid (pid): a Perfetto process track.
+    pub pid: Option<u32>,
+    pub comm: String,
+    /// Its share of the run's traffic.
+    pub share: f64,
+}
+
+/// One interval's rates.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Point {
+    pub t_start_ns: u64,
+    pub t_end_ns: u64,
+    /// Per [`Timeline::package_tracks`] entry, per second.
+    pub packages: Vec<f64>,
+    /// Per [`Timeline::groups`] entry, per second.
+    pub groups: Vec<f64>,
+    /// Everything else (other tasks and unattributed traffic), per second.
+    pub rest: f64,
+}
+
+/// A package counter series: a package and a direction (for stand-ins, all CPUs together).
+#[derive(Clone, Debug, PartialEq)]
+pub struct PackageTrack {
+    pub package: Option<u32>,
+    pub direction: Option<Direction>,
+    pub name: String,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Timeline {
+    pub unit: Unit,
+    pub by: GroupBy,
+    pub package_tracks: Vec<PackageTrack>,
+    pub groups: Vec<Group>,
+    pub points: Vec<Point>,
+    specs: Vec<SlotSpec>,
+    traffic_keys: Vec<String>,
+    index: HashMap<String, usize>,
+}
+
+/// The key rows are grouped by under `by` (the same grouping as [`group_rows`]).
+pub fn group_key(r: &TaskRow, by: GroupBy) -> String {
+    match by {
+        GroupBy::Pid => r.pid.to_string(),
+        GroupBy::Tgid => r.tgid.to_string(),
+        GroupBy::Comm => r.comm.clone(),
+        GroupBy::Cgroup => r.cgroup.to_string(),
+        GroupBy::Container => r.container_id.clone().unwrap_or_default(),
+        GroupBy::Pod => r.pod_uid.clone().unwrap_or_default(),
+    }
+}
+
+/// What a person reads for a group: `stream (pid 12)`, a cgroup path, `container 3f2a…`.
+pub fn group_label(r: &TaskRow, by: GroupBy) -> String {
+    match by {
+        GroupBy::Pid => format!("{} (tid {})", r.comm, r.pid),
+        GroupBy::Tgid => format!("{} (pid {})", r.comm, r.tgid),
+        GroupBy::Comm => r.comm.clone(),
+        GroupBy::Cgroup => r
+            .cgroup_path
+            .clone()
+            .unwrap_or_else(|| format!("cgroup {}", r.cgroup)),
+        GroupBy::Container => r.container_id.as_deref().map_or_else(
+            || "(no container)".into(),
+            |c| format!("container {}", &c[..c.len().min(12)]),
+        ),
+        GroupBy::Pod => r
+            .pod_uid
+            .as_deref()
+            .map_or_else(|| "(no pod)".into(), |p| format!("pod {p}")),
+    }
+}
+
+impl Timeline {
+    /// An empty timeline whose series are the first `top` groups of `total` (the run's report
+    /// object, grouped `by`) with any traffic, and the package directions `total` has.
+    pub fn new(specs: &[SlotSpec], total: &IntervalResult, by: GroupBy, top: usize) -> Timeline {
+        let bytes = specs
+            .iter()
+            .any(|s| matches!(s.role, SlotRole::Traffic(_)) && s.bytes_per_count.is_some());
+        let traffic_keys: Vec<String> = specs
+            .iter()
+            .filter(|s| matches!(s.role, SlotRole::Traffic(_)))
+            .map(|s| s.event.clone())
+            .collect();
+        let unit = if bytes {
+            Unit::Bytes
+        } else {
+            Unit::Counts(traffic_keys.clone())
+        };
+        let package_tracks = package_tracks(&unit, total);
+        let mut t = Timeline {
+            unit,
+            by,
+            package_tracks,
+            groups: Vec::new(),
+            points: Vec::new(),
+            specs: specs.to_vec(),
+            traffic_keys,
+            index: HashMap::new(),
+        };
+        for r in &total.tasks {
+            if t.groups.len() >= top {
+                break;
+            }
+            if t.amount(r) <= 0.0 {
+                continue;
+            }
+            let key = group_key(r, by);
+            t.index.insert(key.clone(), t.groups.len());
+            t.groups.push(Group {
+                key,
+                label: group_label(r, by),
+                pid: match by {
+                    GroupBy::Tgid if r.tgid > 0 => Some(r.tgid),
+                    GroupBy::Pid if r.pid > 0 => Some(r.pid),
+                    _ => None,
+                },
+                comm: r.comm.clone(),
+                share: r.share,
+            });
+        }
+        t
+    }
+
+    /// A task's traffic: bytes, or the traffic counters' counts for sources without bytes.
+    fn amount(&self, r: &TaskRow) -> f64 {
+        match self.unit {
+            Unit::Bytes => r.bytes() as f64,
+            Unit::Counts(_) => self
+                .traffic_keys
+                .iter()
+                .filter_map(|k| r.values.get(k))
+                .sum(),
+        }
+    }
+
+    /// Adds one interval (in time order).
+    pub fn add(&mut self, iv: &IntervalResult) {
+        let dt = iv.t_end_ns.saturating_sub(iv.t_start_ns);
+        if dt == 0 {
+            return;
+        }
+        let per_s = |v: f64| v * 1e9 / dt as f64;
+        let packages = self
+            .package_tracks
+            .iter()
+            .map(|tr| per_s(package_amount(iv, &self.specs, tr)))
+            .collect();
+        let mut groups = vec![0.0; self.groups.len()];
+        // Group first, so a key's members (a process' threads) land in one series.
+        for r in group_rows(iv.tasks.clone(), self.by) {
+            if let Some(&i) = self.index.get(&group_key(&r, self.by)) {
+                groups[i] += self.amount(&r);
+            }
+        }
+        let all = traffic_amount(iv, &self.specs);
+        let rest = (all - groups.iter().sum::<f64>()).max(0.0);
+        self.points.push(Point {
+            t_start_ns: iv.t_start_ns,
+            t_end_ns: iv.t_end_ns,
+            packages,
+            groups: groups.into_iter().map(per_s).collect(),
+            rest: per_s(rest),
+        });
+    }
+
+    /// The largest stacked value (groups plus rest) of any interval.
+    pub fn peak(&self) -> f64 {
+        self.points
+            .iter()
+            .map(|p| p.groups.iter().sum::<f64>() + p.rest)
+            .fold(0.0, f64::max)
+    }
+}
+
+fn package_tracks(unit: &Unit, total: &IntervalResult) -> Vec<PackageTrack> {
+    match unit {
+        Unit::Counts(events) => vec![PackageTrack {
+            package: None,
+            direction: None,
+            name: format!("{} (all CPUs)", events.join("+")),
+        }],
+        Unit::Bytes => {
+            let mut v = Vec::new();
+            for p in &total.packages {
+                for (d, b) in [
+                    (Direction::Read, p.read_bytes),
+                    (Direction::Write, p.write_bytes),
+                    (Direction::Total, p.total_bytes),
+                ] {
+                    if b > 0 {
+                        let dir = match d {
+                            Direction::Read => "read",
+                            Direction::Write => "write",
+                            Direction::Total => "total",
+                        };
+                        v.push(PackageTrack {
+                            package: Some(p.id),
+                            direction: Some(d),
+                            name: format!("package {} {dir}", p.id),
+                        });
+                    }
+                }
+            }
+            v
+        }
+    }
+}
+
+fn package_amount(iv: &IntervalResult, specs: &[SlotSpec], tr: &PackageTrack) -> f64 {
+    let (Some(id), Some(d)) = (tr.package, tr.direction) else {
+        return traffic_amount(iv, specs);
+    };
+    iv.packages
+        .iter()
+        .filter(|p| p.id == id)
+        .map(|p| match d {
+            Direction::Read => p.read_bytes,
+            Direction::Write => p.write_bytes,
+            Direction::Total => p.total_bytes,
+        } as f64)
+        .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::SlotScope;
+    use crate::output::interval::PackageRow;
+
+    fn spec(event: &str, d: Direction, bpc: Option<f64>) -> SlotSpec {
+        SlotSpec {
+            event: event.into(),
+            scope: SlotScope::Package,
+            role: SlotRole::Traffic(d),
+            bytes_per_count: bpc,
+            counter_bits: 48,
+        }
+    }
+
+    fn task(pid: u32, tgid: u32, comm: &str, read: u64) -> TaskRow {
+        TaskRow {
+            pid,
+            tgid,
+            comm: comm.into(),
+            read_bytes: read,
+            ..TaskRow::default()
+        }
+    }
+
+    #[test]
+    fn bytes_series_by_process_with_the_rest_and_packages() {
+        let specs = [spec("r", Direction::Read, Some(64.0))];
+        let iv = |t: u64, tasks: Vec<TaskRow>, pkg: u64| IntervalResult {
+            t_start_ns: t * 500_000_000,
+            t_end_ns: (t + 1) * 500_000_000,
+            packages: vec![PackageRow {
+                id: 0,
+                read_bytes: pkg,
+                ..PackageRow::default()
+            }],
+            tasks,
+            ..IntervalResult::default()
+        };
+        let ivs = [
+            iv(
+                0,
+                vec![
+                    task(11, 10, "a", 100),
+                    task(12, 10, "a2", 50),
+                    task(20, 20, "b", 30),
+                ],
+                200,
+            ),
+            iv(1, vec![task(20, 20, "b", 400)], 500),
+        ];
+        let mut sum = crate::attribution::Summary::new(&specs);
+        for i in &ivs {
+            sum.add(i);
+        }
+        let total = sum.finish(GroupBy::Tgid);
+        let mut t = Timeline::new(&specs, &total, GroupBy::Tgid, 1);
+        for i in &ivs {
+            t.add(i);
+        }
+        assert_eq!(t.unit, Unit::Bytes);
+        assert_eq!(t.groups.len(), 1);
+        assert_eq!(t.groups[0].pid, Some(20));
+        assert_eq!(t.groups[0].label, "b (pid 20)");
+        assert_eq!(t.package_tracks.len(), 1);
+        assert_eq!(t.package_tracks[0].name, "package 0 read");
+        // Per second over half-second intervals.
+        assert_eq!(t.points[0].packages, [400.0]);
+        assert_eq!(t.points[0].groups, [60.0]);
+        assert_eq!(t.points[0].rest, 340.0);
+        assert_eq!(t.points[1].groups, [800.0]);
+        assert_eq!(t.points[1].rest, 200.0);
+        assert_eq!(t.peak(), 1000.0);
+    }
+
+    #[test]
+    fn stand_ins_are_counts_not_bytes() {
+        let specs = [spec("page-faults", Direction::Total, None)];
+        let mut a = task(5, 5, "x", 0);
+        a.values.insert("page-faults".into(), 30.0);
+        a.share = 0.75;
+        let iv = IntervalResult {
+            t_start_ns: 0,
+            t_end_ns: 1_000_000_000,
+            tasks: vec![a],
+            ..IntervalResult::default()
+        };
+        let mut sum = crate::attribution::Summary::new(&specs);
+        sum.add(&iv);
+        let mut t = Timeline::new(&specs, &sum.finish(GroupBy::Comm), GroupBy::Comm, 5);
+        t.add(&iv);
+        assert_eq!(t.unit.per_s(), "page-faults/s");
+        assert_eq!(t.package_tracks[0].package, None);
+        assert_eq!(t.points[0].groups, [30.0]);
+        // 30 faults are 75% of the traffic: 40 in all, 10 not attributed to x.
+        assert_eq!(t.points[0].packages, [40.0]);
+        assert_eq!(t.points[0].rest, 10.0);
+    }
+}

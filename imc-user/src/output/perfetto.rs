@@ -1,0 +1,345 @@
+//! `imc report --perfetto OUT`: the recording as a Perfetto trace (Perfetto's own protos), for
+//! ui.perfetto.dev. Tracks:
+//! - a counter track per package and direction (`package 0 read`; with a stand-in source one
+//!   track for all CPUs, named after its events and counted in them, never in bytes);
+//! - per top group (a process, with a Perfetto process track when grouped by tgid or pid), a
+//!   counter track of its attributed rate, and one for everything else;
+//! - a `bursts` track holding one slice per burst, named after its culprits, each culprit's
+//!   share also in the slice's arguments.
+//!
+//! Counter values are rates (per second) over each interval, set at the interval's start;
+//! timestamps are the recording's CLOCK_MONOTONIC nanoseconds.
+use crate::attribution::timeline::{Timeline, Unit, group_label};
+use crate::cli::GroupBy;
+use crate::output::interval::BurstRow;
+use perfetto_protos::counter_descriptor::CounterDescriptor;
+use perfetto_protos::debug_annotation::DebugAnnotation;
+use perfetto_protos::process_descriptor::ProcessDescriptor;
+use perfetto_protos::trace::Trace;
+use perfetto_protos::trace_packet::TracePacket;
+use perfetto_protos::track_descriptor::TrackDescriptor;
+use perfetto_protos::track_event::{TrackEvent, track_event};
+use protobuf::Message;
+use std::path::Path;
+
+/// Track uuids: one range per kind, the index added.
+pub const PACKAGE_UUID: u64 = 1_000;
+pub const PROCESS_UUID: u64 = 2_000;
+pub const GROUP_UUID: u64 = 3_000;
+pub const REST_UUID: u64 = 4_000;
+pub const BURSTS_UUID: u64 = 5_000;
+/// Culprits named in a burst slice's title (all of them are in its arguments).
+const TITLE_CULPRITS: usize = 3;
+const SEQUENCE: u32 = 1;
+
+fn packet() -> TracePacket {
+    let mut p = TracePacket::new();
+    p.set_trusted_packet_sequence_id(SEQUENCE);
+    p
+}
+
+fn descriptor(uuid: u64, name: &str) -> TracePacket {
+    let mut d = TrackDescriptor::new();
+    d.set_uuid(uuid);
+    d.set_name(name.to_owned());
+    let mut p = packet();
+    p.set_track_descriptor(d);
+    p
+}
+
+fn counter_descriptor(uuid: u64, parent: Option<u64>, name: &str, unit: &str) -> TracePacket {
+    let mut p = descriptor(uuid, name);
+    let d = p.mut_track_descriptor();
+    if let Some(parent) = parent {
+        d.set_parent_uuid(parent);
+    }
+    let mut c = CounterDescriptor::new();
+    c.set_unit_name(unit.to_owned());
+    d.counter = Some(c).into();
+    p
+}
+
+fn event(t_ns: u64, track: u64, kind: track_event::Type) -> (TracePacket, TrackEvent) {
+    let mut p = packet();
+    p.set_timestamp(t_ns);
+    let mut e = TrackEvent::new();
+    e.set_type(kind);
+    e.set_track_uuid(track);
+    (p, e)
+}
+
+fn counter(t_ns: u64, track: u64, value: f64) -> TracePacket {
+    let (mut p, mut e) = event(t_ns, track, track_event::Type::TYPE_COUNTER);
+    e.set_double_counter_value(value);
+    p.set_track_event(e);
+    p
+}
+
+fn annotation(name: &str, value: String) -> DebugAnnotation {
+    let mut a = DebugAnnotation::new();
+    a.set_name(name.to_owned());
+    a.set_string_value(value);
+    a
+}
+
+/// A rate in the timeline's unit, for titles: `1.50 GiB/s`, `12345 page-faults/s`.
+pub fn fmt_rate(unit: &Unit, v: f64) -> String {
+    match unit {
+        Unit::Bytes => {
+            let (scaled, prefix) = binary_prefix(v);
+            format!("{scaled:.2} {prefix}B/s")
+        }
+        Unit::Counts(_) => format!("{v:.0} {}", unit.per_s()),
+    }
+}
+
+/// `v` scaled to the largest binary prefix (none, Ki, Mi, Gi, Ti) that keeps it at least 1.
+pub fn binary_prefix(v: f64) -> (f64, &'static str) {
+    const P: [&str; 5] = ["", "Ki", "Mi", "Gi", "Ti"];
+    let mut i = 0;
+    let mut x = v;
+    while x.abs() >= 1024.0 && i + 1 < P.len() {
+        x /= 1024.0;
+        i += 1;
+    }
+    (x, P[i])
+}
+
+/// The slice of one burst: `burst 1.50 GiB/s: stream (pid 12) 80%, …`.
+fn burst_slices(unit: &Unit, by: GroupBy, b: &BurstRow) -> [TracePacket; 2] {
+    let culprits: Vec<String> = b
+        .tasks
+        .iter()
+        .map(|r| format!("{} {:.1}%", group_label(r, by), r.share * 100.0))
+        .collect();
+    let mut title = format!("burst {}", fmt_rate(unit, b.bytes_per_s));
+    if !culprits.is_empty() {
+        title.push_str(": ");
+        title.push_str(&culprits[..culprits.len().min(TITLE_CULPRITS)].join(", "));
+    }
+    let (mut begin, mut e) = event(
+        b.t_start_ns,
+        BURSTS_UUID,
+        track_event::Type::TYPE_SLICE_BEGIN,
+    );
+    e.set_name(title);
+    e.debug_annotations
+        .push(annotation("rate", fmt_rate(unit, b.bytes_per_s)));
+    for (i, c) in culprits.into_iter().enumerate() {
+        e.debug_annotations
+            .push(annotation(&format!("culprit {}", i + 1), c));
+    }
+    begin.set_track_event(e);
+    let (mut end, e) = event(b.t_end_ns, BURSTS_UUID, track_event::Type::TYPE_SLICE_END);
+    end.set_track_event(e);
+    [begin, end]
+}
+
+/// The trace of a timeline and its bursts.
+pub fn trace(tl: &Timeline, bursts: &[BurstRow]) -> Trace {
+    let unit = tl.unit.per_s();
+    let mut packets = Vec::new();
+    for (i, tr) in tl.package_tracks.iter().enumerate() {
+        packets.push(counter_descriptor(
+            PACKAGE_UUID + i as u64,
+            None,
+            &format!("{} ({unit})", tr.name),
+            &unit,
+        ));
+    }
+    for (i, g) in tl.groups.iter().enumerate() {
+        let parent = g.pid.map(|pid| {
+            let mut d = TrackDescriptor::new();
+            d.set_uuid(PROCESS_UUID + i as u64);
+            let mut pd = ProcessDescriptor::new();
+            pd.set_pid(pid as i32);
+            pd.set_process_name(g.comm.clone());
+            d.process = Some(pd).into();
+            let mut p = packet();
+            p.set_track_descriptor(d);
+            packets.push(p);
+            PROCESS_UUID + i as u64
+        });
+        packets.push(counter_descriptor(
+            GROUP_UUID + i as u64,
+            parent,
+            &format!("{} ({unit})", g.label),
+            &unit,
+        ));
+    }
+    packets.push(counter_descriptor(
+        REST_UUID,
+        None,
+        &format!("others and unattributed ({unit})"),
+        &unit,
+    ));
+    packets.push(descriptor(BURSTS_UUID, "bursts"));
+
+    let mut prev_end: Option<u64> = None;
+    let zero_all = |t: u64, packets: &mut Vec<TracePacket>| {
+        for i in 0..tl.package_tracks.len() {
+            packets.push(counter(t, PACKAGE_UUID + i as u64, 0.0));
+        }
+        for i in 0..tl.groups.len() {
+            packets.push(counter(t, GROUP_UUID + i as u64, 0.0));
+        }
+        packets.push(counter(t, REST_UUID, 0.0));
+    };
+    for pt in &tl.points {
+        // A gap (the recorder was stopped, a file rotated out): the counters drop to zero.
+        if let Some(end) = prev_end
+            && pt.t_start_ns > end
+        {
+            zero_all(end, &mut packets);
+        }
+        for (i, v) in pt.packages.iter().enumerate() {
+            packets.push(counter(pt.t_start_ns, PACKAGE_UUID + i as u64, *v));
+        }
+        for (i, v) in pt.groups.iter().enumerate() {
+            packets.push(counter(pt.t_start_ns, GROUP_UUID + i as u64, *v));
+        }
+        packets.push(counter(pt.t_start_ns, REST_UUID, pt.rest));
+        prev_end = Some(pt.t_end_ns);
+    }
+    if let Some(end) = prev_end {
+        zero_all(end, &mut packets);
+    }
+    for b in bursts {
+        packets.extend(burst_slices(&tl.unit, tl.by, b));
+    }
+    // Perfetto sorts by timestamp itself, but a sorted file loads without a sorting window.
+    packets.sort_by_key(|p| p.timestamp.unwrap_or(0));
+    let mut t = Trace::new();
+    t.packet = packets;
+    t
+}
+
+/// Writes the trace of `tl` and `bursts` to `path`.
+pub fn write(path: &Path, tl: &Timeline, bursts: &[BurstRow]) -> std::io::Result<()> {
+    let bytes = trace(tl, bursts)
+        .write_to_bytes()
+        .map_err(std::io::Error::other)?;
+    std::fs::write(path, bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::attribution::Summary;
+    use crate::model::{Direction, SlotRole, SlotScope, SlotSpec};
+    use crate::output::interval::{IntervalResult, PackageRow, TaskRow};
+
+    fn spec(event: &str, d: Direction) -> SlotSpec {
+        SlotSpec {
+            event: event.into(),
+            scope: SlotScope::Package,
+            role: SlotRole::Traffic(d),
+            bytes_per_count: Some(64.0),
+            counter_bits: 48,
+        }
+    }
+
+    /// Two packages reading and writing, process 7 "stream" reading from both for 1 s.
+    fn timeline() -> (Timeline, Vec<BurstRow>) {
+        let specs = [spec("r", Direction::Read), spec("w", Direction::Write)];
+        let stream = TaskRow {
+            pid: 7,
+            tgid: 7,
+            comm: "stream".into(),
+            read_bytes: 3 << 30,
+            share: 0.75,
+            ..TaskRow::default()
+        };
+        let iv = IntervalResult {
+            t_start_ns: 5_000_000_000,
+            t_end_ns: 6_000_000_000,
+            packages: (0..2)
+                .map(|id| PackageRow {
+                    id,
+                    read_bytes: 3 << 29,
+                    write_bytes: 1 << 29,
+                    ..PackageRow::default()
+                })
+                .collect(),
+            tasks: vec![stream.clone()],
+            ..IntervalResult::default()
+        };
+        let mut sum = Summary::new(&specs);
+        sum.add(&iv);
+        let mut tl = Timeline::new(&specs, &sum.finish(GroupBy::Tgid), GroupBy::Tgid, 8);
+        tl.add(&iv);
+        let burst = BurstRow {
+            t_start_ns: iv.t_start_ns,
+            t_end_ns: iv.t_end_ns,
+            bytes_per_s: (4u64 << 30) as f64,
+            tasks: vec![stream],
+        };
+        (tl, vec![burst])
+    }
+
+    #[test]
+    fn tracks_values_and_burst_slices_decode() {
+        let (tl, bursts) = timeline();
+        let bytes = trace(&tl, &bursts).write_to_bytes().unwrap();
+        let t = Trace::parse_from_bytes(&bytes).unwrap();
+        let names: Vec<String> = t
+            .packet
+            .iter()
+            .filter(|p| p.has_track_descriptor())
+            .map(|p| p.track_descriptor().name().to_owned())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "package 0 read (bytes/s)",
+                "package 0 write (bytes/s)",
+                "package 1 read (bytes/s)",
+                "package 1 write (bytes/s)",
+                // The process track has no name of its own: Perfetto names it from the pid.
+                "",
+                "stream (pid 7) (bytes/s)",
+                "others and unattributed (bytes/s)",
+                "bursts",
+            ]
+        );
+        let proc_ = t
+            .packet
+            .iter()
+            .find(|p| p.has_track_descriptor() && p.track_descriptor().process.is_some())
+            .unwrap();
+        assert_eq!(proc_.track_descriptor().process.pid(), 7);
+        assert_eq!(proc_.track_descriptor().process.process_name(), "stream");
+        let value = |uuid: u64, at: u64| {
+            t.packet
+                .iter()
+                .filter(|p| p.has_track_event() && p.timestamp() == at)
+                .map(|p| p.track_event())
+                .find(|e| e.track_uuid() == uuid && e.has_double_counter_value())
+                .map(|e| e.double_counter_value())
+        };
+        let gib = f64::from(1u32 << 30);
+        assert_eq!(value(PACKAGE_UUID, 5_000_000_000), Some(1.5 * gib));
+        assert_eq!(value(PACKAGE_UUID + 3, 5_000_000_000), Some(0.5 * gib));
+        assert_eq!(value(GROUP_UUID, 5_000_000_000), Some(3.0 * gib));
+        assert_eq!(value(REST_UUID, 5_000_000_000), Some(1.0 * gib));
+        // Counters drop to zero at the end of the last interval.
+        assert_eq!(value(GROUP_UUID, 6_000_000_000), Some(0.0));
+        let slices: Vec<_> = t
+            .packet
+            .iter()
+            .filter(|p| p.has_track_event() && p.track_event().track_uuid() == BURSTS_UUID)
+            .collect();
+        assert_eq!(slices.len(), 2);
+        let begin = slices[0].track_event();
+        assert_eq!(begin.type_(), track_event::Type::TYPE_SLICE_BEGIN);
+        assert_eq!(begin.name(), "burst 4.00 GiB/s: stream (pid 7) 75.0%");
+        assert_eq!(slices[1].timestamp(), 6_000_000_000);
+        assert_eq!(
+            slices[1].track_event().type_(),
+            track_event::Type::TYPE_SLICE_END
+        );
+        // The timestamps never go back.
+        let ts: Vec<u64> = t.packet.iter().map(|p| p.timestamp()).collect();
+        assert!(ts.windows(2).all(|w| w[0] <= w[1]));
+    }
+}
