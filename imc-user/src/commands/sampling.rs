@@ -384,12 +384,10 @@ impl Pump {
     /// interval holds its traffic up to its end.
     pub fn close(&mut self, last: bool) -> IntervalResult {
         self.read_packages(true);
-        if let Ok(st) = self.sampler.stats() {
-            let lost = st.lost();
-            self.attr
-                .add_lost_samples(lost.saturating_sub(self.lost_seen));
-            self.lost_seen = lost;
-        }
+        let lost = self.sampler.lost_records();
+        self.attr
+            .add_lost_samples(lost.saturating_sub(self.lost_seen));
+        self.lost_seen = lost;
         let t = crate::sampler::monotonic_ns();
         let mut result = if last {
             self.attr.finish(t)

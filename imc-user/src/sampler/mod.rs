@@ -558,6 +558,12 @@ impl Sampler {
             .collect()
     }
 
+    /// Records the reader found overwritten before it got to them, all CPUs together: no
+    /// syscall (the full [`stats`](Self::stats) reads the STATS map, one lookup per counter).
+    pub fn lost_records(&self) -> u64 {
+        self.rings.lost.iter().sum()
+    }
+
     /// Program statistics summed per CPU.
     pub fn stats(&self) -> Result<SamplerStats, SamplerError> {
         let mut per_cpu: Vec<CpuStats> = Vec::new();
