@@ -219,7 +219,7 @@ pub fn write(path: &Path, tl: &Timeline, bursts: &[BurstRow]) -> std::io::Result
     let bytes = trace(tl, bursts)
         .write_to_bytes()
         .map_err(std::io::Error::other)?;
-    std::fs::write(path, bytes)
+    crate::sys::file::replace_with(path, &bytes)
 }
 
 #[cfg(test)]

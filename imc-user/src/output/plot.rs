@@ -243,7 +243,7 @@ where
 /// Writes the plot to `path`.
 pub fn write(path: &Path, tl: &Timeline, bursts: &[BurstRow], title: &str) -> std::io::Result<()> {
     let s = svg(tl, bursts, title).map_err(std::io::Error::other)?;
-    std::fs::write(path, s)
+    crate::sys::file::replace_with(path, s.as_bytes())
 }
 
 #[cfg(test)]

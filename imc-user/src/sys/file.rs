@@ -84,6 +84,32 @@ pub fn create_new(path: &Path) -> io::Result<File> {
         .open(path)
 }
 
+/// Writes `bytes` as `path`, replacing a file (or a symlink: the link itself, never where it
+/// points) that is there: a new file beside it, renamed over it once complete, so a reader never
+/// sees half of it. A directory, FIFO or device at `path` is refused, not written through.
+pub fn replace_with(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    use std::io::Write;
+    match what_is_there(path)? {
+        None | Some("a file") | Some("a symlink") => {}
+        Some(kind) => return Err(not_regular(kind)),
+    }
+    let name = path
+        .file_name()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "not a file name"))?;
+    let mut tmp_name = std::ffi::OsString::from(".");
+    tmp_name.push(name);
+    tmp_name.push(format!(".{}.tmp", std::process::id()));
+    let tmp = path.with_file_name(tmp_name);
+    let written = create_new(&tmp).and_then(|mut f| f.write_all(bytes).and_then(|_| f.sync_all()));
+    match written.and_then(|_| std::fs::rename(&tmp, path)) {
+        Ok(()) => Ok(()),
+        Err(e) => {
+            let _ = std::fs::remove_file(&tmp);
+            Err(e)
+        }
+    }
+}
+
 /// What is at `path` without following a final symlink: None when nothing is.
 pub fn what_is_there(path: &Path) -> io::Result<Option<&'static str>> {
     match std::fs::symlink_metadata(path) {
@@ -97,6 +123,32 @@ pub fn what_is_there(path: &Path) -> io::Result<Option<&'static str>> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn replace_with_writes_a_new_file_and_never_through_a_link_or_fifo() {
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, b"precious").unwrap();
+        let out = dir.path().join("plot.svg");
+        std::os::unix::fs::symlink(&victim, &out).unwrap();
+        replace_with(&out, b"<svg/>").unwrap();
+        assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+        assert!(std::fs::symlink_metadata(&out).unwrap().is_file());
+        assert_eq!(std::fs::read(&out).unwrap(), b"<svg/>");
+        replace_with(&out, b"again").unwrap();
+        assert_eq!(std::fs::read(&out).unwrap(), b"again");
+        let fifo = dir.path().join("fifo");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: a valid path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+        assert!(replace_with(&fifo, b"x").is_err());
+        assert!(replace_with(dir.path(), b"x").is_err());
+        assert_eq!(
+            std::fs::read_dir(dir.path()).unwrap().count(),
+            3,
+            "no temporary left"
+        );
+    }
+
     use super::*;
     use std::time::{Duration, Instant};
 
