@@ -161,7 +161,7 @@ impl TickRecord {
     }
 }
 
-// The record must not change size by accident: the ring buffer reservation and the recording
+// The record must not change size by accident: the per-CPU rings (sized in records) and the recording
 // file both depend on it.
 const _: () = assert!(TickRecord::SIZE == 48 + 24 * MAX_SLOTS);
 

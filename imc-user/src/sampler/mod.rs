@@ -218,7 +218,7 @@ pub struct SamplerConfig {
     /// Records per CPU ring (rounded up to a power of two); None: sized for `drain_period_ms`
     /// at the tick rate with a wide margin.
     pub ring_bytes: Option<u32>,
-    /// How often the caller drains; sizes the ring buffer.
+    /// How often the caller drains; sizes the per-CPU rings.
     pub drain_period_ms: u32,
     /// Forward the program's aya-log lines to the `log` crate (debug only: costs time per run).
     pub bpf_log: bool,
