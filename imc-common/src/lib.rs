@@ -161,8 +161,8 @@ impl TickRecord {
     }
 }
 
-// The record must not change size by accident: the per-CPU rings (sized in records) and the recording
-// file both depend on it.
+// The record must not change size by accident: the per-CPU rings (sized in records) and the
+// recording file both depend on it.
 const _: () = assert!(TickRecord::SIZE == 48 + 24 * MAX_SLOTS);
 
 #[cfg(feature = "user")]
