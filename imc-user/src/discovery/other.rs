@@ -322,21 +322,7 @@ pub struct PlanNote {
 }
 
 fn cpus_text(cpus: &[u32]) -> String {
-    let mut parts: Vec<String> = Vec::new();
-    let mut i = 0;
-    while i < cpus.len() {
-        let mut j = i;
-        while j + 1 < cpus.len() && cpus[j + 1] == cpus[j] + 1 {
-            j += 1;
-        }
-        parts.push(if i == j {
-            cpus[i].to_string()
-        } else {
-            format!("{}-{}", cpus[i], cpus[j])
-        });
-        i = j + 1;
-    }
-    parts.join(",")
+    super::cpulist::format_cpulist(cpus)
 }
 
 /// How a plan may use one POWER core/thread/trace IMC source, and what it must refuse: core IMC
