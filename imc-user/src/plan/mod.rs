@@ -184,7 +184,38 @@ pub struct Plan {
     pub refusals: Vec<Refusal>,
     /// Why the readers are what they are (one line each).
     pub notes: Vec<String>,
+    /// How the sources that are not bandwidth (POWER core/thread/trace IMC) could be used here,
+    /// and what the kernel refuses of them.
+    pub other_sources: Vec<OtherUse>,
     pub kernel: Kernel,
+}
+
+/// One use of a non-bandwidth source: allowed (`refused: false`) or refused, and why.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct OtherUse {
+    pub pmu: String,
+    pub what: String,
+    pub reason: String,
+    pub refused: bool,
+}
+
+/// POWER's core, thread and trace IMC: planned per core (core IMC on each core's designated
+/// CPU), per task (thread IMC) or not at all, with the kernel's reasons.
+fn other_uses(found: &Discovery) -> Vec<OtherUse> {
+    found
+        .other_sources
+        .iter()
+        .flat_map(|s| {
+            crate::discovery::other::power_imc_plan_notes(s)
+                .into_iter()
+                .map(move |n| OtherUse {
+                    pmu: s.pmu.clone(),
+                    what: n.what,
+                    reason: n.reason,
+                    refused: n.refused,
+                })
+        })
+        .collect()
 }
 
 impl Plan {
@@ -229,6 +260,7 @@ pub fn plan(found: &Discovery, kernel: &Kernel, req: &Request) -> Result<Plan, P
         tick: tick_of(kernel, req),
         refusals,
         notes,
+        other_sources: other_uses(found),
         kernel: kernel.clone(),
     })
 }

@@ -244,3 +244,61 @@ fn a_guest_gets_a_labelled_stand_in_for_sampling_and_a_refusal_for_stat() {
         other => panic!("{other:?}"),
     }
 }
+
+#[test]
+fn power_core_and_thread_imc_are_planned_per_core_and_per_task_with_the_kernels_refusals() {
+    let p = plan_on("power9-imc-full", &kernel("6.8.0"), &request(Command::Top));
+    assert_eq!(
+        p.source, "power-nest-imc",
+        "nest IMC stays the bandwidth source"
+    );
+    let core: Vec<&OtherUse> = p
+        .other_sources
+        .iter()
+        .filter(|o| o.pmu == "core_imc" && !o.refused)
+        .collect();
+    assert_eq!(core.len(), 32, "one core_imc use per core: {core:?}");
+    assert!(core[1].what.contains("CPU 4"), "{:?}", core[1]);
+    let refused = |pmu: &str, what: &str| {
+        p.other_sources
+            .iter()
+            .any(|o| o.pmu == pmu && o.refused && o.what.contains(what))
+    };
+    assert!(refused("core_imc", "per task"));
+    assert!(refused("thread_imc", "CPU-wide"));
+    assert!(
+        p.other_sources
+            .iter()
+            .any(|o| o.pmu == "thread_imc" && !o.refused && o.what.contains("per task"))
+    );
+    assert!(p.other_sources.iter().any(|o| o.pmu == "trace_imc"));
+}
+
+#[test]
+fn stat_latency_plans_the_offcore_pair_on_every_cpu_beside_ddr_and_mcdram() {
+    let root = fixture("knl");
+    let found = crate::discovery::discover(&root).unwrap();
+    let enc = |event: &str, config1| Encoded {
+        event: event.into(),
+        pmu: "knl".into(),
+        pmu_type: 4,
+        config: 0x01b7,
+        config1,
+        ..Default::default()
+    };
+    let mut req = request(Command::Stat);
+    req.latency = Some((
+        enc(
+            "knl::OFFCORE_RESPONSE_0:DMND_DATA_RD:OUTSTANDING",
+            0x4000000001,
+        ),
+        enc("knl::OFFCORE_RESPONSE_1:DMND_DATA_RD:ANY_RESPONSE", 0x10001),
+    ));
+    let p = plan(&found, &kernel("6.8.0"), &req).unwrap();
+    assert_eq!(p.source, "knl-imc+knl-edc+latency");
+    let offcore: Vec<&Counter> = p.counters.iter().filter(|c| c.package.is_none()).collect();
+    assert_eq!(offcore.len(), 2, "the pair");
+    assert!(offcore.iter().all(|c| c.cpus == found.topology.online));
+    assert_eq!(offcore[0].encoded.config1, 0x4000000001);
+    assert_eq!(p.counters.len(), 28 + 2);
+}

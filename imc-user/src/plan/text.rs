@@ -86,6 +86,13 @@ pub fn render(plan: &Plan) -> String {
     for n in &plan.notes {
         let _ = writeln!(s, "why: {n}");
     }
+    if !plan.other_sources.is_empty() {
+        let _ = writeln!(s, "other sources (not bandwidth):");
+        for o in &plan.other_sources {
+            let verdict = if o.refused { "refused" } else { "possible" };
+            let _ = writeln!(s, "  {verdict}: {} — {}", o.what, o.reason);
+        }
+    }
     if !plan.refusals.is_empty() {
         let _ = writeln!(s, "refused:");
         for r in &plan.refusals {
