@@ -97,12 +97,6 @@ pub fn select_for(
     })
 }
 
-/// The plan of `imc top` at its default interval (kept for callers that do not say which
-/// command they are).
-pub fn select(global: &GlobalArgs, args: &SamplerArgs, found: &Discovery) -> CliResult<Selection> {
-    select_for(global, args, found, plan::Command::Top, 1000)
-}
-
 /// `--dry-run`: the plan, as text or one JSON object, on stdout.
 pub fn print_plan(plan: &Plan, json: bool) -> CliResult<ExitCode> {
     use std::io::Write;
