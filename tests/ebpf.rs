@@ -643,10 +643,7 @@ fn top_exits_at_duration_with_nothing_left_loaded() {
 
 /// imc programs and the pids holding them (bpftool's `pids` field).
 fn bpftool_owned_imc_programs() -> Vec<(u64, Vec<u64>)> {
-    let out = std::process::Command::new("bpftool")
-        .args(["prog", "show", "--json"])
-        .output()
-        .unwrap();
+    let out = bpftool().args(["prog", "show", "--json"]).output().unwrap();
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     v.as_array()
         .into_iter()

@@ -120,11 +120,21 @@ pub fn sampler_prerequisites() -> bool {
         )
 }
 
+/// bpftool, found on PATH or where Debian installs it (/usr/sbin, not on a user's PATH).
+pub fn bpftool() -> Command {
+    let on_path = std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join("bpftool").is_file()));
+    let sbin = ["/usr/sbin/bpftool", "/sbin/bpftool"]
+        .into_iter()
+        .find(|p| Path::new(p).is_file());
+    match (on_path, sbin) {
+        (false, Some(p)) => Command::new(p),
+        _ => Command::new("bpftool"),
+    }
+}
 /// Ids of loaded BPF programs whose name starts with `imc_` (bpftool's JSON listing).
 pub fn loaded_imc_programs() -> Vec<u64> {
-    let out = Command::new("bpftool")
-        .args(["prog", "show", "--json"])
-        .output();
+    let out = bpftool().args(["prog", "show", "--json"]).output();
     let out = match out {
         Ok(o) if o.status.success() => o,
         Ok(o) => panic!(
