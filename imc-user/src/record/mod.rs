@@ -418,14 +418,19 @@ mod tests {
         kinds
     }
 
+    /// The header of a recording of the two-CPU busy scenario at 100 ms intervals.
+    fn busy_header() -> RecordHeader {
+        let sc = Scenario::busy(2, 1000, 1);
+        RecordHeader::new(&sc.specs(), &sc.topology(), 1000, "x", 100_000_000)
+    }
+
     #[test]
     fn under_container_churn_each_segment_defines_only_its_cgroups_within_the_bound() {
         use crate::output::interval::TaskRow;
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("pods.imc");
-        let sc = Scenario::busy(2, 1000, 1);
-        let specs = sc.specs();
-        let header = RecordHeader::new(&specs, &sc.topology(), 1000, "x", 100_000_000);
+        let specs = Scenario::busy(2, 1000, 1).specs();
+        let header = busy_header();
         let max = 64 * 1024;
         let mut w = Writer::create(&path, header, Some(max)).unwrap();
         // A cgroup's path follows from its id: a new pod container every task, 10 an interval.
@@ -611,9 +616,8 @@ mod tests {
     fn under_churn_each_segment_restates_only_its_tasks_and_the_bound_holds() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("churn.imc");
-        let sc = Scenario::busy(2, 1000, 1);
-        let specs = sc.specs();
-        let header = RecordHeader::new(&specs, &sc.topology(), 1000, "x", 100_000_000);
+        let specs = Scenario::busy(2, 1000, 1).specs();
+        let header = busy_header();
         let max = 64 * 1024;
         let mut w = Writer::create(&path, header, Some(max)).unwrap();
         // 125 new processes every 100 ms: 75k a minute, for 2 minutes.
@@ -670,8 +674,7 @@ mod tests {
     #[test]
     fn a_bound_too_small_for_one_interval_is_refused() {
         let dir = tempfile::tempdir().unwrap();
-        let sc = Scenario::busy(2, 1000, 1);
-        let header = RecordHeader::new(&sc.specs(), &sc.topology(), 1000, "x", 100_000_000);
+        let header = busy_header();
         let least = smallest_max_size(&header);
         assert!(least < 64 * 1024, "{least}");
         let e = Writer::create(&dir.path().join("a"), header.clone(), Some(least - 1))
@@ -686,9 +689,8 @@ mod tests {
     fn an_interval_larger_than_a_file_keeps_its_largest_rows_within_the_bound() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("big.imc");
-        let sc = Scenario::busy(2, 1000, 1);
-        let specs = sc.specs();
-        let header = RecordHeader::new(&specs, &sc.topology(), 1000, "x", 100_000_000);
+        let specs = Scenario::busy(2, 1000, 1).specs();
+        let header = busy_header();
         let max = smallest_max_size(&header);
         let mut w = Writer::create(&path, header, Some(max)).unwrap();
         let iv = churn_interval(&specs, 0, 1000, 5000);
@@ -722,9 +724,8 @@ mod tests {
         assert!(e.to_string().contains("a directory"), "{e}");
         // A reader over a source that hands out one byte at a time sees the same items.
         let path = dir.path().join("p.imc");
-        let sc = Scenario::busy(2, 1000, 1);
-        let specs = sc.specs();
-        let header = RecordHeader::new(&specs, &sc.topology(), 1000, "x", 100_000_000);
+        let specs = Scenario::busy(2, 1000, 1).specs();
+        let header = busy_header();
         let mut w = Writer::create(&path, header, None).unwrap();
         for k in 0..20 {
             w.push_interval(&churn_interval(&specs, k, 100 + k as u32 * 3, 3))
