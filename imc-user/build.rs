@@ -5,8 +5,10 @@ fn main() {
     println!("cargo::rustc-check-cfg=cfg(imc_embedded_bpf)");
     println!("cargo::rerun-if-env-changed=IMC_EBPF_OBJECT");
     if let Ok(path) = std::env::var("IMC_EBPF_OBJECT") {
+        // Also while it is missing: a build made before the object existed must not stay
+        // without it once it does (Cargo reruns the script while a watched path is absent).
+        println!("cargo::rerun-if-changed={path}");
         if std::path::Path::new(&path).is_file() {
-            println!("cargo::rerun-if-changed={path}");
             println!("cargo::rustc-cfg=imc_embedded_bpf");
             println!("cargo::rustc-env=IMC_EBPF_OBJECT_PATH={path}");
         } else {

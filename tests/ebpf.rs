@@ -320,6 +320,71 @@ fn precise_mode_records_context_switches() {
     );
 }
 
+#[test]
+fn idle_and_woken_threads_are_named_in_every_record() {
+    if !sampler_prerequisites() {
+        return;
+    }
+    let _machine = exclusive();
+    let cpus = online_cpus();
+    let tsc = msr_tsc();
+    let mut cfg = config(
+        vec![SlotPlan::per_cpu(spec("msr/tsc/"), &tsc, &cpus)],
+        &cpus,
+        100,
+    );
+    cfg.tick = TickSource::CpuClock {
+        freq: 100,
+        switches: true,
+    };
+    // Every CPU's first records are of busy threads, so the idle task is first seen later,
+    // after each CPU has described other tasks in full.
+    let spinners = Spinners::start(cpus.len());
+    let mut s = Sampler::start(&cfg).expect("sampler starts");
+    std::thread::sleep(Duration::from_millis(100));
+    drop(spinners);
+    // A thread that sleeps a millisecond at a time: its CPU switches from the idle task (pid 0)
+    // to it and back all the time, so records of the idle task come on every CPU it visits.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sleeper = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        })
+    };
+    let mut recs = Vec::new();
+    let end = Instant::now() + Duration::from_millis(500);
+    while Instant::now() < end {
+        s.drain(|r| recs.push(*r));
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    sleeper.join().unwrap();
+    s.drain(|r| recs.push(*r));
+    let idle: Vec<&TickRecord> = recs.iter().filter(|r| r.pid == 0).collect();
+    assert!(
+        !idle.is_empty(),
+        "no record of the idle task in {} records",
+        recs.len()
+    );
+    for r in &idle {
+        let comm = String::from_utf8_lossy(r.comm_bytes()).into_owned();
+        // Each CPU has its own idle task, all pid 0: the name is this CPU's.
+        assert_eq!(
+            comm,
+            format!("swapper/{}", r.cpu),
+            "CPU {}: the idle task's record names {comm:?}",
+            r.cpu
+        );
+    }
+    assert!(
+        recs.iter().all(|r| !r.comm_bytes().is_empty()),
+        "every record names its task"
+    );
+}
+
 // ---- `imc top` end to end: the real binary, real programs, processes with known behaviour ----
 
 /// Child roles, run by re-executing this test binary with IMC_TEST_ROLE set (a no-op otherwise).

@@ -45,8 +45,8 @@ pub struct CpuHead {
     /// atomic add after the record is complete, so a reader that loads it (acquire) sees
     /// complete records below it.
     pub head: u64,
-    /// Thread ids this CPU's records last carried comm and cgroup for, in full (see
-    /// [`FLAG_TASK_OMITTED`]): four, so that threads taking turns on a CPU (every context
+    /// Thread ids + 1 (0 = empty) this CPU's records last carried comm and cgroup for, in full
+    /// (see [`FLAG_TASK_OMITTED`]): four, so that threads taking turns on a CPU (every context
     /// switch is a record) are not fetched again at each switch.
     pub recent: [u32; RECENT_TASKS],
     /// Where the next thread described in full goes in `recent` (modulo its length).

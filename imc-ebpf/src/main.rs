@@ -259,8 +259,11 @@ fn record<C: EbpfContext>(ctx: &C, kind: u8) {
         // comm and cgroup cost ~100 ns each in a VM; fetch them only for a task none of this
         // CPU's recent full records described (threads taking turns at context switches stay
         // described), and every 64th record anyway (comm changes at exec).
+        // `recent` holds thread id + 1, so its initial zeroes name no thread (the idle task is
+        // pid 0 and must be described like any other).
         let recent = &raw mut (*h).recent;
-        let known = (*recent).contains(&pid);
+        let tag = pid.wrapping_add(1);
+        let known = (*recent).contains(&tag);
         if !known || seq & 63 == 0 {
             (*rec).cgroup_id = bpf_get_current_cgroup_id();
             if bpf_get_current_comm((*rec).comm.as_mut_ptr().cast(), 16) != 0 {
@@ -269,7 +272,7 @@ fn record<C: EbpfContext>(ctx: &C, kind: u8) {
             (*rec).flags = 0;
             if !known {
                 let slot = ((*h).next as usize) & (RECENT_TASKS - 1);
-                (*recent)[slot] = pid;
+                (*recent)[slot] = tag;
                 (*h).next = (*h).next.wrapping_add(1);
             }
         } else {

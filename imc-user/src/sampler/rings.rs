@@ -15,7 +15,17 @@ const MAX_TASKS: usize = 65_536;
 #[derive(Default)]
 pub(super) struct TaskCache {
     by_cpu: Vec<(u32, u64, [u8; 16])>,
-    by_pid: HashMap<u32, (u64, [u8; 16])>,
+    by_pid: HashMap<u64, (u64, [u8; 16])>,
+}
+
+/// A thread's key in [`TaskCache::by_pid`]: its id, except that every CPU's idle task is pid 0
+/// and named after its CPU (swapper/N), so those are told apart by CPU.
+fn thread_key(rec: &TickRecord) -> u64 {
+    if rec.pid == 0 {
+        (u64::from(rec.cpu) + 1) << 32
+    } else {
+        u64::from(rec.pid)
+    }
 }
 
 impl TaskCache {
@@ -24,12 +34,13 @@ impl TaskCache {
         if cpu >= self.by_cpu.len() {
             self.by_cpu.resize(cpu + 1, (u32::MAX, 0, [0; 16]));
         }
+        let key = thread_key(rec);
         if rec.flags & FLAG_TASK_OMITTED == 0 {
             self.by_cpu[cpu] = (rec.pid, rec.cgroup_id, rec.comm);
-            if self.by_pid.len() >= MAX_TASKS && !self.by_pid.contains_key(&rec.pid) {
+            if self.by_pid.len() >= MAX_TASKS && !self.by_pid.contains_key(&key) {
                 self.by_pid.clear();
             }
-            self.by_pid.insert(rec.pid, (rec.cgroup_id, rec.comm));
+            self.by_pid.insert(key, (rec.cgroup_id, rec.comm));
             return;
         }
         rec.flags &= !FLAG_TASK_OMITTED;
@@ -37,7 +48,7 @@ impl TaskCache {
         if pid == rec.pid {
             rec.cgroup_id = cgroup;
             rec.comm = comm;
-        } else if let Some((cgroup, comm)) = self.by_pid.get(&rec.pid) {
+        } else if let Some((cgroup, comm)) = self.by_pid.get(&key) {
             // The full record was overwritten before we read it; an earlier one named the task.
             rec.cgroup_id = *cgroup;
             rec.comm = *comm;
@@ -53,7 +64,7 @@ impl TaskCache {
             comm[..n].copy_from_slice(&name[..n]);
             rec.cgroup_id = 0;
             rec.comm = comm;
-            self.by_pid.insert(rec.pid, (0, comm));
+            self.by_pid.insert(key, (0, comm));
         }
     }
 }
@@ -149,5 +160,64 @@ impl Rings {
             self.tails[cpu] = head;
         }
         n
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(cpu: u32, pid: u32, comm: &str, omitted: bool) -> TickRecord {
+        let mut r = TickRecord {
+            t_ns: 0,
+            cgroup_id: 0,
+            cpu,
+            pid,
+            tgid: pid,
+            kind: imc_common::KIND_TIMER,
+            nr_slots: 0,
+            failed_mask: 0,
+            flags: 0,
+            comm: [0; 16],
+            slots: [SlotReading::default(); MAX_SLOTS],
+        };
+        if omitted {
+            r.flags = FLAG_TASK_OMITTED;
+        } else {
+            r.comm[..comm.len()].copy_from_slice(comm.as_bytes());
+            r.cgroup_id = 7;
+        }
+        r
+    }
+
+    fn completed(cache: &mut TaskCache, mut r: TickRecord) -> (String, u64, u8) {
+        cache.complete(&mut r);
+        let comm = String::from_utf8_lossy(r.comm_bytes()).into_owned();
+        (comm, r.cgroup_id, r.flags)
+    }
+
+    #[test]
+    fn omitted_records_take_the_name_of_their_own_thread() {
+        let mut c = TaskCache::default();
+        completed(&mut c, record(0, 42, "worker", false));
+        completed(&mut c, record(0, 43, "other", false));
+        // Not the CPU's last full record: found by thread id, flag cleared.
+        assert_eq!(
+            completed(&mut c, record(0, 42, "", true)),
+            ("worker".into(), 7, 0)
+        );
+        // Seen in full on another CPU only.
+        assert_eq!(completed(&mut c, record(1, 43, "", true)).0, "other");
+    }
+
+    #[test]
+    fn each_cpus_idle_task_keeps_its_own_name() {
+        let mut c = TaskCache::default();
+        completed(&mut c, record(0, 0, "swapper/0", false));
+        completed(&mut c, record(1, 0, "swapper/1", false));
+        completed(&mut c, record(0, 42, "worker", false));
+        completed(&mut c, record(1, 43, "other", false));
+        assert_eq!(completed(&mut c, record(0, 0, "", true)).0, "swapper/0");
+        assert_eq!(completed(&mut c, record(1, 0, "", true)).0, "swapper/1");
     }
 }
