@@ -36,6 +36,13 @@ pub const HEADS_MAP_NAME: &str = "HEADS";
 pub const TIMED_SLOTS_GLOBAL: &str = "TIMED_SLOTS";
 /// Read-only global: records per CPU ring (a power of two).
 pub const RING_LEN_GLOBAL: &str = "RING_LEN";
+/// Read-only global: a CPU whose head reaches a multiple of this (a power of two; 0: never)
+/// wakes userspace through [`WAKE_MAP_NAME`], so a ring never waits for a timer to be drained
+/// once it is that full: userspace can sleep long while records come slowly.
+pub const WAKE_EVERY_GLOBAL: &str = "WAKE_EVERY";
+/// BPF ring buffer of u32 CPU numbers, one per [`WAKE_EVERY_GLOBAL`] records of that CPU,
+/// written with a forced wake-up; userspace polls its fd beside its timer.
+pub const WAKE_MAP_NAME: &str = "WAKE";
 
 /// The producer side of one CPU's ring. Padded to a cache line so CPUs never share one.
 #[repr(C)]

@@ -8,7 +8,8 @@
 //! Cost matters more than anything here: this runs on every CPU of a production host at every
 //! tick and switch. So the record is written in place in the CPU's ring (no copy), the counters
 //! are read straight into it, the slot count is a read-only global the verifier folds (unused
-//! slots cost nothing), and nothing wakes userspace (it drains on its own timer). A CPU reads
+//! slots cost nothing), and userspace is woken only when a ring is half full (it drains on its
+//! own timer otherwise). A CPU reads
 //! only its own counters; a package's counters (one per memory channel and direction) are read
 //! by one reader CPU at most once per tick period, so a workload CPU's tick costs the same
 //! whatever the number of channels.
@@ -18,14 +19,14 @@
 use aya_ebpf::{
     EbpfContext,
     bindings::BPF_F_MMAPABLE,
-    bindings::{BPF_F_CURRENT_CPU, bpf_perf_event_value},
+    bindings::{BPF_F_CURRENT_CPU, BPF_RB_FORCE_WAKEUP, bpf_perf_event_value},
     cty::c_void,
     helpers::generated::{
         bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid,
         bpf_get_smp_processor_id, bpf_ktime_get_ns, bpf_perf_event_read, bpf_perf_event_read_value,
     },
     macros::{map, perf_event, raw_tracepoint},
-    maps::{Array, PerCpuArray, PerfEventArray},
+    maps::{Array, PerCpuArray, PerfEventArray, RingBuf},
     programs::{PerfEventContext, RawTracePointContext},
 };
 use aya_log_ebpf::warn;
@@ -96,6 +97,16 @@ static GROUP_LAST: Array<u64> = Array::with_max_entries(1, 0);
 /// Records per CPU ring, a power of two (set by userspace before load).
 #[unsafe(no_mangle)]
 static RING_LEN: u32 = 1;
+
+/// Records between two wake-ups of userspace by one CPU, a power of two (0: never; set by
+/// userspace before load).
+#[unsafe(no_mangle)]
+static WAKE_EVERY: u32 = 0;
+
+/// CPU numbers of rings that reached a multiple of WAKE_EVERY records (imc_common::
+/// WAKE_MAP_NAME): userspace polls it and drains then instead of waiting for its timer.
+#[map]
+static WAKE: RingBuf = RingBuf::with_byte_size(4096, 0);
 
 /// Per-CPU rings of tick records (see imc_common::TICKS_MAP_NAME); userspace sizes it to
 /// possible CPUs × RING_LEN and reads it through mmap.
@@ -355,6 +366,11 @@ fn record<C: EbpfContext>(ctx: &C, kind: u8) {
         // barrier here; the eBPF sampler targets x86, POWER's nest IMC is read in userspace.)
         core::sync::atomic::compiler_fence(core::sync::atomic::Ordering::Release);
         core::ptr::write_volatile(&raw mut (*h).head, seq.wrapping_add(1));
+        let wake_every = core::ptr::read_volatile(&WAKE_EVERY);
+        if wake_every != 0 && (seq.wrapping_add(1) as u32) & wake_every.wrapping_sub(1) == 0 {
+            // Full buffer (userspace is already behind): nothing to add.
+            let _ = WAKE.output::<u32>(&cpu, u64::from(BPF_RB_FORCE_WAKEUP));
+        }
     }
 }
 

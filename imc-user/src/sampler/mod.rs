@@ -13,7 +13,7 @@ use crate::model::{Encoded, SlotScope, SlotSpec};
 use crate::sys::bpf::{BpfSys, MappedMap, RealBpf};
 use crate::sys::perf::{self, CounterValue, PerfEventAttr, PerfSys, RealPerf};
 use aya::maps::Array;
-use aya::maps::{MapData, PerCpuArray};
+use aya::maps::{MapData, PerCpuArray, RingBuf};
 use aya::programs::perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent};
 use aya::programs::{PerfEvent, RawTracePoint};
 use aya::{Ebpf, EbpfLoader};
@@ -23,6 +23,7 @@ use imc_common::{
     NR_STATS, PKG_MAP_NAME, PKG_MIN_GAP_GLOBAL, PKG_SLOT_MAP_NAME, PKG_SLOTS_GLOBAL,
     READERS_MAP_NAME, RING_LEN_GLOBAL, ReaderCfg, SLOT_MAP_NAMES, STAT_PKG_READS, STAT_READ_ERROR,
     STAT_SLOT_ABSENT, STATS_MAP_NAME, TICKS_MAP_NAME, TIMED_SLOTS_GLOBAL, TickRecord,
+    WAKE_EVERY_GLOBAL, WAKE_MAP_NAME,
 };
 use rings::Rings;
 use std::io;
@@ -295,6 +296,8 @@ pub struct Sampler {
     logger: Option<aya_log::EbpfLogger<&'static dyn log::Log>>,
     rings: Rings,
     stats: PerCpuArray<MapData, u64>,
+    /// The kernel's "a ring is half full" notices (see imc_common::WAKE_MAP_NAME).
+    wake: RingBuf<MapData>,
     counters: Vec<OpenCounter>,
     package_counters: Vec<OpenPackageCounter>,
     /// Package of each reader group.
@@ -328,11 +331,16 @@ pub fn privileged() -> bool {
     }
 }
 
+/// All CPUs' rings together stay within this (a 192-CPU server would otherwise map 750 MB).
+const RINGS_MAX_BYTES: u64 = 128 << 20;
+
 /// Records per CPU ring: eight drain periods' worth at the tick rate plus, where context switches
 /// run the program too, 20 000 switches a second (a busy server's rate; a burst beyond it within
 /// one drain period is what may be lost), a power of two between 64 (2048 with switches: a
-/// drain a loaded machine delays must not lose a switch burst) and 16384.
-fn ring_len(cfg: &SamplerConfig) -> u32 {
+/// drain a loaded machine delays must not lose a switch burst) and 16384, and no more than
+/// [`RINGS_MAX_BYTES`] over the `possible` CPUs allow (at least 256). A ring half full wakes
+/// userspace early (see [`wake_every`]), so a long drain period does not need a ring that long.
+fn ring_len(cfg: &SamplerConfig, possible: u32) -> u32 {
     if let Some(n) = cfg.ring_bytes {
         return n.clamp(2, 1 << 20).next_power_of_two();
     }
@@ -341,7 +349,17 @@ fn ring_len(cfg: &SamplerConfig) -> u32 {
     let switches = if cfg.switches() { 20_000 } else { 0 };
     let per_period = (hz + switches) * u64::from(cfg.drain_period_ms.max(1)) / 1000 + 1;
     let least = if switches > 0 { 2048 } else { 64 };
-    (per_period * 8).clamp(least, 16384).next_power_of_two() as u32
+    let wanted = (per_period * 8).clamp(least, 16384).next_power_of_two();
+    let budget = RINGS_MAX_BYTES / (u64::from(possible.max(1)) * TickRecord::SIZE as u64);
+    // Largest power of two within the budget.
+    let affordable = 1u64 << (63 - budget.max(256).leading_zeros());
+    wanted.min(affordable) as u32
+}
+
+/// Records of one CPU between two wake-ups of userspace: half its ring, so a drain the kernel
+/// asks for has the other half's time to come before anything is overwritten.
+fn wake_every(ring_len: u32) -> u32 {
+    (ring_len / 2).max(1)
 }
 
 /// The map of `ebpf` named `name`, or why not.
@@ -394,7 +412,7 @@ impl Sampler {
             .map(|n| n as u32)
             .unwrap_or(max_cpu + 1)
             .max(max_cpu + 1);
-        let ring_len = ring_len(cfg);
+        let ring_len = ring_len(cfg, possible);
         let mut ebpf = load(cfg, &bytes, possible, ring_len, package_counters.len())?;
         let logger = if cfg.bpf_log {
             // The program logs only on rare paths (a package counter a CPU cannot read, once
@@ -412,6 +430,14 @@ impl Sampler {
             .try_into()
             .map_err(|e: aya::maps::MapError| SamplerError::Map {
                 map: STATS_MAP_NAME.into(),
+                message: e.to_string(),
+            })?;
+        let wake: RingBuf<MapData> = ebpf
+            .take_map(WAKE_MAP_NAME)
+            .ok_or_else(|| map_missing(WAKE_MAP_NAME))?
+            .try_into()
+            .map_err(|e: aya::maps::MapError| SamplerError::Map {
+                map: WAKE_MAP_NAME.into(),
                 message: e.to_string(),
             })?;
         let (attached, tick_prog_name) = attach(&mut ebpf, cfg)?;
@@ -437,6 +463,7 @@ impl Sampler {
             logger,
             rings,
             stats,
+            wake,
             counters,
             package_counters,
             group_package: cfg.groups.iter().map(|g| g.package).collect(),
@@ -495,6 +522,28 @@ impl Sampler {
             fallback.observe(r);
             f(r)
         })
+    }
+
+    /// The fd that turns readable when a CPU's ring is half full: poll it beside the drain
+    /// timer, and call [`take_wakes`](Self::take_wakes) once woken.
+    pub fn wake_fd(&self) -> BorrowedFd<'_> {
+        self.wake.as_fd()
+    }
+
+    /// Consumes the pending "ring half full" notices; returns the CPUs that sent them.
+    pub fn take_wakes(&mut self) -> Vec<u32> {
+        let mut cpus = Vec::new();
+        while let Some(item) = self.wake.next() {
+            if let Ok(b) = <[u8; 4]>::try_from(&item[..]) {
+                cpus.push(u32::from_ne_bytes(b));
+            }
+        }
+        cpus
+    }
+
+    /// Records per CPU ring.
+    pub fn ring_len(&self) -> u32 {
+        self.rings.ring_len()
     }
 
     /// The package of each reader group (group index = position).
@@ -738,6 +787,8 @@ fn load(
     let min_gap: u64 = 900_000_000 / u64::from(cfg.tick_hz(None));
     loader.override_global(PKG_MIN_GAP_GLOBAL, &min_gap, true);
     loader.override_global(RING_LEN_GLOBAL, &ring_len, true);
+    let wake = wake_every(ring_len);
+    loader.override_global(WAKE_EVERY_GLOBAL, &wake, true);
     // The program's rare-path lines (aya-log) are written only when -vv reads them.
     if !cfg.bpf_log {
         loader.override_global(aya_log::LEVEL, &LOG_OFF, true);

@@ -93,6 +93,10 @@ impl Rings {
         }
     }
 
+    pub(super) fn ring_len(&self) -> u32 {
+        self.ring_len
+    }
+
     pub(super) fn head(&self, cpu: usize) -> u64 {
         // SAFETY: cpu < possible CPUs = entries of HEADS; `head` is the first, 8-byte aligned
         // field of a 64-byte element; the kernel updates it atomically.
