@@ -12,7 +12,7 @@
 //! The configuration is built with the library's own types (the plan layer gives real uncore
 //! PMUs their scope from their cpumask; a software event has none) and run through `Pump`, the
 //! drain and interval path `imc top` and `imc record` use.
-use imc::commands::sampling::Pump;
+use imc::commands::sampling::{IntervalEnds, Pump, Sink};
 use imc::model::{SlotRole, SlotScope, SlotSpec, Topology};
 use imc::output::interval::IntervalResult;
 use imc::sampler::{
@@ -150,11 +150,134 @@ fn plans(topology: &Topology, weight: SlotRole) -> (Vec<SlotPlan>, Vec<ReaderGro
     )
 }
 
+/// One sampler at a time: the tests pin children to the same CPUs and count their faults.
+fn exclusive() -> std::sync::MutexGuard<'static, ()> {
+    static M: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    M.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The sampler as the default `record` runs it: the kernel's tick, a drain period of a second.
+fn kernel_tick_config(topo: &Topology, ring: Option<u32>) -> SamplerConfig {
+    let (slots, groups) = plans(topo, SlotRole::Weight(None));
+    SamplerConfig {
+        tick: TickSource::Kernel,
+        slots,
+        groups,
+        cpus: topo.online.clone(),
+        ring_bytes: ring,
+        drain_period_ms: 1000,
+        bpf_log: false,
+        tick_program: Default::default(),
+    }
+}
+
+/// Each closed interval's span and package bytes.
+#[derive(Default)]
+struct Closed(Vec<(u64, u64, u64)>);
+
+impl Sink for Closed {
+    fn interval(&mut self, r: &IntervalResult) -> std::io::Result<bool> {
+        self.0.push((r.t_start_ns, r.t_end_ns, r.package_bytes()));
+        Ok(true)
+    }
+}
+
+#[test]
+fn one_late_drain_closes_each_interval_with_its_own_traffic() {
+    if !sampler_prerequisites() {
+        return;
+    }
+    let _one = exclusive();
+    let found = imc::discovery::discover(std::path::Path::new("/")).expect("discovery of /");
+    let topo = found.topology;
+    let mut toucher = spawn_role("toucher", 0, 4.0);
+    std::thread::sleep(Duration::from_millis(300));
+    let sampler = Sampler::start(&kernel_tick_config(&topo, None)).expect("sampler starts");
+    let mut pump = Pump::new(sampler, &topo, "test:package-stand-in".into(), 250);
+    let mut ends = IntervalEnds::starting(imc::sampler::monotonic_ns(), 100);
+    let mut closed = Closed::default();
+    // Two drains 1.2 s apart, as `record` sleeps: each closes the 100 ms intervals it passed.
+    for _ in 0..2 {
+        std::thread::sleep(Duration::from_millis(1200));
+        let (records, go_on) = pump
+            .drain_into(&mut closed, &mut ends, imc::sampler::monotonic_ns())
+            .expect("drain");
+        assert!(records > 0 && go_on);
+    }
+    drop(pump);
+    let _ = toucher.kill();
+    let _ = toucher.wait();
+
+    let iv = &closed.0;
+    assert!(
+        (23..=25).contains(&iv.len()),
+        "{} intervals closed in 2.4 s of 100 ms ones",
+        iv.len()
+    );
+    // On the grid, back to back, each exactly 100 ms after the first.
+    for w in iv.windows(2) {
+        assert_eq!(w[1].0, w[0].1, "intervals back to back: {w:?}");
+        assert_eq!(w[1].1 - w[1].0, 100_000_000, "a 100 ms interval: {w:?}");
+    }
+    // The toucher's steady traffic is in every interval, not lumped where a drain happened
+    // (the first interval starts at the first reading; the one after a drain may lag a tick).
+    let full = &iv[1..];
+    let mean = full.iter().map(|i| i.2 as f64).sum::<f64>() / full.len() as f64;
+    assert!(mean > 0.0, "no package traffic in {iv:?}");
+    for (n, i) in full.iter().enumerate() {
+        assert!(
+            i.2 as f64 >= 0.25 * mean && i.2 as f64 <= 2.5 * mean,
+            "interval {} holds {} B against a mean of {mean:.0} B: {iv:?}",
+            n + 1,
+            i.2
+        );
+    }
+}
+
+#[test]
+fn a_ring_half_full_wakes_userspace_before_its_timer() {
+    if !sampler_prerequisites() {
+        return;
+    }
+    let _one = exclusive();
+    let found = imc::discovery::discover(std::path::Path::new("/")).expect("discovery of /");
+    let topo = found.topology;
+    let mut spinner = spawn_role("spinner", 0, 5.0);
+    // 256 records a CPU: a wake-up every 128, about half a second of a busy CPU's ticks.
+    let mut sampler =
+        Sampler::start(&kernel_tick_config(&topo, Some(256))).expect("sampler starts");
+    assert_eq!(sampler.ring_len(), 256);
+    let mut pfd = libc::pollfd {
+        fd: std::os::fd::AsRawFd::as_raw_fd(&sampler.wake_fd()),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let t0 = Instant::now();
+    // SAFETY: one valid pollfd.
+    let n = unsafe { libc::poll(&mut pfd, 1, 4000) };
+    let waited = t0.elapsed();
+    let cpus = sampler.take_wakes();
+    let mut drained = 0;
+    sampler.drain(|_| drained += 1);
+    let lost = sampler.lost_records();
+    drop(sampler);
+    let _ = spinner.kill();
+    let _ = spinner.wait();
+    assert_eq!(n, 1, "no wake-up within {waited:?}");
+    assert!(
+        !cpus.is_empty() && cpus.iter().all(|c| topo.online.contains(c)),
+        "wake-ups from CPUs {cpus:?}"
+    );
+    assert!(drained >= 128, "woken with {drained} records drained");
+    assert_eq!(lost, 0, "records lost before the wake-up was answered");
+}
+
 #[test]
 fn package_counter_read_on_its_cpu_only_goes_to_the_toucher() {
     if !sampler_prerequisites() {
         return;
     }
+    let _one = exclusive();
     let found = imc::discovery::discover(std::path::Path::new("/")).expect("discovery of /");
     let topo = found.topology;
     let pkg0 = topo.package_of(0);

@@ -87,6 +87,11 @@ pub fn select_for(
         precise: args.precise,
         interval_ms,
         drain_ms: u64::from(drain_period_ms(interval_ms, args.freq.is_none())),
+        // The modes meant to be left on sleep long; a live view keeps up with its interval.
+        batch_ms: match command {
+            plan::Command::Record | plan::Command::Serve => Some(BATCH_DRAIN_MS),
+            plan::Command::Top | plan::Command::Stat => None,
+        },
         stand_in: stand_in_for(global, found, &args.events, &args.backend)?,
         latency: None,
     };
@@ -133,7 +138,8 @@ pub fn stand_in_notice(plan: &Plan, how: &str) -> Option<String> {
 /// Where the sampling loop's output goes: `imc top` prints intervals, `imc record` writes
 /// ticks and intervals to a recording.
 pub trait Sink {
-    /// Every record, in drain order (time order per CPU).
+    /// Every record, in time order (each drain's records merged across CPUs), before the
+    /// intervals they end.
     fn tick(&mut self, _rec: &imc_common::TickRecord) -> std::io::Result<()> {
         Ok(())
     }
@@ -148,6 +154,10 @@ pub trait Sink {
     /// health metrics).
     fn drained(&mut self, _records: usize, _took: Duration) {}
 }
+
+/// How long `record` and `serve` sleep between drains when every counter comes in the records
+/// (see [`plan::Drain`]): a second, and earlier whenever a CPU's ring is half full.
+pub const BATCH_DRAIN_MS: u64 = 1000;
 
 /// How often the loop drains the rings. Each drain wakes imc, a timer interrupt of its own on a
 /// CPU that was not going to take one, and most of imc's own CPU use: on the kernel's tick (the
@@ -193,9 +203,9 @@ pub struct LoopOptions<'a> {
     pub per_channel: bool,
 }
 
-/// Drains the sampler every [`drain_period_ms`] into the attributor and hands each interval to the sink,
-/// until --duration, the command's exit, SIGINT, SIGTERM or SIGHUP. The sampler is dropped (everything
-/// detached) on every way out of this function.
+/// Drains the sampler as the plan's [`plan::Drain`] says into the attributor and hands each
+/// interval to the sink, until --duration, the command's exit, SIGINT, SIGTERM or SIGHUP. The
+/// sampler is dropped (everything detached) on every way out of this function.
 pub async fn sample_loop(
     global: &GlobalArgs,
     args: &LoopOptions<'_>,
@@ -203,15 +213,18 @@ pub async fn sample_loop(
     sel: Selection,
     sink: &mut dyn Sink,
 ) -> CliResult<ExitCode> {
-    use tokio::signal::unix::{SignalKind, signal};
     if let Some(notice) = stand_in_notice(&sel.plan, "per process") {
         eprintln!("imc: {notice}");
     }
     let kernel_tick = !sel.plan.tick.adds_interrupts;
+    let drain_ms = sel.plan.drain.as_ref().map_or_else(
+        || drain_period_ms(args.interval_ms, kernel_tick),
+        |d| d.every_ms.min(u64::from(u32::MAX)) as u32,
+    );
     let cfg = planned::config_of(
         &sel.plan,
         &found.topology.online,
-        drain_period_ms(args.interval_ms, kernel_tick),
+        drain_ms,
         global.verbose >= 2,
     );
     if kernel_tick {
@@ -231,10 +244,28 @@ pub async fn sample_loop(
             a.why,
             if a.adds_interrupts { "yes" } else { "no" }
         );
+        eprintln!(
+            "imc: drain: every {} ms or when a CPU's ring of {} records is half full",
+            cfg.drain_period_ms,
+            sampler.ring_len()
+        );
     }
     let mut pump = Pump::new(sampler, &found.topology, sel.source.clone(), tick_hz)
         .per_channel(args.per_channel);
+    let code = run_loop(args, &mut pump, sink, cfg.drain_period_ms).await;
+    drop(pump);
+    code
+}
 
+/// The loop of [`sample_loop`] around a started pump: wakes at the drain period, when the
+/// kernel says a ring is half full, at a signal, at --duration or when the command exits.
+async fn run_loop(
+    args: &LoopOptions<'_>,
+    pump: &mut Pump,
+    sink: &mut dyn Sink,
+    drain_ms: u32,
+) -> CliResult<ExitCode> {
+    use tokio::signal::unix::{SignalKind, signal};
     let mut sigint = signal(SignalKind::interrupt())
         .map_err(|e| CliError::runtime(format!("SIGINT handler: {e}")))?;
     let mut sigterm = signal(SignalKind::terminate())
@@ -243,14 +274,22 @@ pub async fn sample_loop(
     // output (a recording gets its end marker) instead of the process dying mid-write.
     let mut sighup = signal(SignalKind::hangup())
         .map_err(|e| CliError::runtime(format!("SIGHUP handler: {e}")))?;
-    let interval = Duration::from_millis(args.interval_ms);
-    let mut drain_tick = tokio::time::interval(Duration::from_millis(cfg.drain_period_ms.into()));
-    drain_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    let wake_fd = pump
+        .sampler()
+        .wake_fd()
+        .try_clone_to_owned()
+        .map_err(|e| CliError::runtime(format!("polling the kernel's wake-ups: {e}")))?;
+    // SAFETY: the AsyncFd owns this duplicate, so it stays open and the same for its lifetime.
+    let wake = unsafe {
+        tokio::io::unix::AsyncFd::register_with_interest(wake_fd, tokio::io::Interest::READABLE)
+    }
+    .map_err(|e| CliError::runtime(format!("polling the kernel's wake-ups: {e}")))?;
+    let period = Duration::from_millis(drain_ms.into());
     let start = tokio::time::Instant::now();
     let deadline = args
         .duration
         .map(|d| start + crate::cli::seconds_duration(d));
-    let mut next_report = start + interval;
+    let mut ends = IntervalEnds::starting(crate::sampler::monotonic_ns(), args.interval_ms);
     // Start the command only once the sampler runs, so none of its traffic is missed.
     let mut child = match args.command.split_first() {
         Some((prog, rest)) => Some(
@@ -262,7 +301,7 @@ pub async fn sample_loop(
         None => None,
     };
     let mut exit = ExitCode::SUCCESS;
-    let mut sink_error: Option<std::io::Error> = None;
+    let mut next_wake = start + period;
     loop {
         let child_done = async {
             match child.as_mut() {
@@ -270,13 +309,21 @@ pub async fn sample_loop(
                 None => std::future::pending().await,
             }
         };
+        let wake_at = deadline.map_or(next_wake, |d| d.min(next_wake));
         let (stop, status) = tokio::select! {
-            _ = drain_tick.tick() => (false, None),
+            _ = tokio::time::sleep_until(wake_at) => (false, None),
+            r = wake.readable() => {
+                if let Ok(mut ready) = r {
+                    ready.clear_ready();
+                }
+                (false, None)
+            }
             _ = sigint.recv() => (true, None),
             _ = sigterm.recv() => (true, None),
             _ = sighup.recv() => (true, None),
             st = child_done => (true, st),
         };
+        pump.take_wakes();
         if let Some(st) = status {
             use std::os::unix::process::ExitStatusExt;
             let code = st.code().unwrap_or_else(|| 128 + st.signal().unwrap_or(0));
@@ -284,43 +331,53 @@ pub async fn sample_loop(
             child = None;
         }
         let now = tokio::time::Instant::now();
+        next_wake = now + period;
         let finished = stop || sink.stop_requested() || deadline.is_some_and(|d| now >= d);
         let drain_start = std::time::Instant::now();
-        let records = pump.drain(|r| {
-            if sink_error.is_none()
-                && let Err(e) = sink.tick(r)
-            {
-                sink_error = Some(e);
-            }
-        });
+        let (records, go_on) = pump
+            .drain_into(sink, &mut ends, crate::sampler::monotonic_ns())
+            .map_err(|e| CliError::runtime(format!("writing output: {e}")))?;
         sink.drained(records, drain_start.elapsed());
-        if let Some(e) = sink_error.take() {
-            return Err(CliError::runtime(format!("writing output: {e}")));
-        }
-        if now >= next_report || finished {
-            let result = pump.close(finished);
-            match sink.interval(&result) {
-                Ok(true) => {}
-                Ok(false) => break,
-                Err(e) => return Err(CliError::runtime(format!("writing output: {e}"))),
-            }
-            next_report += interval;
-            if next_report < now {
-                next_report = now + interval;
-            }
+        if !go_on {
+            break;
         }
         if finished {
+            // The last interval, from the last end to now.
+            let result = pump.close(true);
+            sink.interval(&result)
+                .map_err(|e| CliError::runtime(format!("writing output: {e}")))?;
             break;
         }
     }
-    drop(pump);
+    drop(wake);
     if let Some(mut c) = child {
-        // Stopped by signal or --duration while the command still runs: leave it running?
-        // No: like perf, the measured command ends with the measurement.
+        // Stopped by signal or --duration while the command still runs: like perf, the
+        // measured command ends with the measurement.
         let _ = c.start_kill();
         let _ = c.wait().await;
     }
     Ok(exit)
+}
+
+/// Interval ends on the records' clock (CLOCK_MONOTONIC ns): every `every_ns` from the start.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct IntervalEnds {
+    pub next_ns: u64,
+    pub every_ns: u64,
+}
+
+impl IntervalEnds {
+    pub fn starting(now_ns: u64, interval_ms: u64) -> IntervalEnds {
+        let every_ns = interval_ms.max(1).saturating_mul(1_000_000);
+        IntervalEnds {
+            next_ns: now_ns.saturating_add(every_ns),
+            every_ns,
+        }
+    }
+
+    fn advance(&mut self) {
+        self.next_ns = self.next_ns.saturating_add(self.every_ns);
+    }
 }
 
 /// The sampler and the attributor joined the way every sampling command runs them: what one
@@ -333,6 +390,8 @@ pub struct Pump {
     /// Each package counter's reading at the last interval end, when per-channel figures are
     /// wanted (`imc serve`): one userspace read per counter per interval.
     channels: Option<Vec<f64>>,
+    /// One drain's records, merged by time (kept to reuse its allocation).
+    batch: Vec<TickRecord>,
 }
 
 impl Pump {
@@ -344,6 +403,7 @@ impl Pump {
             attr,
             lost_seen: 0,
             channels: None,
+            batch: Vec::new(),
         }
     }
 
@@ -374,14 +434,74 @@ impl Pump {
         n
     }
 
-    /// Ends the interval now (the run when `last`): every package is read first, so the
-    /// interval holds its traffic up to its end.
-    pub fn close(&mut self, last: bool) -> IntervalResult {
-        self.read_packages(true);
+    /// The kernel's "ring half full" notices since the last call, consumed (the drain that
+    /// follows is what they ask for).
+    pub fn take_wakes(&mut self) -> usize {
+        self.sampler.take_wakes().len()
+    }
+
+    /// Drains every record in time order into the attributor and the sink, closing each
+    /// interval whose end the records pass, then the ends up to `now_ns` that no record
+    /// passed: an interval is closed on the records' clock however late the drain, so the
+    /// loop can sleep for several intervals. Returns the records drained and whether to go on
+    /// (false: the sink asked to stop).
+    pub fn drain_into(
+        &mut self,
+        sink: &mut dyn Sink,
+        ends: &mut IntervalEnds,
+        now_ns: u64,
+    ) -> std::io::Result<(usize, bool)> {
+        let mut batch = std::mem::take(&mut self.batch);
+        batch.clear();
+        let n = self.sampler.drain(|r| batch.push(*r));
+        // Each CPU's records come in order; across CPUs they are merged by time (stable, so
+        // a CPU's records of one instant keep their order).
+        batch.sort_by_key(|r| r.t_ns);
+        let mut go_on = true;
+        let mut result = Ok(());
+        for r in &batch {
+            while go_on && r.t_ns > ends.next_ns && ends.next_ns <= now_ns {
+                go_on = self.close_at(ends, sink)?;
+            }
+            if !go_on {
+                break;
+            }
+            self.attr.push_tick(r);
+            if let Err(e) = sink.tick(r) {
+                result = Err(e);
+                break;
+            }
+        }
+        self.batch = batch;
+        result?;
+        self.read_packages(false);
+        while go_on && ends.next_ns <= now_ns {
+            go_on = self.close_at(ends, sink)?;
+        }
+        Ok((n, go_on))
+    }
+
+    /// Closes the interval ending at `ends.next_ns`, hands it to the sink and moves the end on.
+    fn close_at(&mut self, ends: &mut IntervalEnds, sink: &mut dyn Sink) -> std::io::Result<bool> {
+        self.count_lost();
+        let mut result = self.attr.close_interval(ends.next_ns);
+        self.add_channels(&mut result);
+        ends.advance();
+        sink.interval(&result)
+    }
+
+    fn count_lost(&mut self) {
         let lost = self.sampler.lost_records();
         self.attr
             .add_lost_samples(lost.saturating_sub(self.lost_seen));
         self.lost_seen = lost;
+    }
+
+    /// Ends the interval now (the run when `last`): every package is read first, so the
+    /// interval holds its traffic up to its end.
+    pub fn close(&mut self, last: bool) -> IntervalResult {
+        self.read_packages(true);
+        self.count_lost();
         let t = crate::sampler::monotonic_ns();
         let mut result = if last {
             self.attr.finish(t)

@@ -394,6 +394,7 @@ pub fn plan_of(
         precise: false,
         interval_ms: args.interval_ms,
         drain_ms: args.interval_ms,
+        batch_ms: None,
         stand_in: stand_in_for(global, discovery, &args.events, &args.backend)?,
         latency: args
             .latency

@@ -50,8 +50,12 @@ pub struct Request {
     pub precise: bool,
     /// The interval (stat reads at each one; the sampler drains four times per interval).
     pub interval_ms: u64,
-    /// How often the sampling loop drains the rings (and reads idle packages).
+    /// How often the sampling loop drains the rings (and reads idle packages) when it must keep
+    /// up with the interval: a live view, or counters read from userspace.
     pub drain_ms: u64,
+    /// How long the loop may sleep otherwise (`record`, `serve`: intervals are closed afterwards
+    /// on the records' own clock); None: always `drain_ms`.
+    pub batch_ms: Option<u64>,
     /// The stand-in to use without a memory controller: `LLC-load-misses` where the core PMU
     /// encodes it, else `page-faults` (resolved by the caller, who reads the root).
     pub stand_in: Vec<(String, Vec<Encoded>)>,
@@ -161,6 +165,18 @@ impl Tick {
     }
 }
 
+/// When imc's own thread wakes to drain the rings: every `every_ms`, and earlier whenever a
+/// CPU's ring is half full (the kernel says so), so the rings never overflow for want of a
+/// timer. Each wake-up costs imc a scheduling round trip, so the continuous modes sleep long.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Drain {
+    pub every_ms: u64,
+    /// Intervals are closed on the records' clock after the drain that passes their end
+    /// (`record`, `serve`), rather than at the wake-up that ends them.
+    pub intervals_closed_after: bool,
+    pub reason: String,
+}
+
 /// Something the plan could have read and does not, and why.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Refusal {
@@ -181,6 +197,9 @@ pub struct Plan {
     /// The record's slots (sampling commands; empty for stat).
     pub slots: Vec<Slot>,
     pub tick: Tick,
+    /// How often the sampling loop wakes to drain (sampling commands).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub drain: Option<Drain>,
     pub refusals: Vec<Refusal>,
     /// Why the readers are what they are (one line each).
     pub notes: Vec<String>,
@@ -238,6 +257,60 @@ impl Plan {
 
 /// Plans `req` on the machine `found` describes.
 pub fn plan(found: &Discovery, kernel: &Kernel, req: &Request) -> Result<Plan, PlanError> {
+    let Some(batch_ms) = req.batch_ms.filter(|_| req.command.samples()) else {
+        let mut p = plan_draining(found, kernel, req)?;
+        if req.command.samples() {
+            p.drain = Some(Drain {
+                every_ms: req.drain_ms,
+                intervals_closed_after: false,
+                reason: format!(
+                    "every {} ms, to close each {} ms interval on time",
+                    req.drain_ms, req.interval_ms
+                ),
+            });
+        }
+        return Ok(p);
+    };
+    // Sleep long unless a counter must be read from userspace at the interval's pace.
+    let batched = Request {
+        drain_ms: batch_ms.max(req.drain_ms),
+        ..req.clone()
+    };
+    let p = plan_draining(found, kernel, &batched)?;
+    let userspace = p
+        .counters
+        .iter()
+        .any(|c| matches!(c.reader, Reader::Userspace { .. }));
+    if !userspace {
+        return Ok(Plan {
+            drain: Some(Drain {
+                every_ms: batched.drain_ms,
+                intervals_closed_after: true,
+                reason: format!(
+                    "every {} ms or when a CPU's ring is half full: every counter comes in the \
+                     records, so each {} ms interval is closed on their clock afterwards, and \
+                     imc wakes rarely",
+                    batched.drain_ms, req.interval_ms
+                ),
+            }),
+            ..p
+        });
+    }
+    let mut p = plan_draining(found, kernel, req)?;
+    p.drain = Some(Drain {
+        every_ms: req.drain_ms,
+        intervals_closed_after: true,
+        reason: format!(
+            "every {} ms: userspace reads counters at that pace, so that each {} ms interval \
+             holds its own traffic",
+            req.drain_ms, req.interval_ms
+        ),
+    });
+    Ok(p)
+}
+
+/// The plan for a loop that drains every `req.drain_ms`.
+fn plan_draining(found: &Discovery, kernel: &Kernel, req: &Request) -> Result<Plan, PlanError> {
     let refusals = source_refusals(found, req);
     let (source, backend, mut counters) = choose_counters(found, req)?;
     let mut notes = Vec::new();
@@ -258,6 +331,7 @@ pub fn plan(found: &Discovery, kernel: &Kernel, req: &Request) -> Result<Plan, P
         counters,
         slots,
         tick: tick_of(kernel, req),
+        drain: None,
         refusals,
         notes,
         other_sources: other_uses(found),

@@ -25,6 +25,7 @@ fn request(command: Command) -> Request {
         precise: false,
         interval_ms: 1000,
         drain_ms: 50,
+        batch_ms: None,
         stand_in: Vec::new(),
         latency: None,
     }

@@ -63,6 +63,9 @@ pub fn render(plan: &Plan) -> String {
             "no"
         }
     );
+    if let Some(d) = &plan.drain {
+        let _ = writeln!(s, "drain: {}", d.reason);
+    }
     if let Some(r) = &plan.kernel.release {
         let _ = writeln!(s, "kernel: {r}");
     }
