@@ -524,6 +524,20 @@ impl Sampler {
         })
     }
 
+    /// Like [`drain`](Self::drain), appending the records to `out` (each CPU's in time
+    /// order, CPU after CPU) instead of handing them one by one: one copy out of the rings.
+    pub fn drain_append(&mut self, out: &mut Vec<TickRecord>) -> usize {
+        if let Some(l) = self.logger.as_mut() {
+            l.flush();
+        }
+        let first = out.len();
+        let n = self.rings.drain_append(out);
+        for r in &out[first..] {
+            self.fallback.observe(r);
+        }
+        n
+    }
+
     /// The fd that turns readable when a CPU's ring is half full: poll it beside the drain
     /// timer, and call [`take_wakes`](Self::take_wakes) once woken.
     pub fn wake_fd(&self) -> BorrowedFd<'_> {
