@@ -59,6 +59,21 @@ fn config(slots: Vec<SlotPlan>, cpus: &[u32], freq: u32) -> SamplerConfig {
     }
 }
 
+/// The TSC on every CPU, on a 100 Hz cpu-clock tick and at every context switch.
+fn tsc_with_switches(cpus: &[u32]) -> SamplerConfig {
+    let tsc = msr_tsc();
+    let mut cfg = config(
+        vec![SlotPlan::per_cpu(spec("msr/tsc/"), &tsc, cpus)],
+        cpus,
+        100,
+    );
+    cfg.tick = TickSource::CpuClock {
+        freq: 100,
+        switches: true,
+    };
+    cfg
+}
+
 /// Drains for `dur` while every CPU is kept busy; returns all records.
 fn collect(s: &mut Sampler, dur: Duration) -> Vec<TickRecord> {
     let _spin = Spinners::start(online_cpus().len());
@@ -286,16 +301,7 @@ fn precise_mode_records_context_switches() {
     }
     let _machine = exclusive();
     let cpus = online_cpus();
-    let tsc = msr_tsc();
-    let mut cfg = config(
-        vec![SlotPlan::per_cpu(spec("msr/tsc/"), &tsc, &cpus)],
-        &cpus,
-        100,
-    );
-    cfg.tick = TickSource::CpuClock {
-        freq: 100,
-        switches: true,
-    };
+    let cfg = tsc_with_switches(&cpus);
     let mut s = Sampler::start(&cfg).expect("sampler starts");
     // More spinners than CPUs force switches between them.
     let _extra = Spinners::start(cpus.len() * 2);
@@ -327,16 +333,7 @@ fn idle_and_woken_threads_are_named_in_every_record() {
     }
     let _machine = exclusive();
     let cpus = online_cpus();
-    let tsc = msr_tsc();
-    let mut cfg = config(
-        vec![SlotPlan::per_cpu(spec("msr/tsc/"), &tsc, &cpus)],
-        &cpus,
-        100,
-    );
-    cfg.tick = TickSource::CpuClock {
-        freq: 100,
-        switches: true,
-    };
+    let cfg = tsc_with_switches(&cpus);
     // Every CPU's first records are of busy threads, so the idle task is first seen later,
     // after each CPU has described other tasks in full.
     let spinners = Spinners::start(cpus.len());

@@ -171,6 +171,12 @@ fn kernel_tick_config(topo: &Topology, ring: Option<u32>) -> SamplerConfig {
     }
 }
 
+fn this_machine() -> Topology {
+    imc::discovery::discover(std::path::Path::new("/"))
+        .expect("discovery of /")
+        .topology
+}
+
 /// Each closed interval's span and package bytes.
 #[derive(Default)]
 struct Closed(Vec<(u64, u64, u64)>);
@@ -188,8 +194,7 @@ fn one_late_drain_closes_each_interval_with_its_own_traffic() {
         return;
     }
     let _one = exclusive();
-    let found = imc::discovery::discover(std::path::Path::new("/")).expect("discovery of /");
-    let topo = found.topology;
+    let topo = this_machine();
     let mut toucher = spawn_role("toucher", 0, 4.0);
     std::thread::sleep(Duration::from_millis(300));
     let sampler = Sampler::start(&kernel_tick_config(&topo, None)).expect("sampler starts");
@@ -240,8 +245,7 @@ fn a_ring_half_full_wakes_userspace_before_its_timer() {
         return;
     }
     let _one = exclusive();
-    let found = imc::discovery::discover(std::path::Path::new("/")).expect("discovery of /");
-    let topo = found.topology;
+    let topo = this_machine();
     let mut spinner = spawn_role("spinner", 0, 5.0);
     // 256 records a CPU: a wake-up every 128, about half a second of a busy CPU's ticks.
     let mut sampler =
@@ -278,8 +282,7 @@ fn package_counter_read_on_its_cpu_only_goes_to_the_toucher() {
         return;
     }
     let _one = exclusive();
-    let found = imc::discovery::discover(std::path::Path::new("/")).expect("discovery of /");
-    let topo = found.topology;
+    let topo = this_machine();
     let pkg0 = topo.package_of(0);
     if !require(
         topo.online.len() >= 2 && pkg0.is_some() && topo.package_of(1) == pkg0,

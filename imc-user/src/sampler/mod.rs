@@ -362,6 +362,20 @@ fn wake_every(ring_len: u32) -> u32 {
     (ring_len / 2).max(1)
 }
 
+/// Takes the map `name` out of `ebpf` as its typed handle.
+fn take_map<T>(ebpf: &mut Ebpf, name: &str) -> Result<T, SamplerError>
+where
+    T: TryFrom<aya::maps::Map, Error = aya::maps::MapError>,
+{
+    ebpf.take_map(name)
+        .ok_or_else(|| map_missing(name))?
+        .try_into()
+        .map_err(|e: aya::maps::MapError| SamplerError::Map {
+            map: name.into(),
+            message: e.to_string(),
+        })
+}
+
 /// The map of `ebpf` named `name`, or why not.
 fn map_missing(name: &str) -> SamplerError {
     SamplerError::Map {
@@ -424,22 +438,8 @@ impl Sampler {
         fill_slot_arrays(&ebpf, cfg, &counters, bpf_sys.as_ref())?;
         fill_package_maps(&mut ebpf, cfg, &package_counters, bpf_sys.as_ref())?;
         let rings = map_rings(&ebpf, possible, ring_len)?;
-        let stats: PerCpuArray<MapData, u64> = ebpf
-            .take_map(STATS_MAP_NAME)
-            .ok_or_else(|| map_missing(STATS_MAP_NAME))?
-            .try_into()
-            .map_err(|e: aya::maps::MapError| SamplerError::Map {
-                map: STATS_MAP_NAME.into(),
-                message: e.to_string(),
-            })?;
-        let wake: RingBuf<MapData> = ebpf
-            .take_map(WAKE_MAP_NAME)
-            .ok_or_else(|| map_missing(WAKE_MAP_NAME))?
-            .try_into()
-            .map_err(|e: aya::maps::MapError| SamplerError::Map {
-                map: WAKE_MAP_NAME.into(),
-                message: e.to_string(),
-            })?;
+        let stats: PerCpuArray<MapData, u64> = take_map(&mut ebpf, STATS_MAP_NAME)?;
+        let wake: RingBuf<MapData> = take_map(&mut ebpf, WAKE_MAP_NAME)?;
         let (attached, tick_prog_name) = attach(&mut ebpf, cfg)?;
 
         // A package nobody's tick read lately is read from userspace; see `fallback`. Each
