@@ -110,30 +110,36 @@ impl Rings {
         }
     }
 
-    fn record(&self, cpu: usize, seq: u64) -> TickRecord {
+    /// Copies record `seq` of `cpu` to `dst`: only the header and the slots the record filled
+    /// are read (the rest of the 240 bytes is never written, and each cache line the other CPU
+    /// wrote costs a miss); the other slots are zeroed.
+    ///
+    /// # Safety
+    /// `dst` is valid for writing one TickRecord.
+    unsafe fn copy_record(&self, cpu: usize, seq: u64, dst: *mut TickRecord) {
         let index = cpu * self.ring_len as usize + (seq % u64::from(self.ring_len)) as usize;
-        // Only the header and the slots the record filled are read: the rest of the 240 bytes
-        // is never written, and each cache line the other CPU wrote costs a miss.
         const HEADER_WORDS: usize = std::mem::offset_of!(TickRecord, slots) / 8;
         // SAFETY: index < possible CPUs × ring_len = entries of TICKS (elements are exactly
         // TickRecord::SIZE bytes, a multiple of 8, and 8-byte aligned; `slots` starts at a
         // multiple of 8). TickRecord is plain integers, so any bytes are a valid value. The
         // producer may be rewriting it; the caller detects that from the head and discards
-        // such copies.
+        // such copies. `dst` is the caller's.
         unsafe {
             let p = self
                 .ticks
                 .as_ptr()
                 .add(index * TickRecord::SIZE)
                 .cast::<TickRecord>();
-            let mut r: TickRecord = std::mem::zeroed();
             let words = std::ptr::read_volatile(p.cast::<[u64; HEADER_WORDS]>());
-            std::ptr::write((&raw mut r).cast::<[u64; HEADER_WORDS]>(), words);
-            let nr = usize::from(r.nr_slots).min(MAX_SLOTS);
+            std::ptr::write(dst.cast::<[u64; HEADER_WORDS]>(), words);
+            let nr = usize::from((*dst).nr_slots).min(MAX_SLOTS);
+            let slots = (&raw mut (*dst).slots).cast::<imc_common::SlotReading>();
             for s in 0..nr {
-                r.slots[s] = std::ptr::read_volatile(&raw const (*p).slots[s]);
+                slots
+                    .add(s)
+                    .write(std::ptr::read_volatile(&raw const (*p).slots[s]));
             }
-            r
+            std::ptr::write_bytes(slots.add(nr), 0, MAX_SLOTS - nr);
         }
     }
 
@@ -162,10 +168,14 @@ impl Rings {
                 tail = head - len;
             }
             let start = out.len();
-            out.reserve((head - tail) as usize);
-            for seq in tail..head {
-                out.push(self.record(cpu, seq));
+            let count = (head - tail) as usize;
+            out.reserve(count);
+            for (k, seq) in (tail..head).enumerate() {
+                // SAFETY: reserved above: start + k < the capacity.
+                unsafe { self.copy_record(cpu, seq, out.as_mut_ptr().add(start + k)) };
             }
+            // SAFETY: the `count` records after `start` were all written just above.
+            unsafe { out.set_len(start + count) };
             // Anything the producer lapped while we copied is torn: drop it, count it lost.
             // Those are the oldest, at the front of this CPU's run.
             let valid_from = self.head(cpu).saturating_sub(len);
