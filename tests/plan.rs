@@ -102,6 +102,17 @@ fn every_tree_with_a_memory_controller_plans_every_channel_for_every_command() {
                 }
                 let slots = p["slots"].as_array().unwrap();
                 assert!(!slots.is_empty() && slots.len() <= 4, "{what}: {slots:?}");
+                // The modes left on sleep a second between drains unless userspace reads a
+                // counter at the interval's pace; the live view drains every interval.
+                let userspace = counters.iter().any(|c| c["reader"]["kind"] == "userspace");
+                let long = command != "top" && !userspace;
+                let every = p["drain"]["every_ms"].as_u64().unwrap();
+                assert_eq!(every == 1000, long, "{what}: {}", p["drain"]);
+                assert_eq!(
+                    p["drain"]["intervals_closed_after"],
+                    command != "top",
+                    "{what}"
+                );
             }
             assert!(p["refusals"].is_array(), "{what}");
         }

@@ -303,3 +303,39 @@ fn stat_latency_plans_the_offcore_pair_on_every_cpu_beside_ddr_and_mcdram() {
     assert_eq!(offcore[0].encoded.config1, 0x4000000001);
     assert_eq!(p.counters.len(), 28 + 2);
 }
+
+#[test]
+fn record_sleeps_long_unless_a_counter_is_read_from_userspace() {
+    let k = kernel("6.8.0");
+    let batched = |command| Request {
+        batch_ms: Some(1000),
+        ..request(command)
+    };
+    // Every counter comes in the records: a second between drains, intervals closed after.
+    let p = plan_on("skx-2socket", &k, &batched(Command::Record));
+    let d = p.drain.expect("a sampling plan says how it drains");
+    assert_eq!((d.every_ms, d.intervals_closed_after), (1000, true));
+    match &p.counters[0].reader {
+        Reader::PackageTick { idle_every_ms, .. } => assert_eq!(*idle_every_ms, 2000),
+        other => panic!("{other:?}"),
+    }
+    // Zen 2's multiplexed data fabric is read from userspace at the interval's pace.
+    let p = plan_on("zen2-1socket", &k, &batched(Command::Serve));
+    assert!(
+        p.counters
+            .iter()
+            .all(|c| matches!(c.reader, Reader::Userspace { every_ms: 50 }))
+    );
+    let d = p.drain.unwrap();
+    assert_eq!((d.every_ms, d.intervals_closed_after), (50, true));
+    assert!(d.reason.contains("userspace"), "{}", d.reason);
+    // A live view drains every interval; stat has no drain.
+    let d = plan_on("skx-2socket", &k, &request(Command::Top))
+        .drain
+        .unwrap();
+    assert_eq!((d.every_ms, d.intervals_closed_after), (50, false));
+    assert_eq!(
+        plan_on("skx-2socket", &k, &batched(Command::Stat)).drain,
+        None
+    );
+}
