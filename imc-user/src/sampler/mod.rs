@@ -298,6 +298,8 @@ pub struct Sampler {
     stats: PerCpuArray<MapData, u64>,
     /// The kernel's "a ring is half full" notices (see imc_common::WAKE_MAP_NAME).
     wake: RingBuf<MapData>,
+    /// One drain's records for [`drain`](Self::drain) (kept to reuse its allocation).
+    scratch: Vec<TickRecord>,
     counters: Vec<OpenCounter>,
     package_counters: Vec<OpenPackageCounter>,
     /// Package of each reader group.
@@ -464,6 +466,7 @@ impl Sampler {
             rings,
             stats,
             wake,
+            scratch: Vec::new(),
             counters,
             package_counters,
             group_package: cfg.groups.iter().map(|g| g.package).collect(),
@@ -513,15 +516,13 @@ impl Sampler {
 
     /// Hands every record waiting in the rings to `f`; returns how many. The fallback learns
     /// from them which packages a tick has read.
-    pub fn drain(&mut self, mut f: impl FnMut(&TickRecord)) -> usize {
-        if let Some(l) = self.logger.as_mut() {
-            l.flush();
-        }
-        let fallback = &mut self.fallback;
-        self.rings.drain(&mut |r: &TickRecord| {
-            fallback.observe(r);
-            f(r)
-        })
+    pub fn drain(&mut self, f: impl FnMut(&TickRecord)) -> usize {
+        let mut batch = std::mem::take(&mut self.scratch);
+        batch.clear();
+        let n = self.drain_append(&mut batch);
+        batch.iter().for_each(f);
+        self.scratch = batch;
+        n
     }
 
     /// Like [`drain`](Self::drain), appending the records to `out` (each CPU's in time

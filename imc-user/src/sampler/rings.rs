@@ -76,7 +76,6 @@ pub(super) struct Rings {
     ring_len: u32,
     pub(super) tails: Vec<u64>,
     pub(super) lost: Vec<u64>,
-    batch: Vec<TickRecord>,
     tasks: TaskCache,
 }
 
@@ -88,7 +87,6 @@ impl Rings {
             ring_len,
             tails: vec![0; cpus],
             lost: vec![0; cpus],
-            batch: Vec::with_capacity(ring_len as usize),
             tasks: TaskCache::default(),
         }
     }
@@ -141,15 +139,6 @@ impl Rings {
             }
             std::ptr::write_bytes(slots.add(nr), 0, MAX_SLOTS - nr);
         }
-    }
-
-    pub(super) fn drain(&mut self, f: &mut dyn FnMut(&TickRecord)) -> usize {
-        let mut batch = std::mem::take(&mut self.batch);
-        batch.clear();
-        let n = self.drain_append(&mut batch);
-        batch.iter().for_each(f);
-        self.batch = batch;
-        n
     }
 
     /// Appends every new record of every CPU to `out` (each CPU's in order), copied once from
