@@ -481,6 +481,52 @@ impl Weighting {
         }
     }
 
+    /// What a slot list weighs by, where nothing better is known (a recording made before
+    /// recordings said it, a test's own slots): its weight slots' events, else CPU time.
+    pub fn from_slots(specs: &[SlotSpec]) -> Weighting {
+        let names = |dir: Direction| {
+            let v: Vec<&str> = specs
+                .iter()
+                .filter(|s| match s.role {
+                    SlotRole::Weight(d) | SlotRole::RemoteWeight(d) => {
+                        d.is_none_or(|d| d == dir || d == Direction::Total)
+                    }
+                    _ => false,
+                })
+                .map(|s| s.event.as_str())
+                .collect();
+            (!v.is_empty()).then(|| v.join("+"))
+        };
+        let (read, write) = (names(Direction::Read), names(Direction::Write));
+        let packaged = specs
+            .iter()
+            .any(|s| s.scope == SlotScope::Package && matches!(s.role, SlotRole::Traffic(_)));
+        if read.is_none() && write.is_none() {
+            return if packaged {
+                Weighting::cpu_time("no weight counter among the slots")
+            } else {
+                Weighting {
+                    method: Self::TRAFFIC.into(),
+                    read: None,
+                    write: None,
+                    numa: false,
+                    reason: "the counters count per CPU: each CPU's count goes to the task \
+                             that ran there"
+                        .into(),
+                }
+            };
+        }
+        Weighting {
+            method: Self::TRAFFIC.into(),
+            numa: specs
+                .iter()
+                .any(|s| matches!(s.role, SlotRole::RemoteWeight(_))),
+            reason: "the weight slots' events".into(),
+            read,
+            write,
+        }
+    }
+
     /// The one-word label of `imc_info{weighting}`: `traffic`, `traffic+numa`, `cpu-time`.
     pub fn label(&self) -> String {
         if self.numa {

@@ -30,7 +30,7 @@ pub mod timeline;
 pub use summary::{Summary, compare, find_bursts, group_rows, percentile, traffic_amount};
 pub use tasks::TaskKey;
 
-use crate::model::{Direction, SlotRole, SlotScope, SlotSpec, Topology};
+use crate::model::{Direction, SlotRole, SlotScope, SlotSpec, Topology, Weighting};
 use crate::output::interval::{IntervalResult, PackageRow, TaskRow};
 use imc_common::{KIND_SWITCH, MAX_SLOTS, SlotReading, TickRecord};
 use spread::{Event, MAX_CLASSES, Scratch, Segment, Span};
@@ -125,6 +125,8 @@ struct PkgState {
 pub struct Attributor {
     specs: Vec<SlotSpec>,
     source: String,
+    /// How package traffic is divided, copied to every result.
+    weighting: Weighting,
     masks: [u64; MAX_SLOTS],
     cpu_mask: u8,
     weight_mask: u8,
@@ -211,6 +213,7 @@ impl Attributor {
             })
             .collect();
         Attributor {
+            weighting: Weighting::from_slots(&specs),
             specs,
             source: source.into(),
             masks,
@@ -245,6 +248,14 @@ impl Attributor {
     /// not running the task its next record names. Default 1000 Hz.
     pub fn tick_hz(mut self, hz: u32) -> Attributor {
         self.max_gap_ns = 2_000_000_000 / u64::from(hz.max(1));
+        self
+    }
+
+    /// How the plan said it divides package traffic (default: what the slots show).
+    pub fn weighting(mut self, w: Option<Weighting>) -> Attributor {
+        if let Some(w) = w {
+            self.weighting = w;
+        }
         self
     }
 
@@ -851,6 +862,7 @@ impl Attributor {
             tasks,
             unattributed_bytes,
             lost_samples: self.lost,
+            weighting: Some(self.weighting.clone()),
         }
     }
 

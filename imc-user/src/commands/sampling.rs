@@ -284,7 +284,8 @@ pub async fn sample_loop(
         );
     }
     let mut pump = Pump::new(sampler, &found.topology, sel.source.clone(), tick_hz)
-        .per_channel(args.per_channel);
+        .per_channel(args.per_channel)
+        .weighting(sel.plan.weighting.clone());
     let code = run_loop(args, &mut pump, sink, cfg.drain_period_ms).await;
     drop(pump);
     code
@@ -447,6 +448,12 @@ impl Pump {
     /// per-channel counts (`PackageRow::channels`).
     pub fn per_channel(mut self, yes: bool) -> Pump {
         self.channels = yes.then(Vec::new);
+        self
+    }
+
+    /// How the plan divides package traffic, said in every interval.
+    pub fn weighting(mut self, w: Option<crate::model::Weighting>) -> Pump {
+        self.attr = self.attr.weighting(w);
         self
     }
 

@@ -150,6 +150,9 @@ pub struct RecordHeader {
     pub run_id: u64,
     #[serde(default)]
     pub segment: u32,
+    /// How the run divided package traffic (absent in recordings made before imc said).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weighting: Option<crate::model::Weighting>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -184,6 +187,7 @@ impl RecordHeader {
             interval_ns,
             run_id: 0,
             segment: 0,
+            weighting: None,
         }
     }
 
@@ -604,6 +608,7 @@ mod tests {
             tasks,
             unattributed_bytes: 0,
             lost_samples: 0,
+            weighting: None,
         }
     }
 
