@@ -241,21 +241,21 @@ fn icx() -> CoreTraffic {
 }
 
 /// Intel Sapphire Rapids, Emerald Rapids, Granite Rapids: the same encodings in each table.
-fn spr(model: &'static str, file: Spr) -> CoreTraffic {
+fn spr(model: &'static str, file: Glc) -> CoreTraffic {
     let (local, remote, lines_out, modified) = match file {
-        Spr::Spr => (
+        Glc::Spr => (
             "intel/perfmon SPR/events/sapphirerapids_core.json OCR.READS_TO_CORE.LOCAL_SOCKET_DRAM",
             "intel/perfmon SPR/events/sapphirerapids_core.json OCR.READS_TO_CORE.REMOTE_DRAM",
             "intel/perfmon SPR/events/sapphirerapids_core.json L2_LINES_OUT.NON_SILENT",
             "intel/perfmon SPR/events/sapphirerapids_core.json OCR.MODIFIED_WRITE.ANY_RESPONSE",
         ),
-        Spr::Emr => (
+        Glc::Emr => (
             "intel/perfmon EMR/events/emeraldrapids_core.json OCR.READS_TO_CORE.LOCAL_SOCKET_DRAM",
             "intel/perfmon EMR/events/emeraldrapids_core.json OCR.READS_TO_CORE.REMOTE_DRAM",
             "intel/perfmon EMR/events/emeraldrapids_core.json L2_LINES_OUT.NON_SILENT",
             "intel/perfmon EMR/events/emeraldrapids_core.json OCR.MODIFIED_WRITE.ANY_RESPONSE",
         ),
-        Spr::Gnr => (
+        Glc::Gnr => (
             "intel/perfmon GNR/events/graniterapids_core.json OCR.READS_TO_CORE.LOCAL_SOCKET_DRAM",
             "intel/perfmon GNR/events/graniterapids_core.json OCR.READS_TO_CORE.REMOTE_DRAM",
             "intel/perfmon GNR/events/graniterapids_core.json L2_LINES_OUT.NON_SILENT",
@@ -320,8 +320,9 @@ fn spr(model: &'static str, file: Spr) -> CoreTraffic {
     }
 }
 
+/// Which Intel table (Golden Cove-class servers) an encoding was checked in.
 #[derive(Clone, Copy)]
-enum Spr {
+enum Glc {
     Spr,
     Emr,
     Gnr,
@@ -919,17 +920,17 @@ fn intel(m: &Machine, pmu: &str, caps: Option<&str>) -> Result<CoreTraffic, Stri
         }
         0x8f => {
             expect(&["sapphire_rapids"])?;
-            spr("Sapphire Rapids", Spr::Spr)
+            spr("Sapphire Rapids", Glc::Spr)
         }
         0xcf => {
             expect(&["sapphire_rapids"])?;
-            spr("Emerald Rapids", Spr::Emr)
+            spr("Emerald Rapids", Glc::Emr)
         }
         0xad | 0xae => {
             // "granite_rapids" since "perf/x86/intel: Add a distinct name for Granite Rapids"
             // (2024); earlier kernels called it sapphire_rapids.
             expect(&["granite_rapids", "sapphire_rapids"])?;
-            spr("Granite Rapids", Spr::Gnr)
+            spr("Granite Rapids", Glc::Gnr)
         }
         0x57 | 0x85 => {
             expect(&["knights-landing"])?;
@@ -1302,5 +1303,54 @@ mod tests {
             assert!(err.contains(want), "{m:?} {pmu}: '{err}' lacks '{want}'");
             assert!(!err.contains('\n'), "{err}");
         }
+    }
+
+    /// On every fixture tree with a memory-controller source, each core PMU the kernel would
+    /// expose gets its weights, and every term encodes through that PMU's own format/ files.
+    #[test]
+    fn fixture_trees_encode_their_weights() {
+        let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures");
+        let cases: &[(&str, &[&str], &str)] = &[
+            ("skx-2socket", &["cpu"], "Skylake-SP/Cascade Lake"),
+            ("skx-noevents", &["cpu"], "Skylake-SP/Cascade Lake"),
+            ("icx-gaps", &["cpu"], "Ice Lake-SP"),
+            ("spr-2socket", &["cpu"], "Sapphire Rapids"),
+            ("icl-client", &["cpu"], "Ice Lake client"),
+            ("tgl-client", &["cpu"], "Tiger Lake"),
+            ("adl-hybrid", &["cpu_core", "cpu_atom"], "Alder/Raptor Lake"),
+            ("knl", &["cpu"], "Knights Landing"),
+            ("zen2-1socket", &["cpu"], "Zen 2"),
+            ("zen3-ibs", &["cpu"], "Zen 3"),
+            ("zen4-2socket", &["cpu"], "Zen 4"),
+            ("power9-2chip", &["cpu"], "POWER9"),
+            ("power9-imc-full", &["cpu"], "POWER9"),
+        ];
+        for (tree, pmus, model) in cases {
+            let root = fixtures.join(tree);
+            let m = crate::discovery::machine::read_machine(&root).unwrap();
+            for name in *pmus {
+                let pmu = crate::discovery::read_pmu(&root, name)
+                    .unwrap_or_else(|e| panic!("{tree}: {e}"));
+                let caps = std::fs::read_to_string(pmu.path.join("caps/pmu_name")).ok();
+                let t = core_traffic(&m, name, caps.as_deref().map(str::trim))
+                    .unwrap_or_else(|e| panic!("{tree} {name}: {e}"));
+                assert!(t.model.starts_with(model), "{tree}: {}", t.model);
+                for e in t.events.iter().chain(t.alt_write.iter()) {
+                    let w = crate::discovery::encode_terms(&pmu, e.terms)
+                        .unwrap_or_else(|err| panic!("{tree} {name} {}: {err}", e.name));
+                    assert_ne!(w.config, 0, "{tree} {}", e.name);
+                    assert_eq!(w.config1 != 0, e.offcore_register, "{tree} {}", e.name);
+                }
+            }
+        }
+        // The format files place what the names say: event 0x165 splits over bits 0-7 and
+        // 32-35 on AMD; offcore_rsp fills config1 on Intel.
+        let zen = crate::discovery::read_pmu(&fixtures.join("zen4-2socket"), "cpu").unwrap();
+        let w = crate::discovery::encode_terms(&zen, "event=0x165,umask=0x08").unwrap();
+        assert_eq!(w.config, 0x1_0000_0865);
+        let spr = crate::discovery::read_pmu(&fixtures.join("spr-2socket"), "cpu").unwrap();
+        let t = core_traffic(&intel(0x8f), "cpu", Some("sapphire_rapids")).unwrap();
+        let w = crate::discovery::encode_terms(&spr, t.events[0].terms).unwrap();
+        assert_eq!((w.config, w.config1), (0x012a, 0x7_0c00_4477));
     }
 }
