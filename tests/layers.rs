@@ -32,10 +32,9 @@ const LAYERS: &[(&str, u8)] = &[
 /// Imports that point the wrong way today (from, to), each to be removed by moving the type down
 /// (model/) rather than the import up.
 const KNOWN: &[(&str, &str)] = &[
-    ("attribution", "cli"),
     ("attribution", "output"),
     ("attribution", "record"),
-    ("output", "cli"),
+    ("output", "cli"), // prometheus.rs, until its GroupBy comes from model too
     ("record", "output"),
 ];
 
@@ -82,7 +81,12 @@ fn no_module_imports_one_above_it() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../imc-user/src");
     let mut files = Vec::new();
     rust_files(&src, &mut files);
-    assert!(files.len() > 50, "{} files under {}", files.len(), src.display());
+    assert!(
+        files.len() > 50,
+        "{} files under {}",
+        files.len(),
+        src.display()
+    );
     let mut seen: BTreeSet<(String, String)> = BTreeSet::new();
     let mut wrong = Vec::new();
     for f in &files {
@@ -108,20 +112,32 @@ fn no_module_imports_one_above_it() {
             }
             seen.insert((from.clone(), to.clone()));
             if !KNOWN.contains(&(from.as_str(), to.as_str())) {
-                wrong.push(format!("{} imports crate::{to} (layer {lt} >= {lf})", rel.display()));
+                wrong.push(format!(
+                    "{} imports crate::{to} (layer {lt} >= {lf})",
+                    rel.display()
+                ));
             }
         }
     }
-    assert!(wrong.is_empty(), "imports against the direction:\n{}", wrong.join("\n"));
+    assert!(
+        wrong.is_empty(),
+        "imports against the direction:\n{}",
+        wrong.join("\n")
+    );
     let gone: Vec<_> = KNOWN
         .iter()
         .filter(|(a, b)| !seen.contains(&(a.to_string(), b.to_string())))
         .collect();
-    assert!(gone.is_empty(), "no longer imported: strike from KNOWN: {gone:?}");
+    assert!(
+        gone.is_empty(),
+        "no longer imported: strike from KNOWN: {gone:?}"
+    );
 }
 
 #[test]
 fn the_check_sees_an_upward_import() {
-    let found = imports("use crate::cli::GroupBy;\n// crate::commands in a comment\n#[cfg(test)]\nuse crate::output;");
+    let found = imports(
+        "use crate::cli::GroupBy;\n// crate::commands in a comment\n#[cfg(test)]\nuse crate::output;",
+    );
     assert_eq!(found.into_iter().collect::<Vec<_>>(), ["cli"]);
 }

@@ -254,22 +254,19 @@ pub struct CompletionsArgs {
     pub shell: Shell,
 }
 
-#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
-// Plain comments, not doc comments: values with help text would switch clap's whole `--help`
-// to the long layout (help under each option), which the usage tests read line by line.
-pub enum GroupBy {
-    // Thread id.
-    Pid,
-    // Process (thread group) id.
-    Tgid,
-    // Command name.
-    Comm,
-    // cgroup v2 path (the numeric id where it does not resolve).
-    Cgroup,
-    // Docker, containerd, CRI-O or Podman container id (tasks in none: one row).
-    Container,
-    // Kubernetes pod UID (tasks in none: one row).
-    Pod,
+pub use crate::model::GroupBy;
+
+/// `--by`'s values, as clap lists them (the type itself is the model's). Plain names, no help
+/// text: values with help text would switch clap's whole `--help` to the long layout, which the
+/// usage tests read line by line.
+impl ValueEnum for GroupBy {
+    fn value_variants<'a>() -> &'a [Self] {
+        &GroupBy::ALL
+    }
+
+    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
+        Some(clap::builder::PossibleValue::new(self.name()))
+    }
 }
 
 #[derive(Args, Debug, Clone)]

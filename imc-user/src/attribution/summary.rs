@@ -1,6 +1,6 @@
 //! What is done with finished intervals: summing them over a run, grouping tasks by
 //! pid/tgid/comm/cgroup, finding bursts, and comparing the tick-only answer with the precise one.
-use crate::cli::GroupBy;
+use crate::model::GroupBy;
 use crate::model::{SlotRole, SlotSpec};
 use crate::output::interval::{IntervalResult, PackageRow, PrecisionRow, TaskRow};
 use std::collections::{BTreeMap, HashMap};

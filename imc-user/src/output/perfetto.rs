@@ -10,7 +10,7 @@
 //! Counter values are rates (per second) over each interval, set at the interval's start;
 //! timestamps are the recording's CLOCK_MONOTONIC nanoseconds.
 use crate::attribution::timeline::{Timeline, Unit, group_label};
-use crate::cli::GroupBy;
+use crate::model::GroupBy;
 use crate::output::interval::BurstRow;
 use perfetto_protos::counter_descriptor::CounterDescriptor;
 use perfetto_protos::debug_annotation::DebugAnnotation;
