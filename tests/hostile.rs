@@ -505,3 +505,133 @@ fn sighup_finishes_the_recording_like_sigint() {
         assert_eq!(reads_back(&path), ReadStatus::Complete, "SIG{name}");
     }
 }
+
+/// One framed chunk: type, length, payload, CRC (record/FORMAT.md).
+fn chunk(kind: u8, payload: &[u8]) -> Vec<u8> {
+    let mut c = vec![kind];
+    c.extend((payload.len() as u32).to_le_bytes());
+    c.extend(payload);
+    let crc = imc::record::codec::crc32(&[&c]);
+    c.extend(crc.to_le_bytes());
+    c
+}
+
+fn varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push(v as u8 | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+/// Recordings whose chunks are well formed (lengths and checksums right) but claim far more
+/// than the writer ever puts in one: each is a real header, a one-task table, then one chunk
+/// of the largest size a reader accepts (64 MiB).
+fn claiming_recordings(dir: &Path) -> Vec<(String, PathBuf)> {
+    let (_, data) = recording(dir);
+    let hlen = u32::from_le_bytes(data[10..14].try_into().unwrap()) as usize;
+    let head = &data[..18 + hlen];
+    let slots = Reader::from_bytes(Path::new("x"), data.clone())
+        .unwrap()
+        .specs()
+        .len();
+    let mut tables = Vec::new();
+    tables.extend(chunk(1, &[1, 1, b'x']));
+    tables.extend(chunk(2, &[1, 7, 7, 1, 0]));
+    let max = 64usize << 20;
+    let mut out = Vec::new();
+    let mut write = |label: &str, payload: Vec<u8>| {
+        let p = dir.join(format!("{}.imc", label.replace(' ', "-")));
+        let mut f = head.to_vec();
+        f.extend(&tables);
+        f.extend(chunk(
+            if label.starts_with("ticks") { 4 } else { 3 },
+            &payload,
+        ));
+        std::fs::write(&p, f).unwrap();
+        out.push((label.to_string(), p));
+    };
+    // An interval of 2-byte task rows, every one naming task 0 (the 33.5 M rows).
+    let interval_head = |p: &mut Vec<u8>, npkg: u64| {
+        for v in [1_000, 1_000, 0, 0, 0, npkg] {
+            varint(p, v);
+        }
+    };
+    let mut p = Vec::new();
+    interval_head(&mut p, 0);
+    let rows = (max - 16) / (1 + slots);
+    varint(&mut p, rows as u64);
+    p.resize(max, 0);
+    write("interval of repeated rows", p);
+    // As many package rows as the chunk holds (the header has one package).
+    let mut p = Vec::new();
+    let npkg = (max - 16) / 4;
+    interval_head(&mut p, npkg as u64);
+    p.resize(max, 0);
+    write("interval of packages", p);
+    // A TICKS chunk claiming 2^26 − 16 records, each 5 bytes, for the 1024 the writer puts.
+    let mut p = Vec::new();
+    varint(&mut p, (max - 16) as u64);
+    varint(&mut p, 0);
+    p.resize(max, 0);
+    write("ticks claiming millions", p);
+    out
+}
+
+/// Runs `imc report` on `path` under an address-space limit: exit code and peak RSS (KiB).
+fn report_bounded(path: &Path, as_limit: u64) -> (Option<i32>, String, i64) {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = imc(&["report", path.to_str().unwrap()]);
+    cmd.stdout(Stdio::null()).stderr(Stdio::piped());
+    // SAFETY: only setrlimit, async-signal-safe, between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            let lim = libc::rlimit {
+                rlim_cur: as_limit,
+                rlim_max: as_limit,
+            };
+            if libc::setrlimit(libc::RLIMIT_AS, &lim) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let child = cmd.spawn().unwrap();
+    let pid = child.id() as i32;
+    let mut status = 0;
+    // SAFETY: an all-zero rusage is valid; wait4 on our own child.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    let stderr = {
+        let mut child = child;
+        let mut s = String::new();
+        use std::io::Read;
+        child.stderr.take().unwrap().read_to_string(&mut s).unwrap();
+        std::mem::forget(child);
+        s
+    };
+    // SAFETY: waits for the child spawned above, which nothing else reaps.
+    assert_eq!(unsafe { libc::wait4(pid, &mut status, 0, &mut ru) }, pid);
+    let code = libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status));
+    let code = code.or_else(|| Some(128 + libc::WTERMSIG(status)));
+    (code, stderr, ru.ru_maxrss)
+}
+
+#[test]
+fn report_memory_follows_the_file_not_its_claimed_counts() {
+    let dir = tempfile::tempdir().unwrap();
+    for (label, path) in claiming_recordings(dir.path()) {
+        let (code, stderr, rss_kib) = report_bounded(&path, 2_000_000_000);
+        eprintln!("{label}: exit {code:?}, peak RSS {} MiB", rss_kib / 1024);
+        assert!(
+            matches!(code, Some(0 | 2)),
+            "{label}: exit {code:?}: {stderr}"
+        );
+        assert!(!stderr.contains("panicked"), "{label}: {stderr}");
+        assert!(
+            rss_kib < 200 * 1024,
+            "{label}: peak RSS {rss_kib} KiB for a 64 MiB file"
+        );
+        // The damaged chunk is said, naming the file; the tables before it are reported.
+        assert!(stderr.contains("malformed chunk"), "{label}: {stderr}");
+    }
+}
