@@ -635,3 +635,90 @@ fn report_memory_follows_the_file_not_its_claimed_counts() {
         assert!(stderr.contains("malformed chunk"), "{label}: {stderr}");
     }
 }
+
+/// A pipe whose reading end is already closed: every write to it fails with EPIPE, the way
+/// `imc … | head -c1` ends once head has its byte.
+fn closed_pipe() -> Stdio {
+    use std::os::fd::FromRawFd;
+    let mut fds = [0; 2];
+    // SAFETY: pipe writes two fds into the array; the reading one is closed at once and the
+    // writing one is owned by the returned Stdio.
+    unsafe {
+        assert_eq!(libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC), 0);
+        libc::close(fds[0]);
+        Stdio::from(std::os::fd::OwnedFd::from_raw_fd(fds[1]))
+    }
+}
+
+#[test]
+fn every_command_ends_quietly_on_a_closed_pipe_and_in_one_line_on_a_full_disk() {
+    let dir = tempfile::tempdir().unwrap();
+    let (rec, _) = recording(dir.path());
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/icx-gaps");
+    let (root, rec) = (root.to_str().unwrap(), rec.to_str().unwrap());
+    let commands: Vec<Vec<&str>> = vec![
+        vec!["--root", root, "list"],
+        vec!["--root", root, "list", "--json"],
+        vec!["--root", root, "encode", "uncore_imc_0/cas_count_read/"],
+        vec![
+            "--root",
+            root,
+            "encode",
+            "--json",
+            "uncore_imc_0/cas_count_read/",
+        ],
+        vec!["--root", root, "stat", "--dry-run"],
+        vec!["--root", root, "top", "--dry-run", "--json"],
+        vec!["--root", root, "record", "--dry-run"],
+        vec!["report", rec],
+        vec!["report", "--json", rec],
+        vec!["completions", "bash"],
+        vec!["manpage"],
+        vec!["--help"],
+        vec!["list", "--help"],
+    ];
+    let mut cases = Vec::new();
+    for a in &commands {
+        let mut c = imc(a);
+        c.stdout(closed_pipe());
+        cases.push((format!("{} | (closed)", a.join(" ")), c));
+        let mut c = imc(a);
+        c.stdout(
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open("/dev/full")
+                .unwrap(),
+        );
+        cases.push((format!("{} > /dev/full", a.join(" ")), c));
+    }
+    let mut failed = Vec::new();
+    for (label, mut cmd) in cases {
+        let o = run_to_end(&mut cmd);
+        let ok = if label.ends_with("(closed)") {
+            o.code == Some(0) && o.stderr.is_empty()
+        } else {
+            o.code == Some(1)
+                && o.stderr.lines().count() == 1
+                && o.stderr.contains("No space left on device")
+        };
+        if !ok {
+            failed.push(format!("{label}: exit {:?}: {}", o.code, o.stderr.trim()));
+        }
+    }
+    assert!(failed.is_empty(), "{failed:#?}");
+}
+
+/// Like [`run`], for a command whose stdout the caller has set.
+fn run_to_end(cmd: &mut Command) -> Outcome {
+    let out = cmd
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .output()
+        .expect("spawn imc");
+    Outcome {
+        code: out.status.code(),
+        stdout: String::new(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        hung: false,
+    }
+}

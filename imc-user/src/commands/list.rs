@@ -24,7 +24,7 @@ pub fn run(global: &GlobalArgs, args: &ListArgs) -> CliResult<ExitCode> {
     } else {
         render(&report, global.verbose > 0)
     };
-    print!("{out}");
+    crate::error::write_stdout(out.as_bytes())?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -13,7 +13,6 @@ use crate::output::interval::{BurstRow, IntervalResult, PrecisionRow, ReportResu
 use crate::output::{perfetto, plot};
 use crate::record::{Item, ReadStatus, Reader, RecordError, rotated_path};
 use imc_common::KIND_SWITCH;
-use std::io::Write;
 use std::path::Path;
 use std::process::ExitCode;
 
@@ -248,7 +247,6 @@ pub fn run(_global: &GlobalArgs, args: &ReportArgs) -> CliResult<ExitCode> {
         bursts,
         precise_vs_tick: p1.precise,
     };
-    let mut out = std::io::stdout().lock();
     let text = if args.json {
         let counts_unit = match &unit {
             Unit::Bytes => None,
@@ -261,12 +259,8 @@ pub fn run(_global: &GlobalArgs, args: &ReportArgs) -> CliResult<ExitCode> {
     } else {
         human(&report, &header, args, &unit, threshold, spans.len())
     };
-    match out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
-        Ok(()) => Ok(ExitCode::SUCCESS),
-        // A closed pipe (`imc report F | head`) is not a failure of the report.
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(ExitCode::SUCCESS),
-        Err(e) => Err(CliError::runtime(format!("cannot write the report: {e}"))),
-    }
+    crate::error::write_stdout(text.as_bytes())?;
+    Ok(ExitCode::SUCCESS)
 }
 
 /// What the recording's traffic counters measured: bytes, or counts of stand-in events (page

@@ -104,16 +104,12 @@ pub fn select_for(
 
 /// `--dry-run`: the plan, as text or one JSON object, on stdout.
 pub fn print_plan(plan: &Plan, json: bool) -> CliResult<ExitCode> {
-    use std::io::Write;
     let text = if json {
         serde_json::to_string(plan).map_err(|e| CliError::runtime(e.to_string()))? + "\n"
     } else {
         plan::text::render(plan)
     };
-    let mut out = std::io::stdout().lock();
-    out.write_all(text.as_bytes())
-        .and_then(|_| out.flush())
-        .map_err(|e| CliError::runtime(format!("writing the plan: {e}")))?;
+    crate::error::write_stdout(text.as_bytes())?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -186,7 +186,7 @@ pub fn run_with<W: Write>(
         Ok(s) => Some(s),
         // The reader went away (`imc stat | head`): a normal end.
         Err(e) if e.kind() == io::ErrorKind::BrokenPipe => None,
-        Err(e) => return Err(CliError::runtime(format!("writing output: {e}"))),
+        Err(e) => return Err(CliError::output(e)),
     };
     if let Some(s) = summary
         && s.skipped > 0
