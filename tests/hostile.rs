@@ -347,9 +347,9 @@ fn record_output_never_follows_a_symlink_nor_replaces_without_force() {
         })
         .collect();
     class("record -o", cases, |label, o| {
-        // Refused before anything starts, whoever runs it: no privileges needed to say so.
-        let want = if label.starts_with("nodir") { 1 } else { 2 };
-        assert_eq!(o.code, Some(want), "{label}: {}", o.stderr);
+        // Refused before anything starts, whoever runs it: no privileges needed to say so. A
+        // directory that is not there is a wrong path like the others (bad input).
+        assert_eq!(o.code, Some(2), "{label}: {}", o.stderr);
     });
     assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
     assert_eq!(
@@ -721,4 +721,132 @@ fn run_to_end(cmd: &mut Command) -> Outcome {
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
         hung: false,
     }
+}
+
+#[test]
+fn a_second_run_on_one_output_is_refused_at_once_naming_the_first_and_starts_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("same.imc");
+    let started = dir.path().join("started");
+    // This test process holds the output's lock, as a first `imc record` would.
+    let held = imc::sys::file::WriteLock::take(&out).unwrap();
+    let me = std::process::id().to_string();
+    let touch = format!("touch {}", started.display());
+    for force in [false, true] {
+        let mut a = vec!["record", "-e", "page-faults", "-o", out.to_str().unwrap()];
+        if force {
+            a.push("--force");
+        }
+        a.extend(["--", "sh", "-c", &touch]);
+        let o = run(&mut imc(&a));
+        assert!(!o.hung);
+        assert_eq!(o.code, Some(2), "--force {force}: {}", o.stderr);
+        assert_eq!(o.stderr.lines().count(), 1, "{}", o.stderr);
+        assert!(o.stderr.contains(&format!("pid {me}")), "{}", o.stderr);
+        assert!(
+            !started.exists(),
+            "the command ran although the output was taken"
+        );
+        assert!(!out.exists(), "the held output was touched");
+    }
+    drop(held);
+    assert!(
+        !imc::sys::file::lock_path(&out).exists(),
+        "the lock file goes with the lock"
+    );
+}
+
+#[test]
+fn record_checks_its_output_before_it_starts_the_command() {
+    // As root every directory is writable: /proc/sys is one where nothing can be created.
+    if !sampler_prerequisites() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let started = dir.path().join("started");
+    let touch = format!("touch {}", started.display());
+    let a = [
+        "record",
+        "-e",
+        "page-faults",
+        "-o",
+        "/proc/sys/x.imc",
+        "--",
+        "sh",
+        "-c",
+        &touch,
+    ];
+    let o = run(&mut imc(&a));
+    assert!(matches!(o.code, Some(1 | 2)), "{}", o.stderr);
+    assert_eq!(o.stderr.lines().count(), 1, "{}", o.stderr);
+    assert!(o.stderr.contains("/proc/sys/x.imc"), "{}", o.stderr);
+    assert!(
+        !started.exists(),
+        "the command ran before the output was checked"
+    );
+}
+
+/// Whether process `pid` exists (a zombie counts).
+fn alive(pid: i32) -> bool {
+    // SAFETY: signal 0 only checks.
+    unsafe { libc::kill(pid, 0) == 0 }
+}
+
+#[test]
+fn a_run_that_fails_after_the_command_started_ends_it_and_says_so() {
+    if !sampler_prerequisites() {
+        return;
+    }
+    // A full file system: the lock file (an inode, no data) is created, the recording's first
+    // write fails once the command runs.
+    let dir = tempfile::tempdir().unwrap();
+    let mnt = dir.path().join("full");
+    std::fs::create_dir(&mnt).unwrap();
+    let st = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=64k", "tmpfs"])
+        .arg(&mnt)
+        .status()
+        .unwrap();
+    if !imc_tests::require(st.success(), "mounting a tmpfs") {
+        return;
+    }
+    struct Unmount(PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(&self.0).status();
+        }
+    }
+    let _unmount = Unmount(mnt.clone());
+    let _ = std::fs::write(mnt.join("filler"), vec![0u8; 1 << 20]);
+    let pidfile = dir.path().join("pid");
+    let script = format!("echo $$ > {}; exec sleep 60", pidfile.display());
+    let out = mnt.join("x.imc");
+    let a = [
+        "record",
+        "-e",
+        "page-faults",
+        "-o",
+        out.to_str().unwrap(),
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ];
+    let o = run(&mut imc(&a));
+    let pid: i32 = std::fs::read_to_string(&pidfile)
+        .map(|s| s.trim().parse().unwrap())
+        .unwrap_or(0);
+    let abandoned = pid > 0 && alive(pid);
+    if abandoned {
+        // SAFETY: ending the sleep this test started through imc.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+    assert!(!abandoned, "imc left its command running: {}", o.stderr);
+    assert_eq!(o.code, Some(1), "{}", o.stderr);
+    assert_eq!(o.stderr.lines().count(), 1, "{}", o.stderr);
+    assert!(
+        o.stderr.contains("No space left") && o.stderr.contains(&format!("pid {pid}")),
+        "{}",
+        o.stderr
+    );
 }
