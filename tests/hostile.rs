@@ -850,3 +850,107 @@ fn a_run_that_fails_after_the_command_started_ends_it_and_says_so() {
         o.stderr
     );
 }
+
+/// The base recording's header with `source` replaced, then a task named `comm` with one
+/// interval of traffic and the end marker.
+fn recording_with_names(dir: &Path, source: &str, comm: &str) -> PathBuf {
+    let (_, data) = recording(dir);
+    let hlen = u32::from_le_bytes(data[10..14].try_into().unwrap()) as usize;
+    let mut h: serde_json::Value = serde_json::from_slice(&data[14..14 + hlen]).unwrap();
+    h["source"] = source.into();
+    let slots = h["slots"].as_array().unwrap().len();
+    let pkg = h["packages"][0]["id"].as_u64().unwrap_or(0);
+    let json = serde_json::to_vec(&h).unwrap();
+    let mut f = data[..10].to_vec();
+    f.extend((json.len() as u32).to_le_bytes());
+    f.extend(&json);
+    f.extend(imc::record::codec::crc32(&[&json]).to_le_bytes());
+    let mut p = vec![1];
+    varint(&mut p, comm.len() as u64);
+    p.extend(comm.as_bytes());
+    f.extend(chunk(1, &p));
+    f.extend(chunk(2, &[1, 7, 7, 1, 0]));
+    let mut p = Vec::new();
+    for v in [
+        1_000,
+        1_000_000_000,
+        0,
+        0,
+        0,
+        1,
+        pkg,
+        1 << 20,
+        1 << 20,
+        0,
+        1,
+        0,
+    ] {
+        varint(&mut p, v);
+    }
+    for _ in 0..slots {
+        varint(&mut p, 1000);
+    }
+    f.extend(chunk(3, &p));
+    f.extend(chunk(5, &[1, 0, 0]));
+    let path = dir.join("names.imc");
+    std::fs::write(&path, f).unwrap();
+    path
+}
+
+#[test]
+fn report_prints_names_from_the_recording_as_text_never_as_terminal_controls() {
+    let dir = tempfile::tempdir().unwrap();
+    let evil = "\u{1b}[2J\u{1b}]0;pwned\u{7}";
+    let path = recording_with_names(dir.path(), evil, "\u{1b}[31mred\u{9b}");
+    let o = run(&mut imc(&["report", path.to_str().unwrap()]));
+    assert_eq!(o.code, Some(0), "{}", o.stderr);
+    for text in [&o.stdout, &o.stderr] {
+        assert!(
+            !text.chars().any(|c| c.is_control() && c != '\n'),
+            "a control character reached the terminal: {text:?}"
+        );
+    }
+    assert!(
+        o.stdout.contains("\\x1b[2J\\x1b]0;pwned\\x07"),
+        "{}",
+        o.stdout
+    );
+    assert!(o.stdout.contains("\\x1b[31mred\\x9b"), "{}", o.stdout);
+    // JSON keeps the names as they are (its encoder escapes them).
+    let o = run(&mut imc(&["report", "--json", path.to_str().unwrap()]));
+    let v: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
+    assert_eq!(v["source"], evil);
+}
+
+#[test]
+fn list_prints_sysfs_names_as_text_never_as_terminal_controls() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("tree");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/zen3-ibs");
+    assert!(
+        Command::new("cp")
+            .arg("-a")
+            .arg(&src)
+            .arg(&root)
+            .status()
+            .unwrap()
+            .success()
+    );
+    // IBS's capabilities are listed as name=content: both from sysfs.
+    let caps = root.join("sys/devices/ibs_op/caps");
+    std::fs::create_dir_all(&caps).unwrap();
+    std::fs::write(caps.join("evil\u{1b}]0;t"), "x\u{1b}[2Jy").unwrap();
+    let o = run(&mut imc(&["--root", root.to_str().unwrap(), "list", "-v"]));
+    assert_eq!(o.code, Some(0), "{}", o.stderr);
+    assert!(
+        o.stdout.contains("evil\\x1b]0;t=x\\x1b[2Jy"),
+        "{}",
+        o.stdout
+    );
+    for text in [&o.stdout, &o.stderr] {
+        assert!(
+            !text.chars().any(|c| c.is_control() && c != '\n'),
+            "a control character reached the terminal: {text:?}"
+        );
+    }
+}

@@ -35,6 +35,16 @@ pub fn escape(s: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// [`escape`] of a text of several lines: its line ends kept, everything else escaped (a
+/// listing whose names come from sysfs, printed as a whole).
+pub fn escape_lines(s: &str) -> Cow<'_, str> {
+    if !s.chars().any(|c| c != '\n' && is_unsafe(c)) {
+        return Cow::Borrowed(s);
+    }
+    let lines: Vec<Cow<'_, str>> = s.split('\n').map(escape).collect();
+    Cow::Owned(lines.join("\n"))
+}
+
 /// Most characters of input an error message quotes: enough to recognise it, never a whole
 /// file.
 pub const QUOTE_CHARS: usize = 80;
@@ -79,6 +89,8 @@ mod tests {
         assert_eq!(escape("a\nb\tc\r\0"), "a\\nb\\tc\\r\\x00");
         assert_eq!(escape("\u{9b}31m\u{7f}"), "\\x9b31m\\x7f");
         assert_eq!(escape("abc\u{202e}fed"), "abc\\u{202e}fed");
+        assert_eq!(escape_lines("a\x1bb\nc\n"), "a\\x1bb\nc\n");
+        assert!(matches!(escape_lines("a\nb\n"), Cow::Borrowed(_)));
         // Ordinary non-ASCII text is text.
         assert_eq!(escape("café/ünïcode ✓"), "café/ünïcode ✓");
     }

@@ -73,7 +73,7 @@ pub fn run(global: &GlobalArgs, args: &EncodeArgs) -> CliResult<ExitCode> {
                 .map_err(|err| CliError::runtime(format!("cannot write JSON: {err}")))?;
             text.push_str(&json);
         } else {
-            text.push_str(&human_line(e));
+            text.push_str(&crate::text::escape(&human_line(e)));
         }
         text.push('\n');
     }

@@ -9,9 +9,11 @@ use crate::attribution::timeline::Timeline;
 use crate::attribution::{Attributor, Summary, compare, find_bursts, traffic_amount};
 use crate::cli::{GlobalArgs, GroupBy, ReportArgs};
 use crate::error::{CliError, CliResult};
+use crate::output::fixed;
 use crate::output::interval::{BurstRow, IntervalResult, PrecisionRow, ReportResult, TaskRow};
 use crate::output::{perfetto, plot};
 use crate::record::{Item, ReadStatus, Reader, RecordError, rotated_path};
+use crate::text::escape;
 use imc_common::KIND_SWITCH;
 use std::path::Path;
 use std::process::ExitCode;
@@ -237,7 +239,7 @@ pub fn run(_global: &GlobalArgs, args: &ReportArgs) -> CliResult<ExitCode> {
     };
     let total = p1.summary.finish(args.by);
     for w in &p1.warnings {
-        eprintln!("imc: warning: {w}");
+        eprintln!("imc: warning: {}", escape(w));
     }
     if views {
         write_views(args, &total, &bursts)?;
@@ -292,7 +294,7 @@ impl Unit {
     fn rate(&self, per_s: f64) -> String {
         match self {
             Unit::Bytes => format!("{}/s", fmt_bytes(per_s)),
-            Unit::Counts(events) => format!("{per_s:.0} {}", rate_unit(events)),
+            Unit::Counts(events) => format!("{} {}", fixed(per_s, 0), escape(&rate_unit(events))),
         }
     }
 }
@@ -317,14 +319,14 @@ pub fn fmt_bytes(b: f64) -> String {
         u += 1;
     }
     if u == 0 {
-        format!("{v:.0} B")
+        format!("{} B", fixed(v, 0))
     } else {
-        format!("{v:.2} {}", UNITS[u])
+        format!("{} {}", fixed(v, 2), UNITS[u])
     }
 }
 
 fn fmt_share(s: f64) -> String {
-    format!("{:.1}%", s * 100.0)
+    format!("{}%", fixed(s * 100.0, 1))
 }
 
 fn key_name(by: GroupBy) -> &'static str {
@@ -339,7 +341,8 @@ fn key_name(by: GroupBy) -> &'static str {
 }
 
 fn row_cells(r: &TaskRow, by: GroupBy, has_total: bool, stand_in: &[String]) -> Vec<String> {
-    let mut v = vec![
+    // Names come from the recording (a process names itself anything): escaped, see text.rs.
+    let mut v: Vec<String> = [
         match by {
             GroupBy::Pid => r.pid.to_string(),
             GroupBy::Tgid => r.tgid.to_string(),
@@ -364,7 +367,10 @@ fn row_cells(r: &TaskRow, by: GroupBy, has_total: bool, stand_in: &[String]) -> 
         } else {
             r.comm.clone()
         },
-    ];
+    ]
+    .iter()
+    .map(|c| escape(c).into_owned())
+    .collect();
     if stand_in.is_empty() {
         v.push(fmt_bytes(r.read_bytes as f64));
         v.push(fmt_bytes(r.write_bytes as f64));
@@ -373,7 +379,7 @@ fn row_cells(r: &TaskRow, by: GroupBy, has_total: bool, stand_in: &[String]) -> 
         }
     } else {
         for k in stand_in {
-            v.push(format!("{:.0}", r.values.get(k).copied().unwrap_or(0.0)));
+            v.push(fixed(r.values.get(k).copied().unwrap_or(0.0), 0));
         }
     }
     v.push(fmt_share(r.share));
@@ -427,15 +433,15 @@ fn human(
     let has_total = t.packages.iter().any(|p| p.total_bytes > 0);
     let mut s = format!(
         "{}: {} at {} Hz, {:.1} s\n",
-        args.file.display(),
-        t.source,
+        escape(&args.file.display().to_string()),
+        escape(&t.source),
         header.freq_hz,
         secs
     );
     if !stand_in.is_empty() {
         s.push_str(&format!(
             "{}: a stand-in counted per task, not bandwidth (no bytes were measured)\n",
-            stand_in.join("+")
+            escape(&stand_in.join("+"))
         ));
     }
     // A stand-in has no package bytes to show.
@@ -472,7 +478,7 @@ fn human(
         }
     } else {
         head.extend(stand_in.iter().map(|k| {
-            let name = k.to_uppercase();
+            let name = escape(&k.to_uppercase()).into_owned();
             if crate::output::counts_nanoseconds(k) {
                 format!("{name} NS")
             } else {

@@ -149,6 +149,11 @@ pub trait Sink {
     /// After every drain: how many records it took in and how long it took (`imc serve`'s
     /// health metrics).
     fn drained(&mut self, _records: usize, _took: Duration) {}
+    /// A line about the whole run (the stand-in notice), said once before the first interval:
+    /// on stderr, unless the sink has a place of its own for it (the live view's header).
+    fn notice(&mut self, text: &str) {
+        eprintln!("imc: {}", crate::text::escape(text));
+    }
 }
 
 /// How long `record` and `serve` sleep between drains when every counter comes in the records
@@ -210,7 +215,7 @@ pub async fn sample_loop(
     sink: &mut dyn Sink,
 ) -> CliResult<ExitCode> {
     if let Some(notice) = stand_in_notice(&sel.plan, "per process") {
-        eprintln!("imc: {notice}");
+        sink.notice(&notice);
     }
     let kernel_tick = !sel.plan.tick.adds_interrupts;
     let drain_ms = sel.plan.drain.as_ref().map_or_else(

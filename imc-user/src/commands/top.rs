@@ -135,6 +135,7 @@ fn view_config(specs: &[SlotSpec], source: &str, top: usize) -> ViewConfig {
         value_events,
         traffic_events,
         top,
+        notice: None,
     }
 }
 
@@ -276,6 +277,14 @@ impl Sink for LiveView {
 
     fn stop_requested(&self) -> bool {
         self.quit.load(Ordering::SeqCst)
+    }
+
+    /// Shown in the view's header: a line printed on stderr now would land on the screen and
+    /// be overwritten by (or scribble over) the next frame.
+    fn notice(&mut self, text: &str) {
+        let mut s = lock(&self.screen);
+        s.cfg.notice = Some(text.to_string());
+        let _ = s.draw();
     }
 }
 
