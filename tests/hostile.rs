@@ -954,3 +954,28 @@ fn list_prints_sysfs_names_as_text_never_as_terminal_controls() {
         );
     }
 }
+
+#[test]
+fn report_views_replace_an_existing_file_only_with_force() {
+    let dir = tempfile::tempdir().unwrap();
+    let (rec, _) = recording(dir.path());
+    let rec = rec.to_str().unwrap();
+    for flag in ["--plot", "--perfetto"] {
+        let out = dir.path().join(format!("old{flag}"));
+        std::fs::write(&out, b"kept").unwrap();
+        let o = run(&mut imc(&["report", rec, flag, out.to_str().unwrap()]));
+        assert_eq!(o.code, Some(2), "{flag}: {}", o.stderr);
+        assert_eq!(o.stderr.lines().count(), 1, "{}", o.stderr);
+        assert!(o.stderr.contains("--force"), "{}", o.stderr);
+        assert_eq!(std::fs::read(&out).unwrap(), b"kept", "{flag}");
+        let o = run(&mut imc(&[
+            "report",
+            rec,
+            flag,
+            out.to_str().unwrap(),
+            "--force",
+        ]));
+        assert_eq!(o.code, Some(0), "{flag}: {}", o.stderr);
+        assert_ne!(std::fs::read(&out).unwrap(), b"kept", "{flag}");
+    }
+}

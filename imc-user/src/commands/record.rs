@@ -76,10 +76,11 @@ fn create(p: Pending) -> CliResult<Writer> {
         .map_err(|e| CliError::runtime(format!("cannot create the recording: {e}")))
 }
 
-/// Refuses, before anything starts, an output that cannot or must not be written: something
+/// Refuses, before anything starts, an output that cannot or must not be written (a recording,
+/// and `report`'s --perfetto and --plot files alike): something
 /// already there without `--force` (a symlink is never followed), a directory, or a directory
 /// that does not exist (all bad input: the path is wrong).
-fn check_output(path: &Path, force: bool) -> CliResult<()> {
+pub(super) fn check_output(path: &Path, force: bool) -> CliResult<()> {
     let there =
         what_is_there(path).map_err(|e| CliError::runtime(format!("{}: {e}", path.display())))?;
     match there {

@@ -220,6 +220,10 @@ fn write_views(args: &ReportArgs, total: &IntervalResult, bursts: &[BurstRow]) -
 }
 
 pub fn run(_global: &GlobalArgs, args: &ReportArgs) -> CliResult<ExitCode> {
+    // The views' files are checked as a recording's output is, before the file is read.
+    for out in [&args.perfetto, &args.plot].into_iter().flatten() {
+        super::record::check_output(out, args.force)?;
+    }
     let readers = open_run(&args.file)?;
     let header = readers
         .last()
