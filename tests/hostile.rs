@@ -979,3 +979,85 @@ fn report_views_replace_an_existing_file_only_with_force() {
         assert_ne!(std::fs::read(&out).unwrap(), b"kept", "{flag}");
     }
 }
+
+/// A copy of the icx-gaps fixture to damage.
+fn tree_copy(dir: &Path, name: &str) -> PathBuf {
+    let root = dir.join(name);
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/icx-gaps");
+    assert!(
+        Command::new("cp")
+            .arg("-a")
+            .arg(&src)
+            .arg(&root)
+            .status()
+            .unwrap()
+            .success()
+    );
+    root
+}
+
+#[test]
+fn oversize_sysfs_files_are_refused_by_name_never_cut_and_parsed() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cases = Vec::new();
+    let imc0 = "sys/devices/uncore_imc_0";
+    // (file, its new content or a sparse length, what the message must name)
+    let big_event = format!("event=0x04,umask=0x03{}", ",umask=0x03".repeat(6_500));
+    let big_list: String = (0..1_000_000u32)
+        .map(|i| (i % 8).to_string())
+        .collect::<Vec<_>>()
+        .join(",");
+    let files: Vec<(String, Option<String>, u64)> = vec![
+        (format!("{imc0}/events/cas_count_read"), Some(big_event), 0),
+        (
+            "sys/devices/system/node/node0/cpulist".into(),
+            Some(big_list),
+            0,
+        ),
+        (format!("{imc0}/cpumask"), None, 2 << 30),
+        (format!("{imc0}/type"), None, 1 << 20),
+    ];
+    for (i, (file, content, sparse)) in files.iter().enumerate() {
+        let root = tree_copy(dir.path(), &format!("t{i}"));
+        let f = root.join(file);
+        match content {
+            Some(c) => std::fs::write(&f, c).unwrap(),
+            None => std::fs::File::create(&f).unwrap().set_len(*sparse).unwrap(),
+        }
+        let r = root.to_str().unwrap();
+        cases.push((file.clone(), imc(&["--root", r, "list"])));
+    }
+    class("oversize sysfs files", cases, |label, o| {
+        assert_eq!(o.code, Some(2), "{label}: {}", o.stderr);
+        let name = Path::new(label).file_name().unwrap().to_str().unwrap();
+        assert!(o.stderr.contains(name), "{label}: {}", o.stderr);
+        assert!(o.stderr.contains("larger than"), "{label}: {}", o.stderr);
+        assert!(o.stderr.len() < 400, "{label}: {} bytes", o.stderr.len());
+        assert!(!o.stderr.contains('\0'), "{label}");
+    });
+}
+
+#[test]
+fn errors_quote_bad_input_escaped_and_clipped() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = tree_copy(dir.path(), "t");
+    // A page of NULs and escapes where a CPU list should be: within a cpulist's size, so it is
+    // parsed and refused, and the message quotes it.
+    let junk = "\0\u{1b}[2J".repeat(1000);
+    std::fs::write(root.join("sys/devices/uncore_imc_0/cpumask"), &junk).unwrap();
+    let o = run(&mut imc(&["--root", root.to_str().unwrap(), "list"]));
+    assert_eq!(o.code, Some(2), "{}", o.stderr);
+    assert_eq!(o.stderr.lines().count(), 1, "{}", o.stderr);
+    assert!(o.stderr.contains("cpumask"), "{}", o.stderr);
+    assert!(
+        o.stderr.len() < 600,
+        "{} bytes: {}",
+        o.stderr.len(),
+        o.stderr
+    );
+    assert!(
+        !o.stderr.chars().any(|c| c.is_control() && c != '\n'),
+        "{:?}",
+        o.stderr
+    );
+}
