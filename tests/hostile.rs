@@ -1061,3 +1061,69 @@ fn errors_quote_bad_input_escaped_and_clipped() {
         o.stderr
     );
 }
+
+/// The icx-gaps tree with `n` more `uncore_imc_N` PMUs (copies of uncore_imc_0), the shape the
+/// issue's planning probe used.
+fn tree_with_many_pmus(dir: &Path, n: u32) -> PathBuf {
+    let root = tree_copy(dir, "many");
+    let devices = root.join("sys/devices");
+    let src = devices.join("uncore_imc_0");
+    for i in 0..n {
+        let name = format!("uncore_imc_{}", 100 + i);
+        let d = devices.join(&name);
+        for sub in ["format", "events"] {
+            std::fs::create_dir_all(d.join(sub)).unwrap();
+            for f in std::fs::read_dir(src.join(sub)).unwrap() {
+                let f = f.unwrap();
+                std::fs::hard_link(f.path(), d.join(sub).join(f.file_name())).unwrap();
+            }
+        }
+        std::fs::hard_link(src.join("cpumask"), d.join("cpumask")).unwrap();
+        std::fs::write(d.join("type"), format!("{}\n", 1000 + i)).unwrap();
+        std::os::unix::fs::symlink(
+            format!("../../../devices/{name}"),
+            root.join("sys/bus/event_source/devices").join(&name),
+        )
+        .unwrap();
+    }
+    root
+}
+
+/// Whether `pid` has a handler for `sig` installed (/proc/PID/status, SigCgt).
+fn catches(pid: u32, sig: i32) -> Option<bool> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let hex = s.lines().find_map(|l| l.strip_prefix("SigCgt:"))?.trim();
+    let mask = u64::from_str_radix(hex, 16).ok()?;
+    Some(mask & (1 << (sig - 1)) != 0)
+}
+
+#[test]
+fn a_stop_signal_during_discovery_and_planning_ends_imc_at_once() {
+    use std::os::unix::process::ExitStatusExt;
+    let dir = tempfile::tempdir().unwrap();
+    let root = tree_with_many_pmus(dir.path(), 1000);
+    let mut child = imc(&["--root", root.to_str().unwrap(), "stat", "--dry-run"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    // Once stat has its handlers in place it is reading thousands of PMUs: signal it then.
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            panic!("stat --dry-run ended before its handlers were seen");
+        }
+        if catches(pid, libc::SIGTERM) == Some(true) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+    let st = child.wait().unwrap();
+    assert_eq!(
+        st.signal(),
+        Some(libc::SIGTERM),
+        "SIGTERM during planning must end imc as it comes ({st})"
+    );
+}
