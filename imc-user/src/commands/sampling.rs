@@ -8,7 +8,7 @@ use crate::discovery;
 use crate::error::{CliError, CliResult};
 use crate::model::{BackendKind, Discovery, Topology};
 use crate::output::interval::IntervalResult;
-use crate::plan::{self, Kernel, Plan, PlanError, Request};
+use crate::plan::{self, Kernel, Plan, PlanError, Request, WeightEvent, WeightRequest};
 use crate::sampler::{Sampler, planned};
 use imc_common::TickRecord;
 use std::process::ExitCode;
@@ -63,6 +63,38 @@ pub fn stand_in_for(
     Ok(vec![(s.name.to_string(), vec![s.event])])
 }
 
+/// `--weight auto|cpu-time|EVENT[:read|:write]` (repeatable): `auto` and `cpu-time` alone, or
+/// events resolved under --root like `-e`.
+pub fn weight_arg(global: &GlobalArgs, given: &[String]) -> CliResult<WeightRequest> {
+    match given {
+        [] => Ok(WeightRequest::Auto),
+        [one] if one == "auto" => Ok(WeightRequest::Auto),
+        [one] if one == "cpu-time" => Ok(WeightRequest::CpuTime),
+        many => many
+            .iter()
+            .map(|text| {
+                if text == "auto" || text == "cpu-time" {
+                    return Err(CliError::bad_input(format!(
+                        "--weight {text}: stands alone, not beside other --weight events"
+                    )));
+                }
+                let (event, direction) = WeightRequest::split_direction(text);
+                let encoded = crate::events::resolve(&global.root, event).map_err(|e| {
+                    CliError::bad_input(format!(
+                        "--weight {text}: {e} (auto, cpu-time, or EVENT[:read|:write])"
+                    ))
+                })?;
+                Ok(WeightEvent {
+                    text: event.to_string(),
+                    direction,
+                    encoded,
+                })
+            })
+            .collect::<CliResult<Vec<_>>>()
+            .map(WeightRequest::Events),
+    }
+}
+
 pub fn plan_error(e: PlanError) -> CliError {
     match e {
         PlanError::BadRequest(m) => CliError::bad_input(m),
@@ -94,6 +126,7 @@ pub fn select_for(
         },
         stand_in: stand_in_for(global, found, &args.events, &args.backend)?,
         latency: None,
+        weight: weight_arg(global, &args.weight)?,
     };
     let plan = plan::plan(found, &Kernel::read(&global.root), &req).map_err(plan_error)?;
     Ok(Selection {
@@ -149,11 +182,22 @@ pub trait Sink {
     /// After every drain: how many records it took in and how long it took (`imc serve`'s
     /// health metrics).
     fn drained(&mut self, _records: usize, _took: Duration) {}
-    /// A line about the whole run (the stand-in notice), said once before the first interval:
-    /// on stderr, unless the sink has a place of its own for it (the live view's header).
-    fn notice(&mut self, text: &str) {
-        eprintln!("imc: {}", crate::text::escape(text));
+    /// Something the user must be told once while the loop runs (one line, no `imc:` prefix);
+    /// on stderr unless the sink shows it itself (the live view's header).
+    fn notice(&mut self, line: &str) {
+        eprintln!("imc: {}", crate::text::escape(line));
     }
+}
+
+/// The one line said the first time package traffic had to be divided by on-CPU time although
+/// weights were planned.
+fn fallback_notice(r: &IntervalResult) -> String {
+    format!(
+        "{} span(s) of package traffic divided by on-CPU time: the weight counters did not run \
+         (the core's counters are shared, and the kernel multiplexed them) or could not be read; \
+         every interval counts them (JSON weight_fallbacks)",
+        r.weight_fallbacks
+    )
 }
 
 /// How long `record` and `serve` sleep between drains when every counter comes in the records
@@ -252,7 +296,8 @@ pub async fn sample_loop(
         );
     }
     let mut pump = Pump::new(sampler, &found.topology, sel.source.clone(), tick_hz)
-        .per_channel(args.per_channel);
+        .per_channel(args.per_channel)
+        .weighting(sel.plan.weighting.clone());
     let code = run_loop(args, &mut pump, sink, cfg.drain_period_ms).await;
     drop(pump);
     code
@@ -352,6 +397,7 @@ async fn run_loop(
         if finished {
             // The last interval, from the last end to now.
             let result = pump.close(true);
+            pump.say_fallbacks(&result, sink);
             if let Err(e) = sink.interval(&result) {
                 failed = Some(CliError::runtime(format!("writing output: {e}")));
             }
@@ -416,6 +462,8 @@ pub struct Pump {
     batch: Vec<TickRecord>,
     /// (time, index in `batch`) of each record, sorted.
     order: Vec<(u64, u32)>,
+    /// The weights' fallback to time has been said.
+    fallbacks_said: bool,
 }
 
 impl Pump {
@@ -429,6 +477,7 @@ impl Pump {
             channels: None,
             batch: Vec::new(),
             order: Vec::new(),
+            fallbacks_said: false,
         }
     }
 
@@ -436,6 +485,12 @@ impl Pump {
     /// per-channel counts (`PackageRow::channels`).
     pub fn per_channel(mut self, yes: bool) -> Pump {
         self.channels = yes.then(Vec::new);
+        self
+    }
+
+    /// How the plan divides package traffic, said in every interval.
+    pub fn weighting(mut self, w: Option<crate::model::Weighting>) -> Pump {
+        self.attr = self.attr.weighting(w);
         self
     }
 
@@ -519,7 +574,16 @@ impl Pump {
         let mut result = self.attr.close_interval(ends.next_ns);
         self.add_channels(&mut result);
         ends.advance();
+        self.say_fallbacks(&result, sink);
         sink.interval(&result)
+    }
+
+    /// Tells the sink, once a run, that weights fell back to time.
+    fn say_fallbacks(&mut self, r: &IntervalResult, sink: &mut dyn Sink) {
+        if r.weight_fallbacks > 0 && !self.fallbacks_said {
+            self.fallbacks_said = true;
+            sink.notice(&fallback_notice(r));
+        }
     }
 
     fn count_lost(&mut self) {

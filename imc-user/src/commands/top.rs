@@ -279,12 +279,15 @@ impl Sink for LiveView {
         self.quit.load(Ordering::SeqCst)
     }
 
-    /// Shown in the view's header: a line printed on stderr now would land on the screen and
-    /// be overwritten by (or scribble over) the next frame.
+    /// The first (the stand-in's, said before any interval) is shown in the view's header: a
+    /// line printed on stderr would land on the screen and be drawn over by the next frame.
+    /// Later ones (weights falling back to time) the header shows from the intervals already.
     fn notice(&mut self, text: &str) {
         let mut s = lock(&self.screen);
-        s.cfg.notice = Some(text.to_string());
-        let _ = s.draw();
+        if s.cfg.notice.is_none() {
+            s.cfg.notice = Some(text.to_string());
+            let _ = s.draw();
+        }
     }
 }
 

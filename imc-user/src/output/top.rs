@@ -315,7 +315,20 @@ fn render_header(cfg: &ViewConfig, result: Option<&IntervalResult>, area: Rect, 
             );
             let second = match cfg.units {
                 Units::Bytes { .. } => {
-                    format!("unattributed {} MB/s", mb_per_s(r.unattributed_bytes, secs))
+                    let mut how = r
+                        .weighting
+                        .as_ref()
+                        .map_or(String::new(), |w| format!("   divided {}", w.phrase()));
+                    if r.weight_fallbacks > 0 {
+                        how.push_str(&format!(
+                            " ({} spans by CPU time: the weights did not run)",
+                            r.weight_fallbacks
+                        ));
+                    }
+                    format!(
+                        "unattributed {} MB/s{how}",
+                        mb_per_s(r.unattributed_bytes, secs)
+                    )
                 }
                 Units::Counts => format!(
                     "counts/s, not bandwidth: {} has no bytes per count (tasks are ranked by {})",
@@ -575,6 +588,8 @@ mod tests {
             ],
             unattributed_bytes: 60_000_000,
             lost_samples: 3,
+            weighting: None,
+            weight_fallbacks: 0,
         }
     }
 

@@ -476,6 +476,15 @@ impl Reader {
             tasks,
             unattributed_bytes,
             lost_samples,
+            weighting: Some(self.weighting()),
+            weight_fallbacks: 0,
+        })
+    }
+
+    /// How the run divided package traffic: as its header says, else as its slots show.
+    pub fn weighting(&self) -> crate::model::Weighting {
+        self.header.weighting.clone().unwrap_or_else(|| {
+            crate::model::Weighting::from_slots(&self.header.specs().unwrap_or_default())
         })
     }
 
