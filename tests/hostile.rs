@@ -578,42 +578,44 @@ fn claiming_recordings(dir: &Path) -> Vec<(String, PathBuf)> {
     out
 }
 
-/// Runs `imc report` on `path` under an address-space limit: exit code and peak RSS (KiB).
+/// Runs `imc report` on `path` under an address-space limit (util-linux `prlimit`): exit code,
+/// stderr and peak RSS in KiB as GNU time measures it. time forks imc from its own small
+/// process: the rusage of a child this test spawned directly would count this test's own
+/// memory, which the child had until it exec'd.
 fn report_bounded(path: &Path, as_limit: u64) -> (Option<i32>, String, i64) {
-    use std::os::unix::process::CommandExt;
-    let mut cmd = imc(&["report", path.to_str().unwrap()]);
-    cmd.stdout(Stdio::null()).stderr(Stdio::piped());
-    // SAFETY: only setrlimit, async-signal-safe, between fork and exec.
-    unsafe {
-        cmd.pre_exec(move || {
-            let lim = libc::rlimit {
-                rlim_cur: as_limit,
-                rlim_max: as_limit,
-            };
-            if libc::setrlimit(libc::RLIMIT_AS, &lim) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-    let child = cmd.spawn().unwrap();
-    let pid = child.id() as i32;
-    let mut status = 0;
-    // SAFETY: an all-zero rusage is valid; wait4 on our own child.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    let stderr = {
-        let mut child = child;
-        let mut s = String::new();
-        use std::io::Read;
-        child.stderr.take().unwrap().read_to_string(&mut s).unwrap();
-        std::mem::forget(child);
-        s
+    let time = Path::new("/usr/bin/time");
+    assert!(
+        time.is_file(),
+        "GNU time is missing: scripts/setup.sh installs it"
+    );
+    let out = Command::new("prlimit")
+        .arg(format!("--as={as_limit}"))
+        .arg(time)
+        .args(["-f", "peak-rss-kib %M"])
+        .arg(imc_bin())
+        .arg("report")
+        .arg(path)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .output()
+        .expect("prlimit (util-linux)");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let rss = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("peak-rss-kib "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no measure from time: {stderr}"));
+    let own: String = stderr
+        .lines()
+        .filter(|l| !l.starts_with("peak-rss-kib ") && !l.starts_with("Command "))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let code = if stderr.contains("Command terminated by signal") {
+        Some(128 + 6)
+    } else {
+        out.status.code()
     };
-    // SAFETY: waits for the child spawned above, which nothing else reaps.
-    assert_eq!(unsafe { libc::wait4(pid, &mut status, 0, &mut ru) }, pid);
-    let code = libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status));
-    let code = code.or_else(|| Some(128 + libc::WTERMSIG(status)));
-    (code, stderr, ru.ru_maxrss)
+    (code, own, rss)
 }
 
 #[test]
