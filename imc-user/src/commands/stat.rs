@@ -442,11 +442,14 @@ fn open_backend(
             }
             Err(e) => return Err(e),
         };
-        if let Some(notice) = stand_in_notice(&plan, "system-wide") {
-            let _ = writeln!(err, "imc: {notice}");
-        }
         match open_planned(global, env, discovery, &plan, interval_ns) {
-            Ok(b) => return Ok(b),
+            Ok(b) => {
+                // Said once the stand-in counts: a run that fails says one line, the failure.
+                if let Some(notice) = stand_in_notice(&plan, "system-wide") {
+                    let _ = writeln!(err, "imc: {}", crate::text::escape(&notice));
+                }
+                return Ok(b);
+            }
             Err(e) => {
                 let retry = args.events.is_empty() && args.backend == "auto";
                 match plan.backend {
