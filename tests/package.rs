@@ -552,11 +552,12 @@ fn by_cpu_time_alone_the_spinner_is_charged_for_traffic_it_never_made() {
         spin_use * 100.0,
         expected * 100.0
     );
-    assert!(
+    if !require(
         spin_use > 0.3,
-        "the spinner had {:.0}% of CPU 1: the machine is too loaded to tell",
-        spin_use * 100.0
-    );
+        "the spinner had less than 30% of CPU 1: the machine is too loaded to tell",
+    ) {
+        return;
+    }
     assert!(
         (spin as f64 / own - expected).abs() <= 0.15,
         "spinner got {:.1}% by CPU time, about {:.1}% expected",

@@ -444,7 +444,7 @@ fn open_backend(
         };
         match open_planned(global, env, discovery, &plan, interval_ns) {
             Ok(b) => {
-                // Said once the stand-in counts: a run that fails says one line, the failure.
+                // Said once it counts: a stand-in that does not open is its error alone.
                 if let Some(notice) = stand_in_notice(&plan, "system-wide") {
                     let _ = writeln!(err, "imc: {}", crate::text::escape(&notice));
                 }
