@@ -79,6 +79,7 @@ fn main() {
         value_events: vec!["uncore_imc_0/read".into(), "LLC-load-misses".into()],
         traffic_events: vec!["uncore_imc_0/read".into()],
         top: 0,
+        notice: None,
     };
     let results = [interval(1), interval(2)];
     let mut history = History::default();

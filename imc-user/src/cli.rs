@@ -297,6 +297,10 @@ pub struct ReportArgs {
     /// Also draw bandwidth over time, stacked by the top processes, as an SVG file.
     #[arg(long, value_name = "OUT.svg")]
     pub plot: Option<PathBuf>,
+    /// Replace an existing --perfetto or --plot file (a symlink there is replaced, not
+    /// followed).
+    #[arg(long)]
+    pub force: bool,
 }
 
 /// A rate as given on the command line: a number and the power of its K/M/G/T suffix, whose

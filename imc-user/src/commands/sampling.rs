@@ -137,16 +137,12 @@ pub fn select_for(
 
 /// `--dry-run`: the plan, as text or one JSON object, on stdout.
 pub fn print_plan(plan: &Plan, json: bool) -> CliResult<ExitCode> {
-    use std::io::Write;
     let text = if json {
         serde_json::to_string(plan).map_err(|e| CliError::runtime(e.to_string()))? + "\n"
     } else {
         plan::text::render(plan)
     };
-    let mut out = std::io::stdout().lock();
-    out.write_all(text.as_bytes())
-        .and_then(|_| out.flush())
-        .map_err(|e| CliError::runtime(format!("writing the plan: {e}")))?;
+    crate::error::write_stdout(text.as_bytes())?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -189,7 +185,7 @@ pub trait Sink {
     /// Something the user must be told once while the loop runs (one line, no `imc:` prefix);
     /// on stderr unless the sink shows it itself (the live view's header).
     fn notice(&mut self, line: &str) {
-        eprintln!("imc: {line}");
+        eprintln!("imc: {}", crate::text::escape(line));
     }
 }
 
@@ -263,7 +259,7 @@ pub async fn sample_loop(
     sink: &mut dyn Sink,
 ) -> CliResult<ExitCode> {
     if let Some(notice) = stand_in_notice(&sel.plan, "per process") {
-        eprintln!("imc: {notice}");
+        sink.notice(&notice);
     }
     let kernel_tick = !sel.plan.tick.adds_interrupts;
     let drain_ms = sel.plan.drain.as_ref().map_or_else(
@@ -352,6 +348,8 @@ async fn run_loop(
     };
     let mut exit = ExitCode::SUCCESS;
     let mut next_wake = start + period;
+    // A failure ends the loop here, not with `?`: the command must not outlive it.
+    let mut failed: Option<CliError> = None;
     loop {
         let child_done = async {
             match child.as_mut() {
@@ -384,9 +382,14 @@ async fn run_loop(
         next_wake = now + period;
         let finished = stop || sink.stop_requested() || deadline.is_some_and(|d| now >= d);
         let drain_start = std::time::Instant::now();
-        let (records, go_on) = pump
-            .drain_into(sink, &mut ends, crate::sampler::monotonic_ns())
-            .map_err(|e| CliError::runtime(format!("writing output: {e}")))?;
+        let (records, go_on) =
+            match pump.drain_into(sink, &mut ends, crate::sampler::monotonic_ns()) {
+                Ok(r) => r,
+                Err(e) => {
+                    failed = Some(CliError::runtime(format!("writing output: {e}")));
+                    break;
+                }
+            };
         sink.drained(records, drain_start.elapsed());
         if !go_on {
             break;
@@ -395,19 +398,33 @@ async fn run_loop(
             // The last interval, from the last end to now.
             let result = pump.close(true);
             pump.say_fallbacks(&result, sink);
-            sink.interval(&result)
-                .map_err(|e| CliError::runtime(format!("writing output: {e}")))?;
+            if let Err(e) = sink.interval(&result) {
+                failed = Some(CliError::runtime(format!("writing output: {e}")));
+            }
             break;
         }
     }
     drop(wake);
     if let Some(mut c) = child {
-        // Stopped by signal or --duration while the command still runs: like perf, the
-        // measured command ends with the measurement.
+        // Stopped by signal or --duration while the command still runs, or by a failure (the
+        // output cannot be written): like perf, the measured command ends with the
+        // measurement, never left running on its own.
+        let pid = c.id().unwrap_or(0);
         let _ = c.start_kill();
         let _ = c.wait().await;
+        if let Some(e) = failed {
+            let prog = args.command.first().map_or("", String::as_str);
+            return Err(CliError {
+                message: format!(
+                    "{}; the command '{}' (pid {pid}) was killed with the measurement",
+                    e.message,
+                    crate::text::escape(prog)
+                ),
+                ..e
+            });
+        }
     }
-    Ok(exit)
+    failed.map_or(Ok(exit), Err)
 }
 
 /// Interval ends on the records' clock (CLOCK_MONOTONIC ns): every `every_ns` from the start.

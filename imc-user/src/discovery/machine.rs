@@ -1,6 +1,6 @@
 //! Facts about the machine from `proc/cpuinfo` and `sys/hypervisor`: vendor, family/model
 //! (x86), the POWER generation, and whether we run under a hypervisor.
-use super::sysfs::{DiscoveryError, read_optional};
+use super::sysfs::{DiscoveryError, read_head_optional, read_optional};
 use std::path::Path;
 
 pub use crate::model::Machine;
@@ -38,7 +38,7 @@ pub fn parse_cpuinfo(text: &str) -> Machine {
 
 pub fn read_machine(root: &Path) -> Result<Machine, DiscoveryError> {
     // A tree without proc/cpuinfo still lists PMUs; model-specific encodings are then unknown.
-    let mut m = read_optional(&root.join("proc/cpuinfo"))?
+    let mut m = read_head_optional(&root.join("proc/cpuinfo"))?
         .map(|t| parse_cpuinfo(&t))
         .unwrap_or_default();
     if !m.hypervisor

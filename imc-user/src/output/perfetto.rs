@@ -87,9 +87,9 @@ pub fn fmt_rate(unit: &Unit, v: f64) -> String {
     match unit {
         Unit::Bytes => {
             let (scaled, prefix) = binary_prefix(v);
-            format!("{scaled:.2} {prefix}B/s")
+            format!("{} {prefix}B/s", super::fixed(scaled, 2))
         }
-        Unit::Counts(_) => format!("{v:.0} {}", unit.per_s()),
+        Unit::Counts(_) => format!("{} {}", super::fixed(v, 0), unit.per_s()),
     }
 }
 

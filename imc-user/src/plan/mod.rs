@@ -670,14 +670,21 @@ fn value_key(backend: BackendKind, name: &str) -> String {
 /// Auxiliary events (clock ticks) are not bandwidth and are left out.
 pub fn source_counters(source: &Source, topo: &Topology) -> Vec<Counter> {
     let mut out = Vec::new();
+    // PMU by name (the first of a name, as a search would find): thousands of PMUs with two
+    // events each must not make this quadratic.
+    let mut by_name: std::collections::HashMap<&str, usize> = Default::default();
+    for (i, p) in source.pmus.iter().enumerate() {
+        by_name.entry(p.name.as_str()).or_insert(i);
+    }
     // A stand-in source's events (msr tsc, page-faults) are counted as plain values per CPU.
     let stand_in = !source.backend.is_memory_controller();
     for ev in &source.events {
         let direction = ev.direction.or_else(|| direction_of_name(&ev.name));
         if stand_in {
-            if let (Some(config), Some(pmu)) =
-                (ev.config, source.pmus.iter().find(|p| p.name == ev.pmu))
-            {
+            if let (Some(config), Some(pmu)) = (
+                ev.config,
+                by_name.get(ev.pmu.as_str()).map(|&i| &source.pmus[i]),
+            ) {
                 let enc = Encoded {
                     event: format!("{}/{}", ev.pmu, ev.name),
                     pmu: ev.pmu.clone(),
@@ -695,11 +702,7 @@ pub fn source_counters(source: &Source, topo: &Topology) -> Vec<Counter> {
         let Some(direction) = direction else {
             continue;
         };
-        let channel = source
-            .pmus
-            .iter()
-            .position(|p| p.name == ev.pmu)
-            .unwrap_or(0) as u32;
+        let channel = by_name.get(ev.pmu.as_str()).copied().unwrap_or(0) as u32;
         let several = source.pmus.len() > 1;
         if let (Some(address), Some(width)) = (ev.address, ev.width) {
             // /dev/mem counters: one package, no perf encoding.
@@ -731,7 +734,7 @@ pub fn source_counters(source: &Source, topo: &Topology) -> Vec<Counter> {
             continue;
         }
         let Some(config) = ev.config else { continue };
-        let Some(pmu) = source.pmus.iter().find(|p| p.name == ev.pmu) else {
+        let Some(pmu) = by_name.get(ev.pmu.as_str()).map(|&i| &source.pmus[i]) else {
             continue;
         };
         for (i, &cpu) in pmu.cpus.iter().enumerate() {
@@ -779,17 +782,23 @@ pub fn source_counters(source: &Source, topo: &Topology) -> Vec<Counter> {
 /// has several counters of one direction: a PMU instance each (SKX's uncore_imc_N), or several
 /// events of one PMU (AMD DF's per-channel events, POWER's nest MCS pairs).
 fn number_channels(counters: &mut [Counter]) {
+    // Counted in one pass and numbered in a second, so thousands of PMUs plan in linear time.
     let key = |c: &Counter| (c.package, c.direction, c.value_key.clone());
-    for i in 0..counters.len() {
-        if counters[i].address.is_some() {
+    let mut same: std::collections::HashMap<_, u32> = Default::default();
+    for c in counters.iter() {
+        *same.entry(key(c)).or_default() += 1;
+    }
+    let mut before: std::collections::HashMap<_, u32> = Default::default();
+    for c in counters.iter_mut() {
+        let k = key(c);
+        let n = before.entry(k.clone()).or_default();
+        let index = *n;
+        *n += 1;
+        if c.address.is_some() {
             continue;
         }
-        let k = key(&counters[i]);
-        let same = counters.iter().filter(|c| key(c) == k).count();
-        let before = counters[..i].iter().filter(|c| key(c) == k).count();
-        let c = &mut counters[i];
-        if same > 1 {
-            c.channel = Some(before as u32);
+        if same[&k] > 1 {
+            c.channel = Some(index);
             c.scope = "channel";
         } else {
             c.channel = None;

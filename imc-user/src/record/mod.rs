@@ -33,6 +33,11 @@ pub const CHUNK_CONTINUED: u8 = 6;
 /// older readers skip it). Views' branch first numbered it 6, which main gave CONTINUED.
 pub const CHUNK_CGROUPS: u8 = 7;
 
+/// Ticks per TICKS chunk: small enough that a crash loses little, large enough that the chunk
+/// overhead (9 bytes and a per-CPU restart of delta coding) stays negligible. Readers refuse a
+/// chunk claiming more.
+pub const TICKS_PER_CHUNK: usize = 1024;
+
 /// Largest chunk payload a reader accepts (a corrupt length must not allocate gigabytes).
 pub const MAX_CHUNK: u32 = 64 << 20;
 
