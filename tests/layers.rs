@@ -11,6 +11,8 @@ use std::path::{Path, PathBuf};
 /// Each top-level module of imc-user/src and its layer, lowest first.
 const LAYERS: &[(&str, u8)] = &[
     ("model", 0),
+    // Escaping outside text for a terminal: depends on nothing.
+    ("text", 0),
     ("sys", 1),
     ("discovery", 2),
     ("events", 3),
