@@ -68,6 +68,7 @@ fn interval(seed: u64) -> IntervalResult {
         tasks,
         unattributed_bytes: 12_345_678 + seed,
         lost_samples: seed % 3,
+        weighting: None,
     }
 }
 

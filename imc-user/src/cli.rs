@@ -139,6 +139,12 @@ pub struct SamplerArgs {
     /// not depend on where the ticks landed (always on with the kernel's tick).
     #[arg(long)]
     pub precise: bool,
+    /// How a package's traffic is divided among the tasks that ran: auto (each CPU's own
+    /// memory traffic, counted by the core counters this CPU model has; CPU time where it has
+    /// none, said in the plan), cpu-time, or per-CPU events (EVENT:read / EVENT:write weigh one
+    /// direction). Repeatable.
+    #[arg(long = "weight", value_name = "auto|cpu-time|EVENT[:read|:write]")]
+    pub weight: Vec<String>,
 }
 
 #[derive(Args, Debug, Clone)]

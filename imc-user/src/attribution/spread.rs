@@ -36,11 +36,14 @@ pub struct Segment {
     pub task: u32,
     /// Bit c: every Weight counter of class c read cleanly at both ends (and it has one).
     pub weight_ok: u8,
+    /// A CPU of another package: its rates are its remote-memory weights, and its time is no
+    /// claim on this package's traffic (time spreads only over the package's own CPUs).
+    pub foreign: bool,
 }
 
 impl Segment {
     fn busy(&self) -> bool {
-        self.task != IDLE
+        self.task != IDLE && !self.foreign
     }
 }
 
@@ -285,6 +288,7 @@ mod tests {
             wrate: [w / (end - start) as f64; MAX_CLASSES],
             task,
             weight_ok: 1,
+            foreign: false,
         }
     }
 

@@ -53,6 +53,8 @@ fn stand_in_total(interval: &IntervalResult, keys: &[String]) -> f64 {
 /// Sums intervals over a run (or a burst): packages by id, tasks by (pid, tgid, comm, cgroup).
 pub struct Summary {
     keys: Vec<String>,
+    /// How the run divided package traffic (from its first interval).
+    pub weighting: Option<crate::model::Weighting>,
     pub t_start_ns: Option<u64>,
     pub t_end_ns: u64,
     pub source: String,
@@ -68,6 +70,7 @@ pub struct Summary {
 impl Summary {
     pub fn new(specs: &[SlotSpec]) -> Summary {
         Summary {
+            weighting: None,
             keys: traffic_keys(specs),
             t_start_ns: None,
             t_end_ns: 0,
@@ -90,6 +93,9 @@ impl Summary {
         self.t_end_ns = self.t_end_ns.max(iv.t_end_ns);
         if self.source.is_empty() {
             self.source.clone_from(&iv.source);
+        }
+        if self.weighting.is_none() {
+            self.weighting.clone_from(&iv.weighting);
         }
         for p in &iv.packages {
             let e = self.packages.entry(p.id).or_insert_with(|| PackageRow {
@@ -150,6 +156,7 @@ impl Summary {
             tasks,
             unattributed_bytes: self.unattributed_bytes,
             lost_samples: self.lost_samples,
+            weighting: self.weighting.clone(),
         }
     }
 }

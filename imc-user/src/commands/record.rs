@@ -150,6 +150,7 @@ pub fn run(global: &GlobalArgs, args: &RecordArgs) -> CliResult<ExitCode> {
         args.interval_ms * 1_000_000,
     );
     header.precise = sel.plan.tick.switches;
+    header.weighting.clone_from(&sel.plan.weighting);
     header.start_monotonic_ns = clock_ns(libc::CLOCK_MONOTONIC);
     header.start_realtime_ns = clock_ns(libc::CLOCK_REALTIME);
     if let Some(m) = args.max_size {

@@ -443,6 +443,16 @@ fn human(
             "{}: a stand-in counted per task, not bandwidth (no bytes were measured)\n",
             stand_in.join("+")
         ));
+    } else if let Some(w) = &t.weighting {
+        s.push_str(&format!(
+            "package traffic divided among tasks {}{}\n",
+            w.phrase(),
+            if w.numa {
+                ", local and remote memory apart"
+            } else {
+                ""
+            }
+        ));
     }
     // A stand-in has no package bytes to show.
     for p in t.packages.iter().filter(|_| stand_in.is_empty()) {

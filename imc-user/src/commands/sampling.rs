@@ -8,7 +8,7 @@ use crate::discovery;
 use crate::error::{CliError, CliResult};
 use crate::model::{BackendKind, Discovery, Topology};
 use crate::output::interval::IntervalResult;
-use crate::plan::{self, Kernel, Plan, PlanError, Request};
+use crate::plan::{self, Kernel, Plan, PlanError, Request, WeightEvent, WeightRequest};
 use crate::sampler::{Sampler, planned};
 use imc_common::TickRecord;
 use std::process::ExitCode;
@@ -63,6 +63,38 @@ pub fn stand_in_for(
     Ok(vec![(s.name.to_string(), vec![s.event])])
 }
 
+/// `--weight auto|cpu-time|EVENT[:read|:write]` (repeatable): `auto` and `cpu-time` alone, or
+/// events resolved under --root like `-e`.
+pub fn weight_arg(global: &GlobalArgs, given: &[String]) -> CliResult<WeightRequest> {
+    match given {
+        [] => Ok(WeightRequest::Auto),
+        [one] if one == "auto" => Ok(WeightRequest::Auto),
+        [one] if one == "cpu-time" => Ok(WeightRequest::CpuTime),
+        many => many
+            .iter()
+            .map(|text| {
+                if text == "auto" || text == "cpu-time" {
+                    return Err(CliError::bad_input(format!(
+                        "--weight {text}: stands alone, not beside other --weight events"
+                    )));
+                }
+                let (event, direction) = WeightRequest::split_direction(text);
+                let encoded = crate::events::resolve(&global.root, event).map_err(|e| {
+                    CliError::bad_input(format!(
+                        "--weight {text}: {e} (auto, cpu-time, or EVENT[:read|:write])"
+                    ))
+                })?;
+                Ok(WeightEvent {
+                    text: event.to_string(),
+                    direction,
+                    encoded,
+                })
+            })
+            .collect::<CliResult<Vec<_>>>()
+            .map(WeightRequest::Events),
+    }
+}
+
 pub fn plan_error(e: PlanError) -> CliError {
     match e {
         PlanError::BadRequest(m) => CliError::bad_input(m),
@@ -94,6 +126,7 @@ pub fn select_for(
         },
         stand_in: stand_in_for(global, found, &args.events, &args.backend)?,
         latency: None,
+        weight: weight_arg(global, &args.weight)?,
     };
     let plan = plan::plan(found, &Kernel::read(&global.root), &req).map_err(plan_error)?;
     Ok(Selection {
@@ -251,7 +284,8 @@ pub async fn sample_loop(
         );
     }
     let mut pump = Pump::new(sampler, &found.topology, sel.source.clone(), tick_hz)
-        .per_channel(args.per_channel);
+        .per_channel(args.per_channel)
+        .weighting(sel.plan.weighting.clone());
     let code = run_loop(args, &mut pump, sink, cfg.drain_period_ms).await;
     drop(pump);
     code
@@ -414,6 +448,12 @@ impl Pump {
     /// per-channel counts (`PackageRow::channels`).
     pub fn per_channel(mut self, yes: bool) -> Pump {
         self.channels = yes.then(Vec::new);
+        self
+    }
+
+    /// How the plan divides package traffic, said in every interval.
+    pub fn weighting(mut self, w: Option<crate::model::Weighting>) -> Pump {
+        self.attr = self.attr.weighting(w);
         self
     }
 

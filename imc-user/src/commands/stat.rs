@@ -401,6 +401,7 @@ pub fn plan_of(
             .as_deref()
             .map(|types| super::latency::encodings(&global.root, types))
             .transpose()?,
+        weight: Default::default(),
     };
     crate::plan::plan(discovery, &Kernel::read(&global.root), &req).map_err(plan_error)
 }

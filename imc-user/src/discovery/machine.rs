@@ -3,38 +3,7 @@
 use super::sysfs::{DiscoveryError, read_optional};
 use std::path::Path;
 
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Machine {
-    /// `vendor_id` (GenuineIntel, AuthenticAMD) on x86.
-    pub vendor: Option<String>,
-    pub family: Option<u32>,
-    pub model: Option<u32>,
-    /// The POWER generation from `cpu : POWER9, altivec supported` → "POWER9".
-    pub power: Option<String>,
-    /// `platform` on POWER (PowerNV is bare metal; pSeries is an LPAR).
-    pub platform: Option<String>,
-    pub hypervisor: bool,
-    /// Why `hypervisor` is set, for messages.
-    pub hypervisor_source: Option<String>,
-}
-
-impl Machine {
-    pub fn is_intel(&self) -> bool {
-        self.vendor.as_deref() == Some("GenuineIntel")
-    }
-    pub fn is_amd(&self) -> bool {
-        matches!(
-            self.vendor.as_deref(),
-            Some("AuthenticAMD") | Some("HygonGenuine")
-        )
-    }
-    /// Intel family-6 model number, if this is one.
-    pub fn intel_model(&self) -> Option<u32> {
-        (self.is_intel() && self.family == Some(6))
-            .then_some(self.model)
-            .flatten()
-    }
-}
+pub use crate::model::Machine;
 
 /// Parses cpuinfo text. Only the first processor block matters for vendor/model; the
 /// `hypervisor` flag is looked for in every `flags` line.

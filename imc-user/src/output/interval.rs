@@ -96,6 +96,9 @@ pub struct IntervalResult {
     /// controller's own refresh traffic), the idle task's weight share, spans nobody ran in.
     pub unattributed_bytes: u64,
     pub lost_samples: u64,
+    /// How package traffic was divided among the tasks (absent in recordings' stored rows).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weighting: Option<crate::model::Weighting>,
 }
 
 impl IntervalResult {

@@ -309,7 +309,14 @@ fn render_header(cfg: &ViewConfig, result: Option<&IntervalResult>, area: Rect, 
             );
             let second = match cfg.units {
                 Units::Bytes { .. } => {
-                    format!("unattributed {} MB/s", mb_per_s(r.unattributed_bytes, secs))
+                    let how = r
+                        .weighting
+                        .as_ref()
+                        .map_or(String::new(), |w| format!("   divided {}", w.phrase()));
+                    format!(
+                        "unattributed {} MB/s{how}",
+                        mb_per_s(r.unattributed_bytes, secs)
+                    )
                 }
                 Units::Counts => format!(
                     "counts/s, not bandwidth: {} has no bytes per count (tasks are ranked by {})",
@@ -561,6 +568,7 @@ mod tests {
             ],
             unattributed_bytes: 60_000_000,
             lost_samples: 3,
+            weighting: None,
         }
     }
 

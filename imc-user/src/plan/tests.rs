@@ -28,6 +28,7 @@ fn request(command: Command) -> Request {
         batch_ms: None,
         stand_in: Vec::new(),
         latency: None,
+        weight: Default::default(),
     }
 }
 
@@ -41,7 +42,7 @@ fn every_channel_of_every_package_in_two_slots() {
     // Sapphire Rapids, 2 sockets, 8 channels each: 32 counters, one read and one write slot.
     let p = plan_on("spr-2socket", &kernel("6.8.0"), &request(Command::Top));
     assert_eq!(p.source, "intel-uncore-imc");
-    assert_eq!(p.counters.len(), 32);
+    assert_eq!(traffic(&p.counters).count(), 32);
     for pkg in [0, 1] {
         for dir in [Direction::Read, Direction::Write] {
             let chans: Vec<u32> = p
@@ -53,12 +54,23 @@ fn every_channel_of_every_package_in_two_slots() {
             assert_eq!(chans, (0..8).collect::<Vec<_>>(), "package {pkg} {dir:?}");
         }
     }
-    assert_eq!(p.slots.len(), 2);
-    assert!(p.slots.iter().all(|s| s.scope == "package"));
+    let slots: Vec<_> = p.slots.iter().filter(|s| s.role != "weight").collect();
+    assert_eq!(slots.len(), 2);
+    assert!(slots.iter().all(|s| s.scope == "package"));
     assert_eq!(p.tick.source, "kernel-tick");
     assert!(!p.tick.adds_interrupts);
     assert!(p.tick.switches);
-    assert!(p.refusals.is_empty(), "{:?}", p.refusals);
+    let controller_refusals: Vec<_> = p
+        .refusals
+        .iter()
+        .filter(|r| !r.reason.starts_with("weight"))
+        .collect();
+    assert!(controller_refusals.is_empty(), "{controller_refusals:?}");
+}
+
+/// The memory controller's counters of a plan (its weights and other counters left out).
+fn traffic(counters: &[Counter]) -> impl Iterator<Item = &Counter> {
+    counters.iter().filter(|c| c.role == "traffic")
 }
 
 #[test]
@@ -209,14 +221,21 @@ fn every_fixture_with_a_memory_controller_plans_all_its_channels() {
         for command in [Command::Top, Command::Record, Command::Serve, Command::Stat] {
             let p = plan_on(tree, &kernel("6.8.0"), &request(command));
             assert_eq!(p.source, source, "{tree} {command:?}");
-            assert_eq!(p.counters.len(), n, "{tree} {command:?}");
+            assert_eq!(traffic(&p.counters).count(), n, "{tree} {command:?}");
             let want = if command == Command::Stat { 0 } else { slots };
-            assert_eq!(p.slots.len(), want, "{tree} {command:?}");
+            let traffic_slots = p.slots.iter().filter(|s| s.role == "traffic").count();
+            assert_eq!(traffic_slots, want, "{tree} {command:?}");
+            assert!(
+                traffic(&p.counters).all(|c| c.package.is_some() && c.direction.is_some()),
+                "{tree}"
+            );
+            // Everything else is a per-CPU weight, and only where something samples.
             assert!(
                 p.counters
                     .iter()
-                    .all(|c| c.package.is_some() && c.direction.is_some()),
-                "{tree}"
+                    .filter(|c| c.role != "traffic")
+                    .all(|c| c.role == "weight" && c.package.is_none() && command.samples()),
+                "{tree} {command:?}"
             );
         }
     }
@@ -338,4 +357,56 @@ fn record_sleeps_long_unless_a_counter_is_read_from_userspace() {
         plan_on("skx-2socket", &k, &batched(Command::Stat)).drain,
         None
     );
+}
+
+#[test]
+fn weights_are_per_cpu_core_counters_with_their_encoding_and_reason() {
+    let p = plan_on("skx-2socket", &kernel("6.8.0"), &request(Command::Record));
+    let w = p
+        .weighting
+        .as_ref()
+        .expect("a sampling plan says how it weighs");
+    assert_eq!(w.method, "traffic", "{w:?}");
+    assert!(w.read.is_some(), "{w:?}");
+    let weights: Vec<&Counter> = p.counters.iter().filter(|c| c.role == "weight").collect();
+    assert!(!weights.is_empty());
+    for c in &weights {
+        assert_eq!(c.scope, "cpu");
+        assert!(matches!(c.reader, Reader::Tick), "{c:?}");
+        assert_eq!(c.cpus.len(), 80, "every CPU counts its own traffic");
+        assert_eq!(
+            c.encoding.pmu_type, 4,
+            "the core PMU's own type (PERF_TYPE_RAW)"
+        );
+        assert_ne!(c.encoding.config, 0);
+        let slot = &p.slots[c.slot.unwrap()];
+        assert_eq!((slot.role, slot.scope), ("weight", "cpu"));
+    }
+    // stat divides nothing.
+    let stat = plan_on("skx-2socket", &kernel("6.8.0"), &request(Command::Stat));
+    assert!(stat.weighting.is_none());
+    assert!(stat.counters.iter().all(|c| c.role == "traffic"));
+}
+
+#[test]
+fn cpu_time_is_a_refusal_with_its_reason() {
+    // Asked for.
+    let mut req = request(Command::Top);
+    req.weight = WeightRequest::CpuTime;
+    let p = plan_on("skx-2socket", &kernel("6.8.0"), &req);
+    let w = p.weighting.unwrap();
+    assert_eq!((w.method.as_str(), w.read), ("cpu-time", None));
+    assert!(w.reason.contains("--weight cpu-time"), "{}", w.reason);
+    assert!(p.counters.iter().all(|c| c.role == "traffic"));
+    // No core PMU under the root.
+    let mut found = crate::discovery::discover(&fixture("skx-2socket")).unwrap();
+    found.cores.clear();
+    let p = plan(&found, &kernel("6.8.0"), &request(Command::Top)).unwrap();
+    let w = p.weighting.unwrap();
+    assert_eq!(w.method, "cpu-time");
+    assert!(w.reason.contains("no core PMU"), "{}", w.reason);
+    // A hypervisor's virtual PMU.
+    found.hypervisor = true;
+    let p = plan(&found, &kernel("6.8.0"), &request(Command::Top)).unwrap();
+    assert!(p.weighting.unwrap().reason.contains("hypervisor"));
 }

@@ -415,6 +415,14 @@ impl Reader {
             tasks,
             unattributed_bytes,
             lost_samples,
+            weighting: Some(self.weighting()),
+        })
+    }
+
+    /// How the run divided package traffic: as its header says, else as its slots show.
+    pub fn weighting(&self) -> crate::model::Weighting {
+        self.header.weighting.clone().unwrap_or_else(|| {
+            crate::model::Weighting::from_slots(&self.header.specs().unwrap_or_default())
         })
     }
 
