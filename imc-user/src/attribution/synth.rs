@@ -95,6 +95,9 @@ pub struct Layout {
     /// within `max_age_ns` (and always those no tick reads).
     pub drain_ns: u64,
     pub max_age_ns: u64,
+    /// The local weights also count traffic to other packages' memory: with no remote weight
+    /// beside them, the event cannot tell local from remote (LLC misses count both).
+    pub weights_see_remote: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -533,7 +536,13 @@ impl SynthStream {
                     }
                 }
                 SynthSlot::Weight { direction, remote } => {
-                    let acc = if remote { w.remote } else { w.local };
+                    let acc = if remote {
+                        w.remote
+                    } else if layout.weights_see_remote {
+                        [w.local[0] + w.remote[0], w.local[1] + w.remote[1]]
+                    } else {
+                        w.local
+                    };
                     let counts = match direction {
                         Some(Direction::Read) => acc[0],
                         Some(Direction::Write) => acc[1],

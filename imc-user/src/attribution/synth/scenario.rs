@@ -25,8 +25,8 @@ pub const MAX_CPUS: usize = 4096;
 const MAX_TASKS: usize = 100_000;
 /// Bandwidth beyond any memory system (bytes/s): 10 TB/s.
 const MAX_BPS: f64 = 1e13;
-/// The fixture tree whose machine a `packages` scenario reshapes (a Sapphire Rapids server).
-pub const PACKAGES_BASE: &str = "spr-2socket";
+/// The fixture tree whose machine a `packages` scenario reshapes (a Skylake-SP server).
+pub const PACKAGES_BASE: &str = "skx-2socket";
 
 #[derive(Debug, Error)]
 pub enum ScenarioError {
@@ -183,8 +183,9 @@ pub struct TaskResult {
 #[derive(Clone, Debug, Serialize)]
 pub struct Outcome {
     pub name: String,
-    /// `traffic` (per-CPU weights) or `cpu-time`.
-    pub weighting: String,
+    /// The plan's weighting: `method` `traffic` (per-CPU weights) or `cpu-time`, the events,
+    /// NUMA, why.
+    pub weighting: crate::model::Weighting,
     /// Every package's controller bytes over the whole run (tasks and DMA), the truth.
     pub total_bytes: f64,
     pub tasks: Vec<TaskResult>,
@@ -599,6 +600,10 @@ fn shaped_machine(path: &Path, pkgs: &[CpuList]) -> Result<Discovery, ScenarioEr
             p.cpus = firsts.clone();
         }
     }
+    // The core PMU counts on every CPU of the new shape.
+    for core in &mut found.cores {
+        core.cpus = all.clone();
+    }
     found.topology.nodes = packages
         .iter()
         .map(|p| crate::model::NumaNode {
@@ -622,7 +627,6 @@ pub fn packages_base() -> PathBuf {
 impl Loaded {
     /// What `imc record` would ask the plan for on this machine.
     pub fn request(&self, opts: &RunOptions) -> Request {
-        let _ = opts.weigh;
         Request {
             command: Command::Record,
             events: Vec::new(),
@@ -635,6 +639,10 @@ impl Loaded {
             batch_ms: opts.batch_ms,
             stand_in: Vec::new(),
             latency: None,
+            weight: match opts.weigh {
+                Weigh::Auto => plan::WeightRequest::Auto,
+                Weigh::CpuTime => plan::WeightRequest::CpuTime,
+            },
         }
     }
 
@@ -693,6 +701,9 @@ impl Loaded {
             min_gap_ns: 900_000_000 / u64::from(hz),
             drain_ns: drain_ms * 1_000_000,
             max_age_ns: crate::sampler::fallback::max_age_ns(hz, drain_ms as u32),
+            weights_see_remote: !specs
+                .iter()
+                .any(|s| matches!(s.role, SlotRole::RemoteWeight(_))),
         };
         let ncpu = topo.online.iter().max().map_or(0, |&m| m as usize + 1);
         let mut sc = Scenario::busy(0, hz, duration_ns);
@@ -923,17 +934,18 @@ impl Loaded {
         let max_error = tasks.iter().map(|t| t.error).fold(0.0, f64::max);
         let weights = specs
             .iter()
-            .filter(|s| s.scope == SlotScope::Cpu && matches!(s.role, SlotRole::Weight(_)))
+            .filter(|s| {
+                s.scope == SlotScope::Cpu
+                    && matches!(s.role, SlotRole::Weight(_) | SlotRole::RemoteWeight(_))
+            })
             .map(|s| format!("{} ({})", s.event, role_name(s.role)))
             .collect::<Vec<_>>();
-        let weighting = if weights.is_empty() {
-            "cpu-time"
-        } else {
-            "traffic"
-        };
+        let weighting = plan.weighting.clone().unwrap_or_else(|| {
+            crate::model::Weighting::cpu_time("the plan chose no weighting")
+        });
         Ok(Outcome {
             name: self.file.name.clone(),
-            weighting: weighting.to_string(),
+            weighting,
             total_bytes,
             tasks,
             max_error,
@@ -949,6 +961,8 @@ fn role_name(role: SlotRole) -> String {
         SlotRole::Traffic(d) => format!("traffic {d:?}").to_lowercase(),
         SlotRole::Weight(None) => "weight".into(),
         SlotRole::Weight(Some(d)) => format!("weight {d:?}").to_lowercase(),
+        SlotRole::RemoteWeight(None) => "remote weight".into(),
+        SlotRole::RemoteWeight(Some(d)) => format!("remote weight {d:?}").to_lowercase(),
         SlotRole::Other => "other".into(),
     }
 }
@@ -967,6 +981,10 @@ fn synth_slot(spec: &SlotSpec) -> SynthSlot {
         (SlotScope::Cpu, SlotRole::Weight(direction)) => SynthSlot::Weight {
             direction,
             remote: false,
+        },
+        (SlotScope::Cpu, SlotRole::RemoteWeight(direction)) => SynthSlot::Weight {
+            direction,
+            remote: true,
         },
         (SlotScope::Cpu, _) => SynthSlot::Other,
     }
@@ -1003,13 +1021,14 @@ impl Outcome {
             s,
             "scenario {}: weighting {}{}",
             self.name,
-            self.weighting,
+            self.weighting.method,
             if self.weights.is_empty() {
                 String::new()
             } else {
                 format!(" ({})", self.weights.join(", "))
             }
         );
+        let _ = writeln!(s, "  {}", self.weighting.reason);
         let _ = writeln!(
             s,
             "  {:>8} {:<16} {:>14} {:>14} {:>8} {:>8}",
@@ -1072,5 +1091,165 @@ fn human(b: f64) -> String {
         format!("{v:.0} {}", UNITS[u])
     } else {
         format!("{v:.2} {}", UNITS[u])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What `imc record` uses for a one-second interval on the kernel's tick.
+    fn opts(weigh: Weigh) -> RunOptions {
+        RunOptions {
+            weigh,
+            drain_ms: 100,
+            batch_ms: Some(1000),
+        }
+    }
+
+    fn err(text: &str) -> String {
+        parse(Path::new("/x/s.json"), text).unwrap_err().to_string()
+    }
+
+    const SMALL: &str = r#"{"name": "small", "packages": [[0, 1], [2, 3]],
+        "kernel": "6.8.0", "hz": 250, "duration_s": 2, "interval_ms": 500,
+        "dma_read_bps": [1e8, 3e8],
+        "tasks": [
+          {"pid": 10, "comm": "a", "cpus": [0], "read_bps": 4e9, "write_bps": 1e9},
+          {"pid": 11, "comm": "b", "cpus": [0, 1], "cpu_share": 0.5, "read_bps": 1e9,
+           "write_bps": 2e9, "memory_package": 1},
+          {"pid": 12, "comm": "c", "cpus": [2], "read_bps": 1e7, "start_s": 0.3,
+           "end_s": 1.1}
+        ]}"#;
+
+    #[test]
+    fn bad_scenarios_name_the_file_and_the_field() {
+        let cases = [
+            (r#"{"name": "x", "bogus": 1}"#, "s.json: bogus: unknown field"),
+            (
+                r#"{"name": "x", "packages": [[0]], "duration_s": 1,
+                   "tasks": [{"pid": 1, "comm": "a", "cpus": [0], "colour": 2}]}"#,
+                "tasks[0]: unknown field `colour`",
+            ),
+            (
+                r#"{"name": "x", "packages": [[0]], "duration_s": 1,
+                   "tasks": [{"pid": 1, "comm": "a", "cpus": [0], "read_bps": -5}]}"#,
+                "tasks[0].read_bps: -5",
+            ),
+            (
+                r#"{"name": "x", "packages": [[0]], "duration_s": 90000, "tasks": []}"#,
+                "duration_s: 90000",
+            ),
+            (
+                r#"{"name": "x", "packages": ["0-4096"], "duration_s": 1, "tasks": []}"#,
+                "packages[0]: 4097 CPUs",
+            ),
+            (
+                r#"{"name": "x", "packages": [[0, 1]], "duration_s": 1,
+                   "tasks": [{"pid": 1, "comm": "a", "cpus": [7]}]}"#,
+                "tasks[0].cpus: CPU 7 does not exist",
+            ),
+            (
+                r#"{"name": "x", "packages": [[0]], "duration_s": "long", "tasks": []}"#,
+                "duration_s: invalid type",
+            ),
+            (r#"{"name": "x", "#, "s.json: (file): EOF"),
+            (
+                r#"{"name": "x", "duration_s": 1, "tasks": []}"#,
+                "root: missing",
+            ),
+            (
+                r#"{"name": "x", "packages": [[0]], "duration_s": 1, "dma_read_bps": [1, 2],
+                   "tasks": []}"#,
+                "dma_read_bps: 2 values for 1 package",
+            ),
+            (
+                r#"{"name": "x", "packages": [[0]], "duration_s": 1,
+                   "tasks": [{"pid": 1, "comm": "a", "cpus": [0], "memory_package": 3}]}"#,
+                "tasks[0].memory_package: package 3 does not exist",
+            ),
+        ];
+        for (text, want) in cases {
+            let e = err(text);
+            assert!(e.starts_with("/x/s.json: "), "{e}");
+            assert!(e.contains(want), "{e:?} should contain {want:?}");
+            assert!(!e.contains('\n'), "one line: {e:?}");
+        }
+        let missing = load(Path::new("/nonexistent/s.json")).unwrap_err().to_string();
+        assert!(missing.starts_with("/nonexistent/s.json: cannot read"), "{missing}");
+    }
+
+    #[test]
+    fn every_byte_is_a_tasks_or_unattributed() {
+        let l = parse(Path::new("/x/s.json"), SMALL).unwrap();
+        for weigh in [Weigh::Auto, Weigh::CpuTime] {
+            let o = l.run(&opts(weigh), &mut |_| {}).unwrap();
+            let attributed: f64 = o.tasks.iter().map(|t| t.attributed_bytes).sum();
+            let sum = attributed + o.unattributed_bytes;
+            // Per-interval rounding to whole bytes is all that may differ.
+            assert!(
+                (sum - o.package_bytes).abs() <= 64.0,
+                "{weigh:?}: tasks {attributed} + unattributed {} != counted {}",
+                o.unattributed_bytes,
+                o.package_bytes
+            );
+            // What was counted is what the controllers moved (whole counts of 64 bytes).
+            assert!(
+                (o.package_bytes - o.total_bytes).abs() <= 64.0 * 8.0,
+                "{weigh:?}: counted {} of {}",
+                o.package_bytes,
+                o.total_bytes
+            );
+            let truth: f64 = o.tasks.iter().map(|t| t.truth_bytes).sum();
+            // DMA: 0.1 + 0.3 GB/s for 2 s.
+            assert!((o.total_bytes - truth - 0.8e9).abs() < 1e3, "{o:?}");
+        }
+    }
+
+    #[test]
+    fn the_streamer_gets_its_traffic_by_weights_and_a_sixteenth_by_time() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/scenarios/streamer.json");
+        let mut l = load(&path).unwrap();
+        // Two seconds are enough for the ordering; the shipped run is longer.
+        l.file.duration_s = 2.0;
+        l.file.interval_ms = 500;
+        let share = |o: &Outcome, comm: &str| {
+            let t = o.tasks.iter().find(|t| t.comm == comm).unwrap();
+            t.attributed_bytes / o.package_bytes
+        };
+        let auto = l.run(&opts(Weigh::Auto), &mut |_| {}).unwrap();
+        assert_eq!(auto.weighting.method, "traffic", "{:?}", auto.weighting);
+        let s = share(&auto, "stream");
+        assert!(s >= 0.95, "the streamer gets {s} by weights");
+        assert!(auto.max_error <= 0.02, "{}", auto.render());
+        let time = l.run(&opts(Weigh::CpuTime), &mut |_| {}).unwrap();
+        assert_eq!(time.weighting.method, "cpu-time");
+        let s = share(&time, "stream");
+        assert!((0.04..0.09).contains(&s), "the streamer gets {s} by time");
+        for spinner in time.tasks.iter().filter(|t| t.comm != "stream") {
+            assert!(spinner.attributed_bytes > 10.0 * spinner.truth_bytes);
+        }
+    }
+
+    #[test]
+    fn schedule_shares_and_staggers() {
+        let l = parse(Path::new("/x/s.json"), SMALL).unwrap();
+        let sched = l.schedule(4);
+        // CPU 1: task b (index 1) half the time, staggered from CPU 0 by half a round.
+        let run_time = |c: usize, who: usize| {
+            let s = &sched[c];
+            s.windows(2)
+                .filter(|w| w[0].1 == Some(who))
+                .map(|w| w[1].0 - w[0].0)
+                .sum::<u64>() as f64
+                / 2e9
+        };
+        assert!((run_time(1, 1) - 0.5).abs() < 0.01, "{}", run_time(1, 1));
+        // CPU 0: a wants all, b half: two thirds and one third.
+        assert!((run_time(0, 0) - 2.0 / 3.0).abs() < 0.01);
+        assert!((run_time(0, 1) - 1.0 / 3.0).abs() < 0.01);
+        // CPU 2: c runs only during its life.
+        assert!((run_time(2, 2) - 0.4).abs() < 0.001);
+        assert_eq!(sched[3], vec![(0, None)]);
     }
 }
