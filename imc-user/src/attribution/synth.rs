@@ -181,9 +181,9 @@ impl Scenario {
 
     /// The package (index into `packages`) whose memory serves task `i` while on `cpu`.
     pub fn memory_of(&self, i: usize, cpu: u32) -> Option<usize> {
-        self.traits_of(i).memory_package.or_else(|| {
-            self.packages.iter().position(|cpus| cpus.contains(&cpu))
-        })
+        self.traits_of(i)
+            .memory_package
+            .or_else(|| self.packages.iter().position(|cpus| cpus.contains(&cpu)))
     }
 
     pub fn topology(&self) -> Topology {
