@@ -329,6 +329,7 @@ fn stand_in_recording(dir: &Path, event: &str) -> PathBuf {
             unattributed_bytes: 0,
             lost_samples: 0,
             weighting: None,
+            weight_fallbacks: 0,
         })
         .unwrap();
     }

@@ -69,6 +69,7 @@ fn interval(seed: u64) -> IntervalResult {
         unattributed_bytes: 12_345_678 + seed,
         lost_samples: seed % 3,
         weighting: None,
+        weight_fallbacks: 0,
     }
 }
 

@@ -152,6 +152,9 @@ pub struct Attributor {
     max_gap_ns: u64,
     t_start: Option<u64>,
     lost: u64,
+    /// Spans of this interval whose weights were unknown (not running, unreadable), spread by
+    /// on-CPU time instead.
+    time_fallbacks: u64,
     records: u64,
     switches: u64,
     events: Vec<Event>,
@@ -237,6 +240,7 @@ impl Attributor {
             max_gap_ns: 2_000_000,
             t_start: None,
             lost: 0,
+            time_fallbacks: 0,
             records: 0,
             switches: 0,
             events: Vec::new(),
@@ -459,7 +463,10 @@ impl Attributor {
             }
             if self.weight_mask & (1 << s) != 0 {
                 wdelta[s] = d;
-                if st.base_t[s] == st.seg_base_t {
+                // A multiplexed weight that never ran in the segment knows nothing of it.
+                let (prev, cur) = (&st.last[s], &rec.slots[s]);
+                let ran = cur.running > prev.running || cur.enabled <= prev.enabled;
+                if st.base_t[s] == st.seg_base_t && ran {
                     w_ok |= 1 << s;
                 }
             }
@@ -743,6 +750,11 @@ impl Attributor {
                 );
                 *idle += un;
                 p.idle[s] += self.idle_acc[s] - idle_before;
+                // Spans priced by time although this class has weights: counted, not silent.
+                let fell_back = std::mem::take(&mut self.scratch.time_fallbacks);
+                if self.classes[class].local != 0 {
+                    self.time_fallbacks += fell_back;
+                }
             }
             // Keep segments that reach past some slot's frontier: their later part is spread
             // when the next readings arrive.
@@ -863,6 +875,7 @@ impl Attributor {
             unattributed_bytes,
             lost_samples: self.lost,
             weighting: Some(self.weighting.clone()),
+            weight_fallbacks: std::mem::take(&mut self.time_fallbacks),
         }
     }
 
@@ -1216,6 +1229,75 @@ mod tests {
                 assert_eq!((bytes(7), bytes(8)), (0, 400 * 64), "{iv:?}");
             }
             assert_eq!(iv.unattributed_bytes, 0);
+        }
+    }
+
+    #[test]
+    fn a_weight_that_did_not_run_falls_back_to_time_and_is_counted() {
+        let specs = [
+            SlotSpec {
+                event: "read".into(),
+                scope: SlotScope::Package,
+                role: SlotRole::Traffic(Direction::Read),
+                bytes_per_count: Some(64.0),
+                counter_bits: 64,
+            },
+            SlotSpec {
+                event: "misses".into(),
+                scope: SlotScope::Cpu,
+                role: SlotRole::Weight(Some(Direction::Read)),
+                bytes_per_count: None,
+                counter_bits: 64,
+            },
+        ];
+        let topo = Topology {
+            packages: vec![Package {
+                id: 0,
+                cpus: vec![0, 1],
+            }],
+            ..Topology::default()
+        };
+        for multiplexed_out in [false, true] {
+            let mut a = Attributor::new(&specs, &topo, "t");
+            for k in 0..=100u64 {
+                let t = 1_000_000 + k * 1000;
+                // CPU 0's task makes 3 of every 4 lines, CPU 1's one.
+                for (cpu, pid, w) in [(0, 7, 3 * k), (1, 8, k)] {
+                    let mut r = rec(t, pid, Some(0));
+                    r.cpu = cpu;
+                    r.nr_slots = 2;
+                    r.slots[0].value = 4 * k;
+                    r.slots[1] = SlotReading {
+                        value: w,
+                        enabled: t,
+                        // CPU 1's counter is scheduled out the whole time.
+                        running: if multiplexed_out && cpu == 1 { 0 } else { t },
+                    };
+                    a.push_tick(&r);
+                }
+            }
+            let iv = a.finish(1_000_000 + 100 * 1000);
+            let bytes = |pid| {
+                iv.tasks
+                    .iter()
+                    .find(|t| t.pid == pid)
+                    .map_or(0, |t| t.read_bytes)
+            };
+            if multiplexed_out {
+                assert!(iv.weight_fallbacks > 0, "{iv:?}");
+                assert_eq!(
+                    (bytes(7), bytes(8)),
+                    (200 * 64, 200 * 64),
+                    "by time: {iv:?}"
+                );
+            } else {
+                assert_eq!(iv.weight_fallbacks, 0);
+                assert_eq!(
+                    (bytes(7), bytes(8)),
+                    (300 * 64, 100 * 64),
+                    "by weight: {iv:?}"
+                );
+            }
         }
     }
 

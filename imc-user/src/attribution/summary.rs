@@ -55,6 +55,7 @@ pub struct Summary {
     keys: Vec<String>,
     /// How the run divided package traffic (from its first interval).
     pub weighting: Option<crate::model::Weighting>,
+    pub weight_fallbacks: u64,
     pub t_start_ns: Option<u64>,
     pub t_end_ns: u64,
     pub source: String,
@@ -71,6 +72,7 @@ impl Summary {
     pub fn new(specs: &[SlotSpec]) -> Summary {
         Summary {
             weighting: None,
+            weight_fallbacks: 0,
             keys: traffic_keys(specs),
             t_start_ns: None,
             t_end_ns: 0,
@@ -97,6 +99,7 @@ impl Summary {
         if self.weighting.is_none() {
             self.weighting.clone_from(&iv.weighting);
         }
+        self.weight_fallbacks = self.weight_fallbacks.saturating_add(iv.weight_fallbacks);
         for p in &iv.packages {
             let e = self.packages.entry(p.id).or_insert_with(|| PackageRow {
                 id: p.id,
@@ -157,6 +160,7 @@ impl Summary {
             unattributed_bytes: self.unattributed_bytes,
             lost_samples: self.lost_samples,
             weighting: self.weighting.clone(),
+            weight_fallbacks: self.weight_fallbacks,
         }
     }
 }

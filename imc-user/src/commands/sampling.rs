@@ -186,6 +186,22 @@ pub trait Sink {
     /// After every drain: how many records it took in and how long it took (`imc serve`'s
     /// health metrics).
     fn drained(&mut self, _records: usize, _took: Duration) {}
+    /// Something the user must be told once while the loop runs (one line, no `imc:` prefix);
+    /// on stderr unless the sink shows it itself (the live view's header).
+    fn notice(&mut self, line: &str) {
+        eprintln!("imc: {line}");
+    }
+}
+
+/// The one line said the first time package traffic had to be divided by on-CPU time although
+/// weights were planned.
+fn fallback_notice(r: &IntervalResult) -> String {
+    format!(
+        "{} span(s) of package traffic divided by on-CPU time: the weight counters did not run \
+         (the core's counters are shared, and the kernel multiplexed them) or could not be read; \
+         every interval counts them (JSON weight_fallbacks)",
+        r.weight_fallbacks
+    )
 }
 
 /// How long `record` and `serve` sleep between drains when every counter comes in the records
@@ -378,6 +394,7 @@ async fn run_loop(
         if finished {
             // The last interval, from the last end to now.
             let result = pump.close(true);
+            pump.say_fallbacks(&result, sink);
             sink.interval(&result)
                 .map_err(|e| CliError::runtime(format!("writing output: {e}")))?;
             break;
@@ -428,6 +445,8 @@ pub struct Pump {
     batch: Vec<TickRecord>,
     /// (time, index in `batch`) of each record, sorted.
     order: Vec<(u64, u32)>,
+    /// The weights' fallback to time has been said.
+    fallbacks_said: bool,
 }
 
 impl Pump {
@@ -441,6 +460,7 @@ impl Pump {
             channels: None,
             batch: Vec::new(),
             order: Vec::new(),
+            fallbacks_said: false,
         }
     }
 
@@ -537,7 +557,16 @@ impl Pump {
         let mut result = self.attr.close_interval(ends.next_ns);
         self.add_channels(&mut result);
         ends.advance();
+        self.say_fallbacks(&result, sink);
         sink.interval(&result)
+    }
+
+    /// Tells the sink, once a run, that weights fell back to time.
+    fn say_fallbacks(&mut self, r: &IntervalResult, sink: &mut dyn Sink) {
+        if r.weight_fallbacks > 0 && !self.fallbacks_said {
+            self.fallbacks_said = true;
+            sink.notice(&fallback_notice(r));
+        }
     }
 
     fn count_lost(&mut self) {

@@ -258,6 +258,9 @@ fn read_keys(screen: &Mutex<Screen>, quit: &AtomicBool, stop: &AtomicBool) {
 }
 
 impl Sink for LiveView {
+    /// The header shows it (stderr would be drawn over).
+    fn notice(&mut self, _line: &str) {}
+
     fn interval(&mut self, r: &IntervalResult) -> std::io::Result<bool> {
         if self.quit.load(Ordering::SeqCst) {
             return Ok(false);

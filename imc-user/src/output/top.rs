@@ -309,10 +309,16 @@ fn render_header(cfg: &ViewConfig, result: Option<&IntervalResult>, area: Rect, 
             );
             let second = match cfg.units {
                 Units::Bytes { .. } => {
-                    let how = r
+                    let mut how = r
                         .weighting
                         .as_ref()
                         .map_or(String::new(), |w| format!("   divided {}", w.phrase()));
+                    if r.weight_fallbacks > 0 {
+                        how.push_str(&format!(
+                            " ({} spans by CPU time: the weights did not run)",
+                            r.weight_fallbacks
+                        ));
+                    }
                     format!(
                         "unattributed {} MB/s{how}",
                         mb_per_s(r.unattributed_bytes, secs)
@@ -569,6 +575,7 @@ mod tests {
             unattributed_bytes: 60_000_000,
             lost_samples: 3,
             weighting: None,
+            weight_fallbacks: 0,
         }
     }
 

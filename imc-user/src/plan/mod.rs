@@ -358,9 +358,10 @@ fn plan_draining(found: &Discovery, kernel: &Kernel, req: &Request) -> Result<Pl
     let mut weighting = None;
     let slots = if req.command.samples() {
         let free = MAX_SLOTS.saturating_sub(slot_count(&counters, req));
-        let chosen = weights::choose(found, req, &counters, free)?;
+        let chosen = weights::choose(found, kernel, req, &counters, free)?;
         counters.extend(chosen.counters);
         refusals.extend(chosen.refusals);
+        notes.extend(chosen.notes);
         weighting = Some(chosen.weighting);
         assign_slots(&mut counters, found, kernel, req, &mut notes)?
     } else {
@@ -880,7 +881,7 @@ fn any_cpu_of_package_reads(pmu: &str, kernel: &Kernel) -> bool {
 /// part's two core PMUs, each on its own CPUs); every other CPU counter has its own.
 fn slot_key(c: &Counter, req: &Request, index: usize) -> String {
     if let Some(w) = c.weight {
-        return format!("weight:{:?}:{}", w.direction, w.remote);
+        return format!("weight:{:?}:{}:{}", w.direction, w.remote, w.ordinal);
     }
     match (c.package, c.direction) {
         (Some(_), Some(d)) if req.events.is_empty() => format!("pkg:{d:?}:{}", c.value_key),

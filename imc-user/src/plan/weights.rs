@@ -44,11 +44,15 @@ impl WeightRequest {
 }
 
 /// What a weight counter weighs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct WeightRole {
     pub direction: Option<Direction>,
     /// Traffic to other packages' memory (weighs their controllers' counts).
     pub remote: bool,
+    /// Which of its core PMU's events of this direction and locality it is: several add up
+    /// (Zen's DRAM fills and L2-prefetcher misses), each in a slot of its own; the n-th of a
+    /// hybrid part's `cpu_core` and `cpu_atom` share one, each on its own CPUs.
+    pub ordinal: u8,
 }
 
 /// The weight counters of a plan and how they divide traffic, with what was refused.
@@ -56,6 +60,8 @@ pub struct Chosen {
     pub counters: Vec<Counter>,
     pub weighting: Weighting,
     pub refusals: Vec<Refusal>,
+    /// What the chosen events count and miss, one line each (the plan's notes).
+    pub notes: Vec<String>,
 }
 
 /// Offcore-response events share two MSRs per thread (Intel core.c's extra registers).
@@ -65,6 +71,7 @@ const OFFCORE_REGISTERS: usize = 2;
 /// record slots.
 pub fn choose(
     found: &Discovery,
+    kernel: &super::Kernel,
     req: &Request,
     traffic: &[Counter],
     free: usize,
@@ -85,12 +92,25 @@ pub fn choose(
                     .into(),
             },
             refusals: Vec::new(),
+            notes: Vec::new(),
         });
     }
     match &req.weight {
         WeightRequest::CpuTime => Ok(time_only("--weight cpu-time: asked for", Vec::new())),
         WeightRequest::Events(events) => user_weights(found, events, free),
-        WeightRequest::Auto => Ok(auto(found, traffic, free)),
+        WeightRequest::Auto => {
+            let mut chosen = auto(found, traffic, free);
+            if kernel.nmi_watchdog && !chosen.counters.is_empty() {
+                chosen.notes.push(format!(
+                    "the NMI watchdog (proc/sys/kernel/nmi_watchdog = 1) holds a core counter on \
+                     every CPU: with {} weight events the kernel may take turns with them, and \
+                     stretches where a weight did not run are divided by time and counted \
+                     (weight_fallbacks); `sysctl kernel.nmi_watchdog=0` frees it",
+                    chosen.counters.len()
+                ));
+            }
+            Ok(chosen)
+        }
     }
 }
 
@@ -99,6 +119,7 @@ fn time_only(reason: impl Into<String>, refusals: Vec<Refusal>) -> Chosen {
         counters: Vec::new(),
         weighting: Weighting::cpu_time(reason),
         refusals,
+        notes: Vec::new(),
     }
 }
 
@@ -125,6 +146,7 @@ fn user_weights(
                 WeightRole {
                     direction: ev.direction,
                     remote: false,
+                    ordinal: 0,
                 },
             ));
         }
@@ -155,6 +177,7 @@ fn user_weights(
         },
         counters,
         refusals: Vec::new(),
+        notes: Vec::new(),
     })
 }
 
@@ -177,7 +200,7 @@ fn auto(found: &Discovery, traffic: &[Counter], free: usize) -> Chosen {
     let mut refusals = Vec::new();
     let mut counters: Vec<Counter> = Vec::new();
     let mut models = Vec::new();
-    let mut notes: Vec<&str> = Vec::new();
+    let mut notes: Vec<String> = Vec::new();
     for core in &found.cores {
         let table = match core_traffic::core_traffic(
             &found.machine,
@@ -190,13 +213,20 @@ fn auto(found: &Discovery, traffic: &[Counter], free: usize) -> Chosen {
                 continue;
             }
         };
-        models.push(format!("{} ({})", table.model, core.pmu.name));
-        notes.extend(table.notes.iter().copied());
+        models.push(if table.model.contains(core.pmu.name.as_str()) {
+            table.model.to_string()
+        } else {
+            format!("{} ({})", table.model, core.pmu.name)
+        });
+        notes.extend(
+            table
+                .notes
+                .iter()
+                .map(|n| format!("weights on {}: {n}", core.pmu.name)),
+        );
         let mut offcore = 0;
-        for ev in &table.events {
-            if ev.locality == Locality::Remote && packages < 2 {
-                continue;
-            }
+        let mut ordinals: Vec<(Direction, bool)> = Vec::new();
+        for ev in events_for(&table, packages) {
             if let Some(why) = unused_memory(ev, traffic) {
                 refusals.push(refusal(core, Some(ev.name), why));
                 continue;
@@ -215,16 +245,25 @@ fn auto(found: &Discovery, traffic: &[Counter], free: usize) -> Chosen {
                 }
                 offcore += 1;
             }
+            let remote = ev.locality == Locality::Remote;
             match encode(core, ev) {
-                Ok(enc) => counters.push(weight_counter(
-                    ev.name,
-                    &enc,
-                    core.cpus.clone(),
-                    WeightRole {
-                        direction: Some(ev.direction),
-                        remote: ev.locality == Locality::Remote,
-                    },
-                )),
+                Ok(enc) => {
+                    let ordinal = ordinals
+                        .iter()
+                        .filter(|&&r| r == (ev.direction, remote))
+                        .count() as u8;
+                    ordinals.push((ev.direction, remote));
+                    counters.push(weight_counter(
+                        ev.name,
+                        &enc,
+                        core.cpus.clone(),
+                        WeightRole {
+                            direction: Some(ev.direction),
+                            remote,
+                            ordinal,
+                        },
+                    ));
+                }
                 Err(why) => refusals.push(refusal(core, Some(ev.name), why)),
             }
         }
@@ -262,10 +301,6 @@ fn auto(found: &Discovery, traffic: &[Counter], free: usize) -> Chosen {
     if numa {
         reason.push_str("; local and remote DRAM apart: a package's traffic is also charged to the other packages' tasks that read it");
     }
-    for n in notes {
-        reason.push_str("; ");
-        reason.push_str(n);
-    }
     Chosen {
         weighting: Weighting {
             method: Weighting::TRAFFIC.into(),
@@ -276,6 +311,27 @@ fn auto(found: &Discovery, traffic: &[Counter], free: usize) -> Chosen {
         },
         counters,
         refusals,
+        notes,
+    }
+}
+
+/// The events to weigh by on a machine of `packages` packages: with one package there is no
+/// remote memory, so the remote reads are left out, and the better write event that needed
+/// their offcore-response register takes the plain write event's place.
+fn events_for(table: &core_traffic::CoreTraffic, packages: usize) -> Vec<&CoreTrafficEvent> {
+    if packages >= 2 {
+        return table.events.iter().collect();
+    }
+    let local = table
+        .events
+        .iter()
+        .filter(|e| e.locality != Locality::Remote);
+    match &table.alt_write {
+        Some(alt) => local
+            .filter(|e| e.direction != Direction::Write)
+            .chain(std::iter::once(alt))
+            .collect(),
+        None => local.collect(),
     }
 }
 
@@ -337,10 +393,7 @@ fn fit_slots(counters: &mut Vec<Counter>, free: usize, refusals: &mut Vec<Refusa
 /// Weight counters of one role share a record slot (a hybrid part's `cpu_core` and `cpu_atom`
 /// events, each on its own CPUs).
 pub fn distinct_roles(counters: &[Counter]) -> usize {
-    let mut roles: Vec<(Option<Direction>, bool)> = counters
-        .iter()
-        .filter_map(|c| c.weight.map(|w| (w.direction, w.remote)))
-        .collect();
+    let mut roles: Vec<WeightRole> = counters.iter().filter_map(|c| c.weight).collect();
     roles.sort();
     roles.dedup();
     roles.len()

@@ -609,6 +609,7 @@ mod tests {
             unattributed_bytes: 0,
             lost_samples: 0,
             weighting: None,
+            weight_fallbacks: 0,
         }
     }
 

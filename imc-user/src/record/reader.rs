@@ -416,6 +416,7 @@ impl Reader {
             unattributed_bytes,
             lost_samples,
             weighting: Some(self.weighting()),
+            weight_fallbacks: 0,
         })
     }
 
