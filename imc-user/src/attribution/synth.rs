@@ -75,6 +75,10 @@ pub enum SynthSlot {
     Weight {
         direction: Option<Direction>,
         remote: bool,
+        /// A local weight that also counts traffic to other packages' memory: with no remote
+        /// weight of its direction beside it, the event cannot tell them apart (LLC misses,
+        /// L2 writebacks count both).
+        sees_remote: bool,
     },
     /// A CPU slot attribution does not weigh by: reads zero.
     Other,
@@ -95,9 +99,6 @@ pub struct Layout {
     /// within `max_age_ns` (and always those no tick reads).
     pub drain_ns: u64,
     pub max_age_ns: u64,
-    /// The local weights also count traffic to other packages' memory: with no remote weight
-    /// beside them, the event cannot tell local from remote (LLC misses count both).
-    pub weights_see_remote: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -535,10 +536,14 @@ impl SynthStream {
                         rec.failed_mask |= 1 << s;
                     }
                 }
-                SynthSlot::Weight { direction, remote } => {
+                SynthSlot::Weight {
+                    direction,
+                    remote,
+                    sees_remote,
+                } => {
                     let acc = if remote {
                         w.remote
-                    } else if layout.weights_see_remote {
+                    } else if sees_remote {
                         [w.local[0] + w.remote[0], w.local[1] + w.remote[1]]
                     } else {
                         w.local

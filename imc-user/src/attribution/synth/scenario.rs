@@ -346,6 +346,8 @@ fn validate(path: &Path, file: ScenarioFile) -> Result<Loaded, ScenarioError> {
     let kernel = Kernel {
         release: file.kernel.clone(),
         hz: file.hz,
+        // As distributions ship: the hard-lockup detector holds one core counter per CPU.
+        nmi_watchdog: true,
     };
     let found = match (&file.root, &file.packages) {
         (Some(_), Some(_)) => {
@@ -677,7 +679,7 @@ impl Loaded {
             .map_or(self.kernel.hz_or_default(), |h| h.round() as u32)
             .max(1);
         let duration_ns = (self.file.duration_s * 1e9).round() as u64;
-        let slots = specs.iter().map(synth_slot).collect();
+        let slots = specs.iter().map(|s| synth_slot(s, &specs)).collect();
         let readers = topo
             .packages
             .iter()
@@ -701,9 +703,6 @@ impl Loaded {
             min_gap_ns: 900_000_000 / u64::from(hz),
             drain_ns: drain_ms * 1_000_000,
             max_age_ns: crate::sampler::fallback::max_age_ns(hz, drain_ms as u32),
-            weights_see_remote: !specs
-                .iter()
-                .any(|s| matches!(s.role, SlotRole::RemoteWeight(_))),
         };
         let ncpu = topo.online.iter().max().map_or(0, |&m| m as usize + 1);
         let mut sc = Scenario::busy(0, hz, duration_ns);
@@ -962,8 +961,15 @@ fn role_name(role: SlotRole) -> String {
     }
 }
 
-/// What a plan's slot holds in the synthetic records.
-fn synth_slot(spec: &SlotSpec) -> SynthSlot {
+/// What a plan's slot holds in the synthetic records (`all`: every slot of the plan).
+fn synth_slot(spec: &SlotSpec, all: &[SlotSpec]) -> SynthSlot {
+    // A local weight whose direction has a remote counterpart counts local traffic only.
+    let remote_beside = |d: Option<Direction>| {
+        all.iter().any(|o| match o.role {
+            SlotRole::RemoteWeight(od) => od == d || od.is_none() || d.is_none(),
+            _ => false,
+        })
+    };
     match (spec.scope, spec.role) {
         (SlotScope::Package, SlotRole::Traffic(direction)) => SynthSlot::Traffic {
             direction,
@@ -976,10 +982,12 @@ fn synth_slot(spec: &SlotSpec) -> SynthSlot {
         (SlotScope::Cpu, SlotRole::Weight(direction)) => SynthSlot::Weight {
             direction,
             remote: false,
+            sees_remote: !remote_beside(direction),
         },
         (SlotScope::Cpu, SlotRole::RemoteWeight(direction)) => SynthSlot::Weight {
             direction,
             remote: true,
+            sees_remote: false,
         },
         (SlotScope::Cpu, _) => SynthSlot::Other,
     }
