@@ -56,6 +56,7 @@ fn config(slots: Vec<SlotPlan>, cpus: &[u32], freq: u32) -> SamplerConfig {
         drain_period_ms: 10,
         bpf_log: false,
         tick_program: Default::default(),
+        aggregate: false,
     }
 }
 

@@ -168,6 +168,7 @@ fn kernel_tick_config(topo: &Topology, ring: Option<u32>) -> SamplerConfig {
         drain_period_ms: 1000,
         bpf_log: false,
         tick_program: Default::default(),
+        aggregate: false,
     }
 }
 
@@ -307,6 +308,7 @@ fn package_counter_read_on_its_cpu_only_goes_to_the_toucher() {
         drain_period_ms: 10,
         bpf_log: false,
         tick_program: Default::default(),
+        aggregate: false,
     };
     let sampler = Sampler::start(&cfg).expect("sampler starts");
     assert!(

@@ -100,6 +100,7 @@ fn measure(
         drain_period_ms: 10,
         bpf_log: false,
         tick_program: program,
+        aggregate: false,
     };
     let mut s = Sampler::start(&cfg).map_err(|e| format!("starting {program:?}: {e}"))?;
     let end = Instant::now() + Duration::from_secs_f64(secs);
