@@ -500,11 +500,8 @@ fn aggregate<C: EbpfContext>(ctx: &C, tick: bool) {
         (*e).on_ns = (*e).on_ns.wrapping_add(now.wrapping_sub((*st).last_t));
         let mut ok = (*st).last_ok;
         for s in 0..MAX_SLOTS as u32 {
-            if s >= nr {
-                break;
-            }
             let bit = 1u32 << s;
-            if cpu_slots & bit == 0 {
+            if s >= nr || cpu_slots & bit == 0 {
                 continue;
             }
             let mut cur = SlotReading::default();
@@ -518,8 +515,12 @@ fn aggregate<C: EbpfContext>(ctx: &C, tick: bool) {
             if ok & bit != 0 {
                 let acc = &mut (*e).slots[i];
                 acc.value = acc.value.wrapping_add(cur.value.wrapping_sub(last.value));
-                acc.enabled = acc.enabled.wrapping_add(cur.enabled.wrapping_sub(last.enabled));
-                acc.running = acc.running.wrapping_add(cur.running.wrapping_sub(last.running));
+                acc.enabled = acc
+                    .enabled
+                    .wrapping_add(cur.enabled.wrapping_sub(last.enabled));
+                acc.running = acc
+                    .running
+                    .wrapping_add(cur.running.wrapping_sub(last.running));
             } else {
                 // No baseline (the previous read failed): this slice's delta is unknown.
                 (*e).failed_mask |= bit as u8;
@@ -572,12 +573,11 @@ unsafe fn entry<C: EbpfContext>(
     // SAFETY: the caller's; `tasks` indices are masked into the array.
     unsafe {
         let n = ((*st).n as usize).min(AGG_TASKS);
+        // Every entry is looked at and the count checked inside: a loop that stops at `n`
+        // becomes a pointer walk the verifier cannot bound.
         for i in 0..AGG_TASKS {
-            if i >= n {
-                break;
-            }
             let e = &raw mut (*st).tasks[i];
-            if (*e).pid == pid {
+            if i < n && (*e).pid == pid {
                 return Some(e);
             }
         }
@@ -645,7 +645,7 @@ unsafe fn flush<C: EbpfContext>(ctx: &C, cpu: u32, st: *mut AggState, end: u64, 
         let mut written = 0u64;
         for i in 0..AGG_TASKS {
             if i >= n {
-                break;
+                continue;
             }
             let index = cpu
                 .wrapping_mul(ring_len)
@@ -668,7 +668,7 @@ unsafe fn flush<C: EbpfContext>(ctx: &C, cpu: u32, st: *mut AggState, end: u64, 
             let mut failed = (*e).failed_mask;
             for s in 0..MAX_SLOTS {
                 if s as u32 >= nr {
-                    break;
+                    continue;
                 }
                 let bit = 1u8 << s;
                 if pkg_slots & u32::from(bit) != 0 {

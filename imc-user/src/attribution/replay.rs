@@ -190,7 +190,12 @@ mod tests {
     fn attribute(
         sc: &Scenario,
         aggregated: bool,
-    ) -> (Vec<IntervalResult>, u64, u64, crate::attribution::synth::Truth) {
+    ) -> (
+        Vec<IntervalResult>,
+        u64,
+        u64,
+        crate::attribution::synth::Truth,
+    ) {
         let specs = sc.specs();
         let mut a = Attributor::new(&specs, &sc.topology(), "test").tick_hz(sc.freq_hz);
         let mut agg = Aggregator::new(&specs, sc.freq_hz);
@@ -235,7 +240,11 @@ mod tests {
                 *by.entry(t.pid).or_insert(0) += t.read_bytes + t.write_bytes;
             }
             un += r.unattributed_bytes;
-            total += r.packages.iter().map(|p| p.read_bytes + p.write_bytes).sum::<u64>();
+            total += r
+                .packages
+                .iter()
+                .map(|p| p.read_bytes + p.write_bytes)
+                .sum::<u64>();
         }
         (by, un, total, rows)
     }
@@ -279,7 +288,12 @@ mod tests {
     }
 
     /// The largest error of a task's bytes against the truth, over the package total.
-    fn max_error(by: &std::collections::BTreeMap<u32, u64>, sc: &Scenario, truth: &crate::attribution::synth::Truth, total: f64) -> f64 {
+    fn max_error(
+        by: &std::collections::BTreeMap<u32, u64>,
+        sc: &Scenario,
+        truth: &crate::attribution::synth::Truth,
+        total: f64,
+    ) -> f64 {
         sc.tasks
             .iter()
             .enumerate()
@@ -316,7 +330,9 @@ mod tests {
         let total = ta as f64;
         let ea = max_error(&pa, sc, &truth, total);
         let eb = max_error(&pb, sc, &truth, total);
-        eprintln!("largest error: per switch {ea:.4}, aggregated {eb:.4}; {recs} records, {aggs} aggregates");
+        eprintln!(
+            "largest error: per switch {ea:.4}, aggregated {eb:.4}; {recs} records, {aggs} aggregates"
+        );
         assert!(eb <= ea + 0.005, "aggregated error {eb} vs per switch {ea}");
         assert!(aggs * fewer <= recs, "{aggs} aggregates for {recs} records");
     }

@@ -286,11 +286,13 @@ fn run() -> Result<(), String> {
     let med: Vec<f64> = samples.iter_mut().map(|v| median(v)).collect();
     let (imc, base) = (med[0], med[1]);
     println!(
-        "median: imc {imc:.1} ns/run, baseline {base:.1} ns/run, ratio imc/baseline = {:.2} (target <= 0.50)",
+        "median: imc {imc:.1} ± {:.1} ns/run, baseline {base:.1} ± {:.1} ns/run, ratio imc/baseline = {:.2}",
+        stderr[0],
+        stderr[1],
         imc / base
     );
     println!(
-        "package counters (median ns/run ± standard error of the mean; ratio to imc's tick without them):"
+        "package counters (median ns/run ± standard error of the mean; ratio to imc's tick without them; flat = a workload CPU's tick costs the same whatever the number of channels):"
     );
     for i in 2..probes_at {
         println!(
@@ -301,6 +303,11 @@ fn run() -> Result<(), String> {
             med[i] / imc
         );
     }
+    // Per-channel flatness: a workload CPU's tick with 48 package counters against 2.
+    println!(
+        "flatness: workload CPU's tick with 48 package counters / with 2 = {:.2} (1.00: flat in the channels)",
+        med[6] / med[2]
+    );
     if breakdown {
         let med = &med[probes_at - 2..];
         let floor = med[2];

@@ -328,8 +328,12 @@ impl Reader {
             CHUNK_INTERVAL => self
                 .decode_interval(&mut c)
                 .map(|iv| Some(Item::Interval(iv))),
-            CHUNK_TICKS => self.decode_ticks(&mut c, false).map(|t| Some(Item::Ticks(t))),
-            CHUNK_TICKS2 => self.decode_ticks(&mut c, true).map(|t| Some(Item::Ticks(t))),
+            CHUNK_TICKS => self
+                .decode_ticks(&mut c, false)
+                .map(|t| Some(Item::Ticks(t))),
+            CHUNK_TICKS2 => self
+                .decode_ticks(&mut c, true)
+                .map(|t| Some(Item::Ticks(t))),
             CHUNK_END => {
                 self.ended = true;
                 Ok(None)
