@@ -143,7 +143,7 @@ pub struct SamplerArgs {
     /// memory traffic, counted by the core counters this CPU model has; CPU time where it has
     /// none, said in the plan), cpu-time, or per-CPU events (EVENT:read / EVENT:write weigh one
     /// direction). Repeatable.
-    #[arg(long = "weight", value_name = "auto|cpu-time|EVENT[:read|:write]")]
+    #[arg(long = "weight", value_name = "W")]
     pub weight: Vec<String>,
 }
 

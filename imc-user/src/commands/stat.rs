@@ -427,11 +427,14 @@ fn open_backend(
             }
             Err(e) => return Err(e),
         };
-        if let Some(notice) = stand_in_notice(&plan, "system-wide") {
-            let _ = writeln!(err, "imc: {notice}");
-        }
         match open_planned(global, env, discovery, &plan, interval_ns) {
-            Ok(b) => return Ok(b),
+            Ok(b) => {
+                // Said once it counts: a stand-in that does not open is its error alone.
+                if let Some(notice) = stand_in_notice(&plan, "system-wide") {
+                    let _ = writeln!(err, "imc: {notice}");
+                }
+                return Ok(b);
+            }
             Err(e) => {
                 let retry = args.events.is_empty() && args.backend == "auto";
                 match plan.backend {

@@ -358,7 +358,7 @@ fn plan_draining(found: &Discovery, kernel: &Kernel, req: &Request) -> Result<Pl
     let mut weighting = None;
     let slots = if req.command.samples() {
         let free = MAX_SLOTS.saturating_sub(slot_count(&counters, req));
-        let chosen = weights::choose(found, req, &counters, free)?;
+        let chosen = weights::choose(found, kernel, req, &counters, free)?;
         counters.extend(chosen.counters);
         refusals.extend(chosen.refusals);
         notes.extend(chosen.notes);

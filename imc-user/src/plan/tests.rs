@@ -12,6 +12,7 @@ fn kernel(release: &str) -> Kernel {
     Kernel {
         release: Some(release.into()),
         hz: Some(250),
+        nmi_watchdog: false,
     }
 }
 
@@ -474,4 +475,18 @@ fn several_events_of_one_role_each_have_a_slot_and_weigh_together() {
     // One package: no remote reads, and the write event that needed their offcore register.
     let one = plan_on("icl-client", &kernel("6.8.0"), &request(Command::Top));
     assert!(!one.weighting.unwrap().numa);
+}
+
+#[test]
+fn the_nmi_watchdog_is_said_to_take_a_counter_from_the_weights() {
+    let mut k = kernel("6.8.0");
+    k.nmi_watchdog = true;
+    let p = plan_on("skx-2socket", &k, &request(Command::Record));
+    assert!(
+        p.notes.iter().any(|n| n.contains("nmi_watchdog")),
+        "{:?}",
+        p.notes
+    );
+    let quiet = plan_on("skx-2socket", &kernel("6.8.0"), &request(Command::Record));
+    assert!(!quiet.notes.iter().any(|n| n.contains("nmi_watchdog")));
 }

@@ -71,6 +71,7 @@ const OFFCORE_REGISTERS: usize = 2;
 /// record slots.
 pub fn choose(
     found: &Discovery,
+    kernel: &super::Kernel,
     req: &Request,
     traffic: &[Counter],
     free: usize,
@@ -97,7 +98,19 @@ pub fn choose(
     match &req.weight {
         WeightRequest::CpuTime => Ok(time_only("--weight cpu-time: asked for", Vec::new())),
         WeightRequest::Events(events) => user_weights(found, events, free),
-        WeightRequest::Auto => Ok(auto(found, traffic, free)),
+        WeightRequest::Auto => {
+            let mut chosen = auto(found, traffic, free);
+            if kernel.nmi_watchdog && !chosen.counters.is_empty() {
+                chosen.notes.push(format!(
+                    "the NMI watchdog (proc/sys/kernel/nmi_watchdog = 1) holds a core counter on \
+                     every CPU: with {} weight events the kernel may take turns with them, and \
+                     stretches where a weight did not run are divided by time and counted \
+                     (weight_fallbacks); `sysctl kernel.nmi_watchdog=0` frees it",
+                    chosen.counters.len()
+                ));
+            }
+            Ok(chosen)
+        }
     }
 }
 
