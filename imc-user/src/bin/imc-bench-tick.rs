@@ -322,7 +322,12 @@ fn run() -> Result<(), String> {
             med[i] / imc
         );
     }
-    let at = |label: &str| programs.iter().position(|v| v.label == label).map(|i| med[i]);
+    let at = |label: &str| {
+        programs
+            .iter()
+            .position(|v| v.label == label)
+            .map(|i| med[i])
+    };
     if let (Some(w2), Some(w48)) = (
         at("workload CPU, 2 pkg counters"),
         at("workload CPU, 48 pkg counters"),

@@ -470,7 +470,7 @@ impl Pump {
     /// `tick_hz`: the tick rate of a busy CPU (the kernel's HZ, or `--freq`).
     pub fn new(sampler: Sampler, topology: &Topology, source: String, tick_hz: u32) -> Pump {
         let attr = Attributor::new(sampler.slots(), topology, source).tick_hz(tick_hz);
-        Pump {
+        let mut pump = Pump {
             sampler,
             attr,
             lost_seen: 0,
@@ -478,7 +478,11 @@ impl Pump {
             batch: Vec::new(),
             order: Vec::new(),
             fallbacks_said: false,
-        }
+        };
+        // Every package's counters read once now: a package whose CPUs are idle is otherwise
+        // first read at the first drain (a second in), and its traffic before that was lost.
+        pump.read_packages(true);
+        pump
     }
 
     /// Also read every package counter on its own at each interval end, so each result carries
