@@ -23,5 +23,6 @@ pub mod plan;
 pub mod record;
 pub mod sampler;
 pub mod sys;
+pub mod web;
 
 pub use error::{CliError, CliResult};

@@ -54,4 +54,8 @@ impl Sink for Naming<'_> {
     fn drained(&mut self, records: usize, took: std::time::Duration) {
         self.inner.drained(records, took);
     }
+
+    fn started(&mut self) {
+        self.inner.started();
+    }
 }

@@ -153,6 +153,9 @@ pub trait Sink {
     /// After every drain: how many records it took in and how long it took (`imc serve`'s
     /// health metrics).
     fn drained(&mut self, _records: usize, _took: Duration) {}
+    /// Once, when the sampler is loaded and attached, before the first drain (`imc serve`
+    /// starts answering then, never before a run that is about to fail).
+    fn started(&mut self) {}
 }
 
 /// How long `record` and `serve` sleep between drains when every counter comes in the records
@@ -252,6 +255,7 @@ pub async fn sample_loop(
     }
     let mut pump = Pump::new(sampler, &found.topology, sel.source.clone(), tick_hz)
         .per_channel(args.per_channel);
+    sink.started();
     let code = run_loop(args, &mut pump, sink, cfg.drain_period_ms).await;
     drop(pump);
     code
