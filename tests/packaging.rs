@@ -34,6 +34,15 @@ fn the_systemd_unit_verifies_and_grants_only_bpf_and_perfmon() {
     assert_eq!(values("CapabilityBoundingSet"), ["CAP_BPF CAP_PERFMON"]);
     assert_eq!(values("AmbientCapabilities"), ["CAP_BPF CAP_PERFMON"]);
     assert_eq!(values("NoNewPrivileges"), ["yes"]);
+    // An explicit file limit (systemd's default soft limit is 1024).
+    let nofile: Vec<u64> = values("LimitNOFILE")
+        .iter()
+        .map(|v| v.parse().expect("a number"))
+        .collect();
+    assert!(
+        matches!(nofile.as_slice(), [n] if *n > 1024),
+        "LimitNOFILE {nofile:?}"
+    );
     let exec = values("ExecStart");
     assert_eq!(exec.len(), 1);
     assert!(

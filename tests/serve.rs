@@ -930,3 +930,49 @@ fn every_shipped_rule_and_panel_runs_on_a_real_prometheus_scraping_imc() {
     // In this run (a stand-in source) the stand-in panel has data.
     assert!(answered >= 5, "only {answered} expressions returned data");
 }
+
+#[test]
+fn the_smbios_peak_is_exported_per_package_where_known() {
+    // skx-2socket with twelve DIMMs at 2666 MT/s: 6 channels a package of 2666e6 x 8 bytes.
+    let dir = tempfile::tempdir().unwrap();
+    let st = Command::new("cp")
+        .arg("-a")
+        .arg(format!("{}/.", own_fixtures().join("skx-2socket").display()))
+        .arg(dir.path())
+        .status()
+        .unwrap();
+    assert!(st.success());
+    for i in 0..12u16 {
+        let d = dir.path().join(format!("sys/firmware/dmi/entries/17-{i}"));
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("raw"), memory_device(0x1100 + i, 16384, 2666)).unwrap();
+    }
+    let out = imc()
+        .arg("--root")
+        .arg(dir.path())
+        .args(["serve", "--dry-run"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    for p in 0..2 {
+        let want = format!(
+            "imc_dram_peak_bytes_per_second{{package=\"{p}\"}} {}",
+            6.0 * 2666e6 * 8.0
+        );
+        assert!(text.contains(&want), "{want} not in:\n{text}");
+    }
+    // Without SMBIOS entries, or with a stand-in source, none.
+    assert!(!dry_run("skx-2socket", &[]).contains("peak"));
+    let text = String::from_utf8_lossy(
+        &imc()
+            .arg("--root")
+            .arg(dir.path())
+            .args(["serve", "--dry-run", "-e", "page-faults"])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .into_owned();
+    assert!(!text.contains("peak"), "{text}");
+}
