@@ -493,7 +493,10 @@ fn the_debian_package_holds_a_stripped_imc_that_runs_and_passes_lintian() {
     let list = run_ok(Command::new(&bin).arg("list"));
     assert!(list.contains("software"), "{list}");
     let dry = run_ok(Command::new(&bin).args(["serve", "--dry-run", "-e", "page-faults"]));
-    assert!(dry.contains("listen: http://127.0.0.1:10160/metrics"), "{dry}");
+    assert!(
+        dry.contains("listen: http://127.0.0.1:10160/metrics"),
+        "{dry}"
+    );
     // Stripped: no symbol table or debug sections left.
     let sections = run_ok(Command::new("readelf").args(["-S", "-W"]).arg(&bin));
     for s in [".debug_info", ".symtab"] {
@@ -511,7 +514,10 @@ fn the_debian_package_holds_a_stripped_imc_that_runs_and_passes_lintian() {
         .arg("--version")
         .output()
         .is_ok_and(|o| o.status.success());
-    if !require(have_lintian, "lintian not installed: scripts/setup.sh installs it") {
+    if !require(
+        have_lintian,
+        "lintian not installed: scripts/setup.sh installs it",
+    ) {
         return;
     }
     let out = Command::new("lintian")

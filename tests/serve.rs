@@ -64,10 +64,7 @@ fn start_serve(extra: &[&str], json: &Path) -> Serve {
 
 /// Starts `cmd` (an `imc serve`) and waits for the line naming where it serves `scheme`.
 fn spawn_serve(mut cmd: Command, scheme: &str) -> Serve {
-    let mut child = cmd
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn imc serve");
+    let mut child = cmd.stderr(Stdio::piped()).spawn().expect("spawn imc serve");
     let stderr = child.stderr.take().unwrap();
     let guard = Guard(child);
     // The line naming the bound address; the rest of stderr is drained so imc never blocks.
@@ -145,7 +142,11 @@ fn start_prometheus(target: SocketAddr) -> Prometheus {
 
 /// A Prometheus scraping `target` with `job_extra` added to its job (indented by four spaces,
 /// e.g. `scheme: https`) and `rule_files` loaded.
-fn start_prometheus_with(target: SocketAddr, job_extra: &str, rule_files: &[PathBuf]) -> Prometheus {
+fn start_prometheus_with(
+    target: SocketAddr,
+    job_extra: &str,
+    rule_files: &[PathBuf],
+) -> Prometheus {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("prometheus.yml");
     let rules: String = rule_files
@@ -563,7 +564,10 @@ fn tls_tools() -> bool {
             .output()
             .is_ok_and(|o| o.status.success()),
         "openssl makes the test's certificates: scripts/setup.sh installs it",
-    ) && require(have("curl"), "curl is the TLS client: scripts/setup.sh installs it")
+    ) && require(
+        have("curl"),
+        "curl is the TLS client: scripts/setup.sh installs it",
+    )
 }
 
 /// `curl` the URL with `args`: the HTTP status (0: no HTTP answer) and the body.
@@ -597,9 +601,17 @@ fn tls_with_basic_auth_answers_only_the_right_password_and_prometheus_scrapes_it
     )
     .unwrap();
     let mut cmd = imc();
-    cmd.args(["serve", "-e", "page-faults", "-I", "500", "--listen", "127.0.0.1:0"])
-        .arg("--web.config.file")
-        .arg(&web);
+    cmd.args([
+        "serve",
+        "-e",
+        "page-faults",
+        "-I",
+        "500",
+        "--listen",
+        "127.0.0.1:0",
+    ])
+    .arg("--web.config.file")
+    .arg(&web);
     let serve = spawn_serve(cmd, "https");
     let url = format!("https://{}/metrics", serve.addr);
     let ca = cert.to_str().unwrap();
@@ -674,7 +686,11 @@ fn a_bad_web_config_is_one_line_and_exit_2_before_listening() {
         "tls_server_config:\n  cert_file: a.crt\n  key_file: a.key\n  ciphers: [x]\n",
         "ciphers",
     );
-    refused(d, "basic_auth_users:\n  prometheus: hunter2\n", "not a bcrypt hash");
+    refused(
+        d,
+        "basic_auth_users:\n  prometheus: hunter2\n",
+        "not a bcrypt hash",
+    );
     refused(
         d,
         "tls_server_config:\n  cert_file: missing.crt\n  key_file: missing.key\n",
@@ -803,7 +819,9 @@ fn idle_and_kept_alive_connections_are_closed_after_the_header_timeout() {
         let took = start.elapsed();
         eprintln!("{name}: closed after {took:?}: {r:?}");
         assert!(
-            r.is_ok() || r.as_ref().is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionReset),
+            r.is_ok()
+                || r.as_ref()
+                    .is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionReset),
             "{name}: not closed within 20 s: {r:?}"
         );
         if name == "kept-alive" {
@@ -937,7 +955,10 @@ fn the_smbios_peak_is_exported_per_package_where_known() {
     let dir = tempfile::tempdir().unwrap();
     let st = Command::new("cp")
         .arg("-a")
-        .arg(format!("{}/.", own_fixtures().join("skx-2socket").display()))
+        .arg(format!(
+            "{}/.",
+            own_fixtures().join("skx-2socket").display()
+        ))
         .arg(dir.path())
         .status()
         .unwrap();

@@ -210,7 +210,11 @@ pub fn package(root: &Path, target: &Path, bin: &Path) -> Result<PathBuf> {
         &gzip(changelog(version)?.as_bytes())?,
         0o644,
     )?;
-    install(&doc.join("README.md.gz"), &gzip(&read("README.md")?)?, 0o644)?;
+    install(
+        &doc.join("README.md.gz"),
+        &gzip(&read("README.md")?)?,
+        0o644,
+    )?;
 
     let depends = shlib_depends(&stage, &usr_bin)?;
     let control = format!(
