@@ -61,7 +61,7 @@ fn copyright() -> String {
 Upstream-Name: imc
 
 Files: *
-Copyright: the imc authors
+Copyright: 2026 the imc authors
 License: MIT or Apache-2.0
 
 License: MIT

@@ -147,10 +147,20 @@ impl WebConfig {
         let raw: RawConfig = if text.trim().is_empty() {
             RawConfig::default()
         } else {
-            serde_yaml_ng::from_str(text).map_err(|e| WebConfigError::Syntax {
+            let syntax = |message: String| WebConfigError::Syntax {
                 path: path.to_path_buf(),
-                message: one_line(&e.to_string()),
-            })?
+                message: one_line(&message),
+            };
+            let docs = yaml_rust2::YamlLoader::load_from_str(text)
+                .map_err(|e| syntax(e.to_string()))?;
+            let [doc] = docs.as_slice() else {
+                return Err(syntax(format!(
+                    "{} YAML documents, expected one",
+                    docs.len()
+                )));
+            };
+            serde_json::from_value(to_json(doc).map_err(&syntax)?)
+                .map_err(|e| syntax(e.to_string()))?
         };
         for (user, hash) in &raw.basic_auth_users {
             if user.is_empty() || user.contains(':') {
@@ -270,6 +280,39 @@ fn read_certs(file: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
         return Err("holds no PEM certificate".to_string());
     }
     Ok(certs)
+}
+
+/// A YAML document as the JSON value serde reads the configuration from (mapping keys that are
+/// numbers or booleans, such as a user named 1000, become strings).
+fn to_json(y: &yaml_rust2::Yaml) -> Result<serde_json::Value, String> {
+    use serde_json::Value;
+    use yaml_rust2::Yaml;
+    Ok(match y {
+        Yaml::Null => Value::Null,
+        Yaml::Boolean(b) => Value::Bool(*b),
+        Yaml::Integer(i) => Value::from(*i),
+        Yaml::Real(r) => r
+            .parse::<f64>()
+            .ok()
+            .and_then(serde_json::Number::from_f64)
+            .map_or_else(|| Value::String(r.clone()), Value::Number),
+        Yaml::String(s) => Value::String(s.clone()),
+        Yaml::Array(a) => Value::Array(a.iter().map(to_json).collect::<Result<_, _>>()?),
+        Yaml::Hash(h) => {
+            let mut map = serde_json::Map::new();
+            for (k, v) in h {
+                let key = match k {
+                    Yaml::String(s) | Yaml::Real(s) => s.clone(),
+                    Yaml::Integer(i) => i.to_string(),
+                    Yaml::Boolean(b) => b.to_string(),
+                    _ => return Err("a mapping key that is not a scalar".to_string()),
+                };
+                map.insert(key, to_json(v)?);
+            }
+            Value::Object(map)
+        }
+        Yaml::Alias(_) | Yaml::BadValue => return Err("an unsupported YAML value".to_string()),
+    })
 }
 
 /// A message on one line, control characters escaped (YAML errors quote the input).

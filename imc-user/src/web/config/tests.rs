@@ -85,3 +85,14 @@ fn a_fifo_is_refused_at_once() {
         .to_string();
     assert!(e.contains("missing.yml"), "{e}");
 }
+
+#[test]
+fn yaml_errors_are_one_line_naming_the_file() {
+    let e = err("tls_server_config: [unclosed\n");
+    assert!(e.contains("/etc/imc/web.yml"), "{e}");
+    let e = err("a: 1\n---\nb: 2\n");
+    assert!(e.contains("2 YAML documents"), "{e}");
+    // A numeric user name is a user name.
+    let c = parse(&format!("basic_auth_users:\n  1000: '{}'\n", hash())).unwrap();
+    assert!(c.users.contains_key("1000"));
+}
