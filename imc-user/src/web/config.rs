@@ -151,8 +151,8 @@ impl WebConfig {
                 path: path.to_path_buf(),
                 message: one_line(&message),
             };
-            let docs = yaml_rust2::YamlLoader::load_from_str(text)
-                .map_err(|e| syntax(e.to_string()))?;
+            let docs =
+                yaml_rust2::YamlLoader::load_from_str(text).map_err(|e| syntax(e.to_string()))?;
             let [doc] = docs.as_slice() else {
                 return Err(syntax(format!(
                     "{} YAML documents, expected one",
