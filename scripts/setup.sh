@@ -37,8 +37,8 @@ apt_install() {
 
 # 1. Base tools: a C toolchain for -sys crates, libpfm4 for the libpfm4 event syntax, bpftool
 #    for checking that nothing stays loaded, perf for the benchmarks' baselines, tmux for the
-#    end-to-end test of the live view.
-apt_install build-essential pkg-config libpfm4-dev bpftool linux-perf tmux
+#    end-to-end test of the live view, GNU time for the hostile tests' peak-memory measure.
+apt_install build-essential pkg-config libpfm4-dev bpftool linux-perf tmux time
 
 # 1b. Prometheus (server and promtool) and python3 (its workload) for the test of `imc serve`
 #     scraped by a real Prometheus.

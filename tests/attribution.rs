@@ -550,9 +550,16 @@ fn interval_json_is_the_top_contract() {
             "t_end_ns",
             "t_start_ns",
             "tasks",
-            "unattributed_bytes"
+            "unattributed_bytes",
+            "weighting"
         ]
     );
+    // How the traffic was divided (issue 19): this scenario's slots carry an LLC-miss weight.
+    assert_eq!(
+        keys(&v["weighting"]),
+        ["method", "numa", "read", "reason", "write"]
+    );
+    assert_eq!(v["weighting"]["method"], "traffic");
     assert_eq!(keys(&v["packages"][0]), ["id", "read_bytes", "write_bytes"]);
     assert_eq!(
         keys(&v["tasks"][0]),

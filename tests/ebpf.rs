@@ -805,7 +805,7 @@ fn usage_errors_name_the_fix_in_one_line() {
                 "--duration",
                 "1",
             ],
-            1,
+            2,
             "directory /nonexistent/dir does not exist",
         );
     }

@@ -448,3 +448,120 @@ fn package_counter_read_on_its_cpu_only_goes_to_the_toucher() {
         cpu1_frac * 100.0
     );
 }
+
+/// On-CPU time of a process so far, in clock ticks (utime + stime of /proc/PID/stat).
+fn cpu_ticks(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let f: Vec<f64> = after
+        .split_whitespace()
+        .skip(11)
+        .take(2)
+        .filter_map(|v| v.parse().ok())
+        .collect();
+    f.iter().sum()
+}
+
+/// The same toucher and spinner, the per-CPU page faults counted but not used as a weight
+/// (`--weight cpu-time`): the package's traffic is then split by on-CPU time, and the spinner,
+/// which makes none of it, is charged its share of the two's CPU time (about half on an idle
+/// machine; what the kernel says it ran on a loaded one). Beside the test above (the weight gives
+/// the toucher nearly all), this is the difference the weights make, on the real program.
+#[test]
+fn by_cpu_time_alone_the_spinner_is_charged_for_traffic_it_never_made() {
+    if !sampler_prerequisites() {
+        return;
+    }
+    let _one = exclusive();
+    let topo = this_machine();
+    let pkg0 = topo.package_of(0);
+    if !require(
+        topo.online.len() >= 2 && pkg0.is_some() && topo.package_of(1) == pkg0,
+        "needs CPUs 0 and 1 online in one package",
+    ) {
+        return;
+    }
+    let secs = 2.5;
+    let mut toucher = spawn_role("toucher", 0, secs + 3.0);
+    let mut spinner = spawn_role("spinner", 1, secs + 3.0);
+    std::thread::sleep(Duration::from_millis(300));
+    let (slots, groups) = plans(&topo, SlotRole::Other);
+    let cfg = SamplerConfig {
+        tick: TickSource::Kernel,
+        slots,
+        groups,
+        cpus: topo.online.clone(),
+        ring_bytes: None,
+        drain_period_ms: 10,
+        bpf_log: false,
+        tick_program: Default::default(),
+    };
+    let sampler = Sampler::start(&cfg).expect("sampler starts");
+    let mut pump = Pump::new(sampler, &topo, "test:package-stand-in".into(), 250);
+    let mut intervals: Vec<IntervalResult> = Vec::new();
+    let start = Instant::now();
+    let mut next_close = start + Duration::from_millis(500);
+    let mut ticks_at_warm = None;
+    while start.elapsed() < Duration::from_secs_f64(secs) {
+        std::thread::sleep(Duration::from_millis(10));
+        pump.drain(|_| {});
+        if Instant::now() >= next_close {
+            intervals.push(pump.close(false));
+            ticks_at_warm.get_or_insert_with(|| (cpu_ticks(spinner.id()), Instant::now()));
+            next_close += Duration::from_millis(500);
+        }
+    }
+    pump.drain(|_| {});
+    intervals.push(pump.close(true));
+    let (s0, warm) = ticks_at_warm.unwrap();
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    // How much of CPU 1 the spinner had (other work on a shared machine takes the rest).
+    let spin_use = (cpu_ticks(spinner.id()) - s0) / hz / warm.elapsed().as_secs_f64();
+    drop(pump);
+    for c in [&mut toucher, &mut spinner] {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    let (mut touch, mut spin) = (0u64, 0u64);
+    for iv in &intervals[1..] {
+        let w = iv
+            .weighting
+            .as_ref()
+            .expect("every interval says how it divided");
+        assert_eq!(w.method, "cpu-time", "{w:?}");
+        for t in &iv.tasks {
+            if t.tgid == toucher.id() {
+                touch += t.total_bytes;
+            } else if t.tgid == spinner.id() {
+                spin += t.total_bytes;
+            }
+        }
+    }
+    let own = (touch + spin).max(1) as f64;
+    // The traffic comes while the toucher runs on CPU 0; by time, each such stretch is split
+    // between it and whatever CPU 1 ran: the spinner for `spin_use` of it. So the spinner,
+    // which makes none of the traffic, is charged about u/(1+u): a half when it has CPU 1 to
+    // itself.
+    let expected = spin_use / (1.0 + spin_use);
+    eprintln!(
+        "by CPU time: toucher {:.1}%, spinner {:.1}% of their {own} B; the spinner had {:.0}% of \
+         CPU 1, so about {:.1}% is expected",
+        touch as f64 / own * 100.0,
+        spin as f64 / own * 100.0,
+        spin_use * 100.0,
+        expected * 100.0
+    );
+    if !require(
+        spin_use > 0.3,
+        "the spinner had less than 30% of CPU 1: the machine is too loaded to tell",
+    ) {
+        return;
+    }
+    assert!(
+        (spin as f64 / own - expected).abs() <= 0.15,
+        "spinner got {:.1}% by CPU time, about {:.1}% expected",
+        spin as f64 / own * 100.0,
+        expected * 100.0
+    );
+}

@@ -68,10 +68,19 @@ fn every_tree_with_a_memory_controller_plans_every_channel_for_every_command() {
             let p = plan(&root, &[command]);
             let what = format!("{tree} {command}");
             assert_eq!(p["source"], source, "{what}");
-            let counters = p["counters"].as_array().unwrap();
+            let all = p["counters"].as_array().unwrap();
+            for c in all {
+                let role = c["role"].as_str().unwrap_or("");
+                assert!(["traffic", "weight"].contains(&role), "{what}: {c}");
+                for k in ["type", "config", "config1", "config2"] {
+                    assert!(c["encoding"][k].is_u64(), "{what}: no encoding {k} in {c}");
+                }
+            }
+            check_weighting(&p, &what);
+            let counters: Vec<&Value> = all.iter().filter(|c| c["role"] == "traffic").collect();
             assert_eq!(counters.len(), n, "{what}");
             let mut seen = BTreeSet::new();
-            for c in counters {
+            for c in &counters {
                 for k in ["pmu", "event", "package", "channel", "direction", "reader"] {
                     assert!(c.get(k).is_some(), "{what}: no {k} in {c}");
                 }
@@ -91,17 +100,20 @@ fn every_tree_with_a_memory_controller_plans_every_channel_for_every_command() {
             if command == "stat" {
                 assert_eq!(tick["source"], "interval-timer", "{what}");
                 assert!(counters.iter().all(|c| c["reader"]["kind"] == "userspace"));
+                assert_eq!(all.len(), n, "{what}: stat reads no weights");
             } else {
                 assert_eq!(tick["source"], "kernel-tick", "{what}");
                 assert_eq!(tick["adds_interrupts"], false, "{what}");
                 // Package counters are read by a package reader's tick (or by userspace where
                 // the kernel multiplexes them); never by every CPU.
-                for c in counters {
+                for c in &counters {
                     let kind = c["reader"]["kind"].as_str().unwrap();
                     assert!(["package-tick", "userspace"].contains(&kind), "{what}: {c}");
                 }
                 let slots = p["slots"].as_array().unwrap();
-                assert!(!slots.is_empty() && slots.len() <= 4, "{what}: {slots:?}");
+                let traffic = slots.iter().filter(|s| s["role"] == "traffic").count();
+                assert!(traffic > 0 && traffic <= 4, "{what}: {slots:?}");
+                assert!(slots.len() <= 8, "{what}: {slots:?}");
                 // The modes left on sleep a second between drains unless userspace reads a
                 // counter at the interval's pace; the live view drains every interval.
                 let userspace = counters.iter().any(|c| c["reader"]["kind"] == "userspace");
@@ -119,6 +131,113 @@ fn every_tree_with_a_memory_controller_plans_every_channel_for_every_command() {
     }
 }
 
+/// A sampling plan says how it divides package traffic: by the weight counters it lists (each a
+/// per-CPU core counter read by every CPU's own tick), or by CPU time with a reason; stat,
+/// which divides nothing, says nothing.
+fn check_weighting(p: &Value, what: &str) {
+    let w = &p["weighting"];
+    if p["command"] == "stat" {
+        assert!(w.is_null(), "{what}: {w}");
+        return;
+    }
+    assert!(
+        !w["reason"].as_str().unwrap_or("").is_empty(),
+        "{what}: {w}"
+    );
+    let weights: Vec<&Value> = p["counters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["role"] == "weight")
+        .collect();
+    match w["method"].as_str() {
+        Some("cpu-time") => {
+            assert!(weights.is_empty(), "{what}: {weights:?}");
+            assert!(w["read"].is_null() && w["write"].is_null(), "{what}: {w}");
+        }
+        Some("traffic") => {
+            assert!(!weights.is_empty(), "{what}: {w}");
+            assert!(w["read"].is_string(), "{what}: {w}");
+            for c in weights {
+                assert_eq!(c["reader"]["kind"], "tick", "{what}: {c}");
+                assert_eq!(c["scope"], "cpu", "{what}: {c}");
+                assert!(c["package"].is_null(), "{what}: {c}");
+                let named = [&w["read"], &w["write"]]
+                    .iter()
+                    .filter_map(|v| v.as_str())
+                    .any(|names| names.split('+').any(|n| n == c["event"]));
+                assert!(named, "{what}: {c} not in {w}");
+            }
+        }
+        _ => panic!("{what}: weighting {w}"),
+    }
+}
+
+#[test]
+fn weight_cpu_time_and_weight_events_are_what_the_plan_does() {
+    let copy = readable_copy("skx-2socket");
+    let root = copy.path().join("root");
+    let p = plan(&root, &["top", "--weight", "cpu-time"]);
+    assert_eq!(p["weighting"]["method"], "cpu-time");
+    check_weighting(&p, "--weight cpu-time");
+    // The user's own per-CPU events, one direction each.
+    let p = plan(
+        &root,
+        &[
+            "record",
+            "--weight",
+            "cpu/event=0x2e,umask=0x41/:read",
+            "--weight",
+            "page-faults:write",
+        ],
+    );
+    let w = &p["weighting"];
+    assert_eq!(w["method"], "traffic", "{w}");
+    assert_eq!(w["read"], "cpu/event=0x2e,umask=0x41/", "{w}");
+    assert_eq!(w["write"], "page-faults", "{w}");
+    let slots = p["slots"].as_array().unwrap();
+    let weight_dirs: Vec<&str> = slots
+        .iter()
+        .filter(|s| s["role"] == "weight")
+        .map(|s| s["direction"].as_str().unwrap())
+        .collect();
+    assert_eq!(weight_dirs, ["read", "write"], "{slots:?}");
+}
+
+#[test]
+fn a_bad_weight_is_one_line_and_exit_2() {
+    let root = own_fixtures().join("skx-2socket");
+    for (arg, says) in [
+        ("uncore_imc_0/cas_count_read/", "not per CPU"),
+        ("no-such-event", "--weight no-such-event"),
+    ] {
+        let o = imc()
+            .arg("--root")
+            .arg(&root)
+            .args(["top", "--dry-run", "--weight", arg])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "--weight {arg}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+        assert!(err.contains(says), "--weight {arg}: {err}");
+    }
+    let o = imc()
+        .arg("--root")
+        .arg(&root)
+        .args([
+            "top",
+            "--dry-run",
+            "--weight",
+            "auto",
+            "--weight",
+            "page-faults",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+}
+
 #[test]
 fn freq_asks_for_imcs_own_timer_and_says_it_adds_interrupts() {
     let copy = readable_copy("skx-2socket");
@@ -134,7 +253,12 @@ fn events_narrow_the_plan_to_what_was_named() {
     let copy = readable_copy("spr-2socket");
     let root = copy.path().join("root");
     let p = plan(&root, &["top", "-e", "uncore_imc_0/cas_count_read/"]);
-    let counters = p["counters"].as_array().unwrap();
+    let counters: Vec<&Value> = p["counters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["role"] == "traffic")
+        .collect();
     assert_eq!(
         counters.len(),
         2,
@@ -181,7 +305,11 @@ fn the_text_plan_names_every_channel_and_why_its_reader() {
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let text = String::from_utf8(o.stdout).unwrap();
-    assert!(text.contains("counters (24):"), "{text}");
+    assert!(
+        text.contains("counters (27):"),
+        "24 channels and three weights (local and remote reads, writes): {text}"
+    );
+    assert!(text.contains("weighting: by "), "{text}");
     assert!(text.contains("package 1 channel 5"), "{text}");
     assert!(text.contains("adds interrupts: no"), "{text}");
     assert!(text.contains("why: package 0:"), "{text}");

@@ -68,6 +68,8 @@ fn interval(seed: u64) -> IntervalResult {
         tasks,
         unattributed_bytes: 12_345_678 + seed,
         lost_samples: seed % 3,
+        weighting: None,
+        weight_fallbacks: 0,
     }
 }
 
@@ -77,6 +79,7 @@ fn main() {
         value_events: vec!["uncore_imc_0/read".into(), "LLC-load-misses".into()],
         traffic_events: vec!["uncore_imc_0/read".into()],
         top: 0,
+        notice: None,
     };
     let results = [interval(1), interval(2)];
     let mut history = History::default();

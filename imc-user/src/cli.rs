@@ -143,6 +143,12 @@ pub struct SamplerArgs {
     /// not depend on where the ticks landed (always on with the kernel's tick).
     #[arg(long)]
     pub precise: bool,
+    /// How a package's traffic is divided among the tasks that ran: auto (each CPU's own
+    /// memory traffic, counted by the core counters this CPU model has; CPU time where it has
+    /// none, said in the plan), cpu-time, or per-CPU events (EVENT:read / EVENT:write weigh one
+    /// direction). Repeatable.
+    #[arg(long = "weight", value_name = "W")]
+    pub weight: Vec<String>,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -261,22 +267,19 @@ pub struct CompletionsArgs {
     pub shell: Shell,
 }
 
-#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
-// Plain comments, not doc comments: values with help text would switch clap's whole `--help`
-// to the long layout (help under each option), which the usage tests read line by line.
-pub enum GroupBy {
-    // Thread id.
-    Pid,
-    // Process (thread group) id.
-    Tgid,
-    // Command name.
-    Comm,
-    // cgroup v2 path (the numeric id where it does not resolve).
-    Cgroup,
-    // Docker, containerd, CRI-O or Podman container id (tasks in none: one row).
-    Container,
-    // Kubernetes pod UID (tasks in none: one row).
-    Pod,
+pub use crate::model::GroupBy;
+
+/// `--by`'s values, as clap lists them (the type itself is the model's). Plain names, no help
+/// text: values with help text would switch clap's whole `--help` to the long layout, which the
+/// usage tests read line by line.
+impl ValueEnum for GroupBy {
+    fn value_variants<'a>() -> &'a [Self] {
+        &GroupBy::ALL
+    }
+
+    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
+        Some(clap::builder::PossibleValue::new(self.name()))
+    }
 }
 
 #[derive(Args, Debug, Clone)]
@@ -307,6 +310,10 @@ pub struct ReportArgs {
     /// Also draw bandwidth over time, stacked by the top processes, as an SVG file.
     #[arg(long, value_name = "OUT.svg")]
     pub plot: Option<PathBuf>,
+    /// Replace an existing --perfetto or --plot file (a symlink there is replaced, not
+    /// followed).
+    #[arg(long)]
+    pub force: bool,
 }
 
 /// A rate as given on the command line: a number and the power of its K/M/G/T suffix, whose

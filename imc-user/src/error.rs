@@ -24,6 +24,35 @@ impl CliError {
             message: message.into(),
         }
     }
+
+    /// Standard output could not be written. The reader going away (`imc list | head -1`) ends
+    /// the command quietly and successfully, as it ends `cat`; any other failure (a full disk,
+    /// `> /dev/full`) is a runtime failure. Every command's output errors come through here.
+    pub fn output(e: std::io::Error) -> Self {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            CliError {
+                code: 0,
+                message: String::new(),
+            }
+        } else {
+            CliError::runtime(format!("cannot write to standard output: {e}"))
+        }
+    }
+
+    /// The end [`output`](Self::output) makes of a closed pipe: exit 0, nothing said.
+    pub fn is_quiet(&self) -> bool {
+        self.code == 0
+    }
+}
+
+/// Writes a command's whole output to standard output and flushes it; failures as
+/// [`CliError::output`] says.
+pub fn write_stdout(bytes: &[u8]) -> CliResult<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    out.write_all(bytes)
+        .and_then(|()| out.flush())
+        .map_err(CliError::output)
 }
 
 impl fmt::Display for CliError {

@@ -10,6 +10,7 @@
 //! - [`record`]: the recording file format.
 //! - [`output`]: tables, JSON lines, CSV, the live view.
 //! - [`commands`]: one module per subcommand, wiring the above together.
+//! - [`text`]: outside text (process names, paths, file contents) made safe to print.
 pub mod attribution;
 pub mod backends;
 pub mod cli;
@@ -23,6 +24,7 @@ pub mod plan;
 pub mod record;
 pub mod sampler;
 pub mod sys;
+pub mod text;
 pub mod web;
 
 pub use error::{CliError, CliResult};

@@ -6,15 +6,25 @@ use clap::error::{ContextKind, ContextValue, ErrorKind};
 use clap::{CommandFactory, Parser};
 use imc::cli::{Cli, Command};
 use imc::error::CliError;
+use std::io::Write;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
     match run() {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("imc: {e:#}");
+            let typed = e.downcast_ref::<CliError>();
+            // The reader of our output went away: a normal end, nothing to say.
+            if typed.is_some_and(CliError::is_quiet) {
+                return ExitCode::SUCCESS;
+            }
+            // Messages quote input (paths, file contents, names): escaped, so that none of it
+            // reaches the terminal as a control sequence. A stderr that cannot be written is
+            // no reason to panic.
+            let text = format!("{e:#}");
+            let _ = writeln!(std::io::stderr(), "imc: {}", imc::text::escape(&text));
             // Failures that are not the library's typed ones are runtime failures.
-            ExitCode::from(e.downcast_ref::<CliError>().map_or(1, |c| c.code))
+            ExitCode::from(typed.map_or(1, |c| c.code))
         }
     }
 }
@@ -23,7 +33,7 @@ fn run() -> Result<ExitCode> {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) => {
-            e.print()?;
+            e.print().map_err(CliError::output)?;
             return Ok(ExitCode::SUCCESS);
         }
         Err(e) => {

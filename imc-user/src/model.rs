@@ -196,6 +196,53 @@ pub enum Scope {
     Channel { package: u32, channel: u32 },
 }
 
+/// Facts about the machine from `proc/cpuinfo` and `sys/hypervisor`: vendor, family/model
+/// (x86), the POWER generation, and whether we run under a hypervisor.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Machine {
+    /// `vendor_id` (GenuineIntel, AuthenticAMD) on x86.
+    pub vendor: Option<String>,
+    pub family: Option<u32>,
+    pub model: Option<u32>,
+    /// The POWER generation from `cpu : POWER9, altivec supported` → "POWER9".
+    pub power: Option<String>,
+    /// `platform` on POWER (PowerNV is bare metal; pSeries is an LPAR).
+    pub platform: Option<String>,
+    pub hypervisor: bool,
+    /// Why `hypervisor` is set, for messages.
+    pub hypervisor_source: Option<String>,
+}
+
+impl Machine {
+    pub fn is_intel(&self) -> bool {
+        self.vendor.as_deref() == Some("GenuineIntel")
+    }
+    pub fn is_amd(&self) -> bool {
+        matches!(
+            self.vendor.as_deref(),
+            Some("AuthenticAMD") | Some("HygonGenuine")
+        )
+    }
+    /// Intel family-6 model number, if this is one.
+    pub fn intel_model(&self) -> Option<u32> {
+        (self.is_intel() && self.family == Some(6))
+            .then_some(self.model)
+            .flatten()
+    }
+}
+
+/// A core PMU: `cpu`, or on hybrid Intel parts `cpu_core` and `cpu_atom`, each counting on its
+/// own CPUs with its own `type`. Its events weigh package traffic per CPU.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct CorePmu {
+    pub pmu: Pmu,
+    /// The CPUs it counts on: its `cpus` file on hybrid parts, else every online CPU.
+    pub cpus: Vec<u32>,
+    /// `caps/pmu_name` (`skylake`, `sapphire_rapids`, `alderlake_hybrid`), where the kernel
+    /// has one.
+    pub pmu_name: Option<String>,
+}
+
 /// Result of discovery under one root: what `imc list` prints and what `stat`/`top` choose from.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct Discovery {
@@ -205,6 +252,12 @@ pub struct Discovery {
     /// PMUs that are not bandwidth counters but that a planner or a profiler can use: AMD IBS,
     /// POWER core/thread/trace IMC. Empty where the machine has none.
     pub other_sources: Vec<OtherSource>,
+    /// The CPU as proc/cpuinfo names it (which core events exist).
+    #[serde(skip)]
+    pub machine: Machine,
+    /// The core PMUs, whose per-CPU events weigh package traffic.
+    #[serde(skip)]
+    pub cores: Vec<CorePmu>,
 }
 
 /// One backend, available or not.
@@ -276,6 +329,11 @@ pub enum SlotRole {
     /// writebacks or RFOs for writes), so a task's read/write split is its own and not the
     /// package's ratio; without one (or `Total`) it weighs every direction.
     Weight(Option<Direction>),
+    /// A per-CPU weight of the traffic this CPU makes to *another* package's memory (Intel OCR
+    /// remote-DRAM responses, AMD remote-DRAM fills): it weighs the other packages' controller
+    /// traffic, so a task reading the other socket's memory is charged for it. Its own
+    /// package's traffic is weighed by the [`SlotRole::Weight`] slots.
+    RemoteWeight(Option<Direction>),
     /// Counted and reported (`values`), not bandwidth.
     Other,
 }
@@ -375,4 +433,147 @@ pub struct OtherSource {
     pub why: String,
     /// Further facts, one line each (what samples carry, how to record, what is missing).
     pub notes: Vec<String>,
+}
+
+/// How package traffic is divided among the tasks that ran (`weighting` in the plan, in
+/// `top --json` and `report --json`, in recordings and in `imc_info`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct Weighting {
+    /// `traffic`: by per-CPU core counters of each CPU's own memory traffic; `cpu-time`: by
+    /// on-CPU time alone (no weight counter could be had, or `--weight cpu-time`).
+    pub method: String,
+    /// The read weight's events (`OCR.ALL_READS.L3_MISS_LOCAL_DRAM+…`), or null.
+    pub read: Option<String>,
+    /// The write weight's events, or null (then writes are spread by the read weight).
+    pub write: Option<String>,
+    /// Local and remote memory are told apart: a package's traffic is also charged to the
+    /// other packages' tasks that made it.
+    pub numa: bool,
+    /// Why: which core PMU and model, or why it fell back to CPU time.
+    pub reason: String,
+}
+
+impl Weighting {
+    pub const TRAFFIC: &'static str = "traffic";
+    pub const CPU_TIME: &'static str = "cpu-time";
+
+    pub fn cpu_time(reason: impl Into<String>) -> Weighting {
+        Weighting {
+            method: Self::CPU_TIME.into(),
+            read: None,
+            write: None,
+            numa: false,
+            reason: reason.into(),
+        }
+    }
+
+    /// How it reads in a header line: "by OCR.ALL_READS.L3_MISS_LOCAL_DRAM" or "split by CPU
+    /// time".
+    pub fn phrase(&self) -> String {
+        if self.method == Self::CPU_TIME {
+            return "split by CPU time".into();
+        }
+        match (&self.read, &self.write) {
+            (Some(r), Some(w)) => format!("by {r} (reads) and {w} (writes)"),
+            (Some(r), None) => format!("by {r}"),
+            (None, Some(w)) => format!("by {w}"),
+            (None, None) => "by each CPU's own counts".into(),
+        }
+    }
+
+    /// What a slot list weighs by, where nothing better is known (a recording made before
+    /// recordings said it, a test's own slots): its weight slots' events, else CPU time.
+    pub fn from_slots(specs: &[SlotSpec]) -> Weighting {
+        let names = |dir: Direction| {
+            let v: Vec<&str> = specs
+                .iter()
+                .filter(|s| match s.role {
+                    SlotRole::Weight(d) | SlotRole::RemoteWeight(d) => {
+                        d.is_none_or(|d| d == dir || d == Direction::Total)
+                    }
+                    _ => false,
+                })
+                .map(|s| s.event.as_str())
+                .collect();
+            (!v.is_empty()).then(|| v.join("+"))
+        };
+        let (read, write) = (names(Direction::Read), names(Direction::Write));
+        let packaged = specs
+            .iter()
+            .any(|s| s.scope == SlotScope::Package && matches!(s.role, SlotRole::Traffic(_)));
+        if read.is_none() && write.is_none() {
+            return if packaged {
+                Weighting::cpu_time("no weight counter among the slots")
+            } else {
+                Weighting {
+                    method: Self::TRAFFIC.into(),
+                    read: None,
+                    write: None,
+                    numa: false,
+                    reason: "the counters count per CPU: each CPU's count goes to the task \
+                             that ran there"
+                        .into(),
+                }
+            };
+        }
+        Weighting {
+            method: Self::TRAFFIC.into(),
+            numa: specs
+                .iter()
+                .any(|s| matches!(s.role, SlotRole::RemoteWeight(_))),
+            reason: "the weight slots' events".into(),
+            read,
+            write,
+        }
+    }
+
+    /// The one-word label of `imc_info{weighting}`: `traffic`, `traffic+numa`, `cpu-time`.
+    pub fn label(&self) -> String {
+        if self.numa {
+            format!("{}+numa", self.method)
+        } else {
+            self.method.clone()
+        }
+    }
+}
+
+/// How task rows are grouped (`--by`): one row per thread, process, name, cgroup, container or
+/// Kubernetes pod.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GroupBy {
+    /// Thread id.
+    Pid,
+    /// Process (thread group) id.
+    Tgid,
+    /// Command name.
+    Comm,
+    /// cgroup v2 path (the numeric id where it does not resolve).
+    Cgroup,
+    /// Docker, containerd, CRI-O or Podman container id (tasks in none: one row).
+    Container,
+    /// Kubernetes pod UID (tasks in none: one row).
+    Pod,
+}
+
+impl GroupBy {
+    pub const ALL: [GroupBy; 6] = [
+        GroupBy::Pid,
+        GroupBy::Tgid,
+        GroupBy::Comm,
+        GroupBy::Cgroup,
+        GroupBy::Container,
+        GroupBy::Pod,
+    ];
+
+    /// The name `--by` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            GroupBy::Pid => "pid",
+            GroupBy::Tgid => "tgid",
+            GroupBy::Comm => "comm",
+            GroupBy::Cgroup => "cgroup",
+            GroupBy::Container => "container",
+            GroupBy::Pod => "pod",
+        }
+    }
 }

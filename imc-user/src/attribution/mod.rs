@@ -30,7 +30,7 @@ pub mod timeline;
 pub use summary::{Summary, compare, find_bursts, group_rows, percentile, traffic_amount};
 pub use tasks::TaskKey;
 
-use crate::model::{Direction, SlotRole, SlotScope, SlotSpec, Topology};
+use crate::model::{Direction, SlotRole, SlotScope, SlotSpec, Topology, Weighting};
 use crate::output::interval::{IntervalResult, PackageRow, TaskRow};
 use imc_common::{KIND_SWITCH, MAX_SLOTS, SlotReading, TickRecord};
 use spread::{Event, MAX_CLASSES, Scratch, Segment, Span};
@@ -125,18 +125,26 @@ struct PkgState {
 pub struct Attributor {
     specs: Vec<SlotSpec>,
     source: String,
+    /// How package traffic is divided, copied to every result.
+    weighting: Weighting,
     masks: [u64; MAX_SLOTS],
     cpu_mask: u8,
     weight_mask: u8,
     pkg_mask: u8,
-    /// The Weight slots of each weight class (see [`weight_classes`]).
-    classes: [u8; MAX_CLASSES],
+    /// The Weight slots of each weight class (see [`weight_classes`]): the local ones weigh
+    /// the segments of a package's own CPUs, the remote ones (RemoteWeight slots) the segments
+    /// of other packages' CPUs.
+    classes: [WeightClass; MAX_CLASSES],
+    /// Some class has remote weights: every CPU's segments are handed to every package.
+    numa: bool,
     /// Per slot: the weight class a package slot is spread by.
     slot_class: [u8; MAX_SLOTS],
     /// Slots whose values are multiplexing-scaled (all of them; kept as a mask for symmetry).
     packages: Vec<PkgState>,
     cpus: Vec<CpuState>,
     cpu_pkg_init: Vec<u32>,
+    /// Every CPU of every package.
+    all_cpus: Vec<u32>,
     tasks: TaskTable,
     /// Counts no task could take, per slot, this interval.
     idle_acc: [f64; MAX_SLOTS],
@@ -144,6 +152,9 @@ pub struct Attributor {
     max_gap_ns: u64,
     t_start: Option<u64>,
     lost: u64,
+    /// Spans of this interval whose weights were unknown (not running, unreadable), spread by
+    /// on-CPU time instead.
+    time_fallbacks: u64,
     records: u64,
     switches: u64,
     events: Vec<Event>,
@@ -162,7 +173,7 @@ impl Attributor {
             match spec.scope {
                 SlotScope::Cpu => {
                     cpu_mask |= 1 << s;
-                    if matches!(spec.role, SlotRole::Weight(_)) {
+                    if matches!(spec.role, SlotRole::Weight(_) | SlotRole::RemoteWeight(_)) {
                         weight_mask |= 1 << s;
                     }
                 }
@@ -170,6 +181,7 @@ impl Attributor {
             }
         }
         let (classes, slot_class) = weight_classes(&specs);
+        let numa = classes.iter().any(|c| c.remote != 0);
         let mut cpu_pkg_init = Vec::new();
         let packages = topology
             .packages
@@ -204,6 +216,7 @@ impl Attributor {
             })
             .collect();
         Attributor {
+            weighting: Weighting::from_slots(&specs),
             specs,
             source: source.into(),
             masks,
@@ -211,9 +224,15 @@ impl Attributor {
             weight_mask,
             pkg_mask,
             classes,
+            numa,
             slot_class,
             packages,
             cpus: Vec::new(),
+            all_cpus: topology
+                .packages
+                .iter()
+                .flat_map(|p| p.cpus.iter().copied())
+                .collect(),
             cpu_pkg_init,
             tasks: TaskTable::default(),
             idle_acc: [0.0; MAX_SLOTS],
@@ -221,6 +240,7 @@ impl Attributor {
             max_gap_ns: 2_000_000,
             t_start: None,
             lost: 0,
+            time_fallbacks: 0,
             records: 0,
             switches: 0,
             events: Vec::new(),
@@ -232,6 +252,14 @@ impl Attributor {
     /// not running the task its next record names. Default 1000 Hz.
     pub fn tick_hz(mut self, hz: u32) -> Attributor {
         self.max_gap_ns = 2_000_000_000 / u64::from(hz.max(1));
+        self
+    }
+
+    /// How the plan said it divides package traffic (default: what the slots show).
+    pub fn weighting(mut self, w: Option<Weighting>) -> Attributor {
+        if let Some(w) = w {
+            self.weighting = w;
+        }
         self
     }
 
@@ -282,7 +310,7 @@ impl Attributor {
             let held = self.close_held_segment(cpu, task, rec.t_ns);
             let (wdelta, w_ok) = self.cpu_deltas(cpu, rec, task, cpu_valid);
             let ended = self.end_segment(cpu, rec.t_ns, task, cpu_valid, &wdelta, w_ok);
-            self.hand_segments(cpu, [held, ended]);
+            self.hand_segments(cpu, held, ended, (&wdelta, w_ok));
         }
         self.rebase(cpu, rec, task, cpu_valid);
     }
@@ -376,6 +404,7 @@ impl Attributor {
                 wrate: [0.0; MAX_CLASSES],
                 task: st.prev_task,
                 weight_ok: 0,
+                foreign: false,
             })
         };
         let mut out = None;
@@ -434,7 +463,10 @@ impl Attributor {
             }
             if self.weight_mask & (1 << s) != 0 {
                 wdelta[s] = d;
-                if st.base_t[s] == st.seg_base_t {
+                // A multiplexed weight that never ran in the segment knows nothing of it.
+                let (prev, cur) = (&st.last[s], &rec.slots[s]);
+                let ran = cur.running > prev.running || cur.enabled <= prev.enabled;
+                if st.base_t[s] == st.seg_base_t && ran {
                     w_ok |= 1 << s;
                 }
             }
@@ -461,16 +493,10 @@ impl Attributor {
         let dt = (t - st.seg_start) as f64;
         let mut wrate = [0.0; MAX_CLASSES];
         let mut weight_ok = 0u8;
-        for (c, &m) in self.classes.iter().enumerate() {
-            if m != 0 && w_ok & m == m {
+        for (c, class) in self.classes.iter().enumerate() {
+            if let Some(rate) = class_rate(class.local, wdelta, w_ok, dt) {
                 weight_ok |= 1 << c;
-                let mut w = 0.0;
-                let mut b = m;
-                while b != 0 {
-                    w += wdelta[b.trailing_zeros() as usize];
-                    b &= b - 1;
-                }
-                wrate[c] = w / dt;
+                wrate[c] = rate;
             }
         }
         let seg = Segment {
@@ -479,24 +505,68 @@ impl Attributor {
             wrate,
             task,
             weight_ok,
+            foreign: false,
         };
         st.seg_start = t;
         st.seg_base_t = t;
         Some(seg)
     }
 
-    /// Closed segments to the CPU's package, which spreads its traffic over them.
-    fn hand_segments(&mut self, cpu: usize, segs: [Option<Segment>; 2]) {
+    /// Closed segments to the CPU's package, which spreads its traffic over them; with remote
+    /// weights, also to every other package, weighed there by what the CPU sent to remote
+    /// memory.
+    fn hand_segments(
+        &mut self,
+        cpu: usize,
+        held: Option<Segment>,
+        ended: Option<Segment>,
+        weights: (&[f64; MAX_SLOTS], u8),
+    ) {
         if self.pkg_mask == 0 {
             return;
         }
-        if let Some(p) = self.packages.get_mut(self.cpus[cpu].pkg as usize) {
-            for seg in segs.into_iter().flatten() {
-                if seg.end > seg.start {
-                    p.segs.push(seg);
+        let own = self.cpus[cpu].pkg as usize;
+        for (seg, w) in [(held, None), (ended, Some(weights))] {
+            let Some(seg) = seg.filter(|s| s.end > s.start) else {
+                continue;
+            };
+            if self.numa {
+                let remote = self.remote_segment(&seg, w);
+                for (i, p) in self.packages.iter_mut().enumerate() {
+                    if i != own {
+                        p.segs.push(remote);
+                    }
                 }
             }
+            if let Some(p) = self.packages.get_mut(own) {
+                p.segs.push(seg);
+            }
         }
+    }
+
+    /// A segment as another package sees it: the rates of its remote weights, and no claim
+    /// by time (the CPU's time is never a claim on another package's traffic). A class without
+    /// remote weights gives it no weight, cleanly; `wdelta`/`w_ok` None: the weights are
+    /// unknown (a held segment).
+    fn remote_segment(&self, seg: &Segment, weights: Option<(&[f64; MAX_SLOTS], u8)>) -> Segment {
+        let mut out = Segment {
+            foreign: true,
+            wrate: [0.0; MAX_CLASSES],
+            weight_ok: 0,
+            ..*seg
+        };
+        let dt = (seg.end - seg.start) as f64;
+        for (c, class) in self.classes.iter().enumerate() {
+            if class.remote == 0 {
+                out.weight_ok |= 1 << c;
+            } else if let Some((wdelta, w_ok)) = weights
+                && let Some(rate) = class_rate(class.remote, wdelta, w_ok, dt)
+            {
+                out.weight_ok |= 1 << c;
+                out.wrate[c] = rate;
+            }
+        }
+        out
     }
 
     /// The record becomes the CPU's baseline for the slots it read.
@@ -582,8 +652,9 @@ impl Attributor {
             let limit = if last {
                 t_end
             } else {
-                p.cpus
-                    .iter()
+                // With remote weights every CPU's segments weigh this package's traffic.
+                let cpus: &[u32] = if self.numa { &self.all_cpus } else { &p.cpus };
+                cpus.iter()
                     .map(|&c| {
                         let known = match self.cpus.get(c as usize) {
                             Some(st) if st.have_t => st.seg_start,
@@ -679,6 +750,11 @@ impl Attributor {
                 );
                 *idle += un;
                 p.idle[s] += self.idle_acc[s] - idle_before;
+                // Spans priced by time although this class has weights: counted, not silent.
+                let fell_back = std::mem::take(&mut self.scratch.time_fallbacks);
+                if self.classes[class].local != 0 {
+                    self.time_fallbacks += fell_back;
+                }
             }
             // Keep segments that reach past some slot's frontier: their later part is spread
             // when the next readings arrive.
@@ -798,6 +874,8 @@ impl Attributor {
             tasks,
             unattributed_bytes,
             lost_samples: self.lost,
+            weighting: Some(self.weighting.clone()),
+            weight_fallbacks: std::mem::take(&mut self.time_fallbacks),
         }
     }
 
@@ -837,45 +915,104 @@ impl Attributor {
     }
 }
 
-/// The weight classes of a slot list (the CPU-scope Weight slots each class sums, at most
-/// [`MAX_CLASSES`] distinct ones) and, per slot, the class a package slot is weighed by: the
-/// Weight slots of its own direction when there are any, else the undirected ones, else all.
-fn weight_classes(specs: &[SlotSpec]) -> ([u8; MAX_CLASSES], [u8; MAX_SLOTS]) {
-    let (mut read, mut write, mut undirected, mut all) = (0u8, 0u8, 0u8, 0u8);
+/// One weight class: the Weight slots whose deltas weigh a package's own CPUs' segments, and
+/// the RemoteWeight slots whose deltas weigh the other packages' CPUs' segments (0: none).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct WeightClass {
+    local: u8,
+    remote: u8,
+}
+
+/// The rate of a class's slots over a segment of `dt` ns, when every one of them was measured
+/// over exactly that segment.
+fn class_rate(mask: u8, wdelta: &[f64; MAX_SLOTS], w_ok: u8, dt: f64) -> Option<f64> {
+    if mask == 0 || w_ok & mask != mask {
+        return None;
+    }
+    let mut w = 0.0;
+    let mut b = mask;
+    while b != 0 {
+        w += wdelta[b.trailing_zeros() as usize];
+        b &= b - 1;
+    }
+    Some(w / dt)
+}
+
+/// Weight slots of one locality, by direction.
+#[derive(Default)]
+struct ByDirection {
+    read: u8,
+    write: u8,
+    undirected: u8,
+    all: u8,
+}
+
+impl ByDirection {
+    fn add(&mut self, s: usize, dir: Option<Direction>) {
+        self.all |= 1 << s;
+        match dir {
+            Some(Direction::Read) => self.read |= 1 << s,
+            Some(Direction::Write) => self.write |= 1 << s,
+            None | Some(Direction::Total) => self.undirected |= 1 << s,
+        }
+    }
+
+    /// The slots that weigh traffic of `dir`: those of its direction when there are any, else
+    /// the undirected ones, else all.
+    fn weighing(&self, dir: Direction) -> u8 {
+        let fallback = if self.undirected != 0 {
+            self.undirected
+        } else {
+            self.all
+        };
+        match dir {
+            Direction::Read if self.read != 0 => self.read,
+            Direction::Write if self.write != 0 => self.write,
+            _ => fallback,
+        }
+    }
+}
+
+/// The weight classes of a slot list (at most [`MAX_CLASSES`] distinct ones) and, per slot, the
+/// class a package slot is weighed by: for its own CPUs the Weight slots of its direction when
+/// there are any, else the undirected ones, else all; for other packages' CPUs the RemoteWeight
+/// slots chosen the same way.
+fn weight_classes(specs: &[SlotSpec]) -> ([WeightClass; MAX_CLASSES], [u8; MAX_SLOTS]) {
+    let (mut local, mut remote) = (ByDirection::default(), ByDirection::default());
     for (s, spec) in specs.iter().enumerate().take(MAX_SLOTS) {
         if spec.scope != SlotScope::Cpu {
             continue;
         }
-        if let SlotRole::Weight(dir) = spec.role {
-            all |= 1 << s;
-            match dir {
-                Some(Direction::Read) => read |= 1 << s,
-                Some(Direction::Write) => write |= 1 << s,
-                None | Some(Direction::Total) => undirected |= 1 << s,
-            }
+        match spec.role {
+            SlotRole::Weight(dir) => local.add(s, dir),
+            SlotRole::RemoteWeight(dir) => remote.add(s, dir),
+            _ => {}
         }
     }
-    let fallback = if undirected != 0 { undirected } else { all };
-    let mut classes = [0u8; MAX_CLASSES];
+    let mut classes = [WeightClass::default(); MAX_CLASSES];
     let mut slot_class = [0u8; MAX_SLOTS];
     let mut n = 0;
     for (s, spec) in specs.iter().enumerate().take(MAX_SLOTS) {
         if spec.scope != SlotScope::Package {
             continue;
         }
-        let want = match spec.role {
-            SlotRole::Traffic(Direction::Read) if read != 0 => read,
-            SlotRole::Traffic(Direction::Write) if write != 0 => write,
-            _ => fallback,
+        let dir = match spec.role {
+            SlotRole::Traffic(d) => d,
+            _ => Direction::Total,
         };
-        // Three masks at most exist (read, write, the fallback), so a free class is found.
+        let want = WeightClass {
+            local: local.weighing(dir),
+            remote: remote.weighing(dir),
+        };
+        // Three classes at most exist (read, write, the fallback), so a free one is found.
         let c = match classes[..n].iter().position(|&m| m == want) {
             Some(c) => c,
-            None => {
+            None if n < MAX_CLASSES => {
                 classes[n] = want;
                 n += 1;
                 n - 1
             }
+            None => MAX_CLASSES - 1,
         };
         slot_class[s] = c as u8;
     }
@@ -1015,6 +1152,153 @@ mod tests {
         }
         let r = a.finish(5_000);
         assert_eq!(r.packages[0].read_bytes, 200);
+    }
+
+    #[test]
+    fn remote_weights_charge_another_packages_traffic_to_the_task_that_made_it() {
+        // Package 0 (CPU 0) runs pid 7, which reads package 1's memory at 3 lines/µs; package 1
+        // (CPU 1) runs pid 8, which reads its own at 1 line/µs. Package 0's controller sees
+        // nothing; package 1's sees both.
+        let spec = |event: &str, scope, role| SlotSpec {
+            event: event.into(),
+            scope,
+            role,
+            bytes_per_count: (scope == SlotScope::Package).then_some(64.0),
+            counter_bits: 64,
+        };
+        let specs = [
+            spec(
+                "read",
+                SlotScope::Package,
+                SlotRole::Traffic(Direction::Read),
+            ),
+            spec(
+                "local",
+                SlotScope::Cpu,
+                SlotRole::Weight(Some(Direction::Read)),
+            ),
+            spec(
+                "remote",
+                SlotScope::Cpu,
+                SlotRole::RemoteWeight(Some(Direction::Read)),
+            ),
+        ];
+        let topo = Topology {
+            packages: vec![
+                Package {
+                    id: 0,
+                    cpus: vec![0],
+                },
+                Package {
+                    id: 1,
+                    cpus: vec![1],
+                },
+            ],
+            ..Topology::default()
+        };
+        for numa in [true, false] {
+            let specs: Vec<SlotSpec> = specs
+                .iter()
+                .filter(|s| numa || !matches!(s.role, SlotRole::RemoteWeight(_)))
+                .cloned()
+                .collect();
+            let mut a = Attributor::new(&specs, &topo, "t");
+            for k in 0..=100u64 {
+                let t = 1_000_000 + k * 1000;
+                for (cpu, pid, local, remote, pkg) in [(0, 7, 0, 3 * k, 0), (1, 8, k, 0, 4 * k)] {
+                    let mut r = rec(t, pid, Some(0));
+                    r.cpu = cpu;
+                    r.nr_slots = specs.len() as u8;
+                    r.slots[0].value = pkg;
+                    r.slots[1].value = local;
+                    r.slots[2].value = remote;
+                    a.push_tick(&r);
+                }
+            }
+            let iv = a.finish(1_000_000 + 100 * 1000);
+            let bytes = |pid| {
+                iv.tasks
+                    .iter()
+                    .find(|t| t.pid == pid)
+                    .map_or(0, |t| t.read_bytes)
+            };
+            if numa {
+                assert_eq!((bytes(7), bytes(8)), (300 * 64, 100 * 64), "{iv:?}");
+            } else {
+                // Without remote weights, package 1's traffic is all its own CPU's task's.
+                assert_eq!((bytes(7), bytes(8)), (0, 400 * 64), "{iv:?}");
+            }
+            assert_eq!(iv.unattributed_bytes, 0);
+        }
+    }
+
+    #[test]
+    fn a_weight_that_did_not_run_falls_back_to_time_and_is_counted() {
+        let specs = [
+            SlotSpec {
+                event: "read".into(),
+                scope: SlotScope::Package,
+                role: SlotRole::Traffic(Direction::Read),
+                bytes_per_count: Some(64.0),
+                counter_bits: 64,
+            },
+            SlotSpec {
+                event: "misses".into(),
+                scope: SlotScope::Cpu,
+                role: SlotRole::Weight(Some(Direction::Read)),
+                bytes_per_count: None,
+                counter_bits: 64,
+            },
+        ];
+        let topo = Topology {
+            packages: vec![Package {
+                id: 0,
+                cpus: vec![0, 1],
+            }],
+            ..Topology::default()
+        };
+        for multiplexed_out in [false, true] {
+            let mut a = Attributor::new(&specs, &topo, "t");
+            for k in 0..=100u64 {
+                let t = 1_000_000 + k * 1000;
+                // CPU 0's task makes 3 of every 4 lines, CPU 1's one.
+                for (cpu, pid, w) in [(0, 7, 3 * k), (1, 8, k)] {
+                    let mut r = rec(t, pid, Some(0));
+                    r.cpu = cpu;
+                    r.nr_slots = 2;
+                    r.slots[0].value = 4 * k;
+                    r.slots[1] = SlotReading {
+                        value: w,
+                        enabled: t,
+                        // CPU 1's counter is scheduled out the whole time.
+                        running: if multiplexed_out && cpu == 1 { 0 } else { t },
+                    };
+                    a.push_tick(&r);
+                }
+            }
+            let iv = a.finish(1_000_000 + 100 * 1000);
+            let bytes = |pid| {
+                iv.tasks
+                    .iter()
+                    .find(|t| t.pid == pid)
+                    .map_or(0, |t| t.read_bytes)
+            };
+            if multiplexed_out {
+                assert!(iv.weight_fallbacks > 0, "{iv:?}");
+                assert_eq!(
+                    (bytes(7), bytes(8)),
+                    (200 * 64, 200 * 64),
+                    "by time: {iv:?}"
+                );
+            } else {
+                assert_eq!(iv.weight_fallbacks, 0);
+                assert_eq!(
+                    (bytes(7), bytes(8)),
+                    (300 * 64, 100 * 64),
+                    "by weight: {iv:?}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -36,11 +36,14 @@ pub struct Segment {
     pub task: u32,
     /// Bit c: every Weight counter of class c read cleanly at both ends (and it has one).
     pub weight_ok: u8,
+    /// A CPU of another package: its rates are its remote-memory weights, and its time is no
+    /// claim on this package's traffic (time spreads only over the package's own CPUs).
+    pub foreign: bool,
 }
 
 impl Segment {
     fn busy(&self) -> bool {
-        self.task != IDLE
+        self.task != IDLE && !self.foreign
     }
 }
 
@@ -67,6 +70,10 @@ pub struct Scratch {
     wu: Vec<f64>,
     pw: Vec<f64>,
     pt: Vec<f64>,
+    /// Spans with traffic priced by on-CPU time although weights were asked for (a weight
+    /// counter that did not run, or failed to read, in the span), since the caller last took
+    /// the count.
+    pub time_fallbacks: u64,
 }
 
 /// Builds the boundary events of `segs`, sorted by time (ties in any order: a zero-length step
@@ -214,9 +221,16 @@ pub fn apportion(
     let (f0, f1) = (first.t0, last.t1);
     let n = spans.len();
     let Scratch {
-        ww, wt, wu, pw, pt, ..
+        ww,
+        wt,
+        wu,
+        pw,
+        pt,
+        time_fallbacks,
+        ..
     } = scratch;
     assert_eq!(ww.len(), n, "apportion without weigh over the same spans");
+    let mut scratch_fallbacks = 0u64;
     for v in [&mut *pw, &mut *pt] {
         v.clear();
         v.resize(n, 0.0);
@@ -235,10 +249,15 @@ pub fn apportion(
             pw[k] = d / ww[k];
         } else if wt[k] > 0.0 {
             pt[k] = d / wt[k];
+            if wu[k] > 0.0 {
+                scratch_fallbacks += 1;
+            }
         } else {
             unattributed += d;
         }
     }
+
+    *time_fallbacks += scratch_fallbacks;
 
     // Pass 2: Π at each event; a segment gets rate·Π(end) − rate·Π(start).
     let mut i = 0usize;
@@ -285,6 +304,7 @@ mod tests {
             wrate: [w / (end - start) as f64; MAX_CLASSES],
             task,
             weight_ok: 1,
+            foreign: false,
         }
     }
 

@@ -1,6 +1,6 @@
 //! What is done with finished intervals: summing them over a run, grouping tasks by
 //! pid/tgid/comm/cgroup, finding bursts, and comparing the tick-only answer with the precise one.
-use crate::cli::GroupBy;
+use crate::model::GroupBy;
 use crate::model::{SlotRole, SlotSpec};
 use crate::output::interval::{IntervalResult, PackageRow, PrecisionRow, TaskRow};
 use std::collections::{BTreeMap, HashMap};
@@ -53,6 +53,9 @@ fn stand_in_total(interval: &IntervalResult, keys: &[String]) -> f64 {
 /// Sums intervals over a run (or a burst): packages by id, tasks by (pid, tgid, comm, cgroup).
 pub struct Summary {
     keys: Vec<String>,
+    /// How the run divided package traffic (from its first interval).
+    pub weighting: Option<crate::model::Weighting>,
+    pub weight_fallbacks: u64,
     pub t_start_ns: Option<u64>,
     pub t_end_ns: u64,
     pub source: String,
@@ -68,6 +71,8 @@ pub struct Summary {
 impl Summary {
     pub fn new(specs: &[SlotSpec]) -> Summary {
         Summary {
+            weighting: None,
+            weight_fallbacks: 0,
             keys: traffic_keys(specs),
             t_start_ns: None,
             t_end_ns: 0,
@@ -91,6 +96,10 @@ impl Summary {
         if self.source.is_empty() {
             self.source.clone_from(&iv.source);
         }
+        if self.weighting.is_none() {
+            self.weighting.clone_from(&iv.weighting);
+        }
+        self.weight_fallbacks = self.weight_fallbacks.saturating_add(iv.weight_fallbacks);
         for p in &iv.packages {
             let e = self.packages.entry(p.id).or_insert_with(|| PackageRow {
                 id: p.id,
@@ -150,6 +159,8 @@ impl Summary {
             tasks,
             unattributed_bytes: self.unattributed_bytes,
             lost_samples: self.lost_samples,
+            weighting: self.weighting.clone(),
+            weight_fallbacks: self.weight_fallbacks,
         }
     }
 }

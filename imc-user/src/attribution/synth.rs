@@ -5,6 +5,15 @@
 //!
 //! Generation is a streaming iterator ordered by time, so that a 64-CPU × 1000 Hz × 60 s
 //! benchmark stream never has to sit in memory (3.84 M records × 240 bytes).
+//!
+//! Two slot layouts: the fixed one of [`Scenario::specs`] (package read and write, LLC-miss
+//! weights), or with [`Scenario::layout`] whatever slots a real plan chose ([`Layout`]: its
+//! package slots read by the plan's reader CPUs at most once per tick period, its per-CPU
+//! weights of local and remote traffic, userspace reads of packages no tick read lately), with
+//! each task's memory on any package and weights that see only a fraction of its bytes
+//! ([`TaskTraits`]).
+pub mod scenario;
+
 use crate::model::{Direction, Package, SlotRole, SlotScope, SlotSpec, Topology};
 use imc_common::{KIND_SWITCH, KIND_TIMER, MAX_SLOTS, SlotReading, TickRecord};
 use std::cmp::Reverse;
@@ -30,6 +39,66 @@ pub enum Readers {
     First,
     /// None: package counters only come from userspace reads.
     None,
+}
+
+/// How a task's traffic reaches the counters, beyond its bandwidth (with [`Scenario::layout`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TaskTraits {
+    /// Index (into `Scenario::packages`) of the package whose memory serves the task; None:
+    /// the package of the CPU it runs on.
+    pub memory_package: Option<usize>,
+    /// Weight counts per byte read / written (1/64: one per cache line; 0: invisible).
+    pub read_weight_per_byte: f64,
+    pub write_weight_per_byte: f64,
+}
+
+impl Default for TaskTraits {
+    fn default() -> TaskTraits {
+        TaskTraits {
+            memory_package: None,
+            read_weight_per_byte: 1.0 / 64.0,
+            write_weight_per_byte: 1.0 / 64.0,
+        }
+    }
+}
+
+/// What one slot of a plan-driven record holds.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum SynthSlot {
+    /// A package slot: the controller's counts of that direction (DMA counts as reads).
+    Traffic {
+        direction: Direction,
+        bytes_per_count: f64,
+    },
+    /// A CPU slot: the weight counts of the running task's traffic of that direction (None or
+    /// Total: both) to the CPU's own package's memory, or with `remote` to other packages'.
+    Weight {
+        direction: Option<Direction>,
+        remote: bool,
+        /// A local weight that also counts traffic to other packages' memory: with no remote
+        /// weight of its direction beside it, the event cannot tell them apart (LLC misses,
+        /// L2 writebacks count both).
+        sees_remote: bool,
+    },
+    /// A CPU slot attribution does not weigh by: reads zero.
+    Other,
+}
+
+/// The records of a real plan: its slots and who reads its package counters.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Layout {
+    pub slots: Vec<SynthSlot>,
+    /// Package id of each entry of `Scenario::packages`.
+    pub package_ids: Vec<u32>,
+    /// Per package (index into `Scenario::packages`): the CPUs whose ticks read its package
+    /// slots, at most once per `min_gap_ns` between them (the program's rule); empty: only
+    /// userspace reads them.
+    pub readers: Vec<Vec<u32>>,
+    pub min_gap_ns: u64,
+    /// Userspace drains every `drain_ns` and then reads every package counter no record read
+    /// within `max_age_ns` (and always those no tick reads).
+    pub drain_ns: u64,
+    pub max_age_ns: u64,
 }
 
 #[derive(Clone, Debug)]
@@ -64,6 +133,11 @@ pub struct Scenario {
     /// Yield a [`SynthItem::Mark`] at every multiple of this (after every record of that
     /// instant): where a driver closes intervals, with the truth up to date.
     pub mark_every_ns: Option<u64>,
+    /// Per task (index of `tasks`; missing: the default).
+    pub traits: Vec<TaskTraits>,
+    /// The slots of a real plan instead of [`Scenario::specs`]; `readers`, `fallback_every_ns`
+    /// and `weights` are then ignored.
+    pub layout: Option<Layout>,
 }
 
 impl Scenario {
@@ -96,7 +170,21 @@ impl Scenario {
             weight_running: 1.0,
             fail_every: None,
             mark_every_ns: None,
+            traits: Vec::new(),
+            layout: None,
         }
+    }
+
+    /// The traits of task `i`.
+    pub fn traits_of(&self, i: usize) -> TaskTraits {
+        self.traits.get(i).copied().unwrap_or_default()
+    }
+
+    /// The package (index into `packages`) whose memory serves task `i` while on `cpu`.
+    pub fn memory_of(&self, i: usize, cpu: u32) -> Option<usize> {
+        self.traits_of(i)
+            .memory_package
+            .or_else(|| self.packages.iter().position(|cpus| cpus.contains(&cpu)))
     }
 
     pub fn topology(&self) -> Topology {
@@ -196,7 +284,23 @@ enum Ev {
     Switch(u32, usize),
     Tick(u32),
     Fallback,
+    /// A userspace drain of a plan-driven layout.
+    Drain,
     Mark,
+}
+
+/// Per-CPU weight counts (true, fractional) of a plan-driven layout: read and write traffic to
+/// the CPU's own package's memory, and to other packages'.
+#[derive(Clone, Copy, Default)]
+struct CpuWeights {
+    local: [f64; 2],
+    remote: [f64; 2],
+}
+
+/// Where the weight counters of every CPU start: 2^64 minus a few million, so that every busy
+/// CPU's counters wrap early in a run.
+fn weight_start(cpu: usize) -> u64 {
+    u64::MAX - 3_000_000 * (cpu as u64 + 1)
 }
 
 pub struct SynthStream {
@@ -215,6 +319,16 @@ pub struct SynthStream {
     records_of_cpu: Vec<u64>,
     pub truth: Truth,
     queue: Vec<SynthItem>,
+    /// Layout mode: per CPU its weights; per package the controller's task bytes (read,
+    /// write), the time its package slots were last read by a tick (the program's
+    /// group clock) and by anyone (userspace's freshness).
+    cpu_w: Vec<CpuWeights>,
+    ctrl: Vec<[f64; 2]>,
+    group_last: Vec<Option<u64>>,
+    read_last: Vec<Option<u64>>,
+    /// Layout mode: per CPU, the package whose slots its ticks read (usize::MAX: none).
+    reads_pkg: Vec<usize>,
+    traits: Vec<TaskTraits>,
 }
 
 impl SynthStream {
@@ -238,7 +352,17 @@ impl SynthStream {
                 heap.push(Reverse((first.0, Ev::Switch(c, 0))));
             }
         }
-        if sc.fallback_every_ns.is_some() {
+        let mut reads_pkg = vec![usize::MAX; ncpu];
+        if let Some(l) = &sc.layout {
+            heap.push(Reverse((l.drain_ns.max(1), Ev::Drain)));
+            for (p, cpus) in l.readers.iter().enumerate() {
+                for &c in cpus {
+                    if let Some(x) = reads_pkg.get_mut(c as usize) {
+                        *x = p;
+                    }
+                }
+            }
+        } else if sc.fallback_every_ns.is_some() {
             heap.push(Reverse((0, Ev::Fallback)));
         }
         if let Some(every) = sc.mark_every_ns {
@@ -262,6 +386,12 @@ impl SynthStream {
             records_of_cpu: vec![0; ncpu],
             truth,
             queue: Vec::new(),
+            cpu_w: vec![CpuWeights::default(); ncpu],
+            ctrl: vec![[0.0; 2]; npkg],
+            group_last: vec![None; npkg],
+            read_last: vec![None; npkg],
+            reads_pkg,
+            traits: (0..sc.tasks.len()).map(|i| sc.traits_of(i)).collect(),
             sc,
         }
     }
@@ -272,12 +402,31 @@ impl SynthStream {
             return;
         }
         let dt = (t - self.t_now) as f64 / 1e9;
+        let layout = self.sc.layout.is_some();
         for (c, run) in self.running.iter().enumerate() {
             let Some(ti) = *run else { continue };
             let task = &self.sc.tasks[ti];
             let (r, w) = (task.read_bps * dt, task.write_bps * dt);
             self.truth.task_read[ti] += r;
             self.truth.task_write[ti] += w;
+            if layout {
+                let tr = self.traits[ti];
+                let own = self.pkg_of[c];
+                let mem = tr.memory_package.unwrap_or(own);
+                if let Some(ctrl) = self.ctrl.get_mut(mem) {
+                    ctrl[0] += r;
+                    ctrl[1] += w;
+                }
+                let cw = &mut self.cpu_w[c];
+                let acc = if mem == own {
+                    &mut cw.local
+                } else {
+                    &mut cw.remote
+                };
+                acc[0] += r * tr.read_weight_per_byte;
+                acc[1] += w * tr.write_weight_per_byte;
+                continue;
+            }
             if self.sc.directed_weights {
                 self.weight[c] += r / 64.0;
                 self.weight_w[c] += w / 64.0;
@@ -322,7 +471,184 @@ impl SynthStream {
         self.sc.counter_start.wrapping_add(v.floor() as u64) & ((1u64 << 48) - 1)
     }
 
+    /// Package `p`'s counter of a plan-driven Traffic slot now: the sum of its channels'
+    /// counts (whole counts of each direction).
+    fn layout_pkg_value(&self, p: usize, direction: Direction, bytes_per_count: f64) -> u64 {
+        let ctrl = self.ctrl.get(p).copied().unwrap_or([0.0; 2]);
+        let bpc = if bytes_per_count > 0.0 {
+            bytes_per_count
+        } else {
+            64.0
+        };
+        let read = ((ctrl[0] + self.dma_bytes(p)) / bpc).floor() as u64;
+        let write = (ctrl[1] / bpc).floor() as u64;
+        let v = match direction {
+            Direction::Read => read,
+            Direction::Write => write,
+            Direction::Total => read + write,
+        };
+        // The kernel's 64-bit counts start at zero when opened; a sum never wraps in a run.
+        v.wrapping_add(self.sc.counter_start)
+    }
+
+    /// A record of a plan-driven layout: the running task, its CPU's weights, and the package
+    /// slots when this CPU is a reader of its package and the group was not read within the
+    /// program's minimum gap.
+    fn layout_record(&mut self, cpu: u32, kind: u8, t: u64) -> TickRecord {
+        let c = cpu as usize;
+        let layout = self.sc.layout.as_ref().expect("layout mode");
+        let n = layout.slots.len().min(MAX_SLOTS);
+        let mut rec = TickRecord {
+            t_ns: t,
+            cgroup_id: 0,
+            cpu,
+            pid: 0,
+            tgid: 0,
+            kind,
+            nr_slots: n as u8,
+            failed_mask: 0,
+            flags: 0,
+            comm: [0; 16],
+            slots: [SlotReading::default(); MAX_SLOTS],
+        };
+        self.describe(&mut rec);
+        let p = self.reads_pkg[c];
+        let reads = p != usize::MAX
+            && self.group_last[p].is_none_or(|last| t.saturating_sub(last) >= layout.min_gap_ns);
+        if reads {
+            self.group_last[p] = Some(t);
+            self.read_last[p] = Some(t);
+        }
+        let w = self.cpu_w[c];
+        for (s, slot) in layout.slots.iter().take(n).enumerate() {
+            match *slot {
+                SynthSlot::Traffic {
+                    direction,
+                    bytes_per_count,
+                } => {
+                    if reads {
+                        rec.slots[s] = SlotReading {
+                            value: self.layout_pkg_value(p, direction, bytes_per_count),
+                            enabled: 1,
+                            running: 1,
+                        };
+                    } else {
+                        rec.failed_mask |= 1 << s;
+                    }
+                }
+                SynthSlot::Weight {
+                    direction,
+                    remote,
+                    sees_remote,
+                } => {
+                    let acc = if remote {
+                        w.remote
+                    } else if sees_remote {
+                        [w.local[0] + w.remote[0], w.local[1] + w.remote[1]]
+                    } else {
+                        w.local
+                    };
+                    let counts = match direction {
+                        Some(Direction::Read) => acc[0],
+                        Some(Direction::Write) => acc[1],
+                        _ => acc[0] + acc[1],
+                    };
+                    rec.slots[s] = SlotReading {
+                        value: weight_start(c).wrapping_add(counts.floor() as u64),
+                        enabled: t,
+                        running: t,
+                    };
+                }
+                SynthSlot::Other => {
+                    rec.slots[s] = SlotReading {
+                        value: 0,
+                        enabled: t,
+                        running: t,
+                    };
+                }
+            }
+        }
+        rec
+    }
+
+    /// The record names the CPU's running task (or the idle task).
+    fn describe(&self, rec: &mut TickRecord) {
+        if let Some(ti) = self.running[rec.cpu as usize] {
+            let task = &self.sc.tasks[ti];
+            rec.pid = task.pid;
+            rec.tgid = task.tgid;
+            rec.cgroup_id = task.cgroup;
+            let n = task.comm.len().min(15);
+            rec.comm[..n].copy_from_slice(&task.comm.as_bytes()[..n]);
+        } else {
+            rec.comm[..9].copy_from_slice(b"swapper/0");
+        }
+    }
+
+    /// Userspace's drain in layout mode: every package counter no record read within the
+    /// maximum age (and every one no tick reads) is read now.
+    fn drain_reads(&mut self, t: u64) {
+        let Some(layout) = self.sc.layout.as_ref() else {
+            return;
+        };
+        for p in 0..self.sc.packages.len() {
+            let due = layout.readers.get(p).is_none_or(|r| r.is_empty())
+                || self.read_last[p].is_none_or(|last| t.saturating_sub(last) > layout.max_age_ns);
+            if !due {
+                continue;
+            }
+            self.read_last[p] = Some(t);
+            let id = layout.package_ids.get(p).copied().unwrap_or(p as u32);
+            for (s, slot) in layout.slots.iter().enumerate() {
+                if let SynthSlot::Traffic {
+                    direction,
+                    bytes_per_count,
+                } = *slot
+                {
+                    let v = self.layout_pkg_value(p, direction, bytes_per_count);
+                    self.queue.push(SynthItem::PackageRead(id, s, t, v));
+                }
+            }
+        }
+    }
+
+    /// Userspace reads every package's counters (at the end of a run, as `imc` does before its
+    /// last interval).
+    pub fn read_all_packages(&mut self) -> Vec<SynthItem> {
+        let mut out = Vec::new();
+        if let Some(layout) = self.sc.layout.as_ref() {
+            for p in 0..self.sc.packages.len() {
+                let id = layout.package_ids.get(p).copied().unwrap_or(p as u32);
+                for (s, slot) in layout.slots.iter().enumerate() {
+                    if let SynthSlot::Traffic {
+                        direction,
+                        bytes_per_count,
+                    } = *slot
+                    {
+                        let v = self.layout_pkg_value(p, direction, bytes_per_count);
+                        out.push(SynthItem::PackageRead(id, s, self.t_now, v));
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Controller bytes so far per package (index into `packages`): (task reads + DMA, task
+    /// writes), exact.
+    pub fn controller_bytes(&self) -> Vec<(f64, f64)> {
+        (0..self.sc.packages.len())
+            .map(|p| {
+                let c = self.ctrl.get(p).copied().unwrap_or([0.0; 2]);
+                (c[0] + self.dma_bytes(p), c[1])
+            })
+            .collect()
+    }
+
     fn record(&mut self, cpu: u32, kind: u8, t: u64) -> TickRecord {
+        if self.sc.layout.is_some() {
+            return self.layout_record(cpu, kind, t);
+        }
         let c = cpu as usize;
         let mut rec = TickRecord {
             t_ns: t,
@@ -438,6 +764,12 @@ impl SynthStream {
                 }
                 if let Some(every) = self.sc.fallback_every_ns {
                     self.heap.push(Reverse((t + every.max(1), Ev::Fallback)));
+                }
+            }
+            Ev::Drain => {
+                self.drain_reads(t);
+                if let Some(l) = &self.sc.layout {
+                    self.heap.push(Reverse((t + l.drain_ns.max(1), Ev::Drain)));
                 }
             }
             Ev::Mark => {

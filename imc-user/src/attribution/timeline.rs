@@ -5,7 +5,7 @@
 //! Amounts are bytes when the source has bytes, else the traffic counters' counts (a stand-in
 //! such as page faults): the unit says which, and no count is ever called a byte.
 use super::summary::{group_rows, traffic_amount};
-use crate::cli::GroupBy;
+use crate::model::GroupBy;
 use crate::model::{Direction, SlotRole, SlotSpec};
 use crate::output::interval::{IntervalResult, TaskRow};
 use std::collections::HashMap;

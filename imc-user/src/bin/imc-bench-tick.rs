@@ -46,6 +46,9 @@ struct Variant {
     program: TickProgram,
     package_counters: usize,
     readers: bool,
+    /// Per-CPU weight slots read besides the two (issue 19's weights: up to a local read, a
+    /// remote read and a write weight; page-faults stands in for a core event here).
+    weights: usize,
 }
 
 /// `n` stand-in package counters per CPU, each CPU its own "package".
@@ -79,6 +82,12 @@ fn measure(
 ) -> Result<(f64, u64), String> {
     let program = v.program;
     let mut slots = slots.to_vec();
+    for i in 0..v.weights {
+        let mut w = slots[1].clone();
+        w.spec.event = format!("weight {i}");
+        w.spec.role = SlotRole::Weight(None);
+        slots.push(w);
+    }
     if v.package_counters > 0 {
         slots.push(SlotPlan::package(SlotSpec {
             event: "package".into(),
@@ -225,6 +234,7 @@ fn run() -> Result<(), String> {
         program,
         package_counters: 0,
         readers: false,
+        weights: 0,
     };
     let mut programs = vec![
         plain("imc tick", TickProgram::Imc),
@@ -249,9 +259,19 @@ fn run() -> Result<(), String> {
                 program: TickProgram::Imc,
                 package_counters: n,
                 readers,
+                weights: 0,
             });
         }
     }
+    // A workload CPU of a plan with weights: its 2 package slots unread, three weight slots
+    // read at every tick (issue 19: what the weights cost beside the figure above).
+    programs.push(Variant {
+        label: "workload CPU, 2 pkg + 3 weights",
+        program: TickProgram::Imc,
+        package_counters: 2,
+        readers: false,
+        weights: 3,
+    });
     let probes_at = programs.len();
     if breakdown {
         programs.extend(
@@ -285,7 +305,9 @@ fn run() -> Result<(), String> {
     let med: Vec<f64> = samples.iter_mut().map(|v| median(v)).collect();
     let (imc, base) = (med[0], med[1]);
     println!(
-        "median: imc {imc:.1} ns/run, baseline {base:.1} ns/run, ratio imc/baseline = {:.2} (target <= 0.50)",
+        "median: imc {imc:.1} ± {:.1} ns/run, baseline {base:.1} ± {:.1} ns/run, ratio imc/baseline = {:.2}",
+        stderr[0],
+        stderr[1],
         imc / base
     );
     println!(
@@ -298,6 +320,33 @@ fn run() -> Result<(), String> {
             med[i],
             stderr[i],
             med[i] / imc
+        );
+    }
+    let at = |label: &str| {
+        programs
+            .iter()
+            .position(|v| v.label == label)
+            .map(|i| med[i])
+    };
+    if let (Some(w2), Some(w48)) = (
+        at("workload CPU, 2 pkg counters"),
+        at("workload CPU, 48 pkg counters"),
+    ) {
+        println!(
+            "flatness: a workload CPU's tick with 48 package counters / with 2 = {:.2} (its \
+             cost must not follow the channels)",
+            w48 / w2
+        );
+    }
+    if let (Some(w2), Some(ww)) = (
+        at("workload CPU, 2 pkg counters"),
+        at("workload CPU, 2 pkg + 3 weights"),
+    ) {
+        println!(
+            "weights: three per-CPU weight slots add {:.1} ns to a workload CPU's tick ({:.1} ns \
+             a counter read)",
+            ww - w2,
+            (ww - w2) / 3.0
         );
     }
     if breakdown {

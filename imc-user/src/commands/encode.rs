@@ -10,7 +10,6 @@ use crate::cli::{EncodeArgs, GlobalArgs};
 use crate::error::{CliError, CliResult};
 use crate::events::{self, EventError, Form};
 use crate::model::{Encoded, Pmu};
-use std::io::Write;
 use std::process::ExitCode;
 
 fn to_cli(e: EventError) -> CliError {
@@ -74,20 +73,12 @@ pub fn run(global: &GlobalArgs, args: &EncodeArgs) -> CliResult<ExitCode> {
                 .map_err(|err| CliError::runtime(format!("cannot write JSON: {err}")))?;
             text.push_str(&json);
         } else {
-            text.push_str(&human_line(e));
+            text.push_str(&crate::text::escape(&human_line(e)));
         }
         text.push('\n');
     }
-    let mut stdout = std::io::stdout().lock();
-    // A closed pipe (`imc encode … | head -1`) is not a failure worth a message.
-    match stdout
-        .write_all(text.as_bytes())
-        .and_then(|()| stdout.flush())
-    {
-        Ok(()) => Ok(ExitCode::SUCCESS),
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(ExitCode::SUCCESS),
-        Err(e) => Err(CliError::runtime(format!("cannot write output: {e}"))),
-    }
+    crate::error::write_stdout(text.as_bytes())?;
+    Ok(ExitCode::SUCCESS)
 }
 
 #[cfg(test)]

@@ -7,14 +7,8 @@ use std::io::Write;
 use std::process::ExitCode;
 
 fn write_out(bytes: &[u8]) -> CliResult<ExitCode> {
-    let mut out = std::io::stdout().lock();
-    match out.write_all(bytes).and_then(|()| out.flush()) {
-        Ok(()) => Ok(ExitCode::SUCCESS),
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(ExitCode::SUCCESS),
-        Err(e) => Err(CliError::runtime(format!(
-            "writing to standard output: {e}"
-        ))),
-    }
+    crate::error::write_stdout(bytes)?;
+    Ok(ExitCode::SUCCESS)
 }
 
 /// The completion script for `shell`.

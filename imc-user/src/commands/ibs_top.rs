@@ -181,7 +181,7 @@ pub fn run_with<W: Write>(
         match out.write_all(&buf).and_then(|()| out.flush()) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => break,
-            Err(e) => return Err(CliError::runtime(format!("writing output: {e}"))),
+            Err(e) => return Err(CliError::output(e)),
         }
         start = now;
         if stop() || end.is_some_and(|e| now >= e) {

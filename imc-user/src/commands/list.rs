@@ -22,9 +22,10 @@ pub fn run(global: &GlobalArgs, args: &ListArgs) -> CliResult<ExitCode> {
         s.push('\n');
         s
     } else {
-        render(&report, global.verbose > 0)
+        // PMU and event names are sysfs directory entries: anything but a NUL or a slash.
+        crate::text::escape_lines(&render(&report, global.verbose > 0)).into_owned()
     };
-    print!("{out}");
+    crate::error::write_stdout(out.as_bytes())?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -58,4 +58,8 @@ impl Sink for Naming<'_> {
     fn started(&mut self) {
         self.inner.started();
     }
+
+    fn notice(&mut self, text: &str) {
+        self.inner.notice(text);
+    }
 }

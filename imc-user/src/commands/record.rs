@@ -2,15 +2,18 @@
 //! per-task aggregates plus raw ticks around bursts; see record/FORMAT.md).
 //!
 //! The output is checked before anything starts (an existing file needs `--force`; a bound too
-//! small for one interval is refused) and created only once the run is under way (the sampler
-//! loaded, the command started): a run that cannot start leaves an existing file as it was.
+//! small for one interval is refused) and locked (`FILE.lock`, see [`WriteLock`]): a second run
+//! on the same file is refused at once, naming the first, and a directory where nothing can be
+//! created is found before the command starts. The file itself is created only once the run is
+//! under way (the sampler loaded, the command started): a run that cannot start leaves an
+//! existing file as it was.
 use super::names::{Naming, cgroup_paths};
 use super::sampling::{LoopOptions, Sink, block_on, discover, print_plan, sample_loop, select_for};
 use crate::cli::{GlobalArgs, GroupBy, RecordArgs};
 use crate::error::{CliError, CliResult};
 use crate::output::interval::IntervalResult;
 use crate::record::{RecordHeader, Writer, WriterStats, smallest_max_size};
-use crate::sys::file::what_is_there;
+use crate::sys::file::{LockError, WriteLock, is_bad_path, what_is_there};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -73,10 +76,11 @@ fn create(p: Pending) -> CliResult<Writer> {
         .map_err(|e| CliError::runtime(format!("cannot create the recording: {e}")))
 }
 
-/// Refuses, before anything starts, an output that cannot or must not be written: something
-/// already there without `--force` (a symlink is never followed) or a directory (bad input), a
-/// directory that does not exist (runtime).
-fn check_output(path: &Path, force: bool) -> CliResult<()> {
+/// Refuses, before anything starts, an output that cannot or must not be written (a recording,
+/// and `report`'s --perfetto and --plot files alike): something
+/// already there without `--force` (a symlink is never followed), a directory, or a directory
+/// that does not exist (all bad input: the path is wrong).
+pub(super) fn check_output(path: &Path, force: bool) -> CliResult<()> {
     let there =
         what_is_there(path).map_err(|e| CliError::runtime(format!("{}: {e}", path.display())))?;
     match there {
@@ -95,15 +99,45 @@ fn check_output(path: &Path, force: bool) -> CliResult<()> {
             )));
         }
     }
-    // A runtime failure, as a full disk is (tests/ebpf.rs holds record to exit 1 here).
+    check_directory(path)
+}
+
+/// The output's directory must exist (a wrong path, bad input).
+fn check_directory(path: &Path) -> CliResult<()> {
     match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() && !d.is_dir() => Err(CliError::runtime(format!(
+        Some(d) if !d.as_os_str().is_empty() && !d.is_dir() => Err(CliError::bad_input(format!(
             "{}: directory {} does not exist",
             path.display(),
             d.display()
         ))),
         _ => Ok(()),
     }
+}
+
+/// Locks the output for this run (see [`WriteLock`]): another run writing it is bad input
+/// (exit 2, naming its pid); a directory where the lock cannot be created cannot take the
+/// recording either, said before anything starts.
+fn lock_output(path: &Path) -> CliResult<WriteLock> {
+    WriteLock::take(path).map_err(|e| match e {
+        LockError::Held { pid, lock } => CliError::bad_input(format!(
+            "{}: another imc (pid {pid}) is recording to it (it holds {}): wait for it to \
+             finish, or give another -o",
+            path.display(),
+            lock.display()
+        )),
+        LockError::Io { lock, source } => {
+            let msg = format!(
+                "cannot create the recording {}: {}: {source}",
+                path.display(),
+                lock.display()
+            );
+            if is_bad_path(&source) {
+                CliError::bad_input(msg)
+            } else {
+                CliError::runtime(msg)
+            }
+        }
+    })
 }
 
 fn clock_ns(clock: libc::clockid_t) -> u64 {
@@ -120,9 +154,14 @@ pub fn run(global: &GlobalArgs, args: &RecordArgs) -> CliResult<ExitCode> {
     if args.duration.is_some() && !args.command.is_empty() {
         return Err(CliError::bad_input("give --duration or -- CMD, not both"));
     }
+    // Held until the recording is finished (dropped at the end of this function).
+    let mut _lock = None;
     if let Some(output) = args.output.as_deref()
         && !args.sampler.dry_run
     {
+        check_directory(output)?;
+        // Locked first: a file another run is writing is said to be that, not merely there.
+        _lock = Some(lock_output(output)?);
         check_output(output, args.force)?;
     }
     let found = discover(global)?;
@@ -150,6 +189,7 @@ pub fn run(global: &GlobalArgs, args: &RecordArgs) -> CliResult<ExitCode> {
         args.interval_ms * 1_000_000,
     );
     header.precise = sel.plan.tick.switches;
+    header.weighting.clone_from(&sel.plan.weighting);
     header.start_monotonic_ns = clock_ns(libc::CLOCK_MONOTONIC);
     header.start_realtime_ns = clock_ns(libc::CLOCK_REALTIME);
     if let Some(m) = args.max_size {

@@ -9,11 +9,12 @@ use crate::attribution::timeline::Timeline;
 use crate::attribution::{Attributor, Summary, compare, find_bursts, traffic_amount};
 use crate::cli::{GlobalArgs, GroupBy, ReportArgs};
 use crate::error::{CliError, CliResult};
+use crate::output::fixed;
 use crate::output::interval::{BurstRow, IntervalResult, PrecisionRow, ReportResult, TaskRow};
 use crate::output::{perfetto, plot};
 use crate::record::{Item, ReadStatus, Reader, RecordError, rotated_path};
+use crate::text::escape;
 use imc_common::KIND_SWITCH;
-use std::io::Write;
 use std::path::Path;
 use std::process::ExitCode;
 
@@ -219,6 +220,10 @@ fn write_views(args: &ReportArgs, total: &IntervalResult, bursts: &[BurstRow]) -
 }
 
 pub fn run(_global: &GlobalArgs, args: &ReportArgs) -> CliResult<ExitCode> {
+    // The views' files are checked as a recording's output is, before the file is read.
+    for out in [&args.perfetto, &args.plot].into_iter().flatten() {
+        super::record::check_output(out, args.force)?;
+    }
     let readers = open_run(&args.file)?;
     let header = readers
         .last()
@@ -238,7 +243,7 @@ pub fn run(_global: &GlobalArgs, args: &ReportArgs) -> CliResult<ExitCode> {
     };
     let total = p1.summary.finish(args.by);
     for w in &p1.warnings {
-        eprintln!("imc: warning: {w}");
+        eprintln!("imc: warning: {}", escape(w));
     }
     if views {
         write_views(args, &total, &bursts)?;
@@ -248,7 +253,6 @@ pub fn run(_global: &GlobalArgs, args: &ReportArgs) -> CliResult<ExitCode> {
         bursts,
         precise_vs_tick: p1.precise,
     };
-    let mut out = std::io::stdout().lock();
     let text = if args.json {
         let counts_unit = match &unit {
             Unit::Bytes => None,
@@ -261,12 +265,8 @@ pub fn run(_global: &GlobalArgs, args: &ReportArgs) -> CliResult<ExitCode> {
     } else {
         human(&report, &header, args, &unit, threshold, spans.len())
     };
-    match out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
-        Ok(()) => Ok(ExitCode::SUCCESS),
-        // A closed pipe (`imc report F | head`) is not a failure of the report.
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(ExitCode::SUCCESS),
-        Err(e) => Err(CliError::runtime(format!("cannot write the report: {e}"))),
-    }
+    crate::error::write_stdout(text.as_bytes())?;
+    Ok(ExitCode::SUCCESS)
 }
 
 /// What the recording's traffic counters measured: bytes, or counts of stand-in events (page
@@ -298,7 +298,7 @@ impl Unit {
     fn rate(&self, per_s: f64) -> String {
         match self {
             Unit::Bytes => format!("{}/s", fmt_bytes(per_s)),
-            Unit::Counts(events) => format!("{per_s:.0} {}", rate_unit(events)),
+            Unit::Counts(events) => format!("{} {}", fixed(per_s, 0), escape(&rate_unit(events))),
         }
     }
 }
@@ -323,14 +323,14 @@ pub fn fmt_bytes(b: f64) -> String {
         u += 1;
     }
     if u == 0 {
-        format!("{v:.0} B")
+        format!("{} B", fixed(v, 0))
     } else {
-        format!("{v:.2} {}", UNITS[u])
+        format!("{} {}", fixed(v, 2), UNITS[u])
     }
 }
 
 fn fmt_share(s: f64) -> String {
-    format!("{:.1}%", s * 100.0)
+    format!("{}%", fixed(s * 100.0, 1))
 }
 
 fn key_name(by: GroupBy) -> &'static str {
@@ -345,7 +345,8 @@ fn key_name(by: GroupBy) -> &'static str {
 }
 
 fn row_cells(r: &TaskRow, by: GroupBy, has_total: bool, stand_in: &[String]) -> Vec<String> {
-    let mut v = vec![
+    // Names come from the recording (a process names itself anything): escaped, see text.rs.
+    let mut v: Vec<String> = [
         match by {
             GroupBy::Pid => r.pid.to_string(),
             GroupBy::Tgid => r.tgid.to_string(),
@@ -370,7 +371,10 @@ fn row_cells(r: &TaskRow, by: GroupBy, has_total: bool, stand_in: &[String]) -> 
         } else {
             r.comm.clone()
         },
-    ];
+    ]
+    .iter()
+    .map(|c| escape(c).into_owned())
+    .collect();
     if stand_in.is_empty() {
         v.push(fmt_bytes(r.read_bytes as f64));
         v.push(fmt_bytes(r.write_bytes as f64));
@@ -379,7 +383,7 @@ fn row_cells(r: &TaskRow, by: GroupBy, has_total: bool, stand_in: &[String]) -> 
         }
     } else {
         for k in stand_in {
-            v.push(format!("{:.0}", r.values.get(k).copied().unwrap_or(0.0)));
+            v.push(fixed(r.values.get(k).copied().unwrap_or(0.0), 0));
         }
     }
     v.push(fmt_share(r.share));
@@ -433,15 +437,25 @@ fn human(
     let has_total = t.packages.iter().any(|p| p.total_bytes > 0);
     let mut s = format!(
         "{}: {} at {} Hz, {:.1} s\n",
-        args.file.display(),
-        t.source,
+        escape(&args.file.display().to_string()),
+        escape(&t.source),
         header.freq_hz,
         secs
     );
     if !stand_in.is_empty() {
         s.push_str(&format!(
             "{}: a stand-in counted per task, not bandwidth (no bytes were measured)\n",
-            stand_in.join("+")
+            escape(&stand_in.join("+"))
+        ));
+    } else if let Some(w) = &t.weighting {
+        s.push_str(&format!(
+            "package traffic divided among tasks {}{}\n",
+            w.phrase(),
+            if w.numa {
+                ", local and remote memory apart"
+            } else {
+                ""
+            }
         ));
     }
     // A stand-in has no package bytes to show.
@@ -478,7 +492,7 @@ fn human(
         }
     } else {
         head.extend(stand_in.iter().map(|k| {
-            let name = k.to_uppercase();
+            let name = escape(&k.to_uppercase()).into_owned();
             if crate::output::counts_nanoseconds(k) {
                 format!("{name} NS")
             } else {

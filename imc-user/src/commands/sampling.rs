@@ -8,7 +8,7 @@ use crate::discovery;
 use crate::error::{CliError, CliResult};
 use crate::model::{BackendKind, Discovery, Topology};
 use crate::output::interval::IntervalResult;
-use crate::plan::{self, Kernel, Plan, PlanError, Request};
+use crate::plan::{self, Kernel, Plan, PlanError, Request, WeightEvent, WeightRequest};
 use crate::sampler::{Sampler, planned};
 use imc_common::TickRecord;
 use std::process::ExitCode;
@@ -63,6 +63,38 @@ pub fn stand_in_for(
     Ok(vec![(s.name.to_string(), vec![s.event])])
 }
 
+/// `--weight auto|cpu-time|EVENT[:read|:write]` (repeatable): `auto` and `cpu-time` alone, or
+/// events resolved under --root like `-e`.
+pub fn weight_arg(global: &GlobalArgs, given: &[String]) -> CliResult<WeightRequest> {
+    match given {
+        [] => Ok(WeightRequest::Auto),
+        [one] if one == "auto" => Ok(WeightRequest::Auto),
+        [one] if one == "cpu-time" => Ok(WeightRequest::CpuTime),
+        many => many
+            .iter()
+            .map(|text| {
+                if text == "auto" || text == "cpu-time" {
+                    return Err(CliError::bad_input(format!(
+                        "--weight {text}: stands alone, not beside other --weight events"
+                    )));
+                }
+                let (event, direction) = WeightRequest::split_direction(text);
+                let encoded = crate::events::resolve(&global.root, event).map_err(|e| {
+                    CliError::bad_input(format!(
+                        "--weight {text}: {e} (auto, cpu-time, or EVENT[:read|:write])"
+                    ))
+                })?;
+                Ok(WeightEvent {
+                    text: event.to_string(),
+                    direction,
+                    encoded,
+                })
+            })
+            .collect::<CliResult<Vec<_>>>()
+            .map(WeightRequest::Events),
+    }
+}
+
 pub fn plan_error(e: PlanError) -> CliError {
     match e {
         PlanError::BadRequest(m) => CliError::bad_input(m),
@@ -94,6 +126,7 @@ pub fn select_for(
         },
         stand_in: stand_in_for(global, found, &args.events, &args.backend)?,
         latency: None,
+        weight: weight_arg(global, &args.weight)?,
     };
     let plan = plan::plan(found, &Kernel::read(&global.root), &req).map_err(plan_error)?;
     Ok(Selection {
@@ -104,16 +137,12 @@ pub fn select_for(
 
 /// `--dry-run`: the plan, as text or one JSON object, on stdout.
 pub fn print_plan(plan: &Plan, json: bool) -> CliResult<ExitCode> {
-    use std::io::Write;
     let text = if json {
         serde_json::to_string(plan).map_err(|e| CliError::runtime(e.to_string()))? + "\n"
     } else {
         plan::text::render(plan)
     };
-    let mut out = std::io::stdout().lock();
-    out.write_all(text.as_bytes())
-        .and_then(|_| out.flush())
-        .map_err(|e| CliError::runtime(format!("writing the plan: {e}")))?;
+    crate::error::write_stdout(text.as_bytes())?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -156,6 +185,23 @@ pub trait Sink {
     /// Once, when the sampler is loaded and attached, before the first drain (`imc serve`
     /// starts answering then, never before a run that is about to fail).
     fn started(&mut self) {}
+
+    /// Something the user must be told once while the loop runs (one line, no `imc:` prefix);
+    /// on stderr unless the sink shows it itself (the live view's header).
+    fn notice(&mut self, line: &str) {
+        eprintln!("imc: {}", crate::text::escape(line));
+    }
+}
+
+/// The one line said the first time package traffic had to be divided by on-CPU time although
+/// weights were planned.
+fn fallback_notice(r: &IntervalResult) -> String {
+    format!(
+        "{} span(s) of package traffic divided by on-CPU time: the weight counters did not run \
+         (the core's counters are shared, and the kernel multiplexed them) or could not be read; \
+         every interval counts them (JSON weight_fallbacks)",
+        r.weight_fallbacks
+    )
 }
 
 /// How long `record` and `serve` sleep between drains when every counter comes in the records
@@ -217,7 +263,7 @@ pub async fn sample_loop(
     sink: &mut dyn Sink,
 ) -> CliResult<ExitCode> {
     if let Some(notice) = stand_in_notice(&sel.plan, "per process") {
-        eprintln!("imc: {notice}");
+        sink.notice(&notice);
     }
     let kernel_tick = !sel.plan.tick.adds_interrupts;
     let drain_ms = sel.plan.drain.as_ref().map_or_else(
@@ -254,7 +300,8 @@ pub async fn sample_loop(
         );
     }
     let mut pump = Pump::new(sampler, &found.topology, sel.source.clone(), tick_hz)
-        .per_channel(args.per_channel);
+        .per_channel(args.per_channel)
+        .weighting(sel.plan.weighting.clone());
     sink.started();
     let code = run_loop(args, &mut pump, sink, cfg.drain_period_ms).await;
     drop(pump);
@@ -306,6 +353,8 @@ async fn run_loop(
     };
     let mut exit = ExitCode::SUCCESS;
     let mut next_wake = start + period;
+    // A failure ends the loop here, not with `?`: the command must not outlive it.
+    let mut failed: Option<CliError> = None;
     loop {
         let child_done = async {
             match child.as_mut() {
@@ -338,9 +387,14 @@ async fn run_loop(
         next_wake = now + period;
         let finished = stop || sink.stop_requested() || deadline.is_some_and(|d| now >= d);
         let drain_start = std::time::Instant::now();
-        let (records, go_on) = pump
-            .drain_into(sink, &mut ends, crate::sampler::monotonic_ns())
-            .map_err(|e| CliError::runtime(format!("writing output: {e}")))?;
+        let (records, go_on) =
+            match pump.drain_into(sink, &mut ends, crate::sampler::monotonic_ns()) {
+                Ok(r) => r,
+                Err(e) => {
+                    failed = Some(CliError::runtime(format!("writing output: {e}")));
+                    break;
+                }
+            };
         sink.drained(records, drain_start.elapsed());
         if !go_on {
             break;
@@ -348,19 +402,34 @@ async fn run_loop(
         if finished {
             // The last interval, from the last end to now.
             let result = pump.close(true);
-            sink.interval(&result)
-                .map_err(|e| CliError::runtime(format!("writing output: {e}")))?;
+            pump.say_fallbacks(&result, sink);
+            if let Err(e) = sink.interval(&result) {
+                failed = Some(CliError::runtime(format!("writing output: {e}")));
+            }
             break;
         }
     }
     drop(wake);
     if let Some(mut c) = child {
-        // Stopped by signal or --duration while the command still runs: like perf, the
-        // measured command ends with the measurement.
+        // Stopped by signal or --duration while the command still runs, or by a failure (the
+        // output cannot be written): like perf, the measured command ends with the
+        // measurement, never left running on its own.
+        let pid = c.id().unwrap_or(0);
         let _ = c.start_kill();
         let _ = c.wait().await;
+        if let Some(e) = failed {
+            let prog = args.command.first().map_or("", String::as_str);
+            return Err(CliError {
+                message: format!(
+                    "{}; the command '{}' (pid {pid}) was killed with the measurement",
+                    e.message,
+                    crate::text::escape(prog)
+                ),
+                ..e
+            });
+        }
     }
-    Ok(exit)
+    failed.map_or(Ok(exit), Err)
 }
 
 /// Interval ends on the records' clock (CLOCK_MONOTONIC ns): every `every_ns` from the start.
@@ -398,6 +467,8 @@ pub struct Pump {
     batch: Vec<TickRecord>,
     /// (time, index in `batch`) of each record, sorted.
     order: Vec<(u64, u32)>,
+    /// The weights' fallback to time has been said.
+    fallbacks_said: bool,
 }
 
 impl Pump {
@@ -411,6 +482,7 @@ impl Pump {
             channels: None,
             batch: Vec::new(),
             order: Vec::new(),
+            fallbacks_said: false,
         }
     }
 
@@ -418,6 +490,12 @@ impl Pump {
     /// per-channel counts (`PackageRow::channels`).
     pub fn per_channel(mut self, yes: bool) -> Pump {
         self.channels = yes.then(Vec::new);
+        self
+    }
+
+    /// How the plan divides package traffic, said in every interval.
+    pub fn weighting(mut self, w: Option<crate::model::Weighting>) -> Pump {
+        self.attr = self.attr.weighting(w);
         self
     }
 
@@ -501,7 +579,16 @@ impl Pump {
         let mut result = self.attr.close_interval(ends.next_ns);
         self.add_channels(&mut result);
         ends.advance();
+        self.say_fallbacks(&result, sink);
         sink.interval(&result)
+    }
+
+    /// Tells the sink, once a run, that weights fell back to time.
+    fn say_fallbacks(&mut self, r: &IntervalResult, sink: &mut dyn Sink) {
+        if r.weight_fallbacks > 0 && !self.fallbacks_said {
+            self.fallbacks_said = true;
+            sink.notice(&fallback_notice(r));
+        }
     }
 
     fn count_lost(&mut self) {

@@ -36,7 +36,20 @@ pub struct StatEnv<'a> {
 static STOP_SIGNAL: AtomicI32 = AtomicI32::new(0);
 static CHILD_SIGNAL: AtomicBool = AtomicBool::new(false);
 
+/// Whether the counters run. Before, there is nothing to finish: a stop signal during
+/// discovery and planning ends imc at once, as with no handler at all.
+static RUNNING: AtomicBool = AtomicBool::new(false);
+
 extern "C" fn on_stop(sig: libc::c_int) {
+    if !RUNNING.load(Ordering::SeqCst) {
+        // SAFETY: signal and raise are async-signal-safe; the signal is blocked while this
+        // handler runs, so it is delivered, with the default action, when the handler returns.
+        unsafe {
+            libc::signal(sig, libc::SIG_DFL);
+            libc::raise(sig);
+        }
+        return;
+    }
     STOP_SIGNAL.store(sig, Ordering::SeqCst);
 }
 
@@ -127,6 +140,8 @@ pub fn run_with<W: Write>(
         );
     }
 
+    // From here a stop signal ends the run with its last interval.
+    RUNNING.store(true, Ordering::SeqCst);
     // Start the child only once the counters count, as perf stat does.
     let mut child = match args.command.split_first() {
         Some((cmd, rest)) => Some(
@@ -186,7 +201,7 @@ pub fn run_with<W: Write>(
         Ok(s) => Some(s),
         // The reader went away (`imc stat | head`): a normal end.
         Err(e) if e.kind() == io::ErrorKind::BrokenPipe => None,
-        Err(e) => return Err(CliError::runtime(format!("writing output: {e}"))),
+        Err(e) => return Err(CliError::output(e)),
     };
     if let Some(s) = summary
         && s.skipped > 0
@@ -395,6 +410,7 @@ pub fn plan_of(
             .as_deref()
             .map(|types| super::latency::encodings(&global.root, types))
             .transpose()?,
+        weight: Default::default(),
     };
     crate::plan::plan(discovery, &Kernel::read(&global.root), &req).map_err(plan_error)
 }
@@ -420,11 +436,14 @@ fn open_backend(
             }
             Err(e) => return Err(e),
         };
-        if let Some(notice) = stand_in_notice(&plan, "system-wide") {
-            let _ = writeln!(err, "imc: {notice}");
-        }
         match open_planned(global, env, discovery, &plan, interval_ns) {
-            Ok(b) => return Ok(b),
+            Ok(b) => {
+                // Said once it counts: a stand-in that does not open is its error alone.
+                if let Some(notice) = stand_in_notice(&plan, "system-wide") {
+                    let _ = writeln!(err, "imc: {}", crate::text::escape(&notice));
+                }
+                return Ok(b);
+            }
             Err(e) => {
                 let retry = args.events.is_empty() && args.backend == "auto";
                 match plan.backend {

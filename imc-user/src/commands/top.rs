@@ -135,6 +135,7 @@ fn view_config(specs: &[SlotSpec], source: &str, top: usize) -> ViewConfig {
         value_events,
         traffic_events,
         top,
+        notice: None,
     }
 }
 
@@ -276,6 +277,17 @@ impl Sink for LiveView {
 
     fn stop_requested(&self) -> bool {
         self.quit.load(Ordering::SeqCst)
+    }
+
+    /// The first (the stand-in's, said before any interval) is shown in the view's header: a
+    /// line printed on stderr would land on the screen and be drawn over by the next frame.
+    /// Later ones (weights falling back to time) the header shows from the intervals already.
+    fn notice(&mut self, text: &str) {
+        let mut s = lock(&self.screen);
+        if s.cfg.notice.is_none() {
+            s.cfg.notice = Some(text.to_string());
+            let _ = s.draw();
+        }
     }
 }
 

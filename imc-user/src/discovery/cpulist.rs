@@ -1,6 +1,7 @@
 //! The kernel's cpulist format (`cpumask`, `cpus`, `online`, `possible`, node `cpulist`):
 //! comma-separated CPU numbers and inclusive ranges, e.g. `0-3,8,10-11\n`. An empty line is an
 //! empty list (a memory-only NUMA node such as KNL's MCDRAM has one).
+use crate::text::quote;
 use thiserror::Error;
 
 /// The most CPUs one list may name. The kernel's NR_CPUS tops out at 8192 on x86 (CONFIG_MAXSMP)
@@ -8,15 +9,22 @@ use thiserror::Error;
 /// malicious `0-4294967295` from allocating gigabytes.
 pub const MAX_CPUS: u32 = 1 << 16;
 
+/// The longest cpulist file of at most [`MAX_CPUS`] CPUs: the kernel's own bound for one
+/// (CPULIST_FILE_MAX_BYTES, NR_CPUS * 7 / 2, every other CPU named alone).
+pub const MAX_CPULIST_BYTES: u64 = MAX_CPUS as u64 * 7 / 2;
+
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum CpuListError {
-    #[error("'{item}' is not a CPU number or range (expected e.g. 0-3,8)")]
+    #[error("'{}' is not a CPU number or range (expected e.g. 0-3,8)", quote(item))]
     Garbage { item: String },
-    #[error("range '{item}' is reversed (start above end)")]
+    #[error("range '{}' is reversed (start above end)", quote(item))]
     Reversed { item: String },
-    #[error("'{item}' names CPU {cpu}, above the largest plausible CPU number {max}")]
+    #[error(
+        "'{}' names CPU {cpu}, above the largest plausible CPU number {max}",
+        quote(item)
+    )]
     TooLarge { item: String, cpu: u64, max: u32 },
-    #[error("empty item in '{text}' (doubled or trailing comma)")]
+    #[error("empty item in '{}' (doubled or trailing comma)", quote(text))]
     EmptyItem { text: String },
 }
 

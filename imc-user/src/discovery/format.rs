@@ -6,6 +6,7 @@
 //! `PMU_FORMAT_ATTR(name, "config:8-15,32-55")`; perf's own parser (tools/perf/util/pmu.y) reads
 //! the same grammar, low part of the value into the first range listed.
 use crate::model::{ConfigWord, FormatField, Pmu};
+use crate::text::quote;
 use serde::Serialize;
 use std::ops::RangeInclusive;
 use thiserror::Error;
@@ -13,14 +14,19 @@ use thiserror::Error;
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum FormatError {
     #[error(
-        "format '{name}': '{text}' is not a format (expected WORD:BITS such as config:0-7 or config:8-15,32-55)"
+        "format '{name}': '{}' is not a format (expected WORD:BITS such as config:0-7 or config:8-15,32-55)",
+        quote(text)
     )]
     Syntax { name: String, text: String },
     #[error(
-        "format '{name}': unknown word '{word}' (expected config, config1, config2 or config3)"
+        "format '{name}': unknown word '{}' (expected config, config1, config2 or config3)",
+        quote(word)
     )]
     UnknownWord { name: String, word: String },
-    #[error("format '{name}': bit range '{range}' is invalid (expected bits 0-63, low-high)")]
+    #[error(
+        "format '{name}': bit range '{}' is invalid (expected bits 0-63, low-high)",
+        quote(range)
+    )]
     BadRange { name: String, range: String },
     #[error("format '{name}': bit {bit} appears in more than one range")]
     Overlap { name: String, bit: u8 },
@@ -30,15 +36,22 @@ pub enum FormatError {
         value: u64,
         width: u32,
     },
-    #[error("PMU '{pmu}': empty term in '{terms}' (doubled or trailing comma)")]
+    #[error(
+        "PMU '{pmu}': empty term in '{}' (doubled or trailing comma)",
+        quote(terms)
+    )]
     EmptyTerm { pmu: String, terms: String },
-    #[error("PMU '{pmu}': unknown term '{term}' (known: {known})")]
+    #[error("PMU '{pmu}': unknown term '{}' (known: {known})", quote(term))]
     UnknownTerm {
         pmu: String,
         term: String,
         known: String,
     },
-    #[error("PMU '{pmu}': term '{term}' has value '{value}' (expected a decimal or 0x-hex number)")]
+    #[error(
+        "PMU '{pmu}': term '{}' has value '{}' (expected a decimal or 0x-hex number)",
+        quote(term),
+        quote(value)
+    )]
     BadValue {
         pmu: String,
         term: String,

@@ -1,40 +1,9 @@
 //! Facts about the machine from `proc/cpuinfo` and `sys/hypervisor`: vendor, family/model
 //! (x86), the POWER generation, and whether we run under a hypervisor.
-use super::sysfs::{DiscoveryError, read_optional};
+use super::sysfs::{DiscoveryError, read_head_optional, read_optional};
 use std::path::Path;
 
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Machine {
-    /// `vendor_id` (GenuineIntel, AuthenticAMD) on x86.
-    pub vendor: Option<String>,
-    pub family: Option<u32>,
-    pub model: Option<u32>,
-    /// The POWER generation from `cpu : POWER9, altivec supported` → "POWER9".
-    pub power: Option<String>,
-    /// `platform` on POWER (PowerNV is bare metal; pSeries is an LPAR).
-    pub platform: Option<String>,
-    pub hypervisor: bool,
-    /// Why `hypervisor` is set, for messages.
-    pub hypervisor_source: Option<String>,
-}
-
-impl Machine {
-    pub fn is_intel(&self) -> bool {
-        self.vendor.as_deref() == Some("GenuineIntel")
-    }
-    pub fn is_amd(&self) -> bool {
-        matches!(
-            self.vendor.as_deref(),
-            Some("AuthenticAMD") | Some("HygonGenuine")
-        )
-    }
-    /// Intel family-6 model number, if this is one.
-    pub fn intel_model(&self) -> Option<u32> {
-        (self.is_intel() && self.family == Some(6))
-            .then_some(self.model)
-            .flatten()
-    }
-}
+pub use crate::model::Machine;
 
 /// Parses cpuinfo text. Only the first processor block matters for vendor/model; the
 /// `hypervisor` flag is looked for in every `flags` line.
@@ -69,7 +38,7 @@ pub fn parse_cpuinfo(text: &str) -> Machine {
 
 pub fn read_machine(root: &Path) -> Result<Machine, DiscoveryError> {
     // A tree without proc/cpuinfo still lists PMUs; model-specific encodings are then unknown.
-    let mut m = read_optional(&root.join("proc/cpuinfo"))?
+    let mut m = read_head_optional(&root.join("proc/cpuinfo"))?
         .map(|t| parse_cpuinfo(&t))
         .unwrap_or_default();
     if !m.hypervisor

@@ -27,7 +27,7 @@ pub use machine::Machine;
 pub use sysfs::{DiscoveryError, read_pmu, read_pmus};
 pub use topology::read_topology;
 
-use crate::model::Discovery;
+use crate::model::{CorePmu, Discovery, Pmu, Topology};
 use std::path::Path;
 
 /// Everything `imc list` shows: the discovery result plus the machine facts behind it.
@@ -62,13 +62,42 @@ pub fn discover_report(root: &Path) -> Result<Report, DiscoveryError> {
     };
     let sources = catalogue::catalogue(&ctx)?;
     let other_sources = other::other_sources(root, &pmus)?;
+    let cores = core_pmus(&pmus, &topology)?;
     Ok(Report {
         discovery: Discovery {
             hypervisor: machine.hypervisor,
             topology,
             sources,
             other_sources,
+            machine: machine.clone(),
+            cores,
         },
         machine,
     })
+}
+
+/// The core PMUs among `pmus`: `cpu_core` and `cpu_atom` on hybrid Intel parts (each on the
+/// CPUs of its `cpus` file), else `cpu` on every online CPU. A PMU without the `event` format
+/// term (a VM's software-only `cpu` stand-in) cannot count core events and is left out.
+pub fn core_pmus(pmus: &[Pmu], topo: &Topology) -> Result<Vec<CorePmu>, DiscoveryError> {
+    let hybrid = pmus
+        .iter()
+        .any(|p| p.name == "cpu_core" || p.name == "cpu_atom");
+    pmus.iter()
+        .filter(|p| {
+            if hybrid {
+                p.name == "cpu_core" || p.name == "cpu_atom"
+            } else {
+                p.name == "cpu"
+            }
+        })
+        .filter(|p| p.formats.contains_key("event"))
+        .map(|p| {
+            Ok(CorePmu {
+                cpus: p.cpumask.clone().unwrap_or_else(|| topo.online.clone()),
+                pmu_name: sysfs::read_optional(&p.path.join("caps/pmu_name"))?,
+                pmu: p.clone(),
+            })
+        })
+        .collect()
 }

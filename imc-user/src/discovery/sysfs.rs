@@ -6,6 +6,7 @@
 use super::cpulist::{CpuListError, parse_cpulist};
 use super::format::{FormatError, parse_format};
 use crate::model::{EventAlias, Pmu};
+use crate::text::quote;
 use std::collections::BTreeMap;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -21,11 +22,17 @@ pub enum DiscoveryError {
         message: String,
         permission: bool,
     },
-    #[error("{path}: expected {expected}, found '{found}'")]
+    #[error("{path}: expected {expected}, found '{}'", quote(found))]
     Invalid {
         path: PathBuf,
         expected: String,
         found: String,
+    },
+    #[error("{path}: larger than {what} can be (more than {max} bytes); is --root a sysfs tree?")]
+    TooLarge {
+        path: PathBuf,
+        what: &'static str,
+        max: u64,
     },
     #[error("{path}: {source}")]
     CpuList {
@@ -77,18 +84,44 @@ pub(crate) fn io_error(path: &Path, e: &io::Error) -> DiscoveryError {
     }
 }
 
-/// Largest sysfs text file we read: real ones are one short line; a huge file is not sysfs.
+/// Largest sysfs text file: a sysfs attribute is at most one page, 64 KiB on the largest pages
+/// (POWER, arm64); real ones are one short line.
 const MAX_TEXT: u64 = 64 * 1024;
 
+/// Largest decimal number file (`type`, `physical_package_id`): `4294967295` and a newline,
+/// with room to spare.
+const MAX_NUMBER: u64 = 32;
+
 /// Reads a small file under the root: a regular file only (a FIFO there must not hang
-/// discovery), at most [`MAX_TEXT`] bytes. Every sysfs/proc/DMI/PCI read goes through here.
+/// discovery), at most [`MAX_TEXT`] bytes (only the head of a larger one is read). For files
+/// whose head is all imc needs (`proc/cpuinfo`, DMI tables, PCI config space).
 pub(crate) fn read_small(path: &Path) -> io::Result<Vec<u8>> {
     crate::sys::file::read_capped(path, MAX_TEXT)
 }
 
-/// Reads a small text file, trimmed. Non-UTF-8 content is an `Invalid` error naming the file.
+/// Reads a whole file of at most `max` bytes: a larger one is not the kind of file it should
+/// be (`what`), and is refused naming it rather than cut and its head parsed as if it were all.
+fn read_limited(path: &Path, max: u64, what: &'static str) -> Result<Vec<u8>, DiscoveryError> {
+    let buf = crate::sys::file::read_capped(path, max + 1).map_err(|e| io_error(path, &e))?;
+    if buf.len() as u64 > max {
+        return Err(DiscoveryError::TooLarge {
+            path: path.to_path_buf(),
+            what,
+            max,
+        });
+    }
+    Ok(buf)
+}
+
+/// Reads a sysfs text file (at most a page), trimmed. Non-UTF-8 content is an `Invalid` error
+/// naming the file.
 pub(crate) fn read_text(path: &Path) -> Result<String, DiscoveryError> {
-    let buf = read_small(path).map_err(|e| io_error(path, &e))?;
+    read_text_of(path, MAX_TEXT, "a sysfs file")
+}
+
+/// [`read_text`] of a file of kind `what`, at most `max` bytes.
+fn read_text_of(path: &Path, max: u64, what: &'static str) -> Result<String, DiscoveryError> {
+    let buf = read_limited(path, max, what)?;
     String::from_utf8(buf)
         .map(|s| s.trim().to_string())
         .map_err(|_| DiscoveryError::Invalid {
@@ -96,6 +129,19 @@ pub(crate) fn read_text(path: &Path) -> Result<String, DiscoveryError> {
             expected: "UTF-8 text".into(),
             found: "binary data".into(),
         })
+}
+
+/// The head (at most 64 KiB) of a text file that may be absent (`Ok(None)`) and may be longer
+/// than that: `proc/cpuinfo`, whose first processor is what imc reads (thousands of CPUs make
+/// it megabytes).
+pub(crate) fn read_head_optional(path: &Path) -> Result<Option<String>, DiscoveryError> {
+    match read_small(path) {
+        Ok(b) => Ok(Some(String::from_utf8_lossy(&b).into_owned())),
+        Err(e) => match io_error(path, &e) {
+            DiscoveryError::Missing { .. } => Ok(None),
+            other => Err(other),
+        },
+    }
 }
 
 /// Reads a text file that may be absent (`Ok(None)`).
@@ -108,7 +154,7 @@ pub(crate) fn read_optional(path: &Path) -> Result<Option<String>, DiscoveryErro
 }
 
 pub(crate) fn read_cpulist_file(path: &Path) -> Result<Vec<u32>, DiscoveryError> {
-    let text = read_text(path)?;
+    let text = read_text_of(path, super::cpulist::MAX_CPULIST_BYTES, "a CPU list")?;
     parse_cpulist(&text).map_err(|source| DiscoveryError::CpuList {
         path: path.to_path_buf(),
         source,
@@ -117,7 +163,7 @@ pub(crate) fn read_cpulist_file(path: &Path) -> Result<Vec<u32>, DiscoveryError>
 
 /// Reads a decimal unsigned integer file (`type`, `physical_package_id`).
 pub(crate) fn read_u32(path: &Path, expected: &str) -> Result<u32, DiscoveryError> {
-    let text = read_text(path)?;
+    let text = read_text_of(path, MAX_NUMBER, "a decimal number")?;
     if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
         return Err(DiscoveryError::Invalid {
             path: path.to_path_buf(),
@@ -271,7 +317,7 @@ fn read_events(edir: &Path) -> Result<BTreeMap<String, EventAlias>, DiscoveryErr
         {
             continue;
         }
-        let terms = read_text(path)?;
+        let terms = read_text_of(path, MAX_TEXT, "an event alias")?;
         let scale_path = edir.join(format!("{fname}.scale"));
         let scale = match read_optional(&scale_path)? {
             None => None,

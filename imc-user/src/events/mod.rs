@@ -19,6 +19,7 @@ use crate::model::{Encoded, Pmu};
 use std::path::Path;
 use thiserror::Error;
 
+pub mod core_traffic;
 pub mod generic;
 pub mod pfm;
 pub mod pfm_model;

@@ -96,6 +96,13 @@ pub struct IntervalResult {
     /// controller's own refresh traffic), the idle task's weight share, spans nobody ran in.
     pub unattributed_bytes: u64,
     pub lost_samples: u64,
+    /// How package traffic was divided among the tasks (absent in recordings' stored rows).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weighting: Option<crate::model::Weighting>,
+    /// Spans of package traffic divided by on-CPU time because their weight counters did not
+    /// run (multiplexed out) or could not be read (absent when none).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub weight_fallbacks: u64,
 }
 
 impl IntervalResult {

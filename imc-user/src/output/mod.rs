@@ -26,9 +26,38 @@ pub fn rate_title(event: &str) -> String {
     }
 }
 
+/// `v` with `decimals` digits after the point, never `-0` or `-0.0`: a rate or count that
+/// rounds to zero is zero (a tiny negative from floating-point rounding, or a negative zero,
+/// must not print with a sign). Every human number with fixed decimals goes through here.
+pub fn fixed(v: f64, decimals: usize) -> String {
+    let s = format!("{v:.decimals$}");
+    match s.strip_prefix('-') {
+        Some(rest) if rest.bytes().all(|b| b == b'0' || b == b'.') => rest.to_string(),
+        _ => s,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn zero_never_prints_with_a_sign() {
+        assert_eq!(fixed(-0.0, 0), "0");
+        assert_eq!(fixed(-0.3, 0), "0");
+        assert_eq!(fixed(-0.04, 1), "0.0");
+        assert_eq!(fixed(-0.6, 0), "-1");
+        assert_eq!(fixed(12.345, 2), "12.35");
+        assert_eq!(top::per_s(-0.0, 1.0), "0");
+        assert_eq!(top::mb_per_s(0, 1.0), "0.0");
+        assert_eq!(
+            perfetto::fmt_rate(
+                &crate::attribution::timeline::Unit::Counts(vec!["page-faults".into()]),
+                -0.0
+            ),
+            "0 page-faults/s"
+        );
+    }
 
     #[test]
     fn clocks_are_rates_of_nanoseconds() {

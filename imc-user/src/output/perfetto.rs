@@ -10,7 +10,7 @@
 //! Counter values are rates (per second) over each interval, set at the interval's start;
 //! timestamps are the recording's CLOCK_MONOTONIC nanoseconds.
 use crate::attribution::timeline::{Timeline, Unit, group_label};
-use crate::cli::GroupBy;
+use crate::model::GroupBy;
 use crate::output::interval::BurstRow;
 use perfetto_protos::counter_descriptor::CounterDescriptor;
 use perfetto_protos::debug_annotation::DebugAnnotation;
@@ -87,9 +87,9 @@ pub fn fmt_rate(unit: &Unit, v: f64) -> String {
     match unit {
         Unit::Bytes => {
             let (scaled, prefix) = binary_prefix(v);
-            format!("{scaled:.2} {prefix}B/s")
+            format!("{} {prefix}B/s", super::fixed(scaled, 2))
         }
-        Unit::Counts(_) => format!("{v:.0} {}", unit.per_s()),
+        Unit::Counts(_) => format!("{} {}", super::fixed(v, 0), unit.per_s()),
     }
 }
 

@@ -250,7 +250,7 @@ pub fn write(path: &Path, tl: &Timeline, bursts: &[BurstRow], title: &str) -> st
 mod tests {
     use super::*;
     use crate::attribution::Summary;
-    use crate::cli::GroupBy;
+    use crate::model::GroupBy;
     use crate::model::{Direction, SlotRole, SlotScope, SlotSpec};
     use crate::output::interval::{IntervalResult, PackageRow, TaskRow};
 

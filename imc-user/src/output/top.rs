@@ -3,6 +3,7 @@
 //! scrollable task table. Nothing here touches the terminal; `commands::top` owns that, so the
 //! whole picture can be rendered into a buffer and checked in tests.
 use super::interval::{IntervalResult, TaskRow};
+use crate::text::escape;
 use ratatui::buffer::Buffer;
 use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 use ratatui::layout::{Alignment, Constraint, Layout, Rect};
@@ -37,6 +38,9 @@ pub struct ViewConfig {
     pub traffic_events: Vec<String>,
     /// Task rows kept after sorting (0: all).
     pub top: usize,
+    /// A line said about the whole run (the stand-in notice): shown under the header, since
+    /// nothing may be printed beside the full-screen view.
+    pub notice: Option<String>,
 }
 
 /// The last [`HISTORY`] intervals' rates, per package (bytes) or summed over tasks (counts).
@@ -226,7 +230,7 @@ pub fn sorted_tasks<'a>(
 
 /// Bytes per second as the table's MB/s (10^6, like the JSON's bytes are plain bytes).
 pub fn mb_per_s(bytes: u64, secs: f64) -> String {
-    format!("{:.1}", bytes as f64 / secs / 1e6)
+    super::fixed(bytes as f64 / secs / 1e6, 1)
 }
 
 /// Counts per second: whole numbers, with k/M past five digits so columns stay narrow.
@@ -237,7 +241,7 @@ pub fn per_s(count: f64, secs: f64) -> String {
     } else if v >= 1e5 {
         format!("{:.0}k", v / 1e3)
     } else {
-        format!("{v:.0}")
+        super::fixed(v, 0)
     }
 }
 
@@ -272,7 +276,7 @@ pub fn render(
         }
     };
     let [head, series, table, foot] = Layout::vertical([
-        Constraint::Length(2),
+        Constraint::Length(2 + u16::from(cfg.notice.is_some())),
         Constraint::Length(series_lines + 1),
         Constraint::Min(2),
         Constraint::Length(1),
@@ -305,22 +309,44 @@ fn render_header(cfg: &ViewConfig, result: Option<&IntervalResult>, area: Rect, 
             let secs = seconds(r);
             let first = format!(
                 "imc top   source {}   interval {:.2} s   lost samples {}",
-                r.source, secs, r.lost_samples
+                escape(&r.source),
+                secs,
+                r.lost_samples
             );
             let second = match cfg.units {
                 Units::Bytes { .. } => {
-                    format!("unattributed {} MB/s", mb_per_s(r.unattributed_bytes, secs))
+                    let mut how = r
+                        .weighting
+                        .as_ref()
+                        .map_or(String::new(), |w| format!("   divided {}", w.phrase()));
+                    if r.weight_fallbacks > 0 {
+                        how.push_str(&format!(
+                            " ({} spans by CPU time: the weights did not run)",
+                            r.weight_fallbacks
+                        ));
+                    }
+                    format!(
+                        "unattributed {} MB/s{how}",
+                        mb_per_s(r.unattributed_bytes, secs)
+                    )
                 }
                 Units::Counts => format!(
                     "counts/s, not bandwidth: {} has no bytes per count (tasks are ranked by {})",
-                    r.source,
-                    cfg.traffic_events.join("+")
+                    escape(&r.source),
+                    escape(&cfg.traffic_events.join("+"))
                 ),
             };
             (first, second)
         }
     };
-    Paragraph::new(vec![Line::styled(first, bold), Line::from(second)]).render(area, buf);
+    let mut lines = vec![Line::styled(first, bold), Line::from(second)];
+    if let Some(n) = &cfg.notice {
+        lines.push(Line::styled(
+            escape(n).into_owned(),
+            Style::default().add_modifier(Modifier::DIM),
+        ));
+    }
+    Paragraph::new(lines).render(area, buf);
 }
 
 /// One labelled history line: the label with the current value, then the sparkline of the last
@@ -458,7 +484,7 @@ fn render_tasks(
         let mut cells = vec![
             right(t.pid.to_string()),
             right(t.tgid.to_string()),
-            Cell::from(t.comm.clone()),
+            Cell::from(escape(&t.comm).into_owned()),
             right(cgroup_cell(t)),
         ];
         if let Units::Bytes { total } = cfg.units {
@@ -484,11 +510,11 @@ fn render_tasks(
 /// path (`nginx.service`), else the numeric id (not resolved).
 fn cgroup_cell(t: &TaskRow) -> String {
     if let Some(c) = &t.container_id {
-        return c.chars().take(12).collect();
+        return escape(&c.chars().take(12).collect::<String>()).into_owned();
     }
     match t.cgroup_path.as_deref() {
         Some("/") => "/".into(),
-        Some(p) => p.rsplit('/').next().unwrap_or(p).to_owned(),
+        Some(p) => escape(p.rsplit('/').next().unwrap_or(p)).into_owned(),
         None => t.cgroup.to_string(),
     }
 }
@@ -538,6 +564,7 @@ mod tests {
             value_events: vec![],
             traffic_events: vec!["uncore_imc_0/read".into(), "uncore_imc_0/write".into()],
             top: 0,
+            notice: None,
         }
     }
 
@@ -561,6 +588,8 @@ mod tests {
             ],
             unattributed_bytes: 60_000_000,
             lost_samples: 3,
+            weighting: None,
+            weight_fallbacks: 0,
         }
     }
 
@@ -662,6 +691,36 @@ mod tests {
     }
 
     #[test]
+    fn names_print_as_text_and_the_notice_stays_in_the_header() {
+        let cfg = ViewConfig {
+            notice: Some("no memory-controller counters; counting page-faults".into()),
+            ..bytes_cfg()
+        };
+        let mut r = bytes_interval();
+        r.source = "imc\x1b]0;pwned\x07".into();
+        r.tasks[0].comm = "\x1b[2Jevil".into();
+        r.tasks[0].cgroup_path = Some("/x/\x1b[31mred.scope".into());
+        let mut h = History::default();
+        h.push(&cfg, &r);
+        let mut st = ViewState::default();
+        let lines = screen(&cfg, &h, Some(&r), &mut st, 160, 20);
+        let all = lines.join("\n");
+        assert!(!all.contains('\x1b') && !all.contains('\x07'), "{all:?}");
+        assert!(line_with(&lines, "evil").contains("\\x1b[2Jevil"), "{all}");
+        assert!(
+            lines[0].contains("source imc\\x1b]0;pwned\\x07"),
+            "{}",
+            lines[0]
+        );
+        assert!(
+            lines[..3]
+                .iter()
+                .any(|l| l.contains("counting page-faults")),
+            "the notice is in the header:\n{all}"
+        );
+    }
+
+    #[test]
     fn top_n_is_taken_after_sorting() {
         let cfg = ViewConfig {
             top: 2,
@@ -681,6 +740,7 @@ mod tests {
             value_events: vec!["page-faults".into()],
             traffic_events: vec!["page-faults".into()],
             top: 0,
+            notice: None,
         };
         let t = |pid: u32, comm: &str, faults: f64, share: f64| TaskRow {
             values: [("page-faults".to_string(), faults)].into(),

@@ -9,6 +9,10 @@ pub struct Kernel {
     pub release: Option<String>,
     /// CONFIG_HZ from `boot/config-RELEASE`.
     pub hz: Option<u32>,
+    /// `proc/sys/kernel/nmi_watchdog` is 1: the hard-lockup detector holds a core counter on
+    /// every CPU (a cycles event on x86), one fewer for imc's weights.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub nmi_watchdog: bool,
 }
 
 /// HZ when the kernel's config is not to be found: the most common distribution setting.
@@ -25,7 +29,13 @@ impl Kernel {
             let config = read_capped(&root.join(format!("boot/config-{r}")), 1 << 20)?;
             hz_of_config(&config)
         });
-        Kernel { release, hz }
+        let nmi_watchdog = read_capped(&root.join("proc/sys/kernel/nmi_watchdog"), 16)
+            .is_some_and(|s| s.trim() == "1");
+        Kernel {
+            release,
+            hz,
+            nmi_watchdog,
+        }
     }
 
     /// Major and minor of the release.

@@ -10,12 +10,16 @@
 //! - [`text`]: the plan as a person reads it.
 pub mod kernel;
 pub mod text;
+pub mod weights;
 
-use crate::model::{BackendKind, Direction, Discovery, Encoded, Scope, Source, Topology};
+use crate::model::{
+    BackendKind, Direction, Discovery, Encoded, Scope, Source, Topology, Weighting,
+};
 use imc_common::{MAX_PKG_COUNTERS, MAX_SLOTS};
 pub use kernel::Kernel;
 use serde::Serialize;
 use thiserror::Error;
+pub use weights::{WeightEvent, WeightRequest, WeightRole};
 
 /// Which command the plan is for: `stat` reads from userspace at each interval; the sampling
 /// commands run the eBPF sampler.
@@ -62,6 +66,8 @@ pub struct Request {
     /// `stat --latency` (KNL): the checked OFFCORE_RESPONSE pair (outstanding, requests),
     /// counted on every CPU beside DDR and MCDRAM bandwidth.
     pub latency: Option<(Encoded, Encoded)>,
+    /// `--weight`: how package traffic is divided among tasks (sampling commands).
+    pub weight: WeightRequest,
 }
 
 #[derive(Debug, Error, PartialEq)]
@@ -108,6 +114,13 @@ pub struct Counter {
     /// The record slot it is read into (sampling commands); package counters of one slot and
     /// package are summed there.
     pub slot: Option<usize>,
+    /// `traffic` (memory traffic), `weight` (a per-CPU weight of package traffic) or `other`.
+    pub role: &'static str,
+    /// What is programmed: the perf_event_attr words.
+    pub encoding: Encoding,
+    /// What a weight counter weighs (None: not a weight).
+    #[serde(skip)]
+    pub weight: Option<WeightRole>,
     /// The key of `values` in JSON output.
     #[serde(skip)]
     pub value_key: String,
@@ -122,6 +135,27 @@ pub struct Counter {
     pub width: Option<u8>,
 }
 
+/// The perf_event_attr words a counter is opened with.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Encoding {
+    #[serde(rename = "type")]
+    pub pmu_type: u32,
+    pub config: u64,
+    pub config1: u64,
+    pub config2: u64,
+}
+
+impl Encoding {
+    fn of(e: &Encoded) -> Encoding {
+        Encoding {
+            pmu_type: e.pmu_type,
+            config: e.config,
+            config1: e.config1,
+            config2: e.config2,
+        }
+    }
+}
+
 /// What a sampling record carries in one slot.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Slot {
@@ -129,8 +163,12 @@ pub struct Slot {
     /// `cpu` or `package` (a per-package sum).
     pub scope: &'static str,
     pub direction: Option<Direction>,
-    /// Bandwidth (`traffic`), or counted and shown (`other`).
+    /// Bandwidth (`traffic`), a per-CPU weight of package traffic (`weight`), or counted and
+    /// shown (`other`).
     pub role: &'static str,
+    /// A weight of traffic to other packages' memory.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub remote: bool,
     pub bytes_per_count: Option<f64>,
     /// How a package slot is formed: `sum of 12 counters per package`.
     pub sum: Option<String>,
@@ -194,6 +232,9 @@ pub struct Plan {
     #[serde(skip)]
     pub backend: Option<BackendKind>,
     pub counters: Vec<Counter>,
+    /// How package traffic is divided among tasks (sampling commands).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub weighting: Option<Weighting>,
     /// The record's slots (sampling commands; empty for stat).
     pub slots: Vec<Slot>,
     pub tick: Tick,
@@ -311,24 +352,40 @@ pub fn plan(found: &Discovery, kernel: &Kernel, req: &Request) -> Result<Plan, P
 
 /// The plan for a loop that drains every `req.drain_ms`.
 fn plan_draining(found: &Discovery, kernel: &Kernel, req: &Request) -> Result<Plan, PlanError> {
-    let refusals = source_refusals(found, req);
+    let mut refusals = source_refusals(found, req);
     let (source, backend, mut counters) = choose_counters(found, req)?;
     let mut notes = Vec::new();
+    let mut weighting = None;
     let slots = if req.command.samples() {
+        let free = MAX_SLOTS.saturating_sub(slot_count(&counters, req));
+        let chosen = weights::choose(found, kernel, req, &counters, free)?;
+        counters.extend(chosen.counters);
+        refusals.extend(chosen.refusals);
+        notes.extend(chosen.notes);
+        weighting = Some(chosen.weighting);
         assign_slots(&mut counters, found, kernel, req, &mut notes)?
     } else {
         for c in &mut counters {
             c.reader = Reader::Userspace {
                 every_ms: req.interval_ms,
             };
+            c.role = if c.direction.is_some() {
+                "traffic"
+            } else {
+                "other"
+            };
         }
         Vec::new()
     };
+    for c in &mut counters {
+        c.encoding = Encoding::of(&c.encoded);
+    }
     Ok(Plan {
         command: req.command,
         source,
         backend,
         counters,
+        weighting,
         slots,
         tick: tick_of(kernel, req),
         drain: None,
@@ -613,14 +670,21 @@ fn value_key(backend: BackendKind, name: &str) -> String {
 /// Auxiliary events (clock ticks) are not bandwidth and are left out.
 pub fn source_counters(source: &Source, topo: &Topology) -> Vec<Counter> {
     let mut out = Vec::new();
+    // PMU by name (the first of a name, as a search would find): thousands of PMUs with two
+    // events each must not make this quadratic.
+    let mut by_name: std::collections::HashMap<&str, usize> = Default::default();
+    for (i, p) in source.pmus.iter().enumerate() {
+        by_name.entry(p.name.as_str()).or_insert(i);
+    }
     // A stand-in source's events (msr tsc, page-faults) are counted as plain values per CPU.
     let stand_in = !source.backend.is_memory_controller();
     for ev in &source.events {
         let direction = ev.direction.or_else(|| direction_of_name(&ev.name));
         if stand_in {
-            if let (Some(config), Some(pmu)) =
-                (ev.config, source.pmus.iter().find(|p| p.name == ev.pmu))
-            {
+            if let (Some(config), Some(pmu)) = (
+                ev.config,
+                by_name.get(ev.pmu.as_str()).map(|&i| &source.pmus[i]),
+            ) {
                 let enc = Encoded {
                     event: format!("{}/{}", ev.pmu, ev.name),
                     pmu: ev.pmu.clone(),
@@ -638,11 +702,7 @@ pub fn source_counters(source: &Source, topo: &Topology) -> Vec<Counter> {
         let Some(direction) = direction else {
             continue;
         };
-        let channel = source
-            .pmus
-            .iter()
-            .position(|p| p.name == ev.pmu)
-            .unwrap_or(0) as u32;
+        let channel = by_name.get(ev.pmu.as_str()).copied().unwrap_or(0) as u32;
         let several = source.pmus.len() > 1;
         if let (Some(address), Some(width)) = (ev.address, ev.width) {
             // /dev/mem counters: one package, no perf encoding.
@@ -662,6 +722,9 @@ pub fn source_counters(source: &Source, topo: &Topology) -> Vec<Counter> {
                 reader: Reader::Tick,
                 bytes_per_count: Some(ev.bytes_per_count.unwrap_or(64.0)),
                 slot: None,
+                role: "traffic",
+                encoding: Encoding::default(),
+                weight: None,
                 value_key: ev.name.clone(),
                 encoded: Encoded::default(),
                 counter_bits: 64,
@@ -671,7 +734,7 @@ pub fn source_counters(source: &Source, topo: &Topology) -> Vec<Counter> {
             continue;
         }
         let Some(config) = ev.config else { continue };
-        let Some(pmu) = source.pmus.iter().find(|p| p.name == ev.pmu) else {
+        let Some(pmu) = by_name.get(ev.pmu.as_str()).map(|&i| &source.pmus[i]) else {
             continue;
         };
         for (i, &cpu) in pmu.cpus.iter().enumerate() {
@@ -692,6 +755,9 @@ pub fn source_counters(source: &Source, topo: &Topology) -> Vec<Counter> {
                 reader: Reader::Tick,
                 bytes_per_count: Some(ev.bytes_per_count.unwrap_or(1.0)),
                 slot: None,
+                role: "traffic",
+                encoding: Encoding::default(),
+                weight: None,
                 value_key: value_key(source.backend, &ev.name),
                 encoded: Encoded {
                     event: format!("{}/{}", ev.pmu, ev.name),
@@ -716,17 +782,23 @@ pub fn source_counters(source: &Source, topo: &Topology) -> Vec<Counter> {
 /// has several counters of one direction: a PMU instance each (SKX's uncore_imc_N), or several
 /// events of one PMU (AMD DF's per-channel events, POWER's nest MCS pairs).
 fn number_channels(counters: &mut [Counter]) {
+    // Counted in one pass and numbered in a second, so thousands of PMUs plan in linear time.
     let key = |c: &Counter| (c.package, c.direction, c.value_key.clone());
-    for i in 0..counters.len() {
-        if counters[i].address.is_some() {
+    let mut same: std::collections::HashMap<_, u32> = Default::default();
+    for c in counters.iter() {
+        *same.entry(key(c)).or_default() += 1;
+    }
+    let mut before: std::collections::HashMap<_, u32> = Default::default();
+    for c in counters.iter_mut() {
+        let k = key(c);
+        let n = before.entry(k.clone()).or_default();
+        let index = *n;
+        *n += 1;
+        if c.address.is_some() {
             continue;
         }
-        let k = key(&counters[i]);
-        let same = counters.iter().filter(|c| key(c) == k).count();
-        let before = counters[..i].iter().filter(|c| key(c) == k).count();
-        let c = &mut counters[i];
-        if same > 1 {
-            c.channel = Some(before as u32);
+        if same[&k] > 1 {
+            c.channel = Some(index);
             c.scope = "channel";
         } else {
             c.channel = None;
@@ -772,7 +844,7 @@ pub fn event_counters(events: &[(String, Vec<Encoded>)], topo: &Topology) -> Vec
     out
 }
 
-fn event_counter(
+pub(crate) fn event_counter(
     text: &str,
     enc: &Encoded,
     package: Option<u32>,
@@ -796,6 +868,9 @@ fn event_counter(
         reader: Reader::Tick,
         bytes_per_count: enc.bytes_per_count,
         slot: None,
+        role: "other",
+        encoding: Encoding::default(),
+        weight: None,
         value_key: text.to_string(),
         encoded: enc.clone(),
         counter_bits: if package.is_some() { 48 } else { 64 },
@@ -810,6 +885,32 @@ fn any_cpu_of_package_reads(pmu: &str, kernel: &Kernel) -> bool {
     kernel.at_least(6, 7) && pmu.starts_with("uncore_")
 }
 
+/// The record slot a counter shares with others of the same key: package counters of one event
+/// (or one direction) are summed per package; weights of one role share a slot (a hybrid
+/// part's two core PMUs, each on its own CPUs); every other CPU counter has its own.
+fn slot_key(c: &Counter, req: &Request, index: usize) -> String {
+    if let Some(w) = c.weight {
+        return format!("weight:{:?}:{}:{}", w.direction, w.remote, w.ordinal);
+    }
+    match (c.package, c.direction) {
+        (Some(_), Some(d)) if req.events.is_empty() => format!("pkg:{d:?}:{}", c.value_key),
+        (Some(_), _) => format!("pkg:{}", c.value_key),
+        (None, _) => format!("cpu:{}:{index}", c.value_key),
+    }
+}
+
+/// How many record slots `counters` take.
+fn slot_count(counters: &[Counter], req: &Request) -> usize {
+    let mut keys: Vec<String> = counters
+        .iter()
+        .enumerate()
+        .map(|(i, c)| slot_key(c, req, i))
+        .collect();
+    keys.sort();
+    keys.dedup();
+    keys.len()
+}
+
 /// Gives every counter its record slot and reader: CPU counters a slot each, read by every CPU
 /// for itself; package counters summed per package into one slot per event (per direction for
 /// a memory controller), read by one reader per package. Returns the slots.
@@ -822,30 +923,31 @@ fn assign_slots(
 ) -> Result<Vec<Slot>, PlanError> {
     let mut slots: Vec<Slot> = Vec::new();
     let mut keys: Vec<String> = Vec::new();
-    for c in counters.iter_mut() {
-        let package_scope = c.package.is_some();
-        // Package counters of one event (or one direction) share a slot: its per-package sum.
-        let key = if package_scope {
-            match c.direction {
-                Some(d) if req.events.is_empty() => format!("pkg:{d:?}:{}", c.value_key),
-                _ => format!("pkg:{}", c.value_key),
-            }
-        } else {
-            format!("cpu:{}:{}", c.value_key, keys.len())
-        };
+    for (i, c) in counters.iter_mut().enumerate() {
+        let key = slot_key(c, req, i);
         let index = match keys.iter().position(|k| *k == key) {
             Some(i) => i,
             None => {
                 keys.push(key);
                 slots.push(Slot {
                     event: c.value_key.clone(),
-                    scope: if package_scope { "package" } else { "cpu" },
-                    direction: c.direction,
-                    role: if c.bytes_per_count.is_some() || slots.is_empty() {
+                    scope: if c.package.is_some() {
+                        "package"
+                    } else {
+                        "cpu"
+                    },
+                    direction: match c.weight {
+                        Some(w) => w.direction,
+                        None => c.direction,
+                    },
+                    role: if c.weight.is_some() {
+                        "weight"
+                    } else if c.bytes_per_count.is_some() || slots.is_empty() {
                         "traffic"
                     } else {
                         "other"
                     },
+                    remote: c.weight.is_some_and(|w| w.remote),
                     bytes_per_count: c.bytes_per_count,
                     sum: None,
                 });
@@ -853,6 +955,7 @@ fn assign_slots(
             }
         };
         c.slot = Some(index);
+        c.role = slots[index].role;
     }
     if slots.len() > MAX_SLOTS {
         return Err(PlanError::BadRequest(format!(

@@ -12,6 +12,7 @@ fn kernel(release: &str) -> Kernel {
     Kernel {
         release: Some(release.into()),
         hz: Some(250),
+        nmi_watchdog: false,
     }
 }
 
@@ -28,6 +29,7 @@ fn request(command: Command) -> Request {
         batch_ms: None,
         stand_in: Vec::new(),
         latency: None,
+        weight: Default::default(),
     }
 }
 
@@ -41,7 +43,7 @@ fn every_channel_of_every_package_in_two_slots() {
     // Sapphire Rapids, 2 sockets, 8 channels each: 32 counters, one read and one write slot.
     let p = plan_on("spr-2socket", &kernel("6.8.0"), &request(Command::Top));
     assert_eq!(p.source, "intel-uncore-imc");
-    assert_eq!(p.counters.len(), 32);
+    assert_eq!(traffic(&p.counters).count(), 32);
     for pkg in [0, 1] {
         for dir in [Direction::Read, Direction::Write] {
             let chans: Vec<u32> = p
@@ -53,12 +55,23 @@ fn every_channel_of_every_package_in_two_slots() {
             assert_eq!(chans, (0..8).collect::<Vec<_>>(), "package {pkg} {dir:?}");
         }
     }
-    assert_eq!(p.slots.len(), 2);
-    assert!(p.slots.iter().all(|s| s.scope == "package"));
+    let slots: Vec<_> = p.slots.iter().filter(|s| s.role != "weight").collect();
+    assert_eq!(slots.len(), 2);
+    assert!(slots.iter().all(|s| s.scope == "package"));
     assert_eq!(p.tick.source, "kernel-tick");
     assert!(!p.tick.adds_interrupts);
     assert!(p.tick.switches);
-    assert!(p.refusals.is_empty(), "{:?}", p.refusals);
+    let controller_refusals: Vec<_> = p
+        .refusals
+        .iter()
+        .filter(|r| !r.reason.starts_with("weight"))
+        .collect();
+    assert!(controller_refusals.is_empty(), "{controller_refusals:?}");
+}
+
+/// The memory controller's counters of a plan (its weights and other counters left out).
+fn traffic(counters: &[Counter]) -> impl Iterator<Item = &Counter> {
+    counters.iter().filter(|c| c.role == "traffic")
 }
 
 #[test]
@@ -95,7 +108,7 @@ fn package_reader_depends_on_the_kernel_release() {
 fn amd_counters_are_read_by_their_own_cpu_on_any_kernel() {
     let p = plan_on("zen4-2socket", &kernel("6.10.0"), &request(Command::Top));
     assert_eq!(p.source, "amd-umc");
-    for c in &p.counters {
+    for c in traffic(&p.counters) {
         match &c.reader {
             Reader::PackageTick { cpus, .. } => assert_eq!(cpus, &c.cpus),
             other => panic!("{other:?}"),
@@ -107,13 +120,9 @@ fn amd_counters_are_read_by_their_own_cpu_on_any_kernel() {
 fn zen2_total_events_are_planned_as_total() {
     let p = plan_on("zen2-1socket", &kernel("6.1.0"), &request(Command::Top));
     assert_eq!(p.source, "amd-df");
-    assert!(!p.counters.is_empty());
-    assert!(
-        p.counters
-            .iter()
-            .all(|c| c.direction == Some(Direction::Total))
-    );
-    assert_eq!(p.slots.len(), 1);
+    assert!(traffic(&p.counters).next().is_some());
+    assert!(traffic(&p.counters).all(|c| c.direction == Some(Direction::Total)));
+    assert_eq!(p.slots.iter().filter(|s| s.role == "traffic").count(), 1);
     assert_eq!(p.slots[0].direction, Some(Direction::Total));
 }
 
@@ -148,8 +157,12 @@ fn events_narrow_the_set_and_too_many_slots_are_refused() {
     req.events = vec![enc("uncore_imc_0/cas_count_read/")];
     let p = plan(&found, &kernel("6.8.0"), &req).unwrap();
     assert_eq!(p.source, "events");
-    assert_eq!(p.counters.len(), 2, "one PMU instance on each package");
-    assert_eq!(p.slots.len(), 1);
+    assert_eq!(
+        traffic(&p.counters).count(),
+        2,
+        "one PMU instance on each package"
+    );
+    assert_eq!(p.slots.iter().filter(|s| s.role == "traffic").count(), 1);
 
     // Nine per-CPU events (as software/config=N/ encodes them): a slot each, one too many.
     req.events = (0..9)
@@ -175,11 +188,9 @@ fn a_multiplexed_data_fabric_is_read_and_scaled_from_userspace() {
     // Zen 3: 8 DRAM channel events on an amd_df with 4 counters.
     let p = plan_on("zen3-ibs", &kernel("6.8.0"), &request(Command::Top));
     assert_eq!(p.source, "amd-df");
-    assert_eq!(p.counters.len(), 8);
+    assert_eq!(traffic(&p.counters).count(), 8);
     assert!(
-        p.counters
-            .iter()
-            .all(|c| c.reader == Reader::Userspace { every_ms: 50 }),
+        traffic(&p.counters).all(|c| c.reader == Reader::Userspace { every_ms: 50 }),
         "{:?}",
         p.counters[0].reader
     );
@@ -209,14 +220,21 @@ fn every_fixture_with_a_memory_controller_plans_all_its_channels() {
         for command in [Command::Top, Command::Record, Command::Serve, Command::Stat] {
             let p = plan_on(tree, &kernel("6.8.0"), &request(command));
             assert_eq!(p.source, source, "{tree} {command:?}");
-            assert_eq!(p.counters.len(), n, "{tree} {command:?}");
+            assert_eq!(traffic(&p.counters).count(), n, "{tree} {command:?}");
             let want = if command == Command::Stat { 0 } else { slots };
-            assert_eq!(p.slots.len(), want, "{tree} {command:?}");
+            let traffic_slots = p.slots.iter().filter(|s| s.role == "traffic").count();
+            assert_eq!(traffic_slots, want, "{tree} {command:?}");
+            assert!(
+                traffic(&p.counters).all(|c| c.package.is_some() && c.direction.is_some()),
+                "{tree}"
+            );
+            // Everything else is a per-CPU weight, and only where something samples.
             assert!(
                 p.counters
                     .iter()
-                    .all(|c| c.package.is_some() && c.direction.is_some()),
-                "{tree}"
+                    .filter(|c| c.role != "traffic")
+                    .all(|c| c.role == "weight" && c.package.is_none() && command.samples()),
+                "{tree} {command:?}"
             );
         }
     }
@@ -321,11 +339,7 @@ fn record_sleeps_long_unless_a_counter_is_read_from_userspace() {
     }
     // Zen 2's multiplexed data fabric is read from userspace at the interval's pace.
     let p = plan_on("zen2-1socket", &k, &batched(Command::Serve));
-    assert!(
-        p.counters
-            .iter()
-            .all(|c| matches!(c.reader, Reader::Userspace { every_ms: 50 }))
-    );
+    assert!(traffic(&p.counters).all(|c| matches!(c.reader, Reader::Userspace { every_ms: 50 })));
     let d = p.drain.unwrap();
     assert_eq!((d.every_ms, d.intervals_closed_after), (50, true));
     assert!(d.reason.contains("userspace"), "{}", d.reason);
@@ -338,4 +352,141 @@ fn record_sleeps_long_unless_a_counter_is_read_from_userspace() {
         plan_on("skx-2socket", &k, &batched(Command::Stat)).drain,
         None
     );
+}
+
+#[test]
+fn weights_are_per_cpu_core_counters_with_their_encoding_and_reason() {
+    let p = plan_on("skx-2socket", &kernel("6.8.0"), &request(Command::Record));
+    let w = p
+        .weighting
+        .as_ref()
+        .expect("a sampling plan says how it weighs");
+    assert_eq!(w.method, "traffic", "{w:?}");
+    assert!(w.read.is_some(), "{w:?}");
+    let weights: Vec<&Counter> = p.counters.iter().filter(|c| c.role == "weight").collect();
+    assert!(!weights.is_empty());
+    for c in &weights {
+        assert_eq!(c.scope, "cpu");
+        assert!(matches!(c.reader, Reader::Tick), "{c:?}");
+        assert_eq!(c.cpus.len(), 80, "every CPU counts its own traffic");
+        assert_eq!(
+            c.encoding.pmu_type, 4,
+            "the core PMU's own type (PERF_TYPE_RAW)"
+        );
+        assert_ne!(c.encoding.config, 0);
+        let slot = &p.slots[c.slot.unwrap()];
+        assert_eq!((slot.role, slot.scope), ("weight", "cpu"));
+    }
+    // stat divides nothing.
+    let stat = plan_on("skx-2socket", &kernel("6.8.0"), &request(Command::Stat));
+    assert!(stat.weighting.is_none());
+    assert!(stat.counters.iter().all(|c| c.role == "traffic"));
+}
+
+#[test]
+fn cpu_time_is_a_refusal_with_its_reason() {
+    // Asked for.
+    let mut req = request(Command::Top);
+    req.weight = WeightRequest::CpuTime;
+    let p = plan_on("skx-2socket", &kernel("6.8.0"), &req);
+    let w = p.weighting.unwrap();
+    assert_eq!((w.method.as_str(), w.read), ("cpu-time", None));
+    assert!(w.reason.contains("--weight cpu-time"), "{}", w.reason);
+    assert!(p.counters.iter().all(|c| c.role == "traffic"));
+    // No core PMU under the root.
+    let mut found = crate::discovery::discover(&fixture("skx-2socket")).unwrap();
+    found.cores.clear();
+    let p = plan(&found, &kernel("6.8.0"), &request(Command::Top)).unwrap();
+    let w = p.weighting.unwrap();
+    assert_eq!(w.method, "cpu-time");
+    assert!(w.reason.contains("no core PMU"), "{}", w.reason);
+    // A hypervisor's virtual PMU.
+    found.hypervisor = true;
+    let p = plan(&found, &kernel("6.8.0"), &request(Command::Top)).unwrap();
+    assert!(p.weighting.unwrap().reason.contains("hypervisor"));
+}
+
+#[test]
+fn a_hybrid_part_weighs_each_cpu_by_its_own_core_pmu_in_one_slot_per_role() {
+    let p = plan_on("adl-hybrid", &kernel("6.8.0"), &request(Command::Record));
+    let found = crate::discovery::discover(&fixture("adl-hybrid")).unwrap();
+    let pmu = |name: &str| found.cores.iter().find(|c| c.pmu.name == name).unwrap();
+    let (core, atom) = (pmu("cpu_core"), pmu("cpu_atom"));
+    assert_ne!(core.pmu.pmu_type, atom.pmu.pmu_type);
+    let weights: Vec<&Counter> = p.counters.iter().filter(|c| c.role == "weight").collect();
+    for c in &weights {
+        let on = if c.pmu == "cpu_core" { core } else { atom };
+        assert_eq!(c.cpus, on.cpus, "{c:?}");
+        assert_eq!(c.encoding.pmu_type, on.pmu.pmu_type, "{c:?}");
+    }
+    // The read weight of both kinds of core is one slot; so is the write weight.
+    for dir in [Direction::Read, Direction::Write] {
+        let slots: std::collections::BTreeSet<usize> = weights
+            .iter()
+            .filter(|c| c.weight.unwrap().direction == Some(dir))
+            .map(|c| c.slot.unwrap())
+            .collect();
+        let pmus: std::collections::BTreeSet<&str> = weights
+            .iter()
+            .filter(|c| c.weight.unwrap().direction == Some(dir))
+            .map(|c| c.pmu.as_str())
+            .collect();
+        assert_eq!(slots.len(), 1, "{dir:?}: {weights:?}");
+        assert_eq!(pmus.len(), 2, "{dir:?}: {weights:?}");
+    }
+    let cfg = crate::sampler::planned::config_of(&p, &found.topology.online, 1000, false);
+    let read_slot = weights[0].slot.unwrap();
+    let plan = &cfg.slots[read_slot];
+    assert_eq!(plan.instances.len(), found.topology.online.len());
+    assert_eq!(
+        plan.attr_for(atom.cpus[0]).type_,
+        atom.pmu.pmu_type,
+        "an E-core opens its own PMU's event"
+    );
+    assert_eq!(plan.attr_for(core.cpus[0]).type_, core.pmu.pmu_type);
+}
+
+#[test]
+fn several_events_of_one_role_each_have_a_slot_and_weigh_together() {
+    // Zen 4: DRAM fills near and far, and the L2 prefetchers' misses: three read weights.
+    let p = plan_on("zen4-2socket", &kernel("6.8.0"), &request(Command::Top));
+    let specs = crate::sampler::planned::slot_specs(&p);
+    let reads = specs
+        .iter()
+        .filter(|s| {
+            matches!(
+                s.role,
+                crate::model::SlotRole::Weight(Some(Direction::Read))
+            )
+        })
+        .count();
+    let remote = specs
+        .iter()
+        .filter(|s| matches!(s.role, crate::model::SlotRole::RemoteWeight(_)))
+        .count();
+    assert!(reads >= 2 && remote == 1, "{specs:?}");
+    let w = p.weighting.unwrap();
+    assert!(w.numa && w.write.is_none(), "{w:?}");
+    assert!(
+        w.reason.contains("writes are spread by the read weight"),
+        "{}",
+        w.reason
+    );
+    // One package: no remote reads, and the write event that needed their offcore register.
+    let one = plan_on("icl-client", &kernel("6.8.0"), &request(Command::Top));
+    assert!(!one.weighting.unwrap().numa);
+}
+
+#[test]
+fn the_nmi_watchdog_is_said_to_take_a_counter_from_the_weights() {
+    let mut k = kernel("6.8.0");
+    k.nmi_watchdog = true;
+    let p = plan_on("skx-2socket", &k, &request(Command::Record));
+    assert!(
+        p.notes.iter().any(|n| n.contains("nmi_watchdog")),
+        "{:?}",
+        p.notes
+    );
+    let quiet = plan_on("skx-2socket", &kernel("6.8.0"), &request(Command::Record));
+    assert!(!quiet.notes.iter().any(|n| n.contains("nmi_watchdog")));
 }

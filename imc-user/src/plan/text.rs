@@ -69,6 +69,19 @@ pub fn render(plan: &Plan) -> String {
     if let Some(r) = &plan.kernel.release {
         let _ = writeln!(s, "kernel: {r}");
     }
+    if let Some(w) = &plan.weighting {
+        let _ = writeln!(
+            s,
+            "weighting: {}{} — {}",
+            w.phrase(),
+            if w.numa {
+                ", local and remote apart"
+            } else {
+                ""
+            },
+            w.reason
+        );
+    }
     let _ = writeln!(s, "counters ({}):", plan.counters.len());
     for c in &plan.counters {
         let _ = writeln!(s, "{}", counter_line(c));

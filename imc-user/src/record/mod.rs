@@ -33,6 +33,11 @@ pub const CHUNK_CONTINUED: u8 = 6;
 /// older readers skip it). Views' branch first numbered it 6, which main gave CONTINUED.
 pub const CHUNK_CGROUPS: u8 = 7;
 
+/// Ticks per TICKS chunk: small enough that a crash loses little, large enough that the chunk
+/// overhead (9 bytes and a per-CPU restart of delta coding) stays negligible. Readers refuse a
+/// chunk claiming more.
+pub const TICKS_PER_CHUNK: usize = 1024;
+
 /// Largest chunk payload a reader accepts (a corrupt length must not allocate gigabytes).
 pub const MAX_CHUNK: u32 = 64 << 20;
 
@@ -67,7 +72,8 @@ pub struct HeaderSlot {
     pub event: String,
     /// `cpu` or `package`.
     pub scope: String,
-    /// `read`, `write`, `total` (traffic), `weight`, `weight-read`, `weight-write` or `other`.
+    /// `read`, `write`, `total` (traffic), `weight`, `weight-read`, `weight-write`, their
+    /// `-remote` forms (weights of traffic to other packages' memory) or `other`.
     pub role: String,
     pub bytes_per_count: Option<f64>,
     pub counter_bits: u8,
@@ -89,6 +95,9 @@ impl HeaderSlot {
                 SlotRole::Weight(None | Some(Direction::Total)) => "weight",
                 SlotRole::Weight(Some(Direction::Read)) => "weight-read",
                 SlotRole::Weight(Some(Direction::Write)) => "weight-write",
+                SlotRole::RemoteWeight(None | Some(Direction::Total)) => "weight-remote",
+                SlotRole::RemoteWeight(Some(Direction::Read)) => "weight-read-remote",
+                SlotRole::RemoteWeight(Some(Direction::Write)) => "weight-write-remote",
                 SlotRole::Other => "other",
             }
             .into(),
@@ -110,6 +119,9 @@ impl HeaderSlot {
             "weight" => SlotRole::Weight(None),
             "weight-read" => SlotRole::Weight(Some(Direction::Read)),
             "weight-write" => SlotRole::Weight(Some(Direction::Write)),
+            "weight-remote" => SlotRole::RemoteWeight(None),
+            "weight-read-remote" => SlotRole::RemoteWeight(Some(Direction::Read)),
+            "weight-write-remote" => SlotRole::RemoteWeight(Some(Direction::Write)),
             "other" => SlotRole::Other,
             o => return Err(format!("slot '{}': unknown role '{o}'", self.event)),
         };
@@ -143,6 +155,9 @@ pub struct RecordHeader {
     pub run_id: u64,
     #[serde(default)]
     pub segment: u32,
+    /// How the run divided package traffic (absent in recordings made before imc said).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weighting: Option<crate::model::Weighting>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -177,6 +192,7 @@ impl RecordHeader {
             interval_ns,
             run_id: 0,
             segment: 0,
+            weighting: None,
         }
     }
 
@@ -597,6 +613,8 @@ mod tests {
             tasks,
             unattributed_bytes: 0,
             lost_samples: 0,
+            weighting: None,
+            weight_fallbacks: 0,
         }
     }
 

@@ -5,7 +5,7 @@
 use super::codec::{Cursor, Malformed, crc32, unzigzag};
 use super::{
     CHUNK_CGROUPS, CHUNK_CONTINUED, CHUNK_END, CHUNK_INTERVAL, CHUNK_STRINGS, CHUNK_TASKS,
-    CHUNK_TICKS, MAGIC, MAX_CHUNK, RecordError, RecordHeader, VERSION,
+    CHUNK_TICKS, MAGIC, MAX_CHUNK, RecordError, RecordHeader, TICKS_PER_CHUNK, VERSION,
 };
 use crate::attribution::{bytes_of, summary::sort_rows, traffic_counts};
 use crate::discovery::cgroup::{CgroupNames, names_of_path};
@@ -42,12 +42,41 @@ pub enum ReadStatus {
     Damaged { offset: u64, reason: String },
 }
 
+/// One entry of the task table: its command name is an index into the string table, so the
+/// table costs 24 bytes a task however long the name.
 struct TaskDef {
     pid: u32,
     tgid: u32,
     cgroup: u64,
-    comm: String,
-    comm_raw: [u8; 16],
+    comm: u32,
+}
+
+/// The file's string table in one buffer: every string's text back to back and where each ends
+/// (4 bytes a string beyond its text, never a `String` of its own).
+#[derive(Default)]
+struct Strings {
+    text: String,
+    ends: Vec<u32>,
+}
+
+impl Strings {
+    fn get(&self, id: u64) -> Option<&str> {
+        let i = usize::try_from(id).ok()?;
+        let end = *self.ends.get(i)? as usize;
+        let start = if i == 0 { 0 } else { self.ends[i - 1] as usize };
+        self.text.get(start..end)
+    }
+
+    fn push(&mut self, s: &[u8]) -> Result<(), Malformed> {
+        self.text.push_str(&String::from_utf8_lossy(s));
+        let end = u32::try_from(self.text.len()).map_err(|_| Malformed)?;
+        self.ends.push(end);
+        Ok(())
+    }
+
+    fn len(&self) -> usize {
+        self.ends.len()
+    }
 }
 
 /// Where the next chunk comes from: the file (buffered) or bytes already in memory.
@@ -63,11 +92,13 @@ pub struct Reader {
     /// The current chunk (type, length, payload, CRC), reused: memory stays one chunk, at most
     /// [`MAX_CHUNK`], whatever the size of the file.
     chunk: BytesMut,
-    strings: Vec<String>,
+    strings: Strings,
     tasks: Vec<TaskDef>,
-    /// Cgroup id → names, from the file's CGROUPS chunks (none in recordings made before they
-    /// existed: paths read null).
-    cgroups: HashMap<u64, CgroupNames>,
+    /// Cgroup id → its path's string id, from the file's CGROUPS chunks (none in recordings
+    /// made before they existed: paths read null).
+    cgroups: HashMap<u64, u32>,
+    /// The names of the cgroups task rows have used so far, parsed once from their paths.
+    cgroup_names: HashMap<u64, CgroupNames>,
     status: ReadStatus,
     has_bytes: bool,
     ended: bool,
@@ -164,9 +195,10 @@ impl Reader {
             src,
             pos: 18 + hlen as u64,
             chunk: BytesMut::new(),
-            strings: Vec::new(),
+            strings: Strings::default(),
             tasks: Vec::new(),
             cgroups: HashMap::new(),
+            cgroup_names: HashMap::new(),
             status: ReadStatus::Reading,
             has_bytes,
             ended: false,
@@ -288,8 +320,7 @@ impl Reader {
                 let n = c.count()?;
                 for _ in 0..n {
                     let len = c.count()?;
-                    let s = c.bytes(len)?;
-                    self.strings.push(String::from_utf8_lossy(s).into_owned());
+                    self.strings.push(c.bytes(len)?)?;
                 }
                 Ok(None)
             }
@@ -300,17 +331,14 @@ impl Reader {
                     let tgid = c.varint_u32()?;
                     let cgroup = c.varint()?;
                     let sid = c.varint()?;
-                    let comm = self.strings.get(sid as usize).ok_or(Malformed)?.clone();
-                    let mut comm_raw = [0u8; 16];
-                    let b = comm.as_bytes();
-                    let k = b.len().min(16);
-                    comm_raw[..k].copy_from_slice(&b[..k]);
+                    if sid >= self.strings.len() as u64 {
+                        return Err(Malformed);
+                    }
                     self.tasks.push(TaskDef {
                         pid,
                         tgid,
                         cgroup,
-                        comm,
-                        comm_raw,
+                        comm: sid as u32,
                     });
                 }
                 Ok(None)
@@ -320,8 +348,11 @@ impl Reader {
                 for _ in 0..n {
                     let id = c.varint()?;
                     let sid = c.varint()?;
-                    let path = self.strings.get(sid as usize).ok_or(Malformed)?;
-                    self.cgroups.insert(id, names_of_path(path));
+                    if sid >= self.strings.len() as u64 {
+                        return Err(Malformed);
+                    }
+                    self.cgroups.insert(id, sid as u32);
+                    self.cgroup_names.remove(&id);
                 }
                 Ok(None)
             }
@@ -342,14 +373,35 @@ impl Reader {
         }
     }
 
-    fn decode_interval(&self, c: &mut Cursor) -> Result<IntervalResult, Malformed> {
+    /// A task's command name.
+    fn comm(&self, def: &TaskDef) -> &str {
+        self.strings.get(u64::from(def.comm)).unwrap_or_default()
+    }
+
+    /// The names of a cgroup the file defined, parsed from its path at first use.
+    fn cgroup_names(&mut self, id: u64) -> Option<&CgroupNames> {
+        if !self.cgroup_names.contains_key(&id) {
+            let sid = *self.cgroups.get(&id)?;
+            let names = names_of_path(self.strings.get(u64::from(sid))?);
+            self.cgroup_names.insert(id, names);
+        }
+        self.cgroup_names.get(&id)
+    }
+
+    /// The writer's limits hold here too, so memory follows the file's tables, never a count
+    /// it claims: at most one package row per package of the header, task rows only for tasks
+    /// the file defined, each at most once (ids strictly rising), nothing reserved up front.
+    fn decode_interval(&mut self, c: &mut Cursor) -> Result<IntervalResult, Malformed> {
         let t_start_ns = c.varint()?;
         let t_end_ns = t_start_ns.checked_add(c.varint()?).ok_or(Malformed)?;
         let lost_samples = c.varint()?;
         let unattributed_bytes = c.varint()?;
         let den = c.varint()? as f64;
         let npkg = c.count()?;
-        let mut packages = Vec::with_capacity(npkg);
+        if npkg > self.header.packages.len().max(1) {
+            return Err(Malformed);
+        }
+        let mut packages = Vec::new();
         for _ in 0..npkg {
             packages.push(PackageRow {
                 id: c.varint_u32()?,
@@ -365,11 +417,20 @@ impl Reader {
                 .saturating_add(p.total_bytes)
         });
         let nrows = c.count()?;
-        let mut tasks = Vec::with_capacity(nrows);
+        if nrows > self.tasks.len() {
+            return Err(Malformed);
+        }
+        let mut tasks = Vec::new();
         let mut id = 0u64;
-        for _ in 0..nrows {
-            id = id.checked_add(c.varint()?).ok_or(Malformed)?;
+        for k in 0..nrows {
+            let delta = c.varint()?;
+            if k > 0 && delta == 0 {
+                return Err(Malformed);
+            }
+            id = id.checked_add(delta).ok_or(Malformed)?;
             let def = self.tasks.get(id as usize).ok_or(Malformed)?;
+            let (pid, tgid, cgroup) = (def.pid, def.tgid, def.cgroup);
+            let comm = self.comm(def).to_owned();
             let mut counts = [0.0; MAX_SLOTS];
             let mut values = BTreeMap::new();
             for (s, spec) in self.specs.iter().enumerate() {
@@ -390,10 +451,10 @@ impl Reader {
                 0.0
             };
             let mut row = TaskRow {
-                pid: def.pid,
-                tgid: def.tgid,
-                comm: def.comm.clone(),
-                cgroup: def.cgroup,
+                pid,
+                tgid,
+                comm,
+                cgroup,
                 read_bytes,
                 write_bytes,
                 total_bytes,
@@ -401,7 +462,7 @@ impl Reader {
                 values,
                 ..TaskRow::default()
             };
-            if let Some(n) = self.cgroups.get(&def.cgroup) {
+            if let Some(n) = self.cgroup_names(cgroup) {
                 row.set_cgroup_names(n);
             }
             tasks.push(row);
@@ -415,11 +476,23 @@ impl Reader {
             tasks,
             unattributed_bytes,
             lost_samples,
+            weighting: Some(self.weighting()),
+            weight_fallbacks: 0,
+        })
+    }
+
+    /// How the run divided package traffic: as its header says, else as its slots show.
+    pub fn weighting(&self) -> crate::model::Weighting {
+        self.header.weighting.clone().unwrap_or_else(|| {
+            crate::model::Weighting::from_slots(&self.header.specs().unwrap_or_default())
         })
     }
 
     fn decode_ticks(&self, c: &mut Cursor) -> Result<Vec<TickRecord>, Malformed> {
         let n = c.count()?;
+        if n > TICKS_PER_CHUNK {
+            return Err(Malformed);
+        }
         let base = c.varint()?;
         let mut out = Vec::with_capacity(n);
         let mut prev: HashMap<u32, (u64, [SlotReading; MAX_SLOTS])> = HashMap::new();
@@ -440,6 +513,10 @@ impl Reader {
             let t = pv.0.wrapping_add(unzigzag(c.varint()?) as u64);
             let tid = c.varint()?;
             let def = self.tasks.get(tid as usize).ok_or(Malformed)?;
+            let mut comm = [0u8; 16];
+            let b = self.comm(def).as_bytes();
+            let k = b.len().min(16);
+            comm[..k].copy_from_slice(&b[..k]);
             let mut slots = [SlotReading::default(); MAX_SLOTS];
             for (s, slot) in slots.iter_mut().enumerate().take(nr) {
                 let dv = unzigzag(c.varint()?);
@@ -464,7 +541,7 @@ impl Reader {
                 nr_slots: nr as u8,
                 failed_mask,
                 flags: 0,
-                comm: def.comm_raw,
+                comm,
                 slots,
             });
         }

@@ -2,7 +2,7 @@
 use super::codec::{crc32, framed, put_chunk, put_varint, zigzag};
 use super::{
     CHUNK_CGROUPS, CHUNK_CONTINUED, CHUNK_END, CHUNK_INTERVAL, CHUNK_STRINGS, CHUNK_TASKS,
-    CHUNK_TICKS, MAGIC, RecordError, RecordHeader, VERSION, rotated_path,
+    CHUNK_TICKS, MAGIC, RecordError, RecordHeader, TICKS_PER_CHUNK, VERSION, rotated_path,
 };
 use crate::attribution::TaskKey;
 use crate::attribution::tasks::FxBuild;
@@ -336,10 +336,6 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> RecordError + '_ {
         source,
     }
 }
-
-/// Ticks per TICKS chunk: small enough that a crash loses little, large enough that the chunk
-/// overhead (9 bytes and a per-CPU restart of delta coding) stays negligible.
-const TICKS_PER_CHUNK: usize = 1024;
 
 impl Writer {
     /// Creates `path`, which must not exist (see [`Writer::with_options`]). With `max_size`,

@@ -79,6 +79,8 @@ pub struct SlotPlan {
     /// Read enabled/running times at each tick (core PMU events, which can be multiplexed);
     /// otherwise the value alone is read, which is cheaper.
     pub may_multiplex: bool,
+    /// CPUs whose counter differs from `attr` (hybrid parts), with their own.
+    pub attr_on: Vec<(u32, PerfEventAttr)>,
 }
 
 impl SlotPlan {
@@ -89,7 +91,35 @@ impl SlotPlan {
             attr: counting_attr(encoded),
             instances: cpus.iter().map(|&c| (c, vec![c])).collect(),
             may_multiplex: may_multiplex(encoded),
+            attr_on: Vec::new(),
         }
+    }
+
+    /// A CPU-scope slot whose counter differs by CPU (a hybrid part's `cpu_core` and
+    /// `cpu_atom` events): each part opened on its own CPUs.
+    pub fn per_cpu_parts(spec: SlotSpec, parts: &[(&Encoded, Vec<u32>)]) -> SlotPlan {
+        let Some((first, _)) = parts.first() else {
+            return SlotPlan::per_cpu(spec, &Encoded::default(), &[]);
+        };
+        let mut plan = SlotPlan::per_cpu(spec, first, &[]);
+        for (enc, cpus) in parts {
+            plan.may_multiplex |= may_multiplex(enc);
+            for &c in cpus {
+                plan.instances.push((c, vec![c]));
+                if counting_attr(enc) != plan.attr {
+                    plan.attr_on.push((c, counting_attr(enc)));
+                }
+            }
+        }
+        plan
+    }
+
+    /// The attribute the counter on `cpu` is opened with.
+    pub fn attr_for(&self, cpu: u32) -> &PerfEventAttr {
+        self.attr_on
+            .iter()
+            .find(|(c, _)| *c == cpu)
+            .map_or(&self.attr, |(_, a)| a)
     }
 
     /// A package slot: the per-package sum of the [`PackageCounter`]s that name it.
@@ -99,6 +129,7 @@ impl SlotPlan {
             attr: PerfEventAttr::counter(0, [0; 3], false, false),
             instances: Vec::new(),
             may_multiplex: false,
+            attr_on: Vec::new(),
         }
     }
 }
@@ -731,7 +762,7 @@ fn open_slot_counters(
     for (slot, plan) in cfg.slots.iter().enumerate() {
         for (open_cpu, _) in &plan.instances {
             let fd = perf_sys
-                .open(&plan.attr, -1, *open_cpu as i32, None)
+                .open(plan.attr_for(*open_cpu), -1, *open_cpu as i32, None)
                 .map_err(|e| open_error(&plan.spec.event, *open_cpu, &e))?;
             counters.push(OpenCounter {
                 slot,

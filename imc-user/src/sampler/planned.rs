@@ -38,6 +38,8 @@ pub fn slot_specs(plan: &Plan) -> Vec<SlotSpec> {
             },
             role: match s.role {
                 "traffic" => SlotRole::Traffic(s.direction.unwrap_or(Direction::Total)),
+                "weight" if s.remote => SlotRole::RemoteWeight(s.direction),
+                "weight" => SlotRole::Weight(s.direction),
                 _ => SlotRole::Other,
             },
             bytes_per_count: s.bytes_per_count,
@@ -55,18 +57,17 @@ fn slot_plans(plan: &Plan, cpus: &[u32]) -> Vec<SlotPlan> {
             if spec.scope == SlotScope::Package {
                 return SlotPlan::package(spec);
             }
-            let c = plan
+            // A weight slot of a hybrid part has a counter per core PMU, each on its CPUs.
+            let parts: Vec<(&crate::model::Encoded, Vec<u32>)> = plan
                 .counters
                 .iter()
-                .find(|c| c.slot == Some(i))
-                .expect("every slot has a counter");
-            let on: Vec<u32> = c
-                .cpus
-                .iter()
-                .copied()
-                .filter(|x| cpus.contains(x))
+                .filter(|c| c.slot == Some(i))
+                .map(|c| {
+                    let on = c.cpus.iter().copied().filter(|x| cpus.contains(x));
+                    (&c.encoded, on.collect())
+                })
                 .collect();
-            SlotPlan::per_cpu(spec, &c.encoded, &on)
+            SlotPlan::per_cpu_parts(spec, &parts)
         })
         .collect()
 }

@@ -121,6 +121,120 @@ pub fn what_is_there(path: &Path) -> io::Result<Option<&'static str>> {
     }
 }
 
+/// The lock a writer holds on `FILE.lock` beside the file it writes, for as long as it writes
+/// it, so that a second writer of the same file is refused at once instead of racing the first
+/// (one of them silently losing its data). A POSIX record lock: the kernel drops it when the
+/// holder exits however it exits, and `F_GETLK` says who holds it. The lock file is removed
+/// when the lock is dropped.
+#[derive(Debug)]
+pub struct WriteLock {
+    path: std::path::PathBuf,
+    _file: File,
+}
+
+/// Why a [`WriteLock`] was not taken.
+#[derive(Debug)]
+pub enum LockError {
+    /// Another process holds it (its pid; 0 when it runs in another PID namespace).
+    Held { pid: i32, lock: std::path::PathBuf },
+    /// The lock file could not be created or locked (the directory is missing, read-only, not
+    /// ours, or a symlink was planted at the lock's name).
+    Io {
+        lock: std::path::PathBuf,
+        source: io::Error,
+    },
+}
+
+/// `FILE.lock`, the lock file of `path`.
+pub fn lock_path(path: &Path) -> std::path::PathBuf {
+    let mut name = path.as_os_str().to_os_string();
+    name.push(".lock");
+    name.into()
+}
+
+fn record_lock(kind: libc::c_short) -> libc::flock {
+    // SAFETY: flock is plain old data; all-zero is a valid value (whole file from offset 0).
+    let mut l: libc::flock = unsafe { std::mem::zeroed() };
+    l.l_type = kind;
+    l.l_whence = libc::SEEK_SET as libc::c_short;
+    l
+}
+
+impl WriteLock {
+    /// Takes the lock of `path` without waiting. Created new or reused, never through a
+    /// symlink; a lock file that another holder removed (and perhaps another created again)
+    /// between our open and our lock is not the one at the path, so that case tries again.
+    pub fn take(path: &Path) -> Result<WriteLock, LockError> {
+        use std::os::fd::AsRawFd;
+        use std::os::unix::fs::MetadataExt;
+        let lock = lock_path(path);
+        let io_err = |source| LockError::Io {
+            lock: lock.clone(),
+            source,
+        };
+        for _ in 0..16 {
+            let file = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
+                .mode(0o644)
+                .open(&lock)
+                .map_err(io_err)?;
+            let meta = file.metadata().map_err(io_err)?;
+            if !meta.is_file() {
+                return Err(io_err(not_regular(kind_of(&meta.file_type()))));
+            }
+            let fd = file.as_raw_fd();
+            let want = record_lock(libc::F_WRLCK as libc::c_short);
+            // SAFETY: fcntl on an fd we own, with a valid flock.
+            if unsafe { libc::fcntl(fd, libc::F_SETLK, &want) } != 0 {
+                let e = io::Error::last_os_error();
+                if !matches!(e.raw_os_error(), Some(libc::EAGAIN | libc::EACCES)) {
+                    return Err(io_err(e));
+                }
+                let mut who = record_lock(libc::F_WRLCK as libc::c_short);
+                // SAFETY: as above; F_GETLK fills `who` with the conflicting lock.
+                if unsafe { libc::fcntl(fd, libc::F_GETLK, &mut who) } != 0 {
+                    return Err(io_err(io::Error::last_os_error()));
+                }
+                if i32::from(who.l_type) == libc::F_UNLCK {
+                    // Released between the two calls: try again.
+                    continue;
+                }
+                return Err(LockError::Held {
+                    pid: who.l_pid,
+                    lock: lock.clone(),
+                });
+            }
+            match std::fs::symlink_metadata(&lock) {
+                Ok(m) if m.dev() == meta.dev() && m.ino() == meta.ino() => {
+                    return Ok(WriteLock {
+                        path: lock,
+                        _file: file,
+                    });
+                }
+                // Removed (or replaced) by the holder we just outlived: take the new one.
+                _ => continue,
+            }
+        }
+        Err(io_err(io::Error::other("the lock file keeps changing")))
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for WriteLock {
+    fn drop(&mut self) {
+        // Removed while still held, so nobody locks a file that is no longer at the path
+        // (who opened it before sees it gone and tries again).
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -173,6 +287,26 @@ mod tests {
         assert!(is_bad_path(&e));
         let e = open_regular(Path::new("/dev/zero")).unwrap_err();
         assert!(e.to_string().contains("character device"), "{e}");
+    }
+
+    #[test]
+    fn the_lock_file_lives_as_long_as_the_lock_and_is_never_a_symlink() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("x.imc");
+        let held = WriteLock::take(&out).unwrap();
+        assert!(held.path().is_file());
+        // (Another process is refused: a POSIX lock does not conflict within one process, so
+        // tests/hostile.rs holds it here while imc tries.)
+        drop(held);
+        assert!(!lock_path(&out).exists());
+        let again = WriteLock::take(&out).unwrap();
+        drop(again);
+        // A symlink at the lock's name is not followed.
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, b"precious").unwrap();
+        std::os::unix::fs::symlink(&victim, lock_path(&out)).unwrap();
+        assert!(matches!(WriteLock::take(&out), Err(LockError::Io { .. })));
+        assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
     }
 
     #[test]

@@ -149,7 +149,7 @@ impl WebConfig {
         } else {
             let syntax = |message: String| WebConfigError::Syntax {
                 path: path.to_path_buf(),
-                message: one_line(&message),
+                message: crate::text::escape(&message).into_owned(),
             };
             let docs =
                 yaml_rust2::YamlLoader::load_from_str(text).map_err(|e| syntax(e.to_string()))?;
@@ -166,13 +166,13 @@ impl WebConfig {
             if user.is_empty() || user.contains(':') {
                 return Err(invalid(format!(
                     "basic_auth_users: '{}' is not a user name (empty or with ':')",
-                    one_line(user)
+                    crate::text::quote(user)
                 )));
             }
             if hash.parse::<bcrypt::HashParts>().is_err() {
                 return Err(WebConfigError::NotBcrypt {
                     path: path.to_path_buf(),
-                    user: one_line(user),
+                    user: crate::text::quote(user),
                 });
             }
         }
@@ -313,19 +313,6 @@ fn to_json(y: &yaml_rust2::Yaml) -> Result<serde_json::Value, String> {
         }
         Yaml::Alias(_) | Yaml::BadValue => return Err("an unsupported YAML value".to_string()),
     })
-}
-
-/// A message on one line, control characters escaped (YAML errors quote the input).
-fn one_line(s: &str) -> String {
-    s.chars()
-        .map(|c| {
-            if c.is_control() {
-                c.escape_default().to_string()
-            } else {
-                c.to_string()
-            }
-        })
-        .collect()
 }
 
 #[cfg(test)]

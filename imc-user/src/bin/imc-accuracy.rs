@@ -1,0 +1,118 @@
+//! `cargo xtask accuracy`: runs accuracy scenarios (tests/scenarios/README.md) through the real
+//! plan, a synthesized record stream and the real attributor, and prints per task the truth,
+//! the attributed bytes and the error.
+//!
+//!   imc-accuracy [--weight auto|cpu-time] [--json] SCENARIO.json...
+//!
+//! Text: a table per scenario and its summary lines. `--json`: one object per scenario per line.
+//! Bad input (an unreadable or malformed scenario, an unknown field, an absurd value): one line
+//! naming the file and the field on stderr, exit 2, before anything runs.
+use imc::attribution::synth::scenario::{self, RunOptions, Weigh};
+use imc::commands::sampling::{BATCH_DRAIN_MS, drain_period_ms};
+use std::io::Write;
+use std::process::ExitCode;
+use std::time::Instant;
+
+const USAGE: &str = "usage: imc-accuracy [--weight auto|cpu-time] [--json] SCENARIO.json...";
+
+fn bad(msg: impl std::fmt::Display) -> ExitCode {
+    eprintln!("imc-accuracy: {msg}");
+    ExitCode::from(2)
+}
+
+fn main() -> ExitCode {
+    let mut weigh = Weigh::Auto;
+    let mut json = false;
+    let mut files = Vec::new();
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--json" => json = true,
+            "--weight" => match args.next().as_deref() {
+                Some("auto") => weigh = Weigh::Auto,
+                Some("cpu-time") => weigh = Weigh::CpuTime,
+                Some(other) => {
+                    return bad(format!(
+                        "--weight {other}: expected auto or cpu-time (the simulator has no \
+                         core PMU to resolve an event name against)"
+                    ));
+                }
+                None => return bad("--weight needs a value: auto or cpu-time"),
+            },
+            "-h" | "--help" => {
+                println!("{USAGE}");
+                return ExitCode::SUCCESS;
+            }
+            s if s.starts_with('-') && s.len() > 1 => {
+                return bad(format!("unknown option {s}; {USAGE}"));
+            }
+            _ => files.push(std::path::PathBuf::from(a)),
+        }
+    }
+    if files.is_empty() {
+        return bad(format!("no scenario given; {USAGE}"));
+    }
+    // Every file is checked before any runs: a typo in the last does not cost the first's run.
+    let mut loaded = Vec::new();
+    for f in &files {
+        match scenario::load(f) {
+            Ok(l) => loaded.push(l),
+            Err(e) => return bad(e),
+        }
+    }
+    let mut out = std::io::stdout().lock();
+    let mut worst = 0.0f64;
+    for l in &loaded {
+        let interval = l.file.interval_ms;
+        let opts = RunOptions {
+            weigh,
+            drain_ms: u64::from(drain_period_ms(interval, true)),
+            batch_ms: Some(BATCH_DRAIN_MS),
+        };
+        let started = Instant::now();
+        let mut last_said = Instant::now();
+        let name = l.file.name.clone();
+        let mut progress = |done: f64| {
+            // Long runs say where they are, at most every two seconds.
+            if last_said.elapsed().as_secs_f64() >= 2.0 && done < 1.0 {
+                eprintln!("imc-accuracy: {name}: {:.0}% simulated", done * 100.0);
+                last_said = Instant::now();
+            }
+        };
+        let outcome = match l.run(&opts, &mut progress) {
+            Ok(o) => o,
+            Err(e) => return bad(e),
+        };
+        if started.elapsed().as_secs() >= 2 {
+            eprintln!(
+                "imc-accuracy: {}: done in {:.1} s",
+                outcome.name,
+                started.elapsed().as_secs_f64()
+            );
+        }
+        worst = worst.max(outcome.max_error);
+        let text = if json {
+            match serde_json::to_string(&outcome) {
+                Ok(s) => s + "\n",
+                Err(e) => {
+                    eprintln!("imc-accuracy: {e}");
+                    return ExitCode::FAILURE;
+                }
+            }
+        } else {
+            outcome.render() + "\n"
+        };
+        if let Err(e) = out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
+            eprintln!("imc-accuracy: writing the results: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
+    if !json && loaded.len() > 1 {
+        let _ = writeln!(
+            out,
+            "{} scenario(s), largest max_error {worst:.4}",
+            loaded.len()
+        );
+    }
+    ExitCode::SUCCESS
+}

@@ -1,0 +1,419 @@
+//! How each package's traffic is divided among the tasks that ran: the per-CPU core counters
+//! that weigh it ([`Weighting`]), chosen from the machine's own description under `--root`.
+//!
+//! A package counter sees the whole socket; the tasks that made the traffic are found by what
+//! each CPU's core counted of its own memory traffic over the same time (LLC misses, offcore
+//! responses from DRAM, DRAM fills, PM_MEM_*), read by every CPU for itself at its ticks and
+//! context switches. Where the core tells local from remote DRAM, a package's traffic is also
+//! weighed by the other packages' CPUs' remote counts. Without any such counter, traffic is
+//! split by on-CPU time: said, with the reason, never silently.
+use super::{Counter, PlanError, Reader, Refusal, Request, event_counter};
+use crate::events::core_traffic::{self, CoreTrafficEvent, Locality};
+use crate::model::{CorePmu, Direction, Discovery, Encoded, Weighting};
+
+/// `--weight`: how package traffic is divided.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub enum WeightRequest {
+    /// The core counters this CPU model has for its own memory traffic, else CPU time.
+    #[default]
+    Auto,
+    /// On-CPU time alone.
+    CpuTime,
+    /// The user's events (`EVENT[:read|:write]`), resolved by the caller.
+    Events(Vec<WeightEvent>),
+}
+
+/// One `--weight EVENT[:read|:write]`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WeightEvent {
+    pub text: String,
+    /// Which direction of package traffic it weighs (None: every direction).
+    pub direction: Option<Direction>,
+    pub encoded: Vec<Encoded>,
+}
+
+impl WeightRequest {
+    /// Splits `EVENT:read` / `EVENT:write` into the event text and its direction.
+    pub fn split_direction(text: &str) -> (&str, Option<Direction>) {
+        match text.rsplit_once(':') {
+            Some((e, "read")) if !e.is_empty() => (e, Some(Direction::Read)),
+            Some((e, "write")) if !e.is_empty() => (e, Some(Direction::Write)),
+            _ => (text, None),
+        }
+    }
+}
+
+/// What a weight counter weighs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct WeightRole {
+    pub direction: Option<Direction>,
+    /// Traffic to other packages' memory (weighs their controllers' counts).
+    pub remote: bool,
+    /// Which of its core PMU's events of this direction and locality it is: several add up
+    /// (Zen's DRAM fills and L2-prefetcher misses), each in a slot of its own; the n-th of a
+    /// hybrid part's `cpu_core` and `cpu_atom` share one, each on its own CPUs.
+    pub ordinal: u8,
+}
+
+/// The weight counters of a plan and how they divide traffic, with what was refused.
+pub struct Chosen {
+    pub counters: Vec<Counter>,
+    pub weighting: Weighting,
+    pub refusals: Vec<Refusal>,
+    /// What the chosen events count and miss, one line each (the plan's notes).
+    pub notes: Vec<String>,
+}
+
+/// Offcore-response events share two MSRs per thread (Intel core.c's extra registers).
+const OFFCORE_REGISTERS: usize = 2;
+
+/// Chooses the weight counters for the `traffic` counters of a sampling plan, within `free`
+/// record slots.
+pub fn choose(
+    found: &Discovery,
+    kernel: &super::Kernel,
+    req: &Request,
+    traffic: &[Counter],
+    free: usize,
+) -> Result<Chosen, PlanError> {
+    let packaged = traffic
+        .iter()
+        .any(|c| c.package.is_some() && c.direction.is_some());
+    if !packaged {
+        return Ok(Chosen {
+            counters: Vec::new(),
+            weighting: Weighting {
+                method: Weighting::TRAFFIC.into(),
+                read: None,
+                write: None,
+                numa: false,
+                reason: "the counters count per CPU: each CPU's count goes to the task that ran \
+                         there, no package traffic to divide"
+                    .into(),
+            },
+            refusals: Vec::new(),
+            notes: Vec::new(),
+        });
+    }
+    match &req.weight {
+        WeightRequest::CpuTime => Ok(time_only("--weight cpu-time: asked for", Vec::new())),
+        WeightRequest::Events(events) => user_weights(found, events, free),
+        WeightRequest::Auto => {
+            let mut chosen = auto(found, traffic, free);
+            if kernel.nmi_watchdog && !chosen.counters.is_empty() {
+                chosen.notes.push(format!(
+                    "the NMI watchdog (proc/sys/kernel/nmi_watchdog = 1) holds a core counter on \
+                     every CPU: with {} weight events the kernel may take turns with them, and \
+                     stretches where a weight did not run are divided by time and counted \
+                     (weight_fallbacks); `sysctl kernel.nmi_watchdog=0` frees it",
+                    chosen.counters.len()
+                ));
+            }
+            Ok(chosen)
+        }
+    }
+}
+
+fn time_only(reason: impl Into<String>, refusals: Vec<Refusal>) -> Chosen {
+    Chosen {
+        counters: Vec::new(),
+        weighting: Weighting::cpu_time(reason),
+        refusals,
+        notes: Vec::new(),
+    }
+}
+
+/// `--weight EVENT[:read|:write]`: the user's per-CPU events.
+fn user_weights(
+    found: &Discovery,
+    events: &[WeightEvent],
+    free: usize,
+) -> Result<Chosen, PlanError> {
+    let mut counters = Vec::new();
+    for ev in events {
+        for enc in &ev.encoded {
+            if enc.cpus.is_some() {
+                return Err(PlanError::BadRequest(format!(
+                    "--weight {}: {} counts for a whole package or device, not per CPU: a \
+                     weight must be a core or software event each CPU counts for itself",
+                    ev.text, enc.pmu
+                )));
+            }
+            counters.push(weight_counter(
+                &ev.text,
+                enc,
+                found.topology.online.clone(),
+                WeightRole {
+                    direction: ev.direction,
+                    remote: false,
+                    ordinal: 0,
+                },
+            ));
+        }
+    }
+    let slots = distinct_roles(&counters);
+    if slots > free {
+        return Err(PlanError::BadRequest(format!(
+            "--weight: {slots} weights and {free} free counter slots: name fewer"
+        )));
+    }
+    let names = |d: Direction| {
+        let v: Vec<&str> = events
+            .iter()
+            .filter(|e| e.direction.is_none_or(|x| x == d))
+            .map(|e| e.text.as_str())
+            .collect();
+        (!v.is_empty()).then(|| v.join("+"))
+    };
+    Ok(Chosen {
+        weighting: Weighting {
+            method: Weighting::TRAFFIC.into(),
+            read: names(Direction::Read),
+            write: names(Direction::Write),
+            numa: false,
+            reason: "--weight: the events given, read by each CPU for itself at its ticks and \
+                     switches"
+                .into(),
+        },
+        counters,
+        refusals: Vec::new(),
+        notes: Vec::new(),
+    })
+}
+
+/// The core PMU's own traffic events for this CPU model, within the counter and slot budgets.
+fn auto(found: &Discovery, traffic: &[Counter], free: usize) -> Chosen {
+    if found.hypervisor {
+        return time_only(
+            "running under a hypervisor: its virtual PMU counts no memory traffic to weigh by",
+            Vec::new(),
+        );
+    }
+    if found.cores.is_empty() {
+        return time_only(
+            "no core PMU (sys/bus/event_source/devices/cpu, or cpu_core/cpu_atom) under --root \
+             to weigh by",
+            Vec::new(),
+        );
+    }
+    let packages = found.topology.packages.len();
+    let mut refusals = Vec::new();
+    let mut counters: Vec<Counter> = Vec::new();
+    let mut models = Vec::new();
+    let mut notes: Vec<String> = Vec::new();
+    for core in &found.cores {
+        let table = match core_traffic::core_traffic(
+            &found.machine,
+            &core.pmu.name,
+            core.pmu_name.as_deref(),
+        ) {
+            Ok(t) => t,
+            Err(why) => {
+                refusals.push(refusal(core, None, why));
+                continue;
+            }
+        };
+        models.push(if table.model.contains(core.pmu.name.as_str()) {
+            table.model.to_string()
+        } else {
+            format!("{} ({})", table.model, core.pmu.name)
+        });
+        notes.extend(
+            table
+                .notes
+                .iter()
+                .map(|n| format!("weights on {}: {n}", core.pmu.name)),
+        );
+        let mut offcore = 0;
+        let mut ordinals: Vec<(Direction, bool)> = Vec::new();
+        for ev in events_for(&table, packages) {
+            if let Some(why) = unused_memory(ev, traffic) {
+                refusals.push(refusal(core, Some(ev.name), why));
+                continue;
+            }
+            if ev.offcore_register {
+                if offcore == OFFCORE_REGISTERS {
+                    refusals.push(refusal(
+                        core,
+                        Some(ev.name),
+                        format!(
+                            "the core has {OFFCORE_REGISTERS} offcore-response registers per \
+                             thread, taken by the events before it"
+                        ),
+                    ));
+                    continue;
+                }
+                offcore += 1;
+            }
+            let remote = ev.locality == Locality::Remote;
+            match encode(core, ev) {
+                Ok(enc) => {
+                    let ordinal = ordinals
+                        .iter()
+                        .filter(|&&r| r == (ev.direction, remote))
+                        .count() as u8;
+                    ordinals.push((ev.direction, remote));
+                    counters.push(weight_counter(
+                        ev.name,
+                        &enc,
+                        core.cpus.clone(),
+                        WeightRole {
+                            direction: Some(ev.direction),
+                            remote,
+                            ordinal,
+                        },
+                    ));
+                }
+                Err(why) => refusals.push(refusal(core, Some(ev.name), why)),
+            }
+        }
+    }
+    fit_slots(&mut counters, free, &mut refusals);
+    if counters.is_empty() {
+        let why = refusals
+            .iter()
+            .map(|r| r.reason.as_str())
+            .collect::<Vec<_>>()
+            .join("; ");
+        return time_only(
+            format!("no core counter of this CPU's own memory traffic could be had: {why}"),
+            refusals,
+        );
+    }
+    let names = |d: Direction| {
+        let mut v: Vec<&str> = counters
+            .iter()
+            .filter(|c| c.weight.is_some_and(|w| w.direction == Some(d)))
+            .map(|c| c.value_key.as_str())
+            .collect();
+        v.dedup();
+        (!v.is_empty()).then(|| v.join("+"))
+    };
+    let numa = counters.iter().any(|c| c.weight.is_some_and(|w| w.remote));
+    let write = names(Direction::Write);
+    let mut reason = format!(
+        "{}: each CPU counts its own memory traffic at its ticks and switches",
+        models.join(", ")
+    );
+    if write.is_none() {
+        reason.push_str("; no write event: writes are spread by the read weight");
+    }
+    if numa {
+        reason.push_str("; local and remote DRAM apart: a package's traffic is also charged to the other packages' tasks that read it");
+    }
+    Chosen {
+        weighting: Weighting {
+            method: Weighting::TRAFFIC.into(),
+            read: names(Direction::Read),
+            write,
+            numa,
+            reason,
+        },
+        counters,
+        refusals,
+        notes,
+    }
+}
+
+/// The events to weigh by on a machine of `packages` packages: with one package there is no
+/// remote memory, so the remote reads are left out, and the better write event that needed
+/// their offcore-response register takes the plain write event's place.
+fn events_for(table: &core_traffic::CoreTraffic, packages: usize) -> Vec<&CoreTrafficEvent> {
+    if packages >= 2 {
+        return table.events.iter().collect();
+    }
+    let local = table
+        .events
+        .iter()
+        .filter(|e| e.locality != Locality::Remote);
+    match &table.alt_write {
+        Some(alt) => local
+            .filter(|e| e.direction != Direction::Write)
+            .chain(std::iter::once(alt))
+            .collect(),
+        None => local.collect(),
+    }
+}
+
+/// Why a weight event has nothing to weigh here: it sees a memory the plan does not count.
+fn unused_memory(ev: &CoreTrafficEvent, traffic: &[Counter]) -> Option<String> {
+    let mcdram = |c: &Counter| c.value_key.starts_with("mcdram_");
+    let counted = match ev.memory {
+        core_traffic::Memory::Dram => traffic.iter().any(|c| !mcdram(c)),
+        core_traffic::Memory::Mcdram => traffic.iter().any(mcdram),
+    };
+    (!counted).then(|| "the plan counts no traffic of the memory it sees".to_string())
+}
+
+/// The event's terms encoded on this core PMU through its own `format/` files.
+fn encode(core: &CorePmu, ev: &CoreTrafficEvent) -> Result<Encoded, String> {
+    let text = format!("{}/{}/", core.pmu.name, ev.terms);
+    let mut enc = crate::events::parse_event(std::slice::from_ref(&core.pmu), &text)
+        .map_err(|e| format!("{}: {e}", ev.name))?
+        .into_iter()
+        .next()
+        .ok_or_else(|| format!("{}: did not encode", ev.name))?;
+    enc.event = ev.name.to_string();
+    enc.cpus = None;
+    Ok(enc)
+}
+
+/// Weight slots beyond the free ones are dropped, remote ones first, then write ones.
+fn fit_slots(counters: &mut Vec<Counter>, free: usize, refusals: &mut Vec<Refusal>) {
+    let priority = |c: &Counter| match c.weight {
+        Some(WeightRole { remote: true, .. }) => 0,
+        Some(WeightRole {
+            direction: Some(Direction::Write),
+            ..
+        }) => 1,
+        _ => 2,
+    };
+    while distinct_roles(counters) > free {
+        let Some(least) = counters.iter().map(priority).min() else {
+            return;
+        };
+        counters.retain(|c| {
+            let keep = priority(c) != least;
+            if !keep {
+                refusals.push(Refusal {
+                    pmu: Some(c.pmu.clone()),
+                    event: Some(c.value_key.clone()),
+                    reason: format!(
+                        "{}: no record slot left for it (the memory controller and -e take the \
+                         others)",
+                        c.value_key
+                    ),
+                });
+            }
+            keep
+        });
+    }
+}
+
+/// Weight counters of one role share a record slot (a hybrid part's `cpu_core` and `cpu_atom`
+/// events, each on its own CPUs).
+pub fn distinct_roles(counters: &[Counter]) -> usize {
+    let mut roles: Vec<WeightRole> = counters.iter().filter_map(|c| c.weight).collect();
+    roles.sort();
+    roles.dedup();
+    roles.len()
+}
+
+fn refusal(core: &CorePmu, event: Option<&str>, why: String) -> Refusal {
+    Refusal {
+        pmu: Some(core.pmu.name.clone()),
+        event: event.map(str::to_string),
+        reason: match event {
+            Some(e) => format!("weight {e} on {}: {why}", core.pmu.name),
+            None => format!("weights on {}: {why}", core.pmu.name),
+        },
+    }
+}
+
+fn weight_counter(name: &str, enc: &Encoded, cpus: Vec<u32>, role: WeightRole) -> Counter {
+    let mut c = event_counter(name, enc, None, None, cpus, None);
+    c.reader = Reader::Tick;
+    c.bytes_per_count = None;
+    c.weight = Some(role);
+    c
+}
