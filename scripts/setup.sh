@@ -45,6 +45,11 @@ apt_install build-essential pkg-config libpfm4-dev bpftool linux-perf tmux time
 #     Debian's package enables a system service; the tests run their own server on loopback.
 apt_install prometheus python3
 
+# 1c. The tests of `imc serve --web.config.file` (openssl makes their certificates, curl is the
+#     TLS client) and of the Debian package (`cargo xtask package` uses dpkg-deb, dpkg-shlibdeps
+#     and strip from build-essential; lintian checks the result).
+apt_install openssl curl lintian
+
 # 2. The user crates' toolchain: the one rust-toolchain.toml names (stable), installed when
 #    missing, so the build does not depend on which toolchain rustup defaults to (nightly, on a
 #    new rustup where step 3 installs it first).

@@ -22,6 +22,8 @@ const LAYERS: &[(&str, u8)] = &[
     ("attribution", 6),
     ("record", 7),
     ("output", 7),
+    // `imc serve`'s HTTP side: the web config file and the server (takes sys only).
+    ("web", 7),
     // The command line's types and the one exit-code mapping, which the commands take in.
     ("cli", 8),
     ("error", 8),

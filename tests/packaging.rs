@@ -34,6 +34,15 @@ fn the_systemd_unit_verifies_and_grants_only_bpf_and_perfmon() {
     assert_eq!(values("CapabilityBoundingSet"), ["CAP_BPF CAP_PERFMON"]);
     assert_eq!(values("AmbientCapabilities"), ["CAP_BPF CAP_PERFMON"]);
     assert_eq!(values("NoNewPrivileges"), ["yes"]);
+    // An explicit file limit (systemd's default soft limit is 1024).
+    let nofile: Vec<u64> = values("LimitNOFILE")
+        .iter()
+        .map(|v| v.parse().expect("a number"))
+        .collect();
+    assert!(
+        matches!(nofile.as_slice(), [n] if *n > 1024),
+        "LimitNOFILE {nofile:?}"
+    );
     let exec = values("ExecStart");
     assert_eq!(exec.len(), 1);
     assert!(
@@ -239,4 +248,288 @@ fn the_man_page_documents_every_command() {
         Ok(out) => panic!("man -l: {}", String::from_utf8_lossy(&out.stderr)),
         Err(e) => eprintln!("SKIPPED rendering: man not available ({e})"),
     }
+}
+
+fn have_promtool() -> bool {
+    require(
+        Command::new("promtool")
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success()),
+        "promtool not installed: scripts/setup.sh installs Debian's prometheus",
+    )
+}
+
+/// Unit tests of the rules, written here: a host whose package 0 runs at 90% of its peak for
+/// 10 minutes with one cgroup taking 5/6 of it, and a host well below.
+const RULE_TESTS: &str = r#"
+evaluation_interval: 15s
+tests:
+  - interval: 15s
+    input_series:
+      # 1.8e10 bytes/s on package 0 of h1 (read 1.0e10 + write 0.8e10), peak 2e10: 90%.
+      - series: 'imc_dram_bytes_total{job="imc",instance="h1:10160",package="0",channel="uncore_imc_0",direction="read"}'
+        values: '0+150000000000x60'
+      - series: 'imc_dram_bytes_total{job="imc",instance="h1:10160",package="0",channel="uncore_imc_0",direction="write"}'
+        values: '0+120000000000x60'
+      - series: 'imc_dram_peak_bytes_per_second{job="imc",instance="h1:10160",package="0"}'
+        values: '20000000000x60'
+      # 1.5e10 bytes/s in /db.slice, 0.3e10 elsewhere.
+      - series: 'imc_cgroup_dram_bytes_total{job="imc",instance="h1:10160",cgroup="/db.slice",direction="read"}'
+        values: '0+225000000000x60'
+      - series: 'imc_cgroup_dram_bytes_total{job="imc",instance="h1:10160",cgroup="/batch.slice",direction="read"}'
+        values: '0+45000000000x60'
+      - series: 'imc_process_dram_bytes_total{job="imc",instance="h1:10160",pid="42",comm="postgres",cgroup="/db.slice",direction="read"}'
+        values: '0+150000000000x60'
+      - series: 'imc_unattributed_dram_bytes_total{job="imc",instance="h1:10160",package="0",direction="read"}'
+        values: '0+15000000000x60'
+      # h2: 2e9 bytes/s of a 2e10 peak (10%), all in one cgroup: no alert.
+      - series: 'imc_dram_bytes_total{job="imc",instance="h2:10160",package="0",channel="uncore_imc_0",direction="read"}'
+        values: '0+30000000000x60'
+      - series: 'imc_dram_peak_bytes_per_second{job="imc",instance="h2:10160",package="0"}'
+        values: '20000000000x60'
+      - series: 'imc_cgroup_dram_bytes_total{job="imc",instance="h2:10160",cgroup="/db.slice",direction="read"}'
+        values: '0+30000000000x60'
+      - series: 'imc_lost_records_total{job="imc",instance="h1:10160"}'
+        values: '0x60'
+    promql_expr_test:
+      - expr: instance_package:imc_dram_utilisation:ratio1m
+        eval_time: 10m
+        exp_samples:
+          - labels: 'instance_package:imc_dram_utilisation:ratio1m{job="imc",instance="h1:10160",package="0"}'
+            value: 0.9
+          - labels: 'instance_package:imc_dram_utilisation:ratio1m{job="imc",instance="h2:10160",package="0"}'
+            value: 0.1
+      - expr: instance_package_direction:imc_dram_bytes:rate1m{instance="h1:10160"}
+        eval_time: 10m
+        exp_samples:
+          - labels: 'instance_package_direction:imc_dram_bytes:rate1m{job="imc",instance="h1:10160",package="0",direction="read"}'
+            value: 1.0e10
+          - labels: 'instance_package_direction:imc_dram_bytes:rate1m{job="imc",instance="h1:10160",package="0",direction="write"}'
+            value: 0.8e10
+      - expr: instance_cgroup:imc_cgroup_dram_bytes:rate1m{cgroup="/db.slice",instance="h1:10160"}
+        eval_time: 10m
+        exp_samples:
+          - labels: 'instance_cgroup:imc_cgroup_dram_bytes:rate1m{job="imc",instance="h1:10160",cgroup="/db.slice"}'
+            value: 1.5e10
+      - expr: instance_process:imc_process_dram_bytes:rate1m
+        eval_time: 10m
+        exp_samples:
+          - labels: 'instance_process:imc_process_dram_bytes:rate1m{job="imc",instance="h1:10160",pid="42",comm="postgres",cgroup="/db.slice"}'
+            value: 1.0e10
+      - expr: instance_package:imc_unattributed_dram_bytes:rate1m
+        eval_time: 10m
+        exp_samples:
+          - labels: 'instance_package:imc_unattributed_dram_bytes:rate1m{job="imc",instance="h1:10160",package="0"}'
+            value: 1.0e9
+    alert_rule_test:
+      # Not yet: the condition has held for less than 5 minutes.
+      - eval_time: 4m
+        alertname: ImcPackageBandwidthNearPeak
+        exp_alerts: []
+      - eval_time: 10m
+        alertname: ImcPackageBandwidthNearPeak
+        exp_alerts:
+          - exp_labels:
+              severity: warning
+              job: imc
+              instance: h1:10160
+              package: "0"
+            exp_annotations:
+              summary: "DRAM bandwidth of package 0 on h1:10160 is above 85% of its peak"
+              description: "90% of the theoretical peak for 5 minutes: memory-bound work there is slowed by queueing. See the top cgroups and processes on the imc dashboard."
+      - eval_time: 10m
+        alertname: ImcCgroupDominatesSaturatedHost
+        exp_alerts:
+          - exp_labels:
+              severity: warning
+              job: imc
+              instance: h1:10160
+              cgroup: /db.slice
+            exp_annotations:
+              summary: "cgroup /db.slice takes most of the DRAM bandwidth of saturated h1:10160"
+              description: "83.33% of the host's memory traffic, while a package is above 85% of its peak."
+      - eval_time: 10m
+        alertname: ImcLosingRecords
+        exp_alerts: []
+"#;
+
+#[test]
+fn the_rules_pass_promtool_and_their_unit_tests() {
+    if !have_promtool() {
+        return;
+    }
+    let rules = packaging().join("prometheus/imc.rules.yml");
+    let out = Command::new("promtool")
+        .args(["check", "rules"])
+        .arg(&rules)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "promtool check rules: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let test = dir.path().join("imc.rules.test.yml");
+    std::fs::write(
+        &test,
+        format!("rule_files:\n  - '{}'\n{RULE_TESTS}", rules.display()),
+    )
+    .unwrap();
+    let out = Command::new("promtool")
+        .args(["test", "rules"])
+        .arg(&test)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "promtool test rules: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn the_dashboard_has_the_panels_an_operator_reads() {
+    let text = std::fs::read_to_string(packaging().join("prometheus/imc-dashboard.json")).unwrap();
+    let d: serde_json::Value = serde_json::from_str(&text).expect("the dashboard is JSON");
+    let exprs: Vec<&str> = d["panels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|p| p["targets"].as_array().unwrap())
+        .map(|t| t["expr"].as_str().unwrap())
+        .collect();
+    for family in [
+        "imc_dram_bytes_total",
+        "imc_dram_peak_bytes_per_second",
+        "imc_cgroup_dram_bytes_total",
+        "imc_process_dram_bytes_total",
+        "imc_unattributed_dram_bytes_total",
+        "imc_lost_records_total",
+        "imc_read_errors_total",
+    ] {
+        assert!(
+            exprs.iter().any(|e| e.contains(family)),
+            "no panel reads {family}"
+        );
+    }
+    // Every panel uses the dashboard's data source variable.
+    for p in d["panels"].as_array().unwrap() {
+        assert_eq!(p["datasource"]["uid"], "${datasource}", "{}", p["title"]);
+    }
+}
+
+/// The package `cargo xtask package` built: IMC_TEST_DEB (set by `cargo xtask test`), else the
+/// one in the target directory.
+fn built_deb() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("IMC_TEST_DEB").filter(|p| !p.is_empty()) {
+        return Some(PathBuf::from(p));
+    }
+    std::fs::read_dir(target_dir().join("debian"))
+        .ok()?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|p| p.extension().is_some_and(|e| e == "deb"))
+}
+
+fn run_ok(cmd: &mut Command) -> String {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn the_debian_package_holds_a_stripped_imc_that_runs_and_passes_lintian() {
+    let deb = built_deb();
+    if !require(
+        deb.as_ref().is_some_and(|d| d.is_file()),
+        "no imc_*.deb: `cargo xtask package` builds it (and `cargo xtask test` does first)",
+    ) {
+        return;
+    }
+    let deb = deb.unwrap();
+    let name = deb.file_name().unwrap().to_str().unwrap();
+    assert!(
+        name.starts_with(&format!("imc_{}_", env!("CARGO_PKG_VERSION"))),
+        "{name}"
+    );
+    let contents = run_ok(Command::new("dpkg-deb").arg("--contents").arg(&deb));
+    for path in [
+        "./usr/bin/imc",
+        "./usr/lib/systemd/system/imc.service",
+        "./usr/share/bash-completion/completions/imc",
+        "./usr/share/zsh/vendor-completions/_imc",
+        "./usr/share/fish/vendor_completions.d/imc.fish",
+        "./usr/share/man/man1/imc.1.gz",
+        "./usr/share/imc/prometheus/imc.rules.yml",
+        "./usr/share/imc/prometheus/imc-dashboard.json",
+        "./usr/share/doc/imc/copyright",
+        "./usr/share/doc/imc/changelog.gz",
+        "./usr/share/doc/imc/README.md.gz",
+    ] {
+        assert!(
+            contents
+                .lines()
+                .any(|l| l.ends_with(&format!(" {path}")) && l.contains("root/root")),
+            "{path} missing (or not root's):\n{contents}"
+        );
+    }
+    let control = run_ok(Command::new("dpkg-deb").arg("--field").arg(&deb));
+    assert!(control.contains("Depends: libc6"), "{control}");
+
+    // Extracted into a scratch directory, the binary runs as installed.
+    let dir = tempfile::tempdir().unwrap();
+    run_ok(Command::new("dpkg-deb").arg("-x").arg(&deb).arg(dir.path()));
+    let bin = dir.path().join("usr/bin/imc");
+    let version = run_ok(Command::new(&bin).arg("--version"));
+    assert_eq!(version.trim(), format!("imc {}", env!("CARGO_PKG_VERSION")));
+    let list = run_ok(Command::new(&bin).arg("list"));
+    assert!(list.contains("software"), "{list}");
+    let dry = run_ok(Command::new(&bin).args(["serve", "--dry-run", "-e", "page-faults"]));
+    assert!(
+        dry.contains("listen: http://127.0.0.1:10160/metrics"),
+        "{dry}"
+    );
+    // Stripped: no symbol table or debug sections left.
+    let sections = run_ok(Command::new("readelf").args(["-S", "-W"]).arg(&bin));
+    for s in [".debug_info", ".symtab"] {
+        assert!(!sections.contains(s), "{s} in the packaged binary");
+    }
+    let size = std::fs::metadata(&bin).unwrap().len();
+    eprintln!("packaged /usr/bin/imc: {size} bytes");
+    // The shipped rules are the checkout's.
+    assert_eq!(
+        std::fs::read(dir.path().join("usr/share/imc/prometheus/imc.rules.yml")).unwrap(),
+        std::fs::read(packaging().join("prometheus/imc.rules.yml")).unwrap()
+    );
+
+    let have_lintian = Command::new("lintian")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !require(
+        have_lintian,
+        "lintian not installed: scripts/setup.sh installs it",
+    ) {
+        return;
+    }
+    let out = Command::new("lintian")
+        .args(["--fail-on", "error", "--no-tag-display-limit"])
+        .arg(&deb)
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&out.stdout);
+    eprintln!("lintian:\n{report}");
+    assert!(
+        out.status.success() && !report.lines().any(|l| l.starts_with("E: ")),
+        "lintian reports errors:\n{report}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

@@ -46,31 +46,34 @@ struct Serve {
 }
 
 fn start_serve(extra: &[&str], json: &Path) -> Serve {
-    let out = std::fs::File::create(json).unwrap();
-    let mut child = imc()
-        .args([
-            "serve",
-            "-e",
-            "page-faults",
-            "--freq",
-            "250",
-            "--listen",
-            "127.0.0.1:0",
-        ])
-        .args(["--json"])
-        .args(extra)
-        .stdout(out)
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn imc serve");
+    let mut cmd = imc();
+    cmd.args([
+        "serve",
+        "-e",
+        "page-faults",
+        "--freq",
+        "250",
+        "--listen",
+        "127.0.0.1:0",
+    ])
+    .args(["--json"])
+    .args(extra)
+    .stdout(std::fs::File::create(json).unwrap());
+    spawn_serve(cmd, "http")
+}
+
+/// Starts `cmd` (an `imc serve`) and waits for the line naming where it serves `scheme`.
+fn spawn_serve(mut cmd: Command, scheme: &str) -> Serve {
+    let mut child = cmd.stderr(Stdio::piped()).spawn().expect("spawn imc serve");
     let stderr = child.stderr.take().unwrap();
     let guard = Guard(child);
     // The line naming the bound address; the rest of stderr is drained so imc never blocks.
     let (tx, rx) = mpsc::channel();
+    let prefix = format!("imc: serving {scheme}://");
     std::thread::spawn(move || {
         for line in BufReader::new(stderr).lines().map_while(Result::ok) {
             eprintln!("[imc] {line}");
-            if let Some(rest) = line.strip_prefix("imc: serving http://") {
+            if let Some(rest) = line.strip_prefix(&prefix) {
                 let _ = tx.send(rest.trim_end_matches("/metrics").to_string());
             }
         }
@@ -134,12 +137,31 @@ struct Prometheus {
 }
 
 fn start_prometheus(target: SocketAddr) -> Prometheus {
+    start_prometheus_with(target, "", &[])
+}
+
+/// A Prometheus scraping `target` with `job_extra` added to its job (indented by four spaces,
+/// e.g. `scheme: https`) and `rule_files` loaded.
+fn start_prometheus_with(
+    target: SocketAddr,
+    job_extra: &str,
+    rule_files: &[PathBuf],
+) -> Prometheus {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("prometheus.yml");
+    let rules: String = rule_files
+        .iter()
+        .map(|f| format!("  - '{}'\n", f.display()))
+        .collect();
+    let rules = if rules.is_empty() {
+        String::new()
+    } else {
+        format!("rule_files:\n{rules}")
+    };
     std::fs::write(
         &config,
         format!(
-            "global:\n  scrape_interval: 1s\n  scrape_timeout: 900ms\nscrape_configs:\n  - job_name: imc\n    static_configs:\n      - targets: ['{target}']\n"
+            "global:\n  scrape_interval: 1s\n  scrape_timeout: 900ms\n  evaluation_interval: 1s\n{rules}scrape_configs:\n  - job_name: imc\n{job_extra}    static_configs:\n      - targets: ['{target}']\n"
         ),
     )
     .unwrap();
@@ -513,4 +535,469 @@ fn a_stand_in_is_exported_as_events_with_its_name() {
         "{text}"
     );
     assert!(!text.contains("bytes_total"), "{text}");
+}
+
+/// A self-signed certificate for 127.0.0.1 and its key (P-256), made by openssl in `dir`.
+fn self_signed(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
+    let (cert, key) = (
+        dir.join(format!("{name}.crt")),
+        dir.join(format!("{name}.key")),
+    );
+    let out = Command::new("openssl")
+        .args(["req", "-x509", "-newkey", "ec", "-pkeyopt"])
+        .args(["ec_paramgen_curve:prime256v1", "-nodes", "-days", "2"])
+        .args(["-subj", "/CN=imc test", "-addext"])
+        .args(["subjectAltName=IP:127.0.0.1,DNS:localhost", "-keyout"])
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .expect("run openssl");
+    assert!(
+        out.status.success(),
+        "openssl req: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (cert, key)
+}
+
+fn tls_tools() -> bool {
+    require(
+        Command::new("openssl")
+            .arg("version")
+            .output()
+            .is_ok_and(|o| o.status.success()),
+        "openssl makes the test's certificates: scripts/setup.sh installs it",
+    ) && require(
+        have("curl"),
+        "curl is the TLS client: scripts/setup.sh installs it",
+    )
+}
+
+/// `curl` the URL with `args`: the HTTP status (0: no HTTP answer) and the body.
+fn curl(url: &str, args: &[&str]) -> (u32, String) {
+    let out = Command::new("curl")
+        .args(["-s", "--max-time", "10", "-w", "\n%{http_code}"])
+        .args(args)
+        .arg(url)
+        .output()
+        .expect("run curl");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", &text));
+    (code.trim().parse().unwrap_or(0), body.to_string())
+}
+
+#[test]
+fn tls_with_basic_auth_answers_only_the_right_password_and_prometheus_scrapes_it() {
+    if !prerequisites() || !tls_tools() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, _) = self_signed(dir.path(), "server");
+    let hash = bcrypt::hash("s3cret pass", 6).unwrap();
+    // Relative paths: the certificate and key beside the config.
+    let web = dir.path().join("web.yml");
+    std::fs::write(
+        &web,
+        format!(
+            "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\nbasic_auth_users:\n  prometheus: '{hash}'\n"
+        ),
+    )
+    .unwrap();
+    let mut cmd = imc();
+    cmd.args([
+        "serve",
+        "-e",
+        "page-faults",
+        "-I",
+        "500",
+        "--listen",
+        "127.0.0.1:0",
+    ])
+    .arg("--web.config.file")
+    .arg(&web);
+    let serve = spawn_serve(cmd, "https");
+    let url = format!("https://{}/metrics", serve.addr);
+    let ca = cert.to_str().unwrap();
+
+    let (code, body) = curl(&url, &["--cacert", ca, "-u", "prometheus:s3cret pass"]);
+    assert_eq!(code, 200, "{body}");
+    assert!(body.contains("imc_info{"), "{body}");
+    assert_eq!(curl(&url, &["--cacert", ca]).0, 401, "no password");
+    assert_eq!(
+        curl(&url, &["--cacert", ca, "-u", "prometheus:wrong"]).0,
+        401,
+        "wrong password"
+    );
+    assert_eq!(
+        curl(&url, &["--cacert", ca, "-u", "nobody:s3cret pass"]).0,
+        401,
+        "unknown user"
+    );
+    // Plain HTTP to the TLS port: refused with a 400 that says why.
+    let (code, body) = curl(&format!("http://{}/metrics", serve.addr), &[]);
+    assert_eq!(code, 400, "{body}");
+    assert!(body.contains("HTTPS"), "{body}");
+    // A client that does not trust the certificate gets no answer.
+    assert_eq!(curl(&url, &["-u", "prometheus:s3cret pass"]).0, 0);
+
+    // A real Prometheus over TLS with basic auth.
+    let job = format!(
+        "    scheme: https\n    tls_config:\n      ca_file: '{ca}'\n    basic_auth:\n      username: prometheus\n      password: 's3cret pass'\n"
+    );
+    let prom = start_prometheus_with(serve.addr, &job, &[]);
+    let end = Instant::now() + Duration::from_secs(60);
+    loop {
+        let up = prom.query("up");
+        if up.len() == 1 && up[0]["value"][1] == "1" {
+            break;
+        }
+        assert!(Instant::now() < end, "up never became 1 over TLS: {up:?}");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    assert_eq!(prom.query("imc_info").len(), 1);
+}
+
+/// `imc serve --web.config.file` with `text` (written to web.yml in `dir`): exit 2, one line
+/// naming the problem, nothing served.
+fn refused(dir: &Path, text: &str, expect: &str) {
+    let web = dir.join("web.yml");
+    std::fs::write(&web, text).unwrap();
+    refused_file(&web, expect);
+}
+
+fn refused_file(web: &Path, expect: &str) {
+    let out = imc()
+        .args(["serve", "-e", "page-faults", "--listen", "127.0.0.1:0"])
+        .arg("--web.config.file")
+        .arg(web)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "one line: {err}");
+    assert!(err.contains(expect), "expected '{expect}' in: {err}");
+    assert!(!err.contains("serving"), "{err}");
+}
+
+#[test]
+fn a_bad_web_config_is_one_line_and_exit_2_before_listening() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    refused(
+        d,
+        "tls_server_config:\n  cert_file: a.crt\n  key_file: a.key\n  ciphers: [x]\n",
+        "ciphers",
+    );
+    refused(
+        d,
+        "basic_auth_users:\n  prometheus: hunter2\n",
+        "not a bcrypt hash",
+    );
+    refused(
+        d,
+        "tls_server_config:\n  cert_file: missing.crt\n  key_file: missing.key\n",
+        "missing.crt",
+    );
+    refused_file(&d.join("no-such-web.yml"), "no-such-web.yml");
+    refused_file(d, "is a directory");
+    if !tls_tools() {
+        return;
+    }
+    // A key that is not the certificate's.
+    self_signed(d, "one");
+    self_signed(d, "two");
+    refused(
+        d,
+        "tls_server_config:\n  cert_file: one.crt\n  key_file: two.key\n",
+        "is not the private key of cert_file",
+    );
+    // A certificate file that holds no certificate.
+    refused(
+        d,
+        "tls_server_config:\n  cert_file: two.key\n  key_file: two.key\n",
+        "cert_file",
+    );
+    // Client certificates need a CA to verify them with.
+    refused(
+        d,
+        "tls_server_config:\n  cert_file: one.crt\n  key_file: one.key\n  client_auth_type: RequireAndVerifyClientCert\n",
+        "client_ca_file",
+    );
+}
+
+/// An idle connection to `addr`, held open.
+fn idle(addr: SocketAddr) -> Option<TcpStream> {
+    TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()
+}
+
+#[test]
+fn idle_connections_at_the_file_limit_do_not_keep_the_scraper_out() {
+    // Issue 21: with the file limit at 1024 (systemd's default), 1,100 idle connections made
+    // every scrape time out until they closed.
+    if !prerequisites() {
+        return;
+    }
+    const HELD: usize = 1100;
+    // This test holds the connections itself: its own soft limit up to the hard one.
+    let (_, hard) = imc::sys::rlimit::nofile().unwrap();
+    assert!(
+        imc::sys::rlimit::raise_nofile().unwrap() > HELD as u64 + 100,
+        "the hard file limit ({hard}) is too low for this test"
+    );
+    let (_dir, json) = scratch("held.jsonl");
+    let mut cmd = imc();
+    cmd.args(["serve", "-e", "page-faults", "--listen", "127.0.0.1:0"])
+        .stdout(std::fs::File::create(&json).unwrap());
+    // SAFETY: setrlimit is async-signal-safe; the closure touches nothing else.
+    unsafe {
+        use std::os::unix::process::CommandExt;
+        cmd.pre_exec(|| {
+            let r = libc::rlimit {
+                rlim_cur: 1024,
+                rlim_max: 1024,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &r) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let serve = spawn_serve(cmd, "http");
+    let start = Instant::now();
+    let held: Vec<TcpStream> = (0..HELD).filter_map(|_| idle(serve.addr)).collect();
+    eprintln!(
+        "{} of {HELD} idle connections opened in {:?}",
+        held.len(),
+        start.elapsed()
+    );
+    assert!(held.len() >= 1024, "only {} connections opened", held.len());
+    // The scraper gets its answer while they are held.
+    let t = Instant::now();
+    let (status, body) = http_get(serve.addr, "/metrics", "*/*");
+    let took = t.elapsed();
+    eprintln!("scrape answered in {took:?} with {} held", held.len());
+    assert_eq!(status, 200);
+    assert!(body.contains("imc_info"), "{body}");
+    assert!(took < Duration::from_secs(2), "scrape took {took:?}");
+
+    // The idle ones are closed by the server: the oldest were made room for at once, the
+    // others within the header timeout (5 s).
+    let mut closed = 0;
+    for mut s in held {
+        s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+        let mut b = [0u8; 64];
+        match s.read(&mut b) {
+            Ok(0) => closed += 1,
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => closed += 1,
+            other => panic!("an idle connection was not closed: {other:?}"),
+        }
+    }
+    eprintln!("{closed} idle connections closed by imc");
+}
+
+#[test]
+fn idle_and_kept_alive_connections_are_closed_after_the_header_timeout() {
+    if !prerequisites() {
+        return;
+    }
+    let (_dir, json) = scratch("keepalive.jsonl");
+    let serve = start_serve(&[], &json);
+    // A client that sends half a request line and then nothing.
+    let mut dripping = TcpStream::connect(serve.addr).unwrap();
+    dripping.write_all(b"GET /metr").unwrap();
+    // A kept-alive connection after one answered request.
+    let mut kept = TcpStream::connect(serve.addr).unwrap();
+    write!(
+        kept,
+        "GET / HTTP/1.1\r\nHost: {}\r\nConnection: keep-alive\r\n\r\n",
+        serve.addr
+    )
+    .unwrap();
+    let start = Instant::now();
+    for (name, s) in [("dripping", &mut dripping), ("kept-alive", &mut kept)] {
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let mut all = Vec::new();
+        let r = s.read_to_end(&mut all);
+        let took = start.elapsed();
+        eprintln!("{name}: closed after {took:?}: {r:?}");
+        assert!(
+            r.is_ok()
+                || r.as_ref()
+                    .is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionReset),
+            "{name}: not closed within 20 s: {r:?}"
+        );
+        if name == "kept-alive" {
+            assert!(String::from_utf8_lossy(&all).starts_with("HTTP/1.1 200"));
+        }
+    }
+}
+
+#[test]
+fn serve_as_nobody_fails_without_saying_it_serves() {
+    // Issue 21: it printed "serving http://…" and then failed to load the sampler.
+    let Some(mut cmd) = as_nobody(&["serve", "-e", "page-faults", "--listen", "127.0.0.1:0"])
+    else {
+        return;
+    };
+    let out = cmd.output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "{err}");
+    assert!(!err.contains("serving"), "{err}");
+    assert!(err.contains("CAP_BPF"), "{err}");
+}
+
+#[test]
+fn loopback_written_as_mapped_ipv6_gets_no_warning() {
+    // Issue 21: [::ffff:127.0.0.1] was warned about as if it were a public address. Run as
+    // nobody, serve stops after the warning (or its absence), at the sampler.
+    for (listen, warned) in [("[::ffff:127.0.0.1]:0", false), ("0.0.0.0:0", true)] {
+        let Some(mut cmd) = as_nobody(&["serve", "-e", "page-faults", "--listen", listen]) else {
+            return;
+        };
+        let out = cmd.output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(err.contains("warning"), warned, "{listen}: {err}");
+    }
+}
+
+fn packaging() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../packaging/prometheus")
+}
+
+/// Every PromQL expression of packaging/prometheus: the rules' and the dashboard's (its
+/// Grafana variables given values).
+fn shipped_expressions() -> Vec<String> {
+    let rules = std::fs::read_to_string(packaging().join("imc.rules.yml")).unwrap();
+    let docs = yaml_rust2::YamlLoader::load_from_str(&rules).expect("rules are YAML");
+    let mut exprs: Vec<String> = docs[0]["groups"]
+        .as_vec()
+        .unwrap()
+        .iter()
+        .flat_map(|g| g["rules"].as_vec().unwrap())
+        .map(|r| r["expr"].as_str().unwrap().to_string())
+        .collect();
+    let dash: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(packaging().join("imc-dashboard.json")).unwrap(),
+    )
+    .unwrap();
+    for p in dash["panels"].as_array().unwrap() {
+        for t in p["targets"].as_array().unwrap() {
+            exprs.push(t["expr"].as_str().unwrap().to_string());
+        }
+    }
+    // A variable's `label_values(METRIC, LABEL)` reads METRIC.
+    for v in dash["templating"]["list"].as_array().unwrap() {
+        if let Some(q) = v["query"]["query"].as_str() {
+            let inner = q
+                .strip_prefix("label_values(")
+                .and_then(|r| r.split(',').next())
+                .expect("label_values(METRIC, LABEL)");
+            exprs.push(inner.trim().to_string());
+        }
+    }
+    exprs
+        .into_iter()
+        .map(|e| {
+            e.replace("$__rate_interval", "1m")
+                .replace("$instance", ".*")
+        })
+        .collect()
+}
+
+#[test]
+fn every_shipped_rule_and_panel_runs_on_a_real_prometheus_scraping_imc() {
+    if !prerequisites() {
+        return;
+    }
+    let exprs = shipped_expressions();
+    assert!(exprs.len() >= 20, "{} expressions", exprs.len());
+    let (_dir, json) = scratch("rules.jsonl");
+    let serve = start_serve(&["-I", "500"], &json);
+    let prom = start_prometheus_with(serve.addr, "", &[packaging().join("imc.rules.yml")]);
+    let _workload = page_toucher(8);
+    // A few scrapes, so that rates have two points.
+    let end = Instant::now() + Duration::from_secs(60);
+    while prom.samples("imc_intervals_total", "5m").len() < 4 {
+        assert!(Instant::now() < end, "Prometheus never scraped imc 4 times");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let mut answered = 0;
+    for e in &exprs {
+        // query() asserts HTTP 200 and status success: the expression parsed and ran.
+        let r = prom.query(e);
+        answered += usize::from(!r.is_empty());
+    }
+    // The rules as Prometheus evaluates them: every one healthy.
+    std::thread::sleep(Duration::from_secs(2));
+    let (status, body) = http_get(prom.addr, "/api/v1/rules", "application/json");
+    assert_eq!(status, 200, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let rules: Vec<&serde_json::Value> = v["data"]["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|g| g["rules"].as_array().unwrap())
+        .collect();
+    assert_eq!(rules.len(), 10, "{body}");
+    for r in &rules {
+        assert_eq!(r["health"], "ok", "{r}");
+    }
+    eprintln!(
+        "{} expressions ran, {answered} with a result (a VM has no byte families); {} rules healthy",
+        exprs.len(),
+        rules.len()
+    );
+    // In this run (a stand-in source) the stand-in panel has data.
+    assert!(answered >= 5, "only {answered} expressions returned data");
+}
+
+#[test]
+fn the_smbios_peak_is_exported_per_package_where_known() {
+    // skx-2socket with twelve DIMMs at 2666 MT/s: 6 channels a package of 2666e6 x 8 bytes.
+    let dir = tempfile::tempdir().unwrap();
+    let st = Command::new("cp")
+        .arg("-a")
+        .arg(format!(
+            "{}/.",
+            own_fixtures().join("skx-2socket").display()
+        ))
+        .arg(dir.path())
+        .status()
+        .unwrap();
+    assert!(st.success());
+    for i in 0..12u16 {
+        let d = dir.path().join(format!("sys/firmware/dmi/entries/17-{i}"));
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("raw"), memory_device(0x1100 + i, 16384, 2666)).unwrap();
+    }
+    let out = imc()
+        .arg("--root")
+        .arg(dir.path())
+        .args(["serve", "--dry-run"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    for p in 0..2 {
+        let want = format!(
+            "imc_dram_peak_bytes_per_second{{package=\"{p}\"}} {}",
+            6.0 * 2666e6 * 8.0
+        );
+        assert!(text.contains(&want), "{want} not in:\n{text}");
+    }
+    // Without SMBIOS entries, or with a stand-in source, none.
+    assert!(!dry_run("skx-2socket", &[]).contains("peak"));
+    let text = String::from_utf8_lossy(
+        &imc()
+            .arg("--root")
+            .arg(dir.path())
+            .args(["serve", "--dry-run", "-e", "page-faults"])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .into_owned();
+    assert!(!text.contains("peak"), "{text}");
 }

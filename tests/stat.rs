@@ -11,7 +11,7 @@ use imc::commands::stat::{StatEnv, run_with};
 use imc::model::{Direction, Scope};
 use imc::sys::devmem::{DevMem, DevMemError, RealDevMem, Region};
 use imc::sys::perf::{FakePerf, PerfSys, TYPE_SOFTWARE};
-use imc_tests::{imc, own_fixtures};
+use imc_tests::{imc, memory_device, own_fixtures};
 use serde_json::Value;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -904,25 +904,6 @@ fn the_child_command_decides_the_exit_status() {
 
 // ---------------------------------------------------------------------------------------------
 // Utilisation against the theoretical peak (SMBIOS memory devices under --root).
-
-/// An SMBIOS 3.3 Memory Device (type 17) entry as the kernel exposes it in
-/// sys/firmware/dmi/entries/17-N/raw: data width at 0Ah, size at 0Ch, speed at 15h, configured
-/// speed at 20h (little endian), formatted area 5Ch bytes, then the string set.
-fn memory_device(handle: u16, size_mb: u16, configured_mts: u16) -> Vec<u8> {
-    let mut b = vec![0u8; 0x5c];
-    b[0] = 17;
-    b[1] = 0x5c;
-    b[2..4].copy_from_slice(&handle.to_le_bytes());
-    b[0x08..0x0a].copy_from_slice(&72u16.to_le_bytes());
-    b[0x0a..0x0c].copy_from_slice(&64u16.to_le_bytes());
-    b[0x0c..0x0e].copy_from_slice(&size_mb.to_le_bytes());
-    b[0x10] = 1;
-    b[0x12] = 0x1a;
-    b[0x15..0x17].copy_from_slice(&2933u16.to_le_bytes());
-    b[0x20..0x22].copy_from_slice(&configured_mts.to_le_bytes());
-    b.extend_from_slice(b"CPU1_DIMM_A1\0\0");
-    b
-}
 
 /// A copy of a fixture tree with SMBIOS entries added: `devices` of (size MB, MT/s).
 fn fixture_with_dmi(name: &str, devices: &[(u16, u16)]) -> tempfile::TempDir {

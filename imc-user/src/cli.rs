@@ -8,6 +8,10 @@ use std::path::PathBuf;
 /// range of Prometheus exporters (all allocated) and of no well-known service.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:10160";
 
+/// Cgroups `imc serve` exports by default: a node's services and containers (Kubernetes allows
+/// 110 pods a node), each with a read and a write series.
+pub const DEFAULT_MAX_CGROUPS: usize = 100;
+
 #[derive(Parser, Debug)]
 #[command(
     name = "imc",
@@ -228,6 +232,15 @@ pub struct ServeArgs {
     /// removed when they drop out, so the series count stays bounded).
     #[arg(long, value_name = "N", default_value_t = 20)]
     pub max_processes: usize,
+    /// Cgroups exported individually: the busiest N by recent traffic (a cgroup that drops
+    /// out loses its series, so the series count stays bounded however many come and go).
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_CGROUPS)]
+    pub max_cgroups: usize,
+    /// TLS and basic-auth users, in the web configuration format of Prometheus exporters
+    /// (exporter-toolkit): tls_server_config {cert_file, key_file, client_auth_type,
+    /// client_ca_file} and basic_auth_users {user: bcrypt hash}.
+    #[arg(long = "web.config.file", value_name = "FILE")]
+    pub web_config_file: Option<PathBuf>,
     /// How often the counters are brought up to date, in milliseconds.
     #[arg(short = 'I', long = "interval", value_name = "MS", default_value_t = 1000,
           value_parser = parse_interval_ms)]
@@ -493,6 +506,8 @@ mod tests {
                 assert!(s.listen.ip().is_loopback());
                 assert_eq!(s.listen.port(), 10160);
                 assert_eq!(s.max_processes, 20);
+                assert_eq!(s.max_cgroups, DEFAULT_MAX_CGROUPS);
+                assert_eq!(s.web_config_file, None);
                 assert_eq!(s.sampler.events, ["page-faults"]);
             }
             _ => panic!("parsed as another command"),

@@ -25,5 +25,6 @@ pub mod record;
 pub mod sampler;
 pub mod sys;
 pub mod text;
+pub mod web;
 
 pub use error::{CliError, CliResult};

@@ -272,3 +272,22 @@ pub fn as_nobody(args: &[&str]) -> Option<Command> {
     .args(args);
     Some(c)
 }
+
+/// An SMBIOS 3.3 Memory Device (type 17) entry as the kernel exposes it in
+/// sys/firmware/dmi/entries/17-N/raw: data width at 0Ah, size at 0Ch, speed at 15h, configured
+/// speed at 20h (little endian), formatted area 5Ch bytes, then the string set.
+pub fn memory_device(handle: u16, size_mb: u16, configured_mts: u16) -> Vec<u8> {
+    let mut b = vec![0u8; 0x5c];
+    b[0] = 17;
+    b[1] = 0x5c;
+    b[2..4].copy_from_slice(&handle.to_le_bytes());
+    b[0x08..0x0a].copy_from_slice(&72u16.to_le_bytes());
+    b[0x0a..0x0c].copy_from_slice(&64u16.to_le_bytes());
+    b[0x0c..0x0e].copy_from_slice(&size_mb.to_le_bytes());
+    b[0x10] = 1;
+    b[0x12] = 0x1a;
+    b[0x15..0x17].copy_from_slice(&2933u16.to_le_bytes());
+    b[0x20..0x22].copy_from_slice(&configured_mts.to_le_bytes());
+    b.extend_from_slice(b"CPU1_DIMM_A1\0\0");
+    b
+}

@@ -3,7 +3,8 @@
 //!
 //!   cargo xtask build [--release]      eBPF object + imc (embedded)
 //!   cargo xtask run [-- ARGS]          build, then `imc ARGS` (default: `imc top`) as root
-//!   cargo xtask test                   build, then the whole test suite
+//!   cargo xtask test                   build (and package), then the whole test suite
+//!   cargo xtask package                target/debian/imc_<version>_<arch>.deb (release, stripped)
 //!   cargo xtask bench-tick [--breakdown]  ns per program run: imc's tick vs a bpftrace-like baseline
 //!   cargo xtask bench-stat             `imc stat -I 1` vs `perf stat -I 1`: CPU and intervals
 //!   cargo xtask bench-overhead         workload slowdown, interrupts, CPU: imc record vs perf record
@@ -13,6 +14,7 @@
 mod bench_overhead;
 mod bench_stat;
 mod bench_tick;
+mod package;
 
 use anyhow::{Context, Result, anyhow, bail};
 use std::path::{Path, PathBuf};
@@ -170,7 +172,7 @@ fn real_main() -> Result<ExitCode> {
     let mut args: Vec<String> = std::env::args().skip(1).collect();
     if args.is_empty() {
         bail!(
-            "usage: cargo xtask build|run|test|bench-tick|bench-stat|bench-overhead|accuracy [--release] [-- ARGS]"
+            "usage: cargo xtask build|run|test|package|bench-tick|bench-stat|bench-overhead|accuracy [--release] [-- ARGS]"
         );
     }
     let cmd = args.remove(0);
@@ -197,7 +199,15 @@ fn real_main() -> Result<ExitCode> {
                 .with_context(|| format!("running {}", bin.display()))?;
             return Ok(ExitCode::from(status.code().unwrap_or(1) as u8));
         }
+        "package" => {
+            let bin = build(true)?;
+            let deb = package::package(&workspace_root(), &target_dir(), &bin)?;
+            eprintln!("xtask: built {}", deb.display());
+        }
         "test" => {
+            // The package first: tests/packaging.rs checks it (IMC_TEST_DEB).
+            let bin = build(true)?;
+            let deb = package::package(&workspace_root(), &target_dir(), &bin)?;
             let obj = build_ebpf(EbpfObject::Production)?;
             let root = workspace_root();
             // The default members (everything but the BPF-only crate, which only builds for
@@ -209,6 +219,7 @@ fn real_main() -> Result<ExitCode> {
             run(Command::new(env!("CARGO"))
                 .current_dir(&root)
                 .env("IMC_EBPF_OBJECT", &obj)
+                .env("IMC_TEST_DEB", &deb)
                 .args(["test", "--no-fail-fast"])
                 .args(&args))?;
         }
@@ -249,8 +260,8 @@ fn real_main() -> Result<ExitCode> {
         }
         other => {
             bail!(
-                "unknown xtask command '{other}' (build, run, test, bench-tick, bench-stat, \
-                 bench-overhead, accuracy)"
+                "unknown xtask command '{other}' (build, run, test, package, bench-tick, \
+                 bench-stat, bench-overhead, accuracy)"
             )
         }
     }

@@ -55,6 +55,10 @@ impl Sink for Naming<'_> {
         self.inner.drained(records, took);
     }
 
+    fn started(&mut self) {
+        self.inner.started();
+    }
+
     fn notice(&mut self, text: &str) {
         self.inner.notice(text);
     }

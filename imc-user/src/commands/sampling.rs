@@ -182,6 +182,10 @@ pub trait Sink {
     /// After every drain: how many records it took in and how long it took (`imc serve`'s
     /// health metrics).
     fn drained(&mut self, _records: usize, _took: Duration) {}
+    /// Once, when the sampler is loaded and attached, before the first drain (`imc serve`
+    /// starts answering then, never before a run that is about to fail).
+    fn started(&mut self) {}
+
     /// Something the user must be told once while the loop runs (one line, no `imc:` prefix);
     /// on stderr unless the sink shows it itself (the live view's header).
     fn notice(&mut self, line: &str) {
@@ -298,6 +302,7 @@ pub async fn sample_loop(
     let mut pump = Pump::new(sampler, &found.topology, sel.source.clone(), tick_hz)
         .per_channel(args.per_channel)
         .weighting(sel.plan.weighting.clone());
+    sink.started();
     let code = run_loop(args, &mut pump, sink, cfg.drain_period_ms).await;
     drop(pump);
     code

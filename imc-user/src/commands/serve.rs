@@ -16,6 +16,8 @@ use crate::output::prometheus::{
     CLASSIC_TYPE, ExportMeta, Exporter, OPENMETRICS_TYPE, SlotInfo, direction_label,
     to_classic_text, wants_openmetrics,
 };
+use crate::web::config::WebConfig;
+use crate::web::server;
 use axum::Router;
 use axum::extract::State;
 use axum::http::HeaderMap;
@@ -23,6 +25,7 @@ use axum::http::header::{ACCEPT, CONTENT_TYPE};
 use axum::response::IntoResponse;
 use axum::routing::get;
 use std::io::Write;
+use std::net::IpAddr;
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -43,29 +46,39 @@ pub fn run(global: &GlobalArgs, args: &ServeArgs) -> CliResult<ExitCode> {
         crate::plan::Command::Serve,
         args.interval_ms,
     )?;
-    let meta = export_meta(&found, &sel);
+    // The web config is checked before anything listens (and by a dry run too).
+    let web = match &args.web_config_file {
+        Some(path) => WebConfig::load(path).map_err(|e| CliError::bad_input(e.to_string()))?,
+        None => WebConfig::default(),
+    };
+    let meta = export_meta(global, &found, &sel);
     if args.sampler.dry_run {
         let code = print_plan(&sel.plan, args.json)?;
         if !args.json {
-            print_dry_run(args, &sel, &meta);
+            print_dry_run(args, &sel, &meta, &web);
         }
         return Ok(code);
     }
-    if !args.listen.ip().is_loopback() {
+    if !is_loopback(args.listen.ip()) && web.tls.is_none() {
         eprintln!(
-            "imc: warning: serving on {}, not loopback: anyone who reaches it sees process names and cgroups",
+            "imc: warning: serving on {} without TLS, not loopback: anyone who reaches it sees process names and cgroups (give --web.config.file a tls_server_config)",
             args.listen
         );
     }
+    // Room for connections: the hard file limit, not the soft one systemd and shells default
+    // to (1024).
+    if let Err(e) = crate::sys::rlimit::raise_nofile() {
+        log::info!("the open-file limit stays as it is: {e}");
+    }
     let exporter: Shared = Arc::new(Mutex::new(Exporter::new(ExportMeta {
         max_processes: args.max_processes,
+        max_cgroups: args.max_cgroups,
         ..meta
     })));
-    let mut sink = ServeSink {
-        exporter: exporter.clone(),
-        json: args.json.then(|| std::io::stdout().lock()),
-        read_errors: 0,
-    };
+    let app = Router::new()
+        .route("/metrics", get(metrics))
+        .route("/", get(index))
+        .with_state(exporter.clone());
     let opts = LoopOptions {
         sampler: &args.sampler,
         interval_ms: args.interval_ms,
@@ -74,6 +87,8 @@ pub fn run(global: &GlobalArgs, args: &ServeArgs) -> CliResult<ExitCode> {
         per_channel: true,
     };
     block_on(async {
+        // Bound first, so a port in use is said before the sampler loads; served only once the
+        // sampler runs, so "serving" is never said by a run about to fail.
         let listener = tokio::net::TcpListener::bind(args.listen)
             .await
             .map_err(|e| {
@@ -82,21 +97,34 @@ pub fn run(global: &GlobalArgs, args: &ServeArgs) -> CliResult<ExitCode> {
                     args.listen
                 ))
             })?;
-        let bound = listener
-            .local_addr()
-            .map_err(|e| CliError::runtime(format!("listening socket: {e}")))?;
-        let app = Router::new()
-            .route("/metrics", get(metrics))
-            .route("/", get(index))
-            .with_state(exporter);
-        let server = tokio::spawn(async move { axum::serve(listener, app).await });
-        eprintln!("imc: serving http://{bound}/metrics");
+        let mut sink = ServeSink {
+            exporter,
+            json: args.json.then(|| std::io::stdout().lock()),
+            read_errors: 0,
+            server: ServerState::Ready(listener, app, web),
+        };
         // Rows carry their cgroup's path: the `cgroup` label (ids where it does not resolve).
         let mut named = Naming::new(cgroup_paths(global), GroupBy::Pid, &mut sink);
         let code = sample_loop(global, &opts, &found, sel, &mut named).await;
-        server.abort();
+        drop(named);
+        if let ServerState::Running(task) = sink.server {
+            task.abort();
+        }
         code
     })
+}
+
+/// Whether an address reaches this host only: 127.0.0.0/8, ::1, and IPv4 loopback written as
+/// an IPv4-mapped IPv6 address (`[::ffff:127.0.0.1]`).
+pub fn is_loopback(ip: IpAddr) -> bool {
+    ip.to_canonical().is_loopback()
+}
+
+/// The HTTP server: bound but not serving until the sampler runs, then its task.
+enum ServerState {
+    Ready(tokio::net::TcpListener, Router, WebConfig),
+    Running(tokio::task::JoinHandle<()>),
+    Gone,
 }
 
 /// The loop's sink: every interval into the counters (and to stdout with `--json`).
@@ -105,9 +133,31 @@ struct ServeSink {
     json: Option<std::io::StdoutLock<'static>>,
     /// Failed counter reads seen since the last drain ended.
     read_errors: u64,
+    server: ServerState,
 }
 
 impl Sink for ServeSink {
+    fn started(&mut self) {
+        let ServerState::Ready(listener, app, web) =
+            std::mem::replace(&mut self.server, ServerState::Gone)
+        else {
+            return;
+        };
+        let scheme = if web.tls.is_some() { "https" } else { "http" };
+        let bound = listener.local_addr().map(|a| a.to_string());
+        // The sampler's descriptors are open by now: the connections get what is left.
+        let (nofile, _) = crate::sys::rlimit::nofile().unwrap_or((1024, 1024));
+        let open = crate::sys::rlimit::open_fds().unwrap_or(64);
+        let max = server::connection_limit(nofile, open);
+        log::info!("at most {max} connections ({open} of {nofile} descriptors in use)");
+        let task = tokio::spawn(server::Server::new(listener, app, &web, max).run());
+        self.server = ServerState::Running(task);
+        match bound {
+            Ok(addr) => eprintln!("imc: serving {scheme}://{addr}/metrics"),
+            Err(e) => eprintln!("imc: serving on an address it cannot tell: {e}"),
+        }
+    }
+
     fn tick(&mut self, rec: &imc_common::TickRecord) -> std::io::Result<()> {
         let filled = (1u16 << rec.nr_slots.min(8)) - 1;
         self.read_errors += u64::from((u16::from(rec.failed_mask) & filled).count_ones());
@@ -160,7 +210,7 @@ async fn index() -> &'static str {
 /// Labels of the plan's traffic slots: the channel label is the PMU its counters are on where
 /// they share one (a stand-in's `software`, a client's `uncore_imc`), else `all` (a package
 /// slot sums every channel of the package); the backend is the plan's, else the PMU.
-fn export_meta(found: &Discovery, sel: &Selection) -> ExportMeta {
+fn export_meta(global: &GlobalArgs, found: &Discovery, sel: &Selection) -> ExportMeta {
     let plan = &sel.plan;
     let slots: Vec<Option<SlotInfo>> = plan
         .slots
@@ -209,6 +259,12 @@ fn export_meta(found: &Discovery, sel: &Selection) -> ExportMeta {
             || first_pmu.clone().unwrap_or_default(),
             |b| b.as_str().to_string(),
         );
+    let peaks = if slots.iter().flatten().any(|s| s.bytes_per_count.is_some()) {
+        package_peaks(global, found, sel)
+    } else {
+        // Counts of a stand-in are not bytes: no peak to compare them with.
+        Vec::new()
+    };
     ExportMeta {
         version: env!("CARGO_PKG_VERSION").to_string(),
         backend,
@@ -216,11 +272,50 @@ fn export_meta(found: &Discovery, sel: &Selection) -> ExportMeta {
         tick: plan.tick.label(),
         slots,
         max_processes: 0,
+        max_cgroups: 0,
+        peaks,
     }
 }
 
-fn print_dry_run(args: &ServeArgs, sel: &Selection, meta: &ExportMeta) {
-    println!("listen: http://{}/metrics", args.listen);
+/// Each package's theoretical peak from the SMBIOS memory devices (as `imc stat` shows it),
+/// its channels being the memory-controller PMUs the plan counts traffic on.
+fn package_peaks(global: &GlobalArgs, found: &Discovery, sel: &Selection) -> Vec<(u32, f64)> {
+    let devices = crate::discovery::dmi::read_memory_devices(&global.root);
+    for e in &devices.errors {
+        log::info!("{e}");
+    }
+    let packages = found.topology.packages.len();
+    found
+        .topology
+        .packages
+        .iter()
+        .filter_map(|p| {
+            let mut pmus: Vec<&str> = sel
+                .plan
+                .counters
+                .iter()
+                .filter(|c| {
+                    let slot = c.slot.and_then(|i| sel.plan.slots.get(i));
+                    c.package == Some(p.id) && slot.is_some_and(|s| s.role == "traffic")
+                })
+                .map(|c| c.pmu.as_str())
+                .collect();
+            pmus.sort_unstable();
+            pmus.dedup();
+            devices
+                .package_peak(pmus.len(), packages)
+                .map(|b| (p.id, b))
+        })
+        .collect()
+}
+
+fn print_dry_run(args: &ServeArgs, sel: &Selection, meta: &ExportMeta, web: &WebConfig) {
+    let scheme = if web.tls.is_some() { "https" } else { "http" };
+    println!("listen: {scheme}://{}/metrics", args.listen);
+    if !web.users.is_empty() {
+        let users: Vec<&str> = web.users.keys().map(String::as_str).collect();
+        println!("basic auth: {}", users.join(", "));
+    }
     println!(
         "imc_info: version={} backend={} source={} tick={}",
         meta.version, meta.backend, meta.source, meta.tick
@@ -260,8 +355,36 @@ fn print_dry_run(args: &ServeArgs, sel: &Selection, meta: &ExportMeta) {
             );
         }
     }
+    for (package, bytes) in &meta.peaks {
+        println!("imc_dram_peak_bytes_per_second{{package=\"{package}\"}} {bytes}");
+    }
     println!(
         "processes exported: the top {} by recent traffic",
         args.max_processes
     );
+    println!(
+        "cgroups exported: the top {} by recent traffic",
+        args.max_cgroups
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ipv4_loopback_mapped_into_ipv6_is_loopback() {
+        for a in ["127.0.0.1", "127.3.2.1", "::1", "::ffff:127.0.0.1"] {
+            assert!(is_loopback(a.parse().unwrap()), "{a}");
+        }
+        for a in [
+            "0.0.0.0",
+            "10.0.0.1",
+            "::",
+            "::ffff:10.0.0.1",
+            "::ffff:0.0.0.0",
+        ] {
+            assert!(!is_loopback(a.parse().unwrap()), "{a}");
+        }
+    }
 }

@@ -264,15 +264,9 @@ fn set_peaks(layout: &mut interval::Layout, root: &Path, discovery: &Discovery) 
         });
         return;
     };
-    let installed = devices.populated().count();
     let packages = discovery.topology.packages.len().max(layout.packages.len());
     for p in &mut layout.packages {
-        let channels = if p.channels.len() > 1 {
-            p.channels.len()
-        } else {
-            installed.div_ceil(packages).max(1)
-        };
-        p.peak_bytes_per_s = Some(channel * channels as f64);
+        p.peak_bytes_per_s = devices.package_peak(p.channels.len(), packages);
         p.channel_peak_bytes_per_s = (p.channels.len() > 1).then_some(channel);
     }
 }

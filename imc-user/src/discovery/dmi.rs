@@ -135,6 +135,20 @@ impl MemoryDevices {
             .filter_map(|d| d.peak_bytes_per_s())
             .min_by(f64::total_cmp)
     }
+
+    /// Peak bytes/s of a package whose memory controller shows `channels` channels (one PMU
+    /// per channel); where it shows no more than one, the installed devices are taken as one
+    /// channel each, spread evenly over `packages` (a board with two devices per channel then
+    /// gets twice its peak). None without a device of known speed and width.
+    pub fn package_peak(&self, channels: usize, packages: usize) -> Option<f64> {
+        let channel = self.channel_peak()?;
+        let n = if channels > 1 {
+            channels
+        } else {
+            self.populated().count().div_ceil(packages.max(1)).max(1)
+        };
+        Some(channel * n as f64)
+    }
 }
 
 /// Every `17-N/raw` under `root/sys/firmware/dmi/entries` (none when the directory is absent:

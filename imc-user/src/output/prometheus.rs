@@ -3,7 +3,8 @@
 //!
 //! Families (names are a contract, shared/design.md):
 //! - `imc_dram_bytes_total{package,channel,direction}`: the memory controller's counters;
-//! - `imc_cgroup_dram_bytes_total{cgroup,direction}`: attributed bytes per cgroup (its path);
+//! - `imc_cgroup_dram_bytes_total{cgroup,direction}`: attributed bytes per cgroup (its path),
+//!   the top N cgroups only;
 //! - `imc_process_dram_bytes_total{pid,comm,cgroup,direction}`: the top N processes only;
 //! - `imc_unattributed_dram_bytes_total{package,direction}`: traffic no task could take.
 //!
@@ -11,6 +12,9 @@
 //! goes to the same families ending in `_events_total`, with the event in an `event` label:
 //! never bytes that are not bytes. Only traffic counters are exported; weights and other
 //! counters shape the attribution but are not DRAM traffic.
+//!
+//! `imc_dram_peak_bytes_per_second{package}` is the theoretical peak from the SMBIOS memory
+//! speeds (absent where they are unknown), for utilisation.
 //!
 //! `imc_info{version,backend,source,tick}` is 1; collector health is `imc_lost_records_total`,
 //! `imc_read_errors_total`, `imc_intervals_total` and the `imc_scrape_duration_seconds` and
@@ -65,6 +69,9 @@ pub struct ExportMeta {
     /// Per slot index: `Some` for a traffic counter, `None` for others (not exported).
     pub slots: Vec<Option<SlotInfo>>,
     pub max_processes: usize,
+    pub max_cgroups: usize,
+    /// Theoretical peak bytes/s by package id, where SMBIOS gives the memory speeds.
+    pub peaks: Vec<(u32, f64)>,
 }
 
 pub fn direction_label(d: Direction) -> &'static str {
@@ -110,26 +117,134 @@ impl Pair {
     }
 }
 
-/// The labels of a process other than direction/event (besides its pid).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-struct ProcLabels {
-    comm: String,
-    cgroup: String,
-}
-
-/// One process (thread group): everything attributed to its pid, whatever its threads are
-/// called. It is labelled by its main thread's name and cgroup as last seen (a process whose
-/// main thread has not run yet: the first thread seen); when they change (an exec, a move to
-/// another cgroup) its series moves to the new labels with the same total.
+/// One tracked key of a top-N family (a process, a cgroup): its cumulative amounts and how
+/// busy it has been lately. A process is everything attributed to its pid, whatever its threads
+/// are called, labelled by its main thread's name and cgroup as last seen (a process whose main
+/// thread has not run yet: the first thread seen); when labels change (an exec, a move to
+/// another cgroup) its series move to the new labels with the same totals.
 #[derive(Default)]
-struct ProcState {
-    labels: ProcLabels,
+struct Tracked {
+    /// The key's labels (before direction and event).
+    labels: Labels,
     /// Labels its series are exported under now, if exported.
-    shown: Option<ProcLabels>,
+    shown: Option<Labels>,
     /// Cumulative amounts by (direction, event): event is empty for bytes.
     totals: BTreeMap<(Direction, String), u64>,
     score: f64,
     last_seen: u64,
+}
+
+/// The busiest keys of a family, exported; the rest only tracked, within bounds. The rule of
+/// both per-process and per-cgroup series:
+/// - the top `max_shown` by recent traffic (a decaying sum) with traffic in the last
+///   [`FORGET_AFTER`] intervals are exported, and a key that drops out loses its series (so
+///   the series count stays bounded whatever the churn);
+/// - a key that comes back resumes from its total while it is still tracked;
+/// - at most [`MAX_TRACKED`] keys are tracked, idle ones forgotten after [`FORGET_AFTER`].
+struct Ranked<K> {
+    keys: HashMap<K, Tracked>,
+    max_shown: usize,
+}
+
+impl<K: std::hash::Hash + Eq + Clone + Ord> Ranked<K> {
+    fn new(max_shown: usize) -> Self {
+        Ranked {
+            keys: HashMap::new(),
+            max_shown,
+        }
+    }
+
+    fn decay(&mut self) {
+        for st in self.keys.values_mut() {
+            st.score *= DECAY;
+        }
+    }
+
+    /// Adds one interval's amounts of `key` (labels: `Some` to relabel it, else it keeps the
+    /// ones it has, or gets `first` when new).
+    fn add(
+        &mut self,
+        key: K,
+        labels: Option<Labels>,
+        first: impl FnOnce() -> Labels,
+        amounts: Vec<(Direction, String, u64)>,
+        now: u64,
+    ) {
+        let fresh = !self.keys.contains_key(&key);
+        let st = self.keys.entry(key).or_default();
+        if let Some(l) = labels {
+            st.labels = l;
+        } else if fresh {
+            st.labels = first();
+        }
+        let mut recent = 0u64;
+        for (dir, event, amount) in amounts {
+            *st.totals.entry((dir, event)).or_default() += amount;
+            recent = recent.saturating_add(amount);
+        }
+        st.score += recent as f64;
+        st.last_seen = now;
+    }
+
+    /// Exports the top keys in `pair`, removes the series of those that dropped out (or changed
+    /// labels), and forgets idle keys so that the state stays bounded too.
+    fn choose(&mut self, pair: &Pair, now: u64) {
+        let mut ranked: Vec<(&K, f64)> = self
+            .keys
+            .iter()
+            .filter(|(_, s)| s.score > 0.0 && now.saturating_sub(s.last_seen) < FORGET_AFTER)
+            .map(|(k, s)| (k, s.score))
+            .collect();
+        ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(b.0)));
+        let top: HashSet<K> = ranked
+            .iter()
+            .take(self.max_shown)
+            .map(|(k, _)| (*k).clone())
+            .collect();
+        for (key, st) in self.keys.iter_mut() {
+            let wanted = top.contains(key).then(|| st.labels.clone());
+            if let Some(old) = st.shown.take_if(|old| Some(&*old) != wanted.as_ref()) {
+                for (dir, event) in st.totals.keys() {
+                    let (f, labels) = series(pair, &old, *dir, event);
+                    f.remove(&labels);
+                }
+            }
+            let Some(labels) = wanted else {
+                continue;
+            };
+            for ((dir, event), &total) in &st.totals {
+                let (f, series) = series(pair, &labels, *dir, event);
+                let c = f.get_or_create(&series);
+                let shown = c.get();
+                if total > shown {
+                    c.inc_by(total - shown);
+                }
+            }
+            st.shown = Some(labels);
+        }
+        self.forget_idle(now);
+    }
+
+    fn forget_idle(&mut self, now: u64) {
+        self.keys
+            .retain(|_, s| s.shown.is_some() || now.saturating_sub(s.last_seen) < FORGET_AFTER);
+        if self.keys.len() > MAX_TRACKED {
+            let mut scores: Vec<f64> = self.keys.values().map(|s| s.score).collect();
+            scores.sort_by(|a, b| b.total_cmp(a));
+            let floor = scores[MAX_TRACKED - 1];
+            self.keys
+                .retain(|_, s| s.shown.is_some() || s.score >= floor);
+        }
+    }
+
+    /// Series exported now (all directions and events).
+    fn shown_series(&self) -> usize {
+        self.keys
+            .values()
+            .filter(|s| s.shown.is_some())
+            .map(|s| s.totals.len())
+            .sum()
+    }
 }
 
 /// The exporter's registry and the per-process state behind the top-N family.
@@ -146,10 +261,10 @@ pub struct Exporter {
     scrape: Histogram,
     drain: Histogram,
     /// By pid (thread group id).
-    procs: HashMap<u32, ProcState>,
+    procs: Ranked<u32>,
+    /// By `cgroup` label.
+    cgroups: Ranked<String>,
     n_intervals: u64,
-    /// Every cgroup series and the interval it last had traffic in.
-    cgroups_seen: HashMap<Labels, u64>,
 }
 
 impl Exporter {
@@ -218,6 +333,20 @@ impl Exporter {
             "Time of one drain of the sampler's rings into the attribution",
             drain.clone(),
         );
+        let peak = Family::<Labels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
+        registry.register(
+            "imc_dram_peak_bytes_per_second",
+            "Theoretical peak DRAM bandwidth of each package, from the SMBIOS memory speeds",
+            peak.clone(),
+        );
+        for (package, bytes) in &meta.peaks {
+            peak.get_or_create(&vec![("package", package.to_string())])
+                .set(*bytes);
+        }
+        let (procs, cgroups) = (
+            Ranked::new(meta.max_processes),
+            Ranked::new(meta.max_cgroups),
+        );
         Exporter {
             registry,
             meta,
@@ -230,8 +359,8 @@ impl Exporter {
             intervals,
             scrape,
             drain,
-            procs: HashMap::new(),
-            cgroups_seen: HashMap::new(),
+            procs,
+            cgroups,
             n_intervals: 0,
         }
     }
@@ -243,7 +372,8 @@ impl Exporter {
         let groups = group_rows(r.tasks.clone(), GroupBy::Tgid);
         self.add_cgroups(&r.tasks);
         self.add_processes(&groups, &r.tasks);
-        self.choose_processes();
+        self.procs.choose(&self.process, self.n_intervals);
+        self.cgroups.choose(&self.cgroup, self.n_intervals);
         self.lost.inc_by(r.lost_samples);
         self.intervals.inc();
     }
@@ -370,168 +500,70 @@ impl Exporter {
         out
     }
 
-    /// Adds each task's traffic to its cgroup's series, and removes the series of cgroups
-    /// without traffic for [`FORGET_AFTER`] intervals (containers come and go; a cgroup that
-    /// comes back starts again from zero, which `rate()` reads as a counter reset).
+    /// Adds each task's traffic to its cgroup's (the busiest [`ExportMeta::max_cgroups`] are
+    /// exported, as processes are; containers come and go).
     fn add_cgroups(&mut self, rows: &[TaskRow]) {
         let now = self.n_intervals;
+        let mut per_cgroup: BTreeMap<String, BTreeMap<(Direction, String), u64>> = BTreeMap::new();
         for row in rows {
-            let cgroup = cgroup_label(row);
+            let sums = per_cgroup.entry(cgroup_label(row)).or_default();
             for (dir, event, amount) in self.amounts(row) {
-                let labels = cgroup_series(&cgroup, dir, &event);
-                self.cgroup_family(&event)
-                    .get_or_create(&labels)
-                    .inc_by(amount);
-                self.cgroups_seen.insert(labels, now);
+                *sums.entry((dir, event)).or_default() += amount;
             }
         }
-        let stale: Vec<Labels> = self
-            .cgroups_seen
-            .iter()
-            .filter(|(_, seen)| now.saturating_sub(**seen) >= FORGET_AFTER)
-            .map(|(l, _)| l.clone())
-            .collect();
-        for labels in stale {
-            let is_event = labels.iter().any(|(k, _)| *k == "event");
-            let family = if is_event {
-                &self.cgroup.events
-            } else {
-                &self.cgroup.bytes
-            };
-            family.remove(&labels);
-            self.cgroups_seen.remove(&labels);
-        }
-    }
-
-    fn cgroup_family(&self, event: &str) -> &Counters {
-        if event.is_empty() {
-            &self.cgroup.bytes
-        } else {
-            &self.cgroup.events
+        self.cgroups.decay();
+        for (cgroup, sums) in per_cgroup {
+            let labels = vec![("cgroup", cgroup.clone())];
+            let amounts = sums.into_iter().map(|((d, e), a)| (d, e, a)).collect();
+            self.cgroups
+                .add(cgroup, Some(labels), Vec::new, amounts, now);
         }
     }
 
     /// Cgroup series exported now (all directions and events).
     pub fn cgroup_series_count(&self) -> usize {
-        self.cgroups_seen.len()
+        self.cgroups.shown_series()
     }
 
     /// `groups`: the interval's rows summed per thread group; `threads`: the rows themselves,
     /// for the main threads' names.
     fn add_processes(&mut self, groups: &[TaskRow], threads: &[TaskRow]) {
         let now = self.n_intervals;
-        for st in self.procs.values_mut() {
-            st.score *= DECAY;
-        }
+        self.procs.decay();
         for row in groups {
             let amounts = self.amounts(row);
+            let labels_of = |t: &TaskRow| {
+                vec![
+                    ("pid", row.tgid.to_string()),
+                    ("comm", t.comm.clone()),
+                    ("cgroup", cgroup_label(t)),
+                ]
+            };
             let main = threads
                 .iter()
-                .find(|t| t.pid == row.tgid && t.tgid == row.tgid);
-            let fresh = !self.procs.contains_key(&row.tgid);
-            let st = self.procs.entry(row.tgid).or_default();
-            if let Some(m) = main.or(fresh.then_some(row)) {
-                st.labels = ProcLabels {
-                    comm: m.comm.clone(),
-                    cgroup: cgroup_label(m),
-                };
-            }
-            let mut recent = 0u64;
-            for (dir, event, amount) in amounts {
-                *st.totals.entry((dir, event)).or_default() += amount;
-                recent = recent.saturating_add(amount);
-            }
-            st.score += recent as f64;
-            st.last_seen = now;
-        }
-    }
-
-    /// Exports the top `max_processes` by recent traffic, removes the series of those that
-    /// dropped out (or changed labels), and forgets idle processes so that the state stays
-    /// bounded too.
-    fn choose_processes(&mut self) {
-        let mut ranked: Vec<(u32, f64)> = self
-            .procs
-            .iter()
-            .filter(|(_, s)| s.score > 0.0)
-            .map(|(&pid, s)| (pid, s.score))
-            .collect();
-        ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-        let top: HashSet<u32> = ranked
-            .iter()
-            .take(self.meta.max_processes)
-            .map(|&(pid, _)| pid)
-            .collect();
-        let family = &self.process;
-        for (pid, st) in self.procs.iter_mut() {
-            let wanted = top.contains(pid).then(|| st.labels.clone());
-            if let Some(old) = st.shown.take_if(|old| Some(&*old) != wanted.as_ref()) {
-                for (dir, event) in st.totals.keys() {
-                    let (f, labels) = process_series(family, *pid, &old, *dir, event);
-                    f.remove(&labels);
-                }
-            }
-            let Some(labels) = wanted else {
-                continue;
-            };
-            for ((dir, event), &total) in &st.totals {
-                let (f, series) = process_series(family, *pid, &labels, *dir, event);
-                let c = f.get_or_create(&series);
-                let shown = c.get();
-                if total > shown {
-                    c.inc_by(total - shown);
-                }
-            }
-            st.shown = Some(labels);
-        }
-        self.forget_idle();
-    }
-
-    fn forget_idle(&mut self) {
-        let now = self.n_intervals;
-        self.procs
-            .retain(|_, s| s.shown.is_some() || now.saturating_sub(s.last_seen) < FORGET_AFTER);
-        if self.procs.len() > MAX_TRACKED {
-            let mut scores: Vec<f64> = self.procs.values().map(|s| s.score).collect();
-            scores.sort_by(|a, b| b.total_cmp(a));
-            let floor = scores[MAX_TRACKED - 1];
+                .find(|t| t.pid == row.tgid && t.tgid == row.tgid)
+                .map(labels_of);
             self.procs
-                .retain(|_, s| s.shown.is_some() || s.score >= floor);
+                .add(row.tgid, main, || labels_of(row), amounts, now);
         }
     }
 
     /// Processes whose state is kept (exported or not).
     pub fn tracked_processes(&self) -> usize {
-        self.procs.len()
+        self.procs.keys.len()
     }
 }
 
-/// The labels of one cgroup series.
-fn cgroup_series(cgroup: &str, dir: Direction, event: &str) -> Labels {
-    let mut labels = vec![
-        ("cgroup", cgroup.to_string()),
-        ("direction", direction_label(dir).to_string()),
-    ];
-    if !event.is_empty() {
-        labels.push(("event", event.to_string()));
-    }
-    labels
-}
-
-/// The family and labels of one process series.
-fn process_series<'a>(
+/// The family and labels of one series of a top-N family: the key's labels, then direction
+/// (and the event, for a count that is not bytes).
+fn series<'a>(
     family: &'a Pair,
-    pid: u32,
-    l: &ProcLabels,
+    key: &Labels,
     dir: Direction,
     event: &str,
 ) -> (&'a Counters, Labels) {
-    let mut labels = vec![
-        ("pid", pid.to_string()),
-        ("comm", l.comm.clone()),
-        ("cgroup", l.cgroup.clone()),
-        ("direction", direction_label(dir).to_string()),
-    ];
+    let mut labels = key.clone();
+    labels.push(("direction", direction_label(dir).to_string()));
     if event.is_empty() {
         (&family.bytes, labels)
     } else {

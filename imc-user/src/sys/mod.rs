@@ -4,4 +4,5 @@ pub mod bpf;
 pub mod devmem;
 pub mod file;
 pub mod perf;
+pub mod rlimit;
 pub mod thread;

@@ -18,6 +18,8 @@ fn meta(slots: Vec<Option<SlotInfo>>, max_processes: usize) -> ExportMeta {
         tick: "cpu-clock:1000Hz".into(),
         slots,
         max_processes,
+        max_cgroups: 100,
+        peaks: Vec::new(),
     }
 }
 
@@ -522,4 +524,57 @@ fn cgroups_are_labelled_by_their_path_and_by_id_where_it_did_not_resolve() {
     // One series per cgroup and direction, as with ids.
     assert_eq!(count(&t, c), 4);
     assert_eq!(ex.cgroup_series_count(), 4);
+}
+
+#[test]
+fn cgroup_series_are_bounded_by_count_keeping_the_busiest() {
+    // Issue 21: 550 short-lived cgroups gave 416 series, bounded only by time.
+    let mut m = meta(
+        vec![slot("page-faults", "software", Direction::Total, None)],
+        5,
+    );
+    m.max_cgroups = 5;
+    let mut ex = Exporter::new(m);
+    let busy = r#"cgroup="1",direction="total",event="page-faults""#;
+    for i in 0..550u32 {
+        // One busy cgroup throughout, and a new short-lived one each interval.
+        ex.add_interval(&IntervalResult {
+            tasks: vec![
+                faults(1, "db", 1, 10_000.0),
+                faults(100 + i, "job", 1000 + u64::from(i), 50.0),
+            ],
+            ..IntervalResult::default()
+        });
+        let t = ex.encode();
+        assert!(
+            count(&t, "imc_cgroup_dram_events_total") <= 5,
+            "interval {i}: {t}"
+        );
+        assert!(ex.cgroup_series_count() <= 5);
+    }
+    let t = ex.encode();
+    assert_eq!(
+        value(&t, "imc_cgroup_dram_events_total", busy),
+        Some(5_500_000.0)
+    );
+    // The newest short-lived cgroups are the ones shown beside it.
+    assert!(t.contains(r#"cgroup="1549""#), "{t}");
+    assert!(!t.contains(r#"cgroup="1000""#), "{t}");
+}
+
+#[test]
+fn the_peak_is_exported_per_package_only_where_known() {
+    let t = Exporter::new(imc_meta(5)).encode();
+    assert_eq!(count(&t, "imc_dram_peak_bytes_per_second"), 0, "{t}");
+    let mut m = imc_meta(5);
+    m.peaks = vec![(0, 2.56e10), (1, 2.56e10)];
+    let t = Exporter::new(m).encode();
+    assert_eq!(
+        value(&t, "imc_dram_peak_bytes_per_second", r#"package="1""#),
+        Some(2.56e10)
+    );
+    assert!(
+        t.contains("# TYPE imc_dram_peak_bytes_per_second gauge"),
+        "{t}"
+    );
 }
