@@ -38,7 +38,6 @@ const LAYERS: &[(&str, u8)] = &[
 const KNOWN: &[(&str, &str)] = &[
     ("attribution", "output"),
     ("attribution", "record"),
-    ("output", "cli"), // prometheus.rs, until its GroupBy comes from model too
     ("record", "output"),
 ];
 

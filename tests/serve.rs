@@ -352,6 +352,8 @@ fn prometheus_stores_what_imc_reported_for_the_same_intervals() {
     let info = prom.query("imc_info");
     assert_eq!(info.len(), 1);
     assert_eq!(info[0]["metric"]["source"], "events:page-faults");
+    // Per-CPU counts need no dividing: each goes to the task that ran.
+    assert_eq!(info[0]["metric"]["weighting"], "traffic");
     drop(serve);
 
     // imc's own JSON of the same run: interval k is what imc_intervals_total = k included.

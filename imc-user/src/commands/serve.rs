@@ -270,6 +270,10 @@ fn export_meta(global: &GlobalArgs, found: &Discovery, sel: &Selection) -> Expor
         backend,
         source: sel.source.clone(),
         tick: plan.tick.label(),
+        weighting: plan
+            .weighting
+            .as_ref()
+            .map_or_else(String::new, crate::model::Weighting::label),
         slots,
         max_processes: 0,
         max_cgroups: 0,

@@ -16,12 +16,12 @@
 //! `imc_dram_peak_bytes_per_second{package}` is the theoretical peak from the SMBIOS memory
 //! speeds (absent where they are unknown), for utilisation.
 //!
-//! `imc_info{version,backend,source,tick}` is 1; collector health is `imc_lost_records_total`,
+//! `imc_info{version,backend,source,tick,weighting}` is 1; collector health is `imc_lost_records_total`,
 //! `imc_read_errors_total`, `imc_intervals_total` and the `imc_scrape_duration_seconds` and
 //! `imc_drain_duration_seconds` histograms.
 use crate::attribution::group_rows;
-use crate::cli::GroupBy;
 use crate::model::Direction;
+use crate::model::GroupBy;
 use crate::output::interval::{IntervalResult, TaskRow};
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
@@ -66,6 +66,8 @@ pub struct ExportMeta {
     pub backend: String,
     pub source: String,
     pub tick: String,
+    /// How package traffic is divided among tasks (`traffic`, `traffic+numa`, `cpu-time`).
+    pub weighting: String,
     /// Per slot index: `Some` for a traffic counter, `None` for others (not exported).
     pub slots: Vec<Option<SlotInfo>>,
     pub max_processes: usize,
@@ -276,11 +278,12 @@ impl Exporter {
             ("backend", meta.backend.clone()),
             ("source", meta.source.clone()),
             ("tick", meta.tick.clone()),
+            ("weighting", meta.weighting.clone()),
         ])
         .set(1);
         registry.register(
             "imc_info",
-            "What imc measures: version, backend, source of the counts and tick source",
+            "What imc measures: version, backend, source of the counts, tick source and how traffic is divided among tasks",
             info,
         );
         let dram = Pair::register(

@@ -12,6 +12,7 @@ fn slot(event: &str, channel: &str, direction: Direction, bpc: Option<f64>) -> O
 
 fn meta(slots: Vec<Option<SlotInfo>>, max_processes: usize) -> ExportMeta {
     ExportMeta {
+        weighting: "traffic".into(),
         version: "0.1.0".into(),
         backend: "intel-uncore-imc".into(),
         source: "intel-uncore-imc".into(),
@@ -172,7 +173,7 @@ fn byte_families_carry_package_channel_and_direction() {
         value(
             &t,
             "imc_info",
-            r#"version="0.1.0",backend="intel-uncore-imc",source="intel-uncore-imc",tick="cpu-clock:1000Hz""#
+            r#"version="0.1.0",backend="intel-uncore-imc",source="intel-uncore-imc",tick="cpu-clock:1000Hz",weighting="traffic""#
         ),
         Some(1.0)
     );
