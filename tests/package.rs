@@ -276,6 +276,54 @@ fn a_ring_half_full_wakes_userspace_before_its_timer() {
     assert_eq!(lost, 0, "records lost before the wake-up was answered");
 }
 
+/// Samples the page-fault stand-in on the kernel's tick for `secs` (the per-CPU page faults in
+/// the role `weight`), closing an interval every 500 ms through `Pump`, as `imc top` does;
+/// `at_warm` runs once, when the first (warm-up) interval has closed. The intervals and the
+/// program's statistics.
+fn sample_toucher_and_spinner(
+    topo: &Topology,
+    weight: SlotRole,
+    secs: f64,
+    mut at_warm: impl FnMut(),
+) -> (Vec<IntervalResult>, imc::sampler::SamplerStats) {
+    let (slots, groups) = plans(topo, weight);
+    let cfg = SamplerConfig {
+        tick: TickSource::Kernel,
+        slots,
+        groups,
+        cpus: topo.online.clone(),
+        ring_bytes: None,
+        drain_period_ms: 10,
+        bpf_log: false,
+        tick_program: Default::default(),
+    };
+    let sampler = Sampler::start(&cfg).expect("sampler starts");
+    assert!(
+        !sampler.attached().adds_interrupts,
+        "{:?}",
+        sampler.attached()
+    );
+    let mut pump = Pump::new(sampler, topo, "test:package-stand-in".into(), 250);
+    let mut intervals: Vec<IntervalResult> = Vec::new();
+    let start = Instant::now();
+    let mut next_close = start + Duration::from_millis(500);
+    while start.elapsed() < Duration::from_secs_f64(secs) {
+        std::thread::sleep(Duration::from_millis(10));
+        pump.drain(|_| {});
+        if Instant::now() >= next_close {
+            intervals.push(pump.close(false));
+            if intervals.len() == 1 {
+                at_warm();
+            }
+            next_close += Duration::from_millis(500);
+        }
+    }
+    pump.drain(|_| {});
+    intervals.push(pump.close(true));
+    let stats = pump.sampler().stats().unwrap();
+    (intervals, stats)
+}
+
 #[test]
 fn package_counter_read_on_its_cpu_only_goes_to_the_toucher() {
     if !sampler_prerequisites() {
@@ -297,45 +345,15 @@ fn package_counter_read_on_its_cpu_only_goes_to_the_toucher() {
     let mut spinner = spawn_role("spinner", 1, secs + 3.0);
     std::thread::sleep(Duration::from_millis(300));
 
-    let (slots, groups) = plans(&topo, SlotRole::Weight(None));
-    let cfg = SamplerConfig {
-        tick: TickSource::Kernel,
-        slots,
-        groups,
-        cpus: topo.online.clone(),
-        ring_bytes: None,
-        drain_period_ms: 10,
-        bpf_log: false,
-        tick_program: Default::default(),
-    };
-    let sampler = Sampler::start(&cfg).expect("sampler starts");
-    assert!(
-        !sampler.attached().adds_interrupts,
-        "{:?}",
-        sampler.attached()
-    );
-    let mut pump = Pump::new(sampler, &topo, "test:package-stand-in".into(), 250);
-    let mut intervals: Vec<IntervalResult> = Vec::new();
-    let start = Instant::now();
-    let mut next_close = start + Duration::from_millis(500);
     let mut faults_at_warm = None;
-    while start.elapsed() < Duration::from_secs_f64(secs) {
-        std::thread::sleep(Duration::from_millis(10));
-        pump.drain(|_| {});
-        if Instant::now() >= next_close {
-            intervals.push(pump.close(false));
-            if faults_at_warm.is_none() {
-                faults_at_warm = Some((
-                    minor_faults(toucher.id()),
-                    cpu_faults.read(),
-                    Instant::now(),
-                ));
-            }
-            next_close += Duration::from_millis(500);
-        }
-    }
-    pump.drain(|_| {});
-    intervals.push(pump.close(true));
+    let (intervals, stats) =
+        sample_toucher_and_spinner(&topo, SlotRole::Weight(None), secs, || {
+            faults_at_warm = Some((
+                minor_faults(toucher.id()),
+                cpu_faults.read(),
+                Instant::now(),
+            ));
+        });
     let (f0, c0, t0) = faults_at_warm.unwrap();
     let true_faults = minor_faults(toucher.id()) - f0;
     let c1 = cpu_faults.read();
@@ -343,8 +361,6 @@ fn package_counter_read_on_its_cpu_only_goes_to_the_toucher() {
     let (w0, w1) = (c1[0] - c0[0], c1[1] - c0[1]);
     let cpu1_frac = w1 / (w0 + w1).max(1.0);
     let true_secs = t0.elapsed().as_secs_f64();
-    let stats = pump.sampler().stats().unwrap();
-    drop(pump);
     let _ = toucher.kill();
     let _ = spinner.kill();
     let _ = toucher.wait();
@@ -485,40 +501,15 @@ fn by_cpu_time_alone_the_spinner_is_charged_for_traffic_it_never_made() {
     let mut toucher = spawn_role("toucher", 0, secs + 3.0);
     let mut spinner = spawn_role("spinner", 1, secs + 3.0);
     std::thread::sleep(Duration::from_millis(300));
-    let (slots, groups) = plans(&topo, SlotRole::Other);
-    let cfg = SamplerConfig {
-        tick: TickSource::Kernel,
-        slots,
-        groups,
-        cpus: topo.online.clone(),
-        ring_bytes: None,
-        drain_period_ms: 10,
-        bpf_log: false,
-        tick_program: Default::default(),
-    };
-    let sampler = Sampler::start(&cfg).expect("sampler starts");
-    let mut pump = Pump::new(sampler, &topo, "test:package-stand-in".into(), 250);
-    let mut intervals: Vec<IntervalResult> = Vec::new();
-    let start = Instant::now();
-    let mut next_close = start + Duration::from_millis(500);
     let mut ticks_at_warm = None;
-    while start.elapsed() < Duration::from_secs_f64(secs) {
-        std::thread::sleep(Duration::from_millis(10));
-        pump.drain(|_| {});
-        if Instant::now() >= next_close {
-            intervals.push(pump.close(false));
-            ticks_at_warm.get_or_insert_with(|| (cpu_ticks(spinner.id()), Instant::now()));
-            next_close += Duration::from_millis(500);
-        }
-    }
-    pump.drain(|_| {});
-    intervals.push(pump.close(true));
+    let (intervals, _) = sample_toucher_and_spinner(&topo, SlotRole::Other, secs, || {
+        ticks_at_warm = Some((cpu_ticks(spinner.id()), Instant::now()));
+    });
     let (s0, warm) = ticks_at_warm.unwrap();
     // SAFETY: sysconf has no preconditions.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
     // How much of CPU 1 the spinner had (other work on a shared machine takes the rest).
     let spin_use = (cpu_ticks(spinner.id()) - s0) / hz / warm.elapsed().as_secs_f64();
-    drop(pump);
     for c in [&mut toucher, &mut spinner] {
         let _ = c.kill();
         let _ = c.wait();
