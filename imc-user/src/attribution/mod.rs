@@ -1154,30 +1154,34 @@ mod tests {
         assert_eq!(r.packages[0].read_bytes, 200);
     }
 
-    #[test]
-    fn remote_weights_charge_another_packages_traffic_to_the_task_that_made_it() {
-        // Package 0 (CPU 0) runs pid 7, which reads package 1's memory at 3 lines/µs; package 1
-        // (CPU 1) runs pid 8, which reads its own at 1 line/µs. Package 0's controller sees
-        // nothing; package 1's sees both.
-        let spec = |event: &str, scope, role| SlotSpec {
+    /// A 64-bit slot; a package slot counts 64-byte lines.
+    fn slot(event: &str, scope: SlotScope, role: SlotRole) -> SlotSpec {
+        SlotSpec {
             event: event.into(),
             scope,
             role,
             bytes_per_count: (scope == SlotScope::Package).then_some(64.0),
             counter_bits: 64,
-        };
+        }
+    }
+
+    #[test]
+    fn remote_weights_charge_another_packages_traffic_to_the_task_that_made_it() {
+        // Package 0 (CPU 0) runs pid 7, which reads package 1's memory at 3 lines/µs; package 1
+        // (CPU 1) runs pid 8, which reads its own at 1 line/µs. Package 0's controller sees
+        // nothing; package 1's sees both.
         let specs = [
-            spec(
+            slot(
                 "read",
                 SlotScope::Package,
                 SlotRole::Traffic(Direction::Read),
             ),
-            spec(
+            slot(
                 "local",
                 SlotScope::Cpu,
                 SlotRole::Weight(Some(Direction::Read)),
             ),
-            spec(
+            slot(
                 "remote",
                 SlotScope::Cpu,
                 SlotRole::RemoteWeight(Some(Direction::Read)),
@@ -1235,20 +1239,16 @@ mod tests {
     #[test]
     fn a_weight_that_did_not_run_falls_back_to_time_and_is_counted() {
         let specs = [
-            SlotSpec {
-                event: "read".into(),
-                scope: SlotScope::Package,
-                role: SlotRole::Traffic(Direction::Read),
-                bytes_per_count: Some(64.0),
-                counter_bits: 64,
-            },
-            SlotSpec {
-                event: "misses".into(),
-                scope: SlotScope::Cpu,
-                role: SlotRole::Weight(Some(Direction::Read)),
-                bytes_per_count: None,
-                counter_bits: 64,
-            },
+            slot(
+                "read",
+                SlotScope::Package,
+                SlotRole::Traffic(Direction::Read),
+            ),
+            slot(
+                "misses",
+                SlotScope::Cpu,
+                SlotRole::Weight(Some(Direction::Read)),
+            ),
         ];
         let topo = Topology {
             packages: vec![Package {
