@@ -106,10 +106,14 @@ llvm_major="$(llvm_of "$ebpf_rustc")"
 [ -n "$llvm_major" ] || die "cannot read the LLVM version from '$ebpf_rustc -vV'"
 say "eBPF route: $ebpf_route ($("$ebpf_rustc" --version), LLVM $llvm_major)"
 
-# 4. bpf-linker against that LLVM major.
+# 4. bpf-linker against that LLVM major. `cargo install` puts it in CARGO_HOME's bin, which a
+#    user's PATH may not hold (a fresh HOME, a plain PATH): its path is recorded for xtask.
+linker_path() {
+  command -v bpf-linker 2>/dev/null || echo "${CARGO_HOME:-${HOME:-/root}/.cargo}/bin/bpf-linker"
+}
 have_linker=""
-if command -v bpf-linker >/dev/null 2>&1; then
-  have_linker="$(bpf-linker --version 2>/dev/null | awk '{print $2}')"
+if [ -x "$(linker_path)" ]; then
+  have_linker="$("$(linker_path)" --version 2>/dev/null | awk '{print $2}')"
 fi
 if [ "$have_linker" = "$BPF_LINKER_VERSION" ] && [ -f "$STATE_DIR/bpf-linker-llvm" ] \
    && [ "$(cat "$STATE_DIR/bpf-linker-llvm")" = "$llvm_major" ]; then
@@ -133,5 +137,6 @@ fi
   echo "route=$ebpf_route"
   echo "rustc=$ebpf_rustc"
   echo "llvm=$llvm_major"
+  echo "linker=$(linker_path)"
 } > "$STATE_DIR/ebpf-toolchain"
 say "ready (eBPF route recorded in $STATE_DIR/ebpf-toolchain)"

@@ -39,6 +39,8 @@ fn target_dir() -> PathBuf {
 struct EbpfToolchain {
     route: String,
     rustc: PathBuf,
+    /// Where setup.sh's bpf-linker is (older state files do not say: then it is on PATH).
+    linker: Option<PathBuf>,
 }
 
 fn state_file() -> PathBuf {
@@ -67,6 +69,7 @@ fn ebpf_toolchain() -> Result<EbpfToolchain> {
     Ok(EbpfToolchain {
         route: get("route")?,
         rustc: PathBuf::from(get("rustc")?),
+        linker: get("linker").ok().map(PathBuf::from),
     })
 }
 
@@ -116,6 +119,15 @@ pub fn build_ebpf(which: EbpfObject) -> Result<PathBuf> {
         "CARGO",
     ] {
         cmd.env_remove(v);
+    }
+    // rustc finds bpf-linker on PATH: put the one setup.sh built first.
+    if let Some(dir) = tc.linker.as_deref().and_then(Path::parent) {
+        let path = std::env::var_os("PATH").unwrap_or_default();
+        let dirs = std::iter::once(dir.to_path_buf()).chain(std::env::split_paths(&path));
+        cmd.env(
+            "PATH",
+            std::env::join_paths(dirs).context("PATH with bpf-linker's directory")?,
+        );
     }
     cmd.env("RUSTC", &tc.rustc)
         .env("CARGO_TARGET_DIR", &tdir)
