@@ -324,20 +324,27 @@ fn sample_toucher_and_spinner(
     (intervals, stats)
 }
 
-#[test]
-fn package_counter_read_on_its_cpu_only_goes_to_the_toucher() {
+/// This machine's topology, with the sampler to this test alone, where the toucher (CPU 0) and
+/// the spinner (CPU 1) can run in one package; None (said) where they cannot.
+fn toucher_and_spinner_machine() -> Option<(std::sync::MutexGuard<'static, ()>, Topology)> {
     if !sampler_prerequisites() {
-        return;
+        return None;
     }
-    let _one = exclusive();
+    let one = exclusive();
     let topo = this_machine();
     let pkg0 = topo.package_of(0);
-    if !require(
+    require(
         topo.online.len() >= 2 && pkg0.is_some() && topo.package_of(1) == pkg0,
         "needs CPUs 0 and 1 online in one package",
-    ) {
+    )
+    .then_some((one, topo))
+}
+
+#[test]
+fn package_counter_read_on_its_cpu_only_goes_to_the_toucher() {
+    let Some((_one, topo)) = toucher_and_spinner_machine() else {
         return;
-    }
+    };
 
     let secs = 3.0;
     let cpu_faults = CpuFaults::open(&[0, 1]);
@@ -485,18 +492,9 @@ fn cpu_ticks(pid: u32) -> f64 {
 /// the toucher nearly all), this is the difference the weights make, on the real program.
 #[test]
 fn by_cpu_time_alone_the_spinner_is_charged_for_traffic_it_never_made() {
-    if !sampler_prerequisites() {
+    let Some((_one, topo)) = toucher_and_spinner_machine() else {
         return;
-    }
-    let _one = exclusive();
-    let topo = this_machine();
-    let pkg0 = topo.package_of(0);
-    if !require(
-        topo.online.len() >= 2 && pkg0.is_some() && topo.package_of(1) == pkg0,
-        "needs CPUs 0 and 1 online in one package",
-    ) {
-        return;
-    }
+    };
     let secs = 2.5;
     let mut toucher = spawn_role("toucher", 0, secs + 3.0);
     let mut spinner = spawn_role("spinner", 1, secs + 3.0);
