@@ -75,6 +75,33 @@ pub fn quote_bytes(b: &[u8]) -> String {
     q
 }
 
+/// `v` with `decimals` digits after the point, never `-0` or `-0.0`: a rate or count that
+/// rounds to zero is zero (a tiny negative from floating-point rounding, or a negative zero,
+/// must not print with a sign). Every human number with fixed decimals goes through here.
+pub fn fixed(v: f64, decimals: usize) -> String {
+    let s = format!("{v:.decimals$}");
+    match s.strip_prefix('-') {
+        Some(rest) if rest.bytes().all(|b| b == b'0' || b == b'.') => rest.to_string(),
+        _ => s,
+    }
+}
+
+/// Bytes with binary units: `512 B`, `1.50 KiB`, `3.20 GiB`.
+pub fn fmt_bytes(b: f64) -> String {
+    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    let mut v = b;
+    let mut u = 0;
+    while v.abs() >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{} B", fixed(v, 0))
+    } else {
+        format!("{} {}", fixed(v, 2), UNITS[u])
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

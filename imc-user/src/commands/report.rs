@@ -313,21 +313,7 @@ fn rate_unit(events: &[String]) -> String {
     }
 }
 
-/// Bytes with binary units: `512 B`, `1.50 KiB`, `3.20 GiB`.
-pub fn fmt_bytes(b: f64) -> String {
-    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
-    let mut v = b;
-    let mut u = 0;
-    while v.abs() >= 1024.0 && u + 1 < UNITS.len() {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{} B", fixed(v, 0))
-    } else {
-        format!("{} {}", fixed(v, 2), UNITS[u])
-    }
-}
+pub use crate::text::fmt_bytes;
 
 fn fmt_share(s: f64) -> String {
     format!("{}%", fixed(s * 100.0, 1))

@@ -26,16 +26,7 @@ pub fn rate_title(event: &str) -> String {
     }
 }
 
-/// `v` with `decimals` digits after the point, never `-0` or `-0.0`: a rate or count that
-/// rounds to zero is zero (a tiny negative from floating-point rounding, or a negative zero,
-/// must not print with a sign). Every human number with fixed decimals goes through here.
-pub fn fixed(v: f64, decimals: usize) -> String {
-    let s = format!("{v:.decimals$}");
-    match s.strip_prefix('-') {
-        Some(rest) if rest.bytes().all(|b| b == b'0' || b == b'.') => rest.to_string(),
-        _ => s,
-    }
-}
+pub use crate::text::fixed;
 
 #[cfg(test)]
 mod tests {

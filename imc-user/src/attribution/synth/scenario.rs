@@ -1055,8 +1055,8 @@ impl Outcome {
                 "  {:>8} {:<16} {:>14} {:>14} {:>7.2}% {:>8.4}",
                 t.pid,
                 t.comm,
-                human(t.truth_bytes),
-                human(t.attributed_bytes),
+                crate::text::fmt_bytes(t.truth_bytes),
+                crate::text::fmt_bytes(t.attributed_bytes),
                 share * 100.0,
                 t.error
             );
@@ -1073,28 +1073,12 @@ impl Outcome {
         let _ = writeln!(
             s,
             "  total {} (controllers, tasks and DMA); counted {}, unattributed {}",
-            human(self.total_bytes),
-            human(self.package_bytes),
-            human(self.unattributed_bytes)
+            crate::text::fmt_bytes(self.total_bytes),
+            crate::text::fmt_bytes(self.package_bytes),
+            crate::text::fmt_bytes(self.unattributed_bytes)
         );
         let _ = writeln!(s, "  max_error {:.4}", self.max_error);
         s
-    }
-}
-
-/// Bytes with a binary unit: `1.23 GiB`.
-fn human(b: f64) -> String {
-    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
-    let mut v = b;
-    let mut u = 0;
-    while v.abs() >= 1024.0 && u + 1 < UNITS.len() {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{v:.0} {}", UNITS[u])
-    } else {
-        format!("{v:.2} {}", UNITS[u])
     }
 }
 
