@@ -3,8 +3,8 @@
 //! arriving out of order across CPUs, and precise (context-switch) versus tick-only answers.
 use imc::attribution::synth::{Readers, Scenario, SynthItem, SynthStream, SynthTask, Truth};
 use imc::attribution::{Attributor, compare};
+use imc::model::result::IntervalResult;
 use imc::model::{Direction, SlotRole, SlotScope, SlotSpec};
-use imc::output::interval::IntervalResult;
 use imc_common::{KIND_TIMER, MAX_SLOTS, SlotReading, TickRecord};
 
 const MS: u64 = 1_000_000;

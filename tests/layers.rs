@@ -35,11 +35,7 @@ const LAYERS: &[(&str, u8)] = &[
 
 /// Imports that point the wrong way today (from, to), each to be removed by moving the type down
 /// (model/) rather than the import up.
-const KNOWN: &[(&str, &str)] = &[
-    ("attribution", "output"),
-    ("attribution", "record"),
-    ("record", "output"),
-];
+const KNOWN: &[(&str, &str)] = &[];
 
 fn layer(module: &str) -> Option<u8> {
     LAYERS.iter().find(|(m, _)| *m == module).map(|(_, l)| *l)

@@ -1,8 +1,9 @@
 //! `imc report` end to end: recordings made by the writer from synthetic timelines (60 s at
 //! 1000 Hz), read back by the built binary; the same file cut in the middle; rotation; files
 //! that are not recordings or are too new.
-use imc::attribution::synth::{Scenario, SynthTask, record_scenario};
-use imc::output::interval::IntervalResult;
+use imc::attribution::synth::{Scenario, SynthTask};
+use imc::model::result::IntervalResult;
+use imc::record::synth::record_scenario;
 use imc::record::{Item, ReadStatus, Reader, WriterOptions, rotated_path};
 use imc_tests::imc;
 use serde_json::Value;
@@ -288,8 +289,8 @@ fn precise_recordings_report_the_tick_only_difference() {
 /// per count), 20 intervals of 100 ms; a toucher makes 1000 counts per interval and 50000 in
 /// intervals 10 and 11 (a burst of 501000/s with the idler's 100), an idler 100.
 fn stand_in_recording(dir: &Path, event: &str) -> PathBuf {
+    use imc::model::result::{PackageRow, TaskRow};
     use imc::model::{Direction, SlotRole, SlotScope, SlotSpec};
-    use imc::output::interval::{PackageRow, TaskRow};
     let specs = [SlotSpec {
         event: event.to_string(),
         scope: SlotScope::Cpu,

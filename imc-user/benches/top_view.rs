@@ -7,7 +7,7 @@
 //! frame rewrites most of the screen, as a live view does. The baseline, measured in the same
 //! run, is what `imc top --json` does per interval instead: serialise the same interval as one
 //! JSON line.
-use imc::output::interval::{IntervalResult, PackageRow, TaskRow};
+use imc::model::result::{IntervalResult, PackageRow, TaskRow};
 use imc::output::top::{History, Units, ViewConfig, ViewState, render};
 use ratatui::Terminal;
 use ratatui::backend::CrosstermBackend;

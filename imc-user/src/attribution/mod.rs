@@ -30,8 +30,8 @@ pub mod timeline;
 pub use summary::{Summary, compare, find_bursts, group_rows, percentile, traffic_amount};
 pub use tasks::TaskKey;
 
+use crate::model::result::{IntervalResult, PackageRow, TaskRow};
 use crate::model::{Direction, SlotRole, SlotScope, SlotSpec, Topology, Weighting};
-use crate::output::interval::{IntervalResult, PackageRow, TaskRow};
 use imc_common::{KIND_SWITCH, MAX_SLOTS, SlotReading, TickRecord};
 use spread::{Event, MAX_CLASSES, Scratch, Segment, Span};
 use std::collections::BTreeMap;

@@ -1,6 +1,6 @@
 //! Names for the cgroup ids of an interval's tasks: path, container id, pod UID.
 use crate::discovery::cgroup::CgroupPaths;
-use crate::output::interval::IntervalResult;
+use crate::model::result::IntervalResult;
 
 /// Fills `cgroup_path`, `container_id` and `pod_uid` of every task whose cgroup resolves.
 pub fn name_cgroups(iv: &mut IntervalResult, paths: &mut CgroupPaths) {

@@ -1,8 +1,8 @@
 //! What is done with finished intervals: summing them over a run, grouping tasks by
 //! pid/tgid/comm/cgroup, finding bursts, and comparing the tick-only answer with the precise one.
 use crate::model::GroupBy;
+use crate::model::result::{IntervalResult, PackageRow, PrecisionRow, TaskRow};
 use crate::model::{SlotRole, SlotSpec};
-use crate::output::interval::{IntervalResult, PackageRow, PrecisionRow, TaskRow};
 use std::collections::{BTreeMap, HashMap};
 
 /// Largest bytes first; stand-ins (no bytes) by share; then by pid for a stable order.

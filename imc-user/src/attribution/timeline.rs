@@ -6,8 +6,8 @@
 //! such as page faults): the unit says which, and no count is ever called a byte.
 use super::summary::{group_rows, traffic_amount};
 use crate::model::GroupBy;
+use crate::model::result::{IntervalResult, TaskRow};
 use crate::model::{Direction, SlotRole, SlotSpec};
-use crate::output::interval::{IntervalResult, TaskRow};
 use std::collections::HashMap;
 
 /// What a series' values are per second of.
@@ -263,7 +263,7 @@ fn package_amount(iv: &IntervalResult, specs: &[SlotSpec], tr: &PackageTrack) ->
 mod tests {
     use super::*;
     use crate::model::SlotScope;
-    use crate::output::interval::PackageRow;
+    use crate::model::result::PackageRow;
 
     fn spec(event: &str, d: Direction, bpc: Option<f64>) -> SlotSpec {
         SlotSpec {

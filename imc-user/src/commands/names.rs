@@ -5,7 +5,7 @@ use crate::attribution::group_rows;
 use crate::attribution::names::name_cgroups;
 use crate::cli::{GlobalArgs, GroupBy};
 use crate::discovery::cgroup::CgroupPaths;
-use crate::output::interval::IntervalResult;
+use crate::model::result::IntervalResult;
 
 pub struct Naming<'a> {
     paths: Option<CgroupPaths>,

@@ -11,7 +11,7 @@ use super::names::{Naming, cgroup_paths};
 use super::sampling::{LoopOptions, Sink, block_on, discover, print_plan, sample_loop, select_for};
 use crate::cli::{GlobalArgs, GroupBy, RecordArgs};
 use crate::error::{CliError, CliResult};
-use crate::output::interval::IntervalResult;
+use crate::model::result::IntervalResult;
 use crate::record::{RecordHeader, Writer, WriterStats, smallest_max_size};
 use crate::sys::file::{LockError, WriteLock, is_bad_path, what_is_there};
 use std::path::{Path, PathBuf};

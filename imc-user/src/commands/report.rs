@@ -9,8 +9,8 @@ use crate::attribution::timeline::Timeline;
 use crate::attribution::{Attributor, Summary, compare, find_bursts, traffic_amount};
 use crate::cli::{GlobalArgs, GroupBy, ReportArgs};
 use crate::error::{CliError, CliResult};
+use crate::model::result::{BurstRow, IntervalResult, PrecisionRow, ReportResult, TaskRow};
 use crate::output::fixed;
-use crate::output::interval::{BurstRow, IntervalResult, PrecisionRow, ReportResult, TaskRow};
 use crate::output::{perfetto, plot};
 use crate::record::{Item, ReadStatus, Reader, RecordError, rotated_path};
 use crate::text::escape;
@@ -258,7 +258,7 @@ pub fn run(_global: &GlobalArgs, args: &ReportArgs) -> CliResult<ExitCode> {
             Unit::Bytes => None,
             Unit::Counts(events) => Some(rate_unit(events)),
         };
-        let mut s = crate::output::interval::to_json(&report, counts_unit.as_deref())
+        let mut s = crate::output::json::to_json(&report, counts_unit.as_deref())
             .map_err(|e| CliError::runtime(format!("cannot encode JSON: {e}")))?;
         s.push('\n');
         s

@@ -6,8 +6,8 @@ use crate::attribution::Attributor;
 use crate::cli::{GlobalArgs, SamplerArgs};
 use crate::discovery;
 use crate::error::{CliError, CliResult};
+use crate::model::result::IntervalResult;
 use crate::model::{BackendKind, Discovery, Topology};
-use crate::output::interval::IntervalResult;
 use crate::plan::{self, Kernel, Plan, PlanError, Request, WeightEvent, WeightRequest};
 use crate::sampler::{Sampler, planned};
 use imc_common::TickRecord;
@@ -627,7 +627,7 @@ impl Pump {
         if last.len() == now.len() {
             for (c, prev) in now.iter().zip(last.iter()) {
                 if let Some(p) = result.packages.iter_mut().find(|p| p.id == c.package) {
-                    p.channels.push(crate::output::interval::ChannelRow {
+                    p.channels.push(crate::model::result::ChannelRow {
                         channel: c.channel.clone(),
                         slot: c.slot,
                         counts: (c.value - prev).max(0.0),

@@ -11,7 +11,7 @@ use super::sampling::{
 use crate::cli::{GlobalArgs, GroupBy, ServeArgs};
 use crate::error::{CliError, CliResult};
 use crate::model::Discovery;
-use crate::output::interval::IntervalResult;
+use crate::model::result::IntervalResult;
 use crate::output::prometheus::{
     CLASSIC_TYPE, ExportMeta, Exporter, OPENMETRICS_TYPE, SlotInfo, direction_label,
     to_classic_text, wants_openmetrics,

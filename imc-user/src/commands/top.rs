@@ -12,8 +12,8 @@ use super::sampling::{LoopOptions, Sink, block_on, discover, print_plan, sample_
 use crate::cli::{GlobalArgs, TopArgs};
 use crate::error::{CliError, CliResult};
 use crate::model::SlotSpec;
+use crate::model::result::IntervalResult;
 use crate::model::{Direction, SlotRole};
-use crate::output::interval::IntervalResult;
 use crate::output::top::{Action, History, Units, ViewConfig, ViewState, handle_key, render};
 use ratatui::Terminal;
 use ratatui::backend::CrosstermBackend;
@@ -36,7 +36,7 @@ struct JsonLines {
 impl Sink for JsonLines {
     fn interval(&mut self, r: &IntervalResult) -> std::io::Result<bool> {
         let unit = self.counts.then_some("counts/s");
-        let line = crate::output::interval::to_json(r, unit)
+        let line = crate::output::json::to_json(r, unit)
             .map_err(std::io::Error::from)
             .and_then(|s| writeln!(self.out, "{s}"))
             .and_then(|()| self.out.flush());

@@ -11,6 +11,7 @@
 //!
 //! Names come from the path alone ([`names_of_path`]), so a recording that stores the path is
 //! enough to name containers on another machine.
+pub use crate::model::CgroupNames;
 use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -24,20 +25,6 @@ pub enum CgroupError {
         root.display()
     )]
     NoMount { root: PathBuf },
-}
-
-/// What a cgroup path says about the task in it.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct CgroupNames {
-    /// The path relative to the cgroup2 root, starting with `/` (`/` is the root cgroup).
-    pub path: String,
-    /// The innermost systemd unit (`nginx.service`, `docker-<id>.scope`, `session-2.scope`),
-    /// or the innermost slice when the task is in no service or scope.
-    pub unit: Option<String>,
-    /// Docker, containerd, CRI-O or Podman container id (hex).
-    pub container_id: Option<String>,
-    /// Kubernetes pod UID, with dashes (`1f2e…-…`).
-    pub pod_uid: Option<String>,
 }
 
 fn is_hex(s: &str) -> bool {

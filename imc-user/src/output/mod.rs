@@ -1,5 +1,5 @@
 //! Rendering: human tables, CSV, JSON lines and the live view, one module per command family.
-pub mod interval;
+pub mod json;
 pub mod latency;
 pub mod perfetto;
 pub mod plot;

@@ -11,7 +11,7 @@
 //! timestamps are the recording's CLOCK_MONOTONIC nanoseconds.
 use crate::attribution::timeline::{Timeline, Unit, group_label};
 use crate::model::GroupBy;
-use crate::output::interval::BurstRow;
+use crate::model::result::BurstRow;
 use perfetto_protos::counter_descriptor::CounterDescriptor;
 use perfetto_protos::debug_annotation::DebugAnnotation;
 use perfetto_protos::process_descriptor::ProcessDescriptor;
@@ -226,8 +226,8 @@ pub fn write(path: &Path, tl: &Timeline, bursts: &[BurstRow]) -> std::io::Result
 mod tests {
     use super::*;
     use crate::attribution::Summary;
+    use crate::model::result::{IntervalResult, PackageRow, TaskRow};
     use crate::model::{Direction, SlotRole, SlotScope, SlotSpec};
-    use crate::output::interval::{IntervalResult, PackageRow, TaskRow};
 
     fn spec(event: &str, d: Direction) -> SlotSpec {
         SlotSpec {

@@ -3,7 +3,7 @@
 //! shaded bands labelled with their first culprit. The y axis is in the source's unit: bytes/s
 //! (with a binary prefix) for memory controllers, the events per second for stand-ins.
 use crate::attribution::timeline::{Point, Timeline, Unit, group_label};
-use crate::output::interval::BurstRow;
+use crate::model::result::BurstRow;
 use crate::output::perfetto::binary_prefix;
 use plotters::prelude::*;
 use std::path::Path;
@@ -251,8 +251,8 @@ mod tests {
     use super::*;
     use crate::attribution::Summary;
     use crate::model::GroupBy;
+    use crate::model::result::{IntervalResult, PackageRow, TaskRow};
     use crate::model::{Direction, SlotRole, SlotScope, SlotSpec};
-    use crate::output::interval::{IntervalResult, PackageRow, TaskRow};
 
     fn timeline(bytes_per_count: Option<f64>, n: u64) -> Timeline {
         let specs = [SlotSpec {

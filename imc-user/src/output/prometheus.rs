@@ -22,7 +22,7 @@
 use crate::attribution::group_rows;
 use crate::model::Direction;
 use crate::model::GroupBy;
-use crate::output::interval::{IntervalResult, TaskRow};
+use crate::model::result::{IntervalResult, TaskRow};
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;

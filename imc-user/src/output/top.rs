@@ -2,7 +2,7 @@
 //! wants it shown: a header, each package's bandwidth with its recent history, and a sortable,
 //! scrollable task table. Nothing here touches the terminal; `commands::top` owns that, so the
 //! whole picture can be rendered into a buffer and checked in tests.
-use super::interval::{IntervalResult, TaskRow};
+use crate::model::result::{IntervalResult, TaskRow};
 use crate::text::escape;
 use ratatui::buffer::Buffer;
 use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
@@ -398,7 +398,7 @@ fn render_series(
         Units::Bytes { total } => {
             let empty = VecDeque::new();
             for (id, series) in &history.packages {
-                let now = |pick: fn(&super::interval::PackageRow) -> u64| {
+                let now = |pick: fn(&crate::model::PackageRow) -> u64| {
                     result
                         .and_then(|r| r.packages.iter().find(|p| p.id == *id).map(|p| (r, p)))
                         .map_or(String::new(), |(r, p)| mb_per_s(pick(p), seconds(r)))
@@ -537,7 +537,7 @@ pub fn render_buffer(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::output::interval::PackageRow;
+    use crate::model::result::PackageRow;
     use ratatui::Terminal;
     use ratatui::backend::TestBackend;
 

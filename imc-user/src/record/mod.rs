@@ -8,6 +8,7 @@
 //! it, saying where and why it stopped.
 pub mod codec;
 mod reader;
+pub mod synth;
 mod writer;
 
 pub use reader::{Item, ReadStatus, Reader};
@@ -236,7 +237,7 @@ pub fn rotated_path(path: &std::path::Path) -> PathBuf {
 mod tests {
     use super::*;
     use crate::attribution::synth::{Scenario, SynthItem};
-    use crate::output::interval::IntervalResult;
+    use crate::model::result::IntervalResult;
     use std::path::Path;
 
     #[test]
@@ -332,8 +333,8 @@ mod tests {
 
     /// Intervals with named tasks in ten containers, in turn.
     fn named_intervals(n: u64) -> (Vec<crate::model::SlotSpec>, Vec<IntervalResult>) {
+        use crate::model::result::{PackageRow, TaskRow};
         use crate::model::{Direction, SlotRole, SlotScope, SlotSpec};
-        use crate::output::interval::{PackageRow, TaskRow};
         let specs = vec![SlotSpec {
             event: "r".into(),
             scope: SlotScope::Package,
@@ -442,7 +443,7 @@ mod tests {
 
     #[test]
     fn under_container_churn_each_segment_defines_only_its_cgroups_within_the_bound() {
-        use crate::output::interval::TaskRow;
+        use crate::model::result::TaskRow;
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("pods.imc");
         let specs = Scenario::busy(2, 1000, 1).specs();
@@ -583,7 +584,7 @@ mod tests {
             let mut values = std::collections::BTreeMap::new();
             values.insert(specs[0].event.clone(), reads as f64);
             values.insert(specs[1].event.clone(), 0.0);
-            crate::output::interval::TaskRow {
+            crate::model::result::TaskRow {
                 pid,
                 tgid: pid,
                 comm: comm.into(),
@@ -603,7 +604,7 @@ mod tests {
             t_start_ns: k * 100_000_000,
             t_end_ns: (k + 1) * 100_000_000,
             source: "x".into(),
-            packages: vec![crate::output::interval::PackageRow {
+            packages: vec![crate::model::result::PackageRow {
                 id: 0,
                 read_bytes: read,
                 write_bytes: 0,

@@ -9,8 +9,8 @@ use super::{
 };
 use crate::attribution::{bytes_of, summary::sort_rows, traffic_counts};
 use crate::discovery::cgroup::{CgroupNames, names_of_path};
+use crate::model::result::{IntervalResult, PackageRow, TaskRow};
 use crate::model::{SlotRole, SlotSpec};
-use crate::output::interval::{IntervalResult, PackageRow, TaskRow};
 use bytes::{BufMut, BytesMut};
 use imc_common::{MAX_SLOTS, SlotReading, TickRecord};
 use std::collections::{BTreeMap, HashMap};

@@ -6,8 +6,8 @@ use super::{
 };
 use crate::attribution::TaskKey;
 use crate::attribution::tasks::FxBuild;
+use crate::model::result::IntervalResult;
 use crate::model::{SlotRole, SlotSpec};
-use crate::output::interval::IntervalResult;
 use bytes::{BufMut, BytesMut};
 use imc_common::{MAX_SLOTS, SlotReading, TickRecord};
 use std::collections::{HashMap, HashSet, VecDeque};

@@ -9,8 +9,8 @@
 use super::{Layout, Scenario, SynthItem, SynthSlot, SynthTask, TaskTraits};
 use crate::attribution::Attributor;
 use crate::discovery::DiscoveryError;
+use crate::model::result::IntervalResult;
 use crate::model::{Direction, Discovery, SlotRole, SlotScope, SlotSpec};
-use crate::output::interval::IntervalResult;
 use crate::plan::{self, Command, Kernel, Plan, PlanError, Reader, Request};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;

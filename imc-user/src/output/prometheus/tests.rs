@@ -1,5 +1,5 @@
 use super::*;
-use crate::output::interval::PackageRow;
+use crate::model::result::PackageRow;
 
 fn slot(event: &str, channel: &str, direction: Direction, bpc: Option<f64>) -> Option<SlotInfo> {
     Some(SlotInfo {

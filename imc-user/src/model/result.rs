@@ -2,7 +2,6 @@
 //! `imc report --json` (shared/design.md). The field names and nesting are the contract; the
 //! structs are shared by the attributor (which fills them), the recording file (which stores
 //! them) and the report (which sums them), so all three agree by construction.
-use crate::discovery::cgroup::CgroupNames;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -37,6 +36,20 @@ pub struct ChannelRow {
     /// The slot the counter is summed into (its direction and bytes per count).
     pub slot: usize,
     pub counts: f64,
+}
+
+/// What a cgroup path says about the task in it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CgroupNames {
+    /// The path relative to the cgroup2 root, starting with `/` (`/` is the root cgroup).
+    pub path: String,
+    /// The innermost systemd unit (`nginx.service`, `docker-<id>.scope`, `session-2.scope`),
+    /// or the innermost slice when the task is in no service or scope.
+    pub unit: Option<String>,
+    /// Docker, containerd, CRI-O or Podman container id (hex).
+    pub container_id: Option<String>,
+    /// Kubernetes pod UID, with dashes (`1f2e…-…`).
+    pub pod_uid: Option<String>,
 }
 
 /// One task (or group of tasks, in reports) and what was attributed to it.
@@ -158,46 +171,6 @@ pub struct ReportResult {
     /// Present when the recording holds context-switch records (a `--precise` run).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub precise_vs_tick: Option<PrecisionRow>,
-}
-
-/// An interval object or a report as JSON. With `counts_unit` (a stand-in source: nothing
-/// measured bytes) every byte field is null rather than 0, and a burst's rate is `counts_per_s`
-/// in that unit instead of `bytes_per_s`.
-pub fn to_json(value: &impl Serialize, counts_unit: Option<&str>) -> serde_json::Result<String> {
-    let Some(unit) = counts_unit else {
-        return serde_json::to_string(value);
-    };
-    let mut v = serde_json::to_value(value)?;
-    counts_not_bytes(&mut v, unit);
-    serde_json::to_string(&v)
-}
-
-fn counts_not_bytes(v: &mut serde_json::Value, unit: &str) {
-    use serde_json::Value;
-    const BYTES: [&str; 3] = ["read_bytes", "write_bytes", "total_bytes"];
-    fn null_rows(rows: Option<&mut Value>) {
-        for row in rows.and_then(Value::as_array_mut).into_iter().flatten() {
-            for k in BYTES {
-                if let Some(f) = row.get_mut(k) {
-                    *f = Value::Null;
-                }
-            }
-        }
-    }
-    null_rows(v.get_mut("packages"));
-    null_rows(v.get_mut("tasks"));
-    if let Some(f) = v.get_mut("unattributed_bytes") {
-        *f = Value::Null;
-    }
-    let bursts = v.get_mut("bursts").and_then(Value::as_array_mut);
-    for b in bursts.into_iter().flatten() {
-        null_rows(b.get_mut("tasks"));
-        if let Some(obj) = b.as_object_mut() {
-            let rate = obj.insert("bytes_per_s".into(), Value::Null);
-            obj.insert("counts_per_s".into(), rate.unwrap_or(Value::Null));
-            obj.insert("unit".into(), Value::from(unit));
-        }
-    }
 }
 
 fn is_zero(v: &u64) -> bool {

@@ -1,0 +1,148 @@
+//! The sampler's counter slots and how their counts weigh package traffic.
+use serde::Serialize;
+
+use super::Direction;
+
+/// How the sampler reads one counter slot at each tick.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SlotScope {
+    /// One counter per CPU, counting what that CPU does (core, software, msr counters).
+    Cpu,
+    /// One counter per package (uncore); only CPUs allowed to read it have an array entry.
+    Package,
+}
+
+/// What a slot's counts mean to attribution.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SlotRole {
+    /// Memory traffic in this direction (bytes = count × bytes_per_count).
+    Traffic(Direction),
+    /// A per-CPU weight for spreading package traffic (LLC misses, offcore requests). With a
+    /// direction it weighs only the package traffic of that direction (LLC misses for reads,
+    /// writebacks or RFOs for writes), so a task's read/write split is its own and not the
+    /// package's ratio; without one (or `Total`) it weighs every direction.
+    Weight(Option<Direction>),
+    /// A per-CPU weight of the traffic this CPU makes to *another* package's memory (Intel OCR
+    /// remote-DRAM responses, AMD remote-DRAM fills): it weighs the other packages' controller
+    /// traffic, so a task reading the other socket's memory is charged for it. Its own
+    /// package's traffic is weighed by the [`SlotRole::Weight`] slots.
+    RemoteWeight(Option<Direction>),
+    /// Counted and reported (`values`), not bandwidth.
+    Other,
+}
+
+/// One configured counter slot of the sampler (slot index = position in the list).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SlotSpec {
+    /// The event string as the user gave it (the key of `values` in JSON output).
+    pub event: String,
+    pub scope: SlotScope,
+    pub role: SlotRole,
+    pub bytes_per_count: Option<f64>,
+    /// Counter width for wrap handling: 64 for software/msr/core, 48 for Intel uncore.
+    pub counter_bits: u8,
+}
+
+/// How package traffic is divided among the tasks that ran (`weighting` in the plan, in
+/// `top --json` and `report --json`, in recordings and in `imc_info`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct Weighting {
+    /// `traffic`: by per-CPU core counters of each CPU's own memory traffic; `cpu-time`: by
+    /// on-CPU time alone (no weight counter could be had, or `--weight cpu-time`).
+    pub method: String,
+    /// The read weight's events (`OCR.ALL_READS.L3_MISS_LOCAL_DRAM+…`), or null.
+    pub read: Option<String>,
+    /// The write weight's events, or null (then writes are spread by the read weight).
+    pub write: Option<String>,
+    /// Local and remote memory are told apart: a package's traffic is also charged to the
+    /// other packages' tasks that made it.
+    pub numa: bool,
+    /// Why: which core PMU and model, or why it fell back to CPU time.
+    pub reason: String,
+}
+
+impl Weighting {
+    pub const TRAFFIC: &'static str = "traffic";
+    pub const CPU_TIME: &'static str = "cpu-time";
+
+    pub fn cpu_time(reason: impl Into<String>) -> Weighting {
+        Weighting {
+            method: Self::CPU_TIME.into(),
+            read: None,
+            write: None,
+            numa: false,
+            reason: reason.into(),
+        }
+    }
+
+    /// How it reads in a header line: "by OCR.ALL_READS.L3_MISS_LOCAL_DRAM" or "split by CPU
+    /// time".
+    pub fn phrase(&self) -> String {
+        if self.method == Self::CPU_TIME {
+            return "split by CPU time".into();
+        }
+        match (&self.read, &self.write) {
+            (Some(r), Some(w)) => format!("by {r} (reads) and {w} (writes)"),
+            (Some(r), None) => format!("by {r}"),
+            (None, Some(w)) => format!("by {w}"),
+            (None, None) => "by each CPU's own counts".into(),
+        }
+    }
+
+    /// What a slot list weighs by, where nothing better is known (a recording made before
+    /// recordings said it, a test's own slots): its weight slots' events, else CPU time.
+    pub fn from_slots(specs: &[SlotSpec]) -> Weighting {
+        let names = |dir: Direction| {
+            let v: Vec<&str> = specs
+                .iter()
+                .filter(|s| match s.role {
+                    SlotRole::Weight(d) | SlotRole::RemoteWeight(d) => {
+                        d.is_none_or(|d| d == dir || d == Direction::Total)
+                    }
+                    _ => false,
+                })
+                .map(|s| s.event.as_str())
+                .collect();
+            (!v.is_empty()).then(|| v.join("+"))
+        };
+        let (read, write) = (names(Direction::Read), names(Direction::Write));
+        let packaged = specs
+            .iter()
+            .any(|s| s.scope == SlotScope::Package && matches!(s.role, SlotRole::Traffic(_)));
+        if read.is_none() && write.is_none() {
+            return if packaged {
+                Weighting::cpu_time("no weight counter among the slots")
+            } else {
+                Weighting {
+                    method: Self::TRAFFIC.into(),
+                    read: None,
+                    write: None,
+                    numa: false,
+                    reason: "the counters count per CPU: each CPU's count goes to the task \
+                             that ran there"
+                        .into(),
+                }
+            };
+        }
+        Weighting {
+            method: Self::TRAFFIC.into(),
+            numa: specs
+                .iter()
+                .any(|s| matches!(s.role, SlotRole::RemoteWeight(_))),
+            reason: "the weight slots' events".into(),
+            read,
+            write,
+        }
+    }
+
+    /// The one-word label of `imc_info{weighting}`: `traffic`, `traffic+numa`, `cpu-time`.
+    pub fn label(&self) -> String {
+        if self.numa {
+            format!("{}+numa", self.method)
+        } else {
+            self.method.clone()
+        }
+    }
+}
