@@ -1,7 +1,9 @@
 //! What is done with finished intervals: summing them over a run, grouping tasks by
 //! pid/tgid/comm/cgroup, finding bursts, and comparing the tick-only answer with the precise one.
 use crate::model::GroupBy;
-use crate::model::result::{IntervalResult, PackageRow, PrecisionRow, TaskRow};
+use crate::model::result::{
+    IntervalResult, PackageRow, PrecisionRow, ShareBasis, TaskRow, package_bytes,
+};
 use crate::model::{SlotRole, SlotSpec};
 use std::collections::{BTreeMap, HashMap};
 
@@ -136,19 +138,13 @@ impl Summary {
     /// The run as one interval object, tasks grouped `by` and sorted, shares over the run.
     pub fn finish(&self, by: GroupBy) -> IntervalResult {
         let packages: Vec<PackageRow> = self.packages.values().cloned().collect();
-        let package_bytes: u64 = packages
-            .iter()
-            .map(|p| p.read_bytes + p.write_bytes + p.total_bytes)
-            .sum();
+        let basis = match package_bytes(&packages) {
+            0 => ShareBasis::Counts(self.stand_in_den),
+            b => ShareBasis::Bytes(b),
+        };
         let mut rows: Vec<TaskRow> = self.tasks.values().cloned().collect();
         for r in &mut rows {
-            r.share = if package_bytes > 0 {
-                r.bytes() as f64 / package_bytes as f64
-            } else if self.stand_in_den > 0.0 {
-                row_traffic(r, &self.keys) / self.stand_in_den
-            } else {
-                0.0
-            };
+            r.share = basis.share(r.bytes(), row_traffic(r, &self.keys));
         }
         let tasks = group_rows(rows, by);
         IntervalResult {

@@ -111,9 +111,7 @@ impl Timeline {
     /// An empty timeline whose series are the first `top` groups of `total` (the run's report
     /// object, grouped `by`) with any traffic, and the package directions `total` has.
     pub fn new(specs: &[SlotSpec], total: &IntervalResult, by: GroupBy, top: usize) -> Timeline {
-        let bytes = specs
-            .iter()
-            .any(|s| matches!(s.role, SlotRole::Traffic(_)) && s.bytes_per_count.is_some());
+        let bytes = crate::model::measures_bytes(specs);
         let traffic_keys: Vec<String> = specs
             .iter()
             .filter(|s| matches!(s.role, SlotRole::Traffic(_)))

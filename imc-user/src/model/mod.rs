@@ -14,5 +14,5 @@ mod slots;
 
 pub use grouping::GroupBy;
 pub use hardware::*;
-pub use result::{CgroupNames, IntervalResult, PackageRow, TaskRow};
-pub use slots::{SlotRole, SlotScope, SlotSpec, Weighting};
+pub use result::{CgroupNames, IntervalResult, PackageRow, ShareBasis, TaskRow, package_bytes};
+pub use slots::{SlotRole, SlotScope, SlotSpec, Weighting, measures_bytes};

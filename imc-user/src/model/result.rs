@@ -118,14 +118,45 @@ pub struct IntervalResult {
     pub weight_fallbacks: u64,
 }
 
+impl PackageRow {
+    /// Read + write + total bytes (saturating).
+    pub fn bytes(&self) -> u64 {
+        self.read_bytes
+            .saturating_add(self.write_bytes)
+            .saturating_add(self.total_bytes)
+    }
+}
+
+/// Read + write + total bytes of every package (saturating): the one sum of package traffic.
+pub fn package_bytes(packages: &[PackageRow]) -> u64 {
+    packages
+        .iter()
+        .fold(0u64, |acc, p| acc.saturating_add(p.bytes()))
+}
+
+/// What a task's `share` is a fraction of: the packages' bytes where the source measures bytes,
+/// else the traffic counters' counts (a stand-in source). Nothing to share: every share is 0.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum ShareBasis {
+    Bytes(u64),
+    Counts(f64),
+}
+
+impl ShareBasis {
+    /// The share of a task with these bytes and these traffic counts.
+    pub fn share(self, bytes: u64, traffic_counts: f64) -> f64 {
+        match self {
+            ShareBasis::Bytes(total) if total > 0 => bytes as f64 / total as f64,
+            ShareBasis::Counts(total) if total > 0.0 => traffic_counts / total,
+            _ => 0.0,
+        }
+    }
+}
+
 impl IntervalResult {
     /// Read + write + total bytes of every package.
     pub fn package_bytes(&self) -> u64 {
-        self.packages.iter().fold(0u64, |acc, p| {
-            acc.saturating_add(p.read_bytes)
-                .saturating_add(p.write_bytes)
-                .saturating_add(p.total_bytes)
-        })
+        package_bytes(&self.packages)
     }
 
     /// Package bandwidth in bytes per second over the interval (0 for an empty interval).

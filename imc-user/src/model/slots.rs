@@ -45,6 +45,18 @@ pub struct SlotSpec {
     pub counter_bits: u8,
 }
 
+impl SlotSpec {
+    /// A traffic slot whose counts convert to bytes.
+    pub fn counts_bytes(&self) -> bool {
+        matches!(self.role, SlotRole::Traffic(_)) && self.bytes_per_count.is_some()
+    }
+}
+
+/// Does a run with these slots measure bytes, or only counts (a stand-in source)?
+pub fn measures_bytes(specs: &[SlotSpec]) -> bool {
+    specs.iter().any(SlotSpec::counts_bytes)
+}
+
 /// How package traffic is divided among the tasks that ran (`weighting` in the plan, in
 /// `top --json` and `report --json`, in recordings and in `imc_info`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]

@@ -9,8 +9,8 @@ use super::{
 };
 use crate::attribution::{bytes_of, summary::sort_rows, traffic_counts};
 use crate::discovery::cgroup::{CgroupNames, names_of_path};
-use crate::model::result::{IntervalResult, PackageRow, TaskRow};
-use crate::model::{SlotRole, SlotSpec};
+use crate::model::SlotSpec;
+use crate::model::result::{IntervalResult, PackageRow, ShareBasis, TaskRow, package_bytes};
 use bytes::{BufMut, BytesMut};
 use imc_common::{MAX_SLOTS, SlotReading, TickRecord};
 use std::collections::{BTreeMap, HashMap};
@@ -185,9 +185,7 @@ impl Reader {
         let header: RecordHeader =
             serde_json::from_slice(&json).map_err(|e| bad(&format!("{e}")))?;
         let specs = header.specs().map_err(|e| bad(&e))?;
-        let has_bytes = specs
-            .iter()
-            .any(|s| matches!(s.role, SlotRole::Traffic(_)) && s.bytes_per_count.is_some());
+        let has_bytes = crate::model::measures_bytes(&specs);
         Ok(Reader {
             path: path.to_path_buf(),
             header,
@@ -411,11 +409,11 @@ impl Reader {
                 ..PackageRow::default()
             });
         }
-        let package_bytes: u64 = packages.iter().fold(0u64, |a, p| {
-            a.saturating_add(p.read_bytes)
-                .saturating_add(p.write_bytes)
-                .saturating_add(p.total_bytes)
-        });
+        let basis = if self.has_bytes {
+            ShareBasis::Bytes(package_bytes(&packages))
+        } else {
+            ShareBasis::Counts(den)
+        };
         let nrows = c.count()?;
         if nrows > self.tasks.len() {
             return Err(Malformed);
@@ -439,17 +437,7 @@ impl Reader {
             }
             let (read_bytes, write_bytes, total_bytes) = bytes_of(&self.specs, &counts);
             let bytes = read_bytes + write_bytes + total_bytes;
-            let share = if self.has_bytes {
-                if package_bytes > 0 {
-                    bytes as f64 / package_bytes as f64
-                } else {
-                    0.0
-                }
-            } else if den > 0.0 {
-                traffic_counts(&self.specs, &counts) / den
-            } else {
-                0.0
-            };
+            let share = basis.share(bytes, traffic_counts(&self.specs, &counts));
             let mut row = TaskRow {
                 pid,
                 tgid,

@@ -6,8 +6,8 @@ use super::{
 };
 use crate::attribution::TaskKey;
 use crate::attribution::tasks::FxBuild;
+use crate::model::SlotSpec;
 use crate::model::result::IntervalResult;
-use crate::model::{SlotRole, SlotSpec};
 use bytes::{BufMut, BytesMut};
 use imc_common::{MAX_SLOTS, SlotReading, TickRecord};
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -717,10 +717,7 @@ impl Writer {
             }
         }
         ids.sort_unstable();
-        let has_bytes = self
-            .specs
-            .iter()
-            .any(|s| matches!(s.role, SlotRole::Traffic(_)) && s.bytes_per_count.is_some());
+        let has_bytes = crate::model::measures_bytes(&self.specs);
         let den = if has_bytes {
             0
         } else {
