@@ -192,16 +192,10 @@ pub fn group_rows(rows: Vec<TaskRow>, by: GroupBy) -> Vec<TaskRow> {
         best: u64,
         best_is_main: bool,
     }
-    let mut groups: HashMap<(u64, String), G> = HashMap::new();
-    let mut order: Vec<(u64, String)> = Vec::new();
+    let mut groups: HashMap<String, G> = HashMap::new();
+    let mut order: Vec<String> = Vec::new();
     for r in rows {
-        let key = match by {
-            GroupBy::Tgid => (u64::from(r.tgid), String::new()),
-            GroupBy::Cgroup => (r.cgroup, String::new()),
-            GroupBy::Container => (0, r.container_id.clone().unwrap_or_default()),
-            GroupBy::Pod => (0, r.pod_uid.clone().unwrap_or_default()),
-            GroupBy::Comm | GroupBy::Pid => (0, r.comm.clone()),
-        };
+        let key = by.key(&r);
         let size = r.bytes().max((r.share * 1e12) as u64);
         let is_main = r.pid == r.tgid;
         match groups.get_mut(&key) {

@@ -30,7 +30,7 @@ impl Unit {
 /// One top group of the run.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Group {
-    /// The grouping key (see [`group_key`]).
+    /// The grouping key (see [`GroupBy::key`]).
     pub key: String,
     /// What a person reads: `stream (pid 1234)`, a cgroup path, `container 3f2a…`.
     pub label: String,
@@ -74,39 +74,6 @@ pub struct Timeline {
     index: HashMap<String, usize>,
 }
 
-/// The key rows are grouped by under `by` (the same grouping as [`group_rows`]).
-pub fn group_key(r: &TaskRow, by: GroupBy) -> String {
-    match by {
-        GroupBy::Pid => r.pid.to_string(),
-        GroupBy::Tgid => r.tgid.to_string(),
-        GroupBy::Comm => r.comm.clone(),
-        GroupBy::Cgroup => r.cgroup.to_string(),
-        GroupBy::Container => r.container_id.clone().unwrap_or_default(),
-        GroupBy::Pod => r.pod_uid.clone().unwrap_or_default(),
-    }
-}
-
-/// What a person reads for a group: `stream (pid 12)`, a cgroup path, `container 3f2a…`.
-pub fn group_label(r: &TaskRow, by: GroupBy) -> String {
-    match by {
-        GroupBy::Pid => format!("{} (tid {})", r.comm, r.pid),
-        GroupBy::Tgid => format!("{} (pid {})", r.comm, r.tgid),
-        GroupBy::Comm => r.comm.clone(),
-        GroupBy::Cgroup => r
-            .cgroup_path
-            .clone()
-            .unwrap_or_else(|| format!("cgroup {}", r.cgroup)),
-        GroupBy::Container => r.container_id.as_deref().map_or_else(
-            || "(no container)".into(),
-            |c| format!("container {}", &c[..c.len().min(12)]),
-        ),
-        GroupBy::Pod => r
-            .pod_uid
-            .as_deref()
-            .map_or_else(|| "(no pod)".into(), |p| format!("pod {p}")),
-    }
-}
-
 impl Timeline {
     /// An empty timeline whose series are the first `top` groups of `total` (the run's report
     /// object, grouped `by`) with any traffic, and the package directions `total` has.
@@ -140,11 +107,11 @@ impl Timeline {
             if t.amount(r) <= 0.0 {
                 continue;
             }
-            let key = group_key(r, by);
+            let key = by.key(r);
             t.index.insert(key.clone(), t.groups.len());
             t.groups.push(Group {
                 key,
-                label: group_label(r, by),
+                label: by.label(r),
                 pid: match by {
                     GroupBy::Tgid if r.tgid > 0 => Some(r.tgid),
                     GroupBy::Pid if r.pid > 0 => Some(r.pid),
@@ -184,7 +151,7 @@ impl Timeline {
         let mut groups = vec![0.0; self.groups.len()];
         // Group first, so a key's members (a process' threads) land in one series.
         for r in group_rows(iv.tasks.clone(), self.by) {
-            if let Some(&i) = self.index.get(&group_key(&r, self.by)) {
+            if let Some(&i) = self.index.get(&self.by.key(&r)) {
                 groups[i] += self.amount(&r);
             }
         }

@@ -319,17 +319,6 @@ fn fmt_share(s: f64) -> String {
     format!("{}%", fixed(s * 100.0, 1))
 }
 
-fn key_name(by: GroupBy) -> &'static str {
-    match by {
-        GroupBy::Pid => "PID",
-        GroupBy::Tgid => "TGID",
-        GroupBy::Comm => "COMM",
-        GroupBy::Cgroup => "CGROUP",
-        GroupBy::Container => "CONTAINER",
-        GroupBy::Pod => "POD",
-    }
-}
-
 fn row_cells(r: &TaskRow, by: GroupBy, has_total: bool, stand_in: &[String]) -> Vec<String> {
     // Names come from the recording (a process names itself anything): escaped, see text.rs.
     let mut v: Vec<String> = [
@@ -462,7 +451,7 @@ fn human(
     }
     s.push('\n');
     let mut head: Vec<String> = vec![
-        key_name(args.by).into(),
+        args.by.title().into(),
         if args.by == GroupBy::Comm {
             "TGID"
         } else {

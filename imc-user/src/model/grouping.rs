@@ -1,4 +1,5 @@
-//! How task rows are grouped (`--by`).
+//! How task rows are grouped (`--by`): each group's key, its label and its column title.
+use super::result::TaskRow;
 
 /// How task rows are grouped (`--by`): one row per thread, process, name, cgroup, container or
 /// Kubernetes pod.
@@ -37,6 +38,51 @@ impl GroupBy {
             GroupBy::Cgroup => "cgroup",
             GroupBy::Container => "container",
             GroupBy::Pod => "pod",
+        }
+    }
+
+    /// The key a row is grouped by (the grouping `attribution::group_rows` makes).
+    pub fn key(self, r: &TaskRow) -> String {
+        match self {
+            GroupBy::Pid => r.pid.to_string(),
+            GroupBy::Tgid => r.tgid.to_string(),
+            GroupBy::Comm => r.comm.clone(),
+            GroupBy::Cgroup => r.cgroup.to_string(),
+            GroupBy::Container => r.container_id.clone().unwrap_or_default(),
+            GroupBy::Pod => r.pod_uid.clone().unwrap_or_default(),
+        }
+    }
+
+    /// What a person reads for a group: `stream (pid 12)`, a cgroup path, `container 3f2a…`.
+    pub fn label(self, r: &TaskRow) -> String {
+        match self {
+            GroupBy::Pid => format!("{} (tid {})", r.comm, r.pid),
+            GroupBy::Tgid => format!("{} (pid {})", r.comm, r.tgid),
+            GroupBy::Comm => r.comm.clone(),
+            GroupBy::Cgroup => r
+                .cgroup_path
+                .clone()
+                .unwrap_or_else(|| format!("cgroup {}", r.cgroup)),
+            GroupBy::Container => r.container_id.as_deref().map_or_else(
+                || "(no container)".into(),
+                |c| format!("container {}", &c[..c.len().min(12)]),
+            ),
+            GroupBy::Pod => r
+                .pod_uid
+                .as_deref()
+                .map_or_else(|| "(no pod)".into(), |p| format!("pod {p}")),
+        }
+    }
+
+    /// The heading of the key column in a report table (`PID`, `CGROUP`).
+    pub fn title(self) -> &'static str {
+        match self {
+            GroupBy::Pid => "PID",
+            GroupBy::Tgid => "TGID",
+            GroupBy::Comm => "COMM",
+            GroupBy::Cgroup => "CGROUP",
+            GroupBy::Container => "CONTAINER",
+            GroupBy::Pod => "POD",
         }
     }
 }

@@ -9,7 +9,7 @@
 //!
 //! Counter values are rates (per second) over each interval, set at the interval's start;
 //! timestamps are the recording's CLOCK_MONOTONIC nanoseconds.
-use crate::attribution::timeline::{Timeline, Unit, group_label};
+use crate::attribution::timeline::{Timeline, Unit};
 use crate::model::GroupBy;
 use crate::model::result::BurstRow;
 use perfetto_protos::counter_descriptor::CounterDescriptor;
@@ -110,7 +110,7 @@ fn burst_slices(unit: &Unit, by: GroupBy, b: &BurstRow) -> [TracePacket; 2] {
     let culprits: Vec<String> = b
         .tasks
         .iter()
-        .map(|r| format!("{} {:.1}%", group_label(r, by), r.share * 100.0))
+        .map(|r| format!("{} {:.1}%", by.label(r), r.share * 100.0))
         .collect();
     let mut title = format!("burst {}", fmt_rate(unit, b.bytes_per_s));
     if !culprits.is_empty() {

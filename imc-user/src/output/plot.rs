@@ -2,7 +2,7 @@
 //! largest at the bottom, in the strongest colour), everything else in grey on top, bursts as
 //! shaded bands labelled with their first culprit. The y axis is in the source's unit: bytes/s
 //! (with a binary prefix) for memory controllers, the events per second for stand-ins.
-use crate::attribution::timeline::{Point, Timeline, Unit, group_label};
+use crate::attribution::timeline::{Point, Timeline, Unit};
 use crate::model::result::BurstRow;
 use crate::output::perfetto::binary_prefix;
 use plotters::prelude::*;
@@ -221,7 +221,7 @@ where
     for (i, b) in bursts.iter().enumerate().take(LISTED_BURSTS) {
         let at = b.t_start_ns.saturating_sub(t0) as f64 / 1e9;
         let who = b.tasks.first().map_or_else(String::new, |r| {
-            format!("{} {:.0}%", group_label(r, tl.by), r.share * 100.0)
+            format!("{} {:.0}%", tl.by.label(r), r.share * 100.0)
         });
         panel.draw(&Text::new(
             clip(&format!("{}  +{at:.1} s  {who}", i + 1), 44),
