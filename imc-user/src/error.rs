@@ -1,6 +1,8 @@
 //! The error every command returns to `main`: a one-line message and the exit code of the
 //! command-line contract (1 runtime failure, 2 bad usage or bad input). Module errors are typed
 //! (thiserror) and convert into this at the command boundary, choosing their code there.
+use crate::discovery::DiscoveryError;
+use crate::plan::PlanError;
 use std::fmt;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,6 +41,12 @@ impl CliError {
         }
     }
 
+    /// The same error with `context: ` before its message (the command or step that failed).
+    pub fn context(mut self, context: &str) -> Self {
+        self.message = format!("{context}: {}", self.message);
+        self
+    }
+
     /// The end [`output`](Self::output) makes of a closed pipe: exit 0, nothing said.
     pub fn is_quiet(&self) -> bool {
         self.code == 0
@@ -62,5 +70,28 @@ impl fmt::Display for CliError {
 }
 
 impl std::error::Error for CliError {}
+
+/// A request the plan cannot meet as asked is bad input (exit 2); nothing to read is a runtime
+/// failure (exit 1).
+impl From<PlanError> for CliError {
+    fn from(e: PlanError) -> Self {
+        match e {
+            PlanError::BadRequest(m) => CliError::bad_input(m),
+            PlanError::Unavailable(m) => CliError::runtime(m),
+        }
+    }
+}
+
+/// A tree under `--root` that is wrong is bad input (exit 2); a permission problem on a real
+/// system is a runtime failure (exit 1).
+impl From<DiscoveryError> for CliError {
+    fn from(e: DiscoveryError) -> Self {
+        let code = if e.is_bad_input() { 2 } else { 1 };
+        CliError {
+            code,
+            message: e.to_string(),
+        }
+    }
+}
 
 pub type CliResult<T = ()> = Result<T, CliError>;

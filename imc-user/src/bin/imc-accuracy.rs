@@ -8,7 +8,7 @@
 //! Bad input (an unreadable or malformed scenario, an unknown field, an absurd value): one line
 //! naming the file and the field on stderr, exit 2, before anything runs.
 use imc::attribution::synth::scenario::{self, RunOptions, Weigh};
-use imc::commands::sampling::{BATCH_DRAIN_MS, drain_period_ms};
+use imc::plan::drain::{BATCH_MS, period_ms};
 use std::io::Write;
 use std::process::ExitCode;
 use std::time::Instant;
@@ -66,8 +66,8 @@ fn main() -> ExitCode {
         let interval = l.file.interval_ms;
         let opts = RunOptions {
             weigh,
-            drain_ms: u64::from(drain_period_ms(interval, true)),
-            batch_ms: Some(BATCH_DRAIN_MS),
+            drain_ms: u64::from(period_ms(interval, true)),
+            batch_ms: Some(BATCH_MS),
         };
         let started = Instant::now();
         let mut last_said = Instant::now();

@@ -142,14 +142,8 @@ pub fn run_with<W: Write>(
     mut out: W,
     stop: &dyn Fn() -> bool,
 ) -> CliResult<ExitCode> {
-    let found = crate::discovery::discover(&global.root).map_err(|e| {
-        let msg = format!("top --ibs: {e}");
-        if e.is_bad_input() {
-            CliError::bad_input(msg)
-        } else {
-            CliError::runtime(msg)
-        }
-    })?;
+    let found = crate::discovery::discover(&global.root)
+        .map_err(|e| CliError::from(e).context("top --ibs"))?;
     let pmus = crate::discovery::read_pmus(&global.root)
         .map_err(|e| CliError::runtime(format!("top --ibs: {e}")))?;
     let p = plan(&found.other_sources, &pmus, &found.topology.online).map_err(CliError::runtime)?;

@@ -1,7 +1,7 @@
 //! `imc list`: what this machine offers — each backend, available or not and why, its PMUs with
 //! their designated CPUs, and the events it would count.
 use crate::cli::{GlobalArgs, ListArgs};
-use crate::discovery::{self, DiscoveryError, Report};
+use crate::discovery::{self, Report};
 use crate::error::{CliError, CliResult};
 use crate::model::{OtherSource, PmuScope, Source, SourceRole};
 use crate::sys::perf::{PerfEventAttr, PerfSys, RealPerf, explain_open_error};
@@ -75,21 +75,12 @@ pub fn check_access(sources: &mut [Source], sys: &dyn PerfSys) {
 
 /// Discovery under `root`, with errors turned into the one-line CLI error.
 pub fn load(root: &Path) -> CliResult<Report> {
-    discovery::discover_report(root).map_err(|e| cli_error(&e))
+    discovery::discover_report(root).map_err(|e| CliError::from(e).context("imc list"))
 }
 
 /// The `--json` document for `root` (what `imc list --json` prints).
 pub fn run_json(root: &Path) -> CliResult<Value> {
     load(root).map(|r| to_json(&r))
-}
-
-fn cli_error(e: &DiscoveryError) -> CliError {
-    let msg = format!("imc list: {e}");
-    if e.is_bad_input() {
-        CliError::bad_input(msg)
-    } else {
-        CliError::runtime(msg)
-    }
 }
 
 /// The JSON of design.md: `hypervisor`, `packages`, `sources`; plus `nodes` and `online`.

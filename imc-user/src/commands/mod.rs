@@ -14,7 +14,6 @@ pub mod record;
 pub mod report;
 pub mod sampling;
 pub mod serve;
-pub mod stand_in;
 pub mod stat;
 pub mod top;
 

@@ -8,7 +8,7 @@ use crate::discovery;
 use crate::error::{CliError, CliResult};
 use crate::model::result::IntervalResult;
 use crate::model::{BackendKind, Discovery, Topology};
-use crate::plan::{self, Kernel, Plan, PlanError, Request, WeightEvent, WeightRequest};
+use crate::plan::{self, Kernel, Plan, Request, WeightEvent, WeightRequest};
 use crate::sampler::{Sampler, planned};
 use imc_common::TickRecord;
 use std::process::ExitCode;
@@ -56,10 +56,10 @@ pub fn stand_in_for(
     events: &[String],
     backend: &str,
 ) -> CliResult<Vec<(String, Vec<crate::model::Encoded>)>> {
-    if !events.is_empty() || backend != "auto" || !super::stand_in::needed(found) {
+    if !events.is_empty() || backend != "auto" || !crate::plan::stand_in::needed(found) {
         return Ok(Vec::new());
     }
-    let s = super::stand_in::choose(&global.root, found)?;
+    let s = crate::plan::stand_in::choose(&global.root, found)?;
     Ok(vec![(s.name.to_string(), vec![s.event])])
 }
 
@@ -95,13 +95,6 @@ pub fn weight_arg(global: &GlobalArgs, given: &[String]) -> CliResult<WeightRequ
     }
 }
 
-pub fn plan_error(e: PlanError) -> CliError {
-    match e {
-        PlanError::BadRequest(m) => CliError::bad_input(m),
-        PlanError::Unavailable(m) => CliError::runtime(m),
-    }
-}
-
 /// The plan of a sampling command (`command`: top, record or serve).
 pub fn select_for(
     global: &GlobalArgs,
@@ -118,17 +111,17 @@ pub fn select_for(
         freq: args.freq,
         precise: args.precise,
         interval_ms,
-        drain_ms: u64::from(drain_period_ms(interval_ms, args.freq.is_none())),
+        drain_ms: u64::from(plan::drain::period_ms(interval_ms, args.freq.is_none())),
         // The modes meant to be left on sleep long; a live view keeps up with its interval.
         batch_ms: match command {
-            plan::Command::Record | plan::Command::Serve => Some(BATCH_DRAIN_MS),
+            plan::Command::Record | plan::Command::Serve => Some(plan::drain::BATCH_MS),
             plan::Command::Top | plan::Command::Stat => None,
         },
         stand_in: stand_in_for(global, found, &args.events, &args.backend)?,
         latency: None,
         weight: weight_arg(global, &args.weight)?,
     };
-    let plan = plan::plan(found, &Kernel::read(&global.root), &req).map_err(plan_error)?;
+    let plan = plan::plan(found, &Kernel::read(&global.root), &req)?;
     Ok(Selection {
         source: plan.source.clone(),
         plan,
@@ -144,24 +137,6 @@ pub fn print_plan(plan: &Plan, json: bool) -> CliResult<ExitCode> {
     };
     crate::error::write_stdout(text.as_bytes())?;
     Ok(ExitCode::SUCCESS)
-}
-
-/// The one line said on stderr when the plan counts a stand-in; `how`: "per process",
-/// "system-wide".
-pub fn stand_in_notice(plan: &Plan, how: &str) -> Option<String> {
-    let name = plan.source.strip_prefix("proxy:")?;
-    let why = plan.refusals.first().map_or_else(
-        || "no memory-controller PMU found".to_string(),
-        |r| {
-            // The refusal names its backend first; the reason is what the user needs.
-            r.reason
-                .split_once(": ")
-                .map_or(r.reason.clone(), |(_, why)| why.to_string())
-        },
-    );
-    Some(format!(
-        "no memory-controller counters ({why}); counting {name} {how} as a stand-in (counts, not bytes)"
-    ))
 }
 
 /// Where the sampling loop's output goes: `imc top` prints intervals, `imc record` writes
@@ -204,34 +179,9 @@ fn fallback_notice(r: &IntervalResult) -> String {
     )
 }
 
-/// How long `record` and `serve` sleep between drains when every counter comes in the records
-/// (see [`plan::Drain`]): a second, and earlier whenever a CPU's ring is half full.
-pub const BATCH_DRAIN_MS: u64 = 1000;
-
-/// How often the loop drains the rings. Each drain wakes imc, a timer interrupt of its own on a
-/// CPU that was not going to take one, and most of imc's own CPU use: on the kernel's tick (the
-/// continuous mode meant to be left on) once per interval, at most every 100 ms (the rings
-/// hold that long at a busy server's switch rate), and with a timer slack of a quarter of that,
-/// so the wake-up can ride on an interrupt the CPU takes anyway. With `--freq` (asked-for
-/// resolution) a quarter of the interval, between 10 and 50 ms, so an interval closes at most a
-/// quarter late.
-pub fn drain_period_ms(interval_ms: u64, kernel_tick: bool) -> u32 {
-    if kernel_tick {
-        interval_ms.clamp(10, 100) as u32
-    } else {
-        (interval_ms / 4).clamp(10, 50) as u32
-    }
-}
-
 /// Discovery under --root, with bad trees as bad input (exit 2).
 pub fn discover(global: &GlobalArgs) -> CliResult<Discovery> {
-    discovery::discover(&global.root).map_err(|e| {
-        if e.is_bad_input() {
-            CliError::bad_input(e.to_string())
-        } else {
-            CliError::runtime(e.to_string())
-        }
-    })
+    Ok(discovery::discover(&global.root)?)
 }
 
 pub fn block_on<F: std::future::Future<Output = CliResult<ExitCode>>>(f: F) -> CliResult<ExitCode> {
@@ -262,14 +212,11 @@ pub async fn sample_loop(
     sel: Selection,
     sink: &mut dyn Sink,
 ) -> CliResult<ExitCode> {
-    if let Some(notice) = stand_in_notice(&sel.plan, "per process") {
+    if let Some(notice) = crate::plan::stand_in::notice(&sel.plan, "per process") {
         sink.notice(&notice);
     }
     let kernel_tick = !sel.plan.tick.adds_interrupts;
-    let drain_ms = sel.plan.drain.as_ref().map_or_else(
-        || drain_period_ms(args.interval_ms, kernel_tick),
-        |d| d.every_ms.min(u64::from(u32::MAX)) as u32,
-    );
+    let drain_ms = sel.plan.drain_period_ms(args.interval_ms);
     let cfg = planned::config_of(
         &sel.plan,
         &found.topology.online,

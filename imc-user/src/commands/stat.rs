@@ -10,9 +10,7 @@ use crate::backends::mchbar::MchbarBackend;
 use crate::backends::perf::PerfBackend;
 use crate::backends::{Backend, BackendError, plan};
 use crate::cli::{GlobalArgs, StatArgs};
-use crate::commands::sampling::{
-    backend_arg, plan_error, print_plan, resolve_events, stand_in_for, stand_in_notice,
-};
+use crate::commands::sampling::{backend_arg, print_plan, resolve_events, stand_in_for};
 use crate::error::{CliError, CliResult};
 use crate::model::{BackendKind, Discovery};
 use crate::output::stat::{Format, StatWriter};
@@ -85,14 +83,8 @@ pub fn run(global: &GlobalArgs, args: &StatArgs) -> CliResult<ExitCode> {
 
 /// Discovery under `--root`, its error as one line; bad input (a wrong `--root`) is exit 2.
 fn discover(root: &Path) -> CliResult<Discovery> {
-    crate::discovery::discover(root).map_err(|e| {
-        let msg = format!("cannot discover counters: {e}");
-        if e.is_bad_input() {
-            CliError::bad_input(msg)
-        } else {
-            CliError::runtime(msg)
-        }
-    })
+    crate::discovery::discover(root)
+        .map_err(|e| CliError::from(e).context("cannot discover counters"))
 }
 
 /// `stat` with its OS edges given: what `run` does, and what tests drive with fakes.
@@ -412,7 +404,7 @@ pub fn plan_of(
             .transpose()?,
         weight: Default::default(),
     };
-    crate::plan::plan(discovery, &Kernel::read(&global.root), &req).map_err(plan_error)
+    crate::plan::plan(discovery, &Kernel::read(&global.root), &req).map_err(CliError::from)
 }
 
 /// Opens the planned counters; with `--backend auto` a memory controller whose counters do not
@@ -439,7 +431,7 @@ fn open_backend(
         match open_planned(global, env, discovery, &plan, interval_ns) {
             Ok(b) => {
                 // Said once it counts: a stand-in that does not open is its error alone.
-                if let Some(notice) = stand_in_notice(&plan, "system-wide") {
+                if let Some(notice) = crate::plan::stand_in::notice(&plan, "system-wide") {
                     let _ = writeln!(err, "imc: {}", crate::text::escape(&notice));
                 }
                 return Ok(b);

@@ -8,7 +8,9 @@
 //! - [`kernel`]: the facts of the running kernel that shape a plan (release, HZ), read under
 //!   `--root`.
 //! - [`text`]: the plan as a person reads it.
+pub mod drain;
 pub mod kernel;
+pub mod stand_in;
 pub mod text;
 pub mod weights;
 

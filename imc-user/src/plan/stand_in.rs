@@ -1,9 +1,10 @@
 //! The stand-in counter of a machine without memory-controller counters (a VM guest, a machine
 //! whose PMUs are hidden): `imc stat`, `top` and `record` all say so in one line and count the
 //! same labelled stand-in instead, core LLC load misses where a core PMU exists, else page
-//! faults. Its source is `proxy:NAME`, and it is never shown as bytes.
+//! faults. Its source is `proxy:NAME`, and it is never shown as bytes. The choice and the line
+//! said about it are the plan's: the commands only pass them on.
+use super::{Plan, PlanError};
 use crate::discovery;
-use crate::error::{CliError, CliResult};
 use crate::model::Discovery;
 use crate::model::Encoded;
 use std::path::Path;
@@ -21,14 +22,6 @@ impl StandIn {
     pub fn source(&self) -> String {
         format!("proxy:{}", self.name)
     }
-
-    /// The one line said on stderr; `how` says what is counted: "per process", "system-wide".
-    pub fn notice(&self, how: &str) -> String {
-        format!(
-            "no memory-controller counters ({}); counting {} {how} as a stand-in (counts, not bytes)",
-            self.why, self.name
-        )
-    }
 }
 
 /// Whether a command that was given neither `-e` nor `--backend` must use the stand-in: no
@@ -41,7 +34,7 @@ pub fn needed(found: &Discovery) -> bool {
 }
 
 /// The stand-in for this root: LLC-load-misses when a core PMU encodes it, else page-faults.
-pub fn choose(root: &Path, found: &Discovery) -> CliResult<StandIn> {
+pub fn choose(root: &Path, found: &Discovery) -> Result<StandIn, PlanError> {
     let why = found
         .sources
         .iter()
@@ -63,13 +56,31 @@ pub fn choose(root: &Path, found: &Discovery) -> CliResult<StandIn> {
         });
     }
     let event = crate::events::resolve(root, "page-faults")
-        .map_err(|e| CliError::runtime(e.to_string()))?
+        .map_err(|e| PlanError::Unavailable(e.to_string()))?
         .into_iter()
         .next()
-        .ok_or_else(|| CliError::runtime("page-faults did not encode"))?;
+        .ok_or_else(|| PlanError::Unavailable("page-faults did not encode".into()))?;
     Ok(StandIn {
         name: "page-faults",
         event,
         why,
     })
+}
+
+/// The one line said on stderr when the plan counts a stand-in; `how`: "per process",
+/// "system-wide".
+pub fn notice(plan: &Plan, how: &str) -> Option<String> {
+    let name = plan.source.strip_prefix("proxy:")?;
+    let why = plan.refusals.first().map_or_else(
+        || "no memory-controller PMU found".to_string(),
+        |r| {
+            // The refusal names its backend first; the reason is what the user needs.
+            r.reason
+                .split_once(": ")
+                .map_or(r.reason.clone(), |(_, why)| why.to_string())
+        },
+    );
+    Some(format!(
+        "no memory-controller counters ({why}); counting {name} {how} as a stand-in (counts, not bytes)"
+    ))
 }
