@@ -86,20 +86,30 @@ pub fn fixed(v: f64, decimals: usize) -> String {
     }
 }
 
+/// `v` scaled to the largest binary prefix (none, Ki, Mi, Gi, Ti, Pi) that keeps it at least 1.
+pub fn binary_prefix(v: f64) -> (f64, &'static str) {
+    const P: [&str; 6] = ["", "Ki", "Mi", "Gi", "Ti", "Pi"];
+    let mut i = 0;
+    let mut x = v;
+    while x.abs() >= 1024.0 && i + 1 < P.len() {
+        x /= 1024.0;
+        i += 1;
+    }
+    (x, P[i])
+}
+
 /// Bytes with binary units: `512 B`, `1.50 KiB`, `3.20 GiB`.
 pub fn fmt_bytes(b: f64) -> String {
-    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
-    let mut v = b;
-    let mut u = 0;
-    while v.abs() >= 1024.0 && u + 1 < UNITS.len() {
-        v /= 1024.0;
-        u += 1;
+    match binary_prefix(b) {
+        (v, "") => format!("{} B", fixed(v, 0)),
+        (v, prefix) => format!("{} {prefix}B", fixed(v, 2)),
     }
-    if u == 0 {
-        format!("{} B", fixed(v, 0))
-    } else {
-        format!("{} {}", fixed(v, 2), UNITS[u])
-    }
+}
+
+/// Bytes per second with binary units: `512 B/s`, `1.50 GiB/s`. Every byte rate a person reads
+/// (report tables, trace and plot titles) goes through here.
+pub fn fmt_byte_rate(per_s: f64) -> String {
+    format!("{}/s", fmt_bytes(per_s))
 }
 
 #[cfg(test)]

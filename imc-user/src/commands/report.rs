@@ -297,7 +297,7 @@ impl Unit {
     /// A rate in this unit: `1.50 MiB/s`, `87354 page-faults/s`, `1.2e9 ns/s (cpu-clock)`.
     fn rate(&self, per_s: f64) -> String {
         match self {
-            Unit::Bytes => format!("{}/s", fmt_bytes(per_s)),
+            Unit::Bytes => crate::text::fmt_byte_rate(per_s),
             Unit::Counts(events) => format!("{} {}", fixed(per_s, 0), escape(&rate_unit(events))),
         }
     }

@@ -85,24 +85,9 @@ fn annotation(name: &str, value: String) -> DebugAnnotation {
 /// A rate in the timeline's unit, for titles: `1.50 GiB/s`, `12345 page-faults/s`.
 pub fn fmt_rate(unit: &Unit, v: f64) -> String {
     match unit {
-        Unit::Bytes => {
-            let (scaled, prefix) = binary_prefix(v);
-            format!("{} {prefix}B/s", super::fixed(scaled, 2))
-        }
+        Unit::Bytes => crate::text::fmt_byte_rate(v),
         Unit::Counts(_) => format!("{} {}", super::fixed(v, 0), unit.per_s()),
     }
-}
-
-/// `v` scaled to the largest binary prefix (none, Ki, Mi, Gi, Ti) that keeps it at least 1.
-pub fn binary_prefix(v: f64) -> (f64, &'static str) {
-    const P: [&str; 5] = ["", "Ki", "Mi", "Gi", "Ti"];
-    let mut i = 0;
-    let mut x = v;
-    while x.abs() >= 1024.0 && i + 1 < P.len() {
-        x /= 1024.0;
-        i += 1;
-    }
-    (x, P[i])
 }
 
 /// The slice of one burst: `burst 1.50 GiB/s: stream (pid 12) 80%, …`.

@@ -4,7 +4,7 @@
 //! (with a binary prefix) for memory controllers, the events per second for stand-ins.
 use crate::attribution::timeline::{Point, Timeline, Unit};
 use crate::model::result::BurstRow;
-use crate::output::perfetto::binary_prefix;
+use crate::text::binary_prefix;
 use plotters::prelude::*;
 use std::path::Path;
 
