@@ -13,6 +13,8 @@ const LAYERS: &[(&str, u8)] = &[
     ("model", 0),
     // Escaping outside text for a terminal: depends on nothing.
     ("text", 0),
+    // Every environment variable imc reads, read once: depends on nothing.
+    ("settings", 0),
     ("sys", 1),
     ("discovery", 2),
     ("events", 3),

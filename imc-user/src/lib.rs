@@ -23,6 +23,7 @@ pub mod output;
 pub mod plan;
 pub mod record;
 pub mod sampler;
+pub mod settings;
 pub mod sys;
 pub mod text;
 pub mod web;

@@ -42,6 +42,8 @@ fn run() -> Result<ExitCode> {
         }
     };
     init_logging(cli.global.verbose);
+    // Every IMC_* and LIBPFM_* variable, read before imc sets any of them (choose_libpfm_model).
+    imc::settings::get();
     choose_libpfm_model(&cli);
     Ok(imc::commands::run(cli)?)
 }

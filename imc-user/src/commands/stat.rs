@@ -15,6 +15,7 @@ use crate::error::{CliError, CliResult};
 use crate::model::{BackendKind, Discovery};
 use crate::output::stat::{Format, StatWriter};
 use crate::plan::{Command as PlanCommand, Kernel, Plan, Request};
+use crate::settings::Settings;
 use crate::sys::devmem::{DevMem, RealDevMem};
 use crate::sys::perf::{PerfSys, RealPerf};
 use std::io::{self, Write};
@@ -116,14 +117,14 @@ pub fn run_with<W: Write>(
     backend_arg(&args.backend)?;
     let duration_ns = args.duration.map(|s| (s * 1e9).round() as u64);
     // A mistyped IMC_STAT_MODE is bad input, said before anything opens.
-    read_mode().map_err(|e| CliError::bad_input(e.to_string()))?;
+    let mode = read_mode(crate::settings::get()).map_err(|e| CliError::bad_input(e.to_string()))?;
 
     let discovery = discover(&global.root)?;
     if args.dry_run {
         let plan = plan_of(global, args, &discovery, Vec::new())?;
         return print_plan(&plan, args.json);
     }
-    let mut backend = open_backend(global, args, env, &discovery, err)?;
+    let mut backend = open_backend(global, args, env, mode, &discovery, err)?;
     for f in backend.take_failures() {
         let _ = writeln!(
             err,
@@ -283,6 +284,7 @@ fn backend_error(e: BackendError) -> CliError {
 fn open_planned(
     global: &GlobalArgs,
     env: &StatEnv<'_>,
+    mode: ReadMode,
     discovery: &Discovery,
     plan: &Plan,
     interval_ns: u64,
@@ -307,7 +309,13 @@ fn open_planned(
     } else {
         plan.source.clone()
     };
-    Ok(Box::new(open_perf(env, &name, counters, interval_ns)?))
+    Ok(Box::new(open_perf(
+        env,
+        mode,
+        &name,
+        counters,
+        interval_ns,
+    )?))
 }
 
 /// Intervals up to this long use kernel-timed sampling by default: there the cost of waking and
@@ -328,16 +336,16 @@ enum ReadMode {
     KernelTimed,
 }
 
-fn read_mode() -> Result<ReadMode, BackendError> {
+fn read_mode(settings: &Settings) -> Result<ReadMode, BackendError> {
     // IMC_STAT_KERNEL_TIMED=1 was the opt-in before kernel-timed became the default.
-    if std::env::var("IMC_STAT_KERNEL_TIMED").is_ok_and(|v| v == "1") {
+    if settings.stat_kernel_timed {
         return Ok(ReadMode::KernelTimed);
     }
-    match std::env::var("IMC_STAT_MODE").as_deref() {
-        Err(_) | Ok("") | Ok("auto") => Ok(ReadMode::Auto),
-        Ok("deadline") => Ok(ReadMode::Deadline),
-        Ok("kernel-timed") => Ok(ReadMode::KernelTimed),
-        Ok(other) => Err(BackendError::Plan(format!(
+    match settings.stat_mode.as_deref() {
+        None | Some("") | Some("auto") => Ok(ReadMode::Auto),
+        Some("deadline") => Ok(ReadMode::Deadline),
+        Some("kernel-timed") => Ok(ReadMode::KernelTimed),
+        Some(other) => Err(BackendError::Plan(format!(
             "IMC_STAT_MODE={other}: unknown mode (one of auto, deadline, kernel-timed)"
         ))),
     }
@@ -346,11 +354,11 @@ fn read_mode() -> Result<ReadMode, BackendError> {
 /// Opens perf counters, kernel-timed for short intervals when the kernel allows it.
 fn open_perf(
     env: &StatEnv<'_>,
+    mode: ReadMode,
     name: &str,
     planned: Vec<plan::PerfCounter>,
     interval_ns: u64,
 ) -> Result<PerfBackend, BackendError> {
-    let mode = read_mode()?;
     let timed = match mode {
         ReadMode::Auto => interval_ns <= TIMED_UP_TO_NS,
         ReadMode::Deadline => false,
@@ -413,6 +421,7 @@ fn open_backend(
     global: &GlobalArgs,
     args: &StatArgs,
     env: &StatEnv<'_>,
+    mode: ReadMode,
     discovery: &Discovery,
     err: &mut dyn Write,
 ) -> CliResult<Box<dyn Backend>> {
@@ -428,7 +437,7 @@ fn open_backend(
             }
             Err(e) => return Err(e),
         };
-        match open_planned(global, env, discovery, &plan, interval_ns) {
+        match open_planned(global, env, mode, discovery, &plan, interval_ns) {
             Ok(b) => {
                 // Said once it counts: a stand-in that does not open is its error alone.
                 if let Some(notice) = crate::plan::stand_in::notice(&plan, "system-wide") {

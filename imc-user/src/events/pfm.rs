@@ -21,7 +21,7 @@ use std::ffi::{CStr, CString, c_char, c_int, c_void};
 use std::sync::{Mutex, OnceLock};
 
 /// Environment variable naming the libpfm shared object to load instead of `libpfm.so.4`.
-pub const LIBPFM_ENV: &str = "IMC_LIBPFM";
+pub use crate::settings::LIBPFM_ENV;
 const DEFAULT_LIB: &str = "libpfm.so.4";
 
 // pfmlib.h constants (ABI of libpfm 4.x).
@@ -137,7 +137,10 @@ static PFM: OnceLock<Result<Pfm, String>> = OnceLock::new();
 static CALLS: Mutex<()> = Mutex::new(());
 
 fn load() -> Result<Pfm, String> {
-    let name = std::env::var_os(LIBPFM_ENV).unwrap_or_else(|| DEFAULT_LIB.into());
+    let name = crate::settings::get()
+        .libpfm
+        .clone()
+        .unwrap_or_else(|| DEFAULT_LIB.into());
     // SAFETY: dlopen runs the library's load-time initialisers; libpfm4 does its real set-up in
     // pfm_initialize (called below, once), so loading it has no preconditions of ours to break.
     // IMC_LIBPFM is trusted like LD_LIBRARY_PATH: whoever sets it chooses the code that runs.
@@ -434,7 +437,7 @@ fn explain(pfm: &Pfm, text: &str, rc: c_int) -> String {
         PFM_ERR_NOTFOUND => {
             let active = pfm.active_pmus();
             if active.is_empty()
-                && let Ok(forced) = std::env::var(super::pfm_model::FORCE_ENV)
+                && let Some(forced) = super::pfm_model::forced()
             {
                 return format!(
                     "libpfm4 has no PMU '{forced}' to encode for (LIBPFM_FORCE_PMU={forced}; \

@@ -8,7 +8,10 @@
 use crate::discovery::Machine;
 use std::path::Path;
 
-pub const FORCE_ENV: &str = "LIBPFM_FORCE_PMU";
+pub use crate::settings::LIBPFM_FORCE_PMU_ENV as FORCE_ENV;
+
+/// The PMU [`apply`] told libpfm4 to use (set once, at start-up).
+static APPLIED: std::sync::OnceLock<String> = std::sync::OnceLock::new();
 
 /// The libpfm4 core PMU for a CPU, with the CPU's name, from the models libpfm4 4.13 knows
 /// (its pmu_detect tables: lib/pfmlib_intel_*.c, lib/pfmlib_amd64*.c, lib/pfmlib_powerpc*.c).
@@ -124,9 +127,10 @@ pub fn choose(root_cpu: Option<&Machine>, host: &Machine, user_force: Option<&st
 }
 
 /// Reads the CPU under `root` and this host's, and decides (see [`choose`]). Pure apart from
-/// reading the two cpuinfo files and the environment; [`apply`] acts on the result.
+/// reading the two cpuinfo files and the user's `LIBPFM_FORCE_PMU` (settings); [`apply`] acts on
+/// the result.
 pub fn decide(root: &Path) -> PfmModel {
-    let user = std::env::var(FORCE_ENV).ok();
+    let user = crate::settings::get().libpfm_force_pmu.clone();
     let root_cpu = crate::discovery::machine::read_machine(root).ok();
     let host = crate::discovery::machine::read_machine(Path::new("/")).unwrap_or_default();
     choose(root_cpu.as_ref(), &host, user.as_deref())
@@ -141,7 +145,17 @@ pub unsafe fn apply(model: &PfmModel) {
     if let Some(f) = &model.force {
         // SAFETY: the caller guarantees no other thread reads or writes the environment now.
         unsafe { std::env::set_var(FORCE_ENV, f) };
+        let _ = APPLIED.set(f.clone());
     }
+}
+
+/// The PMU libpfm4 is forced to in this process: the user's `LIBPFM_FORCE_PMU`, else the one
+/// [`apply`] set (None: libpfm4 detects the host).
+pub fn forced() -> Option<String> {
+    crate::settings::get()
+        .libpfm_force_pmu
+        .clone()
+        .or_else(|| APPLIED.get().cloned())
 }
 
 #[cfg(test)]

@@ -9,15 +9,15 @@ static EMBEDDED: &[u8] = aya::include_bytes_aligned!(env!("IMC_EBPF_OBJECT_PATH"
 #[cfg(not(imc_embedded_bpf))]
 static EMBEDDED: &[u8] = &[];
 
-pub const OBJECT_ENV: &str = "IMC_BPF_OBJECT";
+pub use crate::settings::BPF_OBJECT_ENV as OBJECT_ENV;
 
 /// The program's ELF bytes.
 pub fn program_bytes() -> Result<Cow<'static, [u8]>, SamplerError> {
-    if let Some(path) = std::env::var_os(OBJECT_ENV) {
-        return std::fs::read(&path)
+    if let Some(path) = &crate::settings::get().bpf_object {
+        return std::fs::read(path)
             .map(Cow::Owned)
             .map_err(|source| SamplerError::ObjectRead {
-                path: path.into(),
+                path: path.clone(),
                 source,
             });
     }
