@@ -1,8 +1,12 @@
 //! The error every command returns to `main`: a one-line message and the exit code of the
 //! command-line contract (1 runtime failure, 2 bad usage or bad input). Module errors are typed
 //! (thiserror) and convert into this at the command boundary, choosing their code there.
+use crate::backends::BackendError;
+use crate::backends::latency::LatencyError;
 use crate::discovery::DiscoveryError;
+use crate::events::EventError;
 use crate::plan::PlanError;
+use crate::record::RecordError;
 use std::fmt;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -90,6 +94,50 @@ impl From<DiscoveryError> for CliError {
         CliError {
             code,
             message: e.to_string(),
+        }
+    }
+}
+
+/// An event the user wrote that does not parse or encode is bad input (exit 2); a missing
+/// libpfm4 or an unreadable sysfs is a runtime failure (exit 1).
+impl From<EventError> for CliError {
+    fn from(e: EventError) -> Self {
+        let code = if e.is_bad_input() { 2 } else { 1 };
+        CliError {
+            code,
+            message: e.to_string(),
+        }
+    }
+}
+
+/// As [`EventError`]: a request type or PMU the user named wrongly is bad input.
+impl From<LatencyError> for CliError {
+    fn from(e: LatencyError) -> Self {
+        let code = if e.is_bad_input() { 2 } else { 1 };
+        CliError {
+            code,
+            message: e.to_string(),
+        }
+    }
+}
+
+/// Counters that do not open or read are a runtime failure (exit 1).
+impl From<BackendError> for CliError {
+    fn from(e: BackendError) -> Self {
+        CliError::runtime(e.to_string())
+    }
+}
+
+/// A recording path that is missing, a directory, a FIFO or a symlink loop is bad input (exit
+/// 2), as is a file that is not a recording; a failing disk or a permission is a runtime
+/// failure (1). The message names the path once (the error's own text does).
+impl From<RecordError> for CliError {
+    fn from(e: RecordError) -> Self {
+        match &e {
+            RecordError::Io { source, .. } if !crate::sys::file::is_bad_path(source) => {
+                CliError::runtime(e.to_string())
+            }
+            _ => CliError::bad_input(e.to_string()),
         }
     }
 }

@@ -12,14 +12,6 @@ use crate::events::{self, EventError, Form};
 use crate::model::{Encoded, Pmu};
 use std::process::ExitCode;
 
-fn to_cli(e: EventError) -> CliError {
-    if e.is_bad_input() {
-        CliError::bad_input(e.to_string())
-    } else {
-        CliError::runtime(e.to_string())
-    }
-}
-
 /// Encodes every string; the PMUs under the root are read only once, and only a sysfs string
 /// needs them to be readable (generic and libpfm4 names encode on any root).
 pub fn encode_all(global: &GlobalArgs, texts: &[String]) -> Result<Vec<Encoded>, EventError> {
@@ -65,7 +57,7 @@ pub fn human_line(e: &Encoded) -> String {
 }
 
 pub fn run(global: &GlobalArgs, args: &EncodeArgs) -> CliResult<ExitCode> {
-    let encoded = encode_all(global, &args.events).map_err(to_cli)?;
+    let encoded = encode_all(global, &args.events)?;
     let mut text = String::new();
     for e in &encoded {
         if args.json {

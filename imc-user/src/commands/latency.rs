@@ -3,18 +3,10 @@
 //! `CliError`s (exit 2 for bad request types, 1 when the machine is not a KNL).
 use crate::backends::interval::Layout;
 use crate::backends::latency::{self, LatencyError};
-use crate::error::{CliError, CliResult};
+use crate::error::CliResult;
 use crate::model::Encoded;
 use crate::output::latency::LatencyCols;
 use std::path::Path;
-
-fn to_cli(e: LatencyError) -> CliError {
-    if e.is_bad_input() {
-        CliError::bad_input(e.to_string())
-    } else {
-        CliError::runtime(e.to_string())
-    }
-}
 
 /// The latency column of the output, found by the two events' keys.
 pub fn columns(layout: &Layout, request_types: &str) -> Option<LatencyCols> {
@@ -25,6 +17,6 @@ pub fn columns(layout: &Layout, request_types: &str) -> Option<LatencyCols> {
 /// The two checked encodings (OFFCORE_RESPONSE_0 … OUTSTANDING, OFFCORE_RESPONSE_1 …
 /// ANY_RESPONSE) for `--dry-run`.
 pub fn encodings(root: &Path, request_types: &str) -> CliResult<(Encoded, Encoded)> {
-    let pmus = crate::events::read_pmus(root).map_err(|e| to_cli(e.into()))?;
-    latency::encodings(&pmus, request_types).map_err(to_cli)
+    let pmus = crate::events::read_pmus(root).map_err(LatencyError::from)?;
+    Ok(latency::encodings(&pmus, request_types)?)
 }

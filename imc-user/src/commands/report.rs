@@ -12,7 +12,7 @@ use crate::error::{CliError, CliResult};
 use crate::model::result::{BurstRow, IntervalResult, PrecisionRow, ReportResult, TaskRow};
 use crate::output::fixed;
 use crate::output::{perfetto, plot};
-use crate::record::{Item, ReadStatus, Reader, RecordError, rotated_path};
+use crate::record::{Item, ReadStatus, Reader, rotated_path};
 use crate::text::escape;
 use imc_common::KIND_SWITCH;
 use std::path::Path;
@@ -22,21 +22,9 @@ use std::process::ExitCode;
 const BURST_TASKS: usize = 10;
 const TABLE_ROWS: usize = 30;
 
-/// A path that is missing, a directory, a FIFO or a symlink loop is bad input (exit 2), as is
-/// a file that is not a recording; a failing disk or a permission is a runtime failure (1).
-/// The message names the path once (the error's own text does).
-fn to_cli(e: RecordError) -> CliError {
-    match &e {
-        RecordError::Io { source, .. } if !crate::sys::file::is_bad_path(source) => {
-            CliError::runtime(e.to_string())
-        }
-        _ => CliError::bad_input(e.to_string()),
-    }
-}
-
 /// The files of the run, oldest first: FILE.1 when it is this run's previous segment.
 fn open_run(path: &Path) -> CliResult<Vec<Reader>> {
-    let main = Reader::open(path).map_err(to_cli)?;
+    let main = Reader::open(path)?;
     let mut out = Vec::new();
     let old = rotated_path(path);
     if main.header().segment > 0

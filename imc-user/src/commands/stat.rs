@@ -276,10 +276,6 @@ fn exit_code_of(status: std::process::ExitStatus) -> ExitCode {
     }
 }
 
-fn backend_error(e: BackendError) -> CliError {
-    CliError::runtime(e.to_string())
-}
-
 /// Opens the counters of a plan.
 fn open_planned(
     global: &GlobalArgs,
@@ -456,13 +452,13 @@ fn open_backend(
                             exclude.extend([BackendKind::KnlImc, BackendKind::KnlEdc]);
                         }
                     }
-                    _ => return Err(backend_error(e)),
+                    _ => return Err(e.into()),
                 }
             }
         }
     }
     Err(first_err.map_or_else(
         || CliError::runtime("no memory-controller counters could be opened"),
-        backend_error,
+        CliError::from,
     ))
 }
