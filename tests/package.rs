@@ -12,9 +12,9 @@
 //! The configuration is built with the library's own types (the plan layer gives real uncore
 //! PMUs their scope from their cpumask; a software event has none) and run through `Pump`, the
 //! drain and interval path `imc top` and `imc record` use.
-use imc::commands::sampling::{IntervalEnds, Pump, Sink};
 use imc::model::result::IntervalResult;
 use imc::model::{SlotRole, SlotScope, SlotSpec, Topology};
+use imc::pipeline::{IntervalEnds, Pump, Sink};
 use imc::sampler::{
     PackageCounter, ReaderGroup, Sampler, SamplerConfig, SlotPlan, TickSource, counting_attr,
 };

@@ -20,6 +20,7 @@ pub mod error;
 pub mod events;
 pub mod model;
 pub mod output;
+pub mod pipeline;
 pub mod plan;
 pub mod record;
 pub mod sampler;

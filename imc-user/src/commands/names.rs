@@ -1,11 +1,11 @@
 //! The sink between the sampling loop and `top`/`record`/`serve`: names every task's cgroup (path,
 //! container, pod) and, for `top --by`, groups the rows, before the real sink sees the interval.
-use super::sampling::Sink;
 use crate::attribution::group_rows;
 use crate::attribution::names::name_cgroups;
 use crate::cli::{GlobalArgs, GroupBy};
 use crate::discovery::cgroup::CgroupPaths;
 use crate::model::result::IntervalResult;
+use crate::pipeline::Sink;
 
 pub struct Naming<'a> {
     paths: Option<CgroupPaths>,

@@ -8,10 +8,11 @@
 //! under way (the sampler loaded, the command started): a run that cannot start leaves an
 //! existing file as it was.
 use super::names::{Naming, cgroup_paths};
-use super::sampling::{LoopOptions, Sink, block_on, discover, print_plan, sample_loop, select_for};
+use super::sampling::{LoopOptions, block_on, discover, print_plan, sample_loop, select_for};
 use crate::cli::{GlobalArgs, GroupBy, RecordArgs};
 use crate::error::{CliError, CliResult};
 use crate::model::result::IntervalResult;
+use crate::pipeline::Sink;
 use crate::record::{RecordHeader, Writer, WriterStats, smallest_max_size};
 use crate::sys::file::{LockError, WriteLock, is_bad_path, what_is_there};
 use std::path::{Path, PathBuf};

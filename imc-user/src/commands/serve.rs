@@ -6,7 +6,7 @@
 //! takes to add an interval, so one scrape never mixes two intervals.
 use super::names::{Naming, cgroup_paths};
 use super::sampling::{
-    LoopOptions, Selection, Sink, block_on, discover, print_plan, sample_loop, select_for,
+    LoopOptions, Selection, block_on, discover, print_plan, sample_loop, select_for,
 };
 use crate::cli::{GlobalArgs, GroupBy, ServeArgs};
 use crate::error::{CliError, CliResult};
@@ -16,6 +16,7 @@ use crate::output::prometheus::{
     CLASSIC_TYPE, ExportMeta, Exporter, OPENMETRICS_TYPE, SlotInfo, direction_label,
     to_classic_text, wants_openmetrics,
 };
+use crate::pipeline::Sink;
 use crate::web::config::WebConfig;
 use crate::web::server;
 use axum::Router;

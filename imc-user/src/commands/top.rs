@@ -8,13 +8,14 @@
 //! On a terminal (and without `--json`) the intervals feed the full-screen view of
 //! [`crate::output::top`]; otherwise each interval is one JSON line (the contract in design.md).
 use super::names::{Naming, cgroup_paths};
-use super::sampling::{LoopOptions, Sink, block_on, discover, print_plan, sample_loop, select_for};
+use super::sampling::{LoopOptions, block_on, discover, print_plan, sample_loop, select_for};
 use crate::cli::{GlobalArgs, TopArgs};
 use crate::error::{CliError, CliResult};
 use crate::model::SlotSpec;
 use crate::model::result::IntervalResult;
 use crate::model::{Direction, SlotRole};
 use crate::output::top::{Action, History, Units, ViewConfig, ViewState, handle_key, render};
+use crate::pipeline::Sink;
 use ratatui::Terminal;
 use ratatui::backend::CrosstermBackend;
 use ratatui::crossterm::event::{self, Event};

@@ -1,0 +1,32 @@
+//! Where the sampling loop's intervals (and records) go.
+use crate::model::result::IntervalResult;
+use std::time::Duration;
+
+/// Where the sampling loop's output goes: `imc top` prints intervals, `imc record` writes
+/// ticks and intervals to a recording.
+pub trait Sink {
+    /// Every record, in time order (each drain's records merged across CPUs), before the
+    /// intervals they end.
+    fn tick(&mut self, _rec: &imc_common::TickRecord) -> std::io::Result<()> {
+        Ok(())
+    }
+    /// One closed interval. `Ok(false)` stops the loop quietly (the reader went away).
+    fn interval(&mut self, r: &IntervalResult) -> std::io::Result<bool>;
+    /// Asked at every drain: true ends the loop as SIGINT would (the live view's quit key), with
+    /// a last interval up to now.
+    fn stop_requested(&self) -> bool {
+        false
+    }
+    /// After every drain: how many records it took in and how long it took (`imc serve`'s
+    /// health metrics).
+    fn drained(&mut self, _records: usize, _took: Duration) {}
+    /// Once, when the sampler is loaded and attached, before the first drain (`imc serve`
+    /// starts answering then, never before a run that is about to fail).
+    fn started(&mut self) {}
+
+    /// Something the user must be told once while the loop runs (one line, no `imc:` prefix);
+    /// on stderr unless the sink shows it itself (the live view's header).
+    fn notice(&mut self, line: &str) {
+        eprintln!("imc: {}", crate::text::escape(line));
+    }
+}
