@@ -10,11 +10,11 @@
 //! CPU 1 none: that is the known truth attribution must find.
 //!
 //! The configuration is built with the library's own types (the plan layer gives real uncore
-//! PMUs their scope from their cpumask; a software event has none) and run through `Pump`, the
+//! PMUs their scope from their cpumask; a software event has none) and run through `Drainer`, the
 //! drain and interval path `imc top` and `imc record` use.
 use imc::model::result::IntervalResult;
 use imc::model::{SlotRole, SlotScope, SlotSpec, Topology};
-use imc::pipeline::{IntervalEnds, Pump, Sink};
+use imc::pipeline::{Drainer, IntervalEnds, Sink};
 use imc::sampler::{
     PackageCounter, ReaderGroup, Sampler, SamplerConfig, SlotPlan, TickSource, counting_attr,
 };
@@ -198,18 +198,18 @@ fn one_late_drain_closes_each_interval_with_its_own_traffic() {
     let mut toucher = spawn_role("toucher", 0, 4.0);
     std::thread::sleep(Duration::from_millis(300));
     let sampler = Sampler::start(&kernel_tick_config(&topo, None)).expect("sampler starts");
-    let mut pump = Pump::new(sampler, &topo, "test:package-stand-in".into(), 250);
+    let mut drainer = Drainer::new(sampler, &topo, "test:package-stand-in".into(), 250);
     let mut ends = IntervalEnds::starting(imc::sampler::monotonic_ns(), 100);
     let mut closed = Closed::default();
     // Two drains 1.2 s apart, as `record` sleeps: each closes the 100 ms intervals it passed.
     for _ in 0..2 {
         std::thread::sleep(Duration::from_millis(1200));
-        let (records, go_on) = pump
+        let (records, go_on) = drainer
             .drain_into(&mut closed, &mut ends, imc::sampler::monotonic_ns())
             .expect("drain");
         assert!(records > 0 && go_on);
     }
-    drop(pump);
+    drop(drainer);
     let _ = toucher.kill();
     let _ = toucher.wait();
 
@@ -277,7 +277,7 @@ fn a_ring_half_full_wakes_userspace_before_its_timer() {
 }
 
 /// Samples the page-fault stand-in on the kernel's tick for `secs` (the per-CPU page faults in
-/// the role `weight`), closing an interval every 500 ms through `Pump`, as `imc top` does;
+/// the role `weight`), closing an interval every 500 ms through `Drainer`, as `imc top` does;
 /// `at_warm` runs once, when the first (warm-up) interval has closed. The intervals and the
 /// program's statistics.
 fn sample_toucher_and_spinner(
@@ -303,24 +303,24 @@ fn sample_toucher_and_spinner(
         "{:?}",
         sampler.attached()
     );
-    let mut pump = Pump::new(sampler, topo, "test:package-stand-in".into(), 250);
+    let mut drainer = Drainer::new(sampler, topo, "test:package-stand-in".into(), 250);
     let mut intervals: Vec<IntervalResult> = Vec::new();
     let start = Instant::now();
     let mut next_close = start + Duration::from_millis(500);
     while start.elapsed() < Duration::from_secs_f64(secs) {
         std::thread::sleep(Duration::from_millis(10));
-        pump.drain(|_| {});
+        drainer.drain(|_| {});
         if Instant::now() >= next_close {
-            intervals.push(pump.close(false));
+            intervals.push(drainer.close(false));
             if intervals.len() == 1 {
                 at_warm();
             }
             next_close += Duration::from_millis(500);
         }
     }
-    pump.drain(|_| {});
-    intervals.push(pump.close(true));
-    let stats = pump.sampler().stats().unwrap();
+    drainer.drain(|_| {});
+    intervals.push(drainer.close(true));
+    let stats = drainer.sampler().stats().unwrap();
     (intervals, stats)
 }
 

@@ -6,7 +6,7 @@ use crate::cli::{GlobalArgs, SamplerArgs};
 use crate::discovery;
 use crate::error::{CliError, CliResult};
 use crate::model::{BackendKind, Discovery};
-use crate::pipeline::{IntervalEnds, Pump, Sink};
+use crate::pipeline::{Drainer, IntervalEnds, Sink};
 use crate::plan::{self, Kernel, Plan, Request, WeightEvent, WeightRequest};
 use crate::sampler::{Sampler, planned};
 use std::process::ExitCode;
@@ -204,20 +204,20 @@ pub async fn sample_loop(
             sampler.ring_len()
         );
     }
-    let mut pump = Pump::new(sampler, &found.topology, sel.source.clone(), tick_hz)
+    let mut drainer = Drainer::new(sampler, &found.topology, sel.source.clone(), tick_hz)
         .per_channel(args.per_channel)
         .weighting(sel.plan.weighting.clone());
     sink.started();
-    let code = run_loop(args, &mut pump, sink, cfg.drain_period_ms).await;
-    drop(pump);
+    let code = run_loop(args, &mut drainer, sink, cfg.drain_period_ms).await;
+    drop(drainer);
     code
 }
 
-/// The loop of [`sample_loop`] around a started pump: wakes at the drain period, when the
+/// The loop of [`sample_loop`] around a started drainer: wakes at the drain period, when the
 /// kernel says a ring is half full, at a signal, at --duration or when the command exits.
 async fn run_loop(
     args: &LoopOptions<'_>,
-    pump: &mut Pump,
+    drainer: &mut Drainer,
     sink: &mut dyn Sink,
     drain_ms: u32,
 ) -> CliResult<ExitCode> {
@@ -230,7 +230,7 @@ async fn run_loop(
     // output (a recording gets its end marker) instead of the process dying mid-write.
     let mut sighup = signal(SignalKind::hangup())
         .map_err(|e| CliError::runtime(format!("SIGHUP handler: {e}")))?;
-    let wake_fd = pump
+    let wake_fd = drainer
         .sampler()
         .wake_fd()
         .try_clone_to_owned()
@@ -281,7 +281,7 @@ async fn run_loop(
             _ = sighup.recv() => (true, None),
             st = child_done => (true, st),
         };
-        pump.take_wakes();
+        drainer.take_wakes();
         if let Some(st) = status {
             use std::os::unix::process::ExitStatusExt;
             let code = st.code().unwrap_or_else(|| 128 + st.signal().unwrap_or(0));
@@ -293,7 +293,7 @@ async fn run_loop(
         let finished = stop || sink.stop_requested() || deadline.is_some_and(|d| now >= d);
         let drain_start = std::time::Instant::now();
         let (records, go_on) =
-            match pump.drain_into(sink, &mut ends, crate::sampler::monotonic_ns()) {
+            match drainer.drain_into(sink, &mut ends, crate::sampler::monotonic_ns()) {
                 Ok(r) => r,
                 Err(e) => {
                     failed = Some(CliError::runtime(format!("writing output: {e}")));
@@ -306,8 +306,8 @@ async fn run_loop(
         }
         if finished {
             // The last interval, from the last end to now.
-            let result = pump.close(true);
-            pump.say_fallbacks(&result, sink);
+            let result = drainer.close(true);
+            drainer.say_fallbacks(&result, sink);
             if let Err(e) = sink.interval(&result) {
                 failed = Some(CliError::runtime(format!("writing output: {e}")));
             }

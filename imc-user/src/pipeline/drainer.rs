@@ -18,10 +18,11 @@ fn fallback_notice(r: &IntervalResult) -> String {
     )
 }
 
-/// The sampler and the attributor joined the way every sampling command runs them: what one
-/// drain and one interval end do, apart from timers, signals and output, so that tests can run
+/// Drains the sampler's rings into the attributor and closes intervals: the sampler and the
+/// attributor joined the way every sampling command runs them, what one drain and one interval
+/// end do, apart from timers, signals and output, so that tests can run
 /// exactly this path against the real program with counters of their choosing.
-pub struct Pump {
+pub struct Drainer {
     sampler: Sampler,
     attr: Attributor,
     lost_seen: u64,
@@ -36,11 +37,11 @@ pub struct Pump {
     fallbacks_said: bool,
 }
 
-impl Pump {
+impl Drainer {
     /// `tick_hz`: the tick rate of a busy CPU (the kernel's HZ, or `--freq`).
-    pub fn new(sampler: Sampler, topology: &Topology, source: String, tick_hz: u32) -> Pump {
+    pub fn new(sampler: Sampler, topology: &Topology, source: String, tick_hz: u32) -> Drainer {
         let attr = Attributor::new(sampler.slots(), topology, source).tick_hz(tick_hz);
-        let mut pump = Pump {
+        let mut drainer = Drainer {
             sampler,
             attr,
             lost_seen: 0,
@@ -51,19 +52,19 @@ impl Pump {
         };
         // Every package's counters read once now: a package whose CPUs are idle is otherwise
         // first read at the first drain (a second in), and its traffic before that was lost.
-        pump.read_packages(true);
-        pump
+        drainer.read_packages(true);
+        drainer
     }
 
     /// Also read every package counter on its own at each interval end, so each result carries
     /// per-channel counts (`PackageRow::channels`).
-    pub fn per_channel(mut self, yes: bool) -> Pump {
+    pub fn per_channel(mut self, yes: bool) -> Drainer {
         self.channels = yes.then(Vec::new);
         self
     }
 
     /// How the plan divides package traffic, said in every interval.
-    pub fn weighting(mut self, w: Option<crate::model::Weighting>) -> Pump {
+    pub fn weighting(mut self, w: Option<crate::model::Weighting>) -> Drainer {
         self.attr = self.attr.weighting(w);
         self
     }
