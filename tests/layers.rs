@@ -20,7 +20,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("discovery", 2),
     ("events", 3),
     ("plan", 4),
-    ("backends", 5),
+    ("counting", 5),
     ("sampler", 5),
     ("attribution", 6),
     // The sampler drained into the attributor, the interval clock, the sink trait.

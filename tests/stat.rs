@@ -1,13 +1,13 @@
 //! End-to-end tests of `imc stat`: the real binary on this VM (msr/tsc and software events, the
 //! MCHBAR backend on a regular file standing in for /dev/mem), and the whole command in-process
 //! against the fixture trees with the perf syscall layer replaced by `FakePerf`.
-use imc::backends::Backend;
-use imc::backends::clock::MonotonicClock;
-use imc::backends::mchbar::MchbarBackend;
-use imc::backends::plan::MchbarCounter;
-use imc::backends::{CounterSpec, Memory};
 use imc::cli::{GlobalArgs, StatArgs};
 use imc::commands::stat::{StatEnv, run_with};
+use imc::counting::Backend;
+use imc::counting::clock::MonotonicClock;
+use imc::counting::from_plan::MchbarCounter;
+use imc::counting::mchbar::MchbarBackend;
+use imc::counting::{CounterSpec, Memory};
 use imc::model::{Direction, Scope};
 use imc::sys::devmem::{DevMem, DevMemError, RealDevMem, Region};
 use imc::sys::perf::{FakePerf, PerfSys, TYPE_SOFTWARE};

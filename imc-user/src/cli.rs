@@ -112,7 +112,7 @@ pub struct StatArgs {
     /// (libpfm4 umask names, e.g. DMND_DATA_RD:DMND_RFO; default DMND_DATA_RD), beside DDR
     /// and MCDRAM bandwidth.
     #[arg(long, value_name = "REQUEST-TYPES", num_args = 0..=1,
-          default_missing_value = crate::backends::latency::DEFAULT_REQUEST_TYPES,
+          default_missing_value = crate::counting::latency::DEFAULT_REQUEST_TYPES,
           conflicts_with_all = ["events", "backend"])]
     pub latency: Option<String>,
     /// Run this command and measure until it exits (exit with its status).

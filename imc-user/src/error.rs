@@ -1,8 +1,8 @@
 //! The error every command returns to `main`: a one-line message and the exit code of the
 //! command-line contract (1 runtime failure, 2 bad usage or bad input). Module errors are typed
 //! (thiserror) and convert into this at the command boundary, choosing their code there.
-use crate::backends::BackendError;
-use crate::backends::latency::LatencyError;
+use crate::counting::BackendError;
+use crate::counting::latency::LatencyError;
 use crate::discovery::DiscoveryError;
 use crate::events::EventError;
 use crate::plan::PlanError;

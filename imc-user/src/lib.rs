@@ -4,7 +4,7 @@
 //! - [`discovery`]: topology and PMUs from sysfs under a root directory; which backends exist.
 //! - [`events`]: event strings → `perf_event_attr` fields.
 //! - [`sys`]: every syscall edge (perf_event_open, bpf, mmap of /dev/mem), replaceable in tests.
-//! - [`backends`]: userspace counting (perf, MCHBAR) for `imc stat`.
+//! - [`counting`]: userspace counting (perf, MCHBAR) for `imc stat`.
 //! - [`sampler`]: the eBPF tick sampler: load, attach, drain.
 //! - [`attribution`]: counter deltas → tasks; bursts.
 //! - [`record`]: the recording file format.
@@ -12,9 +12,9 @@
 //! - [`commands`]: one module per subcommand, wiring the above together.
 //! - [`text`]: outside text (process names, paths, file contents) made safe to print.
 pub mod attribution;
-pub mod backends;
 pub mod cli;
 pub mod commands;
+pub mod counting;
 pub mod discovery;
 pub mod error;
 pub mod events;

@@ -1,10 +1,10 @@
 //! `imc top --ibs`: per process, how many sampled loads AMD IBS saw served from DRAM, local or
 //! remote node, per interval — a cross-check of the bandwidth attribution (see
-//! [`crate::backends::ibs`]). One JSON object per interval with `--json` or when piped, else a
+//! [`crate::counting::ibs`]). One JSON object per interval with `--json` or when piped, else a
 //! plain table per interval.
-use crate::backends::clock::{Clock, MonotonicClock};
-use crate::backends::ibs::{IbsPlan, IbsSampler, ProcessCounts, Tally, plan};
 use crate::cli::{GlobalArgs, TopArgs};
+use crate::counting::clock::{Clock, MonotonicClock};
+use crate::counting::ibs::{IbsPlan, IbsSampler, ProcessCounts, Tally, plan};
 use crate::error::{CliError, CliResult};
 use crate::sys::perf::{PerfSys, RealPerf};
 use serde::Serialize;
@@ -188,7 +188,7 @@ pub fn run_with<W: Write>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backends::ibs::tests::{
+    use crate::counting::ibs::tests::{
         ds_l1_hit_load, ds_local_dram_load, ds_remote_dram_load, payload,
     };
     use crate::sys::perf::{PerfEventAttr, PerfIoctl, RECORD_SAMPLE, RingBuffer};

@@ -1,8 +1,8 @@
 //! `imc stat --latency` at the command boundary: the counters to open, the output column, and
-//! the two encodings `--dry-run` shows, with `backends::latency` errors turned into one-line
+//! the two encodings `--dry-run` shows, with `counting::latency` errors turned into one-line
 //! `CliError`s (exit 2 for bad request types, 1 when the machine is not a KNL).
-use crate::backends::interval::Layout;
-use crate::backends::latency::{self, LatencyError};
+use crate::counting::latency::{self, LatencyError};
+use crate::counting::stat_loop::Layout;
 use crate::error::CliResult;
 use crate::model::Encoded;
 use crate::output::latency::LatencyCols;

@@ -4,13 +4,13 @@
 //! fallback, or the `-e` events), runs the interval loop until `--duration`, the child of
 //! `-- CMD` exits, or SIGINT/SIGTERM, and converts every module error into a one-line
 //! `CliError` here.
-use crate::backends::clock::{Clock, MonotonicClock};
-use crate::backends::interval::{self, RunSummary};
-use crate::backends::mchbar::MchbarBackend;
-use crate::backends::perf::PerfBackend;
-use crate::backends::{Backend, BackendError, plan};
 use crate::cli::{GlobalArgs, StatArgs};
 use crate::commands::sampling::{backend_arg, print_plan, resolve_events, stand_in_for};
+use crate::counting::clock::{Clock, MonotonicClock};
+use crate::counting::mchbar::MchbarBackend;
+use crate::counting::perf::PerfBackend;
+use crate::counting::stat_loop::{self, RunSummary};
+use crate::counting::{Backend, BackendError, from_plan};
 use crate::error::{CliError, CliResult};
 use crate::model::{BackendKind, Discovery};
 use crate::output::stat::{Format, StatWriter};
@@ -146,7 +146,7 @@ pub fn run_with<W: Write>(
         None => None,
     };
 
-    let mut layout = interval::Layout::new(backend.as_ref());
+    let mut layout = stat_loop::Layout::new(backend.as_ref());
     set_peaks(&mut layout, &global.root, &discovery);
     let mut writer = StatWriter::new(out, format, args.per_channel, &layout);
     // --latency (KNL): the average-latency column (commands/latency.rs).
@@ -172,14 +172,14 @@ pub fn run_with<W: Write>(
                 None => STOP_SIGNAL.load(Ordering::SeqCst) != 0,
             }
         };
-        let mut failed = |f: &crate::backends::CounterFailure| {
+        let mut failed = |f: &crate::counting::CounterFailure| {
             let _ = writeln!(
                 err,
                 "imc: warning: {}; continuing with the other counters",
                 f.message
             );
         };
-        interval::run(
+        stat_loop::run(
             backend.as_mut(),
             env.clock,
             &layout,
@@ -228,8 +228,8 @@ pub fn run_with<W: Write>(
 /// channels. A source with one PMU per channel says how many channels a package has; otherwise
 /// each installed device is taken as one channel, spread evenly over the packages (a board with
 /// two devices per channel then shows half the true utilisation). MCDRAM is not in SMBIOS.
-fn set_peaks(layout: &mut interval::Layout, root: &Path, discovery: &Discovery) {
-    use crate::backends::Memory;
+fn set_peaks(layout: &mut stat_loop::Layout, root: &Path, discovery: &Discovery) {
+    use crate::counting::Memory;
     if layout.packages.is_empty() {
         return;
     }
@@ -285,15 +285,15 @@ fn open_planned(
     plan: &Plan,
     interval_ns: u64,
 ) -> Result<Box<dyn Backend>, BackendError> {
-    if plan::is_mchbar(plan) {
-        let counters = plan::mchbar_counters(plan)?;
+    if from_plan::is_mchbar(plan) {
+        let counters = from_plan::mchbar_counters(plan)?;
         return Ok(Box::new(MchbarBackend::open(
             env.devmem,
             &global.devmem,
             counters,
         )?));
     }
-    let counters = plan::perf_counters(plan, &discovery.topology);
+    let counters = from_plan::perf_counters(plan, &discovery.topology);
     if counters.is_empty() {
         return Err(BackendError::Plan(format!(
             "{}: discovery found no read/write events to open",
@@ -352,7 +352,7 @@ fn open_perf(
     env: &StatEnv<'_>,
     mode: ReadMode,
     name: &str,
-    planned: Vec<plan::PerfCounter>,
+    planned: Vec<from_plan::PerfCounter>,
     interval_ns: u64,
 ) -> Result<PerfBackend, BackendError> {
     let timed = match mode {

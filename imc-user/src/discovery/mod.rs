@@ -9,7 +9,7 @@
 //! - [`dmi`]: SMBIOS memory devices, for the theoretical peak bandwidth.
 //! - `catalogue`: every backend, available or not, with the reason.
 //! - [`other`]: PMUs that are not bandwidth sources (AMD IBS, POWER core/thread/trace IMC),
-//!   with the facts a planner needs, and [`other::power_imc_plan_notes`].
+//!   with the facts a planner needs, and [`non_bandwidth::power_imc_plan_notes`].
 mod catalogue;
 pub mod cgroup;
 pub mod cpulist;
@@ -17,7 +17,7 @@ pub mod dmi;
 pub mod format;
 pub mod machine;
 pub mod mchbar;
-pub mod other;
+pub mod non_bandwidth;
 pub mod sysfs;
 pub mod topology;
 
@@ -61,7 +61,7 @@ pub fn discover_report(root: &Path) -> Result<Report, DiscoveryError> {
         pmus: &pmus,
     };
     let sources = catalogue::catalogue(&ctx)?;
-    let other_sources = other::other_sources(root, &pmus)?;
+    let other_sources = non_bandwidth::other_sources(root, &pmus)?;
     let cores = core_pmus(&pmus, &topology)?;
     Ok(Report {
         discovery: Discovery {

@@ -281,7 +281,8 @@ pub fn encode(pmus: &[Pmu], text: &str) -> Result<Vec<Encoded>, EventError> {
         let words = encode_terms(pmu, &all.join(",")).map_err(|source| {
             // A filter this CPU's PMU lacks gets the reason, not only the list of terms.
             if let crate::discovery::FormatError::UnknownTerm { term, .. } = &source
-                && let Some(why) = crate::discovery::other::missing_term_reason(&pmu.name, term)
+                && let Some(why) =
+                    crate::discovery::non_bandwidth::missing_term_reason(&pmu.name, term)
             {
                 return EventError::Modifier {
                     event: text.to_string(),

@@ -1,7 +1,7 @@
 //! The average-latency column of `imc stat --latency` (KNL): which two `values` keys it divides,
 //! and how each output format shows it (JSON `latency_cycles`, null when a count is zero).
-use crate::backends::interval::{IntervalReport, Layout};
-use crate::backends::latency::latency_cycles;
+use crate::counting::latency::latency_cycles;
+use crate::counting::stat_loop::{IntervalReport, Layout};
 use std::io::Write;
 
 /// Positions in the layout's `values` of the outstanding-cycles and the requests counts.
@@ -12,7 +12,7 @@ pub struct LatencyCols {
 }
 
 impl LatencyCols {
-    /// The columns of the two keys `backends::latency::counters` returned.
+    /// The columns of the two keys `counting::latency::counters` returned.
     pub fn find(layout: &Layout, keys: &(String, String)) -> Option<LatencyCols> {
         let at = |k: &str| layout.value_keys.iter().position(|v| v == k);
         Some(LatencyCols {

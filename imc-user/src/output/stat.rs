@@ -3,7 +3,7 @@
 //! At `-I 1` this runs a thousand times a second, so each interval is formatted into a reused
 //! byte buffer (no allocation once warm), JSON keys are escaped once up front, and the whole
 //! interval reaches the writer in one `write` + `flush`.
-use crate::backends::interval::{Bytes, IntervalReport, Layout, Sink};
+use crate::counting::stat_loop::{Bytes, IntervalReport, Layout, Sink};
 use crate::output::latency::LatencyCols;
 use std::io::{self, Write};
 

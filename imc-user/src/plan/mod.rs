@@ -1,7 +1,7 @@
 //! The one place that decides what imc reads: a pure function from discovery, the kernel's facts
 //! and the request to a [`Plan`] — every counter, the package and channel it belongs to, who
 //! reads it and how often, how counters are summed, what runs the sampler, and why, including
-//! what was refused. `stat`, `top`, `record` and `serve` execute a plan (`backends::plan` turns
+//! what was refused. `stat`, `top`, `record` and `serve` execute a plan (`counting::from_plan` turns
 //! it into stat's counters, `sampler::planned` into the sampler's configuration); `--dry-run`
 //! prints it.
 //!
@@ -268,7 +268,7 @@ fn other_uses(found: &Discovery) -> Vec<OtherUse> {
         .other_sources
         .iter()
         .flat_map(|s| {
-            crate::discovery::other::power_imc_plan_notes(s)
+            crate::discovery::non_bandwidth::power_imc_plan_notes(s)
                 .into_iter()
                 .map(move |n| OtherUse {
                     pmu: s.pmu.clone(),
@@ -468,9 +468,11 @@ fn refuse_uncountable(
 ) -> Result<(), PlanError> {
     for (text, encs) in events {
         for e in encs {
-            if let Some(why) =
-                crate::discovery::other::cpu_wide_count_refusal(&found.other_sources, &e.pmu, text)
-            {
+            if let Some(why) = crate::discovery::non_bandwidth::cpu_wide_count_refusal(
+                &found.other_sources,
+                &e.pmu,
+                text,
+            ) {
                 return Err(PlanError::BadRequest(why));
             }
         }

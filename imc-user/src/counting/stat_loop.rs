@@ -1,4 +1,4 @@
-//! The interval loop and the per-interval aggregate.
+//! The interval loop of `imc stat` and the per-interval aggregate.
 //!
 //! Deadlines are absolute (start + k × interval on CLOCK_MONOTONIC) so intervals do not drift;
 //! each interval runs from one counter read to the next, timestamped at the read, and rates
@@ -536,7 +536,7 @@ fn run_timed(
         // While a watched group makes imc wake at every boundary, the output still goes out
         // once per collect period: one write per 10 ms instead of one per interval.
         let t = clock.now_ns();
-        if done || stopping || t >= last_flush.saturating_add(crate::backends::timed::COLLECT_NS) {
+        if done || stopping || t >= last_flush.saturating_add(crate::counting::timed::COLLECT_NS) {
             sink.flush()?;
             last_flush = t;
         }
@@ -585,7 +585,7 @@ fn run_timed(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backends::{CounterSpec, Memory};
+    use crate::counting::{CounterSpec, Memory};
     use std::cell::Cell;
 
     /// A clock whose wake-ups are late by a scripted amount.

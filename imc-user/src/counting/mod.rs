@@ -2,13 +2,13 @@
 //! the interval loop — a fixed list of counters, each with a scope, read all at once into a
 //! preallocated slice of cumulative readings.
 //!
-//! - [`plan`]: which counters to open, from a discovery `Source` or from `-e` encodings.
+//! - [`from_plan`]: which counters to open, from a discovery `Source` or from `-e` encodings.
 //! - [`perf`]: counters through `perf_event_open` (uncore, client imc, POWER nest, KNL, msr,
 //!   software), grouped per PMU instance and CPU where the PMU allows.
 //! - [`mchbar`]: Intel client DRAM counters read from a read-only /dev/mem mapping, with a
 //!   poller that folds 32-bit wraps into 64-bit totals.
 //! - [`counter`]: deltas modulo the counter width, multiplexing scaling.
-//! - [`interval`]: the interval loops (absolute deadlines, or kernel-timed) and the per-interval
+//! - [`stat_loop`]: the interval loops (absolute deadlines, or kernel-timed) and the per-interval
 //!   aggregate.
 //! - [`timed`]: kernel-timed boundaries: which reading closes which interval, when to wake, and
 //!   which groups of idle CPUs to read from userspace.
@@ -21,13 +21,13 @@ use std::time::Duration;
 
 pub mod clock;
 pub mod counter;
+pub mod from_plan;
 pub mod ibs;
-pub mod interval;
 pub mod latency;
 pub mod local;
 pub mod mchbar;
 pub mod perf;
-pub mod plan;
+pub mod stat_loop;
 pub mod timed;
 
 /// What memory a counter measures, so KNL's DDR and MCDRAM can be shown apart.

@@ -4,7 +4,7 @@
 //! The counters are 32 bits of 64-byte lines: 2^32 × 64 B = 256 GiB, about 5 s at 50 GB/s. The
 //! backend keeps 64-bit totals and asks the interval loop to `poll` every `POLL_PERIOD` whatever
 //! the interval, so a long `-I` never misses a wrap.
-use super::plan::MchbarCounter;
+use super::from_plan::MchbarCounter;
 use super::{Backend, BackendError, CounterFailure, CounterSpec, RawReading};
 use crate::sys::devmem::{self, DevMem, DevMemError, Region};
 use std::path::Path;

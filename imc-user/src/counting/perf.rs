@@ -15,8 +15,8 @@
 //! from perf, which drops every sample (cpu-clock and tracepoint leaders alike) taken while one
 //! vCPU's idle task is current, with no lost or throttle records.
 use super::clock::{Clock, MonotonicClock};
+use super::from_plan::PerfCounter;
 use super::local::{Grid, LocalEvent, LocalReaders, LocalReading};
-use super::plan::PerfCounter;
 use super::timed::Boundaries;
 use super::{Backend, BackendError, CounterFailure, CounterSpec, RawReading};
 use crate::sys::perf::{
@@ -831,7 +831,7 @@ impl Backend for PerfBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backends::Memory;
+    use crate::counting::Memory;
     use crate::model::Scope;
     use crate::sys::perf::FakePerf;
     use std::os::fd::{AsRawFd, BorrowedFd};

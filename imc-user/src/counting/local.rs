@@ -405,7 +405,7 @@ fn run_reader(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backends::clock::MonotonicClock;
+    use crate::counting::clock::MonotonicClock;
     use crate::sys::perf::PerfEventAttr;
     use std::os::fd::BorrowedFd;
 

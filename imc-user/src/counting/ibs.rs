@@ -323,14 +323,14 @@ pub(crate) mod tests {
             path: "/nonexistent/ibs_op".into(),
         };
         let zen4 = [mk(&[("cnt_ctl", "config:19"), ("l3missonly", "config:16")])];
-        let others = crate::discovery::other::tests_other_sources(&zen4);
+        let others = crate::discovery::non_bandwidth::tests_other_sources(&zen4);
         let p = plan(&others, &zen4, &[0, 1]).unwrap();
         assert_eq!(
             (p.config, p.l3missonly, p.cpus.clone()),
             (1 << 16, true, vec![0, 1])
         );
         let zen3 = [mk(&[("cnt_ctl", "config:19")])];
-        let others = crate::discovery::other::tests_other_sources(&zen3);
+        let others = crate::discovery::non_bandwidth::tests_other_sources(&zen3);
         let p = plan(&others, &zen3, &[0]).unwrap();
         assert_eq!((p.config, p.l3missonly), (0, false));
         let m = plan(&[], &[], &[0]).unwrap_err();
