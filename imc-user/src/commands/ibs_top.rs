@@ -6,8 +6,8 @@ use crate::cli::{GlobalArgs, TopArgs};
 use crate::counting::clock::{Clock, MonotonicClock};
 use crate::counting::ibs::{IbsPlan, IbsSampler, ProcessCounts, Tally, plan};
 use crate::error::{CliError, CliResult};
+use crate::output::ibs_top::{IbsInterval, IbsTask};
 use crate::sys::perf::{PerfSys, RealPerf};
-use serde::Serialize;
 use std::io::{IsTerminal, Write};
 use std::path::Path;
 use std::process::ExitCode;
@@ -34,31 +34,6 @@ pub fn run(global: &GlobalArgs, args: &TopArgs) -> CliResult<ExitCode> {
     run_with(global, args, &RealPerf, &MonotonicClock, json, out, &|| {
         STOP.load(Ordering::SeqCst)
     })
-}
-
-/// One process of an interval.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct IbsTask {
-    pub pid: u32,
-    pub comm: String,
-    pub samples: u64,
-    pub loads: u64,
-    pub dram_local: u64,
-    pub dram_remote: u64,
-}
-
-/// One interval of `top --ibs --json`.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct IbsInterval {
-    pub t_start_ns: u64,
-    pub t_end_ns: u64,
-    pub source: &'static str,
-    pub l3missonly: bool,
-    pub sample_period: u64,
-    pub samples: u64,
-    pub lost_samples: u64,
-    /// Processes with samples, most DRAM loads first.
-    pub tasks: Vec<IbsTask>,
 }
 
 fn comm(root: &Path, pid: u32) -> String {
@@ -108,30 +83,6 @@ pub fn interval(
     }
 }
 
-fn table(o: &mut Vec<u8>, i: &IbsInterval, t0: u64) {
-    let time = i.t_end_ns.saturating_sub(t0) as f64 / 1e9;
-    let _ = writeln!(
-        o,
-        "#{time:>11.3} s  {} IBS op samples ({} lost), period {}{}",
-        i.samples,
-        i.lost_samples,
-        i.sample_period,
-        if i.l3missonly { ", L3 misses only" } else { "" }
-    );
-    let _ = writeln!(
-        o,
-        "{:>8} {:<16} {:>10} {:>11} {:>9} {:>9}",
-        "pid", "comm", "dram_local", "dram_remote", "loads", "samples"
-    );
-    for t in &i.tasks {
-        let _ = writeln!(
-            o,
-            "{:>8} {:<16} {:>10} {:>11} {:>9} {:>9}",
-            t.pid, t.comm, t.dram_local, t.dram_remote, t.loads, t.samples
-        );
-    }
-}
-
 /// `top --ibs` with its OS edges given (tests pass a scripted `PerfSys`).
 pub fn run_with<W: Write>(
     global: &GlobalArgs,
@@ -170,7 +121,7 @@ pub fn run_with<W: Write>(
                 .map_err(|e| CliError::runtime(format!("cannot write JSON: {e}")))?;
             buf.push(b'\n');
         } else {
-            table(&mut buf, &i, t0);
+            crate::output::ibs_top::table(&mut buf, &i, t0);
         }
         match out.write_all(&buf).and_then(|()| out.flush()) {
             Ok(()) => {}

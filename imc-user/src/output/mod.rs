@@ -1,6 +1,8 @@
 //! Rendering: human tables, CSV, JSON lines and the live view, one module per command family.
+pub mod ibs_top;
 pub mod json;
 pub mod latency;
+pub mod list;
 pub mod perfetto;
 pub mod plot;
 pub mod prometheus;
