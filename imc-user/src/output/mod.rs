@@ -6,6 +6,7 @@ pub mod list;
 pub mod perfetto;
 pub mod plot;
 pub mod prometheus;
+pub mod report;
 pub mod stat;
 pub mod top;
 

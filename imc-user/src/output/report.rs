@@ -1,0 +1,319 @@
+//! `imc report` as text: the run's task table, what was not attributed, and the bursts. The
+//! unit is bytes, or the counts of a stand-in that must never be shown as bytes.
+use crate::model::GroupBy;
+use crate::model::result::{ReportResult, TaskRow};
+use crate::text::{escape, fixed};
+use std::path::Path;
+
+const TABLE_ROWS: usize = 30;
+
+/// What the recording's traffic counters measured: bytes, or counts of stand-in events (page
+/// faults, cpu-clock) that must never be shown as bytes.
+pub enum Unit {
+    Bytes,
+    Counts(Vec<String>),
+}
+
+impl Unit {
+    pub fn of(specs: &[crate::model::SlotSpec]) -> Unit {
+        if crate::model::measures_bytes(specs) {
+            Unit::Bytes
+        } else {
+            Unit::Counts(
+                specs
+                    .iter()
+                    .filter(|s| matches!(s.role, crate::model::SlotRole::Traffic(_)))
+                    .map(|s| s.event.clone())
+                    .collect(),
+            )
+        }
+    }
+
+    pub fn is_bytes(&self) -> bool {
+        matches!(self, Unit::Bytes)
+    }
+
+    /// A rate in this unit: `1.50 MiB/s`, `87354 page-faults/s`, `1.2e9 ns/s (cpu-clock)`.
+    fn rate(&self, per_s: f64) -> String {
+        match self {
+            Unit::Bytes => crate::text::fmt_byte_rate(per_s),
+            Unit::Counts(events) => format!("{} {}", fixed(per_s, 0), escape(&rate_unit(events))),
+        }
+    }
+}
+
+/// The unit of a rate of these events' counts: clocks count nanoseconds.
+pub fn rate_unit(events: &[String]) -> String {
+    let names = events.join("+");
+    if !events.is_empty() && events.iter().all(|e| crate::output::counts_nanoseconds(e)) {
+        format!("ns/s ({names})")
+    } else {
+        format!("{names}/s")
+    }
+}
+
+use crate::text::fmt_bytes;
+
+fn fmt_share(s: f64) -> String {
+    format!("{}%", fixed(s * 100.0, 1))
+}
+
+fn row_cells(r: &TaskRow, by: GroupBy, has_total: bool, stand_in: &[String]) -> Vec<String> {
+    // Names come from the recording (a process names itself anything): escaped, see text.rs.
+    let mut v: Vec<String> = [
+        match by {
+            GroupBy::Pid => r.pid.to_string(),
+            GroupBy::Tgid => r.tgid.to_string(),
+            GroupBy::Comm => r.comm.clone(),
+            GroupBy::Cgroup => r
+                .cgroup_path
+                .clone()
+                .unwrap_or_else(|| r.cgroup.to_string()),
+            // Docker's short form: the first 12 hex digits name a container uniquely enough.
+            GroupBy::Container => r
+                .container_id
+                .as_deref()
+                .map_or_else(|| "-".into(), |c| c.chars().take(12).collect()),
+            GroupBy::Pod => r.pod_uid.clone().unwrap_or_else(|| "-".into()),
+        },
+        if by == GroupBy::Comm {
+            if r.tgid == 0 {
+                "-".into()
+            } else {
+                r.tgid.to_string()
+            }
+        } else {
+            r.comm.clone()
+        },
+    ]
+    .iter()
+    .map(|c| escape(c).into_owned())
+    .collect();
+    if stand_in.is_empty() {
+        v.push(fmt_bytes(r.read_bytes as f64));
+        v.push(fmt_bytes(r.write_bytes as f64));
+        if has_total {
+            v.push(fmt_bytes(r.total_bytes as f64));
+        }
+    } else {
+        for k in stand_in {
+            v.push(fixed(r.values.get(k).copied().unwrap_or(0.0), 0));
+        }
+    }
+    v.push(fmt_share(r.share));
+    v
+}
+
+/// Right-aligned columns except the text ones (the key when it is a name, and COMM).
+pub fn table(head: &[String], rows: &[Vec<String>], left: &[usize], indent: &str) -> String {
+    let mut w: Vec<usize> = head.iter().map(|h| h.chars().count()).collect();
+    for r in rows {
+        for (i, c) in r.iter().enumerate() {
+            if let Some(x) = w.get_mut(i) {
+                *x = (*x).max(c.chars().count());
+            }
+        }
+    }
+    let mut s = String::new();
+    for r in std::iter::once(head).chain(rows.iter().map(|r| r.as_slice())) {
+        let mut line = String::from(indent);
+        for (i, c) in r.iter().enumerate() {
+            let width = w.get(i).copied().unwrap_or(0);
+            if i > 0 {
+                line.push_str("  ");
+            }
+            if left.contains(&i) {
+                line.push_str(&format!("{c:<width$}"));
+            } else {
+                line.push_str(&format!("{c:>width$}"));
+            }
+        }
+        s.push_str(line.trim_end());
+        s.push('\n');
+    }
+    s
+}
+
+/// What the report says about the run besides its result: the recording, its tick rate, the
+/// grouping and whether bursts were asked for (and their threshold given).
+pub struct ReportView<'a> {
+    pub file: &'a Path,
+    pub freq_hz: u32,
+    pub by: GroupBy,
+    pub bursts: bool,
+    pub threshold_given: bool,
+}
+
+/// The report as a person reads it: the run's line, the weighting, the task table, what was
+/// unattributed or lost, the tick-vs-precise comparison and the bursts.
+pub fn human(
+    rep: &ReportResult,
+    args: &ReportView<'_>,
+    unit: &Unit,
+    threshold: f64,
+    nbursts: usize,
+) -> String {
+    let t = &rep.total;
+    let secs = t.t_end_ns.saturating_sub(t.t_start_ns) as f64 / 1e9;
+    let stand_in: Vec<String> = match unit {
+        Unit::Bytes => Vec::new(),
+        Unit::Counts(events) => events.clone(),
+    };
+    let has_total = t.packages.iter().any(|p| p.total_bytes > 0);
+    let mut s = format!(
+        "{}: {} at {} Hz, {:.1} s\n",
+        escape(&args.file.display().to_string()),
+        escape(&t.source),
+        args.freq_hz,
+        secs
+    );
+    if !stand_in.is_empty() {
+        s.push_str(&format!(
+            "{}: a stand-in counted per task, not bandwidth (no bytes were measured)\n",
+            escape(&stand_in.join("+"))
+        ));
+    } else if let Some(w) = &t.weighting {
+        s.push_str(&format!(
+            "package traffic divided among tasks {}{}\n",
+            w.phrase(),
+            if w.numa {
+                ", local and remote memory apart"
+            } else {
+                ""
+            }
+        ));
+    }
+    // A stand-in has no package bytes to show.
+    for p in t.packages.iter().filter(|_| stand_in.is_empty()) {
+        let rate = |b: u64| if secs > 0.0 { b as f64 / secs } else { 0.0 };
+        s.push_str(&format!(
+            "package {}: read {} ({}/s), write {} ({}/s)",
+            p.id,
+            fmt_bytes(p.read_bytes as f64),
+            fmt_bytes(rate(p.read_bytes)),
+            fmt_bytes(p.write_bytes as f64),
+            fmt_bytes(rate(p.write_bytes)),
+        ));
+        if p.total_bytes > 0 {
+            s.push_str(&format!(", total {}", fmt_bytes(p.total_bytes as f64)));
+        }
+        s.push('\n');
+    }
+    s.push('\n');
+    let mut head: Vec<String> = vec![
+        args.by.title().into(),
+        if args.by == GroupBy::Comm {
+            "TGID"
+        } else {
+            "COMM"
+        }
+        .into(),
+    ];
+    if stand_in.is_empty() {
+        head.push("READ".into());
+        head.push("WRITE".into());
+        if has_total {
+            head.push("TOTAL".into());
+        }
+    } else {
+        head.extend(stand_in.iter().map(|k| {
+            let name = escape(&k.to_uppercase()).into_owned();
+            if crate::output::counts_nanoseconds(k) {
+                format!("{name} NS")
+            } else {
+                name
+            }
+        }));
+    }
+    head.push("SHARE".into());
+    let left = match args.by {
+        GroupBy::Comm => vec![0],
+        GroupBy::Cgroup | GroupBy::Container | GroupBy::Pod => vec![0, 1],
+        GroupBy::Pid | GroupBy::Tgid => vec![1],
+    };
+    let rows: Vec<Vec<String>> = t
+        .tasks
+        .iter()
+        .take(TABLE_ROWS)
+        .map(|r| row_cells(r, args.by, has_total, &stand_in))
+        .collect();
+    s.push_str(&table(&head, &rows, &left, ""));
+    if t.tasks.len() > TABLE_ROWS {
+        s.push_str(&format!("... {} more\n", t.tasks.len() - TABLE_ROWS));
+    }
+    match unit {
+        Unit::Bytes => s.push_str(&format!(
+            "\nunattributed: {}   lost samples: {}\n",
+            fmt_bytes(t.unattributed_bytes as f64),
+            t.lost_samples
+        )),
+        Unit::Counts(_) => s.push_str(&format!("\nlost samples: {}\n", t.lost_samples)),
+    }
+    if let Some(p) = &rep.precise_vs_tick {
+        s.push_str(&format!(
+            "tick-only vs precise (raw ticks around bursts: {} ticks, {} switches): shares differ by {} (largest: pid {}, {})\n",
+            p.ticks,
+            p.switches,
+            fmt_share(p.share_distance),
+            p.max_diff_pid,
+            fmt_share(p.max_share_diff)
+        ));
+    }
+    if args.bursts {
+        let thr = if threshold.is_finite() {
+            unit.rate(threshold)
+        } else {
+            "-".into()
+        };
+        s.push_str(&format!(
+            "\nbursts above {thr}{}: {nbursts}\n",
+            if args.threshold_given {
+                ""
+            } else {
+                " (halfway between the run's median and p99)"
+            }
+        ));
+        for b in &rep.bursts {
+            let from = b.t_start_ns.saturating_sub(t.t_start_ns) as f64 / 1e9;
+            let len = b.t_end_ns.saturating_sub(b.t_start_ns) as f64 / 1e6;
+            s.push_str(&format!(
+                "  +{from:.3} s  {len:.0} ms  {}\n",
+                unit.rate(b.bytes_per_s)
+            ));
+            let rows: Vec<Vec<String>> = b
+                .tasks
+                .iter()
+                .take(5)
+                .map(|r| row_cells(r, args.by, has_total, &stand_in))
+                .collect();
+            s.push_str(&table(&head, &rows, &left, "    "));
+        }
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn byte_units() {
+        assert_eq!(fmt_bytes(512.0), "512 B");
+        assert_eq!(fmt_bytes(1536.0), "1.50 KiB");
+        assert_eq!(fmt_bytes(3.0 * 1024.0 * 1024.0 * 1024.0), "3.00 GiB");
+    }
+
+    #[test]
+    fn columns_align() {
+        let head = vec!["PID".to_string(), "COMM".into(), "READ".into()];
+        let rows = vec![
+            vec!["7".to_string(), "a".into(), "1.00 KiB".into()],
+            vec!["1234".to_string(), "longer".into(), "5 B".into()],
+        ];
+        let t = table(&head, &rows, &[1], "");
+        assert_eq!(
+            t,
+            " PID  COMM        READ\n   7  a       1.00 KiB\n1234  longer       5 B\n"
+        );
+    }
+}
