@@ -2,7 +2,7 @@
 //! unit is bytes, or the counts of a stand-in that must never be shown as bytes.
 use crate::model::GroupBy;
 use crate::model::result::{ReportResult, TaskRow};
-use crate::text::{escape, fixed};
+use crate::text::{escape, fixed, fmt_byte_rate};
 use std::path::Path;
 
 const TABLE_ROWS: usize = 30;
@@ -154,12 +154,32 @@ pub fn human(
     nbursts: usize,
 ) -> String {
     let t = &rep.total;
-    let secs = t.t_end_ns.saturating_sub(t.t_start_ns) as f64 / 1e9;
     let stand_in: Vec<String> = match unit {
         Unit::Bytes => Vec::new(),
         Unit::Counts(events) => events.clone(),
     };
-    let has_total = t.packages.iter().any(|p| p.total_bytes > 0);
+    let cols = Columns::new(
+        args.by,
+        t.packages.iter().any(|p| p.total_bytes > 0),
+        stand_in,
+    );
+    let mut s = heading(rep, args, &cols.stand_in);
+    s.push_str(&cols.table(t.tasks.iter().take(TABLE_ROWS), ""));
+    if t.tasks.len() > TABLE_ROWS {
+        s.push_str(&format!("... {} more\n", t.tasks.len() - TABLE_ROWS));
+    }
+    s.push_str(&footer(rep, unit));
+    if args.bursts {
+        s.push_str(&bursts(rep, args, unit, threshold, nbursts, &cols));
+    }
+    s
+}
+
+/// The run's line, how its traffic was divided (or that a stand-in was counted) and each
+/// package's bytes, then a blank line.
+fn heading(rep: &ReportResult, args: &ReportView<'_>, stand_in: &[String]) -> String {
+    let t = &rep.total;
+    let secs = t.t_end_ns.saturating_sub(t.t_start_ns) as f64 / 1e9;
     let mut s = format!(
         "{}: {} at {} Hz, {:.1} s\n",
         escape(&args.file.display().to_string()),
@@ -187,12 +207,12 @@ pub fn human(
     for p in t.packages.iter().filter(|_| stand_in.is_empty()) {
         let rate = |b: u64| if secs > 0.0 { b as f64 / secs } else { 0.0 };
         s.push_str(&format!(
-            "package {}: read {} ({}/s), write {} ({}/s)",
+            "package {}: read {} ({}), write {} ({})",
             p.id,
             fmt_bytes(p.read_bytes as f64),
-            fmt_bytes(rate(p.read_bytes)),
+            fmt_byte_rate(rate(p.read_bytes)),
             fmt_bytes(p.write_bytes as f64),
-            fmt_bytes(rate(p.write_bytes)),
+            fmt_byte_rate(rate(p.write_bytes)),
         ));
         if p.total_bytes > 0 {
             s.push_str(&format!(", total {}", fmt_bytes(p.total_bytes as f64)));
@@ -200,55 +220,77 @@ pub fn human(
         s.push('\n');
     }
     s.push('\n');
-    let mut head: Vec<String> = vec![
-        args.by.title().into(),
-        if args.by == GroupBy::Comm {
-            "TGID"
-        } else {
-            "COMM"
-        }
-        .into(),
-    ];
-    if stand_in.is_empty() {
-        head.push("READ".into());
-        head.push("WRITE".into());
-        if has_total {
-            head.push("TOTAL".into());
-        }
-    } else {
-        head.extend(stand_in.iter().map(|k| {
-            let name = escape(&k.to_uppercase()).into_owned();
-            if crate::output::counts_nanoseconds(k) {
-                format!("{name} NS")
-            } else {
-                name
+    s
+}
+
+/// The task table's columns: the key and its companion, the bytes (or the stand-in's counts),
+/// the share; which are left-aligned.
+struct Columns {
+    by: GroupBy,
+    has_total: bool,
+    stand_in: Vec<String>,
+    head: Vec<String>,
+    left: Vec<usize>,
+}
+
+impl Columns {
+    fn new(by: GroupBy, has_total: bool, stand_in: Vec<String>) -> Columns {
+        let mut head: Vec<String> = vec![
+            by.title().into(),
+            if by == GroupBy::Comm { "TGID" } else { "COMM" }.into(),
+        ];
+        if stand_in.is_empty() {
+            head.push("READ".into());
+            head.push("WRITE".into());
+            if has_total {
+                head.push("TOTAL".into());
             }
-        }));
+        } else {
+            head.extend(stand_in.iter().map(|k| {
+                let name = escape(&k.to_uppercase()).into_owned();
+                if crate::output::counts_nanoseconds(k) {
+                    format!("{name} NS")
+                } else {
+                    name
+                }
+            }));
+        }
+        head.push("SHARE".into());
+        let left = match by {
+            GroupBy::Comm => vec![0],
+            GroupBy::Cgroup | GroupBy::Container | GroupBy::Pod => vec![0, 1],
+            GroupBy::Pid | GroupBy::Tgid => vec![1],
+        };
+        Columns {
+            by,
+            has_total,
+            stand_in,
+            head,
+            left,
+        }
     }
-    head.push("SHARE".into());
-    let left = match args.by {
-        GroupBy::Comm => vec![0],
-        GroupBy::Cgroup | GroupBy::Container | GroupBy::Pod => vec![0, 1],
-        GroupBy::Pid | GroupBy::Tgid => vec![1],
-    };
-    let rows: Vec<Vec<String>> = t
-        .tasks
-        .iter()
-        .take(TABLE_ROWS)
-        .map(|r| row_cells(r, args.by, has_total, &stand_in))
-        .collect();
-    s.push_str(&table(&head, &rows, &left, ""));
-    if t.tasks.len() > TABLE_ROWS {
-        s.push_str(&format!("... {} more\n", t.tasks.len() - TABLE_ROWS));
+
+    /// These rows as a table, each line after `indent`.
+    fn table<'a>(&self, rows: impl Iterator<Item = &'a TaskRow>, indent: &str) -> String {
+        let rows: Vec<Vec<String>> = rows
+            .map(|r| row_cells(r, self.by, self.has_total, &self.stand_in))
+            .collect();
+        table(&self.head, &rows, &self.left, indent)
     }
-    match unit {
-        Unit::Bytes => s.push_str(&format!(
+}
+
+/// What no task took and what was lost, and how far the tick-only answer is from the precise
+/// one (a `--precise` recording).
+fn footer(rep: &ReportResult, unit: &Unit) -> String {
+    let t = &rep.total;
+    let mut s = match unit {
+        Unit::Bytes => format!(
             "\nunattributed: {}   lost samples: {}\n",
             fmt_bytes(t.unattributed_bytes as f64),
             t.lost_samples
-        )),
-        Unit::Counts(_) => s.push_str(&format!("\nlost samples: {}\n", t.lost_samples)),
-    }
+        ),
+        Unit::Counts(_) => format!("\nlost samples: {}\n", t.lost_samples),
+    };
     if let Some(p) = &rep.precise_vs_tick {
         s.push_str(&format!(
             "tick-only vs precise (raw ticks around bursts: {} ticks, {} switches): shares differ by {} (largest: pid {}, {})\n",
@@ -259,35 +301,39 @@ pub fn human(
             fmt_share(p.max_share_diff)
         ));
     }
-    if args.bursts {
-        let thr = if threshold.is_finite() {
-            unit.rate(threshold)
+    s
+}
+
+/// The bursts above the threshold, each with its top five tasks.
+fn bursts(
+    rep: &ReportResult,
+    args: &ReportView<'_>,
+    unit: &Unit,
+    threshold: f64,
+    nbursts: usize,
+    cols: &Columns,
+) -> String {
+    let thr = if threshold.is_finite() {
+        unit.rate(threshold)
+    } else {
+        "-".into()
+    };
+    let mut s = format!(
+        "\nbursts above {thr}{}: {nbursts}\n",
+        if args.threshold_given {
+            ""
         } else {
-            "-".into()
-        };
-        s.push_str(&format!(
-            "\nbursts above {thr}{}: {nbursts}\n",
-            if args.threshold_given {
-                ""
-            } else {
-                " (halfway between the run's median and p99)"
-            }
-        ));
-        for b in &rep.bursts {
-            let from = b.t_start_ns.saturating_sub(t.t_start_ns) as f64 / 1e9;
-            let len = b.t_end_ns.saturating_sub(b.t_start_ns) as f64 / 1e6;
-            s.push_str(&format!(
-                "  +{from:.3} s  {len:.0} ms  {}\n",
-                unit.rate(b.bytes_per_s)
-            ));
-            let rows: Vec<Vec<String>> = b
-                .tasks
-                .iter()
-                .take(5)
-                .map(|r| row_cells(r, args.by, has_total, &stand_in))
-                .collect();
-            s.push_str(&table(&head, &rows, &left, "    "));
+            " (halfway between the run's median and p99)"
         }
+    );
+    for b in &rep.bursts {
+        let from = b.t_start_ns.saturating_sub(rep.total.t_start_ns) as f64 / 1e9;
+        let len = b.t_end_ns.saturating_sub(b.t_start_ns) as f64 / 1e6;
+        s.push_str(&format!(
+            "  +{from:.3} s  {len:.0} ms  {}\n",
+            unit.rate(b.bytes_per_s)
+        ));
+        s.push_str(&cols.table(b.tasks.iter().take(5), "    "));
     }
     s
 }
