@@ -109,6 +109,7 @@ fn measure(
         drain_period_ms: 10,
         bpf_log: false,
         tick_program: program,
+        aggregate: false,
     };
     let mut s = Sampler::start(&cfg).map_err(|e| format!("starting {program:?}: {e}"))?;
     let end = Instant::now() + Duration::from_secs_f64(secs);
@@ -311,7 +312,7 @@ fn run() -> Result<(), String> {
         imc / base
     );
     println!(
-        "package counters (median ns/run ± standard error of the mean; ratio to imc's tick without them):"
+        "package counters (median ns/run ± standard error of the mean; ratio to imc's tick without them; flat = a workload CPU's tick costs the same whatever the number of channels):"
     );
     for i in 2..probes_at {
         println!(

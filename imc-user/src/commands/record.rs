@@ -188,7 +188,8 @@ pub fn run(global: &GlobalArgs, args: &RecordArgs) -> CliResult<ExitCode> {
         sel.source.clone(),
         args.interval_ms * 1_000_000,
     );
-    header.precise = sel.plan.tick.switches;
+    // A record per switch only with --precise; the kernel's tick aggregates them otherwise.
+    header.precise = sel.plan.tick.switches && args.sampler.precise;
     header.weighting.clone_from(&sel.plan.weighting);
     header.start_monotonic_ns = clock_ns(libc::CLOCK_MONOTONIC);
     header.start_realtime_ns = clock_ns(libc::CLOCK_REALTIME);

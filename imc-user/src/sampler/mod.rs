@@ -19,11 +19,11 @@ use aya::programs::{PerfEvent, RawTracePoint};
 use aya::{Ebpf, EbpfLoader};
 use fallback::IdleFallback;
 use imc_common::{
-    CpuHead, GROUP_LAST_MAP_NAME, HEADS_MAP_NAME, MAX_PKG_COUNTERS, MAX_SLOTS, NR_SLOTS_GLOBAL,
-    NR_STATS, PKG_MAP_NAME, PKG_MIN_GAP_GLOBAL, PKG_SLOT_MAP_NAME, PKG_SLOTS_GLOBAL,
-    READERS_MAP_NAME, RING_LEN_GLOBAL, ReaderCfg, SLOT_MAP_NAMES, STAT_PKG_READS, STAT_READ_ERROR,
-    STAT_SLOT_ABSENT, STATS_MAP_NAME, TICKS_MAP_NAME, TIMED_SLOTS_GLOBAL, TickRecord,
-    WAKE_EVERY_GLOBAL, WAKE_MAP_NAME,
+    AGGREGATE_GLOBAL, CpuHead, GROUP_LAST_MAP_NAME, HEADS_MAP_NAME, LONG_SLICE_GLOBAL,
+    MAX_PKG_COUNTERS, MAX_SLOTS, NR_SLOTS_GLOBAL, NR_STATS, PKG_MAP_NAME, PKG_MIN_GAP_GLOBAL,
+    PKG_SLOT_MAP_NAME, PKG_SLOTS_GLOBAL, READERS_MAP_NAME, RING_LEN_GLOBAL, ReaderCfg,
+    SLOT_MAP_NAMES, STAT_PKG_READS, STAT_READ_ERROR, STAT_SLOT_ABSENT, STATS_MAP_NAME,
+    TICKS_MAP_NAME, TIMED_SLOTS_GLOBAL, TickRecord, WAKE_EVERY_GLOBAL, WAKE_MAP_NAME,
 };
 use rings::Rings;
 use std::io;
@@ -256,6 +256,10 @@ pub struct SamplerConfig {
     pub bpf_log: bool,
     /// imc's tick, or the benchmark's baseline (cpu-clock only).
     pub tick_program: TickProgram,
+    /// Context switches add to a per-CPU, per-task accumulator in the kernel that each tick
+    /// flushes as KIND_AGGREGATE records (records per second: ticks × tasks per tick, whatever
+    /// the switch rate); false: a record per switch (`--precise`).
+    pub aggregate: bool,
 }
 
 impl SamplerConfig {
@@ -833,6 +837,12 @@ fn load(
     let min_gap: u64 = 900_000_000 / u64::from(cfg.tick_hz(None));
     loader.override_global(PKG_MIN_GAP_GLOBAL, &min_gap, true);
     loader.override_global(RING_LEN_GLOBAL, &ring_len, true);
+    let aggregate = u32::from(cfg.aggregate && cfg.switches());
+    loader.override_global(AGGREGATE_GLOBAL, &aggregate, true);
+    // A slice longer than two tick periods is a tickless idle stretch (or a task the tick
+    // missed): its own flush period.
+    let long_slice: u64 = 2_000_000_000 / u64::from(cfg.tick_hz(None));
+    loader.override_global(LONG_SLICE_GLOBAL, &long_slice, true);
     let wake = wake_every(ring_len);
     loader.override_global(WAKE_EVERY_GLOBAL, &wake, true);
     // The program's rare-path lines (aya-log) are written only when -vv reads them.
