@@ -114,6 +114,11 @@ pub struct Scenario {
     pub dma_bps: Vec<f64>,
     /// Emit a KIND_SWITCH record at every schedule change.
     pub precise: bool,
+    /// Layout mode with `precise`: the switch records are to be folded into per-task aggregates
+    /// as the kernel does by default ([`super::replay::Aggregator`]), so, like the aggregating
+    /// program, a switch reads no package counter unless it ends a slice longer than two tick
+    /// periods (a flush of its own); the ticks read them.
+    pub aggregate: bool,
     /// Include an LLC-miss Weight slot (one miss per 64 bytes of the running task's traffic).
     pub weights: bool,
     /// With `weights`: split it by direction, a read weight (one per 64 bytes read) in slot 2
@@ -161,6 +166,7 @@ impl Scenario {
             schedule: (0..ncpus as usize).map(|i| vec![(0, Some(i))]).collect(),
             dma_bps: vec![0.0],
             precise: false,
+            aggregate: false,
             weights: true,
             directed_weights: false,
             nohz: true,
@@ -328,6 +334,8 @@ pub struct SynthStream {
     read_last: Vec<Option<u64>>,
     /// Layout mode: per CPU, the package whose slots its ticks read (usize::MAX: none).
     reads_pkg: Vec<usize>,
+    /// Layout mode: per CPU, the time of its last record (the program's last run there).
+    last_rec: Vec<Option<u64>>,
     traits: Vec<TaskTraits>,
 }
 
@@ -391,6 +399,7 @@ impl SynthStream {
             group_last: vec![None; npkg],
             read_last: vec![None; npkg],
             reads_pkg,
+            last_rec: vec![None; ncpu],
             traits: (0..sc.tasks.len()).map(|i| sc.traits_of(i)).collect(),
             sc,
         }
@@ -509,11 +518,19 @@ impl SynthStream {
             failed_mask: 0,
             flags: 0,
             comm: [0; 16],
+            t0_ns: 0,
+            on_ns: 0,
             slots: [SlotReading::default(); MAX_SLOTS],
         };
         self.describe(&mut rec);
         let p = self.reads_pkg[c];
-        let reads = p != usize::MAX
+        let period = 1_000_000_000 / u64::from(self.sc.freq_hz.max(1));
+        let flushes = !self.sc.aggregate
+            || kind != KIND_SWITCH
+            || self.last_rec[c].is_some_and(|l| t.saturating_sub(l) > 2 * period);
+        self.last_rec[c] = Some(t);
+        let reads = flushes
+            && p != usize::MAX
             && self.group_last[p].is_none_or(|last| t.saturating_sub(last) >= layout.min_gap_ns);
         if reads {
             self.group_last[p] = Some(t);
