@@ -16,8 +16,19 @@ pub const MAX_SLOTS: usize = 8;
 /// write counters has 24; the bound keeps the verifier's loop finite).
 pub const MAX_PKG_COUNTERS: u32 = 128;
 
-/// Bumped whenever [`TickRecord`] or the map names change.
-pub const RECORD_ABI_VERSION: u32 = 4;
+/// Bumped whenever [`TickRecord`], the map, global or program names or the STATS indices
+/// change. The program carries it in [`ABI_VERSION_GLOBAL`]; userspace refuses an object built
+/// against another version before loading it.
+pub const RECORD_ABI_VERSION: u32 = 5;
+/// The program's read-only global holding the [`RECORD_ABI_VERSION`] it was built with.
+pub const ABI_VERSION_GLOBAL: &str = "IMC_ABI_VERSION";
+
+/// The program on imc's own cpu-clock timer (`--freq`).
+pub const TICK_PROGRAM: &str = "imc_tick";
+/// The program on the kernel's tick (a raw tracepoint of its timer interrupt).
+pub const TICK_TP_PROGRAM: &str = "imc_tick_tp";
+/// The program on sched_switch (a raw tracepoint).
+pub const SWITCH_PROGRAM: &str = "imc_switch";
 
 /// Names of the per-slot PERF_EVENT_ARRAY maps, in slot order.
 pub const SLOT_MAP_NAMES: [&str; MAX_SLOTS] = [
@@ -159,13 +170,12 @@ pub struct AggState {
     pub tasks: [AggTask; AGG_TASKS],
 }
 
-/// Program runs (ticks or switches) on this CPU.
-pub const STAT_RUNS: u32 = 0;
-/// Package-counter reads this CPU made as its package's reader (one per group read).
-pub const STAT_PKG_READS: u32 = 1;
+/// Package-counter reads this CPU made as its package's reader (one per group read). (Runs are
+/// not counted here: the kernel's BPF statistics count them, see `bench-tick`.)
+pub const STAT_PKG_READS: u32 = 0;
 /// `STAT_READ_ERROR + slot`: `bpf_perf_event_read_value` failed for a reason other than an
 /// empty array entry (the counter exists but cannot be read from this CPU, for instance).
-pub const STAT_READ_ERROR: u32 = 2;
+pub const STAT_READ_ERROR: u32 = 1;
 /// `STAT_SLOT_ABSENT + slot`: this CPU has no entry in the slot's array (-ENOENT). Expected for
 /// package-scope counters on CPUs that are not allowed to read them; counted apart from errors.
 pub const STAT_SLOT_ABSENT: u32 = STAT_READ_ERROR + MAX_SLOTS as u32;

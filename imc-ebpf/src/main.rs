@@ -32,12 +32,17 @@ use aya_ebpf::{
 use aya_log_ebpf::warn;
 use imc_common::{
     AGG_TASKS, AggState, CpuHead, FLAG_TASK_OMITTED, KIND_AGGREGATE, KIND_SWITCH, KIND_TIMER,
-    MAX_PKG_COUNTERS, MAX_SLOTS, NR_STATS, RECENT_TASKS, ReaderCfg, STAT_PKG_READS,
-    STAT_READ_ERROR, STAT_SLOT_ABSENT, SlotReading, TickRecord,
+    MAX_PKG_COUNTERS, MAX_SLOTS, NR_STATS, RECENT_TASKS, RECORD_ABI_VERSION, ReaderCfg,
+    STAT_PKG_READS, STAT_READ_ERROR, STAT_SLOT_ABSENT, SlotReading, TickRecord,
 };
 
 #[cfg(feature = "bench")]
 mod bench;
+
+/// The record layout and names this object was built against (imc_common::ABI_VERSION_GLOBAL):
+/// userspace reads it from the ELF before loading and refuses another version.
+#[unsafe(no_mangle)]
+static IMC_ABI_VERSION: u32 = RECORD_ABI_VERSION;
 
 /// How many slots userspace configured. Lives in .rodata and is frozen before load, so the
 /// verifier sees a constant and drops the code of unused slots.

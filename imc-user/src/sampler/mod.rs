@@ -23,7 +23,8 @@ use imc_common::{
     MAX_PKG_COUNTERS, MAX_SLOTS, NR_SLOTS_GLOBAL, NR_STATS, PKG_MAP_NAME, PKG_MIN_GAP_GLOBAL,
     PKG_SLOT_MAP_NAME, PKG_SLOTS_GLOBAL, READERS_MAP_NAME, RING_LEN_GLOBAL, ReaderCfg,
     SLOT_MAP_NAMES, STAT_PKG_READS, STAT_READ_ERROR, STAT_SLOT_ABSENT, STATS_MAP_NAME,
-    TICKS_MAP_NAME, TIMED_SLOTS_GLOBAL, TickRecord, WAKE_EVERY_GLOBAL, WAKE_MAP_NAME,
+    SWITCH_PROGRAM, TICK_PROGRAM, TICK_TP_PROGRAM, TICKS_MAP_NAME, TIMED_SLOTS_GLOBAL, TickRecord,
+    WAKE_EVERY_GLOBAL, WAKE_MAP_NAME,
 };
 use rings::Rings;
 use std::io;
@@ -41,6 +42,13 @@ pub enum SamplerError {
     NoObject,
     #[error("cannot read the eBPF object {}: {source}", path.display())]
     ObjectRead { path: PathBuf, source: io::Error },
+    #[error(
+        "the eBPF object is of record ABI {}, this imc reads ABI {expected}: rebuild both with \
+         `cargo xtask build` (or unset {env})",
+        found.map_or_else(|| "unknown (no IMC_ABI_VERSION)".to_string(), |v| v.to_string()),
+        env = object::OBJECT_ENV
+    )]
+    Abi { found: Option<u32>, expected: u32 },
     #[error("loading the eBPF sampler needs root, or CAP_BPF and CAP_PERFMON: run imc with sudo")]
     NotPrivileged,
     #[error("at most {MAX_SLOTS} counters can be read per tick; {0} were asked for")]
@@ -231,7 +239,7 @@ pub enum TickProgram {
 impl TickProgram {
     pub fn name(self) -> &'static str {
         match self {
-            TickProgram::Imc => "imc_tick",
+            TickProgram::Imc => TICK_PROGRAM,
             TickProgram::BaselinePidCount => "baseline_pid_count",
             TickProgram::Probe(name) => name,
         }
@@ -811,6 +819,7 @@ fn load(
     ring_len: u32,
     nr_package_counters: usize,
 ) -> Result<Ebpf, SamplerError> {
+    object::check_abi(bytes)?;
     let nr_slots = cfg.slots.len() as u32;
     let mut loader = EbpfLoader::new();
     loader.override_global(NR_SLOTS_GLOBAL, &nr_slots, true);
@@ -1015,7 +1024,7 @@ fn attach(
 ) -> Result<(TickAttached, &'static str), SamplerError> {
     let (attached, name) = match cfg.tick {
         TickSource::Kernel => {
-            let prog: &mut RawTracePoint = load_program(ebpf, "imc_tick_tp")?;
+            let prog: &mut RawTracePoint = load_program(ebpf, TICK_TP_PROGRAM)?;
             prog.load()
                 .map_err(|e| SamplerError::Load(error_chain(&e)))?;
             let mut tried = Vec::new();
@@ -1049,7 +1058,7 @@ fn attach(
                     adds_interrupts: false,
                     why,
                 },
-                "imc_tick_tp",
+                TICK_TP_PROGRAM,
             )
         }
         TickSource::CpuClock { freq, .. } => {
@@ -1086,7 +1095,7 @@ fn attach(
         }
     };
     if cfg.switches() {
-        let prog: &mut RawTracePoint = load_program(ebpf, "imc_switch")?;
+        let prog: &mut RawTracePoint = load_program(ebpf, SWITCH_PROGRAM)?;
         prog.load()
             .map_err(|e| SamplerError::Load(error_chain(&e)))?;
         prog.attach("sched_switch")
