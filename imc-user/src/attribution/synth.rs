@@ -509,6 +509,8 @@ impl SynthStream {
             failed_mask: 0,
             flags: 0,
             comm: [0; 16],
+            t0_ns: 0,
+            on_ns: 0,
             slots: [SlotReading::default(); MAX_SLOTS],
         };
         self.describe(&mut rec);
