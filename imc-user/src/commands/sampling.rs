@@ -510,6 +510,11 @@ impl<S: RecordSource> Pump<S> {
         &self.sampler
     }
 
+    /// The source itself (the replay benchmark fills a loopback's rings through it).
+    pub fn sampler_mut(&mut self) -> &mut S {
+        &mut self.sampler
+    }
+
     pub fn attributor(&self) -> &Attributor {
         &self.attr
     }
