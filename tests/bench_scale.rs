@@ -46,7 +46,10 @@ fn json_has_one_object_per_variant_and_aggregation_drains_fewer_records() {
         // The share is the CPU time over the simulated machine's: ms/s over 1000 × CPUs.
         let ms = v["userspace_ms_per_s"].as_f64().unwrap();
         let share = v["machine_share"].as_f64().unwrap();
-        assert!((share - ms / 1000.0 / 4.0).abs() <= 1e-9 + share * 1e-6, "{v}");
+        assert!(
+            (share - ms / 1000.0 / 4.0).abs() <= 1e-9 + share * 1e-6,
+            "{v}"
+        );
         assert_eq!(v["lost"], 0, "{v}");
     }
     let by = |agg: bool| {

@@ -248,7 +248,8 @@ fn real_main() -> Result<ExitCode> {
         }
         "bench-overhead" => {
             let bin = build(true)?;
-            bench_overhead::run(&bin)?;
+            let object = build_ebpf(EbpfObject::Bench)?;
+            bench_overhead::run(&bin, &object)?;
         }
         "bench-scale" => {
             // The replay runs the imc library in-process: no eBPF program is loaded, but it is

@@ -30,9 +30,7 @@ use imc::commands::sampling::{IntervalEnds, Pump, Sink};
 use imc::model::{Encoded, SlotScope};
 use imc::output::interval::IntervalResult;
 use imc::sampler::loopback::Loopback;
-use imc::sampler::{
-    PackageCounter, ReaderGroup, SamplerConfig, SlotPlan, TickProgram, TickSource,
-};
+use imc::sampler::{PackageCounter, ReaderGroup, SamplerConfig, SlotPlan, TickProgram, TickSource};
 use std::process::{Command, ExitCode};
 
 const HZ: u32 = 250;
@@ -321,10 +319,10 @@ fn child(o: &Opts, aggregated: bool, mode: Mode, label: &str) -> Result<Figures,
     let mut next_drain = u64::from(DRAIN_MS) * 1_000_000;
     let mut next_progress = 1_000_000_000u64;
     let drain = |pump: &mut Pump<Loopback>,
-                     sink: &mut Counting,
-                     ends: &mut IntervalEnds,
-                     now: u64,
-                     f: &mut Figures|
+                 sink: &mut Counting,
+                 ends: &mut IntervalEnds,
+                 now: u64,
+                 f: &mut Figures|
      -> Result<(), String> {
         pump.sampler_mut()
             .publish()
@@ -468,7 +466,11 @@ fn verdict(mean: f64, se: f64, target: f64) -> &'static str {
     if !mean.is_finite() {
         "UNRESOLVED"
     } else if !se.is_finite() {
-        if mean <= target { "PASS (1 run)" } else { "FAIL (1 run)" }
+        if mean <= target {
+            "PASS (1 run)"
+        } else {
+            "FAIL (1 run)"
+        }
     } else if mean + 2.0 * se <= target {
         "PASS"
     } else if mean - 2.0 * se > target {
@@ -635,8 +637,7 @@ fn run(o: &Opts) -> Result<(), String> {
             println!(
                 "{:<11} peak RSS: {tot_m:.1} MB whole process less {:.1} MB of the generator \
                  alone; {intervals} intervals; {generated:.0} per-switch records generated",
-                "",
-                gen_mb[i]
+                "", gen_mb[i]
             );
         }
     }
@@ -659,10 +660,7 @@ fn run(o: &Opts) -> Result<(), String> {
     );
     for (i, v) in runs.iter().enumerate() {
         let name = if i == 1 { "aggregated" } else { "precise" };
-        let ms: Vec<f64> = v
-            .iter()
-            .map(|f| f.drain_cpu_s * 1e3 / o.seconds)
-            .collect();
+        let ms: Vec<f64> = v.iter().map(|f| f.drain_cpu_s * 1e3 / o.seconds).collect();
         let rss: Vec<f64> = v.iter().map(|f| (f.hwm_mb - gen_mb[i]).max(0.0)).collect();
         let (m, se) = mean_se(&ms);
         let (r, rse) = mean_se(&rss);

@@ -221,7 +221,10 @@ mod tests {
         let times: Vec<u64> = out.iter().map(|r| r.t_ns).collect();
         assert_eq!(times, [100, 102, 104, 101, 103, 105]);
         // Later records of the same thread came without names and got them back.
-        assert!(out.iter().all(|r| r.comm_bytes() == b"task" && r.cgroup_id == 9));
+        assert!(
+            out.iter()
+                .all(|r| r.comm_bytes() == b"task" && r.cgroup_id == 9)
+        );
         assert!(out.iter().all(|r| r.flags == 0));
         assert_eq!(lb.lost_records(), 0);
         out.clear();

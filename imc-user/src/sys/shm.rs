@@ -41,7 +41,10 @@ impl SharedMemory {
 
     /// Writes `bytes` at `offset` (within the length given at creation).
     pub fn write_at(&self, offset: usize, bytes: &[u8]) -> io::Result<()> {
-        if offset.checked_add(bytes.len()).is_none_or(|end| end > self.len) {
+        if offset
+            .checked_add(bytes.len())
+            .is_none_or(|end| end > self.len)
+        {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 "write past the end of the shared memory",
@@ -92,7 +95,9 @@ mod tests {
         let view = MappedMap::map(m.as_fd(), 8192).unwrap();
         m.write_at(4090, &[1, 2, 3, 4, 5]).unwrap();
         // SAFETY: within the 8192 mapped bytes.
-        let got: Vec<u8> = (4090..4095).map(|i| unsafe { *view.as_ptr().add(i) }).collect();
+        let got: Vec<u8> = (4090..4095)
+            .map(|i| unsafe { *view.as_ptr().add(i) })
+            .collect();
         assert_eq!(got, [1, 2, 3, 4, 5]);
         assert!(m.write_at(8190, &[0; 3]).is_err());
     }
