@@ -425,7 +425,8 @@ fn parse_child(line: &str) -> Result<Figures, String> {
 }
 
 fn spawn(o: &Opts, aggregated: bool, mode: Mode) -> Result<Figures, String> {
-    let exe = std::env::current_exe().map_err(|e| format!("this program's path: {e}"))?;
+    // This very program, even when a rebuild replaced its file meanwhile (the open inode).
+    let exe = std::path::PathBuf::from("/proc/self/exe");
     let out = Command::new(&exe)
         .args([
             "--child",
