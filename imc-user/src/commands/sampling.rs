@@ -9,7 +9,7 @@ use crate::error::{CliError, CliResult};
 use crate::model::{BackendKind, Discovery, Topology};
 use crate::output::interval::IntervalResult;
 use crate::plan::{self, Kernel, Plan, PlanError, Request, WeightEvent, WeightRequest};
-use crate::sampler::{Sampler, planned};
+use crate::sampler::{RecordSource, Sampler, planned};
 use imc_common::TickRecord;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -457,9 +457,10 @@ impl IntervalEnds {
 
 /// The sampler and the attributor joined the way every sampling command runs them: what one
 /// drain and one interval end do, apart from timers, signals and output, so that tests can run
-/// exactly this path against the real program with counters of their choosing.
-pub struct Pump {
-    sampler: Sampler,
+/// exactly this path against the real program with counters of their choosing, and the replay
+/// benchmark against a [`crate::sampler::loopback::Loopback`] of a machine it does not have.
+pub struct Pump<S: RecordSource = Sampler> {
+    sampler: S,
     attr: Attributor,
     lost_seen: u64,
     /// Each package counter's reading at the last interval end, when per-channel figures are
@@ -473,9 +474,9 @@ pub struct Pump {
     fallbacks_said: bool,
 }
 
-impl Pump {
+impl<S: RecordSource> Pump<S> {
     /// `tick_hz`: the tick rate of a busy CPU (the kernel's HZ, or `--freq`).
-    pub fn new(sampler: Sampler, topology: &Topology, source: String, tick_hz: u32) -> Pump {
+    pub fn new(sampler: S, topology: &Topology, source: String, tick_hz: u32) -> Pump<S> {
         let attr = Attributor::new(sampler.slots(), topology, source).tick_hz(tick_hz);
         let mut pump = Pump {
             sampler,
@@ -494,19 +495,24 @@ impl Pump {
 
     /// Also read every package counter on its own at each interval end, so each result carries
     /// per-channel counts (`PackageRow::channels`).
-    pub fn per_channel(mut self, yes: bool) -> Pump {
+    pub fn per_channel(mut self, yes: bool) -> Pump<S> {
         self.channels = yes.then(Vec::new);
         self
     }
 
     /// How the plan divides package traffic, said in every interval.
-    pub fn weighting(mut self, w: Option<crate::model::Weighting>) -> Pump {
+    pub fn weighting(mut self, w: Option<crate::model::Weighting>) -> Pump<S> {
         self.attr = self.attr.weighting(w);
         self
     }
 
-    pub fn sampler(&self) -> &Sampler {
+    pub fn sampler(&self) -> &S {
         &self.sampler
+    }
+
+    /// The source itself (the replay benchmark fills a loopback's rings through it).
+    pub fn sampler_mut(&mut self) -> &mut S {
+        &mut self.sampler
     }
 
     pub fn attributor(&self) -> &Attributor {
@@ -516,11 +522,14 @@ impl Pump {
     /// Drains every record into the attributor (and `tick`), then reads from userspace the
     /// packages no reader's tick has read lately, so an idle package's traffic keeps its time.
     pub fn drain(&mut self, mut tick: impl FnMut(&TickRecord)) -> usize {
-        let attr = &mut self.attr;
-        let n = self.sampler.drain(|r| {
-            attr.push_tick(r);
-            tick(r)
-        });
+        let mut batch = std::mem::take(&mut self.batch);
+        batch.clear();
+        let n = self.sampler.drain_append(&mut batch);
+        for r in &batch {
+            self.attr.push_tick(r);
+            tick(r);
+        }
+        self.batch = batch;
         self.read_packages(false);
         n
     }

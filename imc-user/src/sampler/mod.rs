@@ -5,6 +5,7 @@
 //! Lifetime is ownership: dropping a [`Sampler`] detaches every link and closes every program,
 //! map and counter fd, so nothing stays loaded after `imc` exits, however it exits.
 pub mod fallback;
+pub mod loopback;
 pub mod object;
 pub mod planned;
 mod rings;
@@ -487,22 +488,6 @@ impl Sampler {
         let wake: RingBuf<MapData> = take_map(&mut ebpf, WAKE_MAP_NAME)?;
         let (attached, tick_prog_name) = attach(&mut ebpf, cfg)?;
 
-        // A package nobody's tick read lately is read from userspace; see `fallback`. Each
-        // (package slot, group) is one instance, its "CPU" the group's index.
-        let max_age = fallback::max_age_ns(cfg.tick_hz(None), cfg.drain_period_ms);
-        let instances: Vec<(usize, u32, Vec<u32>)> = cfg
-            .groups
-            .iter()
-            .enumerate()
-            .flat_map(|(g, grp)| {
-                let mut slots: Vec<usize> = grp.counters.iter().map(|c| c.slot).collect();
-                slots.sort_unstable();
-                slots.dedup();
-                slots
-                    .into_iter()
-                    .map(move |s| (s, g as u32, grp.readers.clone()))
-            })
-            .collect();
         Ok(Sampler {
             ebpf,
             logger,
@@ -515,7 +500,7 @@ impl Sampler {
             group_package: cfg.groups.iter().map(|g| g.package).collect(),
             slots: cfg.slots.iter().map(|p| p.spec.clone()).collect(),
             cpus: cfg.cpus.clone(),
-            fallback: IdleFallback::new(&instances, max_age),
+            fallback: idle_fallback(cfg),
             attached,
             tick_prog_name,
         })
@@ -574,12 +559,7 @@ impl Sampler {
         if let Some(l) = self.logger.as_mut() {
             l.flush();
         }
-        let first = out.len();
-        let n = self.rings.drain_append(out);
-        for r in &out[first..] {
-            self.fallback.observe(r);
-        }
-        n
+        drain_rings(&mut self.rings, &mut self.fallback, out)
     }
 
     /// The fd that turns readable when a CPU's ring is half full: poll it beside the drain
@@ -762,6 +742,75 @@ impl Sampler {
             .programs()
             .filter_map(|(_, p)| p.info().ok().map(|i| i.id()))
             .collect()
+    }
+}
+
+/// A package nobody's tick read lately is read from userspace; see `fallback`. Each (package
+/// slot, group) is one instance, its "CPU" the group's index.
+fn idle_fallback(cfg: &SamplerConfig) -> IdleFallback {
+    let max_age = fallback::max_age_ns(cfg.tick_hz(None), cfg.drain_period_ms);
+    let instances: Vec<(usize, u32, Vec<u32>)> = cfg
+        .groups
+        .iter()
+        .enumerate()
+        .flat_map(|(g, grp)| {
+            let mut slots: Vec<usize> = grp.counters.iter().map(|c| c.slot).collect();
+            slots.sort_unstable();
+            slots.dedup();
+            slots
+                .into_iter()
+                .map(move |s| (s, g as u32, grp.readers.clone()))
+        })
+        .collect();
+    IdleFallback::new(&instances, max_age)
+}
+
+/// What every drain does, whoever produced the rings: copy each new record out (comm and cgroup
+/// filled in), and tell the idle-package fallback which package slots the ticks read.
+fn drain_rings(rings: &mut Rings, fallback: &mut IdleFallback, out: &mut Vec<TickRecord>) -> usize {
+    let first = out.len();
+    let n = rings.drain_append(out);
+    for r in &out[first..] {
+        fallback.observe(r);
+    }
+    n
+}
+
+/// What the sampling loop's pump drains (`commands::sampling::Pump`): the [`Sampler`], or a
+/// [`loopback::Loopback`] whose rings a benchmark fills instead of the kernel.
+pub trait RecordSource {
+    /// The slots the records carry.
+    fn slots(&self) -> &[SlotSpec];
+    /// Appends every waiting record to `out` (each CPU's in time order, CPU after CPU).
+    fn drain_append(&mut self, out: &mut Vec<TickRecord>) -> usize;
+    /// Records overwritten before they were read, all CPUs together.
+    fn lost_records(&self) -> u64;
+    /// Userspace reads of the packages no tick read lately (see [`Sampler::read_idle_packages`]).
+    fn read_idle_packages(&mut self, all: bool, f: impl FnMut(u32, usize, u64, u64)) -> usize;
+    /// Every package counter read on its own (see [`Sampler::read_channels`]).
+    fn read_channels(&self) -> Vec<ChannelReading>;
+    /// The CPUs whose rings asked for a drain since the last call.
+    fn take_wakes(&mut self) -> Vec<u32>;
+}
+
+impl RecordSource for Sampler {
+    fn slots(&self) -> &[SlotSpec] {
+        Sampler::slots(self)
+    }
+    fn drain_append(&mut self, out: &mut Vec<TickRecord>) -> usize {
+        Sampler::drain_append(self, out)
+    }
+    fn lost_records(&self) -> u64 {
+        Sampler::lost_records(self)
+    }
+    fn read_idle_packages(&mut self, all: bool, f: impl FnMut(u32, usize, u64, u64)) -> usize {
+        Sampler::read_idle_packages(self, all, f)
+    }
+    fn read_channels(&self) -> Vec<ChannelReading> {
+        Sampler::read_channels(self)
+    }
+    fn take_wakes(&mut self) -> Vec<u32> {
+        Sampler::take_wakes(self)
     }
 }
 
