@@ -381,10 +381,12 @@ pub fn privileged() -> bool {
 const RINGS_MAX_BYTES: u64 = 128 << 20;
 
 /// Records per CPU ring: eight drain periods' worth at the tick rate plus, where context switches
-/// run the program too, 20 000 switches a second (a busy server's rate; a burst beyond it within
-/// one drain period is what may be lost), a power of two between 64 (2048 with switches: a
-/// drain a loaded machine delays must not lose a switch burst) and 16384, and no more than
-/// [`RINGS_MAX_BYTES`] over the `possible` CPUs allow (at least 256). A ring half full wakes
+/// write records too (`--precise`), 20 000 switches a second (a busy server's rate; a burst
+/// beyond it within one drain period is what may be lost), a power of two between 64 (2048 with
+/// switches: a drain a loaded machine delays must not lose a switch burst) and 16384, and no
+/// more than [`RINGS_MAX_BYTES`] over the `possible` CPUs allow (at least 256). Aggregating, the
+/// rate is four tasks a tick and two drain periods' worth within a quarter of that budget: a
+/// 192-CPU server maps 25 MB of rings rather than 100 MB. A ring half full wakes
 /// userspace early (see [`wake_every`]), so a long drain period does not need a ring that long.
 fn ring_len(cfg: &SamplerConfig, possible: u32) -> u32 {
     if let Some(n) = cfg.ring_bytes {
@@ -392,11 +394,21 @@ fn ring_len(cfg: &SamplerConfig, possible: u32) -> u32 {
     }
     // The kernel tick fires at up to 1000 Hz, plus other hrtimers on the local-timer tracepoint.
     let hz = u64::from(cfg.tick_hz(Some(1000)));
-    let switches = if cfg.switches() { 20_000 } else { 0 };
-    let per_period = (hz + switches) * u64::from(cfg.drain_period_ms.max(1)) / 1000 + 1;
-    let least = if switches > 0 { 2048 } else { 64 };
-    let wanted = (per_period * 8).clamp(least, 16384).next_power_of_two();
-    let budget = RINGS_MAX_BYTES / (u64::from(possible.max(1)) * TickRecord::SIZE as u64);
+    let aggregating = cfg.aggregate && cfg.switches();
+    let (per_second, least, periods, max_bytes) = if aggregating {
+        // Aggregates: a record per task per tick, whatever the switch rate (a few tasks a tick;
+        // more flush early, eight at a time). The ring wakes userspace when half full.
+        (hz * 4, 256, 2, RINGS_MAX_BYTES / 4)
+    } else if cfg.switches() {
+        (hz + 20_000, 2048, 8, RINGS_MAX_BYTES)
+    } else {
+        (hz, 64, 8, RINGS_MAX_BYTES)
+    };
+    let per_period = per_second * u64::from(cfg.drain_period_ms.max(1)) / 1000 + 1;
+    let wanted = (per_period * periods)
+        .clamp(least, 16384)
+        .next_power_of_two();
+    let budget = max_bytes / (u64::from(possible.max(1)) * TickRecord::SIZE as u64);
     // Largest power of two within the budget.
     let affordable = 1u64 << (63 - budget.max(256).leading_zeros());
     wanted.min(affordable) as u32
