@@ -489,6 +489,8 @@ fn rec(cpu: u32, t: u64, pid: u32, comm: &[u8], slots: &[(u64, u64, u64)]) -> Ti
         failed_mask: 0,
         flags: 0,
         comm: [0; 16],
+        t0_ns: 0,
+        on_ns: 0,
         slots: [SlotReading::default(); MAX_SLOTS],
     };
     r.comm[..comm.len()].copy_from_slice(comm);

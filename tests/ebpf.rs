@@ -56,6 +56,7 @@ fn config(slots: Vec<SlotPlan>, cpus: &[u32], freq: u32) -> SamplerConfig {
         drain_period_ms: 10,
         bpf_log: false,
         tick_program: Default::default(),
+        aggregate: false,
     }
 }
 
@@ -809,4 +810,79 @@ fn usage_errors_name_the_fix_in_one_line() {
             "directory /nonexistent/dir does not exist",
         );
     }
+}
+
+/// The default on the kernel's tick: context switches add to the per-CPU accumulator and each
+/// tick flushes one KIND_AGGREGATE record per task that ran. On this machine, with the TSC as
+/// the CPU-scope counter: every flush's on-CPU times add up to its period exactly, each CPU's
+/// periods follow each other without a gap, and the TSC deltas the aggregates carry add up to
+/// the TSC's advance over the CPU's whole time line (nothing counted twice, nothing dropped),
+/// each task's in proportion to its on-CPU time.
+#[test]
+fn aggregates_conserve_time_and_counts_per_cpu() {
+    if !sampler_prerequisites() {
+        return;
+    }
+    let _machine = exclusive();
+    let cpus = online_cpus();
+    let tsc = msr_tsc();
+    let mut cfg = config(
+        vec![SlotPlan::per_cpu(spec("msr/tsc/"), &tsc, &cpus)],
+        &cpus,
+        1,
+    );
+    cfg.tick = TickSource::Kernel;
+    cfg.aggregate = true;
+    let mut s = Sampler::start(&cfg).expect("sampler starts aggregating");
+    // More spinners than CPUs: the scheduler switches between them at every tick or so, and
+    // the drain's sleeps switch too.
+    let _extra = Spinners::start(cpus.len() * 2);
+    let recs = collect(&mut s, Duration::from_millis(1500));
+    assert_eq!(s.stats().unwrap().lost(), 0);
+    assert!(
+        recs.iter().all(|r| r.kind == imc_common::KIND_AGGREGATE),
+        "only aggregates: {:?}",
+        recs.iter()
+            .map(|r| r.kind)
+            .collect::<std::collections::BTreeSet<_>>()
+    );
+    let mut tsc_per_ns = Vec::new();
+    for &cpu in &cpus {
+        let mine: Vec<&TickRecord> = recs.iter().filter(|r| r.cpu == cpu).collect();
+        assert!(mine.len() >= 50, "CPU {cpu}: {} aggregates", mine.len());
+        // Flushes: runs of records with the same period.
+        let mut flushes: Vec<(u64, u64, u64, u64)> = Vec::new(); // t0, t1, Σon, Σtsc
+        for r in &mine {
+            assert_eq!(r.failed_mask, 0, "{r:?}");
+            assert!(r.t0_ns < r.t_ns && r.on_ns <= r.t_ns - r.t0_ns, "{r:?}");
+            match flushes.last_mut() {
+                Some(f) if f.0 == r.t0_ns && f.1 == r.t_ns => {
+                    f.2 += r.on_ns;
+                    f.3 += r.slots[0].value;
+                }
+                _ => flushes.push((r.t0_ns, r.t_ns, r.on_ns, r.slots[0].value)),
+            }
+        }
+        for w in flushes.windows(2) {
+            assert_eq!(w[0].1, w[1].0, "CPU {cpu}: periods follow each other");
+        }
+        for f in &flushes {
+            assert_eq!(
+                f.2,
+                f.1 - f.0,
+                "CPU {cpu}: on-CPU times fill the period {f:?}"
+            );
+        }
+        let span = (flushes.last().unwrap().1 - flushes[0].0) as f64;
+        let counted: u64 = flushes.iter().map(|f| f.3).sum();
+        tsc_per_ns.push(counted as f64 / span);
+        // (A task's own TSC delta over its on-CPU time is not checked: in a VM the vCPU can
+        // be descheduled between the program's clock read and its counter read.)
+        let _ = &mine;
+    }
+    // The TSC runs at one rate on every CPU: what the aggregates carry is all of it.
+    let (lo, hi) = tsc_per_ns
+        .iter()
+        .fold((f64::MAX, 0.0f64), |(l, h), &v| (l.min(v), h.max(v)));
+    assert!(hi / lo < 1.01, "TSC per ns by CPU: {tsc_per_ns:?}");
 }

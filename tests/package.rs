@@ -168,6 +168,7 @@ fn kernel_tick_config(topo: &Topology, ring: Option<u32>) -> SamplerConfig {
         drain_period_ms: 1000,
         bpf_log: false,
         tick_program: Default::default(),
+        aggregate: false,
     }
 }
 
@@ -296,6 +297,7 @@ fn sample_toucher_and_spinner(
         drain_period_ms: 10,
         bpf_log: false,
         tick_program: Default::default(),
+        aggregate: false,
     };
     let sampler = Sampler::start(&cfg).expect("sampler starts");
     assert!(

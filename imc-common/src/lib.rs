@@ -16,8 +16,19 @@ pub const MAX_SLOTS: usize = 8;
 /// write counters has 24; the bound keeps the verifier's loop finite).
 pub const MAX_PKG_COUNTERS: u32 = 128;
 
-/// Bumped whenever [`TickRecord`] or the map names change.
-pub const RECORD_ABI_VERSION: u32 = 3;
+/// Bumped whenever [`TickRecord`], the map, global or program names or the STATS indices
+/// change. The program carries it in [`ABI_VERSION_GLOBAL`]; userspace refuses an object built
+/// against another version before loading it.
+pub const RECORD_ABI_VERSION: u32 = 5;
+/// The program's read-only global holding the [`RECORD_ABI_VERSION`] it was built with.
+pub const ABI_VERSION_GLOBAL: &str = "IMC_ABI_VERSION";
+
+/// The program on imc's own cpu-clock timer (`--freq`).
+pub const TICK_PROGRAM: &str = "imc_tick";
+/// The program on the kernel's tick (a raw tracepoint of its timer interrupt).
+pub const TICK_TP_PROGRAM: &str = "imc_tick_tp";
+/// The program on sched_switch (a raw tracepoint).
+pub const SWITCH_PROGRAM: &str = "imc_switch";
 
 /// Names of the per-slot PERF_EVENT_ARRAY maps, in slot order.
 pub const SLOT_MAP_NAMES: [&str; MAX_SLOTS] = [
@@ -107,13 +118,64 @@ pub const KIND_TIMER: u8 = 0;
 /// counter values are the ones at the moment it stopped running.
 pub const KIND_SWITCH: u8 = 1;
 
-/// Program runs (ticks or switches) on this CPU.
-pub const STAT_RUNS: u32 = 0;
-/// Package-counter reads this CPU made as its package's reader (one per group read).
-pub const STAT_PKG_READS: u32 = 1;
+/// Per-task aggregate of one flush period on one CPU (the default with the kernel's tick):
+/// `t0_ns .. t_ns` is the period, `on_ns` the task's on-CPU time in it, and the CPU slots carry
+/// the task's counter *deltas* within it (Σvalue, Σenabled, Σrunning over its slices; failed
+/// bit set when a slice of it could not be read). A package slot carries the package's
+/// cumulative sum read at `t_ns`, in the first record of a flush only (failed in the others).
+/// The records of one flush share `t0_ns` and `t_ns`, and their `on_ns` add up to the period.
+pub const KIND_AGGREGATE: u8 = 2;
+
+/// Read-only global: 1 = context switches add to the per-CPU accumulator ([`AggState`]) and
+/// ticks flush it as [`KIND_AGGREGATE`] records; 0 = a record per switch (`--precise`).
+pub const AGGREGATE_GLOBAL: &str = "AGGREGATE";
+/// Read-only global: a slice longer than this (ns; an idle CPU without ticks) is flushed as a
+/// period of its own, so a long idle stretch never dilutes what ran before or after it.
+pub const LONG_SLICE_GLOBAL: &str = "LONG_SLICE_NS";
+/// Per-CPU array (one [`AggState`] entry) of the switch accumulator.
+pub const AGG_MAP_NAME: &str = "AGG";
+/// Tasks one CPU's accumulator holds between two flushes; a ninth flushes it early.
+pub const AGG_TASKS: usize = 8;
+
+/// One task's share of a flush period, as the kernel accumulates it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct AggTask {
+    pub pid: u32,
+    pub tgid: u32,
+    pub cgroup_id: u64,
+    pub comm: [u8; 16],
+    pub on_ns: u64,
+    pub failed_mask: u8,
+    pub flags: u8,
+    pub _pad: [u8; 6],
+    pub slots: [SlotReading; MAX_SLOTS],
+}
+
+/// One CPU's switch accumulator (the kernel's; userspace never reads it).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct AggState {
+    /// Start of the current flush period (0: no baseline yet).
+    pub period_start: u64,
+    /// The last switch or tick: where the running task's slice began.
+    pub last_t: u64,
+    /// Entries of `tasks` in use.
+    pub n: u32,
+    /// Bit s: `last[s]` is a valid reading of CPU slot s.
+    pub last_ok: u32,
+    /// Entries created, for refreshing comm and cgroup now and then.
+    pub created: u64,
+    pub last: [SlotReading; MAX_SLOTS],
+    pub tasks: [AggTask; AGG_TASKS],
+}
+
+/// Package-counter reads this CPU made as its package's reader (one per group read). (Runs are
+/// not counted here: the kernel's BPF statistics count them, see `bench-tick`.)
+pub const STAT_PKG_READS: u32 = 0;
 /// `STAT_READ_ERROR + slot`: `bpf_perf_event_read_value` failed for a reason other than an
 /// empty array entry (the counter exists but cannot be read from this CPU, for instance).
-pub const STAT_READ_ERROR: u32 = 2;
+pub const STAT_READ_ERROR: u32 = 1;
 /// `STAT_SLOT_ABSENT + slot`: this CPU has no entry in the slot's array (-ENOENT). Expected for
 /// package-scope counters on CPUs that are not allowed to read them; counted apart from errors.
 pub const STAT_SLOT_ABSENT: u32 = STAT_READ_ERROR + MAX_SLOTS as u32;
@@ -131,7 +193,7 @@ pub struct SlotReading {
 
 /// One program run on one CPU.
 #[repr(C)]
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Default)]
 pub struct TickRecord {
     /// `bpf_ktime_get_ns()`: CLOCK_MONOTONIC in ns.
     pub t_ns: u64,
@@ -142,7 +204,7 @@ pub struct TickRecord {
     pub pid: u32,
     /// Process id (kernel tgid).
     pub tgid: u32,
-    /// `KIND_TIMER` or `KIND_SWITCH`.
+    /// `KIND_TIMER`, `KIND_SWITCH` or `KIND_AGGREGATE`.
     pub kind: u8,
     /// Slots filled in this record.
     pub nr_slots: u8,
@@ -151,6 +213,10 @@ pub struct TickRecord {
     /// Kernel-to-sampler flags ([`FLAG_TASK_OMITTED`]); always 0 in records handed out.
     pub flags: u8,
     pub comm: [u8; 16],
+    /// `KIND_AGGREGATE`: start of the flush period (its end is `t_ns`); 0 otherwise.
+    pub t0_ns: u64,
+    /// `KIND_AGGREGATE`: the task's on-CPU ns within the period; 0 otherwise.
+    pub on_ns: u64,
     pub slots: [SlotReading; MAX_SLOTS],
 }
 
@@ -170,7 +236,7 @@ impl TickRecord {
 
 // The record must not change size by accident: the per-CPU rings (sized in records) and the
 // recording file both depend on it.
-const _: () = assert!(TickRecord::SIZE == 48 + 24 * MAX_SLOTS);
+const _: () = assert!(TickRecord::SIZE == 64 + 24 * MAX_SLOTS);
 
 #[cfg(feature = "user")]
 unsafe impl aya::Pod for SlotReading {}
@@ -178,6 +244,8 @@ unsafe impl aya::Pod for SlotReading {}
 unsafe impl aya::Pod for TickRecord {}
 #[cfg(feature = "user")]
 unsafe impl aya::Pod for CpuHead {}
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for AggState {}
 #[cfg(feature = "user")]
 unsafe impl aya::Pod for ReaderCfg {}
 

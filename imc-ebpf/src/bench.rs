@@ -87,3 +87,11 @@ pub fn probe_read_sw(_ctx: PerfEventContext) -> u32 {
     probe_store(0, v);
     0
 }
+
+/// The floor of a context-switch program: attached to sched_switch as imc's is (a raw
+/// tracepoint), doing nothing. `cargo xtask bench-overhead` runs the switch-heavy workload under
+/// it beside imc, so imc's ns per switch is read against what any program on that hook costs.
+#[aya_ebpf::macros::raw_tracepoint(tracepoint = "sched_switch")]
+pub fn bare_switch(_ctx: aya_ebpf::programs::RawTracePointContext) -> i32 {
+    0
+}

@@ -31,13 +31,18 @@ use aya_ebpf::{
 };
 use aya_log_ebpf::warn;
 use imc_common::{
-    CpuHead, FLAG_TASK_OMITTED, KIND_SWITCH, KIND_TIMER, MAX_PKG_COUNTERS, MAX_SLOTS, NR_STATS,
-    RECENT_TASKS, ReaderCfg, STAT_PKG_READS, STAT_READ_ERROR, STAT_SLOT_ABSENT, SlotReading,
-    TickRecord,
+    AGG_TASKS, AggState, CpuHead, FLAG_TASK_OMITTED, KIND_AGGREGATE, KIND_SWITCH, KIND_TIMER,
+    MAX_PKG_COUNTERS, MAX_SLOTS, NR_STATS, RECENT_TASKS, RECORD_ABI_VERSION, ReaderCfg,
+    STAT_PKG_READS, STAT_READ_ERROR, STAT_SLOT_ABSENT, SlotReading, TickRecord,
 };
 
 #[cfg(feature = "bench")]
 mod bench;
+
+/// The record layout and names this object was built against (imc_common::ABI_VERSION_GLOBAL):
+/// userspace reads it from the ELF before loading and refuses another version.
+#[unsafe(no_mangle)]
+static IMC_ABI_VERSION: u32 = RECORD_ABI_VERSION;
 
 /// How many slots userspace configured. Lives in .rodata and is frozen before load, so the
 /// verifier sees a constant and drops the code of unused slots.
@@ -117,6 +122,19 @@ static TICKS: Array<TickRecord> = Array::with_max_entries(1, BPF_F_MMAPABLE);
 #[map]
 static HEADS: Array<CpuHead> = Array::with_max_entries(1, BPF_F_MMAPABLE);
 
+/// 1: context switches add to the CPU's accumulator (AGG) and its ticks flush it as one
+/// KIND_AGGREGATE record per task that ran; 0: a record per switch (`--precise`).
+#[unsafe(no_mangle)]
+static AGGREGATE: u32 = 0;
+
+/// A slice longer than this (an idle CPU without ticks) is a flush period of its own.
+#[unsafe(no_mangle)]
+static LONG_SLICE_NS: u64 = u64::MAX;
+
+/// Per CPU: the switch accumulator (imc_common::AggState).
+#[map]
+static AGG: PerCpuArray<AggState> = PerCpuArray::with_max_entries(1, 0);
+
 /// Per-CPU counters of runs, lost records and read failures per slot (imc_common::STAT_*).
 #[map]
 static STATS: PerCpuArray<u64> = PerCpuArray::with_max_entries(NR_STATS, 0);
@@ -127,7 +145,7 @@ const ENOENT: i64 = 2;
 /// timer interrupt per CPU per period).
 #[perf_event]
 pub fn imc_tick(ctx: PerfEventContext) -> u32 {
-    record(&ctx, KIND_TIMER);
+    tick(&ctx);
     0
 }
 
@@ -136,8 +154,23 @@ pub fn imc_tick(ctx: PerfEventContext) -> u32 {
 /// program reads no tracepoint argument, so one program serves either.
 #[raw_tracepoint(tracepoint = "local_timer_entry")]
 pub fn imc_tick_tp(ctx: RawTracePointContext) -> i32 {
-    record(&ctx, KIND_TIMER);
+    tick(&ctx);
     0
+}
+
+#[inline(always)]
+fn aggregating() -> bool {
+    // SAFETY: a read of a global; volatile so the compiler does not fold the compiled-in 0.
+    unsafe { core::ptr::read_volatile(&AGGREGATE) != 0 }
+}
+
+#[inline(always)]
+fn tick<C: EbpfContext>(ctx: &C) {
+    if aggregating() {
+        aggregate(ctx, true);
+    } else {
+        record(ctx, KIND_TIMER);
+    }
 }
 
 /// sched_switch, as a raw tracepoint (needs no tracefs mounted): it fires before the switch, so
@@ -145,7 +178,11 @@ pub fn imc_tick_tp(ctx: RawTracePointContext) -> i32 {
 /// belong to.
 #[raw_tracepoint(tracepoint = "sched_switch")]
 pub fn imc_switch(ctx: RawTracePointContext) -> i32 {
-    record(&ctx, KIND_SWITCH);
+    if aggregating() {
+        aggregate(&ctx, false);
+    } else {
+        record(&ctx, KIND_SWITCH);
+    }
     0
 }
 
@@ -250,6 +287,8 @@ fn record<C: EbpfContext>(ctx: &C, kind: u8) {
 
         let now = bpf_ktime_get_ns();
         (*rec).t_ns = now;
+        (*rec).t0_ns = 0;
+        (*rec).on_ns = 0;
         let mut sums = [0u64; MAX_SLOTS];
         let pkg_ok = if pkg_slots != 0 {
             read_package(ctx, cpu, now, &mut sums)
@@ -369,6 +408,303 @@ fn record<C: EbpfContext>(ctx: &C, kind: u8) {
         let wake_every = core::ptr::read_volatile(&WAKE_EVERY);
         if wake_every != 0 && (seq.wrapping_add(1) as u32) & wake_every.wrapping_sub(1) == 0 {
             // Full buffer (userspace is already behind): nothing to add.
+            let _ = WAKE.output::<u32>(&cpu, u64::from(BPF_RB_FORCE_WAKEUP));
+        }
+    }
+}
+
+/// Reads CPU slot `s`'s counter on this CPU into `out` (value, and enabled/running when
+/// `timed`; a never-multiplexed counter reads enabled == running == 1). Returns 0, or the
+/// negative errno of a failed read, counted in STATS.
+#[inline(always)]
+fn read_cpu_slot(s: u32, timed: bool, out: *mut SlotReading) -> i64 {
+    let map: *mut c_void = match s {
+        0 => &raw const SLOT0 as *mut c_void,
+        1 => &raw const SLOT1 as *mut c_void,
+        2 => &raw const SLOT2 as *mut c_void,
+        3 => &raw const SLOT3 as *mut c_void,
+        4 => &raw const SLOT4 as *mut c_void,
+        5 => &raw const SLOT5 as *mut c_void,
+        6 => &raw const SLOT6 as *mut c_void,
+        _ => &raw const SLOT7 as *mut c_void,
+    };
+    // SAFETY: `map` is a PERF_EVENT_ARRAY map; `out` is valid for one SlotReading, the layout
+    // of struct bpf_perf_event_value.
+    let r = unsafe {
+        if timed {
+            bpf_perf_event_read_value(
+                map,
+                BPF_F_CURRENT_CPU,
+                out.cast::<bpf_perf_event_value>(),
+                core::mem::size_of::<SlotReading>() as u32,
+            )
+        } else {
+            let v = bpf_perf_event_read(map, BPF_F_CURRENT_CPU);
+            let err = v as i64;
+            if (-4095..0).contains(&err) {
+                err
+            } else {
+                *out = SlotReading {
+                    value: v,
+                    enabled: 1,
+                    running: 1,
+                };
+                0
+            }
+        }
+    };
+    if r != 0 {
+        let _ = bump(if r == -ENOENT {
+            STAT_SLOT_ABSENT + s
+        } else {
+            STAT_READ_ERROR + s
+        });
+    }
+    r
+}
+
+/// The aggregating path (`AGGREGATE`): a switch adds the outgoing task's slice (time and CPU
+/// slot deltas) to its entry in this CPU's accumulator and writes nothing; a tick (`tick`) adds
+/// the running task's slice and flushes every entry as a KIND_AGGREGATE record, the package
+/// readings in the first. Records per second are then ticks × tasks per tick, whatever the
+/// switch rate. A full accumulator is flushed early (its period ends at the last switch), and a
+/// slice longer than LONG_SLICE_NS (a tickless idle CPU) is a period of its own, so a long idle
+/// stretch never dilutes the time of what ran around it.
+#[inline(always)]
+fn aggregate<C: EbpfContext>(ctx: &C, tick: bool) {
+    // SAFETY (whole function): `st` points into this CPU's AGG entry, which only this CPU
+    // touches, with preemption off (a tick cannot nest in a switch on one CPU: see `record`).
+    unsafe {
+        let cpu = bpf_get_smp_processor_id();
+        let now = bpf_ktime_get_ns();
+        let Some(st) = AGG.get_ptr_mut(0) else {
+            return;
+        };
+        let nr = core::ptr::read_volatile(&NR_SLOTS).min(MAX_SLOTS as u32);
+        let timed = core::ptr::read_volatile(&TIMED_SLOTS);
+        let cpu_slots = ((1u32 << nr) - 1) & !core::ptr::read_volatile(&PKG_SLOTS);
+        if (*st).period_start == 0 {
+            // The first run on this CPU: only the baselines.
+            (*st).period_start = now;
+            (*st).last_t = now;
+            (*st).last_ok = read_baselines(st, cpu_slots, timed);
+            return;
+        }
+        let long = now.wrapping_sub((*st).last_t) > core::ptr::read_volatile(&LONG_SLICE_NS);
+        if long {
+            // What ran before the long slice keeps its own period.
+            let end = (*st).last_t;
+            flush(ctx, cpu, st, end, false);
+        }
+        let id = bpf_get_current_pid_tgid();
+        let pid = id as u32;
+        let e = entry(ctx, cpu, st, pid, (id >> 32) as u32);
+        let Some(e) = e else {
+            return;
+        };
+        (*e).on_ns = (*e).on_ns.wrapping_add(now.wrapping_sub((*st).last_t));
+        let mut ok = (*st).last_ok;
+        for s in 0..MAX_SLOTS as u32 {
+            let bit = 1u32 << s;
+            if s >= nr || cpu_slots & bit == 0 {
+                continue;
+            }
+            let mut cur = SlotReading::default();
+            let i = s as usize & (MAX_SLOTS - 1);
+            if read_cpu_slot(s, timed & bit != 0, &mut cur) != 0 {
+                (*e).failed_mask |= bit as u8;
+                ok &= !bit;
+                continue;
+            }
+            let last = &mut (*st).last[i];
+            if ok & bit != 0 {
+                let acc = &mut (*e).slots[i];
+                acc.value = acc.value.wrapping_add(cur.value.wrapping_sub(last.value));
+                acc.enabled = acc
+                    .enabled
+                    .wrapping_add(cur.enabled.wrapping_sub(last.enabled));
+                acc.running = acc
+                    .running
+                    .wrapping_add(cur.running.wrapping_sub(last.running));
+            } else {
+                // No baseline (the previous read failed): this slice's delta is unknown.
+                (*e).failed_mask |= bit as u8;
+            }
+            *last = cur;
+            ok |= bit;
+        }
+        (*st).last_ok = ok;
+        (*st).last_t = now;
+        if tick || long {
+            flush(ctx, cpu, st, now, true);
+        }
+    }
+}
+
+/// Reads every CPU slot into the accumulator's baselines; returns the mask of those read.
+///
+/// # Safety
+/// `st` points to this CPU's accumulator.
+#[inline(always)]
+unsafe fn read_baselines(st: *mut AggState, cpu_slots: u32, timed: u32) -> u32 {
+    let mut ok = 0;
+    for s in 0..MAX_SLOTS as u32 {
+        let bit = 1u32 << s;
+        if cpu_slots & bit == 0 {
+            continue;
+        }
+        // SAFETY: the caller's.
+        let out = unsafe { &raw mut (*st).last[s as usize & (MAX_SLOTS - 1)] };
+        if read_cpu_slot(s, timed & bit != 0, out) == 0 {
+            ok |= bit;
+        }
+    }
+    ok
+}
+
+/// The accumulator entry of thread `pid`, created (with comm and cgroup, unless this CPU
+/// described the thread lately) if it has none; a full accumulator is flushed first.
+///
+/// # Safety
+/// `st` points to this CPU's accumulator.
+#[inline(always)]
+unsafe fn entry<C: EbpfContext>(
+    ctx: &C,
+    cpu: u32,
+    st: *mut AggState,
+    pid: u32,
+    tgid: u32,
+) -> Option<*mut imc_common::AggTask> {
+    // SAFETY: the caller's; `tasks` indices are masked into the array.
+    unsafe {
+        let n = ((*st).n as usize).min(AGG_TASKS);
+        // Every entry is looked at and the count checked inside: a loop that stops at `n`
+        // becomes a pointer walk the verifier cannot bound.
+        for i in 0..AGG_TASKS {
+            let e = &raw mut (*st).tasks[i];
+            if i < n && (*e).pid == pid {
+                return Some(e);
+            }
+        }
+        let mut n = n;
+        if n >= AGG_TASKS {
+            let end = (*st).last_t;
+            flush(ctx, cpu, st, end, false);
+            n = 0;
+        }
+        let e = &raw mut (*st).tasks[n & (AGG_TASKS - 1)];
+        (*e).pid = pid;
+        (*e).tgid = tgid;
+        (*e).on_ns = 0;
+        (*e).failed_mask = 0;
+        (*e).slots = [SlotReading::default(); MAX_SLOTS];
+        let h = HEADS.get_ptr_mut(cpu)?;
+        let recent = &raw mut (*h).recent;
+        let tag = pid.wrapping_add(1);
+        let known = (*recent).contains(&tag);
+        if !known || (*st).created & 63 == 0 {
+            (*e).cgroup_id = bpf_get_current_cgroup_id();
+            if bpf_get_current_comm((*e).comm.as_mut_ptr().cast(), 16) != 0 {
+                (*e).comm = [0; 16];
+            }
+            (*e).flags = 0;
+            if !known {
+                let slot = ((*h).next as usize) & (RECENT_TASKS - 1);
+                (*recent)[slot] = tag;
+                (*h).next = (*h).next.wrapping_add(1);
+            }
+        } else {
+            (*e).flags = FLAG_TASK_OMITTED;
+        }
+        (*st).created = (*st).created.wrapping_add(1);
+        (*st).n = (n + 1) as u32;
+        Some(e)
+    }
+}
+
+/// Writes one KIND_AGGREGATE record per accumulator entry, for the period
+/// `period_start .. end`, and starts the next period at `end`. With `pkg`, this CPU reads its
+/// package's counters (when it is a reader and the period's read is due) into the first record.
+///
+/// # Safety
+/// `st` points to this CPU's accumulator.
+#[inline(always)]
+unsafe fn flush<C: EbpfContext>(ctx: &C, cpu: u32, st: *mut AggState, end: u64, pkg: bool) {
+    // SAFETY: the caller's, and `record`'s for the ring.
+    unsafe {
+        let Some(h) = HEADS.get_ptr_mut(cpu) else {
+            return;
+        };
+        let n = ((*st).n as usize).min(AGG_TASKS);
+        let nr = core::ptr::read_volatile(&NR_SLOTS).min(MAX_SLOTS as u32);
+        let pkg_slots = core::ptr::read_volatile(&PKG_SLOTS);
+        let mut sums = [0u64; MAX_SLOTS];
+        let pkg_ok = if pkg && pkg_slots != 0 {
+            read_package(ctx, cpu, end, &mut sums)
+        } else {
+            0
+        };
+        let ring_len = core::ptr::read_volatile(&RING_LEN);
+        let seq = (*h).head;
+        let start = (*st).period_start;
+        let mut written = 0u64;
+        for i in 0..AGG_TASKS {
+            if i >= n {
+                continue;
+            }
+            let index = cpu
+                .wrapping_mul(ring_len)
+                .wrapping_add((seq.wrapping_add(written) as u32) & ring_len.wrapping_sub(1));
+            let Some(rec) = TICKS.get_ptr_mut(index) else {
+                break;
+            };
+            let e = &raw const (*st).tasks[i];
+            (*rec).t_ns = end;
+            (*rec).t0_ns = start;
+            (*rec).on_ns = (*e).on_ns;
+            (*rec).cgroup_id = (*e).cgroup_id;
+            (*rec).cpu = cpu;
+            (*rec).pid = (*e).pid;
+            (*rec).tgid = (*e).tgid;
+            (*rec).kind = KIND_AGGREGATE;
+            (*rec).nr_slots = nr as u8;
+            (*rec).flags = (*e).flags;
+            (*rec).comm = (*e).comm;
+            let mut failed = (*e).failed_mask;
+            for s in 0..MAX_SLOTS {
+                if s as u32 >= nr {
+                    continue;
+                }
+                let bit = 1u8 << s;
+                if pkg_slots & u32::from(bit) != 0 {
+                    if i == 0 && pkg_ok & bit != 0 {
+                        (*rec).slots[s] = SlotReading {
+                            value: sums[s],
+                            enabled: 1,
+                            running: 1,
+                        };
+                    } else {
+                        (*rec).slots[s] = SlotReading::default();
+                        failed |= bit;
+                    }
+                } else {
+                    (*rec).slots[s] = (*e).slots[s];
+                }
+            }
+            (*rec).failed_mask = failed;
+            written += 1;
+        }
+        (*st).n = 0;
+        (*st).period_start = end;
+        if written == 0 {
+            return;
+        }
+        // Publish, as `record` does.
+        core::sync::atomic::compiler_fence(core::sync::atomic::Ordering::Release);
+        let head = seq.wrapping_add(written);
+        core::ptr::write_volatile(&raw mut (*h).head, head);
+        let wake_every = u64::from(core::ptr::read_volatile(&WAKE_EVERY));
+        if wake_every != 0 && (head & !(wake_every - 1)) != (seq & !(wake_every - 1)) {
             let _ = WAKE.output::<u32>(&cpu, u64::from(BPF_RB_FORCE_WAKEUP));
         }
     }

@@ -139,8 +139,10 @@ pub struct SamplerArgs {
     /// `imc list` order) or a backend `imc list` names.
     #[arg(long, value_name = "NAME", default_value = "auto", value_parser = backend_names())]
     pub backend: String,
-    /// With --freq: also read the counters at every context switch (sched_switch), so shares do
-    /// not depend on where the ticks landed (always on with the kernel's tick).
+    /// A record at every context switch (sched_switch). On the kernel's tick, the program
+    /// otherwise sums each task's time and counts per CPU and writes one record per task at
+    /// each tick (its cost flat in the switch rate); with --freq, switches are otherwise not
+    /// read at all.
     #[arg(long)]
     pub precise: bool,
     /// How a package's traffic is divided among the tasks that ran: auto (each CPU's own

@@ -33,9 +33,17 @@
 //! (no BPF program, too few ticks, a recording `imc report` cannot read): a benchmark of nothing
 //! must not print a PASS. std only: the few JSON fields needed here are picked out by hand.
 //!
+//! The context-switch workload has two more arms (issue 23): `imc record --precise` (a record
+//! per switch) and the workload alone with the benchmark object's bare sched_switch program
+//! attached (`imc-workload --bare-switch`), the floor of a program on that hook, measured in
+//! the same rounds. For it the benchmark prints switches/s beside the records/s imc drained (its
+//! `imc record` summary line says how many), imc's CPU split into BPF (run-time statistics) and
+//! userspace (its process CPU), and its ns per program run against the bare program's.
+//!
 //! Environment: IMC_BENCH_ROUNDS (15), IMC_BENCH_SECONDS of work per run (1.5), IMC_BENCH_RT=1
 //! to run the collectors (SCHED_FIFO 20) and the workload (10) at real-time priority, above
-//! whatever else keeps a shared machine busy (which otherwise decides the wall times).
+//! whatever else keeps a shared machine busy (which otherwise decides the wall times),
+//! IMC_BENCH_KINDS=cpu,mem,switch (all three) to run only some workloads.
 use anyhow::{Context, Result, anyhow, bail};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -48,6 +56,12 @@ const TARGET_CPU_SLOWDOWN_PCT: f64 = 0.5;
 const TARGET_VS_PERF_CLOCK: f64 = 0.2;
 const TARGET_VS_PERF_SWITCH: f64 = 0.5;
 const TARGET_COLLECTOR_PCT: f64 = 0.1;
+/// Issue 23, switch-heavy: imc's userspace CPU as a share (%) of the machine; the program's ns
+/// per switch against this many times the bare program's (plus the counter reads it makes);
+/// records drained per second against this many times CPUs × HZ.
+const TARGET_USERSPACE_PCT: f64 = 0.1;
+const TARGET_NS_VS_BARE: f64 = 1.5;
+const TARGET_RECORDS_PER_TICK: f64 = 2.0;
 /// --freq: ticks counted over the window against FREQ × CPUs × seconds. Below this imc was not
 /// sampling the run (or not on every CPU); above, the count is not what it claims to be.
 const TICKS_MIN_RATIO: f64 = 0.8;
@@ -105,6 +119,9 @@ impl Kind {
     }
     fn arms(self, perf: bool) -> Vec<Arm> {
         let mut v = vec![Arm::Alone, Arm::ImcTick, Arm::ImcFreq];
+        if self == Kind::Switch {
+            v.extend([Arm::ImcPrecise, Arm::BareSwitch]);
+        }
         if perf {
             v.push(Arm::PerfClock);
             if self == Kind::Switch {
@@ -122,6 +139,10 @@ enum Arm {
     Alone,
     ImcTick,
     ImcFreq,
+    /// `imc record --precise`: a record per context switch.
+    ImcPrecise,
+    /// The workload alone with a bare program on sched_switch (the floor of imc's).
+    BareSwitch,
     PerfClock,
     PerfSwitch,
 }
@@ -132,6 +153,8 @@ impl Arm {
             Arm::Alone => "alone",
             Arm::ImcTick => "imc record (default tick)",
             Arm::ImcFreq => "imc record --freq 1000",
+            Arm::ImcPrecise => "imc record --precise",
+            Arm::BareSwitch => "bare sched_switch program",
             Arm::PerfClock => "perf record -F 1000 -a",
             Arm::PerfSwitch => "perf record -e sched_switch -a",
         }
@@ -141,6 +164,8 @@ impl Arm {
             Arm::Alone => "alone",
             Arm::ImcTick => "imc",
             Arm::ImcFreq => "imc-F",
+            Arm::ImcPrecise => "imc-P",
+            Arm::BareSwitch => "bare",
             Arm::PerfClock => "perf-F",
             Arm::PerfSwitch => "perf-sw",
         }
@@ -164,6 +189,12 @@ struct Work {
     parent_cpu_s: f64,
     bpf_runs: u64,
     bpf_run_s: f64,
+    /// `--bare-switch`: the bare sched_switch program's runs (the window's context switches)
+    /// and run time.
+    bare_runs: u64,
+    bare_run_s: f64,
+    /// Under imc: records it drained from the kernel's rings over its whole run (its summary).
+    drained: Option<u64>,
 }
 
 impl Work {
@@ -197,7 +228,17 @@ fn parse_work(stdout: &str) -> Result<Work> {
         parent_cpu_s: get("parent_cpu_ns")? as f64 / 1e9,
         bpf_runs: get("parent_bpf_runs")?,
         bpf_run_s: get("parent_bpf_run_ns")? as f64 / 1e9,
+        bare_runs: get("bare_runs").unwrap_or(0),
+        bare_run_s: get("bare_run_ns").unwrap_or(0) as f64 / 1e9,
+        drained: None,
     })
+}
+
+/// The records imc drained, from its `imc record` summary line ("…; N records drained").
+fn parse_drained(stderr: &str) -> Option<u64> {
+    let line = stderr.lines().find(|l| l.starts_with("imc: recorded"))?;
+    let before = line.strip_suffix(" records drained")?;
+    before.rsplit(' ').next()?.parse().ok()
 }
 
 /// A top-level field of a JSON object (imc's report or plan), as text: a string's contents,
@@ -296,7 +337,12 @@ struct Bench {
     imc_events: Vec<String>,
     /// The kernel tick's rate per busy CPU, from imc's plan.
     kernel_hz: f64,
+    /// The benchmark's eBPF object (the `bench` feature): the bare sched_switch program.
+    bench_object: PathBuf,
 }
+
+/// Where imc and imc-workload find an eBPF object that is not the embedded one.
+const OBJECT_ENV: &str = "IMC_BPF_OBJECT";
 
 impl Bench {
     /// `chrt -f PRIO` before a command when real-time priority was asked for, else nothing.
@@ -308,7 +354,7 @@ impl Bench {
         }
     }
 
-    fn workload_cmd(&self, kind: Kind, units: u64) -> Vec<String> {
+    fn workload_cmd(&self, kind: Kind, units: u64, bare: bool) -> Vec<String> {
         let mut v = self.rt_prefix(RT_WORKLOAD);
         v.extend([
             self.workload.display().to_string(),
@@ -316,15 +362,28 @@ impl Bench {
             units.to_string(),
             "--probe-parent".into(),
         ]);
+        if bare {
+            v.push("--bare-switch".into());
+        }
         v
     }
 
     /// Runs `collector -- workload` (or the workload alone) and returns its figures and what
     /// the command said on stderr.
-    fn execute(&self, collector: Vec<String>, kind: Kind, units: u64) -> Result<(Work, String)> {
+    fn execute(
+        &self,
+        collector: Vec<String>,
+        kind: Kind,
+        units: u64,
+        bare: bool,
+    ) -> Result<(Work, String)> {
         let mut argv = collector;
-        argv.extend(self.workload_cmd(kind, units));
-        let out = Command::new(&argv[0])
+        argv.extend(self.workload_cmd(kind, units, bare));
+        let mut cmd = Command::new(&argv[0]);
+        if bare {
+            cmd.env(OBJECT_ENV, &self.bench_object);
+        }
+        let out = cmd
             .args(&argv[1..])
             .output()
             .with_context(|| format!("running {}", argv.join(" ")))?;
@@ -340,7 +399,7 @@ impl Bench {
     fn run_arm(&mut self, arm: Arm, kind: Kind, units: u64) -> Result<Work> {
         match arm {
             Arm::Alone => {
-                let (w, _) = self.execute(Vec::new(), kind, units)?;
+                let (w, _) = self.execute(Vec::new(), kind, units, false)?;
                 if w.parent_progs != 0 {
                     bail!(
                         "the alone run saw {} BPF programs in its parent",
@@ -349,14 +408,28 @@ impl Bench {
                 }
                 Ok(w)
             }
-            Arm::ImcTick => self.under_imc(kind, units, None),
-            Arm::ImcFreq => self.under_imc(kind, units, Some(FREQ)),
+            Arm::ImcTick => self.under_imc(kind, units, None, false),
+            Arm::ImcFreq => self.under_imc(kind, units, Some(FREQ), false),
+            Arm::ImcPrecise => self.under_imc(kind, units, None, true),
+            Arm::BareSwitch => {
+                let (w, stderr) = self.execute(Vec::new(), kind, units, true)?;
+                if w.bare_runs == 0 {
+                    bail!("the bare sched_switch program never ran: {stderr}");
+                }
+                Ok(w)
+            }
             Arm::PerfClock => self.under_perf(kind, units, &["-e", "cpu-clock", "-F", "1000"]),
             Arm::PerfSwitch => self.under_perf(kind, units, &["-e", "sched:sched_switch"]),
         }
     }
 
-    fn under_imc(&mut self, kind: Kind, units: u64, freq: Option<u32>) -> Result<Work> {
+    fn under_imc(
+        &mut self,
+        kind: Kind,
+        units: u64,
+        freq: Option<u32>,
+        precise: bool,
+    ) -> Result<Work> {
         self.runs += 1;
         let file = self.dir.join(format!("run{}.imc", self.runs));
         let mut argv = self.rt_prefix(RT_COLLECTOR);
@@ -364,11 +437,15 @@ impl Bench {
         if let Some(f) = freq {
             argv.extend(["--freq".into(), f.to_string()]);
         }
+        if precise {
+            argv.push("--precise".into());
+        }
         for e in &self.imc_events {
             argv.extend(["-e".into(), e.clone()]);
         }
         argv.extend(["-o".into(), file.display().to_string(), "--".into()]);
-        let (w, stderr) = self.execute(argv, kind, units)?;
+        let (mut w, stderr) = self.execute(argv, kind, units, false)?;
+        w.drained = parse_drained(&stderr);
         check_ticks(&w, kind, freq, self.kernel_hz, self.cpus).map_err(|e| {
             anyhow!("imc record was not sampling the measured run: {e}; imc said: {stderr}")
         })?;
@@ -423,7 +500,7 @@ impl Bench {
             file.display().to_string(),
             "--".into(),
         ]);
-        let result = self.execute(argv, kind, units);
+        let result = self.execute(argv, kind, units, false);
         let bytes = std::fs::metadata(&file).map(|m| m.len()).unwrap_or(0);
         let _ = std::fs::remove_file(&file);
         let (w, stderr) = result?;
@@ -778,7 +855,8 @@ fn plan(imc: &Path) -> Result<(Vec<String>, f64)> {
     Ok((events, tick.hz))
 }
 
-pub fn run(imc: &Path) -> Result<()> {
+/// `bench_object`: the benchmark's eBPF object (the bare sched_switch program).
+pub fn run(imc: &Path, bench_object: &Path) -> Result<()> {
     let workload = imc.with_file_name("imc-workload");
     if !workload.is_file() {
         bail!(
@@ -810,6 +888,7 @@ pub fn run(imc: &Path) -> Result<()> {
         perf,
         imc_events,
         kernel_hz,
+        bench_object: bench_object.to_path_buf(),
     };
     let load = loadavg();
     println!(
@@ -833,7 +912,19 @@ pub fn run(imc: &Path) -> Result<()> {
              collectors and the workload at real-time priority, above it)"
         );
     }
-    let result = [Kind::Cpu, Kind::Mem, Kind::Switch]
+    let kinds = std::env::var("IMC_BENCH_KINDS").unwrap_or_else(|_| "cpu,mem,switch".into());
+    let kinds: Vec<Kind> = kinds
+        .split(',')
+        .map(|k| match k.trim() {
+            "cpu" => Ok(Kind::Cpu),
+            "mem" => Ok(Kind::Mem),
+            "switch" => Ok(Kind::Switch),
+            other => Err(anyhow!(
+                "IMC_BENCH_KINDS: unknown workload '{other}' (cpu, mem, switch, comma-separated)"
+            )),
+        })
+        .collect::<Result<_>>()?;
+    let result = kinds
         .into_iter()
         .map(|k| bench_kind(&mut b, k, rounds, target_s))
         .collect::<Result<Vec<KindRuns>>>();
@@ -849,7 +940,101 @@ pub fn run(imc: &Path) -> Result<()> {
     for c in checks(&all) {
         println!("  {}", check_line(&c));
     }
+    for r in all.iter().filter(|r| r.kind == Kind::Switch) {
+        print_switch_split(r, kernel_hz);
+    }
     Ok(())
+}
+
+/// Switch-heavy: switches/s beside records/s drained, imc's CPU split into BPF and userspace,
+/// its ns per program run against the bare sched_switch program's, for the default (aggregated)
+/// and `--precise`, against issue 23's targets.
+fn print_switch_split(r: &KindRuns, hz: f64) {
+    let c = r.cpus as f64;
+    let Some(bare) = r.runs(Arm::BareSwitch) else {
+        return;
+    };
+    let each =
+        |runs: &[Work], f: &dyn Fn(&Work) -> f64| mean_se(&runs.iter().map(f).collect::<Vec<_>>());
+    let switches = each(bare, &|w| w.bare_runs as f64 / w.elapsed_s);
+    let bare_ns = bare.iter().map(|w| w.bare_run_s).sum::<f64>() * 1e9
+        / bare.iter().map(|w| w.bare_runs).sum::<u64>().max(1) as f64;
+    let records_target = TARGET_RECORDS_PER_TICK * c * hz;
+    println!(
+        "\nswitch-heavy, issue 23 (the bare sched_switch program, measured in the same rounds: \
+         {:.0} ± {:.0} switches/s, {bare_ns:.0} ns per run):",
+        switches.mean, switches.se
+    );
+    println!(
+        "  {:<28} {:>18} {:>18} {:>16} {:>18} {:>9} {:>10}",
+        "arm",
+        "program runs/s",
+        "records drained/s",
+        "BPF % machine",
+        "userspace % mach.",
+        "ns/run",
+        "/ bare"
+    );
+    let mut checks = Vec::new();
+    for arm in [Arm::ImcTick, Arm::ImcPrecise] {
+        let Some(runs) = r.runs(arm) else { continue };
+        let rate = each(runs, &|w| w.bpf_runs as f64 / w.elapsed_s);
+        // imc's whole run's records over the measured window: an upper bound on the window's
+        // rate (imc also drains the few records before and after it).
+        let drained = each(runs, &|w| w.drained.unwrap_or(0) as f64 / w.elapsed_s);
+        let bpf = each(runs, &|w| w.bpf_run_s / (w.elapsed_s * c) * 100.0);
+        let user = each(runs, &|w| w.parent_cpu_s / (w.elapsed_s * c) * 100.0);
+        let ns = runs.iter().map(|w| w.bpf_run_s).sum::<f64>() * 1e9
+            / runs.iter().map(|w| w.bpf_runs).sum::<u64>().max(1) as f64;
+        println!(
+            "  {:<28} {:>18} {:>18} {:>16} {:>18} {ns:>9.0} {:>10.2}",
+            arm.label(),
+            format!("{:.0} ± {:.0}", rate.mean, rate.se),
+            if runs.iter().all(|w| w.drained.is_some()) {
+                format!("{:.0} ± {:.0}", drained.mean, drained.se)
+            } else {
+                "? (no summary)".into()
+            },
+            format!("{:.3} ± {:.3}", bpf.mean, bpf.se),
+            format!("{:.3} ± {:.3}", user.mean, user.se),
+            ns / bare_ns
+        );
+        checks.push(Check {
+            what: format!("switch, {}: userspace CPU, % of the machine", arm.label()),
+            figure: user,
+            target: TARGET_USERSPACE_PCT,
+            detail: "imc's process CPU over wall × CPUs".into(),
+        });
+        checks.push(Check {
+            what: format!("switch, {}: records drained/s", arm.label()),
+            figure: drained,
+            target: records_target,
+            detail: format!("{TARGET_RECORDS_PER_TICK} × {c} CPUs × HZ {hz}"),
+        });
+        // Per run, not pooled: each round's ns per run minus 1.5 × that round's bare one.
+        let excess: Vec<f64> = runs
+            .iter()
+            .zip(bare)
+            .map(|(w, b)| {
+                w.bpf_run_s / w.bpf_runs.max(1) as f64 * 1e9
+                    - TARGET_NS_VS_BARE * b.bare_run_s / b.bare_runs.max(1) as f64 * 1e9
+            })
+            .collect();
+        checks.push(Check {
+            what: format!(
+                "switch, {}: ns per run minus {TARGET_NS_VS_BARE} × bare's",
+                arm.label()
+            ),
+            figure: mean_se(&excess),
+            target: 0.0,
+            detail: "the issue allows the counter reads the program must make on top: their \
+                     cost per read is `cargo xtask bench-tick --breakdown`'s"
+                .into(),
+        });
+    }
+    for c in &checks {
+        println!("  {}", check_line(c));
+    }
 }
 
 #[cfg(test)]
@@ -865,6 +1050,9 @@ mod tests {
             parent_cpu_s: 0.001,
             bpf_runs: runs,
             bpf_run_s: 0.0005,
+            bare_runs: 0,
+            bare_run_s: 0.0,
+            drained: None,
         }
     }
 
@@ -884,6 +1072,22 @@ mod tests {
         // Without the probe figures the line is refused: the check that imc sampled needs them.
         assert!(parse_work("imc-workload: elapsed_ns=1 cpu_ns=1 loc=1\n").is_err());
         assert!(parse_work("").is_err());
+    }
+
+    #[test]
+    fn reads_bare_figures_and_imcs_drained_records() {
+        let out = "imc-workload: mode=switch units=9 threads=2 pid=7 elapsed_ns=1000000000 \
+                   cpu_ns=1 loc=1 parent_progs=0 parent_cpu_ns=0 parent_bpf_runs=0 \
+                   parent_bpf_run_ns=0 bare_runs=92000 bare_run_ns=14720000\n";
+        let w = parse_work(out).unwrap();
+        assert_eq!((w.bare_runs, w.bare_run_s), (92000, 0.01472));
+        let stderr = "imc: something\nimc: recorded 2 intervals, 0 raw ticks around bursts, 900 \
+                      bytes to /tmp/x.imc; 1234 records drained\n";
+        assert_eq!(parse_drained(stderr), Some(1234));
+        assert_eq!(
+            parse_drained("imc: recorded 2 intervals, 900 bytes to x"),
+            None
+        );
     }
 
     #[test]
@@ -933,8 +1137,9 @@ mod tests {
     #[test]
     fn every_side_takes_every_position() {
         let arms = Kind::Switch.arms(true);
-        assert_eq!(arms.len(), 5);
+        assert_eq!(arms.len(), 7);
         assert_eq!(Kind::Cpu.arms(true).len(), 4);
+        assert_eq!(Kind::Switch.arms(false).len(), 5);
         assert_eq!(Kind::Cpu.arms(false).len(), 3);
         for pos in 0..arms.len() {
             let at: Vec<Arm> = (0..arms.len())

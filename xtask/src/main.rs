@@ -8,10 +8,12 @@
 //!   cargo xtask bench-tick [--breakdown]  ns per program run: imc's tick vs a bpftrace-like baseline
 //!   cargo xtask bench-stat             `imc stat -I 1` vs `perf stat -I 1`: CPU and intervals
 //!   cargo xtask bench-overhead         workload slowdown, interrupts, CPU: imc record vs perf record
+//!   cargo xtask bench-scale [--json]   userspace CPU and RSS replaying a 192-CPU machine's records
 //!   cargo xtask accuracy [--weight auto|cpu-time] [--json] SCENARIO.json...
 //!                                      attribution against known truth on simulated machines
 //!                                      (tests/scenarios/README.md)
 mod bench_overhead;
+mod bench_scale;
 mod bench_stat;
 mod bench_tick;
 mod package;
@@ -184,7 +186,7 @@ fn real_main() -> Result<ExitCode> {
     let mut args: Vec<String> = std::env::args().skip(1).collect();
     if args.is_empty() {
         bail!(
-            "usage: cargo xtask build|run|test|package|bench-tick|bench-stat|bench-overhead|accuracy [--release] [-- ARGS]"
+            "usage: cargo xtask build|run|test|package|bench-tick|bench-stat|bench-overhead|bench-scale|accuracy [--release] [-- ARGS]"
         );
     }
     let cmd = args.remove(0);
@@ -246,7 +248,25 @@ fn real_main() -> Result<ExitCode> {
         }
         "bench-overhead" => {
             let bin = build(true)?;
-            bench_overhead::run(&bin)?;
+            let object = build_ebpf(EbpfObject::Bench)?;
+            bench_overhead::run(&bin, &object)?;
+        }
+        "bench-scale" => {
+            // The replay runs the imc library in-process: no eBPF program is loaded, but it is
+            // built with the same environment as `build` so the two share one compiled library.
+            let obj = build_ebpf(EbpfObject::Production)?;
+            run(Command::new(env!("CARGO"))
+                .current_dir(workspace_root())
+                .env("IMC_EBPF_OBJECT", &obj)
+                .args([
+                    "build",
+                    "--release",
+                    "--package",
+                    "imc-user",
+                    "--bin",
+                    "imc-bench-scale",
+                ]))?;
+            bench_scale::run(&target_dir().join("release/imc-bench-scale"), &args)?;
         }
         "accuracy" => {
             // The simulator is the imc library in-process: no eBPF program is loaded, but it is
@@ -273,7 +293,7 @@ fn real_main() -> Result<ExitCode> {
         other => {
             bail!(
                 "unknown xtask command '{other}' (build, run, test, package, bench-tick, \
-                 bench-stat, bench-overhead, accuracy)"
+                 bench-stat, bench-overhead, bench-scale, accuracy)"
             )
         }
     }

@@ -21,6 +21,7 @@
 //! Per-record work is O(1) amortised and allocation-free once buffers and the task table have
 //! grown; the package spread runs when an interval is closed.
 pub mod names;
+pub mod replay;
 pub mod spread;
 pub mod summary;
 pub mod synth;
@@ -32,8 +33,8 @@ pub use tasks::TaskKey;
 
 use crate::model::result::{IntervalResult, PackageRow, TaskRow};
 use crate::model::{Direction, SlotRole, SlotScope, SlotSpec, Topology, Weighting};
-use imc_common::{KIND_SWITCH, MAX_SLOTS, SlotReading, TickRecord};
-use spread::{Event, MAX_CLASSES, Scratch, Segment, Span};
+use imc_common::{KIND_AGGREGATE, KIND_SWITCH, MAX_SLOTS, SlotReading, TickRecord};
+use spread::{Event, MAX_CLASSES, SHARE_ONE, Scratch, Segment, Span};
 use std::collections::BTreeMap;
 use tasks::{IDLE, TaskTable};
 
@@ -298,6 +299,10 @@ impl Attributor {
         let nslots = (rec.nr_slots as usize).min(self.specs.len());
         let valid: u8 = (((1u16 << nslots) - 1) as u8) & !rec.failed_mask;
         let task = self.task_of(cpu, rec);
+        if rec.kind == KIND_AGGREGATE {
+            self.push_aggregate(cpu, rec, task, valid);
+            return;
+        }
         self.push_package_points(cpu, rec, valid & self.pkg_mask);
         let cpu_valid = valid & self.cpu_mask;
         let st = &mut self.cpus[cpu];
@@ -313,6 +318,80 @@ impl Attributor {
             self.hand_segments(cpu, held, ended, (&wdelta, w_ok));
         }
         self.rebase(cpu, rec, task, cpu_valid);
+    }
+
+    /// A task's aggregate of one flush period `t0_ns .. t_ns` of its CPU (KIND_AGGREGATE): its
+    /// CPU-scope deltas are its own; for the package it is a segment over the whole period
+    /// whose weight rates are its weight deltas over the period and whose claim by time is its
+    /// on-CPU share of it. The aggregates of one period overlap: the kernel kept each task's
+    /// time and weight in the period, not their order, so both are spread evenly over it
+    /// (at thousands of switches a second the tasks interleave finely within a tick).
+    fn push_aggregate(&mut self, cpu: usize, rec: &TickRecord, task: u32, valid: u8) {
+        self.push_package_points(cpu, rec, valid & self.pkg_mask);
+        let cpu_valid = valid & self.cpu_mask;
+        let mut wdelta = [0.0f64; MAX_SLOTS];
+        let mut w_ok = 0u8;
+        let pkg = self.cpus[cpu].pkg as usize;
+        let mut bits = cpu_valid;
+        while bits != 0 {
+            let s = bits.trailing_zeros() as usize;
+            bits &= bits - 1;
+            // Σvalue scaled by Σenabled / Σrunning over the task's slices.
+            let d = scaled_delta(&SlotReading::default(), &rec.slots[s], self.masks[s], true);
+            if d != 0.0 {
+                if task == IDLE {
+                    self.idle_acc[s] += d;
+                } else {
+                    self.tasks.add(task, s, d);
+                }
+                if let Some(p) = self.packages.get_mut(pkg) {
+                    p.acc[s] += d;
+                    if task == IDLE {
+                        p.idle[s] += d;
+                    }
+                }
+            }
+            if self.weight_mask & (1 << s) != 0 {
+                wdelta[s] = d;
+                // A multiplexed weight that never ran in the task's slices knows nothing.
+                let r = &rec.slots[s];
+                if r.running > 0 || r.enabled == 0 {
+                    w_ok |= 1 << s;
+                }
+            }
+        }
+        // Per-switch chains (a `--precise` run's) restart after aggregates.
+        let st = &mut self.cpus[cpu];
+        st.base_ok = 0;
+        st.prev_task = task;
+        st.owner_since = rec.t_ns;
+        st.seg_start = rec.t_ns.max(st.seg_start);
+        st.seg_base_t = st.seg_start;
+        st.t_last = rec.t_ns;
+        st.have_t = true;
+        if self.pkg_mask == 0 || rec.t0_ns >= rec.t_ns {
+            return;
+        }
+        let dt = (rec.t_ns - rec.t0_ns) as f64;
+        let mut wrate = [0.0; MAX_CLASSES];
+        let mut weight_ok = 0u8;
+        for (c, class) in self.classes.iter().enumerate() {
+            if let Some(rate) = class_rate(class.local, &wdelta, w_ok, dt) {
+                weight_ok |= 1 << c;
+                wrate[c] = rate;
+            }
+        }
+        let share = (rec.on_ns as f64 / dt).clamp(0.0, 1.0);
+        let seg = Segment {
+            start: rec.t0_ns,
+            end: rec.t_ns,
+            wrate,
+            task,
+            weight_ok,
+            foreign: false,
+            time_share: (share * f64::from(SHARE_ONE)).round() as u32,
+        };
+        self.hand_segments(cpu, None, Some(seg), (&wdelta, w_ok));
     }
 
     /// Counts the record and makes room for its CPU; None for a record to leave out (a switch
@@ -405,6 +484,7 @@ impl Attributor {
                 task: st.prev_task,
                 weight_ok: 0,
                 foreign: false,
+                time_share: SHARE_ONE,
             })
         };
         let mut out = None;
@@ -506,6 +586,7 @@ impl Attributor {
             task,
             weight_ok,
             foreign: false,
+            time_share: SHARE_ONE,
         };
         st.seg_start = t;
         st.seg_base_t = t;
@@ -1084,6 +1165,8 @@ mod tests {
             failed_mask: u8::from(value.is_none()),
             flags: 0,
             comm: [0; 16],
+            t0_ns: 0,
+            on_ns: 0,
             slots: [SlotReading::default(); MAX_SLOTS],
         };
         r.slots[0].value = value.unwrap_or(0);

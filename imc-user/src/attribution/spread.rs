@@ -22,6 +22,10 @@
 //! O((events + spans) + sort).
 use super::tasks::IDLE;
 
+/// [`Segment::time_share`] of a segment its task ran all of: the fixed point of time shares,
+/// kept integral so that the sweep adds and removes them exactly.
+pub const SHARE_ONE: u32 = 1 << 20;
+
 /// Distinct weight classes a segment carries: read-direction, write-direction, and undirected
 /// weights are all a package counter can be weighed by.
 pub const MAX_CLASSES: usize = 3;
@@ -39,11 +43,21 @@ pub struct Segment {
     /// A CPU of another package: its rates are its remote-memory weights, and its time is no
     /// claim on this package's traffic (time spreads only over the package's own CPUs).
     pub foreign: bool,
+    /// The part of the segment's time its task ran, in units of [`SHARE_ONE`]: all of it for a
+    /// segment between two records of one task; `on_ns / period` for a task's aggregate of a
+    /// flush period, which overlaps the other tasks' of that period (the kernel keeps their
+    /// time and weight in it, not their order, so both are spread evenly over it).
+    pub time_share: u32,
 }
 
 impl Segment {
-    fn busy(&self) -> bool {
-        self.task != IDLE && !self.foreign
+    /// The segment's claim by time, per ns of it (0: none, the idle task or a foreign CPU).
+    fn time_claim(&self) -> i64 {
+        if self.task != IDLE && !self.foreign {
+            i64::from(self.time_share)
+        } else {
+            0
+        }
     }
 }
 
@@ -162,7 +176,7 @@ pub fn weigh(
 
     // Pass 1: the weight, busy time and unknown-weight time inside each span.
     let mut rw = 0.0f64;
-    let mut rt: i64 = 0; // busy segments active now (an integer: add/remove stays exact)
+    let mut rt: i64 = 0; // busy time shares active now (an integer: add/remove stays exact)
     let mut ru: i64 = 0; // segments with unknown weight active now
     let mut i = 0usize;
     let mut t_cur = f0;
@@ -170,7 +184,7 @@ pub fn weigh(
         while *i < n && spans[*i].t1 <= te {
             let dt = spans[*i].t1.saturating_sub(*t_cur) as f64;
             ww[*i] += rw * dt;
-            wt[*i] += rt as f64 * dt;
+            wt[*i] += rt as f64 / f64::from(SHARE_ONE) * dt;
             wu[*i] += ru as f64 * dt;
             *t_cur = spans[*i].t1;
             *i += 1;
@@ -178,7 +192,7 @@ pub fn weigh(
         if *i < n && te > *t_cur {
             let dt = (te - *t_cur) as f64;
             ww[*i] += rw * dt;
-            wt[*i] += rt as f64 * dt;
+            wt[*i] += rt as f64 / f64::from(SHARE_ONE) * dt;
             wu[*i] += ru as f64 * dt;
             *t_cur = te;
         }
@@ -194,9 +208,7 @@ pub fn weigh(
         advance(te, rw, rt, ru, &mut i, &mut t_cur);
         let sign = if e.end { -1 } else { 1 };
         rw += sign as f64 * s.wrate[class];
-        if s.busy() {
-            rt += sign;
-        }
+        rt += sign * s.time_claim();
         if s.weight_ok & ok_bit == 0 {
             ru += sign;
         }
@@ -283,8 +295,9 @@ pub fn apportion(
             (pi_w, pi_t)
         };
         let mut amount = s.wrate[class] * at_w;
-        if s.busy() {
-            amount += at_t;
+        let claim = s.time_claim();
+        if claim != 0 {
+            amount += at_t * claim as f64 / f64::from(SHARE_ONE);
         }
         if amount != 0.0 {
             give(s.task, if e.end { amount } else { -amount });
@@ -305,6 +318,7 @@ mod tests {
             task,
             weight_ok: 1,
             foreign: false,
+            time_share: SHARE_ONE,
         }
     }
 

@@ -114,6 +114,11 @@ pub struct Scenario {
     pub dma_bps: Vec<f64>,
     /// Emit a KIND_SWITCH record at every schedule change.
     pub precise: bool,
+    /// Layout mode with `precise`: the switch records are to be folded into per-task aggregates
+    /// as the kernel does by default ([`super::replay::Aggregator`]), so, like the aggregating
+    /// program, a switch reads no package counter unless it ends a slice longer than two tick
+    /// periods (a flush of its own); the ticks read them.
+    pub aggregate: bool,
     /// Include an LLC-miss Weight slot (one miss per 64 bytes of the running task's traffic).
     pub weights: bool,
     /// With `weights`: split it by direction, a read weight (one per 64 bytes read) in slot 2
@@ -161,6 +166,7 @@ impl Scenario {
             schedule: (0..ncpus as usize).map(|i| vec![(0, Some(i))]).collect(),
             dma_bps: vec![0.0],
             precise: false,
+            aggregate: false,
             weights: true,
             directed_weights: false,
             nohz: true,
@@ -328,7 +334,14 @@ pub struct SynthStream {
     read_last: Vec<Option<u64>>,
     /// Layout mode: per CPU, the package whose slots its ticks read (usize::MAX: none).
     reads_pkg: Vec<usize>,
+    /// Layout mode: per CPU, the time of its last record (the program's last run there).
+    last_rec: Vec<Option<u64>>,
     traits: Vec<TaskTraits>,
+    /// Per CPU: the index (counted from the start of the run) of `schedule[c][0]`, and of the
+    /// entry whose Switch event is pending (None: the CPU's schedule ran out). See
+    /// [`SynthStream::extend_schedule`].
+    sched_base: Vec<usize>,
+    sched_next: Vec<Option<usize>>,
 }
 
 impl SynthStream {
@@ -391,8 +404,39 @@ impl SynthStream {
             group_last: vec![None; npkg],
             read_last: vec![None; npkg],
             reads_pkg,
+            last_rec: vec![None; ncpu],
             traits: (0..sc.tasks.len()).map(|i| sc.traits_of(i)).collect(),
+            sched_base: vec![0; ncpu],
+            sched_next: sc
+                .schedule
+                .iter()
+                .map(|s| (!s.is_empty()).then_some(0))
+                .collect(),
             sc,
+        }
+    }
+
+    /// Appends `more` (sorted, not before what CPU `cpu`'s schedule already holds) to its
+    /// schedule and forgets the entries already played, so that a long run's schedule can be
+    /// given a chunk at a time instead of held whole (38 M switches of a 192-CPU benchmark).
+    /// Give each chunk before the stream reaches it: a CPU whose schedule ran out resumes at
+    /// the first new entry, or now if that is past.
+    pub fn extend_schedule(&mut self, cpu: usize, more: &[(u64, Option<usize>)]) {
+        let Some(sched) = self.sc.schedule.get_mut(cpu) else {
+            return;
+        };
+        let base = self.sched_base[cpu];
+        let played = self.sched_next[cpu].map_or(sched.len(), |i| i - base);
+        sched.drain(..played);
+        self.sched_base[cpu] = base + played;
+        sched.extend_from_slice(more);
+        if self.sched_next[cpu].is_none()
+            && let Some(&(t, _)) = more.first()
+        {
+            let i = self.sched_base[cpu] + sched.len() - more.len();
+            self.sched_next[cpu] = Some(i);
+            self.heap
+                .push(Reverse((t.max(self.t_now), Ev::Switch(cpu as u32, i))));
         }
     }
 
@@ -509,11 +553,19 @@ impl SynthStream {
             failed_mask: 0,
             flags: 0,
             comm: [0; 16],
+            t0_ns: 0,
+            on_ns: 0,
             slots: [SlotReading::default(); MAX_SLOTS],
         };
         self.describe(&mut rec);
         let p = self.reads_pkg[c];
-        let reads = p != usize::MAX
+        let period = 1_000_000_000 / u64::from(self.sc.freq_hz.max(1));
+        let flushes = !self.sc.aggregate
+            || kind != KIND_SWITCH
+            || self.last_rec[c].is_some_and(|l| t.saturating_sub(l) > 2 * period);
+        self.last_rec[c] = Some(t);
+        let reads = flushes
+            && p != usize::MAX
             && self.group_last[p].is_none_or(|last| t.saturating_sub(last) >= layout.min_gap_ns);
         if reads {
             self.group_last[p] = Some(t);
@@ -665,6 +717,8 @@ impl SynthStream {
             failed_mask: 0,
             flags: 0,
             comm: [0; 16],
+            t0_ns: 0,
+            on_ns: 0,
             slots: [SlotReading::default(); MAX_SLOTS],
         };
         if let Some(ti) = self.running[c] {
@@ -743,7 +797,8 @@ impl SynthStream {
                 self.heap.push(Reverse((t + period, Ev::Tick(c))));
             }
             Ev::Switch(c, i) => {
-                let next = self.sc.schedule[c as usize][i].1;
+                let base = self.sched_base[c as usize];
+                let next = self.sc.schedule[c as usize][i - base].1;
                 if next != self.running[c as usize] {
                     if self.sc.precise {
                         let rec = self.record(c, KIND_SWITCH, t);
@@ -751,7 +806,9 @@ impl SynthStream {
                     }
                     self.running[c as usize] = next;
                 }
-                if let Some(&(tn, _)) = self.sc.schedule[c as usize].get(i + 1) {
+                self.sched_next[c as usize] = None;
+                if let Some(&(tn, _)) = self.sc.schedule[c as usize].get(i + 1 - base) {
+                    self.sched_next[c as usize] = Some(i + 1);
                     self.heap.push(Reverse((tn.max(t), Ev::Switch(c, i + 1))));
                 }
             }
@@ -794,5 +851,54 @@ impl Iterator for SynthStream {
                 return None;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn items(stream: &mut SynthStream, until: u64) -> Vec<(u64, u32, u32, u8)> {
+        let mut v = Vec::new();
+        for it in stream.by_ref() {
+            if let SynthItem::Tick(r) = it {
+                v.push((r.t_ns, r.cpu, r.pid, r.kind));
+                if r.t_ns >= until {
+                    break;
+                }
+            }
+        }
+        v
+    }
+
+    #[test]
+    fn a_schedule_given_in_chunks_plays_like_the_whole() {
+        let ms = 1_000_000;
+        let mut sc = Scenario::busy(2, 250, 40 * ms);
+        sc.precise = true;
+        let whole: Vec<Vec<(u64, Option<usize>)>> = (0..2)
+            .map(|c| {
+                (0..400u64)
+                    .map(|k| (k * 100_000 + c * 7, Some((k as usize + c as usize) % 2)))
+                    .collect()
+            })
+            .collect();
+        sc.schedule = whole.clone();
+        let expected = items(&mut sc.stream(), u64::MAX);
+        // The first 5 ms given at the start, then each next 5 ms once the stream is 5 ms
+        // before it.
+        sc.schedule = whole.iter().map(|s| s[..50].to_vec()).collect();
+        let mut stream = sc.stream();
+        let mut got = Vec::new();
+        for k in 1..8 {
+            got.extend(items(&mut stream, k * 5 * ms - 5 * ms / 2));
+            for (c, s) in whole.iter().enumerate() {
+                stream.extend_schedule(c, &s[k as usize * 50..(k as usize + 1) * 50]);
+            }
+            assert!(stream.sc.schedule.iter().all(|s| s.len() <= 100));
+        }
+        got.extend(items(&mut stream, u64::MAX));
+        assert_eq!(got.len(), expected.len());
+        assert_eq!(got, expected);
     }
 }

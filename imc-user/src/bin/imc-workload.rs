@@ -16,6 +16,11 @@
 //! parent is imc, so the differences are imc's own CPU and the number (and kernel cost) of its
 //! ticks during exactly the measured window: the proof that it was sampling. Alone, the parent is
 //! the benchmark, which holds no BPF program: the same reads, so both sides pay the same.
+//!
+//! --bare-switch: load the `bare_switch` program of the benchmark's eBPF object (IMC_BPF_OBJECT,
+//! built with the `bench` feature) on sched_switch for the timed work, and print its runs and
+//! run time (`bare_runs=`, `bare_run_ns=`): the context switches of the window, and the floor a
+//! program on that hook costs per switch.
 use std::time::Instant;
 
 const MEM_BYTES: usize = 256 << 20;
@@ -203,10 +208,32 @@ fn run_work(mode: Mode, units: u64, threads: usize, buf: &mut [u64]) {
     }
 }
 
+/// The benchmark object's `bare_switch` program, loaded and attached to sched_switch (detached
+/// when the returned handle is dropped).
+fn load_bare_switch() -> Result<aya::Ebpf, String> {
+    let path = std::env::var_os(imc::sampler::object::OBJECT_ENV).ok_or_else(|| {
+        format!(
+            "{} names no object (cargo xtask bench-overhead sets it to the bench build)",
+            imc::sampler::object::OBJECT_ENV
+        )
+    })?;
+    let bytes = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.to_string_lossy()))?;
+    let mut ebpf = aya::Ebpf::load(&bytes).map_err(|e| format!("loading the object: {e}"))?;
+    let prog: &mut aya::programs::RawTracePoint = ebpf
+        .program_mut("bare_switch")
+        .ok_or("no bare_switch program: the object was not built with the bench feature")?
+        .try_into()
+        .map_err(|e| format!("bare_switch: {e}"))?;
+    prog.load()
+        .map_err(|e| format!("loading bare_switch: {e}"))?;
+    prog.attach("sched_switch")
+        .map_err(|e| format!("attaching bare_switch: {e}"))?;
+    Ok(ebpf)
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let usage =
-        "usage: imc-workload mem|cpu|switch UNITS [--probe-parent] (UNITS: a whole number >= 1)";
+    let usage = "usage: imc-workload mem|cpu|switch UNITS [--probe-parent] [--bare-switch] (UNITS: a whole number >= 1)";
     let mode = args.first().and_then(|m| Mode::parse(m));
     let (mode, units) = match (mode, args.get(1).map(|u| u.parse::<u64>())) {
         (Some(m), Some(Ok(u))) if u >= 1 => (m, u),
@@ -215,14 +242,17 @@ fn main() {
             std::process::exit(2);
         }
     };
-    let probe_parent = match args.get(2).map(String::as_str) {
-        None => false,
-        Some("--probe-parent") => true,
-        Some(other) => {
-            eprintln!("imc-workload: unknown argument '{other}'; {usage}");
-            std::process::exit(2);
+    let (mut probe_parent, mut bare) = (false, false);
+    for a in args.iter().skip(2) {
+        match a.as_str() {
+            "--probe-parent" => probe_parent = true,
+            "--bare-switch" => bare = true,
+            other => {
+                eprintln!("imc-workload: unknown argument '{other}'; {usage}");
+                std::process::exit(2);
+            }
         }
-    };
+    }
     let threads = match mode {
         Mode::Switch => 2,
         Mode::Mem | Mode::Cpu => online_cpus(),
@@ -235,7 +265,7 @@ fn main() {
     } else {
         Vec::new()
     };
-    let _stats = if probe_parent {
+    let _stats = if probe_parent || bare {
         match imc::sys::bpf::enable_run_time_stats() {
             Ok(fd) => Some(fd),
             Err(e) => {
@@ -246,8 +276,16 @@ fn main() {
     } else {
         None
     };
+    let _bare = bare.then(|| match load_bare_switch() {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("imc-workload: --bare-switch: {e}");
+            std::process::exit(1);
+        }
+    });
     let ppid = std::os::unix::process::parent_id();
     let before = probe_parent.then(|| probe(ppid));
+    let bare_before = bare.then(|| probe(std::process::id()));
 
     let loc0 = local_timer_interrupts();
     let cpu0 = self_cpu_ns();
@@ -258,6 +296,7 @@ fn main() {
     let loc = local_timer_interrupts().saturating_sub(loc0);
 
     let after = probe_parent.then(|| probe(ppid));
+    let bare_after = bare.then(|| probe(std::process::id()));
     let mut line = format!(
         "imc-workload: mode={} units={units} threads={threads} pid={} elapsed_ns={} cpu_ns={cpu_ns} loc={loc}",
         args[0],
@@ -269,6 +308,13 @@ fn main() {
             " parent_progs={} parent_cpu_ns={} parent_bpf_runs={} parent_bpf_run_ns={}",
             a.progs,
             a.cpu_ns.saturating_sub(b.cpu_ns),
+            a.runs.saturating_sub(b.runs),
+            a.run_ns.saturating_sub(b.run_ns)
+        );
+    }
+    if let (Some(b), Some(a)) = (bare_before, bare_after) {
+        line += &format!(
+            " bare_runs={} bare_run_ns={}",
             a.runs.saturating_sub(b.runs),
             a.run_ns.saturating_sub(b.run_ns)
         );

@@ -29,6 +29,8 @@ struct Pending {
 struct Recorder {
     pending: Option<Pending>,
     writer: Option<Writer>,
+    /// Records drained from the kernel's rings (said in the summary).
+    drained: u64,
 }
 
 impl Recorder {
@@ -56,6 +58,10 @@ impl Sink for Recorder {
     fn interval(&mut self, r: &IntervalResult) -> std::io::Result<bool> {
         self.writer()?.push_interval(r).map_err(to_io)?;
         Ok(true)
+    }
+
+    fn drained(&mut self, records: usize, _took: std::time::Duration) {
+        self.drained += records as u64;
     }
 }
 
@@ -189,7 +195,8 @@ pub fn run(global: &GlobalArgs, args: &RecordArgs) -> CliResult<ExitCode> {
         sel.source.clone(),
         args.interval_ms * 1_000_000,
     );
-    header.precise = sel.plan.tick.switches;
+    // A record per switch only with --precise; the kernel's tick aggregates them otherwise.
+    header.precise = sel.plan.tick.switches && args.sampler.precise;
     header.weighting.clone_from(&sel.plan.weighting);
     header.start_monotonic_ns = clock_ns(libc::CLOCK_MONOTONIC);
     header.start_realtime_ns = clock_ns(libc::CLOCK_REALTIME);
@@ -210,6 +217,7 @@ pub fn run(global: &GlobalArgs, args: &RecordArgs) -> CliResult<ExitCode> {
             force: args.force,
         }),
         writer: None,
+        drained: 0,
     };
     let opts = LoopOptions {
         sampler: &args.sampler,
@@ -231,14 +239,17 @@ pub fn run(global: &GlobalArgs, args: &RecordArgs) -> CliResult<ExitCode> {
         ))),
         (Ok(code), Ok(stats)) => {
             if let Some(st) = stats {
-                summary(&st, output);
+                summary(&st, output, sink.drained);
             }
             Ok(code)
         }
     }
 }
 
-fn summary(st: &WriterStats, path: &Path) {
+/// The run's one line on stderr; `drained`: records drained from the kernel's rings (a record
+/// per switch with `--precise`, per task and tick otherwise: what `cargo xtask bench-overhead`
+/// reports as records drained).
+fn summary(st: &WriterStats, path: &Path, drained: u64) {
     let rotated = if st.rotations > 0 {
         format!(
             " ({} rotations; the older part is in {})",
@@ -249,7 +260,7 @@ fn summary(st: &WriterStats, path: &Path) {
         String::new()
     };
     eprintln!(
-        "imc: recorded {} intervals, {} raw ticks around bursts, {} bytes to {}{rotated}",
+        "imc: recorded {} intervals, {} raw ticks around bursts, {} bytes to {}{rotated}; {drained} records drained",
         st.intervals,
         st.ticks_written,
         st.bytes,

@@ -175,12 +175,14 @@ pub async fn sample_loop(
     }
     let kernel_tick = !sel.plan.tick.adds_interrupts;
     let drain_ms = sel.plan.drain_period_ms(args.interval_ms);
-    let cfg = planned::config_of(
+    let mut cfg = planned::config_of(
         &sel.plan,
         &found.topology.online,
         drain_ms,
         global.verbose >= 2,
     );
+    // `--precise`: a record per context switch instead of per-task aggregates at each tick.
+    cfg.aggregate &= !args.sampler.precise;
     if kernel_tick {
         // This thread runs the loop's timers (a current-thread runtime).
         let slack_ns = u64::from(cfg.drain_period_ms) * 1_000_000 / 4;

@@ -4,7 +4,7 @@ use super::{IntervalEnds, Sink};
 use crate::attribution::Attributor;
 use crate::model::Topology;
 use crate::model::result::IntervalResult;
-use crate::sampler::Sampler;
+use crate::sampler::{RecordSource, Sampler};
 use imc_common::TickRecord;
 
 /// The one line said the first time package traffic had to be divided by on-CPU time although
@@ -21,9 +21,10 @@ fn fallback_notice(r: &IntervalResult) -> String {
 /// Drains the sampler's rings into the attributor and closes intervals: the sampler and the
 /// attributor joined the way every sampling command runs them, what one drain and one interval
 /// end do, apart from timers, signals and output, so that tests can run
-/// exactly this path against the real program with counters of their choosing.
-pub struct Drainer {
-    sampler: Sampler,
+/// exactly this path against the real program with counters of their choosing, and the replay
+/// benchmark against a [`crate::sampler::loopback::Loopback`] of a machine it does not have.
+pub struct Drainer<S: RecordSource = Sampler> {
+    sampler: S,
     attr: Attributor,
     lost_seen: u64,
     /// Each package counter's reading at the last interval end, when per-channel figures are
@@ -37,9 +38,9 @@ pub struct Drainer {
     fallbacks_said: bool,
 }
 
-impl Drainer {
+impl<S: RecordSource> Drainer<S> {
     /// `tick_hz`: the tick rate of a busy CPU (the kernel's HZ, or `--freq`).
-    pub fn new(sampler: Sampler, topology: &Topology, source: String, tick_hz: u32) -> Drainer {
+    pub fn new(sampler: S, topology: &Topology, source: String, tick_hz: u32) -> Drainer<S> {
         let attr = Attributor::new(sampler.slots(), topology, source).tick_hz(tick_hz);
         let mut drainer = Drainer {
             sampler,
@@ -58,19 +59,24 @@ impl Drainer {
 
     /// Also read every package counter on its own at each interval end, so each result carries
     /// per-channel counts (`PackageRow::channels`).
-    pub fn per_channel(mut self, yes: bool) -> Drainer {
+    pub fn per_channel(mut self, yes: bool) -> Drainer<S> {
         self.channels = yes.then(Vec::new);
         self
     }
 
     /// How the plan divides package traffic, said in every interval.
-    pub fn weighting(mut self, w: Option<crate::model::Weighting>) -> Drainer {
+    pub fn weighting(mut self, w: Option<crate::model::Weighting>) -> Drainer<S> {
         self.attr = self.attr.weighting(w);
         self
     }
 
-    pub fn sampler(&self) -> &Sampler {
+    pub fn sampler(&self) -> &S {
         &self.sampler
+    }
+
+    /// The source itself (the replay benchmark fills a loopback's rings through it).
+    pub fn sampler_mut(&mut self) -> &mut S {
+        &mut self.sampler
     }
 
     pub fn attributor(&self) -> &Attributor {
@@ -80,11 +86,14 @@ impl Drainer {
     /// Drains every record into the attributor (and `tick`), then reads from userspace the
     /// packages no reader's tick has read lately, so an idle package's traffic keeps its time.
     pub fn drain(&mut self, mut tick: impl FnMut(&TickRecord)) -> usize {
-        let attr = &mut self.attr;
-        let n = self.sampler.drain(|r| {
-            attr.push_tick(r);
-            tick(r)
-        });
+        let mut batch = std::mem::take(&mut self.batch);
+        batch.clear();
+        let n = self.sampler.drain_append(&mut batch);
+        for r in &batch {
+            self.attr.push_tick(r);
+            tick(r);
+        }
+        self.batch = batch;
         self.read_packages(false);
         n
     }

@@ -33,6 +33,11 @@ pub const CHUNK_CONTINUED: u8 = 6;
 /// Cgroup paths of the tasks' cgroup ids, per file like the task table (a later addition:
 /// older readers skip it). Views' branch first numbered it 6, which main gave CONTINUED.
 pub const CHUNK_CGROUPS: u8 = 7;
+/// Raw records of every kind, the per-task aggregates (`KIND_AGGREGATE`) among them: TICKS
+/// with a whole byte for the kind and the aggregates' period and on-CPU time. A later
+/// addition, so older readers skip it; TICKS stays for chunks with timer and switch records
+/// only, which every reader reads.
+pub const CHUNK_TICKS2: u8 = 8;
 
 /// Ticks per TICKS chunk: small enough that a crash loses little, large enough that the chunk
 /// overhead (9 bytes and a per-CPU restart of delta coding) stays negligible. Readers refuse a

@@ -5,14 +5,15 @@
 use super::codec::{Cursor, Malformed, crc32, unzigzag};
 use super::{
     CHUNK_CGROUPS, CHUNK_CONTINUED, CHUNK_END, CHUNK_INTERVAL, CHUNK_STRINGS, CHUNK_TASKS,
-    CHUNK_TICKS, MAGIC, MAX_CHUNK, RecordError, RecordHeader, TICKS_PER_CHUNK, VERSION,
+    CHUNK_TICKS, CHUNK_TICKS2, MAGIC, MAX_CHUNK, RecordError, RecordHeader, TICKS_PER_CHUNK,
+    VERSION,
 };
 use crate::attribution::{bytes_of, summary::sort_rows, traffic_counts};
 use crate::discovery::cgroup::{CgroupNames, names_of_path};
 use crate::model::SlotSpec;
 use crate::model::result::{IntervalResult, PackageRow, ShareBasis, TaskRow, package_bytes};
 use bytes::{BufMut, BytesMut};
-use imc_common::{MAX_SLOTS, SlotReading, TickRecord};
+use imc_common::{KIND_AGGREGATE, MAX_SLOTS, SlotReading, TickRecord};
 use std::collections::{BTreeMap, HashMap};
 use std::io::{BufReader, Read};
 use std::path::{Path, PathBuf};
@@ -357,7 +358,12 @@ impl Reader {
             CHUNK_INTERVAL => self
                 .decode_interval(&mut c)
                 .map(|iv| Some(Item::Interval(iv))),
-            CHUNK_TICKS => self.decode_ticks(&mut c).map(|t| Some(Item::Ticks(t))),
+            CHUNK_TICKS => self
+                .decode_ticks(&mut c, false)
+                .map(|t| Some(Item::Ticks(t))),
+            CHUNK_TICKS2 => self
+                .decode_ticks(&mut c, true)
+                .map(|t| Some(Item::Ticks(t))),
             CHUNK_END => {
                 self.ended = true;
                 Ok(None)
@@ -476,7 +482,8 @@ impl Reader {
         })
     }
 
-    fn decode_ticks(&self, c: &mut Cursor) -> Result<Vec<TickRecord>, Malformed> {
+    /// TICKS, or with `v2` TICKS2 (a byte for the kind, an aggregate's period and on-CPU time).
+    fn decode_ticks(&self, c: &mut Cursor, v2: bool) -> Result<Vec<TickRecord>, Malformed> {
         let n = c.count()?;
         if n > TICKS_PER_CHUNK {
             return Err(Malformed);
@@ -489,9 +496,14 @@ impl Reader {
             if cpu >= 1 << 16 {
                 return Err(Malformed);
             }
-            let kn = c.byte()?;
+            let (kind, nr) = if v2 {
+                let kind = c.byte()?;
+                (kind, c.byte()? as usize)
+            } else {
+                let kn = c.byte()?;
+                (kn & 1, (kn >> 1) as usize)
+            };
             let failed_mask = c.byte()?;
-            let nr = (kn >> 1) as usize;
             if nr > MAX_SLOTS {
                 return Err(Malformed);
             }
@@ -505,6 +517,16 @@ impl Reader {
             let b = self.comm(def).as_bytes();
             let k = b.len().min(16);
             comm[..k].copy_from_slice(&b[..k]);
+            let (t0_ns, on_ns) = if v2 && kind == KIND_AGGREGATE {
+                let period = c.varint()?;
+                let on = c.varint()?;
+                if period > t || on > period {
+                    return Err(Malformed);
+                }
+                (t - period, on)
+            } else {
+                (0, 0)
+            };
             let mut slots = [SlotReading::default(); MAX_SLOTS];
             for (s, slot) in slots.iter_mut().enumerate().take(nr) {
                 let dv = unzigzag(c.varint()?);
@@ -525,11 +547,13 @@ impl Reader {
                 cpu,
                 pid: def.pid,
                 tgid: def.tgid,
-                kind: kn & 1,
+                kind,
                 nr_slots: nr as u8,
                 failed_mask,
                 flags: 0,
                 comm,
+                t0_ns,
+                on_ns,
                 slots,
             });
         }

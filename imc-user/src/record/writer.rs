@@ -2,14 +2,15 @@
 use super::codec::{crc32, framed, put_chunk, put_varint, zigzag};
 use super::{
     CHUNK_CGROUPS, CHUNK_CONTINUED, CHUNK_END, CHUNK_INTERVAL, CHUNK_STRINGS, CHUNK_TASKS,
-    CHUNK_TICKS, MAGIC, RecordError, RecordHeader, TICKS_PER_CHUNK, VERSION, rotated_path,
+    CHUNK_TICKS, CHUNK_TICKS2, MAGIC, RecordError, RecordHeader, TICKS_PER_CHUNK, VERSION,
+    rotated_path,
 };
 use crate::attribution::TaskKey;
 use crate::attribution::tasks::FxBuild;
 use crate::model::SlotSpec;
 use crate::model::result::IntervalResult;
 use bytes::{BufMut, BytesMut};
-use imc_common::{MAX_SLOTS, SlotReading, TickRecord};
+use imc_common::{KIND_AGGREGATE, MAX_SLOTS, SlotReading, TickRecord};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::fs::File;
 use std::io::Write;
@@ -337,6 +338,16 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> RecordError + '_ {
     }
 }
 
+/// The chunk type for `ticks`: TICKS, which every reader reads, unless some are of a kind its
+/// one bit cannot say (aggregates).
+fn ticks_chunk(ticks: &[TickRecord]) -> u8 {
+    if ticks.iter().any(|r| r.kind > 1) {
+        CHUNK_TICKS2
+    } else {
+        CHUNK_TICKS
+    }
+}
+
 impl Writer {
     /// Creates `path`, which must not exist (see [`Writer::with_options`]). With `max_size`,
     /// the recording is FILE plus at most one older FILE.1, each at most max_size/2: when FILE
@@ -513,7 +524,7 @@ impl Writer {
         for part in ticks.chunks(TICKS_PER_CHUNK) {
             // Raw ticks are the first thing to give up: over budget, too big for a quarter of
             // `max_size`, or (with their table entries) too big for a file of their own.
-            let staged = self.stage(CHUNK_TICKS, &Data::Ticks(part));
+            let staged = self.stage(ticks_chunk(part), &Data::Ticks(part));
             let len = staged.payload.len();
             let too_big = self.max_size.is_some_and(|m| framed(len) > m / 4);
             if too_big || self.tokens < len as f64 {
@@ -605,7 +616,11 @@ impl Writer {
         r.map(|()| true)
     }
 
+    /// TICKS or TICKS2 (see [`ticks_chunk`]): the same coding but for the kind, a bit of a
+    /// byte in TICKS, a byte of its own in TICKS2, followed in an aggregate by its period's
+    /// length and its on-CPU time.
     fn encode_ticks(&mut self, ticks: &[TickRecord], p: &mut Vec<u8>) {
+        let v2 = ticks_chunk(ticks) == CHUNK_TICKS2;
         p.reserve(ticks.len() * 24);
         put_varint(p, ticks.len() as u64);
         let base = ticks.iter().map(|r| r.t_ns).min().unwrap_or(0);
@@ -627,10 +642,19 @@ impl Writer {
             });
             put_varint(p, u64::from(r.cpu));
             let nr = r.nr_slots.min(MAX_SLOTS as u8);
-            p.push((r.kind & 1) | (nr << 1));
+            if v2 {
+                p.push(r.kind);
+                p.push(nr);
+            } else {
+                p.push((r.kind & 1) | (nr << 1));
+            }
             p.push(r.failed_mask);
             put_varint(p, zigzag(r.t_ns.wrapping_sub(pv.t) as i64));
             put_varint(p, tid);
+            if v2 && r.kind == KIND_AGGREGATE {
+                put_varint(p, r.t_ns.wrapping_sub(r.t0_ns));
+                put_varint(p, r.on_ns);
+            }
             for s in 0..nr as usize {
                 let (a, b) = (&pv.slots[s], &r.slots[s]);
                 let dv = b.value.wrapping_sub(a.value) as i64;

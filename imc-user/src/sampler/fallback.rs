@@ -133,6 +133,8 @@ mod tests {
             failed_mask: failed,
             flags: 0,
             comm: [0; 16],
+            t0_ns: 0,
+            on_ns: 0,
             slots: [SlotReading::default(); MAX_SLOTS],
         }
     }

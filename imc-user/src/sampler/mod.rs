@@ -5,6 +5,7 @@
 //! Lifetime is ownership: dropping a [`Sampler`] detaches every link and closes every program,
 //! map and counter fd, so nothing stays loaded after `imc` exits, however it exits.
 pub mod fallback;
+pub mod loopback;
 pub mod object;
 pub mod planned;
 mod rings;
@@ -19,10 +20,11 @@ use aya::programs::{PerfEvent, RawTracePoint};
 use aya::{Ebpf, EbpfLoader};
 use fallback::IdleFallback;
 use imc_common::{
-    CpuHead, GROUP_LAST_MAP_NAME, HEADS_MAP_NAME, MAX_PKG_COUNTERS, MAX_SLOTS, NR_SLOTS_GLOBAL,
-    NR_STATS, PKG_MAP_NAME, PKG_MIN_GAP_GLOBAL, PKG_SLOT_MAP_NAME, PKG_SLOTS_GLOBAL,
-    READERS_MAP_NAME, RING_LEN_GLOBAL, ReaderCfg, SLOT_MAP_NAMES, STAT_PKG_READS, STAT_READ_ERROR,
-    STAT_SLOT_ABSENT, STATS_MAP_NAME, TICKS_MAP_NAME, TIMED_SLOTS_GLOBAL, TickRecord,
+    AGGREGATE_GLOBAL, CpuHead, GROUP_LAST_MAP_NAME, HEADS_MAP_NAME, LONG_SLICE_GLOBAL,
+    MAX_PKG_COUNTERS, MAX_SLOTS, NR_SLOTS_GLOBAL, NR_STATS, PKG_MAP_NAME, PKG_MIN_GAP_GLOBAL,
+    PKG_SLOT_MAP_NAME, PKG_SLOTS_GLOBAL, READERS_MAP_NAME, RING_LEN_GLOBAL, ReaderCfg,
+    SLOT_MAP_NAMES, STAT_PKG_READS, STAT_READ_ERROR, STAT_SLOT_ABSENT, STATS_MAP_NAME,
+    SWITCH_PROGRAM, TICK_PROGRAM, TICK_TP_PROGRAM, TICKS_MAP_NAME, TIMED_SLOTS_GLOBAL, TickRecord,
     WAKE_EVERY_GLOBAL, WAKE_MAP_NAME,
 };
 use rings::Rings;
@@ -41,6 +43,13 @@ pub enum SamplerError {
     NoObject,
     #[error("cannot read the eBPF object {}: {source}", path.display())]
     ObjectRead { path: PathBuf, source: io::Error },
+    #[error(
+        "the eBPF object is of record ABI {}, this imc reads ABI {expected}: rebuild both with \
+         `cargo xtask build` (or unset {env})",
+        found.map_or_else(|| "unknown (no IMC_ABI_VERSION)".to_string(), |v| v.to_string()),
+        env = object::OBJECT_ENV
+    )]
+    Abi { found: Option<u32>, expected: u32 },
     #[error("loading the eBPF sampler needs root, or CAP_BPF and CAP_PERFMON: run imc with sudo")]
     NotPrivileged,
     #[error("at most {MAX_SLOTS} counters can be read per tick; {0} were asked for")]
@@ -231,7 +240,7 @@ pub enum TickProgram {
 impl TickProgram {
     pub fn name(self) -> &'static str {
         match self {
-            TickProgram::Imc => "imc_tick",
+            TickProgram::Imc => TICK_PROGRAM,
             TickProgram::BaselinePidCount => "baseline_pid_count",
             TickProgram::Probe(name) => name,
         }
@@ -256,6 +265,10 @@ pub struct SamplerConfig {
     pub bpf_log: bool,
     /// imc's tick, or the benchmark's baseline (cpu-clock only).
     pub tick_program: TickProgram,
+    /// Context switches add to a per-CPU, per-task accumulator in the kernel that each tick
+    /// flushes as KIND_AGGREGATE records (records per second: ticks × tasks per tick, whatever
+    /// the switch rate); false: a record per switch (`--precise`).
+    pub aggregate: bool,
 }
 
 impl SamplerConfig {
@@ -368,10 +381,12 @@ pub fn privileged() -> bool {
 const RINGS_MAX_BYTES: u64 = 128 << 20;
 
 /// Records per CPU ring: eight drain periods' worth at the tick rate plus, where context switches
-/// run the program too, 20 000 switches a second (a busy server's rate; a burst beyond it within
-/// one drain period is what may be lost), a power of two between 64 (2048 with switches: a
-/// drain a loaded machine delays must not lose a switch burst) and 16384, and no more than
-/// [`RINGS_MAX_BYTES`] over the `possible` CPUs allow (at least 256). A ring half full wakes
+/// write records too (`--precise`), 20 000 switches a second (a busy server's rate; a burst
+/// beyond it within one drain period is what may be lost), a power of two between 64 (2048 with
+/// switches: a drain a loaded machine delays must not lose a switch burst) and 16384, and no
+/// more than [`RINGS_MAX_BYTES`] over the `possible` CPUs allow (at least 256). Aggregating, the
+/// rate is four tasks a tick and two drain periods' worth within a quarter of that budget: a
+/// 192-CPU server maps 25 MB of rings rather than 100 MB. A ring half full wakes
 /// userspace early (see [`wake_every`]), so a long drain period does not need a ring that long.
 fn ring_len(cfg: &SamplerConfig, possible: u32) -> u32 {
     if let Some(n) = cfg.ring_bytes {
@@ -379,11 +394,21 @@ fn ring_len(cfg: &SamplerConfig, possible: u32) -> u32 {
     }
     // The kernel tick fires at up to 1000 Hz, plus other hrtimers on the local-timer tracepoint.
     let hz = u64::from(cfg.tick_hz(Some(1000)));
-    let switches = if cfg.switches() { 20_000 } else { 0 };
-    let per_period = (hz + switches) * u64::from(cfg.drain_period_ms.max(1)) / 1000 + 1;
-    let least = if switches > 0 { 2048 } else { 64 };
-    let wanted = (per_period * 8).clamp(least, 16384).next_power_of_two();
-    let budget = RINGS_MAX_BYTES / (u64::from(possible.max(1)) * TickRecord::SIZE as u64);
+    let aggregating = cfg.aggregate && cfg.switches();
+    let (per_second, least, periods, max_bytes) = if aggregating {
+        // Aggregates: a record per task per tick, whatever the switch rate (a few tasks a tick;
+        // more flush early, eight at a time). The ring wakes userspace when half full.
+        (hz * 4, 256, 2, RINGS_MAX_BYTES / 4)
+    } else if cfg.switches() {
+        (hz + 20_000, 2048, 8, RINGS_MAX_BYTES)
+    } else {
+        (hz, 64, 8, RINGS_MAX_BYTES)
+    };
+    let per_period = per_second * u64::from(cfg.drain_period_ms.max(1)) / 1000 + 1;
+    let wanted = (per_period * periods)
+        .clamp(least, 16384)
+        .next_power_of_two();
+    let budget = max_bytes / (u64::from(possible.max(1)) * TickRecord::SIZE as u64);
     // Largest power of two within the budget.
     let affordable = 1u64 << (63 - budget.max(256).leading_zeros());
     wanted.min(affordable) as u32
@@ -475,22 +500,6 @@ impl Sampler {
         let wake: RingBuf<MapData> = take_map(&mut ebpf, WAKE_MAP_NAME)?;
         let (attached, tick_prog_name) = attach(&mut ebpf, cfg)?;
 
-        // A package nobody's tick read lately is read from userspace; see `fallback`. Each
-        // (package slot, group) is one instance, its "CPU" the group's index.
-        let max_age = fallback::max_age_ns(cfg.tick_hz(None), cfg.drain_period_ms);
-        let instances: Vec<(usize, u32, Vec<u32>)> = cfg
-            .groups
-            .iter()
-            .enumerate()
-            .flat_map(|(g, grp)| {
-                let mut slots: Vec<usize> = grp.counters.iter().map(|c| c.slot).collect();
-                slots.sort_unstable();
-                slots.dedup();
-                slots
-                    .into_iter()
-                    .map(move |s| (s, g as u32, grp.readers.clone()))
-            })
-            .collect();
         Ok(Sampler {
             ebpf,
             logger,
@@ -503,7 +512,7 @@ impl Sampler {
             group_package: cfg.groups.iter().map(|g| g.package).collect(),
             slots: cfg.slots.iter().map(|p| p.spec.clone()).collect(),
             cpus: cfg.cpus.clone(),
-            fallback: IdleFallback::new(&instances, max_age),
+            fallback: idle_fallback(cfg),
             attached,
             tick_prog_name,
         })
@@ -562,12 +571,7 @@ impl Sampler {
         if let Some(l) = self.logger.as_mut() {
             l.flush();
         }
-        let first = out.len();
-        let n = self.rings.drain_append(out);
-        for r in &out[first..] {
-            self.fallback.observe(r);
-        }
-        n
+        drain_rings(&mut self.rings, &mut self.fallback, out)
     }
 
     /// The fd that turns readable when a CPU's ring is half full: poll it beside the drain
@@ -753,6 +757,75 @@ impl Sampler {
     }
 }
 
+/// A package nobody's tick read lately is read from userspace; see `fallback`. Each (package
+/// slot, group) is one instance, its "CPU" the group's index.
+fn idle_fallback(cfg: &SamplerConfig) -> IdleFallback {
+    let max_age = fallback::max_age_ns(cfg.tick_hz(None), cfg.drain_period_ms);
+    let instances: Vec<(usize, u32, Vec<u32>)> = cfg
+        .groups
+        .iter()
+        .enumerate()
+        .flat_map(|(g, grp)| {
+            let mut slots: Vec<usize> = grp.counters.iter().map(|c| c.slot).collect();
+            slots.sort_unstable();
+            slots.dedup();
+            slots
+                .into_iter()
+                .map(move |s| (s, g as u32, grp.readers.clone()))
+        })
+        .collect();
+    IdleFallback::new(&instances, max_age)
+}
+
+/// What every drain does, whoever produced the rings: copy each new record out (comm and cgroup
+/// filled in), and tell the idle-package fallback which package slots the ticks read.
+fn drain_rings(rings: &mut Rings, fallback: &mut IdleFallback, out: &mut Vec<TickRecord>) -> usize {
+    let first = out.len();
+    let n = rings.drain_append(out);
+    for r in &out[first..] {
+        fallback.observe(r);
+    }
+    n
+}
+
+/// What the sampling loop's pump drains (`pipeline::Drainer`): the [`Sampler`], or a
+/// [`loopback::Loopback`] whose rings a benchmark fills instead of the kernel.
+pub trait RecordSource {
+    /// The slots the records carry.
+    fn slots(&self) -> &[SlotSpec];
+    /// Appends every waiting record to `out` (each CPU's in time order, CPU after CPU).
+    fn drain_append(&mut self, out: &mut Vec<TickRecord>) -> usize;
+    /// Records overwritten before they were read, all CPUs together.
+    fn lost_records(&self) -> u64;
+    /// Userspace reads of the packages no tick read lately (see [`Sampler::read_idle_packages`]).
+    fn read_idle_packages(&mut self, all: bool, f: impl FnMut(u32, usize, u64, u64)) -> usize;
+    /// Every package counter read on its own (see [`Sampler::read_channels`]).
+    fn read_channels(&self) -> Vec<ChannelReading>;
+    /// The CPUs whose rings asked for a drain since the last call.
+    fn take_wakes(&mut self) -> Vec<u32>;
+}
+
+impl RecordSource for Sampler {
+    fn slots(&self) -> &[SlotSpec] {
+        Sampler::slots(self)
+    }
+    fn drain_append(&mut self, out: &mut Vec<TickRecord>) -> usize {
+        Sampler::drain_append(self, out)
+    }
+    fn lost_records(&self) -> u64 {
+        Sampler::lost_records(self)
+    }
+    fn read_idle_packages(&mut self, all: bool, f: impl FnMut(u32, usize, u64, u64)) -> usize {
+        Sampler::read_idle_packages(self, all, f)
+    }
+    fn read_channels(&self) -> Vec<ChannelReading> {
+        Sampler::read_channels(self)
+    }
+    fn take_wakes(&mut self) -> Vec<u32> {
+        Sampler::take_wakes(self)
+    }
+}
+
 /// Every CPU slot's counter, on each CPU it is opened on.
 fn open_slot_counters(
     cfg: &SamplerConfig,
@@ -807,6 +880,7 @@ fn load(
     ring_len: u32,
     nr_package_counters: usize,
 ) -> Result<Ebpf, SamplerError> {
+    object::check_abi(bytes)?;
     let nr_slots = cfg.slots.len() as u32;
     let mut loader = EbpfLoader::new();
     loader.override_global(NR_SLOTS_GLOBAL, &nr_slots, true);
@@ -833,6 +907,12 @@ fn load(
     let min_gap: u64 = 900_000_000 / u64::from(cfg.tick_hz(None));
     loader.override_global(PKG_MIN_GAP_GLOBAL, &min_gap, true);
     loader.override_global(RING_LEN_GLOBAL, &ring_len, true);
+    let aggregate = u32::from(cfg.aggregate && cfg.switches());
+    loader.override_global(AGGREGATE_GLOBAL, &aggregate, true);
+    // A slice longer than two tick periods is a tickless idle stretch (or a task the tick
+    // missed): its own flush period.
+    let long_slice: u64 = 2_000_000_000 / u64::from(cfg.tick_hz(None));
+    loader.override_global(LONG_SLICE_GLOBAL, &long_slice, true);
     let wake = wake_every(ring_len);
     loader.override_global(WAKE_EVERY_GLOBAL, &wake, true);
     // The program's rare-path lines (aya-log) are written only when -vv reads them.
@@ -1005,7 +1085,7 @@ fn attach(
 ) -> Result<(TickAttached, &'static str), SamplerError> {
     let (attached, name) = match cfg.tick {
         TickSource::Kernel => {
-            let prog: &mut RawTracePoint = load_program(ebpf, "imc_tick_tp")?;
+            let prog: &mut RawTracePoint = load_program(ebpf, TICK_TP_PROGRAM)?;
             prog.load()
                 .map_err(|e| SamplerError::Load(error_chain(&e)))?;
             let mut tried = Vec::new();
@@ -1039,7 +1119,7 @@ fn attach(
                     adds_interrupts: false,
                     why,
                 },
-                "imc_tick_tp",
+                TICK_TP_PROGRAM,
             )
         }
         TickSource::CpuClock { freq, .. } => {
@@ -1076,7 +1156,7 @@ fn attach(
         }
     };
     if cfg.switches() {
-        let prog: &mut RawTracePoint = load_program(ebpf, "imc_switch")?;
+        let prog: &mut RawTracePoint = load_program(ebpf, SWITCH_PROGRAM)?;
         prog.load()
             .map_err(|e| SamplerError::Load(error_chain(&e)))?;
         prog.attach("sched_switch")

@@ -26,3 +26,35 @@ pub fn program_bytes() -> Result<Cow<'static, [u8]>, SamplerError> {
     }
     Ok(Cow::Borrowed(EMBEDDED))
 }
+
+/// The record ABI version `bytes` (an eBPF object) was built with: the value of its
+/// [`imc_common::ABI_VERSION_GLOBAL`] symbol; None when the object has no such symbol (built
+/// before it existed) or is not an ELF object.
+pub fn abi_version(bytes: &[u8]) -> Option<u32> {
+    use object::{Object, ObjectSection, ObjectSymbol};
+    let file = object::File::parse(bytes).ok()?;
+    let sym = file
+        .symbols()
+        .find(|s| s.name() == Ok(imc_common::ABI_VERSION_GLOBAL))?;
+    let section = file.section_by_index(sym.section_index()?).ok()?;
+    let data = section.data().ok()?;
+    let at = usize::try_from(sym.address().checked_sub(section.address())?).ok()?;
+    let raw: [u8; 4] = data.get(at..at.checked_add(4)?)?.try_into().ok()?;
+    Some(if file.is_little_endian() {
+        u32::from_le_bytes(raw)
+    } else {
+        u32::from_be_bytes(raw)
+    })
+}
+
+/// Refuses an object built against another record layout than this imc's, before the kernel
+/// sees it: its records would be misread, not rejected.
+pub fn check_abi(bytes: &[u8]) -> Result<(), SamplerError> {
+    match abi_version(bytes) {
+        Some(v) if v == imc_common::RECORD_ABI_VERSION => Ok(()),
+        found => Err(SamplerError::Abi {
+            found,
+            expected: imc_common::RECORD_ABI_VERSION,
+        }),
+    }
+}

@@ -22,6 +22,8 @@ pub fn config_of(plan: &Plan, cpus: &[u32], drain_period_ms: u32, bpf_log: bool)
         drain_period_ms,
         bpf_log,
         tick_program: TickProgram::Imc,
+        // Per-task aggregates on the kernel's tick; `--freq --precise` asked for every switch.
+        aggregate: plan.tick.source != "cpu-clock",
     }
 }
 

@@ -198,6 +198,8 @@ mod tests {
             failed_mask: 0,
             flags: 0,
             comm: [0; 16],
+            t0_ns: 0,
+            on_ns: 0,
             slots: [imc_common::SlotReading::default(); MAX_SLOTS],
         };
         if omitted {

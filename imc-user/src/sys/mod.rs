@@ -5,4 +5,5 @@ pub mod devmem;
 pub mod file;
 pub mod perf;
 pub mod rlimit;
+pub mod shm;
 pub mod thread;

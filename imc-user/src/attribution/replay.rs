@@ -1,0 +1,386 @@
+//! The kernel's per-task aggregation, replayed in userspace: [`Aggregator`] turns the record
+//! stream the program writes with `--precise` (a record per context switch and per tick) into
+//! the one it writes by default (per CPU, one `KIND_AGGREGATE` record per task that ran since
+//! the last flush, at every tick), following imc-ebpf's `aggregate` step for step: the same
+//! accumulator of [`AGG_TASKS`] entries flushed early when full, the same long-slice rule, the
+//! package readings in the first record of a tick's flush.
+//!
+//! Tests use it to check that attribution gives the same answer from either stream of one
+//! synthetic timeline, and `cargo xtask bench-scale` to replay a large machine both ways.
+use crate::model::{SlotScope, SlotSpec};
+use imc_common::{AGG_TASKS, KIND_AGGREGATE, KIND_TIMER, MAX_SLOTS, SlotReading, TickRecord};
+
+#[derive(Clone, Copy)]
+struct Entry {
+    /// The task's identity, from its first record in the period.
+    who: TickRecord,
+    on_ns: u64,
+    failed: u8,
+    slots: [SlotReading; MAX_SLOTS],
+}
+
+#[derive(Clone, Default)]
+struct CpuAgg {
+    started: bool,
+    period_start: u64,
+    last_t: u64,
+    last: [SlotReading; MAX_SLOTS],
+    last_ok: u8,
+    nr: u8,
+    entries: Vec<Entry>,
+}
+
+/// Per-CPU accumulators, as the kernel keeps them.
+pub struct Aggregator {
+    pkg_mask: u8,
+    long_slice_ns: u64,
+    cpus: Vec<CpuAgg>,
+}
+
+impl Aggregator {
+    /// `specs`: the slots (package slots are read at ticks, CPU slots accumulated);
+    /// `tick_hz`: the tick rate (a slice longer than two periods is a period of its own).
+    pub fn new(specs: &[SlotSpec], tick_hz: u32) -> Aggregator {
+        let pkg_mask = specs
+            .iter()
+            .take(MAX_SLOTS)
+            .enumerate()
+            .filter(|(_, s)| s.scope == SlotScope::Package)
+            .fold(0u8, |m, (i, _)| m | 1 << i);
+        Aggregator {
+            pkg_mask,
+            long_slice_ns: 2_000_000_000 / u64::from(tick_hz.max(1)),
+            cpus: Vec::new(),
+        }
+    }
+
+    /// One record of the per-switch stream (`KIND_TIMER` or `KIND_SWITCH`, each CPU's in time
+    /// order); appends the aggregates it flushes to `out`.
+    pub fn push(&mut self, rec: &TickRecord, out: &mut Vec<TickRecord>) {
+        let c = rec.cpu as usize;
+        if c >= self.cpus.len() {
+            self.cpus.resize(c + 1, CpuAgg::default());
+        }
+        let pkg_mask = self.pkg_mask;
+        let long_slice_ns = self.long_slice_ns;
+        let st = &mut self.cpus[c];
+        let nr = rec.nr_slots.min(MAX_SLOTS as u8);
+        st.nr = nr;
+        let cpu_slots = (((1u16 << nr) - 1) as u8) & !pkg_mask;
+        let t = rec.t_ns;
+        if !st.started || t < st.last_t {
+            st.started = true;
+            st.entries.clear();
+            st.period_start = t;
+            st.last_t = t;
+            st.last = rec.slots;
+            st.last_ok = cpu_slots & !rec.failed_mask;
+            return;
+        }
+        let long = t - st.last_t > long_slice_ns;
+        if long {
+            let end = st.last_t;
+            flush(st, rec.cpu, end, None, pkg_mask, out);
+        }
+        let i = match st.entries.iter().position(|e| e.who.pid == rec.pid) {
+            Some(i) => i,
+            None => {
+                if st.entries.len() >= AGG_TASKS {
+                    let end = st.last_t;
+                    flush(st, rec.cpu, end, None, pkg_mask, out);
+                }
+                st.entries.push(Entry {
+                    who: *rec,
+                    on_ns: 0,
+                    failed: 0,
+                    slots: [SlotReading::default(); MAX_SLOTS],
+                });
+                st.entries.len() - 1
+            }
+        };
+        let e = &mut st.entries[i];
+        e.on_ns += t - st.last_t;
+        let mut bits = cpu_slots;
+        while bits != 0 {
+            let s = bits.trailing_zeros() as usize;
+            bits &= bits - 1;
+            let bit = 1u8 << s;
+            if rec.failed_mask & bit != 0 {
+                e.failed |= bit;
+                st.last_ok &= !bit;
+                continue;
+            }
+            let (a, b) = (&st.last[s], &rec.slots[s]);
+            if st.last_ok & bit != 0 {
+                let acc = &mut e.slots[s];
+                acc.value = acc.value.wrapping_add(b.value.wrapping_sub(a.value));
+                acc.enabled = acc.enabled.wrapping_add(b.enabled.wrapping_sub(a.enabled));
+                acc.running = acc.running.wrapping_add(b.running.wrapping_sub(a.running));
+            } else {
+                e.failed |= bit;
+            }
+            st.last[s] = *b;
+            st.last_ok |= bit;
+        }
+        st.last_t = t;
+        if rec.kind == KIND_TIMER || long {
+            flush(st, rec.cpu, t, Some(rec), pkg_mask, out);
+        }
+    }
+}
+
+/// Every entry as a KIND_AGGREGATE record of the period ending at `end`; `pkg`: the record
+/// whose package readings the first carries.
+fn flush(
+    st: &mut CpuAgg,
+    cpu: u32,
+    end: u64,
+    pkg: Option<&TickRecord>,
+    pkg_mask: u8,
+    out: &mut Vec<TickRecord>,
+) {
+    let nr_mask = ((1u16 << st.nr) - 1) as u8;
+    for (i, e) in st.entries.iter().enumerate() {
+        let mut r = e.who;
+        r.kind = KIND_AGGREGATE;
+        r.cpu = cpu;
+        r.t_ns = end;
+        r.t0_ns = st.period_start;
+        r.on_ns = e.on_ns;
+        r.nr_slots = st.nr;
+        r.flags = 0;
+        r.slots = e.slots;
+        let mut failed = e.failed;
+        match pkg.filter(|_| i == 0) {
+            Some(p) => {
+                failed |= p.failed_mask & pkg_mask;
+                for s in 0..MAX_SLOTS {
+                    if pkg_mask & (1 << s) != 0 {
+                        r.slots[s] = p.slots[s];
+                    }
+                }
+            }
+            None => {
+                failed |= pkg_mask;
+                for s in 0..MAX_SLOTS {
+                    if pkg_mask & (1 << s) != 0 {
+                        r.slots[s] = SlotReading::default();
+                    }
+                }
+            }
+        }
+        r.failed_mask = failed & nr_mask;
+        out.push(r);
+    }
+    st.entries.clear();
+    st.period_start = end;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::attribution::Attributor;
+    use crate::attribution::synth::{Readers, Scenario, SynthItem, SynthTask};
+    use crate::model::result::IntervalResult;
+
+    const MS: u64 = 1_000_000;
+
+    /// Every task's read and write bytes and the unattributed ones, per interval, from one
+    /// stream of `sc` either as is (a record per switch) or through the aggregator.
+    fn attribute(
+        sc: &Scenario,
+        aggregated: bool,
+    ) -> (
+        Vec<IntervalResult>,
+        u64,
+        u64,
+        crate::attribution::synth::Truth,
+    ) {
+        let specs = sc.specs();
+        let mut a = Attributor::new(&specs, &sc.topology(), "test").tick_hz(sc.freq_hz);
+        let mut agg = Aggregator::new(&specs, sc.freq_hz);
+        let mut out = Vec::new();
+        let mut results = Vec::new();
+        let (mut records, mut aggregates) = (0u64, 0u64);
+        let mut sc = sc.clone();
+        sc.mark_every_ns = Some(100 * MS);
+        let mut stream = sc.stream();
+        for it in stream.by_ref() {
+            match it {
+                SynthItem::Tick(r) if aggregated => {
+                    records += 1;
+                    out.clear();
+                    agg.push(&r, &mut out);
+                    for x in &out {
+                        aggregates += 1;
+                        a.push_tick(x);
+                    }
+                }
+                SynthItem::Tick(r) => {
+                    records += 1;
+                    a.push_tick(&r);
+                }
+                SynthItem::PackageRead(p, s, t, v) => a.push_package_read(p, s, t, v),
+                SynthItem::Mark(t) => results.push(a.close_interval(t)),
+            }
+        }
+        results.push(a.finish(sc.duration_ns));
+        (results, records, aggregates, stream.truth)
+    }
+
+    /// (bytes per pid, unattributed bytes, package bytes, task rows: each rounded to a count).
+    fn per_task(
+        results: &[IntervalResult],
+    ) -> (std::collections::BTreeMap<u32, u64>, u64, u64, u64) {
+        let mut by = std::collections::BTreeMap::new();
+        let (mut un, mut total, mut rows) = (0, 0, 0);
+        for r in results {
+            rows += r.tasks.len() as u64 + 1;
+            for t in &r.tasks {
+                *by.entry(t.pid).or_insert(0) += t.read_bytes + t.write_bytes;
+            }
+            un += r.unattributed_bytes;
+            total += r
+                .packages
+                .iter()
+                .map(|p| p.read_bytes + p.write_bytes)
+                .sum::<u64>();
+        }
+        (by, un, total, rows)
+    }
+
+    /// Two tasks ping-ponging on each CPU every `slice` ns, a third now and then, some idle.
+    fn switchy(ncpus: u32, slice: u64, weights: bool) -> Scenario {
+        let mut sc = Scenario::busy(ncpus, 250, 2_000 * MS);
+        sc.tasks = (0..3 * ncpus)
+            .map(|i| SynthTask {
+                pid: 2000 + i,
+                tgid: 2000 + i / 3,
+                comm: format!("pp{}", i % 5),
+                cgroup: 1,
+                read_bps: 1.0e8 * f64::from(1 + i % 7),
+                write_bps: 0.5e8 * f64::from(1 + i % 4),
+            })
+            .collect();
+        sc.schedule = (0..ncpus as usize)
+            .map(|c| {
+                let mut v = Vec::new();
+                let mut t = 0;
+                let mut k = 0usize;
+                while t < sc.duration_ns {
+                    let task = match k % 7 {
+                        6 => None,
+                        5 => Some(3 * c + 2),
+                        j => Some(3 * c + j % 2),
+                    };
+                    v.push((t, task));
+                    t += slice + (k as u64 * 7919) % (slice / 2);
+                    k += 1;
+                }
+                v
+            })
+            .collect();
+        sc.precise = true;
+        sc.weights = weights;
+        sc.dma_bps = vec![2.0e7];
+        sc.readers = Readers::First;
+        sc
+    }
+
+    /// The largest error of a task's bytes against the truth, over the package total.
+    fn max_error(
+        by: &std::collections::BTreeMap<u32, u64>,
+        sc: &Scenario,
+        truth: &crate::attribution::synth::Truth,
+        total: f64,
+    ) -> f64 {
+        sc.tasks
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                let got = by.get(&t.pid).copied().unwrap_or(0) as f64;
+                (got - truth.task_read[i] - truth.task_write[i]).abs() / total
+            })
+            .fold(0.0, f64::max)
+    }
+
+    /// Both streams of `sc` conserve the package's traffic, and the aggregated one is as
+    /// accurate as the one with a record per switch (its largest error against the truth
+    /// within 0.005 of the total of theirs), from far fewer records.
+    fn compare(sc: &Scenario, fewer: u64) {
+        let (precise, recs, _, truth) = attribute(sc, false);
+        let (aggregated, _, aggs, _) = attribute(sc, true);
+        let (pa, ua, ta, ra) = per_task(&precise);
+        let (pb, ub, tb, rb) = per_task(&aggregated);
+        // Conservation: attributed + unattributed = the package total (up to each row's
+        // rounding to whole counts of 64 bytes, read and write).
+        for (how, by, un, total, rows) in [
+            ("per switch", &pa, ua, ta, ra),
+            ("aggregated", &pb, ub, tb, rb),
+        ] {
+            let attributed: u64 = by.values().sum();
+            let diff = (attributed + un) as f64 - total as f64;
+            eprintln!("{how}: attributed {attributed} + unattributed {un} vs total {total}");
+            assert!(
+                how == "per switch" || diff.abs() <= 128.0 * rows as f64,
+                "{how}: {attributed} + {un} != {total}"
+            );
+        }
+        assert_eq!(ta, tb, "the package totals are the same counters");
+        let total = ta as f64;
+        let ea = max_error(&pa, sc, &truth, total);
+        let eb = max_error(&pb, sc, &truth, total);
+        eprintln!(
+            "largest error: per switch {ea:.4}, aggregated {eb:.4}; {recs} records, {aggs} aggregates"
+        );
+        assert!(eb <= ea + 0.005, "aggregated error {eb} vs per switch {ea}");
+        assert!(aggs * fewer <= recs, "{aggs} aggregates for {recs} records");
+    }
+
+    #[test]
+    fn aggregates_attribute_like_a_record_per_switch_with_weights() {
+        compare(&switchy(4, 50_000, true), 10);
+    }
+
+    #[test]
+    fn aggregates_attribute_like_a_record_per_switch_by_time() {
+        compare(&switchy(4, 50_000, false), 10);
+    }
+
+    #[test]
+    fn aggregates_of_slow_switches_and_idle_stretches() {
+        // Slices longer than a tick (4 ms) and idle CPUs without ticks: long-slice periods.
+        compare(&switchy(3, 9 * MS, true), 1);
+    }
+
+    #[test]
+    fn a_full_accumulator_flushes_early_and_keeps_every_nanosecond() {
+        let specs = Scenario::busy(1, 250, MS).specs();
+        let mut agg = Aggregator::new(&specs, 250);
+        let mut out = Vec::new();
+        let mut rec = TickRecord {
+            nr_slots: 3,
+            ..TickRecord::default()
+        };
+        // Ten tasks in one tick period: the ninth flushes the first eight.
+        for k in 0..=10u32 {
+            rec.t_ns = 1_000 + u64::from(k) * 100;
+            rec.pid = 100 + k;
+            rec.kind = imc_common::KIND_SWITCH;
+            rec.slots[2].value = u64::from(k) * 10;
+            agg.push(&rec, &mut out);
+        }
+        assert_eq!(out.len(), AGG_TASKS);
+        rec.kind = KIND_TIMER;
+        rec.t_ns = 3_000;
+        agg.push(&rec, &mut out);
+        let on: u64 = out.iter().map(|r| r.on_ns).sum();
+        assert_eq!(on, 3_000 - 1_000);
+        let w: u64 = out.iter().map(|r| r.slots[2].value).sum();
+        assert_eq!(w, 100);
+        assert!(out.iter().all(|r| r.kind == KIND_AGGREGATE));
+        // The early flush ends where its last task stopped; the next period starts there.
+        assert_eq!(out[0].t_ns, 1_800);
+        assert_eq!(out[AGG_TASKS].t0_ns, 1_800);
+    }
+}
