@@ -31,7 +31,7 @@ pub mod timeline;
 pub use summary::{Summary, compare, find_bursts, group_rows, percentile, traffic_amount};
 pub use tasks::TaskKey;
 
-use crate::model::result::{IntervalResult, PackageRow, TaskRow};
+use crate::model::result::{IntervalResult, PackageRow, ShareBasis, TaskRow, package_bytes};
 use crate::model::{Direction, SlotRole, SlotScope, SlotSpec, Topology, Weighting};
 use imc_common::{KIND_AGGREGATE, KIND_SWITCH, MAX_SLOTS, SlotReading, TickRecord};
 use spread::{Event, MAX_CLASSES, SHARE_ONE, Scratch, Segment, Span};
@@ -852,9 +852,7 @@ impl Attributor {
 
     fn build_result(&mut self, t_start: u64, t_end: u64) -> IntervalResult {
         let specs = &self.specs;
-        let has_bytes = specs
-            .iter()
-            .any(|s| matches!(s.role, SlotRole::Traffic(_)) && s.bytes_per_count.is_some());
+        let has_bytes = crate::model::measures_bytes(specs);
         let round = |v: f64| if v > 0.0 { v.round() } else { 0.0 };
 
         let packages: Vec<PackageRow> = self
@@ -928,22 +926,13 @@ impl Attributor {
             ));
         }
         self.tasks.touched.clear();
-        let package_bytes: u64 = packages
-            .iter()
-            .map(|p| p.read_bytes + p.write_bytes + p.total_bytes)
-            .sum();
+        let basis = if has_bytes {
+            ShareBasis::Bytes(package_bytes(&packages))
+        } else {
+            ShareBasis::Counts(traffic_total)
+        };
         for (tc, row) in &mut rows {
-            row.share = if has_bytes {
-                if package_bytes > 0 {
-                    row.bytes() as f64 / package_bytes as f64
-                } else {
-                    0.0
-                }
-            } else if traffic_total > 0.0 {
-                *tc / traffic_total
-            } else {
-                0.0
-            };
+            row.share = basis.share(row.bytes(), *tc);
         }
         let mut tasks: Vec<TaskRow> = rows.into_iter().map(|(_, r)| r).collect();
         summary::sort_rows(&mut tasks);

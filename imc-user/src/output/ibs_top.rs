@@ -48,7 +48,45 @@ pub fn table(o: &mut Vec<u8>, i: &IbsInterval, t0: u64) {
         let _ = writeln!(
             o,
             "{:>8} {:<16} {:>10} {:>11} {:>9} {:>9}",
-            t.pid, t.comm, t.dram_local, t.dram_remote, t.loads, t.samples
+            t.pid,
+            // A process names itself: its control characters are written out, not obeyed.
+            crate::text::escape(&t.comm),
+            t.dram_local,
+            t.dram_remote,
+            t.loads,
+            t.samples
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_process_name_with_control_characters_is_printed_escaped() {
+        let i = IbsInterval {
+            t_start_ns: 0,
+            t_end_ns: 1_000_000_000,
+            source: "ibs_op",
+            l3missonly: false,
+            sample_period: 1000,
+            samples: 3,
+            lost_samples: 0,
+            tasks: vec![IbsTask {
+                pid: 7,
+                comm: "evil\u{1b}[2J\n".into(),
+                samples: 3,
+                loads: 2,
+                dram_local: 1,
+                dram_remote: 0,
+            }],
+        };
+        let mut o = Vec::new();
+        table(&mut o, &i, 0);
+        let text = String::from_utf8(o).unwrap();
+        assert!(text.contains("evil\\x1b[2J\\n"), "{text}");
+        assert!(!text.contains('\u{1b}'), "{text:?}");
+        assert_eq!(text.lines().count(), 3, "{text:?}");
     }
 }
