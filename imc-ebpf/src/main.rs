@@ -330,7 +330,7 @@ fn record<C: EbpfContext>(ctx: &C, kind: u8) {
         }
 
         macro_rules! read_slot {
-            ($i:literal, $map:ident) => {
+            ($i:literal) => {
                 let out = &raw mut (*rec).slots[$i];
                 if nr > $i && pkg_slots & (1 << $i) != 0 {
                     // A package slot: this CPU's sum if it read its group now, else nothing
@@ -345,58 +345,21 @@ fn record<C: EbpfContext>(ctx: &C, kind: u8) {
                         *out = SlotReading::default();
                         failed |= 1 << $i;
                     }
-                } else if nr > $i {
-                    let map = &raw const $map as *mut c_void;
-                    let r = if timed & (1 << $i) != 0 {
-                        // Zeroes the reading on failure, so a failed slot reads as zero.
-                        bpf_perf_event_read_value(
-                            map,
-                            BPF_F_CURRENT_CPU,
-                            out.cast::<bpf_perf_event_value>(),
-                            core::mem::size_of::<SlotReading>() as u32,
-                        )
-                    } else {
-                        // Returns the value, or a negative errno in the top 4095 values.
-                        let v = bpf_perf_event_read(map, BPF_F_CURRENT_CPU);
-                        let err = v as i64;
-                        if (-4095..0).contains(&err) {
-                            *out = SlotReading {
-                                value: 0,
-                                enabled: 0,
-                                running: 0,
-                            };
-                            err
-                        } else {
-                            // Never multiplexed: enabled == running; 1 marks "ran" for readers.
-                            *out = SlotReading {
-                                value: v,
-                                enabled: 1,
-                                running: 1,
-                            };
-                            0
-                        }
-                    };
-                    if r != 0 {
-                        failed |= 1 << $i;
-                        // An empty entry is expected for package counters on CPUs that may not
-                        // read them; anything else is a real read error.
-                        let _ = bump(if r == -ENOENT {
-                            STAT_SLOT_ABSENT + $i
-                        } else {
-                            STAT_READ_ERROR + $i
-                        });
-                    }
+                } else if nr > $i && read_cpu_slot($i, timed & (1 << $i) != 0, out) != 0 {
+                    // A failed read (counted by read_cpu_slot) reads as zero.
+                    *out = SlotReading::default();
+                    failed |= 1 << $i;
                 }
             };
         }
-        read_slot!(0, SLOT0);
-        read_slot!(1, SLOT1);
-        read_slot!(2, SLOT2);
-        read_slot!(3, SLOT3);
-        read_slot!(4, SLOT4);
-        read_slot!(5, SLOT5);
-        read_slot!(6, SLOT6);
-        read_slot!(7, SLOT7);
+        read_slot!(0);
+        read_slot!(1);
+        read_slot!(2);
+        read_slot!(3);
+        read_slot!(4);
+        read_slot!(5);
+        read_slot!(6);
+        read_slot!(7);
         (*rec).failed_mask = failed;
         // Publish. Only this CPU writes its head, so no read-modify-write is needed: the
         // compiler fence keeps the record's stores before the head's, the JIT emits them in

@@ -252,38 +252,11 @@ fn real_main() -> Result<ExitCode> {
             bench_overhead::run(&bin, &object)?;
         }
         "bench-scale" => {
-            // The replay runs the imc library in-process: no eBPF program is loaded, but it is
-            // built with the same environment as `build` so the two share one compiled library.
-            let obj = build_ebpf(EbpfObject::Production)?;
-            run(Command::new(env!("CARGO"))
-                .current_dir(workspace_root())
-                .env("IMC_EBPF_OBJECT", &obj)
-                .args([
-                    "build",
-                    "--release",
-                    "--package",
-                    "imc-user",
-                    "--bin",
-                    "imc-bench-scale",
-                ]))?;
-            bench_scale::run(&target_dir().join("release/imc-bench-scale"), &args)?;
+            let bin = build_in_process_bin("imc-bench-scale")?;
+            bench_scale::run(&bin, &args)?;
         }
         "accuracy" => {
-            // The simulator is the imc library in-process: no eBPF program is loaded, but it is
-            // built with the same environment as `build` so the two share one compiled library.
-            let obj = build_ebpf(EbpfObject::Production)?;
-            run(Command::new(env!("CARGO"))
-                .current_dir(workspace_root())
-                .env("IMC_EBPF_OBJECT", &obj)
-                .args([
-                    "build",
-                    "--release",
-                    "--package",
-                    "imc-user",
-                    "--bin",
-                    "imc-accuracy",
-                ]))?;
-            let bin = target_dir().join("release/imc-accuracy");
+            let bin = build_in_process_bin("imc-accuracy")?;
             let status = Command::new(&bin)
                 .args(&args)
                 .status()
@@ -298,4 +271,16 @@ fn real_main() -> Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Builds `name`, a release binary of imc-user that runs the imc library in-process (the
+/// simulator, the replay benchmark): no eBPF program is loaded, but it is built with the same
+/// environment as `build` so the two share one compiled library. Returns its path.
+fn build_in_process_bin(name: &str) -> Result<PathBuf> {
+    let obj = build_ebpf(EbpfObject::Production)?;
+    run(Command::new(env!("CARGO"))
+        .current_dir(workspace_root())
+        .env("IMC_EBPF_OBJECT", &obj)
+        .args(["build", "--release", "--package", "imc-user", "--bin", name]))?;
+    Ok(target_dir().join("release").join(name))
 }
