@@ -61,6 +61,7 @@ fn every_name_userspace_uses_is_in_the_object() {
         c::PKG_MIN_GAP_GLOBAL,
         c::AGGREGATE_GLOBAL,
         c::LONG_SLICE_GLOBAL,
+        c::MIN_FLUSH_GLOBAL,
         c::ABI_VERSION_GLOBAL,
     ];
     let programs = [c::TICK_PROGRAM, c::TICK_TP_PROGRAM, c::SWITCH_PROGRAM];
@@ -143,4 +144,44 @@ fn the_object_carries_this_imcs_abi_and_another_is_refused() {
     // Not an object at all.
     assert_eq!(imc::sampler::object::abi_version(b"not an ELF file"), None);
     assert!(imc::sampler::object::check_abi(b"not an ELF file").is_err());
+}
+
+/// The value size in the `maps` section's definition of `map` (aya-ebpf's bpf_map_def: type,
+/// key size, value size, ...).
+fn value_size(bytes: &[u8], map: &str) -> u32 {
+    let file = object::File::parse(bytes).unwrap();
+    let sym = file.symbols().find(|s| s.name() == Ok(map)).unwrap();
+    let section = file.section_by_index(sym.section_index().unwrap()).unwrap();
+    let (offset, _) = section.file_range().unwrap();
+    let at = (offset + sym.address() - section.address()) as usize + 8;
+    u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap())
+}
+
+#[test]
+fn the_rings_are_loaded_with_entries_of_the_configured_slots() {
+    let Some(bytes) = object_bytes() else {
+        return;
+    };
+    // As built, an entry is a whole record: that this reads TickRecord's size shows the offset
+    // is the definition's value size.
+    assert_eq!(
+        value_size(&bytes, c::TICKS_MAP_NAME),
+        c::TickRecord::SIZE as u32
+    );
+    let entry = c::TickRecord::entry_size(2) as u32;
+    assert_eq!(entry, 112);
+    let sized =
+        imc::sampler::object::with_value_size(&bytes, c::TICKS_MAP_NAME, entry).expect("sized");
+    assert_eq!(value_size(&sized, c::TICKS_MAP_NAME), entry);
+    // Nothing else changed: the four bytes of that one field differ.
+    let differing = bytes.iter().zip(&sized).filter(|(a, b)| a != b).count();
+    assert!((1..=4).contains(&differing), "{differing} bytes changed");
+    assert_eq!(
+        value_size(&sized, c::HEADS_MAP_NAME),
+        value_size(&bytes, c::HEADS_MAP_NAME)
+    );
+    // A name that is no map definition, or no object, is refused rather than guessed at.
+    assert!(imc::sampler::object::with_value_size(&bytes, c::ABI_VERSION_GLOBAL, 8).is_none());
+    assert!(imc::sampler::object::with_value_size(&bytes, "NO_SUCH_MAP", 8).is_none());
+    assert!(imc::sampler::object::with_value_size(b"not an ELF file", "TICKS", 8).is_none());
 }

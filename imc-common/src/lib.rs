@@ -19,7 +19,7 @@ pub const MAX_PKG_COUNTERS: u32 = 128;
 /// Bumped whenever [`TickRecord`], the map, global or program names or the STATS indices
 /// change. The program carries it in [`ABI_VERSION_GLOBAL`]; userspace refuses an object built
 /// against another version before loading it.
-pub const RECORD_ABI_VERSION: u32 = 5;
+pub const RECORD_ABI_VERSION: u32 = 6;
 /// The program's read-only global holding the [`RECORD_ABI_VERSION`] it was built with.
 pub const ABI_VERSION_GLOBAL: &str = "IMC_ABI_VERSION";
 
@@ -123,7 +123,9 @@ pub const KIND_SWITCH: u8 = 1;
 /// the task's counter *deltas* within it (Σvalue, Σenabled, Σrunning over its slices; failed
 /// bit set when a slice of it could not be read). A package slot carries the package's
 /// cumulative sum read at `t_ns`, in the first record of a flush only (failed in the others).
-/// The records of one flush share `t0_ns` and `t_ns`, and their `on_ns` add up to the period.
+/// The records of one flush share `t0_ns` and `t_ns`, and their `on_ns` add up to the period,
+/// less the idle task's (pid 0) when its aggregate counted nothing: that one is left out unless
+/// it carries the package readings.
 pub const KIND_AGGREGATE: u8 = 2;
 
 /// Read-only global: 1 = context switches add to the per-CPU accumulator ([`AggState`]) and
@@ -132,6 +134,31 @@ pub const AGGREGATE_GLOBAL: &str = "AGGREGATE";
 /// Read-only global: a slice longer than this (ns; an idle CPU without ticks) is flushed as a
 /// period of its own, so a long idle stretch never dilutes what ran before or after it.
 pub const LONG_SLICE_GLOBAL: &str = "LONG_SLICE_NS";
+/// Read-only global: a tick that comes sooner than this (ns) after the CPU's last flush flushes
+/// nothing (unless its package read is due). The timer tracepoint fires at every hrtimer expiry,
+/// not only the scheduler tick's, and each extra firing would otherwise be a flush of its own.
+pub const MIN_FLUSH_GLOBAL: &str = "MIN_FLUSH_NS";
+/// The tick-period rules userspace sets these globals by (and the userspace replay of the
+/// aggregation follows), for a tick of `hz` per second.
+pub mod tick_rules {
+    /// PKG_MIN_GAP_NS: once per tick period, with a margin for a tick that comes a little early.
+    pub const fn pkg_min_gap_ns(hz: u32) -> u64 {
+        900_000_000 / hz_or_1(hz)
+    }
+    /// LONG_SLICE_NS: a slice longer than two tick periods is a tickless idle stretch (or a task
+    /// the tick missed).
+    pub const fn long_slice_ns(hz: u32) -> u64 {
+        2_000_000_000 / hz_or_1(hz)
+    }
+    /// MIN_FLUSH_NS: as PKG_MIN_GAP_NS, so a CPU flushes about once a tick period however many
+    /// hrtimers expire on it, and a tick that comes a little early still flushes.
+    pub const fn min_flush_ns(hz: u32) -> u64 {
+        pkg_min_gap_ns(hz)
+    }
+    const fn hz_or_1(hz: u32) -> u64 {
+        if hz == 0 { 1 } else { hz as u64 }
+    }
+}
 /// Per-CPU array (one [`AggState`] entry) of the switch accumulator.
 pub const AGG_MAP_NAME: &str = "AGG";
 /// Tasks one CPU's accumulator holds between two flushes; a ninth flushes it early.
@@ -222,6 +249,20 @@ pub struct TickRecord {
 
 impl TickRecord {
     pub const SIZE: usize = core::mem::size_of::<TickRecord>();
+    /// Bytes before the slots: what every record carries.
+    pub const HEADER_SIZE: usize = core::mem::offset_of!(TickRecord, slots);
+
+    /// Bytes of a ring entry for a plan of `nr_slots` slots: the header and those slots. The
+    /// rings (TICKS) are loaded with this value size, so a 2-slot plan's rings hold 112-byte
+    /// entries, not 256; the program never touches a slot past NR_SLOTS.
+    pub const fn entry_size(nr_slots: usize) -> usize {
+        let n = if nr_slots > MAX_SLOTS {
+            MAX_SLOTS
+        } else {
+            nr_slots
+        };
+        Self::HEADER_SIZE + n * core::mem::size_of::<SlotReading>()
+    }
 
     /// The task name up to its first NUL.
     pub fn comm_bytes(&self) -> &[u8] {
@@ -237,6 +278,8 @@ impl TickRecord {
 // The record must not change size by accident: the per-CPU rings (sized in records) and the
 // recording file both depend on it.
 const _: () = assert!(TickRecord::SIZE == 64 + 24 * MAX_SLOTS);
+// Ring entries of any slot count keep every field 8-byte aligned.
+const _: () = assert!(TickRecord::HEADER_SIZE == 64 && TickRecord::entry_size(1).is_multiple_of(8));
 
 #[cfg(feature = "user")]
 unsafe impl aya::Pod for SlotReading {}

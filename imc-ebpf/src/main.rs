@@ -131,6 +131,11 @@ static AGGREGATE: u32 = 0;
 #[unsafe(no_mangle)]
 static LONG_SLICE_NS: u64 = u64::MAX;
 
+/// A tick sooner than this after the last flush (another hrtimer's expiry) flushes nothing,
+/// unless this CPU's package read is due (imc_common::MIN_FLUSH_GLOBAL).
+#[unsafe(no_mangle)]
+static MIN_FLUSH_NS: u64 = 0;
+
 /// Per CPU: the switch accumulator (imc_common::AggState).
 #[map]
 static AGG: PerCpuArray<AggState> = PerCpuArray::with_max_entries(1, 0);
@@ -200,29 +205,35 @@ pub(crate) fn bump(index: u32) -> u64 {
     }
 }
 
+/// This CPU's reader configuration and its group's last-read time, when it is a reader and the
+/// group was not read within PKG_MIN_GAP_NS.
+#[inline(always)]
+fn package_due(cpu: u32, now: u64) -> Option<(&'static ReaderCfg, *mut u64)> {
+    let cfg = READERS.get(cpu)?;
+    if cfg.count == 0 {
+        return None;
+    }
+    let last = GROUP_LAST.get_ptr_mut(cfg.group)?;
+    // SAFETY: `last` points into GROUP_LAST (read_package says why a race on it is harmless);
+    // the other is a read of a global.
+    let (read_at, gap) = unsafe { (*last, core::ptr::read_volatile(&PKG_MIN_GAP_NS)) };
+    if now.wrapping_sub(read_at) < gap {
+        return None;
+    }
+    Some((cfg, last))
+}
+
 /// The package slots' sums when this CPU is its group's reader and the group was not read within
 /// PKG_MIN_GAP_NS; bit `s` of the returned mask set when slot `s`'s sum is complete (a failed
 /// counter read leaves its slot out rather than report a partial sum).
 #[inline(always)]
 fn read_package<C: EbpfContext>(ctx: &C, cpu: u32, now: u64, sums: &mut [u64; MAX_SLOTS]) -> u8 {
-    let Some(cfg) = READERS.get(cpu) else {
+    let Some((cfg, last)) = package_due(cpu, now) else {
         return 0;
     };
-    if cfg.count == 0 {
-        return 0;
-    }
-    let Some(last) = GROUP_LAST.get_ptr_mut(cfg.group) else {
-        return 0;
-    };
-    // SAFETY: `last` points into GROUP_LAST. Two reader CPUs of one group may both pass this
-    // check at the same instant; both readings are then valid, one is merely redundant.
-    unsafe {
-        let gap = core::ptr::read_volatile(&PKG_MIN_GAP_NS);
-        if now.wrapping_sub(*last) < gap {
-            return 0;
-        }
-        *last = now;
-    }
+    // SAFETY: `last` points into GROUP_LAST. Two reader CPUs of one group may both find the
+    // read due at the same instant; both readings are then valid, one is merely redundant.
+    unsafe { *last = now };
     let _ = bump(STAT_PKG_READS);
     let (first, count) = (cfg.first, cfg.count);
     let mut have: u8 = 0;
@@ -453,6 +464,11 @@ fn aggregate<C: EbpfContext>(ctx: &C, tick: bool) {
             (*st).last_ok = read_baselines(st, cpu_slots, timed);
             return;
         }
+        if tick && !flush_due(st, cpu, now) {
+            // Another hrtimer's expiry soon after the last flush: the running task's slice goes
+            // on, and the next tick (or switch) takes it.
+            return;
+        }
         let long = now.wrapping_sub((*st).last_t) > core::ptr::read_volatile(&LONG_SLICE_NS);
         if long {
             // What ran before the long slice keeps its own period.
@@ -502,6 +518,25 @@ fn aggregate<C: EbpfContext>(ctx: &C, tick: bool) {
             flush(ctx, cpu, st, now, true);
         }
     }
+}
+
+/// Whether a tick at `now` flushes: MIN_FLUSH_NS since the period began, or this CPU's package
+/// read is due (so package readings keep the tick's schedule whatever the accumulator did).
+///
+/// # Safety
+/// `st` points to this CPU's accumulator.
+#[inline(always)]
+unsafe fn flush_due(st: *const AggState, cpu: u32, now: u64) -> bool {
+    // SAFETY: the caller's.
+    let start = unsafe { (*st).period_start };
+    // SAFETY: reads of globals.
+    let (min, pkg_slots) = unsafe {
+        (
+            core::ptr::read_volatile(&MIN_FLUSH_NS),
+            core::ptr::read_volatile(&PKG_SLOTS),
+        )
+    };
+    now.wrapping_sub(start) >= min || (pkg_slots != 0 && package_due(cpu, now).is_some())
 }
 
 /// Reads every CPU slot into the accumulator's baselines; returns the mask of those read.
@@ -585,9 +620,32 @@ unsafe fn entry<C: EbpfContext>(
     }
 }
 
-/// Writes one KIND_AGGREGATE record per accumulator entry, for the period
+/// Whether an accumulator entry counted nothing: every slot read, every delta zero.
+///
+/// # Safety
+/// `e` points to an entry of this CPU's accumulator.
+#[inline(always)]
+unsafe fn counted_nothing(e: *const imc_common::AggTask, nr: u32) -> bool {
+    // SAFETY: the caller's.
+    unsafe {
+        if (*e).failed_mask != 0 {
+            return false;
+        }
+        let mut sum = 0u64;
+        for s in 0..MAX_SLOTS {
+            if (s as u32) < nr {
+                sum |= (*e).slots[s].value;
+            }
+        }
+        sum == 0
+    }
+}
+
+/// Writes one KIND_AGGREGATE record per accumulator entry (the idle task's only when it counted
+/// something or carries the package readings), for the period
 /// `period_start .. end`, and starts the next period at `end`. With `pkg`, this CPU reads its
-/// package's counters (when it is a reader and the period's read is due) into the first record.
+/// package's counters (when it is a reader and the period's read is due) into the first record
+/// written.
 ///
 /// # Safety
 /// `st` points to this CPU's accumulator.
@@ -622,6 +680,12 @@ unsafe fn flush<C: EbpfContext>(ctx: &C, cpu: u32, st: *mut AggState, end: u64, 
                 break;
             };
             let e = &raw const (*st).tasks[i];
+            if (*e).pid == 0 && !(written == 0 && pkg_ok != 0) && counted_nothing(e, nr) {
+                // The idle task's aggregate that counted nothing claims nothing either (the
+                // idle task has no claim by time): leaving it out halves an idle-ish CPU's
+                // records. Idle time is the period less its tasks' on_ns.
+                continue;
+            }
             (*rec).t_ns = end;
             (*rec).t0_ns = start;
             (*rec).on_ns = (*e).on_ns;
@@ -640,7 +704,7 @@ unsafe fn flush<C: EbpfContext>(ctx: &C, cpu: u32, st: *mut AggState, end: u64, 
                 }
                 let bit = 1u8 << s;
                 if pkg_slots & u32::from(bit) != 0 {
-                    if i == 0 && pkg_ok & bit != 0 {
+                    if written == 0 && pkg_ok & bit != 0 {
                         (*rec).slots[s] = SlotReading {
                             value: sums[s],
                             enabled: 1,

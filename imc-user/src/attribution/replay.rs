@@ -3,12 +3,15 @@
 //! the one it writes by default (per CPU, one `KIND_AGGREGATE` record per task that ran since
 //! the last flush, at every tick), following imc-ebpf's `aggregate` step for step: the same
 //! accumulator of [`AGG_TASKS`] entries flushed early when full, the same long-slice rule, the
-//! package readings in the first record of a tick's flush.
+//! same minimum time between a flush and a tick that flushes, the package readings in the first
+//! record of a tick's flush.
 //!
 //! Tests use it to check that attribution gives the same answer from either stream of one
 //! synthetic timeline, and `cargo xtask bench-scale` to replay a large machine both ways.
 use crate::model::{SlotScope, SlotSpec};
-use imc_common::{AGG_TASKS, KIND_AGGREGATE, KIND_TIMER, MAX_SLOTS, SlotReading, TickRecord};
+use imc_common::{
+    AGG_TASKS, KIND_AGGREGATE, KIND_TIMER, MAX_SLOTS, SlotReading, TickRecord, tick_rules,
+};
 
 #[derive(Clone, Copy)]
 struct Entry {
@@ -34,6 +37,7 @@ struct CpuAgg {
 pub struct Aggregator {
     pkg_mask: u8,
     long_slice_ns: u64,
+    min_flush_ns: u64,
     cpus: Vec<CpuAgg>,
 }
 
@@ -49,7 +53,8 @@ impl Aggregator {
             .fold(0u8, |m, (i, _)| m | 1 << i);
         Aggregator {
             pkg_mask,
-            long_slice_ns: 2_000_000_000 / u64::from(tick_hz.max(1)),
+            long_slice_ns: tick_rules::long_slice_ns(tick_hz),
+            min_flush_ns: tick_rules::min_flush_ns(tick_hz),
             cpus: Vec::new(),
         }
     }
@@ -75,6 +80,14 @@ impl Aggregator {
             st.last_t = t;
             st.last = rec.slots;
             st.last_ok = cpu_slots & !rec.failed_mask;
+            return;
+        }
+        if rec.kind == KIND_TIMER
+            && t - st.period_start < self.min_flush_ns
+            && rec.failed_mask & pkg_mask == pkg_mask
+        {
+            // A tick soon after the last flush that read no package (the program's flush_due:
+            // its read was not due): the running slice goes on.
             return;
         }
         let long = t - st.last_t > long_slice_ns;
@@ -140,7 +153,14 @@ fn flush(
     out: &mut Vec<TickRecord>,
 ) {
     let nr_mask = ((1u16 << st.nr) - 1) as u8;
-    for (i, e) in st.entries.iter().enumerate() {
+    let pkg_read = pkg.is_some_and(|p| p.failed_mask & pkg_mask != pkg_mask);
+    let mut written = 0;
+    for e in &st.entries {
+        let carries_pkg = written == 0 && pkg_read;
+        if e.who.pid == 0 && !carries_pkg && e.failed == 0 && e.slots.iter().all(|s| s.value == 0) {
+            // The program's counted_nothing: an idle aggregate with nothing in it is left out.
+            continue;
+        }
         let mut r = e.who;
         r.kind = KIND_AGGREGATE;
         r.cpu = cpu;
@@ -151,7 +171,7 @@ fn flush(
         r.flags = 0;
         r.slots = e.slots;
         let mut failed = e.failed;
-        match pkg.filter(|_| i == 0) {
+        match pkg.filter(|_| written == 0) {
             Some(p) => {
                 failed |= p.failed_mask & pkg_mask;
                 for s in 0..MAX_SLOTS {
@@ -171,6 +191,7 @@ fn flush(
         }
         r.failed_mask = failed & nr_mask;
         out.push(r);
+        written += 1;
     }
     st.entries.clear();
     st.period_start = end;

@@ -37,6 +37,8 @@ pub struct Loopback {
     fallback: IdleFallback,
     producers: Vec<Producer>,
     ring_len: u32,
+    /// Bytes per ring entry, as the program's rings are loaded.
+    entry: usize,
     wake_every: u32,
     wakes: Vec<u32>,
     slots: Vec<SlotSpec>,
@@ -51,7 +53,8 @@ impl Loopback {
         let possible = cfg.cpus.iter().copied().max().map_or(1, |m| m + 1);
         let ring_len = super::ring_len(cfg, possible);
         let n = possible as usize;
-        let ticks_len = n * ring_len as usize * TickRecord::SIZE;
+        let entry = TickRecord::entry_size(cfg.slots.len());
+        let ticks_len = n * ring_len as usize * entry;
         let heads_len = n * std::mem::size_of::<CpuHead>();
         let ticks = SharedMemory::new("imc-loopback-ticks", ticks_len)?;
         let heads = SharedMemory::new("imc-loopback-heads", heads_len)?;
@@ -59,6 +62,7 @@ impl Loopback {
             MappedMap::map(ticks.as_fd(), ticks_len)?,
             MappedMap::map(heads.as_fd(), heads_len)?,
             ring_len,
+            entry,
             n,
         );
         Ok(Loopback {
@@ -68,6 +72,7 @@ impl Loopback {
             fallback: super::idle_fallback(cfg),
             producers: vec![Producer::default(); n],
             ring_len,
+            entry,
             wake_every: super::wake_every(ring_len),
             wakes: Vec::new(),
             slots: cfg.slots.iter().map(|p| p.spec.clone()).collect(),
@@ -132,15 +137,16 @@ impl Loopback {
                 let run = rest.len().min(len as usize - at);
                 self.bytes.clear();
                 for r in &rest[..run] {
-                    // SAFETY: TickRecord is repr(C) plain integers, SIZE bytes without padding.
+                    // SAFETY: TickRecord is repr(C) plain integers without padding, and an
+                    // entry is a prefix of it (the header and the configured slots).
                     self.bytes.extend_from_slice(unsafe {
                         std::slice::from_raw_parts(
                             (r as *const TickRecord).cast::<u8>(),
-                            TickRecord::SIZE,
+                            self.entry,
                         )
                     });
                 }
-                let offset = (cpu * len as usize + at) * TickRecord::SIZE;
+                let offset = (cpu * len as usize + at) * self.entry;
                 self.ticks.write_at(offset, &self.bytes)?;
                 seq += run as u64;
                 rest = &rest[run..];
@@ -180,7 +186,7 @@ impl RecordSource for Loopback {
 mod tests {
     use super::*;
     use crate::sampler::{TickProgram, TickSource};
-    use imc_common::KIND_SWITCH;
+    use imc_common::{KIND_SWITCH, MAX_SLOTS, SlotReading};
 
     fn cfg(cpus: u32, ring: u32) -> SamplerConfig {
         SamplerConfig {
@@ -229,6 +235,51 @@ mod tests {
         assert_eq!(lb.lost_records(), 0);
         out.clear();
         assert_eq!(lb.drain_append(&mut out), 0);
+    }
+
+    #[test]
+    fn entries_carry_the_configured_slots_only() {
+        use crate::model::{Encoded, SlotRole, SlotScope, SlotSpec};
+        let spec = SlotSpec {
+            event: "page-faults".into(),
+            scope: SlotScope::Cpu,
+            role: SlotRole::Other,
+            bytes_per_count: None,
+            counter_bits: 64,
+        };
+        let mut c = cfg(2, 4);
+        let plan = super::super::SlotPlan::per_cpu(spec, &Encoded::default(), &c.cpus);
+        c.slots = vec![plan.clone(), plan];
+        let mut lb = Loopback::new(&c).unwrap();
+        assert_eq!(lb.entry, 64 + 2 * 24);
+        for (k, mut r) in [rec(0, 1, 7), rec(1, 1, 8), rec(1, 2, 8)]
+            .into_iter()
+            .enumerate()
+        {
+            // The last claims more slots than an entry holds: it is read up to what it holds.
+            r.nr_slots = if k == 2 { MAX_SLOTS as u8 } else { 2 };
+            for (s, slot) in r.slots.iter_mut().enumerate() {
+                *slot = SlotReading {
+                    value: u64::from(r.cpu) * 1000 + r.t_ns * 10 + s as u64,
+                    enabled: 5,
+                    running: 5,
+                };
+            }
+            lb.push(&r);
+        }
+        lb.publish().unwrap();
+        let mut out = Vec::new();
+        assert_eq!(lb.drain_append(&mut out), 3);
+        for r in &out {
+            let want: Vec<u64> = (0..2)
+                .map(|s| u64::from(r.cpu) * 1000 + r.t_ns * 10 + s)
+                .collect();
+            let got: Vec<u64> = r.slots[..2].iter().map(|s| s.value).collect();
+            assert_eq!(got, want, "{r:?}");
+            assert!(r.slots[2..].iter().all(|s| *s == SlotReading::default()));
+        }
+        // Neighbouring entries did not overlap: the second CPU's first record is intact.
+        assert_eq!((out[1].cpu, out[1].t_ns, out[1].pid), (1, 1, 8));
     }
 
     #[test]

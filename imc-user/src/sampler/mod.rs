@@ -21,11 +21,11 @@ use aya::{Ebpf, EbpfLoader};
 use fallback::IdleFallback;
 use imc_common::{
     AGGREGATE_GLOBAL, CpuHead, GROUP_LAST_MAP_NAME, HEADS_MAP_NAME, LONG_SLICE_GLOBAL,
-    MAX_PKG_COUNTERS, MAX_SLOTS, NR_SLOTS_GLOBAL, NR_STATS, PKG_MAP_NAME, PKG_MIN_GAP_GLOBAL,
-    PKG_SLOT_MAP_NAME, PKG_SLOTS_GLOBAL, READERS_MAP_NAME, RING_LEN_GLOBAL, ReaderCfg,
-    SLOT_MAP_NAMES, STAT_PKG_READS, STAT_READ_ERROR, STAT_SLOT_ABSENT, STATS_MAP_NAME,
+    MAX_PKG_COUNTERS, MAX_SLOTS, MIN_FLUSH_GLOBAL, NR_SLOTS_GLOBAL, NR_STATS, PKG_MAP_NAME,
+    PKG_MIN_GAP_GLOBAL, PKG_SLOT_MAP_NAME, PKG_SLOTS_GLOBAL, READERS_MAP_NAME, RING_LEN_GLOBAL,
+    ReaderCfg, SLOT_MAP_NAMES, STAT_PKG_READS, STAT_READ_ERROR, STAT_SLOT_ABSENT, STATS_MAP_NAME,
     SWITCH_PROGRAM, TICK_PROGRAM, TICK_TP_PROGRAM, TICKS_MAP_NAME, TIMED_SLOTS_GLOBAL, TickRecord,
-    WAKE_EVERY_GLOBAL, WAKE_MAP_NAME,
+    WAKE_EVERY_GLOBAL, WAKE_MAP_NAME, tick_rules,
 };
 use rings::Rings;
 use std::io;
@@ -408,7 +408,8 @@ fn ring_len(cfg: &SamplerConfig, possible: u32) -> u32 {
     let wanted = (per_period * periods)
         .clamp(least, 16384)
         .next_power_of_two();
-    let budget = max_bytes / (u64::from(possible.max(1)) * TickRecord::SIZE as u64);
+    let entry = TickRecord::entry_size(cfg.slots.len()) as u64;
+    let budget = max_bytes / (u64::from(possible.max(1)) * entry);
     // Largest power of two within the budget.
     let affordable = 1u64 << (63 - budget.max(256).leading_zeros());
     wanted.min(affordable) as u32
@@ -495,7 +496,8 @@ impl Sampler {
         };
         fill_slot_arrays(&ebpf, cfg, &counters, bpf_sys.as_ref())?;
         fill_package_maps(&mut ebpf, cfg, &package_counters, bpf_sys.as_ref())?;
-        let rings = map_rings(&ebpf, possible, ring_len)?;
+        let entry = TickRecord::entry_size(cfg.slots.len());
+        let rings = map_rings(&ebpf, possible, ring_len, entry)?;
         let stats: PerCpuArray<MapData, u64> = take_map(&mut ebpf, STATS_MAP_NAME)?;
         let wake: RingBuf<MapData> = take_map(&mut ebpf, WAKE_MAP_NAME)?;
         let (attached, tick_prog_name) = attach(&mut ebpf, cfg)?;
@@ -881,6 +883,15 @@ fn load(
     nr_package_counters: usize,
 ) -> Result<Ebpf, SamplerError> {
     object::check_abi(bytes)?;
+    // Ring entries carry the configured slots only.
+    let entry = TickRecord::entry_size(cfg.slots.len()) as u32;
+    let sized =
+        object::with_value_size(bytes, TICKS_MAP_NAME, entry).ok_or_else(|| SamplerError::Map {
+            map: TICKS_MAP_NAME.into(),
+            message: "the object has no such map definition to size: rebuild it with `cargo \
+                      xtask build`"
+                .into(),
+        })?;
     let nr_slots = cfg.slots.len() as u32;
     let mut loader = EbpfLoader::new();
     loader.override_global(NR_SLOTS_GLOBAL, &nr_slots, true);
@@ -903,16 +914,16 @@ fn load(
         .filter(|(_, p)| p.spec.scope == SlotScope::Package)
         .fold(0, |m, (i, _)| m | 1 << i);
     loader.override_global(PKG_SLOTS_GLOBAL, &pkg_slots, true);
-    // Once per tick period, with a margin for a tick that comes a little early.
-    let min_gap: u64 = 900_000_000 / u64::from(cfg.tick_hz(None));
+    let hz = cfg.tick_hz(None);
+    let min_gap: u64 = tick_rules::pkg_min_gap_ns(hz);
     loader.override_global(PKG_MIN_GAP_GLOBAL, &min_gap, true);
     loader.override_global(RING_LEN_GLOBAL, &ring_len, true);
     let aggregate = u32::from(cfg.aggregate && cfg.switches());
     loader.override_global(AGGREGATE_GLOBAL, &aggregate, true);
-    // A slice longer than two tick periods is a tickless idle stretch (or a task the tick
-    // missed): its own flush period.
-    let long_slice: u64 = 2_000_000_000 / u64::from(cfg.tick_hz(None));
+    let long_slice: u64 = tick_rules::long_slice_ns(hz);
     loader.override_global(LONG_SLICE_GLOBAL, &long_slice, true);
+    let min_flush: u64 = tick_rules::min_flush_ns(hz);
+    loader.override_global(MIN_FLUSH_GLOBAL, &min_flush, true);
     let wake = wake_every(ring_len);
     loader.override_global(WAKE_EVERY_GLOBAL, &wake, true);
     // The program's rare-path lines (aya-log) are written only when -vv reads them.
@@ -944,7 +955,7 @@ fn load(
     loader.map_max_entries(READERS_MAP_NAME, possible);
     loader.map_max_entries(GROUP_LAST_MAP_NAME, (cfg.groups.len() as u32).max(1));
     let loaded = loader
-        .load(bytes)
+        .load(&sized)
         .map_err(|e| SamplerError::Load(error_chain(&e)));
     drop(pinned);
     loaded
@@ -1039,8 +1050,13 @@ fn fill_package_maps(
     Ok(())
 }
 
-/// The per-CPU rings and heads, mapped read-only.
-fn map_rings(ebpf: &Ebpf, possible: u32, ring_len: u32) -> Result<Rings, SamplerError> {
+/// The per-CPU rings (of `entry`-byte records) and heads, mapped read-only.
+fn map_rings(
+    ebpf: &Ebpf,
+    possible: u32,
+    ring_len: u32,
+    entry: usize,
+) -> Result<Rings, SamplerError> {
     let map_bytes = |name: &str, bytes: usize| -> Result<MappedMap, SamplerError> {
         let Some(aya::maps::Map::Array(data)) = ebpf.map(name) else {
             return Err(SamplerError::Map {
@@ -1054,15 +1070,13 @@ fn map_rings(ebpf: &Ebpf, possible: u32, ring_len: u32) -> Result<Rings, Sampler
         })
     };
     Ok(Rings::new(
-        map_bytes(
-            TICKS_MAP_NAME,
-            (possible * ring_len) as usize * TickRecord::SIZE,
-        )?,
+        map_bytes(TICKS_MAP_NAME, (possible * ring_len) as usize * entry)?,
         map_bytes(
             HEADS_MAP_NAME,
             possible as usize * std::mem::size_of::<CpuHead>(),
         )?,
         ring_len,
+        entry,
         possible as usize,
     ))
 }

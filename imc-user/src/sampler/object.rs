@@ -58,3 +58,33 @@ pub fn check_abi(bytes: &[u8]) -> Result<(), SamplerError> {
         }),
     }
 }
+
+/// `bytes` with the value size of map `map` set to `value_size`: the map definitions of the
+/// object's `maps` section (aya-ebpf's `bpf_map_def`: type, key size, value size, ...) fix it at
+/// build time, and the rings' entries are sized at load by the configured slots. None when the
+/// object has no such map definition.
+pub fn with_value_size(bytes: &[u8], map: &str, value_size: u32) -> Option<Vec<u8>> {
+    use object::{Object, ObjectSection, ObjectSymbol};
+    /// Offset of `value_size` in a `bpf_map_def`.
+    const VALUE_SIZE_AT: u64 = 8;
+    let file = object::File::parse(bytes).ok()?;
+    let sym = file.symbols().find(|s| s.name() == Ok(map))?;
+    let section = file.section_by_index(sym.section_index()?).ok()?;
+    if section.name().ok()? != "maps" || sym.size() < VALUE_SIZE_AT + 4 {
+        return None;
+    }
+    let (file_offset, len) = section.file_range()?;
+    let at = sym.address().checked_sub(section.address())? + VALUE_SIZE_AT;
+    if at + 4 > len {
+        return None;
+    }
+    let at = usize::try_from(file_offset + at).ok()?;
+    let raw = if file.is_little_endian() {
+        value_size.to_le_bytes()
+    } else {
+        value_size.to_be_bytes()
+    };
+    let mut out = bytes.to_vec();
+    out.get_mut(at..at + 4)?.copy_from_slice(&raw);
+    Some(out)
+}

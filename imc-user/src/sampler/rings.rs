@@ -1,7 +1,7 @@
 //! The consumer side of the kernel's per-CPU record rings, read through mmap: no syscall per
 //! record, and the producer never waits for us (a record we were too slow for is counted lost).
 use crate::sys::bpf::MappedMap;
-use imc_common::{CpuHead, FLAG_TASK_OMITTED, MAX_SLOTS, TickRecord};
+use imc_common::{CpuHead, FLAG_TASK_OMITTED, MAX_SLOTS, SlotReading, TickRecord};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -74,17 +74,26 @@ pub(super) struct Rings {
     ticks: MappedMap,
     heads: MappedMap,
     ring_len: u32,
+    /// Bytes per ring entry: the header and the configured slots (TickRecord::entry_size).
+    entry: usize,
     pub(super) tails: Vec<u64>,
     pub(super) lost: Vec<u64>,
     tasks: TaskCache,
 }
 
 impl Rings {
-    pub(super) fn new(ticks: MappedMap, heads: MappedMap, ring_len: u32, cpus: usize) -> Rings {
+    pub(super) fn new(
+        ticks: MappedMap,
+        heads: MappedMap,
+        ring_len: u32,
+        entry: usize,
+        cpus: usize,
+    ) -> Rings {
         Rings {
             ticks,
             heads,
             ring_len,
+            entry,
             tails: vec![0; cpus],
             lost: vec![0; cpus],
             tasks: TaskCache::default(),
@@ -108,34 +117,30 @@ impl Rings {
         }
     }
 
-    /// Copies record `seq` of `cpu` to `dst`: only the header and the slots the record filled
-    /// are read (the rest of the 240 bytes is never written, and each cache line the other CPU
-    /// wrote costs a miss); the other slots are zeroed.
+    /// Copies record `seq` of `cpu` to `dst`: the header and the slots the record filled (an
+    /// entry holds the configured slots only, and each cache line the other CPU wrote costs a
+    /// miss); the other slots are zeroed.
     ///
     /// # Safety
     /// `dst` is valid for writing one TickRecord.
     unsafe fn copy_record(&self, cpu: usize, seq: u64, dst: *mut TickRecord) {
         let index = cpu * self.ring_len as usize + (seq % u64::from(self.ring_len)) as usize;
-        const HEADER_WORDS: usize = std::mem::offset_of!(TickRecord, slots) / 8;
-        // SAFETY: index < possible CPUs × ring_len = entries of TICKS (elements are exactly
-        // TickRecord::SIZE bytes, a multiple of 8, and 8-byte aligned; `slots` starts at a
-        // multiple of 8). TickRecord is plain integers, so any bytes are a valid value. The
-        // producer may be rewriting it; the caller detects that from the head and discards
-        // such copies. `dst` is the caller's.
+        const HEADER_WORDS: usize = TickRecord::HEADER_SIZE / 8;
+        let capacity = (self.entry - TickRecord::HEADER_SIZE) / std::mem::size_of::<SlotReading>();
+        // SAFETY: index < possible CPUs × ring_len = entries of TICKS, each `self.entry` bytes
+        // (a multiple of 8; the mapping is page-aligned), of which the header and `capacity`
+        // slots are read. The header and slots are plain integers, so any bytes are a valid
+        // value. The producer may be rewriting the entry; the caller detects that from the
+        // head and discards such copies. `dst` is the caller's.
         unsafe {
-            let p = self
-                .ticks
-                .as_ptr()
-                .add(index * TickRecord::SIZE)
-                .cast::<TickRecord>();
+            let p = self.ticks.as_ptr().add(index * self.entry);
             let words = std::ptr::read_volatile(p.cast::<[u64; HEADER_WORDS]>());
             std::ptr::write(dst.cast::<[u64; HEADER_WORDS]>(), words);
-            let nr = usize::from((*dst).nr_slots).min(MAX_SLOTS);
-            let slots = (&raw mut (*dst).slots).cast::<imc_common::SlotReading>();
+            let nr = usize::from((*dst).nr_slots).min(capacity);
+            let src = p.add(TickRecord::HEADER_SIZE).cast::<SlotReading>();
+            let slots = (&raw mut (*dst).slots).cast::<SlotReading>();
             for s in 0..nr {
-                slots
-                    .add(s)
-                    .write(std::ptr::read_volatile(&raw const (*p).slots[s]));
+                slots.add(s).write(std::ptr::read_volatile(src.add(s)));
             }
             std::ptr::write_bytes(slots.add(nr), 0, MAX_SLOTS - nr);
         }
