@@ -95,3 +95,25 @@ pub fn probe_read_sw(_ctx: PerfEventContext) -> u32 {
 pub fn bare_switch(_ctx: aya_ebpf::programs::RawTracePointContext) -> i32 {
     0
 }
+
+/// The floor plus one counter read: on sched_switch as `bare_switch`, reading slot 0's counter
+/// on this CPU (the benchmark's workload puts a page-faults counter per CPU there, the VM's
+/// stand-in for the weight imc's switch reads). `bare_switch_read` − `bare_switch` per run is
+/// what one read costs on that hook, the allowance issue 23 gives imc per counter it reads.
+#[aya_ebpf::macros::raw_tracepoint(tracepoint = "sched_switch")]
+pub fn bare_switch_read(_ctx: aya_ebpf::programs::RawTracePointContext) -> i32 {
+    // SAFETY: SLOT0 is a PERF_EVENT_ARRAY map; the helper checks the entry.
+    let v = unsafe { bpf_perf_event_read(&raw const SLOT0 as *mut c_void, BPF_F_CURRENT_CPU) };
+    probe_store(0, v);
+    0
+}
+
+/// The floor plus the clock: on sched_switch as `bare_switch`, reading the time as imc's switch
+/// must to know how long the outgoing task ran. `bare_switch_clock` − `bare_switch` per run is
+/// that read's cost on the hook.
+#[aya_ebpf::macros::raw_tracepoint(tracepoint = "sched_switch")]
+pub fn bare_switch_clock(_ctx: aya_ebpf::programs::RawTracePointContext) -> i32 {
+    // SAFETY: helper without preconditions.
+    probe_store(0, unsafe { bpf_ktime_get_ns() });
+    0
+}

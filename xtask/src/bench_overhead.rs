@@ -120,7 +120,12 @@ impl Kind {
     fn arms(self, perf: bool) -> Vec<Arm> {
         let mut v = vec![Arm::Alone, Arm::ImcTick, Arm::ImcFreq];
         if self == Kind::Switch {
-            v.extend([Arm::ImcPrecise, Arm::BareSwitch]);
+            v.extend([
+                Arm::ImcPrecise,
+                Arm::BareSwitch,
+                Arm::BareSwitchRead,
+                Arm::BareSwitchClock,
+            ]);
         }
         if perf {
             v.push(Arm::PerfClock);
@@ -143,6 +148,10 @@ enum Arm {
     ImcPrecise,
     /// The workload alone with a bare program on sched_switch (the floor of imc's).
     BareSwitch,
+    /// The same program reading one counter of its CPU: the floor plus one read.
+    BareSwitchRead,
+    /// The same program reading the clock: the floor plus the timestamp.
+    BareSwitchClock,
     PerfClock,
     PerfSwitch,
 }
@@ -155,6 +164,8 @@ impl Arm {
             Arm::ImcFreq => "imc record --freq 1000",
             Arm::ImcPrecise => "imc record --precise",
             Arm::BareSwitch => "bare sched_switch program",
+            Arm::BareSwitchRead => "bare program + 1 counter read",
+            Arm::BareSwitchClock => "bare program + the clock",
             Arm::PerfClock => "perf record -F 1000 -a",
             Arm::PerfSwitch => "perf record -e sched_switch -a",
         }
@@ -166,6 +177,8 @@ impl Arm {
             Arm::ImcFreq => "imc-F",
             Arm::ImcPrecise => "imc-P",
             Arm::BareSwitch => "bare",
+            Arm::BareSwitchRead => "bare+read",
+            Arm::BareSwitchClock => "bare+clock",
             Arm::PerfClock => "perf-F",
             Arm::PerfSwitch => "perf-sw",
         }
@@ -354,7 +367,8 @@ impl Bench {
         }
     }
 
-    fn workload_cmd(&self, kind: Kind, units: u64, bare: bool) -> Vec<String> {
+    /// `bare`: the workload's flag that attaches a bare sched_switch program, if any.
+    fn workload_cmd(&self, kind: Kind, units: u64, bare: Option<&str>) -> Vec<String> {
         let mut v = self.rt_prefix(RT_WORKLOAD);
         v.extend([
             self.workload.display().to_string(),
@@ -362,9 +376,7 @@ impl Bench {
             units.to_string(),
             "--probe-parent".into(),
         ]);
-        if bare {
-            v.push("--bare-switch".into());
-        }
+        v.extend(bare.map(String::from));
         v
     }
 
@@ -375,12 +387,12 @@ impl Bench {
         collector: Vec<String>,
         kind: Kind,
         units: u64,
-        bare: bool,
+        bare: Option<&str>,
     ) -> Result<(Work, String)> {
         let mut argv = collector;
         argv.extend(self.workload_cmd(kind, units, bare));
         let mut cmd = Command::new(&argv[0]);
-        if bare {
+        if bare.is_some() {
             cmd.env(OBJECT_ENV, &self.bench_object);
         }
         let out = cmd
@@ -399,7 +411,7 @@ impl Bench {
     fn run_arm(&mut self, arm: Arm, kind: Kind, units: u64) -> Result<Work> {
         match arm {
             Arm::Alone => {
-                let (w, _) = self.execute(Vec::new(), kind, units, false)?;
+                let (w, _) = self.execute(Vec::new(), kind, units, None)?;
                 if w.parent_progs != 0 {
                     bail!(
                         "the alone run saw {} BPF programs in its parent",
@@ -411,10 +423,15 @@ impl Bench {
             Arm::ImcTick => self.under_imc(kind, units, None, false),
             Arm::ImcFreq => self.under_imc(kind, units, Some(FREQ), false),
             Arm::ImcPrecise => self.under_imc(kind, units, None, true),
-            Arm::BareSwitch => {
-                let (w, stderr) = self.execute(Vec::new(), kind, units, true)?;
+            Arm::BareSwitch | Arm::BareSwitchRead | Arm::BareSwitchClock => {
+                let flag = match arm {
+                    Arm::BareSwitchRead => "--bare-switch-read",
+                    Arm::BareSwitchClock => "--bare-switch-clock",
+                    _ => "--bare-switch",
+                };
+                let (w, stderr) = self.execute(Vec::new(), kind, units, Some(flag))?;
                 if w.bare_runs == 0 {
-                    bail!("the bare sched_switch program never ran: {stderr}");
+                    bail!("the {} never ran: {stderr}", arm.label());
                 }
                 Ok(w)
             }
@@ -444,7 +461,7 @@ impl Bench {
             argv.extend(["-e".into(), e.clone()]);
         }
         argv.extend(["-o".into(), file.display().to_string(), "--".into()]);
-        let (mut w, stderr) = self.execute(argv, kind, units, false)?;
+        let (mut w, stderr) = self.execute(argv, kind, units, None)?;
         w.drained = parse_drained(&stderr);
         check_ticks(&w, kind, freq, self.kernel_hz, self.cpus).map_err(|e| {
             anyhow!("imc record was not sampling the measured run: {e}; imc said: {stderr}")
@@ -500,7 +517,7 @@ impl Bench {
             file.display().to_string(),
             "--".into(),
         ]);
-        let result = self.execute(argv, kind, units, false);
+        let result = self.execute(argv, kind, units, None);
         let bytes = std::fs::metadata(&file).map(|m| m.len()).unwrap_or(0);
         let _ = std::fs::remove_file(&file);
         let (w, stderr) = result?;
@@ -818,8 +835,9 @@ fn dry_run(imc: &Path, args: &[&str]) -> Result<String> {
 }
 
 /// What imc plans here: the events to record (the stand-in where there are no memory-controller
-/// counters) and the kernel tick's rate. Stops when either arm's tick is not the one it names.
-fn plan(imc: &Path) -> Result<(Vec<String>, f64)> {
+/// counters), the kernel tick's rate and how many CPU-scope counters a context switch reads.
+/// Stops when either arm's tick is not the one it names.
+fn plan(imc: &Path) -> Result<(Vec<String>, f64, usize)> {
     let default = dry_run(imc, &[])?;
     let source = json_field(&default, "source").unwrap_or_else(|| "?".into());
     let events: Vec<String> = if source.starts_with("proxy:") {
@@ -828,7 +846,9 @@ fn plan(imc: &Path) -> Result<(Vec<String>, f64)> {
         Vec::new()
     };
     let ev: Vec<&str> = events.iter().flat_map(|e| ["-e", e.as_str()]).collect();
-    let tick = parse_plan_tick(&dry_run(imc, &ev)?)?;
+    let recorded = dry_run(imc, &ev)?;
+    let tick = parse_plan_tick(&recorded)?;
+    let cpu_reads = cpu_slots(&recorded);
     let freq_args: Vec<&str> = ["--freq", "1000"].into_iter().chain(ev.clone()).collect();
     let freq_tick = parse_plan_tick(&dry_run(imc, &freq_args)?)?;
     if tick.adds_interrupts || !freq_tick.adds_interrupts {
@@ -852,7 +872,30 @@ fn plan(imc: &Path) -> Result<(Vec<String>, f64)> {
         tick.hz,
         freq_tick.source
     );
-    Ok((events, tick.hz))
+    Ok((events, tick.hz, cpu_reads))
+}
+
+/// The CPU-scope slots of a plan's JSON (`"slots": [{.., "scope": "cpu", ..}, ..]`): the
+/// counters each context switch reads on its CPU.
+fn cpu_slots(plan_json: &str) -> usize {
+    let compact: String = plan_json.chars().filter(|c| !c.is_whitespace()).collect();
+    let Some(start) = compact.find("\"slots\":[") else {
+        return 0;
+    };
+    let rest = &compact[start + "\"slots\":".len()..];
+    let mut depth = 0usize;
+    let end = rest
+        .char_indices()
+        .find(|&(_, c)| {
+            match c {
+                '[' | '{' => depth += 1,
+                ']' | '}' => depth = depth.saturating_sub(1),
+                _ => {}
+            }
+            depth == 0
+        })
+        .map_or(rest.len(), |(i, _)| i);
+    rest[..end].matches("\"scope\":\"cpu\"").count()
 }
 
 /// `bench_object`: the benchmark's eBPF object (the bare sched_switch program).
@@ -875,7 +918,7 @@ pub fn run(imc: &Path, bench_object: &Path) -> Result<()> {
     }
     let perf = Command::new("perf").arg("--version").output().is_ok();
     let cpus = online_cpus()?;
-    let (imc_events, kernel_hz) = plan(imc)?;
+    let (imc_events, kernel_hz, cpu_reads) = plan(imc)?;
     let dir = std::env::temp_dir().join(format!("imc-bench-overhead-{}", std::process::id()));
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let mut b = Bench {
@@ -941,29 +984,58 @@ pub fn run(imc: &Path, bench_object: &Path) -> Result<()> {
         println!("  {}", check_line(&c));
     }
     for r in all.iter().filter(|r| r.kind == Kind::Switch) {
-        print_switch_split(r, kernel_hz);
+        print_switch_split(r, kernel_hz, cpu_reads);
     }
     Ok(())
 }
 
 /// Switch-heavy: switches/s beside records/s drained, imc's CPU split into BPF and userspace,
-/// its ns per program run against the bare sched_switch program's, for the default (aggregated)
-/// and `--precise`, against issue 23's targets.
-fn print_switch_split(r: &KindRuns, hz: f64) {
+/// its ns per program run against the bare sched_switch program's plus the `cpu_reads` counter
+/// reads a switch makes (each costing what the bare program with one read costs more than the
+/// bare one, in the same round), for the default (aggregated) and `--precise`, against issue
+/// 23's targets.
+fn print_switch_split(r: &KindRuns, hz: f64, cpu_reads: usize) {
     let c = r.cpus as f64;
     let Some(bare) = r.runs(Arm::BareSwitch) else {
         return;
     };
     let each =
         |runs: &[Work], f: &dyn Fn(&Work) -> f64| mean_se(&runs.iter().map(f).collect::<Vec<_>>());
+    let (Some(bare_read), Some(bare_clock)) =
+        (r.runs(Arm::BareSwitchRead), r.runs(Arm::BareSwitchClock))
+    else {
+        return;
+    };
     let switches = each(bare, &|w| w.bare_runs as f64 / w.elapsed_s);
-    let bare_ns = bare.iter().map(|w| w.bare_run_s).sum::<f64>() * 1e9
-        / bare.iter().map(|w| w.bare_runs).sum::<u64>().max(1) as f64;
+    let ns_per_run = |w: &Work| w.bare_run_s / w.bare_runs.max(1) as f64 * 1e9;
+    let pooled = |runs: &[Work]| {
+        runs.iter().map(|w| w.bare_run_s).sum::<f64>() * 1e9
+            / runs.iter().map(|w| w.bare_runs).sum::<u64>().max(1) as f64
+    };
+    let bare_ns = pooled(bare);
+    // Per round: what one counter read and the clock add on the hook.
+    let added = |with: &[Work]| -> Vec<f64> {
+        bare.iter()
+            .zip(with)
+            .map(|(b, w)| ns_per_run(w) - ns_per_run(b))
+            .collect()
+    };
+    let (read_costs, clock_costs) = (added(bare_read), added(bare_clock));
+    let (read_cost, clock_cost) = (mean_se(&read_costs), mean_se(&clock_costs));
     let records_target = TARGET_RECORDS_PER_TICK * c * hz;
     println!(
         "\nswitch-heavy, issue 23 (the bare sched_switch program, measured in the same rounds: \
-         {:.0} ± {:.0} switches/s, {bare_ns:.0} ns per run):",
-        switches.mean, switches.se
+         {:.0} ± {:.0} switches/s, {bare_ns:.0} ns per run; with one counter read {:.0} ns, \
+         with the clock {:.0} ns: a read costs {:.0} ± {:.0} ns, the clock {:.0} ± {:.0} ns; \
+         imc's switch reads the clock and {cpu_reads} counter(s)):",
+        switches.mean,
+        switches.se,
+        pooled(bare_read),
+        pooled(bare_clock),
+        read_cost.mean,
+        read_cost.se,
+        clock_cost.mean,
+        clock_cost.se
     );
     println!(
         "  {:<28} {:>18} {:>18} {:>16} {:>18} {:>9} {:>10}",
@@ -1011,25 +1083,41 @@ fn print_switch_split(r: &KindRuns, hz: f64) {
             target: records_target,
             detail: format!("{TARGET_RECORDS_PER_TICK} × {c} CPUs × HZ {hz}"),
         });
-        // Per run, not pooled: each round's ns per run minus 1.5 × that round's bare one.
-        let excess: Vec<f64> = runs
-            .iter()
-            .zip(bare)
-            .map(|(w, b)| {
-                w.bpf_run_s / w.bpf_runs.max(1) as f64 * 1e9
-                    - TARGET_NS_VS_BARE * b.bare_run_s / b.bare_runs.max(1) as f64 * 1e9
-            })
-            .collect();
+        // Per round, not pooled: each round's ns per run minus 1.5 × that round's bare one
+        // and minus that round's reads (the counters, and the clock where it is counted).
+        let excess = |clock: bool| -> Vec<f64> {
+            runs.iter()
+                .zip(bare)
+                .zip(read_costs.iter().zip(&clock_costs))
+                .map(|((w, b), (read, clock_ns))| {
+                    w.bpf_run_s / w.bpf_runs.max(1) as f64 * 1e9
+                        - TARGET_NS_VS_BARE * ns_per_run(b)
+                        - cpu_reads as f64 * read
+                        - if clock { *clock_ns } else { 0.0 }
+                })
+                .collect()
+        };
         checks.push(Check {
             what: format!(
-                "switch, {}: ns per run minus {TARGET_NS_VS_BARE} × bare's",
+                "switch, {}: ns per run minus ({TARGET_NS_VS_BARE} × bare's + {cpu_reads} \
+                 counter read(s))",
                 arm.label()
             ),
-            figure: mean_se(&excess),
+            figure: mean_se(&excess(false)),
             target: 0.0,
-            detail: "the issue allows the counter reads the program must make on top: their \
-                     cost per read is `cargo xtask bench-tick --breakdown`'s"
+            detail: "the issue allows the counter reads the program must make on top of 1.5 × \
+                     the bare program; a read's cost is the bare program with one read less \
+                     the bare one, per round"
                 .into(),
+        });
+        checks.push(Check {
+            what: format!(
+                "switch, {}: the same, the clock read counted as one it must make",
+                arm.label()
+            ),
+            figure: mean_se(&excess(true)),
+            target: 0.0,
+            detail: "a switch must read the time to know how long the outgoing task ran".into(),
         });
     }
     for c in &checks {
@@ -1040,6 +1128,18 @@ fn print_switch_split(r: &KindRuns, hz: f64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn counts_the_cpu_scope_slots_of_a_plan() {
+        let plan = r#"{"counters": [{"scope": "cpu"}], "slots": [
+            {"event": "page-faults", "scope": "cpu", "sum": null},
+            {"event": "uncore read", "scope": "package", "sum": ["a", "b"]},
+            {"event": "weight", "scope": "cpu", "sum": null}
+        ], "tick": {"scope": "cpu"}}"#;
+        assert_eq!(cpu_slots(plan), 2);
+        assert_eq!(cpu_slots(r#"{"slots": []}"#), 0);
+        assert_eq!(cpu_slots("{}"), 0);
+    }
 
     fn work(elapsed_s: f64, loc: u64, runs: u64) -> Work {
         Work {
@@ -1137,9 +1237,9 @@ mod tests {
     #[test]
     fn every_side_takes_every_position() {
         let arms = Kind::Switch.arms(true);
-        assert_eq!(arms.len(), 7);
+        assert_eq!(arms.len(), 9);
         assert_eq!(Kind::Cpu.arms(true).len(), 4);
-        assert_eq!(Kind::Switch.arms(false).len(), 5);
+        assert_eq!(Kind::Switch.arms(false).len(), 7);
         assert_eq!(Kind::Cpu.arms(false).len(), 3);
         for pos in 0..arms.len() {
             let at: Vec<Arm> = (0..arms.len())

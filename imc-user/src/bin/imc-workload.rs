@@ -2,7 +2,7 @@
 //! `perf record`): a fixed amount of work, timed by itself so that the collector's start-up and
 //! tear-down stay outside the figure.
 //!
-//!   imc-workload mem|cpu|switch UNITS [--probe-parent]
+//!   imc-workload mem|cpu|switch UNITS [--probe-parent] [--bare-switch | --bare-switch-read | --bare-switch-clock]
 //!
 //! mem: UNITS passes of read-modify-write over a 256 MiB buffer (far beyond any LLC), split
 //! between one thread per online CPU. cpu: UNITS million steps of an integer/FP recurrence on
@@ -21,6 +21,14 @@
 //! built with the `bench` feature) on sched_switch for the timed work, and print its runs and
 //! run time (`bare_runs=`, `bare_run_ns=`): the context switches of the window, and the floor a
 //! program on that hook costs per switch.
+//!
+//! --bare-switch-read: the same with `bare_switch_read`, which also reads a page-faults counter
+//! of its CPU (opened here on every online CPU): the floor plus one counter read.
+//! --bare-switch-clock: the same with `bare_switch_clock`, which reads the clock: the floor plus
+//! the timestamp a switch needs.
+use imc::sys::bpf::BpfSys;
+use imc::sys::perf::PerfSys;
+use std::os::fd::{AsFd, OwnedFd};
 use std::time::Instant;
 
 const MEM_BYTES: usize = 256 << 20;
@@ -208,9 +216,10 @@ fn run_work(mode: Mode, units: u64, threads: usize, buf: &mut [u64]) {
     }
 }
 
-/// The benchmark object's `bare_switch` program, loaded and attached to sched_switch (detached
-/// when the returned handle is dropped).
-fn load_bare_switch() -> Result<aya::Ebpf, String> {
+/// The benchmark object's bare sched_switch program `name`, loaded and attached (detached when
+/// the returned handle is dropped); with `read`, a page-faults counter of every online CPU in
+/// its slot 0 array first (the counters live as long as the handle).
+fn load_bare_switch(name: &str, read: bool) -> Result<(aya::Ebpf, Vec<OwnedFd>), String> {
     let path = std::env::var_os(imc::sampler::object::OBJECT_ENV).ok_or_else(|| {
         format!(
             "{} names no object (cargo xtask bench-overhead sets it to the bench build)",
@@ -218,22 +227,53 @@ fn load_bare_switch() -> Result<aya::Ebpf, String> {
         )
     })?;
     let bytes = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.to_string_lossy()))?;
-    let mut ebpf = aya::Ebpf::load(&bytes).map_err(|e| format!("loading the object: {e}"))?;
+    let cpus = online_cpu_list();
+    let possible = cpus.iter().max().map_or(1, |m| m + 1);
+    let mut ebpf = aya::EbpfLoader::new()
+        .map_max_entries(imc_common::SLOT_MAP_NAMES[0], possible)
+        .load(&bytes)
+        .map_err(|e| format!("loading the object: {e}"))?;
+    let mut counters = Vec::new();
+    if read {
+        let map = match ebpf.map(imc_common::SLOT_MAP_NAMES[0]) {
+            Some(aya::maps::Map::PerfEventArray(m)) => m.fd().as_fd().try_clone_to_owned(),
+            _ => return Err("the object has no slot 0 array".into()),
+        }
+        .map_err(|e| format!("slot 0 array: {e}"))?;
+        // The software page-faults counter (PERF_TYPE_SOFTWARE, PERF_COUNT_SW_PAGE_FAULTS).
+        let attr = imc::sys::perf::PerfEventAttr::counting(1, 2);
+        for &cpu in &cpus {
+            let fd = imc::sys::perf::RealPerf
+                .open(&attr, -1, cpu as i32, None)
+                .map_err(|e| format!("page-faults counter on CPU {cpu}: {e}"))?;
+            imc::sys::bpf::RealBpf
+                .perf_array_set(map.as_fd(), cpu, fd.as_fd())
+                .map_err(|e| format!("storing the counter of CPU {cpu}: {e}"))?;
+            counters.push(fd);
+        }
+    }
     let prog: &mut aya::programs::RawTracePoint = ebpf
-        .program_mut("bare_switch")
-        .ok_or("no bare_switch program: the object was not built with the bench feature")?
+        .program_mut(name)
+        .ok_or_else(|| {
+            format!("no {name} program: the object was not built with the bench feature")
+        })?
         .try_into()
-        .map_err(|e| format!("bare_switch: {e}"))?;
-    prog.load()
-        .map_err(|e| format!("loading bare_switch: {e}"))?;
+        .map_err(|e| format!("{name}: {e}"))?;
+    prog.load().map_err(|e| format!("loading {name}: {e}"))?;
     prog.attach("sched_switch")
-        .map_err(|e| format!("attaching bare_switch: {e}"))?;
-    Ok(ebpf)
+        .map_err(|e| format!("attaching {name}: {e}"))?;
+    Ok((ebpf, counters))
+}
+
+/// The online CPUs' numbers.
+fn online_cpu_list() -> Vec<u32> {
+    let text = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap_or_default();
+    imc::discovery::cpulist::parse_cpulist(&text).unwrap_or_else(|_| vec![0])
 }
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let usage = "usage: imc-workload mem|cpu|switch UNITS [--probe-parent] [--bare-switch] (UNITS: a whole number >= 1)";
+    let usage = "usage: imc-workload mem|cpu|switch UNITS [--probe-parent] [--bare-switch | --bare-switch-read | --bare-switch-clock] (UNITS: a whole number >= 1)";
     let mode = args.first().and_then(|m| Mode::parse(m));
     let (mode, units) = match (mode, args.get(1).map(|u| u.parse::<u64>())) {
         (Some(m), Some(Ok(u))) if u >= 1 => (m, u),
@@ -242,11 +282,13 @@ fn main() {
             std::process::exit(2);
         }
     };
-    let (mut probe_parent, mut bare) = (false, false);
+    let (mut probe_parent, mut bare) = (false, None);
     for a in args.iter().skip(2) {
         match a.as_str() {
             "--probe-parent" => probe_parent = true,
-            "--bare-switch" => bare = true,
+            "--bare-switch" => bare = Some(("bare_switch", false)),
+            "--bare-switch-read" => bare = Some(("bare_switch_read", true)),
+            "--bare-switch-clock" => bare = Some(("bare_switch_clock", false)),
             other => {
                 eprintln!("imc-workload: unknown argument '{other}'; {usage}");
                 std::process::exit(2);
@@ -265,7 +307,7 @@ fn main() {
     } else {
         Vec::new()
     };
-    let _stats = if probe_parent || bare {
+    let _stats = if probe_parent || bare.is_some() {
         match imc::sys::bpf::enable_run_time_stats() {
             Ok(fd) => Some(fd),
             Err(e) => {
@@ -276,13 +318,14 @@ fn main() {
     } else {
         None
     };
-    let _bare = bare.then(|| match load_bare_switch() {
+    let _bare = bare.map(|(name, read)| match load_bare_switch(name, read) {
         Ok(b) => b,
         Err(e) => {
-            eprintln!("imc-workload: --bare-switch: {e}");
+            eprintln!("imc-workload: {name}: {e}");
             std::process::exit(1);
         }
     });
+    let bare = bare.is_some();
     let ppid = std::os::unix::process::parent_id();
     let before = probe_parent.then(|| probe(ppid));
     let bare_before = bare.then(|| probe(std::process::id()));
