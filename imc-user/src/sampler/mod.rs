@@ -60,14 +60,72 @@ pub enum SamplerError {
     TooManyPackageCounters { package: u32, count: usize },
     #[error("no CPUs to sample (is {0} the right --root?)")]
     NoCpus(String),
-    #[error("{0}")]
-    OpenCounter(String),
-    #[error("the kernel refused the eBPF program: {0}")]
-    Load(String),
-    #[error("attaching the sampler to {what}: {message}")]
-    Attach { what: String, message: String },
-    #[error("setting up map {map}: {message}")]
-    Map { map: String, message: String },
+    #[error("{message}")]
+    OpenCounter {
+        message: String,
+        #[source]
+        source: io::Error,
+    },
+    #[error("the kernel refused the eBPF program: {}", on_one_line(.message, .source.as_deref()))]
+    Load {
+        message: String,
+        #[source]
+        source: Option<Cause>,
+    },
+    #[error("attaching the sampler to {what}: {}", on_one_line(.message, .source.as_deref()))]
+    Attach {
+        what: String,
+        message: String,
+        #[source]
+        source: Option<Cause>,
+    },
+    #[error("setting up map {map}: {}", on_one_line(.message, .source.as_deref()))]
+    Map {
+        map: String,
+        message: String,
+        #[source]
+        source: Option<Cause>,
+    },
+}
+
+/// The cause an error of the sampler keeps: aya's and the kernel's errors as they came.
+pub type Cause = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+impl SamplerError {
+    /// The kernel refused `source` (loading, verifying).
+    fn load(source: impl Into<Cause>) -> SamplerError {
+        SamplerError::Load {
+            message: String::new(),
+            source: Some(source.into()),
+        }
+    }
+
+    /// Map `map` could not be set up: `message` says what was being done, `source` why not.
+    fn map(map: &str, message: impl Into<String>, source: impl Into<Cause>) -> SamplerError {
+        SamplerError::Map {
+            map: map.into(),
+            message: message.into(),
+            source: Some(source.into()),
+        }
+    }
+
+    /// Map `map` is not as the object should have it (no cause beyond the message).
+    fn map_shape(map: &str, message: impl Into<String>) -> SamplerError {
+        SamplerError::Map {
+            map: map.into(),
+            message: message.into(),
+            source: None,
+        }
+    }
+}
+
+/// `message` and the cause's chain on one line, as the errors here are shown.
+fn on_one_line(message: &str, source: Option<&(dyn std::error::Error + Send + Sync)>) -> String {
+    match (message.is_empty(), source) {
+        (_, None) => message.to_string(),
+        (true, Some(e)) => error_chain(e),
+        (false, Some(e)) => format!("{message}: {}", error_chain(e)),
+    }
 }
 
 impl SamplerError {
@@ -429,36 +487,30 @@ where
     ebpf.take_map(name)
         .ok_or_else(|| map_missing(name))?
         .try_into()
-        .map_err(|e: aya::maps::MapError| SamplerError::Map {
-            map: name.into(),
-            message: e.to_string(),
-        })
+        .map_err(|e: aya::maps::MapError| SamplerError::map(name, "", e))
 }
 
 /// The map of `ebpf` named `name`, or why not.
 fn map_missing(name: &str) -> SamplerError {
-    SamplerError::Map {
-        map: name.into(),
-        message: "not in the eBPF object (object and imc built from different sources?)".into(),
-    }
+    SamplerError::map_shape(
+        name,
+        "not in the eBPF object (object and imc built from different sources?)",
+    )
 }
 
 fn perf_array<'a>(ebpf: &'a Ebpf, name: &str) -> Result<BorrowedFd<'a>, SamplerError> {
     match ebpf.map(name) {
         Some(aya::maps::Map::PerfEventArray(data)) => Ok(data.fd().as_fd()),
-        Some(_) => Err(SamplerError::Map {
-            map: name.into(),
-            message: "is not a PERF_EVENT_ARRAY".into(),
-        }),
+        Some(_) => Err(SamplerError::map_shape(name, "is not a PERF_EVENT_ARRAY")),
         None => Err(map_missing(name)),
     }
 }
 
-fn open_error(what: &str, cpu: u32, e: &io::Error) -> SamplerError {
-    SamplerError::OpenCounter(perf::explain_open_error(
-        &format!("opening '{what}' on CPU {cpu}"),
-        e,
-    ))
+fn open_error(what: &str, cpu: u32, e: io::Error) -> SamplerError {
+    SamplerError::OpenCounter {
+        message: perf::explain_open_error(&format!("opening '{what}' on CPU {cpu}"), &e),
+        source: e,
+    }
 }
 
 impl Sampler {
@@ -669,10 +721,10 @@ impl Sampler {
     pub fn stats(&self) -> Result<SamplerStats, SamplerError> {
         let mut per_cpu: Vec<CpuStats> = Vec::new();
         for index in 0..NR_STATS {
-            let values = self.stats.get(&index, 0).map_err(|e| SamplerError::Map {
-                map: STATS_MAP_NAME.into(),
-                message: e.to_string(),
-            })?;
+            let values = self
+                .stats
+                .get(&index, 0)
+                .map_err(|e| SamplerError::map(STATS_MAP_NAME, "", e))?;
             if per_cpu.is_empty() {
                 per_cpu = (0..values.len() as u32)
                     .map(|cpu| CpuStats {
@@ -740,13 +792,11 @@ impl Sampler {
     }
 
     fn program_run_stats(&self, name: &str) -> Result<(std::time::Duration, u64), SamplerError> {
-        let prog = self
-            .ebpf
-            .program(name)
-            .ok_or_else(|| SamplerError::Load(format!("program {name} missing")))?;
-        let info = prog
-            .info()
-            .map_err(|e| SamplerError::Load(error_chain(&e)))?;
+        let prog = self.ebpf.program(name).ok_or_else(|| SamplerError::Load {
+            message: format!("program {name} missing"),
+            source: None,
+        })?;
+        let info = prog.info().map_err(SamplerError::load)?;
         Ok((info.run_time(), info.run_count()))
     }
 
@@ -838,7 +888,7 @@ fn open_slot_counters(
         for (open_cpu, _) in &plan.instances {
             let fd = perf_sys
                 .open(plan.attr_for(*open_cpu), -1, *open_cpu as i32, None)
-                .map_err(|e| open_error(&plan.spec.event, *open_cpu, &e))?;
+                .map_err(|e| open_error(&plan.spec.event, *open_cpu, e))?;
             counters.push(OpenCounter {
                 slot,
                 cpu: *open_cpu,
@@ -859,7 +909,7 @@ fn open_package_counters(
         for c in &g.counters {
             let fd = perf_sys
                 .open(&c.attr, -1, c.open_cpu as i32, None)
-                .map_err(|e| open_error(&c.name, c.open_cpu, &e))?;
+                .map_err(|e| open_error(&c.name, c.open_cpu, e))?;
             out.push(OpenPackageCounter {
                 slot: c.slot,
                 group,
@@ -885,13 +935,13 @@ fn load(
     object::check_abi(bytes)?;
     // Ring entries carry the configured slots only.
     let entry = TickRecord::entry_size(cfg.slots.len()) as u32;
-    let sized =
-        object::with_value_size(bytes, TICKS_MAP_NAME, entry).ok_or_else(|| SamplerError::Map {
-            map: TICKS_MAP_NAME.into(),
-            message: "the object has no such map definition to size: rebuild it with `cargo \
-                      xtask build`"
-                .into(),
-        })?;
+    let sized = object::with_value_size(bytes, TICKS_MAP_NAME, entry).ok_or_else(|| {
+        SamplerError::map_shape(
+            TICKS_MAP_NAME,
+            "the object has no such map definition to size: rebuild it with `cargo xtask \
+                 build`",
+        )
+    })?;
     let nr_slots = cfg.slots.len() as u32;
     let mut loader = EbpfLoader::new();
     loader.override_global(NR_SLOTS_GLOBAL, &nr_slots, true);
@@ -938,13 +988,15 @@ fn load(
     // here and handed to the loader by pin path (the pin and its mount go once loaded).
     let pinned = if n > possible {
         let p = crate::sys::bpf::PinnedPerfArray::create(&std::env::temp_dir(), PKG_MAP_NAME, n)
-            .map_err(|e| SamplerError::Map {
-                map: PKG_MAP_NAME.into(),
-                message: format!(
-                    "{n} package counters need an array longer than the {possible} CPUs, made on \
-                     a private bpffs mount, which failed ({e}): run imc as root, or name fewer \
-                     counters with -e"
-                ),
+            .map_err(|e| {
+                SamplerError::map_shape(
+                    PKG_MAP_NAME,
+                    format!(
+                        "{n} package counters need an array longer than the {possible} CPUs, \
+                         made on a private bpffs mount, which failed ({e}): run imc as root, or \
+                         name fewer counters with -e"
+                    ),
+                )
             })?;
         loader.map_pin_path(PKG_MAP_NAME, p.path().to_path_buf());
         Some(p)
@@ -954,9 +1006,7 @@ fn load(
     loader.map_max_entries(PKG_SLOT_MAP_NAME, n);
     loader.map_max_entries(READERS_MAP_NAME, possible);
     loader.map_max_entries(GROUP_LAST_MAP_NAME, (cfg.groups.len() as u32).max(1));
-    let loaded = loader
-        .load(&sized)
-        .map_err(|e| SamplerError::Load(error_chain(&e)));
+    let loaded = loader.load(&sized).map_err(SamplerError::load);
     drop(pinned);
     loaded
 }
@@ -979,11 +1029,12 @@ fn fill_slot_arrays(
             for &reader in readers {
                 bpf_sys
                     .perf_array_set(map, reader, c.fd.as_fd())
-                    .map_err(|e| SamplerError::Map {
-                        map: name.into(),
-                        message: format!(
-                            "storing the counter of CPU {open_cpu} at index {reader}: {e}"
-                        ),
+                    .map_err(|e| {
+                        SamplerError::map(
+                            name,
+                            format!("storing the counter of CPU {open_cpu} at index {reader}"),
+                            e,
+                        )
                     })?;
             }
         }
@@ -1002,16 +1053,12 @@ fn fill_package_maps(
     if counters.is_empty() {
         return Ok(());
     }
-    let map_err = |map: &str, e: &dyn std::fmt::Display| SamplerError::Map {
-        map: map.into(),
-        message: e.to_string(),
-    };
     {
         let pkg = perf_array(ebpf, PKG_MAP_NAME)?;
         for (i, c) in counters.iter().enumerate() {
             bpf_sys
                 .perf_array_set(pkg, i as u32, c.fd.as_fd())
-                .map_err(|e| map_err(PKG_MAP_NAME, &format!("entry {i}: {e}")))?;
+                .map_err(|e| SamplerError::map(PKG_MAP_NAME, format!("entry {i}"), e))?;
         }
     }
     {
@@ -1019,18 +1066,18 @@ fn fill_package_maps(
             ebpf.map_mut(PKG_SLOT_MAP_NAME)
                 .ok_or_else(|| map_missing(PKG_SLOT_MAP_NAME))?,
         )
-        .map_err(|e| map_err(PKG_SLOT_MAP_NAME, &e))?;
+        .map_err(|e| SamplerError::map(PKG_SLOT_MAP_NAME, "", e))?;
         for (i, c) in counters.iter().enumerate() {
             slots
                 .set(i as u32, c.slot as u32, 0)
-                .map_err(|e| map_err(PKG_SLOT_MAP_NAME, &e))?;
+                .map_err(|e| SamplerError::map(PKG_SLOT_MAP_NAME, "", e))?;
         }
     }
     let mut readers: Array<_, ReaderCfg> = Array::try_from(
         ebpf.map_mut(READERS_MAP_NAME)
             .ok_or_else(|| map_missing(READERS_MAP_NAME))?,
     )
-    .map_err(|e| map_err(READERS_MAP_NAME, &e))?;
+    .map_err(|e| SamplerError::map(READERS_MAP_NAME, "", e))?;
     let mut first = 0u32;
     for (group, g) in cfg.groups.iter().enumerate() {
         let count = g.counters.len() as u32;
@@ -1043,7 +1090,7 @@ fn fill_package_maps(
             };
             readers
                 .set(cpu, entry, 0)
-                .map_err(|e| map_err(READERS_MAP_NAME, &e))?;
+                .map_err(|e| SamplerError::map(READERS_MAP_NAME, "", e))?;
         }
         first += count;
     }
@@ -1059,15 +1106,10 @@ fn map_rings(
 ) -> Result<Rings, SamplerError> {
     let map_bytes = |name: &str, bytes: usize| -> Result<MappedMap, SamplerError> {
         let Some(aya::maps::Map::Array(data)) = ebpf.map(name) else {
-            return Err(SamplerError::Map {
-                map: name.into(),
-                message: "missing or not an array".into(),
-            });
+            return Err(SamplerError::map_shape(name, "missing or not an array"));
         };
-        MappedMap::map(data.fd().as_fd(), bytes).map_err(|e| SamplerError::Map {
-            map: name.into(),
-            message: format!("mmap of {bytes} bytes: {e}"),
-        })
+        MappedMap::map(data.fd().as_fd(), bytes)
+            .map_err(|e| SamplerError::map(name, format!("mmap of {bytes} bytes"), e))
     };
     Ok(Rings::new(
         map_bytes(TICKS_MAP_NAME, (possible * ring_len) as usize * entry)?,
@@ -1086,9 +1128,12 @@ where
     &'a mut T: TryFrom<&'a mut aya::programs::Program, Error = aya::programs::ProgramError>,
 {
     ebpf.program_mut(name)
-        .ok_or_else(|| SamplerError::Load(format!("program {name} missing from the object")))?
+        .ok_or_else(|| SamplerError::Load {
+            message: format!("program {name} missing from the object"),
+            source: None,
+        })?
         .try_into()
-        .map_err(|e: aya::programs::ProgramError| SamplerError::Load(error_chain(&e)))
+        .map_err(|e: aya::programs::ProgramError| SamplerError::load(e))
 }
 
 /// Attaches the tick (and sched_switch): the kernel's tick through the first tracepoint of
@@ -1100,8 +1145,7 @@ fn attach(
     let (attached, name) = match cfg.tick {
         TickSource::Kernel => {
             let prog: &mut RawTracePoint = load_program(ebpf, TICK_TP_PROGRAM)?;
-            prog.load()
-                .map_err(|e| SamplerError::Load(error_chain(&e)))?;
+            prog.load().map_err(SamplerError::load)?;
             let mut tried = Vec::new();
             let mut chosen = None;
             for tp in KERNEL_TICK_TRACEPOINTS {
@@ -1120,6 +1164,7 @@ fn attach(
                         "{} (use --freq HZ for a timer of imc's own)",
                         tried.join("; ")
                     ),
+                    source: None,
                 });
             };
             let why = if tried.is_empty() {
@@ -1142,8 +1187,7 @@ fn attach(
             let period_ns = 1_000_000_000u64 / u64::from(freq.max(1));
             let name = cfg.tick_program.name();
             let prog: &mut PerfEvent = load_program(ebpf, name)?;
-            prog.load()
-                .map_err(|e| SamplerError::Load(error_chain(&e)))?;
+            prog.load().map_err(SamplerError::load)?;
             for &cpu in &cfg.cpus {
                 prog.attach(
                     PerfEventConfig::Software(SoftwareEvent::CpuClock),
@@ -1153,7 +1197,8 @@ fn attach(
                 )
                 .map_err(|e| SamplerError::Attach {
                     what: format!("the cpu-clock timer of CPU {cpu}"),
-                    message: error_chain(&e),
+                    message: String::new(),
+                    source: Some(e.into()),
                 })?;
             }
             (
@@ -1171,12 +1216,12 @@ fn attach(
     };
     if cfg.switches() {
         let prog: &mut RawTracePoint = load_program(ebpf, SWITCH_PROGRAM)?;
-        prog.load()
-            .map_err(|e| SamplerError::Load(error_chain(&e)))?;
+        prog.load().map_err(SamplerError::load)?;
         prog.attach("sched_switch")
             .map_err(|e| SamplerError::Attach {
                 what: "sched/sched_switch".into(),
-                message: error_chain(&e),
+                message: String::new(),
+                source: Some(e.into()),
             })?;
     }
     Ok((attached, name))
@@ -1215,4 +1260,50 @@ pub fn monotonic_ns() -> u64 {
     // SAFETY: ts is valid to write.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::error::Error as _;
+
+    #[test]
+    fn errors_keep_their_cause_and_say_it_on_one_line() {
+        let e = SamplerError::map(
+            TICKS_MAP_NAME,
+            "mmap of 4096 bytes",
+            io::Error::from_raw_os_error(libc::EPERM),
+        );
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "setting up map TICKS: mmap of 4096 bytes: {}",
+                io::Error::from_raw_os_error(libc::EPERM)
+            )
+        );
+        let cause = e.source().expect("the cause is kept");
+        assert_eq!(
+            cause.downcast_ref::<io::Error>().map(|c| c.raw_os_error()),
+            Some(Some(libc::EPERM))
+        );
+        // Without a message of its own, the cause is the whole story; without a cause, the
+        // message is.
+        let bare = SamplerError::load(io::Error::other("invalid argument\nverifier log"));
+        assert_eq!(
+            bare.to_string(),
+            "the kernel refused the eBPF program: invalid argument | verifier log"
+        );
+        let shape = SamplerError::map_shape("PKG", "is not a PERF_EVENT_ARRAY");
+        assert_eq!(
+            shape.to_string(),
+            "setting up map PKG: is not a PERF_EVENT_ARRAY"
+        );
+        assert!(shape.source().is_none());
+        let open = open_error("page-faults", 3, io::Error::from_raw_os_error(libc::ENOENT));
+        assert!(
+            open.to_string().contains("opening 'page-faults' on CPU 3"),
+            "{open}"
+        );
+        assert!(open.source().is_some());
+    }
 }
