@@ -404,4 +404,81 @@ mod tests {
         assert_eq!(out[0].t_ns, 1_800);
         assert_eq!(out[AGG_TASKS].t0_ns, 1_800);
     }
+
+    /// A record of `kind` at `t` ms of task `pid`, its CPU slot (2) at `weight`; `pkg`: the
+    /// package slots (0, 1) were read, else they failed (not this CPU's turn to read them).
+    fn at(kind: u8, t_ms: u64, pid: u32, weight: u64, pkg: bool) -> TickRecord {
+        let mut r = TickRecord {
+            nr_slots: 3,
+            kind,
+            t_ns: t_ms * MS,
+            pid,
+            failed_mask: if pkg { 0 } else { 0b011 },
+            ..TickRecord::default()
+        };
+        r.slots[2].value = weight;
+        r
+    }
+
+    fn three_slots() -> Vec<SlotSpec> {
+        let specs = Scenario::busy(1, 250, MS).specs();
+        let scopes: Vec<SlotScope> = specs.iter().map(|s| s.scope).collect();
+        assert_eq!(
+            scopes,
+            [SlotScope::Package, SlotScope::Package, SlotScope::Cpu]
+        );
+        specs
+    }
+
+    #[test]
+    fn timer_firings_within_a_tick_period_of_a_flush_flush_nothing_unless_a_read_is_due() {
+        use imc_common::KIND_SWITCH;
+        let mut agg = Aggregator::new(&three_slots(), 250);
+        let mut out = Vec::new();
+        agg.push(&at(KIND_SWITCH, 1, 7, 0, false), &mut out);
+        agg.push(&at(KIND_TIMER, 5, 7, 40, false), &mut out);
+        assert_eq!(out.len(), 1, "the first tick flushes");
+        // Another hrtimer 1 ms later, the package not due: the slice goes on.
+        agg.push(&at(KIND_TIMER, 6, 7, 50, false), &mut out);
+        assert_eq!(out.len(), 1);
+        // The next tick flushes the whole period since the last flush.
+        agg.push(&at(KIND_TIMER, 9, 7, 80, false), &mut out);
+        assert_eq!(out.len(), 2);
+        assert_eq!(
+            (out[1].t0_ns, out[1].t_ns, out[1].on_ns),
+            (5 * MS, 9 * MS, 4 * MS)
+        );
+        assert_eq!(out[1].slots[2].value, 40);
+        // Soon after, but the package read was due: it flushes, carrying the readings.
+        agg.push(&at(KIND_TIMER, 10, 7, 90, true), &mut out);
+        assert_eq!(out.len(), 3);
+        assert_eq!(out[2].failed_mask & 0b011, 0, "{:?}", out[2]);
+    }
+
+    #[test]
+    fn an_idle_aggregate_that_counted_nothing_is_left_out() {
+        use imc_common::KIND_SWITCH;
+        let mut agg = Aggregator::new(&three_slots(), 250);
+        let mut out = Vec::new();
+        agg.push(&at(KIND_SWITCH, 1, 0, 0, false), &mut out);
+        // Idle until 2 ms (nothing counted), task 7 until 5 ms.
+        agg.push(&at(KIND_SWITCH, 2, 0, 0, false), &mut out);
+        agg.push(&at(KIND_TIMER, 5, 7, 30, false), &mut out);
+        let pids: Vec<u32> = out.iter().map(|r| r.pid).collect();
+        assert_eq!(pids, [7]);
+        assert_eq!(
+            out[0].on_ns,
+            3 * MS,
+            "idle time is the period less the tasks'"
+        );
+        // Idle counted something (an interrupt's misses): it stays.
+        agg.push(&at(KIND_SWITCH, 6, 7, 35, false), &mut out);
+        agg.push(&at(KIND_TIMER, 9, 0, 36, false), &mut out);
+        let pids: Vec<u32> = out[1..].iter().map(|r| r.pid).collect();
+        assert_eq!(pids, [7, 0]);
+        // Idle alone and counting nothing, but the flush carries the package readings.
+        agg.push(&at(KIND_TIMER, 13, 0, 36, true), &mut out);
+        assert_eq!(out.len(), 4);
+        assert_eq!((out[3].pid, out[3].failed_mask & 0b011), (0, 0));
+    }
 }
