@@ -1,0 +1,106 @@
+//! Attaching the program: to the kernel's tick and sched_switch, or to a cpu-clock timer per CPU.
+use super::*;
+
+pub(super) fn load_program<'a, T>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut T, SamplerError>
+where
+    &'a mut T: TryFrom<&'a mut aya::programs::Program, Error = aya::programs::ProgramError>,
+{
+    ebpf.program_mut(name)
+        .ok_or_else(|| SamplerError::Load {
+            message: format!("program {name} missing from the object"),
+            source: None,
+        })?
+        .try_into()
+        .map_err(|e: aya::programs::ProgramError| SamplerError::load(e))
+}
+
+/// Attaches the tick (and sched_switch): the kernel's tick through the first tracepoint of
+/// [`KERNEL_TICK_TRACEPOINTS`] that attaches, or the cpu-clock timer with `--freq`.
+pub(super) fn attach(
+    ebpf: &mut Ebpf,
+    cfg: &SamplerConfig,
+) -> Result<(TickAttached, &'static str), SamplerError> {
+    let (attached, name) = match cfg.tick {
+        TickSource::Kernel => {
+            let prog: &mut RawTracePoint = load_program(ebpf, TICK_TP_PROGRAM)?;
+            prog.load().map_err(SamplerError::load)?;
+            let mut tried = Vec::new();
+            let mut chosen = None;
+            for tp in KERNEL_TICK_TRACEPOINTS {
+                match prog.attach(tp) {
+                    Ok(_) => {
+                        chosen = Some(tp);
+                        break;
+                    }
+                    Err(e) => tried.push(format!("{tp}: {}", error_chain(&e))),
+                }
+            }
+            let Some(tp) = chosen else {
+                return Err(SamplerError::Attach {
+                    what: "the kernel's tick".into(),
+                    message: format!(
+                        "{} (use --freq HZ for a timer of imc's own)",
+                        tried.join("; ")
+                    ),
+                    source: None,
+                });
+            };
+            let why = if tried.is_empty() {
+                format!("{tp} fires at the kernel's own timer interrupt")
+            } else {
+                format!("{tp}, since {}", tried.join("; "))
+            };
+            (
+                TickAttached {
+                    source: format!("tracepoint:{tp}+sched_switch"),
+                    adds_interrupts: false,
+                    why,
+                },
+                TICK_TP_PROGRAM,
+            )
+        }
+        TickSource::CpuClock { freq, .. } => {
+            // A period in ns (not a frequency) gives exactly `freq` ticks per busy second, with
+            // no adaptive period for the kernel to tune.
+            let period_ns = 1_000_000_000u64 / u64::from(freq.max(1));
+            let name = cfg.tick_program.name();
+            let prog: &mut PerfEvent = load_program(ebpf, name)?;
+            prog.load().map_err(SamplerError::load)?;
+            for &cpu in &cfg.cpus {
+                prog.attach(
+                    PerfEventConfig::Software(SoftwareEvent::CpuClock),
+                    PerfEventScope::AllProcessesOneCpu { cpu },
+                    SamplePolicy::Period(period_ns),
+                    false,
+                )
+                .map_err(|e| SamplerError::Attach {
+                    what: format!("the cpu-clock timer of CPU {cpu}"),
+                    message: String::new(),
+                    source: Some(e.into()),
+                })?;
+            }
+            (
+                TickAttached {
+                    source: format!("cpu-clock:{freq}Hz"),
+                    adds_interrupts: true,
+                    why: format!(
+                        "--freq {freq} asks for imc's own timer: one interrupt per CPU every {} us",
+                        period_ns / 1000
+                    ),
+                },
+                name,
+            )
+        }
+    };
+    if cfg.switches() {
+        let prog: &mut RawTracePoint = load_program(ebpf, SWITCH_PROGRAM)?;
+        prog.load().map_err(SamplerError::load)?;
+        prog.attach("sched_switch")
+            .map_err(|e| SamplerError::Attach {
+                what: "sched/sched_switch".into(),
+                message: String::new(),
+                source: Some(e.into()),
+            })?;
+    }
+    Ok((attached, name))
+}

@@ -1,0 +1,179 @@
+//! The sampler's errors: each area's cause kept as its source, shown on one line.
+use super::*;
+
+#[derive(Debug, Error)]
+pub enum SamplerError {
+    #[error(
+        "this imc was built without its eBPF program: build it with `cargo xtask build` (or set {env} to the object file)",
+        env = object::OBJECT_ENV
+    )]
+    NoObject,
+    #[error("cannot read the eBPF object {}: {source}", path.display())]
+    ObjectRead { path: PathBuf, source: io::Error },
+    #[error(
+        "the eBPF object is of record ABI {}, this imc reads ABI {expected}: rebuild both with \
+         `cargo xtask build` (or unset {env})",
+        found.map_or_else(|| "unknown (no IMC_ABI_VERSION)".to_string(), |v| v.to_string()),
+        env = object::OBJECT_ENV
+    )]
+    Abi { found: Option<u32>, expected: u32 },
+    #[error("loading the eBPF sampler needs root, or CAP_BPF and CAP_PERFMON: run imc with sudo")]
+    NotPrivileged,
+    #[error("at most {MAX_SLOTS} counters can be read per tick; {0} were asked for")]
+    TooManySlots(usize),
+    #[error(
+        "package {package}: {count} counters for one reader, at most {MAX_PKG_COUNTERS}: name fewer with -e"
+    )]
+    TooManyPackageCounters { package: u32, count: usize },
+    #[error("no CPUs to sample (is {0} the right --root?)")]
+    NoCpus(String),
+    #[error("{message}")]
+    OpenCounter {
+        message: String,
+        #[source]
+        source: io::Error,
+    },
+    #[error("the kernel refused the eBPF program: {}", on_one_line(.message, .source.as_deref()))]
+    Load {
+        message: String,
+        #[source]
+        source: Option<Cause>,
+    },
+    #[error("attaching the sampler to {what}: {}", on_one_line(.message, .source.as_deref()))]
+    Attach {
+        what: String,
+        message: String,
+        #[source]
+        source: Option<Cause>,
+    },
+    #[error("setting up map {map}: {}", on_one_line(.message, .source.as_deref()))]
+    Map {
+        map: String,
+        message: String,
+        #[source]
+        source: Option<Cause>,
+    },
+}
+
+/// The cause an error of the sampler keeps: aya's and the kernel's errors as they came.
+pub type Cause = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+impl SamplerError {
+    /// The kernel refused `source` (loading, verifying).
+    pub(super) fn load(source: impl Into<Cause>) -> SamplerError {
+        SamplerError::Load {
+            message: String::new(),
+            source: Some(source.into()),
+        }
+    }
+
+    /// Map `map` could not be set up: `message` says what was being done, `source` why not.
+    pub(super) fn map(
+        map: &str,
+        message: impl Into<String>,
+        source: impl Into<Cause>,
+    ) -> SamplerError {
+        SamplerError::Map {
+            map: map.into(),
+            message: message.into(),
+            source: Some(source.into()),
+        }
+    }
+
+    /// Map `map` is not as the object should have it (no cause beyond the message).
+    pub(super) fn map_shape(map: &str, message: impl Into<String>) -> SamplerError {
+        SamplerError::Map {
+            map: map.into(),
+            message: message.into(),
+            source: None,
+        }
+    }
+}
+
+/// `message` and the cause's chain on one line, as the errors here are shown.
+pub(super) fn on_one_line(
+    message: &str,
+    source: Option<&(dyn std::error::Error + Send + Sync)>,
+) -> String {
+    match (message.is_empty(), source) {
+        (_, None) => message.to_string(),
+        (true, Some(e)) => error_chain(e),
+        (false, Some(e)) => format!("{message}: {}", error_chain(e)),
+    }
+}
+
+impl SamplerError {
+    /// Missing privileges are a runtime failure (exit 1), like every error here.
+    pub fn is_privilege(&self) -> bool {
+        matches!(self, SamplerError::NotPrivileged)
+    }
+}
+
+/// An error and its sources on one line.
+pub(super) fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(src) = cur {
+        let t = src.to_string();
+        if !s.contains(&t) {
+            s.push_str(": ");
+            s.push_str(&t);
+        }
+        cur = src.source();
+    }
+    // The verifier log can be hundreds of lines; keep the first and the last few for one line.
+    let lines: Vec<&str> = s.lines().collect();
+    if lines.len() > 6 {
+        let mut short = lines[..2].join(" | ");
+        short.push_str(" | … | ");
+        short.push_str(&lines[lines.len() - 3..].join(" | "));
+        return short;
+    }
+    s.replace('\n', " | ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::error::Error as _;
+
+    #[test]
+    fn errors_keep_their_cause_and_say_it_on_one_line() {
+        let e = SamplerError::map(
+            TICKS_MAP_NAME,
+            "mmap of 4096 bytes",
+            io::Error::from_raw_os_error(libc::EPERM),
+        );
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "setting up map TICKS: mmap of 4096 bytes: {}",
+                io::Error::from_raw_os_error(libc::EPERM)
+            )
+        );
+        let cause = e.source().expect("the cause is kept");
+        assert_eq!(
+            cause.downcast_ref::<io::Error>().map(|c| c.raw_os_error()),
+            Some(Some(libc::EPERM))
+        );
+        // Without a message of its own, the cause is the whole story; without a cause, the
+        // message is.
+        let bare = SamplerError::load(io::Error::other("invalid argument\nverifier log"));
+        assert_eq!(
+            bare.to_string(),
+            "the kernel refused the eBPF program: invalid argument | verifier log"
+        );
+        let shape = SamplerError::map_shape("PKG", "is not a PERF_EVENT_ARRAY");
+        assert_eq!(
+            shape.to_string(),
+            "setting up map PKG: is not a PERF_EVENT_ARRAY"
+        );
+        assert!(shape.source().is_none());
+        let open = open_error("page-faults", 3, io::Error::from_raw_os_error(libc::ENOENT));
+        assert!(
+            open.to_string().contains("opening 'page-faults' on CPU 3"),
+            "{open}"
+        );
+        assert!(open.source().is_some());
+    }
+}

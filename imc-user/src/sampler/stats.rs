@@ -1,0 +1,32 @@
+//! The program's own counts (runs, package reads, read failures), per CPU.
+use super::*;
+
+/// Per-CPU program statistics, from the STATS map.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CpuStats {
+    pub cpu: u32,
+    pub runs: u64,
+    pub lost: u64,
+    pub read_errors: [u64; MAX_SLOTS],
+    /// Reads that found no counter in this CPU's entry (-ENOENT).
+    pub absent: [u64; MAX_SLOTS],
+    /// Times this CPU read its package's counters as their reader.
+    pub pkg_reads: u64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SamplerStats {
+    pub per_cpu: Vec<CpuStats>,
+}
+
+impl SamplerStats {
+    pub fn runs(&self) -> u64 {
+        self.per_cpu.iter().map(|c| c.runs).sum()
+    }
+    pub fn lost(&self) -> u64 {
+        self.per_cpu.iter().map(|c| c.lost).sum()
+    }
+    pub fn read_errors(&self, slot: usize) -> u64 {
+        self.per_cpu.iter().map(|c| c.read_errors[slot]).sum()
+    }
+}
