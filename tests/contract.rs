@@ -185,3 +185,35 @@ fn the_rings_are_loaded_with_entries_of_the_configured_slots() {
     assert!(imc::sampler::object::with_value_size(&bytes, "NO_SUCH_MAP", 8).is_none());
     assert!(imc::sampler::object::with_value_size(b"not an ELF file", "TICKS", 8).is_none());
 }
+
+/// compiler_builtins' memset/memcpy copy a byte at a time in eBPF (about five instructions a
+/// byte); a struct assignment or a zeroed array the compiler turns into one of them cost a
+/// switch most of its own time. The programs call none: they store field by field.
+#[test]
+fn no_program_calls_a_byte_wise_copy() {
+    let Some(bytes) = object_bytes() else {
+        return;
+    };
+    let file = object::File::parse(&*bytes).unwrap();
+    let mut calls = Vec::new();
+    let mut programs = 0;
+    for section in file.sections() {
+        let name = section.name().unwrap_or("").to_string();
+        let is_program = name.starts_with("raw_tp") || name.starts_with("perf_event");
+        if !is_program {
+            continue;
+        }
+        programs += 1;
+        for (_, reloc) in section.relocations() {
+            if let object::RelocationTarget::Symbol(index) = reloc.target() {
+                let sym = file.symbol_by_index(index).unwrap();
+                let target = sym.name().unwrap_or("");
+                if ["memset", "memcpy", "memmove", "memcmp", "bcmp"].contains(&target) {
+                    calls.push(format!("{name} calls {target}"));
+                }
+            }
+        }
+    }
+    assert!(programs >= 3, "{programs} program sections");
+    assert!(calls.is_empty(), "{calls:?}");
+}

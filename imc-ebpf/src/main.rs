@@ -298,11 +298,14 @@ fn record<C: EbpfContext>(ctx: &C, kind: u8) {
 
         let now = bpf_ktime_get_ns();
         (*rec).t_ns = now;
-        (*rec).t0_ns = 0;
-        (*rec).on_ns = 0;
-        let mut sums = [0u64; MAX_SLOTS];
+        // Volatile: two plain zero stores side by side become a byte-wise memset (see
+        // set_reading).
+        core::ptr::write_volatile(&raw mut (*rec).t0_ns, 0);
+        core::ptr::write_volatile(&raw mut (*rec).on_ns, 0);
+        let mut sums = core::mem::MaybeUninit::<[u64; MAX_SLOTS]>::uninit();
+        let sums = zeroed_sums(&mut sums);
         let pkg_ok = if pkg_slots != 0 {
-            read_package(ctx, cpu, now, &mut sums)
+            read_package(ctx, cpu, now, sums)
         } else {
             0
         };
@@ -328,7 +331,7 @@ fn record<C: EbpfContext>(ctx: &C, kind: u8) {
         if !known || seq & 63 == 0 {
             (*rec).cgroup_id = bpf_get_current_cgroup_id();
             if bpf_get_current_comm((*rec).comm.as_mut_ptr().cast(), 16) != 0 {
-                (*rec).comm = [0; 16];
+                set_comm(&raw mut (*rec).comm, None);
             }
             (*rec).flags = 0;
             if !known {
@@ -347,18 +350,14 @@ fn record<C: EbpfContext>(ctx: &C, kind: u8) {
                     // A package slot: this CPU's sum if it read its group now, else nothing
                     // (not an error: most ticks are not a reader's).
                     if pkg_ok & (1 << $i) != 0 {
-                        *out = SlotReading {
-                            value: sums[$i],
-                            enabled: 1,
-                            running: 1,
-                        };
+                        set_reading(out, sums[$i], 1, 1);
                     } else {
-                        *out = SlotReading::default();
+                        set_reading(out, 0, 0, 0);
                         failed |= 1 << $i;
                     }
                 } else if nr > $i && read_cpu_slot($i, timed & (1 << $i) != 0, out) != 0 {
                     // A failed read (counted by read_cpu_slot) reads as zero.
-                    *out = SlotReading::default();
+                    set_reading(out, 0, 0, 0);
                     failed |= 1 << $i;
                 }
             };
@@ -384,6 +383,69 @@ fn record<C: EbpfContext>(ctx: &C, kind: u8) {
             // Full buffer (userspace is already behind): nothing to add.
             let _ = WAKE.output::<u32>(&cpu, u64::from(BPF_RB_FORCE_WAKEUP));
         }
+    }
+}
+
+/// Stores one reading field by field. Here a struct assignment, `SlotReading::default()` or an
+/// array copy becomes a call to compiler_builtins' memset/memcpy, which copies a byte at a time
+/// (about five instructions a byte: a 24-byte reading ~120, a task's 8 readings ~1,000) — most
+/// of what a switch cost on top of its clock and counter reads. Volatile stores are never merged
+/// back into such a call.
+///
+/// # Safety
+/// `dst` is valid for writing one SlotReading.
+#[inline(always)]
+unsafe fn set_reading(dst: *mut SlotReading, value: u64, enabled: u64, running: u64) {
+    // SAFETY: the caller's.
+    unsafe {
+        core::ptr::write_volatile(&raw mut (*dst).value, value);
+        core::ptr::write_volatile(&raw mut (*dst).enabled, enabled);
+        core::ptr::write_volatile(&raw mut (*dst).running, running);
+    }
+}
+
+/// The package sums' array, zeroed word by word (`[0; MAX_SLOTS]` is a byte-wise memset here:
+/// see [`set_reading`]).
+#[inline(always)]
+fn zeroed_sums(sums: &mut core::mem::MaybeUninit<[u64; MAX_SLOTS]>) -> &mut [u64; MAX_SLOTS] {
+    let words = sums.as_mut_ptr().cast::<u64>();
+    for i in 0..MAX_SLOTS {
+        // SAFETY: `words` points to MAX_SLOTS u64s.
+        unsafe { core::ptr::write_volatile(words.add(i), 0) };
+    }
+    // SAFETY: every word was just written.
+    unsafe { sums.assume_init_mut() }
+}
+
+/// `*dst = *src`, field by field (see [`set_reading`]).
+///
+/// # Safety
+/// `dst` and `src` are valid for one SlotReading each.
+#[inline(always)]
+unsafe fn copy_reading(dst: *mut SlotReading, src: *const SlotReading) {
+    // SAFETY: the caller's.
+    unsafe { set_reading(dst, (*src).value, (*src).enabled, (*src).running) }
+}
+
+/// A task name, 16 bytes, copied (or zeroed: `src` None) as two words (see [`set_reading`]).
+///
+/// # Safety
+/// `dst` and `src` are 8-byte aligned (every comm field here is: the records and entries are
+/// 8-aligned and their comm sits at a multiple of 8) and valid for 16 bytes.
+#[inline(always)]
+unsafe fn set_comm(dst: *mut [u8; 16], src: Option<*const [u8; 16]>) {
+    // SAFETY: the caller's.
+    unsafe {
+        let (lo, hi) = match src {
+            Some(src) => {
+                let src = src.cast::<u64>();
+                (*src, *src.add(1))
+            }
+            None => (0, 0),
+        };
+        let dst = dst.cast::<u64>();
+        core::ptr::write_volatile(dst, lo);
+        core::ptr::write_volatile(dst.add(1), hi);
     }
 }
 
@@ -418,11 +480,7 @@ fn read_cpu_slot(s: u32, timed: bool, out: *mut SlotReading) -> i64 {
             if (-4095..0).contains(&err) {
                 err
             } else {
-                *out = SlotReading {
-                    value: v,
-                    enabled: 1,
-                    running: 1,
-                };
+                set_reading(out, v, 1, 1);
                 0
             }
         }
@@ -488,9 +546,12 @@ fn aggregate<C: EbpfContext>(ctx: &C, tick: bool) {
             if s >= nr || cpu_slots & bit == 0 {
                 continue;
             }
-            let mut cur = SlotReading::default();
+            // Zeroed field by field (a literal would be a byte-wise memset: see set_reading).
+            let mut cur = core::mem::MaybeUninit::<SlotReading>::uninit();
+            set_reading(cur.as_mut_ptr(), 0, 0, 0);
+            let cur = cur.as_mut_ptr();
             let i = s as usize & (MAX_SLOTS - 1);
-            if read_cpu_slot(s, timed & bit != 0, &mut cur) != 0 {
+            if read_cpu_slot(s, timed & bit != 0, cur) != 0 {
                 (*e).failed_mask |= bit as u8;
                 ok &= !bit;
                 continue;
@@ -498,18 +559,20 @@ fn aggregate<C: EbpfContext>(ctx: &C, tick: bool) {
             let last = &mut (*st).last[i];
             if ok & bit != 0 {
                 let acc = &mut (*e).slots[i];
-                acc.value = acc.value.wrapping_add(cur.value.wrapping_sub(last.value));
+                acc.value = acc
+                    .value
+                    .wrapping_add((*cur).value.wrapping_sub(last.value));
                 acc.enabled = acc
                     .enabled
-                    .wrapping_add(cur.enabled.wrapping_sub(last.enabled));
+                    .wrapping_add((*cur).enabled.wrapping_sub(last.enabled));
                 acc.running = acc
                     .running
-                    .wrapping_add(cur.running.wrapping_sub(last.running));
+                    .wrapping_add((*cur).running.wrapping_sub(last.running));
             } else {
                 // No baseline (the previous read failed): this slice's delta is unknown.
                 (*e).failed_mask |= bit as u8;
             }
-            *last = cur;
+            copy_reading(last, cur);
             ok |= bit;
         }
         (*st).last_ok = ok;
@@ -595,7 +658,9 @@ unsafe fn entry<C: EbpfContext>(
         (*e).tgid = tgid;
         (*e).on_ns = 0;
         (*e).failed_mask = 0;
-        (*e).slots = [SlotReading::default(); MAX_SLOTS];
+        for s in 0..MAX_SLOTS {
+            set_reading(&raw mut (*e).slots[s], 0, 0, 0);
+        }
         let h = HEADS.get_ptr_mut(cpu)?;
         let recent = &raw mut (*h).recent;
         let tag = pid.wrapping_add(1);
@@ -603,7 +668,7 @@ unsafe fn entry<C: EbpfContext>(
         if !known || (*st).created & 63 == 0 {
             (*e).cgroup_id = bpf_get_current_cgroup_id();
             if bpf_get_current_comm((*e).comm.as_mut_ptr().cast(), 16) != 0 {
-                (*e).comm = [0; 16];
+                set_comm(&raw mut (*e).comm, None);
             }
             (*e).flags = 0;
             if !known {
@@ -659,9 +724,10 @@ unsafe fn flush<C: EbpfContext>(ctx: &C, cpu: u32, st: *mut AggState, end: u64, 
         let n = ((*st).n as usize).min(AGG_TASKS);
         let nr = core::ptr::read_volatile(&NR_SLOTS).min(MAX_SLOTS as u32);
         let pkg_slots = core::ptr::read_volatile(&PKG_SLOTS);
-        let mut sums = [0u64; MAX_SLOTS];
+        let mut sums = core::mem::MaybeUninit::<[u64; MAX_SLOTS]>::uninit();
+        let sums = zeroed_sums(&mut sums);
         let pkg_ok = if pkg && pkg_slots != 0 {
-            read_package(ctx, cpu, end, &mut sums)
+            read_package(ctx, cpu, end, sums)
         } else {
             0
         };
@@ -696,7 +762,7 @@ unsafe fn flush<C: EbpfContext>(ctx: &C, cpu: u32, st: *mut AggState, end: u64, 
             (*rec).kind = KIND_AGGREGATE;
             (*rec).nr_slots = nr as u8;
             (*rec).flags = (*e).flags;
-            (*rec).comm = (*e).comm;
+            set_comm(&raw mut (*rec).comm, Some(&raw const (*e).comm));
             let mut failed = (*e).failed_mask;
             for s in 0..MAX_SLOTS {
                 if s as u32 >= nr {
@@ -705,17 +771,13 @@ unsafe fn flush<C: EbpfContext>(ctx: &C, cpu: u32, st: *mut AggState, end: u64, 
                 let bit = 1u8 << s;
                 if pkg_slots & u32::from(bit) != 0 {
                     if written == 0 && pkg_ok & bit != 0 {
-                        (*rec).slots[s] = SlotReading {
-                            value: sums[s],
-                            enabled: 1,
-                            running: 1,
-                        };
+                        set_reading(&raw mut (*rec).slots[s], sums[s], 1, 1);
                     } else {
-                        (*rec).slots[s] = SlotReading::default();
+                        set_reading(&raw mut (*rec).slots[s], 0, 0, 0);
                         failed |= bit;
                     }
                 } else {
-                    (*rec).slots[s] = (*e).slots[s];
+                    copy_reading(&raw mut (*rec).slots[s], &raw const (*e).slots[s]);
                 }
             }
             (*rec).failed_mask = failed;
