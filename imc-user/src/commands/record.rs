@@ -7,7 +7,7 @@
 //! created is found before the command starts. The file itself is created only once the run is
 //! under way (the sampler loaded, the command started): a run that cannot start leaves an
 //! existing file as it was.
-use super::names::{Naming, cgroup_paths};
+use super::naming_sink::{Naming, cgroup_paths};
 use super::sampling::{block_on, discover, print_plan, select_for};
 use crate::cli::{GlobalArgs, GroupBy, RecordArgs};
 use crate::error::{CliError, CliResult};

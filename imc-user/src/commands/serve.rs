@@ -4,7 +4,7 @@
 //! The HTTP server (axum) runs on the loop's own runtime: a scrape is answered between two
 //! drains, from the counters as of the last closed interval, under the same lock the loop
 //! takes to add an interval, so one scrape never mixes two intervals.
-use super::names::{Naming, cgroup_paths};
+use super::naming_sink::{Naming, cgroup_paths};
 use super::sampling::{Selection, block_on, discover, print_plan, select_for};
 use crate::cli::{GlobalArgs, GroupBy, ServeArgs};
 use crate::error::{CliError, CliResult};

@@ -7,7 +7,7 @@
 //!
 //! On a terminal (and without `--json`) the intervals feed the full-screen view of
 //! [`crate::output::top`]; otherwise each interval is one JSON line (the contract in design.md).
-use super::names::{Naming, cgroup_paths};
+use super::naming_sink::{Naming, cgroup_paths};
 use super::sampling::{block_on, discover, print_plan, select_for};
 use crate::cli::{GlobalArgs, TopArgs};
 use crate::error::{CliError, CliResult};

@@ -33,9 +33,10 @@ impl Bytes {
     }
 }
 
-/// A package row of the output.
+/// One package's rows in `imc stat`'s output: its memories and its channels (the sampling
+/// pipeline's per-interval package figures are [`crate::model::PackageRow`]).
 #[derive(Clone, Debug, PartialEq)]
-pub struct PackageRow {
+pub struct PackageLayout {
     pub id: u32,
     /// The memory kinds of this package with their channels, in order (KNL: DDR then MCDRAM).
     pub memories: Vec<Memory>,
@@ -51,7 +52,7 @@ pub struct PackageRow {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Layout {
     pub source: String,
-    pub packages: Vec<PackageRow>,
+    pub packages: Vec<PackageLayout>,
     /// Distinct `values` keys, in first-appearance order.
     pub value_keys: Vec<String>,
     /// Per counter: (package row, memory index in that row, channel index) for bandwidth
@@ -68,7 +69,7 @@ pub struct Layout {
 impl Layout {
     pub fn new(backend: &dyn Backend) -> Layout {
         let counters = backend.counters();
-        let mut packages: Vec<PackageRow> = Vec::new();
+        let mut packages: Vec<PackageLayout> = Vec::new();
         let mut value_keys: Vec<String> = Vec::new();
         let mut value_of = Vec::with_capacity(counters.len());
         for c in counters {
@@ -93,7 +94,7 @@ impl Layout {
             let row = match packages.iter().position(|p| p.id == id) {
                 Some(r) => r,
                 None => {
-                    packages.push(PackageRow {
+                    packages.push(PackageLayout {
                         id,
                         memories: Vec::new(),
                         channels: Vec::new(),
@@ -262,14 +263,14 @@ impl IntervalReport {
     }
 }
 
-/// Where intervals go.
-pub trait Sink {
+/// Where `imc stat`'s intervals go (the sampling pipeline, above, has a `Sink` of its own).
+pub trait StatSink {
     fn interval(&mut self, layout: &Layout, report: &IntervalReport) -> std::io::Result<()>;
     /// Called after each interval (woken mode) or each batch of intervals (kernel-timed mode).
     fn flush(&mut self) -> std::io::Result<()>;
 }
 
-impl<F: FnMut(&Layout, &IntervalReport) -> std::io::Result<()>> Sink for F {
+impl<F: FnMut(&Layout, &IntervalReport) -> std::io::Result<()>> StatSink for F {
     fn interval(&mut self, layout: &Layout, report: &IntervalReport) -> std::io::Result<()> {
         self(layout, report)
     }
@@ -324,7 +325,7 @@ pub fn run(
     interval_ns: u64,
     duration_ns: Option<u64>,
     stop: &mut dyn Stop,
-    sink: &mut dyn Sink,
+    sink: &mut dyn StatSink,
     failed: &mut dyn FnMut(&CounterFailure),
 ) -> std::io::Result<RunSummary> {
     let interval_ns = interval_ns.max(1);
@@ -456,7 +457,7 @@ fn run_timed(
     interval_ns: u64,
     duration_ns: Option<u64>,
     stop: &mut dyn Stop,
-    sink: &mut dyn Sink,
+    sink: &mut dyn StatSink,
     failed: &mut dyn FnMut(&CounterFailure),
 ) -> std::io::Result<RunSummary> {
     let counters = backend.counters().to_vec();

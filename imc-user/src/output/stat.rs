@@ -3,7 +3,7 @@
 //! At `-I 1` this runs a thousand times a second, so each interval is formatted into a reused
 //! byte buffer (no allocation once warm), JSON keys are escaped once up front, and the whole
 //! interval reaches the writer in one `write` + `flush`.
-use crate::counting::stat_loop::{Bytes, IntervalReport, Layout, Sink};
+use crate::counting::stat_loop::{Bytes, IntervalReport, Layout, StatSink};
 use crate::output::latency::LatencyCols;
 use std::io::{self, Write};
 
@@ -32,7 +32,7 @@ pub struct StatWriter<W: Write> {
     latency: Option<LatencyCols>,
 }
 
-impl<W: Write> Sink for StatWriter<W> {
+impl<W: Write> StatSink for StatWriter<W> {
     fn interval(&mut self, layout: &Layout, report: &IntervalReport) -> io::Result<()> {
         self.write_interval(layout, report)
     }
