@@ -460,84 +460,31 @@ fn run_timed(
     sink: &mut dyn StatSink,
     failed: &mut dyn FnMut(&CounterFailure),
 ) -> std::io::Result<RunSummary> {
-    let counters = backend.counters().to_vec();
-    let n = counters.len();
-    let mut report = layout.new_report();
-    let mut prev = vec![RawReading::default(); n];
-    let mut reported_missing = vec![false; n];
-    let full = duration_ns.map(|d| d / interval_ns);
-    let mut summary = RunSummary::default();
-    // (k of the first boundary, k of the previous one), once the first sample is in.
-    let mut ks: Option<(u64, u64)> = None;
-    let mut t_prev = 0u64;
-    let mut done = false;
-    let mut err: Option<std::io::Error> = None;
+    let mut run = TimedRun::new(
+        layout,
+        backend.counters().to_vec(),
+        duration_ns.map(|d| d / interval_ns),
+    );
     let t_open = clock.now_ns();
     let mut next_wake = t_open;
     let mut last_flush = t_open;
     loop {
-        let mut stopping = stop.stop();
-        if !stopping {
-            // Sleep to the backend's wake-up, looking at the stop condition at least every
-            // STOP_CHECK_NS so a signal that slipped in just before the sleep is not missed.
-            let now = clock.now_ns();
-            if now < next_wake {
-                clock.sleep_until(next_wake.min(now.saturating_add(STOP_CHECK_NS)));
-            }
-            stopping = stop.stop();
-            if !stopping && clock.now_ns() < next_wake {
-                continue;
-            }
-        }
-        let final_k = match (ks, full) {
-            (Some((k0, _)), Some(f)) => Some(k0.saturating_add(f)),
-            _ => None,
+        let Some(stopping) = sleep_to_wake(clock, stop, next_wake) else {
+            continue;
         };
-        next_wake = backend.advance_timed(clock, final_k, &mut |k, t, readings| {
-            if done || err.is_some() {
-                return;
-            }
-            let Some((k0, kp)) = ks else {
-                prev.copy_from_slice(readings);
-                t_prev = t;
-                summary.t_start_ns = t;
-                summary.t_end_ns = t;
-                ks = Some((k, k));
-                return;
-            };
-            if t <= t_prev {
-                return;
-            }
-            report.compute(layout, &counters, &prev, readings, t_prev, t);
-            report_missing(
-                &report,
-                layout,
-                &prev,
-                readings,
-                &mut reported_missing,
-                failed,
-            );
-            if let Err(e) = sink.interval(layout, &report) {
-                err = Some(e);
-                return;
-            }
-            summary.intervals += 1;
-            summary.skipped += k.saturating_sub(kp + 1);
-            summary.t_end_ns = t;
-            prev.copy_from_slice(readings);
-            t_prev = t;
-            ks = Some((k0, k));
-            if full.is_some_and(|f| k.saturating_sub(k0) >= f) {
-                done = true;
-            }
+        next_wake = backend.advance_timed(clock, run.final_k(), &mut |k, t, readings| {
+            run.boundary(k, t, readings, &mut *sink, &mut *failed)
         });
-        if let Some(e) = err {
+        if let Some(e) = run.err.take() {
             return Err(e);
         }
         // While a watched group makes imc wake at every boundary, the output still goes out
         // once per collect period: one write per 10 ms instead of one per interval.
         let t = clock.now_ns();
-        if done || stopping || t >= last_flush.saturating_add(crate::counting::timed::COLLECT_NS) {
+        if run.done
+            || stopping
+            || t >= last_flush.saturating_add(crate::counting::timed::COLLECT_NS)
+        {
             sink.flush()?;
             last_flush = t;
         }
@@ -551,36 +498,181 @@ fn run_timed(
                     .saturating_add(d)
                     .saturating_add(interval_ns + 1_000_000_000)
         });
-        if done || stopping || overdue {
+        if run.done || stopping || overdue {
             break;
         }
     }
     sink.flush()?;
-    // The last, partial interval: up to the end of --duration, or to now when stopped early.
-    if ks.is_some() {
-        let end = match (done, duration_ns) {
-            (true, Some(d)) if d % interval_ns != 0 => Some(summary.t_start_ns.saturating_add(d)),
-            (true, _) => None,
-            (false, _) => Some(clock.now_ns()),
-        };
-        if let Some(end) = end {
-            while clock.now_ns() < end {
-                if clock.sleep_until(end) == Wake::Interrupted && stop.stop() {
-                    break;
-                }
-            }
-            let mut now = vec![RawReading::default(); n];
-            let t = timed_read(backend, clock, &mut now);
-            if t > t_prev {
-                report.compute(layout, &counters, &prev, &now, t_prev, t);
-                sink.interval(layout, &report)?;
-                sink.flush()?;
-                summary.intervals += 1;
-                summary.t_end_ns = t;
-            }
+    if let Some(end) = run.last_end(clock, interval_ns, duration_ns) {
+        run.last_interval(backend, clock, stop, end, sink)?;
+    }
+    Ok(run.summary)
+}
+
+/// Sleeps to the backend's wake-up, looking at the stop condition at least every
+/// STOP_CHECK_NS so a signal that slipped in just before the sleep is not missed. Returns
+/// whether the run is stopping, or None when it is not and the wake-up is still ahead.
+fn sleep_to_wake(clock: &dyn Clock, stop: &mut dyn Stop, next_wake: u64) -> Option<bool> {
+    if stop.stop() {
+        return Some(true);
+    }
+    let now = clock.now_ns();
+    if now < next_wake {
+        clock.sleep_until(next_wake.min(now.saturating_add(STOP_CHECK_NS)));
+    }
+    let stopping = stop.stop();
+    if !stopping && clock.now_ns() < next_wake {
+        return None;
+    }
+    Some(stopping)
+}
+
+/// What [`run_timed`] carries from one of the kernel's boundaries to the next.
+struct TimedRun<'a> {
+    layout: &'a Layout,
+    counters: Vec<CounterSpec>,
+    report: IntervalReport,
+    prev: Vec<RawReading>,
+    reported_missing: Vec<bool>,
+    /// Whole intervals in --duration.
+    full: Option<u64>,
+    summary: RunSummary,
+    /// (k of the first boundary, k of the previous one), once the first sample is in.
+    ks: Option<(u64, u64)>,
+    t_prev: u64,
+    /// --duration's whole intervals are all out.
+    done: bool,
+    /// The sink failed: the run ends with this.
+    err: Option<std::io::Error>,
+}
+
+impl<'a> TimedRun<'a> {
+    fn new(layout: &'a Layout, counters: Vec<CounterSpec>, full: Option<u64>) -> TimedRun<'a> {
+        let n = counters.len();
+        TimedRun {
+            layout,
+            counters,
+            report: layout.new_report(),
+            prev: vec![RawReading::default(); n],
+            reported_missing: vec![false; n],
+            full,
+            summary: RunSummary::default(),
+            ks: None,
+            t_prev: 0,
+            done: false,
+            err: None,
         }
     }
-    Ok(summary)
+
+    /// The boundary that ends --duration's last whole interval, once the first is known.
+    fn final_k(&self) -> Option<u64> {
+        match (self.ks, self.full) {
+            (Some((k0, _)), Some(f)) => Some(k0.saturating_add(f)),
+            _ => None,
+        }
+    }
+
+    /// Boundary `k` sampled at `t`: the first is the baseline; each later one closes the
+    /// interval since the previous and hands it to the sink.
+    fn boundary(
+        &mut self,
+        k: u64,
+        t: u64,
+        readings: &[RawReading],
+        sink: &mut dyn StatSink,
+        failed: &mut dyn FnMut(&CounterFailure),
+    ) {
+        if self.done || self.err.is_some() {
+            return;
+        }
+        let Some((k0, kp)) = self.ks else {
+            self.prev.copy_from_slice(readings);
+            self.t_prev = t;
+            self.summary.t_start_ns = t;
+            self.summary.t_end_ns = t;
+            self.ks = Some((k, k));
+            return;
+        };
+        if t <= self.t_prev {
+            return;
+        }
+        let layout = self.layout;
+        self.report
+            .compute(layout, &self.counters, &self.prev, readings, self.t_prev, t);
+        report_missing(
+            &self.report,
+            layout,
+            &self.prev,
+            readings,
+            &mut self.reported_missing,
+            failed,
+        );
+        if let Err(e) = sink.interval(layout, &self.report) {
+            self.err = Some(e);
+            return;
+        }
+        self.summary.intervals += 1;
+        self.summary.skipped += k.saturating_sub(kp + 1);
+        self.summary.t_end_ns = t;
+        self.prev.copy_from_slice(readings);
+        self.t_prev = t;
+        self.ks = Some((k0, k));
+        if self.full.is_some_and(|f| k.saturating_sub(k0) >= f) {
+            self.done = true;
+        }
+    }
+
+    /// Where the last, partial interval ends: at the end of --duration when that is not a
+    /// whole number of intervals, or now when stopped early; None without one (or without
+    /// any sample).
+    fn last_end(
+        &self,
+        clock: &dyn Clock,
+        interval_ns: u64,
+        duration_ns: Option<u64>,
+    ) -> Option<u64> {
+        self.ks?;
+        match (self.done, duration_ns) {
+            (true, Some(d)) if d % interval_ns != 0 => {
+                Some(self.summary.t_start_ns.saturating_add(d))
+            }
+            (true, _) => None,
+            (false, _) => Some(clock.now_ns()),
+        }
+    }
+
+    /// The last, partial interval up to `end`, read directly from the counters.
+    fn last_interval(
+        &mut self,
+        backend: &mut dyn Backend,
+        clock: &dyn Clock,
+        stop: &mut dyn Stop,
+        end: u64,
+        sink: &mut dyn StatSink,
+    ) -> std::io::Result<()> {
+        while clock.now_ns() < end {
+            if clock.sleep_until(end) == Wake::Interrupted && stop.stop() {
+                break;
+            }
+        }
+        let mut now = vec![RawReading::default(); self.counters.len()];
+        let t = timed_read(backend, clock, &mut now);
+        if t > self.t_prev {
+            self.report.compute(
+                self.layout,
+                &self.counters,
+                &self.prev,
+                &now,
+                self.t_prev,
+                t,
+            );
+            sink.interval(self.layout, &self.report)?;
+            sink.flush()?;
+            self.summary.intervals += 1;
+            self.summary.t_end_ns = t;
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]
