@@ -341,6 +341,31 @@ pub fn run(
             failed,
         );
     }
+    run_woken(
+        backend,
+        clock,
+        layout,
+        interval_ns,
+        duration_ns,
+        stop,
+        sink,
+        failed,
+    )
+}
+
+/// The loop for backends imc reads itself: it wakes at every interval boundary (and between
+/// them to poll counters too narrow to go a whole interval unread) and reads every counter.
+#[allow(clippy::too_many_arguments)]
+fn run_woken(
+    backend: &mut dyn Backend,
+    clock: &dyn Clock,
+    layout: &Layout,
+    interval_ns: u64,
+    duration_ns: Option<u64>,
+    stop: &mut dyn Stop,
+    sink: &mut dyn StatSink,
+    failed: &mut dyn FnMut(&CounterFailure),
+) -> std::io::Result<RunSummary> {
     let counters = backend.counters().to_vec();
     let mut report = layout.new_report();
     let n = backend.counters().len();
@@ -366,29 +391,15 @@ pub fn run(
     loop {
         let next = start.saturating_add(k.saturating_mul(interval_ns));
         let target = end_at.map_or(next, |e| e.min(next));
-        let mut stopping = false;
-        let mut t_now = t_prev;
-        // Sleep to the target, waking early only to poll narrow counters and to notice a stop
-        // whose signal slipped in just before the sleep.
-        loop {
-            if stop.stop() {
-                stopping = true;
-                break;
-            }
-            let mut wake_at = target.min(t_now.saturating_add(STOP_CHECK_NS));
-            if let Some(p) = poll_ns {
-                wake_at = wake_at.min(last_poll.saturating_add(p));
-            }
-            let woke = clock.sleep_until(wake_at);
-            t_now = clock.now_ns();
-            if t_now >= target {
-                break;
-            }
-            if woke == Wake::Deadline && poll_ns.is_some_and(|p| t_now >= last_poll + p) {
-                backend.poll();
-                last_poll = t_now;
-            }
-        }
+        let stopping = sleep_to_target(
+            backend,
+            clock,
+            stop,
+            target,
+            t_prev,
+            poll_ns,
+            &mut last_poll,
+        );
         let t = timed_read(backend, clock, &mut now);
         last_poll = t;
         for f in backend.take_failures() {
@@ -407,15 +418,52 @@ pub fn run(
         if stopping || end_at.is_some_and(|e| t >= e) {
             break;
         }
-        // The next boundary strictly after now: a wake-up later than a whole interval skips
-        // the deadlines it missed.
-        let behind = (t - start) / interval_ns + 1;
-        if behind > k + 1 {
-            summary.skipped += behind - (k + 1);
-        }
-        k = (k + 1).max(behind);
+        k = next_boundary(t, start, interval_ns, k, &mut summary.skipped);
     }
     Ok(summary)
+}
+
+/// Sleeps to `target`, waking early only to poll narrow counters (every `poll_ns`, the last
+/// poll at `last_poll`) and to notice a stop whose signal slipped in just before the sleep.
+/// Returns whether the run is stopping.
+fn sleep_to_target(
+    backend: &mut dyn Backend,
+    clock: &dyn Clock,
+    stop: &mut dyn Stop,
+    target: u64,
+    t_prev: u64,
+    poll_ns: Option<u64>,
+    last_poll: &mut u64,
+) -> bool {
+    let mut t_now = t_prev;
+    loop {
+        if stop.stop() {
+            return true;
+        }
+        let mut wake_at = target.min(t_now.saturating_add(STOP_CHECK_NS));
+        if let Some(p) = poll_ns {
+            wake_at = wake_at.min(last_poll.saturating_add(p));
+        }
+        let woke = clock.sleep_until(wake_at);
+        t_now = clock.now_ns();
+        if t_now >= target {
+            return false;
+        }
+        if woke == Wake::Deadline && poll_ns.is_some_and(|p| t_now >= *last_poll + p) {
+            backend.poll();
+            *last_poll = t_now;
+        }
+    }
+}
+
+/// The next boundary (k since `start`) strictly after `t`: a wake-up later than a whole
+/// interval skips the deadlines it missed, counted in `skipped`.
+fn next_boundary(t: u64, start: u64, interval_ns: u64, k: u64, skipped: &mut u64) -> u64 {
+    let behind = (t - start) / interval_ns + 1;
+    if behind > k + 1 {
+        *skipped += behind - (k + 1);
+    }
+    (k + 1).max(behind)
 }
 
 /// Reports newly missing counters once each.
