@@ -48,6 +48,84 @@ pub struct PackageLayout {
     pub channel_peak_bytes_per_s: Option<f64>,
 }
 
+/// The distinct `values` keys in first-appearance order, and each counter's index in them.
+fn value_keys_of(counters: &[CounterSpec]) -> (Vec<String>, Vec<usize>) {
+    let mut value_keys: Vec<String> = Vec::new();
+    let mut value_of = Vec::with_capacity(counters.len());
+    for c in counters {
+        let v = match value_keys.iter().position(|k| *k == c.event) {
+            Some(v) => v,
+            None => {
+                value_keys.push(c.event.clone());
+                value_keys.len() - 1
+            }
+        };
+        value_of.push(v);
+    }
+    (value_keys, value_of)
+}
+
+/// The package a counter's row belongs to (a CPU counter without one: package 0).
+fn package_id(c: &CounterSpec) -> u32 {
+    c.package.unwrap_or(match c.scope {
+        Scope::Package(p) | Scope::Channel { package: p, .. } => p,
+        Scope::Cpu(_) => 0,
+    })
+}
+
+/// Bandwidth counters go to their package rows, with their memory kinds and channels; packages
+/// sorted by id for stable output.
+fn package_rows(counters: &[CounterSpec]) -> Vec<PackageLayout> {
+    let mut packages: Vec<PackageLayout> = Vec::new();
+    for c in counters {
+        if c.direction.is_none() || c.bytes_per_count.is_none() {
+            continue;
+        }
+        let id = package_id(c);
+        let row = match packages.iter().position(|p| p.id == id) {
+            Some(r) => r,
+            None => {
+                packages.push(PackageLayout {
+                    id,
+                    memories: Vec::new(),
+                    channels: Vec::new(),
+                    peak_bytes_per_s: None,
+                    channel_peak_bytes_per_s: None,
+                });
+                packages.len() - 1
+            }
+        };
+        let p = &mut packages[row];
+        if !p.memories.contains(&c.memory) {
+            p.memories.push(c.memory);
+        }
+        let ch = (c.memory, c.pmu.clone());
+        if !p.channels.contains(&ch) {
+            p.channels.push(ch);
+        }
+    }
+    packages.sort_by_key(|p| p.id);
+    for p in &mut packages {
+        p.memories.sort();
+        p.channels.sort_by_key(|c| c.0);
+    }
+    packages
+}
+
+/// Where a bandwidth counter's bytes go: (package row, memory index in that row, channel index).
+fn place_of(c: &CounterSpec, packages: &[PackageLayout]) -> Option<(usize, usize, usize)> {
+    c.direction?;
+    c.bytes_per_count?;
+    let id = package_id(c);
+    let row = packages.iter().position(|p| p.id == id)?;
+    let m = packages[row].memories.iter().position(|m| *m == c.memory)?;
+    let ch = packages[row]
+        .channels
+        .iter()
+        .position(|(mm, pmu)| *mm == c.memory && *pmu == c.pmu)?;
+    Some((row, m, ch))
+}
+
 /// How counters map onto rows and values; built once.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Layout {
@@ -69,73 +147,9 @@ pub struct Layout {
 impl Layout {
     pub fn new(backend: &dyn Backend) -> Layout {
         let counters = backend.counters();
-        let mut packages: Vec<PackageLayout> = Vec::new();
-        let mut value_keys: Vec<String> = Vec::new();
-        let mut value_of = Vec::with_capacity(counters.len());
-        for c in counters {
-            let v = match value_keys.iter().position(|k| *k == c.event) {
-                Some(v) => v,
-                None => {
-                    value_keys.push(c.event.clone());
-                    value_keys.len() - 1
-                }
-            };
-            value_of.push(v);
-        }
-        // Bandwidth counters go to their package rows; sort packages by id for stable output.
-        for c in counters {
-            if c.direction.is_none() || c.bytes_per_count.is_none() {
-                continue;
-            }
-            let id = c.package.unwrap_or(match c.scope {
-                Scope::Package(p) | Scope::Channel { package: p, .. } => p,
-                Scope::Cpu(_) => 0,
-            });
-            let row = match packages.iter().position(|p| p.id == id) {
-                Some(r) => r,
-                None => {
-                    packages.push(PackageLayout {
-                        id,
-                        memories: Vec::new(),
-                        channels: Vec::new(),
-                        peak_bytes_per_s: None,
-                        channel_peak_bytes_per_s: None,
-                    });
-                    packages.len() - 1
-                }
-            };
-            let p = &mut packages[row];
-            if !p.memories.contains(&c.memory) {
-                p.memories.push(c.memory);
-            }
-            let ch = (c.memory, c.pmu.clone());
-            if !p.channels.contains(&ch) {
-                p.channels.push(ch);
-            }
-        }
-        packages.sort_by_key(|p| p.id);
-        for p in &mut packages {
-            p.memories.sort();
-            p.channels.sort_by_key(|c| c.0);
-        }
-        let slots = counters
-            .iter()
-            .map(|c| {
-                c.direction?;
-                c.bytes_per_count?;
-                let id = c.package.unwrap_or(match c.scope {
-                    Scope::Package(p) | Scope::Channel { package: p, .. } => p,
-                    Scope::Cpu(_) => 0,
-                });
-                let row = packages.iter().position(|p| p.id == id)?;
-                let m = packages[row].memories.iter().position(|m| *m == c.memory)?;
-                let ch = packages[row]
-                    .channels
-                    .iter()
-                    .position(|(mm, pmu)| *mm == c.memory && *pmu == c.pmu)?;
-                Some((row, m, ch))
-            })
-            .collect();
+        let (value_keys, value_of) = value_keys_of(counters);
+        let packages = package_rows(counters);
+        let slots = counters.iter().map(|c| place_of(c, &packages)).collect();
         Layout {
             source: backend.source().to_string(),
             packages,
