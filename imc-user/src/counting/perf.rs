@@ -131,6 +131,58 @@ fn groups_by_pmu_cpu(planned: &[PerfCounter]) -> Vec<Vec<usize>> {
     members
 }
 
+/// Reads a kernel-timed group from userspace, with the time the counters were read and the
+/// number of reads it took. A read of another CPU's group waits for an IPI; when the host has
+/// not run that vCPU for a while the read takes long and the midpoint of the clock around it
+/// is not when the counters were read. Read again then: the vCPU now runs, the read is quick,
+/// and its time is still a real one.
+fn read_timed_group(
+    sys: &dyn PerfSys,
+    g: &mut Group,
+    clock: &dyn Clock,
+) -> (io::Result<(u64, u64, u64)>, u32) {
+    let mut tries = 0;
+    loop {
+        let a = clock.now_ns();
+        let r = g.reader.read(sys, g.fds[0].as_fd(), &mut g.values);
+        let b = clock.now_ns();
+        tries += 1;
+        if r.is_err() || b.saturating_sub(a) <= SLOW_READ_NS || tries == READ_TRIES {
+            // Still slow: it waited for the host to wake the other vCPU, whose handler
+            // then read the counters and answered at once, so the end is closer.
+            let t = if b.saturating_sub(a) > SLOW_READ_NS {
+                b
+            } else {
+                a + b.saturating_sub(a) / 2
+            };
+            return (r.map(|(en, run)| (t, en, run)), tries);
+        }
+    }
+}
+
+/// One boundary's group words (time enabled, time running, then the values) as each
+/// counter's reading; a counter of a dead or short group is not ok.
+fn readings_of(groups: &[Group], words: &[Vec<u64>], scratch: &mut [RawReading]) {
+    for r in scratch.iter_mut() {
+        r.ok = false;
+    }
+    for (g, w) in groups.iter().zip(words) {
+        if g.dead || w.len() < 2 + g.counters.len() {
+            continue;
+        }
+        for (j, &i) in g.counters.iter().enumerate() {
+            if let Some(r) = scratch.get_mut(i) {
+                *r = RawReading {
+                    value: w[2 + j],
+                    enabled: w[0],
+                    running: w[1],
+                    ok: true,
+                };
+            }
+        }
+    }
+}
+
 /// The cpu-clock event that leads a kernel-timed group: every `period_ns` it samples the
 /// group's counters (PERF_SAMPLE_READ, timestamps on CLOCK_MONOTONIC) into its ring.
 fn timer_leader(period_ns: u64) -> PerfEventAttr {
@@ -587,30 +639,8 @@ impl PerfBackend {
             if g.dead {
                 continue;
             }
-            // A read of another CPU's group waits for an IPI; when the host has not run that
-            // vCPU for a while the read takes long and the midpoint of the clock around it is
-            // not when the counters were read. Read again then: the vCPU now runs, the read is
-            // quick, and its time is still a real one.
-            let mut tries = 0;
-            let r = loop {
-                let a = clock.now_ns();
-                let r = g
-                    .reader
-                    .read(self.sys.as_ref(), g.fds[0].as_fd(), &mut g.values);
-                let b = clock.now_ns();
-                tries += 1;
-                self.user_reads += 1;
-                if r.is_err() || b.saturating_sub(a) <= SLOW_READ_NS || tries == READ_TRIES {
-                    // Still slow: it waited for the host to wake the other vCPU, whose handler
-                    // then read the counters and answered at once, so the end is closer.
-                    let t = if b.saturating_sub(a) > SLOW_READ_NS {
-                        b
-                    } else {
-                        a + b.saturating_sub(a) / 2
-                    };
-                    break r.map(|(en, run)| (t, en, run));
-                }
-            };
+            let (r, tries) = read_timed_group(self.sys.as_ref(), g, clock);
+            self.user_reads += u64::from(tries);
             match r {
                 Ok((t, en, run)) => {
                     timing.patched(gi, k, t, en, run, &g.values[g.lead..]);
@@ -629,24 +659,7 @@ impl PerfBackend {
             return u64::MAX;
         };
         while let Some((k, t)) = timing.pop_complete(&mut self.words) {
-            for r in self.scratch.iter_mut() {
-                r.ok = false;
-            }
-            for (g, w) in self.groups.iter().zip(&self.words) {
-                if g.dead || w.len() < 2 + g.counters.len() {
-                    continue;
-                }
-                for (j, &i) in g.counters.iter().enumerate() {
-                    if let Some(r) = self.scratch.get_mut(i) {
-                        *r = RawReading {
-                            value: w[2 + j],
-                            enabled: w[0],
-                            running: w[1],
-                            ok: true,
-                        };
-                    }
-                }
-            }
+            readings_of(&self.groups, &self.words, &mut self.scratch);
             self.boundaries += 1;
             f(k, t, &self.scratch);
         }
