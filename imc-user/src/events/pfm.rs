@@ -397,23 +397,7 @@ pub fn encode(text: &str) -> Result<PfmEncoding, EventError> {
             reason: explain(pfm, text, rc),
         });
     }
-    // imc counts; it never samples, pins or binds a counter to a CPU from the event string, so
-    // libpfm's perf_event extensions that ask for that are refused rather than dropped.
-    let unsupported = if attr.sample_period != 0 || attr.flags & FLAG_FREQ != 0 {
-        Some("period=/freq= (imc counts, it does not sample)")
-    } else if attr.flags & (0b11 << 15) != 0 {
-        Some("precise=/hw_smpl (imc counts, it does not sample)")
-    } else if attr.flags & (1 << 2 | 1 << 3) != 0 {
-        Some("pinned/excl")
-    } else if arg.cpu >= 0 {
-        Some("cpu= (imc chooses the CPUs from the PMU's cpumask)")
-    } else {
-        tokens(text)
-            .iter()
-            .find(|(k, _)| matches!(k.as_str(), "h" | "mg" | "mh"))
-            .map(|_| "h/mg/mh (imc carries only the u and k privilege levels)")
-    };
-    if let Some(what) = unsupported {
+    if let Some(what) = unsupported_modifier(&attr, arg.cpu, text) {
         return Err(EventError::Libpfm {
             event: text.to_string(),
             reason: format!("modifier {what} is not supported"),
@@ -428,6 +412,26 @@ pub fn encode(text: &str) -> Result<PfmEncoding, EventError> {
         exclude_kernel: attr.flags & FLAG_EXCLUDE_KERNEL != 0,
         pfm_pmu: pfm.pmu_of_event(arg.idx),
     })
+}
+
+/// imc counts; it never samples, pins or binds a counter to a CPU from the event string, so
+/// libpfm's perf_event extensions that ask for that are refused rather than dropped: the one
+/// `text` asked for (encoded into `attr`, with `cpu`), if any.
+fn unsupported_modifier(attr: &PerfEventAttr, cpu: c_int, text: &str) -> Option<&'static str> {
+    if attr.sample_period != 0 || attr.flags & FLAG_FREQ != 0 {
+        Some("period=/freq= (imc counts, it does not sample)")
+    } else if attr.flags & (0b11 << 15) != 0 {
+        Some("precise=/hw_smpl (imc counts, it does not sample)")
+    } else if attr.flags & (1 << 2 | 1 << 3) != 0 {
+        Some("pinned/excl")
+    } else if cpu >= 0 {
+        Some("cpu= (imc chooses the CPUs from the PMU's cpumask)")
+    } else {
+        tokens(text)
+            .iter()
+            .find(|(k, _)| matches!(k.as_str(), "h" | "mg" | "mh"))
+            .map(|_| "h/mg/mh (imc carries only the u and k privilege levels)")
+    }
 }
 
 /// One line saying why libpfm refused `text`, naming the umask or modifier where it can.
