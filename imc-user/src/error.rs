@@ -5,6 +5,7 @@ use crate::counting::BackendError;
 use crate::counting::latency::LatencyError;
 use crate::discovery::DiscoveryError;
 use crate::events::EventError;
+use crate::pipeline::PipelineError;
 use crate::plan::PlanError;
 use crate::record::RecordError;
 use std::fmt;
@@ -138,6 +139,18 @@ impl From<RecordError> for CliError {
                 CliError::runtime(e.to_string())
             }
             _ => CliError::bad_input(e.to_string()),
+        }
+    }
+}
+
+/// A command after `--` that cannot run is bad input (exit 2); a sampler that does not load, a
+/// signal handler or an output that fails is a runtime failure (exit 1).
+impl From<PipelineError> for CliError {
+    fn from(e: PipelineError) -> Self {
+        let code = if e.is_bad_input() { 2 } else { 1 };
+        CliError {
+            code,
+            message: e.to_string(),
         }
     }
 }

@@ -122,6 +122,61 @@ struct PkgState {
     idle: [f64; MAX_SLOTS],
 }
 
+impl PkgSlot {
+    /// Chains the pending readings up to `limit` into spans (each from the last reading
+    /// used), dropping late and overlapping readings. Returns the count of zero-length spans
+    /// at the end that no later span carries yet.
+    fn chain_spans(&mut self, limit: u64, mask: u64) -> f64 {
+        self.spans.clear();
+        self.pending.sort_unstable_by_key(|r| r.t);
+        let upto = self.pending.partition_point(|r| r.t <= limit);
+        let mut carry = 0.0;
+        for r in self.pending.drain(..upto) {
+            let Some(b) = self.base else {
+                self.base = Some(r);
+                continue;
+            };
+            if r.t < b.t {
+                continue; // late reading of an already spread span
+            }
+            if mask == u64::MAX && r.r.value < b.r.value {
+                // A 64-bit count (the kernel's, or a sum of them) never wraps: a smaller
+                // one is a reading that overlapped the previous (a userspace read whose
+                // counters were read around a tick's), not a wrap. Keep the base.
+                continue;
+            }
+            let d = scaled_delta(&b.r, &r.r, mask, b.times && r.times);
+            if r.t == b.t {
+                carry += d; // zero-length span: the next one carries it
+            } else {
+                self.spans.push(Span {
+                    t0: b.t,
+                    t1: r.t,
+                    d: d + carry,
+                });
+                carry = 0.0;
+            }
+            self.base = Some(r);
+        }
+        carry
+    }
+}
+
+impl PkgState {
+    /// Keeps segments that reach past some slot's frontier: their later part is spread when
+    /// the next readings arrive.
+    fn keep_unspread_segments(&mut self, t_end: u64) {
+        let frontier = self
+            .slots
+            .iter()
+            .map(|ps| ps.base.map_or(0, |b| b.t))
+            .min()
+            .unwrap_or(u64::MAX);
+        let floor = t_end.saturating_sub(MAX_LAG_NS);
+        self.segs.retain(|s| s.end > frontier && s.end > floor);
+    }
+}
+
 /// Turns the record stream into per-interval, per-task results.
 pub struct Attributor {
     specs: Vec<SlotSpec>,
@@ -726,62 +781,21 @@ impl Attributor {
         result
     }
 
+    /// Spreads each package's counter readings up to `t_end` (the run's end when `last`) over
+    /// the tasks that ran on its CPUs.
     fn spread_packages(&mut self, t_end: u64, last: bool) {
-        let nslots = self.specs.len();
-        for p in &mut self.packages {
-            let floor = t_end.saturating_sub(self.max_gap_ns);
+        // Out of self while spread: the steps below take the rest of self.
+        let mut packages = std::mem::take(&mut self.packages);
+        for p in &mut packages {
             let limit = if last {
                 t_end
             } else {
-                // With remote weights every CPU's segments weigh this package's traffic.
-                let cpus: &[u32] = if self.numa { &self.all_cpus } else { &p.cpus };
-                cpus.iter()
-                    .map(|&c| {
-                        let known = match self.cpus.get(c as usize) {
-                            Some(st) if st.have_t => st.seg_start,
-                            _ => 0,
-                        };
-                        known.max(floor)
-                    })
-                    .min()
-                    .unwrap_or(t_end)
-                    .min(t_end)
+                self.spread_limit(p, t_end)
             };
-            // Chain each slot's readings up to t_end into spans.
+            // Chain each slot's readings up to the limit into spans.
             let mut any = false;
             for ps in &mut p.slots {
-                ps.spans.clear();
-                ps.pending.sort_unstable_by_key(|r| r.t);
-                let upto = ps.pending.partition_point(|r| r.t <= limit);
-                let mask = width_mask(self.specs[ps.slot].counter_bits);
-                let mut carry = 0.0;
-                for r in ps.pending.drain(..upto) {
-                    let Some(b) = ps.base else {
-                        ps.base = Some(r);
-                        continue;
-                    };
-                    if r.t < b.t {
-                        continue; // late reading of an already spread span
-                    }
-                    if mask == u64::MAX && r.r.value < b.r.value {
-                        // A 64-bit count (the kernel's, or a sum of them) never wraps: a smaller
-                        // one is a reading that overlapped the previous (a userspace read whose
-                        // counters were read around a tick's), not a wrap. Keep the base.
-                        continue;
-                    }
-                    let d = scaled_delta(&b.r, &r.r, mask, b.times && r.times);
-                    if r.t == b.t {
-                        carry += d; // zero-length span: the next one carries it
-                    } else {
-                        ps.spans.push(Span {
-                            t0: b.t,
-                            t1: r.t,
-                            d: d + carry,
-                        });
-                        carry = 0.0;
-                    }
-                    ps.base = Some(r);
-                }
+                let carry = ps.chain_spans(limit, width_mask(self.specs[ps.slot].counter_bits));
                 if carry != 0.0 {
                     // Nothing after it yet: count it without a task (it has no time to spread
                     // over) rather than lose it.
@@ -794,147 +808,99 @@ impl Attributor {
             if any {
                 spread::build_events(&p.segs, &mut self.events, &mut self.scratch);
             }
-            // (slot list index, class) whose weighing is in the scratch buffers: a read and a
-            // write counter read at the same ticks share it, which halves the first sweep.
-            let mut weighed: Option<(usize, usize)> = None;
-            for (k, ps) in p.slots.iter().enumerate() {
-                if ps.spans.is_empty() || ps.slot >= nslots {
-                    continue;
-                }
-                let s = ps.slot;
-                let total: f64 = ps.spans.iter().map(|sp| sp.d).sum();
-                p.acc[s] += total;
-                let class = usize::from(self.slot_class[s]);
-                let reuse = weighed.is_some_and(|(j, c)| {
-                    c == class && spread::same_bounds(&p.slots[j].spans, &ps.spans)
-                });
-                if !reuse {
-                    spread::weigh(&ps.spans, &p.segs, &self.events, class, &mut self.scratch);
-                    weighed = Some((k, class));
-                }
-                let tasks = &mut self.tasks;
-                let idle_before = self.idle_acc[s];
-                let idle = &mut self.idle_acc[s];
-                let un = spread::apportion(
-                    &ps.spans,
-                    &p.segs,
-                    &self.events,
-                    class,
-                    &mut self.scratch,
-                    |task, amount| {
-                        if task == IDLE {
-                            *idle += amount;
-                        } else {
-                            tasks.add(task, s, amount);
-                        }
-                    },
-                );
-                *idle += un;
-                p.idle[s] += self.idle_acc[s] - idle_before;
-                // Spans priced by time although this class has weights: counted, not silent.
-                let fell_back = std::mem::take(&mut self.scratch.time_fallbacks);
-                if self.classes[class].local != 0 {
-                    self.time_fallbacks += fell_back;
-                }
+            self.apportion_spans(p);
+            p.keep_unspread_segments(t_end);
+        }
+        self.packages = packages;
+    }
+
+    /// How far a package's readings can be spread now: up to where every CPU whose segments
+    /// weigh its traffic is known (no further back than the longest gap allowed).
+    fn spread_limit(&self, p: &PkgState, t_end: u64) -> u64 {
+        let floor = t_end.saturating_sub(self.max_gap_ns);
+        // With remote weights every CPU's segments weigh this package's traffic.
+        let cpus: &[u32] = if self.numa { &self.all_cpus } else { &p.cpus };
+        cpus.iter()
+            .map(|&c| {
+                let known = match self.cpus.get(c as usize) {
+                    Some(st) if st.have_t => st.seg_start,
+                    _ => 0,
+                };
+                known.max(floor)
+            })
+            .min()
+            .unwrap_or(t_end)
+            .min(t_end)
+    }
+
+    /// Each slot's spans apportioned to the tasks by the segments' weights: the package's
+    /// totals, the tasks' shares, and what no task took.
+    fn apportion_spans(&mut self, p: &mut PkgState) {
+        let nslots = self.specs.len();
+        // (slot list index, class) whose weighing is in the scratch buffers: a read and a
+        // write counter read at the same ticks share it, which halves the first sweep.
+        let mut weighed: Option<(usize, usize)> = None;
+        for (k, ps) in p.slots.iter().enumerate() {
+            if ps.spans.is_empty() || ps.slot >= nslots {
+                continue;
             }
-            // Keep segments that reach past some slot's frontier: their later part is spread
-            // when the next readings arrive.
-            let frontier = p
-                .slots
-                .iter()
-                .map(|ps| ps.base.map_or(0, |b| b.t))
-                .min()
-                .unwrap_or(u64::MAX);
-            let floor = t_end.saturating_sub(MAX_LAG_NS);
-            p.segs.retain(|s| s.end > frontier && s.end > floor);
+            let s = ps.slot;
+            let total: f64 = ps.spans.iter().map(|sp| sp.d).sum();
+            p.acc[s] += total;
+            let class = usize::from(self.slot_class[s]);
+            let reuse = weighed.is_some_and(|(j, c)| {
+                c == class && spread::same_bounds(&p.slots[j].spans, &ps.spans)
+            });
+            if !reuse {
+                spread::weigh(&ps.spans, &p.segs, &self.events, class, &mut self.scratch);
+                weighed = Some((k, class));
+            }
+            let tasks = &mut self.tasks;
+            let idle_before = self.idle_acc[s];
+            let idle = &mut self.idle_acc[s];
+            let un = spread::apportion(
+                &ps.spans,
+                &p.segs,
+                &self.events,
+                class,
+                &mut self.scratch,
+                |task, amount| {
+                    if task == IDLE {
+                        *idle += amount;
+                    } else {
+                        tasks.add(task, s, amount);
+                    }
+                },
+            );
+            *idle += un;
+            p.idle[s] += self.idle_acc[s] - idle_before;
+            // Spans priced by time although this class has weights: counted, not silent.
+            let fell_back = std::mem::take(&mut self.scratch.time_fallbacks);
+            if self.classes[class].local != 0 {
+                self.time_fallbacks += fell_back;
+            }
         }
     }
 
     fn build_result(&mut self, t_start: u64, t_end: u64) -> IntervalResult {
-        let specs = &self.specs;
-        let has_bytes = crate::model::measures_bytes(specs);
-        let round = |v: f64| if v > 0.0 { v.round() } else { 0.0 };
-
-        let packages: Vec<PackageRow> = self
-            .packages
-            .iter_mut()
-            .map(|p| {
-                let mut counts = [0.0; MAX_SLOTS];
-                for (s, c) in counts.iter_mut().enumerate().take(specs.len()) {
-                    *c = round(p.acc[s]);
-                }
-                p.acc = [0.0; MAX_SLOTS];
-                let unattributed_counts = p.idle[..specs.len()].iter().map(|&v| round(v)).collect();
-                p.idle = [0.0; MAX_SLOTS];
-                let (read_bytes, write_bytes, total_bytes) = bytes_of(specs, &counts);
-                PackageRow {
-                    id: p.id,
-                    read_bytes,
-                    write_bytes,
-                    total_bytes,
-                    slot_counts: counts[..specs.len()].to_vec(),
-                    unattributed_counts,
-                    channels: Vec::new(),
-                }
-            })
-            .collect();
-
-        let mut idle_counts = [0.0; MAX_SLOTS];
-        for (s, c) in idle_counts.iter_mut().enumerate().take(specs.len()) {
-            *c = round(self.idle_acc[s]);
-        }
-        self.idle_acc = [0.0; MAX_SLOTS];
-        let (ur, uw, ut) = bytes_of(specs, &idle_counts);
+        let packages = self.take_package_rows();
+        let idle_counts = rounded(&mut self.idle_acc, self.specs.len());
+        let (ur, uw, ut) = bytes_of(&self.specs, &idle_counts);
         let unattributed_bytes = ur + uw + ut;
-
-        let mut rows = Vec::with_capacity(self.tasks.touched.len());
-        let mut traffic_total = traffic_counts(specs, &idle_counts);
-        for &ti in &self.tasks.touched {
-            let Some(e) = self.tasks.entries.get_mut(ti as usize) else {
-                continue;
-            };
-            let mut counts = [0.0; MAX_SLOTS];
-            for (s, c) in counts.iter_mut().enumerate().take(specs.len()) {
-                *c = round(e.acc[s]);
-            }
-            e.acc = [0.0; MAX_SLOTS];
-            e.touched = false;
-            if counts.iter().all(|&c| c == 0.0) {
-                continue;
-            }
-            traffic_total += traffic_counts(specs, &counts);
-            let (read_bytes, write_bytes, total_bytes) = bytes_of(specs, &counts);
-            let values: BTreeMap<String, f64> = specs
-                .iter()
-                .enumerate()
-                .map(|(s, spec)| (spec.event.clone(), counts[s]))
-                .collect();
-            rows.push((
-                traffic_counts(specs, &counts),
-                TaskRow {
-                    pid: e.key.pid,
-                    tgid: e.key.tgid,
-                    comm: e.key.comm_str(),
-                    cgroup: e.key.cgroup,
-                    read_bytes,
-                    write_bytes,
-                    total_bytes,
-                    share: 0.0,
-                    values,
-                    ..TaskRow::default()
-                },
-            ));
-        }
-        self.tasks.touched.clear();
-        let basis = if has_bytes {
+        let mut traffic_total = traffic_counts(&self.specs, &idle_counts);
+        let rows = self.take_task_rows(&mut traffic_total);
+        let basis = if crate::model::measures_bytes(&self.specs) {
             ShareBasis::Bytes(package_bytes(&packages))
         } else {
             ShareBasis::Counts(traffic_total)
         };
-        for (tc, row) in &mut rows {
-            row.share = basis.share(row.bytes(), *tc);
-        }
-        let mut tasks: Vec<TaskRow> = rows.into_iter().map(|(_, r)| r).collect();
+        let mut tasks: Vec<TaskRow> = rows
+            .into_iter()
+            .map(|(tc, mut row)| {
+                row.share = basis.share(row.bytes(), tc);
+                row
+            })
+            .collect();
         summary::sort_rows(&mut tasks);
         IntervalResult {
             t_start_ns: t_start,
@@ -947,6 +913,53 @@ impl Attributor {
             weighting: Some(self.weighting.clone()),
             weight_fallbacks: std::mem::take(&mut self.time_fallbacks),
         }
+    }
+
+    /// Each package's row of the interval, its counts taken (the next interval starts at 0).
+    fn take_package_rows(&mut self) -> Vec<PackageRow> {
+        let specs = &self.specs;
+        self.packages
+            .iter_mut()
+            .map(|p| {
+                let counts = rounded(&mut p.acc, specs.len());
+                let unattributed_counts = p.idle[..specs.len()]
+                    .iter()
+                    .map(|&v| round_count(v))
+                    .collect();
+                p.idle = [0.0; MAX_SLOTS];
+                let (read_bytes, write_bytes, total_bytes) = bytes_of(specs, &counts);
+                PackageRow {
+                    id: p.id,
+                    read_bytes,
+                    write_bytes,
+                    total_bytes,
+                    slot_counts: counts[..specs.len()].to_vec(),
+                    unattributed_counts,
+                    channels: Vec::new(),
+                }
+            })
+            .collect()
+    }
+
+    /// The row of every task that counted anything this interval, with its traffic count (for
+    /// its share, added to `traffic_total`); its counts taken.
+    fn take_task_rows(&mut self, traffic_total: &mut f64) -> Vec<(f64, TaskRow)> {
+        let specs = &self.specs;
+        let mut rows = Vec::with_capacity(self.tasks.touched.len());
+        for &ti in &self.tasks.touched {
+            let Some(e) = self.tasks.entries.get_mut(ti as usize) else {
+                continue;
+            };
+            let counts = rounded(&mut e.acc, specs.len());
+            e.touched = false;
+            if counts.iter().all(|&c| c == 0.0) {
+                continue;
+            }
+            *traffic_total += traffic_counts(specs, &counts);
+            rows.push((traffic_counts(specs, &counts), task_row(specs, e, &counts)));
+        }
+        self.tasks.touched.clear();
+        rows
     }
 
     /// Drops tasks nothing refers to any more once the table is large, so that hours of
@@ -1087,6 +1100,43 @@ fn weight_classes(specs: &[SlotSpec]) -> ([WeightClass; MAX_CLASSES], [u8; MAX_S
         slot_class[s] = c as u8;
     }
     (classes, slot_class)
+}
+
+/// A count as the results give it: whole, never negative.
+fn round_count(v: f64) -> f64 {
+    if v > 0.0 { v.round() } else { 0.0 }
+}
+
+/// The first `n` of `acc`, rounded, and `acc` emptied for the next interval.
+fn rounded(acc: &mut [f64; MAX_SLOTS], n: usize) -> [f64; MAX_SLOTS] {
+    let mut counts = [0.0; MAX_SLOTS];
+    for (s, c) in counts.iter_mut().enumerate().take(n) {
+        *c = round_count(acc[s]);
+    }
+    *acc = [0.0; MAX_SLOTS];
+    counts
+}
+
+/// A task's row of the interval from its rounded counts (its share is set by the caller).
+fn task_row(specs: &[SlotSpec], e: &tasks::TaskEntry, counts: &[f64; MAX_SLOTS]) -> TaskRow {
+    let (read_bytes, write_bytes, total_bytes) = bytes_of(specs, counts);
+    let values: BTreeMap<String, f64> = specs
+        .iter()
+        .enumerate()
+        .map(|(s, spec)| (spec.event.clone(), counts[s]))
+        .collect();
+    TaskRow {
+        pid: e.key.pid,
+        tgid: e.key.tgid,
+        comm: e.key.comm_str(),
+        cgroup: e.key.cgroup,
+        read_bytes,
+        write_bytes,
+        total_bytes,
+        share: 0.0,
+        values,
+        ..TaskRow::default()
+    }
 }
 
 /// (read, write, total) bytes of whole counts per slot: Traffic slots with a byte size.

@@ -96,7 +96,7 @@ pub fn run_with<W: Write>(
     let found = crate::discovery::discover(&global.root)
         .map_err(|e| CliError::from(e).context("top --ibs"))?;
     let pmus = crate::discovery::read_pmus(&global.root)
-        .map_err(|e| CliError::runtime(format!("top --ibs: {e}")))?;
+        .map_err(|e| CliError::from(e).context("top --ibs"))?;
     let p = plan(&found.other_sources, &pmus, &found.topology.online).map_err(CliError::runtime)?;
     let mut sampler = IbsSampler::open(sys, &p).map_err(CliError::runtime)?;
     let interval_ns = args.interval_ms.saturating_mul(1_000_000);

@@ -9,7 +9,7 @@ pub mod generate;
 pub mod ibs_top;
 pub mod latency;
 pub mod list;
-pub mod names;
+pub mod naming_sink;
 pub mod record;
 pub mod report;
 pub mod sampling;

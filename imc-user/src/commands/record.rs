@@ -7,12 +7,12 @@
 //! created is found before the command starts. The file itself is created only once the run is
 //! under way (the sampler loaded, the command started): a run that cannot start leaves an
 //! existing file as it was.
-use super::names::{Naming, cgroup_paths};
-use super::sampling::{LoopOptions, block_on, discover, print_plan, sample_loop, select_for};
+use super::naming_sink::{Naming, cgroup_paths};
+use super::sampling::{block_on, discover, print_plan, select_for};
 use crate::cli::{GlobalArgs, GroupBy, RecordArgs};
 use crate::error::{CliError, CliResult};
 use crate::model::result::IntervalResult;
-use crate::pipeline::Sink;
+use crate::pipeline::{LoopOptions, Sink, sample_loop};
 use crate::record::{RecordHeader, Writer, WriterStats, smallest_max_size};
 use crate::sys::file::{LockError, WriteLock, is_bad_path, what_is_there};
 use std::path::{Path, PathBuf};
@@ -220,15 +220,16 @@ pub fn run(global: &GlobalArgs, args: &RecordArgs) -> CliResult<ExitCode> {
         drained: 0,
     };
     let opts = LoopOptions {
-        sampler: &args.sampler,
         interval_ms: args.interval_ms,
-        duration: args.duration,
+        duration: args.duration.map(crate::cli::seconds_duration),
         command: &args.command,
         per_channel: false,
+        precise: args.sampler.precise,
+        verbose: global.verbose,
     };
     // Cgroup paths go into the recording, so a report elsewhere still names containers.
     let mut named = Naming::new(cgroup_paths(global), GroupBy::Pid, &mut sink);
-    let code = block_on(sample_loop(global, &opts, &found, sel, &mut named));
+    let code = block_on(async { Ok(sample_loop(&opts, &found, &sel.plan, &mut named).await?) });
     // Whatever ended the loop, close the file properly: everything recorded stays readable.
     let finished = sink.writer.take().map(Writer::finish).transpose();
     match (code, finished) {

@@ -38,15 +38,17 @@ fn open_run(path: &Path) -> CliResult<Vec<Reader>> {
     Ok(out)
 }
 
-/// What the first pass learns.
-struct Pass1 {
+/// What one read of the whole run learns: its totals, each interval's rate (for the bursts),
+/// the readers' warnings and, for a precise run, how far the tick alone would have been off.
+struct WholeRun {
     summary: Summary,
     rates: Vec<IntervalRate>,
     warnings: Vec<String>,
     precise: Option<PrecisionRow>,
 }
 
-fn pass1(readers: Vec<Reader>) -> Pass1 {
+/// Reads every segment of the run once, from the first record to the last.
+fn read_whole_run(readers: Vec<Reader>) -> WholeRun {
     let specs = readers
         .last()
         .map(|r| r.specs().to_vec())
@@ -122,7 +124,7 @@ fn pass1(readers: Vec<Reader>) -> Pass1 {
         row.switches = switches;
         row
     });
-    Pass1 {
+    WholeRun {
         summary,
         rates,
         warnings,
@@ -216,11 +218,11 @@ pub fn run(_global: &GlobalArgs, args: &ReportArgs) -> CliResult<ExitCode> {
         .last()
         .map(|r| r.header().clone())
         .ok_or_else(|| CliError::bad_input("no recording"))?;
-    let p1 = pass1(readers);
+    let whole = read_whole_run(readers);
     let unit = Unit::of(&header.specs().unwrap_or_default());
     // A suffix means powers of 1024 for bytes, of 1000 for counts.
     let threshold = args.burst_threshold.map(|r| r.per_s(unit.is_bytes()));
-    let (threshold, spans) = find_bursts(&p1.rates, threshold);
+    let (threshold, spans) = find_bursts(&whole.rates, threshold);
     let views = args.perfetto.is_some() || args.plot.is_some();
     let want_bursts = args.json || args.bursts || views;
     let bursts = if want_bursts {
@@ -228,8 +230,8 @@ pub fn run(_global: &GlobalArgs, args: &ReportArgs) -> CliResult<ExitCode> {
     } else {
         Vec::new()
     };
-    let total = p1.summary.finish(args.by);
-    for w in &p1.warnings {
+    let total = whole.summary.finish(args.by);
+    for w in &whole.warnings {
         eprintln!("imc: warning: {}", escape(w));
     }
     if views {
@@ -238,7 +240,7 @@ pub fn run(_global: &GlobalArgs, args: &ReportArgs) -> CliResult<ExitCode> {
     let report = ReportResult {
         total,
         bursts,
-        precise_vs_tick: p1.precise,
+        precise_vs_tick: whole.precise,
     };
     let text = if args.json {
         let counts_unit = match &unit {

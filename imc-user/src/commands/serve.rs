@@ -4,10 +4,8 @@
 //! The HTTP server (axum) runs on the loop's own runtime: a scrape is answered between two
 //! drains, from the counters as of the last closed interval, under the same lock the loop
 //! takes to add an interval, so one scrape never mixes two intervals.
-use super::names::{Naming, cgroup_paths};
-use super::sampling::{
-    LoopOptions, Selection, block_on, discover, print_plan, sample_loop, select_for,
-};
+use super::naming_sink::{Naming, cgroup_paths};
+use super::sampling::{Selection, block_on, discover, print_plan, select_for};
 use crate::cli::{GlobalArgs, GroupBy, ServeArgs};
 use crate::error::{CliError, CliResult};
 use crate::model::Discovery;
@@ -16,7 +14,7 @@ use crate::output::prometheus::{
     CLASSIC_TYPE, ExportMeta, Exporter, OPENMETRICS_TYPE, SlotInfo, direction_label,
     to_classic_text, wants_openmetrics,
 };
-use crate::pipeline::Sink;
+use crate::pipeline::{LoopOptions, Sink, sample_loop};
 use crate::web::config::WebConfig;
 use crate::web::server;
 use axum::Router;
@@ -81,11 +79,12 @@ pub fn run(global: &GlobalArgs, args: &ServeArgs) -> CliResult<ExitCode> {
         .route("/", get(index))
         .with_state(exporter.clone());
     let opts = LoopOptions {
-        sampler: &args.sampler,
         interval_ms: args.interval_ms,
         duration: None,
         command: &[],
         per_channel: true,
+        precise: args.sampler.precise,
+        verbose: global.verbose,
     };
     block_on(async {
         // Bound first, so a port in use is said before the sampler loads; served only once the
@@ -106,12 +105,12 @@ pub fn run(global: &GlobalArgs, args: &ServeArgs) -> CliResult<ExitCode> {
         };
         // Rows carry their cgroup's path: the `cgroup` label (ids where it does not resolve).
         let mut named = Naming::new(cgroup_paths(global), GroupBy::Pid, &mut sink);
-        let code = sample_loop(global, &opts, &found, sel, &mut named).await;
+        let code = sample_loop(&opts, &found, &sel.plan, &mut named).await;
         drop(named);
         if let ServerState::Running(task) = sink.server {
             task.abort();
         }
-        code
+        Ok(code?)
     })
 }
 

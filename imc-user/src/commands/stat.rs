@@ -96,6 +96,65 @@ pub fn run_with<W: Write>(
     out: W,
     err: &mut dyn Write,
 ) -> CliResult<ExitCode> {
+    let format = check_args(args)?;
+    let duration_ns = args.duration.map(|s| (s * 1e9).round() as u64);
+    // A mistyped IMC_STAT_MODE is bad input, said before anything opens.
+    let mode = read_mode(crate::settings::get()).map_err(|e| CliError::bad_input(e.to_string()))?;
+
+    let discovery = discover(&global.root)?;
+    if args.dry_run {
+        let plan = plan_of(global, args, &discovery, Vec::new())?;
+        return print_plan(&plan, args.json);
+    }
+    let mut backend = open_backend(global, args, env, mode, &discovery, err)?;
+    for f in backend.take_failures() {
+        warn_failure(err, &f);
+    }
+
+    // From here a stop signal ends the run with its last interval.
+    RUNNING.store(true, Ordering::SeqCst);
+    // Start the child only once the counters count, as perf stat does.
+    let mut child = start_command(&args.command)?;
+
+    let mut layout = stat_loop::Layout::new(backend.as_ref());
+    set_peaks(&mut layout, &global.root, &discovery);
+    let mut writer = StatWriter::new(out, format, args.per_channel, &layout);
+    // --latency (KNL): the average-latency column (commands/latency.rs).
+    if let Some(req) = &args.latency {
+        writer.set_latency(super::latency::columns(&layout, req));
+    }
+    let mut child_status: Option<std::process::ExitStatus> = None;
+    let result = {
+        let mut stop = stop_when(&mut child, &mut child_status);
+        let mut failed = |f: &crate::counting::CounterFailure| warn_failure(err, f);
+        stat_loop::run(
+            backend.as_mut(),
+            env.clock,
+            &layout,
+            args.interval_ms.saturating_mul(1_000_000),
+            duration_ns,
+            &mut stop,
+            &mut writer,
+            &mut failed,
+        )
+    };
+    let summary: Option<RunSummary> = match result {
+        Ok(s) => Some(s),
+        // The reader went away (`imc stat | head`): a normal end.
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => None,
+        Err(e) => return Err(CliError::output(e)),
+    };
+    if global.verbose > 0 {
+        say_run_stats(err, summary, backend.as_ref());
+    }
+    match child {
+        Some(c) => end_command(c, child_status),
+        None => Ok(ExitCode::SUCCESS),
+    }
+}
+
+/// The arguments checked before anything is read: the output format they ask for.
+fn check_args(args: &StatArgs) -> CliResult<Format> {
     let format = match (&args.separator, args.json) {
         (Some(sep), _) if sep.is_empty() => {
             return Err(CliError::bad_input("-x: the separator must not be empty"));
@@ -115,90 +174,58 @@ pub fn run_with<W: Write>(
         ));
     }
     backend_arg(&args.backend)?;
-    let duration_ns = args.duration.map(|s| (s * 1e9).round() as u64);
-    // A mistyped IMC_STAT_MODE is bad input, said before anything opens.
-    let mode = read_mode(crate::settings::get()).map_err(|e| CliError::bad_input(e.to_string()))?;
+    Ok(format)
+}
 
-    let discovery = discover(&global.root)?;
-    if args.dry_run {
-        let plan = plan_of(global, args, &discovery, Vec::new())?;
-        return print_plan(&plan, args.json);
-    }
-    let mut backend = open_backend(global, args, env, mode, &discovery, err)?;
-    for f in backend.take_failures() {
-        let _ = writeln!(
-            err,
-            "imc: warning: {}; continuing with the other counters",
-            f.message
-        );
-    }
+/// A counter that failed: the run goes on with the others.
+fn warn_failure(err: &mut dyn Write, f: &crate::counting::CounterFailure) {
+    let _ = writeln!(
+        err,
+        "imc: warning: {}; continuing with the other counters",
+        f.message
+    );
+}
 
-    // From here a stop signal ends the run with its last interval.
-    RUNNING.store(true, Ordering::SeqCst);
-    // Start the child only once the counters count, as perf stat does.
-    let mut child = match args.command.split_first() {
-        Some((cmd, rest)) => Some(
+/// `-- CMD ARGS` started, if given.
+fn start_command(command: &[String]) -> CliResult<Option<std::process::Child>> {
+    match command.split_first() {
+        Some((cmd, rest)) => Ok(Some(
             std::process::Command::new(cmd)
                 .args(rest)
                 .spawn()
                 .map_err(|e| CliError::runtime(format!("cannot run '{cmd}': {e}")))?,
-        ),
-        None => None,
-    };
-
-    let mut layout = stat_loop::Layout::new(backend.as_ref());
-    set_peaks(&mut layout, &global.root, &discovery);
-    let mut writer = StatWriter::new(out, format, args.per_channel, &layout);
-    // --latency (KNL): the average-latency column (commands/latency.rs).
-    if let Some(req) = &args.latency {
-        writer.set_latency(super::latency::columns(&layout, req));
+        )),
+        None => Ok(None),
     }
-    let mut child_status: Option<std::process::ExitStatus> = None;
-    let result = {
-        let child_ref = &mut child;
-        let status_ref = &mut child_status;
-        let mut stop = move || -> bool {
-            match child_ref {
-                Some(c) => {
-                    // SIGCHLD tells us when to look; try_wait is a syscall, so only then.
-                    if CHILD_SIGNAL.swap(false, Ordering::SeqCst)
-                        && let Ok(Some(s)) = c.try_wait()
-                    {
-                        *status_ref = Some(s);
-                        return true;
-                    }
-                    status_ref.is_some()
+}
+
+/// When the run stops: when the command exits (its status kept in `status`), else at SIGINT or
+/// SIGTERM.
+fn stop_when<'a>(
+    child: &'a mut Option<std::process::Child>,
+    status: &'a mut Option<std::process::ExitStatus>,
+) -> impl FnMut() -> bool + 'a {
+    move || -> bool {
+        match child {
+            Some(c) => {
+                // SIGCHLD tells us when to look; try_wait is a syscall, so only then.
+                if CHILD_SIGNAL.swap(false, Ordering::SeqCst)
+                    && let Ok(Some(s)) = c.try_wait()
+                {
+                    *status = Some(s);
+                    return true;
                 }
-                None => STOP_SIGNAL.load(Ordering::SeqCst) != 0,
+                status.is_some()
             }
-        };
-        let mut failed = |f: &crate::counting::CounterFailure| {
-            let _ = writeln!(
-                err,
-                "imc: warning: {}; continuing with the other counters",
-                f.message
-            );
-        };
-        stat_loop::run(
-            backend.as_mut(),
-            env.clock,
-            &layout,
-            args.interval_ms.saturating_mul(1_000_000),
-            duration_ns,
-            &mut stop,
-            &mut writer,
-            &mut failed,
-        )
-    };
-    let summary: Option<RunSummary> = match result {
-        Ok(s) => Some(s),
-        // The reader went away (`imc stat | head`): a normal end.
-        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => None,
-        Err(e) => return Err(CliError::output(e)),
-    };
+            None => STOP_SIGNAL.load(Ordering::SeqCst) != 0,
+        }
+    }
+}
+
+/// `-v`: the deadlines the loop missed and the backend's own figures.
+fn say_run_stats(err: &mut dyn Write, summary: Option<RunSummary>, backend: &dyn Backend) {
     if let Some(s) = summary
         && s.skipped > 0
-        && global.verbose > 0
     {
         let _ = writeln!(
             err,
@@ -206,21 +233,23 @@ pub fn run_with<W: Write>(
             s.skipped
         );
     }
-    if global.verbose > 0
-        && let Some(s) = backend.run_stats()
-    {
+    if let Some(s) = backend.run_stats() {
         let _ = writeln!(err, "imc: {s}");
     }
-    if let Some(mut c) = child {
-        let status = match child_status {
-            Some(s) => s,
-            None => c
-                .wait()
-                .map_err(|e| CliError::runtime(format!("waiting for the command: {e}")))?,
-        };
-        return Ok(exit_code_of(status));
-    }
-    Ok(ExitCode::SUCCESS)
+}
+
+/// The measured command's exit status (waited for if the run stopped first) as imc's.
+fn end_command(
+    mut c: std::process::Child,
+    status: Option<std::process::ExitStatus>,
+) -> CliResult<ExitCode> {
+    let status = match status {
+        Some(s) => s,
+        None => c
+            .wait()
+            .map_err(|e| CliError::runtime(format!("waiting for the command: {e}")))?,
+    };
+    Ok(exit_code_of(status))
 }
 
 /// Fills in the theoretical peak of each package (and channel) from the SMBIOS memory devices

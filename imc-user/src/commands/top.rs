@@ -7,15 +7,15 @@
 //!
 //! On a terminal (and without `--json`) the intervals feed the full-screen view of
 //! [`crate::output::top`]; otherwise each interval is one JSON line (the contract in design.md).
-use super::names::{Naming, cgroup_paths};
-use super::sampling::{LoopOptions, block_on, discover, print_plan, sample_loop, select_for};
+use super::naming_sink::{Naming, cgroup_paths};
+use super::sampling::{block_on, discover, print_plan, select_for};
 use crate::cli::{GlobalArgs, TopArgs};
 use crate::error::{CliError, CliResult};
 use crate::model::SlotSpec;
 use crate::model::result::IntervalResult;
 use crate::model::{Direction, SlotRole};
 use crate::output::top::{Action, History, Units, ViewConfig, ViewState, handle_key, render};
-use crate::pipeline::Sink;
+use crate::pipeline::{LoopOptions, Sink, sample_loop};
 use ratatui::Terminal;
 use ratatui::backend::CrosstermBackend;
 use ratatui::crossterm::event::{self, Event};
@@ -88,14 +88,15 @@ pub fn run(global: &GlobalArgs, args: &TopArgs) -> CliResult<ExitCode> {
         &mut live
     };
     let opts = LoopOptions {
-        sampler: &args.sampler,
         interval_ms: args.interval_ms,
-        duration: args.duration,
+        duration: args.duration.map(crate::cli::seconds_duration),
         command: &[],
         per_channel: false,
+        precise: args.sampler.precise,
+        verbose: global.verbose,
     };
     let mut named = Naming::new(paths, args.by, sink);
-    block_on(sample_loop(global, &opts, &found, sel, &mut named))
+    block_on(async { Ok(sample_loop(&opts, &found, &sel.plan, &mut named).await?) })
 }
 
 /// What the view shows follows from the counters the loop reads: bytes when a traffic counter

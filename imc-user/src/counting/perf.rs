@@ -131,6 +131,126 @@ fn groups_by_pmu_cpu(planned: &[PerfCounter]) -> Vec<Vec<usize>> {
     members
 }
 
+/// Reads a kernel-timed group from userspace, with the time the counters were read and the
+/// number of reads it took. A read of another CPU's group waits for an IPI; when the host has
+/// not run that vCPU for a while the read takes long and the midpoint of the clock around it
+/// is not when the counters were read. Read again then: the vCPU now runs, the read is quick,
+/// and its time is still a real one.
+fn read_timed_group(
+    sys: &dyn PerfSys,
+    g: &mut Group,
+    clock: &dyn Clock,
+) -> (io::Result<(u64, u64, u64)>, u32) {
+    let mut tries = 0;
+    loop {
+        let a = clock.now_ns();
+        let r = g.reader.read(sys, g.fds[0].as_fd(), &mut g.values);
+        let b = clock.now_ns();
+        tries += 1;
+        if r.is_err() || b.saturating_sub(a) <= SLOW_READ_NS || tries == READ_TRIES {
+            // Still slow: it waited for the host to wake the other vCPU, whose handler
+            // then read the counters and answered at once, so the end is closer.
+            let t = if b.saturating_sub(a) > SLOW_READ_NS {
+                b
+            } else {
+                a + b.saturating_sub(a) / 2
+            };
+            return (r.map(|(en, run)| (t, en, run)), tries);
+        }
+    }
+}
+
+/// One boundary's group words (time enabled, time running, then the values) as each
+/// counter's reading; a counter of a dead or short group is not ok.
+fn readings_of(groups: &[Group], words: &[Vec<u64>], scratch: &mut [RawReading]) {
+    for r in scratch.iter_mut() {
+        r.ok = false;
+    }
+    for (g, w) in groups.iter().zip(words) {
+        if g.dead || w.len() < 2 + g.counters.len() {
+            continue;
+        }
+        for (j, &i) in g.counters.iter().enumerate() {
+            if let Some(r) = scratch.get_mut(i) {
+                *r = RawReading {
+                    value: w[2 + j],
+                    enabled: w[0],
+                    running: w[1],
+                    ok: true,
+                };
+            }
+        }
+    }
+}
+
+/// The cpu-clock event that leads a kernel-timed group: every `period_ns` it samples the
+/// group's counters (PERF_SAMPLE_READ, timestamps on CLOCK_MONOTONIC) into its ring.
+fn timer_leader(period_ns: u64) -> PerfEventAttr {
+    let mut lead = PerfEventAttr::counting(TYPE_SOFTWARE, SW_CPU_CLOCK);
+    lead.sample_period = period_ns;
+    lead.sample_type = SAMPLE_TIME | SAMPLE_READ;
+    lead.read_format = GROUP_READ_FORMAT;
+    lead.flags = FLAG_DISABLED | FLAG_USE_CLOCKID | FLAG_WATERMARK;
+    lead.clockid = libc::CLOCK_MONOTONIC;
+    // Nobody polls the ring: a watermark of the whole ring keeps the kernel from
+    // queueing a wake-up per sample.
+    lead.wakeup_events = (RING_PAGES * crate::sys::devmem::page_size() as usize) as u32;
+    lead
+}
+
+/// Counter `i` did not open: the run goes on without it.
+fn open_failure(planned: &[PerfCounter], i: usize, e: &io::Error) -> CounterFailure {
+    CounterFailure {
+        counter: Some(i),
+        message: explain_open_error(&format!("cannot open {}", planned[i].spec.describe()), e),
+    }
+}
+
+/// One kernel-timed group: the counters `m` (one PMU instance on one CPU) under a timer
+/// leader, with its ring. Ok(None) when none of them opened (an offline CPU, counters the PMU
+/// refuses: said in `failures`); Err when kernel-timed sampling is not possible here.
+fn open_timed_group(
+    sys: &dyn PerfSys,
+    planned: &[PerfCounter],
+    m: &[usize],
+    period_ns: u64,
+    failures: &mut Vec<CounterFailure>,
+) -> io::Result<Option<Group>> {
+    let cpu = planned[m[0]].spec.cpu.map_or(-1, |c| c as i32);
+    let leader = match sys.open(&timer_leader(period_ns), -1, cpu, None) {
+        Ok(fd) => fd,
+        Err(e) if e.raw_os_error() == Some(libc::ENODEV) => {
+            // This CPU is offline: its counters fail, the others keep going.
+            failures.extend(m.iter().map(|&i| open_failure(planned, i, &e)));
+            return Ok(None);
+        }
+        Err(e) => return Err(e),
+    };
+    let mut fds = vec![leader];
+    let mut counters = Vec::new();
+    for &i in m {
+        let mut attr = attr_for(&planned[i]);
+        attr.read_format = GROUP_READ_FORMAT;
+        attr.flags |= FLAG_USE_CLOCKID;
+        attr.clockid = libc::CLOCK_MONOTONIC;
+        match sys.open(&attr, -1, cpu, Some(fds[0].as_fd())) {
+            Ok(fd) => {
+                fds.push(fd);
+                counters.push(i);
+            }
+            Err(e) if is_group_refusal(&e) => return Err(e),
+            Err(e) => failures.push(open_failure(planned, i, &e)),
+        }
+    }
+    if counters.is_empty() {
+        return Ok(None);
+    }
+    let ring = sys.map_ring(fds[0].as_fd(), RING_PAGES)?;
+    let mut g = Group::new(fds, counters, true, 1);
+    g.ring = Some(ring);
+    Ok(Some(g))
+}
+
 fn attr_for(c: &PerfCounter) -> PerfEventAttr {
     PerfEventAttr::counter(
         c.pmu_type,
@@ -164,13 +284,7 @@ impl PerfBackend {
         for m in members {
             let mut fail = |i: usize, e: &io::Error, failures: &mut Vec<CounterFailure>| {
                 first_errno = first_errno.or(e.raw_os_error());
-                failures.push(CounterFailure {
-                    counter: Some(i),
-                    message: explain_open_error(
-                        &format!("cannot open {}", planned[i].spec.describe()),
-                        e,
-                    ),
-                });
+                failures.push(open_failure(&planned, i, e));
             };
             if m.len() > 1 {
                 // On Err the PMU refused the group (or its leader): one fd per counter below.
@@ -328,62 +442,8 @@ impl PerfBackend {
         };
         let mut groups = Vec::new();
         for m in members {
-            let cpu = planned[m[0]].spec.cpu.map_or(-1, |c| c as i32);
-            let mut lead = PerfEventAttr::counting(TYPE_SOFTWARE, SW_CPU_CLOCK);
-            lead.sample_period = period_ns;
-            lead.sample_type = SAMPLE_TIME | SAMPLE_READ;
-            lead.read_format = GROUP_READ_FORMAT;
-            lead.flags = FLAG_DISABLED | FLAG_USE_CLOCKID | FLAG_WATERMARK;
-            lead.clockid = libc::CLOCK_MONOTONIC;
-            // Nobody polls the ring: a watermark of the whole ring keeps the kernel from
-            // queueing a wake-up per sample.
-            lead.wakeup_events = (RING_PAGES * crate::sys::devmem::page_size() as usize) as u32;
-            let leader = match sys.open(&lead, -1, cpu, None) {
-                Ok(fd) => fd,
-                Err(e) if e.raw_os_error() == Some(libc::ENODEV) => {
-                    // This CPU is offline: its counters fail, the others keep going.
-                    for &i in &m {
-                        failures.push(CounterFailure {
-                            counter: Some(i),
-                            message: explain_open_error(
-                                &format!("cannot open {}", planned[i].spec.describe()),
-                                &e,
-                            ),
-                        });
-                    }
-                    continue;
-                }
-                Err(e) => return Err(refused(e)),
-            };
-            let mut fds = vec![leader];
-            let mut counters = Vec::new();
-            for &i in &m {
-                let mut attr = attr_for(&planned[i]);
-                attr.read_format = GROUP_READ_FORMAT;
-                attr.flags |= FLAG_USE_CLOCKID;
-                attr.clockid = libc::CLOCK_MONOTONIC;
-                match sys.open(&attr, -1, cpu, Some(fds[0].as_fd())) {
-                    Ok(fd) => {
-                        fds.push(fd);
-                        counters.push(i);
-                    }
-                    Err(e) if is_group_refusal(&e) => return Err(refused(e)),
-                    Err(e) => failures.push(CounterFailure {
-                        counter: Some(i),
-                        message: explain_open_error(
-                            &format!("cannot open {}", planned[i].spec.describe()),
-                            &e,
-                        ),
-                    }),
-                }
-            }
-            if counters.is_empty() {
-                continue;
-            }
-            let ring = sys.map_ring(fds[0].as_fd(), RING_PAGES).map_err(refused)?;
-            let mut g = Group::new(fds, counters, true, 1);
-            g.ring = Some(ring);
-            groups.push(g);
+            let opened = open_timed_group(sys.as_ref(), &planned, &m, period_ns, &mut failures);
+            groups.extend(opened.map_err(refused)?);
         }
         if groups.is_empty() {
             let message = failures
@@ -579,30 +639,8 @@ impl PerfBackend {
             if g.dead {
                 continue;
             }
-            // A read of another CPU's group waits for an IPI; when the host has not run that
-            // vCPU for a while the read takes long and the midpoint of the clock around it is
-            // not when the counters were read. Read again then: the vCPU now runs, the read is
-            // quick, and its time is still a real one.
-            let mut tries = 0;
-            let r = loop {
-                let a = clock.now_ns();
-                let r = g
-                    .reader
-                    .read(self.sys.as_ref(), g.fds[0].as_fd(), &mut g.values);
-                let b = clock.now_ns();
-                tries += 1;
-                self.user_reads += 1;
-                if r.is_err() || b.saturating_sub(a) <= SLOW_READ_NS || tries == READ_TRIES {
-                    // Still slow: it waited for the host to wake the other vCPU, whose handler
-                    // then read the counters and answered at once, so the end is closer.
-                    let t = if b.saturating_sub(a) > SLOW_READ_NS {
-                        b
-                    } else {
-                        a + b.saturating_sub(a) / 2
-                    };
-                    break r.map(|(en, run)| (t, en, run));
-                }
-            };
+            let (r, tries) = read_timed_group(self.sys.as_ref(), g, clock);
+            self.user_reads += u64::from(tries);
             match r {
                 Ok((t, en, run)) => {
                     timing.patched(gi, k, t, en, run, &g.values[g.lead..]);
@@ -621,24 +659,7 @@ impl PerfBackend {
             return u64::MAX;
         };
         while let Some((k, t)) = timing.pop_complete(&mut self.words) {
-            for r in self.scratch.iter_mut() {
-                r.ok = false;
-            }
-            for (g, w) in self.groups.iter().zip(&self.words) {
-                if g.dead || w.len() < 2 + g.counters.len() {
-                    continue;
-                }
-                for (j, &i) in g.counters.iter().enumerate() {
-                    if let Some(r) = self.scratch.get_mut(i) {
-                        *r = RawReading {
-                            value: w[2 + j],
-                            enabled: w[0],
-                            running: w[1],
-                            ok: true,
-                        };
-                    }
-                }
-            }
+            readings_of(&self.groups, &self.words, &mut self.scratch);
             self.boundaries += 1;
             f(k, t, &self.scratch);
         }

@@ -33,9 +33,10 @@ impl Bytes {
     }
 }
 
-/// A package row of the output.
+/// One package's rows in `imc stat`'s output: its memories and its channels (the sampling
+/// pipeline's per-interval package figures are [`crate::model::PackageRow`]).
 #[derive(Clone, Debug, PartialEq)]
-pub struct PackageRow {
+pub struct PackageLayout {
     pub id: u32,
     /// The memory kinds of this package with their channels, in order (KNL: DDR then MCDRAM).
     pub memories: Vec<Memory>,
@@ -47,11 +48,89 @@ pub struct PackageRow {
     pub channel_peak_bytes_per_s: Option<f64>,
 }
 
+/// The distinct `values` keys in first-appearance order, and each counter's index in them.
+fn value_keys_of(counters: &[CounterSpec]) -> (Vec<String>, Vec<usize>) {
+    let mut value_keys: Vec<String> = Vec::new();
+    let mut value_of = Vec::with_capacity(counters.len());
+    for c in counters {
+        let v = match value_keys.iter().position(|k| *k == c.event) {
+            Some(v) => v,
+            None => {
+                value_keys.push(c.event.clone());
+                value_keys.len() - 1
+            }
+        };
+        value_of.push(v);
+    }
+    (value_keys, value_of)
+}
+
+/// The package a counter's row belongs to (a CPU counter without one: package 0).
+fn package_id(c: &CounterSpec) -> u32 {
+    c.package.unwrap_or(match c.scope {
+        Scope::Package(p) | Scope::Channel { package: p, .. } => p,
+        Scope::Cpu(_) => 0,
+    })
+}
+
+/// Bandwidth counters go to their package rows, with their memory kinds and channels; packages
+/// sorted by id for stable output.
+fn package_rows(counters: &[CounterSpec]) -> Vec<PackageLayout> {
+    let mut packages: Vec<PackageLayout> = Vec::new();
+    for c in counters {
+        if c.direction.is_none() || c.bytes_per_count.is_none() {
+            continue;
+        }
+        let id = package_id(c);
+        let row = match packages.iter().position(|p| p.id == id) {
+            Some(r) => r,
+            None => {
+                packages.push(PackageLayout {
+                    id,
+                    memories: Vec::new(),
+                    channels: Vec::new(),
+                    peak_bytes_per_s: None,
+                    channel_peak_bytes_per_s: None,
+                });
+                packages.len() - 1
+            }
+        };
+        let p = &mut packages[row];
+        if !p.memories.contains(&c.memory) {
+            p.memories.push(c.memory);
+        }
+        let ch = (c.memory, c.pmu.clone());
+        if !p.channels.contains(&ch) {
+            p.channels.push(ch);
+        }
+    }
+    packages.sort_by_key(|p| p.id);
+    for p in &mut packages {
+        p.memories.sort();
+        p.channels.sort_by_key(|c| c.0);
+    }
+    packages
+}
+
+/// Where a bandwidth counter's bytes go: (package row, memory index in that row, channel index).
+fn place_of(c: &CounterSpec, packages: &[PackageLayout]) -> Option<(usize, usize, usize)> {
+    c.direction?;
+    c.bytes_per_count?;
+    let id = package_id(c);
+    let row = packages.iter().position(|p| p.id == id)?;
+    let m = packages[row].memories.iter().position(|m| *m == c.memory)?;
+    let ch = packages[row]
+        .channels
+        .iter()
+        .position(|(mm, pmu)| *mm == c.memory && *pmu == c.pmu)?;
+    Some((row, m, ch))
+}
+
 /// How counters map onto rows and values; built once.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Layout {
     pub source: String,
-    pub packages: Vec<PackageRow>,
+    pub packages: Vec<PackageLayout>,
     /// Distinct `values` keys, in first-appearance order.
     pub value_keys: Vec<String>,
     /// Per counter: (package row, memory index in that row, channel index) for bandwidth
@@ -68,73 +147,9 @@ pub struct Layout {
 impl Layout {
     pub fn new(backend: &dyn Backend) -> Layout {
         let counters = backend.counters();
-        let mut packages: Vec<PackageRow> = Vec::new();
-        let mut value_keys: Vec<String> = Vec::new();
-        let mut value_of = Vec::with_capacity(counters.len());
-        for c in counters {
-            let v = match value_keys.iter().position(|k| *k == c.event) {
-                Some(v) => v,
-                None => {
-                    value_keys.push(c.event.clone());
-                    value_keys.len() - 1
-                }
-            };
-            value_of.push(v);
-        }
-        // Bandwidth counters go to their package rows; sort packages by id for stable output.
-        for c in counters {
-            if c.direction.is_none() || c.bytes_per_count.is_none() {
-                continue;
-            }
-            let id = c.package.unwrap_or(match c.scope {
-                Scope::Package(p) | Scope::Channel { package: p, .. } => p,
-                Scope::Cpu(_) => 0,
-            });
-            let row = match packages.iter().position(|p| p.id == id) {
-                Some(r) => r,
-                None => {
-                    packages.push(PackageRow {
-                        id,
-                        memories: Vec::new(),
-                        channels: Vec::new(),
-                        peak_bytes_per_s: None,
-                        channel_peak_bytes_per_s: None,
-                    });
-                    packages.len() - 1
-                }
-            };
-            let p = &mut packages[row];
-            if !p.memories.contains(&c.memory) {
-                p.memories.push(c.memory);
-            }
-            let ch = (c.memory, c.pmu.clone());
-            if !p.channels.contains(&ch) {
-                p.channels.push(ch);
-            }
-        }
-        packages.sort_by_key(|p| p.id);
-        for p in &mut packages {
-            p.memories.sort();
-            p.channels.sort_by_key(|c| c.0);
-        }
-        let slots = counters
-            .iter()
-            .map(|c| {
-                c.direction?;
-                c.bytes_per_count?;
-                let id = c.package.unwrap_or(match c.scope {
-                    Scope::Package(p) | Scope::Channel { package: p, .. } => p,
-                    Scope::Cpu(_) => 0,
-                });
-                let row = packages.iter().position(|p| p.id == id)?;
-                let m = packages[row].memories.iter().position(|m| *m == c.memory)?;
-                let ch = packages[row]
-                    .channels
-                    .iter()
-                    .position(|(mm, pmu)| *mm == c.memory && *pmu == c.pmu)?;
-                Some((row, m, ch))
-            })
-            .collect();
+        let (value_keys, value_of) = value_keys_of(counters);
+        let packages = package_rows(counters);
+        let slots = counters.iter().map(|c| place_of(c, &packages)).collect();
         Layout {
             source: backend.source().to_string(),
             packages,
@@ -262,14 +277,14 @@ impl IntervalReport {
     }
 }
 
-/// Where intervals go.
-pub trait Sink {
+/// Where `imc stat`'s intervals go (the sampling pipeline, above, has a `Sink` of its own).
+pub trait StatSink {
     fn interval(&mut self, layout: &Layout, report: &IntervalReport) -> std::io::Result<()>;
     /// Called after each interval (woken mode) or each batch of intervals (kernel-timed mode).
     fn flush(&mut self) -> std::io::Result<()>;
 }
 
-impl<F: FnMut(&Layout, &IntervalReport) -> std::io::Result<()>> Sink for F {
+impl<F: FnMut(&Layout, &IntervalReport) -> std::io::Result<()>> StatSink for F {
     fn interval(&mut self, layout: &Layout, report: &IntervalReport) -> std::io::Result<()> {
         self(layout, report)
     }
@@ -324,7 +339,7 @@ pub fn run(
     interval_ns: u64,
     duration_ns: Option<u64>,
     stop: &mut dyn Stop,
-    sink: &mut dyn Sink,
+    sink: &mut dyn StatSink,
     failed: &mut dyn FnMut(&CounterFailure),
 ) -> std::io::Result<RunSummary> {
     let interval_ns = interval_ns.max(1);
@@ -340,6 +355,31 @@ pub fn run(
             failed,
         );
     }
+    run_woken(
+        backend,
+        clock,
+        layout,
+        interval_ns,
+        duration_ns,
+        stop,
+        sink,
+        failed,
+    )
+}
+
+/// The loop for backends imc reads itself: it wakes at every interval boundary (and between
+/// them to poll counters too narrow to go a whole interval unread) and reads every counter.
+#[allow(clippy::too_many_arguments)]
+fn run_woken(
+    backend: &mut dyn Backend,
+    clock: &dyn Clock,
+    layout: &Layout,
+    interval_ns: u64,
+    duration_ns: Option<u64>,
+    stop: &mut dyn Stop,
+    sink: &mut dyn StatSink,
+    failed: &mut dyn FnMut(&CounterFailure),
+) -> std::io::Result<RunSummary> {
     let counters = backend.counters().to_vec();
     let mut report = layout.new_report();
     let n = backend.counters().len();
@@ -365,29 +405,15 @@ pub fn run(
     loop {
         let next = start.saturating_add(k.saturating_mul(interval_ns));
         let target = end_at.map_or(next, |e| e.min(next));
-        let mut stopping = false;
-        let mut t_now = t_prev;
-        // Sleep to the target, waking early only to poll narrow counters and to notice a stop
-        // whose signal slipped in just before the sleep.
-        loop {
-            if stop.stop() {
-                stopping = true;
-                break;
-            }
-            let mut wake_at = target.min(t_now.saturating_add(STOP_CHECK_NS));
-            if let Some(p) = poll_ns {
-                wake_at = wake_at.min(last_poll.saturating_add(p));
-            }
-            let woke = clock.sleep_until(wake_at);
-            t_now = clock.now_ns();
-            if t_now >= target {
-                break;
-            }
-            if woke == Wake::Deadline && poll_ns.is_some_and(|p| t_now >= last_poll + p) {
-                backend.poll();
-                last_poll = t_now;
-            }
-        }
+        let stopping = sleep_to_target(
+            backend,
+            clock,
+            stop,
+            target,
+            t_prev,
+            poll_ns,
+            &mut last_poll,
+        );
         let t = timed_read(backend, clock, &mut now);
         last_poll = t;
         for f in backend.take_failures() {
@@ -406,15 +432,52 @@ pub fn run(
         if stopping || end_at.is_some_and(|e| t >= e) {
             break;
         }
-        // The next boundary strictly after now: a wake-up later than a whole interval skips
-        // the deadlines it missed.
-        let behind = (t - start) / interval_ns + 1;
-        if behind > k + 1 {
-            summary.skipped += behind - (k + 1);
-        }
-        k = (k + 1).max(behind);
+        k = next_boundary(t, start, interval_ns, k, &mut summary.skipped);
     }
     Ok(summary)
+}
+
+/// Sleeps to `target`, waking early only to poll narrow counters (every `poll_ns`, the last
+/// poll at `last_poll`) and to notice a stop whose signal slipped in just before the sleep.
+/// Returns whether the run is stopping.
+fn sleep_to_target(
+    backend: &mut dyn Backend,
+    clock: &dyn Clock,
+    stop: &mut dyn Stop,
+    target: u64,
+    t_prev: u64,
+    poll_ns: Option<u64>,
+    last_poll: &mut u64,
+) -> bool {
+    let mut t_now = t_prev;
+    loop {
+        if stop.stop() {
+            return true;
+        }
+        let mut wake_at = target.min(t_now.saturating_add(STOP_CHECK_NS));
+        if let Some(p) = poll_ns {
+            wake_at = wake_at.min(last_poll.saturating_add(p));
+        }
+        let woke = clock.sleep_until(wake_at);
+        t_now = clock.now_ns();
+        if t_now >= target {
+            return false;
+        }
+        if woke == Wake::Deadline && poll_ns.is_some_and(|p| t_now >= *last_poll + p) {
+            backend.poll();
+            *last_poll = t_now;
+        }
+    }
+}
+
+/// The next boundary (k since `start`) strictly after `t`: a wake-up later than a whole
+/// interval skips the deadlines it missed, counted in `skipped`.
+fn next_boundary(t: u64, start: u64, interval_ns: u64, k: u64, skipped: &mut u64) -> u64 {
+    let behind = (t - start) / interval_ns + 1;
+    if behind > k + 1 {
+        *skipped += behind - (k + 1);
+    }
+    (k + 1).max(behind)
 }
 
 /// Reports newly missing counters once each.
@@ -456,87 +519,34 @@ fn run_timed(
     interval_ns: u64,
     duration_ns: Option<u64>,
     stop: &mut dyn Stop,
-    sink: &mut dyn Sink,
+    sink: &mut dyn StatSink,
     failed: &mut dyn FnMut(&CounterFailure),
 ) -> std::io::Result<RunSummary> {
-    let counters = backend.counters().to_vec();
-    let n = counters.len();
-    let mut report = layout.new_report();
-    let mut prev = vec![RawReading::default(); n];
-    let mut reported_missing = vec![false; n];
-    let full = duration_ns.map(|d| d / interval_ns);
-    let mut summary = RunSummary::default();
-    // (k of the first boundary, k of the previous one), once the first sample is in.
-    let mut ks: Option<(u64, u64)> = None;
-    let mut t_prev = 0u64;
-    let mut done = false;
-    let mut err: Option<std::io::Error> = None;
+    let mut run = TimedRun::new(
+        layout,
+        backend.counters().to_vec(),
+        duration_ns.map(|d| d / interval_ns),
+    );
     let t_open = clock.now_ns();
     let mut next_wake = t_open;
     let mut last_flush = t_open;
     loop {
-        let mut stopping = stop.stop();
-        if !stopping {
-            // Sleep to the backend's wake-up, looking at the stop condition at least every
-            // STOP_CHECK_NS so a signal that slipped in just before the sleep is not missed.
-            let now = clock.now_ns();
-            if now < next_wake {
-                clock.sleep_until(next_wake.min(now.saturating_add(STOP_CHECK_NS)));
-            }
-            stopping = stop.stop();
-            if !stopping && clock.now_ns() < next_wake {
-                continue;
-            }
-        }
-        let final_k = match (ks, full) {
-            (Some((k0, _)), Some(f)) => Some(k0.saturating_add(f)),
-            _ => None,
+        let Some(stopping) = sleep_to_wake(clock, stop, next_wake) else {
+            continue;
         };
-        next_wake = backend.advance_timed(clock, final_k, &mut |k, t, readings| {
-            if done || err.is_some() {
-                return;
-            }
-            let Some((k0, kp)) = ks else {
-                prev.copy_from_slice(readings);
-                t_prev = t;
-                summary.t_start_ns = t;
-                summary.t_end_ns = t;
-                ks = Some((k, k));
-                return;
-            };
-            if t <= t_prev {
-                return;
-            }
-            report.compute(layout, &counters, &prev, readings, t_prev, t);
-            report_missing(
-                &report,
-                layout,
-                &prev,
-                readings,
-                &mut reported_missing,
-                failed,
-            );
-            if let Err(e) = sink.interval(layout, &report) {
-                err = Some(e);
-                return;
-            }
-            summary.intervals += 1;
-            summary.skipped += k.saturating_sub(kp + 1);
-            summary.t_end_ns = t;
-            prev.copy_from_slice(readings);
-            t_prev = t;
-            ks = Some((k0, k));
-            if full.is_some_and(|f| k.saturating_sub(k0) >= f) {
-                done = true;
-            }
+        next_wake = backend.advance_timed(clock, run.final_k(), &mut |k, t, readings| {
+            run.boundary(k, t, readings, &mut *sink, &mut *failed)
         });
-        if let Some(e) = err {
+        if let Some(e) = run.err.take() {
             return Err(e);
         }
         // While a watched group makes imc wake at every boundary, the output still goes out
         // once per collect period: one write per 10 ms instead of one per interval.
         let t = clock.now_ns();
-        if done || stopping || t >= last_flush.saturating_add(crate::counting::timed::COLLECT_NS) {
+        if run.done
+            || stopping
+            || t >= last_flush.saturating_add(crate::counting::timed::COLLECT_NS)
+        {
             sink.flush()?;
             last_flush = t;
         }
@@ -550,36 +560,181 @@ fn run_timed(
                     .saturating_add(d)
                     .saturating_add(interval_ns + 1_000_000_000)
         });
-        if done || stopping || overdue {
+        if run.done || stopping || overdue {
             break;
         }
     }
     sink.flush()?;
-    // The last, partial interval: up to the end of --duration, or to now when stopped early.
-    if ks.is_some() {
-        let end = match (done, duration_ns) {
-            (true, Some(d)) if d % interval_ns != 0 => Some(summary.t_start_ns.saturating_add(d)),
-            (true, _) => None,
-            (false, _) => Some(clock.now_ns()),
-        };
-        if let Some(end) = end {
-            while clock.now_ns() < end {
-                if clock.sleep_until(end) == Wake::Interrupted && stop.stop() {
-                    break;
-                }
-            }
-            let mut now = vec![RawReading::default(); n];
-            let t = timed_read(backend, clock, &mut now);
-            if t > t_prev {
-                report.compute(layout, &counters, &prev, &now, t_prev, t);
-                sink.interval(layout, &report)?;
-                sink.flush()?;
-                summary.intervals += 1;
-                summary.t_end_ns = t;
-            }
+    if let Some(end) = run.last_end(clock, interval_ns, duration_ns) {
+        run.last_interval(backend, clock, stop, end, sink)?;
+    }
+    Ok(run.summary)
+}
+
+/// Sleeps to the backend's wake-up, looking at the stop condition at least every
+/// STOP_CHECK_NS so a signal that slipped in just before the sleep is not missed. Returns
+/// whether the run is stopping, or None when it is not and the wake-up is still ahead.
+fn sleep_to_wake(clock: &dyn Clock, stop: &mut dyn Stop, next_wake: u64) -> Option<bool> {
+    if stop.stop() {
+        return Some(true);
+    }
+    let now = clock.now_ns();
+    if now < next_wake {
+        clock.sleep_until(next_wake.min(now.saturating_add(STOP_CHECK_NS)));
+    }
+    let stopping = stop.stop();
+    if !stopping && clock.now_ns() < next_wake {
+        return None;
+    }
+    Some(stopping)
+}
+
+/// What [`run_timed`] carries from one of the kernel's boundaries to the next.
+struct TimedRun<'a> {
+    layout: &'a Layout,
+    counters: Vec<CounterSpec>,
+    report: IntervalReport,
+    prev: Vec<RawReading>,
+    reported_missing: Vec<bool>,
+    /// Whole intervals in --duration.
+    full: Option<u64>,
+    summary: RunSummary,
+    /// (k of the first boundary, k of the previous one), once the first sample is in.
+    ks: Option<(u64, u64)>,
+    t_prev: u64,
+    /// --duration's whole intervals are all out.
+    done: bool,
+    /// The sink failed: the run ends with this.
+    err: Option<std::io::Error>,
+}
+
+impl<'a> TimedRun<'a> {
+    fn new(layout: &'a Layout, counters: Vec<CounterSpec>, full: Option<u64>) -> TimedRun<'a> {
+        let n = counters.len();
+        TimedRun {
+            layout,
+            counters,
+            report: layout.new_report(),
+            prev: vec![RawReading::default(); n],
+            reported_missing: vec![false; n],
+            full,
+            summary: RunSummary::default(),
+            ks: None,
+            t_prev: 0,
+            done: false,
+            err: None,
         }
     }
-    Ok(summary)
+
+    /// The boundary that ends --duration's last whole interval, once the first is known.
+    fn final_k(&self) -> Option<u64> {
+        match (self.ks, self.full) {
+            (Some((k0, _)), Some(f)) => Some(k0.saturating_add(f)),
+            _ => None,
+        }
+    }
+
+    /// Boundary `k` sampled at `t`: the first is the baseline; each later one closes the
+    /// interval since the previous and hands it to the sink.
+    fn boundary(
+        &mut self,
+        k: u64,
+        t: u64,
+        readings: &[RawReading],
+        sink: &mut dyn StatSink,
+        failed: &mut dyn FnMut(&CounterFailure),
+    ) {
+        if self.done || self.err.is_some() {
+            return;
+        }
+        let Some((k0, kp)) = self.ks else {
+            self.prev.copy_from_slice(readings);
+            self.t_prev = t;
+            self.summary.t_start_ns = t;
+            self.summary.t_end_ns = t;
+            self.ks = Some((k, k));
+            return;
+        };
+        if t <= self.t_prev {
+            return;
+        }
+        let layout = self.layout;
+        self.report
+            .compute(layout, &self.counters, &self.prev, readings, self.t_prev, t);
+        report_missing(
+            &self.report,
+            layout,
+            &self.prev,
+            readings,
+            &mut self.reported_missing,
+            failed,
+        );
+        if let Err(e) = sink.interval(layout, &self.report) {
+            self.err = Some(e);
+            return;
+        }
+        self.summary.intervals += 1;
+        self.summary.skipped += k.saturating_sub(kp + 1);
+        self.summary.t_end_ns = t;
+        self.prev.copy_from_slice(readings);
+        self.t_prev = t;
+        self.ks = Some((k0, k));
+        if self.full.is_some_and(|f| k.saturating_sub(k0) >= f) {
+            self.done = true;
+        }
+    }
+
+    /// Where the last, partial interval ends: at the end of --duration when that is not a
+    /// whole number of intervals, or now when stopped early; None without one (or without
+    /// any sample).
+    fn last_end(
+        &self,
+        clock: &dyn Clock,
+        interval_ns: u64,
+        duration_ns: Option<u64>,
+    ) -> Option<u64> {
+        self.ks?;
+        match (self.done, duration_ns) {
+            (true, Some(d)) if d % interval_ns != 0 => {
+                Some(self.summary.t_start_ns.saturating_add(d))
+            }
+            (true, _) => None,
+            (false, _) => Some(clock.now_ns()),
+        }
+    }
+
+    /// The last, partial interval up to `end`, read directly from the counters.
+    fn last_interval(
+        &mut self,
+        backend: &mut dyn Backend,
+        clock: &dyn Clock,
+        stop: &mut dyn Stop,
+        end: u64,
+        sink: &mut dyn StatSink,
+    ) -> std::io::Result<()> {
+        while clock.now_ns() < end {
+            if clock.sleep_until(end) == Wake::Interrupted && stop.stop() {
+                break;
+            }
+        }
+        let mut now = vec![RawReading::default(); self.counters.len()];
+        let t = timed_read(backend, clock, &mut now);
+        if t > self.t_prev {
+            self.report.compute(
+                self.layout,
+                &self.counters,
+                &self.prev,
+                &now,
+                self.t_prev,
+                t,
+            );
+            sink.interval(self.layout, &self.report)?;
+            sink.flush()?;
+            self.summary.intervals += 1;
+            self.summary.t_end_ns = t;
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@
 //! - [`mchbar`]: the Intel client MCHBAR counter layout.
 //! - [`cgroup`]: cgroup v2 ids → paths → systemd unit, container id, pod UID.
 //! - [`dmi`]: SMBIOS memory devices, for the theoretical peak bandwidth.
-//! - `catalogue`: every backend, available or not, with the reason.
+//! - `catalogue`: every backend, available or not, with the reason (one file per vendor).
 //! - [`other`]: PMUs that are not bandwidth sources (AMD IBS, POWER core/thread/trace IMC),
 //!   with the facts a planner needs, and [`non_bandwidth::power_imc_plan_notes`].
 mod catalogue;

@@ -397,23 +397,7 @@ pub fn encode(text: &str) -> Result<PfmEncoding, EventError> {
             reason: explain(pfm, text, rc),
         });
     }
-    // imc counts; it never samples, pins or binds a counter to a CPU from the event string, so
-    // libpfm's perf_event extensions that ask for that are refused rather than dropped.
-    let unsupported = if attr.sample_period != 0 || attr.flags & FLAG_FREQ != 0 {
-        Some("period=/freq= (imc counts, it does not sample)")
-    } else if attr.flags & (0b11 << 15) != 0 {
-        Some("precise=/hw_smpl (imc counts, it does not sample)")
-    } else if attr.flags & (1 << 2 | 1 << 3) != 0 {
-        Some("pinned/excl")
-    } else if arg.cpu >= 0 {
-        Some("cpu= (imc chooses the CPUs from the PMU's cpumask)")
-    } else {
-        tokens(text)
-            .iter()
-            .find(|(k, _)| matches!(k.as_str(), "h" | "mg" | "mh"))
-            .map(|_| "h/mg/mh (imc carries only the u and k privilege levels)")
-    };
-    if let Some(what) = unsupported {
+    if let Some(what) = unsupported_modifier(&attr, arg.cpu, text) {
         return Err(EventError::Libpfm {
             event: text.to_string(),
             reason: format!("modifier {what} is not supported"),
@@ -430,116 +414,138 @@ pub fn encode(text: &str) -> Result<PfmEncoding, EventError> {
     })
 }
 
+/// imc counts; it never samples, pins or binds a counter to a CPU from the event string, so
+/// libpfm's perf_event extensions that ask for that are refused rather than dropped: the one
+/// `text` asked for (encoded into `attr`, with `cpu`), if any.
+fn unsupported_modifier(attr: &PerfEventAttr, cpu: c_int, text: &str) -> Option<&'static str> {
+    if attr.sample_period != 0 || attr.flags & FLAG_FREQ != 0 {
+        Some("period=/freq= (imc counts, it does not sample)")
+    } else if attr.flags & (0b11 << 15) != 0 {
+        Some("precise=/hw_smpl (imc counts, it does not sample)")
+    } else if attr.flags & (1 << 2 | 1 << 3) != 0 {
+        Some("pinned/excl")
+    } else if cpu >= 0 {
+        Some("cpu= (imc chooses the CPUs from the PMU's cpumask)")
+    } else {
+        tokens(text)
+            .iter()
+            .find(|(k, _)| matches!(k.as_str(), "h" | "mg" | "mh"))
+            .map(|_| "h/mg/mh (imc carries only the u and k privilege levels)")
+    }
+}
+
 /// One line saying why libpfm refused `text`, naming the umask or modifier where it can.
 fn explain(pfm: &Pfm, text: &str, rc: c_int) -> String {
-    let toks = tokens(text);
     match rc {
-        PFM_ERR_NOTFOUND => {
-            let active = pfm.active_pmus();
-            if active.is_empty()
-                && let Some(forced) = super::pfm_model::forced()
-            {
-                return format!(
-                    "libpfm4 has no PMU '{forced}' to encode for (LIBPFM_FORCE_PMU={forced}; \
-                     this libpfm4 build lacks it, e.g. it was built for another architecture)"
-                );
-            }
-            let active = if active.is_empty() {
-                "none".to_string()
-            } else {
-                active.join(", ")
-            };
-            let force = match text.split_once("::") {
-                Some((p, _)) => format!("LIBPFM_FORCE_PMU={p}"),
-                None => "LIBPFM_FORCE_PMU=<pmu>".to_string(),
-            };
-            format!(
-                "unknown event: not a perf generic name, and libpfm4 knows no such event on \
-                 the PMUs active here ({active}); to encode it for another CPU model, set {force}"
-            )
-        }
+        PFM_ERR_NOTFOUND => unknown_event(pfm, text),
         PFM_ERR_ATTR | PFM_ERR_UMASK | PFM_ERR_ATTR_VAL | PFM_ERR_FEATCOMB | PFM_ERR_ATTR_SET => {
-            // Look the event up by name alone: libpfm refuses the whole string for a bad umask.
-            let name_only = match text.split_once("::") {
-                Some((p, r)) => format!("{p}::{}", r.split(':').next().unwrap_or("")),
-                None => text.split(':').next().unwrap_or("").to_string(),
-            };
-            let Some((event, attrs)) = CString::new(name_only)
-                .ok()
-                .and_then(|n| pfm.event_attrs(&n))
-            else {
-                return format!("libpfm4: {}", pfm.error_text(rc));
-            };
-            let known = |k: &str| attrs.iter().any(|(n, _)| n.eq_ignore_ascii_case(k));
-            let raw_umask = attrs.iter().any(|(_, t)| *t == PFM_ATTR_RAW_UMASK);
-            if let Some((bad, _)) = toks
-                .iter()
-                .find(|(k, _)| !(known(k) || (raw_umask && k.starts_with("0x"))))
-            {
-                let mods: Vec<&str> = attrs
-                    .iter()
-                    .filter(|(_, t)| *t != PFM_ATTR_UMASK && *t != PFM_ATTR_RAW_UMASK)
-                    // perf_event extensions imc refuses anyway are not worth suggesting
-                    .filter(|(n, _)| !REFUSED_MODS.contains(&n.as_str()))
-                    .map(|(n, _)| n.as_str())
-                    .collect();
-                let umasks: Vec<&str> = attrs
-                    .iter()
-                    .filter(|(_, t)| *t == PFM_ATTR_UMASK)
-                    .map(|(n, _)| n.as_str())
-                    .collect();
-                let close = super::close_matches(bad, umasks.iter().copied());
-                let close = if close.is_empty() {
-                    String::new()
-                } else {
-                    format!("did you mean {}? ", close.join(", "))
-                };
-                return format!(
-                    "{event} has no umask or modifier '{bad}' ({close}modifiers: {}; {} umasks)",
-                    mods.join(", "),
-                    umasks.len()
-                );
-            }
-            let has = |k: &str| toks.iter().find(|(n, _)| n == k);
-            let edge = has("e").is_some_and(|(_, v)| v.as_deref().is_none_or(|v| v != "0"));
-            let cmask = has("c").and_then(|(_, v)| v.as_deref().map(str::to_string));
-            if rc == PFM_ERR_ATTR
-                && edge
-                && cmask
-                    .as_deref()
-                    .is_none_or(|c| super::parse_u64(c).is_none_or(|v| v == 0))
-            {
-                return format!("{event}: modifier e (edge detect) needs a counter mask c>=1");
-            }
-            match rc {
-                PFM_ERR_FEATCOMB => format!(
-                    "{event}: these umasks/modifiers cannot be combined (libpfm4: {})",
-                    pfm.error_text(rc)
-                ),
-                PFM_ERR_ATTR_VAL => format!(
-                    "{event}: a modifier value is out of range (libpfm4: {})",
-                    pfm.error_text(rc)
-                ),
-                PFM_ERR_ATTR_SET => format!(
-                    "{event}: a modifier is given twice or conflicts with the event's preset \
-                     (libpfm4: {})",
-                    pfm.error_text(rc)
-                ),
-                PFM_ERR_UMASK => format!(
-                    "{event}: missing or invalid unit mask (libpfm4: {})",
-                    pfm.error_text(rc)
-                ),
-                _ => format!(
-                    "{event}: umask or modifier not valid here (libpfm4: {})",
-                    pfm.error_text(rc)
-                ),
-            }
+            bad_attributes(pfm, text, rc)
         }
         PFM_ERR_INVAL | PFM_ERR_NOTSUPP | PFM_ERR_TOOMANY => {
             format!("libpfm4: {}", pfm.error_text(rc))
         }
         _ => format!("libpfm4: {}", pfm.error_text(rc)),
     }
+}
+
+/// No PMU active here knows the event: the active PMUs, and how to encode for another model.
+fn unknown_event(pfm: &Pfm, text: &str) -> String {
+    let active = pfm.active_pmus();
+    if active.is_empty()
+        && let Some(forced) = super::pfm_model::forced()
+    {
+        return format!(
+            "libpfm4 has no PMU '{forced}' to encode for (LIBPFM_FORCE_PMU={forced}; \
+             this libpfm4 build lacks it, e.g. it was built for another architecture)"
+        );
+    }
+    let active = if active.is_empty() {
+        "none".to_string()
+    } else {
+        active.join(", ")
+    };
+    let force = match text.split_once("::") {
+        Some((p, _)) => format!("LIBPFM_FORCE_PMU={p}"),
+        None => "LIBPFM_FORCE_PMU=<pmu>".to_string(),
+    };
+    format!(
+        "unknown event: not a perf generic name, and libpfm4 knows no such event on \
+         the PMUs active here ({active}); to encode it for another CPU model, set {force}"
+    )
+}
+
+/// The event exists but its umasks or modifiers were refused: the one it does not have (with
+/// close matches), an edge without a counter mask, or what libpfm says of the combination.
+fn bad_attributes(pfm: &Pfm, text: &str, rc: c_int) -> String {
+    let toks = tokens(text);
+    // Look the event up by name alone: libpfm refuses the whole string for a bad umask.
+    let name_only = match text.split_once("::") {
+        Some((p, r)) => format!("{p}::{}", r.split(':').next().unwrap_or("")),
+        None => text.split(':').next().unwrap_or("").to_string(),
+    };
+    let Some((event, attrs)) = CString::new(name_only)
+        .ok()
+        .and_then(|n| pfm.event_attrs(&n))
+    else {
+        return format!("libpfm4: {}", pfm.error_text(rc));
+    };
+    let known = |k: &str| attrs.iter().any(|(n, _)| n.eq_ignore_ascii_case(k));
+    let raw_umask = attrs.iter().any(|(_, t)| *t == PFM_ATTR_RAW_UMASK);
+    if let Some((bad, _)) = toks
+        .iter()
+        .find(|(k, _)| !(known(k) || (raw_umask && k.starts_with("0x"))))
+    {
+        return no_such_attribute(&event, bad, &attrs);
+    }
+    if rc == PFM_ERR_ATTR && edge_without_cmask(&toks) {
+        return format!("{event}: modifier e (edge detect) needs a counter mask c>=1");
+    }
+    let why = match rc {
+        PFM_ERR_FEATCOMB => "these umasks/modifiers cannot be combined",
+        PFM_ERR_ATTR_VAL => "a modifier value is out of range",
+        PFM_ERR_ATTR_SET => "a modifier is given twice or conflicts with the event's preset",
+        PFM_ERR_UMASK => "missing or invalid unit mask",
+        _ => "umask or modifier not valid here",
+    };
+    format!("{event}: {why} (libpfm4: {})", pfm.error_text(rc))
+}
+
+/// `{event}` has no umask or modifier `bad`: the close matches, its modifiers and how many
+/// umasks it has.
+fn no_such_attribute(event: &str, bad: &str, attrs: &[(String, c_int)]) -> String {
+    let mods: Vec<&str> = attrs
+        .iter()
+        .filter(|(_, t)| *t != PFM_ATTR_UMASK && *t != PFM_ATTR_RAW_UMASK)
+        // perf_event extensions imc refuses anyway are not worth suggesting
+        .filter(|(n, _)| !REFUSED_MODS.contains(&n.as_str()))
+        .map(|(n, _)| n.as_str())
+        .collect();
+    let umasks: Vec<&str> = attrs
+        .iter()
+        .filter(|(_, t)| *t == PFM_ATTR_UMASK)
+        .map(|(n, _)| n.as_str())
+        .collect();
+    let close = super::close_matches(bad, umasks.iter().copied());
+    let close = if close.is_empty() {
+        String::new()
+    } else {
+        format!("did you mean {}? ", close.join(", "))
+    };
+    format!(
+        "{event} has no umask or modifier '{bad}' ({close}modifiers: {}; {} umasks)",
+        mods.join(", "),
+        umasks.len()
+    )
+}
+
+/// Edge detect (`e`, not `e=0`) asked for without a counter mask of at least 1.
+fn edge_without_cmask(toks: &[(String, Option<String>)]) -> bool {
+    let has = |k: &str| toks.iter().find(|(n, _)| n == k);
+    let edge = has("e").is_some_and(|(_, v)| v.as_deref().is_none_or(|v| v != "0"));
+    let cmask = has("c").and_then(|(_, v)| v.as_deref().map(str::to_string));
+    edge && cmask
+        .as_deref()
+        .is_none_or(|c| super::parse_u64(c).is_none_or(|v| v == 0))
 }
 
 #[cfg(test)]

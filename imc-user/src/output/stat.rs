@@ -3,7 +3,9 @@
 //! At `-I 1` this runs a thousand times a second, so each interval is formatted into a reused
 //! byte buffer (no allocation once warm), JSON keys are escaped once up front, and the whole
 //! interval reaches the writer in one `write` + `flush`.
-use crate::counting::stat_loop::{Bytes, IntervalReport, Layout, Sink};
+use crate::counting::stat_loop::{
+    Bytes, IntervalReport, Layout, PackageBytes, PackageLayout, StatSink,
+};
 use crate::output::latency::LatencyCols;
 use std::io::{self, Write};
 
@@ -32,7 +34,7 @@ pub struct StatWriter<W: Write> {
     latency: Option<LatencyCols>,
 }
 
-impl<W: Write> Sink for StatWriter<W> {
+impl<W: Write> StatSink for StatWriter<W> {
     fn interval(&mut self, layout: &Layout, report: &IntervalReport) -> io::Result<()> {
         self.write_interval(layout, report)
     }
@@ -44,6 +46,75 @@ impl<W: Write> Sink for StatWriter<W> {
 /// `s` as a JSON string literal.
 pub fn json_string(s: &str) -> String {
     serde_json::Value::String(s.to_string()).to_string()
+}
+
+/// One package's JSON object: its bytes, its peak and utilisation, its channels (`pmus`: each
+/// channel's PMU as a JSON string) and, where it has several, its memory kinds.
+fn json_package(
+    b: &mut Vec<u8>,
+    layout: &Layout,
+    r: &IntervalReport,
+    p: &PackageLayout,
+    pb: &PackageBytes,
+    pmus: &[String],
+) {
+    let _ = write!(b, "{{\"id\":{},", p.id);
+    bytes_json(b, r, &pb.bytes);
+    // Extra fields: the theoretical peak and the share of it used, null when unknown.
+    if let Some(peak) = p.peak_bytes_per_s {
+        b.extend_from_slice(b",\"peak_bytes_per_s\":");
+        json_num(b, peak.round());
+        b.extend_from_slice(b",\"utilisation\":");
+        json_num(b, r.rate(pb.bytes.total()) / peak);
+    } else if layout.peak_unknown.is_some() {
+        b.extend_from_slice(b",\"utilisation\":null");
+    }
+    b.extend_from_slice(b",\"channels\":[");
+    for (ci, cb) in pb.channels.iter().enumerate() {
+        if ci > 0 {
+            b.push(b',');
+        }
+        let _ = write!(b, "{{\"pmu\":{},", pmus[ci]);
+        b.extend_from_slice(b"\"read_bytes\":");
+        json_num(b, cb.read);
+        b.extend_from_slice(b",\"write_bytes\":");
+        json_num(b, cb.write);
+        if cb.total_only != 0.0 {
+            b.extend_from_slice(b",\"total_bytes\":");
+            json_num(b, cb.total());
+        }
+        if p.memories.len() > 1 {
+            let _ = write!(b, ",\"memory\":\"{}\"", p.channels[ci].0.as_str());
+        }
+        b.push(b'}');
+    }
+    b.push(b']');
+    if p.memories.len() > 1 {
+        // KNL: DDR and MCDRAM apart, as well as the package total.
+        b.extend_from_slice(b",\"memory\":[");
+        for (mi, (m, mb)) in p.memories.iter().zip(&pb.memories).enumerate() {
+            if mi > 0 {
+                b.push(b',');
+            }
+            let _ = write!(b, "{{\"kind\":\"{}\",", m.as_str());
+            bytes_json(b, r, mb);
+            b.push(b'}');
+        }
+        b.push(b']');
+    }
+    b.push(b'}');
+}
+
+/// `"key":value` pairs, comma-separated (the keys already JSON strings).
+fn json_fields<'a>(b: &mut Vec<u8>, fields: impl Iterator<Item = (&'a String, &'a f64)>) {
+    for (n, (k, v)) in fields.enumerate() {
+        if n > 0 {
+            b.push(b',');
+        }
+        b.extend_from_slice(k.as_bytes());
+        b.push(b':');
+        json_num(b, *v);
+    }
 }
 
 /// A JSON number: finite values as-is (integers without a fraction), anything else as 0.
@@ -171,63 +242,10 @@ impl<W: Write> StatWriter<W> {
             if pi > 0 {
                 b.push(b',');
             }
-            let _ = write!(b, "{{\"id\":{},", p.id);
-            bytes_json(b, r, &pb.bytes);
-            // Extra fields: the theoretical peak and the share of it used, null when unknown.
-            if let Some(peak) = p.peak_bytes_per_s {
-                b.extend_from_slice(b",\"peak_bytes_per_s\":");
-                json_num(b, peak.round());
-                b.extend_from_slice(b",\"utilisation\":");
-                json_num(b, r.rate(pb.bytes.total()) / peak);
-            } else if layout.peak_unknown.is_some() {
-                b.extend_from_slice(b",\"utilisation\":null");
-            }
-            b.extend_from_slice(b",\"channels\":[");
-            for (ci, cb) in pb.channels.iter().enumerate() {
-                if ci > 0 {
-                    b.push(b',');
-                }
-                let _ = write!(b, "{{\"pmu\":{},", self.json_channels[pi][ci]);
-                b.extend_from_slice(b"\"read_bytes\":");
-                json_num(b, cb.read);
-                b.extend_from_slice(b",\"write_bytes\":");
-                json_num(b, cb.write);
-                if cb.total_only != 0.0 {
-                    b.extend_from_slice(b",\"total_bytes\":");
-                    json_num(b, cb.total());
-                }
-                if p.memories.len() > 1 {
-                    let _ = write!(b, ",\"memory\":\"{}\"", p.channels[ci].0.as_str());
-                }
-                b.push(b'}');
-            }
-            b.push(b']');
-            if p.memories.len() > 1 {
-                // KNL: DDR and MCDRAM apart, as well as the package total.
-                b.extend_from_slice(b",\"memory\":[");
-                for (mi, (m, mb)) in p.memories.iter().zip(&pb.memories).enumerate() {
-                    if mi > 0 {
-                        b.push(b',');
-                    }
-                    let _ = write!(b, "{{\"kind\":\"{}\",", m.as_str());
-                    bytes_json(b, r, mb);
-                    b.push(b'}');
-                }
-                b.push(b']');
-            }
-            b.push(b'}');
+            json_package(b, layout, r, p, pb, &self.json_channels[pi]);
         }
         b.extend_from_slice(b"],\"values\":{");
-        let mut first = true;
-        for (k, v) in self.json_keys.iter().zip(&r.values) {
-            if !first {
-                b.push(b',');
-            }
-            first = false;
-            b.extend_from_slice(k.as_bytes());
-            b.push(b':');
-            json_num(b, *v);
-        }
+        json_fields(b, self.json_keys.iter().zip(&r.values));
         b.push(b'}');
         if let Some(l) = &self.latency {
             l.json(b, r);
@@ -235,18 +253,8 @@ impl<W: Write> StatWriter<W> {
         if r.multiplexed {
             // Extra field: the fraction of the interval each multiplexed counter ran.
             b.extend_from_slice(b",\"multiplexed\":{");
-            let mut first = true;
-            for (k, f) in self.json_keys.iter().zip(&r.value_fraction) {
-                if *f < 1.0 {
-                    if !first {
-                        b.push(b',');
-                    }
-                    first = false;
-                    b.extend_from_slice(k.as_bytes());
-                    b.push(b':');
-                    json_num(b, *f);
-                }
-            }
+            let ran = self.json_keys.iter().zip(&r.value_fraction);
+            json_fields(b, ran.filter(|(_, f)| **f < 1.0));
             b.push(b'}');
         }
         if !r.missing.is_empty() {

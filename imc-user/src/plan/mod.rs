@@ -15,7 +15,8 @@ pub mod text;
 pub mod weights;
 
 use crate::model::{
-    BackendKind, Direction, Discovery, Encoded, Scope, Source, Topology, Weighting,
+    BackendKind, Direction, Discovery, Encoded, Scope, Source, SourceEvent, SourcePmu, Topology,
+    Weighting,
 };
 use imc_common::{MAX_PKG_COUNTERS, MAX_SLOTS};
 pub use kernel::Kernel;
@@ -680,27 +681,13 @@ pub fn source_counters(source: &Source, topo: &Topology) -> Vec<Counter> {
     for (i, p) in source.pmus.iter().enumerate() {
         by_name.entry(p.name.as_str()).or_insert(i);
     }
+    let pmu_of = |ev: &SourceEvent| by_name.get(ev.pmu.as_str()).map(|&i| &source.pmus[i]);
     // A stand-in source's events (msr tsc, page-faults) are counted as plain values per CPU.
     let stand_in = !source.backend.is_memory_controller();
     for ev in &source.events {
         let direction = ev.direction.or_else(|| direction_of_name(&ev.name));
         if stand_in {
-            if let (Some(config), Some(pmu)) = (
-                ev.config,
-                by_name.get(ev.pmu.as_str()).map(|&i| &source.pmus[i]),
-            ) {
-                let enc = Encoded {
-                    event: format!("{}/{}", ev.pmu, ev.name),
-                    pmu: ev.pmu.clone(),
-                    pmu_type: pmu.pmu_type,
-                    config,
-                    config1: ev.config1.unwrap_or(0),
-                    ..Default::default()
-                };
-                let mut c = event_counter(&ev.name, &enc, None, None, pmu.cpus.clone(), None);
-                c.bytes_per_count = None;
-                out.push(c);
-            }
+            out.extend(stand_in_counter(ev, pmu_of(ev)));
             continue;
         }
         let Some(direction) = direction else {
@@ -709,77 +696,121 @@ pub fn source_counters(source: &Source, topo: &Topology) -> Vec<Counter> {
         let channel = by_name.get(ev.pmu.as_str()).copied().unwrap_or(0) as u32;
         let several = source.pmus.len() > 1;
         if let (Some(address), Some(width)) = (ev.address, ev.width) {
-            // /dev/mem counters: one package, no perf encoding.
-            let package = topo.packages.first().map_or(0, |p| p.id);
-            out.push(Counter {
-                pmu: if ev.pmu.is_empty() {
-                    "mchbar".into()
-                } else {
-                    ev.pmu.clone()
-                },
-                event: ev.name.clone(),
-                package: Some(package),
-                channel: None,
-                direction: Some(direction),
-                scope: "package",
-                cpus: Vec::new(),
-                reader: Reader::Tick,
-                bytes_per_count: Some(ev.bytes_per_count.unwrap_or(64.0)),
-                slot: None,
-                role: "traffic",
-                encoding: Encoding::default(),
-                weight: None,
-                value_key: ev.name.clone(),
-                encoded: Encoded::default(),
-                counter_bits: 64,
-                address: Some(address),
-                width: Some(width),
-            });
+            out.push(mchbar_counter(ev, direction, topo, address, width));
             continue;
         }
         let Some(config) = ev.config else { continue };
-        let Some(pmu) = by_name.get(ev.pmu.as_str()).map(|&i| &source.pmus[i]) else {
+        let Some(pmu) = pmu_of(ev) else {
             continue;
         };
-        for (i, &cpu) in pmu.cpus.iter().enumerate() {
+        let channel = several.then_some(channel);
+        out.extend(pmu.cpus.iter().enumerate().map(|(i, &cpu)| {
             let package = package_of(topo, cpu, i);
-            let scope = if several {
-                Scope::Channel { package, channel }
-            } else {
-                Scope::Package(package)
-            };
-            out.push(Counter {
-                pmu: ev.pmu.clone(),
-                event: ev.name.clone(),
-                package: Some(package),
-                channel: several.then_some(channel),
-                direction: Some(direction),
-                scope: scope_name(scope),
-                cpus: vec![cpu],
-                reader: Reader::Tick,
-                bytes_per_count: Some(ev.bytes_per_count.unwrap_or(1.0)),
-                slot: None,
-                role: "traffic",
-                encoding: Encoding::default(),
-                weight: None,
-                value_key: value_key(source.backend, &ev.name),
-                encoded: Encoded {
-                    event: format!("{}/{}", ev.pmu, ev.name),
-                    pmu: ev.pmu.clone(),
-                    pmu_type: pmu.pmu_type,
-                    config,
-                    config1: ev.config1.unwrap_or(0),
-                    bytes_per_count: ev.bytes_per_count,
-                    cpus: Some(vec![cpu]),
-                    ..Default::default()
-                },
-                counter_bits: ev.counter_bits,
-                address: None,
-                width: None,
-            });
-        }
+            channel_counter(source, ev, pmu, config, direction, package, channel, cpu)
+        }));
     }
     out
+}
+
+/// A stand-in's event (msr tsc, page-faults): a plain value per CPU, no bytes.
+fn stand_in_counter(ev: &SourceEvent, pmu: Option<&SourcePmu>) -> Option<Counter> {
+    let (Some(config), Some(pmu)) = (ev.config, pmu) else {
+        return None;
+    };
+    let enc = Encoded {
+        event: format!("{}/{}", ev.pmu, ev.name),
+        pmu: ev.pmu.clone(),
+        pmu_type: pmu.pmu_type,
+        config,
+        config1: ev.config1.unwrap_or(0),
+        ..Default::default()
+    };
+    let mut c = event_counter(&ev.name, &enc, None, None, pmu.cpus.clone(), None);
+    c.bytes_per_count = None;
+    Some(c)
+}
+
+/// A /dev/mem counter (MCHBAR): one package, no perf encoding.
+fn mchbar_counter(
+    ev: &SourceEvent,
+    direction: Direction,
+    topo: &Topology,
+    address: u64,
+    width: u8,
+) -> Counter {
+    let package = topo.packages.first().map_or(0, |p| p.id);
+    Counter {
+        pmu: if ev.pmu.is_empty() {
+            "mchbar".into()
+        } else {
+            ev.pmu.clone()
+        },
+        event: ev.name.clone(),
+        package: Some(package),
+        channel: None,
+        direction: Some(direction),
+        scope: "package",
+        cpus: Vec::new(),
+        reader: Reader::Tick,
+        bytes_per_count: Some(ev.bytes_per_count.unwrap_or(64.0)),
+        slot: None,
+        role: "traffic",
+        encoding: Encoding::default(),
+        weight: None,
+        value_key: ev.name.clone(),
+        encoded: Encoded::default(),
+        counter_bits: 64,
+        address: Some(address),
+        width: Some(width),
+    }
+}
+
+/// A PMU event read on `cpu` for `package`: the channel's counter where the source has one
+/// PMU per channel (`channel`), else the package's.
+#[allow(clippy::too_many_arguments)]
+fn channel_counter(
+    source: &Source,
+    ev: &SourceEvent,
+    pmu: &SourcePmu,
+    config: u64,
+    direction: Direction,
+    package: u32,
+    channel: Option<u32>,
+    cpu: u32,
+) -> Counter {
+    let scope = match channel {
+        Some(channel) => Scope::Channel { package, channel },
+        None => Scope::Package(package),
+    };
+    Counter {
+        pmu: ev.pmu.clone(),
+        event: ev.name.clone(),
+        package: Some(package),
+        channel,
+        direction: Some(direction),
+        scope: scope_name(scope),
+        cpus: vec![cpu],
+        reader: Reader::Tick,
+        bytes_per_count: Some(ev.bytes_per_count.unwrap_or(1.0)),
+        slot: None,
+        role: "traffic",
+        encoding: Encoding::default(),
+        weight: None,
+        value_key: value_key(source.backend, &ev.name),
+        encoded: Encoded {
+            event: format!("{}/{}", ev.pmu, ev.name),
+            pmu: ev.pmu.clone(),
+            pmu_type: pmu.pmu_type,
+            config,
+            config1: ev.config1.unwrap_or(0),
+            bytes_per_count: ev.bytes_per_count,
+            cpus: Some(vec![cpu]),
+            ..Default::default()
+        },
+        counter_bits: ev.counter_bits,
+        address: None,
+        width: None,
+    }
 }
 
 /// Channels numbered in order within each package and direction (and memory), where a package
@@ -925,6 +956,37 @@ fn assign_slots(
     req: &Request,
     notes: &mut Vec<String>,
 ) -> Result<Vec<Slot>, PlanError> {
+    let mut slots = slots_of(counters, req);
+    if slots.len() > MAX_SLOTS {
+        return Err(PlanError::BadRequest(format!(
+            "{} counters to read per tick, at most {MAX_SLOTS} (a package event counts once, \
+             whatever its channels): name fewer with -e",
+            slots.len()
+        )));
+    }
+    say_package_sums(&mut slots, counters);
+    let nr_package = counters.iter().filter(|c| c.package.is_some()).count();
+    let possible = found
+        .topology
+        .possible
+        .len()
+        .max(found.topology.online.len());
+    if nr_package > possible {
+        notes.push(format!(
+            "{nr_package} package counters and {possible} CPUs: their array is longer than the \
+             CPU count that aya gives such arrays, so imc makes it on a private bpffs mount \
+             (needs root or CAP_SYS_ADMIN) and removes the mount once loaded"
+        ));
+    }
+    for pkg in packages_of(counters) {
+        assign_package_readers(counters, pkg, found, kernel, req, notes)?;
+    }
+    Ok(slots)
+}
+
+/// One slot per distinct [`slot_key`], in first-appearance order; each counter told its slot
+/// and its slot's role.
+fn slots_of(counters: &mut [Counter], req: &Request) -> Vec<Slot> {
     let mut slots: Vec<Slot> = Vec::new();
     let mut keys: Vec<String> = Vec::new();
     for (i, c) in counters.iter_mut().enumerate() {
@@ -933,41 +995,44 @@ fn assign_slots(
             Some(i) => i,
             None => {
                 keys.push(key);
-                slots.push(Slot {
-                    event: c.value_key.clone(),
-                    scope: if c.package.is_some() {
-                        "package"
-                    } else {
-                        "cpu"
-                    },
-                    direction: match c.weight {
-                        Some(w) => w.direction,
-                        None => c.direction,
-                    },
-                    role: if c.weight.is_some() {
-                        "weight"
-                    } else if c.bytes_per_count.is_some() || slots.is_empty() {
-                        "traffic"
-                    } else {
-                        "other"
-                    },
-                    remote: c.weight.is_some_and(|w| w.remote),
-                    bytes_per_count: c.bytes_per_count,
-                    sum: None,
-                });
+                slots.push(new_slot(c, slots.is_empty()));
                 keys.len() - 1
             }
         };
         c.slot = Some(index);
         c.role = slots[index].role;
     }
-    if slots.len() > MAX_SLOTS {
-        return Err(PlanError::BadRequest(format!(
-            "{} counters to read per tick, at most {MAX_SLOTS} (a package event counts once, \
-             whatever its channels): name fewer with -e",
-            slots.len()
-        )));
+    slots
+}
+
+/// The slot `c` is the first counter of (`first`: the first slot of the plan).
+fn new_slot(c: &Counter, first: bool) -> Slot {
+    Slot {
+        event: c.value_key.clone(),
+        scope: if c.package.is_some() {
+            "package"
+        } else {
+            "cpu"
+        },
+        direction: match c.weight {
+            Some(w) => w.direction,
+            None => c.direction,
+        },
+        role: if c.weight.is_some() {
+            "weight"
+        } else if c.bytes_per_count.is_some() || first {
+            "traffic"
+        } else {
+            "other"
+        },
+        remote: c.weight.is_some_and(|w| w.remote),
+        bytes_per_count: c.bytes_per_count,
+        sum: None,
     }
+}
+
+/// Each package slot says how many counters a package sums into it (the most of any package).
+fn say_package_sums(slots: &mut [Slot], counters: &[Counter]) {
     for (i, slot) in slots.iter_mut().enumerate() {
         if slot.scope != "package" {
             continue;
@@ -982,59 +1047,56 @@ fn assign_slots(
         let most = per_pkg.values().copied().max().unwrap_or(0);
         slot.sum = Some(format!("sum of {most} counter(s) per package"));
     }
-    let nr_package = counters.iter().filter(|c| c.package.is_some()).count();
-    let possible = found
-        .topology
-        .possible
-        .len()
-        .max(found.topology.online.len());
-    if nr_package > possible {
-        notes.push(format!(
-            "{nr_package} package counters and {possible} CPUs: their array is longer than the \
-             CPU count that aya gives such arrays, so imc makes it on a private bpffs mount \
-             (needs root or CAP_SYS_ADMIN) and removes the mount once loaded"
-        ));
-    }
+}
+
+/// Who reads package `pkg`'s counters: the tick of one CPU per reader, or userspace every
+/// drain where a PMU holds more events than it has counters (the kernel multiplexes them).
+fn assign_package_readers(
+    counters: &mut [Counter],
+    pkg: u32,
+    found: &Discovery,
+    kernel: &Kernel,
+    req: &Request,
+    notes: &mut Vec<String>,
+) -> Result<(), PlanError> {
     let idle_every_ms = 2 * req.drain_ms;
-    for pkg in packages_of(counters) {
-        let in_pkg: Vec<usize> = (0..counters.len())
-            .filter(|&i| counters[i].package == Some(pkg))
-            .collect();
-        if in_pkg.len() > MAX_PKG_COUNTERS as usize {
-            return Err(PlanError::BadRequest(format!(
-                "package {pkg}: {} counters, more than the {MAX_PKG_COUNTERS} one reader reads \
-                 at a tick: name fewer with -e",
-                in_pkg.len()
-            )));
-        }
-        let crowded = crowded_pmus(counters, &in_pkg);
-        let readers = if crowded.is_empty() {
-            let r = package_readers(counters, &in_pkg, pkg, &found.topology, kernel);
-            notes.push(reader_note(counters, &in_pkg, pkg, &r, kernel));
-            r
-        } else {
-            notes.push(format!(
-                "package {pkg}: {} counts {} events with {} hardware counters, so the kernel \
-                 takes turns and each count must be scaled by its time enabled/running, which \
-                 a tick's sum cannot do: userspace reads and scales them every {} ms",
-                crowded[0].0, crowded[0].1, crowded[0].2, req.drain_ms
-            ));
-            Vec::new()
-        };
-        for i in in_pkg {
-            counters[i].reader = if readers.is_empty() {
-                Reader::Userspace {
-                    every_ms: req.drain_ms,
-                }
-            } else {
-                Reader::PackageTick {
-                    cpus: readers.clone(),
-                    idle_every_ms,
-                }
-            };
-        }
+    let in_pkg: Vec<usize> = (0..counters.len())
+        .filter(|&i| counters[i].package == Some(pkg))
+        .collect();
+    if in_pkg.len() > MAX_PKG_COUNTERS as usize {
+        return Err(PlanError::BadRequest(format!(
+            "package {pkg}: {} counters, more than the {MAX_PKG_COUNTERS} one reader reads \
+             at a tick: name fewer with -e",
+            in_pkg.len()
+        )));
     }
-    Ok(slots)
+    let crowded = crowded_pmus(counters, &in_pkg);
+    let readers = if crowded.is_empty() {
+        let r = package_readers(counters, &in_pkg, pkg, &found.topology, kernel);
+        notes.push(reader_note(counters, &in_pkg, pkg, &r, kernel));
+        r
+    } else {
+        notes.push(format!(
+            "package {pkg}: {} counts {} events with {} hardware counters, so the kernel \
+             takes turns and each count must be scaled by its time enabled/running, which \
+             a tick's sum cannot do: userspace reads and scales them every {} ms",
+            crowded[0].0, crowded[0].1, crowded[0].2, req.drain_ms
+        ));
+        Vec::new()
+    };
+    for i in in_pkg {
+        counters[i].reader = if readers.is_empty() {
+            Reader::Userspace {
+                every_ms: req.drain_ms,
+            }
+        } else {
+            Reader::PackageTick {
+                cpus: readers.clone(),
+                idle_every_ms,
+            }
+        };
+    }
+    Ok(())
 }
 
 /// Hardware counters of one instance of a package PMU, where fewer than the events imc may put

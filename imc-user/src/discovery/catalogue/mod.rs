@@ -1,0 +1,402 @@
+//! The backend catalogue: for every `BackendKind`, whether this machine offers it, why not,
+//! its PMUs with their designated CPUs, and the events it would count.
+//!
+//! Encodings come from the PMU's sysfs aliases through `encode_terms` whenever the kernel
+//! provides them. Where a kernel exports no alias (older kernels, AMD, KNL), imc carries the
+//! alias *text* (`event=0x04,umask=0x03`) with its public source and still encodes it through
+//! the PMU's own `format/` files, so no config integer or PMU type is hard-coded.
+mod amd;
+mod intel;
+mod knl;
+mod power;
+mod stand_in;
+
+use super::format::encode_terms;
+use super::machine::Machine;
+use super::sysfs::{DiscoveryError, bytes_per_count};
+use super::topology::designated_cpus;
+use crate::model::{BackendKind, Direction, Pmu, Source, SourceEvent, SourcePmu, Topology};
+use amd::{amd_df, amd_umc};
+use intel::{intel_client_imc, intel_client_mchbar, intel_uncore_imc};
+use knl::knl;
+use power::power_nest;
+use stand_in::{msr, software};
+use std::path::Path;
+
+pub(crate) struct Ctx<'a> {
+    pub root: &'a Path,
+    pub topo: &'a Topology,
+    pub machine: &'a Machine,
+    pub pmus: &'a [Pmu],
+}
+
+impl Ctx<'_> {
+    fn pmu(&self, name: &str) -> Option<&Pmu> {
+        self.pmus.iter().find(|p| p.name == name)
+    }
+
+    /// PMUs named `<prefix><N>`, sorted by N (numbering may have gaps: never assume 0..n).
+    fn numbered(&self, prefix: &str) -> Vec<&Pmu> {
+        let mut v: Vec<(u32, &Pmu)> = self
+            .pmus
+            .iter()
+            .filter_map(|p| {
+                let n = p.name.strip_prefix(prefix)?;
+                (!n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+                    .then(|| n.parse().ok().map(|n| (n, p)))
+                    .flatten()
+            })
+            .collect();
+        v.sort_by_key(|(n, _)| *n);
+        v.into_iter().map(|(_, p)| p).collect()
+    }
+
+    fn source_pmu(&self, pmu: &Pmu) -> SourcePmu {
+        let cpus = match &pmu.cpumask {
+            Some(mask) => designated_cpus(self.topo, mask),
+            // No cpumask: a CPU-scope PMU, opened on every online CPU.
+            None => self.topo.online.clone(),
+        };
+        SourcePmu {
+            name: pmu.name.clone(),
+            pmu_type: pmu.pmu_type,
+            cpus,
+        }
+    }
+}
+
+fn unavailable(backend: BackendKind, reason: impl Into<String>) -> Source {
+    Source {
+        backend,
+        available: false,
+        reason: Some(reason.into()),
+        pmus: Vec::new(),
+        events: Vec::new(),
+    }
+}
+
+/// How an event is specified: a sysfs alias of the PMU, or alias text imc carries.
+enum Spec<'a> {
+    Alias(&'a str),
+    Terms {
+        terms: &'a str,
+        bytes_per_count: f64,
+        source: &'a str,
+    },
+}
+
+struct Want<'a> {
+    name: &'a str,
+    direction: Option<Direction>,
+    spec: Spec<'a>,
+}
+
+/// Encodes one event on one PMU. Errors (a missing alias, a term the PMU's formats do not
+/// define) become a one-line reason naming the file.
+fn encode(pmu: &Pmu, want: &Want, counter_bits: u8) -> Result<SourceEvent, String> {
+    let (terms, bpc, origin) = match &want.spec {
+        Spec::Alias(alias) => {
+            let Some(a) = pmu.events.get(*alias) else {
+                return Err(DiscoveryError::NoEvents {
+                    path: pmu.path.join("events").join(alias),
+                    pmu: pmu.name.clone(),
+                    alias: alias.to_string(),
+                }
+                .to_string());
+            };
+            (
+                a.terms.clone(),
+                bytes_per_count(a.scale, a.unit.as_deref()),
+                format!("sysfs {}/events/{}", pmu.name, alias),
+            )
+        }
+        Spec::Terms {
+            terms,
+            bytes_per_count,
+            source,
+        } => (
+            terms.to_string(),
+            Some(*bytes_per_count),
+            format!("{terms} ({source})"),
+        ),
+    };
+    let words = encode_terms(pmu, &terms).map_err(|e| {
+        format!(
+            "{}: {e}",
+            pmu.path
+                .join(match &want.spec {
+                    Spec::Alias(a) => format!("events/{a}"),
+                    Spec::Terms { .. } => "format".to_string(),
+                })
+                .display()
+        )
+    })?;
+    Ok(SourceEvent {
+        name: want.name.to_string(),
+        pmu: pmu.name.clone(),
+        config: Some(words.config),
+        config1: Some(words.config1),
+        bytes_per_count: bpc,
+        address: None,
+        width: None,
+        direction: want.direction,
+        counter_bits,
+        origin,
+    })
+}
+
+/// A source over `pmus`, each with every event of `wants`.
+fn build(
+    ctx: &Ctx,
+    backend: BackendKind,
+    pmus: &[&Pmu],
+    wants: &[Want],
+    counter_bits: u8,
+    reason: Option<String>,
+) -> Source {
+    let mut events = Vec::new();
+    for pmu in pmus {
+        for w in wants {
+            match encode(pmu, w, counter_bits) {
+                Ok(e) => events.push(e),
+                Err(why) => return unavailable(backend, why),
+            }
+        }
+    }
+    Source {
+        backend,
+        available: true,
+        reason,
+        pmus: pmus.iter().map(|p| ctx.source_pmu(p)).collect(),
+        events,
+    }
+}
+
+fn direction_name(d: Direction) -> &'static str {
+    match d {
+        Direction::Read => "read",
+        Direction::Write => "write",
+        Direction::Total => "total",
+    }
+}
+pub(crate) fn catalogue(ctx: &Ctx) -> Result<Vec<Source>, DiscoveryError> {
+    let mut out = Vec::new();
+    for kind in BackendKind::ALL {
+        if ctx.machine.hypervisor && kind.is_memory_controller() {
+            out.push(unavailable(
+                kind,
+                format!(
+                    "running under a hypervisor ({}): guests get no memory-controller counters",
+                    ctx.machine
+                        .hypervisor_source
+                        .as_deref()
+                        .unwrap_or("detected")
+                ),
+            ));
+            continue;
+        }
+        out.push(match kind {
+            BackendKind::IntelUncoreImc => intel_uncore_imc(ctx),
+            BackendKind::IntelClientImc => intel_client_imc(ctx),
+            BackendKind::IntelClientMchbar => intel_client_mchbar(ctx)?,
+            BackendKind::AmdUmc => amd_umc(ctx),
+            BackendKind::AmdDf => amd_df(ctx),
+            BackendKind::PowerNestImc => power_nest(ctx),
+            BackendKind::KnlEdc | BackendKind::KnlImc => knl(ctx, kind),
+            BackendKind::Msr => msr(ctx),
+            BackendKind::Software => software(ctx),
+        });
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::intel::{GRANITERAPIDS_X, ICELAKE_X, lockdown};
+    use super::*;
+    use crate::discovery::format::parse_format;
+    use crate::model::{EventAlias, Package};
+    use std::collections::BTreeMap;
+
+    fn pmu(name: &str, ty: u32, formats: &[(&str, &str)], events: &[(&str, &str)]) -> Pmu {
+        Pmu {
+            name: name.into(),
+            pmu_type: ty,
+            cpumask: Some(vec![0, 4]),
+            formats: formats
+                .iter()
+                .map(|(n, t)| (n.to_string(), parse_format(n, t).unwrap()))
+                .collect(),
+            events: events
+                .iter()
+                .map(|(n, t)| {
+                    (
+                        n.to_string(),
+                        EventAlias {
+                            name: n.to_string(),
+                            terms: t.to_string(),
+                            scale: Some(6.103515625e-5),
+                            unit: Some("MiB".into()),
+                        },
+                    )
+                })
+                .collect::<BTreeMap<_, _>>(),
+            path: format!("/r/sys/devices/{name}").into(),
+        }
+    }
+
+    fn topo() -> Topology {
+        Topology {
+            online: (0..8).collect(),
+            possible: (0..8).collect(),
+            packages: vec![
+                Package {
+                    id: 0,
+                    cpus: vec![0, 1, 2, 3],
+                },
+                Package {
+                    id: 1,
+                    cpus: vec![4, 5, 6, 7],
+                },
+            ],
+            nodes: vec![],
+        }
+    }
+
+    fn intel(model: u32) -> Machine {
+        Machine {
+            vendor: Some("GenuineIntel".into()),
+            family: Some(6),
+            model: Some(model),
+            ..Machine::default()
+        }
+    }
+
+    const SPR_FMT: &[(&str, &str)] = &[("event", "config:0-7"), ("umask", "config:8-15,32-55")];
+
+    fn configs(s: &Source, name: &str) -> Vec<u64> {
+        s.events
+            .iter()
+            .filter(|e| e.name == name)
+            .map(|e| e.config.unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn granite_rapids_counts_both_schedulers() {
+        let t = topo();
+        let m = intel(GRANITERAPIDS_X);
+        // An older kernel: only the SCH0-only alias exists, which must not be used alone.
+        let pmus = [pmu(
+            "uncore_imc_0",
+            40,
+            SPR_FMT,
+            &[("cas_count_read", "event=0x05,umask=0xcf")],
+        )];
+        let ctx = Ctx {
+            root: Path::new("/r"),
+            topo: &t,
+            machine: &m,
+            pmus: &pmus,
+        };
+        let s = intel_uncore_imc(&ctx);
+        assert!(s.available);
+        assert_eq!(configs(&s, "read"), [0xcf05, 0xcf06]);
+        assert_eq!(configs(&s, "write"), [0xf005, 0xf006]);
+        assert!(s.reason.unwrap().contains("SCH1"));
+
+        // A newer kernel with per-scheduler aliases: those are used.
+        let pmus = [pmu(
+            "uncore_imc_0",
+            40,
+            SPR_FMT,
+            &[
+                ("cas_count_read_sch0", "event=0x05,umask=0xcf"),
+                ("cas_count_read_sch1", "event=0x06,umask=0xcf"),
+                ("cas_count_write_sch0", "event=0x05,umask=0xf0"),
+                ("cas_count_write_sch1", "event=0x06,umask=0xf0"),
+            ],
+        )];
+        let ctx = Ctx { pmus: &pmus, ..ctx };
+        let s = intel_uncore_imc(&ctx);
+        assert_eq!(configs(&s, "read"), [0xcf05, 0xcf06]);
+        assert!(s.events[0].origin.contains("cas_count_read_sch0"));
+    }
+
+    #[test]
+    fn icx_pre_fix_aliases_are_replaced() {
+        let t = topo();
+        let m = intel(ICELAKE_X);
+        let pmus = [pmu(
+            "uncore_imc_0",
+            30,
+            &[("event", "config:0-7"), ("umask", "config:8-15")],
+            &[
+                ("cas_count_read", "event=0x04,umask=0x03"),
+                ("cas_count_write", "event=0x04,umask=0x0c"),
+            ],
+        )];
+        let ctx = Ctx {
+            root: Path::new("/r"),
+            topo: &t,
+            machine: &m,
+            pmus: &pmus,
+        };
+        let s = intel_uncore_imc(&ctx);
+        assert_eq!(configs(&s, "read"), [0x0f04]);
+        assert_eq!(configs(&s, "write"), [0x3004]);
+        assert!(s.reason.unwrap().contains("predate"));
+    }
+
+    #[test]
+    fn zen5_df_channels() {
+        let t = topo();
+        let m = Machine {
+            vendor: Some("AuthenticAMD".into()),
+            family: Some(0x1a),
+            model: Some(0x02),
+            ..Machine::default()
+        };
+        let pmus = [pmu(
+            "amd_df",
+            11,
+            &[
+                ("event", "config:0-7,32-37"),
+                ("umask", "config:8-15,24-27"),
+            ],
+            &[],
+        )];
+        let ctx = Ctx {
+            root: Path::new("/r"),
+            topo: &t,
+            machine: &m,
+            pmus: &pmus,
+        };
+        let s = amd_df(&ctx);
+        assert!(s.available, "{:?}", s.reason);
+        let rd = configs(&s, "read");
+        assert_eq!(rd.len(), 12);
+        // Channel 0: event 0x1f, umask 0xffe → bits 8-15 = 0xfe, bits 24-27 = 0xf.
+        assert_eq!(rd[0], 0x1f | 0xfe << 8 | 0xf << 24);
+        // Channel 4: event 0x11f → bit 32 set.
+        assert_eq!(rd[4], 0x1f | 0xfe << 8 | 0xf << 24 | 1 << 32);
+        assert_eq!(configs(&s, "write")[0], 0x1f | 0xff << 8 | 0xf << 24);
+        // Designated CPUs: one per package from cpumask 0,4.
+        assert_eq!(s.pmus[0].cpus, [0, 4]);
+    }
+
+    #[test]
+    fn lockdown_mode() {
+        let d = tempfile::tempdir().unwrap();
+        assert_eq!(lockdown(d.path()).unwrap(), None);
+        let p = d.path().join("sys/kernel/security");
+        std::fs::create_dir_all(&p).unwrap();
+        std::fs::write(p.join("lockdown"), "[none] integrity confidentiality\n").unwrap();
+        assert_eq!(lockdown(d.path()).unwrap(), None);
+        std::fs::write(p.join("lockdown"), "none integrity [confidentiality]\n").unwrap();
+        assert_eq!(
+            lockdown(d.path()).unwrap().as_deref(),
+            Some("confidentiality")
+        );
+    }
+}

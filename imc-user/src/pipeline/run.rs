@@ -1,0 +1,322 @@
+//! The sampling loop that `imc top`, `imc record` and `imc serve` share: the sampler started as
+//! the plan says, drained into the attributor, each interval handed to a [`Sink`], until
+//! --duration, the measured command's exit, SIGINT, SIGTERM, SIGHUP or the sink ends the run.
+use super::{Drainer, IntervalEnds, Sink};
+use crate::model::Discovery;
+use crate::plan::Plan;
+use crate::sampler::{Sampler, SamplerConfig, SamplerError, planned};
+use std::io;
+use std::os::fd::OwnedFd;
+use std::process::{ExitCode, ExitStatus};
+use std::time::Duration;
+use thiserror::Error;
+use tokio::io::unix::AsyncFd;
+use tokio::process::Child;
+use tokio::signal::unix::{Signal, SignalKind};
+use tokio::time::Instant;
+
+/// Why the sampling loop could not start or go on.
+#[derive(Debug, Error)]
+pub enum PipelineError {
+    /// The sampler did not load or attach.
+    #[error("{0}")]
+    Sampler(#[from] SamplerError),
+    #[error("{signal} handler: {source}")]
+    Signal {
+        signal: &'static str,
+        #[source]
+        source: io::Error,
+    },
+    #[error("polling the kernel's wake-ups: {0}")]
+    Wakeups(#[source] io::Error),
+    /// The command after `--` did not start: what the user asked to run is wrong.
+    #[error("cannot run '{program}': {source}")]
+    Spawn {
+        program: String,
+        #[source]
+        source: io::Error,
+    },
+    /// The sink could not write an interval or a record.
+    #[error("writing output: {0}")]
+    Output(#[source] io::Error),
+    /// The loop failed while the measured command ran; the command was ended with it.
+    #[error(
+        "{source}; the command '{}' (pid {pid}) was killed with the measurement",
+        crate::text::escape(program)
+    )]
+    CommandKilled {
+        program: String,
+        pid: u32,
+        #[source]
+        source: Box<PipelineError>,
+    },
+}
+
+impl PipelineError {
+    /// The user's input is at fault (a command that cannot run), not the machine.
+    pub fn is_bad_input(&self) -> bool {
+        match self {
+            PipelineError::Spawn { .. } => true,
+            PipelineError::CommandKilled { source, .. } => source.is_bad_input(),
+            _ => false,
+        }
+    }
+}
+
+/// How a sampling command runs the loop, from its arguments.
+pub struct LoopOptions<'a> {
+    pub interval_ms: u64,
+    /// `--duration`: stop after this long.
+    pub duration: Option<Duration>,
+    /// `-- CMD ARGS`: run it, stop when it exits, exit with its status.
+    pub command: &'a [String],
+    /// Read each package counter on its own at every interval end (per-channel figures).
+    pub per_channel: bool,
+    /// `--precise`: a record per context switch instead of per-task aggregates at each tick.
+    pub precise: bool,
+    /// `-v` given this many times: once says the tick and the drain, twice also asks the
+    /// kernel for its verifier log.
+    pub verbose: u8,
+}
+
+/// Drains the sampler as the plan's [`crate::plan::Drain`] says into the attributor and hands
+/// each interval to the sink, until --duration, the command's exit, SIGINT, SIGTERM or SIGHUP.
+/// The sampler is dropped (everything detached) on every way out of this function.
+pub async fn sample_loop(
+    opts: &LoopOptions<'_>,
+    found: &Discovery,
+    plan: &Plan,
+    sink: &mut dyn Sink,
+) -> Result<ExitCode, PipelineError> {
+    if let Some(notice) = crate::plan::stand_in::notice(plan, "per process") {
+        sink.notice(&notice);
+    }
+    let cfg = sampler_config(opts, found, plan);
+    if !plan.tick.adds_interrupts {
+        relax_timers(cfg.drain_period_ms);
+    }
+    let sampler = Sampler::start(&cfg)?;
+    if opts.verbose > 0 {
+        say_tick_and_drain(&sampler, &cfg);
+    }
+    let tick_hz = cfg.tick_hz(plan.kernel.hz);
+    let mut drainer = Drainer::new(sampler, &found.topology, plan.source.clone(), tick_hz)
+        .per_channel(opts.per_channel)
+        .weighting(plan.weighting.clone());
+    sink.started();
+    let code = run_loop(opts, &mut drainer, sink, cfg.drain_period_ms).await;
+    drop(drainer);
+    code
+}
+
+/// The sampler's configuration as the plan and the options say.
+fn sampler_config(opts: &LoopOptions<'_>, found: &Discovery, plan: &Plan) -> SamplerConfig {
+    let drain_ms = plan.drain_period_ms(opts.interval_ms);
+    let mut cfg = planned::config_of(plan, &found.topology.online, drain_ms, opts.verbose >= 2);
+    // `--precise`: a record per context switch instead of per-task aggregates at each tick.
+    cfg.aggregate &= !opts.precise;
+    cfg
+}
+
+/// On the kernel's own tick nothing needs imc's wake-ups to be exact: this thread, which runs
+/// the loop's timers (a current-thread runtime), lets the kernel batch them.
+fn relax_timers(drain_period_ms: u32) {
+    let slack_ns = u64::from(drain_period_ms) * 1_000_000 / 4;
+    if let Err(e) = crate::sys::thread::set_timer_slack_ns(slack_ns) {
+        log::info!("timer slack of {slack_ns} ns refused ({e}): imc's wake-ups stay exact");
+    }
+}
+
+/// `-v`: which tick the sampler attached to, and how often it is drained.
+fn say_tick_and_drain(sampler: &Sampler, cfg: &SamplerConfig) {
+    let a = sampler.attached();
+    eprintln!(
+        "imc: tick: {} ({}; adds interrupts: {})",
+        a.source,
+        a.why,
+        if a.adds_interrupts { "yes" } else { "no" }
+    );
+    eprintln!(
+        "imc: drain: every {} ms or when a CPU's ring of {} records is half full",
+        cfg.drain_period_ms,
+        sampler.ring_len()
+    );
+}
+
+/// The loop of [`sample_loop`] around a started drainer: wakes at the drain period, when the
+/// kernel says a ring is half full, at a signal, at --duration or when the command exits.
+async fn run_loop(
+    opts: &LoopOptions<'_>,
+    drainer: &mut Drainer,
+    sink: &mut dyn Sink,
+    drain_ms: u32,
+) -> Result<ExitCode, PipelineError> {
+    let mut wakeups = Wakeups::new(drainer)?;
+    let period = Duration::from_millis(drain_ms.into());
+    let start = Instant::now();
+    let deadline = opts.duration.map(|d| start + d);
+    let mut ends = IntervalEnds::starting(crate::sampler::monotonic_ns(), opts.interval_ms);
+    // Start the command only once the sampler runs, so none of its traffic is missed.
+    let mut child = spawn_command(opts.command)?;
+    let mut exit = ExitCode::SUCCESS;
+    let mut next_wake = start + period;
+    // A failure ends the loop here, not with `?`: the command must not outlive it.
+    let mut failed: Option<PipelineError> = None;
+    loop {
+        let wake_at = deadline.map_or(next_wake, |d| d.min(next_wake));
+        let (stop, status) = wakeups.next(wake_at, &mut child).await;
+        drainer.take_wakes();
+        if let Some(st) = status {
+            exit = exit_code_of(st);
+            child = None;
+        }
+        let now = Instant::now();
+        next_wake = now + period;
+        let finished = stop || sink.stop_requested() || deadline.is_some_and(|d| now >= d);
+        match drain_once(drainer, sink, &mut ends, finished) {
+            Ok(true) => {}
+            Ok(false) => break,
+            Err(e) => {
+                failed = Some(e);
+                break;
+            }
+        }
+    }
+    drop(wakeups);
+    if let Some(c) = child {
+        failed = end_command(c, opts.command, failed).await;
+    }
+    failed.map_or(Ok(exit), Err)
+}
+
+/// One wake-up's work: everything the rings hold into the attributor and the sink, and when
+/// the run is `finished` its last interval, from the last end to now. Returns whether to go on.
+fn drain_once(
+    drainer: &mut Drainer,
+    sink: &mut dyn Sink,
+    ends: &mut IntervalEnds,
+    finished: bool,
+) -> Result<bool, PipelineError> {
+    let drain_start = std::time::Instant::now();
+    let (records, go_on) = drainer
+        .drain_into(sink, ends, crate::sampler::monotonic_ns())
+        .map_err(PipelineError::Output)?;
+    sink.drained(records, drain_start.elapsed());
+    if !go_on {
+        return Ok(false);
+    }
+    if finished {
+        let result = drainer.close(true);
+        drainer.say_fallbacks(&result, sink);
+        sink.interval(&result).map_err(PipelineError::Output)?;
+        return Ok(false);
+    }
+    Ok(true)
+}
+
+/// What wakes the loop besides its timer and the command: the signals that end a run and the
+/// kernel's "ring half full" notices.
+struct Wakeups {
+    sigint: Signal,
+    sigterm: Signal,
+    sighup: Signal,
+    ring: AsyncFd<OwnedFd>,
+}
+
+impl Wakeups {
+    fn new(drainer: &Drainer) -> Result<Wakeups, PipelineError> {
+        let handler = |kind, signal| {
+            tokio::signal::unix::signal(kind)
+                .map_err(|source| PipelineError::Signal { signal, source })
+        };
+        let sigint = handler(SignalKind::interrupt(), "SIGINT")?;
+        let sigterm = handler(SignalKind::terminate(), "SIGTERM")?;
+        // A closed terminal or session (SIGHUP) ends the run like INT/TERM: the sink finishes
+        // its output (a recording gets its end marker) instead of the process dying mid-write.
+        let sighup = handler(SignalKind::hangup(), "SIGHUP")?;
+        let wake_fd = drainer
+            .sampler()
+            .wake_fd()
+            .try_clone_to_owned()
+            .map_err(PipelineError::Wakeups)?;
+        // SAFETY: the AsyncFd owns this duplicate, so it stays open and the same for its
+        // lifetime.
+        let ring =
+            unsafe { AsyncFd::register_with_interest(wake_fd, tokio::io::Interest::READABLE) }
+                .map_err(|e| PipelineError::Wakeups(e.into()))?;
+        Ok(Wakeups {
+            sigint,
+            sigterm,
+            sighup,
+            ring,
+        })
+    }
+
+    /// Waits for the first of `wake_at`, a ring's notice, a signal and the command's exit:
+    /// (whether the run is to stop, the command's exit status if it exited).
+    async fn next(
+        &mut self,
+        wake_at: Instant,
+        child: &mut Option<Child>,
+    ) -> (bool, Option<ExitStatus>) {
+        let child_done = async {
+            match child.as_mut() {
+                Some(c) => c.wait().await.ok(),
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = tokio::time::sleep_until(wake_at) => (false, None),
+            r = self.ring.readable() => {
+                if let Ok(mut ready) = r {
+                    ready.clear_ready();
+                }
+                (false, None)
+            }
+            _ = self.sigint.recv() => (true, None),
+            _ = self.sigterm.recv() => (true, None),
+            _ = self.sighup.recv() => (true, None),
+            st = child_done => (true, st),
+        }
+    }
+}
+
+/// `-- CMD ARGS` started, if given.
+fn spawn_command(command: &[String]) -> Result<Option<Child>, PipelineError> {
+    let Some((prog, rest)) = command.split_first() else {
+        return Ok(None);
+    };
+    tokio::process::Command::new(prog)
+        .args(rest)
+        .spawn()
+        .map(Some)
+        .map_err(|source| PipelineError::Spawn {
+            program: prog.clone(),
+            source,
+        })
+}
+
+/// The measured command's status as imc's own exit code (128 + the signal that ended it).
+fn exit_code_of(st: ExitStatus) -> ExitCode {
+    use std::os::unix::process::ExitStatusExt;
+    let code = st.code().unwrap_or_else(|| 128 + st.signal().unwrap_or(0));
+    ExitCode::from(code.clamp(0, 255) as u8)
+}
+
+/// Stopped by signal or --duration while the command still runs, or by a failure (the output
+/// cannot be written): like perf, the measured command ends with the measurement, never left
+/// running on its own. A failure then says so.
+async fn end_command(
+    mut c: Child,
+    command: &[String],
+    failed: Option<PipelineError>,
+) -> Option<PipelineError> {
+    let pid = c.id().unwrap_or(0);
+    let _ = c.start_kill();
+    let _ = c.wait().await;
+    failed.map(|e| PipelineError::CommandKilled {
+        program: command.first().cloned().unwrap_or_default(),
+        pid,
+        source: Box::new(e),
+    })
+}
