@@ -541,9 +541,11 @@ fn aggregate<C: EbpfContext>(ctx: &C, tick: bool) {
         };
         (*e).on_ns = (*e).on_ns.wrapping_add(now.wrapping_sub((*st).last_t));
         let mut ok = (*st).last_ok;
-        for s in 0..MAX_SLOTS as u32 {
+        // Up to the configured slots only: NR_SLOTS is a constant to the verifier, so the loop
+        // is bounded, and a switch does not step through eight slots to use one.
+        for s in 0..nr {
             let bit = 1u32 << s;
-            if s >= nr || cpu_slots & bit == 0 {
+            if cpu_slots & bit == 0 {
                 continue;
             }
             // Zeroed field by field (a literal would be a byte-wise memset: see set_reading).
@@ -697,10 +699,8 @@ unsafe fn counted_nothing(e: *const imc_common::AggTask, nr: u32) -> bool {
             return false;
         }
         let mut sum = 0u64;
-        for s in 0..MAX_SLOTS {
-            if (s as u32) < nr {
-                sum |= (*e).slots[s].value;
-            }
+        for s in 0..(nr as usize).min(MAX_SLOTS) {
+            sum |= (*e).slots[s].value;
         }
         sum == 0
     }
@@ -764,10 +764,7 @@ unsafe fn flush<C: EbpfContext>(ctx: &C, cpu: u32, st: *mut AggState, end: u64, 
             (*rec).flags = (*e).flags;
             set_comm(&raw mut (*rec).comm, Some(&raw const (*e).comm));
             let mut failed = (*e).failed_mask;
-            for s in 0..MAX_SLOTS {
-                if s as u32 >= nr {
-                    continue;
-                }
+            for s in 0..nr as usize {
                 let bit = 1u8 << s;
                 if pkg_slots & u32::from(bit) != 0 {
                     if written == 0 && pkg_ok & bit != 0 {
