@@ -187,7 +187,7 @@ pub fn run(global: &GlobalArgs, args: &RecordArgs) -> CliResult<ExitCode> {
             "imc record needs -o FILE (see imc record --help)",
         ));
     };
-    let specs = crate::sampler::planned::slot_specs(&sel.plan);
+    let specs = crate::sampler::from_plan::slot_specs(&sel.plan);
     let mut header = RecordHeader::new(
         &specs,
         &found.topology,

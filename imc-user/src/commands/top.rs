@@ -69,7 +69,7 @@ pub fn run(global: &GlobalArgs, args: &TopArgs) -> CliResult<ExitCode> {
     let json = args.json || !std::io::stdout().is_terminal();
     // Opened (and any warning said) before the full-screen view takes the terminal.
     let paths = cgroup_paths(global);
-    let specs = crate::sampler::planned::slot_specs(&sel.plan);
+    let specs = crate::sampler::from_plan::slot_specs(&sel.plan);
     let cfg = view_config(&specs, &sel.source, args.top);
     let mut lines;
     let mut live;

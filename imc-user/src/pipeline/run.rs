@@ -4,7 +4,7 @@
 use super::{Drainer, IntervalEnds, Sink};
 use crate::model::Discovery;
 use crate::plan::Plan;
-use crate::sampler::{Sampler, SamplerConfig, SamplerError, planned};
+use crate::sampler::{Sampler, SamplerConfig, SamplerError, from_plan};
 use std::io;
 use std::os::fd::OwnedFd;
 use std::process::{ExitCode, ExitStatus};
@@ -112,7 +112,7 @@ pub async fn sample_loop(
 /// The sampler's configuration as the plan and the options say.
 fn sampler_config(opts: &LoopOptions<'_>, found: &Discovery, plan: &Plan) -> SamplerConfig {
     let drain_ms = plan.drain_period_ms(opts.interval_ms);
-    let mut cfg = planned::config_of(plan, &found.topology.online, drain_ms, opts.verbose >= 2);
+    let mut cfg = from_plan::config_of(plan, &found.topology.online, drain_ms, opts.verbose >= 2);
     // `--precise`: a record per context switch instead of per-task aggregates at each tick.
     cfg.aggregate &= !opts.precise;
     cfg

@@ -2,7 +2,7 @@
 //! and the request to a [`Plan`] — every counter, the package and channel it belongs to, who
 //! reads it and how often, how counters are summed, what runs the sampler, and why, including
 //! what was refused. `stat`, `top`, `record` and `serve` execute a plan (`counting::from_plan` turns
-//! it into stat's counters, `sampler::planned` into the sampler's configuration); `--dry-run`
+//! it into stat's counters, `sampler::from_plan` into the sampler's configuration); `--dry-run`
 //! prints it.
 //!
 //! - [`kernel`]: the facts of the running kernel that shape a plan (release, HZ), read under

@@ -434,7 +434,7 @@ fn a_hybrid_part_weighs_each_cpu_by_its_own_core_pmu_in_one_slot_per_role() {
         assert_eq!(slots.len(), 1, "{dir:?}: {weights:?}");
         assert_eq!(pmus.len(), 2, "{dir:?}: {weights:?}");
     }
-    let cfg = crate::sampler::planned::config_of(&p, &found.topology.online, 1000, false);
+    let cfg = crate::sampler::from_plan::config_of(&p, &found.topology.online, 1000, false);
     let read_slot = weights[0].slot.unwrap();
     let plan = &cfg.slots[read_slot];
     assert_eq!(plan.instances.len(), found.topology.online.len());
@@ -450,7 +450,7 @@ fn a_hybrid_part_weighs_each_cpu_by_its_own_core_pmu_in_one_slot_per_role() {
 fn several_events_of_one_role_each_have_a_slot_and_weigh_together() {
     // Zen 4: DRAM fills near and far, and the L2 prefetchers' misses: three read weights.
     let p = plan_on("zen4-2socket", &kernel("6.8.0"), &request(Command::Top));
-    let specs = crate::sampler::planned::slot_specs(&p);
+    let specs = crate::sampler::from_plan::slot_specs(&p);
     let reads = specs
         .iter()
         .filter(|s| {

@@ -5,9 +5,9 @@
 //! Lifetime is ownership: dropping a [`Sampler`] detaches every link and closes every program,
 //! map and counter fd, so nothing stays loaded after `imc` exits, however it exits.
 pub mod fallback;
+pub mod from_plan;
 pub mod loopback;
 pub mod object;
-pub mod planned;
 mod rings;
 
 mod attach;

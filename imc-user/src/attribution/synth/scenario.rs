@@ -682,7 +682,7 @@ impl Loaded {
 
     /// The synthetic timeline of this scenario under `plan`.
     pub fn synth(&self, plan: &Plan) -> Scenario {
-        let specs = crate::sampler::planned::slot_specs(plan);
+        let specs = crate::sampler::from_plan::slot_specs(plan);
         let topo = &self.found.topology;
         let hz = plan
             .tick
@@ -874,7 +874,7 @@ impl Loaded {
         progress: &mut dyn FnMut(f64),
     ) -> Result<Outcome, ScenarioError> {
         let plan = self.plan(opts)?;
-        let specs = crate::sampler::planned::slot_specs(&plan);
+        let specs = crate::sampler::from_plan::slot_specs(&plan);
         let mut sc = self.synth(&plan);
         sc.aggregate = sc.precise && !opts.precise;
         let duration_ns = sc.duration_ns;
