@@ -306,13 +306,7 @@ impl PerfBackend {
             }
         }
         if groups.is_empty() {
-            let message = failures
-                .first()
-                .map_or_else(|| "no counters to open".to_string(), |f| f.message.clone());
-            return Err(BackendError::NothingOpened {
-                message,
-                errno: first_errno,
-            });
+            return Err(nothing_opened(&failures, first_errno));
         }
         Ok(Self::keep_opened(
             sys, source, planned, groups, failures, None,
@@ -446,13 +440,7 @@ impl PerfBackend {
             groups.extend(opened.map_err(refused)?);
         }
         if groups.is_empty() {
-            let message = failures
-                .first()
-                .map_or_else(|| "no counters to open".to_string(), |f| f.message.clone());
-            return Err(BackendError::NothingOpened {
-                message,
-                errno: None,
-            });
+            return Err(nothing_opened(&failures, None));
         }
         // Start every group as close together as possible so their samples line up; the
         // boundaries count from just before, so no sample is ever early.
@@ -847,6 +835,14 @@ impl Backend for PerfBackend {
     fn take_failures(&mut self) -> Vec<CounterFailure> {
         std::mem::take(&mut self.failures)
     }
+}
+
+/// Not one counter opened: the first failure says why (or that there was nothing to open).
+fn nothing_opened(failures: &[CounterFailure], errno: Option<i32>) -> BackendError {
+    let message = failures
+        .first()
+        .map_or_else(|| "no counters to open".to_string(), |f| f.message.clone());
+    BackendError::NothingOpened { message, errno }
 }
 
 #[cfg(test)]

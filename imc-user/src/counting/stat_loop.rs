@@ -343,43 +343,45 @@ pub fn run(
     failed: &mut dyn FnMut(&CounterFailure),
 ) -> std::io::Result<RunSummary> {
     let interval_ns = interval_ns.max(1);
-    if let Some(period) = backend.timed_period() {
-        return run_timed(
-            backend,
-            clock,
-            layout,
-            period,
-            duration_ns,
-            stop,
-            sink,
-            failed,
-        );
-    }
-    run_woken(
+    let timed = backend.timed_period();
+    let r = StatRun {
         backend,
         clock,
         layout,
-        interval_ns,
         duration_ns,
         stop,
         sink,
         failed,
-    )
+    };
+    match timed {
+        Some(period) => run_timed(r, period),
+        None => run_woken(r, interval_ns),
+    }
+}
+
+/// What both loops of [`run`] work with: the counters, the clock, where the intervals go.
+struct StatRun<'a> {
+    backend: &'a mut dyn Backend,
+    clock: &'a dyn Clock,
+    layout: &'a Layout,
+    duration_ns: Option<u64>,
+    stop: &'a mut dyn Stop,
+    sink: &'a mut dyn StatSink,
+    failed: &'a mut dyn FnMut(&CounterFailure),
 }
 
 /// The loop for backends imc reads itself: it wakes at every interval boundary (and between
 /// them to poll counters too narrow to go a whole interval unread) and reads every counter.
-#[allow(clippy::too_many_arguments)]
-fn run_woken(
-    backend: &mut dyn Backend,
-    clock: &dyn Clock,
-    layout: &Layout,
-    interval_ns: u64,
-    duration_ns: Option<u64>,
-    stop: &mut dyn Stop,
-    sink: &mut dyn StatSink,
-    failed: &mut dyn FnMut(&CounterFailure),
-) -> std::io::Result<RunSummary> {
+fn run_woken(r: StatRun<'_>, interval_ns: u64) -> std::io::Result<RunSummary> {
+    let StatRun {
+        backend,
+        clock,
+        layout,
+        duration_ns,
+        stop,
+        sink,
+        failed,
+    } = r;
     let counters = backend.counters().to_vec();
     let mut report = layout.new_report();
     let n = backend.counters().len();
@@ -511,17 +513,16 @@ fn report_missing(
 /// sleeps until the backend's next wake-up and turns the boundaries into intervals. Stopping
 /// early (signal, child exit) or a duration that is not a whole number of intervals ends with
 /// one direct read for the last, partial interval.
-#[allow(clippy::too_many_arguments)]
-fn run_timed(
-    backend: &mut dyn Backend,
-    clock: &dyn Clock,
-    layout: &Layout,
-    interval_ns: u64,
-    duration_ns: Option<u64>,
-    stop: &mut dyn Stop,
-    sink: &mut dyn StatSink,
-    failed: &mut dyn FnMut(&CounterFailure),
-) -> std::io::Result<RunSummary> {
+fn run_timed(r: StatRun<'_>, interval_ns: u64) -> std::io::Result<RunSummary> {
+    let StatRun {
+        backend,
+        clock,
+        layout,
+        duration_ns,
+        stop,
+        sink,
+        failed,
+    } = r;
     let mut run = TimedRun::new(
         layout,
         backend.counters().to_vec(),
