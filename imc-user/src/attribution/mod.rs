@@ -93,6 +93,10 @@ struct CpuState {
     cache_idx: u32,
     /// Index into `packages`, or u32::MAX for a CPU outside the topology.
     pkg: u32,
+    /// The last task whose reads said where its memory is, and the local fraction they said
+    /// (for a blind weight's segments in which the task read nothing).
+    loc_task: u32,
+    loc: f64,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -120,6 +124,8 @@ struct PkgState {
     acc: [f64; MAX_SLOTS],
     /// The part of `acc` no task took.
     idle: [f64; MAX_SLOTS],
+    /// The part of `idle` no core counter saw (device traffic).
+    device: [f64; MAX_SLOTS],
 }
 
 impl PkgSlot {
@@ -195,6 +201,18 @@ pub struct Attributor {
     numa: bool,
     /// Per slot: the weight class a package slot is spread by.
     slot_class: [u8; MAX_SLOTS],
+    /// Per class: the weights are blind to locality (no remote weight of their direction):
+    /// the (local, remote) slots of the other direction whose ratio says each task's locality.
+    blind: [Option<(u8, u8)>; MAX_CLASSES],
+    /// Per weight slot: bytes one count stands for over its fidelity (1 where unknown), so
+    /// weights are compared in bytes.
+    wscale: [f64; MAX_SLOTS],
+    /// Per package slot: count of its weights' bytes in its own counts (1 / its bytes per
+    /// count) where its class's weights count bytes of its direction, else None (a weight of
+    /// another direction, a --weight event of unknown size, a stand-in source).
+    accounts: [Option<f64>; MAX_SLOTS],
+    /// Counts no core counter saw, per slot, this interval (part of `idle_acc`).
+    device_acc: [f64; MAX_SLOTS],
     /// Slots whose values are multiplexing-scaled (all of them; kept as a mask for symmetry).
     packages: Vec<PkgState>,
     cpus: Vec<CpuState>,
@@ -236,7 +254,17 @@ impl Attributor {
                 SlotScope::Package => pkg_mask |= 1 << s,
             }
         }
-        let (classes, slot_class) = weight_classes(&specs);
+        let (classes, slot_class, blind) = weight_classes(&specs);
+        let mut wscale = [1.0; MAX_SLOTS];
+        for (s, spec) in specs.iter().enumerate() {
+            if let (SlotScope::Cpu, Some(b)) = (spec.scope, spec.bytes_per_count)
+                && matches!(spec.role, SlotRole::Weight(_) | SlotRole::RemoteWeight(_))
+                && b > 0.0
+            {
+                wscale[s] = b;
+            }
+        }
+        let accounts = accounting(&specs, &classes, &slot_class);
         let numa = classes.iter().any(|c| c.remote != 0);
         let mut cpu_pkg_init = Vec::new();
         let packages = topology
@@ -268,6 +296,7 @@ impl Attributor {
                     segs: Vec::new(),
                     acc: [0.0; MAX_SLOTS],
                     idle: [0.0; MAX_SLOTS],
+                    device: [0.0; MAX_SLOTS],
                 }
             })
             .collect();
@@ -282,6 +311,10 @@ impl Attributor {
             classes,
             numa,
             slot_class,
+            blind,
+            wscale,
+            accounts,
+            device_acc: [0.0; MAX_SLOTS],
             packages,
             cpus: Vec::new(),
             all_cpus: topology
@@ -314,9 +347,26 @@ impl Attributor {
     /// How the plan said it divides package traffic (default: what the slots show).
     pub fn weighting(mut self, w: Option<Weighting>) -> Attributor {
         if let Some(w) = w {
+            let fidelity = w.fidelity.clone();
             self.weighting = w;
+            self.fidelity(&fidelity);
         }
         self
+    }
+
+    /// Each weight event's measured fidelity (by event string; 1 for those not named): a count
+    /// of it stands for its bytes per count / f.
+    pub fn fidelity(&mut self, by_event: &BTreeMap<String, f64>) {
+        for (s, spec) in self.specs.iter().enumerate() {
+            if let (Some(&f), Some(b)) = (by_event.get(&spec.event), spec.bytes_per_count)
+                && self.weight_mask & (1 << s) != 0
+                && f.is_finite()
+                && f > 0.0
+                && b > 0.0
+            {
+                self.wscale[s] = b / f;
+            }
+        }
     }
 
     /// Ignore `KIND_SWITCH` records: the answer the tick alone would give on the same run, for
@@ -431,7 +481,7 @@ impl Attributor {
         let mut wrate = [0.0; MAX_CLASSES];
         let mut weight_ok = 0u8;
         for (c, class) in self.classes.iter().enumerate() {
-            if let Some(rate) = class_rate(class.local, &wdelta, w_ok, dt) {
+            if let Some(rate) = class_rate(class.local, &wdelta, w_ok, dt, &self.wscale) {
                 weight_ok |= 1 << c;
                 wrate[c] = rate;
             }
@@ -474,6 +524,7 @@ impl Attributor {
             for (c, st) in self.cpus.iter_mut().enumerate().skip(old) {
                 st.pkg = self.cpu_pkg_init.get(c).copied().unwrap_or(u32::MAX);
                 st.cache_idx = IDLE;
+                st.loc_task = IDLE;
             }
         }
         let st = &mut self.cpus[cpu];
@@ -629,7 +680,7 @@ impl Attributor {
         let mut wrate = [0.0; MAX_CLASSES];
         let mut weight_ok = 0u8;
         for (c, class) in self.classes.iter().enumerate() {
-            if let Some(rate) = class_rate(class.local, wdelta, w_ok, dt) {
+            if let Some(rate) = class_rate(class.local, wdelta, w_ok, dt, &self.wscale) {
                 weight_ok |= 1 << c;
                 wrate[c] = rate;
             }
@@ -663,11 +714,31 @@ impl Attributor {
         }
         let own = self.cpus[cpu].pkg as usize;
         for (seg, w) in [(held, None), (ended, Some(weights))] {
-            let Some(seg) = seg.filter(|s| s.end > s.start) else {
+            let Some(mut seg) = seg.filter(|s| s.end > s.start) else {
                 continue;
             };
+            // A blind weight's rate is split by where the task's memory is: its local part
+            // weighs this package, the rest the others.
+            let mut blind_remote = [None; MAX_CLASSES];
+            if let Some((wdelta, w_ok)) = w {
+                for c in 0..MAX_CLASSES {
+                    if let Some((lm, rm)) = self.blind[c]
+                        && seg.weight_ok & (1 << c) != 0
+                    {
+                        let loc = self.locality(cpu, seg.task, (lm, rm), wdelta, w_ok);
+                        let full = seg.wrate[c];
+                        seg.wrate[c] = full * loc;
+                        blind_remote[c] = Some(full * (1.0 - loc));
+                    }
+                }
+            }
             if self.numa {
-                let remote = self.remote_segment(&seg, w);
+                let mut remote = self.remote_segment(&seg, w);
+                for (c, r) in blind_remote.iter().enumerate() {
+                    if let Some(r) = *r {
+                        remote.wrate[c] = r;
+                    }
+                }
                 for (i, p) in self.packages.iter_mut().enumerate() {
                     if i != own {
                         p.segs.push(remote);
@@ -696,13 +767,41 @@ impl Attributor {
             if class.remote == 0 {
                 out.weight_ok |= 1 << c;
             } else if let Some((wdelta, w_ok)) = weights
-                && let Some(rate) = class_rate(class.remote, wdelta, w_ok, dt)
+                && let Some(rate) = class_rate(class.remote, wdelta, w_ok, dt, &self.wscale)
             {
                 out.weight_ok |= 1 << c;
                 out.wrate[c] = rate;
             }
         }
         out
+    }
+
+    /// The local fraction of a task's memory traffic, from its weights of the other direction
+    /// over the segment (`masks`: their local and remote slots); when it moved none there, the
+    /// fraction it last showed on this CPU, else local.
+    fn locality(
+        &mut self,
+        cpu: usize,
+        task: u32,
+        masks: (u8, u8),
+        wdelta: &[f64; MAX_SLOTS],
+        w_ok: u8,
+    ) -> f64 {
+        let l = class_rate(masks.0, wdelta, w_ok, 1.0, &self.wscale);
+        let r = class_rate(masks.1, wdelta, w_ok, 1.0, &self.wscale);
+        let st = &mut self.cpus[cpu];
+        if let (Some(l), Some(r)) = (l, r)
+            && l + r > 0.0
+        {
+            st.loc_task = task;
+            st.loc = l / (l + r);
+            return st.loc;
+        }
+        if st.loc_task == task && task != IDLE {
+            st.loc
+        } else {
+            1.0
+        }
     }
 
     /// The record becomes the CPU's baseline for the slots it read.
@@ -855,6 +954,12 @@ impl Attributor {
                 spread::weigh(&ps.spans, &p.segs, &self.events, class, &mut self.scratch);
                 weighed = Some((k, class));
             }
+            // Weights that account for fewer bytes than the controller counted are charged
+            // their bytes; the rest no core saw.
+            self.scratch.fixed_price = self.accounts[s].filter(|&price| {
+                let (w, d) = spread::weighed_totals(&ps.spans, &self.scratch);
+                w * price < d
+            });
             let tasks = &mut self.tasks;
             let idle_before = self.idle_acc[s];
             let idle = &mut self.idle_acc[s];
@@ -872,7 +977,12 @@ impl Attributor {
                     }
                 },
             );
-            *idle += un;
+            let unseen = std::mem::take(&mut self.scratch.unseen);
+            self.scratch.fixed_price = None;
+            *idle += un + unseen;
+            // Spans in which no CPU ran and what the weights did not see: device traffic.
+            self.device_acc[s] += un + unseen;
+            p.device[s] += un + unseen;
             p.idle[s] += self.idle_acc[s] - idle_before;
             // Spans priced by time although this class has weights: counted, not silent.
             let fell_back = std::mem::take(&mut self.scratch.time_fallbacks);
@@ -887,6 +997,13 @@ impl Attributor {
         let idle_counts = rounded(&mut self.idle_acc, self.specs.len());
         let (ur, uw, ut) = bytes_of(&self.specs, &idle_counts);
         let unattributed_bytes = ur + uw + ut;
+        let device_counts = rounded(&mut self.device_acc, self.specs.len());
+        let (dr, dw, dt) = bytes_of(&self.specs, &device_counts);
+        let device_bytes = (dr + dw + dt).min(unattributed_bytes);
+        let unattributed = crate::model::result::Unattributed {
+            device_bytes,
+            other_bytes: unattributed_bytes - device_bytes,
+        };
         let mut traffic_total = traffic_counts(&self.specs, &idle_counts);
         let rows = self.take_task_rows(&mut traffic_total);
         let basis = if crate::model::measures_bytes(&self.specs) {
@@ -909,6 +1026,7 @@ impl Attributor {
             packages,
             tasks,
             unattributed_bytes,
+            unattributed,
             lost_samples: self.lost,
             weighting: Some(self.weighting.clone()),
             weight_fallbacks: std::mem::take(&mut self.time_fallbacks),
@@ -927,6 +1045,11 @@ impl Attributor {
                     .map(|&v| round_count(v))
                     .collect();
                 p.idle = [0.0; MAX_SLOTS];
+                let device_counts = p.device[..specs.len()]
+                    .iter()
+                    .map(|&v| round_count(v))
+                    .collect();
+                p.device = [0.0; MAX_SLOTS];
                 let (read_bytes, write_bytes, total_bytes) = bytes_of(specs, &counts);
                 PackageRow {
                     id: p.id,
@@ -935,6 +1058,7 @@ impl Attributor {
                     total_bytes,
                     slot_counts: counts[..specs.len()].to_vec(),
                     unattributed_counts,
+                    device_counts,
                     channels: Vec::new(),
                 }
             })
@@ -1008,14 +1132,21 @@ struct WeightClass {
 
 /// The rate of a class's slots over a segment of `dt` ns, when every one of them was measured
 /// over exactly that segment.
-fn class_rate(mask: u8, wdelta: &[f64; MAX_SLOTS], w_ok: u8, dt: f64) -> Option<f64> {
+fn class_rate(
+    mask: u8,
+    wdelta: &[f64; MAX_SLOTS],
+    w_ok: u8,
+    dt: f64,
+    scale: &[f64; MAX_SLOTS],
+) -> Option<f64> {
     if mask == 0 || w_ok & mask != mask {
         return None;
     }
     let mut w = 0.0;
     let mut b = mask;
     while b != 0 {
-        w += wdelta[b.trailing_zeros() as usize];
+        let s = b.trailing_zeros() as usize;
+        w += wdelta[s] * scale[s];
         b &= b - 1;
     }
     Some(w / dt)
@@ -1040,6 +1171,15 @@ impl ByDirection {
         }
     }
 
+    /// The slots of exactly this direction.
+    fn of(&self, dir: Direction) -> u8 {
+        match dir {
+            Direction::Read => self.read,
+            Direction::Write => self.write,
+            Direction::Total => self.undirected,
+        }
+    }
+
     /// The slots that weigh traffic of `dir`: those of its direction when there are any, else
     /// the undirected ones, else all.
     fn weighing(&self, dir: Direction) -> u8 {
@@ -1060,7 +1200,14 @@ impl ByDirection {
 /// class a package slot is weighed by: for its own CPUs the Weight slots of its direction when
 /// there are any, else the undirected ones, else all; for other packages' CPUs the RemoteWeight
 /// slots chosen the same way.
-fn weight_classes(specs: &[SlotSpec]) -> ([WeightClass; MAX_CLASSES], [u8; MAX_SLOTS]) {
+#[allow(clippy::type_complexity)]
+fn weight_classes(
+    specs: &[SlotSpec],
+) -> (
+    [WeightClass; MAX_CLASSES],
+    [u8; MAX_SLOTS],
+    [Option<(u8, u8)>; MAX_CLASSES],
+) {
     let (mut local, mut remote) = (ByDirection::default(), ByDirection::default());
     for (s, spec) in specs.iter().enumerate().take(MAX_SLOTS) {
         if spec.scope != SlotScope::Cpu {
@@ -1074,6 +1221,7 @@ fn weight_classes(specs: &[SlotSpec]) -> ([WeightClass; MAX_CLASSES], [u8; MAX_S
     }
     let mut classes = [WeightClass::default(); MAX_CLASSES];
     let mut slot_class = [0u8; MAX_SLOTS];
+    let mut blind = [None; MAX_CLASSES];
     let mut n = 0;
     for (s, spec) in specs.iter().enumerate().take(MAX_SLOTS) {
         if spec.scope != SlotScope::Package {
@@ -1083,10 +1231,29 @@ fn weight_classes(specs: &[SlotSpec]) -> ([WeightClass; MAX_CLASSES], [u8; MAX_S
             SlotRole::Traffic(d) => d,
             _ => Direction::Total,
         };
-        let want = WeightClass {
+        let mut want = WeightClass {
             local: local.weighing(dir),
             remote: remote.weighing(dir),
         };
+        // A weight of this direction with no remote one beside it, where the other direction
+        // has both (Skylake-SP's L2 writebacks beside local and remote DRAM reads), counts the
+        // CPU's traffic to every package's memory: it is split by the locality the task's
+        // other-direction weights show, not stood in for by other-direction remote counts.
+        let other = match dir {
+            Direction::Read => Some(Direction::Write),
+            Direction::Write => Some(Direction::Read),
+            Direction::Total => None,
+        };
+        let mut blind_of = None;
+        if let Some(o) = other
+            && local.of(dir) != 0
+            && remote.of(dir) == 0
+            && local.of(o) != 0
+            && remote.of(o) != 0
+        {
+            want.remote = 0;
+            blind_of = Some((local.of(o), remote.of(o)));
+        }
         // Three classes at most exist (read, write, the fallback), so a free one is found.
         let c = match classes[..n].iter().position(|&m| m == want) {
             Some(c) => c,
@@ -1098,8 +1265,50 @@ fn weight_classes(specs: &[SlotSpec]) -> ([WeightClass; MAX_CLASSES], [u8; MAX_S
             None => MAX_CLASSES - 1,
         };
         slot_class[s] = c as u8;
+        if blind_of.is_some() {
+            blind[c] = blind_of;
+        }
     }
-    (classes, slot_class)
+    (classes, slot_class, blind)
+}
+
+/// Per package slot: the price of one byte of weight in the slot's counts (1 / its bytes per
+/// count) where every weight of its class counts bytes of the slot's direction (a total slot:
+/// of any direction), so what they account for can be set against what the controller
+/// counted; None elsewhere.
+fn accounting(
+    specs: &[SlotSpec],
+    classes: &[WeightClass; MAX_CLASSES],
+    slot_class: &[u8; MAX_SLOTS],
+) -> [Option<f64>; MAX_SLOTS] {
+    let mut out = [None; MAX_SLOTS];
+    for (s, spec) in specs.iter().enumerate().take(MAX_SLOTS) {
+        let (SlotScope::Package, SlotRole::Traffic(dir), Some(bpc)) =
+            (spec.scope, spec.role, spec.bytes_per_count)
+        else {
+            continue;
+        };
+        let class = classes[usize::from(slot_class[s]).min(MAX_CLASSES - 1)];
+        if class.local == 0 || bpc <= 0.0 {
+            continue;
+        }
+        let mut bits = class.local | class.remote;
+        let mut sized = true;
+        while bits != 0 {
+            let w = bits.trailing_zeros() as usize;
+            bits &= bits - 1;
+            let wd = match specs.get(w).map(|x| x.role) {
+                Some(SlotRole::Weight(d) | SlotRole::RemoteWeight(d)) => d,
+                _ => None,
+            };
+            let same = dir == Direction::Total || wd == Some(dir);
+            sized &= same && specs.get(w).and_then(|x| x.bytes_per_count).is_some();
+        }
+        if sized {
+            out[s] = Some(1.0 / bpc);
+        }
+    }
+    out
 }
 
 /// A count as the results give it: whole, never negative.

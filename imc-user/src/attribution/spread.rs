@@ -88,6 +88,26 @@ pub struct Scratch {
     /// counter that did not run, or failed to read, in the span), since the caller last took
     /// the count.
     pub time_fallbacks: u64,
+    /// Set by the caller before [`apportion`]: the price of one weight unit where the weights
+    /// account for less than the controller counted (their bytes, in counts of the package
+    /// slot). Spans with trusted weights then give each segment exactly its weight × price, and
+    /// the rest of their delta is unseen: no core counted it.
+    pub fixed_price: Option<f64>,
+    /// What [`apportion`] left unseen at `fixed_price` (added to, the caller takes it).
+    pub unseen: f64,
+}
+
+/// Over the spans [`weigh`] measured: the weight in the spans whose weights are trusted (every
+/// segment in them has one, and there is some), and those spans' delta.
+pub fn weighed_totals(spans: &[Span], scratch: &Scratch) -> (f64, f64) {
+    let (mut w, mut d) = (0.0, 0.0);
+    for (k, sp) in spans.iter().enumerate() {
+        if scratch.wu.get(k).is_some_and(|&u| u <= 0.0) && scratch.ww.get(k).is_some_and(|&x| x > 0.0) {
+            w += scratch.ww[k];
+            d += sp.d;
+        }
+    }
+    (w, d)
 }
 
 /// Builds the boundary events of `segs`, sorted by time (ties in any order: a zero-length step
@@ -239,6 +259,8 @@ pub fn apportion(
         pw,
         pt,
         time_fallbacks,
+        fixed_price,
+        unseen,
         ..
     } = scratch;
     assert_eq!(ww.len(), n, "apportion without weigh over the same spans");
@@ -258,7 +280,13 @@ pub fn apportion(
         // Weights are trusted only when every segment in the span has one: mixing known and
         // unknown weights would hand a failed read's share to its neighbours.
         if wu[k] <= 0.0 && ww[k] > 0.0 {
-            pw[k] = d / ww[k];
+            match *fixed_price {
+                Some(price) => {
+                    pw[k] = price;
+                    *unseen += d - ww[k] * price;
+                }
+                None => pw[k] = d / ww[k],
+            }
         } else if wt[k] > 0.0 {
             pt[k] = d / wt[k];
             if wu[k] > 0.0 {

@@ -64,6 +64,7 @@ pub struct Summary {
     packages: BTreeMap<u32, PackageRow>,
     tasks: HashMap<(u32, u32, String, u64), TaskRow>,
     unattributed_bytes: u64,
+    unattributed: crate::model::result::Unattributed,
     lost_samples: u64,
     /// Denominator of stand-in shares: traffic counts attributed + unattributed.
     stand_in_den: f64,
@@ -82,6 +83,7 @@ impl Summary {
             packages: BTreeMap::new(),
             tasks: HashMap::new(),
             unattributed_bytes: 0,
+            unattributed: Default::default(),
             lost_samples: 0,
             stand_in_den: 0.0,
             intervals: 0,
@@ -114,6 +116,9 @@ impl Summary {
         self.unattributed_bytes = self
             .unattributed_bytes
             .saturating_add(iv.unattributed_bytes);
+        let u = &mut self.unattributed;
+        u.device_bytes = u.device_bytes.saturating_add(iv.unattributed.device_bytes);
+        u.other_bytes = u.other_bytes.saturating_add(iv.unattributed.other_bytes);
         self.lost_samples = self.lost_samples.saturating_add(iv.lost_samples);
         self.stand_in_den += stand_in_total(iv, &self.keys);
         for r in &iv.tasks {
@@ -154,6 +159,7 @@ impl Summary {
             packages,
             tasks,
             unattributed_bytes: self.unattributed_bytes,
+            unattributed: self.unattributed,
             lost_samples: self.lost_samples,
             weighting: self.weighting.clone(),
             weight_fallbacks: self.weight_fallbacks,

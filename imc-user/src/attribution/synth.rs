@@ -367,7 +367,10 @@ impl SynthStream {
         }
         let mut reads_pkg = vec![usize::MAX; ncpu];
         if let Some(l) = &sc.layout {
-            heap.push(Reverse((l.drain_ns.max(1), Ev::Drain)));
+            // Userspace reads every package once as the sampler starts (the drainer's first
+            // act), so a package whose readers idle has its baseline at the start, not at the
+            // first drain; then at every drain.
+            heap.push(Reverse((0, Ev::Drain)));
             for (p, cpus) in l.readers.iter().enumerate() {
                 for &c in cpus {
                     if let Some(x) = reads_pkg.get_mut(c as usize) {

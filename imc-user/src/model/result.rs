@@ -22,6 +22,10 @@ pub struct PackageRow {
     /// The part of `slot_counts` no task could take (idle CPUs, spans nobody ran in).
     #[serde(skip)]
     pub unattributed_counts: Vec<f64>,
+    /// The part of `unattributed_counts` no core counter saw (device traffic, see
+    /// [`Unattributed::device_bytes`]).
+    #[serde(skip)]
+    pub device_counts: Vec<f64>,
     /// Each memory channel's own counts over the interval, where the loop reads them (`imc
     /// serve`). Not part of the JSON contract.
     #[serde(skip)]
@@ -96,6 +100,17 @@ impl TaskRow {
     }
 }
 
+/// Why traffic was left unattributed: `device_bytes` + `other_bytes` = `unattributed_bytes`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Unattributed {
+    /// Traffic no core counter saw, so no task's: controller bytes beyond what every weight
+    /// accounts for (each weight's bytes per count over its measured fidelity) and spans in
+    /// which no CPU of the package ran. Device (DMA) traffic, or what the weights do not see.
+    pub device_bytes: u64,
+    /// The rest: the idle task's share of the weights, readings with no time to spread over.
+    pub other_bytes: u64,
+}
+
 /// One interval of `imc top --json`, and the body of `imc report --json`.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct IntervalResult {
@@ -108,6 +123,10 @@ pub struct IntervalResult {
     /// Bytes no task could take: traffic while every CPU of a package was idle (DMA, the
     /// controller's own refresh traffic), the idle task's weight share, spans nobody ran in.
     pub unattributed_bytes: u64,
+    /// `unattributed_bytes` split by why no task took it (absent in recordings made before it
+    /// was kept: all zero).
+    #[serde(default)]
+    pub unattributed: Unattributed,
     pub lost_samples: u64,
     /// How package traffic was divided among the tasks (absent in recordings' stored rows).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -1,5 +1,6 @@
 //! The sampler's counter slots and how their counts weigh package traffic.
 use serde::Serialize;
+use std::collections::BTreeMap;
 
 use super::Direction;
 
@@ -59,7 +60,7 @@ pub fn measures_bytes(specs: &[SlotSpec]) -> bool {
 
 /// How package traffic is divided among the tasks that ran (`weighting` in the plan, in
 /// `top --json` and `report --json`, in recordings and in `imc_info`).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, serde::Deserialize)]
 pub struct Weighting {
     /// `traffic`: by per-CPU core counters of each CPU's own memory traffic; `cpu-time`: by
     /// on-CPU time alone (no weight counter could be had, or `--weight cpu-time`).
@@ -73,6 +74,12 @@ pub struct Weighting {
     pub numa: bool,
     /// Why: which core PMU and model, or why it fell back to CPU time.
     pub reason: String,
+    /// Per weight event: its measured fidelity f (bytes its counts stand for ÷ the bytes the
+    /// controller counted for the same work; 1 until `imc validate --save` measured it). A task
+    /// is charged its weight's bytes / f; controller bytes beyond what every weight accounts
+    /// for stay unattributed, as device traffic.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub fidelity: BTreeMap<String, f64>,
 }
 
 impl Weighting {
@@ -86,6 +93,7 @@ impl Weighting {
             write: None,
             numa: false,
             reason: reason.into(),
+            fidelity: BTreeMap::new(),
         }
     }
 
@@ -135,6 +143,7 @@ impl Weighting {
                     reason: "the counters count per CPU: each CPU's count goes to the task \
                              that ran there"
                         .into(),
+                    fidelity: BTreeMap::new(),
                 }
             };
         }
@@ -146,6 +155,7 @@ impl Weighting {
             reason: "the weight slots' events".into(),
             read,
             write,
+            fidelity: BTreeMap::new(),
         }
     }
 

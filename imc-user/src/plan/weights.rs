@@ -90,6 +90,7 @@ pub fn choose(
                 reason: "the counters count per CPU: each CPU's count goes to the task that ran \
                          there, no package traffic to divide"
                     .into(),
+                fidelity: Default::default(),
             },
             refusals: Vec::new(),
             notes: Vec::new(),
@@ -174,6 +175,7 @@ fn user_weights(
             reason: "--weight: the events given, read by each CPU for itself at its ticks and \
                      switches"
                 .into(),
+            fidelity: unit_fidelity(&counters),
         },
         counters,
         refusals: Vec::new(),
@@ -253,7 +255,7 @@ fn auto(found: &Discovery, traffic: &[Counter], free: usize) -> Chosen {
                         .filter(|&&r| r == (ev.direction, remote))
                         .count() as u8;
                     ordinals.push((ev.direction, remote));
-                    counters.push(weight_counter(
+                    let mut c = weight_counter(
                         ev.name,
                         &enc,
                         core.cpus.clone(),
@@ -262,7 +264,11 @@ fn auto(found: &Discovery, traffic: &[Counter], free: usize) -> Chosen {
                             remote,
                             ordinal,
                         },
-                    ));
+                    );
+                    // A count is a line of this many bytes: what the weights account for can be
+                    // set against the controller's bytes (a user's --weight event has none).
+                    c.bytes_per_count = Some(ev.bytes_per_count);
+                    counters.push(c);
                 }
                 Err(why) => refusals.push(refusal(core, Some(ev.name), why)),
             }
@@ -300,7 +306,17 @@ fn auto(found: &Discovery, traffic: &[Counter], free: usize) -> Chosen {
     }
     if numa {
         reason.push_str("; local and remote DRAM apart: a package's traffic is also charged to the other packages' tasks that read it");
+        if let Some(w) = write.as_deref().filter(|_| blind_write(&counters)) {
+            reason.push_str(&format!(
+                "; {w} cannot tell local from remote: each task's writes take the locality of its \
+                 own reads"
+            ));
+        }
     }
+    reason.push_str(
+        "; controller bytes beyond what the weights account for (their lines ÷ fidelity) are \
+         no task's: unattributed, as device traffic",
+    );
     Chosen {
         weighting: Weighting {
             method: Weighting::TRAFFIC.into(),
@@ -308,10 +324,47 @@ fn auto(found: &Discovery, traffic: &[Counter], free: usize) -> Chosen {
             write,
             numa,
             reason,
+            fidelity: unit_fidelity(&counters),
         },
         counters,
         refusals,
         notes,
+    }
+}
+
+/// A write weight beside remote read weights but with no remote write weight of its own: the
+/// event counts writes to every package's memory alike (Skylake-SP's L2_LINES_OUT.NON_SILENT).
+fn blind_write(counters: &[Counter]) -> bool {
+    let has = |dir: Direction, remote: bool| {
+        counters.iter().any(|c| {
+            c.weight
+                .is_some_and(|w| w.direction == Some(dir) && w.remote == remote)
+        })
+    };
+    has(Direction::Write, false) && !has(Direction::Write, true) && has(Direction::Read, true)
+}
+
+/// Every weight event at fidelity 1 (not measured yet).
+fn unit_fidelity(counters: &[Counter]) -> std::collections::BTreeMap<String, f64> {
+    counters
+        .iter()
+        .filter(|c| c.weight.is_some())
+        .map(|c| (c.value_key.clone(), 1.0))
+        .collect()
+}
+
+/// The measured fidelity of the plan's weight events (`{"<event>": f}`, as `imc validate
+/// --save` keeps it) set into its weighting; events it does not name stay at 1.
+pub fn apply_fidelity(plan: &mut super::Plan, measured: &std::collections::BTreeMap<String, f64>) {
+    if let Some(w) = plan.weighting.as_mut() {
+        for (event, f) in w.fidelity.iter_mut() {
+            if let Some(&m) = measured.get(event)
+                && m.is_finite()
+                && m > 0.0
+            {
+                *f = m;
+            }
+        }
     }
 }
 

@@ -469,6 +469,11 @@ impl Reader {
             packages,
             tasks,
             unattributed_bytes,
+            // Recordings do not keep the split yet: all of it is "other" when read back.
+            unattributed: crate::model::result::Unattributed {
+                device_bytes: 0,
+                other_bytes: unattributed_bytes,
+            },
             lost_samples,
             weighting: Some(self.weighting()),
             weight_fallbacks: 0,
