@@ -79,6 +79,10 @@ pub enum SynthSlot {
         /// weight of its direction beside it, the event cannot tell them apart (LLC misses,
         /// L2 writebacks count both).
         sees_remote: bool,
+        /// The part of that traffic this event counts: several events of one direction and
+        /// locality add up to the weight (Zen's DRAM fills and L2-prefetcher misses count
+        /// disjoint lines), so each of n counts 1/n of it.
+        share: f64,
     },
     /// A CPU slot attribution does not weigh by: reads zero.
     Other,
@@ -595,6 +599,7 @@ impl SynthStream {
                     direction,
                     remote,
                     sees_remote,
+                    share,
                 } => {
                     let acc = if remote {
                         w.remote
@@ -603,11 +608,12 @@ impl SynthStream {
                     } else {
                         w.local
                     };
-                    let counts = match direction {
-                        Some(Direction::Read) => acc[0],
-                        Some(Direction::Write) => acc[1],
-                        _ => acc[0] + acc[1],
-                    };
+                    let counts = share
+                        * match direction {
+                            Some(Direction::Read) => acc[0],
+                            Some(Direction::Write) => acc[1],
+                            _ => acc[0] + acc[1],
+                        };
                     rec.slots[s] = SlotReading {
                         value: weight_start(c).wrapping_add(counts.floor() as u64),
                         enabled: t,

@@ -116,7 +116,11 @@ pub fn select_for(
         latency: None,
         weight: weight_arg(global, &args.weight)?,
     };
-    let plan = plan::plan(found, &Kernel::read(&global.root), &req)?;
+    let mut plan = plan::plan(found, &Kernel::read(&global.root), &req)?;
+    // The weights' measured fidelity (`imc validate --save`), 1 where none was measured.
+    let fidelity = plan::fidelity::load(&crate::settings::get().fidelity_path())
+        .map_err(|e| plan::PlanError::BadRequest(e.to_string()))?;
+    plan::weights::apply_fidelity(&mut plan, &fidelity);
     Ok(Selection {
         source: plan.source.clone(),
         plan,

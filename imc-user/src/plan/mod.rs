@@ -9,6 +9,7 @@
 //!   `--root`.
 //! - [`text`]: the plan as a person reads it.
 pub mod drain;
+pub mod fidelity;
 pub mod kernel;
 pub mod stand_in;
 pub mod text;

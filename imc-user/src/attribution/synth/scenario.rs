@@ -90,6 +90,10 @@ pub struct ScenarioFile {
     /// DMA read bandwidth per package, in package order.
     #[serde(default)]
     pub dma_read_bps: Vec<f64>,
+    /// Measured fidelity of weight events (`{"<event>": f}`, as `imc validate --save` keeps
+    /// it): handed to the plan as imc would read it; events not named stay at 1.
+    #[serde(default)]
+    pub fidelity: BTreeMap<String, f64>,
     pub tasks: Vec<TaskFile>,
 }
 
@@ -204,6 +208,11 @@ pub struct Outcome {
     /// What the attributor counted: every package's bytes, and the part no task took.
     pub package_bytes: f64,
     pub unattributed_bytes: f64,
+    /// The part of `unattributed_bytes` imc named device traffic (no core counter saw it),
+    /// the devices' true bytes (`dma_read_bps` over the run), and |device − truth| / total.
+    pub device_bytes: f64,
+    pub truth_device_bytes: f64,
+    pub device_error: f64,
     /// The plan's weight slots, as `event (role)`.
     pub weights: Vec<String>,
 }
@@ -414,6 +423,16 @@ fn validate(path: &Path, file: ScenarioFile) -> Result<Loaded, ScenarioError> {
             0.0,
             MAX_BPS,
             "bytes/s, 0 to 1e13",
+        )?;
+    }
+    for (event, &f) in &file.fidelity {
+        finite_in(
+            path,
+            &format!("fidelity.{event}"),
+            f,
+            1e-3,
+            10.0,
+            "a measured fidelity, 0.001 to 10",
         )?;
     }
     if file.tasks.len() > MAX_TASKS {
@@ -662,12 +681,13 @@ impl Loaded {
     /// The real plan for this machine, or why there is none (a machine without a memory
     /// controller has nothing to attribute).
     pub fn plan(&self, opts: &RunOptions) -> Result<Plan, ScenarioError> {
-        let p = plan::plan(&self.found, &self.kernel, &self.request(opts)).map_err(|source| {
+        let mut p = plan::plan(&self.found, &self.kernel, &self.request(opts)).map_err(|source| {
             ScenarioError::Plan {
                 path: self.path.clone(),
                 source,
             }
         })?;
+        plan::weights::apply_fidelity(&mut p, &self.file.fidelity);
         if !p.slots.iter().any(|s| s.scope == "package") {
             return Err(ScenarioError::Plan {
                 path: self.path.clone(),
@@ -878,8 +898,9 @@ impl Loaded {
         let mut sc = self.synth(&plan);
         sc.aggregate = sc.precise && !opts.precise;
         let duration_ns = sc.duration_ns;
-        let mut attr =
-            Attributor::new(&specs, &self.found.topology, plan.source.clone()).tick_hz(sc.freq_hz);
+        let mut attr = Attributor::new(&specs, &self.found.topology, plan.source.clone())
+            .tick_hz(sc.freq_hz)
+            .weighting(plan.weighting.clone());
         let mut acc = Accumulated::default();
         // The kernel folds switches into per-task aggregates unless asked for each one.
         let mut fold = sc.aggregate.then(|| Aggregator::new(&specs, sc.freq_hz));
@@ -914,6 +935,7 @@ impl Loaded {
 
         let truth = &stream.truth;
         let total_bytes: f64 = stream.controller_bytes().iter().map(|(r, w)| r + w).sum();
+        let truth_device_bytes: f64 = truth.dma.iter().sum();
         // Entries of one task (pid, comm) are one task.
         let mut by_task: BTreeMap<(u32, String), TaskResult> = BTreeMap::new();
         for (i, t) in self.file.tasks.iter().enumerate() {
@@ -970,6 +992,13 @@ impl Loaded {
             precise_max_error: None,
             package_bytes: acc.package_bytes,
             unattributed_bytes: acc.unattributed,
+            device_bytes: acc.device,
+            truth_device_bytes,
+            device_error: if total_bytes > 0.0 {
+                (acc.device - truth_device_bytes).abs() / total_bytes
+            } else {
+                0.0
+            },
             weights,
         })
     }
@@ -995,6 +1024,13 @@ fn synth_slot(spec: &SlotSpec, all: &[SlotSpec]) -> SynthSlot {
             _ => false,
         })
     };
+    // Events of one role add up: each counts its part of the traffic.
+    let share = 1.0
+        / all
+            .iter()
+            .filter(|o| o.scope == SlotScope::Cpu && o.role == spec.role)
+            .count()
+            .max(1) as f64;
     match (spec.scope, spec.role) {
         (SlotScope::Package, SlotRole::Traffic(direction)) => SynthSlot::Traffic {
             direction,
@@ -1008,11 +1044,13 @@ fn synth_slot(spec: &SlotSpec, all: &[SlotSpec]) -> SynthSlot {
             direction,
             remote: false,
             sees_remote: !remote_beside(direction),
+            share,
         },
         (SlotScope::Cpu, SlotRole::RemoteWeight(direction)) => SynthSlot::Weight {
             direction,
             remote: true,
             sees_remote: false,
+            share,
         },
         (SlotScope::Cpu, _) => SynthSlot::Other,
     }
@@ -1025,6 +1063,7 @@ struct Accumulated {
     tasks: BTreeMap<(u32, String), [f64; 3]>,
     package_bytes: f64,
     unattributed: f64,
+    device: f64,
 }
 
 impl Accumulated {
@@ -1037,6 +1076,7 @@ impl Accumulated {
         }
         self.package_bytes += iv.package_bytes() as f64;
         self.unattributed += iv.unattributed_bytes as f64;
+        self.device += iv.unattributed.device_bytes as f64;
     }
 }
 
@@ -1101,6 +1141,13 @@ impl Outcome {
             crate::text::fmt_bytes(self.total_bytes),
             crate::text::fmt_bytes(self.package_bytes),
             crate::text::fmt_bytes(self.unattributed_bytes)
+        );
+        let _ = writeln!(
+            s,
+            "  device/unseen (no core counter saw it) {}, devices' truth {}: error {:.4}",
+            crate::text::fmt_bytes(self.device_bytes),
+            crate::text::fmt_bytes(self.truth_device_bytes),
+            self.device_error
         );
         let _ = writeln!(
             s,
