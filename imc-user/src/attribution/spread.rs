@@ -95,6 +95,22 @@ pub struct Scratch {
     pub fixed_price: Option<f64>,
     /// What [`apportion`] left unseen at `fixed_price` (added to, the caller takes it).
     pub unseen: f64,
+    /// Per task (index): the part of its remote weight that goes to the package being spread
+    /// (with three or more packages a remote count does not say which); empty or beyond its
+    /// end: all of it.
+    pub route: Vec<f64>,
+}
+
+/// The rate a segment weighs with in class `class`: a foreign segment's remote rate routed to
+/// this package.
+#[inline]
+fn rate_of(s: &Segment, class: usize, route: &[f64]) -> f64 {
+    let r = s.wrate[class];
+    if s.foreign && !route.is_empty() {
+        r * route.get(s.task as usize).copied().unwrap_or(1.0)
+    } else {
+        r
+    }
 }
 
 /// Over the spans [`weigh`] measured: the weight in the spans whose weights are trusted (every
@@ -188,7 +204,9 @@ pub fn weigh(
     };
     let (f0, f1) = (first.t0, last.t1);
     let n = spans.len();
-    let Scratch { ww, wt, wu, .. } = scratch;
+    let Scratch {
+        ww, wt, wu, route, ..
+    } = scratch;
     for v in [&mut *ww, &mut *wt, &mut *wu] {
         v.clear();
         v.resize(n, 0.0);
@@ -227,7 +245,7 @@ pub fn weigh(
         let te = e.t.clamp(f0, f1);
         advance(te, rw, rt, ru, &mut i, &mut t_cur);
         let sign = if e.end { -1 } else { 1 };
-        rw += sign as f64 * s.wrate[class];
+        rw += sign as f64 * rate_of(s, class, route);
         rt += sign * s.time_claim();
         if s.weight_ok & ok_bit == 0 {
             ru += sign;
@@ -261,6 +279,7 @@ pub fn apportion(
         time_fallbacks,
         fixed_price,
         unseen,
+        route,
         ..
     } = scratch;
     assert_eq!(ww.len(), n, "apportion without weigh over the same spans");
@@ -322,7 +341,7 @@ pub fn apportion(
         } else {
             (pi_w, pi_t)
         };
-        let mut amount = s.wrate[class] * at_w;
+        let mut amount = rate_of(s, class, route) * at_w;
         let claim = s.time_claim();
         if claim != 0 {
             amount += at_t * claim as f64 / f64::from(SHARE_ONE);

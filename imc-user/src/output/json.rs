@@ -30,6 +30,9 @@ fn counts_not_bytes(v: &mut serde_json::Value, unit: &str) {
     if let Some(f) = v.get_mut("unattributed_bytes") {
         *f = Value::Null;
     }
+    if let Some(f) = v.get_mut("unattributed") {
+        *f = Value::Null;
+    }
     let bursts = v.get_mut("bursts").and_then(Value::as_array_mut);
     for b in bursts.into_iter().flatten() {
         null_rows(b.get_mut("tasks"));

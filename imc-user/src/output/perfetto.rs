@@ -155,7 +155,7 @@ pub fn trace(tl: &Timeline, bursts: &[BurstRow]) -> Trace {
     packets.push(counter_descriptor(
         REST_UUID,
         None,
-        &format!("others and unattributed ({unit})"),
+        &format!("others and unattributed, device/unseen included ({unit})"),
         &unit,
     ));
     packets.push(descriptor(BURSTS_UUID, "bursts"));
@@ -283,7 +283,7 @@ mod tests {
                 // The process track has no name of its own: Perfetto names it from the pid.
                 "",
                 "stream (pid 7) (bytes/s)",
-                "others and unattributed (bytes/s)",
+                "others and unattributed, device/unseen included (bytes/s)",
                 "bursts",
             ]
         );

@@ -206,7 +206,7 @@ where
         entry(colour(i), format!("{} {:.1}%", g.label, g.share * 100.0), y)?;
         y += 20;
     }
-    entry(REST, "others and unattributed".into(), y)?;
+    entry(REST, "others and unattributed (device/unseen)".into(), y)?;
     y += 34;
     if bursts.is_empty() {
         panel.draw(&Text::new("no bursts", (10, y), bold))?;

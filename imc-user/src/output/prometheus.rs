@@ -6,7 +6,9 @@
 //! - `imc_cgroup_dram_bytes_total{cgroup,direction}`: attributed bytes per cgroup (its path),
 //!   the top N cgroups only;
 //! - `imc_process_dram_bytes_total{pid,comm,cgroup,direction}`: the top N processes only;
-//! - `imc_unattributed_dram_bytes_total{package,direction}`: traffic no task could take.
+//! - `imc_unattributed_dram_bytes_total{package,direction}`: traffic no task could take;
+//! - `imc_unattributed_device_dram_bytes_total{package,direction}`: the part of it no core
+//!   counter saw (device/DMA traffic, or what the weights do not see).
 //!
 //! A counter without bytes per count (a stand-in such as page faults, or a raw `-e` event)
 //! goes to the same families ending in `_events_total`, with the event in an `event` label:
@@ -257,6 +259,7 @@ pub struct Exporter {
     cgroup: Pair,
     process: Pair,
     unattributed: Pair,
+    unattributed_device: Pair,
     lost: Counter,
     read_errors: Counter,
     intervals: Counter,
@@ -305,6 +308,11 @@ impl Exporter {
             &mut registry,
             "imc_unattributed_dram",
             "Traffic no task could take (DMA, idle CPUs, the controller's own)",
+        );
+        let unattributed_device = Pair::register(
+            &mut registry,
+            "imc_unattributed_device_dram",
+            "The part of the unattributed traffic no core counter saw: device (DMA) traffic, or what the weights do not see",
         );
         let lost = Counter::default();
         registry.register(
@@ -357,6 +365,7 @@ impl Exporter {
             cgroup,
             process,
             unattributed,
+            unattributed_device,
             lost,
             read_errors,
             intervals,
@@ -420,13 +429,14 @@ impl Exporter {
         for p in &r.packages {
             let package = p.id.to_string();
             // Unattributed traffic is summed over channels: per direction (and event).
-            let mut unattributed: BTreeMap<(Direction, String, bool), f64> = BTreeMap::new();
+            let mut unattributed: BTreeMap<(Direction, String, bool), (f64, f64)> = BTreeMap::new();
             for (s, info) in self.traffic() {
                 let counts = p.slot_counts.get(s).copied().unwrap_or(0.0);
                 let idle = p.unattributed_counts.get(s).copied().unwrap_or(0.0);
-                let (idle, event, is_bytes) = match info.bytes_per_count {
-                    Some(b) => (idle * b, String::new(), true),
-                    None => (idle, info.event.clone(), false),
+                let device = p.device_counts.get(s).copied().unwrap_or(0.0);
+                let (idle, device, event, is_bytes) = match info.bytes_per_count {
+                    Some(b) => (idle * b, device * b, String::new(), true),
+                    None => (idle, device, info.event.clone(), false),
                 };
                 // Each channel on its own where the loop read them, else the slot's sum.
                 let mut per_channel: Vec<(String, f64)> = p
@@ -453,22 +463,27 @@ impl Exporter {
                     };
                     family.get_or_create(&labels).inc_by(whole(amount));
                 }
-                *unattributed
+                let e = unattributed
                     .entry((info.direction, event, is_bytes))
-                    .or_default() += idle;
+                    .or_default();
+                e.0 += idle;
+                e.1 += device;
             }
-            for ((dir, event, is_bytes), amount) in unattributed {
+            for ((dir, event, is_bytes), (amount, device)) in unattributed {
                 let mut labels = vec![
                     ("package", package.clone()),
                     ("direction", direction_label(dir).to_string()),
                 ];
-                let family = if is_bytes {
-                    &self.unattributed.bytes
+                let (family, device_family) = if is_bytes {
+                    (&self.unattributed.bytes, &self.unattributed_device.bytes)
                 } else {
                     labels.push(("event", event));
-                    &self.unattributed.events
+                    (&self.unattributed.events, &self.unattributed_device.events)
                 };
                 family.get_or_create(&labels).inc_by(whole(amount));
+                device_family
+                    .get_or_create(&labels)
+                    .inc_by(whole(device.min(amount)));
             }
         }
     }

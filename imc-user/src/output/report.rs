@@ -284,6 +284,12 @@ impl Columns {
 fn footer(rep: &ReportResult, unit: &Unit) -> String {
     let t = &rep.total;
     let mut s = match unit {
+        Unit::Bytes if t.unattributed.device_bytes > 0 => format!(
+            "\nunattributed: {} (device/unseen, no core counter saw it: {})   lost samples: {}\n",
+            fmt_bytes(t.unattributed_bytes as f64),
+            fmt_bytes(t.unattributed.device_bytes as f64),
+            t.lost_samples
+        ),
         Unit::Bytes => format!(
             "\nunattributed: {}   lost samples: {}\n",
             fmt_bytes(t.unattributed_bytes as f64),

@@ -587,6 +587,7 @@ mod tests {
                 task(4000, "bash", 1_000_000, 0, 0.01),
             ],
             unattributed_bytes: 60_000_000,
+            unattributed: Default::default(),
             lost_samples: 3,
             weighting: None,
             weight_fallbacks: 0,

@@ -292,6 +292,7 @@ mod tests {
         for p in ivs.iter_mut().flat_map(|iv| iv.packages.iter_mut()) {
             p.slot_counts.clear();
             p.unattributed_counts.clear();
+            p.device_counts.clear();
         }
         assert_eq!(got_ivs, ivs);
         // Every interval is a burst (threshold 0): every record was kept, bit for bit.
@@ -618,6 +619,7 @@ mod tests {
             }],
             tasks,
             unattributed_bytes: 0,
+            unattributed: Default::default(),
             lost_samples: 0,
             weighting: None,
             weight_fallbacks: 0,

@@ -462,6 +462,12 @@ impl Reader {
             tasks.push(row);
         }
         sort_rows(&mut tasks);
+        // The device part, where the recording keeps it (after the rows).
+        let device_bytes = if c.remaining() > 0 {
+            c.varint()?.min(unattributed_bytes)
+        } else {
+            0
+        };
         Ok(IntervalResult {
             t_start_ns,
             t_end_ns,
@@ -469,10 +475,9 @@ impl Reader {
             packages,
             tasks,
             unattributed_bytes,
-            // Recordings do not keep the split yet: all of it is "other" when read back.
             unattributed: crate::model::result::Unattributed {
-                device_bytes: 0,
-                other_bytes: unattributed_bytes,
+                device_bytes,
+                other_bytes: unattributed_bytes - device_bytes,
             },
             lost_samples,
             weighting: Some(self.weighting()),

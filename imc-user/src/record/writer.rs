@@ -772,6 +772,9 @@ impl Writer {
                 put_varint(p, if v > 0.0 { v.round() as u64 } else { 0 });
             }
         }
+        // Last, so that a recording made before it reads as all "other": the device part of
+        // the unattributed bytes.
+        put_varint(p, iv.unattributed.device_bytes);
     }
 
     fn write_chunk(&mut self, kind: u8, payload: &[u8]) -> Result<(), RecordError> {
