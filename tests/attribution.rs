@@ -716,3 +716,103 @@ fn idle_package_is_read_when_no_tick_did_so_dma_keeps_its_time() {
         "interval-end reads only: task got {task_end_only:.0}, truth {truth:.0}"
     );
 }
+
+/// The part of a task's bytes its weights cannot account for once the measured fidelity is
+/// applied (|1 − seen/f| of each direction): the error its infidelity explains and no rule can
+/// remove (tests/scenarios/README.md, "How much error infidelity explains").
+fn explained_by_infidelity(
+    l: &imc::attribution::synth::scenario::Loaded,
+    o: &imc::attribution::synth::scenario::Outcome,
+    pid: u32,
+) -> f64 {
+    let f_of = |events: &Option<String>| {
+        let named: Vec<f64> = events
+            .iter()
+            .flat_map(|e| e.split('+'))
+            .filter_map(|e| l.file.fidelity.get(e).copied())
+            .collect();
+        if named.is_empty() {
+            1.0
+        } else {
+            named.iter().sum::<f64>() / named.len() as f64
+        }
+    };
+    let (fr, fw) = (f_of(&o.weighting.read), f_of(&o.weighting.write));
+    let Some(entry) = l.file.tasks.iter().find(|t| t.pid == pid) else {
+        return 0.0;
+    };
+    let Some(t) = o.tasks.iter().find(|t| t.pid == pid) else {
+        return 0.0;
+    };
+    let seen = |wpb: f64, f: f64| (1.0 - wpb * 64.0 / f).abs();
+    (t.truth_read_bytes * seen(entry.read_weight_per_byte, fr)
+        + t.truth_write_bytes * seen(entry.write_weight_per_byte, fw))
+        / o.total_bytes
+}
+
+/// Every scenario of tests/scenarios (`cargo xtask accuracy`'s), through the real plan and
+/// attributor as `imc record` runs them (per-task aggregates, then a record per switch): each
+/// task within 0.02 of the run's traffic (0.03 where local and remote memory are weighed),
+/// beyond what its weights' infidelity explains; every byte a task's or unattributed; and where
+/// every weight is faithful, the device traffic left unattributed within 0.01 of the devices'
+/// truth.
+#[test]
+fn every_scenario_is_within_its_bound() {
+    use imc::attribution::synth::scenario::{self, RunOptions, Weigh};
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 15, "scenarios missing from {}", dir.display());
+    for f in &files {
+        let l = scenario::load(f).unwrap_or_else(|e| panic!("{e}"));
+        for precise in [false, true] {
+            let opts = RunOptions {
+                weigh: Weigh::Auto,
+                drain_ms: u64::from(imc::plan::drain::period_ms(l.file.interval_ms, true)),
+                batch_ms: Some(imc::plan::drain::BATCH_MS),
+                precise,
+            };
+            let o = l.run(&opts, &mut |_| {}).unwrap_or_else(|e| panic!("{e}"));
+            let bound = if o.weighting.numa { 0.03 } else { 0.02 };
+            for t in &o.tasks {
+                let allowed = bound + explained_by_infidelity(&l, &o, t.pid);
+                assert!(
+                    t.error <= allowed,
+                    "{} (precise {precise}): {} {} error {:.4} > {allowed:.4}",
+                    o.name,
+                    t.pid,
+                    t.comm,
+                    t.error
+                );
+            }
+            let attributed: f64 = o.tasks.iter().map(|t| t.attributed_bytes).sum();
+            assert!(
+                (attributed + o.unattributed_bytes - o.package_bytes).abs()
+                    <= 1e-6 * o.package_bytes + 4096.0 * o.tasks.len() as f64,
+                "{}: tasks {attributed} + unattributed {} != counted {}",
+                o.name,
+                o.unattributed_bytes,
+                o.package_bytes
+            );
+            assert!(o.device_bytes <= o.unattributed_bytes + 1.0, "{}", o.name);
+            let faithful = l.file.fidelity.is_empty()
+                && l.file.tasks.iter().all(|t| {
+                    t.read_weight_per_byte == 1.0 / 64.0 && t.write_weight_per_byte == 1.0 / 64.0
+                });
+            if faithful && o.weighting.method == "traffic" {
+                assert!(
+                    o.device_error <= 0.01,
+                    "{}: device/unseen {:.0} against the devices' {:.0}: {:.4}",
+                    o.name,
+                    o.device_bytes,
+                    o.truth_device_bytes,
+                    o.device_error
+                );
+            }
+        }
+    }
+}

@@ -81,7 +81,9 @@ pub enum SynthSlot {
         sees_remote: bool,
         /// The part of that traffic this event counts: several events of one direction and
         /// locality add up to the weight (Zen's DRAM fills and L2-prefetcher misses count
-        /// disjoint lines), so each of n counts 1/n of it.
+        /// disjoint lines), so each of n counts 1/n of it; and a count is a line of the
+        /// event's own size (64 bytes / its bytes per count of what a 64-byte-line weight
+        /// would count).
         share: f64,
     },
     /// A CPU slot attribution does not weigh by: reads zero.

@@ -1024,8 +1024,11 @@ fn synth_slot(spec: &SlotSpec, all: &[SlotSpec]) -> SynthSlot {
             _ => false,
         })
     };
-    // Events of one role add up: each counts its part of the traffic.
-    let share = 1.0
+    // Events of one role add up: each counts its part of the traffic, in its own lines (a
+    // task's weight per byte is given in 64-byte lines: 1/64 is faithful; POWER's are 128).
+    let line = spec.bytes_per_count.filter(|&b| b > 0.0).unwrap_or(64.0);
+    let share = 64.0
+        / line
         / all
             .iter()
             .filter(|o| o.scope == SlotScope::Cpu && o.role == spec.role)
