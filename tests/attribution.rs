@@ -552,9 +552,17 @@ fn interval_json_is_the_top_contract() {
             "t_end_ns",
             "t_start_ns",
             "tasks",
+            "unattributed",
             "unattributed_bytes",
             "weighting"
         ]
+    );
+    // `unattributed_bytes` split: what no core counter saw (device) and the rest.
+    assert_eq!(keys(&v["unattributed"]), ["device_bytes", "other_bytes"]);
+    assert_eq!(
+        v["unattributed"]["device_bytes"].as_u64().unwrap()
+            + v["unattributed"]["other_bytes"].as_u64().unwrap(),
+        v["unattributed_bytes"].as_u64().unwrap()
     );
     // How the traffic was divided (issue 19): this scenario's slots carry an LLC-miss weight.
     assert_eq!(

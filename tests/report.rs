@@ -328,6 +328,7 @@ fn stand_in_recording(dir: &Path, event: &str) -> PathBuf {
             }],
             tasks: vec![task(10, "toucher", busy), task(11, "idler", 100.0)],
             unattributed_bytes: 0,
+            unattributed: Default::default(),
             lost_samples: 0,
             weighting: None,
             weight_fallbacks: 0,
