@@ -774,7 +774,11 @@ fn every_scenario_is_within_its_bound() {
         .filter(|p| p.extension().is_some_and(|x| x == "json"))
         .collect();
     files.sort();
-    assert!(files.len() >= 15, "scenarios missing from {}", dir.display());
+    assert!(
+        files.len() >= 15,
+        "scenarios missing from {}",
+        dir.display()
+    );
     for f in &files {
         let l = scenario::load(f).unwrap_or_else(|e| panic!("{e}"));
         for precise in [false, true] {

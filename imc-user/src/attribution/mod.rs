@@ -590,7 +590,7 @@ impl Attributor {
                 task: st.prev_task,
                 weight_ok: 0,
                 foreign: false,
-                    time_share: SHARE_ONE,
+                time_share: SHARE_ONE,
             })
         };
         let mut out = None;

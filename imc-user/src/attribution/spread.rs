@@ -118,7 +118,9 @@ fn rate_of(s: &Segment, class: usize, route: &[f64]) -> f64 {
 pub fn weighed_totals(spans: &[Span], scratch: &Scratch) -> (f64, f64) {
     let (mut w, mut d) = (0.0, 0.0);
     for (k, sp) in spans.iter().enumerate() {
-        if scratch.wu.get(k).is_some_and(|&u| u <= 0.0) && scratch.ww.get(k).is_some_and(|&x| x > 0.0) {
+        if scratch.wu.get(k).is_some_and(|&u| u <= 0.0)
+            && scratch.ww.get(k).is_some_and(|&x| x > 0.0)
+        {
             w += scratch.ww[k];
             d += sp.d;
         }

@@ -85,8 +85,11 @@ mod tests {
 
     #[test]
     fn the_events_figures_are_read() {
-        let m = parse(p(), br#"{"weights": {"OCR.A": 0.75, "L2_LINES_OUT.NON_SILENT": 1.1}, "machine": "x"}"#)
-            .unwrap();
+        let m = parse(
+            p(),
+            br#"{"weights": {"OCR.A": 0.75, "L2_LINES_OUT.NON_SILENT": 1.1}, "machine": "x"}"#,
+        )
+        .unwrap();
         assert_eq!(m.get("OCR.A"), Some(&0.75));
         assert_eq!(m.get("L2_LINES_OUT.NON_SILENT"), Some(&1.1));
     }

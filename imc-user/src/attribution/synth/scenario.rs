@@ -681,12 +681,13 @@ impl Loaded {
     /// The real plan for this machine, or why there is none (a machine without a memory
     /// controller has nothing to attribute).
     pub fn plan(&self, opts: &RunOptions) -> Result<Plan, ScenarioError> {
-        let mut p = plan::plan(&self.found, &self.kernel, &self.request(opts)).map_err(|source| {
-            ScenarioError::Plan {
-                path: self.path.clone(),
-                source,
-            }
-        })?;
+        let mut p =
+            plan::plan(&self.found, &self.kernel, &self.request(opts)).map_err(|source| {
+                ScenarioError::Plan {
+                    path: self.path.clone(),
+                    source,
+                }
+            })?;
         plan::weights::apply_fidelity(&mut p, &self.file.fidelity);
         if !p.slots.iter().any(|s| s.scope == "package") {
             return Err(ScenarioError::Plan {
