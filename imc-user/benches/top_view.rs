@@ -67,6 +67,7 @@ fn interval(seed: u64) -> IntervalResult {
             .collect(),
         tasks,
         unattributed_bytes: 12_345_678 + seed,
+        unattributed: Default::default(),
         lost_samples: seed % 3,
         weighting: None,
         weight_fallbacks: 0,

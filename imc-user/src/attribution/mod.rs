@@ -721,14 +721,15 @@ impl Attributor {
             // weighs this package, the rest the others.
             let mut blind_remote = [None; MAX_CLASSES];
             if let Some((wdelta, w_ok)) = w {
-                for c in 0..MAX_CLASSES {
-                    if let Some((lm, rm)) = self.blind[c]
+                let blind = self.blind;
+                for (c, (b, out)) in blind.iter().zip(blind_remote.iter_mut()).enumerate() {
+                    if let Some(masks) = *b
                         && seg.weight_ok & (1 << c) != 0
                     {
-                        let loc = self.locality(cpu, seg.task, (lm, rm), wdelta, w_ok);
+                        let loc = self.locality(cpu, seg.task, masks, wdelta, w_ok);
                         let full = seg.wrate[c];
                         seg.wrate[c] = full * loc;
-                        blind_remote[c] = Some(full * (1.0 - loc));
+                        *out = Some(full * (1.0 - loc));
                     }
                 }
             }

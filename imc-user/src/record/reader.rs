@@ -20,6 +20,9 @@ use std::path::{Path, PathBuf};
 
 /// One thing read from a recording.
 #[derive(Clone, Debug)]
+// An interval is read once a chunk and handed on at once: boxing it would allocate per chunk
+// for nothing.
+#[allow(clippy::large_enum_variant)]
 pub enum Item {
     Interval(IntervalResult),
     /// Raw records around a burst, in the order they were written.
