@@ -490,3 +490,44 @@ fn the_nmi_watchdog_is_said_to_take_a_counter_from_the_weights() {
     let quiet = plan_on("skx-2socket", &kernel("6.8.0"), &request(Command::Record));
     assert!(!quiet.notes.iter().any(|n| n.contains("nmi_watchdog")));
 }
+
+#[test]
+fn weights_carry_their_line_size_and_a_fidelity_the_measured_one_replaces() {
+    let mut p = plan_on("skx-2socket", &kernel("6.8.0"), &request(Command::Record));
+    let weights: Vec<&Counter> = p.counters.iter().filter(|c| c.weight.is_some()).collect();
+    assert!(!weights.is_empty());
+    assert!(weights.iter().all(|c| c.bytes_per_count == Some(64.0)));
+    let w = p.weighting.clone().unwrap();
+    // Every weight event at 1 until measured, by the names the plan shows.
+    assert_eq!(w.fidelity.len(), 3, "{:?}", w.fidelity);
+    assert!(w.fidelity.values().all(|&f| f == 1.0));
+    // Skylake-SP's write event cannot tell local from remote: said, with the rule.
+    assert!(
+        w.reason
+            .contains("L2_LINES_OUT.NON_SILENT cannot tell local from remote"),
+        "{}",
+        w.reason
+    );
+    assert!(w.reason.contains("device traffic"), "{}", w.reason);
+    let measured = std::collections::BTreeMap::from([
+        ("L2_LINES_OUT.NON_SILENT".to_string(), 0.8),
+        ("NOT.A.WEIGHT.OF.THIS.PLAN".to_string(), 0.5),
+        // Not a measurement: ignored.
+        (
+            "OCR.ALL_READS.L3_MISS_LOCAL_DRAM.SNOOP_MISS_OR_NO_FWD".to_string(),
+            0.0,
+        ),
+    ]);
+    super::weights::apply_fidelity(&mut p, &measured);
+    let f = &p.weighting.as_ref().unwrap().fidelity;
+    assert_eq!(f["L2_LINES_OUT.NON_SILENT"], 0.8);
+    assert_eq!(
+        f["OCR.ALL_READS.L3_MISS_LOCAL_DRAM.SNOOP_MISS_OR_NO_FWD"],
+        1.0
+    );
+    assert!(!f.contains_key("NOT.A.WEIGHT.OF.THIS.PLAN"));
+    // One package: no remote weight, so no blind-write sentence.
+    let one = plan_on("zen2-1socket", &kernel("6.8.0"), &request(Command::Record));
+    let r = one.weighting.unwrap().reason;
+    assert!(!r.contains("cannot tell local from remote"), "{r}");
+}
