@@ -17,6 +17,17 @@
 //!   with a read and a write weight, a task's read/write split is measured, not the package's.
 //! - A CPU silent for longer than two tick periods (NOHZ idle) is not assumed busy: only the
 //!   last two periods before its next record belong to that record's task.
+//! - Weights are counts of lines: where every weight of a package slot's class counts bytes of
+//!   its direction, their bytes (bytes per count ÷ the event's measured fidelity) are set against
+//!   the controller's over the spans being spread. When they account for less, each task is
+//!   charged its weights' bytes and the rest is unattributed as device/unseen traffic (no core
+//!   saw it), as is a span in which no CPU of the package ran; when they account for more, the
+//!   delta is divided in proportion, as without bytes.
+//! - A weight of one direction with no remote counterpart beside remote weights of the other
+//!   (Skylake-SP's L2 writebacks) counts traffic to every package: each segment's rate is
+//!   split by the locality the task's other-direction weights show (its last, else local).
+//! - With three or more packages a task's remote weight is routed among the others by what
+//!   their local weights leave unexplained (see `routes`).
 //!
 //! Per-record work is O(1) amortised and allocation-free once buffers and the task table have
 //! grown; the package spread runs when an interval is closed.
