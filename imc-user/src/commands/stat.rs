@@ -433,7 +433,7 @@ pub fn plan_of(
         latency: args
             .latency
             .as_deref()
-            .map(|types| super::latency::encodings(&global.root, types))
+            .map(|types| super::latency::request(&global.root, discovery, types))
             .transpose()?,
         weight: Default::default(),
     };

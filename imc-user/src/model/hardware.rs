@@ -264,8 +264,7 @@ pub struct Discovery {
 /// What one loaded-latency counter counts. Average latency = occupancy ÷ inserts (in the
 /// controller's DRAM clocks, the clock rate measured by `DramClocks`), or, on AMD's L3,
 /// sampled latency ÷ sampled requests (in units of 10 ns).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "kebab-case")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum QueuePart {
     /// Read pending queue occupancy: each DRAM clock adds the reads waiting.
     ReadOccupancy,
@@ -279,6 +278,13 @@ pub enum QueuePart {
     SampledLatency { remote: bool },
     /// AMD L3: the sampled DRAM fills the latency sum is over.
     SampledRequests { remote: bool },
+}
+
+/// Serialized as its key (`rpq_occupancy`, `l3_dram_far_requests`).
+impl Serialize for QueuePart {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.key())
+    }
 }
 
 impl QueuePart {
