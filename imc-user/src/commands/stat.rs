@@ -122,6 +122,10 @@ pub fn run_with<W: Write>(
     // --latency (KNL): the average-latency column (commands/latency.rs).
     if let Some(req) = &args.latency {
         writer.set_latency(super::latency::columns(&layout, req));
+        // Off KNL: the queue latency per package and channel.
+        writer.set_queues(crate::counting::latency::QueueLayout::new(
+            backend.counters(),
+        ));
     }
     let mut child_status: Option<std::process::ExitStatus> = None;
     let result = {

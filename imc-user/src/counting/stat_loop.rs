@@ -180,6 +180,7 @@ impl Layout {
             value_counted: vec![false; self.value_keys.len()],
             missing: Vec::with_capacity(self.slots.len()),
             multiplexed: false,
+            counts: vec![None; self.slots.len()],
         }
     }
 }
@@ -207,6 +208,9 @@ pub struct IntervalReport {
     pub missing: Vec<usize>,
     /// Whether any counter was multiplexed (scaled) in this interval.
     pub multiplexed: bool,
+    /// Each counter's own count in this interval, scaled as `values` (None: it did not
+    /// count): what per-channel figures beyond bytes (`stat --latency`) are made of.
+    pub counts: Vec<Option<f64>>,
 }
 
 impl IntervalReport {
@@ -246,6 +250,7 @@ impl IntervalReport {
         self.value_counted.iter_mut().for_each(|v| *v = false);
         self.missing.clear();
         self.multiplexed = false;
+        self.counts.iter_mut().for_each(|v| *v = None);
         for (i, c) in counters.iter().enumerate() {
             let (Some(p), Some(n)) = (prev.get(i), now.get(i)) else {
                 continue;
@@ -259,6 +264,9 @@ impl IntervalReport {
                 self.multiplexed = true;
             }
             let v = layout.value_of[i];
+            if let Some(slot) = self.counts.get_mut(i) {
+                *slot = Some(d.count * c.scale);
+            }
             self.values[v] += d.count * c.scale;
             self.value_counted[v] = true;
             if d.running_fraction < self.value_fraction[v] {

@@ -6,7 +6,7 @@
 use crate::counting::stat_loop::{
     Bytes, IntervalReport, Layout, PackageBytes, PackageLayout, StatSink,
 };
-use crate::output::latency::LatencyCols;
+use crate::output::latency::{LatencyCols, QueueCols};
 use std::io::{self, Write};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -32,6 +32,8 @@ pub struct StatWriter<W: Write> {
     header_done: bool,
     /// `stat --latency`: the two counts whose ratio is the average latency.
     latency: Option<LatencyCols>,
+    /// `stat --latency` off KNL: the queue latency per package and channel.
+    queues: Option<QueueCols>,
 }
 
 impl<W: Write> StatSink for StatWriter<W> {
@@ -193,7 +195,17 @@ impl<W: Write> StatWriter<W> {
             t0_ns: None,
             header_done: false,
             latency: None,
+            queues: None,
         }
+    }
+
+    /// Adds the queue-latency figures (`stat --latency` off KNL).
+    pub fn set_queues(&mut self, layout: Option<crate::counting::latency::QueueLayout>) {
+        let per_channel = self.per_channel;
+        self.queues = layout.map(|layout| QueueCols {
+            layout,
+            per_channel,
+        });
     }
 
     /// Adds the average-latency column (`stat --latency`).
@@ -249,6 +261,9 @@ impl<W: Write> StatWriter<W> {
         b.push(b'}');
         if let Some(l) = &self.latency {
             l.json(b, r);
+        }
+        if let Some(q) = &self.queues {
+            q.json(b, r);
         }
         if r.multiplexed {
             // Extra field: the fraction of the interval each multiplexed counter ran.
@@ -334,6 +349,9 @@ impl<W: Write> StatWriter<W> {
         if let Some(l) = &self.latency {
             l.csv(b, r, time, el, sep);
         }
+        if let Some(q) = &self.queues {
+            q.csv(b, r, time, el, sep);
+        }
         not_counted_note(b, layout, r);
     }
 
@@ -397,6 +415,9 @@ impl<W: Write> StatWriter<W> {
         if let Some(l) = &self.latency {
             l.human(b, r, time, ms);
         }
+        if let Some(q) = &self.queues {
+            q.human(b, r, time, ms);
+        }
         not_counted_note(b, layout, r);
     }
 }
@@ -421,7 +442,7 @@ fn is_default(k: &str) -> bool {
     matches!(
         k,
         "read" | "write" | "total" | "mcdram_read" | "mcdram_write" | "mcdram_total"
-    )
+    ) || crate::model::QueuePart::from_key(k).is_some()
 }
 
 fn bytes_json(b: &mut Vec<u8>, r: &IntervalReport, x: &Bytes) {

@@ -381,6 +381,9 @@ pub fn plan(found: &Discovery, kernel: &Kernel, req: &Request) -> Result<Plan, P
 /// The plan for a loop that drains every `req.drain_ms`.
 fn plan_draining(found: &Discovery, kernel: &Kernel, req: &Request) -> Result<Plan, PlanError> {
     let mut refusals = source_refusals(found, req);
+    if req.latency == Some(LatencyRequest::Queues) && found.queues.events.is_empty() {
+        return Err(no_queues(found));
+    }
     let (source, backend, mut counters) = choose_counters(found, req)?;
     let mut notes = Vec::new();
     if req.latency == Some(LatencyRequest::Queues) {
@@ -563,6 +566,14 @@ fn latency_counters(
     ))
 }
 
+/// `--latency` where the machine has no queues: one line with the reason (exit 2).
+fn no_queues(found: &Discovery) -> PlanError {
+    PlanError::BadRequest(format!(
+        "--latency: this machine has no memory-controller queues to measure latency with: {}",
+        found.queues.reason.as_deref().unwrap_or("none found")
+    ))
+}
+
 /// A dropped group of counters: (whether it is the PMU's bandwidth, the PMU, the refusal).
 type Dropped = (bool, String, Option<Refusal>);
 
@@ -578,10 +589,7 @@ fn queue_counters(
 ) -> Result<(Vec<Counter>, Vec<Dropped>, String), PlanError> {
     let q = &found.queues;
     if q.events.is_empty() {
-        return Err(PlanError::BadRequest(format!(
-            "--latency: this machine has no memory-controller queues to measure latency with: {}",
-            q.reason.as_deref().unwrap_or("none found")
-        )));
+        return Err(no_queues(found));
     }
     let mut out = Vec::new();
     let mut dropped: Vec<Dropped> = Vec::new();
