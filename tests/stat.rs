@@ -1329,12 +1329,8 @@ fn knl_latency_refusals_are_one_line() {
         &["OFFCORE_RESPONSE_0", "dmnd_data_rdx"],
     );
     refused("DMND_DATA_RD:c=1", "knl", 2, &["c=1", "request type"]);
-    refused(
-        "DMND_DATA_RD",
-        "skx-2socket",
-        1,
-        &["knl-imc", "Knights Landing"],
-    );
+    // Off KNL, request types mean nothing (the queues take none).
+    refused("DMND_RFO", "skx-2socket", 2, &["DMND_RFO", "Knights Landing"]);
     // What `--dry-run` shows: the two checked encodings.
     let (o, r) = imc::commands::latency::encodings(Path::new(&fixture("knl")), "DMND_DATA_RD")
         .expect("encodings");
@@ -1344,6 +1340,128 @@ fn knl_latency_refusals_are_one_line() {
     );
     assert_eq!((r.pmu_type, r.config, r.config1), (4, 0x02b7, 0x1_0001));
     assert_eq!(o.pmu, "cpu");
+}
+
+// ---------------------------------------------------------------------------------------------
+// `stat --latency` from the memory controller's queues, with scripted counts.
+
+fn queue_latency_args(tree: &str, per_channel: bool, json: bool) -> (GlobalArgs, StatArgs) {
+    let (g, mut a) = parse(&fixture(tree), "/dev/mem", 10, 0.03, "auto");
+    a.latency = Some("DMND_DATA_RD".into()); // what a bare --latency gives
+    a.per_channel = per_channel;
+    a.json = json;
+    (g, a)
+}
+
+#[test]
+fn skx_queue_latency_is_occupancy_over_inserts_per_channel_and_package() {
+    let perf = Arc::new(FakePerf::new());
+    // Per read of each box: 8000 read-queue entries × clocks over 100 reads (80 DRAM clocks
+    // each), 1600 DRAM clocks on the fixed counter.
+    perf.set_step(0x80, 8000);
+    perf.set_step(0x10, 100);
+    perf.set_step(0xff, 1600);
+    let (r, lines, err) = run_fake(
+        perf.clone(),
+        &RealDevMem,
+        queue_latency_args("skx-2socket", true, true),
+    );
+    assert_eq!(r, Ok(()), "stderr: {err}");
+    assert!(!lines.is_empty());
+    for l in &lines {
+        let lat = l["latency"].as_array().expect("latency per package");
+        assert_eq!(lat.len(), 2, "{l}");
+        let elapsed = num(&l["t_end_ns"]) - num(&l["t_start_ns"]);
+        // Clock ticks of one box in this interval (12 boxes counted).
+        let ticks = num(&l["values"]["dram_clockticks"]) / 12.0;
+        for p in lat {
+            assert_eq!(num(&p["read_latency_dram_clocks"]), 80.0, "{p}");
+            let ns = num(&p["read_latency_ns"]);
+            assert!((ns - 80.0 * elapsed / ticks).abs() < 1e-6 * ns, "{p}");
+            // The write queue is not counted (no room beside bandwidth): null, not made up.
+            assert!(p["write_latency_ns"].is_null() && p["write_latency_dram_clocks"].is_null());
+            assert!(p["utilisation"].is_null());
+            let chans = p["channels"].as_array().expect("--per-channel");
+            assert_eq!(chans.len(), 6);
+            assert!(chans.iter().all(|c| num(&c["read_latency_dram_clocks"]) == 80.0));
+        }
+        // Bandwidth beside it.
+        assert!(num(&l["packages"][0]["read_bytes"]) > 0.0, "{l}");
+    }
+    // Never more than four generic counters on one box: CAS read/write, RPQ occupancy/inserts.
+    let mut per_box = std::collections::BTreeMap::new();
+    for o in perf.opens().iter().filter(|o| o.attr.config != 0xff) {
+        *per_box.entry((o.attr.type_, o.cpu)).or_insert(0) += 1;
+    }
+    assert!(per_box.values().all(|&n| n == 4), "{per_box:?}");
+
+    // No reads entered the queue: null, not a division by zero.
+    let perf = Arc::new(FakePerf::new());
+    perf.set_step(0x10, 0);
+    let (r, lines, err) = run_fake(perf, &RealDevMem, queue_latency_args("skx-2socket", false, true));
+    assert_eq!(r, Ok(()), "stderr: {err}");
+    for l in &lines {
+        let p = &l["latency"][0];
+        assert!(p["read_latency_ns"].is_null(), "{l}");
+        assert!(p.get("channels").is_none(), "channels only with --per-channel");
+    }
+
+    // The table: a latency row per package.
+    let perf = Arc::new(FakePerf::new());
+    perf.set_step(0x80, 4000);
+    perf.set_step(0x10, 100);
+    let text = run_fake_text(perf, queue_latency_args("skx-2socket", false, false));
+    let row = text
+        .lines()
+        .find(|l| l.contains("package 1") && l.contains("latency read"))
+        .unwrap_or_else(|| panic!("no latency row in\n{text}"));
+    assert!(row.contains("40.0 DRAM clocks"), "{row}");
+}
+
+#[test]
+fn queue_latency_off_a_platform_with_queues_is_one_line_exit_2() {
+    for (tree, what) in [
+        ("vm-guest", "hypervisor"),
+        ("tgl-client", "client"),
+        ("zen2-1socket", "Zen 1-3"),
+    ] {
+        let (g, a) = queue_latency_args(tree, false, true);
+        let env = StatEnv {
+            perf: Arc::new(FakePerf::new()) as Arc<dyn PerfSys>,
+            devmem: &RealDevMem,
+            clock: &MonotonicClock,
+        };
+        let e = run_with(&g, &a, &env, &mut Vec::new(), &mut Vec::new()).unwrap_err();
+        assert_eq!(e.code, 2, "{tree}: {}", e.message);
+        assert_eq!(e.message.lines().count(), 1, "{}", e.message);
+        assert!(e.message.contains(what), "{tree}: {}", e.message);
+        assert!(!e.message.contains("umask"), "no libpfm4 talk: {}", e.message);
+    }
+}
+
+#[test]
+fn stat_latency_dry_run_shows_the_queue_counters_of_every_channel() {
+    for (tree, per_pkg) in [
+        ("skx-2socket", 6 * 3),
+        ("spr-2socket", 8 * 3),
+        ("gnr-2socket", 12 * 5),
+        ("zen4-2socket", 4),
+    ] {
+        let out = imc()
+            .args(["--root", &fixture(tree), "stat", "--latency", "--dry-run", "--json"])
+            .output()
+            .expect("run imc");
+        assert!(out.status.success(), "{tree}: {}", String::from_utf8_lossy(&out.stderr));
+        let plan: Value = serde_json::from_slice(&out.stdout).expect("plan JSON");
+        let lat: Vec<&Value> = plan["counters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| c["role"] == "latency")
+            .collect();
+        assert_eq!(lat.len(), 2 * per_pkg, "{tree}");
+        assert!(lat.iter().all(|c| c["encoding"]["config"].is_u64() && c["queue"].is_string()));
+    }
 }
 
 #[test]
