@@ -527,6 +527,7 @@ fn mchbar_counter(name: &str, address: u64, direction: Direction) -> MchbarCount
             scale: 1.0,
             counter_bits: 64,
             config: 0,
+            sub_channel: None,
         },
         address,
         width: 32,
@@ -1416,6 +1417,42 @@ fn skx_queue_latency_is_occupancy_over_inserts_per_channel_and_package() {
         .find(|l| l.contains("package 1") && l.contains("latency read"))
         .unwrap_or_else(|| panic!("no latency row in\n{text}"));
     assert!(row.contains("40.0 DRAM clocks"), "{row}");
+}
+
+#[test]
+fn gnr_shows_12_channels_a_package_each_with_its_two_sub_channels() {
+    let perf = Arc::new(FakePerf::new());
+    // Scheduler 1 reads three times what scheduler 0 does.
+    perf.set_step(0xcf05, 1000);
+    perf.set_step(0xcf06, 3000);
+    let (g, mut a) = parse(&fixture("gnr-2socket"), "/dev/mem", 10, 0.03, "auto");
+    a.per_channel = true;
+    let (r, lines, err) = run_fake(perf.clone(), &RealDevMem, (g.clone(), a.clone()));
+    assert_eq!(r, Ok(()), "stderr: {err}");
+    assert!(!lines.is_empty());
+    for l in &lines {
+        for p in l["packages"].as_array().unwrap() {
+            let chans = p["channels"].as_array().unwrap();
+            assert_eq!(chans.len(), 12, "channels, not schedulers: {p}");
+            for c in chans {
+                let subs = c["sub_channels"].as_array().expect("sub_channels");
+                let ids: Vec<u64> = subs.iter().map(|s| s["sub_channel"].as_u64().unwrap()).collect();
+                assert_eq!(ids, [0, 1]);
+                let (s0, s1) = (num(&subs[0]["read_bytes"]), num(&subs[1]["read_bytes"]));
+                assert_eq!(s1, 3.0 * s0, "{c}");
+                assert_eq!(s0 + s1, num(&c["read_bytes"]), "sub-channels roll up: {c}");
+            }
+        }
+    }
+    drop(perf);
+    // The table and CSV say the sub-channels under their channel.
+    a.json = false;
+    let text = run_fake_text(Arc::new(FakePerf::new()), (g.clone(), a.clone()));
+    assert_eq!(text.lines().filter(|l| l.contains("sub-channel 1")).count() % 24, 0);
+    assert!(text.contains("sub-channel 1"), "{text}");
+    a.separator = Some(",".into());
+    let csv = run_fake_text(Arc::new(FakePerf::new()), (g, a));
+    assert!(csv.lines().any(|l| l.contains(",sub_channel,1:uncore_imc_11:1,")), "{csv}");
 }
 
 #[test]

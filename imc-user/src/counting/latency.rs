@@ -450,6 +450,8 @@ mod tests {
             scale: 1.0,
             counter_bits: 48,
             config: 0,
+            sub_channel: None,
+            sub_channel: None,
         }
     }
 
