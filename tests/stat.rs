@@ -1239,6 +1239,13 @@ fn knl_latency_is_outstanding_cycles_over_requests_beside_ddr_and_mcdram() {
     let r_key = "OFFCORE_RESPONSE_1:DMND_DATA_RD:DMND_RFO:ANY_RESPONSE";
     for l in &lines {
         assert_eq!(num(&l["latency_cycles"]), 50.0, "{l}");
+        // The fields every platform's `latency` has: what KNL does not measure is null.
+        let p = &l["latency"][0];
+        assert_eq!(num(&p["read_latency_core_cycles"]), 50.0, "{l}");
+        assert!(
+            p["read_latency_ns"].is_null() && p["write_latency_ns"].is_null(),
+            "{l}"
+        );
         // both counts summed over the 256 CPUs, in the same ratio
         let (o, q) = (num(&l["values"][o_key]), num(&l["values"][r_key]));
         assert_eq!(o / q, 50.0, "{l}");
@@ -1331,7 +1338,12 @@ fn knl_latency_refusals_are_one_line() {
     );
     refused("DMND_DATA_RD:c=1", "knl", 2, &["c=1", "request type"]);
     // Off KNL, request types mean nothing (the queues take none).
-    refused("DMND_RFO", "skx-2socket", 2, &["DMND_RFO", "Knights Landing"]);
+    refused(
+        "DMND_RFO",
+        "skx-2socket",
+        2,
+        &["DMND_RFO", "Knights Landing"],
+    );
     // What `--dry-run` shows: the two checked encodings.
     let (o, r) = imc::commands::latency::encodings(Path::new(&fixture("knl")), "DMND_DATA_RD")
         .expect("encodings");
@@ -1384,7 +1396,11 @@ fn skx_queue_latency_is_occupancy_over_inserts_per_channel_and_package() {
             assert!(p["utilisation"].is_null());
             let chans = p["channels"].as_array().expect("--per-channel");
             assert_eq!(chans.len(), 6);
-            assert!(chans.iter().all(|c| num(&c["read_latency_dram_clocks"]) == 80.0));
+            assert!(
+                chans
+                    .iter()
+                    .all(|c| num(&c["read_latency_dram_clocks"]) == 80.0)
+            );
         }
         // Bandwidth beside it.
         assert!(num(&l["packages"][0]["read_bytes"]) > 0.0, "{l}");
@@ -1399,12 +1415,19 @@ fn skx_queue_latency_is_occupancy_over_inserts_per_channel_and_package() {
     // No reads entered the queue: null, not a division by zero.
     let perf = Arc::new(FakePerf::new());
     perf.set_step(0x10, 0);
-    let (r, lines, err) = run_fake(perf, &RealDevMem, queue_latency_args("skx-2socket", false, true));
+    let (r, lines, err) = run_fake(
+        perf,
+        &RealDevMem,
+        queue_latency_args("skx-2socket", false, true),
+    );
     assert_eq!(r, Ok(()), "stderr: {err}");
     for l in &lines {
         let p = &l["latency"][0];
         assert!(p["read_latency_ns"].is_null(), "{l}");
-        assert!(p.get("channels").is_none(), "channels only with --per-channel");
+        assert!(
+            p.get("channels").is_none(),
+            "channels only with --per-channel"
+        );
     }
 
     // The table: a latency row per package.
@@ -1436,7 +1459,10 @@ fn gnr_shows_12_channels_a_package_each_with_its_two_sub_channels() {
             assert_eq!(chans.len(), 12, "channels, not schedulers: {p}");
             for c in chans {
                 let subs = c["sub_channels"].as_array().expect("sub_channels");
-                let ids: Vec<u64> = subs.iter().map(|s| s["sub_channel"].as_u64().unwrap()).collect();
+                let ids: Vec<u64> = subs
+                    .iter()
+                    .map(|s| s["sub_channel"].as_u64().unwrap())
+                    .collect();
                 assert_eq!(ids, [0, 1]);
                 let (s0, s1) = (num(&subs[0]["read_bytes"]), num(&subs[1]["read_bytes"]));
                 assert_eq!(s1, 3.0 * s0, "{c}");
@@ -1448,11 +1474,18 @@ fn gnr_shows_12_channels_a_package_each_with_its_two_sub_channels() {
     // The table and CSV say the sub-channels under their channel.
     a.json = false;
     let text = run_fake_text(Arc::new(FakePerf::new()), (g.clone(), a.clone()));
-    assert_eq!(text.lines().filter(|l| l.contains("sub-channel 1")).count() % 24, 0);
+    assert_eq!(
+        text.lines().filter(|l| l.contains("sub-channel 1")).count() % 24,
+        0
+    );
     assert!(text.contains("sub-channel 1"), "{text}");
     a.separator = Some(",".into());
     let csv = run_fake_text(Arc::new(FakePerf::new()), (g, a));
-    assert!(csv.lines().any(|l| l.contains(",sub_channel,1:uncore_imc_11:1,")), "{csv}");
+    assert!(
+        csv.lines()
+            .any(|l| l.contains(",sub_channel,1:uncore_imc_11:1,")),
+        "{csv}"
+    );
 }
 
 #[test]
@@ -1472,7 +1505,11 @@ fn queue_latency_off_a_platform_with_queues_is_one_line_exit_2() {
         assert_eq!(e.code, 2, "{tree}: {}", e.message);
         assert_eq!(e.message.lines().count(), 1, "{}", e.message);
         assert!(e.message.contains(what), "{tree}: {}", e.message);
-        assert!(!e.message.contains("umask"), "no libpfm4 talk: {}", e.message);
+        assert!(
+            !e.message.contains("umask"),
+            "no libpfm4 talk: {}",
+            e.message
+        );
     }
 }
 
@@ -1485,10 +1522,21 @@ fn stat_latency_dry_run_shows_the_queue_counters_of_every_channel() {
         ("zen4-2socket", 4),
     ] {
         let out = imc()
-            .args(["--root", &fixture(tree), "stat", "--latency", "--dry-run", "--json"])
+            .args([
+                "--root",
+                &fixture(tree),
+                "stat",
+                "--latency",
+                "--dry-run",
+                "--json",
+            ])
             .output()
             .expect("run imc");
-        assert!(out.status.success(), "{tree}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{tree}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let plan: Value = serde_json::from_slice(&out.stdout).expect("plan JSON");
         let lat: Vec<&Value> = plan["counters"]
             .as_array()
@@ -1497,7 +1545,10 @@ fn stat_latency_dry_run_shows_the_queue_counters_of_every_channel() {
             .filter(|c| c["role"] == "latency")
             .collect();
         assert_eq!(lat.len(), 2 * per_pkg, "{tree}");
-        assert!(lat.iter().all(|c| c["encoding"]["config"].is_u64() && c["queue"].is_string()));
+        assert!(
+            lat.iter()
+                .all(|c| c["encoding"]["config"].is_u64() && c["queue"].is_string())
+        );
     }
 }
 

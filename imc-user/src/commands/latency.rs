@@ -3,11 +3,11 @@
 //! `CliError`s (exit 2 for bad request types, 1 when the machine is not a KNL).
 use crate::counting::latency::{self, LatencyError};
 use crate::counting::stat_loop::Layout;
-use crate::error::CliResult;
 use crate::error::CliError;
+use crate::error::CliResult;
 use crate::model::{BackendKind, Discovery, Encoded};
-use crate::plan::LatencyRequest;
 use crate::output::latency::LatencyCols;
+use crate::plan::LatencyRequest;
 use std::path::Path;
 
 /// The latency column of the output, found by the two events' keys.

@@ -179,7 +179,12 @@ impl Layout {
 
     /// The bytes of each sub-channel of channel `ch` of package row `row` in this interval, by
     /// sub-channel number (empty where channels have none): they sum to the channel's.
-    pub fn sub_channel_bytes(&self, r: &IntervalReport, row: usize, ch: usize) -> Vec<(u32, Bytes)> {
+    pub fn sub_channel_bytes(
+        &self,
+        r: &IntervalReport,
+        row: usize,
+        ch: usize,
+    ) -> Vec<(u32, Bytes)> {
         let mut out: Vec<(u32, Bytes)> = Vec::new();
         for (i, sub) in self.sub_of.iter().enumerate() {
             let (Some((s, dir, bpc)), Some(Some((prow, _, pch)))) = (sub, self.slots.get(i)) else {

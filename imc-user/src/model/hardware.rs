@@ -275,9 +275,13 @@ pub enum QueuePart {
     /// The channel's DRAM clock ticks (the box's fixed counter).
     DramClocks,
     /// AMD L3: summed latency of sampled DRAM fills (10 ns units), local or remote node.
-    SampledLatency { remote: bool },
+    SampledLatency {
+        remote: bool,
+    },
     /// AMD L3: the sampled DRAM fills the latency sum is over.
-    SampledRequests { remote: bool },
+    SampledRequests {
+        remote: bool,
+    },
 }
 
 /// Serialized as its key (`rpq_occupancy`, `l3_dram_far_requests`).

@@ -31,14 +31,22 @@ impl LatencyCols {
         latency_cycles(r.values[self.outstanding], r.values[self.requests])
     }
 
-    /// `,"latency_cycles":N` (or null), after `values`.
+    /// `,"latency_cycles":N` (or null), after `values`; then the fields other platforms'
+    /// `latency` has, for the one KNL package: the read latency in core cycles, and null
+    /// where KNL's counters say nothing (ns would need the core clock, which is not counted;
+    /// DRAM clocks and writes are not measured by the offcore pair).
     pub fn json(&self, b: &mut Vec<u8>, r: &IntervalReport) {
-        match self.cycles(r) {
+        let cycles = self.cycles(r);
+        match cycles {
             Some(c) => {
                 let _ = write!(b, ",\"latency_cycles\":{c}");
             }
             None => b.extend_from_slice(b",\"latency_cycles\":null"),
         }
+        b.extend_from_slice(b",\"latency\":[{\"package\":0");
+        figures_json(b, &LatencyFigures::default());
+        num(b, "read_latency_core_cycles", cycles);
+        b.extend_from_slice(b"}]");
     }
 
     /// A CSV event row `latency_cycles` (empty count when unknown).
@@ -162,8 +170,14 @@ impl QueueCols {
             for (name, f) in rows {
                 row(&format!("read_latency_ns:{name}"), f.read_ns);
                 row(&format!("write_latency_ns:{name}"), f.write_ns);
-                row(&format!("read_latency_dram_clocks:{name}"), f.read_dram_clocks);
-                row(&format!("write_latency_dram_clocks:{name}"), f.write_dram_clocks);
+                row(
+                    &format!("read_latency_dram_clocks:{name}"),
+                    f.read_dram_clocks,
+                );
+                row(
+                    &format!("write_latency_dram_clocks:{name}"),
+                    f.write_dram_clocks,
+                );
             }
         }
     }

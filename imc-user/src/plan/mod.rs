@@ -312,11 +312,11 @@ impl Plan {
     pub fn channel_label(&self, c: &Counter) -> String {
         let shared_pmu = c.sub_channel.is_none()
             && self
-            .counters
-            .iter()
-            .filter(|o| o.package == c.package && o.slot == c.slot && o.pmu == c.pmu)
-            .count()
-            > 1;
+                .counters
+                .iter()
+                .filter(|o| o.package == c.package && o.slot == c.slot && o.pmu == c.pmu)
+                .count()
+                > 1;
         match c.channel {
             Some(ch) if shared_pmu => format!("{}#{ch}", c.pmu),
             _ => c.pmu.clone(),
@@ -614,7 +614,11 @@ fn queue_counters(
                 used += need(r);
                 keep_ranks.push(r);
             } else if pi == 0 {
-                dropped.push((false, pmu.name.clone(), Some(rank_refusal(q, &events, r, used))));
+                dropped.push((
+                    false,
+                    pmu.name.clone(),
+                    Some(rank_refusal(q, &events, r, used)),
+                ));
             }
             if i == 0 {
                 if used + bw <= q.generic_counters {

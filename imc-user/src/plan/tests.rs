@@ -337,7 +337,10 @@ fn generic_per_box(p: &Plan) -> std::collections::BTreeMap<(String, u32), usize>
     let mut m = std::collections::BTreeMap::new();
     for c in &p.counters {
         if c.queue == Some(QueuePart::DramClocks) {
-            assert_eq!(c.encoded.config, 0xff, "the fixed counter (UNCORE_FIXED_EVENT)");
+            assert_eq!(
+                c.encoded.config, 0xff,
+                "the fixed counter (UNCORE_FIXED_EVENT)"
+            );
             continue;
         }
         *m.entry((c.pmu.clone(), c.cpus[0])).or_default() += 1;
@@ -385,10 +388,18 @@ fn stat_latency_on_spr_counts_pseudo_channel_0_and_says_what_it_drops() {
         .map(|c| c.encoding.config)
         .collect();
     assert_eq!(configs, [0xff, 0x80, 0x0110]);
-    assert!(lat.iter().all(|c| c.queue == Some(QueuePart::DramClocks)
-        || c.pseudo_channel == Some(0)));
+    assert!(
+        lat.iter()
+            .all(|c| c.queue == Some(QueuePart::DramClocks) || c.pseudo_channel == Some(0))
+    );
     assert!(generic_per_box(&p).values().all(|&n| n <= 4));
-    assert_eq!(p.refusals.iter().filter(|r| r.reason.contains("4 generic")).count(), 3);
+    assert_eq!(
+        p.refusals
+            .iter()
+            .filter(|r| r.reason.contains("4 generic"))
+            .count(),
+        3
+    );
 }
 
 #[test]
@@ -424,7 +435,11 @@ fn gnr_channels_are_channels_with_two_sub_channels() {
     assert_eq!(sub1, [0x82, 0x4010]);
     assert_eq!(traffic(&p.counters).count(), 0);
     assert!(generic_per_box(&p).values().all(|&n| n <= 4));
-    assert!(p.refusals.iter().any(|r| r.event.as_deref() == Some("read,write")));
+    assert!(
+        p.refusals
+            .iter()
+            .any(|r| r.event.as_deref() == Some("read,write"))
+    );
 }
 
 #[test]

@@ -61,7 +61,15 @@ const SRC_FIXED: &str = "uncore.c UNCORE_FIXED_EVENT: the box's fixed DRAM-clock
 
 fn intel_wants(q: IntelQueues) -> Vec<Want> {
     use QueuePart::*;
-    let mut v: Vec<Want> = vec![(DramClocks, None, None, FIXED_CLOCKS.into(), 0, true, SRC_FIXED)];
+    let mut v: Vec<Want> = vec![(
+        DramClocks,
+        None,
+        None,
+        FIXED_CLOCKS.into(),
+        0,
+        true,
+        SRC_FIXED,
+    )];
     match q {
         IntelQueues::Skx => {
             const S: &str = "skylakex uncore-memory.json";
@@ -256,7 +264,9 @@ pub(crate) fn queues(ctx: &Ctx) -> Queues {
              with no queue occupancy",
         );
     }
-    none("no memory-controller PMU with queue occupancy (Intel server uncore_imc_N, AMD Zen 4+ amd_l3)")
+    none(
+        "no memory-controller PMU with queue occupancy (Intel server uncore_imc_N, AMD Zen 4+ amd_l3)",
+    )
 }
 
 #[cfg(test)]
