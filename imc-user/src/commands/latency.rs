@@ -32,7 +32,7 @@ pub fn request(root: &Path, found: &Discovery, request_types: &str) -> CliResult
         .any(|s| matches!(s.backend, BackendKind::KnlImc | BackendKind::KnlEdc) && s.available);
     if knl {
         let (o, r) = encodings(root, request_types)?;
-        return Ok(LatencyRequest::Offcore(o, r));
+        return Ok(LatencyRequest::Offcore(Box::new((o, r))));
     }
     if request_types != latency::DEFAULT_REQUEST_TYPES {
         return Err(CliError::bad_input(format!(

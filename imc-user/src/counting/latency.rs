@@ -451,7 +451,6 @@ mod tests {
             counter_bits: 48,
             config: 0,
             sub_channel: None,
-            sub_channel: None,
         }
     }
 

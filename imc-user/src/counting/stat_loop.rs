@@ -861,7 +861,6 @@ mod tests {
             counter_bits: 64,
             config: 0,
             sub_channel: None,
-            sub_channel: None,
         }
     }
 

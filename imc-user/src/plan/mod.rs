@@ -78,7 +78,7 @@ pub struct Request {
 pub enum LatencyRequest {
     /// KNL: the checked OFFCORE_RESPONSE pair (outstanding, requests), counted on every CPU
     /// beside DDR and MCDRAM bandwidth.
-    Offcore(Encoded, Encoded),
+    Offcore(Box<(Encoded, Encoded)>),
     /// The machine's loaded-latency events ([`crate::model::Queues`]) beside the bandwidth
     /// counters, as many as each PMU has counters for.
     Queues,
@@ -447,8 +447,8 @@ fn choose_counters(
     found: &Discovery,
     req: &Request,
 ) -> Result<(String, Option<BackendKind>, Vec<Counter>), PlanError> {
-    if let Some(LatencyRequest::Offcore(o, r)) = &req.latency {
-        return latency_counters(found, &(o.clone(), r.clone()));
+    if let Some(LatencyRequest::Offcore(pair)) = &req.latency {
+        return latency_counters(found, pair);
     }
     if !req.events.is_empty() {
         refuse_uncountable(found, &req.events)?;

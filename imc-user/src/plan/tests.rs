@@ -306,13 +306,13 @@ fn stat_latency_plans_the_offcore_pair_on_every_cpu_beside_ddr_and_mcdram() {
         ..Default::default()
     };
     let mut req = request(Command::Stat);
-    req.latency = Some(LatencyRequest::Offcore(
+    req.latency = Some(LatencyRequest::Offcore(Box::new((
         enc(
             "knl::OFFCORE_RESPONSE_0:DMND_DATA_RD:OUTSTANDING",
             0x4000000001,
         ),
         enc("knl::OFFCORE_RESPONSE_1:DMND_DATA_RD:ANY_RESPONSE", 0x10001),
-    ));
+    ))));
     let p = plan(&found, &kernel("6.8.0"), &req).unwrap();
     assert_eq!(p.source, "knl-imc+knl-edc+latency");
     let offcore: Vec<&Counter> = p.counters.iter().filter(|c| c.package.is_none()).collect();
