@@ -50,8 +50,10 @@ fn plan(root: &Path, args: &[&str]) -> Value {
 fn every_tree_with_a_memory_controller_plans_every_channel_for_every_command() {
     // (tree, source, counters, (package, channel, direction) triples): every channel of every
     // package, read and write, or total where that is all the hardware has.
-    let cases: [(&str, &str, usize); 9] = [
+    let cases: [(&str, &str, usize); 10] = [
         ("skx-2socket", "intel-uncore-imc", 24),
+        // 12 channels × 2 sub-channels (schedulers) × read/write × 2 packages.
+        ("gnr-2socket", "intel-uncore-imc", 96),
         ("spr-2socket", "intel-uncore-imc", 32),
         ("icx-gaps", "intel-uncore-imc", 32),
         ("zen4-2socket", "amd-umc", 8),
@@ -90,10 +92,29 @@ fn every_tree_with_a_memory_controller_plans_every_channel_for_every_command() {
                     seen.insert((
                         c["package"].to_string(),
                         c["channel"].to_string(),
+                        c["sub_channel"].to_string(),
                         c["pmu"].to_string(),
                         dir.to_string()
                     )),
                     "{what}: a counter twice: {c}"
+                );
+            }
+            if tree == "gnr-2socket" {
+                // Channels are channels: 0-11 a package, each with sub-channels 0 and 1.
+                let chans: BTreeSet<u64> = counters
+                    .iter()
+                    .map(|c| c["channel"].as_u64().unwrap())
+                    .collect();
+                assert_eq!(chans, (0..12).collect(), "{what}");
+                assert!(
+                    counters
+                        .iter()
+                        .all(|c| c["sub_channel"].as_u64().unwrap() < 2)
+                );
+            } else {
+                assert!(
+                    counters.iter().all(|c| c.get("sub_channel").is_none()),
+                    "{what}"
                 );
             }
             let tick = &p["tick"];

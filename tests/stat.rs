@@ -527,6 +527,7 @@ fn mchbar_counter(name: &str, address: u64, direction: Direction) -> MchbarCount
             scale: 1.0,
             counter_bits: 64,
             config: 0,
+            sub_channel: None,
         },
         address,
         width: 32,
@@ -1238,6 +1239,13 @@ fn knl_latency_is_outstanding_cycles_over_requests_beside_ddr_and_mcdram() {
     let r_key = "OFFCORE_RESPONSE_1:DMND_DATA_RD:DMND_RFO:ANY_RESPONSE";
     for l in &lines {
         assert_eq!(num(&l["latency_cycles"]), 50.0, "{l}");
+        // The fields every platform's `latency` has: what KNL does not measure is null.
+        let p = &l["latency"][0];
+        assert_eq!(num(&p["read_latency_core_cycles"]), 50.0, "{l}");
+        assert!(
+            p["read_latency_ns"].is_null() && p["write_latency_ns"].is_null(),
+            "{l}"
+        );
         // both counts summed over the 256 CPUs, in the same ratio
         let (o, q) = (num(&l["values"][o_key]), num(&l["values"][r_key]));
         assert_eq!(o / q, 50.0, "{l}");
@@ -1329,11 +1337,12 @@ fn knl_latency_refusals_are_one_line() {
         &["OFFCORE_RESPONSE_0", "dmnd_data_rdx"],
     );
     refused("DMND_DATA_RD:c=1", "knl", 2, &["c=1", "request type"]);
+    // Off KNL, request types mean nothing (the queues take none).
     refused(
-        "DMND_DATA_RD",
+        "DMND_RFO",
         "skx-2socket",
-        1,
-        &["knl-imc", "Knights Landing"],
+        2,
+        &["DMND_RFO", "Knights Landing"],
     );
     // What `--dry-run` shows: the two checked encodings.
     let (o, r) = imc::commands::latency::encodings(Path::new(&fixture("knl")), "DMND_DATA_RD")
@@ -1344,6 +1353,203 @@ fn knl_latency_refusals_are_one_line() {
     );
     assert_eq!((r.pmu_type, r.config, r.config1), (4, 0x02b7, 0x1_0001));
     assert_eq!(o.pmu, "cpu");
+}
+
+// ---------------------------------------------------------------------------------------------
+// `stat --latency` from the memory controller's queues, with scripted counts.
+
+fn queue_latency_args(tree: &str, per_channel: bool, json: bool) -> (GlobalArgs, StatArgs) {
+    let (g, mut a) = parse(&fixture(tree), "/dev/mem", 10, 0.03, "auto");
+    a.latency = Some("DMND_DATA_RD".into()); // what a bare --latency gives
+    a.per_channel = per_channel;
+    a.json = json;
+    (g, a)
+}
+
+#[test]
+fn skx_queue_latency_is_occupancy_over_inserts_per_channel_and_package() {
+    let perf = Arc::new(FakePerf::new());
+    // Per read of each box: 8000 read-queue entries × clocks over 100 reads (80 DRAM clocks
+    // each), 1600 DRAM clocks on the fixed counter.
+    perf.set_step(0x80, 8000);
+    perf.set_step(0x10, 100);
+    perf.set_step(0xff, 1600);
+    let (r, lines, err) = run_fake(
+        perf.clone(),
+        &RealDevMem,
+        queue_latency_args("skx-2socket", true, true),
+    );
+    assert_eq!(r, Ok(()), "stderr: {err}");
+    assert!(!lines.is_empty());
+    for l in &lines {
+        let lat = l["latency"].as_array().expect("latency per package");
+        assert_eq!(lat.len(), 2, "{l}");
+        let elapsed = num(&l["t_end_ns"]) - num(&l["t_start_ns"]);
+        // Clock ticks of one box in this interval (12 boxes counted).
+        let ticks = num(&l["values"]["dram_clockticks"]) / 12.0;
+        for p in lat {
+            assert_eq!(num(&p["read_latency_dram_clocks"]), 80.0, "{p}");
+            let ns = num(&p["read_latency_ns"]);
+            assert!((ns - 80.0 * elapsed / ticks).abs() < 1e-6 * ns, "{p}");
+            // The write queue is not counted (no room beside bandwidth): null, not made up.
+            assert!(p["write_latency_ns"].is_null() && p["write_latency_dram_clocks"].is_null());
+            assert!(p["utilisation"].is_null());
+            let chans = p["channels"].as_array().expect("--per-channel");
+            assert_eq!(chans.len(), 6);
+            assert!(
+                chans
+                    .iter()
+                    .all(|c| num(&c["read_latency_dram_clocks"]) == 80.0)
+            );
+        }
+        // Bandwidth beside it.
+        assert!(num(&l["packages"][0]["read_bytes"]) > 0.0, "{l}");
+    }
+    // Never more than four generic counters on one box: CAS read/write, RPQ occupancy/inserts.
+    let mut per_box = std::collections::BTreeMap::new();
+    for o in perf.opens().iter().filter(|o| o.attr.config != 0xff) {
+        *per_box.entry((o.attr.type_, o.cpu)).or_insert(0) += 1;
+    }
+    assert!(per_box.values().all(|&n| n == 4), "{per_box:?}");
+
+    // No reads entered the queue: null, not a division by zero.
+    let perf = Arc::new(FakePerf::new());
+    perf.set_step(0x10, 0);
+    let (r, lines, err) = run_fake(
+        perf,
+        &RealDevMem,
+        queue_latency_args("skx-2socket", false, true),
+    );
+    assert_eq!(r, Ok(()), "stderr: {err}");
+    for l in &lines {
+        let p = &l["latency"][0];
+        assert!(p["read_latency_ns"].is_null(), "{l}");
+        assert!(
+            p.get("channels").is_none(),
+            "channels only with --per-channel"
+        );
+    }
+
+    // The table: a latency row per package.
+    let perf = Arc::new(FakePerf::new());
+    perf.set_step(0x80, 4000);
+    perf.set_step(0x10, 100);
+    let text = run_fake_text(perf, queue_latency_args("skx-2socket", false, false));
+    let row = text
+        .lines()
+        .find(|l| l.contains("package 1") && l.contains("latency read"))
+        .unwrap_or_else(|| panic!("no latency row in\n{text}"));
+    assert!(row.contains("40.0 DRAM clocks"), "{row}");
+}
+
+#[test]
+fn gnr_shows_12_channels_a_package_each_with_its_two_sub_channels() {
+    let perf = Arc::new(FakePerf::new());
+    // Scheduler 1 reads three times what scheduler 0 does.
+    perf.set_step(0xcf05, 1000);
+    perf.set_step(0xcf06, 3000);
+    let (g, mut a) = parse(&fixture("gnr-2socket"), "/dev/mem", 10, 0.03, "auto");
+    a.per_channel = true;
+    let (r, lines, err) = run_fake(perf.clone(), &RealDevMem, (g.clone(), a.clone()));
+    assert_eq!(r, Ok(()), "stderr: {err}");
+    assert!(!lines.is_empty());
+    for l in &lines {
+        for p in l["packages"].as_array().unwrap() {
+            let chans = p["channels"].as_array().unwrap();
+            assert_eq!(chans.len(), 12, "channels, not schedulers: {p}");
+            for c in chans {
+                let subs = c["sub_channels"].as_array().expect("sub_channels");
+                let ids: Vec<u64> = subs
+                    .iter()
+                    .map(|s| s["sub_channel"].as_u64().unwrap())
+                    .collect();
+                assert_eq!(ids, [0, 1]);
+                let (s0, s1) = (num(&subs[0]["read_bytes"]), num(&subs[1]["read_bytes"]));
+                assert_eq!(s1, 3.0 * s0, "{c}");
+                assert_eq!(s0 + s1, num(&c["read_bytes"]), "sub-channels roll up: {c}");
+            }
+        }
+    }
+    drop(perf);
+    // The table and CSV say the sub-channels under their channel.
+    a.json = false;
+    let text = run_fake_text(Arc::new(FakePerf::new()), (g.clone(), a.clone()));
+    assert_eq!(
+        text.lines().filter(|l| l.contains("sub-channel 1")).count() % 24,
+        0
+    );
+    assert!(text.contains("sub-channel 1"), "{text}");
+    a.separator = Some(",".into());
+    let csv = run_fake_text(Arc::new(FakePerf::new()), (g, a));
+    assert!(
+        csv.lines()
+            .any(|l| l.contains(",sub_channel,1:uncore_imc_11:1,")),
+        "{csv}"
+    );
+}
+
+#[test]
+fn queue_latency_off_a_platform_with_queues_is_one_line_exit_2() {
+    for (tree, what) in [
+        ("vm-guest", "hypervisor"),
+        ("tgl-client", "client"),
+        ("zen2-1socket", "Zen 1-3"),
+    ] {
+        let (g, a) = queue_latency_args(tree, false, true);
+        let env = StatEnv {
+            perf: Arc::new(FakePerf::new()) as Arc<dyn PerfSys>,
+            devmem: &RealDevMem,
+            clock: &MonotonicClock,
+        };
+        let e = run_with(&g, &a, &env, &mut Vec::new(), &mut Vec::new()).unwrap_err();
+        assert_eq!(e.code, 2, "{tree}: {}", e.message);
+        assert_eq!(e.message.lines().count(), 1, "{}", e.message);
+        assert!(e.message.contains(what), "{tree}: {}", e.message);
+        assert!(
+            !e.message.contains("umask"),
+            "no libpfm4 talk: {}",
+            e.message
+        );
+    }
+}
+
+#[test]
+fn stat_latency_dry_run_shows_the_queue_counters_of_every_channel() {
+    for (tree, per_pkg) in [
+        ("skx-2socket", 6 * 3),
+        ("spr-2socket", 8 * 3),
+        ("gnr-2socket", 12 * 5),
+        ("zen4-2socket", 4),
+    ] {
+        let out = imc()
+            .args([
+                "--root",
+                &fixture(tree),
+                "stat",
+                "--latency",
+                "--dry-run",
+                "--json",
+            ])
+            .output()
+            .expect("run imc");
+        assert!(
+            out.status.success(),
+            "{tree}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let plan: Value = serde_json::from_slice(&out.stdout).expect("plan JSON");
+        let lat: Vec<&Value> = plan["counters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| c["role"] == "latency")
+            .collect();
+        assert_eq!(lat.len(), 2 * per_pkg, "{tree}");
+        assert!(
+            lat.iter()
+                .all(|c| c["encoding"]["config"].is_u64() && c["queue"].is_string())
+        );
+    }
 }
 
 #[test]

@@ -121,6 +121,7 @@ mod tests {
                 address: None,
                 width: None,
                 direction: None,
+                sub_channel: None,
                 counter_bits: 64,
                 origin: String::new(),
             }],

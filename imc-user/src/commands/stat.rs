@@ -122,6 +122,10 @@ pub fn run_with<W: Write>(
     // --latency (KNL): the average-latency column (commands/latency.rs).
     if let Some(req) = &args.latency {
         writer.set_latency(super::latency::columns(&layout, req));
+        // Off KNL: the queue latency per package and channel.
+        writer.set_queues(crate::counting::latency::QueueLayout::new(
+            backend.counters(),
+        ));
     }
     let mut child_status: Option<std::process::ExitStatus> = None;
     let result = {
@@ -433,7 +437,7 @@ pub fn plan_of(
         latency: args
             .latency
             .as_deref()
-            .map(|types| super::latency::encodings(&global.root, types))
+            .map(|types| super::latency::request(&global.root, discovery, types))
             .transpose()?,
         weight: Default::default(),
     };

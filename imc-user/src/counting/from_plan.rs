@@ -70,6 +70,7 @@ pub fn perf_counters(plan: &Plan, topo: &crate::model::Topology) -> Vec<PerfCoun
                         64
                     },
                     config: c.encoded.config,
+                    sub_channel: c.sub_channel,
                 },
                 pmu_type: c.encoded.pmu_type,
                 config1: c.encoded.config1,
@@ -104,6 +105,7 @@ pub fn mchbar_counters(plan: &Plan) -> Result<Vec<MchbarCounter>, BackendError> 
                     // The backend unwraps the hardware width itself and reports 64-bit totals.
                     counter_bits: 64,
                     config: 0,
+                    sub_channel: c.sub_channel,
                 },
                 address,
                 width,

@@ -1,4 +1,15 @@
-//! `imc stat --latency` on Knights Landing/Mill: average memory latency in core cycles.
+//! `imc stat --latency`: loaded memory latency.
+//!
+//! Everywhere but KNL ([`QueueLayout`]): from the memory controller's queues, average latency
+//! = occupancy ÷ inserts in DRAM clocks (Little's law: each DRAM clock the occupancy counter
+//! adds the requests waiting, each request is inserted once), and in ns through the DRAM clock
+//! rate the box's fixed counter measures over the interval (clockticks ÷ elapsed); sub-channels
+//! and pseudo-channels roll up to their channel by summing occupancy and inserts, channels to
+//! their package alike. AMD's L3 (Zen 4/5): sampled DRAM-fill latency ÷ sampled requests, in
+//! units of 10 ns (perf amdzen4 recommended.json l3_read_miss_latency). A count of zero gives
+//! null, never a made-up latency.
+//!
+//! On Knights Landing/Mill: average memory latency in core cycles.
 //!
 //! libpfm4's KNL documentation (intel_knl_events.h, the OUTSTANDING umask) defines it: count
 //! OFFCORE_RESPONSE_0 with the request types of interest and only OUTSTANDING (bit 38 of
@@ -12,8 +23,9 @@
 //! MCDRAM (knl-edc) bandwidth counters are opened beside them. Summing keeps the ratio right
 //! even where the threads of a core (or tile) see the same requests: both counts are
 //! duplicated alike.
+use super::CounterSpec;
 use crate::events::{self, EventError};
-use crate::model::{Encoded, Pmu};
+use crate::model::{Encoded, Pmu, QueuePart, Scope};
 
 /// The request types when `--latency` is given without a value: demand data reads.
 pub const DEFAULT_REQUEST_TYPES: &str = "DMND_DATA_RD";
@@ -182,9 +194,302 @@ pub fn latency_cycles(outstanding: f64, requests: f64) -> Option<f64> {
         .then(|| outstanding / requests)
 }
 
+/// One interval's latency figures of a channel (or CCX) or a package; None where a count is
+/// zero or the part is not counted.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct LatencyFigures {
+    pub read_ns: Option<f64>,
+    pub write_ns: Option<f64>,
+    pub read_dram_clocks: Option<f64>,
+    pub write_dram_clocks: Option<f64>,
+    /// AMD: the remote node's DRAM alone (`read_ns` covers local and remote together).
+    pub read_remote_ns: Option<f64>,
+}
+
+/// The summed counts of one channel or package in one interval.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Sums {
+    pub read_occupancy: f64,
+    pub read_inserts: f64,
+    pub write_occupancy: f64,
+    pub write_inserts: f64,
+    /// DRAM clock ticks summed over `clock_boxes` boxes.
+    pub dram_clocks: f64,
+    pub clock_boxes: u32,
+    /// AMD L3: sampled latency (10 ns units) and requests, local and remote DRAM.
+    pub near_latency: f64,
+    pub near_requests: f64,
+    pub far_latency: f64,
+    pub far_requests: f64,
+    /// A latency counter of it did not count this interval: a ratio of the rest would be
+    /// made up, so its figures are null.
+    pub incomplete: bool,
+}
+
+fn ratio(num: f64, den: f64) -> Option<f64> {
+    (num > 0.0 && den > 0.0 && num.is_finite() && den.is_finite()).then(|| num / den)
+}
+
+impl Sums {
+    fn add(&mut self, part: QueuePart, v: f64) {
+        match part {
+            QueuePart::ReadOccupancy => self.read_occupancy += v,
+            QueuePart::ReadInserts => self.read_inserts += v,
+            QueuePart::WriteOccupancy => self.write_occupancy += v,
+            QueuePart::WriteInserts => self.write_inserts += v,
+            QueuePart::DramClocks => {
+                self.dram_clocks += v;
+                self.clock_boxes += 1;
+            }
+            QueuePart::SampledLatency { remote: false } => self.near_latency += v,
+            QueuePart::SampledLatency { remote: true } => self.far_latency += v,
+            QueuePart::SampledRequests { remote: false } => self.near_requests += v,
+            QueuePart::SampledRequests { remote: true } => self.far_requests += v,
+        }
+    }
+
+    fn merge(&mut self, o: &Sums) {
+        self.read_occupancy += o.read_occupancy;
+        self.read_inserts += o.read_inserts;
+        self.write_occupancy += o.write_occupancy;
+        self.write_inserts += o.write_inserts;
+        self.dram_clocks += o.dram_clocks;
+        self.clock_boxes += o.clock_boxes;
+        self.near_latency += o.near_latency;
+        self.near_requests += o.near_requests;
+        self.far_latency += o.far_latency;
+        self.far_requests += o.far_requests;
+        self.incomplete |= o.incomplete;
+    }
+
+    /// The figures over an interval of `elapsed_ns`: latency in DRAM clocks = occupancy ÷
+    /// inserts; in ns = clocks ÷ (one box's clock ticks ÷ elapsed). AMD: read latency (local and
+    /// remote DRAM together) and the remote part alone, 10 ns per sampled unit.
+    pub fn figures(&self, elapsed_ns: u64) -> LatencyFigures {
+        if self.incomplete {
+            return LatencyFigures::default();
+        }
+        // One box's clock rate in ticks per ns (the boxes of a package share the DRAM clock).
+        let per_ns = (self.clock_boxes > 0 && elapsed_ns > 0)
+            .then(|| self.dram_clocks / f64::from(self.clock_boxes) / elapsed_ns as f64)
+            .filter(|r| *r > 0.0);
+        let rd = ratio(self.read_occupancy, self.read_inserts);
+        let wr = ratio(self.write_occupancy, self.write_inserts);
+        let amd = ratio(
+            self.near_latency + self.far_latency,
+            self.near_requests + self.far_requests,
+        )
+        .map(|x| x * 10.0);
+        LatencyFigures {
+            read_ns: rd.and_then(|c| per_ns.map(|r| c / r)).or(amd),
+            write_ns: wr.and_then(|c| per_ns.map(|r| c / r)),
+            read_dram_clocks: rd,
+            write_dram_clocks: wr,
+            read_remote_ns: ratio(self.far_latency, self.far_requests).map(|x| x * 10.0),
+        }
+    }
+}
+
+/// Where each latency counter of `stat`'s backend goes: its package row and channel (a PMU
+/// instance, or AMD's CCX), found once from the counters' `values` keys and scopes.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct QueueLayout {
+    /// Package ids, in order.
+    pub packages: Vec<u32>,
+    /// Per package: its channels' labels (the PMU instance, `amd_l3@CPU` for a CCX) and
+    /// numbers.
+    pub channels: Vec<Vec<(String, Option<u32>)>>,
+    /// Per counter of the backend: (package row, channel index, part), for latency counters.
+    places: Vec<Option<(usize, usize, QueuePart)>>,
+}
+
+impl QueueLayout {
+    /// None when no counter is a latency counter.
+    pub fn new(counters: &[CounterSpec]) -> Option<QueueLayout> {
+        let mut l = QueueLayout::default();
+        for c in counters {
+            let Some(part) = QueuePart::from_key(&c.event) else {
+                l.places.push(None);
+                continue;
+            };
+            let (package, channel) = match c.scope {
+                Scope::Channel { package, channel } => (package, Some(channel)),
+                Scope::Package(p) => (p, None),
+                Scope::Cpu(_) => (c.package.unwrap_or(0), None),
+            };
+            let row = match l.packages.iter().position(|&p| p == package) {
+                Some(r) => r,
+                None => {
+                    l.packages.push(package);
+                    l.channels.push(Vec::new());
+                    l.packages.len() - 1
+                }
+            };
+            let label = if c.pmu == "amd_l3" {
+                format!("amd_l3@cpu{}", c.cpu.unwrap_or(0))
+            } else {
+                c.pmu.clone()
+            };
+            let chans = &mut l.channels[row];
+            let ch = match chans.iter().position(|(n, _)| *n == label) {
+                Some(i) => i,
+                None => {
+                    chans.push((label, channel));
+                    chans.len() - 1
+                }
+            };
+            l.places.push(Some((row, ch, part)));
+        }
+        l.places.iter().any(Option::is_some).then_some(l)
+    }
+
+    /// Per package: its sums and each channel's, from one interval's per-counter counts
+    /// (`counts[i]`: None where counter i did not count).
+    pub fn sums(&self, counts: &[Option<f64>]) -> Vec<(Sums, Vec<Sums>)> {
+        let mut out: Vec<(Sums, Vec<Sums>)> = self
+            .channels
+            .iter()
+            .map(|c| (Sums::default(), vec![Sums::default(); c.len()]))
+            .collect();
+        for (i, place) in self.places.iter().enumerate() {
+            let Some((row, ch, part)) = place else {
+                continue;
+            };
+            match counts.get(i) {
+                Some(Some(v)) => out[*row].1[*ch].add(*part, *v),
+                _ => out[*row].1[*ch].incomplete = true,
+            }
+        }
+        for (pkg, chans) in &mut out {
+            for c in chans.iter() {
+                pkg.merge(c);
+            }
+        }
+        out
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn queue_latency_is_occupancy_over_inserts_at_the_measured_clock() {
+        // 1 ms at a 1.6 GHz DRAM clock (1.6e6 ticks); 1e5 reads waited 8e6 clock-entries in
+        // all: 80 clocks each = 50 ns.
+        let s = Sums {
+            read_occupancy: 8e6,
+            read_inserts: 1e5,
+            write_occupancy: 3.2e6,
+            write_inserts: 2e4,
+            dram_clocks: 1.6e6,
+            clock_boxes: 1,
+            ..Sums::default()
+        };
+        let f = s.figures(1_000_000);
+        assert_eq!(f.read_dram_clocks, Some(80.0));
+        assert!((f.read_ns.unwrap() - 50.0).abs() < 1e-9);
+        assert_eq!(f.write_dram_clocks, Some(160.0));
+        assert!((f.write_ns.unwrap() - 100.0).abs() < 1e-9);
+        // Two boxes' clocks summed: the rate is one box's.
+        let two = Sums {
+            dram_clocks: 3.2e6,
+            clock_boxes: 2,
+            ..s
+        };
+        assert!((two.figures(1_000_000).read_ns.unwrap() - 50.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_zero_count_gives_null_never_a_made_up_latency() {
+        let none = Sums {
+            read_occupancy: 5e5,
+            read_inserts: 0.0,
+            dram_clocks: 1.6e6,
+            clock_boxes: 1,
+            ..Sums::default()
+        };
+        let f = none.figures(1_000_000);
+        assert_eq!((f.read_ns, f.read_dram_clocks), (None, None));
+        assert_eq!((f.write_ns, f.write_dram_clocks), (None, None));
+        // Inserts but no clock: clocks known, ns not.
+        let no_clock = Sums {
+            read_inserts: 10.0,
+            read_occupancy: 100.0,
+            ..Sums::default()
+        };
+        let f = no_clock.figures(1_000_000);
+        assert_eq!((f.read_dram_clocks, f.read_ns), (Some(10.0), None));
+    }
+
+    #[test]
+    fn amd_sampled_latency_is_in_ten_ns_units() {
+        let s = Sums {
+            near_latency: 900.0,
+            near_requests: 100.0,
+            far_latency: 300.0,
+            far_requests: 20.0,
+            ..Sums::default()
+        };
+        let f = s.figures(1_000_000);
+        assert!((f.read_ns.unwrap() - 100.0).abs() < 1e-9); // 1200 / 120 × 10
+        assert!((f.read_remote_ns.unwrap() - 150.0).abs() < 1e-9);
+        assert_eq!(f.read_dram_clocks, None);
+    }
+
+    fn spec(event: &str, pmu: &str, package: u32, channel: u32) -> CounterSpec {
+        CounterSpec {
+            event: event.into(),
+            pmu: pmu.into(),
+            cpu: Some(package * 4),
+            scope: Scope::Channel { package, channel },
+            package: Some(package),
+            direction: None,
+            memory: super::super::Memory::Dram,
+            bytes_per_count: None,
+            scale: 1.0,
+            counter_bits: 48,
+            config: 0,
+            sub_channel: None,
+        }
+    }
+
+    #[test]
+    fn sub_channels_roll_up_to_their_channel_and_channels_to_the_package() {
+        // GNR: one PMU per channel, a read queue per sub-channel.
+        let counters = vec![
+            spec("read", "uncore_imc_0", 0, 0),
+            spec("dram_clockticks", "uncore_imc_0", 0, 0),
+            spec("rpq_occupancy", "uncore_imc_0", 0, 0),
+            spec("rpq_inserts", "uncore_imc_0", 0, 0),
+            spec("rpq_occupancy", "uncore_imc_0", 0, 0),
+            spec("rpq_inserts", "uncore_imc_0", 0, 0),
+            spec("dram_clockticks", "uncore_imc_1", 0, 1),
+            spec("rpq_occupancy", "uncore_imc_1", 0, 1),
+            spec("rpq_inserts", "uncore_imc_1", 0, 1),
+        ];
+        let l = QueueLayout::new(&counters).unwrap();
+        assert_eq!(l.channels[0].len(), 2);
+        // Sub-channel 0: 100 reads × 40 clocks; sub-channel 1: 300 × 80; channel 1: idle.
+        let counts = [1e9, 1e6, 4000.0, 100.0, 24000.0, 300.0, 1e6, 0.0, 0.0].map(Some);
+        let sums = l.sums(&counts);
+        let ch0 = sums[0].1[0].figures(1_000_000);
+        assert_eq!(ch0.read_dram_clocks, Some(70.0)); // 28000 / 400
+        assert_eq!(sums[0].1[1].figures(1_000_000).read_dram_clocks, None);
+        let pkg = sums[0].0.figures(1_000_000);
+        assert_eq!(pkg.read_dram_clocks, Some(70.0));
+        // 1e6 ticks per ms per box = 1 GHz: 70 clocks = 70 ns.
+        assert!((pkg.read_ns.unwrap() - 70.0).abs() < 1e-9);
+        // A counter that did not count: that channel's and its package's figures are null
+        // (the rest's ratio would be made up), the other channel's stand.
+        let mut missing = counts;
+        missing[4] = None;
+        let m = l.sums(&missing);
+        assert_eq!(m[0].1[0].figures(1_000_000).read_dram_clocks, None);
+        assert_eq!(m[0].0.figures(1_000_000).read_ns, None);
+        assert!(!m[0].1[1].incomplete);
+        assert!(QueueLayout::new(&counters[..1]).is_none());
+    }
 
     fn enc(event: &str, config: u64, config1: u64) -> Encoded {
         Encoded {

@@ -69,6 +69,9 @@ pub struct CounterSpec {
     pub counter_bits: u8,
     /// perf `config` (for messages and tests).
     pub config: u64,
+    /// The sub-channel of its channel this counter counts (Granite Rapids' schedulers); its
+    /// bytes also roll up to the channel.
+    pub sub_channel: Option<u32>,
 }
 
 impl CounterSpec {

@@ -921,6 +921,7 @@ mod tests {
                 scale: 1.0,
                 counter_bits: 64,
                 config: 0,
+                sub_channel: None,
             },
             pmu_type: 99,
             config1: 0,

@@ -142,6 +142,9 @@ pub struct Layout {
     pub describe: Vec<String>,
     /// Why no package has a peak, when imc could not know it (shown instead of utilisation).
     pub peak_unknown: Option<String>,
+    /// Per counter: its sub-channel and bytes (direction, bytes per count), where channels have
+    /// sub-channels (Granite Rapids); empty elsewhere.
+    sub_of: Vec<Option<(u32, Direction, f64)>>,
 }
 
 impl Layout {
@@ -158,7 +161,52 @@ impl Layout {
             value_of,
             describe: counters.iter().map(|c| c.describe()).collect(),
             peak_unknown: None,
+            sub_of: if counters.iter().any(|c| c.sub_channel.is_some()) {
+                counters
+                    .iter()
+                    .map(|c| Some((c.sub_channel?, c.direction?, c.bytes_per_count?)))
+                    .collect()
+            } else {
+                Vec::new()
+            },
         }
+    }
+
+    /// Whether channels have sub-channels here.
+    pub fn has_sub_channels(&self) -> bool {
+        self.sub_of.iter().any(Option::is_some)
+    }
+
+    /// The bytes of each sub-channel of channel `ch` of package row `row` in this interval, by
+    /// sub-channel number (empty where channels have none): they sum to the channel's.
+    pub fn sub_channel_bytes(
+        &self,
+        r: &IntervalReport,
+        row: usize,
+        ch: usize,
+    ) -> Vec<(u32, Bytes)> {
+        let mut out: Vec<(u32, Bytes)> = Vec::new();
+        for (i, sub) in self.sub_of.iter().enumerate() {
+            let (Some((s, dir, bpc)), Some(Some((prow, _, pch)))) = (sub, self.slots.get(i)) else {
+                continue;
+            };
+            if (*prow, *pch) != (row, ch) {
+                continue;
+            }
+            let Some(Some(n)) = r.counts.get(i) else {
+                continue;
+            };
+            let at = match out.iter().position(|(x, _)| x == s) {
+                Some(k) => k,
+                None => {
+                    out.push((*s, Bytes::default()));
+                    out.len() - 1
+                }
+            };
+            out[at].1.add(*dir, n * bpc);
+        }
+        out.sort_by_key(|(s, _)| *s);
+        out
     }
 
     /// A report sized for this layout, reused for every interval.
@@ -180,6 +228,7 @@ impl Layout {
             value_counted: vec![false; self.value_keys.len()],
             missing: Vec::with_capacity(self.slots.len()),
             multiplexed: false,
+            counts: vec![None; self.slots.len()],
         }
     }
 }
@@ -207,6 +256,10 @@ pub struct IntervalReport {
     pub missing: Vec<usize>,
     /// Whether any counter was multiplexed (scaled) in this interval.
     pub multiplexed: bool,
+    /// Each counter's own count in this interval, scaled for multiplexing but not by `.scale`
+    /// (None: it did not count): what per-channel figures beyond the channel's bytes
+    /// (sub-channels, `stat --latency`) are made of.
+    pub counts: Vec<Option<f64>>,
 }
 
 impl IntervalReport {
@@ -246,6 +299,7 @@ impl IntervalReport {
         self.value_counted.iter_mut().for_each(|v| *v = false);
         self.missing.clear();
         self.multiplexed = false;
+        self.counts.iter_mut().for_each(|v| *v = None);
         for (i, c) in counters.iter().enumerate() {
             let (Some(p), Some(n)) = (prev.get(i), now.get(i)) else {
                 continue;
@@ -259,6 +313,9 @@ impl IntervalReport {
                 self.multiplexed = true;
             }
             let v = layout.value_of[i];
+            if let Some(slot) = self.counts.get_mut(i) {
+                *slot = Some(d.count);
+            }
             self.values[v] += d.count * c.scale;
             self.value_counted[v] = true;
             if d.running_fraction < self.value_fraction[v] {
@@ -803,6 +860,7 @@ mod tests {
             scale: 1.0,
             counter_bits: 64,
             config: 0,
+            sub_channel: None,
         }
     }
 

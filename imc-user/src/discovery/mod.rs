@@ -61,6 +61,7 @@ pub fn discover_report(root: &Path) -> Result<Report, DiscoveryError> {
         pmus: &pmus,
     };
     let sources = catalogue::catalogue(&ctx)?;
+    let queues = catalogue::queues(&ctx);
     let other_sources = non_bandwidth::other_sources(root, &pmus)?;
     let cores = core_pmus(&pmus, &topology)?;
     Ok(Report {
@@ -71,6 +72,7 @@ pub fn discover_report(root: &Path) -> Result<Report, DiscoveryError> {
             other_sources,
             machine: machine.clone(),
             cores,
+            queues,
         },
         machine,
     })

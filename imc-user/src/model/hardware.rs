@@ -255,6 +255,108 @@ pub struct Discovery {
     /// The core PMUs, whose per-CPU events weigh package traffic.
     #[serde(skip)]
     pub cores: Vec<CorePmu>,
+    /// The memory controller's queues (or the L3's sampled DRAM latency), for loaded latency:
+    /// their events on every channel, or why this machine has none.
+    #[serde(skip)]
+    pub queues: Queues,
+}
+
+/// What one loaded-latency counter counts. Average latency = occupancy ÷ inserts (in the
+/// controller's DRAM clocks, the clock rate measured by `DramClocks`), or, on AMD's L3,
+/// sampled latency ÷ sampled requests (in units of 10 ns).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum QueuePart {
+    /// Read pending queue occupancy: each DRAM clock adds the reads waiting.
+    ReadOccupancy,
+    /// Read pending queue inserts: one per read entering the queue.
+    ReadInserts,
+    WriteOccupancy,
+    WriteInserts,
+    /// The channel's DRAM clock ticks (the box's fixed counter).
+    DramClocks,
+    /// AMD L3: summed latency of sampled DRAM fills (10 ns units), local or remote node.
+    SampledLatency {
+        remote: bool,
+    },
+    /// AMD L3: the sampled DRAM fills the latency sum is over.
+    SampledRequests {
+        remote: bool,
+    },
+}
+
+/// Serialized as its key (`rpq_occupancy`, `l3_dram_far_requests`).
+impl Serialize for QueuePart {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.key())
+    }
+}
+
+impl QueuePart {
+    /// The key of the counter in `values` (JSON) and in the plan: one name per part.
+    pub fn key(self) -> &'static str {
+        match self {
+            QueuePart::ReadOccupancy => "rpq_occupancy",
+            QueuePart::ReadInserts => "rpq_inserts",
+            QueuePart::WriteOccupancy => "wpq_occupancy",
+            QueuePart::WriteInserts => "wpq_inserts",
+            QueuePart::DramClocks => "dram_clockticks",
+            QueuePart::SampledLatency { remote: false } => "l3_dram_near_latency",
+            QueuePart::SampledLatency { remote: true } => "l3_dram_far_latency",
+            QueuePart::SampledRequests { remote: false } => "l3_dram_near_requests",
+            QueuePart::SampledRequests { remote: true } => "l3_dram_far_requests",
+        }
+    }
+
+    /// The part a `values` key names (the inverse of [`QueuePart::key`]).
+    pub fn from_key(key: &str) -> Option<QueuePart> {
+        QueuePart::ALL.into_iter().find(|p| p.key() == key)
+    }
+
+    pub const ALL: [QueuePart; 9] = [
+        QueuePart::ReadOccupancy,
+        QueuePart::ReadInserts,
+        QueuePart::WriteOccupancy,
+        QueuePart::WriteInserts,
+        QueuePart::DramClocks,
+        QueuePart::SampledLatency { remote: false },
+        QueuePart::SampledLatency { remote: true },
+        QueuePart::SampledRequests { remote: false },
+        QueuePart::SampledRequests { remote: true },
+    ];
+}
+
+/// One loaded-latency event on one PMU instance.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct QueueEvent {
+    pub pmu: String,
+    pub part: QueuePart,
+    /// The channel's sub-channel (Granite Rapids' scheduler), where it has them.
+    pub sub_channel: Option<u32>,
+    /// The pseudo-channel whose queue this is (ICX/SPR/GNR), where the queues are per
+    /// pseudo-channel.
+    pub pseudo_channel: Option<u32>,
+    pub config: u64,
+    pub config1: u64,
+    /// Counted on the box's fixed counter (no generic counter taken).
+    pub fixed: bool,
+    /// Which latency the event belongs to, in the order the plan keeps them when the PMU runs
+    /// out of counters: 0 first.
+    pub rank: u8,
+    /// The encoding's text and its public source.
+    pub origin: String,
+}
+
+/// The loaded-latency events of this machine, or why it has none.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Queues {
+    /// `intel-imc-queues`, `amd-l3-sampled-latency`; empty where none.
+    pub kind: &'static str,
+    pub pmus: Vec<SourcePmu>,
+    pub events: Vec<QueueEvent>,
+    /// Generic counters of one PMU instance (the fixed counter aside).
+    pub generic_counters: usize,
+    /// Why there are no queue events here (None where there are).
+    pub reason: Option<String>,
 }
 
 /// One backend, available or not.
@@ -297,6 +399,10 @@ pub struct SourceEvent {
     pub width: Option<u8>,
     #[serde(skip)]
     pub direction: Option<Direction>,
+    /// The sub-channel of its channel this event counts (Granite Rapids' two command
+    /// schedulers per channel); None where a channel has no sub-channels.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sub_channel: Option<u32>,
     /// Counter width in bits for wrap handling (48 for Intel uncore, 64 when unknown).
     #[serde(skip)]
     pub counter_bits: u8,

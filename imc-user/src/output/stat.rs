@@ -6,7 +6,7 @@
 use crate::counting::stat_loop::{
     Bytes, IntervalReport, Layout, PackageBytes, PackageLayout, StatSink,
 };
-use crate::output::latency::LatencyCols;
+use crate::output::latency::{LatencyCols, QueueCols};
 use std::io::{self, Write};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -32,6 +32,8 @@ pub struct StatWriter<W: Write> {
     header_done: bool,
     /// `stat --latency`: the two counts whose ratio is the average latency.
     latency: Option<LatencyCols>,
+    /// `stat --latency` off KNL: the queue latency per package and channel.
+    queues: Option<QueueCols>,
 }
 
 impl<W: Write> StatSink for StatWriter<W> {
@@ -57,6 +59,7 @@ fn json_package(
     p: &PackageLayout,
     pb: &PackageBytes,
     pmus: &[String],
+    row: usize,
 ) {
     let _ = write!(b, "{{\"id\":{},", p.id);
     bytes_json(b, r, &pb.bytes);
@@ -85,6 +88,21 @@ fn json_package(
         }
         if p.memories.len() > 1 {
             let _ = write!(b, ",\"memory\":\"{}\"", p.channels[ci].0.as_str());
+        }
+        if layout.has_sub_channels() {
+            // GNR: the channel's schedulers, whose bytes sum to the channel's.
+            b.extend_from_slice(b",\"sub_channels\":[");
+            for (si, (s, sb)) in layout.sub_channel_bytes(r, row, ci).iter().enumerate() {
+                if si > 0 {
+                    b.push(b',');
+                }
+                let _ = write!(b, "{{\"sub_channel\":{s},\"read_bytes\":");
+                json_num(b, sb.read);
+                b.extend_from_slice(b",\"write_bytes\":");
+                json_num(b, sb.write);
+                b.push(b'}');
+            }
+            b.push(b']');
         }
         b.push(b'}');
     }
@@ -193,7 +211,17 @@ impl<W: Write> StatWriter<W> {
             t0_ns: None,
             header_done: false,
             latency: None,
+            queues: None,
         }
+    }
+
+    /// Adds the queue-latency figures (`stat --latency` off KNL).
+    pub fn set_queues(&mut self, layout: Option<crate::counting::latency::QueueLayout>) {
+        let per_channel = self.per_channel;
+        self.queues = layout.map(|layout| QueueCols {
+            layout,
+            per_channel,
+        });
     }
 
     /// Adds the average-latency column (`stat --latency`).
@@ -242,13 +270,16 @@ impl<W: Write> StatWriter<W> {
             if pi > 0 {
                 b.push(b',');
             }
-            json_package(b, layout, r, p, pb, &self.json_channels[pi]);
+            json_package(b, layout, r, p, pb, &self.json_channels[pi], pi);
         }
         b.extend_from_slice(b"],\"values\":{");
         json_fields(b, self.json_keys.iter().zip(&r.values));
         b.push(b'}');
         if let Some(l) = &self.latency {
             l.json(b, r);
+        }
+        if let Some(q) = &self.queues {
+            q.json(b, r);
         }
         if r.multiplexed {
             // Extra field: the fraction of the interval each multiplexed counter ran.
@@ -292,7 +323,7 @@ impl<W: Write> StatWriter<W> {
             // One table: package and channel rows leave `count` empty, event rows the bytes.
             let _ = writeln!(b, "# {}", cols.join(sep));
         }
-        for (p, pb) in layout.packages.iter().zip(&r.packages) {
+        for (row, (p, pb)) in layout.packages.iter().zip(&r.packages).enumerate() {
             let rows = std::iter::once((String::new(), &pb.bytes)).chain(if p.memories.len() > 1 {
                 p.memories
                     .iter()
@@ -311,13 +342,21 @@ impl<W: Write> StatWriter<W> {
                 csv_bytes(b, r, bytes, sep);
             }
             if self.per_channel {
-                for ((_, pmu), cb) in p.channels.iter().zip(&pb.channels) {
+                for (ci, ((_, pmu), cb)) in p.channels.iter().zip(&pb.channels).enumerate() {
                     let _ = write!(
                         b,
                         "{time:.9}{sep}{el:.9}{sep}channel{sep}{}:{pmu}{sep}",
                         p.id
                     );
                     csv_bytes(b, r, cb, sep);
+                    for (s, sb) in layout.sub_channel_bytes(r, row, ci) {
+                        let _ = write!(
+                            b,
+                            "{time:.9}{sep}{el:.9}{sep}sub_channel{sep}{}:{pmu}:{s}{sep}",
+                            p.id
+                        );
+                        csv_bytes(b, r, &sb, sep);
+                    }
                 }
             }
         }
@@ -333,6 +372,9 @@ impl<W: Write> StatWriter<W> {
         }
         if let Some(l) = &self.latency {
             l.csv(b, r, time, el, sep);
+        }
+        if let Some(q) = &self.queues {
+            q.csv(b, r, time, el, sep);
         }
         not_counted_note(b, layout, r);
     }
@@ -361,8 +403,12 @@ impl<W: Write> StatWriter<W> {
                 let _ = writeln!(b, "#       time {:>9} {:>20}  event", "ms", "count");
             }
         }
-        for ((p, pb), (label, mems, chans)) in
-            layout.packages.iter().zip(&r.packages).zip(&self.labels)
+        for (row, ((p, pb), (label, mems, chans))) in layout
+            .packages
+            .iter()
+            .zip(&r.packages)
+            .zip(&self.labels)
+            .enumerate()
         {
             human_row(b, time, ms, label, r, &pb.bytes, p.peak_bytes_per_s);
             if p.memories.len() > 1 {
@@ -371,8 +417,11 @@ impl<W: Write> StatWriter<W> {
                 }
             }
             if self.per_channel {
-                for (c, cb) in chans.iter().zip(&pb.channels) {
+                for (ci, (c, cb)) in chans.iter().zip(&pb.channels).enumerate() {
                     human_row(b, time, ms, c, r, cb, p.channel_peak_bytes_per_s);
+                    for (s, sb) in layout.sub_channel_bytes(r, row, ci) {
+                        human_row(b, time, ms, &format!("  sub-channel {s}"), r, &sb, None);
+                    }
                 }
             }
         }
@@ -396,6 +445,9 @@ impl<W: Write> StatWriter<W> {
         }
         if let Some(l) = &self.latency {
             l.human(b, r, time, ms);
+        }
+        if let Some(q) = &self.queues {
+            q.human(b, r, time, ms);
         }
         not_counted_note(b, layout, r);
     }
@@ -421,7 +473,7 @@ fn is_default(k: &str) -> bool {
     matches!(
         k,
         "read" | "write" | "total" | "mcdram_read" | "mcdram_write" | "mcdram_total"
-    )
+    ) || crate::model::QueuePart::from_key(k).is_some()
 }
 
 fn bytes_json(b: &mut Vec<u8>, r: &IntervalReport, x: &Bytes) {

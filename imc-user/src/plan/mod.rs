@@ -16,8 +16,8 @@ pub mod text;
 pub mod weights;
 
 use crate::model::{
-    BackendKind, Direction, Discovery, Encoded, Scope, Source, SourceEvent, SourcePmu, Topology,
-    Weighting,
+    BackendKind, Direction, Discovery, Encoded, QueuePart, Scope, Source, SourceEvent, SourcePmu,
+    Topology, Weighting,
 };
 use imc_common::{MAX_PKG_COUNTERS, MAX_SLOTS};
 pub use kernel::Kernel;
@@ -67,11 +67,22 @@ pub struct Request {
     /// The stand-in to use without a memory controller: `LLC-load-misses` where the core PMU
     /// encodes it, else `page-faults` (resolved by the caller, who reads the root).
     pub stand_in: Vec<(String, Vec<Encoded>)>,
-    /// `stat --latency` (KNL): the checked OFFCORE_RESPONSE pair (outstanding, requests),
-    /// counted on every CPU beside DDR and MCDRAM bandwidth.
-    pub latency: Option<(Encoded, Encoded)>,
+    /// `stat --latency`: on KNL the checked OFFCORE_RESPONSE pair, elsewhere the memory
+    /// controller's queues (or AMD's L3 sampled DRAM latency).
+    pub latency: Option<LatencyRequest>,
     /// `--weight`: how package traffic is divided among tasks (sampling commands).
     pub weight: WeightRequest,
+}
+
+/// What `stat --latency` counts.
+#[derive(Clone, Debug, PartialEq)]
+pub enum LatencyRequest {
+    /// KNL: the checked OFFCORE_RESPONSE pair (outstanding, requests), counted on every CPU
+    /// beside DDR and MCDRAM bandwidth.
+    Offcore(Box<(Encoded, Encoded)>),
+    /// The machine's loaded-latency events ([`crate::model::Queues`]) beside the bandwidth
+    /// counters, as many as each PMU has counters for.
+    Queues,
 }
 
 #[derive(Debug, Error, PartialEq)]
@@ -106,7 +117,19 @@ pub struct Counter {
     /// The event's name (`read`, `write`, `total`), or the `-e` text.
     pub event: String,
     pub package: Option<u32>,
+    /// The memory channel (a PMU instance, or one of a PMU's per-channel events); on AMD's L3
+    /// latency counters, the CCX within the package.
     pub channel: Option<u32>,
+    /// The channel's sub-channel (Granite Rapids' scheduler), where the hardware has them: its
+    /// bandwidth and latency roll up to `channel`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sub_channel: Option<u32>,
+    /// What a `latency` counter counts (`read-occupancy`, `read-inserts`, `dram-clocks` …).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub queue: Option<QueuePart>,
+    /// The pseudo-channel whose queue a latency counter counts (ICX, SPR, GNR).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pseudo_channel: Option<u32>,
     /// Bandwidth direction; None for counters that are not bytes.
     pub direction: Option<Direction>,
     /// `cpu` (one counter per CPU), `package` or `channel`.
@@ -118,7 +141,8 @@ pub struct Counter {
     /// The record slot it is read into (sampling commands); package counters of one slot and
     /// package are summed there.
     pub slot: Option<usize>,
-    /// `traffic` (memory traffic), `weight` (a per-CPU weight of package traffic) or `other`.
+    /// `traffic` (memory traffic), `weight` (a per-CPU weight of package traffic), `latency`
+    /// (a loaded-latency count) or `other`.
     pub role: &'static str,
     /// What is programmed: the perf_event_attr words.
     pub encoding: Encoding,
@@ -287,12 +311,13 @@ impl Plan {
     /// `channel` label): its PMU instance (`uncore_imc_3`), with the channel's number where one
     /// PMU has an event per channel (`amd_df#2`, POWER's MCS pairs).
     pub fn channel_label(&self, c: &Counter) -> String {
-        let shared_pmu = self
-            .counters
-            .iter()
-            .filter(|o| o.package == c.package && o.slot == c.slot && o.pmu == c.pmu)
-            .count()
-            > 1;
+        let shared_pmu = c.sub_channel.is_none()
+            && self
+                .counters
+                .iter()
+                .filter(|o| o.package == c.package && o.slot == c.slot && o.pmu == c.pmu)
+                .count()
+                > 1;
         match c.channel {
             Some(ch) if shared_pmu => format!("{}#{ch}", c.pmu),
             _ => c.pmu.clone(),
@@ -357,8 +382,23 @@ pub fn plan(found: &Discovery, kernel: &Kernel, req: &Request) -> Result<Plan, P
 /// The plan for a loop that drains every `req.drain_ms`.
 fn plan_draining(found: &Discovery, kernel: &Kernel, req: &Request) -> Result<Plan, PlanError> {
     let mut refusals = source_refusals(found, req);
+    if req.latency == Some(LatencyRequest::Queues) && found.queues.events.is_empty() {
+        return Err(no_queues(found));
+    }
     let (source, backend, mut counters) = choose_counters(found, req)?;
     let mut notes = Vec::new();
+    if req.latency == Some(LatencyRequest::Queues) {
+        let (kept, refused, note) = queue_counters(found, &counters)?;
+        // Bandwidth counters a PMU has no room for beside its latency counters are dropped.
+        counters.retain(|c| {
+            !refused
+                .iter()
+                .any(|r| r.0 && r.1 == c.pmu && c.direction.is_some())
+        });
+        counters.extend(kept);
+        refusals.extend(refused.into_iter().filter_map(|r| r.2));
+        notes.push(note);
+    }
     let mut weighting = None;
     let slots = if req.command.samples() {
         let free = MAX_SLOTS.saturating_sub(slot_count(&counters, req));
@@ -373,7 +413,9 @@ fn plan_draining(found: &Discovery, kernel: &Kernel, req: &Request) -> Result<Pl
             c.reader = Reader::Userspace {
                 every_ms: req.interval_ms,
             };
-            c.role = if c.direction.is_some() {
+            c.role = if c.queue.is_some() {
+                "latency"
+            } else if c.direction.is_some() {
                 "traffic"
             } else {
                 "other"
@@ -406,7 +448,7 @@ fn choose_counters(
     found: &Discovery,
     req: &Request,
 ) -> Result<(String, Option<BackendKind>, Vec<Counter>), PlanError> {
-    if let Some(pair) = &req.latency {
+    if let Some(LatencyRequest::Offcore(pair)) = &req.latency {
         return latency_counters(found, pair);
     }
     if !req.events.is_empty() {
@@ -523,6 +565,201 @@ fn latency_counters(
         Some(BackendKind::KnlImc),
         counters,
     ))
+}
+
+/// `--latency` where the machine has no queues: one line with the reason (exit 2).
+fn no_queues(found: &Discovery) -> PlanError {
+    PlanError::BadRequest(format!(
+        "--latency: this machine has no memory-controller queues to measure latency with: {}",
+        found.queues.reason.as_deref().unwrap_or("none found")
+    ))
+}
+
+/// A dropped group of counters: (whether it is the PMU's bandwidth, the PMU, the refusal).
+type Dropped = (bool, String, Option<Refusal>);
+
+/// `stat --latency` beside bandwidth: the machine's loaded-latency events on every channel (or
+/// CCX), fitted into each PMU instance's generic counters. Priority: the first rank of latency
+/// events (one read queue per channel or sub-channel), then the bandwidth counters already
+/// planned on that PMU, then further ranks (the other pseudo-channel, the write queues); a
+/// group that does not fit is dropped whole and said, never multiplexed. The DRAM clock takes
+/// the box's fixed counter.
+fn queue_counters(
+    found: &Discovery,
+    bandwidth: &[Counter],
+) -> Result<(Vec<Counter>, Vec<Dropped>, String), PlanError> {
+    let q = &found.queues;
+    if q.events.is_empty() {
+        return Err(no_queues(found));
+    }
+    let mut out = Vec::new();
+    let mut dropped: Vec<Dropped> = Vec::new();
+    let several = q.pmus.len() > 1;
+    let mut ranks: Vec<u8> = q.events.iter().map(|e| e.rank).collect();
+    ranks.sort_unstable();
+    ranks.dedup();
+    for (pi, pmu) in q.pmus.iter().enumerate() {
+        let events: Vec<&crate::model::QueueEvent> =
+            q.events.iter().filter(|e| e.pmu == pmu.name).collect();
+        // Generic counters the bandwidth plan already puts on one instance of this PMU.
+        let first_cpu = pmu.cpus.first().copied();
+        let bw = bandwidth
+            .iter()
+            .filter(|c| c.pmu == pmu.name && c.cpus.first().copied() == first_cpu)
+            .count();
+        let need = |r: u8| events.iter().filter(|e| e.rank == r && !e.fixed).count();
+        let mut used = 0;
+        let mut keep_ranks = Vec::new();
+        for (i, &r) in ranks.iter().enumerate() {
+            if used + need(r) <= q.generic_counters {
+                used += need(r);
+                keep_ranks.push(r);
+            } else if pi == 0 {
+                dropped.push((
+                    false,
+                    pmu.name.clone(),
+                    Some(rank_refusal(q, &events, r, used)),
+                ));
+            }
+            if i == 0 {
+                if used + bw <= q.generic_counters {
+                    used += bw;
+                } else if bw > 0 {
+                    dropped.push((
+                        true,
+                        pmu.name.clone(),
+                        (pi == 0).then(|| Refusal {
+                            pmu: Some(pmu.name.clone()),
+                            event: Some("read,write".into()),
+                            reason: format!(
+                                "bandwidth on {} (and every instance alike): its {} generic \
+                                 counters hold the first latency events ({} of them), so its \
+                                 {bw} CAS counters are left out under --latency rather than \
+                                 multiplexed: run imc stat without --latency for bandwidth",
+                                pmu.name,
+                                q.generic_counters,
+                                need(r)
+                            ),
+                        }),
+                    ));
+                }
+            }
+        }
+        for (i, &cpu) in pmu.cpus.iter().enumerate() {
+            let package = package_of(&found.topology, cpu, i);
+            // Intel: the PMU is the channel; AMD's L3: the CCX is its place among the
+            // package's CPUs in the cpumask.
+            let channel = if q.kind == "amd-l3-sampled-latency" {
+                let ccx = pmu.cpus[..i]
+                    .iter()
+                    .filter(|&&c| found.topology.package_of(c) == Some(package))
+                    .count();
+                Some(ccx as u32)
+            } else {
+                several.then_some(pi as u32)
+            };
+            for e in events.iter().filter(|e| keep_ranks.contains(&e.rank)) {
+                out.push(queue_counter(e, pmu, package, channel, cpu));
+            }
+        }
+    }
+    // One refusal per dropped group (the first PMU speaks for all: every instance has the same
+    // events and counters), bandwidth said once per PMU it was dropped from.
+    let note = format!(
+        "latency ({}): {} generic counter(s) per {} instance{}; the DRAM clock on its fixed \
+         counter. Average latency = occupancy ÷ inserts (in DRAM clocks; in ns through the \
+         measured clock rate)",
+        q.kind,
+        q.generic_counters,
+        q.pmus.first().map_or("PMU", |p| p.name.as_str()),
+        if q.kind == "amd-l3-sampled-latency" {
+            ", one per CCX"
+        } else {
+            ""
+        }
+    );
+    Ok((out, dropped, note))
+}
+
+/// Why the latency events of rank `r` are left out.
+fn rank_refusal(
+    q: &crate::model::Queues,
+    events: &[&crate::model::QueueEvent],
+    r: u8,
+    used: usize,
+) -> Refusal {
+    let names: Vec<String> = events
+        .iter()
+        .filter(|e| e.rank == r && !e.fixed)
+        .map(|e| {
+            let mut n = e.part.key().to_string();
+            if let Some(s) = e.sub_channel {
+                n.push_str(&format!(":sch{s}"));
+            }
+            if let Some(p) = e.pseudo_channel {
+                n.push_str(&format!(":pch{p}"));
+            }
+            n
+        })
+        .collect();
+    let pmu = events.first().map(|e| e.pmu.clone());
+    Refusal {
+        pmu: pmu.clone(),
+        event: Some(names.join(",")),
+        reason: format!(
+            "{} has {} generic counters and {used} are taken: these {} latency events are not \
+             counted (imc does not multiplex them)",
+            pmu.as_deref().unwrap_or("the PMU"),
+            q.generic_counters,
+            names.len()
+        ),
+    }
+}
+
+/// One latency counter, read on `cpu` for `package`.
+fn queue_counter(
+    e: &crate::model::QueueEvent,
+    pmu: &SourcePmu,
+    package: u32,
+    channel: Option<u32>,
+    cpu: u32,
+) -> Counter {
+    let key = e.part.key();
+    Counter {
+        pmu: e.pmu.clone(),
+        event: key.to_string(),
+        package: Some(package),
+        channel,
+        sub_channel: e.sub_channel,
+        queue: Some(e.part),
+        pseudo_channel: e.pseudo_channel,
+        direction: None,
+        scope: if channel.is_some() {
+            "channel"
+        } else {
+            "package"
+        },
+        cpus: vec![cpu],
+        reader: Reader::Tick,
+        bytes_per_count: None,
+        slot: None,
+        role: "latency",
+        encoding: Encoding::default(),
+        weight: None,
+        value_key: key.to_string(),
+        encoded: Encoded {
+            event: format!("{}/{key}", e.pmu),
+            pmu: e.pmu.clone(),
+            pmu_type: pmu.pmu_type,
+            config: e.config,
+            config1: e.config1,
+            cpus: Some(vec![cpu]),
+            ..Default::default()
+        },
+        counter_bits: 48,
+        address: None,
+        width: None,
+    }
 }
 
 fn no_controller_reason(found: &Discovery) -> String {
@@ -749,6 +986,9 @@ fn mchbar_counter(
         event: ev.name.clone(),
         package: Some(package),
         channel: None,
+        sub_channel: None,
+        queue: None,
+        pseudo_channel: None,
         direction: Some(direction),
         scope: "package",
         cpus: Vec::new(),
@@ -788,6 +1028,9 @@ fn channel_counter(
         event: ev.name.clone(),
         package: Some(package),
         channel,
+        sub_channel: ev.sub_channel,
+        queue: None,
+        pseudo_channel: None,
         direction: Some(direction),
         scope: scope_name(scope),
         cpus: vec![cpu],
@@ -819,17 +1062,37 @@ fn channel_counter(
 /// events of one PMU (AMD DF's per-channel events, POWER's nest MCS pairs).
 fn number_channels(counters: &mut [Counter]) {
     // Counted in one pass and numbered in a second, so thousands of PMUs plan in linear time.
+    // Where events carry sub-channels (GNR: one PMU per channel, an event per scheduler), the
+    // PMU instance is the channel and its events share its number.
     let key = |c: &Counter| (c.package, c.direction, c.value_key.clone());
     let mut same: std::collections::HashMap<_, u32> = Default::default();
+    let mut seen: std::collections::HashSet<_> = Default::default();
     for c in counters.iter() {
-        *same.entry(key(c)).or_default() += 1;
+        if c.sub_channel.is_none() || seen.insert((key(c), c.pmu.clone())) {
+            *same.entry(key(c)).or_default() += 1;
+        }
     }
     let mut before: std::collections::HashMap<_, u32> = Default::default();
+    let mut of_pmu: std::collections::HashMap<_, u32> = Default::default();
     for c in counters.iter_mut() {
         let k = key(c);
-        let n = before.entry(k.clone()).or_default();
-        let index = *n;
-        *n += 1;
+        let index = if c.sub_channel.is_some() {
+            match of_pmu.get(&(k.clone(), c.pmu.clone())) {
+                Some(&i) => i,
+                None => {
+                    let n = before.entry(k.clone()).or_default();
+                    let i = *n;
+                    *n += 1;
+                    of_pmu.insert((k.clone(), c.pmu.clone()), i);
+                    i
+                }
+            }
+        } else {
+            let n = before.entry(k.clone()).or_default();
+            let i = *n;
+            *n += 1;
+            i
+        };
         if c.address.is_some() {
             continue;
         }
@@ -898,6 +1161,9 @@ pub(crate) fn event_counter(
         event: text.to_string(),
         package,
         channel,
+        sub_channel: None,
+        queue: None,
+        pseudo_channel: None,
         direction,
         scope,
         cpus,

@@ -306,13 +306,13 @@ fn stat_latency_plans_the_offcore_pair_on_every_cpu_beside_ddr_and_mcdram() {
         ..Default::default()
     };
     let mut req = request(Command::Stat);
-    req.latency = Some((
+    req.latency = Some(LatencyRequest::Offcore(Box::new((
         enc(
             "knl::OFFCORE_RESPONSE_0:DMND_DATA_RD:OUTSTANDING",
             0x4000000001,
         ),
         enc("knl::OFFCORE_RESPONSE_1:DMND_DATA_RD:ANY_RESPONSE", 0x10001),
-    ));
+    ))));
     let p = plan(&found, &kernel("6.8.0"), &req).unwrap();
     assert_eq!(p.source, "knl-imc+knl-edc+latency");
     let offcore: Vec<&Counter> = p.counters.iter().filter(|c| c.package.is_none()).collect();
@@ -320,6 +320,164 @@ fn stat_latency_plans_the_offcore_pair_on_every_cpu_beside_ddr_and_mcdram() {
     assert!(offcore.iter().all(|c| c.cpus == found.topology.online));
     assert_eq!(offcore[0].encoded.config1, 0x4000000001);
     assert_eq!(p.counters.len(), 28 + 2);
+}
+
+fn latency_plan(tree: &str) -> Plan {
+    let mut req = request(Command::Stat);
+    req.latency = Some(LatencyRequest::Queues);
+    plan_on(tree, &kernel("6.8.0"), &req)
+}
+
+fn latency_counters_of(p: &Plan) -> Vec<&Counter> {
+    p.counters.iter().filter(|c| c.role == "latency").collect()
+}
+
+/// Generic counters per (PMU, CPU): every counter but the fixed DRAM clock.
+fn generic_per_box(p: &Plan) -> std::collections::BTreeMap<(String, u32), usize> {
+    let mut m = std::collections::BTreeMap::new();
+    for c in &p.counters {
+        if c.queue == Some(QueuePart::DramClocks) {
+            assert_eq!(
+                c.encoded.config, 0xff,
+                "the fixed counter (UNCORE_FIXED_EVENT)"
+            );
+            continue;
+        }
+        *m.entry((c.pmu.clone(), c.cpus[0])).or_default() += 1;
+    }
+    m
+}
+
+#[test]
+fn stat_latency_on_skx_counts_the_read_queue_of_every_channel_beside_bandwidth() {
+    let p = latency_plan("skx-2socket");
+    let lat = latency_counters_of(&p);
+    // 6 channels × 2 packages × (clock, RPQ occupancy, RPQ inserts).
+    assert_eq!(lat.len(), 6 * 2 * 3);
+    for c in &lat {
+        assert!(c.channel.is_some() && c.package.is_some());
+        assert!(matches!(c.reader, Reader::Userspace { .. }));
+    }
+    let occ = lat
+        .iter()
+        .find(|c| c.queue == Some(QueuePart::ReadOccupancy))
+        .unwrap();
+    // skylakex uncore-memory.json UNC_M_RPQ_OCCUPANCY: EventCode 0x80; RPQ_INSERTS 0x10.
+    assert_eq!(occ.encoding.config, 0x80);
+    assert!(lat.iter().any(|c| c.encoding.config == 0x10));
+    // Bandwidth kept; the write queue dropped and said.
+    assert_eq!(traffic(&p.counters).count(), 24);
+    assert!(generic_per_box(&p).values().all(|&n| n <= 4));
+    assert!(
+        p.refusals
+            .iter()
+            .any(|r| r.event.as_deref() == Some("wpq_occupancy,wpq_inserts"))
+    );
+}
+
+#[test]
+fn stat_latency_on_spr_counts_pseudo_channel_0_and_says_what_it_drops() {
+    let p = latency_plan("spr-2socket");
+    let lat = latency_counters_of(&p);
+    assert_eq!(lat.len(), 8 * 2 * 3);
+    // sapphirerapids uncore-memory.json: UNC_M_RPQ_OCCUPANCY_PCH0 0x80, RPQ_INSERTS.PCH0
+    // 0x10 umask 0x01.
+    let configs: Vec<u64> = lat
+        .iter()
+        .filter(|c| c.package == Some(0) && c.channel == Some(3))
+        .map(|c| c.encoding.config)
+        .collect();
+    assert_eq!(configs, [0xff, 0x80, 0x0110]);
+    assert!(
+        lat.iter()
+            .all(|c| c.queue == Some(QueuePart::DramClocks) || c.pseudo_channel == Some(0))
+    );
+    assert!(generic_per_box(&p).values().all(|&n| n <= 4));
+    assert_eq!(
+        p.refusals
+            .iter()
+            .filter(|r| r.reason.contains("4 generic"))
+            .count(),
+        3
+    );
+}
+
+#[test]
+fn gnr_channels_are_channels_with_two_sub_channels() {
+    // Without --latency: 12 channels per package (not 24), each read by both schedulers.
+    let p = plan_on("gnr-2socket", &kernel("6.8.0"), &request(Command::Stat));
+    for pkg in [0, 1] {
+        let mut chans: Vec<(u32, u32)> = traffic(&p.counters)
+            .filter(|c| c.package == Some(pkg) && c.direction == Some(Direction::Read))
+            .map(|c| (c.channel.unwrap(), c.sub_channel.unwrap()))
+            .collect();
+        chans.sort_unstable();
+        let want: Vec<(u32, u32)> = (0..12).flat_map(|ch| [(ch, 0), (ch, 1)]).collect();
+        assert_eq!(chans, want, "package {pkg}");
+    }
+    let json = serde_json::to_value(&p).unwrap();
+    assert_eq!(json["counters"][0]["sub_channel"], 0);
+    // serve's channel label is the PMU: both schedulers are one series.
+    let c = &p.counters[0];
+    assert_eq!(p.channel_label(c), c.pmu);
+
+    // With --latency: a read queue per sub-channel (pseudo-channel 0) takes the four generic
+    // counters; bandwidth is dropped and said, never multiplexed.
+    let p = latency_plan("gnr-2socket");
+    let lat = latency_counters_of(&p);
+    assert_eq!(lat.len(), 12 * 2 * 5);
+    let sub1: Vec<u64> = lat
+        .iter()
+        .filter(|c| c.package == Some(1) && c.channel == Some(11) && c.sub_channel == Some(1))
+        .map(|c| c.encoding.config)
+        .collect();
+    // graniterapids: UNC_M_RPQ_OCCUPANCY_SCH1_PCH0 0x82, UNC_M_RPQ_INSERTS.SCH1_PCH0 0x10/0x40.
+    assert_eq!(sub1, [0x82, 0x4010]);
+    assert_eq!(traffic(&p.counters).count(), 0);
+    assert!(generic_per_box(&p).values().all(|&n| n <= 4));
+    assert!(
+        p.refusals
+            .iter()
+            .any(|r| r.event.as_deref() == Some("read,write"))
+    );
+}
+
+#[test]
+fn stat_latency_on_zen4_reads_the_l3_sampled_dram_latency_per_ccx() {
+    let p = latency_plan("zen4-2socket");
+    let lat = latency_counters_of(&p);
+    // One CCX per socket here, local and remote pairs.
+    assert_eq!(lat.len(), 2 * 4);
+    let near = lat
+        .iter()
+        .find(|c| c.queue == Some(QueuePart::SampledLatency { remote: false }))
+        .unwrap();
+    // amdzen4 cache.json l3_xi_sampled_latency.dram_near 0xac/0x01, EnAllCores, EnAllSlices,
+    // SliceId 3, ThreadMask 3.
+    assert_eq!(near.encoding.config, 0x0303_c000_0000_01ac);
+    assert_eq!(near.pmu, "amd_l3");
+    assert_eq!(traffic(&p.counters).count(), 8, "UMC bandwidth kept");
+    assert!(p.refusals.is_empty() || p.refusals.iter().all(|r| !r.reason.contains("generic")));
+}
+
+#[test]
+fn stat_latency_refuses_where_there_are_no_queues() {
+    for (tree, why) in [
+        ("vm-guest", "hypervisor"),
+        ("tgl-client", "client"),
+        ("zen2-1socket", "Zen 1-3"),
+    ] {
+        let found = crate::discovery::discover(&fixture(tree)).unwrap();
+        let mut req = request(Command::Stat);
+        req.latency = Some(LatencyRequest::Queues);
+        match plan(&found, &kernel("6.8.0"), &req) {
+            Err(PlanError::BadRequest(m)) => {
+                assert!(m.contains(why), "{tree}: {m}");
+                assert_eq!(m.lines().count(), 1);
+            }
+            other => panic!("{tree}: {other:?}"),
+        }
+    }
 }
 
 #[test]

@@ -29,12 +29,20 @@ fn counter_line(c: &Counter) -> String {
     if let Some(ch) = c.channel {
         let _ = write!(where_, " channel {ch}");
     }
+    if let Some(sub) = c.sub_channel {
+        let _ = write!(where_, ".{sub}");
+    }
+    if let Some(pch) = c.pseudo_channel {
+        let _ = write!(where_, " pch {pch}");
+    }
     if where_.is_empty() {
         where_ = "every CPU".into();
     }
-    let dir = c
-        .direction
-        .map_or("-".to_string(), |d| format!("{d:?}").to_lowercase());
+    let dir = match (c.direction, c.queue) {
+        (Some(d), _) => format!("{d:?}").to_lowercase(),
+        (None, Some(_)) => "latency".to_string(),
+        (None, None) => "-".to_string(),
+    };
     let slot = c.slot.map_or(String::new(), |s| format!(" slot {s},"));
     format!(
         "  {where_:<20} {dir:<6} {}/{}  (on CPU {},{slot} read by {})",

@@ -30,6 +30,18 @@ fn is_gnr_family(model: Option<u32>) -> bool {
     )
 }
 
+/// The queue layout of an Intel server part (discovery/catalogue/queues.rs), by model.
+pub(super) fn server_model_family(model: u32) -> Option<super::queues::IntelQueues> {
+    use super::queues::IntelQueues;
+    match model {
+        SKYLAKE_X => Some(IntelQueues::Skx),
+        ICELAKE_X | ICELAKE_D => Some(IntelQueues::Icx),
+        SAPPHIRERAPIDS_X | EMERALDRAPIDS_X => Some(IntelQueues::Spr),
+        m if is_gnr_family(Some(m)) => Some(IntelQueues::Gnr),
+        _ => None,
+    }
+}
+
 pub(super) fn is_knl(ctx: &Ctx) -> bool {
     matches!(ctx.machine.intel_model(), Some(XEON_PHI_KNL | XEON_PHI_KNM))
         || !ctx.numbered("uncore_edc_eclk_").is_empty()
@@ -125,7 +137,13 @@ pub(super) fn intel_uncore_imc(ctx: &Ctx) -> Source {
         let reason = (!per_sched).then(|| {
             "two command schedulers per channel: counting SCH0 and SCH1 (a plain cas_count_read alias counts SCH0 only)".to_string()
         });
-        return build(ctx, kind, &pmus, &wants, 48, reason);
+        let mut s = build(ctx, kind, &pmus, &wants, 48, reason);
+        // Each PMU is one channel; its two schedulers are the channel's sub-channels (wants
+        // alternate SCH0, SCH1 per direction).
+        for (i, e) in s.events.iter_mut().enumerate() {
+            e.sub_channel = Some((i % 2) as u32);
+        }
+        return s;
     }
 
     if has("cas_count_read") && has("cas_count_write") {
@@ -337,6 +355,7 @@ pub(super) fn intel_client_mchbar(ctx: &Ctx) -> Result<Source, DiscoveryError> {
             address: Some(c.address),
             width: Some(c.width),
             direction: Some(c.direction),
+            sub_channel: None,
             counter_bits: c.width,
             origin: format!("{gen_name} MCHBAR {base:#x} (uncore_snb.c)"),
         })

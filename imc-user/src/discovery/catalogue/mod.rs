@@ -9,6 +9,7 @@ mod amd;
 mod intel;
 mod knl;
 mod power;
+mod queues;
 mod stand_in;
 
 use super::format::encode_terms;
@@ -20,6 +21,7 @@ use amd::{amd_df, amd_umc};
 use intel::{intel_client_imc, intel_client_mchbar, intel_uncore_imc};
 use knl::knl;
 use power::power_nest;
+pub(crate) use queues::queues;
 use stand_in::{msr, software};
 use std::path::Path;
 
@@ -63,6 +65,15 @@ impl Ctx<'_> {
             cpus,
         }
     }
+}
+
+/// Every online CPU of `cpumask` (a PMU with one CPU per L3, not per package).
+fn designated_cpus_all(topo: &Topology, cpumask: &[u32]) -> Vec<u32> {
+    cpumask
+        .iter()
+        .copied()
+        .filter(|c| topo.online.contains(c))
+        .collect()
 }
 
 fn unavailable(backend: BackendKind, reason: impl Into<String>) -> Source {
@@ -140,6 +151,7 @@ fn encode(pmu: &Pmu, want: &Want, counter_bits: u8) -> Result<SourceEvent, Strin
         address: None,
         width: None,
         direction: want.direction,
+        sub_channel: None,
         counter_bits,
         origin,
     })

@@ -53,6 +53,7 @@ pub(super) fn software(ctx: &Ctx) -> Source {
             address: None,
             width: None,
             direction: None,
+            sub_channel: None,
             counter_bits: 64,
             origin: "PERF_COUNT_SW_PAGE_FAULTS".into(),
         }],
