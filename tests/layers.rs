@@ -346,14 +346,7 @@ impl Refs<'_> {
                 TokenTree::Literal(l) => {
                     if let Ok(s) = syn::parse2::<syn::LitStr>(TokenTree::Literal(l.clone()).into())
                     {
-                        let v = s.value();
-                        if ["crate::", "super::", "self::"]
-                            .iter()
-                            .any(|p| v.starts_with(p))
-                            && let Ok(p) = syn::parse_str::<syn::Path>(&v)
-                        {
-                            self.add_path(&p);
-                        }
+                        self.add_str(&s);
                     }
                 }
                 TokenTree::Ident(id)
@@ -381,6 +374,18 @@ impl Refs<'_> {
                 _ => {}
             }
             i += 1;
+        }
+    }
+
+    /// A string that spells a path of this crate (serde's `with = "crate::…"`).
+    fn add_str(&mut self, s: &syn::LitStr) {
+        let v = s.value();
+        if ["crate::", "super::", "self::"]
+            .iter()
+            .any(|p| v.starts_with(p))
+            && let Ok(p) = syn::parse_str::<syn::Path>(&v)
+        {
+            self.add_path(&p);
         }
     }
 
@@ -465,21 +470,20 @@ impl<'ast> Visit<'ast> for Refs<'_> {
         self.scan_tokens(m.tokens.clone());
     }
     fn visit_attribute(&mut self, a: &'ast syn::Attribute) {
+        if a.path().is_ident("doc") {
+            return; // prose
+        }
         self.visit_path(a.path());
         match &a.meta {
             syn::Meta::List(l) => self.scan_tokens(l.tokens.clone()),
-            syn::Meta::NameValue(nv) => self.visit_expr(&nv.value),
+            syn::Meta::NameValue(nv) => match &nv.value {
+                syn::Expr::Lit(syn::ExprLit {
+                    lit: syn::Lit::Str(s),
+                    ..
+                }) => self.add_str(s),
+                other => self.visit_expr(other),
+            },
             syn::Meta::Path(_) => {}
-        }
-    }
-    fn visit_lit_str(&mut self, s: &'ast syn::LitStr) {
-        let v = s.value();
-        if ["crate::", "super::", "self::"]
-            .iter()
-            .any(|p| v.starts_with(p))
-            && let Ok(p) = syn::parse_str::<syn::Path>(&v)
-        {
-            self.add_path(&p);
         }
     }
 }
@@ -498,54 +502,45 @@ fn expr_attrs(e: &syn::Expr) -> &[syn::Attribute] {
     }
 }
 
+/// A walk through a source tree: its root, the files read as production code and the files
+/// (or directories) only test builds read.
+struct Walk<'a> {
+    src: &'a Path,
+    read: BTreeSet<PathBuf>,
+    test_files: Vec<PathBuf>,
+}
+
 impl Crate {
-    /// Reads a crate from its root file (relative to `src`), following `mod` declarations.
-    /// Returns the files it read and the files only test builds read.
-    fn load(
-        src: &Path,
-        root: &str,
-        label: Option<&str>,
-        read: &mut BTreeSet<PathBuf>,
-        test_files: &mut Vec<PathBuf>,
-    ) -> Crate {
+    /// Reads a crate from its root file (relative to the walk's source root), following `mod`
+    /// declarations.
+    fn load(w: &mut Walk, root: &str, label: Option<&str>) -> Crate {
         let mut c = Crate {
             label: label.map(str::to_string),
             modules: BTreeMap::new(),
         };
         let root = PathBuf::from(root);
         let dir = root.parent().map(Path::to_path_buf).unwrap_or_default();
-        c.load_file(src, &root, Vec::new(), &dir, read, test_files);
+        c.load_file(w, &root, Vec::new(), &dir);
         c
     }
 
-    fn load_file(
-        &mut self,
-        src: &Path,
-        file: &Path,
-        path: ModPath,
-        dir: &Path,
-        read: &mut BTreeSet<PathBuf>,
-        test_files: &mut Vec<PathBuf>,
-    ) {
-        let full = src.join(file);
+    fn load_file(&mut self, w: &mut Walk, file: &Path, path: ModPath, dir: &Path) {
+        let full = w.src.join(file);
         let text =
             std::fs::read_to_string(&full).unwrap_or_else(|e| panic!("{}: {e}", full.display()));
         let ast = syn::parse_file(&text).unwrap_or_else(|e| panic!("{}: {e}", full.display()));
-        read.insert(file.to_path_buf());
-        self.load_items(src, &ast.items, file, path, dir, read, test_files);
+        w.read.insert(file.to_path_buf());
+        self.load_items(w, &ast.items, file, path, dir);
     }
 
     /// `dir`: where the out-of-line modules this module declares live.
-    #[allow(clippy::too_many_arguments)]
     fn load_items(
         &mut self,
-        src: &Path,
+        w: &mut Walk,
         items: &[syn::Item],
         file: &Path,
         path: ModPath,
         dir: &Path,
-        read: &mut BTreeSet<PathBuf>,
-        test_files: &mut Vec<PathBuf>,
     ) {
         let mut module = Module {
             file: file.to_path_buf(),
@@ -575,7 +570,7 @@ impl Crate {
                     }
                     (None, None) => {
                         let flat = dir.join(format!("{name}.rs"));
-                        if src.join(&flat).is_file() {
+                        if w.src.join(&flat).is_file() {
                             (Some(flat), dir.join(&name))
                         } else {
                             (Some(dir.join(&name).join("mod.rs")), dir.join(&name))
@@ -585,9 +580,9 @@ impl Crate {
                 if test {
                     // Neither the module nor anything under its directory is production code.
                     if let Some(f) = child_file {
-                        test_files.push(f);
+                        w.test_files.push(f);
                     }
-                    test_files.push(child_dir);
+                    w.test_files.push(child_dir);
                     continue;
                 }
                 module.children.insert(name.clone());
@@ -615,10 +610,8 @@ impl Crate {
             let mut child = path.clone();
             child.push(name);
             match (inline, child_file) {
-                (Some(items), _) => {
-                    self.load_items(src, items, file, child, &child_dir, read, test_files)
-                }
-                (None, Some(f)) => self.load_file(src, &f, child, &child_dir, read, test_files),
+                (Some(items), _) => self.load_items(w, items, file, child, &child_dir),
+                (None, Some(f)) => self.load_file(w, &f, child, &child_dir),
                 (None, None) => unreachable!("an out-of-line module has a file"),
             }
         }
@@ -732,14 +725,17 @@ impl Crate {
 /// Checks a source tree: `roots` are its crate roots (file under `src`, and the layer label of a
 /// binary crate; None for the library, whose modules are labelled by their top-level module).
 fn check(src: &Path, roots: &[(&str, Option<&str>)]) -> Findings {
-    let mut read = BTreeSet::new();
-    let mut test_files = Vec::new();
+    let mut w = Walk {
+        src,
+        read: BTreeSet::new(),
+        test_files: Vec::new(),
+    };
     let crates: Vec<Crate> = roots
         .iter()
-        .map(|(f, l)| Crate::load(src, f, *l, &mut read, &mut test_files))
+        .map(|(f, l)| Crate::load(&mut w, f, *l))
         .collect();
     let mut f = Findings {
-        files: read.len(),
+        files: w.read.len(),
         ..Findings::default()
     };
     let mut file_edges: BTreeSet<(PathBuf, PathBuf)> = BTreeSet::new();
@@ -804,7 +800,7 @@ fn check(src: &Path, roots: &[(&str, Option<&str>)]) -> Findings {
     rust_files(src, src, &mut all);
     f.unreached = all
         .into_iter()
-        .filter(|p| !read.contains(p) && !test_files.iter().any(|t| p.starts_with(t)))
+        .filter(|p| !w.read.contains(p) && !w.test_files.iter().any(|t| p.starts_with(t)))
         .map(|p| p.display().to_string())
         .collect();
     f
@@ -1015,7 +1011,11 @@ fn up(to: &str) -> Vec<(String, String)> {
 
 #[test]
 fn a_clean_tree_has_no_finding() {
-    let f = synthetic("pub struct Channel;\nfn f() -> std::io::Result<()> { Ok(()) }\n");
+    // Prose and strings in code name nothing: a doc comment, an error message.
+    let f = synthetic(
+        "/// Read by crate::plan::make.\npub struct Channel;\n\
+         fn f() -> std::io::Result<&'static str> { Ok(\"crate::plan::make\") }\n",
+    );
     assert_eq!(edges(&f), vec![]);
     assert!(f.unreached.is_empty() && f.cycles.is_empty(), "{f:?}");
     assert_eq!(f.files, 5);
