@@ -50,6 +50,12 @@ apt_install prometheus python3
 #     and strip from build-essential; lintian checks the result).
 apt_install openssl curl lintian
 
+# 1d. The other architectures imc ships to (`cargo xtask test` builds imc for ppc64le and runs it
+#     on the POWER9 fixture trees under qemu-user, and checks the aarch64 build): Debian's cross
+#     compilers (linker, and C for ring) with their C libraries, and qemu-user (qemu-ppc64le).
+apt_install gcc-powerpc64le-linux-gnu libc6-dev-ppc64el-cross gcc-aarch64-linux-gnu \
+  libc6-dev-arm64-cross qemu-user
+
 # 2. The user crates' toolchain: the one rust-toolchain.toml names (stable), installed when
 #    missing, so the build does not depend on which toolchain rustup defaults to (nightly, on a
 #    new rustup where step 3 installs it first).
@@ -67,6 +73,16 @@ if command -v rustup >/dev/null 2>&1; then
     say "installing Rust $user_toolchain (rust-toolchain.toml) for the user crates"
     rustup toolchain install --no-self-update "$user_toolchain" --profile minimal --component clippy,rustfmt >/dev/null
   fi
+  # The standard libraries of the cross targets (step 1d), for that same toolchain.
+  cross_targets=(powerpc64le-unknown-linux-gnu aarch64-unknown-linux-gnu)
+  installed_targets="$(rustup target list --installed --toolchain "$user_toolchain")"
+  for t in "${cross_targets[@]}"; do
+    if ! grep -qx "$t" <<<"$installed_targets"; then
+      say "adding the Rust target $t to $user_toolchain"
+      rustup target add --toolchain "$user_toolchain" "$t" >/dev/null \
+        || die "rustup target add --toolchain $user_toolchain $t failed"
+    fi
+  done
 fi
 cargo --version >/dev/null 2>&1 || die "cargo does not run here: install Rust (rustup) first"
 

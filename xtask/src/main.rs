@@ -3,7 +3,9 @@
 //!
 //!   cargo xtask build [--release]      eBPF object + imc (embedded)
 //!   cargo xtask run [-- ARGS]          build, then `imc ARGS` (default: `imc top`) as root
-//!   cargo xtask test                   build (and package), then the whole test suite
+//!   cargo xtask test                   build (and package), the ppc64le imc (and an aarch64
+//!                                      check), then the whole test suite
+//!   cargo xtask cross                  the ppc64le imc (debug) and an aarch64 check, as `test` does
 //!   cargo xtask package                target/debian/imc_<version>_<arch>.deb (release, stripped)
 //!   cargo xtask bench-tick [--breakdown]  ns per program run: imc's tick vs a bpftrace-like baseline
 //!   cargo xtask bench-stat             `imc stat -I 1` vs `perf stat -I 1`: CPU and intervals
@@ -16,6 +18,7 @@ mod bench_overhead;
 mod bench_scale;
 mod bench_stat;
 mod bench_tick;
+mod cross;
 mod package;
 
 use anyhow::{Context, Result, anyhow, bail};
@@ -186,7 +189,7 @@ fn real_main() -> Result<ExitCode> {
     let mut args: Vec<String> = std::env::args().skip(1).collect();
     if args.is_empty() {
         bail!(
-            "usage: cargo xtask build|run|test|package|bench-tick|bench-stat|bench-overhead|bench-scale|accuracy [--release] [-- ARGS]"
+            "usage: cargo xtask build|run|test|cross|package|bench-tick|bench-stat|bench-overhead|bench-scale|accuracy [--release] [-- ARGS]"
         );
     }
     let cmd = args.remove(0);
@@ -230,12 +233,20 @@ fn real_main() -> Result<ExitCode> {
                 .current_dir(&root)
                 .env("IMC_EBPF_OBJECT", &obj)
                 .args(["build"]))?;
+            // POWER users' binary, which tests/cross_power.rs runs under qemu-user.
+            let power = cross::build(&root, &target_dir(), &obj)?;
             run(Command::new(env!("CARGO"))
                 .current_dir(&root)
                 .env("IMC_EBPF_OBJECT", &obj)
                 .env("IMC_TEST_DEB", &deb)
+                .env("IMC_CROSS_POWER_BIN", &power)
                 .args(["test", "--no-fail-fast"])
                 .args(&args))?;
+        }
+        "cross" => {
+            let obj = build_ebpf(EbpfObject::Production)?;
+            let bin = cross::build(&workspace_root(), &target_dir(), &obj)?;
+            eprintln!("xtask: built {}", bin.display());
         }
         "bench-tick" => {
             let bin = build(true)?;
@@ -265,7 +276,7 @@ fn real_main() -> Result<ExitCode> {
         }
         other => {
             bail!(
-                "unknown xtask command '{other}' (build, run, test, package, bench-tick, \
+                "unknown xtask command '{other}' (build, run, test, cross, package, bench-tick, \
                  bench-stat, bench-overhead, bench-scale, accuracy)"
             )
         }

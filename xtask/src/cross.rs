@@ -1,0 +1,73 @@
+//! The other architectures imc ships to, kept building by the suite (issue 31): POWER's nest IMC
+//! users get a ppc64le `imc` that tests/cross_power.rs runs under qemu-user on the POWER9
+//! fixture trees, and the aarch64 build is checked. scripts/setup.sh installs Debian's cross
+//! compilers, qemu-user and the rustup targets.
+//!
+//! The cross linker and C compiler (ring's build script compiles C for the target) are set
+//! here, in the environment of the one cargo command that needs them, not in a config file a
+//! user's own builds would pick up.
+use anyhow::{Context, Result, bail};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+pub const POWER: &str = "powerpc64le-unknown-linux-gnu";
+pub const ARM: &str = "aarch64-unknown-linux-gnu";
+
+/// Debian's cross gcc for a Rust target: (Cargo's env key, the gcc).
+fn gcc(target: &str) -> (String, &'static str) {
+    let key = target.replace('-', "_");
+    let gcc = match target {
+        POWER => "powerpc64le-linux-gnu-gcc",
+        ARM => "aarch64-linux-gnu-gcc",
+        _ => unreachable!("no cross gcc for {target}"),
+    };
+    (key, gcc)
+}
+
+fn on_path(program: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(program).is_file()))
+}
+
+/// `cargo SUBCOMMAND --package imc-user --target TARGET` with the target's cross gcc as linker
+/// and C compiler (unless the caller set them).
+fn cargo(root: &Path, ebpf_object: &Path, subcommand: &str, target: &str) -> Result<Command> {
+    let (key, gcc) = gcc(target);
+    if !on_path(gcc) {
+        bail!("{gcc} not found: run scripts/setup.sh (it installs Debian's cross compilers)");
+    }
+    let mut cmd = Command::new(env!("CARGO"));
+    cmd.current_dir(root)
+        .env("IMC_EBPF_OBJECT", ebpf_object)
+        .args([subcommand, "--package", "imc-user", "--target", target]);
+    let linker = format!("CARGO_TARGET_{}_LINKER", key.to_uppercase());
+    for var in [linker, format!("CC_{key}")] {
+        if std::env::var_os(&var).is_none() {
+            cmd.env(var, gcc);
+        }
+    }
+    Ok(cmd)
+}
+
+/// Checks imc-user for aarch64, then builds the ppc64le `imc` (debug, with the eBPF object
+/// embedded) and returns its path, under the target directory as Cargo lays it out.
+pub fn build(root: &Path, target_dir: &Path, ebpf_object: &Path) -> Result<PathBuf> {
+    eprintln!("xtask: checking imc for {ARM}");
+    crate::run(&mut cargo(root, ebpf_object, "check", ARM)?).with_context(|| {
+        format!("cargo check --target {ARM} (scripts/setup.sh adds the target)")
+    })?;
+    eprintln!("xtask: building imc for {POWER} (tests/cross_power.rs runs it under qemu-user)");
+    let mut cmd = cargo(root, ebpf_object, "build", POWER)?;
+    cmd.args(["--bin", "imc"]);
+    crate::run(&mut cmd).with_context(|| {
+        format!("cargo build --target {POWER} (scripts/setup.sh adds the target)")
+    })?;
+    let bin = target_dir.join(POWER).join("debug").join("imc");
+    if !bin.is_file() {
+        bail!(
+            "the {POWER} build succeeded but {} is missing",
+            bin.display()
+        );
+    }
+    Ok(bin)
+}
