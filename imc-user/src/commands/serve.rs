@@ -102,6 +102,8 @@ pub fn run(global: &GlobalArgs, args: &ServeArgs) -> CliResult<ExitCode> {
             json: args.json.then(|| std::io::stdout().lock()),
             read_errors: 0,
             server: ServerState::Ready(listener, app, web),
+            web_config_file: args.web_config_file.clone(),
+            max_connections: args.max_connections.map(usize::from),
         };
         // Rows carry their cgroup's path: the `cgroup` label (ids where it does not resolve).
         let mut named = Naming::new(cgroup_paths(global), GroupBy::Pid, &mut sink);
@@ -134,6 +136,10 @@ struct ServeSink {
     /// Failed counter reads seen since the last drain ended.
     read_errors: u64,
     server: ServerState,
+    /// Read again when it changes.
+    web_config_file: Option<std::path::PathBuf>,
+    /// --web.max-connections (None: from the open-file limit).
+    max_connections: Option<usize>,
 }
 
 impl Sink for ServeSink {
@@ -148,9 +154,13 @@ impl Sink for ServeSink {
         // The sampler's descriptors are open by now: the connections get what is left.
         let (nofile, _) = crate::sys::rlimit::nofile().unwrap_or((1024, 1024));
         let open = crate::sys::rlimit::open_fds().unwrap_or(64);
-        let max = server::connection_limit(nofile, open);
+        let max = self
+            .max_connections
+            .unwrap_or_else(|| server::connection_limit(nofile, open));
         log::info!("at most {max} connections ({open} of {nofile} descriptors in use)");
-        let task = tokio::spawn(server::Server::new(listener, app, &web, max).run());
+        let task = tokio::spawn(
+            server::Server::new(listener, app, web, self.web_config_file.take(), max).run(),
+        );
         self.server = ServerState::Running(task);
         match bound {
             Ok(addr) => eprintln!("imc: serving {scheme}://{addr}/metrics"),
@@ -317,7 +327,10 @@ fn print_dry_run(args: &ServeArgs, sel: &Selection, meta: &ExportMeta, web: &Web
     let scheme = if web.tls.is_some() { "https" } else { "http" };
     println!("listen: {scheme}://{}/metrics", args.listen);
     if !web.users.is_empty() {
-        let users: Vec<&str> = web.users.keys().map(String::as_str).collect();
+        // Names as the file has them, control characters written out (an ESC or BEL in a
+        // user name must not drive the terminal).
+        let users: Vec<std::borrow::Cow<'_, str>> =
+            web.users.keys().map(|u| crate::text::escape(u)).collect();
         println!("basic auth: {}", users.join(", "));
     }
     println!(
