@@ -121,10 +121,7 @@ impl Auth {
     }
 
     fn users(&self) -> Arc<BTreeMap<String, String>> {
-        self.users
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        self.users.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// Whether these credentials verified before: every remembered digest is compared, in
@@ -331,7 +328,10 @@ mod tests {
         let a: IpAddr = "2001:db8:1:2:aaaa::1".parse().unwrap();
         let b: IpAddr = "2001:db8:1:2:bbbb::9".parse().unwrap();
         assert_eq!(client_key(a), client_key(b));
-        assert_ne!(client_key(a), client_key("2001:db8:1:3::1".parse().unwrap()));
+        assert_ne!(
+            client_key(a),
+            client_key("2001:db8:1:3::1".parse().unwrap())
+        );
         let mapped: IpAddr = "::ffff:10.0.0.1".parse().unwrap();
         assert_eq!(client_key(mapped), "10.0.0.1".parse::<IpAddr>().unwrap());
     }

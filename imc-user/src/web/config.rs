@@ -239,7 +239,11 @@ fn tls_config(
         message,
     };
     let chain = read_certs(&cert_file).map_err(|m| pem("cert_file", &cert_file, m))?;
-    if let Some(version) = chain.first().and_then(|c| x509_version(c)).filter(|&v| v < 3) {
+    if let Some(version) = chain
+        .first()
+        .and_then(|c| x509_version(c))
+        .filter(|&v| v < 3)
+    {
         return Err(pem(
             "cert_file",
             &cert_file,

@@ -412,7 +412,11 @@ impl<S: AsyncRead + Unpin> AsyncRead for Deadlined<S> {
 impl<S: AsyncWrite + Unpin> Deadlined<S> {
     /// A write's outcome: a wait arms the deadline and marks the connection stalled, a byte
     /// written ends both.
-    fn wrote(&mut self, r: Poll<std::io::Result<usize>>, cx: &mut Context<'_>) -> Poll<std::io::Result<usize>> {
+    fn wrote(
+        &mut self,
+        r: Poll<std::io::Result<usize>>,
+        cx: &mut Context<'_>,
+    ) -> Poll<std::io::Result<usize>> {
         match r {
             Poll::Pending => {
                 self.state.stalled.store(true, Ordering::Relaxed);
@@ -460,10 +464,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Deadlined<S> {
         }
     }
 
-    fn poll_shutdown(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<std::io::Result<()>> {
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         let this = &mut *self;
         match Pin::new(&mut this.inner).poll_shutdown(cx) {
             Poll::Pending => waiting(&mut this.write_deadline, "read", cx),
