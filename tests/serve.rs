@@ -1449,3 +1449,29 @@ fn node_exporters_listen_address_with_a_port_alone_listens_everywhere() {
         "{err}"
     );
 }
+
+#[test]
+fn every_dashboard_aggregation_keeps_hosts_apart() {
+    // Issue 31: the top-cgroups panel summed same-named cgroups (system.slice, …) across
+    // hosts. Every `by (…)` of a panel keeps `instance`.
+    let dash: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(packaging().join("imc-dashboard.json")).unwrap(),
+    )
+    .unwrap();
+    let mut checked = 0;
+    for p in dash["panels"].as_array().unwrap() {
+        for t in p["targets"].as_array().unwrap() {
+            let expr = t["expr"].as_str().unwrap();
+            for clause in expr.split(" by (").skip(1) {
+                let labels = clause.split(')').next().unwrap();
+                assert!(
+                    labels.split(',').any(|l| l.trim() == "instance"),
+                    "panel '{}': `by ({labels})` sums hosts together: {expr}",
+                    p["title"]
+                );
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked >= 10, "{checked} aggregations");
+}
