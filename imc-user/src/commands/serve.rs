@@ -29,9 +29,26 @@ use std::process::ExitCode;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-type Shared = Arc<Mutex<Exporter>>;
+/// The counters, and their text as last encoded: the counters change once an interval, so every
+/// scrape in between is answered with the same bytes (a client that pipelines thousands of
+/// scrapes costs copies of a reference, not thousands of encodings on the loop's thread).
+struct Served {
+    exporter: Exporter,
+    /// The OpenMetrics text and the classic one, as of the last change (None: changed since).
+    text: Option<(bytes::Bytes, bytes::Bytes)>,
+}
 
-fn lock(ex: &Shared) -> MutexGuard<'_, Exporter> {
+impl Served {
+    /// The exporter, to change: the encoded text is dropped.
+    fn changing(&mut self) -> &mut Exporter {
+        self.text = None;
+        &mut self.exporter
+    }
+}
+
+type Shared = Arc<Mutex<Served>>;
+
+fn lock(ex: &Shared) -> MutexGuard<'_, Served> {
     // A panic while adding an interval leaves counters that are still counters.
     ex.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -69,11 +86,14 @@ pub fn run(global: &GlobalArgs, args: &ServeArgs) -> CliResult<ExitCode> {
     if let Err(e) = crate::sys::rlimit::raise_nofile() {
         log::info!("the open-file limit stays as it is: {e}");
     }
-    let exporter: Shared = Arc::new(Mutex::new(Exporter::new(ExportMeta {
-        max_processes: args.max_processes,
-        max_cgroups: args.max_cgroups,
-        ..meta
-    })));
+    let exporter: Shared = Arc::new(Mutex::new(Served {
+        exporter: Exporter::new(ExportMeta {
+            max_processes: args.max_processes,
+            max_cgroups: args.max_cgroups,
+            ..meta
+        }),
+        text: None,
+    }));
     let app = Router::new()
         .route("/metrics", get(metrics))
         .route("/", get(index))
@@ -175,13 +195,14 @@ impl Sink for ServeSink {
     }
 
     fn drained(&mut self, _records: usize, took: Duration) {
-        let ex = lock(&self.exporter);
+        let mut served = lock(&self.exporter);
+        let ex = served.changing();
         ex.observe_drain(took);
         ex.add_read_errors(std::mem::take(&mut self.read_errors));
     }
 
     fn interval(&mut self, r: &IntervalResult) -> std::io::Result<bool> {
-        lock(&self.exporter).add_interval(r);
+        lock(&self.exporter).changing().add_interval(r);
         if let Some(out) = self.json.as_mut() {
             let written = serde_json::to_writer(&mut *out, r)
                 .map_err(std::io::Error::from)
@@ -199,17 +220,27 @@ impl Sink for ServeSink {
 
 async fn metrics(State(ex): State<Shared>, headers: HeaderMap) -> impl IntoResponse {
     let start = Instant::now();
-    let text = {
-        let ex = lock(&ex);
-        let text = ex.encode();
-        ex.observe_scrape(start.elapsed());
-        text
+    let (openmetrics, classic) = {
+        let mut served = lock(&ex);
+        let (o, c) = match &served.text {
+            Some(t) => t.clone(),
+            None => {
+                let text = served.exporter.encode();
+                let classic = bytes::Bytes::from(to_classic_text(&text));
+                let t = (bytes::Bytes::from(text), classic);
+                served.text = Some(t.clone());
+                t
+            }
+        };
+        // Observed now, shown from the next change on (the text of this interval is fixed).
+        served.exporter.observe_scrape(start.elapsed());
+        (o, c)
     };
     let accept = headers.get(ACCEPT).and_then(|v| v.to_str().ok());
     if wants_openmetrics(accept) {
-        ([(CONTENT_TYPE, OPENMETRICS_TYPE)], text)
+        ([(CONTENT_TYPE, OPENMETRICS_TYPE)], openmetrics)
     } else {
-        ([(CONTENT_TYPE, CLASSIC_TYPE)], to_classic_text(&text))
+        ([(CONTENT_TYPE, CLASSIC_TYPE)], classic)
     }
 }
 
