@@ -57,7 +57,7 @@ fn options(args: &[String]) -> Result<Options> {
                 .next()
                 .ok_or_else(|| anyhow!("{a} needs a value"))?
                 .parse()
-                .with_context(|| format!("{a}"))?;
+                .with_context(|| a.clone())?;
             if v == 0 || v > max {
                 bail!("{a}: 1 to {max}");
             }
