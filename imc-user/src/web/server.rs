@@ -10,7 +10,8 @@
 //!   reads the answers fills its socket's buffers, then stalls);
 //! - at most [`connection_limit`] connections at once, below the open-file limit. At the limit
 //!   a new connection always gets in: it takes the place of another, chosen in this order:
-//!   one whose answers wait on a client that does not read them, then one that has never been
+//!   one whose answers wait on a client that does not read them or that pipelines its requests
+//!   (sends the next before the answer to the last: no scraper does), then one that has never been
 //!   answered a scrape (a `/metrics` request answered 200, so past basic auth where there are
 //!   users) and is between requests, then one such in the middle of a request, then scrapers,
 //!   oldest first within each. So clients that only keep themselves alive make way for a new
@@ -39,7 +40,7 @@ use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -75,17 +76,33 @@ struct ConnState {
     stalled: AtomicBool,
     /// A scrape was answered (200 on /metrics, past basic auth where there are users).
     scraped: AtomicBool,
+    /// Reads that brought bytes, so far.
+    reads: AtomicU64,
+    /// `reads` when the last request was taken up.
+    reads_at_request: AtomicU64,
+    /// A request arrived with the one before it, before its answer (pipelining: no scraper
+    /// does it, and a client that never reads its answers does it to hold its slot).
+    pipelined: AtomicBool,
 }
 
 impl ConnState {
     /// The order connections make room in, lowest first: stalled ones, then those never
     /// answered a scrape before scrapers; between requests before in the middle of one.
     fn rank(&self) -> (bool, bool, bool) {
+        let pipelined = self.pipelined.load(Ordering::Relaxed);
         (
-            !self.stalled.load(Ordering::Relaxed),
-            self.scraped.load(Ordering::Relaxed),
+            !self.stalled.load(Ordering::Relaxed) && !pipelined,
+            self.scraped.load(Ordering::Relaxed) && !pipelined,
             self.answering.load(Ordering::Relaxed) > 0,
         )
+    }
+
+    /// A request is taken up: pipelined if no read brought bytes since the one before.
+    fn request(&self) {
+        let reads = self.reads.load(Ordering::Relaxed);
+        if self.reads_at_request.swap(reads, Ordering::Relaxed) == reads && reads > 0 {
+            self.pipelined.store(true, Ordering::Relaxed);
+        }
     }
 }
 
@@ -327,10 +344,14 @@ where
     let service = hyper::service::service_fn(move |mut req: Request<hyper::body::Incoming>| {
         let scrape = req.uri().path() == "/metrics";
         req.extensions_mut().insert(Peer(peer.ip()));
+        state.request();
         state.answering.fetch_add(1, Ordering::Relaxed);
         let answered = hyper::service::Service::call(&inner, req);
         let state = state.clone();
         async move {
+            // One answer, then the other connections' turn: a client that pipelines thousands
+            // of requests is answered one per round of the loop, as each other client is.
+            tokio::task::yield_now().await;
             let r = answered.await;
             state.answering.fetch_sub(1, Ordering::Relaxed);
             if scrape && r.as_ref().is_ok_and(|r| r.status() == StatusCode::OK) {
@@ -402,6 +423,7 @@ impl<S: AsyncRead + Unpin> AsyncRead for Deadlined<S> {
             Poll::Ready(r) => {
                 if buf.filled().len() > before {
                     this.read_deadline = None;
+                    this.state.reads.fetch_add(1, Ordering::Relaxed);
                 }
                 Poll::Ready(r)
             }
@@ -532,6 +554,26 @@ mod tests {
         s.scraped.store(scraped, Ordering::Relaxed);
         s.answering.store(answering, Ordering::Relaxed);
         Arc::new(s)
+    }
+
+    #[test]
+    fn a_request_that_came_with_the_one_before_is_pipelined() {
+        let s = ConnState::default();
+        // One request a read: a scraper, a person with curl.
+        for _ in 0..3 {
+            s.reads.fetch_add(1, Ordering::Relaxed);
+            s.request();
+        }
+        assert!(!s.pipelined.load(Ordering::Relaxed));
+        s.scraped.store(true, Ordering::Relaxed);
+        let scraper = s.rank();
+        // Two requests out of one read.
+        s.reads.fetch_add(1, Ordering::Relaxed);
+        s.request();
+        s.request();
+        assert!(s.pipelined.load(Ordering::Relaxed));
+        assert!(s.rank() < conn(false, false, 1).rank());
+        assert!(s.rank() < scraper);
     }
 
     #[test]
