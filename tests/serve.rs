@@ -43,6 +43,8 @@ impl Drop for Guard {
 struct Serve {
     _guard: Guard,
     addr: SocketAddr,
+    /// Every line imc wrote to stderr so far.
+    log: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
 }
 
 fn start_serve(extra: &[&str], json: &Path) -> Serve {
@@ -70,9 +72,12 @@ fn spawn_serve(mut cmd: Command, scheme: &str) -> Serve {
     // The line naming the bound address; the rest of stderr is drained so imc never blocks.
     let (tx, rx) = mpsc::channel();
     let prefix = format!("imc: serving {scheme}://");
+    let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let lines = log.clone();
     std::thread::spawn(move || {
         for line in BufReader::new(stderr).lines().map_while(Result::ok) {
             eprintln!("[imc] {line}");
+            lines.lock().unwrap().push(line.clone());
             if let Some(rest) = line.strip_prefix(&prefix) {
                 let _ = tx.send(rest.trim_end_matches("/metrics").to_string());
             }
@@ -84,6 +89,7 @@ fn spawn_serve(mut cmd: Command, scheme: &str) -> Serve {
     Serve {
         _guard: guard,
         addr: addr.parse().expect("a socket address"),
+        log,
     }
 }
 
@@ -1002,4 +1008,472 @@ fn the_smbios_peak_is_exported_per_package_where_known() {
     )
     .into_owned();
     assert!(!text.contains("peak"), "{text}");
+}
+
+/// `GET path` over a new connection: the status, None when the connection is refused, reset
+/// or closed without an answer.
+fn try_get(addr: SocketAddr, path: &str, auth: Option<&str>) -> Option<u32> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let auth = auth.map_or(String::new(), |a| {
+        format!("Authorization: Basic {}\r\n", base64(a.as_bytes()))
+    });
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n{auth}\r\n").ok()?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).ok()?;
+    String::from_utf8_lossy(&raw)
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+/// RFC 4648 base64 with padding (the test's own, for `Authorization: Basic`).
+fn base64(b: &[u8]) -> String {
+    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for c in b.chunks(3) {
+        let n = (u32::from(c[0]) << 16)
+            | (u32::from(*c.get(1).unwrap_or(&0)) << 8)
+            | u32::from(*c.get(2).unwrap_or(&0));
+        for i in 0..4 {
+            if i <= c.len() {
+                out.push(A[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// A connection whose receive buffer is as small as the kernel allows, so that answers it never
+/// reads fill it after a few (as 600 such clients filled every slot in the probe).
+fn small_window(addr: SocketAddr) -> TcpStream {
+    use std::os::fd::FromRawFd;
+    let SocketAddr::V4(v4) = addr else {
+        panic!("{addr}: IPv4 only")
+    };
+    // SAFETY: plain socket calls on a descriptor this function owns until it is handed to
+    // TcpStream.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        assert!(fd >= 0);
+        let size: libc::c_int = 2048;
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUF,
+            (&size as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        );
+        let sa = libc::sockaddr_in {
+            sin_family: libc::AF_INET as libc::sa_family_t,
+            sin_port: v4.port().to_be(),
+            sin_addr: libc::in_addr {
+                s_addr: u32::from(*v4.ip()).to_be(),
+            },
+            sin_zero: [0; 8],
+        };
+        let r = libc::connect(
+            fd,
+            (&sa as *const libc::sockaddr_in).cast(),
+            std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+        );
+        assert_eq!(r, 0, "connect: {}", std::io::Error::last_os_error());
+        TcpStream::from_raw_fd(fd)
+    }
+}
+
+/// `n` pipelined `GET /metrics` on a connection that will not read them.
+fn pipeline_metrics(addr: SocketAddr, n: usize) -> TcpStream {
+    let mut s = small_window(addr);
+    let one = format!("GET /metrics HTTP/1.1\r\nHost: {addr}\r\n\r\n");
+    s.set_write_timeout(Some(Duration::from_secs(5))).unwrap();
+    let _ = s.write_all(one.repeat(n).as_bytes());
+    s
+}
+
+/// Answers read from a connection until it ends (the server closed it, or it answered all and
+/// closed it as idle).
+fn answers_until_closed(mut s: TcpStream) -> usize {
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut raw = Vec::new();
+    let _ = s.read_to_end(&mut raw);
+    String::from_utf8_lossy(&raw)
+        .matches("HTTP/1.1 200")
+        .count()
+}
+
+#[test]
+fn the_tests_base64_is_rfc_4648() {
+    assert_eq!(
+        base64(b"prometheus:s3cret:x"),
+        "cHJvbWV0aGV1czpzM2NyZXQ6eA=="
+    );
+    assert_eq!(base64(b"ab"), "YWI=");
+    assert_eq!(base64(b"abc"), "YWJj");
+}
+
+#[test]
+fn clients_that_pipeline_and_never_read_do_not_keep_the_scraper_out() {
+    // Issue 31: 600 clients that pipeline GET /metrics and never read held all 512 slots, and
+    // one stayed open for 300 s and more. Here 8 slots and 10 such clients.
+    if !prerequisites() {
+        return;
+    }
+    let (_dir, json) = scratch("pipelined.jsonl");
+    let serve = start_serve(&["--web.max-connections", "8"], &json);
+    let held: Vec<TcpStream> = (0..10).map(|_| pipeline_metrics(serve.addr, 300)).collect();
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(
+        try_get(serve.addr, "/metrics", None),
+        Some(200),
+        "a scrape while every slot is held by clients that do not read"
+    );
+    // And without the scrape to make room: a client that does not read is closed once its
+    // answers have waited on it, before all its pipelined requests are answered.
+    // (More requests than the socket buffers hold answers to.)
+    const MANY: usize = 4000;
+    let lone = pipeline_metrics(serve.addr, MANY);
+    drop(held);
+    std::thread::sleep(Duration::from_secs(20));
+    let answered = answers_until_closed(lone);
+    eprintln!("a client that did not read got {answered} of {MANY} answers before it was closed");
+    assert!(answered < MANY, "all {answered} answered: never closed");
+}
+
+/// A client that sends `GET /` every `every` on one kept-alive connection until `stop`, and
+/// says how many it was answered.
+fn keep_alive_client(
+    addr: SocketAddr,
+    every: Duration,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> std::thread::JoinHandle<usize> {
+    std::thread::spawn(move || {
+        let Ok(mut s) = TcpStream::connect_timeout(&addr, Duration::from_secs(5)) else {
+            return 0;
+        };
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut answered = 0;
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            if write!(s, "GET / HTTP/1.1\r\nHost: {addr}\r\n\r\n").is_err() {
+                break;
+            }
+            let mut b = [0u8; 4096];
+            match s.read(&mut b) {
+                Ok(n) if n > 0 => answered += 1,
+                _ => break,
+            }
+            std::thread::sleep(every);
+        }
+        answered
+    })
+}
+
+#[test]
+fn keep_alive_clients_make_way_for_a_scrape_and_a_scraper_outlives_them() {
+    // Issue 31: 600 keep-alive clients sending a cheap GET every 3 s held every slot.
+    if !prerequisites() {
+        return;
+    }
+    let (_dir, json) = scratch("keepalive-flood.jsonl");
+    let serve = start_serve(&["--web.max-connections", "8"], &json);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut clients: Vec<_> = (0..8)
+        .map(|_| keep_alive_client(serve.addr, Duration::from_millis(500), stop.clone()))
+        .collect();
+    std::thread::sleep(Duration::from_secs(2));
+    // A scraper on a kept-alive connection of its own gets in…
+    let mut scraper = TcpStream::connect(serve.addr).unwrap();
+    scraper
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let scrape = |s: &mut TcpStream| -> bool {
+        let sent = write!(s, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").is_ok();
+        let mut b = [0u8; 64];
+        sent && s.read(&mut b).is_ok_and(|n| n > 0) && b.starts_with(b"HTTP/1.1 200")
+    };
+    assert!(scrape(&mut scraper), "the first scrape");
+    // …and once answered, more keep-alive clients arriving close others, not it.
+    clients.extend(
+        (0..8).map(|_| keep_alive_client(serve.addr, Duration::from_millis(500), stop.clone())),
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    // Drain what the first scrape left unread, then scrape again on the same connection.
+    scraper
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let mut sink = [0u8; 65536];
+    while scraper.read(&mut sink).is_ok_and(|n| n > 0) {}
+    scraper
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    assert!(scrape(&mut scraper), "the scraper's connection was closed");
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let answered: Vec<usize> = clients.into_iter().map(|c| c.join().unwrap()).collect();
+    eprintln!("keep-alive clients answered: {answered:?}");
+}
+
+#[test]
+fn a_wrong_password_flood_is_held_per_address_and_a_known_scraper_passes() {
+    // Issue 31: bcrypt ran for every request, two at a time in arrival order: 200 clients with
+    // wrong passwords made a real scrape take 34 s.
+    if !prerequisites() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let hash = bcrypt::hash("right", 6).unwrap();
+    let web = dir.path().join("web.yml");
+    std::fs::write(&web, format!("basic_auth_users:\n  prom: '{hash}'\n")).unwrap();
+    let (_d, json) = scratch("flood.jsonl");
+    let serve = start_serve(&["--web.config.file", web.to_str().unwrap()], &json);
+    // The scraper has been scraping before the flood.
+    assert_eq!(
+        try_get(serve.addr, "/metrics", Some("prom:right")),
+        Some(200)
+    );
+    let addr = serve.addr;
+    let flood: Vec<_> = (0..16)
+        .map(|i| {
+            std::thread::spawn(move || {
+                (0..4)
+                    .map(|_| try_get(addr, "/metrics", Some(&format!("prom:wrong{i}"))))
+                    .collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    let during = try_get(serve.addr, "/metrics", Some("prom:right"));
+    let codes: Vec<Option<u32>> = flood.into_iter().flat_map(|t| t.join().unwrap()).collect();
+    let count = |c: u32| codes.iter().filter(|&&x| x == Some(c)).count();
+    eprintln!(
+        "flood of 64: {} answered 401, {} 429",
+        count(401),
+        count(429)
+    );
+    assert_eq!(during, Some(200), "the scraper during the flood");
+    assert_eq!(count(401) + count(429), codes.len(), "{codes:?}");
+    // One address: a few bcrypt checks, the rest held without one.
+    assert!(count(429) > count(401), "{codes:?}");
+    // An unknown user and no credentials: still 401 (or held).
+    assert!(matches!(
+        try_get(serve.addr, "/metrics", Some("nobody:right")),
+        Some(401 | 429)
+    ));
+    assert_eq!(try_get(serve.addr, "/metrics", None), Some(401));
+}
+
+/// `imc serve --dry-run --web.config.file` with `text` in web.yml: (exit code, stdout, stderr).
+fn dry_run_with_web(dir: &Path, text: &[u8]) -> (Option<i32>, String, String) {
+    let web = dir.join("web.yml");
+    std::fs::write(&web, text).unwrap();
+    let out = imc()
+        .args([
+            "serve",
+            "--dry-run",
+            "-e",
+            "page-faults",
+            "--web.config.file",
+        ])
+        .arg(&web)
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn hostile_web_configs_are_refused_in_one_line_or_read_as_meant() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // Issue 31: 254 bytes of nested aliases took 1.1 GB.
+    let mut laughs = String::from(
+        "a: &a [\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\"]\n",
+    );
+    for (p, n) in ["a", "b", "c", "d", "e", "f", "g", "h"]
+        .iter()
+        .zip(["b", "c", "d", "e", "f", "g", "h", "i"])
+    {
+        laughs.push_str(&format!(
+            "{n}: &{n} [*{p},*{p},*{p},*{p},*{p},*{p},*{p},*{p},*{p}]\n"
+        ));
+    }
+    refused(d, &laughs, "anchors and aliases");
+    // Issue 31: cost 99 loaded, then every request was a silent 401.
+    let h = bcrypt::hash("x", 4).unwrap().replacen("$04$", "$99$", 1);
+    refused(
+        d,
+        &format!("basic_auth_users:\n  scraper: '{h}'\n"),
+        "'scraper'",
+    );
+    // A byte-order mark (Windows editors) before the first key.
+    let h = bcrypt::hash("x", 4).unwrap();
+    let (code, out, err) = dry_run_with_web(
+        d,
+        format!("\u{feff}basic_auth_users:\n  prom: '{h}'\n").as_bytes(),
+    );
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("basic auth: prom\n"), "{out}");
+    // User names with ESC and BEL are printed escaped, never raw.
+    let (code, out, err) = dry_run_with_web(
+        d,
+        format!("basic_auth_users:\n  \"a\\e[31mb\\a\": '{h}'\n").as_bytes(),
+    );
+    assert_eq!(code, Some(0), "{err}");
+    assert!(!out.contains('\x1b') && !out.contains('\x07'), "{out:?}");
+    assert!(out.contains("a\\x1b[31mb\\x07"), "{out}");
+}
+
+#[test]
+fn an_x509_v1_certificate_is_named_as_such() {
+    // Issue 31: it was reported as "key_file is not the private key of cert_file".
+    if !tls_tools() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let run = |args: &[&str]| {
+        let out = Command::new("openssl")
+            .args(args)
+            .current_dir(d)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    run(&[
+        "req",
+        "-new",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+        "-subj",
+        "/CN=v1",
+        "-keyout",
+        "v1.key",
+        "-out",
+        "v1.csr",
+    ]);
+    // `x509 -req` without extensions signs a version 1 certificate.
+    run(&[
+        "x509", "-req", "-in", "v1.csr", "-signkey", "v1.key", "-days", "2", "-out", "v1.crt",
+    ]);
+    refused(
+        d,
+        "tls_server_config:\n  cert_file: v1.crt\n  key_file: v1.key\n",
+        "X.509 v1 certificate",
+    );
+}
+
+#[test]
+fn a_rotated_certificate_is_picked_up_and_a_bad_new_config_keeps_the_old() {
+    // Issue 31: the web config was read once; exporter-toolkit reads its files again.
+    if !prerequisites() || !tls_tools() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (old_cert, _) = self_signed(d, "old");
+    let (new_cert, new_key) = self_signed(d, "new");
+    // The served pair starts as the old one.
+    std::fs::copy(&old_cert, d.join("server.crt")).unwrap();
+    std::fs::copy(d.join("old.key"), d.join("server.key")).unwrap();
+    let web = d.join("web.yml");
+    std::fs::write(
+        &web,
+        "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n",
+    )
+    .unwrap();
+    let mut cmd = imc();
+    cmd.args(["serve", "-e", "page-faults", "--listen", "127.0.0.1:0"])
+        .arg("--web.config.file")
+        .arg(&web);
+    let serve = spawn_serve(cmd, "https");
+    let url = format!("https://{}/metrics", serve.addr);
+    let trusts = |ca: &Path| curl(&url, &["--cacert", ca.to_str().unwrap()]).0 == 200;
+    assert!(trusts(&old_cert));
+    assert!(!trusts(&new_cert));
+    // Rotated as cert-manager and certbot do: new files renamed into place.
+    for (from, to) in [(&new_key, "server.key"), (&new_cert, "server.crt")] {
+        std::fs::copy(from, d.join("tmp")).unwrap();
+        std::fs::rename(d.join("tmp"), d.join(to)).unwrap();
+    }
+    let end = Instant::now() + Duration::from_secs(20);
+    while !trusts(&new_cert) {
+        assert!(Instant::now() < end, "the new certificate was never served");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    assert!(!trusts(&old_cert));
+    // A broken new config: said once, the running one kept. (A poll that fell between the
+    // two renames above may have said the pair did not match: counted from here.)
+    let said = || {
+        serve
+            .log
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|l| l.contains("stays in use"))
+            .count()
+    };
+    let before = said();
+    std::fs::write(&web, "tls_server_config:\n  cert_file: server.crt\n").unwrap();
+    let end = Instant::now() + Duration::from_secs(20);
+    while said() == before {
+        assert!(Instant::now() < end, "the bad config was never said");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(said(), before + 1, "{:?}", serve.log.lock().unwrap());
+    assert!(trusts(&new_cert));
+}
+
+#[test]
+fn node_exporters_listen_address_with_a_port_alone_listens_everywhere() {
+    // Issue 31: `--web.listen-address :10160` was refused. Run as nobody, serve stops after
+    // the warning, at the sampler.
+    let Some(mut cmd) = as_nobody(&["serve", "-e", "page-faults", "--web.listen-address", ":0"])
+    else {
+        return;
+    };
+    let out = cmd.output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("ADDR:PORT"), "{err}");
+    assert!(
+        err.contains("warning: serving on 0.0.0.0:0 without TLS"),
+        "{err}"
+    );
+}
+
+#[test]
+fn every_dashboard_aggregation_keeps_hosts_apart() {
+    // Issue 31: the top-cgroups panel summed same-named cgroups (system.slice, …) across
+    // hosts. Every `by (…)` of a panel keeps `instance`.
+    let dash: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(packaging().join("imc-dashboard.json")).unwrap(),
+    )
+    .unwrap();
+    let mut checked = 0;
+    for p in dash["panels"].as_array().unwrap() {
+        for t in p["targets"].as_array().unwrap() {
+            let expr = t["expr"].as_str().unwrap();
+            for clause in expr.split(" by (").skip(1) {
+                let labels = clause.split(')').next().unwrap();
+                assert!(
+                    labels.split(',').any(|l| l.trim() == "instance"),
+                    "panel '{}': `by ({labels})` sums hosts together: {expr}",
+                    p["title"]
+                );
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked >= 10, "{checked} aggregations");
 }

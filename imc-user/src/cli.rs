@@ -226,9 +226,10 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub sampler: SamplerArgs,
     /// Address and port of the HTTP server (/metrics). Loopback by default; any other
-    /// address exposes per-process data to the network.
-    #[arg(long, value_name = "ADDR:PORT", default_value = DEFAULT_LISTEN,
-          value_parser = parse_listen)]
+    /// address exposes per-process data to the network. Also spelt --web.listen-address, as
+    /// node_exporter does; `:PORT` alone means every IPv4 address (0.0.0.0:PORT), as there.
+    #[arg(long, visible_alias = "web.listen-address", value_name = "ADDR:PORT",
+          default_value = DEFAULT_LISTEN, value_parser = parse_listen)]
     pub listen: SocketAddr,
     /// Processes exported individually: the busiest N by recent traffic (their series are
     /// removed when they drop out, so the series count stays bounded).
@@ -251,6 +252,11 @@ pub struct ServeArgs {
     /// `imc top --json`), e.g. to check the exporter against.
     #[arg(long)]
     pub json: bool,
+    /// Connections at once (default: 512, fewer under a low open-file limit). Hidden: for
+    /// tests and benchmarks that fill every slot.
+    #[arg(long = "web.max-connections", value_name = "N", hide = true,
+          value_parser = clap::value_parser!(u16).range(4..))]
+    pub max_connections: Option<u16>,
 }
 
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
@@ -358,9 +364,17 @@ pub fn parse_interval_ms(s: &str) -> Result<u64, String> {
     }
 }
 
-/// A socket address to listen on: `127.0.0.1:10160`, `[::1]:10160`, `0.0.0.0:10160`.
+/// A socket address to listen on: `127.0.0.1:10160`, `[::1]:10160`, `0.0.0.0:10160`, or
+/// node_exporter's `:10160` (every IPv4 address: imc never listens beyond loopback unless told,
+/// and `:PORT` is telling it; a warning follows without TLS).
 pub fn parse_listen(s: &str) -> Result<SocketAddr, String> {
-    s.trim().parse().map_err(|_| {
+    let t = s.trim();
+    if let Some(port) = t.strip_prefix(':')
+        && let Ok(port) = port.parse::<u16>()
+    {
+        return Ok(SocketAddr::from(([0, 0, 0, 0], port)));
+    }
+    t.parse().map_err(|_| {
         format!("'{s}' is not ADDR:PORT (e.g. 127.0.0.1:10160, [::1]:10160 or 0.0.0.0:10160)")
     })
 }
@@ -515,6 +529,24 @@ mod tests {
             _ => panic!("parsed as another command"),
         }
         assert!(Cli::try_parse_from(["imc", "serve", "--listen", "localhost"]).is_err());
+    }
+
+    #[test]
+    fn node_exporters_listen_flag_and_port_alone_are_accepted() {
+        let listen = |args: &[&str]| match Cli::try_parse_from(args).map(|c| c.command) {
+            Ok(Command::Serve(s)) => Some(s.listen),
+            _ => None,
+        };
+        assert_eq!(
+            listen(&["imc", "serve", "--web.listen-address", ":10160"]),
+            Some("0.0.0.0:10160".parse().unwrap())
+        );
+        assert_eq!(
+            listen(&["imc", "serve", "--listen", "[::1]:9"]),
+            Some("[::1]:9".parse().unwrap())
+        );
+        assert_eq!(listen(&["imc", "serve", "--listen", ":"]), None);
+        assert_eq!(listen(&["imc", "serve", "--listen", ":99999"]), None);
     }
 
     #[test]

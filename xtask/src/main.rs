@@ -11,11 +11,13 @@
 //!   cargo xtask bench-stat             `imc stat -I 1` vs `perf stat -I 1`: CPU and intervals
 //!   cargo xtask bench-overhead         workload slowdown, interrupts, CPU: imc record vs perf record
 //!   cargo xtask bench-scale [--json]   userspace CPU and RSS replaying a 192-CPU machine's records
+//!   cargo xtask bench-serve [--seconds S]  a correct scrape's latency under hostile clients vs none
 //!   cargo xtask accuracy [--weight auto|cpu-time] [--json] SCENARIO.json...
 //!                                      attribution against known truth on simulated machines
 //!                                      (tests/scenarios/README.md)
 mod bench_overhead;
 mod bench_scale;
+mod bench_serve;
 mod bench_stat;
 mod bench_tick;
 mod cross;
@@ -265,6 +267,10 @@ fn real_main() -> Result<ExitCode> {
         "bench-scale" => {
             let bin = build_in_process_bin("imc-bench-scale")?;
             bench_scale::run(&bin, &args)?;
+        }
+        "bench-serve" => {
+            let bin = build(true)?;
+            bench_serve::run(&bin, &args)?;
         }
         "accuracy" => {
             let bin = build_in_process_bin("imc-accuracy")?;

@@ -29,9 +29,26 @@ use std::process::ExitCode;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-type Shared = Arc<Mutex<Exporter>>;
+/// The counters, and their text as last encoded: the counters change once an interval, so every
+/// scrape in between is answered with the same bytes (a client that pipelines thousands of
+/// scrapes costs copies of a reference, not thousands of encodings on the loop's thread).
+struct Served {
+    exporter: Exporter,
+    /// The OpenMetrics text and the classic one, as of the last change (None: changed since).
+    text: Option<(bytes::Bytes, bytes::Bytes)>,
+}
 
-fn lock(ex: &Shared) -> MutexGuard<'_, Exporter> {
+impl Served {
+    /// The exporter, to change: the encoded text is dropped.
+    fn changing(&mut self) -> &mut Exporter {
+        self.text = None;
+        &mut self.exporter
+    }
+}
+
+type Shared = Arc<Mutex<Served>>;
+
+fn lock(ex: &Shared) -> MutexGuard<'_, Served> {
     // A panic while adding an interval leaves counters that are still counters.
     ex.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -69,11 +86,14 @@ pub fn run(global: &GlobalArgs, args: &ServeArgs) -> CliResult<ExitCode> {
     if let Err(e) = crate::sys::rlimit::raise_nofile() {
         log::info!("the open-file limit stays as it is: {e}");
     }
-    let exporter: Shared = Arc::new(Mutex::new(Exporter::new(ExportMeta {
-        max_processes: args.max_processes,
-        max_cgroups: args.max_cgroups,
-        ..meta
-    })));
+    let exporter: Shared = Arc::new(Mutex::new(Served {
+        exporter: Exporter::new(ExportMeta {
+            max_processes: args.max_processes,
+            max_cgroups: args.max_cgroups,
+            ..meta
+        }),
+        text: None,
+    }));
     let app = Router::new()
         .route("/metrics", get(metrics))
         .route("/", get(index))
@@ -102,6 +122,8 @@ pub fn run(global: &GlobalArgs, args: &ServeArgs) -> CliResult<ExitCode> {
             json: args.json.then(|| std::io::stdout().lock()),
             read_errors: 0,
             server: ServerState::Ready(listener, app, web),
+            web_config_file: args.web_config_file.clone(),
+            max_connections: args.max_connections.map(usize::from),
         };
         // Rows carry their cgroup's path: the `cgroup` label (ids where it does not resolve).
         let mut named = Naming::new(cgroup_paths(global), GroupBy::Pid, &mut sink);
@@ -134,6 +156,10 @@ struct ServeSink {
     /// Failed counter reads seen since the last drain ended.
     read_errors: u64,
     server: ServerState,
+    /// Read again when it changes.
+    web_config_file: Option<std::path::PathBuf>,
+    /// --web.max-connections (None: from the open-file limit).
+    max_connections: Option<usize>,
 }
 
 impl Sink for ServeSink {
@@ -148,9 +174,13 @@ impl Sink for ServeSink {
         // The sampler's descriptors are open by now: the connections get what is left.
         let (nofile, _) = crate::sys::rlimit::nofile().unwrap_or((1024, 1024));
         let open = crate::sys::rlimit::open_fds().unwrap_or(64);
-        let max = server::connection_limit(nofile, open);
+        let max = self
+            .max_connections
+            .unwrap_or_else(|| server::connection_limit(nofile, open));
         log::info!("at most {max} connections ({open} of {nofile} descriptors in use)");
-        let task = tokio::spawn(server::Server::new(listener, app, &web, max).run());
+        let task = tokio::spawn(
+            server::Server::new(listener, app, web, self.web_config_file.take(), max).run(),
+        );
         self.server = ServerState::Running(task);
         match bound {
             Ok(addr) => eprintln!("imc: serving {scheme}://{addr}/metrics"),
@@ -165,13 +195,14 @@ impl Sink for ServeSink {
     }
 
     fn drained(&mut self, _records: usize, took: Duration) {
-        let ex = lock(&self.exporter);
+        let mut served = lock(&self.exporter);
+        let ex = served.changing();
         ex.observe_drain(took);
         ex.add_read_errors(std::mem::take(&mut self.read_errors));
     }
 
     fn interval(&mut self, r: &IntervalResult) -> std::io::Result<bool> {
-        lock(&self.exporter).add_interval(r);
+        lock(&self.exporter).changing().add_interval(r);
         if let Some(out) = self.json.as_mut() {
             let written = serde_json::to_writer(&mut *out, r)
                 .map_err(std::io::Error::from)
@@ -189,17 +220,27 @@ impl Sink for ServeSink {
 
 async fn metrics(State(ex): State<Shared>, headers: HeaderMap) -> impl IntoResponse {
     let start = Instant::now();
-    let text = {
-        let ex = lock(&ex);
-        let text = ex.encode();
-        ex.observe_scrape(start.elapsed());
-        text
+    let (openmetrics, classic) = {
+        let mut served = lock(&ex);
+        let (o, c) = match &served.text {
+            Some(t) => t.clone(),
+            None => {
+                let text = served.exporter.encode();
+                let classic = bytes::Bytes::from(to_classic_text(&text));
+                let t = (bytes::Bytes::from(text), classic);
+                served.text = Some(t.clone());
+                t
+            }
+        };
+        // Observed now, shown from the next change on (the text of this interval is fixed).
+        served.exporter.observe_scrape(start.elapsed());
+        (o, c)
     };
     let accept = headers.get(ACCEPT).and_then(|v| v.to_str().ok());
     if wants_openmetrics(accept) {
-        ([(CONTENT_TYPE, OPENMETRICS_TYPE)], text)
+        ([(CONTENT_TYPE, OPENMETRICS_TYPE)], openmetrics)
     } else {
-        ([(CONTENT_TYPE, CLASSIC_TYPE)], to_classic_text(&text))
+        ([(CONTENT_TYPE, CLASSIC_TYPE)], classic)
     }
 }
 
@@ -317,7 +358,10 @@ fn print_dry_run(args: &ServeArgs, sel: &Selection, meta: &ExportMeta, web: &Web
     let scheme = if web.tls.is_some() { "https" } else { "http" };
     println!("listen: {scheme}://{}/metrics", args.listen);
     if !web.users.is_empty() {
-        let users: Vec<&str> = web.users.keys().map(String::as_str).collect();
+        // Names as the file has them, control characters written out (an ESC or BEL in a
+        // user name must not drive the terminal).
+        let users: Vec<std::borrow::Cow<'_, str>> =
+            web.users.keys().map(|u| crate::text::escape(u)).collect();
         println!("basic auth: {}", users.join(", "));
     }
     println!(

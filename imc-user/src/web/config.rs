@@ -88,6 +88,8 @@ pub struct WebConfig {
     pub tls: Option<Arc<rustls::ServerConfig>>,
     /// User name → bcrypt hash (checked to be one).
     pub users: BTreeMap<String, String>,
+    /// The file and the files it names (none for the default configuration).
+    files: Vec<PathBuf>,
 }
 
 impl std::fmt::Debug for WebConfig {
@@ -136,8 +138,16 @@ impl WebConfig {
         Self::parse(&text, path, dir)
     }
 
+    /// The files this configuration was read from: the file itself and the certificates,
+    /// keys and CAs it names (what [`WebConfig::load`] must be run again for when any changes).
+    pub fn files(&self) -> &[PathBuf] {
+        &self.files
+    }
+
     /// Checks the text of a web config named `path`, whose relative paths are under `dir`.
     pub fn parse(text: &str, path: &Path, dir: &Path) -> Result<WebConfig, WebConfigError> {
+        // A byte-order mark some Windows editors write is not part of the first key.
+        let text = text.strip_prefix('\u{feff}').unwrap_or(text);
         let invalid = |message: String| WebConfigError::Invalid {
             path: path.to_path_buf(),
             message,
@@ -151,6 +161,13 @@ impl WebConfig {
                 path: path.to_path_buf(),
                 message: crate::text::escape(&message).into_owned(),
             };
+            // Aliases are expanded by copying what they name, so a few hundred bytes of nested
+            // aliases become gigabytes: a web config has no use for them, refused before loading.
+            if let Some(what) = anchor_or_alias(text).map_err(|e| syntax(e.to_string()))? {
+                return Err(syntax(format!(
+                    "YAML {what} are not accepted in a web config (write each value out)"
+                )));
+            }
             let docs =
                 yaml_rust2::YamlLoader::load_from_str(text).map_err(|e| syntax(e.to_string()))?;
             let [doc] = docs.as_slice() else {
@@ -169,25 +186,41 @@ impl WebConfig {
                     crate::text::quote(user)
                 )));
             }
-            if hash.parse::<bcrypt::HashParts>().is_err() {
+            let Ok(parts) = hash.parse::<bcrypt::HashParts>() else {
                 return Err(WebConfigError::NotBcrypt {
                     path: path.to_path_buf(),
                     user: crate::text::quote(user),
                 });
+            };
+            // bcrypt defines costs 4 to 31 (2^cost rounds); any other fails every check.
+            if !(4..=31).contains(&parts.get_cost()) {
+                return Err(invalid(format!(
+                    "the password hash of user '{}' has bcrypt cost {}, outside 4 to 31: no password can match it (make one with e.g. `htpasswd -nBC 10 {}`)",
+                    crate::text::quote(user),
+                    parts.get_cost(),
+                    crate::text::quote(user)
+                )));
             }
         }
+        let mut files = vec![path.to_path_buf()];
         let tls = match raw.tls_server_config {
             None => None,
-            Some(t) => Some(Arc::new(tls_config(t, path, dir)?)),
+            Some(t) => Some(Arc::new(tls_config(t, path, dir, &mut files)?)),
         };
         Ok(WebConfig {
             tls,
             users: raw.basic_auth_users,
+            files,
         })
     }
 }
 
-fn tls_config(t: RawTls, path: &Path, dir: &Path) -> Result<rustls::ServerConfig, WebConfigError> {
+fn tls_config(
+    t: RawTls,
+    path: &Path,
+    dir: &Path,
+    files: &mut Vec<PathBuf>,
+) -> Result<rustls::ServerConfig, WebConfigError> {
     let invalid = |message: String| WebConfigError::Invalid {
         path: path.to_path_buf(),
         message,
@@ -198,6 +231,7 @@ fn tls_config(t: RawTls, path: &Path, dir: &Path) -> Result<rustls::ServerConfig
         ));
     };
     let (cert_file, key_file) = (dir.join(cert_file), dir.join(key_file));
+    files.extend([cert_file.clone(), key_file.clone()]);
     let pem = |what: &'static str, file: &Path, message: String| WebConfigError::Pem {
         path: path.to_path_buf(),
         what,
@@ -205,6 +239,19 @@ fn tls_config(t: RawTls, path: &Path, dir: &Path) -> Result<rustls::ServerConfig
         message,
     };
     let chain = read_certs(&cert_file).map_err(|m| pem("cert_file", &cert_file, m))?;
+    if let Some(version) = chain
+        .first()
+        .and_then(|c| x509_version(c))
+        .filter(|&v| v < 3)
+    {
+        return Err(pem(
+            "cert_file",
+            &cert_file,
+            format!(
+                "an X.509 v{version} certificate: TLS needs v3 (a v1 certificate has no extensions, so no subjectAltName for clients to check); make a v3 one, e.g. `openssl req -x509 -addext subjectAltName=DNS:HOST …`"
+            ),
+        ));
+    }
     let key_pem = read_pem_file(&key_file).map_err(|m| pem("key_file", &key_file, m))?;
     let key = PrivateKeyDer::from_pem_slice(&key_pem)
         .map_err(|e| pem("key_file", &key_file, format!("no private key: {e}")))?;
@@ -228,6 +275,7 @@ fn tls_config(t: RawTls, path: &Path, dir: &Path) -> Result<rustls::ServerConfig
         }
         (Some(optional), Some(ca_file)) => {
             let ca_file = dir.join(ca_file);
+            files.push(ca_file.clone());
             let mut roots = rustls::RootCertStore::empty();
             for c in read_certs(&ca_file).map_err(|m| pem("client_ca_file", &ca_file, m))? {
                 roots
@@ -247,17 +295,79 @@ fn tls_config(t: RawTls, path: &Path, dir: &Path) -> Result<rustls::ServerConfig
             builder.with_client_cert_verifier(v)
         }
     };
-    let mut config =
-        builder
-            .with_single_cert(chain, key)
-            .map_err(|e| WebConfigError::KeyMismatch {
-                path: path.to_path_buf(),
-                cert: cert_file.clone(),
-                key: key_file.clone(),
-                message: e.to_string(),
-            })?;
+    let mut config = builder.with_single_cert(chain, key).map_err(|e| match e {
+        rustls::Error::InconsistentKeys(_) => WebConfigError::KeyMismatch {
+            path: path.to_path_buf(),
+            cert: cert_file.clone(),
+            key: key_file.clone(),
+            message: e.to_string(),
+        },
+        // A certificate rustls cannot parse, or a key of a kind it cannot use.
+        other => pem(
+            "cert_file",
+            &cert_file,
+            format!("with key_file {}: {other}", key_file.display()),
+        ),
+    })?;
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(config)
+}
+
+/// The version of a DER certificate (1, 2 or 3), None where it is not DER it can read.
+/// RFC 5280 §4.1: `Certificate ::= SEQUENCE { tbsCertificate SEQUENCE { version [0] EXPLICIT
+/// INTEGER DEFAULT v1, … } … }`; the version is 0 for v1 (and then usually left out), 2 for v3.
+fn x509_version(der: &[u8]) -> Option<u8> {
+    /// The content of the DER element at the start of `b` if its tag is `tag`.
+    fn inner(b: &[u8], tag: u8) -> Option<&[u8]> {
+        let (&t, rest) = b.split_first()?;
+        let (&l, rest) = rest.split_first()?;
+        if t != tag {
+            return None;
+        }
+        let (len, rest) = if l < 0x80 {
+            (usize::from(l), rest)
+        } else {
+            let n = usize::from(l & 0x7f);
+            if n == 0 || n > 4 || rest.len() < n {
+                return None;
+            }
+            let len = rest[..n]
+                .iter()
+                .fold(0usize, |a, &d| (a << 8) | usize::from(d));
+            (len, &rest[n..])
+        };
+        rest.get(..len)
+    }
+    let tbs = inner(inner(der, 0x30)?, 0x30)?;
+    match inner(tbs, 0xa0) {
+        // [0] EXPLICIT INTEGER: the one-byte integer inside.
+        Some(v) => match inner(v, 0x02)? {
+            [n] if *n < 3 => Some(n + 1),
+            _ => None,
+        },
+        None => Some(1),
+    }
+}
+
+/// What in `text` would make aliases: "anchors and aliases" where it has any. A scan of the
+/// parser's events (linear in the text), so nothing is expanded.
+fn anchor_or_alias(text: &str) -> Result<Option<&'static str>, yaml_rust2::ScanError> {
+    use yaml_rust2::parser::{Event, EventReceiver, Parser};
+    struct Seen(bool);
+    impl EventReceiver for Seen {
+        fn on_event(&mut self, ev: Event) {
+            self.0 |= match ev {
+                Event::Alias(_) => true,
+                Event::Scalar(_, _, anchor, _)
+                | Event::SequenceStart(anchor, _)
+                | Event::MappingStart(anchor, _) => anchor != 0,
+                _ => false,
+            };
+        }
+    }
+    let mut seen = Seen(false);
+    Parser::new_from_str(text).load(&mut seen, true)?;
+    Ok(seen.0.then_some("anchors and aliases"))
 }
 
 /// A PEM file's bytes (regular files only, at most 1 MiB).

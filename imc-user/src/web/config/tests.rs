@@ -96,3 +96,64 @@ fn yaml_errors_are_one_line_naming_the_file() {
     let c = parse(&format!("basic_auth_users:\n  1000: '{}'\n", hash())).unwrap();
     assert!(c.users.contains_key("1000"));
 }
+
+#[test]
+fn anchors_and_aliases_are_refused_before_anything_is_expanded() {
+    // Nine levels of nine aliases: 9^9 copies if expanded (the probe's 254-byte shape).
+    let mut text = String::from("a: &a [x,x,x,x,x,x,x,x,x]\n");
+    for (prev, name) in ["a", "b", "c", "d", "e", "f", "g", "h"]
+        .iter()
+        .zip(["b", "c", "d", "e", "f", "g", "h", "i"])
+    {
+        text.push_str(&format!(
+            "{name}: &{name} [*{prev},*{prev},*{prev},*{prev},*{prev},*{prev},*{prev},*{prev},*{prev}]\n"
+        ));
+    }
+    let e = err(&text);
+    assert!(e.contains("anchors and aliases"), "{e}");
+    // An anchor alone, on a scalar, is refused too (it only exists to be aliased).
+    let e = err(&format!("basic_auth_users:\n  p: &h '{}'\n", hash()));
+    assert!(e.contains("anchors and aliases"), "{e}");
+}
+
+#[test]
+fn a_bcrypt_cost_outside_4_to_31_is_refused_naming_the_user() {
+    // Cost 99: parsed as a bcrypt hash, but no password can ever match it.
+    let h = hash().replacen("$04$", "$99$", 1);
+    let e = err(&format!("basic_auth_users:\n  scraper: '{h}'\n"));
+    assert!(e.contains("'scraper'") && e.contains("cost 99"), "{e}");
+    let h = hash().replacen("$04$", "$03$", 1);
+    assert!(err(&format!("basic_auth_users:\n  s: '{h}'\n")).contains("cost 3"));
+}
+
+#[test]
+fn a_byte_order_mark_is_not_part_of_the_first_key() {
+    let c = parse(&format!(
+        "\u{feff}basic_auth_users:\n  prometheus: '{}'\n",
+        hash()
+    ))
+    .unwrap();
+    assert_eq!(c.users.len(), 1);
+}
+
+#[test]
+fn the_certificate_version_is_read_from_der() {
+    // SEQUENCE { SEQUENCE { [0] { INTEGER 2 } … } … }: v3.
+    let v3 = [0x30, 0x07, 0x30, 0x05, 0xa0, 0x03, 0x02, 0x01, 0x02];
+    assert_eq!(x509_version(&v3), Some(3));
+    // No [0] element (the serial number's INTEGER first): v1.
+    let v1 = [0x30, 0x05, 0x30, 0x03, 0x02, 0x01, 0x07];
+    assert_eq!(x509_version(&v1), Some(1));
+    // Long-form lengths.
+    let long = [0x30, 0x81, 0x05, 0x30, 0x03, 0x02, 0x01, 0x07];
+    assert_eq!(x509_version(&long), Some(1));
+    assert_eq!(x509_version(&[0x30, 0x05, 0x30]), None);
+    assert_eq!(x509_version(b"not der"), None);
+}
+
+#[test]
+fn the_files_to_watch_are_the_config_and_what_it_names() {
+    let c = parse("").unwrap();
+    assert_eq!(c.files(), [PathBuf::from("/etc/imc/web.yml")]);
+    assert!(WebConfig::default().files().is_empty());
+}
