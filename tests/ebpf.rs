@@ -559,6 +559,80 @@ fn top_charges_page_faults_to_the_toucher_and_cpu_time_to_the_spinner() {
     );
 }
 
+/// Issue 28: no count made before a task ran, or by another task, is charged to it. Two
+/// spinners that make no page fault (the kernel's own per-task counters say how many they
+/// made) share the CPUs with a toucher that faults as fast as it can; over each `imc top` run,
+/// aggregated and `--precise`, the spinners are charged at most 10 page faults beyond their
+/// truth. The sampler used to attach the tick before sched_switch: until the switch program was
+/// verified and attached, each tick charged everything its CPU counted since the last tick to
+/// the task it interrupted, hundreds of the toucher's faults to a spinner in interval 0.
+#[test]
+fn top_charges_no_task_with_page_faults_it_did_not_make() {
+    if !sampler_prerequisites() {
+        return;
+    }
+    let _machine = exclusive();
+    let secs = 1.5;
+    for precise in [false, true] {
+        for round in 0..3 {
+            let mut toucher = spawn_role("toucher", secs + 3.0);
+            let mut spinners = [
+                spawn_role("spinner", secs + 3.0),
+                spawn_role("spinner", secs + 3.0),
+            ];
+            // Past the spinners' start-up (its faults are theirs, before the truth counts).
+            std::thread::sleep(Duration::from_millis(400));
+            let truth: Vec<TaskPageFaults> = spinners
+                .iter()
+                .map(|c| TaskPageFaults::open(c.id()))
+                .collect();
+            let mut args = vec!["top", "--json", "--duration", "1.5", "-e", "page-faults"];
+            if precise {
+                args.push("--precise");
+            }
+            let out = imc().args(&args).output().expect("run imc top");
+            let made: Vec<u64> = truth.iter().map(TaskPageFaults::read).collect();
+            // Processes (tgid): a role runs in a thread of its test binary.
+            let ids: Vec<u64> = spinners.iter().map(|c| u64::from(c.id())).collect();
+            for c in spinners.iter_mut().chain([&mut toucher]) {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+            assert!(
+                out.status.success(),
+                "imc top failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let mut charged = vec![0.0; ids.len()];
+            let mut by_interval = Vec::new();
+            for line in String::from_utf8_lossy(&out.stdout).lines() {
+                let o: serde_json::Value = serde_json::from_str(line).expect("one JSON object");
+                let mut this = 0.0;
+                for t in o["tasks"].as_array().unwrap() {
+                    if let Some(i) = ids.iter().position(|&p| t["tgid"].as_u64() == Some(p)) {
+                        let pf = t["values"]["page-faults"].as_f64().unwrap_or(0.0);
+                        charged[i] += pf;
+                        this += pf;
+                    }
+                }
+                by_interval.push(this);
+            }
+            assert!(by_interval.len() >= 2, "{} intervals", by_interval.len());
+            for i in 0..ids.len() {
+                assert!(
+                    charged[i] <= made[i] as f64 + 10.0,
+                    "{} round {round}: spinner {} charged {} page faults, made {} (the \
+                     spinners' charges by interval: {by_interval:?})",
+                    if precise { "--precise" } else { "aggregated" },
+                    ids[i],
+                    charged[i],
+                    made[i]
+                );
+            }
+        }
+    }
+}
+
 /// The issue's end-to-end case: `imc record` for 60 s at 1000 Hz through the real eBPF path,
 /// beside a page-toucher that runs in bursts and a spinner, then `imc report` of the file and of
 /// a copy cut in the middle (a crash mid-write).

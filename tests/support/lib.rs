@@ -291,3 +291,44 @@ pub fn memory_device(handle: u16, size_mb: u16, configured_mts: u16) -> Vec<u8> 
     b.extend_from_slice(b"CPU1_DIMM_A1\0\0");
     b
 }
+
+/// The kernel's own count of one process's page faults from now on (every thread it has now,
+/// and the threads and children they start later): a counter opened on each of its threads
+/// (that thread, any CPU, inherited), the truth a sampler's attribution of that process is
+/// checked against, whatever else runs on the machine.
+pub struct TaskPageFaults(Vec<std::os::fd::OwnedFd>);
+
+impl TaskPageFaults {
+    pub fn open(pid: u32) -> TaskPageFaults {
+        use imc::sys::perf::{FLAG_INHERIT, PerfEventAttr, PerfSys, RealPerf};
+        let pf = page_faults();
+        let mut attr = PerfEventAttr::counting(pf.pmu_type, pf.config);
+        attr.flags |= FLAG_INHERIT;
+        let tids: Vec<i32> = std::fs::read_dir(format!("/proc/{pid}/task"))
+            .unwrap_or_else(|e| panic!("threads of pid {pid}: {e}"))
+            .filter_map(|d| d.ok()?.file_name().to_str()?.parse().ok())
+            .collect();
+        let fds = tids
+            .iter()
+            .map(|&tid| {
+                RealPerf
+                    .open(&attr, tid, -1, None)
+                    .unwrap_or_else(|e| panic!("perf_event_open(page-faults, thread {tid}): {e}"))
+            })
+            .collect();
+        TaskPageFaults(fds)
+    }
+
+    /// Page faults the process made since [`open`](Self::open).
+    pub fn read(&self) -> u64 {
+        use std::os::fd::AsFd;
+        self.0
+            .iter()
+            .map(|fd| {
+                imc::sys::perf::read_counter(&imc::sys::perf::RealPerf, fd.as_fd())
+                    .expect("read of a thread's page-fault counter")
+                    .value
+            })
+            .sum()
+    }
+}

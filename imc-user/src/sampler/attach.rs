@@ -16,10 +16,28 @@ where
 
 /// Attaches the tick (and sched_switch): the kernel's tick through the first tracepoint of
 /// [`KERNEL_TICK_TRACEPOINTS`] that attaches, or the cpu-clock timer with `--freq`.
+///
+/// sched_switch goes first. A tick's run charges what its CPU counted since that CPU's last run
+/// to the task it interrupts, which is right only when every change of task in between ran the
+/// switch program: a tick attached first would, until sched_switch is attached (its program is
+/// verified in between, tens of milliseconds on a loaded host), charge a whole tick period of
+/// whatever ran (a page-fault churner's faults) to the task the next tick happens to find (a
+/// spinner that never faults). With sched_switch first, each CPU's first run, a switch, sets the
+/// baselines only, and every later slice is bounded by switches.
 pub(super) fn attach(
     ebpf: &mut Ebpf,
     cfg: &SamplerConfig,
 ) -> Result<(TickAttached, &'static str), SamplerError> {
+    if cfg.switches() {
+        let prog: &mut RawTracePoint = load_program(ebpf, SWITCH_PROGRAM)?;
+        prog.load().map_err(SamplerError::load)?;
+        prog.attach("sched_switch")
+            .map_err(|e| SamplerError::Attach {
+                what: "sched/sched_switch".into(),
+                message: String::new(),
+                source: Some(e.into()),
+            })?;
+    }
     let (attached, name) = match cfg.tick {
         TickSource::Kernel => {
             let prog: &mut RawTracePoint = load_program(ebpf, TICK_TP_PROGRAM)?;
@@ -92,15 +110,5 @@ pub(super) fn attach(
             )
         }
     };
-    if cfg.switches() {
-        let prog: &mut RawTracePoint = load_program(ebpf, SWITCH_PROGRAM)?;
-        prog.load().map_err(SamplerError::load)?;
-        prog.attach("sched_switch")
-            .map_err(|e| SamplerError::Attach {
-                what: "sched/sched_switch".into(),
-                message: String::new(),
-                source: Some(e.into()),
-            })?;
-    }
     Ok((attached, name))
 }
