@@ -740,6 +740,80 @@ fn record_sixty_seconds_at_1000_hz_then_report_it_and_a_cut_copy() {
     );
 }
 
+/// Issue 31: the command of `record -- CMD` dies with imc, even when imc is killed with SIGKILL
+/// (it cannot end the command itself then: the kernel does, through the parent-death signal the
+/// command was started with).
+#[test]
+fn record_command_dies_when_imc_is_killed() {
+    if !sampler_prerequisites() {
+        return;
+    }
+    let _machine = exclusive();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("run.imc");
+    let mut imc_child = imc()
+        .args(["record", "-o"])
+        .arg(&file)
+        .args(["-e", "page-faults", "--", "sleep", "60"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("run imc record");
+    let imc_pid = imc_child.id();
+    // The command is started once the sampler runs: wait for imc's child.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let command = loop {
+        let kids = children_of(imc_pid);
+        if let Some(&pid) = kids.first() {
+            break pid;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "imc record never started its command"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    // SAFETY: kill has no memory preconditions; imc_pid is our own child, not yet waited for.
+    unsafe { libc::kill(imc_pid as i32, libc::SIGKILL) };
+    let _ = imc_child.wait();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let alive = |pid: u32| {
+        // Gone, or a zombie waiting for its new parent to reap it: not running either way.
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let state = stat
+            .rsplit_once(')')
+            .and_then(|(_, r)| r.split_whitespace().next());
+        !matches!(state, None | Some("Z") | Some("X"))
+    };
+    while alive(command) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let survived = alive(command);
+    if survived {
+        // SAFETY: as above; the pid is the survivor the assertion names.
+        unsafe { libc::kill(command as i32, libc::SIGKILL) };
+    }
+    assert!(
+        !survived,
+        "the command (pid {command}) outlived imc (pid {imc_pid}) killed with SIGKILL"
+    );
+}
+
+/// Children of a process, from /proc/PID/task/*/children.
+fn children_of(pid: u32) -> Vec<u32> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    tasks
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("children")).ok())
+        .flat_map(|s| {
+            s.split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect::<Vec<u32>>()
+        })
+        .collect()
+}
+
 #[test]
 fn top_exits_at_duration_with_nothing_left_loaded() {
     if !sampler_prerequisites() {
