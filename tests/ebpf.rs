@@ -647,12 +647,24 @@ fn record_sixty_seconds_at_1000_hz_then_report_it_and_a_cut_copy() {
     let secs = 60.0;
     let mut toucher = spawn_role("bursty", secs + 3.0);
     let mut spinner = spawn_role("spinner", secs + 3.0);
+    // The kernel's own counts of the two processes over imc's whole run: the truth the
+    // recording is checked against (other programs on the machine fault as they like).
+    std::thread::sleep(Duration::from_millis(300));
+    let (touch_truth, spin_truth) = (
+        TaskPageFaults::open(toucher.id()),
+        TaskPageFaults::open(spinner.id()),
+    );
     let out = imc()
         .args(["record", "-o"])
         .arg(&file)
         .args(["--freq", "1000", "--duration", "60", "-e", "page-faults"])
         .output()
         .expect("run imc record");
+    let (touch_made, spin_made) = (touch_truth.read() as f64, spin_truth.read() as f64);
+    assert!(
+        spin_made < 1000.0,
+        "the spinner made {spin_made} page faults"
+    );
     let (toucher_id, spinner_id) = (u64::from(toucher.id()), u64::from(spinner.id()));
     for c in [&mut toucher, &mut spinner] {
         let _ = c.kill();
@@ -698,6 +710,15 @@ fn record_sixty_seconds_at_1000_hz_then_report_it_and_a_cut_copy() {
     let (touch, spin) = (faults_of(toucher_id), faults_of(spinner_id));
     // 20 bursts of 1 s, each touching tens of thousands of fresh pages.
     assert!(touch > 100_000.0, "toucher got {touch} page faults");
+    // Against what the toucher made while imc ran (start-up and end included, about one burst
+    // of the twenty): timer ticks alone (no switches) charge a CPU's faults since the last
+    // tick to the task they land on, so a share goes either way between the tasks that share
+    // its CPUs, the spinner and other programs (0.78 of its truth on a build host at load 6):
+    // the bound catches faults lost or counted twice, not the tick's sharing.
+    assert!(
+        (0.5..=1.5).contains(&(touch / touch_made)),
+        "toucher: recorded {touch} page faults, the kernel counted {touch_made}"
+    );
     // The tick charges a CPU's faults since its last tick to the task it lands on, so a
     // spinner sharing CPUs with the toucher takes a few percent of them on a busy machine: the
     // toucher's share of the test's processes is what tick sampling promises (>= 90%).
@@ -705,16 +726,39 @@ fn record_sixty_seconds_at_1000_hz_then_report_it_and_a_cut_copy() {
         touch / (touch + spin) >= 0.9,
         "toucher {touch}, spinner {spin} page faults"
     );
-    // Bursts: the toucher's on-phases stand out, and the toucher leads each one.
+    // Bursts are the machine's: another program faulting pages makes its own, and may lead
+    // them. What is the test's to check: the toucher's on-phases show as bursts, and in each
+    // of them the toucher leads the test's own processes (what it made there, not the spinner).
     let bursts = v["bursts"].as_array().unwrap();
+    let in_burst = |b: &serde_json::Value, tgid: u64| -> f64 {
+        b["tasks"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|t| t["tgid"].as_u64() == Some(tgid))
+            .map(|t| t["values"]["page-faults"].as_f64().unwrap_or(0.0))
+            .sum()
+    };
+    let with_toucher = bursts
+        .iter()
+        .filter(|b| in_burst(b, toucher_id) > 0.0)
+        .count();
     assert!(
-        (5..=40).contains(&bursts.len()),
-        "{} bursts for 20 on-phases",
+        with_toucher >= 1,
+        "none of the {} bursts holds the toucher's on-phases",
         bursts.len()
     );
     for b in bursts {
-        let top = &b["tasks"][0];
-        assert_eq!(top["tgid"].as_u64(), Some(toucher_id), "burst led by {top}");
+        let (t, s) = (in_burst(b, toucher_id), in_burst(b, spinner_id));
+        if t <= 0.0 {
+            // Another program's burst (the tick charges the spinner a share of its faults).
+            continue;
+        }
+        assert!(
+            t >= s,
+            "burst at {}: toucher {t}, spinner {s} page faults",
+            b["t_start_ns"]
+        );
     }
 
     // Cut the file in the middle: everything before the cut still reports.
