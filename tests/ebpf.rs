@@ -468,7 +468,7 @@ fn top_charges_page_faults_to_the_toucher_and_cpu_time_to_the_spinner() {
     std::thread::sleep(Duration::from_millis(300));
     let spin_cpu0 = cpu_seconds(spinner.id());
     let (touch_f0, t0) = (minor_faults(toucher.id()), Instant::now());
-    let out = imc()
+    let imc_top = imc()
         .args([
             "top",
             "--json",
@@ -479,8 +479,12 @@ fn top_charges_page_faults_to_the_toucher_and_cpu_time_to_the_spinner() {
             "-e",
             "cpu-clock",
         ])
-        .output()
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
         .expect("run imc top");
+    let imc_pid = imc_top.id();
+    let out = imc_top.wait_with_output().expect("imc top's output");
     let spin_cpu = cpu_seconds(spinner.id()) - spin_cpu0;
     // The toucher faults at a steady rate, so its true rate over imc's whole run (start-up
     // included) is comparable with the rate imc measured over its intervals.
@@ -498,7 +502,7 @@ fn top_charges_page_faults_to_the_toucher_and_cpu_time_to_the_spinner() {
         (0.0, 0.0, 0.0, 0.0, 0u64);
     let mut by_comm: BTreeMap<String, f64> = BTreeMap::new();
     let (mut window_ns, mut ours_pf) = (0u64, 0.0);
-    let ours = [toucher.id(), spinner.id(), std::process::id()];
+    let ours = [toucher.id(), spinner.id(), std::process::id(), imc_pid];
     let mut objects = 0;
     for line in String::from_utf8_lossy(&out.stdout).lines() {
         let o: serde_json::Value = serde_json::from_str(line).expect("one JSON object per line");
@@ -519,9 +523,10 @@ fn top_charges_page_faults_to_the_toucher_and_cpu_time_to_the_spinner() {
                 ))
                 .or_default() += pf;
             let tgid = t["tgid"].as_u64().unwrap_or(0);
-            // The test's own processes, and imc itself (its comm is imc): faults elsewhere on a
-            // shared machine are real faults of other programs, not misattributions.
-            if ours.iter().any(|&p| u64::from(p) == tgid) || t["comm"] == "imc" {
+            // The test's own processes, and this imc itself (by its pid: another imc on the
+            // machine is another program): faults elsewhere on a shared machine are real
+            // faults of other programs, not misattributions.
+            if ours.iter().any(|&p| u64::from(p) == tgid) {
                 ours_pf += pf;
             }
             if t["tgid"].as_u64() == Some(u64::from(toucher.id())) {
