@@ -152,6 +152,77 @@ pub fn loaded_imc_programs() -> Vec<u64> {
         .collect()
 }
 
+/// Ids of the BPF programs process `pid` holds now (the `prog_id` of its program and link fds,
+/// /proc/PID/fdinfo): how a leak check names its own child's programs, whatever other imc runs
+/// on the machine (bpftool lists no holders on some kernels).
+pub fn bpf_programs_held_by(pid: u32) -> std::collections::BTreeSet<u64> {
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fdinfo")) else {
+        return Default::default();
+    };
+    fds.filter_map(|f| std::fs::read_to_string(f.ok()?.path()).ok())
+        .filter_map(|info| {
+            info.lines()
+                .find_map(|l| l.strip_prefix("prog_id:"))
+                .and_then(|v| v.trim().parse().ok())
+        })
+        .collect()
+}
+
+/// Spawns `cmd` and collects the BPF programs it holds while it runs (polled every 20 ms) until
+/// it exits: its output and those program ids.
+pub fn run_collecting_bpf_programs(
+    mut cmd: Command,
+) -> (std::process::Output, std::collections::BTreeSet<u64>) {
+    use std::io::Read;
+    let mut child = cmd
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    // Drained on their own threads, so a full pipe never stalls the child.
+    let mut out_pipe = child.stdout.take().unwrap();
+    let mut err_pipe = child.stderr.take().unwrap();
+    let out_t = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = out_pipe.read_to_end(&mut v);
+        v
+    });
+    let err_t = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = err_pipe.read_to_end(&mut v);
+        v
+    });
+    let mut ids = std::collections::BTreeSet::new();
+    let status = loop {
+        ids.extend(bpf_programs_held_by(child.id()));
+        if let Some(st) = child.try_wait().expect("wait") {
+            break st;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let output = std::process::Output {
+        status,
+        stdout: out_t.join().unwrap(),
+        stderr: err_t.join().unwrap(),
+    };
+    (output, ids)
+}
+
+/// Which of `ids` are still loaded BPF programs (bpftool's listing, any name).
+pub fn still_loaded(ids: &std::collections::BTreeSet<u64>) -> Vec<u64> {
+    let out = bpftool()
+        .args(["prog", "show", "--json"])
+        .output()
+        .unwrap_or_else(|e| panic!("bpftool not found ({e}): scripts/setup.sh installs it"));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("bpftool JSON");
+    v.as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|p| p["id"].as_u64())
+        .filter(|id| ids.contains(id))
+        .collect()
+}
+
 /// Busy-loops on every CPU until the returned guard is dropped: cpu-clock barely fires on an
 /// idle CPU, so sampler tests keep the CPUs busy.
 pub struct Spinners {
@@ -290,4 +361,45 @@ pub fn memory_device(handle: u16, size_mb: u16, configured_mts: u16) -> Vec<u8> 
     b[0x20..0x22].copy_from_slice(&configured_mts.to_le_bytes());
     b.extend_from_slice(b"CPU1_DIMM_A1\0\0");
     b
+}
+
+/// The kernel's own count of one process's page faults from now on (every thread it has now,
+/// and the threads and children they start later): a counter opened on each of its threads
+/// (that thread, any CPU, inherited), the truth a sampler's attribution of that process is
+/// checked against, whatever else runs on the machine.
+pub struct TaskPageFaults(Vec<std::os::fd::OwnedFd>);
+
+impl TaskPageFaults {
+    pub fn open(pid: u32) -> TaskPageFaults {
+        use imc::sys::perf::{FLAG_INHERIT, PerfEventAttr, PerfSys, RealPerf};
+        let pf = page_faults();
+        let mut attr = PerfEventAttr::counting(pf.pmu_type, pf.config);
+        attr.flags |= FLAG_INHERIT;
+        let tids: Vec<i32> = std::fs::read_dir(format!("/proc/{pid}/task"))
+            .unwrap_or_else(|e| panic!("threads of pid {pid}: {e}"))
+            .filter_map(|d| d.ok()?.file_name().to_str()?.parse().ok())
+            .collect();
+        let fds = tids
+            .iter()
+            .map(|&tid| {
+                RealPerf
+                    .open(&attr, tid, -1, None)
+                    .unwrap_or_else(|e| panic!("perf_event_open(page-faults, thread {tid}): {e}"))
+            })
+            .collect();
+        TaskPageFaults(fds)
+    }
+
+    /// Page faults the process made since [`open`](Self::open).
+    pub fn read(&self) -> u64 {
+        use std::os::fd::AsFd;
+        self.0
+            .iter()
+            .map(|fd| {
+                imc::sys::perf::read_counter(&imc::sys::perf::RealPerf, fd.as_fd())
+                    .expect("read of a thread's page-fault counter")
+                    .value
+            })
+            .sum()
+    }
 }

@@ -281,14 +281,21 @@ impl Wakeups {
     }
 }
 
-/// `-- CMD ARGS` started, if given.
+/// `-- CMD ARGS` started, if given, set to die with imc's main thread (the loop's own, a
+/// current-thread runtime): a SIGKILL of imc leaves no measured command behind.
 fn spawn_command(command: &[String]) -> Result<Option<Child>, PipelineError> {
     let Some((prog, rest)) = command.split_first() else {
         return Ok(None);
     };
-    tokio::process::Command::new(prog)
-        .args(rest)
-        .spawn()
+    let mut cmd = tokio::process::Command::new(prog);
+    cmd.args(rest);
+    // The command dies with imc, even when imc is killed with SIGKILL and cannot end it itself.
+    let imc_pid = std::process::id();
+    // SAFETY: the hook makes only async-signal-safe calls (prctl, getppid).
+    unsafe {
+        cmd.pre_exec(move || crate::sys::thread::die_with_parent(imc_pid));
+    }
+    cmd.spawn()
         .map(Some)
         .map_err(|source| PipelineError::Spawn {
             program: prog.clone(),

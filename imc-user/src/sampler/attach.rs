@@ -16,14 +16,44 @@ where
 
 /// Attaches the tick (and sched_switch): the kernel's tick through the first tracepoint of
 /// [`KERNEL_TICK_TRACEPOINTS`] that attaches, or the cpu-clock timer with `--freq`.
+///
+/// sched_switch goes first. A tick's run charges what its CPU counted since that CPU's last run
+/// to the task it interrupts, which is right only when every change of task in between ran the
+/// switch program: a tick attached first would, until sched_switch is attached (its program is
+/// verified in between, tens of milliseconds on a loaded host), charge a whole tick period of
+/// whatever ran (a page-fault churner's faults) to the task the next tick happens to find (a
+/// spinner that never faults). With sched_switch first, each CPU's first run, a switch, sets the
+/// baselines only, and every later slice is bounded by switches. Both programs are verified
+/// before either is attached, so the switches alone run for microseconds, not the verifier's
+/// time (aggregating, they write only when a CPU's accumulator fills, and a busy host filled the
+/// rings before the loop's first drain).
 pub(super) fn attach(
     ebpf: &mut Ebpf,
     cfg: &SamplerConfig,
 ) -> Result<(TickAttached, &'static str), SamplerError> {
-    let (attached, name) = match cfg.tick {
+    match cfg.tick {
         TickSource::Kernel => {
             let prog: &mut RawTracePoint = load_program(ebpf, TICK_TP_PROGRAM)?;
             prog.load().map_err(SamplerError::load)?;
+        }
+        TickSource::CpuClock { .. } => {
+            let prog: &mut PerfEvent = load_program(ebpf, cfg.tick_program.name())?;
+            prog.load().map_err(SamplerError::load)?;
+        }
+    }
+    if cfg.switches() {
+        let prog: &mut RawTracePoint = load_program(ebpf, SWITCH_PROGRAM)?;
+        prog.load().map_err(SamplerError::load)?;
+        prog.attach("sched_switch")
+            .map_err(|e| SamplerError::Attach {
+                what: "sched/sched_switch".into(),
+                message: String::new(),
+                source: Some(e.into()),
+            })?;
+    }
+    let (attached, name) = match cfg.tick {
+        TickSource::Kernel => {
+            let prog: &mut RawTracePoint = load_program(ebpf, TICK_TP_PROGRAM)?;
             let mut tried = Vec::new();
             let mut chosen = None;
             for tp in KERNEL_TICK_TRACEPOINTS {
@@ -65,7 +95,6 @@ pub(super) fn attach(
             let period_ns = 1_000_000_000u64 / u64::from(freq.max(1));
             let name = cfg.tick_program.name();
             let prog: &mut PerfEvent = load_program(ebpf, name)?;
-            prog.load().map_err(SamplerError::load)?;
             for &cpu in &cfg.cpus {
                 prog.attach(
                     PerfEventConfig::Software(SoftwareEvent::CpuClock),
@@ -92,15 +121,5 @@ pub(super) fn attach(
             )
         }
     };
-    if cfg.switches() {
-        let prog: &mut RawTracePoint = load_program(ebpf, SWITCH_PROGRAM)?;
-        prog.load().map_err(SamplerError::load)?;
-        prog.attach("sched_switch")
-            .map_err(|e| SamplerError::Attach {
-                what: "sched/sched_switch".into(),
-                message: String::new(),
-                source: Some(e.into()),
-            })?;
-    }
     Ok((attached, name))
 }

@@ -52,6 +52,16 @@ impl TaskCache {
             // The full record was overwritten before we read it; an earlier one named the task.
             rec.cgroup_id = *cgroup;
             rec.comm = *comm;
+        } else if rec.pid == 0 {
+            // The idle task (or a slice no known task ran, which the kernel names pid 0) before
+            // any full record of it: the idle task of CPU N is swapper/N, and /proc has no pid 0.
+            let mut comm = [0u8; 16];
+            let name = format!("swapper/{}", rec.cpu);
+            let n = name.len().min(15);
+            comm[..n].copy_from_slice(&name.as_bytes()[..n]);
+            rec.cgroup_id = 0;
+            rec.comm = comm;
+            self.by_pid.insert(key, (0, comm));
         } else {
             // Never seen in full: ask /proc (the cgroup stays unknown, 0).
             let name = std::fs::read(format!("/proc/{}/comm", rec.pid)).unwrap_or_default();
@@ -234,6 +244,16 @@ mod tests {
         );
         // Seen in full on another CPU only.
         assert_eq!(completed(&mut c, record(1, 43, "", true)).0, "other");
+    }
+
+    #[test]
+    fn an_idle_record_before_any_full_one_is_named_after_its_cpu() {
+        let mut c = TaskCache::default();
+        completed(&mut c, record(1, 42, "worker", false));
+        assert_eq!(
+            completed(&mut c, record(1, 0, "", true)),
+            ("swapper/1".into(), 0, 0)
+        );
     }
 
     #[test]

@@ -65,6 +65,31 @@ pub fn set_timer_slack_ns(ns: u64) -> io::Result<()> {
     }
 }
 
+/// In a child between fork and exec: SIGKILL when the thread that forked it (imc's main thread,
+/// `parent`) ends, however it ends (`PR_SET_PDEATHSIG`). A parent that died before this call is
+/// seen by the parent id having changed (the child was re-parented): ESRCH then, and the child
+/// does not exec. Only async-signal-safe calls, as a `pre_exec` hook requires.
+pub fn die_with_parent(parent: u32) -> io::Result<()> {
+    // SAFETY: PR_SET_PDEATHSIG takes the signal number; the other arguments are unused.
+    let r = unsafe {
+        libc::prctl(
+            libc::PR_SET_PDEATHSIG,
+            libc::SIGKILL as libc::c_ulong,
+            0,
+            0,
+            0,
+        )
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: getppid has no preconditions and cannot fail.
+    if unsafe { libc::getppid() } as u32 != parent {
+        return Err(io::Error::from_raw_os_error(libc::ESRCH));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
