@@ -400,3 +400,136 @@ fn live_view_gives_cpu_clock_its_unit() {
     assert!(head.contains("page-faults/s"), "{screen}");
     tmux.keys("q");
 }
+
+/// The imc programs loaded since `before` was taken: the ones the imc under test loaded (ids
+/// are never reused while the machine runs).
+fn programs_since(before: &[u64]) -> Vec<u64> {
+    loaded_imc_programs()
+        .into_iter()
+        .filter(|id| !before.contains(id))
+        .collect()
+}
+
+/// Whether process `pid` has ended (gone, or a zombie nobody reaped yet).
+fn ended(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(s) => {
+            s.rsplit(')')
+                .next()
+                .and_then(|r| r.split_whitespace().next())
+                == Some("Z")
+        }
+    }
+}
+
+fn wait_ended(pid: u32, within: Duration) -> bool {
+    let end = Instant::now() + within;
+    while Instant::now() < end {
+        if ended(pid) {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    ended(pid)
+}
+
+/// The view up in `tmux` and imc's own process id: the pane's process (`exec`) or its child.
+fn view_up(tmux: &Tmux) -> u32 {
+    tmux.wait_for("the task table", Duration::from_secs(30), |s| {
+        s.contains("PID") && !row_pids(s).is_empty()
+    });
+    let pane: u32 = tmux.pane_flag("pane_pid").parse().expect("pane pid");
+    let comm = std::fs::read_to_string(format!("/proc/{pane}/comm")).unwrap_or_default();
+    if comm.trim() == "imc" {
+        return pane;
+    }
+    let children =
+        std::fs::read_to_string(format!("/proc/{pane}/task/{pane}/children")).unwrap_or_default();
+    children
+        .split_whitespace()
+        .filter_map(|c| c.parse().ok())
+        .find(|c: &u32| {
+            std::fs::read_to_string(format!("/proc/{c}/comm")).is_ok_and(|n| n.trim() == "imc")
+        })
+        .expect("imc runs in the pane")
+}
+
+/// Issue 31: closing the terminal (the tmux session) left `imc top` running for ever, its key
+/// thread spinning on the dead terminal, and SIGTERM no longer ended it. Now the hang-up ends
+/// the run, and its programs are unloaded.
+#[test]
+fn top_whose_terminal_goes_away_exits_and_unloads() {
+    if !sampler_prerequisites() {
+        return;
+    }
+    if !require(
+        have_tmux(),
+        "tmux runs the view in a terminal: apt-get install tmux (scripts/setup.sh)",
+    ) {
+        return;
+    }
+    let before = loaded_imc_programs();
+    let tmux = Tmux::start(
+        120,
+        40,
+        &format!("exec {} top -e page-faults -I 200", shell_quote(&imc_bin())),
+    );
+    let pid = view_up(&tmux);
+    assert!(
+        !programs_since(&before).is_empty(),
+        "imc top loaded nothing"
+    );
+    let out = tmux.run(&["kill-session", "-t", "top"]);
+    assert!(out.status.success(), "tmux kill-session");
+    let gone = wait_ended(pid, Duration::from_secs(5));
+    if !gone {
+        // Leave nothing behind, then fail.
+        // SAFETY: kill has no memory preconditions.
+        unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    }
+    assert!(
+        gone,
+        "imc top (pid {pid}) still runs 5 s after its terminal closed"
+    );
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !programs_since(&before).is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(
+        programs_since(&before),
+        Vec::<u64>::new(),
+        "programs left loaded"
+    );
+}
+
+/// SIGTERM and SIGINT sent to the live view end it like q: exit 0, the terminal restored.
+#[test]
+fn top_ends_on_sigterm_and_sigint_restoring_the_terminal() {
+    if !sampler_prerequisites() {
+        return;
+    }
+    if !require(
+        have_tmux(),
+        "tmux runs the view in a terminal: apt-get install tmux (scripts/setup.sh)",
+    ) {
+        return;
+    }
+    for sig in [libc::SIGTERM, libc::SIGINT] {
+        let (tmux, after) = in_terminal("", "top -e page-faults -I 200");
+        let pid = view_up(&tmux);
+        // SAFETY: kill has no memory preconditions.
+        unsafe { libc::kill(pid as i32, sig) };
+        let gone = wait_ended(pid, Duration::from_secs(5));
+        if !gone {
+            // SAFETY: as above.
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+        }
+        assert!(gone, "imc top still runs 5 s after signal {sig}");
+        let end = tmux.wait_for("imc to exit", Duration::from_secs(5), |s| {
+            s.contains("imc exited")
+        });
+        assert!(end.contains("imc exited 0"), "signal {sig}: {end}");
+        assert_restored(&tmux, &after);
+    }
+}

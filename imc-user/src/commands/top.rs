@@ -16,6 +16,7 @@ use crate::model::result::IntervalResult;
 use crate::model::{Direction, SlotRole};
 use crate::output::top::{Action, History, Units, ViewConfig, ViewState, handle_key, render};
 use crate::pipeline::{LoopOptions, Sink, sample_loop};
+use crate::sys::tty::{Input, Tty};
 use ratatui::Terminal;
 use ratatui::backend::CrosstermBackend;
 use ratatui::crossterm::event::{self, Event};
@@ -192,6 +193,8 @@ struct LiveView {
     screen: Arc<Mutex<Screen>>,
     quit: Arc<AtomicBool>,
     stop_keys: Arc<AtomicBool>,
+    /// The terminal went away: nothing more can be drawn, and that is no error.
+    gone: Arc<AtomicBool>,
     keys: Option<JoinHandle<()>>,
 }
 
@@ -210,11 +213,18 @@ impl LiveView {
         lock(&screen).draw()?;
         let quit = Arc::new(AtomicBool::new(false));
         let stop_keys = Arc::new(AtomicBool::new(false));
+        let gone = Arc::new(AtomicBool::new(false));
+        let tty = Tty::open()?;
         let keys = std::thread::Builder::new()
             .name("imc-top-keys".into())
             .spawn({
-                let (screen, quit, stop) = (screen.clone(), quit.clone(), stop_keys.clone());
-                move || read_keys(&screen, &quit, &stop)
+                let (screen, quit, stop, gone) = (
+                    screen.clone(),
+                    quit.clone(),
+                    stop_keys.clone(),
+                    gone.clone(),
+                );
+                move || read_keys(&tty, &screen, &quit, &stop, &gone)
             })?;
         // From here LiveView's Drop gives the terminal back.
         mode.disarm();
@@ -222,42 +232,75 @@ impl LiveView {
             screen,
             quit,
             stop_keys,
+            gone,
             keys: Some(keys),
         })
     }
 }
 
-fn read_keys(screen: &Mutex<Screen>, quit: &AtomicBool, stop: &AtomicBool) {
+fn read_keys(
+    tty: &Tty,
+    screen: &Mutex<Screen>,
+    quit: &AtomicBool,
+    stop: &AtomicBool,
+    gone: &AtomicBool,
+) {
     while !stop.load(Ordering::SeqCst) {
-        // Short polls, so dropping the view joins this thread promptly.
-        match event::poll(Duration::from_millis(50)) {
-            Ok(true) => {}
-            Ok(false) => continue,
-            Err(_) => return,
-        }
-        let Ok(ev) = event::read() else { return };
-        let mut s = lock(screen);
-        let redraw = match ev {
-            Event::Key(key) => {
-                let units = s.cfg.units;
-                match handle_key(&mut s.state, units, key) {
-                    Action::Quit => {
-                        // The loop asks at every drain (Sink::stop_requested) and ends then.
-                        quit.store(true, Ordering::SeqCst);
-                        return;
-                    }
-                    Action::Redraw => true,
-                    Action::Ignore => false,
-                }
+        // Short waits, so dropping the view joins this thread promptly. Asked of the terminal
+        // first: crossterm's reader spins without end on a terminal that has gone away.
+        match tty.wait(Duration::from_millis(50)) {
+            Ok(Input::Ready) => {}
+            Ok(Input::Quiet) => continue,
+            Ok(Input::Gone) | Err(_) => {
+                // The terminal closed (its window, its tmux session): nobody is watching, so
+                // the run ends, as it would on q.
+                gone.store(true, Ordering::SeqCst);
+                quit.store(true, Ordering::SeqCst);
+                return;
             }
-            Event::Resize(..) => true,
-            _ => false,
-        };
-        if redraw {
-            // A failed draw shows up at the next interval, which returns it as an error.
-            let _ = s.draw();
+        }
+        // Every event the bytes read make up (one read may carry several keys).
+        loop {
+            let Ok(ev) = event::read() else {
+                gone.store(true, Ordering::SeqCst);
+                quit.store(true, Ordering::SeqCst);
+                return;
+            };
+            if handle_event(screen, quit, ev) {
+                return;
+            }
+            if !matches!(event::poll(Duration::ZERO), Ok(true)) {
+                break;
+            }
         }
     }
+}
+
+/// One terminal event: sorting, scrolling and resizing redraw; a quit key asks the loop to end
+/// (true: stop reading keys).
+fn handle_event(screen: &Mutex<Screen>, quit: &AtomicBool, ev: Event) -> bool {
+    let mut s = lock(screen);
+    let redraw = match ev {
+        Event::Key(key) => {
+            let units = s.cfg.units;
+            match handle_key(&mut s.state, units, key) {
+                Action::Quit => {
+                    // The loop asks at every drain (Sink::stop_requested) and ends then.
+                    quit.store(true, Ordering::SeqCst);
+                    return true;
+                }
+                Action::Redraw => true,
+                Action::Ignore => false,
+            }
+        }
+        Event::Resize(..) => true,
+        _ => false,
+    };
+    if redraw {
+        // A failed draw shows up at the next interval, which returns it as an error.
+        let _ = s.draw();
+    }
+    false
 }
 
 impl Sink for LiveView {
@@ -271,8 +314,15 @@ impl Sink for LiveView {
         s.last = Some(r.clone());
         // With intervals shorter than a person can read (-I 10), drawing every one would only
         // cost the loop time: the history still takes every interval, the screen a few a second.
-        if s.drawn.is_none_or(|t| t.elapsed() >= MIN_FRAME) {
-            s.draw()?;
+        if s.drawn.is_none_or(|t| t.elapsed() >= MIN_FRAME)
+            && let Err(e) = s.draw()
+        {
+            // A terminal that hung up fails every write (EIO): the run ends quietly.
+            if self.gone.load(Ordering::SeqCst) || e.raw_os_error() == Some(libc::EIO) {
+                self.gone.store(true, Ordering::SeqCst);
+                return Ok(false);
+            }
+            return Err(e);
         }
         Ok(!self.quit.load(Ordering::SeqCst))
     }
@@ -297,7 +347,16 @@ impl Drop for LiveView {
     fn drop(&mut self) {
         self.stop_keys.store(true, Ordering::SeqCst);
         if let Some(t) = self.keys.take() {
-            let _ = t.join();
+            // The key thread sees the flag within one 50 ms wait. Should it be stuck in a
+            // terminal read that never returns, the process does not wait for it: it ends with
+            // the process.
+            let until = Instant::now() + Duration::from_millis(500);
+            while !t.is_finished() && Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            if t.is_finished() {
+                let _ = t.join();
+            }
         }
         give_back_terminal();
     }
