@@ -137,3 +137,120 @@ fn every_option_the_issue_named_has_help_text() {
         "--backend lists its values:\n{h}"
     );
 }
+
+/// Issue 31: an argument that is not UTF-8 panicked (exit 101) in every command, since the
+/// arguments were read as Strings. Now it is a usage error or, for a file or a program, an
+/// error about that file: one line, never a panic.
+#[test]
+fn a_non_utf8_argument_never_panics() {
+    use std::ffi::OsString;
+    use std::os::unix::ffi::OsStringExt;
+    let bad = || OsString::from_vec(b"x\xff".to_vec());
+    let root = imc_tests::own_fixtures().join("skx-2socket");
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out.imc");
+    let cases: Vec<Vec<OsString>> = vec![
+        vec!["list".into(), bad()],
+        vec!["encode".into(), bad()],
+        vec!["stat".into(), "-e".into(), bad()],
+        vec!["top".into(), "--by".into(), bad()],
+        vec![
+            "record".into(),
+            "-o".into(),
+            bad(),
+            "--dry-run".into(),
+            "-e".into(),
+            bad(),
+        ],
+        vec!["report".into(), bad()],
+        vec![
+            "serve".into(),
+            "--web.config.file".into(),
+            bad(),
+            "--dry-run".into(),
+        ],
+        vec![bad()],
+        vec!["--root".into(), bad(), "list".into()],
+        vec![
+            "record".into(),
+            "-o".into(),
+            out.clone().into(),
+            "--dry-run".into(),
+            "--".into(),
+            OsString::from_vec(b"/x\xff".to_vec()),
+        ],
+    ];
+    for args in cases {
+        let run = imc()
+            .args(["--root".as_ref(), root.as_os_str()])
+            .args(&args)
+            .output()
+            .expect("run imc");
+        let err = String::from_utf8_lossy(&run.stderr);
+        let code = run.status.code();
+        assert!(
+            matches!(code, Some(0..=2)),
+            "{args:?}: exit {code:?}, stderr: {err}"
+        );
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        if code != Some(0) {
+            assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        }
+    }
+}
+
+/// A program whose path is not UTF-8 is still a program: `stat -- PATH` runs it and exits with
+/// its status (no privileges needed for the page-fault stand-in on a fixture tree).
+#[test]
+fn a_program_path_that_is_not_utf8_runs() {
+    use std::os::unix::ffi::OsStringExt;
+    let dir = tempfile::tempdir().unwrap();
+    let prog = dir
+        .path()
+        .join(std::ffi::OsString::from_vec(b"exit3\xff".to_vec()));
+    std::fs::write(&prog, "#!/bin/sh\nexit 3\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&prog, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let run = imc()
+        .args(["stat", "-e", "page-faults", "--"])
+        .arg(&prog)
+        .output()
+        .expect("run imc");
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(3), "the program's status: {err}");
+}
+
+/// `imc tpo` suggests `top` (clap's own likeness measure misses swapped letters), `imc lst`
+/// suggests list.
+#[test]
+fn a_mistyped_command_is_named_with_the_likely_one() {
+    let (code, err) = fails(&["tpo"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("did you mean 'top'?"), "{err}");
+    let (_, err) = fails(&["lst"]);
+    assert!(err.contains("'list'"), "{err}");
+    let (_, err) = fails(&["xyzzy"]);
+    assert!(!err.contains("did you mean"), "{err}");
+}
+
+/// `imc help --help` failed ("unrecognized subcommand '--help'"): it shows the help.
+#[test]
+fn help_help_shows_help() {
+    for args in [
+        &["help", "--help"][..],
+        &["help", "-h"],
+        &["help", "top", "--help"],
+    ] {
+        let out = imc().args(args).output().expect("run imc");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(text.contains("Usage: imc"), "{args:?}: {text}");
+    }
+    let out = imc().args(["help", "top", "--help"]).output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("Usage: imc top"));
+}

@@ -1,6 +1,7 @@
 //! The command line of the contract in shared/design.md. Each subcommand's arguments are one
 //! struct so that the command modules take exactly what they need.
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::ffi::OsString;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
@@ -117,7 +118,7 @@ pub struct StatArgs {
     pub latency: Option<String>,
     /// Run this command and measure until it exits (exit with its status).
     #[arg(last = true, value_name = "CMD")]
-    pub command: Vec<String>,
+    pub command: Vec<OsString>,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -218,7 +219,7 @@ pub struct RecordArgs {
     pub interval_ms: u64,
     /// Run this command and record until it exits.
     #[arg(last = true, value_name = "CMD")]
-    pub command: Vec<String>,
+    pub command: Vec<OsString>,
 }
 
 #[derive(Args, Debug, Clone)]

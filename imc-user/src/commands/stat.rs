@@ -187,13 +187,15 @@ fn warn_failure(err: &mut dyn Write, f: &crate::counting::CounterFailure) {
 }
 
 /// `-- CMD ARGS` started, if given.
-fn start_command(command: &[String]) -> CliResult<Option<std::process::Child>> {
+fn start_command(command: &[std::ffi::OsString]) -> CliResult<Option<std::process::Child>> {
     match command.split_first() {
         Some((cmd, rest)) => Ok(Some(
             std::process::Command::new(cmd)
                 .args(rest)
                 .spawn()
-                .map_err(|e| CliError::runtime(format!("cannot run '{cmd}': {e}")))?,
+                .map_err(|e| {
+                    CliError::runtime(format!("cannot run '{}': {e}", cmd.to_string_lossy()))
+                })?,
         )),
         None => Ok(None),
     }

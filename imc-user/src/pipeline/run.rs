@@ -69,7 +69,7 @@ pub struct LoopOptions<'a> {
     /// `--duration`: stop after this long.
     pub duration: Option<Duration>,
     /// `-- CMD ARGS`: run it, stop when it exits, exit with its status.
-    pub command: &'a [String],
+    pub command: &'a [std::ffi::OsString],
     /// Read each package counter on its own at every interval end (per-channel figures).
     pub per_channel: bool,
     /// `--precise`: a record per context switch instead of per-task aggregates at each tick.
@@ -282,7 +282,7 @@ impl Wakeups {
 }
 
 /// `-- CMD ARGS` started, if given.
-fn spawn_command(command: &[String]) -> Result<Option<Child>, PipelineError> {
+fn spawn_command(command: &[std::ffi::OsString]) -> Result<Option<Child>, PipelineError> {
     let Some((prog, rest)) = command.split_first() else {
         return Ok(None);
     };
@@ -291,7 +291,7 @@ fn spawn_command(command: &[String]) -> Result<Option<Child>, PipelineError> {
         .spawn()
         .map(Some)
         .map_err(|source| PipelineError::Spawn {
-            program: prog.clone(),
+            program: prog.to_string_lossy().into_owned(),
             source,
         })
 }
@@ -308,14 +308,17 @@ fn exit_code_of(st: ExitStatus) -> ExitCode {
 /// running on its own. A failure then says so.
 async fn end_command(
     mut c: Child,
-    command: &[String],
+    command: &[std::ffi::OsString],
     failed: Option<PipelineError>,
 ) -> Option<PipelineError> {
     let pid = c.id().unwrap_or(0);
     let _ = c.start_kill();
     let _ = c.wait().await;
     failed.map(|e| PipelineError::CommandKilled {
-        program: command.first().cloned().unwrap_or_default(),
+        program: command
+            .first()
+            .map(|p| p.to_string_lossy().into_owned())
+            .unwrap_or_default(),
         pid,
         source: Box::new(e),
     })
