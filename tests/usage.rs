@@ -254,3 +254,58 @@ fn help_help_shows_help() {
     let out = imc().args(["help", "top", "--help"]).output().unwrap();
     assert!(String::from_utf8_lossy(&out.stdout).contains("Usage: imc top"));
 }
+
+/// Issue 31: `--duration 10s` and `-I 100ms` were refused. Durations take units in every
+/// command (a bare number keeps its unit: seconds for --duration, milliseconds for -I), within
+/// the same bounds, and a bad one is one line.
+#[test]
+fn durations_take_units_in_every_command() {
+    let root = imc_tests::own_fixtures().join("skx-2socket");
+    let root = root.to_str().unwrap();
+    for args in [
+        &["stat", "--duration", "10s", "-I", "100ms", "--dry-run"][..],
+        &["top", "--duration", "2m", "-I", "1s", "--dry-run"],
+        &[
+            "record",
+            "-o",
+            "x.imc",
+            "--duration",
+            "1h",
+            "-I",
+            "2s",
+            "--dry-run",
+        ],
+        &["serve", "-I", "5s", "--dry-run"],
+    ] {
+        let out = imc().args(["--root", root]).args(args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {err}");
+    }
+    // The record plan names its interval: 2s is 2000 ms, and a bare 2000 is the same.
+    for i in ["2s", "2000"] {
+        let out = imc()
+            .args([
+                "--root",
+                root,
+                "record",
+                "-o",
+                "x.imc",
+                "-I",
+                i,
+                "--dry-run",
+            ])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("2000 ms interval"), "-I {i}: {text}");
+    }
+    for (sub, args) in [
+        ("stat", &["stat", "--duration", "10parsecs"][..]),
+        ("top", &["top", "-I", "500us"]),
+        ("record", &["record", "-o", "x.imc", "--duration", "400d"]),
+        ("serve", &["serve", "-I", "2d"]),
+    ] {
+        let err = usage_error(args, sub);
+        assert!(err.contains("with units"), "{err}");
+    }
+}
