@@ -533,3 +533,40 @@ fn top_ends_on_sigterm_and_sigint_restoring_the_terminal() {
         assert_restored(&tmux, &after);
     }
 }
+
+/// Issue 31: `top --by comm --json` rows showed a member's pid (0) as if it were one. A group
+/// row's pid and tgid are null; the name is its key.
+#[test]
+fn top_group_rows_carry_their_key() {
+    if !sampler_prerequisites() {
+        return;
+    }
+    let _faulters = Faulters::start(2);
+    let out = imc()
+        .args([
+            "top",
+            "-e",
+            "page-faults",
+            "-I",
+            "200",
+            "--duration",
+            "0.7",
+            "--json",
+            "--by",
+            "comm",
+        ])
+        .output()
+        .expect("run imc");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let mut rows = 0;
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let v: serde_json::Value = serde_json::from_str(line).expect("a JSON line");
+        for t in v["tasks"].as_array().unwrap() {
+            assert!(t["pid"].is_null() && t["tgid"].is_null(), "{t}");
+            assert!(t["comm"].is_string(), "{t}");
+            rows += 1;
+        }
+    }
+    assert!(rows > 0, "no rows");
+}

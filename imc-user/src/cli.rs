@@ -177,9 +177,9 @@ pub struct TopArgs {
         allow_negative_numbers = true
     )]
     pub top: usize,
-    /// One row per thread (pid), process (tgid), name (comm), cgroup (its v2 path), container
-    /// (Docker, containerd, CRI-O or Podman id) or Kubernetes pod (UID); tasks in no container
-    /// (pod) are one row.
+    /// One row per thread (pid), process (tgid; `process` means the same), name (comm), cgroup
+    /// (its v2 path), container (Docker, containerd, CRI-O or Podman id) or Kubernetes pod (UID);
+    /// tasks in no container (pod) are one row. A group row shows its key, not a member's pid.
     #[arg(long, value_enum, default_value = "pid", conflicts_with = "ibs")]
     pub by: GroupBy,
     /// AMD: sample with IBS op instead and show, per process, how many sampled loads DRAM
@@ -282,7 +282,13 @@ impl ValueEnum for GroupBy {
     }
 
     fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
-        Some(clap::builder::PossibleValue::new(self.name()))
+        let v = clap::builder::PossibleValue::new(self.name());
+        // `process` is the tgid grouping, as ps and perf call a thread group.
+        Some(if *self == GroupBy::Tgid {
+            v.alias("process")
+        } else {
+            v
+        })
     }
 }
 
@@ -294,8 +300,9 @@ pub struct ReportArgs {
     /// One JSON object (groups, bursts, totals) instead of the text report.
     #[arg(long)]
     pub json: bool,
-    /// What to add the traffic up by: process (tgid), thread (pid), command name, cgroup (its
-    /// v2 path), container (Docker, containerd, CRI-O or Podman id) or Kubernetes pod (UID).
+    /// What to add the traffic up by: process (tgid; `process` means the same), thread (pid),
+    /// command name, cgroup (its v2 path), container (Docker, containerd, CRI-O or Podman id) or
+    /// Kubernetes pod (UID). A group row shows its key, not a member's pid or name.
     #[arg(long, value_enum, default_value = "tgid")]
     pub by: GroupBy,
     /// List the bursts (always included in --json).

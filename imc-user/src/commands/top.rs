@@ -33,12 +33,14 @@ struct JsonLines {
     out: std::io::StdoutLock<'static>,
     /// A stand-in or `-e` counts: the byte fields are null, not 0.
     counts: bool,
+    /// `--by`: a group row's pid, tgid and comm are null unless the key is that field.
+    by: crate::model::GroupBy,
 }
 
 impl Sink for JsonLines {
     fn interval(&mut self, r: &IntervalResult) -> std::io::Result<bool> {
         let unit = self.counts.then_some("counts/s");
-        let line = crate::output::json::to_json(r, unit)
+        let line = crate::output::json::to_json_by(r, unit, self.by)
             .map_err(std::io::Error::from)
             .and_then(|s| writeln!(self.out, "{s}"))
             .and_then(|()| self.out.flush());
@@ -71,13 +73,15 @@ pub fn run(global: &GlobalArgs, args: &TopArgs) -> CliResult<ExitCode> {
     // Opened (and any warning said) before the full-screen view takes the terminal.
     let paths = cgroup_paths(global);
     let specs = crate::sampler::from_plan::slot_specs(&sel.plan);
-    let cfg = view_config(&specs, &sel.source, args.top);
+    let mut cfg = view_config(&specs, &sel.source, args.top);
+    cfg.by = args.by;
     let mut lines;
     let mut live;
     let sink: &mut dyn Sink = if json {
         lines = JsonLines {
             out: std::io::stdout().lock(),
             counts: cfg.units == Units::Counts,
+            by: args.by,
         };
         &mut lines
     } else {
@@ -139,6 +143,7 @@ fn view_config(specs: &[SlotSpec], source: &str, top: usize) -> ViewConfig {
         traffic_events,
         top,
         notice: None,
+        by: crate::model::GroupBy::Pid,
     }
 }
 

@@ -2,6 +2,7 @@
 //! wants it shown: a header, each package's bandwidth with its recent history, and a sortable,
 //! scrollable task table. Nothing here touches the terminal; `commands::top` owns that, so the
 //! whole picture can be rendered into a buffer and checked in tests.
+use crate::model::GroupBy;
 use crate::model::result::{IntervalResult, TaskRow};
 use crate::text::escape;
 use ratatui::buffer::Buffer;
@@ -41,6 +42,8 @@ pub struct ViewConfig {
     /// A line said about the whole run (the stand-in notice): shown under the header, since
     /// nothing may be printed beside the full-screen view.
     pub notice: Option<String>,
+    /// How rows are grouped (`--by`): a group row shows its key, not one member's pid or name.
+    pub by: GroupBy,
 }
 
 /// The last [`HISTORY`] intervals' rates, per package (bytes) or summed over tasks (counts).
@@ -448,12 +451,26 @@ fn render_tasks(
     state.page = page;
     state.scroll = state.scroll.min(rows.len().saturating_sub(page));
 
-    let mut titles: Vec<(Option<SortKey>, String, u16)> = vec![
-        (Some(SortKey::Pid), "PID".into(), 8),
-        (None, "TGID".into(), 8),
-        (Some(SortKey::Comm), "COMM".into(), 16),
-        (None, "CGROUP".into(), 16),
-    ];
+    // A group row carries its key, not a member's identity (`--by cgroup`: no PID or COMM).
+    let ident = cfg.by.identity();
+    let mut titles: Vec<(Option<SortKey>, String, u16)> = Vec::new();
+    if ident.pid {
+        titles.push((Some(SortKey::Pid), "PID".into(), 8));
+    }
+    if ident.tgid {
+        titles.push((None, "TGID".into(), 8));
+    }
+    let comm_col = ident.comm.then_some(titles.len());
+    if ident.comm {
+        titles.push((Some(SortKey::Comm), "COMM".into(), 16));
+    }
+    let cgroup_title = match cfg.by {
+        GroupBy::Container => "CONTAINER",
+        GroupBy::Pod => "POD",
+        _ => "CGROUP",
+    };
+    let cgroup_width = if cfg.by == GroupBy::Pod { 36 } else { 16 };
+    titles.push((None, cgroup_title.into(), cgroup_width));
     if let Units::Bytes { total } = cfg.units {
         titles.push((Some(SortKey::Read), "READ MB/s".into(), 11));
         titles.push((Some(SortKey::Write), "WRITE MB/s".into(), 11));
@@ -472,7 +489,11 @@ fn render_tasks(
     }
     let header = Row::new(titles.iter().enumerate().map(|(i, (k, t, _))| {
         let t = column_title(state, *k, t);
-        if i == 2 { Cell::from(t) } else { right(t) }
+        if Some(i) == comm_col {
+            Cell::from(t)
+        } else {
+            right(t)
+        }
     }))
     .style(Style::default().add_modifier(Modifier::REVERSED));
     let widths: Vec<Constraint> = titles
@@ -481,12 +502,17 @@ fn render_tasks(
         .collect();
 
     let body = rows.iter().skip(state.scroll).take(page).map(|t| {
-        let mut cells = vec![
-            right(t.pid.to_string()),
-            right(t.tgid.to_string()),
-            Cell::from(escape(&t.comm).into_owned()),
-            right(cgroup_cell(t)),
-        ];
+        let mut cells = Vec::new();
+        if ident.pid {
+            cells.push(right(t.pid.to_string()));
+        }
+        if ident.tgid {
+            cells.push(right(t.tgid.to_string()));
+        }
+        if ident.comm {
+            cells.push(Cell::from(escape(&t.comm).into_owned()));
+        }
+        cells.push(right(group_cell(cfg.by, t)));
         if let Units::Bytes { total } = cfg.units {
             cells.push(right(mb_per_s(t.read_bytes, secs)));
             cells.push(right(mb_per_s(t.write_bytes, secs)));
@@ -504,6 +530,16 @@ fn render_tasks(
         .header(header)
         .column_spacing(1)
         .render(area, buf);
+}
+
+/// The cgroup column: a pod's UID whole under `--by pod` (its key), else the cgroup in a few
+/// characters; "-" for the group of tasks in no container (pod).
+fn group_cell(by: GroupBy, t: &TaskRow) -> String {
+    match by {
+        GroupBy::Pod => escape(t.pod_uid.as_deref().unwrap_or("-")).into_owned(),
+        GroupBy::Container if t.container_id.is_none() => "-".into(),
+        _ => cgroup_cell(t),
+    }
 }
 
 /// A task's cgroup in a few characters: its container's short id, else the last part of its
@@ -565,6 +601,7 @@ mod tests {
             traffic_events: vec!["uncore_imc_0/read".into(), "uncore_imc_0/write".into()],
             top: 0,
             notice: None,
+            by: GroupBy::Pid,
         }
     }
 
@@ -741,6 +778,7 @@ mod tests {
             traffic_events: vec!["page-faults".into()],
             top: 0,
             notice: None,
+            by: GroupBy::Pid,
         };
         let t = |pid: u32, comm: &str, faults: f64, share: f64| TaskRow {
             values: [("page-faults".to_string(), faults)].into(),
