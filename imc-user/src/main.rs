@@ -85,6 +85,10 @@ fn init_logging(verbose: u8) {
     };
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(level))
         .format_timestamp(None)
+        // Standard error, except while `top`'s full-screen view holds the terminal.
+        .target(env_logger::Target::Pipe(Box::new(
+            imc::text::held_log::Writer,
+        )))
         .init();
 }
 

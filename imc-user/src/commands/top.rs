@@ -177,6 +177,7 @@ impl Screen {
             state,
             drawn,
         } = self;
+        state.log = crate::text::held_log::tail(3);
         term.draw(|f| {
             let area = f.area();
             render(cfg, history, last.as_ref(), state, area, f.buffer_mut());
@@ -250,33 +251,36 @@ fn read_keys(
     stop: &AtomicBool,
     gone: &AtomicBool,
 ) {
+    let hang_up = || {
+        // The terminal closed (its window, its tmux session): nobody is watching, so the run
+        // ends, as it would on q.
+        gone.store(true, Ordering::SeqCst);
+        quit.store(true, Ordering::SeqCst);
+    };
     while !stop.load(Ordering::SeqCst) {
-        // Short waits, so dropping the view joins this thread promptly. Asked of the terminal
-        // first: crossterm's reader spins without end on a terminal that has gone away.
-        match tty.wait(Duration::from_millis(50)) {
-            Ok(Input::Ready) => {}
-            Ok(Input::Quiet) => continue,
-            Ok(Input::Gone) | Err(_) => {
-                // The terminal closed (its window, its tmux session): nobody is watching, so
-                // the run ends, as it would on q.
-                gone.store(true, Ordering::SeqCst);
-                quit.store(true, Ordering::SeqCst);
-                return;
-            }
-        }
-        // Every event the bytes read make up (one read may carry several keys).
-        loop {
+        // Short waits, so dropping the view joins this thread promptly. The terminal is asked
+        // first, level-triggered: crossterm's reader spins without end on a terminal that has
+        // gone away, so it is only called on a live one.
+        let ready = match tty.wait(Duration::from_millis(50)) {
+            Ok(Input::Ready) => true,
+            Ok(Input::Quiet) => false,
+            Ok(Input::Gone) | Err(_) => return hang_up(),
+        };
+        // crossterm's queue: the keys just read, and resizes (which come by its own signal
+        // pipe, not the terminal).
+        let mut took = false;
+        while matches!(event::poll(Duration::ZERO), Ok(true)) {
             let Ok(ev) = event::read() else {
-                gone.store(true, Ordering::SeqCst);
-                quit.store(true, Ordering::SeqCst);
-                return;
+                return hang_up();
             };
+            took = true;
             if handle_event(screen, quit, ev) {
                 return;
             }
-            if !matches!(event::poll(Duration::ZERO), Ok(true)) {
-                break;
-            }
+        }
+        if ready && !took {
+            // Bytes crossterm did not take this time: wait rather than ask again at once.
+            std::thread::sleep(Duration::from_millis(50));
         }
     }
 }
@@ -387,6 +391,9 @@ impl RawMode {
                 previous(info);
             }));
         });
+        // From here until the terminal is given back, `-v` log lines are held, not printed over
+        // the view.
+        crate::text::held_log::hold();
         terminal::enable_raw_mode()?;
         TERMINAL_OURS.store(true, Ordering::SeqCst);
         let guard = RawMode { armed: true };
@@ -420,6 +427,8 @@ fn give_back_terminal() {
             cursor::Show
         );
     }
+    // The log lines held while the view was up, on the restored terminal.
+    crate::text::held_log::release();
 }
 
 #[cfg(test)]

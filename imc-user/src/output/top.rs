@@ -131,6 +131,9 @@ pub struct ViewState {
     pub scroll: usize,
     /// Task rows that fit on the screen at the last render (what a page scroll moves by).
     pub page: usize,
+    /// The last log lines (`-v`) held while the view is up: shown above the keys line, never
+    /// written over the view (all of them are printed on stderr when it closes).
+    pub log: Vec<String>,
 }
 
 impl Default for ViewState {
@@ -140,6 +143,7 @@ impl Default for ViewState {
             descending: true,
             scroll: 0,
             page: 10,
+            log: Vec::new(),
         }
     }
 }
@@ -278,15 +282,37 @@ pub fn render(
             (history.packages.len().max(1) * per) as u16
         }
     };
-    let [head, series, table, foot] = Layout::vertical([
-        Constraint::Length(2 + u16::from(cfg.notice.is_some())),
+    // The explanation under the title wraps to the width: sentences, cut they would say
+    // something else.
+    let (title, explain) = header_text(cfg, result);
+    let explain = crate::text::wrap(&explain, area.width as usize);
+    let notice = cfg.notice.as_deref().map_or_else(Vec::new, |n| {
+        crate::text::wrap(&escape(n), area.width as usize)
+    });
+    let log_lines = state.log.len().min(3) as u16;
+    let [head, series, table, log, foot] = Layout::vertical([
+        Constraint::Length((1 + explain.len() + notice.len()) as u16),
         Constraint::Length(series_lines + 1),
         Constraint::Min(2),
+        Constraint::Length(log_lines),
         Constraint::Length(1),
     ])
     .areas(area);
 
-    render_header(cfg, result, head, buf);
+    render_header(title, &explain, &notice, head, buf);
+    if log_lines > 0 {
+        let shown = &state.log[state.log.len() - log_lines as usize..];
+        let lines: Vec<Line> = shown
+            .iter()
+            .map(|l| {
+                Line::styled(
+                    escape(l).into_owned(),
+                    Style::default().add_modifier(Modifier::DIM),
+                )
+            })
+            .collect();
+        Paragraph::new(lines).render(log, buf);
+    }
     render_series(cfg, history, result, series, buf);
     match result {
         Some(r) => render_tasks(cfg, r, state, table, buf),
@@ -304,9 +330,9 @@ pub fn render(
         .render(foot, buf);
 }
 
-fn render_header(cfg: &ViewConfig, result: Option<&IntervalResult>, area: Rect, buf: &mut Buffer) {
-    let bold = Style::default().add_modifier(Modifier::BOLD);
-    let (first, second) = match result {
+/// The header's title line and the line that says how to read the numbers.
+fn header_text(cfg: &ViewConfig, result: Option<&IntervalResult>) -> (String, String) {
+    match result {
         None => ("imc top".to_string(), String::new()),
         Some(r) => {
             let secs = seconds(r);
@@ -341,15 +367,23 @@ fn render_header(cfg: &ViewConfig, result: Option<&IntervalResult>, area: Rect, 
             };
             (first, second)
         }
-    };
-    let mut lines = vec![Line::styled(first, bold), Line::from(second)];
-    if let Some(n) = &cfg.notice {
-        lines.push(Line::styled(
-            escape(n).into_owned(),
-            Style::default().add_modifier(Modifier::DIM),
-        ));
     }
-    Paragraph::new(lines).render(area, buf);
+}
+
+/// The title, bold; the explanation, then the notice, dimmed (both already wrapped).
+fn render_header(
+    title: String,
+    explain: &[String],
+    notice: &[String],
+    area: Rect,
+    buf: &mut Buffer,
+) {
+    let bold = Style::default().add_modifier(Modifier::BOLD);
+    let dim = Style::default().add_modifier(Modifier::DIM);
+    let mut out = vec![Line::styled(title, bold)];
+    out.extend(explain.iter().map(|l| Line::from(l.clone())));
+    out.extend(notice.iter().map(|l| Line::styled(l.clone(), dim)));
+    Paragraph::new(out).render(area, buf);
 }
 
 /// One labelled history line: the label with the current value, then the sparkline of the last

@@ -129,14 +129,19 @@ fn relax_timers(drain_period_ms: u32) {
 
 /// `-v`: which tick the sampler attached to, and how often it is drained.
 fn say_tick_and_drain(sampler: &Sampler, cfg: &SamplerConfig) {
+    use std::io::Write as _;
+    // Through the log's writer: held while `top`'s full-screen view is up, not printed on it.
+    let mut err = crate::text::held_log::Writer;
     let a = sampler.attached();
-    eprintln!(
+    let _ = writeln!(
+        err,
         "imc: tick: {} ({}; adds interrupts: {})",
         a.source,
         a.why,
         if a.adds_interrupts { "yes" } else { "no" }
     );
-    eprintln!(
+    let _ = writeln!(
+        err,
         "imc: drain: every {} ms or when a CPU's ring of {} records is half full",
         cfg.drain_period_ms,
         sampler.ring_len()
