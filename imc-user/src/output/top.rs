@@ -252,6 +252,36 @@ pub fn per_s(count: f64, secs: f64) -> String {
     }
 }
 
+/// One unit for a whole column of counts per second: k or M as [`per_s`] picks it for the
+/// column's largest value, so `34954k` never stands beside `128M`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct CountScale {
+    div: f64,
+    suffix: &'static str,
+}
+
+impl CountScale {
+    pub fn for_max(max_per_s: f64) -> CountScale {
+        let (div, suffix) = if max_per_s >= 1e8 {
+            (1e6, "M")
+        } else if max_per_s >= 1e5 {
+            (1e3, "k")
+        } else {
+            (1.0, "")
+        };
+        CountScale { div, suffix }
+    }
+
+    pub fn show(self, count: f64, secs: f64) -> String {
+        let v = count / secs / self.div;
+        if self.suffix.is_empty() {
+            super::fixed(v, 0)
+        } else {
+            format!("{v:.0}{}", self.suffix)
+        }
+    }
+}
+
 fn column_title(state: &ViewState, key: Option<SortKey>, title: &str) -> String {
     match key {
         Some(k) if k == state.sort => {
@@ -535,7 +565,19 @@ fn render_tasks(
         .map(|(_, _, w)| Constraint::Length(*w))
         .collect();
 
-    let body = rows.iter().skip(state.scroll).take(page).map(|t| {
+    let shown: Vec<&TaskRow> = rows.iter().skip(state.scroll).take(page).copied().collect();
+    let scales: Vec<CountScale> = cfg
+        .value_events
+        .iter()
+        .map(|e| {
+            let max = shown
+                .iter()
+                .map(|t| t.values.get(e).copied().unwrap_or(0.0) / secs)
+                .fold(0.0, f64::max);
+            CountScale::for_max(max)
+        })
+        .collect();
+    let body = shown.iter().map(|t| {
         let mut cells = Vec::new();
         if ident.pid {
             cells.push(right(t.pid.to_string()));
@@ -555,8 +597,8 @@ fn render_tasks(
             }
         }
         cells.push(right(format!("{:.1}%", t.share * 100.0)));
-        for e in &cfg.value_events {
-            cells.push(right(per_s(t.values.get(e).copied().unwrap_or(0.0), secs)));
+        for (e, scale) in cfg.value_events.iter().zip(&scales) {
+            cells.push(right(scale.show(t.values.get(e).copied().unwrap_or(0.0), secs)));
         }
         Row::new(cells)
     });
@@ -789,6 +831,33 @@ mod tests {
                 .any(|l| l.contains("counting page-faults")),
             "the notice is in the header:\n{all}"
         );
+    }
+
+    #[test]
+    fn a_column_of_counts_has_one_unit() {
+        let cfg = ViewConfig {
+            units: Units::Counts,
+            value_events: vec!["page-faults".into()],
+            traffic_events: vec!["page-faults".into()],
+            top: 0,
+            notice: None,
+            by: GroupBy::Pid,
+        };
+        let t = |pid: u32, faults: f64| TaskRow {
+            pid,
+            tgid: pid,
+            comm: format!("t{pid}"),
+            values: [("page-faults".to_string(), faults)].into(),
+            ..TaskRow::default()
+        };
+        let mut r = bytes_interval();
+        // One second: 128 M/s beside 34.954 M/s and 2/s.
+        r.t_end_ns = r.t_start_ns + 1_000_000_000;
+        r.tasks = vec![t(1, 128e6), t(2, 34_954_000.0), t(3, 2.0)];
+        let mut st = ViewState::default();
+        let all = screen(&cfg, &History::default(), Some(&r), &mut st, 120, 30).join("\n");
+        assert!(all.contains("128M") && all.contains("35M") && all.contains("0M"), "{all}");
+        assert!(!all.contains("34954k"), "{all}");
     }
 
     #[test]
