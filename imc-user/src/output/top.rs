@@ -598,7 +598,9 @@ fn render_tasks(
         }
         cells.push(right(format!("{:.1}%", t.share * 100.0)));
         for (e, scale) in cfg.value_events.iter().zip(&scales) {
-            cells.push(right(scale.show(t.values.get(e).copied().unwrap_or(0.0), secs)));
+            cells.push(right(
+                scale.show(t.values.get(e).copied().unwrap_or(0.0), secs),
+            ));
         }
         Row::new(cells)
     });
@@ -856,7 +858,10 @@ mod tests {
         r.tasks = vec![t(1, 128e6), t(2, 34_954_000.0), t(3, 2.0)];
         let mut st = ViewState::default();
         let all = screen(&cfg, &History::default(), Some(&r), &mut st, 120, 30).join("\n");
-        assert!(all.contains("128M") && all.contains("35M") && all.contains("0M"), "{all}");
+        assert!(
+            all.contains("128M") && all.contains("35M") && all.contains("0M"),
+            "{all}"
+        );
         assert!(!all.contains("34954k"), "{all}");
     }
 
