@@ -332,3 +332,51 @@ fn per_channel_without_channels_says_why() {
         assert!(said[0].contains("no memory channels"), "{err}");
     }
 }
+
+/// Issue 31: HZ was "assumed" although `proc/config.gz` said CONFIG_HZ=250. The plan reads
+/// the kernel's config under --root (gzip) and says where HZ came from.
+#[test]
+fn the_plan_reads_hz_from_proc_config_gz_and_says_so() {
+    let fixture = imc_tests::own_fixtures().join("skx-2socket");
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    for entry in std::fs::read_dir(&fixture).unwrap() {
+        let e = entry.unwrap();
+        if e.file_name() != "proc" {
+            std::os::unix::fs::symlink(e.path(), root.join(e.file_name())).unwrap();
+        }
+    }
+    std::fs::create_dir_all(root.join("proc")).unwrap();
+    if fixture.join("proc").is_dir() {
+        for entry in std::fs::read_dir(fixture.join("proc")).unwrap() {
+            let e = entry.unwrap();
+            std::os::unix::fs::symlink(e.path(), root.join("proc").join(e.file_name())).unwrap();
+        }
+    }
+    let plan = |root: &std::path::Path| {
+        let out = imc()
+            .args(["--root", root.to_str().unwrap(), "top", "--dry-run"])
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert!(plan(root).contains("(assumed"), "no config: assumed");
+    let config = root.join("proc/config");
+    std::fs::write(&config, "# CONFIG_HZ_1000 is not set\nCONFIG_HZ=300\n").unwrap();
+    let gz = std::process::Command::new("gzip").arg(&config).status();
+    if !gz.is_ok_and(|s| s.success()) {
+        eprintln!("SKIPPED: gzip is not installed");
+        return;
+    }
+    let text = plan(root);
+    assert!(
+        text.contains("HZ=300 (CONFIG_HZ in proc/config.gz)"),
+        "{text}"
+    );
+}

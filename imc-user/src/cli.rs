@@ -380,7 +380,7 @@ pub fn parse_interval_ms(s: &str) -> Result<u64, String> {
     match ms {
         Some(v) if (1..=MAX_INTERVAL_MS).contains(&v) => Ok(v),
         _ => Err(format!(
-            "'{s}' is not an interval: give whole milliseconds (100) or a duration with units (100ms, 2s), at least 1 ms and at most a day"
+            "'{s}' is not an interval: give whole milliseconds, 1 or more (100), or a duration with units (100ms, 2s); at most a day"
         )),
     }
 }
@@ -402,7 +402,7 @@ pub fn parse_seconds(s: &str) -> Result<f64, String> {
     match secs {
         Some(v) if v.is_finite() && v > 0.0 && v <= MAX_SECONDS => Ok(v),
         _ => Err(format!(
-            "'{s}' is not a duration: give seconds (10, 0.5) or a duration with units (10s, 500ms, 2m), more than 0 and at most a year"
+            "'{s}' is not a duration: give a positive number of seconds (10, 0.5) or a duration with units (10s, 500ms, 2m); at most a year"
         )),
     }
 }
