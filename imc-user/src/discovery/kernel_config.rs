@@ -16,7 +16,7 @@ pub struct KernelConfig {
 /// The config of the kernel `release`: `proc/config.gz` first (it is the running kernel's by
 /// construction), then `boot/config-RELEASE`. None when neither is a readable regular file.
 pub fn read(root: &Path, release: Option<&str>) -> Option<KernelConfig> {
-    if let Some(text) = regular(&root.join("proc/config.gz")).and_then(|f| gunzip(f)) {
+    if let Some(text) = regular(&root.join("proc/config.gz")).and_then(gunzip) {
         return Some(KernelConfig {
             text,
             source: "proc/config.gz".into(),
