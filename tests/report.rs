@@ -418,3 +418,48 @@ fn a_bytes_threshold_suffix_stays_binary() {
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("bursts above 8.00 GiB/s: 6"), "{out}");
 }
+
+/// Issue 31: a group row showed one member's identity (`PID 0 TGID 0 COMM rustc`; JSON
+/// `{"comm":"memchurn","pid":0,…}` for a group memchurn made most of). A group row carries its
+/// key: pid, tgid and comm are null unless the key is that field, and the table shows no member
+/// name beside a cgroup or a command name. `--by process` is the tgid grouping.
+#[test]
+fn group_rows_carry_their_key_not_a_members_identity() {
+    let (path, _) = recording();
+    let p = path.to_str().unwrap();
+    for (by, pid, tgid, comm) in [
+        ("cgroup", false, false, false),
+        ("container", false, false, false),
+        ("pod", false, false, false),
+        ("comm", false, false, true),
+        ("tgid", false, true, true),
+        ("process", false, true, true),
+        ("pid", true, true, true),
+    ] {
+        let (v, _) = json(&[p, "--json", "--by", by]);
+        let mut rows: Vec<&Value> = v["tasks"].as_array().unwrap().iter().collect();
+        for b in v["bursts"].as_array().unwrap() {
+            rows.extend(b["tasks"].as_array().unwrap());
+        }
+        assert!(!rows.is_empty(), "--by {by}");
+        for r in rows {
+            assert_eq!(!r["pid"].is_null(), pid, "--by {by}: {r}");
+            assert_eq!(!r["tgid"].is_null(), tgid, "--by {by}: {r}");
+            assert_eq!(!r["comm"].is_null(), comm, "--by {by}: {r}");
+        }
+    }
+    let (code, out, err) = report(&[p, "--by", "cgroup"]);
+    assert_eq!(code, 0, "{err}");
+    let head = out
+        .lines()
+        .find(|l| l.trim_start().starts_with("CGROUP"))
+        .unwrap();
+    assert!(!head.contains("COMM"), "{head}");
+    assert!(
+        !out.contains("burster"),
+        "a member's name in a cgroup row:\n{out}"
+    );
+    let (_, by_process, _) = report(&[p, "--by", "process"]);
+    let (_, by_tgid, _) = report(&[p, "--by", "tgid"]);
+    assert_eq!(by_process, by_tgid);
+}

@@ -400,3 +400,241 @@ fn live_view_gives_cpu_clock_its_unit() {
     assert!(head.contains("page-faults/s"), "{screen}");
     tmux.keys("q");
 }
+
+/// The imc programs loaded since `before` was taken: the ones the imc under test loaded (ids
+/// are never reused while the machine runs).
+fn programs_since(before: &[u64]) -> Vec<u64> {
+    loaded_imc_programs()
+        .into_iter()
+        .filter(|id| !before.contains(id))
+        .collect()
+}
+
+/// Whether process `pid` has ended (gone, or a zombie nobody reaped yet).
+fn ended(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(s) => {
+            s.rsplit(')')
+                .next()
+                .and_then(|r| r.split_whitespace().next())
+                == Some("Z")
+        }
+    }
+}
+
+fn wait_ended(pid: u32, within: Duration) -> bool {
+    let end = Instant::now() + within;
+    while Instant::now() < end {
+        if ended(pid) {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    ended(pid)
+}
+
+/// The view up in `tmux` and imc's own process id: the pane's process (`exec`) or its child.
+fn view_up(tmux: &Tmux) -> u32 {
+    tmux.wait_for("the task table", Duration::from_secs(30), |s| {
+        s.contains("PID") && !row_pids(s).is_empty()
+    });
+    let pane: u32 = tmux.pane_flag("pane_pid").parse().expect("pane pid");
+    let comm = std::fs::read_to_string(format!("/proc/{pane}/comm")).unwrap_or_default();
+    if comm.trim() == "imc" {
+        return pane;
+    }
+    let children =
+        std::fs::read_to_string(format!("/proc/{pane}/task/{pane}/children")).unwrap_or_default();
+    children
+        .split_whitespace()
+        .filter_map(|c| c.parse().ok())
+        .find(|c: &u32| {
+            std::fs::read_to_string(format!("/proc/{c}/comm")).is_ok_and(|n| n.trim() == "imc")
+        })
+        .expect("imc runs in the pane")
+}
+
+/// Issue 31: closing the terminal (the tmux session) left `imc top` running for ever, its key
+/// thread spinning on the dead terminal, and SIGTERM no longer ended it. Now the hang-up ends
+/// the run, and its programs are unloaded.
+#[test]
+fn top_whose_terminal_goes_away_exits_and_unloads() {
+    if !sampler_prerequisites() {
+        return;
+    }
+    if !require(
+        have_tmux(),
+        "tmux runs the view in a terminal: apt-get install tmux (scripts/setup.sh)",
+    ) {
+        return;
+    }
+    let before = loaded_imc_programs();
+    let tmux = Tmux::start(
+        120,
+        40,
+        &format!("exec {} top -e page-faults -I 200", shell_quote(&imc_bin())),
+    );
+    let pid = view_up(&tmux);
+    assert!(
+        !programs_since(&before).is_empty(),
+        "imc top loaded nothing"
+    );
+    let out = tmux.run(&["kill-session", "-t", "top"]);
+    assert!(out.status.success(), "tmux kill-session");
+    let gone = wait_ended(pid, Duration::from_secs(5));
+    if !gone {
+        // Leave nothing behind, then fail.
+        // SAFETY: kill has no memory preconditions.
+        unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    }
+    assert!(
+        gone,
+        "imc top (pid {pid}) still runs 5 s after its terminal closed"
+    );
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !programs_since(&before).is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(
+        programs_since(&before),
+        Vec::<u64>::new(),
+        "programs left loaded"
+    );
+}
+
+/// SIGTERM and SIGINT sent to the live view end it like q: exit 0, the terminal restored.
+#[test]
+fn top_ends_on_sigterm_and_sigint_restoring_the_terminal() {
+    if !sampler_prerequisites() {
+        return;
+    }
+    if !require(
+        have_tmux(),
+        "tmux runs the view in a terminal: apt-get install tmux (scripts/setup.sh)",
+    ) {
+        return;
+    }
+    for sig in [libc::SIGTERM, libc::SIGINT] {
+        let (tmux, after) = in_terminal("", "top -e page-faults -I 200");
+        let pid = view_up(&tmux);
+        // SAFETY: kill has no memory preconditions.
+        unsafe { libc::kill(pid as i32, sig) };
+        let gone = wait_ended(pid, Duration::from_secs(5));
+        if !gone {
+            // SAFETY: as above.
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+        }
+        assert!(gone, "imc top still runs 5 s after signal {sig}");
+        let end = tmux.wait_for("imc to exit", Duration::from_secs(5), |s| {
+            s.contains("imc exited")
+        });
+        assert!(end.contains("imc exited 0"), "signal {sig}: {end}");
+        assert_restored(&tmux, &after);
+    }
+}
+
+/// Issue 31: `top --by comm --json` rows showed a member's pid (0) as if it were one. A group
+/// row's pid and tgid are null; the name is its key.
+#[test]
+fn top_group_rows_carry_their_key() {
+    if !sampler_prerequisites() {
+        return;
+    }
+    let _faulters = Faulters::start(2);
+    let out = imc()
+        .args([
+            "top",
+            "-e",
+            "page-faults",
+            "-I",
+            "200",
+            "--duration",
+            "0.7",
+            "--json",
+            "--by",
+            "comm",
+        ])
+        .output()
+        .expect("run imc");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let mut rows = 0;
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let v: serde_json::Value = serde_json::from_str(line).expect("a JSON line");
+        for t in v["tasks"].as_array().unwrap() {
+            assert!(t["pid"].is_null() && t["tgid"].is_null(), "{t}");
+            assert!(t["comm"].is_string(), "{t}");
+            rows += 1;
+        }
+    }
+    assert!(rows > 0, "no rows");
+}
+
+/// Issue 31: with `-v` the log lines were drawn over the table (`…el'21979 tim21979tmemchurn…`)
+/// and lost at exit, and the stand-in's explanation was cut at every width. Now the log is
+/// held while the view is up (its last lines in a region of their own above the keys), all of
+/// it printed once the terminal is back, and the explanation wraps to the width.
+#[test]
+fn verbose_log_never_lands_on_the_view_and_the_explanation_wraps() {
+    if !sampler_prerequisites() {
+        return;
+    }
+    if !require(
+        have_tmux(),
+        "tmux runs the view in a terminal: apt-get install tmux (scripts/setup.sh)",
+    ) {
+        return;
+    }
+    let _faulters = Faulters::start(1);
+    for width in [80u16, 160, 200] {
+        let script = format!(
+            "{} -v top -I 200; echo \"imc exited $?\"; sleep 120",
+            shell_quote(&imc_bin())
+        );
+        let tmux = Tmux::start(width, 40, &script);
+        let screen = tmux.wait_for("the task table", Duration::from_secs(30), |s| {
+            row_pids(s).len() >= 2
+        });
+        let lines: Vec<&str> = screen.lines().collect();
+        assert!(
+            lines.iter().all(|l| l.chars().count() <= width as usize),
+            "{screen}"
+        );
+        let head = lines.iter().position(|l| l.contains("PID")).unwrap();
+        let keys = lines.iter().rposition(|l| l.starts_with("sort:")).unwrap();
+        for l in &lines[head + 1..keys] {
+            let t = l.trim();
+            let row = t
+                .split_whitespace()
+                .next()
+                .is_some_and(|f| f.parse::<u32>().is_ok());
+            // Rows, blank lines, or the log's own region (whole log lines, cut at the edge).
+            assert!(
+                t.is_empty() || row || t.starts_with("imc:") || t.starts_with('['),
+                "at {width} columns a line that is no row: {l:?}\n{screen}"
+            );
+        }
+        // The stand-in explanation, whole, however it wrapped (this machine has no memory
+        // controller; a machine with one has no stand-in to explain).
+        let joined = lines[..head].join(" ");
+        let words = joined.split_whitespace().collect::<Vec<_>>().join(" ");
+        if words.contains("as a stand-in") {
+            assert!(
+                words.contains("(counts, not bytes)")
+                    && words.contains("streaming through memory it already has shows none"),
+                "at {width} columns the explanation is cut:\n{screen}"
+            );
+        }
+        tmux.keys("q");
+        let end = tmux.wait_for("imc to exit", Duration::from_secs(10), |s| {
+            s.contains("imc exited")
+        });
+        assert!(end.contains("imc exited 0"), "{end}");
+        // The held log, printed on the restored terminal.
+        assert!(
+            end.contains("imc: tick:") && end.contains("imc: drain:"),
+            "the log after exit at {width} columns:\n{end}"
+        );
+    }
+}

@@ -81,6 +81,7 @@ fn main() {
         traffic_events: vec!["uncore_imc_0/read".into()],
         top: 0,
         notice: None,
+        by: imc::model::GroupBy::Pid,
     };
     let results = [interval(1), interval(2)];
     let mut history = History::default();

@@ -1,6 +1,7 @@
 //! The command line of the contract in shared/design.md. Each subcommand's arguments are one
 //! struct so that the command modules take exactly what they need.
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::ffi::OsString;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
@@ -81,11 +82,11 @@ pub struct EncodeArgs {
 
 #[derive(Args, Debug, Clone)]
 pub struct StatArgs {
-    /// Interval in milliseconds (1 ms and up).
+    /// Interval: milliseconds, or with units (100ms, 2s); 1 ms to a day.
     #[arg(short = 'I', long = "interval", value_name = "MS", default_value_t = 1000,
           value_parser = parse_interval_ms, allow_negative_numbers = true)]
     pub interval_ms: u64,
-    /// Stop after S seconds (fractions allowed).
+    /// Stop after this long: seconds (fractions allowed), or with units (10s, 500ms, 2m).
     #[arg(long, value_name = "S", value_parser = parse_seconds, allow_negative_numbers = true)]
     pub duration: Option<f64>,
     /// Counters to read instead of the backend's default read/write events.
@@ -117,7 +118,7 @@ pub struct StatArgs {
     pub latency: Option<String>,
     /// Run this command and measure until it exits (exit with its status).
     #[arg(last = true, value_name = "CMD")]
-    pub command: Vec<String>,
+    pub command: Vec<OsString>,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -157,13 +158,13 @@ pub struct SamplerArgs {
 pub struct TopArgs {
     #[command(flatten)]
     pub sampler: SamplerArgs,
-    /// Stop after S seconds (fractions allowed).
+    /// Stop after this long: seconds (fractions allowed), or with units (10s, 500ms, 2m).
     #[arg(long, value_name = "S", value_parser = parse_seconds, allow_negative_numbers = true)]
     pub duration: Option<f64>,
     /// One JSON object per interval instead of the full-screen view (default when piped).
     #[arg(long)]
     pub json: bool,
-    /// Interval between updates in milliseconds.
+    /// Interval between updates: milliseconds, or with units (100ms, 2s).
     #[arg(short = 'I', long = "interval", value_name = "MS", default_value_t = 1000,
           value_parser = parse_interval_ms, allow_negative_numbers = true)]
     pub interval_ms: u64,
@@ -176,9 +177,9 @@ pub struct TopArgs {
         allow_negative_numbers = true
     )]
     pub top: usize,
-    /// One row per thread (pid), process (tgid), name (comm), cgroup (its v2 path), container
-    /// (Docker, containerd, CRI-O or Podman id) or Kubernetes pod (UID); tasks in no container
-    /// (pod) are one row.
+    /// One row per thread (pid), process (tgid; `process` means the same), name (comm), cgroup
+    /// (its v2 path), container (Docker, containerd, CRI-O or Podman id) or Kubernetes pod (UID);
+    /// tasks in no container (pod) are one row. A group row shows its key, not a member's pid.
     #[arg(long, value_enum, default_value = "pid", conflicts_with = "ibs")]
     pub by: GroupBy,
     /// AMD: sample with IBS op instead and show, per process, how many sampled loads DRAM
@@ -206,19 +207,20 @@ pub struct RecordArgs {
     /// With --dry-run: the plan as one JSON object.
     #[arg(long, requires = "dry_run")]
     pub json: bool,
-    /// Stop after S seconds (fractions allowed; default: until -- CMD exits, or Ctrl-C).
+    /// Stop after this long: seconds (fractions allowed) or with units (10s, 2m); default: until
+    /// -- CMD exits, or Ctrl-C.
     #[arg(long, value_name = "S", value_parser = parse_seconds, allow_negative_numbers = true)]
     pub duration: Option<f64>,
     /// Largest size of the recording; older data rotates out beyond it (e.g. 100M, 2G).
     #[arg(long, value_name = "SIZE", value_parser = parse_size, allow_hyphen_values = true)]
     pub max_size: Option<u64>,
-    /// Aggregation interval in milliseconds.
+    /// Aggregation interval: milliseconds, or with units (100ms, 1s).
     #[arg(short = 'I', long = "interval", value_name = "MS", default_value_t = 100,
           value_parser = parse_interval_ms, allow_negative_numbers = true)]
     pub interval_ms: u64,
     /// Run this command and record until it exits.
     #[arg(last = true, value_name = "CMD")]
-    pub command: Vec<String>,
+    pub command: Vec<OsString>,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -244,7 +246,7 @@ pub struct ServeArgs {
     /// client_ca_file} and basic_auth_users {user: bcrypt hash}.
     #[arg(long = "web.config.file", value_name = "FILE")]
     pub web_config_file: Option<PathBuf>,
-    /// How often the counters are brought up to date, in milliseconds.
+    /// How often the counters are brought up to date: milliseconds, or with units (500ms, 5s).
     #[arg(short = 'I', long = "interval", value_name = "MS", default_value_t = 1000,
           value_parser = parse_interval_ms)]
     pub interval_ms: u64,
@@ -286,7 +288,13 @@ impl ValueEnum for GroupBy {
     }
 
     fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
-        Some(clap::builder::PossibleValue::new(self.name()))
+        let v = clap::builder::PossibleValue::new(self.name());
+        // `process` is the tgid grouping, as ps and perf call a thread group.
+        Some(if *self == GroupBy::Tgid {
+            v.alias("process")
+        } else {
+            v
+        })
     }
 }
 
@@ -298,8 +306,9 @@ pub struct ReportArgs {
     /// One JSON object (groups, bursts, totals) instead of the text report.
     #[arg(long)]
     pub json: bool,
-    /// What to add the traffic up by: process (tgid), thread (pid), command name, cgroup (its
-    /// v2 path), container (Docker, containerd, CRI-O or Podman id) or Kubernetes pod (UID).
+    /// What to add the traffic up by: process (tgid; `process` means the same), thread (pid),
+    /// command name, cgroup (its v2 path), container (Docker, containerd, CRI-O or Podman id) or
+    /// Kubernetes pod (UID). A group row shows its key, not a member's pid or name.
     #[arg(long, value_enum, default_value = "tgid")]
     pub by: GroupBy,
     /// List the bursts (always included in --json).
@@ -354,12 +363,30 @@ pub const MAX_INTERVAL_MS: u64 = 24 * 3600 * 1000;
 /// (`Duration::from_secs_f64` panics from about 1.8e19 s), and no run is meant to last longer.
 pub const MAX_SECONDS: f64 = 365.0 * 24.0 * 3600.0;
 
-/// An interval in whole milliseconds, from 1 to [`MAX_INTERVAL_MS`].
+/// A duration with units (`100ms`, `1s`, `2m`, `1h 30m`), read by humantime: the units of
+/// systemd and Prometheus' exporters. `None` when the text is no such duration.
+fn with_units(s: &str) -> Option<std::time::Duration> {
+    let t = s.trim();
+    // A bare number is the option's own unit, said by the caller; humantime wants a unit.
+    if t.is_empty() || t.starts_with(|c: char| !c.is_ascii_digit()) {
+        return None;
+    }
+    humantime::parse_duration(t).ok()
+}
+
+/// An interval in whole milliseconds, from 1 to [`MAX_INTERVAL_MS`]: a bare number is
+/// milliseconds, or a duration with units (`100ms`, `2s`).
 pub fn parse_interval_ms(s: &str) -> Result<u64, String> {
-    match s.trim().parse::<u64>() {
-        Ok(v) if (1..=MAX_INTERVAL_MS).contains(&v) => Ok(v),
+    let ms = match s.trim().parse::<u64>() {
+        Ok(v) => Some(v),
+        Err(_) => with_units(s)
+            .filter(|d| d.subsec_nanos() % 1_000_000 == 0)
+            .and_then(|d| u64::try_from(d.as_millis()).ok()),
+    };
+    match ms {
+        Some(v) if (1..=MAX_INTERVAL_MS).contains(&v) => Ok(v),
         _ => Err(format!(
-            "'{s}' is not an interval: give whole milliseconds, 1 or more and at most {MAX_INTERVAL_MS} (a day)"
+            "'{s}' is not an interval: give whole milliseconds, 1 or more (100), or a duration with units (100ms, 2s); at most a day"
         )),
     }
 }
@@ -379,12 +406,17 @@ pub fn parse_listen(s: &str) -> Result<SocketAddr, String> {
     })
 }
 
-/// Seconds as a positive decimal up to [`MAX_SECONDS`]: `10`, `0.5`.
+/// Seconds up to [`MAX_SECONDS`]: a bare positive decimal is seconds (`10`, `0.5`), or a
+/// duration with units (`10s`, `500ms`, `2m`, `1h`).
 pub fn parse_seconds(s: &str) -> Result<f64, String> {
-    match s.trim().parse::<f64>() {
-        Ok(v) if v.is_finite() && v > 0.0 && v <= MAX_SECONDS => Ok(v),
+    let secs = match s.trim().parse::<f64>() {
+        Ok(v) => Some(v),
+        Err(_) => with_units(s).map(|d| d.as_secs_f64()),
+    };
+    match secs {
+        Some(v) if v.is_finite() && v > 0.0 && v <= MAX_SECONDS => Ok(v),
         _ => Err(format!(
-            "'{s}' is not a positive number of seconds (at most {MAX_SECONDS:.0}, a year)"
+            "'{s}' is not a duration: give a positive number of seconds (10, 0.5) or a duration with units (10s, 500ms, 2m); at most a year"
         )),
     }
 }
@@ -478,6 +510,32 @@ mod tests {
         assert!(parse_interval_ms("1.5").is_err());
         assert_eq!(parse_interval_ms("86400000"), Ok(MAX_INTERVAL_MS));
         assert!(parse_interval_ms("86400001").is_err());
+    }
+
+    #[test]
+    fn durations_take_units_and_bare_numbers_keep_their_unit() {
+        assert_eq!(parse_seconds("10s"), Ok(10.0));
+        assert_eq!(parse_seconds("500ms"), Ok(0.5));
+        assert_eq!(parse_seconds("2m"), Ok(120.0));
+        assert_eq!(parse_seconds("1h 30m"), Ok(5400.0));
+        assert_eq!(parse_seconds("10"), Ok(10.0));
+        assert_eq!(parse_seconds("365days"), Ok(MAX_SECONDS));
+        assert!(parse_seconds("366d").is_err());
+        assert!(parse_seconds("0s").is_err());
+        assert!(parse_seconds("10parsecs").is_err());
+        assert!(parse_seconds("s").is_err());
+        assert_eq!(parse_interval_ms("100ms"), Ok(100));
+        assert_eq!(parse_interval_ms("2s"), Ok(2000));
+        assert_eq!(parse_interval_ms("100"), Ok(100));
+        assert_eq!(parse_interval_ms("1d"), Ok(MAX_INTERVAL_MS));
+        assert!(parse_interval_ms("1d 1ms").is_err());
+        assert!(parse_interval_ms("500us").is_err());
+        assert!(parse_interval_ms("1500us").is_err());
+        assert!(parse_interval_ms("0ms").is_err());
+        for bad in ["1e99", "10x", "-1s"] {
+            let e = parse_seconds(bad).unwrap_err();
+            assert_eq!(e.lines().count(), 1, "{e}");
+        }
     }
 
     #[test]

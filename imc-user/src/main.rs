@@ -6,6 +6,7 @@ use clap::error::{ContextKind, ContextValue, ErrorKind};
 use clap::{CommandFactory, Parser};
 use imc::cli::{Cli, Command};
 use imc::error::CliError;
+use std::ffi::OsString;
 use std::io::Write;
 use std::process::ExitCode;
 
@@ -30,14 +31,21 @@ fn main() -> ExitCode {
 }
 
 fn run() -> Result<ExitCode> {
-    let cli = match Cli::try_parse() {
+    // As the OS gave them: an argument need not be UTF-8 (a program path after `--`), and
+    // reading it as a String would panic.
+    let argv: Vec<OsString> = help_help(std::env::args_os().collect());
+    let cli = match Cli::try_parse_from(&argv) {
         Ok(cli) => cli,
         Err(e) if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) => {
             e.print().map_err(CliError::output)?;
             return Ok(ExitCode::SUCCESS);
         }
         Err(e) => {
-            let args: Vec<String> = std::env::args().skip(1).collect();
+            let args: Vec<String> = argv
+                .iter()
+                .skip(1)
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect();
             return Err(CliError::bad_input(usage_message(&e, &args)).into());
         }
     };
@@ -77,6 +85,10 @@ fn init_logging(verbose: u8) {
     };
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(level))
         .format_timestamp(None)
+        // Standard error, except while `top`'s full-screen view holds the terminal.
+        .target(env_logger::Target::Pipe(Box::new(
+            imc::text::held_log::Writer,
+        )))
         .init();
 }
 
@@ -103,7 +115,10 @@ fn usage_message(e: &clap::Error, args: &[String]) -> String {
             if let Some(values) = strings(e, ContextKind::ValidValue) {
                 line.push_str(&format!("; choose one of: {}", values.join(", ")));
             }
-            if let Some(similar) = strings(e, ContextKind::SuggestedArg) {
+            let similar = strings(e, ContextKind::SuggestedArg)
+                .or_else(|| strings(e, ContextKind::SuggestedSubcommand))
+                .or_else(|| misspelt_command(e));
+            if let Some(similar) = similar {
                 line.push_str(&format!(" (did you mean {}?)", quoted(&similar)));
             }
             line
@@ -112,6 +127,45 @@ fn usage_message(e: &clap::Error, args: &[String]) -> String {
     match sub {
         Some(s) => format!("{s}: {what} ({help})"),
         None => format!("{what} ({help})"),
+    }
+}
+
+/// A command name one edit (a letter added, dropped, changed, or two swapped) from what was
+/// typed, where clap's own likeness measure finds none (`tpo` for `top`).
+fn misspelt_command(e: &clap::Error) -> Option<Vec<String>> {
+    if e.kind() != ErrorKind::InvalidSubcommand {
+        return None;
+    }
+    let typed = strings(e, ContextKind::InvalidSubcommand)?
+        .into_iter()
+        .next()?;
+    let cmd = Cli::command();
+    let near: Vec<String> = cmd
+        .get_subcommands()
+        .filter(|s| !s.is_hide_set())
+        .map(|s| s.get_name().to_string())
+        .filter(|name| strsim::osa_distance(name, &typed) <= 1)
+        .collect();
+    (!near.is_empty()).then_some(near)
+}
+
+/// `imc help --help` (and `imc help top -h`): clap's help command takes no options, so the
+/// help flags after it are dropped and it shows the help it was asked for.
+fn help_help(argv: Vec<OsString>) -> Vec<OsString> {
+    let cmd = Cli::command();
+    let is_sub = |a: &OsString| cmd.get_subcommands().any(|s| a == s.get_name());
+    let first = argv
+        .iter()
+        .skip(1)
+        .position(|a| a == "help" || a == "--" || is_sub(a));
+    match first {
+        Some(i) if argv[i + 1] == "help" => argv
+            .iter()
+            .enumerate()
+            .filter(|&(j, a)| j <= i + 1 || !(a == "--help" || a == "-h"))
+            .map(|(_, a)| a.clone())
+            .collect(),
+        _ => argv,
     }
 }
 

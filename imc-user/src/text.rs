@@ -112,9 +112,159 @@ pub fn fmt_byte_rate(per_s: f64) -> String {
     format!("{}/s", fmt_bytes(per_s))
 }
 
+/// `s` broken into lines of at most `width` characters, at spaces where it can be (a word
+/// longer than the line is cut), so a sentence is shown whole on a narrow screen.
+pub fn wrap(s: &str, width: usize) -> Vec<String> {
+    let width = width.max(1);
+    let mut lines = Vec::new();
+    let mut line = String::new();
+    let mut len = 0;
+    for word in s.split(' ').filter(|w| !w.is_empty()) {
+        let mut word: Vec<char> = word.chars().collect();
+        if len > 0 && len + 1 + word.len() > width {
+            lines.push(std::mem::take(&mut line));
+            len = 0;
+        }
+        while word.len() > width {
+            let rest = word.split_off(width);
+            if len > 0 {
+                lines.push(std::mem::take(&mut line));
+            }
+            lines.push(word.into_iter().collect());
+            len = 0;
+            word = rest;
+        }
+        if len > 0 {
+            line.push(' ');
+            len += 1;
+        }
+        len += word.len();
+        line.extend(word);
+    }
+    if len > 0 || lines.is_empty() {
+        lines.push(line);
+    }
+    lines
+}
+
+/// The log (`-v`) while a full-screen view owns the terminal: a line written to stderr then
+/// would land on the view and be drawn over. While held, lines are kept here (the view shows the
+/// last few) and printed on stderr, in order, once the terminal is given back.
+pub mod held_log {
+    use std::io::Write;
+    use std::sync::Mutex;
+
+    /// Bytes kept while held; past it the oldest lines go, and their number is said.
+    const LIMIT: usize = 4 << 20;
+
+    struct Held {
+        text: std::collections::VecDeque<String>,
+        bytes: usize,
+        dropped: usize,
+        partial: String,
+    }
+
+    static HELD: Mutex<Option<Held>> = Mutex::new(None);
+
+    fn held() -> std::sync::MutexGuard<'static, Option<Held>> {
+        HELD.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The log's writer (env_logger's target): standard error, or the held lines.
+    pub struct Writer;
+
+    impl Write for Writer {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            let mut g = held();
+            let Some(h) = g.as_mut() else {
+                drop(g);
+                return std::io::stderr().write(buf);
+            };
+            h.partial.push_str(&String::from_utf8_lossy(buf));
+            while let Some(i) = h.partial.find('\n') {
+                let line: String = h.partial.drain(..=i).collect();
+                h.bytes += line.len();
+                h.text.push_back(line);
+                while h.bytes > LIMIT {
+                    let Some(old) = h.text.pop_front() else { break };
+                    h.bytes -= old.len();
+                    h.dropped += 1;
+                }
+            }
+            Ok(buf.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            if held().is_none() {
+                std::io::stderr().flush()?;
+            }
+            Ok(())
+        }
+    }
+
+    /// From now on log lines are kept, not printed.
+    pub fn hold() {
+        let mut g = held();
+        if g.is_none() {
+            *g = Some(Held {
+                text: Default::default(),
+                bytes: 0,
+                dropped: 0,
+                partial: String::new(),
+            });
+        }
+    }
+
+    /// The last `n` lines kept (without their line ends), oldest first.
+    pub fn tail(n: usize) -> Vec<String> {
+        held().as_ref().map_or_else(Vec::new, |h| {
+            let skip = h.text.len().saturating_sub(n);
+            h.text
+                .iter()
+                .skip(skip)
+                .map(|l| l.trim_end().to_string())
+                .collect()
+        })
+    }
+
+    /// Prints every kept line on stderr and goes back to printing them as they come.
+    pub fn release() {
+        let Some(h) = held().take() else { return };
+        let mut err = std::io::stderr().lock();
+        if h.dropped > 0 {
+            let _ = writeln!(
+                err,
+                "imc: {} earlier log lines were dropped while the view was up (more than {} MiB)",
+                h.dropped,
+                LIMIT >> 20
+            );
+        }
+        for line in &h.text {
+            let _ = err.write_all(line.as_bytes());
+        }
+        if !h.partial.is_empty() {
+            let _ = writeln!(err, "{}", h.partial);
+        }
+        let _ = err.flush();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn wrap_breaks_at_spaces_and_cuts_only_long_words() {
+        assert_eq!(wrap("aa bb cc", 5), ["aa bb", "cc"]);
+        assert_eq!(wrap("abcdefgh ij", 3), ["abc", "def", "gh", "ij"]);
+        assert_eq!(wrap("", 10), [""]);
+        let long = "no memory-controller counters (running under a hypervisor); counting page-faults per process as a stand-in";
+        for w in [20, 80] {
+            let lines = wrap(long, w);
+            assert!(lines.iter().all(|l| l.chars().count() <= w), "{lines:?}");
+            assert_eq!(lines.join(" "), long);
+        }
+    }
 
     #[test]
     fn control_characters_print_as_escapes() {

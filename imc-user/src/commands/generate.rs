@@ -51,6 +51,7 @@ pub fn manpage() -> CliResult<Vec<u8>> {
         .and_then(|()| man.render_description_section(&mut buf))
         .and_then(|()| man.render_options_section(&mut buf))
         .and_then(|()| render_subcommands(&cmd, &mut buf))
+        .and_then(|()| render_exit_status_and_examples(&mut buf))
         .and_then(|()| man.render_version_section(&mut buf))
         .map_err(|e| CliError::runtime(format!("rendering the man page: {e}")))?;
     Ok(buf)
@@ -71,10 +72,97 @@ fn render_subcommands(cmd: &clap::Command, buf: &mut Vec<u8>) -> std::io::Result
     Ok(())
 }
 
+/// imc's exit codes, as main.rs maps errors to them (shared/design.md's contract).
+pub const EXIT_CODES: [(&str, &str); 4] = [
+    ("0", "Success."),
+    (
+        "1",
+        "A runtime failure: the machine refused (no privileges to load the sampler, a counter that did not open), or output could not be written.",
+    ),
+    (
+        "2",
+        "Bad usage or bad input: a malformed value, a missing or unreadable file, an unknown event. One line on standard error names the input and what to do.",
+    ),
+    (
+        "N",
+        "With -- CMD (stat, record): the command's own exit status, or 128 plus the signal that ended it.",
+    ),
+];
+
+/// Examples for the man page: each is parsed by the real command line in a test.
+pub const EXAMPLES: [(&str, &str); 9] = [
+    (
+        "imc list",
+        "What this machine offers: each backend, available or not, and why.",
+    ),
+    (
+        "imc stat -I 100ms --duration 10s",
+        "System bandwidth per package, ten times a second, for ten seconds.",
+    ),
+    (
+        "imc stat --per-channel -- ./stream",
+        "Bandwidth per memory channel while ./stream runs; exits with its status.",
+    ),
+    ("imc top --by container", "Live bandwidth per container."),
+    (
+        "imc top --json --duration 1m",
+        "One JSON object per second for a minute.",
+    ),
+    (
+        "imc record -o run.imc --max-size 100M -- make -j8",
+        "Record while make runs, at most 100 MiB.",
+    ),
+    (
+        "imc report run.imc --by cgroup --bursts",
+        "Traffic per cgroup and the bursts of a recording.",
+    ),
+    (
+        "imc serve --listen 127.0.0.1:10160",
+        "Prometheus metrics at http://127.0.0.1:10160/metrics.",
+    ),
+    (
+        "imc --root tests/fixtures/skx-2socket stat --dry-run",
+        "The plan for another machine's sysfs tree, without privileges.",
+    ),
+];
+
+/// EXIT STATUS and EXAMPLES, which clap has no notion of.
+fn render_exit_status_and_examples(buf: &mut Vec<u8>) -> std::io::Result<()> {
+    // roff: a leading '.' or '\'' would be a request, a backslash an escape.
+    let roff = |s: &str| s.replace('\\', "\\e").replace('-', "\\-");
+    writeln!(buf, ".SH \"EXIT STATUS\"")?;
+    for (code, what) in EXIT_CODES {
+        writeln!(buf, ".TP\n\\fB{code}\\fR\n{}", roff(what))?;
+    }
+    writeln!(buf, ".SH EXAMPLES")?;
+    for (cmd, what) in EXAMPLES {
+        writeln!(buf, ".TP\n\\fB{}\\fR\n{}", roff(cmd), roff(what))?;
+    }
+    Ok(())
+}
+
 pub fn run_completions(shell: Shell) -> CliResult<ExitCode> {
     write_out(&completions(shell))
 }
 
 pub fn run_manpage() -> CliResult<ExitCode> {
     write_out(&manpage()?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[test]
+    fn every_example_parses_and_the_page_has_exit_codes() {
+        for (cmd, _) in EXAMPLES {
+            let argv: Vec<&str> = cmd.split_whitespace().collect();
+            assert!(Cli::try_parse_from(&argv).is_ok(), "{cmd}");
+        }
+        let page = String::from_utf8(manpage().unwrap()).unwrap();
+        assert!(page.contains(".SH \"EXIT STATUS\""), "{page}");
+        assert!(page.contains(".SH EXAMPLES"));
+        assert!(page.contains("imc top \\-\\-by container"), "{page}");
+    }
 }

@@ -247,7 +247,7 @@ pub fn run(_global: &GlobalArgs, args: &ReportArgs) -> CliResult<ExitCode> {
             Unit::Bytes => None,
             Unit::Counts(events) => Some(rate_unit(events)),
         };
-        let mut s = crate::output::json::to_json(&report, counts_unit.as_deref())
+        let mut s = crate::output::json::to_json_by(&report, counts_unit.as_deref(), args.by)
             .map_err(|e| CliError::runtime(format!("cannot encode JSON: {e}")))?;
         s.push('\n');
         s

@@ -118,6 +118,14 @@ pub fn run_with<W: Write>(
 
     let mut layout = stat_loop::Layout::new(backend.as_ref());
     set_peaks(&mut layout, &global.root, &discovery);
+    if args.per_channel && layout.packages.iter().all(|p| p.channels.is_empty()) {
+        // Said, not silently ignored: a VM's stand-in (or an -e event) has no channels.
+        let _ = writeln!(
+            err,
+            "imc: --per-channel: {} counts no memory channels (channels come from a memory controller's PMU instances; a VM has none), so only totals are shown",
+            crate::text::escape(&layout.source)
+        );
+    }
     let mut writer = StatWriter::new(out, format, args.per_channel, &layout);
     // --latency (KNL): the average-latency column (commands/latency.rs).
     if let Some(req) = &args.latency {
@@ -191,13 +199,15 @@ fn warn_failure(err: &mut dyn Write, f: &crate::counting::CounterFailure) {
 }
 
 /// `-- CMD ARGS` started, if given.
-fn start_command(command: &[String]) -> CliResult<Option<std::process::Child>> {
+fn start_command(command: &[std::ffi::OsString]) -> CliResult<Option<std::process::Child>> {
     match command.split_first() {
         Some((cmd, rest)) => Ok(Some(
             std::process::Command::new(cmd)
                 .args(rest)
                 .spawn()
-                .map_err(|e| CliError::runtime(format!("cannot run '{cmd}': {e}")))?,
+                .map_err(|e| {
+                    CliError::runtime(format!("cannot run '{}': {e}", cmd.to_string_lossy()))
+                })?,
         )),
         None => Ok(None),
     }

@@ -16,6 +16,7 @@ use crate::model::result::IntervalResult;
 use crate::model::{Direction, SlotRole};
 use crate::output::top::{Action, History, Units, ViewConfig, ViewState, handle_key, render};
 use crate::pipeline::{LoopOptions, Sink, sample_loop};
+use crate::sys::tty::{Input, Tty};
 use ratatui::Terminal;
 use ratatui::backend::CrosstermBackend;
 use ratatui::crossterm::event::{self, Event};
@@ -32,12 +33,14 @@ struct JsonLines {
     out: std::io::StdoutLock<'static>,
     /// A stand-in or `-e` counts: the byte fields are null, not 0.
     counts: bool,
+    /// `--by`: a group row's pid, tgid and comm are null unless the key is that field.
+    by: crate::model::GroupBy,
 }
 
 impl Sink for JsonLines {
     fn interval(&mut self, r: &IntervalResult) -> std::io::Result<bool> {
         let unit = self.counts.then_some("counts/s");
-        let line = crate::output::json::to_json(r, unit)
+        let line = crate::output::json::to_json_by(r, unit, self.by)
             .map_err(std::io::Error::from)
             .and_then(|s| writeln!(self.out, "{s}"))
             .and_then(|()| self.out.flush());
@@ -70,13 +73,15 @@ pub fn run(global: &GlobalArgs, args: &TopArgs) -> CliResult<ExitCode> {
     // Opened (and any warning said) before the full-screen view takes the terminal.
     let paths = cgroup_paths(global);
     let specs = crate::sampler::from_plan::slot_specs(&sel.plan);
-    let cfg = view_config(&specs, &sel.source, args.top);
+    let mut cfg = view_config(&specs, &sel.source, args.top);
+    cfg.by = args.by;
     let mut lines;
     let mut live;
     let sink: &mut dyn Sink = if json {
         lines = JsonLines {
             out: std::io::stdout().lock(),
             counts: cfg.units == Units::Counts,
+            by: args.by,
         };
         &mut lines
     } else {
@@ -138,6 +143,7 @@ fn view_config(specs: &[SlotSpec], source: &str, top: usize) -> ViewConfig {
         traffic_events,
         top,
         notice: None,
+        by: crate::model::GroupBy::Pid,
     }
 }
 
@@ -171,6 +177,7 @@ impl Screen {
             state,
             drawn,
         } = self;
+        state.log = crate::text::held_log::tail(3);
         term.draw(|f| {
             let area = f.area();
             render(cfg, history, last.as_ref(), state, area, f.buffer_mut());
@@ -192,6 +199,8 @@ struct LiveView {
     screen: Arc<Mutex<Screen>>,
     quit: Arc<AtomicBool>,
     stop_keys: Arc<AtomicBool>,
+    /// The terminal went away: nothing more can be drawn, and that is no error.
+    gone: Arc<AtomicBool>,
     keys: Option<JoinHandle<()>>,
 }
 
@@ -210,11 +219,18 @@ impl LiveView {
         lock(&screen).draw()?;
         let quit = Arc::new(AtomicBool::new(false));
         let stop_keys = Arc::new(AtomicBool::new(false));
+        let gone = Arc::new(AtomicBool::new(false));
+        let tty = Tty::open()?;
         let keys = std::thread::Builder::new()
             .name("imc-top-keys".into())
             .spawn({
-                let (screen, quit, stop) = (screen.clone(), quit.clone(), stop_keys.clone());
-                move || read_keys(&screen, &quit, &stop)
+                let (screen, quit, stop, gone) = (
+                    screen.clone(),
+                    quit.clone(),
+                    stop_keys.clone(),
+                    gone.clone(),
+                );
+                move || read_keys(&tty, &screen, &quit, &stop, &gone)
             })?;
         // From here LiveView's Drop gives the terminal back.
         mode.disarm();
@@ -222,42 +238,78 @@ impl LiveView {
             screen,
             quit,
             stop_keys,
+            gone,
             keys: Some(keys),
         })
     }
 }
 
-fn read_keys(screen: &Mutex<Screen>, quit: &AtomicBool, stop: &AtomicBool) {
+fn read_keys(
+    tty: &Tty,
+    screen: &Mutex<Screen>,
+    quit: &AtomicBool,
+    stop: &AtomicBool,
+    gone: &AtomicBool,
+) {
+    let hang_up = || {
+        // The terminal closed (its window, its tmux session): nobody is watching, so the run
+        // ends, as it would on q.
+        gone.store(true, Ordering::SeqCst);
+        quit.store(true, Ordering::SeqCst);
+    };
     while !stop.load(Ordering::SeqCst) {
-        // Short polls, so dropping the view joins this thread promptly.
-        match event::poll(Duration::from_millis(50)) {
-            Ok(true) => {}
-            Ok(false) => continue,
-            Err(_) => return,
-        }
-        let Ok(ev) = event::read() else { return };
-        let mut s = lock(screen);
-        let redraw = match ev {
-            Event::Key(key) => {
-                let units = s.cfg.units;
-                match handle_key(&mut s.state, units, key) {
-                    Action::Quit => {
-                        // The loop asks at every drain (Sink::stop_requested) and ends then.
-                        quit.store(true, Ordering::SeqCst);
-                        return;
-                    }
-                    Action::Redraw => true,
-                    Action::Ignore => false,
-                }
-            }
-            Event::Resize(..) => true,
-            _ => false,
+        // Short waits, so dropping the view joins this thread promptly. The terminal is asked
+        // first, level-triggered: crossterm's reader spins without end on a terminal that has
+        // gone away, so it is only called on a live one.
+        let ready = match tty.wait(Duration::from_millis(50)) {
+            Ok(Input::Ready) => true,
+            Ok(Input::Quiet) => false,
+            Ok(Input::Gone) | Err(_) => return hang_up(),
         };
-        if redraw {
-            // A failed draw shows up at the next interval, which returns it as an error.
-            let _ = s.draw();
+        // crossterm's queue: the keys just read, and resizes (which come by its own signal
+        // pipe, not the terminal).
+        let mut took = false;
+        while matches!(event::poll(Duration::ZERO), Ok(true)) {
+            let Ok(ev) = event::read() else {
+                return hang_up();
+            };
+            took = true;
+            if handle_event(screen, quit, ev) {
+                return;
+            }
+        }
+        if ready && !took {
+            // Bytes crossterm did not take this time: wait rather than ask again at once.
+            std::thread::sleep(Duration::from_millis(50));
         }
     }
+}
+
+/// One terminal event: sorting, scrolling and resizing redraw; a quit key asks the loop to end
+/// (true: stop reading keys).
+fn handle_event(screen: &Mutex<Screen>, quit: &AtomicBool, ev: Event) -> bool {
+    let mut s = lock(screen);
+    let redraw = match ev {
+        Event::Key(key) => {
+            let units = s.cfg.units;
+            match handle_key(&mut s.state, units, key) {
+                Action::Quit => {
+                    // The loop asks at every drain (Sink::stop_requested) and ends then.
+                    quit.store(true, Ordering::SeqCst);
+                    return true;
+                }
+                Action::Redraw => true,
+                Action::Ignore => false,
+            }
+        }
+        Event::Resize(..) => true,
+        _ => false,
+    };
+    if redraw {
+        // A failed draw shows up at the next interval, which returns it as an error.
+        let _ = s.draw();
+    }
+    false
 }
 
 impl Sink for LiveView {
@@ -271,8 +323,15 @@ impl Sink for LiveView {
         s.last = Some(r.clone());
         // With intervals shorter than a person can read (-I 10), drawing every one would only
         // cost the loop time: the history still takes every interval, the screen a few a second.
-        if s.drawn.is_none_or(|t| t.elapsed() >= MIN_FRAME) {
-            s.draw()?;
+        if s.drawn.is_none_or(|t| t.elapsed() >= MIN_FRAME)
+            && let Err(e) = s.draw()
+        {
+            // A terminal that hung up fails every write (EIO): the run ends quietly.
+            if self.gone.load(Ordering::SeqCst) || e.raw_os_error() == Some(libc::EIO) {
+                self.gone.store(true, Ordering::SeqCst);
+                return Ok(false);
+            }
+            return Err(e);
         }
         Ok(!self.quit.load(Ordering::SeqCst))
     }
@@ -297,7 +356,16 @@ impl Drop for LiveView {
     fn drop(&mut self) {
         self.stop_keys.store(true, Ordering::SeqCst);
         if let Some(t) = self.keys.take() {
-            let _ = t.join();
+            // The key thread sees the flag within one 50 ms wait. Should it be stuck in a
+            // terminal read that never returns, the process does not wait for it: it ends with
+            // the process.
+            let until = Instant::now() + Duration::from_millis(500);
+            while !t.is_finished() && Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            if t.is_finished() {
+                let _ = t.join();
+            }
         }
         give_back_terminal();
     }
@@ -323,6 +391,9 @@ impl RawMode {
                 previous(info);
             }));
         });
+        // From here until the terminal is given back, `-v` log lines are held, not printed over
+        // the view.
+        crate::text::held_log::hold();
         terminal::enable_raw_mode()?;
         TERMINAL_OURS.store(true, Ordering::SeqCst);
         let guard = RawMode { armed: true };
@@ -356,6 +427,8 @@ fn give_back_terminal() {
             cursor::Show
         );
     }
+    // The log lines held while the view was up, on the restored terminal.
+    crate::text::held_log::release();
 }
 
 #[cfg(test)]

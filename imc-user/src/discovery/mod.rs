@@ -15,6 +15,7 @@ pub mod cgroup;
 pub mod cpulist;
 pub mod dmi;
 pub mod format;
+pub mod kernel_config;
 pub mod machine;
 pub mod mchbar;
 pub mod non_bandwidth;

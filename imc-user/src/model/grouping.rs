@@ -19,6 +19,14 @@ pub enum GroupBy {
     Pod,
 }
 
+/// Which of a task row's identity fields a group row carries (see [`GroupBy::identity`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Identity {
+    pub pid: bool,
+    pub tgid: bool,
+    pub comm: bool,
+}
+
 impl GroupBy {
     pub const ALL: [GroupBy; 6] = [
         GroupBy::Pid,
@@ -72,6 +80,20 @@ impl GroupBy {
                 .as_deref()
                 .map_or_else(|| "(no pod)".into(), |p| format!("pod {p}")),
         }
+    }
+
+    /// The member identity a group row carries. A group is named by its key: one member's pid,
+    /// tgid or name is not the group's unless the key is that field (`--by tgid`: the process
+    /// id, and its name, which is its main thread's; `--by comm`: the name alone; cgroup,
+    /// container, pod: none of them).
+    pub fn identity(self) -> Identity {
+        let (pid, tgid, comm) = match self {
+            GroupBy::Pid => (true, true, true),
+            GroupBy::Tgid => (false, true, true),
+            GroupBy::Comm => (false, false, true),
+            GroupBy::Cgroup | GroupBy::Container | GroupBy::Pod => (false, false, false),
+        };
+        Identity { pid, tgid, comm }
     }
 
     /// The heading of the key column in a report table (`PID`, `CGROUP`).

@@ -13,6 +13,39 @@ pub fn to_json(value: &impl Serialize, counts_unit: Option<&str>) -> serde_json:
     serde_json::to_string(&v)
 }
 
+/// [`to_json`] of rows grouped `by`: a group row's pid, tgid and comm are null unless the group
+/// key is that field (a group is not one of its members), in the tasks and in every burst's.
+pub fn to_json_by(
+    value: &impl Serialize,
+    counts_unit: Option<&str>,
+    by: crate::model::GroupBy,
+) -> serde_json::Result<String> {
+    let mut v = serde_json::to_value(value)?;
+    if let Some(unit) = counts_unit {
+        counts_not_bytes(&mut v, unit);
+    }
+    member_identity_null(&mut v, by.identity());
+    serde_json::to_string(&v)
+}
+
+fn member_identity_null(v: &mut serde_json::Value, keep: crate::model::Identity) {
+    use serde_json::Value;
+    fn rows(rows: Option<&mut Value>, keep: crate::model::Identity) {
+        for row in rows.and_then(Value::as_array_mut).into_iter().flatten() {
+            for (k, kept) in [("pid", keep.pid), ("tgid", keep.tgid), ("comm", keep.comm)] {
+                if let (false, Some(f)) = (kept, row.get_mut(k)) {
+                    *f = Value::Null;
+                }
+            }
+        }
+    }
+    rows(v.get_mut("tasks"), keep);
+    let bursts = v.get_mut("bursts").and_then(Value::as_array_mut);
+    for b in bursts.into_iter().flatten() {
+        rows(b.get_mut("tasks"), keep);
+    }
+}
+
 fn counts_not_bytes(v: &mut serde_json::Value, unit: &str) {
     use serde_json::Value;
     const BYTES: [&str; 3] = ["read_bytes", "write_bytes", "total_bytes"];

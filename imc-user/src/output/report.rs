@@ -60,6 +60,9 @@ fn fmt_share(s: f64) -> String {
 
 fn row_cells(r: &TaskRow, by: GroupBy, has_total: bool, stand_in: &[String]) -> Vec<String> {
     // Names come from the recording (a process names itself anything): escaped, see text.rs.
+    // A group shows its key, not one member's identity: the name beside a thread or a process
+    // only.
+    let companion = matches!(by, GroupBy::Pid | GroupBy::Tgid);
     let mut v: Vec<String> = [
         match by {
             GroupBy::Pid => r.pid.to_string(),
@@ -76,17 +79,10 @@ fn row_cells(r: &TaskRow, by: GroupBy, has_total: bool, stand_in: &[String]) -> 
                 .map_or_else(|| "-".into(), |c| c.chars().take(12).collect()),
             GroupBy::Pod => r.pod_uid.clone().unwrap_or_else(|| "-".into()),
         },
-        if by == GroupBy::Comm {
-            if r.tgid == 0 {
-                "-".into()
-            } else {
-                r.tgid.to_string()
-            }
-        } else {
-            r.comm.clone()
-        },
+        r.comm.clone(),
     ]
     .iter()
+    .take(if companion { 2 } else { 1 })
     .map(|c| escape(c).into_owned())
     .collect();
     if stand_in.is_empty() {
@@ -235,10 +231,10 @@ struct Columns {
 
 impl Columns {
     fn new(by: GroupBy, has_total: bool, stand_in: Vec<String>) -> Columns {
-        let mut head: Vec<String> = vec![
-            by.title().into(),
-            if by == GroupBy::Comm { "TGID" } else { "COMM" }.into(),
-        ];
+        let mut head: Vec<String> = vec![by.title().into()];
+        if matches!(by, GroupBy::Pid | GroupBy::Tgid) {
+            head.push("COMM".into());
+        }
         if stand_in.is_empty() {
             head.push("READ".into());
             head.push("WRITE".into());
@@ -257,8 +253,7 @@ impl Columns {
         }
         head.push("SHARE".into());
         let left = match by {
-            GroupBy::Comm => vec![0],
-            GroupBy::Cgroup | GroupBy::Container | GroupBy::Pod => vec![0, 1],
+            GroupBy::Comm | GroupBy::Cgroup | GroupBy::Container | GroupBy::Pod => vec![0],
             GroupBy::Pid | GroupBy::Tgid => vec![1],
         };
         Columns {

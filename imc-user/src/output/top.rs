@@ -2,6 +2,7 @@
 //! wants it shown: a header, each package's bandwidth with its recent history, and a sortable,
 //! scrollable task table. Nothing here touches the terminal; `commands::top` owns that, so the
 //! whole picture can be rendered into a buffer and checked in tests.
+use crate::model::GroupBy;
 use crate::model::result::{IntervalResult, TaskRow};
 use crate::text::escape;
 use ratatui::buffer::Buffer;
@@ -41,6 +42,8 @@ pub struct ViewConfig {
     /// A line said about the whole run (the stand-in notice): shown under the header, since
     /// nothing may be printed beside the full-screen view.
     pub notice: Option<String>,
+    /// How rows are grouped (`--by`): a group row shows its key, not one member's pid or name.
+    pub by: GroupBy,
 }
 
 /// The last [`HISTORY`] intervals' rates, per package (bytes) or summed over tasks (counts).
@@ -128,6 +131,9 @@ pub struct ViewState {
     pub scroll: usize,
     /// Task rows that fit on the screen at the last render (what a page scroll moves by).
     pub page: usize,
+    /// The last log lines (`-v`) held while the view is up: shown above the keys line, never
+    /// written over the view (all of them are printed on stderr when it closes).
+    pub log: Vec<String>,
 }
 
 impl Default for ViewState {
@@ -137,6 +143,7 @@ impl Default for ViewState {
             descending: true,
             scroll: 0,
             page: 10,
+            log: Vec::new(),
         }
     }
 }
@@ -245,6 +252,36 @@ pub fn per_s(count: f64, secs: f64) -> String {
     }
 }
 
+/// One unit for a whole column of counts per second: k or M as [`per_s`] picks it for the
+/// column's largest value, so `34954k` never stands beside `128M`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct CountScale {
+    div: f64,
+    suffix: &'static str,
+}
+
+impl CountScale {
+    pub fn for_max(max_per_s: f64) -> CountScale {
+        let (div, suffix) = if max_per_s >= 1e8 {
+            (1e6, "M")
+        } else if max_per_s >= 1e5 {
+            (1e3, "k")
+        } else {
+            (1.0, "")
+        };
+        CountScale { div, suffix }
+    }
+
+    pub fn show(self, count: f64, secs: f64) -> String {
+        let v = count / secs / self.div;
+        if self.suffix.is_empty() {
+            super::fixed(v, 0)
+        } else {
+            format!("{v:.0}{}", self.suffix)
+        }
+    }
+}
+
 fn column_title(state: &ViewState, key: Option<SortKey>, title: &str) -> String {
     match key {
         Some(k) if k == state.sort => {
@@ -275,15 +312,37 @@ pub fn render(
             (history.packages.len().max(1) * per) as u16
         }
     };
-    let [head, series, table, foot] = Layout::vertical([
-        Constraint::Length(2 + u16::from(cfg.notice.is_some())),
+    // The explanation under the title wraps to the width: sentences, cut they would say
+    // something else.
+    let (title, explain) = header_text(cfg, result);
+    let explain = crate::text::wrap(&explain, area.width as usize);
+    let notice = cfg.notice.as_deref().map_or_else(Vec::new, |n| {
+        crate::text::wrap(&escape(n), area.width as usize)
+    });
+    let log_lines = state.log.len().min(3) as u16;
+    let [head, series, table, log, foot] = Layout::vertical([
+        Constraint::Length((1 + explain.len() + notice.len()) as u16),
         Constraint::Length(series_lines + 1),
         Constraint::Min(2),
+        Constraint::Length(log_lines),
         Constraint::Length(1),
     ])
     .areas(area);
 
-    render_header(cfg, result, head, buf);
+    render_header(title, &explain, &notice, head, buf);
+    if log_lines > 0 {
+        let shown = &state.log[state.log.len() - log_lines as usize..];
+        let lines: Vec<Line> = shown
+            .iter()
+            .map(|l| {
+                Line::styled(
+                    escape(l).into_owned(),
+                    Style::default().add_modifier(Modifier::DIM),
+                )
+            })
+            .collect();
+        Paragraph::new(lines).render(log, buf);
+    }
     render_series(cfg, history, result, series, buf);
     match result {
         Some(r) => render_tasks(cfg, r, state, table, buf),
@@ -301,9 +360,9 @@ pub fn render(
         .render(foot, buf);
 }
 
-fn render_header(cfg: &ViewConfig, result: Option<&IntervalResult>, area: Rect, buf: &mut Buffer) {
-    let bold = Style::default().add_modifier(Modifier::BOLD);
-    let (first, second) = match result {
+/// The header's title line and the line that says how to read the numbers.
+fn header_text(cfg: &ViewConfig, result: Option<&IntervalResult>) -> (String, String) {
+    match result {
         None => ("imc top".to_string(), String::new()),
         Some(r) => {
             let secs = seconds(r);
@@ -338,15 +397,23 @@ fn render_header(cfg: &ViewConfig, result: Option<&IntervalResult>, area: Rect, 
             };
             (first, second)
         }
-    };
-    let mut lines = vec![Line::styled(first, bold), Line::from(second)];
-    if let Some(n) = &cfg.notice {
-        lines.push(Line::styled(
-            escape(n).into_owned(),
-            Style::default().add_modifier(Modifier::DIM),
-        ));
     }
-    Paragraph::new(lines).render(area, buf);
+}
+
+/// The title, bold; the explanation, then the notice, dimmed (both already wrapped).
+fn render_header(
+    title: String,
+    explain: &[String],
+    notice: &[String],
+    area: Rect,
+    buf: &mut Buffer,
+) {
+    let bold = Style::default().add_modifier(Modifier::BOLD);
+    let dim = Style::default().add_modifier(Modifier::DIM);
+    let mut out = vec![Line::styled(title, bold)];
+    out.extend(explain.iter().map(|l| Line::from(l.clone())));
+    out.extend(notice.iter().map(|l| Line::styled(l.clone(), dim)));
+    Paragraph::new(out).render(area, buf);
 }
 
 /// One labelled history line: the label with the current value, then the sparkline of the last
@@ -448,12 +515,26 @@ fn render_tasks(
     state.page = page;
     state.scroll = state.scroll.min(rows.len().saturating_sub(page));
 
-    let mut titles: Vec<(Option<SortKey>, String, u16)> = vec![
-        (Some(SortKey::Pid), "PID".into(), 8),
-        (None, "TGID".into(), 8),
-        (Some(SortKey::Comm), "COMM".into(), 16),
-        (None, "CGROUP".into(), 16),
-    ];
+    // A group row carries its key, not a member's identity (`--by cgroup`: no PID or COMM).
+    let ident = cfg.by.identity();
+    let mut titles: Vec<(Option<SortKey>, String, u16)> = Vec::new();
+    if ident.pid {
+        titles.push((Some(SortKey::Pid), "PID".into(), 8));
+    }
+    if ident.tgid {
+        titles.push((None, "TGID".into(), 8));
+    }
+    let comm_col = ident.comm.then_some(titles.len());
+    if ident.comm {
+        titles.push((Some(SortKey::Comm), "COMM".into(), 16));
+    }
+    let cgroup_title = match cfg.by {
+        GroupBy::Container => "CONTAINER",
+        GroupBy::Pod => "POD",
+        _ => "CGROUP",
+    };
+    let cgroup_width = if cfg.by == GroupBy::Pod { 36 } else { 16 };
+    titles.push((None, cgroup_title.into(), cgroup_width));
     if let Units::Bytes { total } = cfg.units {
         titles.push((Some(SortKey::Read), "READ MB/s".into(), 11));
         titles.push((Some(SortKey::Write), "WRITE MB/s".into(), 11));
@@ -472,7 +553,11 @@ fn render_tasks(
     }
     let header = Row::new(titles.iter().enumerate().map(|(i, (k, t, _))| {
         let t = column_title(state, *k, t);
-        if i == 2 { Cell::from(t) } else { right(t) }
+        if Some(i) == comm_col {
+            Cell::from(t)
+        } else {
+            right(t)
+        }
     }))
     .style(Style::default().add_modifier(Modifier::REVERSED));
     let widths: Vec<Constraint> = titles
@@ -480,13 +565,30 @@ fn render_tasks(
         .map(|(_, _, w)| Constraint::Length(*w))
         .collect();
 
-    let body = rows.iter().skip(state.scroll).take(page).map(|t| {
-        let mut cells = vec![
-            right(t.pid.to_string()),
-            right(t.tgid.to_string()),
-            Cell::from(escape(&t.comm).into_owned()),
-            right(cgroup_cell(t)),
-        ];
+    let shown: Vec<&TaskRow> = rows.iter().skip(state.scroll).take(page).copied().collect();
+    let scales: Vec<CountScale> = cfg
+        .value_events
+        .iter()
+        .map(|e| {
+            let max = shown
+                .iter()
+                .map(|t| t.values.get(e).copied().unwrap_or(0.0) / secs)
+                .fold(0.0, f64::max);
+            CountScale::for_max(max)
+        })
+        .collect();
+    let body = shown.iter().map(|t| {
+        let mut cells = Vec::new();
+        if ident.pid {
+            cells.push(right(t.pid.to_string()));
+        }
+        if ident.tgid {
+            cells.push(right(t.tgid.to_string()));
+        }
+        if ident.comm {
+            cells.push(Cell::from(escape(&t.comm).into_owned()));
+        }
+        cells.push(right(group_cell(cfg.by, t)));
         if let Units::Bytes { total } = cfg.units {
             cells.push(right(mb_per_s(t.read_bytes, secs)));
             cells.push(right(mb_per_s(t.write_bytes, secs)));
@@ -495,8 +597,10 @@ fn render_tasks(
             }
         }
         cells.push(right(format!("{:.1}%", t.share * 100.0)));
-        for e in &cfg.value_events {
-            cells.push(right(per_s(t.values.get(e).copied().unwrap_or(0.0), secs)));
+        for (e, scale) in cfg.value_events.iter().zip(&scales) {
+            cells.push(right(
+                scale.show(t.values.get(e).copied().unwrap_or(0.0), secs),
+            ));
         }
         Row::new(cells)
     });
@@ -504,6 +608,16 @@ fn render_tasks(
         .header(header)
         .column_spacing(1)
         .render(area, buf);
+}
+
+/// The cgroup column: a pod's UID whole under `--by pod` (its key), else the cgroup in a few
+/// characters; "-" for the group of tasks in no container (pod).
+fn group_cell(by: GroupBy, t: &TaskRow) -> String {
+    match by {
+        GroupBy::Pod => escape(t.pod_uid.as_deref().unwrap_or("-")).into_owned(),
+        GroupBy::Container if t.container_id.is_none() => "-".into(),
+        _ => cgroup_cell(t),
+    }
 }
 
 /// A task's cgroup in a few characters: its container's short id, else the last part of its
@@ -565,6 +679,7 @@ mod tests {
             traffic_events: vec!["uncore_imc_0/read".into(), "uncore_imc_0/write".into()],
             top: 0,
             notice: None,
+            by: GroupBy::Pid,
         }
     }
 
@@ -722,6 +837,36 @@ mod tests {
     }
 
     #[test]
+    fn a_column_of_counts_has_one_unit() {
+        let cfg = ViewConfig {
+            units: Units::Counts,
+            value_events: vec!["page-faults".into()],
+            traffic_events: vec!["page-faults".into()],
+            top: 0,
+            notice: None,
+            by: GroupBy::Pid,
+        };
+        let t = |pid: u32, faults: f64| TaskRow {
+            pid,
+            tgid: pid,
+            comm: format!("t{pid}"),
+            values: [("page-faults".to_string(), faults)].into(),
+            ..TaskRow::default()
+        };
+        let mut r = bytes_interval();
+        // One second: 128 M/s beside 34.954 M/s and 2/s.
+        r.t_end_ns = r.t_start_ns + 1_000_000_000;
+        r.tasks = vec![t(1, 128e6), t(2, 34_954_000.0), t(3, 2.0)];
+        let mut st = ViewState::default();
+        let all = screen(&cfg, &History::default(), Some(&r), &mut st, 120, 30).join("\n");
+        assert!(
+            all.contains("128M") && all.contains("35M") && all.contains("0M"),
+            "{all}"
+        );
+        assert!(!all.contains("34954k"), "{all}");
+    }
+
+    #[test]
     fn top_n_is_taken_after_sorting() {
         let cfg = ViewConfig {
             top: 2,
@@ -742,6 +887,7 @@ mod tests {
             traffic_events: vec!["page-faults".into()],
             top: 0,
             notice: None,
+            by: GroupBy::Pid,
         };
         let t = |pid: u32, comm: &str, faults: f64, share: f64| TaskRow {
             values: [("page-faults".to_string(), faults)].into(),

@@ -69,7 +69,7 @@ pub struct LoopOptions<'a> {
     /// `--duration`: stop after this long.
     pub duration: Option<Duration>,
     /// `-- CMD ARGS`: run it, stop when it exits, exit with its status.
-    pub command: &'a [String],
+    pub command: &'a [std::ffi::OsString],
     /// Read each package counter on its own at every interval end (per-channel figures).
     pub per_channel: bool,
     /// `--precise`: a record per context switch instead of per-task aggregates at each tick.
@@ -129,14 +129,19 @@ fn relax_timers(drain_period_ms: u32) {
 
 /// `-v`: which tick the sampler attached to, and how often it is drained.
 fn say_tick_and_drain(sampler: &Sampler, cfg: &SamplerConfig) {
+    use std::io::Write as _;
+    // Through the log's writer: held while `top`'s full-screen view is up, not printed on it.
+    let mut err = crate::text::held_log::Writer;
     let a = sampler.attached();
-    eprintln!(
+    let _ = writeln!(
+        err,
         "imc: tick: {} ({}; adds interrupts: {})",
         a.source,
         a.why,
         if a.adds_interrupts { "yes" } else { "no" }
     );
-    eprintln!(
+    let _ = writeln!(
+        err,
         "imc: drain: every {} ms or when a CPU's ring of {} records is half full",
         cfg.drain_period_ms,
         sampler.ring_len()
@@ -283,7 +288,7 @@ impl Wakeups {
 
 /// `-- CMD ARGS` started, if given, set to die with imc's main thread (the loop's own, a
 /// current-thread runtime): a SIGKILL of imc leaves no measured command behind.
-fn spawn_command(command: &[String]) -> Result<Option<Child>, PipelineError> {
+fn spawn_command(command: &[std::ffi::OsString]) -> Result<Option<Child>, PipelineError> {
     let Some((prog, rest)) = command.split_first() else {
         return Ok(None);
     };
@@ -298,7 +303,7 @@ fn spawn_command(command: &[String]) -> Result<Option<Child>, PipelineError> {
     cmd.spawn()
         .map(Some)
         .map_err(|source| PipelineError::Spawn {
-            program: prog.clone(),
+            program: prog.to_string_lossy().into_owned(),
             source,
         })
 }
@@ -315,14 +320,17 @@ fn exit_code_of(st: ExitStatus) -> ExitCode {
 /// running on its own. A failure then says so.
 async fn end_command(
     mut c: Child,
-    command: &[String],
+    command: &[std::ffi::OsString],
     failed: Option<PipelineError>,
 ) -> Option<PipelineError> {
     let pid = c.id().unwrap_or(0);
     let _ = c.start_kill();
     let _ = c.wait().await;
     failed.map(|e| PipelineError::CommandKilled {
-        program: command.first().cloned().unwrap_or_default(),
+        program: command
+            .first()
+            .map(|p| p.to_string_lossy().into_owned())
+            .unwrap_or_default(),
         pid,
         source: Box::new(e),
     })

@@ -7,8 +7,11 @@ use std::path::Path;
 pub struct Kernel {
     /// `proc/sys/kernel/osrelease`, e.g. `6.8.0-45-generic`.
     pub release: Option<String>,
-    /// CONFIG_HZ from `boot/config-RELEASE`.
+    /// CONFIG_HZ from `proc/config.gz` or `boot/config-RELEASE`.
     pub hz: Option<u32>,
+    /// Where `hz` was read, relative to the root (`proc/config.gz`); None when assumed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hz_source: Option<String>,
     /// `proc/sys/kernel/nmi_watchdog` is 1: the hard-lockup detector holds a core counter on
     /// every CPU (a cycles event on x86), one fewer for imc's weights.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
@@ -25,15 +28,16 @@ impl Kernel {
         let release = read_capped(&root.join("proc/sys/kernel/osrelease"), 256)
             .map(|s| s.trim().to_string())
             .filter(|s| !s.is_empty());
-        let hz = release.as_ref().and_then(|r| {
-            let config = read_capped(&root.join(format!("boot/config-{r}")), 1 << 20)?;
-            hz_of_config(&config)
-        });
+        let config = crate::discovery::kernel_config::read(root, release.as_deref());
+        let (hz, hz_source) = config
+            .and_then(|c| Some((crate::discovery::kernel_config::hz(&c.text)?, c.source)))
+            .map_or((None, None), |(hz, src)| (Some(hz), Some(src)));
         let nmi_watchdog = read_capped(&root.join("proc/sys/kernel/nmi_watchdog"), 16)
             .is_some_and(|s| s.trim() == "1");
         Kernel {
             release,
             hz,
+            hz_source,
             nmi_watchdog,
         }
     }
@@ -75,14 +79,6 @@ fn read_capped(path: &Path, cap: u64) -> Option<String> {
     String::from_utf8(buf).ok()
 }
 
-fn hz_of_config(config: &str) -> Option<u32> {
-    config
-        .lines()
-        .find_map(|l| l.strip_prefix("CONFIG_HZ="))
-        .and_then(|v| v.trim().parse().ok())
-        .filter(|&hz| (24..=10_000).contains(&hz))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -108,5 +104,6 @@ mod tests {
         assert!(!k.at_least(6, 7));
         assert!(k.at_least(6, 6));
         assert_eq!(k.hz, Some(1000));
+        assert_eq!(k.hz_source.as_deref(), Some("boot/config-6.6.87-lts"));
     }
 }

@@ -1507,10 +1507,10 @@ fn tick_of(kernel: &Kernel, req: &Request) -> Tick {
                  hrtimer_expire_entry) and sched_switch: no interrupt of imc's own; busy CPUs \
                  tick at HZ={}{}, idle ones are described by their context switches",
                 kernel.hz_or_default(),
-                if kernel.hz.is_none() {
-                    " (assumed: no kernel config under --root)"
-                } else {
-                    ""
+                match (&kernel.hz, &kernel.hz_source) {
+                    (Some(_), Some(src)) => format!(" (CONFIG_HZ in {src})"),
+                    _ => " (assumed: no proc/config.gz or boot/config-RELEASE under --root)"
+                        .to_string(),
                 }
             ),
         },

@@ -80,7 +80,14 @@ pub fn notice(plan: &Plan, how: &str) -> Option<String> {
                 .map_or(r.reason.clone(), |(_, why)| why.to_string())
         },
     );
+    // Page faults see memory the first time it is touched, not traffic: say so where the
+    // stand-in is announced, or a streaming process reads as idle.
+    let caveat = if name == "page-faults" {
+        "; page faults count first touches of memory, so a process streaming through memory it already has shows none"
+    } else {
+        ""
+    };
     Some(format!(
-        "no memory-controller counters ({why}); counting {name} {how} as a stand-in (counts, not bytes)"
+        "no memory-controller counters ({why}); counting {name} {how} as a stand-in (counts, not bytes){caveat}"
     ))
 }

@@ -12,6 +12,7 @@ fn kernel(release: &str) -> Kernel {
     Kernel {
         release: Some(release.into()),
         hz: Some(250),
+        hz_source: Some("boot/config".into()),
         nmi_watchdog: false,
     }
 }

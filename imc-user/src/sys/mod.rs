@@ -7,3 +7,4 @@ pub mod perf;
 pub mod rlimit;
 pub mod shm;
 pub mod thread;
+pub mod tty;

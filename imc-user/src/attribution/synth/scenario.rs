@@ -366,6 +366,7 @@ fn validate(path: &Path, file: ScenarioFile) -> Result<Loaded, ScenarioError> {
     let kernel = Kernel {
         release: file.kernel.clone(),
         hz: file.hz,
+        hz_source: file.hz.map(|_| "the scenario".to_string()),
         // As distributions ship: the hard-lockup detector holds one core counter per CPU.
         nmi_watchdog: true,
     };
