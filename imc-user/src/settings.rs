@@ -7,6 +7,7 @@
 //! | `IMC_STAT_KERNEL_TIMED` | `1`: the old opt-in to kernel-timed reads (as `IMC_STAT_MODE=kernel-timed`) |
 //! | `IMC_BPF_OBJECT` | the eBPF object file to load instead of the one built in |
 //! | `IMC_LIBPFM` | the libpfm4 shared library to load (default `libpfm.so.4`) |
+//! | `IMC_FIDELITY_FILE` | where `imc validate --save` keeps the weights' measured fidelity (default `/var/lib/imc/fidelity.json`) |
 //! | `LIBPFM_FORCE_PMU` | libpfm4's own: the PMU it encodes for; imc sets it for `--root` when unset |
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -17,6 +18,7 @@ pub const STAT_KERNEL_TIMED_ENV: &str = "IMC_STAT_KERNEL_TIMED";
 pub const BPF_OBJECT_ENV: &str = "IMC_BPF_OBJECT";
 pub const LIBPFM_ENV: &str = "IMC_LIBPFM";
 pub const LIBPFM_FORCE_PMU_ENV: &str = "LIBPFM_FORCE_PMU";
+pub const FIDELITY_FILE_ENV: &str = "IMC_FIDELITY_FILE";
 
 /// The environment as imc found it when it started.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -31,6 +33,8 @@ pub struct Settings {
     pub libpfm: Option<OsString>,
     /// `LIBPFM_FORCE_PMU` as the user set it (not as imc may set it for libpfm4 itself).
     pub libpfm_force_pmu: Option<String>,
+    /// `IMC_FIDELITY_FILE`.
+    pub fidelity_file: Option<PathBuf>,
 }
 
 impl Settings {
@@ -42,6 +46,9 @@ impl Settings {
             bpf_object: std::env::var_os(BPF_OBJECT_ENV).map(PathBuf::from),
             libpfm: std::env::var_os(LIBPFM_ENV),
             libpfm_force_pmu: std::env::var(LIBPFM_FORCE_PMU_ENV).ok(),
+            fidelity_file: std::env::var_os(FIDELITY_FILE_ENV)
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from),
         }
     }
 }

@@ -18,6 +18,7 @@ pub mod format;
 pub mod machine;
 pub mod mchbar;
 pub mod non_bandwidth;
+pub mod resctrl;
 pub mod sysfs;
 pub mod topology;
 
