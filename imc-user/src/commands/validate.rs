@@ -370,8 +370,8 @@ fn run_live(
     let mut truth = Truth::open(
         Arc::new(crate::sys::perf::RealPerf),
         &pids,
+        &found.topology.online,
         events,
-        crate::sampler::monotonic_ns,
     )
     .map_err(|e| CliError::runtime(format!("validate: {e}")))?;
     let mut sink = Collect {
@@ -432,13 +432,22 @@ fn run_live(
             }
         }
     }
+    // A truth short of samples is no truth: said as a figure of its own.
+    bounds.push(Bound::measured(
+        "truth-complete",
+        "samples lost",
+        0.0,
+        truth.lost() as f64,
+        None,
+        None,
+    ));
     let pass = bounds.iter().all(|b| b.pass != Some(false));
     Ok(Report {
         source: plan.source.clone(),
         records: records(args),
         interval_ms: args.interval_ms,
         duration_s: args.duration,
-        truth_read_gap_ms: truth.largest_gap_ns() as f64 / 1e6,
+        truth_lost: truth.lost(),
         workloads: counts.workloads,
         intervals: counts.intervals,
         bytes: BytesSection {
@@ -675,6 +684,9 @@ impl Bound {
                 self.event
             ),
             "mbm" => format!("imc's bytes within {} of resctrl MBM's", self.bound),
+            "truth-complete" => {
+                "no truth sample lost or throttled (else rerun with less load)".to_string()
+            }
             other => other.to_string(),
         };
         let Some(v) = self.value else { return what };
@@ -982,8 +994,8 @@ struct Report {
     records: &'static str,
     interval_ms: u64,
     duration_s: f64,
-    /// The largest time between two reads of the truth counters.
-    truth_read_gap_ms: f64,
+    /// Truth samples the kernel lost or throttled (0: the truth is exact).
+    truth_lost: u64,
     workloads: Vec<WorkloadRow>,
     intervals: Vec<IntervalRow>,
     bytes: BytesSection,

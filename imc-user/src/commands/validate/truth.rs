@@ -1,13 +1,20 @@
 //! The truth of `imc validate`: every per-CPU event the plan counts (a weight, or a stand-in
 //! such as page-faults) also counted by the kernel for each workload alone (perf_event_open on
-//! its pid, cpu = -1, inherited by its threads and children), read by a thread of its own every
-//! millisecond with the time of each read, so the truth at any interval end is interpolated
-//! between two reads a millisecond apart.
+//! its pid, inherited by its threads and children), as samples with their time: every count of
+//! a software event is a sample, so the truth between two instants is exact, whenever they
+//! fall. A reading of counters at instants (cpu = -1) would put the counts between two reads on
+//! the wrong side of an interval end whenever the reader is late (on a busy VM, up to 17 ms).
+//! The kernel refuses a ring on an inherited counter of every CPU (cpu = -1), so there is one
+//! per workload, event and CPU.
 use crate::model::Encoded;
 use crate::plan::Plan;
-use crate::sys::perf::{FLAG_INHERIT, PerfEventAttr, PerfSys, read_counter};
+use crate::sys::perf::{
+    FLAG_INHERIT, FLAG_USE_CLOCKID, FLAG_WATERMARK, PerfEventAttr, PerfSys, RECORD_LOST,
+    RECORD_SAMPLE, RECORD_THROTTLE, RingBuffer, SAMPLE_TIME, SW_CPU_CLOCK, TYPE_SOFTWARE,
+    TYPE_TRACEPOINT,
+};
 use std::os::fd::{AsFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -54,17 +61,31 @@ pub fn truth_events(plan: &Plan) -> Vec<TruthEvent> {
     out
 }
 
-/// One read of every truth counter: `values[workload * events + event]`.
-#[derive(Clone, Debug, PartialEq)]
-struct Reading {
-    t_ns: u64,
-    values: Vec<f64>,
+/// The period each event is sampled with: every count of a software or tracepoint event (each
+/// a sample: the truth is exact), 50 µs of on-CPU time for the clocks, a thousand counts of a
+/// hardware event (the truth is then exact to a thousand counts at each interval end).
+pub fn period_of(e: &Encoded) -> u64 {
+    match (e.pmu_type, e.config) {
+        (TYPE_SOFTWARE, SW_CPU_CLOCK | SW_TASK_CLOCK) => 50_000,
+        (TYPE_SOFTWARE | TYPE_TRACEPOINT, _) => 1,
+        _ => 1000,
+    }
 }
 
-/// The truth counters of every workload, read every millisecond until dropped.
+const SW_TASK_CLOCK: u64 = 1;
+/// 64 pages a ring (256 KiB with 4 KiB pages): at 16 bytes a sample, 16k samples, emptied
+/// every two milliseconds.
+const RING_PAGES: usize = 64;
+
+/// Each workload's events, sampled: the time of every sample (or every period's worth), so the
+/// truth between any two instants is counted, not interpolated.
 pub struct Truth {
     events: usize,
-    series: Arc<Mutex<Vec<Reading>>>,
+    periods: Vec<u64>,
+    /// `cells[workload * events + event]`: sample times (CLOCK_MONOTONIC ns).
+    cells: Arc<Mutex<Vec<Vec<u64>>>>,
+    /// Samples the kernel dropped (a full ring) or withheld (throttling).
+    lost: Arc<AtomicU64>,
     stop: Arc<AtomicBool>,
     reader: Option<std::thread::JoinHandle<()>>,
 }
@@ -79,95 +100,122 @@ pub struct TruthError {
     pub source: std::io::Error,
 }
 
-type Cells = Vec<Vec<OwnedFd>>;
+/// One sampled counter: its cell, fd and ring.
+struct Sampled {
+    cell: usize,
+    _fd: OwnedFd,
+    ring: Box<dyn RingBuffer>,
+}
 
 impl Truth {
-    /// Opens each event on each pid (inherited, counting at once: the workloads are waiting)
-    /// and starts the reading thread.
+    /// Opens each event on each pid and CPU (inherited by its threads and children, sampling
+    /// at once: the workloads are waiting) and starts the thread that empties the rings.
     pub fn open(
         sys: Arc<dyn PerfSys>,
         pids: &[u32],
+        cpus: &[u32],
         events: &[TruthEvent],
-        now: fn() -> u64,
     ) -> Result<Truth, TruthError> {
-        let mut cells: Cells = Vec::new();
-        for &pid in pids {
-            for ev in events {
-                let mut fds = Vec::new();
+        let mut rings = Vec::new();
+        let pages = RING_PAGES * crate::sys::devmem::page_size() as usize;
+        for (w, &pid) in pids.iter().enumerate() {
+            for (k, ev) in events.iter().enumerate() {
                 for e in &ev.encodings {
-                    let mut attr = PerfEventAttr::counter(
-                        e.pmu_type,
-                        [e.config, e.config1, e.config2],
-                        e.exclude_user,
-                        e.exclude_kernel,
-                    );
-                    attr.flags |= FLAG_INHERIT;
-                    let fd =
-                        sys.open(&attr, pid as i32, -1, None)
-                            .map_err(|source| TruthError {
-                                event: ev.event.clone(),
-                                pid,
-                                source,
-                            })?;
-                    fds.push(fd);
+                    for &cpu in cpus {
+                        let err = |source| TruthError {
+                            event: ev.event.clone(),
+                            pid,
+                            source,
+                        };
+                        let attr = sampling_attr(e, pages as u32);
+                        let fd = match sys.open(&attr, pid as i32, cpu as i32, None) {
+                            Ok(fd) => fd,
+                            // A hybrid CPU's core PMU exists on some CPUs only.
+                            Err(x) if x.raw_os_error() == Some(libc::ENOENT) && cpus.len() > 1 => {
+                                continue;
+                            }
+                            Err(x) => return Err(err(x)),
+                        };
+                        let ring = sys.map_ring(fd.as_fd(), RING_PAGES).map_err(err)?;
+                        rings.push(Sampled {
+                            cell: w * events.len() + k,
+                            _fd: fd,
+                            ring,
+                        });
+                    }
                 }
-                cells.push(fds);
             }
         }
-        let series = Arc::new(Mutex::new(Vec::new()));
+        let cells = Arc::new(Mutex::new(vec![Vec::new(); pids.len() * events.len()]));
+        let lost = Arc::new(AtomicU64::new(0));
         let stop = Arc::new(AtomicBool::new(false));
-        let first = read_all(sys.as_ref(), &cells, now);
-        series.lock().unwrap_or_else(|p| p.into_inner()).push(first);
         let reader = std::thread::Builder::new()
             .name("imc-truth".into())
             .spawn({
-                let (series, stop) = (series.clone(), stop.clone());
+                let (cells, lost, stop) = (cells.clone(), lost.clone(), stop.clone());
                 move || {
                     if let Err(e) = crate::sys::process::realtime_thread() {
                         log::info!("truth reader stays at normal priority: {e}");
                     }
-                    while !stop.load(Ordering::SeqCst) {
-                        std::thread::sleep(Duration::from_millis(1));
-                        let r = read_all(sys.as_ref(), &cells, now);
-                        series.lock().unwrap_or_else(|p| p.into_inner()).push(r);
+                    loop {
+                        let last = stop.load(Ordering::SeqCst);
+                        drain(&mut rings, &cells, &lost);
+                        if last {
+                            break;
+                        }
+                        std::thread::sleep(Duration::from_millis(2));
                     }
                 }
             })
             .ok();
         Ok(Truth {
             events: events.len(),
-            series,
+            periods: events
+                .iter()
+                .map(|e| e.encodings.first().map_or(1, period_of))
+                .collect(),
+            cells,
+            lost,
             stop,
             reader,
         })
     }
 
-    /// Each workload's count of each event at `t_ns`: interpolated between the reads around it
-    /// (the first read before it, the last after it).
+    /// Each workload's count of each event from the start up to `t_ns`.
     pub fn at(&self, t_ns: u64) -> Vec<Vec<f64>> {
-        let series = self.series.lock().unwrap_or_else(|p| p.into_inner());
-        let values = interpolate(&series, t_ns);
-        values
+        let cells = self.cells.lock().unwrap_or_else(|p| p.into_inner());
+        let counts: Vec<f64> = cells
+            .iter()
+            .enumerate()
+            .map(|(i, times)| {
+                let period = self
+                    .periods
+                    .get(i % self.events.max(1))
+                    .copied()
+                    .unwrap_or(1);
+                (times.partition_point(|&t| t <= t_ns) as u64 * period) as f64
+            })
+            .collect();
+        counts
             .chunks(self.events.max(1))
             .map(<[f64]>::to_vec)
             .collect()
     }
 
-    /// The largest gap between two reads: how far apart the truth's own points are.
-    pub fn largest_gap_ns(&self) -> u64 {
-        let series = self.series.lock().unwrap_or_else(|p| p.into_inner());
-        series
-            .windows(2)
-            .map(|w| w[1].t_ns.saturating_sub(w[0].t_ns))
-            .max()
-            .unwrap_or(0)
+    /// Samples lost or throttled: the truth is short by at least this many periods.
+    pub fn lost(&self) -> u64 {
+        self.lost.load(Ordering::SeqCst)
     }
 
-    /// Stops reading (the series is kept).
+    /// Stops sampling after a last drain; the times are sorted for [`Truth::at`].
     pub fn stop(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
         if let Some(t) = self.reader.take() {
             let _ = t.join();
+        }
+        let mut cells = self.cells.lock().unwrap_or_else(|p| p.into_inner());
+        for c in cells.iter_mut() {
+            c.sort_unstable();
         }
     }
 }
@@ -178,43 +226,48 @@ impl Drop for Truth {
     }
 }
 
-fn read_all(sys: &dyn PerfSys, cells: &Cells, now: fn() -> u64) -> Reading {
-    let t0 = now();
-    let values = cells
-        .iter()
-        .map(|fds| {
-            fds.iter()
-                .filter_map(|fd| read_counter(sys, fd.as_fd()).ok())
-                .map(|v| v.scaled().0)
-                .sum()
-        })
-        .collect();
-    let t1 = now();
-    Reading {
-        t_ns: t0 / 2 + t1 / 2,
-        values,
-    }
+/// The sampling attr of a truth counter: `period_of` the event, each sample its time on
+/// CLOCK_MONOTONIC (the sampler's clock), inherited, nobody woken before the ring fills.
+fn sampling_attr(e: &Encoded, ring_bytes: u32) -> PerfEventAttr {
+    let mut attr = PerfEventAttr::counter(
+        e.pmu_type,
+        [e.config, e.config1, e.config2],
+        e.exclude_user,
+        e.exclude_kernel,
+    );
+    attr.sample_period = period_of(e);
+    attr.sample_type = SAMPLE_TIME;
+    attr.flags |= FLAG_INHERIT | FLAG_USE_CLOCKID | FLAG_WATERMARK;
+    attr.clockid = libc::CLOCK_MONOTONIC;
+    attr.wakeup_events = ring_bytes / 2;
+    attr
 }
 
-fn interpolate(series: &[Reading], t: u64) -> Vec<f64> {
-    let Some(first) = series.first() else {
-        return Vec::new();
-    };
-    let after = series.partition_point(|r| r.t_ns <= t);
-    if after == 0 {
-        return first.values.clone();
+fn drain(rings: &mut [Sampled], cells: &Mutex<Vec<Vec<u64>>>, lost: &AtomicU64) {
+    let mut cells = cells.lock().unwrap_or_else(|p| p.into_inner());
+    for s in rings.iter_mut() {
+        let Some(times) = cells.get_mut(s.cell) else {
+            continue;
+        };
+        s.ring.drain(&mut |kind, payload| {
+            let word = |i: usize| {
+                payload
+                    .get(i * 8..i * 8 + 8)
+                    .map_or(0, |b| u64::from_ne_bytes(b.try_into().unwrap_or([0; 8])))
+            };
+            match kind {
+                RECORD_SAMPLE => times.push(word(0)),
+                // { id, lost }
+                RECORD_LOST => {
+                    lost.fetch_add(word(1), Ordering::SeqCst);
+                }
+                RECORD_THROTTLE => {
+                    lost.fetch_add(1, Ordering::SeqCst);
+                }
+                _ => {}
+            }
+        });
     }
-    let a = &series[after - 1];
-    let Some(b) = series.get(after) else {
-        return a.values.clone();
-    };
-    let span = b.t_ns.saturating_sub(a.t_ns).max(1) as f64;
-    let f = (t - a.t_ns) as f64 / span;
-    a.values
-        .iter()
-        .zip(&b.values)
-        .map(|(x, y)| x + (y - x) * f)
-        .collect()
 }
 
 #[cfg(test)]
@@ -222,13 +275,21 @@ mod tests {
     use super::*;
     use crate::sys::perf::PerfIoctl;
     use std::os::fd::BorrowedFd;
-    use std::sync::atomic::AtomicU64;
 
-    /// Counts grow by pid × 10 every read; records what was opened.
+    /// Each ring yields samples at the times scripted for its (pid, cpu), once.
     #[derive(Default)]
     struct Fake {
         opened: Mutex<Vec<(PerfEventAttr, i32, i32)>>,
-        reads: AtomicU64,
+    }
+
+    struct FakeRing(Vec<(u32, Vec<u8>)>);
+
+    impl RingBuffer for FakeRing {
+        fn drain(&mut self, f: &mut dyn FnMut(u32, &[u8])) {
+            for (k, p) in self.0.drain(..) {
+                f(k, &p);
+            }
+        }
     }
 
     impl PerfSys for Fake {
@@ -242,19 +303,29 @@ mod tests {
             self.opened.lock().unwrap().push((*attr, pid, cpu));
             Ok(std::fs::File::open("/dev/null")?.into())
         }
-        fn read(&self, _: BorrowedFd<'_>, buf: &mut [u8]) -> std::io::Result<usize> {
-            let n = self.reads.fetch_add(1, Ordering::SeqCst);
-            buf[..8].copy_from_slice(&(n * 10).to_ne_bytes());
-            buf[8..16].copy_from_slice(&1u64.to_ne_bytes());
-            buf[16..24].copy_from_slice(&1u64.to_ne_bytes());
-            Ok(24)
+        fn read(&self, _: BorrowedFd<'_>, _: &mut [u8]) -> std::io::Result<usize> {
+            Ok(0)
         }
         fn ioctl(&self, _: BorrowedFd<'_>, _: PerfIoctl) -> std::io::Result<()> {
             Ok(())
         }
+        fn map_ring(&self, _: BorrowedFd<'_>, _: usize) -> std::io::Result<Box<dyn RingBuffer>> {
+            let (_, pid, cpu) = *self.opened.lock().unwrap().last().unwrap();
+            // pid 41: samples at 10, 20, 30 on each CPU; pid 42: one lost record.
+            let recs = if pid == 41 {
+                (1..=3)
+                    .map(|i| (RECORD_SAMPLE, (i * 10 + cpu as u64).to_ne_bytes().to_vec()))
+                    .collect()
+            } else {
+                let mut lost = 7u64.to_ne_bytes().to_vec();
+                lost.extend(5u64.to_ne_bytes());
+                vec![(RECORD_LOST, lost)]
+            };
+            Ok(Box::new(FakeRing(recs)))
+        }
     }
 
-    fn page_faults() -> Encoded {
+    pub(crate) fn page_faults() -> Encoded {
         Encoded {
             event: "page-faults".into(),
             pmu: "software".into(),
@@ -265,45 +336,46 @@ mod tests {
     }
 
     #[test]
-    fn counters_are_per_task_on_any_cpu_and_inherited() {
+    fn every_count_is_a_timed_sample_per_task_and_cpu_inherited() {
         let fake = Arc::new(Fake::default());
         let ev = TruthEvent {
             event: "page-faults".into(),
             slot: 0,
             encodings: vec![page_faults()],
         };
-        let mut truth =
-            Truth::open(fake.clone(), &[41, 42], &[ev], crate::sampler::monotonic_ns).unwrap();
+        let mut truth = Truth::open(fake.clone(), &[41, 42], &[0, 1], &[ev]).unwrap();
         truth.stop();
         let opened = fake.opened.lock().unwrap();
-        assert_eq!(opened.len(), 2);
-        for (i, (attr, pid, cpu)) in opened.iter().enumerate() {
-            assert_eq!((*pid, *cpu), (41 + i as i32, -1));
+        let who: Vec<(i32, i32)> = opened.iter().map(|o| (o.1, o.2)).collect();
+        assert_eq!(who, [(41, 0), (41, 1), (42, 0), (42, 1)]);
+        for (attr, ..) in opened.iter() {
             assert_ne!(attr.flags & FLAG_INHERIT, 0);
-            assert_eq!((attr.type_, attr.config), (1, 2));
+            assert_ne!(attr.flags & FLAG_USE_CLOCKID, 0);
+            assert_eq!(attr.clockid, libc::CLOCK_MONOTONIC);
+            assert_eq!((attr.type_, attr.config, attr.sample_period), (1, 2, 1));
+            assert_eq!(attr.sample_type, SAMPLE_TIME);
         }
-        // Two workloads, one event: one value each, growing.
-        let late = truth.at(u64::MAX);
-        assert_eq!(late.len(), 2);
-        assert!(late[0][0] >= truth.at(0)[0][0]);
+        // pid 41: samples at 10, 11, 20, 21, 30, 31.
+        assert_eq!(truth.at(9), [[0.0], [0.0]]);
+        assert_eq!(truth.at(20), [[3.0], [0.0]]);
+        assert_eq!(truth.at(100), [[6.0], [0.0]]);
+        assert_eq!(truth.lost(), 10);
     }
 
     #[test]
-    fn truth_between_reads_is_interpolated_and_clamped_outside() {
-        let series = vec![
-            Reading {
-                t_ns: 100,
-                values: vec![0.0, 10.0],
-            },
-            Reading {
-                t_ns: 200,
-                values: vec![50.0, 10.0],
-            },
-        ];
-        assert_eq!(interpolate(&series, 150), vec![25.0, 10.0]);
-        assert_eq!(interpolate(&series, 50), vec![0.0, 10.0]);
-        assert_eq!(interpolate(&series, 200), vec![50.0, 10.0]);
-        assert_eq!(interpolate(&series, 900), vec![50.0, 10.0]);
-        assert!(interpolate(&[], 1).is_empty());
+    fn clocks_are_sampled_by_time_and_hardware_by_thousands() {
+        let clock = Encoded {
+            pmu_type: 1,
+            config: 0,
+            ..Default::default()
+        };
+        assert_eq!(period_of(&clock), 50_000);
+        assert_eq!(period_of(&page_faults()), 1);
+        let hw = Encoded {
+            pmu_type: 4,
+            config: 0x412e,
+            ..Default::default()
+        };
+        assert_eq!(period_of(&hw), 1000);
     }
 }
