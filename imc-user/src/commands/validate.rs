@@ -418,7 +418,10 @@ fn run_live(
         .then(|| byte_rows(plan, events, kinds, &idents, &passes, &intervals, &truth));
     let fidelity = byte_rows.as_ref().map(|b| fidelity_of(b));
     let mbm_rows = mbm_bytes.map(|m| mbm_rows(&idents, &intervals, &m));
-    if let Some(rows) = &mbm_rows {
+    if !bytes.real && mbm_rows.is_some() {
+        mbm_state.reason += ": MBM's bytes are shown, not compared (imc counts no bytes here)";
+    }
+    if let Some(rows) = mbm_rows.as_ref().filter(|_| bytes.real) {
         for r in rows {
             if let Some(err) = r.error {
                 bounds.push(Bound::measured(

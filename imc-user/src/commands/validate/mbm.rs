@@ -67,7 +67,8 @@ fn remove(dir: &Path) -> bool {
     if std::fs::remove_dir(dir).is_ok() {
         return true;
     }
-    std::fs::remove_dir_all(dir).is_ok()
+    // A file written while the tree is removed: try again.
+    (0..3).any(|_| std::fs::remove_dir_all(dir).is_ok() || !dir.exists())
 }
 
 impl Groups {
