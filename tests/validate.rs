@@ -20,7 +20,13 @@ fn live_lock() -> std::sync::MutexGuard<'static, ()> {
 }
 
 const WORKLOADS: [&str; 7] = [
-    "toucher", "reader", "nt-writer", "copier", "spinner", "burst", "migrator",
+    "toucher",
+    "reader",
+    "nt-writer",
+    "copier",
+    "spinner",
+    "burst",
+    "migrator",
 ];
 
 #[test]
@@ -59,7 +65,9 @@ fn dry_run_lists_workloads_truth_and_bounds_on_every_fixture_tree() {
         let expected: Vec<&str> = if cfg!(target_arch = "x86_64") {
             WORKLOADS.to_vec()
         } else {
-            WORKLOADS.map(|w| if w == "nt-writer" { "writer" } else { w }).to_vec()
+            WORKLOADS
+                .map(|w| if w == "nt-writer" { "writer" } else { w })
+                .to_vec()
         };
         assert_eq!(names, expected, "{name}");
         let truth: Vec<&str> = v["truth"]
@@ -86,14 +94,22 @@ fn dry_run_lists_workloads_truth_and_bounds_on_every_fixture_tree() {
                 .iter()
                 .find(|b| b["figure"] == "error" && b["event"].as_str() == Some(*t))
                 .unwrap_or_else(|| panic!("{name}: no error bound for {t}"));
-            assert!(bound["pass"].is_null(), "{name}: a dry run measures nothing");
+            assert!(
+                bound["pass"].is_null(),
+                "{name}: a dry run measures nothing"
+            );
             let limit = bound["bound"].as_f64().unwrap();
             assert!(limit == 0.01 || limit == 0.02, "{name}: {t} bound {limit}");
         }
         let proxy = v["source"].as_str().unwrap().starts_with("proxy:");
         assert_eq!(v["bytes"]["available"], !proxy, "{name}");
         // Only spr-2socket has resctrl (with MBM) mounted in its mountinfo.
-        assert_eq!(v["mbm"]["available"], name == "spr-2socket", "{name}: {}", v["mbm"]);
+        assert_eq!(
+            v["mbm"]["available"],
+            name == "spr-2socket",
+            "{name}: {}",
+            v["mbm"]
+        );
     }
     assert!(trees >= 10, "only {trees} fixture trees");
 }
@@ -114,7 +130,10 @@ fn a_bad_duration_or_save_without_a_controller_is_bad_input() {
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
-    assert!(stderr.contains("--save") && stderr.contains("proxy:page-faults"), "{stderr}");
+    assert!(
+        stderr.contains("--save") && stderr.contains("proxy:page-faults"),
+        "{stderr}"
+    );
 }
 
 /// An unrelated process that faults pages all the time: its faults are on the machine, never
@@ -144,7 +163,12 @@ impl Drop for Faulter {
 }
 
 fn validate(args: &[&str]) -> (Option<i32>, Value, String) {
-    let out = imc().arg("validate").args(args).arg("--json").output().unwrap();
+    let out = imc()
+        .arg("validate")
+        .args(args)
+        .arg("--json")
+        .output()
+        .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     let v = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("validate {args:?}: no JSON ({e}): {stderr}"));
@@ -171,7 +195,10 @@ fn live_at(interval: &str, duration: &str) {
             }
             let (code, v, stderr) = validate(&args);
             let ev = event.unwrap_or("page-faults");
-            assert_eq!(v["records"], if precise { "per-switch" } else { "aggregated" });
+            assert_eq!(
+                v["records"],
+                if precise { "per-switch" } else { "aggregated" }
+            );
             assert_eq!(v["truth_lost"], 0, "{args:?}: the truth lost samples");
             let rows = v["workloads"].as_array().unwrap();
             assert_eq!(rows.len(), WORKLOADS.len(), "{args:?}");
@@ -179,9 +206,16 @@ fn live_at(interval: &str, duration: &str) {
             // The truth is the workloads' own: the toucher faults, the spinner does not, and
             // every workload runs (cpu-clock).
             if ev == "page-faults" {
-                assert!(row("toucher")["truth"].as_f64().unwrap() > 1000.0, "{args:?}");
+                assert!(
+                    row("toucher")["truth"].as_f64().unwrap() > 1000.0,
+                    "{args:?}"
+                );
                 assert!(row("burst")["truth"].as_f64().unwrap() > 100.0, "{args:?}");
-                assert_eq!(row("spinner")["truth"], 0.0, "{args:?}: the spinner faulted");
+                assert_eq!(
+                    row("spinner")["truth"],
+                    0.0,
+                    "{args:?}: the spinner faulted"
+                );
             } else {
                 for r in rows {
                     assert!(r["truth"].as_f64().unwrap() > 0.0, "{args:?}: {r}");
@@ -333,10 +367,11 @@ impl FakeKernel {
                         for d in ["mon_L3_00", "mon_L3_01"] {
                             let dir = g.join("mon_data").join(d);
                             let _ = std::fs::create_dir(&dir);
-                            let _ = std::fs::write(
-                                dir.join("mbm_total_bytes"),
-                                format!("{}\n", step << 20),
-                            );
+                            // Whole values only, as the kernel's reads give.
+                            let tmp = dir.join(".mbm_total_bytes.new");
+                            if std::fs::write(&tmp, format!("{}\n", step << 20)).is_ok() {
+                                let _ = std::fs::rename(&tmp, dir.join("mbm_total_bytes"));
+                            }
                         }
                     }
                     std::thread::sleep(Duration::from_millis(5));
@@ -352,7 +387,10 @@ impl FakeKernel {
 
     fn stop(&mut self) -> Vec<u32> {
         self.stop.store(true, Ordering::SeqCst);
-        self.thread.take().map(|t| t.join().unwrap()).unwrap_or_default()
+        self.thread
+            .take()
+            .map(|t| t.join().unwrap())
+            .unwrap_or_default()
     }
 }
 
@@ -377,17 +415,17 @@ fn wait_exit(child: &mut Child, limit: Duration) -> Option<std::process::ExitSta
 
 fn alive(pid: u32) -> bool {
     // A zombie is gone for our purpose: it runs nothing and holds no fd.
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .is_ok_and(|s| s.rsplit(')').next().is_some_and(|r| !r.trim_start().starts_with('Z')))
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        s.rsplit(')')
+            .next()
+            .is_some_and(|r| !r.trim_start().starts_with('Z'))
+    })
 }
 
 /// imc_ programs held by a process that is alive and is not `gone` (a leaked program would
 /// have no holder once its imc is dead).
 fn orphan_programs(before: &[u64]) -> Vec<u64> {
-    let out = bpftool()
-        .args(["prog", "show", "--json"])
-        .output()
-        .unwrap();
+    let out = bpftool().args(["prog", "show", "--json"]).output().unwrap();
     let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
     v.as_array()
         .into_iter()
@@ -395,9 +433,10 @@ fn orphan_programs(before: &[u64]) -> Vec<u64> {
         .filter(|p| p["name"].as_str().is_some_and(|n| n.starts_with("imc_")))
         .filter(|p| !before.contains(&p["id"].as_u64().unwrap_or(0)))
         .filter(|p| {
-            !p["pids"]
-                .as_array()
-                .is_some_and(|h| h.iter().any(|h| h["pid"].as_u64().is_some_and(|x| alive(x as u32))))
+            !p["pids"].as_array().is_some_and(|h| {
+                h.iter()
+                    .any(|h| h["pid"].as_u64().is_some_and(|x| alive(x as u32)))
+            })
         })
         .filter_map(|p| p["id"].as_u64())
         .collect()
@@ -431,11 +470,18 @@ fn nothing_is_left_after_int_term_or_kill_and_the_next_run_removes_stale_groups(
         while groups(&resctrl).len() < WORKLOADS.len() && Instant::now() < end {
             std::thread::sleep(Duration::from_millis(20));
         }
-        assert_eq!(groups(&resctrl).len(), WORKLOADS.len(), "{name}: groups not made");
+        assert_eq!(
+            groups(&resctrl).len(),
+            WORKLOADS.len(),
+            "{name}: groups not made"
+        );
         std::thread::sleep(Duration::from_millis(1500));
         let pids = kernel.stop();
         assert_eq!(pids.len(), WORKLOADS.len(), "{name}: pids {pids:?}");
-        assert!(pids.iter().all(|&p| alive(p)), "{name}: workloads not running");
+        assert!(
+            pids.iter().all(|&p| alive(p)),
+            "{name}: workloads not running"
+        );
         // SAFETY: signals the child this test started.
         unsafe { libc::kill(child.id() as i32, signal) };
         let status = wait_exit(&mut child, Duration::from_secs(10));
@@ -447,17 +493,35 @@ fn nothing_is_left_after_int_term_or_kill_and_the_next_run_removes_stale_groups(
         }
         let left: Vec<u32> = pids.iter().copied().filter(|&p| alive(p)).collect();
         assert!(left.is_empty(), "{name}: workloads left: {left:?}");
-        assert!(orphan_programs(&before).is_empty(), "{name}: BPF programs left");
+        // The kernel frees a dead process' programs a moment after it exits.
+        let end = Instant::now() + Duration::from_secs(3);
+        while !orphan_programs(&before).is_empty() && Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert!(
+            orphan_programs(&before).is_empty(),
+            "{name}: BPF programs left"
+        );
         if signal == libc::SIGKILL {
             // imc could not clean up: its groups stay until the next run removes them.
-            assert_eq!(groups(&resctrl).len(), WORKLOADS.len());
-            let mut kernel = FakeKernel::start(resctrl.clone());
-            let out = imc()
+            let stale = groups(&resctrl);
+            assert_eq!(stale.len(), WORKLOADS.len());
+            let next = imc()
                 .arg("--root")
                 .arg(root.path())
                 .args(["validate", "--duration", "0.5", "--json"])
-                .output()
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
                 .unwrap();
+            // The kernel's rmdir is atomic; this test's writes are not: they start once the
+            // stale groups are gone.
+            let end = Instant::now() + Duration::from_secs(10);
+            while stale.iter().any(|g| g.exists()) && Instant::now() < end {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            let mut kernel = FakeKernel::start(resctrl.clone());
+            let out = next.wait_with_output().unwrap();
             kernel.stop();
             let stderr = String::from_utf8_lossy(&out.stderr);
             assert!(stderr.contains("removed 7 monitor group(s)"), "{stderr}");
@@ -474,6 +538,10 @@ fn nothing_is_left_after_int_term_or_kill_and_the_next_run_removes_stale_groups(
                 .unwrap_or_else(|e| panic!("{name}: no JSON after the signal: {e}"));
             assert!(v["intervals"].as_array().is_some(), "{name}");
         }
-        assert!(groups(&resctrl).is_empty(), "{name}: groups left: {:?}", groups(&resctrl));
+        assert!(
+            groups(&resctrl).is_empty(),
+            "{name}: groups left: {:?}",
+            groups(&resctrl)
+        );
     }
 }

@@ -316,7 +316,7 @@ impl Sink for Collect<'_> {
     }
 
     fn stop_requested(&self) -> bool {
-        self.frozen.is_some_and(|t| t.elapsed() >= SETTLE)
+        self.frozen.is_some_and(|t| t.elapsed() >= SETTLE) || crate::sys::process::stop_signalled()
     }
 }
 
@@ -340,6 +340,10 @@ fn run_live(
         records(args),
         plan.source
     );
+    // From here an INT or TERM ends the run the way its end would: workloads stopped, groups
+    // removed, what was measured reported.
+    crate::sys::process::catch_stop_signals()
+        .map_err(|e| CliError::runtime(format!("validate: signal handlers: {e}")))?;
     let mut mbm_state = mbm_availability(rdt);
     if let Resctrl::Mbm { dir, .. } = rdt {
         let n = mbm::remove_stale(dir, crate::sys::process::alive);

@@ -129,6 +129,35 @@ pub fn realtime_thread() -> io::Result<()> {
     check(unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) })
 }
 
+static STOP_SIGNALLED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+extern "C" fn on_stop_signal(_: libc::c_int) {
+    STOP_SIGNALLED.store(true, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// SIGINT, SIGTERM and SIGHUP only set a flag ([`stop_signalled`]) from now on, so that a run
+/// interrupted before its loop listens still cleans up. A handler installed later (the
+/// sampling loop's) takes over.
+pub fn catch_stop_signals() -> io::Result<()> {
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        // SAFETY: a zeroed sigaction with a handler that only stores to an atomic (which is
+        // async-signal-safe); the old action is not asked for.
+        let r = unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = on_stop_signal as *const () as usize;
+            libc::sigemptyset(&mut sa.sa_mask);
+            libc::sigaction(sig, &sa, std::ptr::null_mut())
+        };
+        check(r)?;
+    }
+    Ok(())
+}
+
+/// Whether SIGINT, SIGTERM or SIGHUP came since [`catch_stop_signals`].
+pub fn stop_signalled() -> bool {
+    STOP_SIGNALLED.load(std::sync::atomic::Ordering::SeqCst)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
