@@ -62,11 +62,12 @@ pub fn truth_events(plan: &Plan) -> Vec<TruthEvent> {
 }
 
 /// The period each event is sampled with: every count of a software or tracepoint event (each
-/// a sample: the truth is exact), 50 µs of on-CPU time for the clocks, a thousand counts of a
-/// hardware event (the truth is then exact to a thousand counts at each interval end).
+/// a sample: the truth is exact), 20 µs of on-CPU time for the clocks, a thousand counts of a
+/// hardware event (the truth is then exact to a thousand counts at each interval end). A task
+/// that lives less than a period leaves no sample: a clock truth misses up to 20 µs of each.
 pub fn period_of(e: &Encoded) -> u64 {
     match (e.pmu_type, e.config) {
-        (TYPE_SOFTWARE, SW_CPU_CLOCK | SW_TASK_CLOCK) => 50_000,
+        (TYPE_SOFTWARE, SW_CPU_CLOCK | SW_TASK_CLOCK) => 20_000,
         (TYPE_SOFTWARE | TYPE_TRACEPOINT, _) => 1,
         _ => 1000,
     }
@@ -369,7 +370,7 @@ mod tests {
             config: 0,
             ..Default::default()
         };
-        assert_eq!(period_of(&clock), 50_000);
+        assert_eq!(period_of(&clock), 20_000);
         assert_eq!(period_of(&page_faults()), 1);
         let hw = Encoded {
             pmu_type: 4,
