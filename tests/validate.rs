@@ -136,6 +136,22 @@ fn a_bad_duration_or_save_without_a_controller_is_bad_input() {
     );
 }
 
+#[test]
+fn without_privileges_it_says_so_in_one_line() {
+    let Some(mut cmd) = as_nobody(&["validate", "--duration", "1"]) else {
+        return;
+    };
+    let out = cmd.current_dir(std::env::temp_dir()).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    let errors: Vec<&str> = stderr
+        .lines()
+        .filter(|l| !l.starts_with("imc: validate: 7 workloads"))
+        .collect();
+    assert_eq!(errors.len(), 1, "{stderr}");
+    assert!(errors[0].contains("run as root"), "{stderr}");
+}
+
 /// An unrelated process that faults pages all the time: its faults are on the machine, never
 /// in any workload's truth, and must not move the verdict.
 struct Faulter(Child);

@@ -377,7 +377,16 @@ fn run_live(
         &found.topology.online,
         events,
     )
-    .map_err(|e| CliError::runtime(format!("validate: {e}")))?;
+    .map_err(|e| {
+        // No privileges is the user's to fix (exit 2), like any bad input.
+        let denied = matches!(e.source.raw_os_error(), Some(libc::EACCES | libc::EPERM));
+        let msg = format!("validate: {e}");
+        if denied {
+            CliError::bad_input(msg)
+        } else {
+            CliError::runtime(msg)
+        }
+    })?;
     let mut sink = Collect {
         workloads: &mut wl,
         groups: groups.as_mut(),

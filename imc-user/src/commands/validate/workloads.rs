@@ -282,7 +282,7 @@ impl Workloads {
                 .process_group(w.pgid.map_or(0, |p| p as i32));
             // SAFETY: the closure calls only prctl, which is async-signal-safe.
             unsafe {
-                cmd.pre_exec(|| process::die_with_parent());
+                cmd.pre_exec(process::die_with_parent);
             }
             let mut child = cmd.spawn()?;
             let pid = child.id();
