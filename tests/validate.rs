@@ -227,10 +227,12 @@ fn live_at(interval: &str, duration: &str) {
                     "{args:?}"
                 );
                 assert!(row("burst")["truth"].as_f64().unwrap() > 100.0, "{args:?}");
-                assert_eq!(
-                    row("spinner")["truth"],
-                    0.0,
-                    "{args:?}: the spinner faulted"
+                // Its code is mapped in before it goes; a page of the loop around it may
+                // still be faulted in once.
+                let spinner = row("spinner")["truth"].as_f64().unwrap();
+                assert!(
+                    spinner <= 2.0,
+                    "{args:?}: the spinner faulted {spinner} times"
                 );
             } else {
                 for r in rows {
@@ -500,8 +502,9 @@ fn nothing_is_left_after_int_term_or_kill_and_the_next_run_removes_stale_groups(
         );
         // SAFETY: signals the child this test started.
         unsafe { libc::kill(child.id() as i32, signal) };
-        let status = wait_exit(&mut child, Duration::from_secs(10));
-        assert!(status.is_some(), "{name}: imc did not end within 10 s");
+        // Within 15 s even on a loaded machine (the contract for a 5 s run).
+        let status = wait_exit(&mut child, Duration::from_secs(15));
+        assert!(status.is_some(), "{name}: imc did not end within 15 s");
         // Workloads die with imc (PR_SET_PDEATHSIG, or imc's own kill of their group).
         let end = Instant::now() + Duration::from_secs(2);
         while pids.iter().any(|&p| alive(p)) && Instant::now() < end {

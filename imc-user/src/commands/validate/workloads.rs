@@ -116,6 +116,9 @@ pub fn run_workload(name: &str) -> std::io::Result<()> {
     }
     process::set_comm(&kind.comm())?;
     let mut work = Work::prepare(kind.name);
+    // One step before `ready`, not counted: the code it runs is mapped in now (the kernel maps
+    // a binary's pages at their first use, each a page fault), so a spinner faults no more.
+    work.step()?;
     // The thread that waits for the go byte and then for stdin's end starts before `ready`, so
     // that its stack's page faults are not the workload's: a spinner makes none once it goes.
     let stop = Arc::new(AtomicBool::new(false));
