@@ -55,6 +55,8 @@ pub enum Command {
     Report(ReportArgs),
     /// The sampler as a service: Prometheus/OpenMetrics at /metrics.
     Serve(ServeArgs),
+    /// Known workloads of imc's own, sampled like `imc top`, against the kernel's per-task truth.
+    Validate(ValidateArgs),
     /// Shell completions for imc, written to standard output (for packagers).
     #[command(hide = true)]
     Completions(CompletionsArgs),
@@ -186,6 +188,30 @@ pub struct TopArgs {
     /// served, local or remote node (L3 misses only where the PMU has l3missonly).
     #[arg(long, conflicts_with_all = ["events", "dry_run"])]
     pub ibs: bool,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct ValidateArgs {
+    #[command(flatten)]
+    pub sampler: SamplerArgs,
+    /// How long the workloads run and are sampled, in seconds (fractions allowed).
+    #[arg(long, value_name = "S", default_value_t = 5.0, value_parser = parse_seconds,
+          allow_negative_numbers = true)]
+    pub duration: f64,
+    /// One JSON object (workloads, intervals, bytes, mbm, fidelity, bounds, pass).
+    #[arg(long)]
+    pub json: bool,
+    /// Interval in milliseconds: each interval's figures are compared on their own.
+    #[arg(short = 'I', long = "interval", value_name = "MS", default_value_t = 1000,
+          value_parser = parse_interval_ms, allow_negative_numbers = true)]
+    pub interval_ms: u64,
+    /// Keep the measured fidelity of the weights (where the memory controller is real) in
+    /// IMC_FIDELITY_FILE, else /var/lib/imc/fidelity.json, where attribution reads it.
+    #[arg(long, conflicts_with = "dry_run")]
+    pub save: bool,
+    /// Internal: run one workload (imc re-executes itself for each).
+    #[arg(long, hide = true, value_name = "KIND")]
+    pub workload: Option<String>,
 }
 
 #[derive(Args, Debug, Clone)]

@@ -48,7 +48,9 @@ impl Settings {
             bpf_object: std::env::var_os(BPF_OBJECT_ENV).map(PathBuf::from),
             libpfm: std::env::var_os(LIBPFM_ENV),
             libpfm_force_pmu: std::env::var(LIBPFM_FORCE_PMU_ENV).ok(),
-            fidelity_file: std::env::var_os(FIDELITY_FILE_ENV).map(PathBuf::from),
+            fidelity_file: std::env::var_os(FIDELITY_FILE_ENV)
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from),
         }
     }
 

@@ -15,6 +15,9 @@
 //!   cargo xtask accuracy [--weight auto|cpu-time] [--json] SCENARIO.json...
 //!                                      attribution against known truth on simulated machines
 //!                                      (tests/scenarios/README.md)
+//!   cargo xtask accuracy --live [--rounds R] [SCENARIO.json...]
+//!                                      also `imc validate` R times here: mean error ± s.e.
+mod accuracy_live;
 mod bench_overhead;
 mod bench_scale;
 mod bench_serve;
@@ -273,12 +276,24 @@ fn real_main() -> Result<ExitCode> {
             bench_serve::run(&bin, &args)?;
         }
         "accuracy" => {
-            let bin = build_in_process_bin("imc-accuracy")?;
-            let status = Command::new(&bin)
-                .args(&args)
-                .status()
-                .with_context(|| format!("running {}", bin.display()))?;
-            return Ok(ExitCode::from(status.code().unwrap_or(1) as u8));
+            let live = accuracy_live::take_live(&mut args)?;
+            let scenarios = args.iter().any(|a| !a.starts_with('-'));
+            let mut code = 0;
+            if live.is_none() || scenarios {
+                let bin = build_in_process_bin("imc-accuracy")?;
+                let status = Command::new(&bin)
+                    .args(&args)
+                    .status()
+                    .with_context(|| format!("running {}", bin.display()))?;
+                code = status.code().unwrap_or(1) as u8;
+            }
+            if let Some(rounds) = live {
+                let bin = build(true)?;
+                if !accuracy_live::run(&bin, rounds, &args)? {
+                    code = code.max(1);
+                }
+            }
+            return Ok(ExitCode::from(code));
         }
         other => {
             bail!(

@@ -16,6 +16,7 @@ pub mod sampling;
 pub mod serve;
 pub mod stat;
 pub mod top;
+pub mod validate;
 
 pub fn run(cli: Cli) -> CliResult<ExitCode> {
     let g = &cli.global;
@@ -27,6 +28,7 @@ pub fn run(cli: Cli) -> CliResult<ExitCode> {
         Command::Record(a) => record::run(g, &a),
         Command::Report(a) => report::run(g, &a),
         Command::Serve(a) => serve::run(g, &a),
+        Command::Validate(a) => validate::run(g, &a),
         Command::Completions(a) => generate::run_completions(a.shell),
         Command::Manpage => generate::run_manpage(),
     }

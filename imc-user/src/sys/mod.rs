@@ -4,6 +4,7 @@ pub mod bpf;
 pub mod devmem;
 pub mod file;
 pub mod perf;
+pub mod process;
 pub mod rlimit;
 pub mod shm;
 pub mod thread;

@@ -1,0 +1,412 @@
+//! The known workloads of `imc validate`, each its own process: imc re-executes itself
+//! (`/proc/self/exe validate --workload KIND`) so that the installed binary alone suffices.
+//!
+//! A workload prepares (its buffers faulted in), says `ready` on stdout and waits; imc opens the
+//! truth counters on it and starts the sampler, then writes one byte to its stdin: it works
+//! until its stdin closes, then says how many passes it made and exits. It dies with imc
+//! (PR_SET_PDEATHSIG), and every workload is in one process group that imc kills at the end.
+//!
+//! Expected DRAM traffic of a pass over a buffer of B bytes (buffers far beyond the last-level
+//! cache): a read streams B in; non-temporal stores write B without reading it first; ordinary
+//! stores first read each line for ownership (write-allocate) and later write it back, 2 B;
+//! a copy reads the source, reads the destination for ownership and writes it back, 3 B. These
+//! are the factors of STREAM's documentation (McCalpin, "STREAM: Sustainable Memory Bandwidth",
+//! www.cs.virginia.edu/stream/ref.html, on counting and on write-allocate traffic) and of
+//! Intel's optimization manual on non-temporal stores (they bypass the cache and avoid the
+//! read-for-ownership).
+use crate::sys::process;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Streaming buffers: far beyond the last-level cache of most machines.
+pub const BUFFER_BYTES: usize = 64 << 20;
+/// The page toucher's and the short-lived children's fresh memory per step.
+const TOUCH_BYTES: usize = 256 << 10;
+const CHILD_BYTES: usize = 64 << 10;
+
+/// One workload: its name (and comm `imcv-NAME`), what it does, and its DRAM traffic per pass.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Kind {
+    pub name: &'static str,
+    pub what: &'static str,
+    /// Expected (read, write) bytes per pass over the buffer; None: no bandwidth kernel.
+    pub per_pass: Option<(f64, f64)>,
+}
+
+/// Whether this CPU has non-temporal stores imc uses (x86-64's MOVNTI, part of SSE2, which
+/// every x86-64 CPU has).
+pub const HAS_NT_STORES: bool = cfg!(target_arch = "x86_64");
+
+const B: f64 = BUFFER_BYTES as f64;
+
+pub const KINDS: &[Kind] = &[
+    Kind {
+        name: "toucher",
+        what: "maps fresh pages, writes one byte in each, unmaps them: page faults",
+        per_pass: None,
+    },
+    Kind {
+        name: "reader",
+        what: "streams reads over a 64 MiB buffer (factor 1)",
+        per_pass: Some((B, 0.0)),
+    },
+    if HAS_NT_STORES {
+        Kind {
+            name: "nt-writer",
+            what: "writes a 64 MiB buffer with non-temporal stores (factor 1)",
+            per_pass: Some((0.0, B)),
+        }
+    } else {
+        Kind {
+            name: "writer",
+            what: "writes a 64 MiB buffer with ordinary stores (write-allocate: factor 2)",
+            per_pass: Some((B, B)),
+        }
+    },
+    Kind {
+        name: "copier",
+        what: "copies one 64 MiB buffer into another (read, read for ownership, write: 3)",
+        per_pass: Some((2.0 * B, B)),
+    },
+    Kind {
+        name: "spinner",
+        what: "integer arithmetic in registers: no memory traffic, no page fault",
+        per_pass: None,
+    },
+    Kind {
+        name: "burst",
+        what: "forks short-lived processes that each fault 64 KiB of fresh pages",
+        per_pass: None,
+    },
+    Kind {
+        name: "migrator",
+        what: "faults fresh pages while moving itself between CPUs",
+        per_pass: None,
+    },
+];
+
+impl Kind {
+    pub fn find(name: &str) -> Option<&'static Kind> {
+        KINDS.iter().find(|k| k.name == name)
+    }
+
+    /// The comm the workload (and the burst's children) run under.
+    pub fn comm(&self) -> String {
+        format!("imcv-{}", self.name)
+    }
+}
+
+// ---- the workload's side ------------------------------------------------------------------
+
+/// Runs workload `name` in this process (the hidden `--workload`): prepare, `ready`, wait for
+/// the go byte, work until stdin closes, report the passes.
+pub fn run_workload(name: &str) -> std::io::Result<()> {
+    let kind = Kind::find(name).ok_or_else(|| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("no workload '{name}'"),
+        )
+    })?;
+    // The parent may have died between fork and prctl: then nobody will stop us.
+    process::die_with_parent()?;
+    if process::parent_pid() == 1 {
+        return Ok(());
+    }
+    process::set_comm(&kind.comm())?;
+    let mut work = Work::prepare(kind.name);
+    // One step before `ready`, not counted: the code it runs is mapped in now (the kernel maps
+    // a binary's pages at their first use, each a page fault), so a spinner faults no more.
+    work.step()?;
+    // The thread that waits for the go byte and then for stdin's end starts before `ready`, so
+    // that its stack's page faults are not the workload's: a spinner makes none once it goes.
+    let stop = Arc::new(AtomicBool::new(false));
+    let (go_tx, go_rx) = std::sync::mpsc::sync_channel::<bool>(1);
+    std::thread::spawn({
+        let stop = stop.clone();
+        move || {
+            let mut buf = [0u8; 64];
+            let mut stdin = std::io::stdin().lock();
+            let went = stdin.read(&mut buf).is_ok_and(|n| n > 0);
+            let _ = go_tx.send(went);
+            while went && stdin.read(&mut buf).is_ok_and(|n| n > 0) {}
+            stop.store(true, Ordering::SeqCst);
+        }
+    });
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "ready")?;
+    out.flush()?;
+    if !go_rx.recv().unwrap_or(false) {
+        return Ok(());
+    }
+    let mut passes = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        work.step()?;
+        passes += 1;
+    }
+    writeln!(out, "passes {passes}")?;
+    out.flush()
+}
+
+/// One workload's state: its buffers, faulted in before `ready`.
+struct Work {
+    name: &'static str,
+    a: Vec<u64>,
+    b: Vec<u64>,
+    cpus: Vec<u32>,
+    next_cpu: usize,
+    x: u64,
+}
+
+impl Work {
+    fn prepare(name: &'static str) -> Work {
+        let words = BUFFER_BYTES / 8;
+        // vec![1; n] writes every word: the pages are faulted in now, not while measured.
+        let (a, b) = match name {
+            "reader" | "nt-writer" | "writer" => (vec![1u64; words], Vec::new()),
+            "copier" => (vec![1u64; words], vec![2u64; words]),
+            _ => (Vec::new(), Vec::new()),
+        };
+        Work {
+            name,
+            a,
+            b,
+            cpus: process::allowed_cpus().unwrap_or_default(),
+            next_cpu: 0,
+            x: 1,
+        }
+    }
+
+    /// One pass (streaming kernels) or one step (the others).
+    fn step(&mut self) -> std::io::Result<()> {
+        match self.name {
+            "toucher" => process::touch_fresh_pages(TOUCH_BYTES)?,
+            "reader" => {
+                let mut sum = 0u64;
+                for w in &self.a {
+                    sum = sum.wrapping_add(*w);
+                }
+                std::hint::black_box(sum);
+            }
+            "nt-writer" => nt_fill(&mut self.a, self.x),
+            "writer" => {
+                for w in self.a.iter_mut() {
+                    // SAFETY: w is a valid, aligned reference; volatile keeps each store.
+                    unsafe { std::ptr::write_volatile(w, self.x) };
+                }
+            }
+            "copier" => {
+                // Word by word and volatile: a memcpy of this size may use non-temporal stores
+                // (glibc does above its threshold), which would make the factor 2, not 3.
+                for (d, s) in self.b.iter_mut().zip(self.a.iter()) {
+                    // SAFETY: both are valid, aligned references.
+                    unsafe { std::ptr::write_volatile(d, std::ptr::read_volatile(s)) };
+                }
+            }
+            "spinner" => {
+                for _ in 0..1_000_000 {
+                    self.x = self.x.wrapping_mul(6364136223846793005).wrapping_add(1);
+                }
+                std::hint::black_box(self.x);
+            }
+            "burst" => {
+                process::short_lived_child(CHILD_BYTES)?;
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+            "migrator" => {
+                if !self.cpus.is_empty() {
+                    let cpu = self.cpus[self.next_cpu % self.cpus.len()];
+                    self.next_cpu += 1;
+                    // A CPU taken offline meanwhile: stay where we are.
+                    let _ = crate::sys::thread::pin_to_cpu(cpu);
+                }
+                process::touch_fresh_pages(TOUCH_BYTES / 4)?;
+            }
+            _ => {}
+        }
+        self.x = self.x.wrapping_add(1);
+        Ok(())
+    }
+}
+
+/// Fills `buf` with non-temporal stores (MOVNTI), then fences them.
+#[cfg(target_arch = "x86_64")]
+fn nt_fill(buf: &mut [u64], v: u64) {
+    use std::arch::x86_64::{_mm_sfence, _mm_stream_si64};
+    for w in buf.iter_mut() {
+        // SAFETY: SSE2 is part of x86-64; w is a valid, aligned 8-byte location.
+        unsafe { _mm_stream_si64(w as *mut u64 as *mut i64, v as i64) };
+    }
+    // SAFETY: SSE2; orders the streaming stores before what follows.
+    unsafe { _mm_sfence() };
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn nt_fill(buf: &mut [u64], v: u64) {
+    for w in buf.iter_mut() {
+        // SAFETY: w is a valid, aligned reference.
+        unsafe { std::ptr::write_volatile(w, v) };
+    }
+}
+
+// ---- imc's side ---------------------------------------------------------------------------
+
+/// A started workload, waiting for its go byte.
+pub struct Running {
+    pub kind: &'static Kind,
+    pub pid: u32,
+    child: Child,
+    stdin: Option<ChildStdin>,
+    stdout: BufReader<ChildStdout>,
+}
+
+/// Every workload of a run: one process group, killed on every way out (Drop).
+pub struct Workloads {
+    pub running: Vec<Running>,
+    pgid: Option<u32>,
+}
+
+impl Workloads {
+    /// Starts each kind (`exe`: this binary) and waits until each says `ready`.
+    pub fn start(exe: &std::path::Path, kinds: &[&'static Kind]) -> std::io::Result<Workloads> {
+        use std::os::unix::process::CommandExt;
+        let mut w = Workloads {
+            running: Vec::new(),
+            pgid: None,
+        };
+        for kind in kinds {
+            let mut cmd = Command::new(exe);
+            cmd.args(["validate", "--workload", kind.name])
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::inherit())
+                // The first starts the group, the others join it: one kill ends them all.
+                .process_group(w.pgid.map_or(0, |p| p as i32));
+            // SAFETY: the closure calls only prctl, which is async-signal-safe.
+            unsafe {
+                cmd.pre_exec(process::die_with_parent);
+            }
+            let mut child = cmd.spawn()?;
+            let pid = child.id();
+            w.pgid.get_or_insert(pid);
+            let stdin = child.stdin.take();
+            let stdout = BufReader::new(child.stdout.take().expect("stdout is piped"));
+            w.running.push(Running {
+                kind,
+                pid,
+                child,
+                stdin,
+                stdout,
+            });
+        }
+        for r in &mut w.running {
+            let mut line = String::new();
+            r.stdout.read_line(&mut line)?;
+            if line.trim() != "ready" {
+                return Err(std::io::Error::other(format!(
+                    "workload {} (pid {}) did not start",
+                    r.kind.name, r.pid
+                )));
+            }
+        }
+        Ok(w)
+    }
+
+    /// Stops (SIGSTOP) or resumes (SIGCONT) every process of the workloads' group at once.
+    pub fn signal(&self, signal: i32) {
+        if let Some(pgid) = self.pgid {
+            let _ = process::kill_group(pgid, signal);
+        }
+    }
+
+    /// Lets every workload work.
+    pub fn go(&mut self) {
+        for r in &mut self.running {
+            if let Some(s) = r.stdin.as_mut() {
+                let _ = s.write_all(b"g").and_then(|()| s.flush());
+            }
+        }
+    }
+
+    /// Stops every workload (stdin closed), collects the passes each made (waiting up to
+    /// `patience`), then kills what is left of the group.
+    pub fn stop(&mut self, patience: std::time::Duration) -> Vec<Option<u64>> {
+        self.signal(libc::SIGCONT);
+        for r in &mut self.running {
+            r.stdin.take();
+        }
+        let deadline = std::time::Instant::now() + patience;
+        let mut passes = Vec::new();
+        for r in &mut self.running {
+            let mut got = None;
+            while std::time::Instant::now() < deadline {
+                match r.child.try_wait() {
+                    Ok(Some(_)) | Err(_) => break,
+                    Ok(None) => std::thread::sleep(std::time::Duration::from_millis(5)),
+                }
+            }
+            if matches!(r.child.try_wait(), Ok(Some(_))) {
+                let mut text = String::new();
+                let _ = r.stdout.read_to_string(&mut text);
+                got = text
+                    .lines()
+                    .find_map(|l| l.strip_prefix("passes "))
+                    .and_then(|n| n.trim().parse().ok());
+            }
+            passes.push(got);
+        }
+        self.kill();
+        passes
+    }
+
+    fn kill(&mut self) {
+        if let Some(pgid) = self.pgid.take() {
+            let _ = process::kill_group(pgid, libc::SIGKILL);
+        }
+        for r in &mut self.running {
+            let _ = r.child.kill();
+            let _ = r.child.wait();
+        }
+    }
+}
+
+impl Drop for Workloads {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kinds_are_unique_fit_a_comm_and_carry_the_documented_factors() {
+        for (i, k) in KINDS.iter().enumerate() {
+            assert!(k.comm().len() <= 15, "{}", k.comm());
+            assert!(KINDS[i + 1..].iter().all(|o| o.name != k.name));
+        }
+        let total = |n: &str| {
+            Kind::find(n)
+                .and_then(|k| k.per_pass)
+                .map(|(r, w)| (r + w) / B)
+        };
+        assert_eq!(total("reader"), Some(1.0));
+        assert_eq!(total("copier"), Some(3.0));
+        assert_eq!(total("spinner"), None);
+        if HAS_NT_STORES {
+            assert_eq!(total("nt-writer"), Some(1.0));
+        } else {
+            assert_eq!(total("writer"), Some(2.0));
+        }
+    }
+
+    #[test]
+    fn a_step_of_each_small_kind_runs() {
+        for name in ["toucher", "spinner", "burst", "migrator"] {
+            let mut w = Work::prepare(Kind::find(name).unwrap().name);
+            w.step().unwrap();
+        }
+    }
+}

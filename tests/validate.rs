@@ -1,0 +1,566 @@
+//! `imc validate`: its dry run on every fixture tree (no privileges), its live runs on this
+//! machine against each workload's own truth (page-faults and cpu-clock, aggregated and
+//! per-switch, at 10 ms, 100 ms and 1 s, beside an unrelated page-faulting process), and what it
+//! leaves behind after SIGINT, SIGTERM or SIGKILL: no workload, no BPF program, no resctrl
+//! monitor group (on a resctrl tree under --root whose MBM files this test writes, as the
+//! kernel would).
+use imc_tests::*;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Live runs one at a time: each starts seven busy workloads.
+static LIVE: Mutex<()> = Mutex::new(());
+
+fn live_lock() -> std::sync::MutexGuard<'static, ()> {
+    LIVE.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+const WORKLOADS: [&str; 7] = [
+    "toucher",
+    "reader",
+    "nt-writer",
+    "copier",
+    "spinner",
+    "burst",
+    "migrator",
+];
+
+#[test]
+fn dry_run_lists_workloads_truth_and_bounds_on_every_fixture_tree() {
+    let mut trees = 0;
+    for e in std::fs::read_dir(own_fixtures()).unwrap() {
+        let tree = e.unwrap().path();
+        if !tree.is_dir() {
+            continue;
+        }
+        trees += 1;
+        let name = tree.file_name().unwrap().to_string_lossy().into_owned();
+        let out = imc()
+            .arg("--root")
+            .arg(&tree)
+            .args(["validate", "--dry-run", "--json"])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        if name == "broken-type" {
+            // A tree whose PMU type is not a number is bad input: one line naming the file.
+            assert_eq!(out.status.code(), Some(2), "{name}: {stderr}");
+            assert_eq!(stderr.trim_end().lines().count(), 1, "{name}: {stderr}");
+            assert!(stderr.contains("uncore_imc_0/type"), "{name}: {stderr}");
+            continue;
+        }
+        assert_eq!(out.status.code(), Some(0), "{name}: {stderr}");
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let names: Vec<&str> = v["workloads"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|w| w["name"].as_str().unwrap())
+            .collect();
+        // x86-64 has non-temporal stores (MOVNTI); the fixture trees are read on this machine.
+        let expected: Vec<&str> = if cfg!(target_arch = "x86_64") {
+            WORKLOADS.to_vec()
+        } else {
+            WORKLOADS
+                .map(|w| if w == "nt-writer" { "writer" } else { w })
+                .to_vec()
+        };
+        assert_eq!(names, expected, "{name}");
+        let truth: Vec<&str> = v["truth"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["event"].as_str().unwrap())
+            .collect();
+        assert!(!truth.is_empty(), "{name}: no truth event");
+        // Every truth event is a per-CPU counter of the plan, and has its error bound.
+        for t in &truth {
+            let counter = v["plan"]["counters"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|c| c["event"].as_str() == Some(*t));
+            assert!(
+                counter.is_some_and(|c| c["scope"] == "cpu"),
+                "{name}: {t} is no per-CPU counter of the plan"
+            );
+            let bound = v["bounds"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|b| b["figure"] == "error" && b["event"].as_str() == Some(*t))
+                .unwrap_or_else(|| panic!("{name}: no error bound for {t}"));
+            assert!(
+                bound["pass"].is_null(),
+                "{name}: a dry run measures nothing"
+            );
+            let limit = bound["bound"].as_f64().unwrap();
+            assert!(limit == 0.01 || limit == 0.02, "{name}: {t} bound {limit}");
+        }
+        let proxy = v["source"].as_str().unwrap().starts_with("proxy:");
+        assert_eq!(v["bytes"]["available"], !proxy, "{name}");
+        // Only spr-2socket has resctrl (with MBM) mounted in its mountinfo.
+        assert_eq!(
+            v["mbm"]["available"],
+            name == "spr-2socket",
+            "{name}: {}",
+            v["mbm"]
+        );
+    }
+    assert!(trees >= 10, "only {trees} fixture trees");
+}
+
+#[test]
+fn a_bad_duration_or_save_without_a_controller_is_bad_input() {
+    let out = imc()
+        .args(["validate", "--duration", "-1"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    // vm-guest counts a stand-in: there is no fidelity to save, and nothing runs.
+    let out = imc()
+        .arg("--root")
+        .arg(own_fixtures().join("vm-guest"))
+        .args(["validate", "--save"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("--save") && stderr.contains("proxy:page-faults"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn without_privileges_it_says_so_in_one_line() {
+    let Some(mut cmd) = as_nobody(&["validate", "--duration", "1"]) else {
+        return;
+    };
+    let out = cmd.current_dir(std::env::temp_dir()).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    let errors: Vec<&str> = stderr
+        .lines()
+        .filter(|l| !l.starts_with("imc: validate: 7 workloads"))
+        .collect();
+    assert_eq!(errors.len(), 1, "{stderr}");
+    assert!(errors[0].contains("run as root"), "{stderr}");
+}
+
+/// An unrelated process that faults pages all the time: its faults are on the machine, never
+/// in any workload's truth, and must not move the verdict.
+struct Faulter(Child);
+
+impl Faulter {
+    fn start() -> Faulter {
+        // The workload of `imc validate` itself would be related; a shell loop of dd is not.
+        let child = Command::new("sh")
+            .args([
+                "-c",
+                "while :; do dd if=/dev/zero of=/dev/null bs=4M count=4 2>/dev/null; done",
+            ])
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        Faulter(child)
+    }
+}
+
+impl Drop for Faulter {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn validate(args: &[&str]) -> (Option<i32>, Value, String) {
+    let out = imc()
+        .arg("validate")
+        .args(args)
+        .arg("--json")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let v = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("validate {args:?}: no JSON ({e}): {stderr}"));
+    (out.status.code(), v, stderr)
+}
+
+/// Runs validate at `interval` ms for page-faults and cpu-clock, aggregated and per switch,
+/// beside the faulter, and checks each workload's figures against its truth.
+fn live_at(interval: &str, duration: &str) {
+    if !sampler_prerequisites() {
+        return;
+    }
+    let _one = live_lock();
+    let _faulter = Faulter::start();
+    let mut failures = Vec::new();
+    for event in [None, Some("cpu-clock")] {
+        for precise in [false, true] {
+            let mut args = vec!["-I", interval, "--duration", duration];
+            if let Some(e) = event {
+                args.extend(["-e", e]);
+            }
+            if precise {
+                args.push("--precise");
+            }
+            let (code, v, stderr) = validate(&args);
+            let ev = event.unwrap_or("page-faults");
+            assert_eq!(
+                v["records"],
+                if precise { "per-switch" } else { "aggregated" }
+            );
+            assert_eq!(v["truth_lost"], 0, "{args:?}: the truth lost samples");
+            let rows = v["workloads"].as_array().unwrap();
+            assert_eq!(rows.len(), WORKLOADS.len(), "{args:?}");
+            let row = |n: &str| rows.iter().find(|r| r["name"] == n).unwrap();
+            // The truth is the workloads' own: the toucher faults, the spinner does not, and
+            // every workload runs (cpu-clock).
+            if ev == "page-faults" {
+                assert!(
+                    row("toucher")["truth"].as_f64().unwrap() > 1000.0,
+                    "{args:?}"
+                );
+                assert!(row("burst")["truth"].as_f64().unwrap() > 100.0, "{args:?}");
+                // Its code is mapped in before it goes; a page of the loop around it may
+                // still be faulted in once.
+                let spinner = row("spinner")["truth"].as_f64().unwrap();
+                assert!(
+                    spinner <= 2.0,
+                    "{args:?}: the spinner faulted {spinner} times"
+                );
+            } else {
+                for r in rows {
+                    assert!(r["truth"].as_f64().unwrap() > 0.0, "{args:?}: {r}");
+                }
+            }
+            // The intervals cover the run, the first included.
+            let intervals = v["intervals"].as_array().unwrap();
+            assert!(!intervals.is_empty(), "{args:?}");
+            assert_eq!(intervals[0]["index"], 0);
+            let bound = if ev == "cpu-clock" { 0.02 } else { 0.01 };
+            for r in rows {
+                let err = r["error"].as_f64().unwrap();
+                if err > bound {
+                    failures.push(format!(
+                        "{args:?}: {} error {err:.4} > {bound} (interval {}; truth {}, attributed {})",
+                        r["name"], r["worst_interval"], r["truth"], r["attributed"]
+                    ));
+                }
+                if r["truth"] == 0.0 && r["attributed"].as_f64().unwrap() > 10.0 {
+                    failures.push(format!(
+                        "{args:?}: {} makes no {ev} and was charged {}",
+                        r["name"], r["attributed"]
+                    ));
+                }
+            }
+            for iv in intervals {
+                for t in iv["events"].as_array().unwrap() {
+                    let (a, u, total) = (
+                        t["attributed"].as_f64().unwrap(),
+                        t["unattributed"].as_f64().unwrap(),
+                        t["total"].as_f64().unwrap(),
+                    );
+                    let slack = iv["workloads"].as_array().unwrap().len() as f64 + 1.0;
+                    assert!(
+                        (a + u - total).abs() <= slack,
+                        "{args:?}: interval {} not conserved: {a} + {u} != {total}",
+                        iv["index"]
+                    );
+                }
+            }
+            // The verdict agrees with the figures, and the exit code with the verdict.
+            let all_ok = v["bounds"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|b| b["pass"] != false);
+            assert_eq!(v["pass"], all_ok, "{args:?}");
+            assert_eq!(code, Some(if all_ok { 0 } else { 1 }), "{args:?}: {stderr}");
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn live_at_one_second_each_task_is_charged_its_truth() {
+    live_at("1000", "2");
+}
+
+#[test]
+fn live_at_100_ms_each_task_is_charged_its_truth() {
+    live_at("100", "1");
+}
+
+#[test]
+fn live_at_10_ms_each_task_is_charged_its_truth() {
+    live_at("10", "1");
+}
+
+// ---- what is left behind ---------------------------------------------------------------------
+
+/// A root that is this machine (sys, cpuinfo, kernel settings) but whose resctrl is a copy of
+/// the spr-2socket fixture's, mounted at /resctrl by its own mountinfo.
+fn resctrl_root() -> tempfile::TempDir {
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path();
+    std::os::unix::fs::symlink("/sys", root.join("sys")).unwrap();
+    std::fs::create_dir_all(root.join("proc/self")).unwrap();
+    for f in ["cpuinfo", "sys", "version", "1"] {
+        std::os::unix::fs::symlink(Path::new("/proc").join(f), root.join("proc").join(f)).unwrap();
+    }
+    std::fs::write(
+        root.join("proc/self/mountinfo"),
+        "40 22 0:38 / /resctrl rw,relatime shared:20 - resctrl resctrl rw\n",
+    )
+    .unwrap();
+    copy_tree(
+        &own_fixtures().join("spr-2socket/sys/fs/resctrl"),
+        &root.join("resctrl"),
+    );
+    t
+}
+
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let dst = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_tree(&e.path(), &dst);
+        } else {
+            std::fs::copy(e.path(), dst).unwrap();
+        }
+    }
+}
+
+fn groups(resctrl: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(resctrl.join("mon_groups"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("imc-validate-")
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// What the kernel does for a monitor group: its MBM files, growing. Writes only into groups
+/// that exist (never re-creating one imc removed), until told to stop; returns the pids moved
+/// into each group.
+struct FakeKernel {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<Vec<u32>>>,
+}
+
+impl FakeKernel {
+    fn start(resctrl: PathBuf) -> FakeKernel {
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = std::thread::spawn({
+            let stop = stop.clone();
+            move || {
+                let mut pids = Vec::new();
+                let mut step = 0u64;
+                while !stop.load(Ordering::SeqCst) {
+                    step += 1;
+                    for g in groups(&resctrl) {
+                        if let Ok(t) = std::fs::read_to_string(g.join("tasks")) {
+                            for p in t.split_whitespace().filter_map(|p| p.parse().ok()) {
+                                if !pids.contains(&p) {
+                                    pids.push(p);
+                                }
+                            }
+                        }
+                        let _ = std::fs::create_dir(g.join("mon_data"));
+                        for d in ["mon_L3_00", "mon_L3_01"] {
+                            let dir = g.join("mon_data").join(d);
+                            let _ = std::fs::create_dir(&dir);
+                            // Whole values only, as the kernel's reads give.
+                            let tmp = dir.join(".mbm_total_bytes.new");
+                            if std::fs::write(&tmp, format!("{}\n", step << 20)).is_ok() {
+                                let _ = std::fs::rename(&tmp, dir.join("mbm_total_bytes"));
+                            }
+                        }
+                    }
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                pids
+            }
+        });
+        FakeKernel {
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    fn stop(&mut self) -> Vec<u32> {
+        self.stop.store(true, Ordering::SeqCst);
+        self.thread
+            .take()
+            .map(|t| t.join().unwrap())
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for FakeKernel {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn wait_exit(child: &mut Child, limit: Duration) -> Option<std::process::ExitStatus> {
+    let end = Instant::now() + limit;
+    while Instant::now() < end {
+        if let Some(s) = child.try_wait().unwrap() {
+            return Some(s);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    None
+}
+
+fn alive(pid: u32) -> bool {
+    // A zombie is gone for our purpose: it runs nothing and holds no fd.
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        s.rsplit(')')
+            .next()
+            .is_some_and(|r| !r.trim_start().starts_with('Z'))
+    })
+}
+
+/// imc_ programs held by a process that is alive and is not `gone` (a leaked program would
+/// have no holder once its imc is dead).
+fn orphan_programs(before: &[u64]) -> Vec<u64> {
+    let out = bpftool().args(["prog", "show", "--json"]).output().unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    v.as_array()
+        .into_iter()
+        .flatten()
+        .filter(|p| p["name"].as_str().is_some_and(|n| n.starts_with("imc_")))
+        .filter(|p| !before.contains(&p["id"].as_u64().unwrap_or(0)))
+        .filter(|p| {
+            !p["pids"].as_array().is_some_and(|h| {
+                h.iter()
+                    .any(|h| h["pid"].as_u64().is_some_and(|x| alive(x as u32)))
+            })
+        })
+        .filter_map(|p| p["id"].as_u64())
+        .collect()
+}
+
+#[test]
+fn nothing_is_left_after_int_term_or_kill_and_the_next_run_removes_stale_groups() {
+    if !sampler_prerequisites() {
+        return;
+    }
+    let _one = live_lock();
+    let root = resctrl_root();
+    let resctrl = root.path().join("resctrl");
+    let before = loaded_imc_programs();
+    for (signal, name) in [
+        (libc::SIGINT, "INT"),
+        (libc::SIGTERM, "TERM"),
+        (libc::SIGKILL, "KILL"),
+    ] {
+        let mut kernel = FakeKernel::start(resctrl.clone());
+        let mut child = imc()
+            .arg("--root")
+            .arg(root.path())
+            .args(["validate", "--duration", "60", "--json"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Running: a group per workload, each with its workload's pid.
+        let end = Instant::now() + Duration::from_secs(20);
+        while groups(&resctrl).len() < WORKLOADS.len() && Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert_eq!(
+            groups(&resctrl).len(),
+            WORKLOADS.len(),
+            "{name}: groups not made"
+        );
+        std::thread::sleep(Duration::from_millis(1500));
+        let pids = kernel.stop();
+        assert_eq!(pids.len(), WORKLOADS.len(), "{name}: pids {pids:?}");
+        assert!(
+            pids.iter().all(|&p| alive(p)),
+            "{name}: workloads not running"
+        );
+        // SAFETY: signals the child this test started.
+        unsafe { libc::kill(child.id() as i32, signal) };
+        // Within 15 s even on a loaded machine (the contract for a 5 s run).
+        let status = wait_exit(&mut child, Duration::from_secs(15));
+        assert!(status.is_some(), "{name}: imc did not end within 15 s");
+        // Workloads die with imc (PR_SET_PDEATHSIG, or imc's own kill of their group).
+        let end = Instant::now() + Duration::from_secs(2);
+        while pids.iter().any(|&p| alive(p)) && Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let left: Vec<u32> = pids.iter().copied().filter(|&p| alive(p)).collect();
+        assert!(left.is_empty(), "{name}: workloads left: {left:?}");
+        // The kernel frees a dead process' programs a moment after it exits.
+        let end = Instant::now() + Duration::from_secs(3);
+        while !orphan_programs(&before).is_empty() && Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert!(
+            orphan_programs(&before).is_empty(),
+            "{name}: BPF programs left"
+        );
+        if signal == libc::SIGKILL {
+            // imc could not clean up: its groups stay until the next run removes them.
+            let stale = groups(&resctrl);
+            assert_eq!(stale.len(), WORKLOADS.len());
+            let next = imc()
+                .arg("--root")
+                .arg(root.path())
+                .args(["validate", "--duration", "0.5", "--json"])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap();
+            // The kernel's rmdir is atomic; this test's writes are not: they start once the
+            // stale groups are gone.
+            let end = Instant::now() + Duration::from_secs(10);
+            while stale.iter().any(|g| g.exists()) && Instant::now() < end {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            let mut kernel = FakeKernel::start(resctrl.clone());
+            let out = next.wait_with_output().unwrap();
+            kernel.stop();
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(stderr.contains("removed 7 monitor group(s)"), "{stderr}");
+            // Its MBM section read the bytes this test wrote as the kernel would.
+            let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+            assert_eq!(v["mbm"]["available"], true, "{}", v["mbm"]);
+            for w in v["mbm"]["workloads"].as_array().unwrap() {
+                assert!(w["mbm_bytes"].as_u64().is_some_and(|b| b > 0), "{w}");
+            }
+        } else {
+            // The run ended its own way: its output is whole.
+            let out = child.wait_with_output().unwrap();
+            let v: Value = serde_json::from_slice(&out.stdout)
+                .unwrap_or_else(|e| panic!("{name}: no JSON after the signal: {e}"));
+            assert!(v["intervals"].as_array().is_some(), "{name}");
+        }
+        assert!(
+            groups(&resctrl).is_empty(),
+            "{name}: groups left: {:?}",
+            groups(&resctrl)
+        );
+    }
+}
