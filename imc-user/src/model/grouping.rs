@@ -19,6 +19,30 @@ pub enum GroupBy {
     Pod,
 }
 
+/// The fields of a task row a grouping key is made of, borrowed.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct KeyParts<'a> {
+    pub pid: u32,
+    pub tgid: u32,
+    pub comm: &'a str,
+    pub cgroup: u64,
+    pub container_id: Option<&'a str>,
+    pub pod_uid: Option<&'a str>,
+}
+
+impl<'a> KeyParts<'a> {
+    pub fn of(r: &'a TaskRow) -> KeyParts<'a> {
+        KeyParts {
+            pid: r.pid,
+            tgid: r.tgid,
+            comm: &r.comm,
+            cgroup: r.cgroup,
+            container_id: r.container_id.as_deref(),
+            pod_uid: r.pod_uid.as_deref(),
+        }
+    }
+}
+
 impl GroupBy {
     pub const ALL: [GroupBy; 6] = [
         GroupBy::Pid,
@@ -51,6 +75,23 @@ impl GroupBy {
             GroupBy::Container => r.container_id.clone().unwrap_or_default(),
             GroupBy::Pod => r.pod_uid.clone().unwrap_or_default(),
         }
+    }
+
+    /// A hash of the key [`key`](Self::key) gives, from a row's parts (no row built): a report
+    /// splits a recording's rows by it into passes, and knows a row of a top group by it.
+    pub fn key_hash(self, parts: KeyParts<'_>) -> u64 {
+        use std::hash::{Hash, Hasher};
+        // SipHash with fixed keys: the same value in every pass of one run.
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        match self {
+            GroupBy::Pid => parts.pid.hash(&mut h),
+            GroupBy::Tgid => parts.tgid.hash(&mut h),
+            GroupBy::Comm => parts.comm.hash(&mut h),
+            GroupBy::Cgroup => parts.cgroup.hash(&mut h),
+            GroupBy::Container => parts.container_id.unwrap_or_default().hash(&mut h),
+            GroupBy::Pod => parts.pod_uid.unwrap_or_default().hash(&mut h),
+        }
+        h.finish()
     }
 
     /// What a person reads for a group: `stream (pid 12)`, a cgroup path, `container 3f2a…`.
