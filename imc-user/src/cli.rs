@@ -197,9 +197,12 @@ pub struct RecordArgs {
         short = 'o',
         long = "output",
         value_name = "FILE",
-        required_unless_present = "dry_run"
+        required_unless_present_any = ["dry_run", "stray"]
     )]
     pub output: Option<PathBuf>,
+    /// A file name without -o (`imc record x.imc`): refused with the form to use.
+    #[arg(value_name = "FILE", hide = true)]
+    pub stray: Option<PathBuf>,
     /// Replace an existing FILE (a symlink there is removed, not followed).
     #[arg(long)]
     pub force: bool,
@@ -289,7 +292,9 @@ pub struct ReportArgs {
     /// A recording made by `imc record -o FILE`.
     #[arg(value_name = "FILE")]
     pub file: PathBuf,
-    /// One JSON object (groups, bursts, totals) instead of the text report.
+    /// One JSON object instead of the text report: the run's `packages`, `tasks` (the busiest
+    /// rows, grouped --by), `others` (the rest summed, when there are more), `unattributed_bytes`,
+    /// `lost_samples` and `bursts`.
     #[arg(long)]
     pub json: bool,
     /// What to add the traffic up by: process (tgid), thread (pid), command name, cgroup (its

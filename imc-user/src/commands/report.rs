@@ -321,8 +321,19 @@ fn write_views(args: &ReportArgs, total: &IntervalResult, bursts: &[BurstRow]) -
 
 pub fn run(_global: &GlobalArgs, args: &ReportArgs) -> CliResult<ExitCode> {
     // The views' files are checked as a recording's output is, before the file is read.
-    for out in [&args.perfetto, &args.plot].into_iter().flatten() {
-        super::record::check_output(out, args.force)?;
+    if let Some(p) = &args.perfetto {
+        super::record::check_output_of(p, args.force, "--perfetto", "the Perfetto trace")?;
+    }
+    if let Some(p) = &args.plot {
+        // The plot is SVG: a name that says otherwise (out.png) would hold what it does not say.
+        let ext = p.extension().map(|e| e.to_string_lossy().to_lowercase());
+        if ext.as_deref() != Some("svg") {
+            return Err(CliError::bad_input(format!(
+                "{}: --plot writes SVG: give a name ending in .svg",
+                escape(&p.display().to_string())
+            )));
+        }
+        super::record::check_output_of(p, args.force, "--plot", "the plot")?;
     }
     let readers = open_run(&args.file)?;
     let header = readers
