@@ -539,3 +539,39 @@ fn a_recording_of_many_tasks_reports_in_bounded_memory_in_every_mode() {
     }
     eprintln!("peak resident memory of the report modes: {worst} KiB");
 }
+
+/// `-p PID,…` shows those processes only (their threads included), their shares still of the
+/// whole machine; a pid that is not a number is one line and exit 2, one not in the recording
+/// shows nothing.
+#[test]
+fn pid_filter_shows_those_processes_of_the_machine() {
+    let (path, _) = recording();
+    let f = path.to_str().unwrap();
+    let (all, _) = json(&[f, "--json"]);
+    let (one, _) = json(&[f, "--json", "-p", "4242"]);
+    let tasks = one["tasks"].as_array().unwrap();
+    assert_eq!(tasks.len(), 1, "{one}");
+    assert_eq!(tasks[0]["tgid"], 4242);
+    let want = all["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["tgid"] == 4242)
+        .unwrap();
+    assert_eq!(tasks[0]["read_bytes"], want["read_bytes"]);
+    assert_eq!(tasks[0]["share"], want["share"], "a share of the machine");
+    assert_eq!(one["packages"], all["packages"]);
+    let pids: Vec<u64> = all["tasks"].as_array().unwrap()[..2]
+        .iter()
+        .map(|t| u(&t["tgid"]))
+        .collect();
+    let list = format!("{},{}", pids[0], pids[1]);
+    let (two, _) = json(&[f, "--json", "--pid", &list]);
+    assert_eq!(two["tasks"].as_array().unwrap().len(), 2, "{two}");
+    let (gone, _) = json(&[f, "--json", "-p", "999999"]);
+    assert!(gone["tasks"].as_array().unwrap().is_empty());
+    let (code, _, err) = report(&[f, "-p", "12x"]);
+    assert_eq!(code, 2, "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("12x"), "{err}");
+}

@@ -181,6 +181,10 @@ pub struct TopArgs {
     /// (pod) are one row.
     #[arg(long, value_enum, default_value = "pid", conflicts_with = "ibs")]
     pub by: GroupBy,
+    /// Only these processes (comma-separated pids, their threads included; a thread id names
+    /// that thread), as perf's -p. A pid that has exited shows nothing.
+    #[arg(short = 'p', long = "pid", value_name = "PID", value_delimiter = ',')]
+    pub pid: Vec<u32>,
     /// AMD: sample with IBS op instead and show, per process, how many sampled loads DRAM
     /// served, local or remote node (L3 misses only where the PMU has l3missonly).
     #[arg(long, conflicts_with_all = ["events", "dry_run"])]
@@ -301,6 +305,10 @@ pub struct ReportArgs {
     /// v2 path), container (Docker, containerd, CRI-O or Podman id) or Kubernetes pod (UID).
     #[arg(long, value_enum, default_value = "tgid")]
     pub by: GroupBy,
+    /// Only these processes (comma-separated pids, their threads included; a thread id names
+    /// that thread), as perf's -p. A pid that has exited shows nothing.
+    #[arg(short = 'p', long = "pid", value_name = "PID", value_delimiter = ',')]
+    pub pid: Vec<u32>,
     /// List the bursts (always included in --json).
     #[arg(long)]
     pub bursts: bool,

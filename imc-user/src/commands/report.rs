@@ -13,10 +13,10 @@ use crate::attribution::timeline::Timeline;
 use crate::attribution::{Attributor, Summary, compare, find_bursts, group_rows};
 use crate::cli::{GlobalArgs, GroupBy, ReportArgs};
 use crate::error::{CliError, CliResult};
-use crate::model::KeyParts;
 use crate::model::result::{
     BurstRow, IntervalResult, OthersRow, PrecisionRow, ReportResult, TaskRow,
 };
+use crate::model::{KeyParts, PidFilter};
 use crate::output::report::{ReportView, Unit, human, rate_unit};
 use crate::output::{perfetto, plot};
 use crate::record::{Item, ReadStatus, Reader, rotated_path};
@@ -183,6 +183,7 @@ fn task_rows(
     whole: &WholeRun,
     spans: &[BurstSpan],
     by: GroupBy,
+    pids: &PidFilter,
 ) -> CliResult<(Vec<TaskRow>, Option<OthersRow>, Vec<BurstRow>)> {
     let parts = whole.tasks_defined.div_ceil(TASKS_PER_PASS).max(1) as u64;
     let by_group = split_by_group(by);
@@ -212,7 +213,11 @@ fn task_rows(
             }
         };
         for mut r in readers {
+            let pids = pids.clone();
             r.keep_rows(move |p| {
+                if !pids.keeps(p.pid, p.tgid) {
+                    return false;
+                }
                 let h = if by_group {
                     by.key_hash(p)
                 } else {
@@ -298,7 +303,8 @@ fn write_views(args: &ReportArgs, total: &IntervalResult, bursts: &[BurstRow]) -
         .collect();
     for mut r in readers {
         let drawn = drawn.clone();
-        r.keep_rows(move |p| drawn.contains(&by.key_hash(p)));
+        let pids = PidFilter::new(&args.pid);
+        r.keep_rows(move |p| pids.keeps(p.pid, p.tgid) && drawn.contains(&by.key_hash(p)));
         while let Some(item) = r.next_item() {
             if let Item::Interval(iv) = item {
                 tl.add_amount(&iv, r.last_amount());
@@ -348,7 +354,13 @@ pub fn run(_global: &GlobalArgs, args: &ReportArgs) -> CliResult<ExitCode> {
     let views = args.perfetto.is_some() || args.plot.is_some();
     let want_bursts = args.json || args.bursts || views;
     let spans_wanted = if want_bursts { &spans[..] } else { &[] };
-    let (rows, others, bursts) = task_rows(&args.file, &whole, spans_wanted, args.by)?;
+    let (rows, others, bursts) = task_rows(
+        &args.file,
+        &whole,
+        spans_wanted,
+        args.by,
+        &PidFilter::new(&args.pid),
+    )?;
     let total = whole.summary.result(rows);
     for w in &whole.warnings {
         eprintln!("imc: warning: {}", escape(w));

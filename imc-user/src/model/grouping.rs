@@ -127,3 +127,43 @@ impl GroupBy {
         }
     }
 }
+
+/// `-p/--pid PID,…` (as perf's): the processes a command shows, each with all its threads (a
+/// thread id given names that thread); empty, every task. The one rule `top` and `report` apply.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PidFilter(Vec<u32>);
+
+impl PidFilter {
+    pub fn new(pids: &[u32]) -> PidFilter {
+        PidFilter(pids.to_vec())
+    }
+
+    pub fn is_all(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Whether a task (thread `pid` of process `tgid`) is shown.
+    pub fn keeps(&self, pid: u32, tgid: u32) -> bool {
+        self.0.is_empty() || self.0.contains(&tgid) || self.0.contains(&pid)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pid_keeps_its_threads_and_a_thread_id_itself() {
+        let f = PidFilter::new(&[10, 21]);
+        assert!(
+            f.keeps(10, 10) && f.keeps(11, 10),
+            "the process and its threads"
+        );
+        assert!(
+            f.keeps(21, 20) && !f.keeps(22, 20),
+            "thread 21 alone of process 20"
+        );
+        assert!(!f.keeps(30, 30));
+        assert!(PidFilter::default().keeps(30, 30));
+    }
+}
