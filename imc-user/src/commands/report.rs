@@ -2,7 +2,7 @@
 //!
 //! Passes over the file, each streaming it chunk by chunk: the first sums the packages and notes
 //! each interval's bandwidth (enough to choose the burst threshold) and how many tasks the
-//! files define, keeping no task row; then one pass per part of the tasks (one part for up to
+//! intervals use, keeping no task row; then one pass per part of the tasks (one part for up to
 //! [`TASKS_PER_PASS`] tasks) sums that part's rows, the run's and each burst's, so the busiest
 //! [`KEPT_ROWS`] rows are exact and the rest are summed into one "others" row; the views read
 //! once more, only the rows they draw. Memory follows those bounds and the readers' tables (one
@@ -46,13 +46,13 @@ fn open_run(path: &Path) -> CliResult<Vec<Reader>> {
 }
 
 /// What one read of the whole run learns: its totals (no task rows), each interval's rate (for
-/// the bursts), the readers' warnings, how many tasks its files define and, for a precise run,
+/// the bursts), the readers' warnings, how many tasks its intervals use and, for a precise run,
 /// how far the tick alone would have been off.
 struct WholeRun {
     summary: Summary,
     rates: Vec<IntervalRate>,
     warnings: Vec<String>,
-    tasks_defined: usize,
+    tasks_used: usize,
     precise: Option<PrecisionRow>,
 }
 
@@ -66,13 +66,20 @@ fn read_whole_run(readers: Vec<Reader>) -> WholeRun {
     let mut summary = Summary::new(&specs);
     let mut rates = Vec::new();
     let mut warnings = Vec::new();
-    let mut tasks_defined = 0;
+    let mut tasks_used = 0;
     // Precise runs: the raw ticks around bursts hold switch records; attribute them twice
     // (with and without the switches) to say how much the tick alone would have differed.
     let mut cmp: Option<(Attributor, Attributor, Summary, Summary)> = None;
     let (mut ticks, mut switches) = (0u64, 0u64);
     for mut r in readers {
-        r.keep_rows(|_| false);
+        // Asked once per task an interval uses (the reader keeps the answer): a count of the
+        // tasks to sum, however many the file's table defines.
+        let used = std::rc::Rc::new(std::cell::Cell::new(0usize));
+        let count = used.clone();
+        r.keep_rows(move |_| {
+            count.set(count.get() + 1);
+            false
+        });
         let h = r.header().clone();
         while let Some(item) = r.next_item() {
             match item {
@@ -119,7 +126,7 @@ fn read_whole_run(readers: Vec<Reader>) -> WholeRun {
                 }
             }
         }
-        tasks_defined += r.tasks_defined();
+        tasks_used += used.get();
         match r.status() {
             ReadStatus::Damaged { offset, reason } => warnings.push(format!(
                 "{}: {reason} at byte {offset}: the recording was cut; reporting everything before it",
@@ -142,7 +149,7 @@ fn read_whole_run(readers: Vec<Reader>) -> WholeRun {
         summary,
         rates,
         warnings,
-        tasks_defined,
+        tasks_used,
         precise,
     }
 }
@@ -185,7 +192,7 @@ fn task_rows(
     by: GroupBy,
     pids: &PidFilter,
 ) -> CliResult<(Vec<TaskRow>, Option<OthersRow>, Vec<BurstRow>)> {
-    let parts = whole.tasks_defined.div_ceil(TASKS_PER_PASS).max(1) as u64;
+    let parts = whole.tasks_used.div_ceil(TASKS_PER_PASS).max(1) as u64;
     let by_group = split_by_group(by);
     let mut top = TopRows::new(KEPT_ROWS);
     let mut burst_top: Vec<TopRows> = spans.iter().map(|_| TopRows::new(BURST_TASKS)).collect();
