@@ -380,3 +380,50 @@ fn the_plan_reads_hz_from_proc_config_gz_and_says_so() {
         "{text}"
     );
 }
+
+/// The recording's name without -o, a plot named as a PNG and the report's JSON keys: each
+/// mistake is told in one line with the form to use (issue 31, item 12).
+#[test]
+fn record_and_report_name_the_form_to_use() {
+    let (code, err) = fails(&["record", "x.imc"]);
+    assert_eq!(code, 2, "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("imc record -o x.imc"), "{err}");
+    assert!(!err.contains("unexpected argument"), "{err}");
+    let dir = tempfile::tempdir().unwrap();
+    let rec = dir.path().join("r.imc");
+    std::fs::write(&rec, b"IMCREC\0\n").unwrap();
+    let png = dir.path().join("out.png");
+    let (code, err) = fails(&[
+        "report",
+        rec.to_str().unwrap(),
+        "--plot",
+        png.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("--plot writes SVG") && err.contains(".svg"),
+        "{err}"
+    );
+    assert!(!png.exists(), "nothing written into the .png");
+    // An existing plot file: the error speaks of --plot, not of -o.
+    let svg = dir.path().join("out.svg");
+    std::fs::write(&svg, b"x").unwrap();
+    let (code, err) = fails(&[
+        "report",
+        rec.to_str().unwrap(),
+        "--plot",
+        svg.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("another --plot") && !err.contains("-o"),
+        "{err}"
+    );
+    let help = imc().args(["report", "--help"]).output().unwrap();
+    let help = String::from_utf8_lossy(&help.stdout);
+    assert!(!help.contains("groups, bursts, totals"), "{help}");
+    for key in ["`packages`", "`tasks`", "`others`", "`bursts`"] {
+        assert!(help.contains(key), "{key}: {help}");
+    }
+}

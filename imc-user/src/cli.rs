@@ -184,6 +184,10 @@ pub struct TopArgs {
     /// tasks in no container (pod) are one row. A group row shows its key, not a member's pid.
     #[arg(long, value_enum, default_value = "pid", conflicts_with = "ibs")]
     pub by: GroupBy,
+    /// Only these processes (comma-separated pids, their threads included; a thread id names
+    /// that thread), as perf's -p. A pid that has exited shows nothing.
+    #[arg(short = 'p', long = "pid", value_name = "PID", value_delimiter = ',')]
+    pub pid: Vec<u32>,
     /// AMD: sample with IBS op instead and show, per process, how many sampled loads DRAM
     /// served, local or remote node (L3 misses only where the PMU has l3missonly).
     #[arg(long, conflicts_with_all = ["events", "dry_run"])]
@@ -224,9 +228,12 @@ pub struct RecordArgs {
         short = 'o',
         long = "output",
         value_name = "FILE",
-        required_unless_present = "dry_run"
+        required_unless_present_any = ["dry_run", "stray"]
     )]
     pub output: Option<PathBuf>,
+    /// A file name without -o (`imc record x.imc`): refused with the form to use.
+    #[arg(value_name = "FILE", hide = true)]
+    pub stray: Option<PathBuf>,
     /// Replace an existing FILE (a symlink there is removed, not followed).
     #[arg(long)]
     pub force: bool,
@@ -329,7 +336,9 @@ pub struct ReportArgs {
     /// A recording made by `imc record -o FILE`.
     #[arg(value_name = "FILE")]
     pub file: PathBuf,
-    /// One JSON object (groups, bursts, totals) instead of the text report.
+    /// One JSON object instead of the text report: the run's `packages`, `tasks` (the busiest
+    /// rows, grouped --by), `others` (the rest summed, when there are more), `unattributed_bytes`,
+    /// `lost_samples` and `bursts`.
     #[arg(long)]
     pub json: bool,
     /// What to add the traffic up by: process (tgid; `process` means the same), thread (pid),
@@ -337,6 +346,10 @@ pub struct ReportArgs {
     /// Kubernetes pod (UID). A group row shows its key, not a member's pid or name.
     #[arg(long, value_enum, default_value = "tgid")]
     pub by: GroupBy,
+    /// Only these processes (comma-separated pids, their threads included; a thread id names
+    /// that thread), as perf's -p. A pid that has exited shows nothing.
+    #[arg(short = 'p', long = "pid", value_name = "PID", value_delimiter = ',')]
+    pub pid: Vec<u32>,
     /// List the bursts (always included in --json).
     #[arg(long)]
     pub bursts: bool,

@@ -130,12 +130,17 @@ impl From<BackendError> for CliError {
 }
 
 /// A recording path that is missing, a directory, a FIFO or a symlink loop is bad input (exit
-/// 2), as is a file that is not a recording; a failing disk or a permission is a runtime
+/// 2), as is a file that is not a recording; a permission the user lacks too; a failing disk is a runtime
 /// failure (1). The message names the path once (the error's own text does).
 impl From<RecordError> for CliError {
     fn from(e: RecordError) -> Self {
         match &e {
-            RecordError::Io { source, .. } if !crate::sys::file::is_bad_path(source) => {
+            // A recording the user may not read (or a directory they may not write in) is
+            // theirs to fix, like a missing one: bad input naming the file.
+            RecordError::Io { source, .. }
+                if !crate::sys::file::is_bad_path(source)
+                    && source.kind() != std::io::ErrorKind::PermissionDenied =>
+            {
                 CliError::runtime(e.to_string())
             }
             _ => CliError::bad_input(e.to_string()),

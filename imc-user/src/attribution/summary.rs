@@ -45,7 +45,15 @@ pub fn traffic_amount(interval: &IntervalResult, specs: &[SlotSpec]) -> f64 {
 fn stand_in_total(interval: &IntervalResult, keys: &[String]) -> f64 {
     let counts: f64 = interval.tasks.iter().map(|r| row_traffic(r, keys)).sum();
     let shares: f64 = interval.tasks.iter().map(|r| r.share).sum();
-    if shares > 0.0 {
+    amount_of(0, counts, shares)
+}
+
+/// [`traffic_amount`] of an interval from its package bytes and the sums, over all its task
+/// rows, of their traffic counts and their shares (for a reader that does not keep every row).
+pub fn amount_of(package_bytes: u64, counts: f64, shares: f64) -> f64 {
+    if package_bytes > 0 {
+        package_bytes as f64
+    } else if shares > 0.0 {
         counts / shares
     } else {
         counts
@@ -91,6 +99,18 @@ impl Summary {
     }
 
     pub fn add(&mut self, iv: &IntervalResult) {
+        let amount = stand_in_total(iv, &self.keys);
+        self.add_amount(iv, amount);
+    }
+
+    /// Distinct tasks summed so far.
+    pub fn tasks(&self) -> usize {
+        self.tasks.len()
+    }
+
+    /// [`add`](Self::add) for an interval whose task rows may be a part of its rows: `amount`
+    /// is [`traffic_amount`] of the whole interval (the reader's, over every row).
+    pub fn add_amount(&mut self, iv: &IntervalResult, amount: f64) {
         self.intervals += 1;
         self.t_start_ns = Some(
             self.t_start_ns
@@ -120,7 +140,7 @@ impl Summary {
         u.device_bytes = u.device_bytes.saturating_add(iv.unattributed.device_bytes);
         u.other_bytes = u.other_bytes.saturating_add(iv.unattributed.other_bytes);
         self.lost_samples = self.lost_samples.saturating_add(iv.lost_samples);
-        self.stand_in_den += stand_in_total(iv, &self.keys);
+        self.stand_in_den += amount;
         for r in &iv.tasks {
             // Look up by reference first: the common case (a known task) must not allocate.
             let key = (r.pid, r.tgid, r.comm.clone(), r.cgroup);
@@ -142,16 +162,36 @@ impl Summary {
 
     /// The run as one interval object, tasks grouped `by` and sorted, shares over the run.
     pub fn finish(&self, by: GroupBy) -> IntervalResult {
+        let rows: Vec<TaskRow> = self.tasks.values().cloned().collect();
+        self.result(group_rows(self.with_shares(rows), by))
+    }
+
+    /// The summed task rows, one per task, with their shares over the run, taken out of the
+    /// summary (no copy: a report's pass hands them on and reads the next part of the file).
+    pub fn take_rows(&mut self) -> Vec<TaskRow> {
+        let rows: Vec<TaskRow> = std::mem::take(&mut self.tasks).into_values().collect();
+        self.with_shares(rows)
+    }
+
+    fn basis(&self) -> ShareBasis {
         let packages: Vec<PackageRow> = self.packages.values().cloned().collect();
-        let basis = match package_bytes(&packages) {
+        match package_bytes(&packages) {
             0 => ShareBasis::Counts(self.stand_in_den),
             b => ShareBasis::Bytes(b),
-        };
-        let mut rows: Vec<TaskRow> = self.tasks.values().cloned().collect();
+        }
+    }
+
+    fn with_shares(&self, mut rows: Vec<TaskRow>) -> Vec<TaskRow> {
+        let basis = self.basis();
         for r in &mut rows {
             r.share = basis.share(r.bytes(), row_traffic(r, &self.keys));
         }
-        let tasks = group_rows(rows, by);
+        rows
+    }
+
+    /// The run as one interval object with these task rows.
+    pub fn result(&self, tasks: Vec<TaskRow>) -> IntervalResult {
+        let packages: Vec<PackageRow> = self.packages.values().cloned().collect();
         IntervalResult {
             t_start_ns: self.t_start_ns.unwrap_or(0),
             t_end_ns: self.t_end_ns,
@@ -193,27 +233,61 @@ pub fn group_rows(rows: Vec<TaskRow>, by: GroupBy) -> Vec<TaskRow> {
         sort_rows(&mut rows);
         return rows;
     }
-    struct G {
-        row: TaskRow,
-        best: u64,
-        best_is_main: bool,
-    }
-    let mut groups: HashMap<String, G> = HashMap::new();
-    let mut order: Vec<String> = Vec::new();
+    let mut groups = Groups::new(by);
     for r in rows {
+        groups.add(r);
+    }
+    groups.into_rows()
+}
+
+/// Groups being built from their members (complete rows: a member's size decides whose names
+/// a group shows), in the order they were first seen. [`group_rows`] in steps: a report adds the
+/// members of each part of a recording as it reads them.
+pub struct Groups {
+    by: GroupBy,
+    groups: HashMap<String, Group>,
+    order: Vec<String>,
+}
+
+struct Group {
+    row: TaskRow,
+    best: u64,
+    best_is_main: bool,
+}
+
+impl Groups {
+    pub fn new(by: GroupBy) -> Groups {
+        Groups {
+            by,
+            groups: HashMap::new(),
+            order: Vec::new(),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.groups.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.groups.is_empty()
+    }
+
+    /// Adds one member: the whole of a task's row (its sum over the run or the burst).
+    pub fn add(&mut self, r: TaskRow) {
+        let by = self.by;
         let key = by.key(&r);
         let size = r.bytes().max((r.share * 1e12) as u64);
         let is_main = r.pid == r.tgid;
-        match groups.get_mut(&key) {
+        match self.groups.get_mut(&key) {
             None => {
-                order.push(key.clone());
+                self.order.push(key.clone());
                 let mut row = r;
                 if by == GroupBy::Tgid {
                     row.pid = row.tgid;
                 }
-                groups.insert(
+                self.groups.insert(
                     key,
-                    G {
+                    Group {
                         row,
                         best: size,
                         best_is_main: is_main,
@@ -259,12 +333,60 @@ pub fn group_rows(rows: Vec<TaskRow>, by: GroupBy) -> Vec<TaskRow> {
             }
         }
     }
-    let mut out: Vec<TaskRow> = order
-        .into_iter()
-        .filter_map(|k| groups.remove(&k).map(|g| g.row))
-        .collect();
-    sort_rows(&mut out);
-    out
+
+    /// The groups' rows, sorted.
+    pub fn into_rows(mut self) -> Vec<TaskRow> {
+        let mut out: Vec<TaskRow> = self
+            .order
+            .into_iter()
+            .filter_map(|k| self.groups.remove(&k).map(|g| g.row))
+            .collect();
+        sort_rows(&mut out);
+        out
+    }
+}
+
+/// The busiest `n` rows of a report, exactly, from rows handed in parts (each row whole: a
+/// group's every member summed), and the rest summed into one row.
+pub struct TopRows {
+    n: usize,
+    rows: Vec<TaskRow>,
+    others: crate::model::result::OthersRow,
+}
+
+impl TopRows {
+    pub fn new(n: usize) -> TopRows {
+        TopRows {
+            n,
+            rows: Vec::new(),
+            others: Default::default(),
+        }
+    }
+
+    /// Adds whole rows: the best `n` of all rows so far are kept, the others summed.
+    pub fn push(&mut self, rows: Vec<TaskRow>) {
+        self.rows.extend(rows);
+        sort_rows(&mut self.rows);
+        if self.rows.len() > self.n {
+            for r in self.rows.split_off(self.n) {
+                let o = &mut self.others;
+                o.rows += 1;
+                o.read_bytes = o.read_bytes.saturating_add(r.read_bytes);
+                o.write_bytes = o.write_bytes.saturating_add(r.write_bytes);
+                o.total_bytes = o.total_bytes.saturating_add(r.total_bytes);
+                o.share += r.share;
+                for (k, v) in r.values {
+                    *o.values.entry(k).or_default() += v;
+                }
+            }
+        }
+    }
+
+    /// The kept rows, sorted, and the others' sum (None when there were none).
+    pub fn finish(self) -> (Vec<TaskRow>, Option<crate::model::result::OthersRow>) {
+        let others = (self.others.rows > 0).then_some(self.others);
+        (self.rows, others)
+    }
 }
 
 /// A group's name field stays only while every member has the same one.

@@ -138,6 +138,12 @@ impl Timeline {
 
     /// Adds one interval (in time order).
     pub fn add(&mut self, iv: &IntervalResult) {
+        self.add_amount(iv, traffic_amount(iv, &self.specs));
+    }
+
+    /// [`add`](Self::add) for an interval that holds only some of its task rows (those of the
+    /// top groups, as a report reads it): `all` is the whole interval's traffic amount.
+    pub fn add_amount(&mut self, iv: &IntervalResult, all: f64) {
         let dt = iv.t_end_ns.saturating_sub(iv.t_start_ns);
         if dt == 0 {
             return;
@@ -155,7 +161,6 @@ impl Timeline {
                 groups[i] += self.amount(&r);
             }
         }
-        let all = traffic_amount(iv, &self.specs);
         let rest = (all - groups.iter().sum::<f64>()).max(0.0);
         self.points.push(Point {
             t_start_ns: iv.t_start_ns,

@@ -11,6 +11,8 @@ pub struct Naming<'a> {
     paths: Option<CgroupPaths>,
     by: GroupBy,
     inner: &'a mut dyn Sink,
+    /// `-p`: the tasks shown (all by default).
+    pids: crate::model::PidFilter,
 }
 
 /// The cgroup path resolver under --root. Without a cgroup2 mount there, says so once (before
@@ -27,7 +29,18 @@ pub fn cgroup_paths(global: &GlobalArgs) -> Option<CgroupPaths> {
 
 impl<'a> Naming<'a> {
     pub fn new(paths: Option<CgroupPaths>, by: GroupBy, inner: &'a mut dyn Sink) -> Naming<'a> {
-        Naming { paths, by, inner }
+        Naming {
+            paths,
+            by,
+            inner,
+            pids: crate::model::PidFilter::default(),
+        }
+    }
+
+    /// Shows only the tasks `-p` names.
+    pub fn pids(mut self, pids: crate::model::PidFilter) -> Naming<'a> {
+        self.pids = pids;
+        self
     }
 }
 
@@ -41,6 +54,7 @@ impl Sink for Naming<'_> {
         if let Some(p) = self.paths.as_mut() {
             name_cgroups(&mut named, p);
         }
+        named.tasks.retain(|t| self.pids.keeps(t.pid, t.tgid));
         if self.by != GroupBy::Pid {
             named.tasks = group_rows(std::mem::take(&mut named.tasks), self.by);
         }

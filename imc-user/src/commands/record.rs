@@ -88,20 +88,25 @@ fn create(p: Pending) -> CliResult<Writer> {
 /// already there without `--force` (a symlink is never followed), a directory, or a directory
 /// that does not exist (all bad input: the path is wrong).
 pub(super) fn check_output(path: &Path, force: bool) -> CliResult<()> {
+    check_output_of(path, force, "-o", "the recording")
+}
+
+/// [`check_output`] for the output given by `flag` (`-o`, `--plot`), which holds `what`.
+pub(super) fn check_output_of(path: &Path, force: bool, flag: &str, what: &str) -> CliResult<()> {
     let there =
         what_is_there(path).map_err(|e| CliError::runtime(format!("{}: {e}", path.display())))?;
     match there {
         None => {}
         Some(kind @ ("a file" | "a symlink")) if !force => {
             return Err(CliError::bad_input(format!(
-                "{}: {kind} is already there: give --force to replace it, or another -o",
+                "{}: {kind} is already there: give --force to replace it, or another {flag}",
                 path.display()
             )));
         }
         Some("a file" | "a symlink") => {}
         Some(kind) => {
             return Err(CliError::bad_input(format!(
-                "{}: is {kind}: give a file name for the recording",
+                "{}: is {kind}: give a file name for {what}",
                 path.display()
             )));
         }
@@ -158,6 +163,13 @@ fn clock_ns(clock: libc::clockid_t) -> u64 {
 }
 
 pub fn run(global: &GlobalArgs, args: &RecordArgs) -> CliResult<ExitCode> {
+    if let Some(stray) = &args.stray {
+        return Err(CliError::bad_input(format!(
+            "{}: the recording's name goes after -o: imc record -o {} [-- CMD]",
+            stray.display(),
+            stray.display()
+        )));
+    }
     if args.duration.is_some() && !args.command.is_empty() {
         return Err(CliError::bad_input("give --duration or -- CMD, not both"));
     }

@@ -1,15 +1,22 @@
 //! `imc report FILE`: the attribution table and the bursts of a recording.
 //!
-//! Two passes over the file: the first sums every interval and notes each interval's
-//! bandwidth (enough to choose the burst threshold); the second, only when there are bursts,
-//! sums the intervals inside each burst. Memory stays proportional to the number of tasks and
-//! intervals, not to the file. A rotated `FILE.1` of the same run is read first.
-use crate::attribution::summary::{BurstSpan, IntervalRate};
+//! Passes over the file, each streaming it chunk by chunk: the first sums the packages and notes
+//! each interval's bandwidth (enough to choose the burst threshold) and how many tasks the
+//! intervals use, keeping no task row; then one pass per part of the tasks (one part for up to
+//! [`TASKS_PER_PASS`] tasks) sums that part's rows, the run's and each burst's, so the busiest
+//! [`KEPT_ROWS`] rows are exact and the rest are summed into one "others" row; the views read
+//! once more, only the rows they draw. Memory follows those bounds and the readers' tables (one
+//! chunk, 24 bytes a task), not the number of tasks. A rotated `FILE.1` of the same run is read
+//! first.
+use crate::attribution::summary::{BurstSpan, Groups, IntervalRate, TopRows};
 use crate::attribution::timeline::Timeline;
-use crate::attribution::{Attributor, Summary, compare, find_bursts, traffic_amount};
+use crate::attribution::{Attributor, Summary, compare, find_bursts, group_rows};
 use crate::cli::{GlobalArgs, GroupBy, ReportArgs};
 use crate::error::{CliError, CliResult};
-use crate::model::result::{BurstRow, IntervalResult, PrecisionRow, ReportResult};
+use crate::model::result::{
+    BurstRow, IntervalResult, OthersRow, PrecisionRow, ReportResult, TaskRow,
+};
+use crate::model::{KeyParts, PidFilter};
 use crate::output::report::{ReportView, Unit, human, rate_unit};
 use crate::output::{perfetto, plot};
 use crate::record::{Item, ReadStatus, Reader, rotated_path};
@@ -38,16 +45,19 @@ fn open_run(path: &Path) -> CliResult<Vec<Reader>> {
     Ok(out)
 }
 
-/// What one read of the whole run learns: its totals, each interval's rate (for the bursts),
-/// the readers' warnings and, for a precise run, how far the tick alone would have been off.
+/// What one read of the whole run learns: its totals (no task rows), each interval's rate (for
+/// the bursts), the readers' warnings, how many tasks its intervals use and, for a precise run,
+/// how far the tick alone would have been off.
 struct WholeRun {
     summary: Summary,
     rates: Vec<IntervalRate>,
     warnings: Vec<String>,
+    tasks_used: usize,
     precise: Option<PrecisionRow>,
 }
 
-/// Reads every segment of the run once, from the first record to the last.
+/// Reads every segment of the run once, from the first record to the last, keeping no task
+/// row: memory is the readers' tables and one chunk, whatever the number of tasks.
 fn read_whole_run(readers: Vec<Reader>) -> WholeRun {
     let specs = readers
         .last()
@@ -56,21 +66,31 @@ fn read_whole_run(readers: Vec<Reader>) -> WholeRun {
     let mut summary = Summary::new(&specs);
     let mut rates = Vec::new();
     let mut warnings = Vec::new();
+    let mut tasks_used = 0;
     // Precise runs: the raw ticks around bursts hold switch records; attribute them twice
     // (with and without the switches) to say how much the tick alone would have differed.
     let mut cmp: Option<(Attributor, Attributor, Summary, Summary)> = None;
     let (mut ticks, mut switches) = (0u64, 0u64);
     for mut r in readers {
+        // Asked once per task an interval uses (the reader keeps the answer): a count of the
+        // tasks to sum, however many the file's table defines.
+        let used = std::rc::Rc::new(std::cell::Cell::new(0usize));
+        let count = used.clone();
+        r.keep_rows(move |_| {
+            count.set(count.get() + 1);
+            false
+        });
         let h = r.header().clone();
         while let Some(item) = r.next_item() {
             match item {
                 Item::Interval(iv) => {
+                    let amount = r.last_amount();
                     rates.push(IntervalRate {
                         t_start_ns: iv.t_start_ns,
                         t_end_ns: iv.t_end_ns,
-                        amount: traffic_amount(&iv, &specs),
+                        amount,
                     });
-                    summary.add(&iv);
+                    summary.add_amount(&iv, amount);
                 }
                 Item::Ticks(block) => {
                     if !block.iter().any(|t| t.kind == KIND_SWITCH) {
@@ -106,6 +126,7 @@ fn read_whole_run(readers: Vec<Reader>) -> WholeRun {
                 }
             }
         }
+        tasks_used += used.get();
         match r.status() {
             ReadStatus::Damaged { offset, reason } => warnings.push(format!(
                 "{}: {reason} at byte {offset}: the recording was cut; reporting everything before it",
@@ -128,69 +149,172 @@ fn read_whole_run(readers: Vec<Reader>) -> WholeRun {
         summary,
         rates,
         warnings,
+        tasks_used,
         precise,
     }
 }
 
-/// Sums the intervals inside each burst (indices are positions in the run's interval order).
-fn burst_rows(path: &Path, spans: &[BurstSpan], by: GroupBy) -> CliResult<Vec<BurstRow>> {
-    if spans.is_empty() {
-        return Ok(Vec::new());
-    }
-    let readers = open_run(path)?;
-    let specs = readers
-        .last()
-        .map(|r| r.specs().to_vec())
-        .unwrap_or_default();
-    let mut sums: Vec<Summary> = spans.iter().map(|_| Summary::new(&specs)).collect();
-    let mut idx = 0usize;
-    let mut b = 0usize;
-    'files: for r in readers {
-        for item in r {
-            let Item::Interval(iv) = item else { continue };
-            while b < spans.len() && spans[b].last < idx {
-                b += 1;
+/// Rows a report keeps exactly (the busiest, in every output); the rest are summed into one
+/// "others" row. The text table shows the first [`TABLE_ROWS`](crate::output::report) of them.
+pub const KEPT_ROWS: usize = 1000;
+
+/// Distinct tasks summed in one pass over the file (about 2 KiB each, twice: the run's and a
+/// burst's). A recording of more tasks is read in several passes, each summing the tasks of one
+/// part (split by a hash of their key), so memory follows this bound, not the recording.
+pub const TASKS_PER_PASS: usize = 40_000;
+
+/// Groups (`--by comm|cgroup|container|pod`) held at once across the passes: beyond this many
+/// the report is refused (one line) rather than let memory follow the recording.
+pub const MAX_GROUPS: usize = 100_000;
+
+/// How a pass picks its part of the task rows: by the hash of the grouping key (thread and
+/// process groupings: a group's members all fall in one part, so each part's groups are whole),
+/// or by the hash of the task (other groupings: a group's members spread over the parts and
+/// the groups are summed across them, one row per group).
+fn split_by_group(by: GroupBy) -> bool {
+    matches!(by, GroupBy::Pid | GroupBy::Tgid)
+}
+
+fn task_hash(p: KeyParts<'_>) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    (p.pid, p.tgid, p.comm, p.cgroup).hash(&mut h);
+    h.finish()
+}
+
+/// The report's task rows and bursts, exact, in passes over the file (see [`TASKS_PER_PASS`]).
+/// `total` is the run without its task rows (from the first read); the result: the kept rows,
+/// the others' sum, and per burst its busiest [`BURST_TASKS`] groups.
+fn task_rows(
+    path: &Path,
+    whole: &WholeRun,
+    spans: &[BurstSpan],
+    by: GroupBy,
+    pids: &PidFilter,
+) -> CliResult<(Vec<TaskRow>, Option<OthersRow>, Vec<BurstRow>)> {
+    let parts = whole.tasks_used.div_ceil(TASKS_PER_PASS).max(1) as u64;
+    let by_group = split_by_group(by);
+    let mut top = TopRows::new(KEPT_ROWS);
+    let mut burst_top: Vec<TopRows> = spans.iter().map(|_| TopRows::new(BURST_TASKS)).collect();
+    // Other groupings: every group, summed over the passes (the run's, and each burst's).
+    let mut groups = Groups::new(by);
+    let mut burst_groups: Vec<Groups> = spans.iter().map(|_| Groups::new(by)).collect();
+    for part in 0..parts {
+        let readers = open_run(path)?;
+        let specs = readers
+            .last()
+            .map(|r| r.specs().to_vec())
+            .unwrap_or_default();
+        let mut sum = Summary::new(&specs);
+        let mut burst: Option<(usize, Summary)> = None;
+        let mut idx = 0usize;
+        let mut b = 0usize;
+        let mut take_burst = |k: usize, mut s: Summary, top: &mut Vec<TopRows>| {
+            let rows = s.take_rows();
+            if by_group {
+                top[k].push(group_rows(rows, by));
+            } else {
+                for r in rows {
+                    burst_groups[k].add(r);
+                }
             }
-            if b >= spans.len() {
-                break 'files;
+        };
+        for mut r in readers {
+            let pids = pids.clone();
+            r.keep_rows(move |p| {
+                if !pids.keeps(p.pid, p.tgid) {
+                    return false;
+                }
+                let h = if by_group {
+                    by.key_hash(p)
+                } else {
+                    task_hash(p)
+                };
+                h % parts == part
+            });
+            while let Some(item) = r.next_item() {
+                let Item::Interval(iv) = item else { continue };
+                let amount = r.last_amount();
+                sum.add_amount(&iv, amount);
+                while b < spans.len() && spans[b].last < idx {
+                    if let Some((k, s)) = burst.take() {
+                        take_burst(k, s, &mut burst_top);
+                    }
+                    b += 1;
+                }
+                if b < spans.len() && idx >= spans[b].first {
+                    let (_, s) = burst.get_or_insert_with(|| (b, Summary::new(&specs)));
+                    s.add_amount(&iv, amount);
+                }
+                idx += 1;
             }
-            if idx >= spans[b].first {
-                sums[b].add(&iv);
+        }
+        if let Some((k, s)) = burst.take() {
+            take_burst(k, s, &mut burst_top);
+        }
+        let rows = sum.take_rows();
+        if by_group {
+            top.push(group_rows(rows, by));
+        } else {
+            for r in rows {
+                groups.add(r);
             }
-            idx += 1;
+            let held = groups.len() + burst_groups.iter().map(Groups::len).sum::<usize>();
+            if held > MAX_GROUPS {
+                return Err(CliError::bad_input(format!(
+                    "{}: more than {MAX_GROUPS} {}s: too many rows to group in bounded memory; report --by pid or --by tgid",
+                    path.display(),
+                    by.name()
+                )));
+            }
         }
     }
-    Ok(spans
+    if !by_group {
+        top.push(groups.into_rows());
+        for (t, g) in burst_top.iter_mut().zip(burst_groups) {
+            t.push(g.into_rows());
+        }
+    }
+    let (rows, others) = top.finish();
+    let bursts = spans
         .iter()
-        .zip(sums)
-        .map(|(s, sum)| {
-            let mut tasks = sum.finish(by).tasks;
-            tasks.truncate(BURST_TASKS);
-            BurstRow {
-                t_start_ns: s.t_start_ns,
-                t_end_ns: s.t_end_ns,
-                bytes_per_s: s.bytes_per_s,
-                tasks,
-            }
+        .zip(burst_top)
+        .map(|(s, t)| BurstRow {
+            t_start_ns: s.t_start_ns,
+            t_end_ns: s.t_end_ns,
+            bytes_per_s: s.bytes_per_s,
+            tasks: t.finish().0,
         })
-        .collect())
+        .collect();
+    Ok((rows, others, bursts))
 }
 
 /// Series of the top groups drawn or traced.
 const VIEW_GROUPS: usize = 8;
 
-/// The run as a timeline (one more pass over the file), then the Perfetto trace and the plot.
+/// The run as a timeline (one more pass over the file, reading only the rows of the groups
+/// drawn), then the Perfetto trace and the plot.
 fn write_views(args: &ReportArgs, total: &IntervalResult, bursts: &[BurstRow]) -> CliResult<()> {
     let readers = open_run(&args.file)?;
     let specs = readers
         .last()
         .map(|r| r.specs().to_vec())
         .unwrap_or_default();
-    let mut tl = Timeline::new(&specs, total, args.by, VIEW_GROUPS);
-    for r in readers {
-        for item in r {
+    let by = args.by;
+    let mut tl = Timeline::new(&specs, total, by, VIEW_GROUPS);
+    let drawn: std::collections::HashSet<u64> = total
+        .tasks
+        .iter()
+        .filter(|r| tl.groups.iter().any(|g| g.key == by.key(r)))
+        .map(|r| by.key_hash(KeyParts::of(r)))
+        .collect();
+    for mut r in readers {
+        let drawn = drawn.clone();
+        let pids = PidFilter::new(&args.pid);
+        r.keep_rows(move |p| pids.keeps(p.pid, p.tgid) && drawn.contains(&by.key_hash(p)));
+        while let Some(item) = r.next_item() {
             if let Item::Interval(iv) = item {
-                tl.add(&iv);
+                tl.add_amount(&iv, r.last_amount());
             }
         }
     }
@@ -210,8 +334,19 @@ fn write_views(args: &ReportArgs, total: &IntervalResult, bursts: &[BurstRow]) -
 
 pub fn run(_global: &GlobalArgs, args: &ReportArgs) -> CliResult<ExitCode> {
     // The views' files are checked as a recording's output is, before the file is read.
-    for out in [&args.perfetto, &args.plot].into_iter().flatten() {
-        super::record::check_output(out, args.force)?;
+    if let Some(p) = &args.perfetto {
+        super::record::check_output_of(p, args.force, "--perfetto", "the Perfetto trace")?;
+    }
+    if let Some(p) = &args.plot {
+        // The plot is SVG: a name that says otherwise (out.png) would hold what it does not say.
+        let ext = p.extension().map(|e| e.to_string_lossy().to_lowercase());
+        if ext.as_deref() != Some("svg") {
+            return Err(CliError::bad_input(format!(
+                "{}: --plot writes SVG: give a name ending in .svg",
+                escape(&p.display().to_string())
+            )));
+        }
+        super::record::check_output_of(p, args.force, "--plot", "the plot")?;
     }
     let readers = open_run(&args.file)?;
     let header = readers
@@ -225,12 +360,15 @@ pub fn run(_global: &GlobalArgs, args: &ReportArgs) -> CliResult<ExitCode> {
     let (threshold, spans) = find_bursts(&whole.rates, threshold);
     let views = args.perfetto.is_some() || args.plot.is_some();
     let want_bursts = args.json || args.bursts || views;
-    let bursts = if want_bursts {
-        burst_rows(&args.file, &spans, args.by)?
-    } else {
-        Vec::new()
-    };
-    let total = whole.summary.finish(args.by);
+    let spans_wanted = if want_bursts { &spans[..] } else { &[] };
+    let (rows, others, bursts) = task_rows(
+        &args.file,
+        &whole,
+        spans_wanted,
+        args.by,
+        &PidFilter::new(&args.pid),
+    )?;
+    let total = whole.summary.result(rows);
     for w in &whole.warnings {
         eprintln!("imc: warning: {}", escape(w));
     }
@@ -241,6 +379,7 @@ pub fn run(_global: &GlobalArgs, args: &ReportArgs) -> CliResult<ExitCode> {
         total,
         bursts,
         precise_vs_tick: whole.precise,
+        others,
     };
     let text = if args.json {
         let counts_unit = match &unit {

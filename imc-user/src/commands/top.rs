@@ -100,7 +100,7 @@ pub fn run(global: &GlobalArgs, args: &TopArgs) -> CliResult<ExitCode> {
         precise: args.sampler.precise,
         verbose: global.verbose,
     };
-    let mut named = Naming::new(paths, args.by, sink);
+    let mut named = Naming::new(paths, args.by, sink).pids(crate::model::PidFilter::new(&args.pid));
     block_on(async { Ok(sample_loop(&opts, &found, &sel.plan, &mut named).await?) })
 }
 

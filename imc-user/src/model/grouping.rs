@@ -27,6 +27,30 @@ pub struct Identity {
     pub comm: bool,
 }
 
+/// The fields of a task row a grouping key is made of, borrowed.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct KeyParts<'a> {
+    pub pid: u32,
+    pub tgid: u32,
+    pub comm: &'a str,
+    pub cgroup: u64,
+    pub container_id: Option<&'a str>,
+    pub pod_uid: Option<&'a str>,
+}
+
+impl<'a> KeyParts<'a> {
+    pub fn of(r: &'a TaskRow) -> KeyParts<'a> {
+        KeyParts {
+            pid: r.pid,
+            tgid: r.tgid,
+            comm: &r.comm,
+            cgroup: r.cgroup,
+            container_id: r.container_id.as_deref(),
+            pod_uid: r.pod_uid.as_deref(),
+        }
+    }
+}
+
 impl GroupBy {
     pub const ALL: [GroupBy; 6] = [
         GroupBy::Pid,
@@ -59,6 +83,23 @@ impl GroupBy {
             GroupBy::Container => r.container_id.clone().unwrap_or_default(),
             GroupBy::Pod => r.pod_uid.clone().unwrap_or_default(),
         }
+    }
+
+    /// A hash of the key [`key`](Self::key) gives, from a row's parts (no row built): a report
+    /// splits a recording's rows by it into passes, and knows a row of a top group by it.
+    pub fn key_hash(self, parts: KeyParts<'_>) -> u64 {
+        use std::hash::{Hash, Hasher};
+        // SipHash with fixed keys: the same value in every pass of one run.
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        match self {
+            GroupBy::Pid => parts.pid.hash(&mut h),
+            GroupBy::Tgid => parts.tgid.hash(&mut h),
+            GroupBy::Comm => parts.comm.hash(&mut h),
+            GroupBy::Cgroup => parts.cgroup.hash(&mut h),
+            GroupBy::Container => parts.container_id.unwrap_or_default().hash(&mut h),
+            GroupBy::Pod => parts.pod_uid.unwrap_or_default().hash(&mut h),
+        }
+        h.finish()
     }
 
     /// What a person reads for a group: `stream (pid 12)`, a cgroup path, `container 3f2a…`.
@@ -106,5 +147,45 @@ impl GroupBy {
             GroupBy::Container => "CONTAINER",
             GroupBy::Pod => "POD",
         }
+    }
+}
+
+/// `-p/--pid PID,…` (as perf's): the processes a command shows, each with all its threads (a
+/// thread id given names that thread); empty, every task. The one rule `top` and `report` apply.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PidFilter(Vec<u32>);
+
+impl PidFilter {
+    pub fn new(pids: &[u32]) -> PidFilter {
+        PidFilter(pids.to_vec())
+    }
+
+    pub fn is_all(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Whether a task (thread `pid` of process `tgid`) is shown.
+    pub fn keeps(&self, pid: u32, tgid: u32) -> bool {
+        self.0.is_empty() || self.0.contains(&tgid) || self.0.contains(&pid)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pid_keeps_its_threads_and_a_thread_id_itself() {
+        let f = PidFilter::new(&[10, 21]);
+        assert!(
+            f.keeps(10, 10) && f.keeps(11, 10),
+            "the process and its threads"
+        );
+        assert!(
+            f.keeps(21, 20) && !f.keeps(22, 20),
+            "thread 21 alone of process 20"
+        );
+        assert!(!f.keeps(30, 30));
+        assert!(PidFilter::default().keeps(30, 30));
     }
 }

@@ -12,7 +12,7 @@ mod hardware;
 pub mod result;
 mod slots;
 
-pub use grouping::{GroupBy, Identity};
+pub use grouping::{GroupBy, Identity, KeyParts, PidFilter};
 pub use hardware::*;
 pub use result::{CgroupNames, IntervalResult, PackageRow, ShareBasis, TaskRow, package_bytes};
 pub use slots::{SlotRole, SlotScope, SlotSpec, Weighting, measures_bytes};

@@ -221,6 +221,22 @@ pub struct ReportResult {
     /// Present when the recording holds context-switch records (a `--precise` run).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub precise_vs_tick: Option<PrecisionRow>,
+    /// The rows past the ones `tasks` lists (a report keeps the busiest exactly, the rest
+    /// summed here); absent when `tasks` lists every row.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub others: Option<OthersRow>,
+}
+
+/// The rows a report did not list, summed: how many, their bytes, share and counter values.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct OthersRow {
+    pub rows: u64,
+    pub read_bytes: u64,
+    pub write_bytes: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub total_bytes: u64,
+    pub share: f64,
+    pub values: BTreeMap<String, f64>,
 }
 
 fn is_zero(v: &u64) -> bool {

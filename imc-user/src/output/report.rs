@@ -161,8 +161,28 @@ pub fn human(
     );
     let mut s = heading(rep, args, &cols.stand_in);
     s.push_str(&cols.table(t.tasks.iter().take(TABLE_ROWS), ""));
-    if t.tasks.len() > TABLE_ROWS {
-        s.push_str(&format!("... {} more\n", t.tasks.len() - TABLE_ROWS));
+    let others = rep.others.as_ref();
+    let more = t.tasks.len().saturating_sub(TABLE_ROWS) as u64 + others.map_or(0, |o| o.rows);
+    if more > 0 {
+        // What the rows not shown add up to: the listed ones past the table, and the others.
+        let hidden = t.tasks.iter().skip(TABLE_ROWS);
+        let share = hidden.clone().map(|r| r.share).sum::<f64>() + others.map_or(0.0, |o| o.share);
+        let amount = if cols.stand_in.is_empty() {
+            let bytes = hidden.map(|r| r.bytes()).sum::<u64>()
+                + others.map_or(0, |o| o.read_bytes + o.write_bytes + o.total_bytes);
+            fmt_bytes(bytes as f64)
+        } else {
+            let count = |v: &std::collections::BTreeMap<String, f64>| -> f64 {
+                cols.stand_in.iter().filter_map(|k| v.get(k)).sum()
+            };
+            let n = hidden.map(|r| count(&r.values)).sum::<f64>()
+                + others.map_or(0.0, |o| count(&o.values));
+            format!("{} {}", fixed(n, 0), escape(&cols.stand_in.join("+")))
+        };
+        s.push_str(&format!(
+            "... {more} more: {amount}, {} of the traffic\n",
+            fmt_share(share)
+        ));
     }
     s.push_str(&footer(rep, unit));
     if args.bursts {

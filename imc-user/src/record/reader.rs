@@ -8,10 +8,11 @@ use super::{
     CHUNK_TICKS, CHUNK_TICKS2, MAGIC, MAX_CHUNK, RecordError, RecordHeader, TICKS_PER_CHUNK,
     VERSION,
 };
-use crate::attribution::{bytes_of, summary::sort_rows, traffic_counts};
+use crate::attribution::summary::{amount_of, sort_rows};
+use crate::attribution::{bytes_of, traffic_counts};
 use crate::discovery::cgroup::{CgroupNames, names_of_path};
-use crate::model::SlotSpec;
 use crate::model::result::{IntervalResult, PackageRow, ShareBasis, TaskRow, package_bytes};
+use crate::model::{KeyParts, SlotSpec};
 use bytes::{BufMut, BytesMut};
 use imc_common::{KIND_AGGREGATE, MAX_SLOTS, SlotReading, TickRecord};
 use std::collections::{BTreeMap, HashMap};
@@ -86,6 +87,13 @@ impl Strings {
 /// Where the next chunk comes from: the file (buffered) or bytes already in memory.
 type Source = Box<dyn Read>;
 
+/// Which task rows of an interval the reader hands out (see [`Reader::keep_rows`]).
+type RowFilter = Box<dyn FnMut(KeyParts<'_>) -> bool>;
+
+/// Parsed cgroup names kept at most this many at once (under container churn a file can name a
+/// cgroup per task; they are parsed again when needed).
+const CGROUP_NAMES_CACHED: usize = 4096;
+
 pub struct Reader {
     path: PathBuf,
     header: RecordHeader,
@@ -107,6 +115,14 @@ pub struct Reader {
     has_bytes: bool,
     ended: bool,
     continued: bool,
+    /// Rows not kept are read past without being built (memory: the rows kept).
+    filter: Option<RowFilter>,
+    /// The filter's answer per task id (0: not asked yet, 1: kept, 2: left out): it depends
+    /// only on the task, so each is asked once per file.
+    kept: Vec<u8>,
+    /// [`traffic_amount`](crate::attribution::traffic_amount) of the last interval, over all
+    /// its rows, kept or not.
+    last_amount: f64,
 }
 
 /// Largest JSON header a reader accepts (real ones are a few KiB).
@@ -205,6 +221,9 @@ impl Reader {
             has_bytes,
             ended: false,
             continued: false,
+            filter: None,
+            kept: Vec::new(),
+            last_amount: 0.0,
         })
     }
 
@@ -222,6 +241,20 @@ impl Reader {
 
     pub fn status(&self) -> &ReadStatus {
         &self.status
+    }
+
+    /// Hands out only the task rows `keep` says yes to (by their grouping fields); the others
+    /// are read past without being built, so an interval of a million rows costs only the rows
+    /// kept. Package rows, totals and [`last_amount`](Self::last_amount) still cover every row.
+    pub fn keep_rows(&mut self, keep: impl FnMut(KeyParts<'_>) -> bool + 'static) {
+        self.filter = Some(Box::new(keep));
+        self.kept.clear();
+    }
+
+    /// The last interval's traffic (package bytes, or for a stand-in its traffic counts), over
+    /// all its rows, the ones [`keep_rows`](Self::keep_rows) left out included.
+    pub fn last_amount(&self) -> f64 {
+        self.last_amount
     }
 
     /// Tasks the file has defined so far (its task table).
@@ -388,6 +421,9 @@ impl Reader {
     /// The names of a cgroup the file defined, parsed from its path at first use.
     fn cgroup_names(&mut self, id: u64) -> Option<&CgroupNames> {
         if !self.cgroup_names.contains_key(&id) {
+            if self.cgroup_names.len() >= CGROUP_NAMES_CACHED {
+                self.cgroup_names.clear();
+            }
             let sid = *self.cgroups.get(&id)?;
             let names = names_of_path(self.strings.get(u64::from(sid))?);
             self.cgroup_names.insert(id, names);
@@ -428,42 +464,18 @@ impl Reader {
             return Err(Malformed);
         }
         let mut tasks = Vec::new();
-        let mut id = 0u64;
-        for k in 0..nrows {
-            let delta = c.varint()?;
-            if k > 0 && delta == 0 {
-                return Err(Malformed);
+        let mut filter = self.filter.take();
+        let (mut all_counts, mut all_shares) = (0.0, 0.0);
+        let rows = self.decode_rows(c, nrows, basis, &mut filter, |row, counts, share| {
+            all_counts += counts;
+            all_shares += share;
+            if let Some(row) = row {
+                tasks.push(row);
             }
-            id = id.checked_add(delta).ok_or(Malformed)?;
-            let def = self.tasks.get(id as usize).ok_or(Malformed)?;
-            let (pid, tgid, cgroup) = (def.pid, def.tgid, def.cgroup);
-            let comm = self.comm(def).to_owned();
-            let mut counts = [0.0; MAX_SLOTS];
-            let mut values = BTreeMap::new();
-            for (s, spec) in self.specs.iter().enumerate() {
-                counts[s] = c.varint()? as f64;
-                values.insert(spec.event.clone(), counts[s]);
-            }
-            let (read_bytes, write_bytes, total_bytes) = bytes_of(&self.specs, &counts);
-            let bytes = read_bytes + write_bytes + total_bytes;
-            let share = basis.share(bytes, traffic_counts(&self.specs, &counts));
-            let mut row = TaskRow {
-                pid,
-                tgid,
-                comm,
-                cgroup,
-                read_bytes,
-                write_bytes,
-                total_bytes,
-                share,
-                values,
-                ..TaskRow::default()
-            };
-            if let Some(n) = self.cgroup_names(cgroup) {
-                row.set_cgroup_names(n);
-            }
-            tasks.push(row);
-        }
+        });
+        self.filter = filter;
+        rows?;
+        self.last_amount = amount_of(package_bytes(&packages), all_counts, all_shares);
         sort_rows(&mut tasks);
         // The device part, where the recording keeps it (after the rows).
         let device_bytes = if c.remaining() > 0 {
@@ -486,6 +498,92 @@ impl Reader {
             weighting: Some(self.weighting()),
             weight_fallbacks: 0,
         })
+    }
+
+    /// An interval's `nrows` task rows: each one's row (None when the filter leaves it out),
+    /// traffic counts and share go to `out`.
+    fn decode_rows(
+        &mut self,
+        c: &mut Cursor,
+        nrows: usize,
+        basis: ShareBasis,
+        filter: &mut Option<RowFilter>,
+        mut out: impl FnMut(Option<TaskRow>, f64, f64),
+    ) -> Result<(), Malformed> {
+        let mut id = 0u64;
+        for k in 0..nrows {
+            let delta = c.varint()?;
+            if k > 0 && delta == 0 {
+                return Err(Malformed);
+            }
+            id = id.checked_add(delta).ok_or(Malformed)?;
+            let def = self.tasks.get(id as usize).ok_or(Malformed)?;
+            let (pid, tgid, cgroup, comm_id) = (def.pid, def.tgid, def.cgroup, def.comm);
+            let mut counts = [0.0; MAX_SLOTS];
+            for count in counts.iter_mut().take(self.specs.len()) {
+                *count = c.varint()? as f64;
+            }
+            let (read_bytes, write_bytes, total_bytes) = bytes_of(&self.specs, &counts);
+            let bytes = read_bytes + write_bytes + total_bytes;
+            let traffic = traffic_counts(&self.specs, &counts);
+            let share = basis.share(bytes, traffic);
+            let known = self.kept.get(id as usize).copied().unwrap_or(0);
+            if known == 2 {
+                out(None, traffic, share);
+                continue;
+            }
+            if let (Some(keep), 0) = (filter.as_mut(), known) {
+                // Parsed (and cached) first, then borrowed beside the string table.
+                let _ = self.cgroup_names(cgroup);
+                let names = self.cgroup_names.get(&cgroup);
+                let comm = self.strings.get(u64::from(comm_id)).unwrap_or_default();
+                let parts = KeyParts {
+                    pid,
+                    tgid,
+                    comm,
+                    cgroup,
+                    container_id: names.and_then(|n| n.container_id.as_deref()),
+                    pod_uid: names.and_then(|n| n.pod_uid.as_deref()),
+                };
+                let yes = keep(parts);
+                if self.kept.len() <= id as usize {
+                    self.kept.resize(id as usize + 1, 0);
+                }
+                self.kept[id as usize] = if yes { 1 } else { 2 };
+                if !yes {
+                    out(None, traffic, share);
+                    continue;
+                }
+            }
+            let comm = self
+                .strings
+                .get(u64::from(comm_id))
+                .unwrap_or_default()
+                .to_owned();
+            let values: BTreeMap<String, f64> = self
+                .specs
+                .iter()
+                .zip(counts)
+                .map(|(spec, v)| (spec.event.clone(), v))
+                .collect();
+            let mut row = TaskRow {
+                pid,
+                tgid,
+                comm,
+                cgroup,
+                read_bytes,
+                write_bytes,
+                total_bytes,
+                share,
+                values,
+                ..TaskRow::default()
+            };
+            if let Some(n) = self.cgroup_names(cgroup) {
+                row.set_cgroup_names(n);
+            }
+            out(Some(row), traffic, share);
+        }
+        Ok(())
     }
 
     /// How the run divided package traffic: as its header says, else as its slots show.
