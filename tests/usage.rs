@@ -220,6 +220,23 @@ fn a_program_path_that_is_not_utf8_runs() {
     assert_eq!(run.status.code(), Some(3), "the program's status: {err}");
 }
 
+/// A command that does not exist is the user's mistake, the same exit 2 for `stat -- CMD` as for
+/// `record -- CMD` (stat said 1: issue 31 item 12), in one line naming the program.
+#[test]
+fn stat_of_a_missing_program_is_bad_input() {
+    let run = imc()
+        .args(["stat", "-e", "page-faults", "--", "./no-such-program-here"])
+        .output()
+        .expect("run imc");
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(2), "{err}");
+    let line = err
+        .lines()
+        .find(|l| l.contains("no-such-program-here"))
+        .unwrap_or_else(|| panic!("the program is not named: {err}"));
+    assert!(line.contains("cannot run"), "{err}");
+}
+
 /// `imc tpo` suggests `top` (clap's own likeness measure misses swapped letters), `imc lst`
 /// suggests list.
 #[test]

@@ -198,19 +198,23 @@ fn warn_failure(err: &mut dyn Write, f: &crate::counting::CounterFailure) {
     );
 }
 
-/// `-- CMD ARGS` started, if given.
+/// `-- CMD ARGS` started, if given, set to die with imc (as `top` and `record` start theirs).
+/// A command that cannot be started is bad input, exit 2, as it is for `record -- CMD`.
 fn start_command(command: &[std::ffi::OsString]) -> CliResult<Option<std::process::Child>> {
-    match command.split_first() {
-        Some((cmd, rest)) => Ok(Some(
-            std::process::Command::new(cmd)
-                .args(rest)
-                .spawn()
-                .map_err(|e| {
-                    CliError::runtime(format!("cannot run '{}': {e}", cmd.to_string_lossy()))
-                })?,
-        )),
-        None => Ok(None),
+    use std::os::unix::process::CommandExt;
+    let Some((cmd, rest)) = command.split_first() else {
+        return Ok(None);
+    };
+    let mut child = std::process::Command::new(cmd);
+    child.args(rest);
+    let imc_pid = std::process::id();
+    // SAFETY: the hook makes only async-signal-safe calls (prctl, getppid).
+    unsafe {
+        child.pre_exec(move || crate::sys::thread::die_with_parent(imc_pid));
     }
+    child.spawn().map(Some).map_err(|e| {
+        CliError::bad_input(format!("cannot run '{}': {e}", cmd.to_string_lossy()))
+    })
 }
 
 /// When the run stops: when the command exits (its status kept in `status`), else at SIGINT or

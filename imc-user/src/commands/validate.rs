@@ -937,23 +937,12 @@ fn fidelity_of(rows: &[KernelBytes]) -> Fidelity {
 /// `--save`: `{"weights": {"<event>": f}}` written whole (a temporary file renamed over it).
 fn save_fidelity(f: &Fidelity) -> CliResult<()> {
     let path = crate::settings::get().fidelity_path();
-    write_fidelity(&path, &f.weights)
+    crate::plan::fidelity::save(&path, &f.weights)
         .map_err(|e| CliError::runtime(format!("--save: writing {}: {e}", path.display())))?;
     eprintln!("imc: validate: fidelity saved in {}", path.display());
     Ok(())
 }
 
-fn write_fidelity(path: &Path, weights: &BTreeMap<String, f64>) -> std::io::Result<()> {
-    let text = serde_json::to_string_pretty(&serde_json::json!({ "weights": weights }))? + "\n";
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir)?;
-    }
-    let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
-    std::fs::write(&tmp, text)?;
-    std::fs::rename(&tmp, path).inspect_err(|_| {
-        let _ = std::fs::remove_file(&tmp);
-    })
-}
 
 #[derive(Clone, Debug, Serialize)]
 struct MbmRow {
@@ -1232,7 +1221,7 @@ mod tests {
         assert!((f.bound - 0.2).abs() < 1e-12);
         let t = tempfile::tempdir().unwrap();
         let path = t.path().join("sub/fidelity.json");
-        write_fidelity(&path, &f.weights).unwrap();
+        crate::plan::fidelity::save(&path, &f.weights).unwrap();
         let v: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
         assert_eq!(v["weights"]["LLC-misses"], 0.75);

@@ -75,6 +75,20 @@ pub fn parse(path: &Path, bytes: &[u8]) -> Result<BTreeMap<String, f64>, Fidelit
     Ok(out)
 }
 
+/// Writes `weights` as the file [`load`] reads, whole: a temporary file beside it renamed over
+/// it, so a reader never sees half a file (`imc validate --save`).
+pub fn save(path: &Path, weights: &BTreeMap<String, f64>) -> std::io::Result<()> {
+    let text = serde_json::to_string_pretty(&serde_json::json!({ "weights": weights }))? + "\n";
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)?;
+    }
+    let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
+    std::fs::write(&tmp, text)?;
+    std::fs::rename(&tmp, path).inspect_err(|_| {
+        let _ = std::fs::remove_file(&tmp);
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -92,6 +106,16 @@ mod tests {
         .unwrap();
         assert_eq!(m.get("OCR.A"), Some(&0.75));
         assert_eq!(m.get("L2_LINES_OUT.NON_SILENT"), Some(&1.1));
+    }
+
+    #[test]
+    fn what_save_writes_load_reads_back() {
+        let t = tempfile::tempdir().unwrap();
+        let path = t.path().join("state/fidelity.json");
+        let weights: BTreeMap<String, f64> =
+            [("LLC-load-misses".to_string(), 0.82), ("x/y/".to_string(), 1.0)].into();
+        save(&path, &weights).unwrap();
+        assert_eq!(load(&path).unwrap(), weights);
     }
 
     #[test]
