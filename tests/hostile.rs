@@ -964,7 +964,9 @@ fn report_views_replace_an_existing_file_only_with_force() {
     let (rec, _) = recording(dir.path());
     let rec = rec.to_str().unwrap();
     for flag in ["--plot", "--perfetto"] {
-        let out = dir.path().join(format!("old{flag}"));
+        // `--plot` writes SVG and takes only a name that says so.
+        let ext = if flag == "--plot" { ".svg" } else { "" };
+        let out = dir.path().join(format!("old{flag}{ext}"));
         std::fs::write(&out, b"kept").unwrap();
         let o = run(&mut imc(&["report", rec, flag, out.to_str().unwrap()]));
         assert_eq!(o.code, Some(2), "{flag}: {}", o.stderr);

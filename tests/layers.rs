@@ -66,6 +66,18 @@ const KNOWN_CYCLES: &[(&str, &str)] = &[
     ("discovery/catalogue/knl.rs", "discovery/catalogue/mod.rs"), // super::Ctx
     ("discovery/catalogue/mod.rs", "discovery/catalogue/amd.rs"), // amd::amd_df
     ("discovery/catalogue/mod.rs", "discovery/catalogue/intel.rs"), // intel::intel_client_imc
+    (
+        "discovery/catalogue/mod.rs",
+        "discovery/catalogue/queues.rs",
+    ), // queues::queues
+    (
+        "discovery/catalogue/queues.rs",
+        "discovery/catalogue/mod.rs",
+    ), // super::Ctx
+    (
+        "discovery/catalogue/queues.rs",
+        "discovery/catalogue/intel.rs",
+    ), // super::intel::is_knl, IntelQueues
     ("discovery/catalogue/mod.rs", "discovery/catalogue/knl.rs"), // knl::knl
     ("discovery/catalogue/mod.rs", "discovery/catalogue/power.rs"), // power::power_nest
     (

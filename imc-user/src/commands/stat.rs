@@ -212,9 +212,10 @@ fn start_command(command: &[std::ffi::OsString]) -> CliResult<Option<std::proces
     unsafe {
         child.pre_exec(move || crate::sys::thread::die_with_parent(imc_pid));
     }
-    child.spawn().map(Some).map_err(|e| {
-        CliError::bad_input(format!("cannot run '{}': {e}", cmd.to_string_lossy()))
-    })
+    child
+        .spawn()
+        .map(Some)
+        .map_err(|e| CliError::bad_input(format!("cannot run '{}': {e}", cmd.to_string_lossy())))
 }
 
 /// When the run stops: when the command exits (its status kept in `status`), else at SIGINT or

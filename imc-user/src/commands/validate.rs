@@ -26,7 +26,7 @@ use crate::pipeline::{LoopOptions, Sink, sample_loop};
 use crate::plan::{Command, Plan};
 use serde::Serialize;
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -942,7 +942,6 @@ fn save_fidelity(f: &Fidelity) -> CliResult<()> {
     eprintln!("imc: validate: fidelity saved in {}", path.display());
     Ok(())
 }
-
 
 #[derive(Clone, Debug, Serialize)]
 struct MbmRow {

@@ -1,6 +1,11 @@
 //! The interval object and the report as JSON lines (`imc top --json`, `imc report --json`).
 use serde::Serialize;
 
+/// `s` as a JSON string literal.
+pub fn json_string(s: &str) -> String {
+    serde_json::Value::String(s.to_string()).to_string()
+}
+
 /// An interval object or a report as JSON. With `counts_unit` (a stand-in source: nothing
 /// measured bytes) every byte field is null rather than 0, and a burst's rate is `counts_per_s`
 /// in that unit instead of `bytes_per_s`.

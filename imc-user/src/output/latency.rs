@@ -129,7 +129,7 @@ impl QueueCols {
                     if ci > 0 {
                         b.push(b',');
                     }
-                    let _ = write!(b, "{{\"pmu\":{}", crate::output::stat::json_string(label));
+                    let _ = write!(b, "{{\"pmu\":{}", crate::output::json::json_string(label));
                     match number {
                         Some(n) => {
                             let _ = write!(b, ",\"channel\":{n}");

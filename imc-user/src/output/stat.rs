@@ -3,6 +3,7 @@
 //! At `-I 1` this runs a thousand times a second, so each interval is formatted into a reused
 //! byte buffer (no allocation once warm), JSON keys are escaped once up front, and the whole
 //! interval reaches the writer in one `write` + `flush`.
+use super::json::json_string;
 use crate::counting::stat_loop::{
     Bytes, IntervalReport, Layout, PackageBytes, PackageLayout, StatSink,
 };
@@ -43,11 +44,6 @@ impl<W: Write> StatSink for StatWriter<W> {
     fn flush(&mut self) -> io::Result<()> {
         self.out.flush()
     }
-}
-
-/// `s` as a JSON string literal.
-pub fn json_string(s: &str) -> String {
-    serde_json::Value::String(s.to_string()).to_string()
 }
 
 /// One package's JSON object: its bytes, its peak and utilisation, its channels (`pmus`: each

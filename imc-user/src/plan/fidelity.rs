@@ -112,8 +112,11 @@ mod tests {
     fn what_save_writes_load_reads_back() {
         let t = tempfile::tempdir().unwrap();
         let path = t.path().join("state/fidelity.json");
-        let weights: BTreeMap<String, f64> =
-            [("LLC-load-misses".to_string(), 0.82), ("x/y/".to_string(), 1.0)].into();
+        let weights: BTreeMap<String, f64> = [
+            ("LLC-load-misses".to_string(), 0.82),
+            ("x/y/".to_string(), 1.0),
+        ]
+        .into();
         save(&path, &weights).unwrap();
         assert_eq!(load(&path).unwrap(), weights);
     }

@@ -30,9 +30,21 @@ fn is_gnr_family(model: Option<u32>) -> bool {
     )
 }
 
-/// The queue layout of an Intel server part (discovery/catalogue/queues.rs), by model.
-pub(super) fn server_model_family(model: u32) -> Option<super::queues::IntelQueues> {
-    use super::queues::IntelQueues;
+/// Which queue layout an Intel server part has.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum IntelQueues {
+    /// SKX/CLX: one read and one write queue per channel.
+    Skx,
+    /// ICX: per pseudo-channel.
+    Icx,
+    /// SPR/EMR: per pseudo-channel (WPQ inserts at 0x22).
+    Spr,
+    /// GNR/SRF: per sub-channel (scheduler) and pseudo-channel.
+    Gnr,
+}
+
+/// The queue layout of an Intel server part (discovery/catalogue/queues.rs reads it), by model.
+pub(super) fn server_model_family(model: u32) -> Option<IntelQueues> {
     match model {
         SKYLAKE_X => Some(IntelQueues::Skx),
         ICELAKE_X | ICELAKE_D => Some(IntelQueues::Icx),

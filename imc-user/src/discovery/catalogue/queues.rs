@@ -27,23 +27,10 @@
 //! EnAllSlices, SliceId 0x3, ThreadMask 0x3; recommended.json's l3_read_miss_latency metrics
 //! divide the first by the second and multiply by 10 for ns. Six counters per L3 (amd/uncore.c
 //! NUM_COUNTERS_L3).
-use super::intel::{is_knl, server_model_family};
+use super::intel::{IntelQueues, is_knl, server_model_family};
 use super::{Ctx, designated_cpus_all};
 use crate::discovery::format::encode_terms;
 use crate::model::{Pmu, QueueEvent, QueuePart, Queues};
-
-/// Which queue layout an Intel server part has.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum IntelQueues {
-    /// SKX/CLX: one read and one write queue per channel.
-    Skx,
-    /// ICX: per pseudo-channel.
-    Icx,
-    /// SPR/EMR: per pseudo-channel (WPQ inserts at 0x22).
-    Spr,
-    /// GNR/SRF: per sub-channel (scheduler) and pseudo-channel.
-    Gnr,
-}
 
 /// One event as (part, sub-channel, pseudo-channel, terms, rank, fixed).
 type Want = (
