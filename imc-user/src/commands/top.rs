@@ -257,6 +257,7 @@ fn read_keys(
         gone.store(true, Ordering::SeqCst);
         quit.store(true, Ordering::SeqCst);
     };
+    let mut stuck = 0;
     while !stop.load(Ordering::SeqCst) {
         // Short waits, so dropping the view joins this thread promptly. The terminal is asked
         // first, level-triggered: crossterm's reader spins without end on a terminal that has
@@ -278,11 +279,60 @@ fn read_keys(
                 return;
             }
         }
-        if ready && !took {
+        stuck = if ready && !took { stuck + 1 } else { 0 };
+        if stuck >= STUCK_TURNS {
+            // crossterm reads the terminal only when its edge-triggered poll says so, and an
+            // edge it took together with a resize can leave keys unread for good (a q lost
+            // under load): read them here.
+            stuck = 0;
+            let mut buf = [0u8; 64];
+            let n = match tty.read_waiting(&mut buf) {
+                Ok(0) | Err(_) => return hang_up(),
+                Ok(n) => n,
+            };
+            for ev in keys_of(&buf[..n]) {
+                if handle_event(screen, quit, ev) {
+                    return;
+                }
+            }
+        } else if stuck > 0 {
             // Bytes crossterm did not take this time: wait rather than ask again at once.
             std::thread::sleep(Duration::from_millis(50));
         }
     }
+}
+
+/// Turns of bytes waiting that crossterm did not take before [`read_keys`] reads them itself.
+const STUCK_TURNS: u32 = 3;
+
+/// The keys the view answers to, from the terminal's bytes: printable characters, Ctrl-C, the
+/// arrows and PgUp/PgDn (xterm's sequences); anything else is left out.
+fn keys_of(bytes: &[u8]) -> Vec<Event> {
+    use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+    let key = |code| Event::Key(KeyEvent::new(code, KeyModifiers::NONE));
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < bytes.len() {
+        let rest = &bytes[i..];
+        let (ev, len) = match rest {
+            [0x1b, b'[', b'A', ..] => (Some(key(KeyCode::Up)), 3),
+            [0x1b, b'[', b'B', ..] => (Some(key(KeyCode::Down)), 3),
+            [0x1b, b'[', b'5', b'~', ..] => (Some(key(KeyCode::PageUp)), 4),
+            [0x1b, b'[', b'6', b'~', ..] => (Some(key(KeyCode::PageDown)), 4),
+            [0x03, ..] => (
+                Some(Event::Key(KeyEvent::new(
+                    KeyCode::Char('c'),
+                    KeyModifiers::CONTROL,
+                ))),
+                1,
+            ),
+            [c @ 0x20..=0x7e, ..] => (Some(key(KeyCode::Char(*c as char))), 1),
+            _ => (None, 1),
+        };
+        out.extend(ev);
+        i += len;
+    }
+    out
 }
 
 /// One terminal event: sorting, scrolling and resizing redraw; a quit key asks the loop to end
@@ -520,6 +570,22 @@ mod tests {
         assert_eq!(
             cfg.value_events,
             ["uncore_imc/cas_count_all/", "instructions"]
+        );
+    }
+
+    #[test]
+    fn keys_left_behind_are_read_as_the_view_reads_them() {
+        use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+        let k = |c| Event::Key(KeyEvent::new(c, KeyModifiers::NONE));
+        assert_eq!(
+            keys_of(b"rq\x1b[A\x1b[6~\x03\x07"),
+            vec![
+                k(KeyCode::Char('r')),
+                k(KeyCode::Char('q')),
+                k(KeyCode::Up),
+                k(KeyCode::PageDown),
+                Event::Key(KeyEvent::new(KeyCode::Char('c'), KeyModifiers::CONTROL)),
+            ]
         );
     }
 }

@@ -46,6 +46,17 @@ impl Tty {
     pub fn wait(&self, timeout: Duration) -> io::Result<Input> {
         wait_fd(self.fd(), timeout)
     }
+
+    /// Reads what input is waiting (one `read(2)`, after [`Tty::wait`] said it is ready, so it
+    /// does not block): the bytes a key reader left behind.
+    pub fn read_waiting(&self, buf: &mut [u8]) -> io::Result<usize> {
+        // SAFETY: buf is valid for buf.len() bytes; the descriptor is open for the Tty's life.
+        let n = unsafe { libc::read(self.fd().as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(n as usize)
+    }
 }
 
 /// `poll(2)` on one descriptor: hang-up and error beat readable, since a hung-up terminal
