@@ -22,10 +22,11 @@ fn main() -> ExitCode {
             // Messages quote input (paths, file contents, names): escaped, so that none of it
             // reaches the terminal as a control sequence. A stderr that cannot be written is
             // no reason to panic.
-            let text = format!("{e:#}");
+            // A typed error prints its own chain (each cause once); anything else, anyhow's.
+            let text = typed.map_or_else(|| format!("{e:#}"), ToString::to_string);
             let _ = writeln!(std::io::stderr(), "imc: {}", imc::text::escape(&text));
             // Failures that are not the library's typed ones are runtime failures.
-            ExitCode::from(typed.map_or(1, |c| c.code))
+            ExitCode::from(typed.map_or(1, CliError::code))
         }
     }
 }

@@ -62,7 +62,7 @@ pub fn run(global: &GlobalArgs, args: &EncodeArgs) -> CliResult<ExitCode> {
     for e in &encoded {
         if args.json {
             let json = serde_json::to_string(e)
-                .map_err(|err| CliError::runtime(format!("cannot write JSON: {err}")))?;
+                .map_err(|err| CliError::runtime_because("cannot write JSON", err))?;
             text.push_str(&json);
         } else {
             text.push_str(&crate::text::escape(&human_line(e)));

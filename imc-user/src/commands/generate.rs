@@ -53,7 +53,7 @@ pub fn manpage() -> CliResult<Vec<u8>> {
         .and_then(|()| render_subcommands(&cmd, &mut buf))
         .and_then(|()| render_exit_status_and_examples(&mut buf))
         .and_then(|()| man.render_version_section(&mut buf))
-        .map_err(|e| CliError::runtime(format!("rendering the man page: {e}")))?;
+        .map_err(|e| CliError::runtime_because("rendering the man page", e))?;
     Ok(buf)
 }
 

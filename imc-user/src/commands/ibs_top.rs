@@ -97,8 +97,10 @@ pub fn run_with<W: Write>(
         .map_err(|e| CliError::from(e).context("top --ibs"))?;
     let pmus = crate::discovery::read_pmus(&global.root)
         .map_err(|e| CliError::from(e).context("top --ibs"))?;
-    let p = plan(&found.other_sources, &pmus, &found.topology.online).map_err(CliError::runtime)?;
-    let mut sampler = IbsSampler::open(sys, &p).map_err(CliError::runtime)?;
+    let p = plan(&found.other_sources, &pmus, &found.topology.online)
+        .map_err(|e| CliError::runtime_because("top --ibs", e))?;
+    let mut sampler =
+        IbsSampler::open(sys, &p).map_err(|e| CliError::runtime_because("top --ibs", e))?;
     let interval_ns = args.interval_ms.saturating_mul(1_000_000);
     let t0 = clock.now_ns();
     let end = args.duration.map(|s| t0 + (s * 1e9).round() as u64);
@@ -118,7 +120,7 @@ pub fn run_with<W: Write>(
         buf.clear();
         if json {
             serde_json::to_writer(&mut buf, &i)
-                .map_err(|e| CliError::runtime(format!("cannot write JSON: {e}")))?;
+                .map_err(|e| CliError::runtime_because("cannot write JSON", e))?;
             buf.push(b'\n');
         } else {
             crate::output::ibs_top::table(&mut buf, &i, t0);

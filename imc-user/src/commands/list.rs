@@ -17,7 +17,7 @@ pub fn run(global: &GlobalArgs, args: &ListArgs) -> CliResult<ExitCode> {
     let report = report;
     let out = if args.json {
         let mut s = serde_json::to_string_pretty(&to_json(&report))
-            .map_err(|e| CliError::runtime(format!("imc list: cannot encode JSON: {e}")))?;
+            .map_err(|e| CliError::runtime_because("imc list: cannot encode JSON", e))?;
         s.push('\n');
         s
     } else {

@@ -38,7 +38,7 @@ impl Recorder {
     /// (if any) has started by then.
     fn writer(&mut self) -> std::io::Result<&mut Writer> {
         if let Some(p) = self.pending.take() {
-            self.writer = Some(create(p).map_err(|e| std::io::Error::other(e.message))?);
+            self.writer = Some(create(p).map_err(|e| std::io::Error::other(e.to_string()))?);
         }
         self.writer
             .as_mut()

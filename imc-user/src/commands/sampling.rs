@@ -4,7 +4,7 @@
 //! their arguments, and the runtime the loop runs on.
 use crate::cli::{GlobalArgs, SamplerArgs};
 use crate::discovery;
-use crate::error::{CliError, CliResult};
+use crate::error::{CliError, CliResult, ErrorKind};
 use crate::model::{BackendKind, Discovery};
 use crate::plan::{self, Kernel, Plan, Request, WeightEvent, WeightRequest};
 use std::process::ExitCode;
@@ -38,7 +38,7 @@ pub fn resolve_events(
         .map(|text| {
             crate::events::resolve(&global.root, text)
                 .map(|e| (text.clone(), e))
-                .map_err(|e| CliError::bad_input(e.to_string()))
+                .map_err(CliError::from)
         })
         .collect()
 }
@@ -75,9 +75,9 @@ pub fn weight_arg(global: &GlobalArgs, given: &[String]) -> CliResult<WeightRequ
                 }
                 let (event, direction) = WeightRequest::split_direction(text);
                 let encoded = crate::events::resolve(&global.root, event).map_err(|e| {
-                    CliError::bad_input(format!(
-                        "--weight {text}: {e} (auto, cpu-time, or EVENT[:read|:write])"
-                    ))
+                    CliError::from(e)
+                        .context(format!("--weight {text}"))
+                        .hint("auto, cpu-time, or EVENT[:read|:write]")
                 })?;
                 Ok(WeightEvent {
                     text: event.to_string(),
@@ -119,7 +119,7 @@ pub fn select_for(
     let mut plan = plan::plan(found, &Kernel::read(&global.root), &req)?;
     // The weights' measured fidelity (`imc validate --save`), 1 where none was measured.
     let fidelity = plan::fidelity::load(&crate::settings::get().fidelity_path())
-        .map_err(|e| plan::PlanError::BadRequest(e.to_string()))?;
+        .map_err(|e| CliError::new(ErrorKind::BadInput, e))?;
     plan::weights::apply_fidelity(&mut plan, &fidelity);
     Ok(Selection {
         source: plan.source.clone(),
@@ -130,7 +130,9 @@ pub fn select_for(
 /// `--dry-run`: the plan, as text or one JSON object, on stdout.
 pub fn print_plan(plan: &Plan, json: bool) -> CliResult<ExitCode> {
     let text = if json {
-        serde_json::to_string(plan).map_err(|e| CliError::runtime(e.to_string()))? + "\n"
+        serde_json::to_string(plan)
+            .map_err(|e| CliError::runtime_because("cannot write JSON", e))?
+            + "\n"
     } else {
         plan::text::render(plan)
     };
@@ -147,6 +149,6 @@ pub fn block_on<F: std::future::Future<Output = CliResult<ExitCode>>>(f: F) -> C
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|e| CliError::runtime(format!("starting the runtime: {e}")))?
+        .map_err(|e| CliError::runtime_because("starting the runtime", e))?
         .block_on(f)
 }

@@ -11,7 +11,7 @@ use crate::counting::mchbar::MchbarBackend;
 use crate::counting::perf::PerfBackend;
 use crate::counting::stat_loop::{self, RunSummary};
 use crate::counting::{Backend, BackendError, from_plan};
-use crate::error::{CliError, CliResult};
+use crate::error::{CliError, CliResult, ErrorKind};
 use crate::model::{BackendKind, Discovery};
 use crate::output::stat::{Format, StatWriter};
 use crate::plan::{Command as PlanCommand, Kernel, Plan, Request};
@@ -99,7 +99,8 @@ pub fn run_with<W: Write>(
     let format = check_args(args)?;
     let duration_ns = args.duration.map(|s| (s * 1e9).round() as u64);
     // A mistyped IMC_STAT_MODE is bad input, said before anything opens.
-    let mode = read_mode(crate::settings::get()).map_err(|e| CliError::bad_input(e.to_string()))?;
+    let mode =
+        read_mode(crate::settings::get()).map_err(|e| CliError::new(ErrorKind::BadInput, e))?;
 
     let discovery = discover(&global.root)?;
     if args.dry_run {
@@ -212,10 +213,9 @@ fn start_command(command: &[std::ffi::OsString]) -> CliResult<Option<std::proces
     unsafe {
         child.pre_exec(move || crate::sys::thread::die_with_parent(imc_pid));
     }
-    child
-        .spawn()
-        .map(Some)
-        .map_err(|e| CliError::bad_input(format!("cannot run '{}': {e}", cmd.to_string_lossy())))
+    child.spawn().map(Some).map_err(|e| {
+        CliError::bad_input_because(format!("cannot run '{}'", cmd.to_string_lossy()), e)
+    })
 }
 
 /// When the run stops: when the command exits (its status kept in `status`), else at SIGINT or
@@ -266,7 +266,7 @@ fn end_command(
         Some(s) => s,
         None => c
             .wait()
-            .map_err(|e| CliError::runtime(format!("waiting for the command: {e}")))?,
+            .map_err(|e| CliError::runtime_because("waiting for the command", e))?,
     };
     Ok(exit_code_of(status))
 }

@@ -153,29 +153,50 @@ pub struct IbsPlan {
     pub cpus: Vec<u32>,
 }
 
-/// The plan on a machine with `ibs_op`, or one line saying why not.
-pub fn plan(others: &[OtherSource], pmus: &[Pmu], online: &[u32]) -> Result<IbsPlan, String> {
-    let Some(src) = others.iter().find(|s| s.pmu == "ibs_op") else {
-        return Err(
-            "top --ibs: no ibs_op PMU here (AMD IBS: AMD family 10h and later, on bare metal or a \
-             guest given IBS)"
-                .into(),
-        );
-    };
+/// Why IBS cannot be sampled here, each a runtime failure naming the PMU or CPU.
+#[derive(Debug, thiserror::Error)]
+pub enum IbsError {
+    #[error(
+        "no ibs_op PMU here (AMD IBS: AMD family 10h and later, on bare metal or a guest given IBS)"
+    )]
+    NoPmu,
+    #[error("ibs_op listed but not readable")]
+    Unreadable,
+    #[error("ibs_op/l3missonly=1/")]
+    Encode(#[source] crate::discovery::format::FormatError),
+    #[error("no online CPU under --root")]
+    NoCpu,
+    /// The open's own explanation (permission, unknown event…), which names the event and CPU.
+    #[error("{0}")]
+    Open(String),
+    #[error("cannot map the ring of {what}")]
+    Map {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// The plan on a machine with `ibs_op`, or why not.
+pub fn plan(others: &[OtherSource], pmus: &[Pmu], online: &[u32]) -> Result<IbsPlan, IbsError> {
+    let src = others
+        .iter()
+        .find(|s| s.pmu == "ibs_op")
+        .ok_or(IbsError::NoPmu)?;
     let pmu = pmus
         .iter()
         .find(|p| p.name == "ibs_op")
-        .ok_or_else(|| "top --ibs: ibs_op listed but not readable".to_string())?;
+        .ok_or(IbsError::Unreadable)?;
     let l3missonly = pmu.formats.contains_key("l3missonly");
     let config = if l3missonly {
         encode_terms(pmu, "l3missonly=1")
-            .map_err(|e| format!("top --ibs: ibs_op/l3missonly=1/: {e}"))?
+            .map_err(IbsError::Encode)?
             .config
     } else {
         0
     };
     if online.is_empty() {
-        return Err("top --ibs: no online CPU under --root".into());
+        return Err(IbsError::NoCpu);
     }
     Ok(IbsPlan {
         pmu_type: src.pmu_type,
@@ -206,9 +227,9 @@ pub struct IbsSampler {
 }
 
 impl IbsSampler {
-    /// Opens and maps every CPU; the first failure is the error, one line naming the PMU, the
-    /// CPU and the reason.
-    pub fn open(sys: &dyn PerfSys, p: &IbsPlan) -> Result<IbsSampler, String> {
+    /// Opens and maps every CPU; the first failure is the error, naming the PMU, the CPU and
+    /// the reason.
+    pub fn open(sys: &dyn PerfSys, p: &IbsPlan) -> Result<IbsSampler, IbsError> {
         let a = attr(p);
         let mut rings = Vec::new();
         let mut fds = Vec::new();
@@ -217,15 +238,12 @@ impl IbsSampler {
                 "ibs_op/config={:#x}/ (sample period {}) on CPU {cpu}",
                 p.config, p.period
             );
-            let fd = sys.open(&a, -1, cpu as i32, None).map_err(|e| {
-                format!(
-                    "top --ibs: {}",
-                    crate::sys::perf::explain_open_error(&what, &e)
-                )
-            })?;
+            let fd = sys
+                .open(&a, -1, cpu as i32, None)
+                .map_err(|e| IbsError::Open(crate::sys::perf::explain_open_error(&what, &e)))?;
             let ring = sys
                 .map_ring(fd.as_fd(), RING_PAGES)
-                .map_err(|e| format!("top --ibs: cannot map the ring of {what}: {e}"))?;
+                .map_err(|source| IbsError::Map { what, source })?;
             rings.push(ring);
             fds.push(fd);
         }
@@ -333,7 +351,7 @@ pub(crate) mod tests {
         let others = crate::discovery::non_bandwidth::tests_other_sources(&zen3);
         let p = plan(&others, &zen3, &[0]).unwrap();
         assert_eq!((p.config, p.l3missonly), (0, false));
-        let m = plan(&[], &[], &[0]).unwrap_err();
+        let m = plan(&[], &[], &[0]).unwrap_err().to_string();
         assert!(m.contains("no ibs_op PMU"), "{m}");
     }
 
