@@ -289,9 +289,15 @@ mod tests {
         assert!(pipe.is_quiet() && pipe.code() == 0);
         let full = CliError::output(std::io::Error::from(std::io::ErrorKind::StorageFull));
         assert_eq!(full.code(), 1);
-        assert!(full.to_string().starts_with("cannot write to standard output: "));
+        assert!(
+            full.to_string()
+                .starts_with("cannot write to standard output: ")
+        );
         let plan = CliError::from(PlanError::BadRequest("no such channel".into()));
-        assert_eq!((plan.code(), plan.to_string().as_str()), (2, "no such channel"));
+        assert_eq!(
+            (plan.code(), plan.to_string().as_str()),
+            (2, "no such channel")
+        );
         let plan = CliError::from(PlanError::Unavailable("nothing to read".into()));
         assert_eq!(plan.kind(), ErrorKind::Runtime);
     }

@@ -259,41 +259,11 @@ fn tls_config(
     let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
         .map_err(|e| invalid(e.to_string()))?;
-    let verify = client_auth(&t.client_auth_type).map_err(&invalid)?;
-    let builder = match (verify, t.client_ca_file) {
-        (None, None) => builder.with_no_client_auth(),
-        (None, Some(_)) => {
-            return Err(invalid(
-                "client_ca_file is set but client_auth_type is not: set it to VerifyClientCertIfGiven or RequireAndVerifyClientCert".to_string(),
-            ));
-        }
-        (Some(_), None) => {
-            return Err(invalid(format!(
-                "client_auth_type {} needs a client_ca_file",
-                t.client_auth_type
-            )));
-        }
-        (Some(optional), Some(ca_file)) => {
-            let ca_file = dir.join(ca_file);
-            files.push(ca_file.clone());
-            let mut roots = rustls::RootCertStore::empty();
-            for c in read_certs(&ca_file).map_err(|m| pem("client_ca_file", &ca_file, m))? {
-                roots
-                    .add(c)
-                    .map_err(|e| pem("client_ca_file", &ca_file, e.to_string()))?;
-            }
-            let mut v = rustls::server::WebPkiClientVerifier::builder_with_provider(
-                Arc::new(roots),
-                provider,
-            );
-            if optional {
-                v = v.allow_unauthenticated();
-            }
-            let v = v
-                .build()
-                .map_err(|e| pem("client_ca_file", &ca_file, e.to_string()))?;
-            builder.with_client_cert_verifier(v)
-        }
+    let ca_file = t.client_ca_file.map(|f| dir.join(f));
+    files.extend(ca_file.clone());
+    let builder = match client_verifier(&t.client_auth_type, ca_file, path, provider)? {
+        None => builder.with_no_client_auth(),
+        Some(v) => builder.with_client_cert_verifier(v),
     };
     let mut config = builder.with_single_cert(chain, key).map_err(|e| match e {
         rustls::Error::InconsistentKeys(_) => WebConfigError::KeyMismatch {
@@ -311,6 +281,51 @@ fn tls_config(
     })?;
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(config)
+}
+
+/// The verifier of client certificates that `client_auth_type` and `client_ca_file` ask for
+/// (None: no client authentication), or why they do not fit together.
+fn client_verifier(
+    auth_type: &str,
+    ca_file: Option<PathBuf>,
+    path: &Path,
+    provider: Arc<rustls::crypto::CryptoProvider>,
+) -> Result<Option<Arc<dyn rustls::server::danger::ClientCertVerifier>>, WebConfigError> {
+    let invalid = |message: String| WebConfigError::Invalid {
+        path: path.to_path_buf(),
+        message,
+    };
+    let optional = client_auth(auth_type).map_err(invalid)?;
+    let (optional, ca_file) = match (optional, ca_file) {
+        (None, None) => return Ok(None),
+        (None, Some(_)) => {
+            return Err(invalid(
+                "client_ca_file is set but client_auth_type is not: set it to VerifyClientCertIfGiven or RequireAndVerifyClientCert".to_string(),
+            ));
+        }
+        (Some(_), None) => {
+            return Err(invalid(format!(
+                "client_auth_type {auth_type} needs a client_ca_file"
+            )));
+        }
+        (Some(optional), Some(ca_file)) => (optional, ca_file),
+    };
+    let pem = |message: String| WebConfigError::Pem {
+        path: path.to_path_buf(),
+        what: "client_ca_file",
+        file: ca_file.clone(),
+        message,
+    };
+    let mut roots = rustls::RootCertStore::empty();
+    for c in read_certs(&ca_file).map_err(pem)? {
+        roots.add(c).map_err(|e| pem(e.to_string()))?;
+    }
+    let mut v =
+        rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider);
+    if optional {
+        v = v.allow_unauthenticated();
+    }
+    v.build().map(Some).map_err(|e| pem(e.to_string()))
 }
 
 /// The version of a DER certificate (1, 2 or 3), None where it is not DER it can read.
