@@ -307,6 +307,46 @@ impl Drop for LocalReaders {
     }
 }
 
+/// Pins the reader to its CPU and says so in `shared.state`; false (the reader ends) where the
+/// CPU refuses it, the error kept for the sampler to report.
+fn settle_on(cpu: u32, shared: &Shared) -> bool {
+    if let Err(e) = thread::pin_to_cpu(cpu) {
+        if let Ok(mut slot) = shared.pin_error.lock() {
+            *slot = Some(e);
+        }
+        shared.state.store(UNPINNED, Ordering::Release);
+        return false;
+    }
+    // Best effort: without it the reads come up to 50 µs later, still correctly timed. And
+    // signals are for imc's own thread, whose sleep they must cut short.
+    let _ = thread::set_timer_slack_ns(READER_SLACK_NS);
+    let _ = thread::block_signals();
+    shared.state.store(RUNNING, Ordering::Release);
+    true
+}
+
+/// Reads a slot, again while a read takes longer than TIGHT_READ_NS (up to READ_TRIES times):
+/// the last read's start and end on `clock`, and its result. Every try is counted in `reads`.
+fn tight_read(
+    s: &mut Slot,
+    sys: &dyn PerfSys,
+    clock: &(dyn Clock + Send),
+    reads: &AtomicU64,
+) -> (u64, u64, io::Result<(u64, u64)>) {
+    let mut tries = 0;
+    let out = loop {
+        let a = clock.now_ns();
+        let r = s.reader.read(sys, s.fd.as_fd(), &mut s.values);
+        let b = clock.now_ns();
+        tries += 1;
+        if r.is_err() || b.saturating_sub(a) <= TIGHT_READ_NS || tries == READ_TRIES {
+            break (a, b, r);
+        }
+    };
+    reads.fetch_add(tries.into(), Ordering::Relaxed);
+    out
+}
+
 fn run_reader(
     cpu: u32,
     shared: Arc<Shared>,
@@ -315,18 +355,9 @@ fn run_reader(
     grid: Grid,
     clock: Box<dyn Clock + Send>,
 ) {
-    if let Err(e) = thread::pin_to_cpu(cpu) {
-        if let Ok(mut slot) = shared.pin_error.lock() {
-            *slot = Some(e);
-        }
-        shared.state.store(UNPINNED, Ordering::Release);
+    if !settle_on(cpu, &shared) {
         return;
     }
-    // Best effort: without it the reads come up to 50 µs later, still correctly timed. And
-    // signals are for imc's own thread, whose sleep they must cut short.
-    let _ = thread::set_timer_slack_ns(READER_SLACK_NS);
-    let _ = thread::block_signals();
-    shared.state.store(RUNNING, Ordering::Release);
     let mut last_k = 0u64;
     let mut batch = Vec::new();
     loop {
@@ -355,17 +386,7 @@ fn run_reader(
             if s.dead || !w.load(Ordering::Acquire) {
                 continue;
             }
-            let mut tries = 0;
-            let (a, b, r) = loop {
-                let a = clock.now_ns();
-                let r = s.reader.read(sys.as_ref(), s.fd.as_fd(), &mut s.values);
-                let b = clock.now_ns();
-                tries += 1;
-                if r.is_err() || b.saturating_sub(a) <= TIGHT_READ_NS || tries == READ_TRIES {
-                    break (a, b, r);
-                }
-            };
-            shared.reads.fetch_add(tries.into(), Ordering::Relaxed);
+            let (a, b, r) = tight_read(s, sys.as_ref(), clock.as_ref(), &shared.reads);
             match r {
                 Ok(_) if b.saturating_sub(a) > TIGHT_READ_NS => {
                     shared.untimed.fetch_add(1, Ordering::Relaxed);
