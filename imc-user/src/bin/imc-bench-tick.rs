@@ -173,16 +173,42 @@ fn main() {
 }
 
 fn run() -> Result<(), String> {
-    let secs: f64 = std::env::var("IMC_BENCH_SECONDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(2.0);
-    let rounds: usize = std::env::var("IMC_BENCH_ROUNDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(5);
+    let secs: f64 = env_or("IMC_BENCH_SECONDS", 2.0);
+    let rounds: usize = env_or("IMC_BENCH_ROUNDS", 5);
     let breakdown = std::env::args().any(|a| a == "--breakdown");
     let cpus = online_cpus();
+    let (tsc, slots) = counters(&cpus)?;
+    let spinners = Spinners::start(cpus.len());
+    let _stats = imc::sys::bpf::enable_run_time_stats()
+        .map_err(|e| format!("BPF_ENABLE_STATS: {e} (needs root)"))?;
+    println!(
+        "bench-tick: {} CPUs, 1000 Hz, {secs} s per measurement, {rounds} rounds alternating",
+        cpus.len()
+    );
+    let (programs, probes_at) = variants(breakdown);
+    let mut samples = measure_rounds(&programs, rounds, |v| {
+        measure(v, &slots, &tsc, &cpus, secs).map(|m| m.0)
+    })?;
+    drop(spinners);
+    let stderr: Vec<f64> = samples.iter().map(|v| std_error(v)).collect();
+    let med: Vec<f64> = samples.iter_mut().map(|v| median(v)).collect();
+    print_summary(&programs, probes_at, &med, &stderr);
+    if breakdown {
+        print_breakdown(&med, probes_at);
+    }
+    Ok(())
+}
+
+/// A positive number from the environment, or `default`.
+fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default)
+}
+
+/// The two counters every variant reads per CPU: msr/tsc/ (the package slot) and page-faults.
+fn counters(cpus: &[u32]) -> Result<(Encoded, Vec<SlotPlan>), String> {
     let msr_type: u32 = std::fs::read_to_string("/sys/bus/event_source/devices/msr/type")
         .map_err(|e| format!("no msr PMU ({e}): this benchmark reads msr/tsc/"))?
         .trim()
@@ -201,37 +227,50 @@ fn run() -> Result<(), String> {
         config: 2,
         ..Default::default()
     };
-    let slots = vec![
-        slot("msr/tsc/", &tsc, &cpus),
-        slot("page-faults", &pf, &cpus),
-    ];
+    let slots = vec![slot("msr/tsc/", &tsc, cpus), slot("page-faults", &pf, cpus)];
+    Ok((tsc, slots))
+}
 
-    // Keep every CPU busy: cpu-clock barely fires on an idle CPU.
-    let stop = Arc::new(AtomicBool::new(false));
-    let spinners: Vec<_> = cpus
-        .iter()
-        .map(|_| {
-            let stop = stop.clone();
-            std::thread::spawn(move || {
-                let mut x = 1u64;
-                while !stop.load(Ordering::Relaxed) {
-                    for _ in 0..10_000 {
-                        x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+/// One busy thread per CPU for as long as it lives: cpu-clock barely fires on an idle CPU.
+struct Spinners {
+    stop: Arc<AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Spinners {
+    fn start(n: usize) -> Spinners {
+        let stop = Arc::new(AtomicBool::new(false));
+        let threads = (0..n)
+            .map(|_| {
+                let stop = stop.clone();
+                std::thread::spawn(move || {
+                    let mut x = 1u64;
+                    while !stop.load(Ordering::Relaxed) {
+                        for _ in 0..10_000 {
+                            x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+                        }
+                        std::hint::black_box(x);
                     }
-                    std::hint::black_box(x);
-                }
+                })
             })
-        })
-        .collect();
+            .collect();
+        Spinners { stop, threads }
+    }
+}
 
-    let _stats = imc::sys::bpf::enable_run_time_stats()
-        .map_err(|e| format!("BPF_ENABLE_STATS: {e} (needs root)"))?;
-    println!(
-        "bench-tick: {} CPUs, 1000 Hz, {secs} s per measurement, {rounds} rounds alternating",
-        cpus.len()
-    );
-    // Each round runs every variant once, in an order rotated per round, so drift on a shared
-    // machine hits all alike; the median over rounds resists the outliers a noisy host makes.
+impl Drop for Spinners {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Every program measured: imc's tick and the baseline first, then package counters on a
+/// workload CPU and a reader, weights, and (with `--breakdown`) the probes, which start at the
+/// returned index.
+fn variants(breakdown: bool) -> (Vec<Variant>, usize) {
     let plain = |label, program| Variant {
         label,
         program,
@@ -283,6 +322,17 @@ fn run() -> Result<(), String> {
                 .map(|(name, what)| plain(what, TickProgram::Probe(name))),
         );
     }
+    (programs, probes_at)
+}
+
+/// Each round runs every variant once, in an order rotated per round, so drift on a shared
+/// machine hits all alike; the median over rounds resists the outliers a noisy host makes.
+/// Returns each variant's ns/run per round, printing imc's and the baseline's as it goes.
+fn measure_rounds(
+    programs: &[Variant],
+    rounds: usize,
+    mut measure: impl FnMut(Variant) -> Result<f64, String>,
+) -> Result<Vec<Vec<f64>>, String> {
     let mut samples: Vec<Vec<f64>> = vec![Vec::new(); programs.len()];
     println!(
         "{:>6} {:>22} {:>26}",
@@ -291,7 +341,7 @@ fn run() -> Result<(), String> {
     for round in 0..rounds {
         for k in 0..programs.len() {
             let i = (k + round) % programs.len();
-            samples[i].push(measure(programs[i], &slots, &tsc, &cpus, secs)?.0);
+            samples[i].push(measure(programs[i])?);
         }
         println!(
             "{:>6} {:>15.1} ns/run {:>19.1} ns/run",
@@ -300,12 +350,11 @@ fn run() -> Result<(), String> {
             samples[1][round]
         );
     }
-    stop.store(true, Ordering::Relaxed);
-    for t in spinners {
-        let _ = t.join();
-    }
-    let stderr: Vec<f64> = samples.iter().map(|v| std_error(v)).collect();
-    let med: Vec<f64> = samples.iter_mut().map(|v| median(v)).collect();
+    Ok(samples)
+}
+
+/// imc against the baseline, then the package counters' and the weights' costs.
+fn print_summary(programs: &[Variant], probes_at: usize, med: &[f64], stderr: &[f64]) {
     let (imc, base) = (med[0], med[1]);
     println!(
         "median: imc {imc:.1} ± {:.1} ns/run, baseline {base:.1} ± {:.1} ns/run, ratio imc/baseline = {:.2}",
@@ -352,24 +401,26 @@ fn run() -> Result<(), String> {
             (ww - w2) / 3.0
         );
     }
-    if breakdown {
-        let med = &med[probes_at - 2..];
-        let floor = med[2];
-        println!("breakdown (median ns/run; cost = above the empty program's floor):");
-        println!(
-            "{:>34} {:>9} {:>9} {:>12}",
-            "program", "ns/run", "cost", "/ baseline"
-        );
-        let mut rows: Vec<(&str, f64)> = vec![("imc tick", imc), ("baseline @[pid]=count()", base)];
-        rows.extend(
-            PROBES
-                .iter()
-                .zip(&med[2..])
-                .map(|((_, what), m)| (*what, *m)),
-        );
-        for (what, m) in rows {
-            println!("{what:>34} {m:>9.1} {:>9.1} {:>12.2}", m - floor, m / base);
-        }
+}
+
+/// `--breakdown`: each probe's cost above the empty program's floor.
+fn print_breakdown(med: &[f64], probes_at: usize) {
+    let (imc, base) = (med[0], med[1]);
+    let med = &med[probes_at - 2..];
+    let floor = med[2];
+    println!("breakdown (median ns/run; cost = above the empty program's floor):");
+    println!(
+        "{:>34} {:>9} {:>9} {:>12}",
+        "program", "ns/run", "cost", "/ baseline"
+    );
+    let mut rows: Vec<(&str, f64)> = vec![("imc tick", imc), ("baseline @[pid]=count()", base)];
+    rows.extend(
+        PROBES
+            .iter()
+            .zip(&med[2..])
+            .map(|((_, what), m)| (*what, *m)),
+    );
+    for (what, m) in rows {
+        println!("{what:>34} {m:>9.1} {:>9.1} {:>12.2}", m - floor, m / base);
     }
-    Ok(())
 }
