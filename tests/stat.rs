@@ -64,7 +64,7 @@ fn run_fake(
     let mut err = Vec::new();
     let r = run_with(&g, &a, &env, &mut out, &mut err)
         .map(|_| ())
-        .map_err(|e| e.message);
+        .map_err(|e| e.to_string());
     let text = String::from_utf8(out).expect("utf-8 output");
     let lines = text
         .lines()
@@ -83,7 +83,7 @@ fn run_fake_text(perf: Arc<FakePerf>, (g, a): (GlobalArgs, StatArgs)) -> String 
     };
     let (mut out, mut err) = (Vec::new(), Vec::new());
     run_with(&g, &a, &env, &mut out, &mut err)
-        .map_err(|e| e.message)
+        .map_err(|e| e.to_string())
         .unwrap();
     String::from_utf8(out).expect("utf-8 output")
 }
@@ -1323,10 +1323,11 @@ fn knl_latency_refusals_are_one_line() {
             clock: &MonotonicClock,
         };
         let e = run_with(&g, &a, &env, &mut Vec::new(), &mut Vec::new()).unwrap_err();
-        assert_eq!(e.code, code, "{req}: {}", e.message);
-        assert_eq!(e.message.lines().count(), 1, "{}", e.message);
+        let message = e.to_string();
+        assert_eq!(e.code(), code, "{req}: {message}");
+        assert_eq!(message.lines().count(), 1, "{message}");
         for w in what {
-            assert!(e.message.contains(w), "{req}: '{w}' not in {}", e.message);
+            assert!(message.contains(w), "{req}: '{w}' not in {message}");
         }
     };
     refused("DMND_DATA_RD:DDR", "knl", 2, &["DDR", "response types"]);
@@ -1502,14 +1503,11 @@ fn queue_latency_off_a_platform_with_queues_is_one_line_exit_2() {
             clock: &MonotonicClock,
         };
         let e = run_with(&g, &a, &env, &mut Vec::new(), &mut Vec::new()).unwrap_err();
-        assert_eq!(e.code, 2, "{tree}: {}", e.message);
-        assert_eq!(e.message.lines().count(), 1, "{}", e.message);
-        assert!(e.message.contains(what), "{tree}: {}", e.message);
-        assert!(
-            !e.message.contains("umask"),
-            "no libpfm4 talk: {}",
-            e.message
-        );
+        let message = e.to_string();
+        assert_eq!(e.code(), 2, "{tree}: {message}");
+        assert_eq!(message.lines().count(), 1, "{message}");
+        assert!(message.contains(what), "{tree}: {message}");
+        assert!(!message.contains("umask"), "no libpfm4 talk: {message}");
     }
 }
 

@@ -207,8 +207,7 @@ pub fn run(global: &GlobalArgs, args: &RecordArgs) -> CliResult<ExitCode> {
         sel.source.clone(),
         args.interval_ms * 1_000_000,
     );
-    // A record per switch only with --precise; the kernel's tick aggregates them otherwise.
-    header.precise = sel.plan.tick.switches && args.sampler.precise;
+    header.precise = sel.plan.records == Some(crate::plan::Records::PerSwitch);
     header.weighting.clone_from(&sel.plan.weighting);
     header.start_monotonic_ns = clock_ns(libc::CLOCK_MONOTONIC);
     header.start_realtime_ns = clock_ns(libc::CLOCK_REALTIME);
@@ -236,7 +235,6 @@ pub fn run(global: &GlobalArgs, args: &RecordArgs) -> CliResult<ExitCode> {
         duration: args.duration.map(crate::cli::seconds_duration),
         command: &args.command,
         per_channel: false,
-        precise: args.sampler.precise,
         verbose: global.verbose,
     };
     // Cgroup paths go into the recording, so a report elsewhere still names containers.

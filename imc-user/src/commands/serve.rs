@@ -103,7 +103,6 @@ pub fn run(global: &GlobalArgs, args: &ServeArgs) -> CliResult<ExitCode> {
         duration: None,
         command: &[],
         per_channel: true,
-        precise: args.sampler.precise,
         verbose: global.verbose,
     };
     block_on(async {
@@ -258,7 +257,7 @@ fn export_meta(global: &GlobalArgs, found: &Discovery, sel: &Selection) -> Expor
         .iter()
         .enumerate()
         .map(|(i, slot)| {
-            if slot.role != "traffic" {
+            if !matches!(slot.role, crate::model::SlotRole::Traffic(_)) {
                 return None;
             }
             let mut pmus: Vec<&str> = plan
@@ -341,7 +340,9 @@ fn package_peaks(global: &GlobalArgs, found: &Discovery, sel: &Selection) -> Vec
                 .iter()
                 .filter(|c| {
                     let slot = c.slot.and_then(|i| sel.plan.slots.get(i));
-                    c.package == Some(p.id) && slot.is_some_and(|s| s.role == "traffic")
+                    c.package == Some(p.id)
+                        && slot
+                            .is_some_and(|s| matches!(s.role, crate::model::SlotRole::Traffic(_)))
                 })
                 .map(|c| c.pmu.as_str())
                 .collect();

@@ -97,7 +97,6 @@ pub fn run(global: &GlobalArgs, args: &TopArgs) -> CliResult<ExitCode> {
         duration: args.duration.map(crate::cli::seconds_duration),
         command: &[],
         per_channel: false,
-        precise: args.sampler.precise,
         verbose: global.verbose,
     };
     let mut named = Naming::new(paths, args.by, sink).pids(crate::model::PidFilter::new(&args.pid));

@@ -155,12 +155,9 @@ fn mbm_availability(rdt: &Resctrl) -> Availability {
     }
 }
 
-fn records(args: &ValidateArgs) -> &'static str {
-    if args.sampler.precise {
-        "per-switch"
-    } else {
-        "aggregated"
-    }
+/// The records the plan chose (`aggregated`, or `per-switch` with `--precise`).
+fn records(plan: &Plan) -> &'static str {
+    plan.records.map_or("none", crate::plan::Records::as_str)
 }
 
 // ---- --dry-run -----------------------------------------------------------------------------
@@ -216,7 +213,7 @@ impl<'a> DryRun<'a> {
         DryRun {
             command: "validate",
             source: &plan.source,
-            records: records(args),
+            records: records(plan),
             interval_ms: args.interval_ms,
             duration_s: args.duration,
             workloads: kinds
@@ -334,7 +331,7 @@ fn run_live(
         kinds.len(),
         args.duration,
         args.interval_ms,
-        records(args),
+        records(plan),
         plan.source
     );
     // From here an INT or TERM ends the run the way its end would: workloads stopped, groups
@@ -398,7 +395,6 @@ fn run_live(
         duration: Some(crate::cli::seconds_duration(args.duration + 10.0)),
         command: &[],
         per_channel: false,
-        precise: args.sampler.precise,
         verbose: global.verbose,
     };
     let ran = block_on(async { Ok(sample_loop(&opts, found, plan, &mut sink).await?) });
@@ -457,7 +453,7 @@ fn run_live(
     let pass = bounds.iter().all(|b| b.pass != Some(false));
     Ok(Report {
         source: plan.source.clone(),
-        records: records(args),
+        records: records(plan),
         interval_ms: args.interval_ms,
         duration_s: args.duration,
         truth_lost: truth.lost(),

@@ -5,13 +5,22 @@ use std::collections::BTreeMap;
 use super::Direction;
 
 /// How the sampler reads one counter slot at each tick.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum SlotScope {
     /// One counter per CPU, counting what that CPU does (core, software, msr counters).
     Cpu,
     /// One counter per package (uncore); only CPUs allowed to read it have an array entry.
     Package,
+}
+
+impl SlotScope {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SlotScope::Cpu => "cpu",
+            SlotScope::Package => "package",
+        }
+    }
 }
 
 /// What a slot's counts mean to attribution.

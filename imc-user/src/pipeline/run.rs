@@ -72,8 +72,6 @@ pub struct LoopOptions<'a> {
     pub command: &'a [std::ffi::OsString],
     /// Read each package counter on its own at every interval end (per-channel figures).
     pub per_channel: bool,
-    /// `--precise`: a record per context switch instead of per-task aggregates at each tick.
-    pub precise: bool,
     /// `-v` given this many times: once says the tick and the drain, twice also asks the
     /// kernel for its verifier log.
     pub verbose: u8,
@@ -112,10 +110,7 @@ pub async fn sample_loop(
 /// The sampler's configuration as the plan and the options say.
 fn sampler_config(opts: &LoopOptions<'_>, found: &Discovery, plan: &Plan) -> SamplerConfig {
     let drain_ms = plan.drain_period_ms(opts.interval_ms);
-    let mut cfg = from_plan::config_of(plan, &found.topology.online, drain_ms, opts.verbose >= 2);
-    // `--precise`: a record per context switch instead of per-task aggregates at each tick.
-    cfg.aggregate &= !opts.precise;
-    cfg
+    from_plan::config_of(plan, &found.topology.online, drain_ms, opts.verbose >= 2)
 }
 
 /// On the kernel's own tick nothing needs imc's wake-ups to be exact: this thread, which runs

@@ -16,12 +16,13 @@ pub mod text;
 pub mod weights;
 
 use crate::model::{
-    BackendKind, Direction, Discovery, Encoded, QueuePart, Scope, Source, SourceEvent, SourcePmu,
-    Topology, Weighting,
+    BackendKind, Direction, Discovery, Encoded, QueuePart, Scope, SlotRole, SlotScope, SlotSpec,
+    Source, SourceEvent, SourcePmu, Topology, Weighting,
 };
 use imc_common::{MAX_PKG_COUNTERS, MAX_SLOTS};
 pub use kernel::Kernel;
 use serde::Serialize;
+use std::fmt;
 use thiserror::Error;
 pub use weights::{WeightEvent, WeightRequest, WeightRole};
 
@@ -132,8 +133,8 @@ pub struct Counter {
     pub pseudo_channel: Option<u32>,
     /// Bandwidth direction; None for counters that are not bytes.
     pub direction: Option<Direction>,
-    /// `cpu` (one counter per CPU), `package` or `channel`.
-    pub scope: &'static str,
+    /// One counter per CPU, per package, or per memory channel.
+    pub scope: CounterScope,
     /// Where it is opened: its PMU's CPU for this package, or every online CPU.
     pub cpus: Vec<u32>,
     pub reader: Reader,
@@ -141,9 +142,9 @@ pub struct Counter {
     /// The record slot it is read into (sampling commands); package counters of one slot and
     /// package are summed there.
     pub slot: Option<usize>,
-    /// `traffic` (memory traffic), `weight` (a per-CPU weight of package traffic), `latency`
-    /// (a loaded-latency count) or `other`.
-    pub role: &'static str,
+    /// What its counts are for: memory traffic, a per-CPU weight of package traffic, a
+    /// loaded-latency count, or counted and shown.
+    pub role: CounterRole,
     /// What is programmed: the perf_event_attr words.
     pub encoding: Encoding,
     /// What a weight counter weighs (None: not a weight).
@@ -184,30 +185,190 @@ impl Encoding {
     }
 }
 
-/// What a sampling record carries in one slot.
+/// One counter per CPU, per package, or per memory channel (`scope` in the plan's JSON).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CounterScope {
+    Cpu,
+    Package,
+    Channel,
+}
+
+/// What a counter's counts are for (`role` in the plan's JSON).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CounterRole {
+    /// Memory traffic (bytes where it has bytes per count).
+    Traffic,
+    /// A per-CPU weight of package traffic.
+    Weight,
+    /// A loaded-latency count (a controller queue's occupancy, inserts or clock).
+    Latency,
+    /// Counted and shown.
+    Other,
+}
+
+impl CounterRole {
+    /// The role of every counter read into a slot of `role`.
+    pub fn of_slot(role: SlotRole) -> CounterRole {
+        match role {
+            SlotRole::Traffic(_) => CounterRole::Traffic,
+            SlotRole::Weight(_) | SlotRole::RemoteWeight(_) => CounterRole::Weight,
+            SlotRole::Other => CounterRole::Other,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CounterRole::Traffic => "traffic",
+            CounterRole::Weight => "weight",
+            CounterRole::Latency => "latency",
+            CounterRole::Other => "other",
+        }
+    }
+}
+
+impl fmt::Display for CounterRole {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What a sampling record carries in one slot: the model's own slot types, executed as they
+/// are by the sampler, the attributor and the recording.
 #[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(into = "SlotJson")]
 pub struct Slot {
     pub event: String,
-    /// `cpu` or `package` (a per-package sum).
-    pub scope: &'static str,
+    /// A counter per CPU, or a per-package sum.
+    pub scope: SlotScope,
+    /// What the counters count, as planned (None: a count that is not of a direction).
     pub direction: Option<Direction>,
-    /// Bandwidth (`traffic`), a per-CPU weight of package traffic (`weight`), or counted and
-    /// shown (`other`).
-    pub role: &'static str,
-    /// A weight of traffic to other packages' memory.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub remote: bool,
+    /// What the slot's counts mean to attribution.
+    pub role: SlotRole,
     pub bytes_per_count: Option<f64>,
     /// How a package slot is formed: `sum of 12 counters per package`.
     pub sum: Option<String>,
 }
 
+impl Slot {
+    /// What attribution needs of it. Package slots carry sums of the kernel's 64-bit counts.
+    pub fn spec(&self) -> SlotSpec {
+        SlotSpec {
+            event: self.event.clone(),
+            scope: self.scope,
+            role: self.role,
+            bytes_per_count: self.bytes_per_count,
+            counter_bits: 64,
+        }
+    }
+}
+
+/// A slot as the command-line contract spells it in the plan's JSON.
+#[derive(Serialize)]
+struct SlotJson {
+    event: String,
+    scope: SlotScope,
+    direction: Option<Direction>,
+    /// `traffic`, `weight` or `other`.
+    role: CounterRole,
+    /// A weight of traffic to other packages' memory.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    remote: bool,
+    bytes_per_count: Option<f64>,
+    sum: Option<String>,
+}
+
+impl From<Slot> for SlotJson {
+    fn from(s: Slot) -> SlotJson {
+        SlotJson {
+            role: CounterRole::of_slot(s.role),
+            remote: matches!(s.role, SlotRole::RemoteWeight(_)),
+            event: s.event,
+            scope: s.scope,
+            direction: s.direction,
+            bytes_per_count: s.bytes_per_count,
+            sum: s.sum,
+        }
+    }
+}
+
+/// What runs the sampler, or times stat's reads (`tick.source` in the plan's JSON).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TickSource {
+    /// The kernel's own timer tracepoint and sched_switch.
+    KernelTick,
+    /// imc's own cpu-clock timer (`--freq`).
+    CpuClock,
+    /// stat's userspace reads at each interval.
+    IntervalTimer,
+}
+
+impl TickSource {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TickSource::KernelTick => "kernel-tick",
+            TickSource::CpuClock => "cpu-clock",
+            TickSource::IntervalTimer => "interval-timer",
+        }
+    }
+}
+
+impl fmt::Display for TickSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What the sampler's records are (`records` in the plan's JSON; sampling commands only),
+/// decided once here and executed as it is by the sampler, the pipeline and the recording.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Records {
+    /// Per task at each tick: context switches add to the CPU's accumulator in the kernel.
+    Aggregated,
+    /// A record at every context switch and tick (`--precise`).
+    PerSwitch,
+    /// A record at every tick of imc's own timer, none at switches (`--freq` alone).
+    PerTick,
+}
+
+impl Records {
+    /// The records a sampling command gets from its tick and `--precise`.
+    fn of(tick: &Tick, precise: bool) -> Records {
+        match (tick.source, tick.switches, precise) {
+            (_, false, _) => Records::PerTick,
+            (TickSource::KernelTick, true, false) => Records::Aggregated,
+            _ => Records::PerSwitch,
+        }
+    }
+
+    /// What such records are, in a few words (`--dry-run`).
+    pub fn meaning(self) -> &'static str {
+        match self {
+            Records::Aggregated => {
+                "one per task that ran, at each tick; switches add up in the kernel (--precise: a \
+                 record per switch)"
+            }
+            Records::PerSwitch => "one at every context switch and tick",
+            Records::PerTick => "one at every tick of imc's timer, none at switches",
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Records::Aggregated => "aggregated",
+            Records::PerSwitch => "per-switch",
+            Records::PerTick => "per-tick",
+        }
+    }
+}
+
 /// What runs the sampler (or times stat's reads).
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Tick {
-    /// `kernel-tick` (its timer tracepoint + sched_switch), `cpu-clock`, or for stat
-    /// `interval-timer`.
-    pub source: &'static str,
+    pub source: TickSource,
     /// Runs per second on a busy CPU (the kernel's HZ, `--freq`, or stat's interval rate).
     pub hz: Option<f64>,
     pub adds_interrupts: bool,
@@ -220,7 +381,7 @@ impl Tick {
     /// The tick as one label (`imc_info{tick}`): `kernel-tick:250Hz+sched_switch`,
     /// `cpu-clock:1000Hz`.
     pub fn label(&self) -> String {
-        let mut t = self.source.to_string();
+        let mut t = self.source.as_str().to_string();
         if let Some(hz) = self.hz {
             t.push_str(&format!(":{}Hz", hz.round()));
         }
@@ -266,6 +427,9 @@ pub struct Plan {
     /// The record's slots (sampling commands; empty for stat).
     pub slots: Vec<Slot>,
     pub tick: Tick,
+    /// What the sampler's records are (sampling commands).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub records: Option<Records>,
     /// How often the sampling loop wakes to drain (sampling commands).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub drain: Option<Drain>,
@@ -414,11 +578,11 @@ fn plan_draining(found: &Discovery, kernel: &Kernel, req: &Request) -> Result<Pl
                 every_ms: req.interval_ms,
             };
             c.role = if c.queue.is_some() {
-                "latency"
+                CounterRole::Latency
             } else if c.direction.is_some() {
-                "traffic"
+                CounterRole::Traffic
             } else {
-                "other"
+                CounterRole::Other
             };
         }
         Vec::new()
@@ -426,6 +590,7 @@ fn plan_draining(found: &Discovery, kernel: &Kernel, req: &Request) -> Result<Pl
     for c in &mut counters {
         c.encoding = Encoding::of(&c.encoded);
     }
+    let tick = tick_of(kernel, req);
     Ok(Plan {
         command: req.command,
         source,
@@ -433,7 +598,11 @@ fn plan_draining(found: &Discovery, kernel: &Kernel, req: &Request) -> Result<Pl
         counters,
         weighting,
         slots,
-        tick: tick_of(kernel, req),
+        records: req
+            .command
+            .samples()
+            .then(|| Records::of(&tick, req.precise)),
+        tick,
         drain: None,
         refusals,
         notes,
@@ -735,15 +904,15 @@ fn queue_counter(
         pseudo_channel: e.pseudo_channel,
         direction: None,
         scope: if channel.is_some() {
-            "channel"
+            CounterScope::Channel
         } else {
-            "package"
+            CounterScope::Package
         },
         cpus: vec![cpu],
         reader: Reader::Tick,
         bytes_per_count: None,
         slot: None,
-        role: "latency",
+        role: CounterRole::Latency,
         encoding: Encoding::default(),
         weight: None,
         value_key: key.to_string(),
@@ -892,11 +1061,13 @@ fn package_of(topo: &Topology, cpu: u32, position: usize) -> u32 {
     })
 }
 
-fn scope_name(scope: Scope) -> &'static str {
-    match scope {
-        Scope::Cpu(_) => "cpu",
-        Scope::Package(_) => "package",
-        Scope::Channel { .. } => "channel",
+impl From<Scope> for CounterScope {
+    fn from(scope: Scope) -> CounterScope {
+        match scope {
+            Scope::Cpu(_) => CounterScope::Cpu,
+            Scope::Package(_) => CounterScope::Package,
+            Scope::Channel { .. } => CounterScope::Channel,
+        }
     }
 }
 
@@ -990,12 +1161,12 @@ fn mchbar_counter(
         queue: None,
         pseudo_channel: None,
         direction: Some(direction),
-        scope: "package",
+        scope: CounterScope::Package,
         cpus: Vec::new(),
         reader: Reader::Tick,
         bytes_per_count: Some(ev.bytes_per_count.unwrap_or(64.0)),
         slot: None,
-        role: "traffic",
+        role: CounterRole::Traffic,
         encoding: Encoding::default(),
         weight: None,
         value_key: ev.name.clone(),
@@ -1032,12 +1203,12 @@ fn channel_counter(
         queue: None,
         pseudo_channel: None,
         direction: Some(direction),
-        scope: scope_name(scope),
+        scope: scope.into(),
         cpus: vec![cpu],
         reader: Reader::Tick,
         bytes_per_count: Some(ev.bytes_per_count.unwrap_or(1.0)),
         slot: None,
-        role: "traffic",
+        role: CounterRole::Traffic,
         encoding: Encoding::default(),
         weight: None,
         value_key: value_key(source.backend, &ev.name),
@@ -1098,10 +1269,10 @@ fn number_channels(counters: &mut [Counter]) {
         }
         if same[&k] > 1 {
             c.channel = Some(index);
-            c.scope = "channel";
+            c.scope = CounterScope::Channel;
         } else {
             c.channel = None;
-            c.scope = "package";
+            c.scope = CounterScope::Package;
         }
     }
 }
@@ -1152,9 +1323,9 @@ pub(crate) fn event_counter(
     direction: Option<Direction>,
 ) -> Counter {
     let scope = match (package, channel) {
-        (None, _) => "cpu",
-        (Some(_), None) => "package",
-        (Some(_), Some(_)) => "channel",
+        (None, _) => CounterScope::Cpu,
+        (Some(_), None) => CounterScope::Package,
+        (Some(_), Some(_)) => CounterScope::Channel,
     };
     Counter {
         pmu: enc.pmu.clone(),
@@ -1170,7 +1341,7 @@ pub(crate) fn event_counter(
         reader: Reader::Tick,
         bytes_per_count: enc.bytes_per_count,
         slot: None,
-        role: "other",
+        role: CounterRole::Other,
         encoding: Encoding::default(),
         weight: None,
         value_key: text.to_string(),
@@ -1267,7 +1438,7 @@ fn slots_of(counters: &mut [Counter], req: &Request) -> Vec<Slot> {
             }
         };
         c.slot = Some(index);
-        c.role = slots[index].role;
+        c.role = CounterRole::of_slot(slots[index].role);
     }
     slots
 }
@@ -1277,22 +1448,23 @@ fn new_slot(c: &Counter, first: bool) -> Slot {
     Slot {
         event: c.value_key.clone(),
         scope: if c.package.is_some() {
-            "package"
+            SlotScope::Package
         } else {
-            "cpu"
+            SlotScope::Cpu
         },
         direction: match c.weight {
             Some(w) => w.direction,
             None => c.direction,
         },
-        role: if c.weight.is_some() {
-            "weight"
-        } else if c.bytes_per_count.is_some() || first {
-            "traffic"
-        } else {
-            "other"
+        role: match c.weight {
+            Some(w) if w.remote => SlotRole::RemoteWeight(w.direction),
+            Some(w) => SlotRole::Weight(w.direction),
+            // A traffic slot without a direction (a stand-in's count) weighs every direction.
+            None if c.bytes_per_count.is_some() || first => {
+                SlotRole::Traffic(c.direction.unwrap_or(Direction::Total))
+            }
+            None => SlotRole::Other,
         },
-        remote: c.weight.is_some_and(|w| w.remote),
         bytes_per_count: c.bytes_per_count,
         sum: None,
     }
@@ -1301,7 +1473,7 @@ fn new_slot(c: &Counter, first: bool) -> Slot {
 /// Each package slot says how many counters a package sums into it (the most of any package).
 fn say_package_sums(slots: &mut [Slot], counters: &[Counter]) {
     for (i, slot) in slots.iter_mut().enumerate() {
-        if slot.scope != "package" {
+        if slot.scope != SlotScope::Package {
             continue;
         }
         let per_pkg = counters.iter().filter(|c| c.slot == Some(i)).fold(
@@ -1474,7 +1646,7 @@ fn package_readers(
 fn tick_of(kernel: &Kernel, req: &Request) -> Tick {
     if !req.command.samples() {
         return Tick {
-            source: "interval-timer",
+            source: TickSource::IntervalTimer,
             hz: Some(1000.0 / req.interval_ms.max(1) as f64),
             adds_interrupts: true,
             switches: false,
@@ -1487,7 +1659,7 @@ fn tick_of(kernel: &Kernel, req: &Request) -> Tick {
     }
     match req.freq {
         Some(f) => Tick {
-            source: "cpu-clock",
+            source: TickSource::CpuClock,
             hz: Some(f64::from(f)),
             adds_interrupts: true,
             switches: req.precise,
@@ -1498,7 +1670,7 @@ fn tick_of(kernel: &Kernel, req: &Request) -> Tick {
             ),
         },
         None => Tick {
-            source: "kernel-tick",
+            source: TickSource::KernelTick,
             hz: Some(f64::from(kernel.hz_or_default())),
             adds_interrupts: false,
             switches: true,

@@ -56,10 +56,14 @@ fn every_channel_of_every_package_in_two_slots() {
             assert_eq!(chans, (0..8).collect::<Vec<_>>(), "package {pkg} {dir:?}");
         }
     }
-    let slots: Vec<_> = p.slots.iter().filter(|s| s.role != "weight").collect();
+    let slots: Vec<_> = p
+        .slots
+        .iter()
+        .filter(|s| !matches!(s.role, SlotRole::Weight(_) | SlotRole::RemoteWeight(_)))
+        .collect();
     assert_eq!(slots.len(), 2);
-    assert!(slots.iter().all(|s| s.scope == "package"));
-    assert_eq!(p.tick.source, "kernel-tick");
+    assert!(slots.iter().all(|s| s.scope == SlotScope::Package));
+    assert_eq!(p.tick.source, TickSource::KernelTick);
     assert!(!p.tick.adds_interrupts);
     assert!(p.tick.switches);
     let controller_refusals: Vec<_> = p
@@ -72,7 +76,7 @@ fn every_channel_of_every_package_in_two_slots() {
 
 /// The memory controller's counters of a plan (its weights and other counters left out).
 fn traffic(counters: &[Counter]) -> impl Iterator<Item = &Counter> {
-    counters.iter().filter(|c| c.role == "traffic")
+    counters.iter().filter(|c| c.role == CounterRole::Traffic)
 }
 
 #[test]
@@ -123,7 +127,13 @@ fn zen2_total_events_are_planned_as_total() {
     assert_eq!(p.source, "amd-df");
     assert!(traffic(&p.counters).next().is_some());
     assert!(traffic(&p.counters).all(|c| c.direction == Some(Direction::Total)));
-    assert_eq!(p.slots.iter().filter(|s| s.role == "traffic").count(), 1);
+    assert_eq!(
+        p.slots
+            .iter()
+            .filter(|s| matches!(s.role, SlotRole::Traffic(_)))
+            .count(),
+        1
+    );
     assert_eq!(p.slots[0].direction, Some(Direction::Total));
 }
 
@@ -132,7 +142,7 @@ fn freq_keeps_a_timer_of_its_own_and_says_it_adds_interrupts() {
     let mut req = request(Command::Top);
     req.freq = Some(1000);
     let p = plan_on("spr-2socket", &kernel("6.8.0"), &req);
-    assert_eq!(p.tick.source, "cpu-clock");
+    assert_eq!(p.tick.source, TickSource::CpuClock);
     assert!(p.tick.adds_interrupts);
     assert_eq!(p.tick.hz, Some(1000.0));
 }
@@ -163,7 +173,13 @@ fn events_narrow_the_set_and_too_many_slots_are_refused() {
         2,
         "one PMU instance on each package"
     );
-    assert_eq!(p.slots.iter().filter(|s| s.role == "traffic").count(), 1);
+    assert_eq!(
+        p.slots
+            .iter()
+            .filter(|s| matches!(s.role, SlotRole::Traffic(_)))
+            .count(),
+        1
+    );
 
     // Nine per-CPU events (as software/config=N/ encodes them): a slot each, one too many.
     req.events = (0..9)
@@ -223,7 +239,11 @@ fn every_fixture_with_a_memory_controller_plans_all_its_channels() {
             assert_eq!(p.source, source, "{tree} {command:?}");
             assert_eq!(traffic(&p.counters).count(), n, "{tree} {command:?}");
             let want = if command == Command::Stat { 0 } else { slots };
-            let traffic_slots = p.slots.iter().filter(|s| s.role == "traffic").count();
+            let traffic_slots = p
+                .slots
+                .iter()
+                .filter(|s| matches!(s.role, SlotRole::Traffic(_)))
+                .count();
             assert_eq!(traffic_slots, want, "{tree} {command:?}");
             assert!(
                 traffic(&p.counters).all(|c| c.package.is_some() && c.direction.is_some()),
@@ -233,8 +253,10 @@ fn every_fixture_with_a_memory_controller_plans_all_its_channels() {
             assert!(
                 p.counters
                     .iter()
-                    .filter(|c| c.role != "traffic")
-                    .all(|c| c.role == "weight" && c.package.is_none() && command.samples()),
+                    .filter(|c| c.role != CounterRole::Traffic)
+                    .all(|c| c.role == CounterRole::Weight
+                        && c.package.is_none()
+                        && command.samples()),
                 "{tree} {command:?}"
             );
         }
@@ -330,7 +352,10 @@ fn latency_plan(tree: &str) -> Plan {
 }
 
 fn latency_counters_of(p: &Plan) -> Vec<&Counter> {
-    p.counters.iter().filter(|c| c.role == "latency").collect()
+    p.counters
+        .iter()
+        .filter(|c| c.role == CounterRole::Latency)
+        .collect()
 }
 
 /// Generic counters per (PMU, CPU): every counter but the fixed DRAM clock.
@@ -522,10 +547,14 @@ fn weights_are_per_cpu_core_counters_with_their_encoding_and_reason() {
         .expect("a sampling plan says how it weighs");
     assert_eq!(w.method, "traffic", "{w:?}");
     assert!(w.read.is_some(), "{w:?}");
-    let weights: Vec<&Counter> = p.counters.iter().filter(|c| c.role == "weight").collect();
+    let weights: Vec<&Counter> = p
+        .counters
+        .iter()
+        .filter(|c| c.role == CounterRole::Weight)
+        .collect();
     assert!(!weights.is_empty());
     for c in &weights {
-        assert_eq!(c.scope, "cpu");
+        assert_eq!(c.scope, CounterScope::Cpu);
         assert!(matches!(c.reader, Reader::Tick), "{c:?}");
         assert_eq!(c.cpus.len(), 80, "every CPU counts its own traffic");
         assert_eq!(
@@ -534,12 +563,16 @@ fn weights_are_per_cpu_core_counters_with_their_encoding_and_reason() {
         );
         assert_ne!(c.encoding.config, 0);
         let slot = &p.slots[c.slot.unwrap()];
-        assert_eq!((slot.role, slot.scope), ("weight", "cpu"));
+        assert!(
+            matches!(slot.role, SlotRole::Weight(_) | SlotRole::RemoteWeight(_)),
+            "{slot:?}"
+        );
+        assert_eq!(slot.scope, SlotScope::Cpu);
     }
     // stat divides nothing.
     let stat = plan_on("skx-2socket", &kernel("6.8.0"), &request(Command::Stat));
     assert!(stat.weighting.is_none());
-    assert!(stat.counters.iter().all(|c| c.role == "traffic"));
+    assert!(stat.counters.iter().all(|c| c.role == CounterRole::Traffic));
 }
 
 #[test]
@@ -551,7 +584,7 @@ fn cpu_time_is_a_refusal_with_its_reason() {
     let w = p.weighting.unwrap();
     assert_eq!((w.method.as_str(), w.read), ("cpu-time", None));
     assert!(w.reason.contains("--weight cpu-time"), "{}", w.reason);
-    assert!(p.counters.iter().all(|c| c.role == "traffic"));
+    assert!(p.counters.iter().all(|c| c.role == CounterRole::Traffic));
     // No core PMU under the root.
     let mut found = crate::discovery::discover(&fixture("skx-2socket")).unwrap();
     found.cores.clear();
@@ -572,7 +605,11 @@ fn a_hybrid_part_weighs_each_cpu_by_its_own_core_pmu_in_one_slot_per_role() {
     let pmu = |name: &str| found.cores.iter().find(|c| c.pmu.name == name).unwrap();
     let (core, atom) = (pmu("cpu_core"), pmu("cpu_atom"));
     assert_ne!(core.pmu.pmu_type, atom.pmu.pmu_type);
-    let weights: Vec<&Counter> = p.counters.iter().filter(|c| c.role == "weight").collect();
+    let weights: Vec<&Counter> = p
+        .counters
+        .iter()
+        .filter(|c| c.role == CounterRole::Weight)
+        .collect();
     for c in &weights {
         let on = if c.pmu == "cpu_core" { core } else { atom };
         assert_eq!(c.cpus, on.cpus, "{c:?}");
@@ -689,4 +726,71 @@ fn weights_carry_their_line_size_and_a_fidelity_the_measured_one_replaces() {
     let one = plan_on("zen2-1socket", &kernel("6.8.0"), &request(Command::Record));
     let r = one.weighting.unwrap().reason;
     assert!(!r.contains("cannot tell local from remote"), "{r}");
+}
+
+#[test]
+fn the_records_are_decided_once_from_the_tick_and_precise() {
+    let k = kernel("6.8.0");
+    let records = |command, freq, precise| {
+        let req = Request {
+            freq,
+            precise,
+            ..request(command)
+        };
+        let p = plan_on("skx-2socket", &k, &req);
+        let cfg = crate::sampler::from_plan::config_of(&p, &[0, 1], 100, false);
+        // The sampler aggregates exactly when the plan says so.
+        assert_eq!(
+            cfg.aggregate,
+            p.records == Some(Records::Aggregated),
+            "{p:?}"
+        );
+        p.records
+    };
+    assert_eq!(
+        records(Command::Top, None, false),
+        Some(Records::Aggregated)
+    );
+    assert_eq!(
+        records(Command::Record, None, true),
+        Some(Records::PerSwitch)
+    );
+    assert_eq!(
+        records(Command::Serve, Some(999), false),
+        Some(Records::PerTick)
+    );
+    assert_eq!(
+        records(Command::Top, Some(999), true),
+        Some(Records::PerSwitch)
+    );
+    assert_eq!(records(Command::Stat, None, false), None);
+}
+
+#[test]
+fn typed_slots_keep_the_contract_spelling_in_json() {
+    let p = plan_on("spr-2socket", &kernel("6.8.0"), &request(Command::Top));
+    let json = serde_json::to_value(&p).unwrap();
+    assert_eq!(json["records"], "aggregated");
+    assert_eq!(json["tick"]["source"], "kernel-tick");
+    for (slot, j) in p.slots.iter().zip(json["slots"].as_array().unwrap()) {
+        let role = match slot.role {
+            SlotRole::Traffic(_) => "traffic",
+            SlotRole::Weight(_) | SlotRole::RemoteWeight(_) => "weight",
+            SlotRole::Other => "other",
+        };
+        assert_eq!(j["role"], role, "{j}");
+        assert_eq!(j["scope"], slot.scope.as_str(), "{j}");
+        let remote = matches!(slot.role, SlotRole::RemoteWeight(_));
+        assert_eq!(j.get("remote").is_some_and(|r| r == true), remote, "{j}");
+        // What attribution gets is the slot's own role, not a re-reading of strings.
+        assert_eq!(slot.spec().role, slot.role);
+    }
+    assert!(
+        p.slots
+            .iter()
+            .any(|s| matches!(s.role, SlotRole::RemoteWeight(_)))
+    );
+    for (c, j) in p.counters.iter().zip(json["counters"].as_array().unwrap()) {
+        assert_eq!(j["role"], c.role.as_str(), "{j}");
+    }
 }

@@ -71,6 +71,9 @@ pub fn render(plan: &Plan) -> String {
             "no"
         }
     );
+    if let Some(r) = plan.records {
+        let _ = writeln!(s, "records: {} — {}", r.as_str(), r.meaning());
+    }
     if let Some(d) = &plan.drain {
         let _ = writeln!(s, "drain: {}", d.reason);
     }
@@ -101,8 +104,8 @@ pub fn render(plan: &Plan) -> String {
                 s,
                 "  {i}: {} ({} scope, {}{})",
                 sl.event,
-                sl.scope,
-                sl.role,
+                sl.scope.as_str(),
+                super::CounterRole::of_slot(sl.role),
                 sl.sum.as_ref().map_or(String::new(), |x| format!(", {x}"))
             );
         }

@@ -14,7 +14,7 @@ mod writer;
 pub use reader::{Item, ReadStatus, Reader};
 pub use writer::{Writer, WriterOptions, WriterStats, smallest_max_size};
 
-use crate::model::{Direction, Package, SlotRole, SlotScope, SlotSpec, Topology};
+use crate::model::{Package, SlotRole, SlotScope, SlotSpec, Topology};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
@@ -72,15 +72,14 @@ pub enum RecordError {
     BoundTooSmall { max: u64, least: u64 },
 }
 
-/// One slot as the header stores it (the model's `SlotSpec`, in words).
+/// One slot as the header stores it: the model's `SlotSpec`, its role in the words of the
+/// recording format (FORMAT.md), so recordings of every version read alike.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct HeaderSlot {
     pub event: String,
-    /// `cpu` or `package`.
-    pub scope: String,
-    /// `read`, `write`, `total` (traffic), `weight`, `weight-read`, `weight-write`, their
-    /// `-remote` forms (weights of traffic to other packages' memory) or `other`.
-    pub role: String,
+    pub scope: SlotScope,
+    #[serde(with = "role_words")]
+    pub role: SlotRole,
     pub bytes_per_count: Option<f64>,
     pub counter_bits: u8,
 }
@@ -89,55 +88,71 @@ impl HeaderSlot {
     pub fn from_spec(s: &SlotSpec) -> HeaderSlot {
         HeaderSlot {
             event: s.event.clone(),
-            scope: match s.scope {
-                SlotScope::Cpu => "cpu",
-                SlotScope::Package => "package",
-            }
-            .into(),
-            role: match s.role {
-                SlotRole::Traffic(Direction::Read) => "read",
-                SlotRole::Traffic(Direction::Write) => "write",
-                SlotRole::Traffic(Direction::Total) => "total",
-                SlotRole::Weight(None | Some(Direction::Total)) => "weight",
-                SlotRole::Weight(Some(Direction::Read)) => "weight-read",
-                SlotRole::Weight(Some(Direction::Write)) => "weight-write",
-                SlotRole::RemoteWeight(None | Some(Direction::Total)) => "weight-remote",
-                SlotRole::RemoteWeight(Some(Direction::Read)) => "weight-read-remote",
-                SlotRole::RemoteWeight(Some(Direction::Write)) => "weight-write-remote",
-                SlotRole::Other => "other",
-            }
-            .into(),
+            scope: s.scope,
+            role: s.role,
             bytes_per_count: s.bytes_per_count,
             counter_bits: s.counter_bits,
         }
     }
 
-    pub fn to_spec(&self) -> Result<SlotSpec, String> {
-        let scope = match self.scope.as_str() {
-            "cpu" => SlotScope::Cpu,
-            "package" => SlotScope::Package,
-            o => return Err(format!("slot '{}': unknown scope '{o}'", self.event)),
-        };
-        let role = match self.role.as_str() {
-            "read" => SlotRole::Traffic(Direction::Read),
-            "write" => SlotRole::Traffic(Direction::Write),
-            "total" => SlotRole::Traffic(Direction::Total),
-            "weight" => SlotRole::Weight(None),
-            "weight-read" => SlotRole::Weight(Some(Direction::Read)),
-            "weight-write" => SlotRole::Weight(Some(Direction::Write)),
-            "weight-remote" => SlotRole::RemoteWeight(None),
-            "weight-read-remote" => SlotRole::RemoteWeight(Some(Direction::Read)),
-            "weight-write-remote" => SlotRole::RemoteWeight(Some(Direction::Write)),
-            "other" => SlotRole::Other,
-            o => return Err(format!("slot '{}': unknown role '{o}'", self.event)),
-        };
-        Ok(SlotSpec {
+    pub fn to_spec(&self) -> SlotSpec {
+        SlotSpec {
             event: self.event.clone(),
-            scope,
-            role,
+            scope: self.scope,
+            role: self.role,
             bytes_per_count: self.bytes_per_count.filter(|b| b.is_finite() && *b >= 0.0),
             counter_bits: self.counter_bits,
-        })
+        }
+    }
+}
+
+/// A slot's role as the header spells it: `read`, `write`, `total` (traffic), `weight`,
+/// `weight-read`, `weight-write`, their `-remote` forms (weights of traffic to other packages'
+/// memory) or `other`.
+mod role_words {
+    use crate::model::{Direction, SlotRole};
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    const WORDS: [(&str, SlotRole); 10] = [
+        ("read", SlotRole::Traffic(Direction::Read)),
+        ("write", SlotRole::Traffic(Direction::Write)),
+        ("total", SlotRole::Traffic(Direction::Total)),
+        ("weight", SlotRole::Weight(None)),
+        ("weight-read", SlotRole::Weight(Some(Direction::Read))),
+        ("weight-write", SlotRole::Weight(Some(Direction::Write))),
+        ("weight-remote", SlotRole::RemoteWeight(None)),
+        (
+            "weight-read-remote",
+            SlotRole::RemoteWeight(Some(Direction::Read)),
+        ),
+        (
+            "weight-write-remote",
+            SlotRole::RemoteWeight(Some(Direction::Write)),
+        ),
+        ("other", SlotRole::Other),
+    ];
+
+    pub fn serialize<S: Serializer>(role: &SlotRole, s: S) -> Result<S::Ok, S::Error> {
+        // A weight of every direction is written as one without a direction.
+        let role = match *role {
+            SlotRole::Weight(Some(Direction::Total)) => SlotRole::Weight(None),
+            SlotRole::RemoteWeight(Some(Direction::Total)) => SlotRole::RemoteWeight(None),
+            r => r,
+        };
+        let word = WORDS
+            .iter()
+            .find(|(_, r)| *r == role)
+            .map_or("other", |(w, _)| w);
+        s.serialize_str(word)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<SlotRole, D::Error> {
+        let word = String::deserialize(d)?;
+        WORDS
+            .iter()
+            .find(|(w, _)| *w == word)
+            .map(|(_, r)| *r)
+            .ok_or_else(|| serde::de::Error::custom(format!("unknown slot role '{word}'")))
     }
 }
 
@@ -210,7 +225,7 @@ impl RecordHeader {
                 imc_common::MAX_SLOTS
             ));
         }
-        self.slots.iter().map(HeaderSlot::to_spec).collect()
+        Ok(self.slots.iter().map(HeaderSlot::to_spec).collect())
     }
 
     pub fn topology(&self) -> Topology {

@@ -1,7 +1,7 @@
 //! A [`Plan`] of a sampling command turned into the sampler's configuration: CPU slots opened on
 //! every CPU, package counters grouped per package with the CPUs whose ticks read them.
 use super::{PackageCounter, ReaderGroup, SamplerConfig, SlotPlan, TickProgram, TickSource};
-use crate::model::{Direction, SlotRole, SlotScope, SlotSpec};
+use crate::model::{SlotScope, SlotSpec};
 use crate::plan::{Plan, Reader};
 
 /// The sampler's configuration for `plan` on `cpus` (the online CPUs), drained every
@@ -9,7 +9,7 @@ use crate::plan::{Plan, Reader};
 pub fn config_of(plan: &Plan, cpus: &[u32], drain_period_ms: u32, bpf_log: bool) -> SamplerConfig {
     SamplerConfig {
         tick: match (plan.tick.source, plan.tick.hz) {
-            ("cpu-clock", Some(hz)) => TickSource::CpuClock {
+            (crate::plan::TickSource::CpuClock, Some(hz)) => TickSource::CpuClock {
                 freq: hz as u32,
                 switches: plan.tick.switches,
             },
@@ -22,33 +22,13 @@ pub fn config_of(plan: &Plan, cpus: &[u32], drain_period_ms: u32, bpf_log: bool)
         drain_period_ms,
         bpf_log,
         tick_program: TickProgram::Imc,
-        // Per-task aggregates on the kernel's tick; `--freq --precise` asked for every switch.
-        aggregate: plan.tick.source != "cpu-clock",
+        aggregate: plan.records == Some(crate::plan::Records::Aggregated),
     }
 }
 
 /// What attribution needs of each slot.
 pub fn slot_specs(plan: &Plan) -> Vec<SlotSpec> {
-    plan.slots
-        .iter()
-        .map(|s| SlotSpec {
-            event: s.event.clone(),
-            scope: if s.scope == "package" {
-                SlotScope::Package
-            } else {
-                SlotScope::Cpu
-            },
-            role: match s.role {
-                "traffic" => SlotRole::Traffic(s.direction.unwrap_or(Direction::Total)),
-                "weight" if s.remote => SlotRole::RemoteWeight(s.direction),
-                "weight" => SlotRole::Weight(s.direction),
-                _ => SlotRole::Other,
-            },
-            bytes_per_count: s.bytes_per_count,
-            // Package slots carry sums of the kernel's 64-bit counts.
-            counter_bits: 64,
-        })
-        .collect()
+    plan.slots.iter().map(crate::plan::Slot::spec).collect()
 }
 
 fn slot_plans(plan: &Plan, cpus: &[u32]) -> Vec<SlotPlan> {

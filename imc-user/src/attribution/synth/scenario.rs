@@ -690,7 +690,7 @@ impl Loaded {
                 }
             })?;
         plan::weights::apply_fidelity(&mut p, &self.file.fidelity);
-        if !p.slots.iter().any(|s| s.scope == "package") {
+        if !p.slots.iter().any(|s| s.scope == SlotScope::Package) {
             return Err(ScenarioError::Plan {
                 path: self.path.clone(),
                 source: PlanError::Unavailable(format!(
