@@ -1,10 +1,10 @@
 //! Attribution against synthetic timelines with known truth (issue 5): two tasks on two CPUs of
 //! one package, migration, an idle package with DMA traffic, 48-bit wrap, failed reads, records
 //! arriving out of order across CPUs, and precise (context-switch) versus tick-only answers.
-use imc::attribution::synth::{Readers, Scenario, SynthItem, SynthStream, SynthTask, Truth};
 use imc::attribution::{Attributor, compare};
 use imc::model::result::IntervalResult;
 use imc::model::{Direction, SlotRole, SlotScope, SlotSpec};
+use imc::simulator::{Readers, Scenario, SynthItem, SynthStream, SynthTask, Truth};
 use imc_common::{KIND_TIMER, MAX_SLOTS, SlotReading, TickRecord};
 
 const MS: u64 = 1_000_000;
@@ -729,8 +729,8 @@ fn idle_package_is_read_when_no_tick_did_so_dma_keeps_its_time() {
 /// applied (|1 − seen/f| of each direction): the error its infidelity explains and no rule can
 /// remove (tests/scenarios/README.md, "How much error infidelity explains").
 fn explained_by_infidelity(
-    l: &imc::attribution::synth::scenario::Loaded,
-    o: &imc::attribution::synth::scenario::Outcome,
+    l: &imc::simulator::scenario::Loaded,
+    o: &imc::simulator::scenario::Outcome,
     pid: u32,
 ) -> f64 {
     let f_of = |events: &Option<String>| {
@@ -766,7 +766,7 @@ fn explained_by_infidelity(
 /// truth.
 #[test]
 fn every_scenario_is_within_its_bound() {
-    use imc::attribution::synth::scenario::{self, RunOptions, Weigh};
+    use imc::simulator::scenario::{self, RunOptions, Weigh};
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios");
     let mut files: Vec<_> = std::fs::read_dir(&dir)
         .unwrap()

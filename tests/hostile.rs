@@ -3,9 +3,9 @@
 //! absurd numbers, a symlink planted at `record -o`, signals. Every case must end (no hang),
 //! without a panic, with exit 0 or a one-line error and exit 1/2. Each class prints its
 //! tried / crashed / hung counts (`cargo test --test hostile -- --nocapture`).
-use imc::attribution::synth::Scenario;
-use imc::record::synth::record_scenario;
 use imc::record::{Item, ReadStatus, Reader, WriterOptions};
+use imc::simulator::Scenario;
+use imc::simulator::record::record_scenario;
 use imc_tests::{as_nobody, have_bpf_object, imc_bin, sampler_prerequisites};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

@@ -1,10 +1,10 @@
 //! `imc report` end to end: recordings made by the writer from synthetic timelines (60 s at
 //! 1000 Hz), read back by the built binary; the same file cut in the middle; rotation; files
 //! that are not recordings or are too new.
-use imc::attribution::synth::{Scenario, SynthTask};
 use imc::model::result::IntervalResult;
-use imc::record::synth::record_scenario;
 use imc::record::{Item, ReadStatus, Reader, WriterOptions, rotated_path};
+use imc::simulator::record::record_scenario;
+use imc::simulator::{Scenario, SynthTask};
 use imc_tests::imc;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -529,7 +529,7 @@ fn a_recording_of_many_tasks_reports_in_bounded_memory_in_every_mode() {
             while r.next_item().is_some() {}
             r.status() != &ReadStatus::Complete
         }) {
-            imc::record::synth::churn(path, TASKS, per).unwrap();
+            imc::simulator::record::churn(path, TASKS, per).unwrap();
         }
     }
     let out = dir.path().join("out");

@@ -7,11 +7,11 @@
 //! - The attributor itself (what `imc top`/`record` do per tick), in ticks/s, next to the same
 //!   plain pass.
 use imc::attribution::summary::IntervalRate;
-use imc::attribution::synth::{Scenario, SynthItem, SynthTask};
 use imc::attribution::{Attributor, Summary, find_bursts, traffic_amount};
 use imc::cli::GroupBy;
-use imc::record::synth::record_scenario;
 use imc::record::{Item, Reader, WriterOptions};
+use imc::simulator::record::record_scenario;
+use imc::simulator::{Scenario, SynthItem, SynthTask};
 use imc_common::TickRecord;
 use std::hint::black_box;
 use std::time::Instant;

@@ -25,6 +25,7 @@ pub mod plan;
 pub mod record;
 pub mod sampler;
 pub mod settings;
+pub mod simulator;
 pub mod sys;
 pub mod text;
 pub mod web;

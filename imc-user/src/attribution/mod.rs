@@ -32,10 +32,8 @@
 //! Per-record work is O(1) amortised and allocation-free once buffers and the task table have
 //! grown; the package spread runs when an interval is closed.
 pub mod names;
-pub mod replay;
 pub mod spread;
 pub mod summary;
-pub mod synth;
 pub mod tasks;
 pub mod timeline;
 

@@ -1,5 +1,5 @@
 //! `cargo xtask bench-scale`: what imc's userspace costs on a machine far larger than this one,
-//! replayed: a synthetic timeline (attribution/synth.rs) of a 192-CPU, 2-package machine with
+//! replayed: a synthetic timeline (simulator/) of a 192-CPU, 2-package machine with
 //! 24 memory channels per package (48 in all), the kernel's tick at 250 Hz and 20 000 context
 //! switches a second on every CPU, for 10 simulated seconds, fed through the sampler's own
 //! drain (its ring consumer and idle-package bookkeeping, over a [`Loopback`] of the program's
@@ -9,7 +9,7 @@
 //! Two variants, each in its own child process (so each has its own peak RSS):
 //! - precise: a record per context switch and per tick (`--precise`);
 //! - aggregated (the default): the same per-switch stream folded by
-//!   `attribution::replay::Aggregator` into per-task records at each tick BEFORE it reaches the
+//!   `sampler::aggregate_twin::Aggregator` into per-task records at each tick BEFORE it reaches the
 //!   rings — in a real run the kernel does that fold, so its cost is not userspace's and is
 //!   left out of the timed part.
 //!
@@ -24,13 +24,13 @@
 //!   imc-bench-scale [--json] [--cpus N] [--seconds S] [--switches N] [--runs R]
 //!
 //! Progress goes to stderr. `--json`: one object per variant and line, means over the runs.
-use imc::attribution::replay::Aggregator;
-use imc::attribution::synth::{Readers, Scenario, SynthItem, SynthTask};
 use imc::model::result::IntervalResult;
 use imc::model::{Encoded, SlotScope};
 use imc::pipeline::{Drainer, IntervalEnds, Sink};
+use imc::sampler::aggregate_twin::Aggregator;
 use imc::sampler::loopback::Loopback;
 use imc::sampler::{PackageCounter, ReaderGroup, SamplerConfig, SlotPlan, TickProgram, TickSource};
+use imc::simulator::{Readers, Scenario, SynthItem, SynthTask};
 use std::process::{Command, ExitCode};
 
 const HZ: u32 = 250;
@@ -300,7 +300,7 @@ fn child(o: &Opts, aggregated: bool, mode: Mode, label: &str) -> Result<Figures,
     let mut stream = sc.stream();
     let mut chunk = Vec::new();
     let mut horizon = 0u64;
-    let extend = |stream: &mut imc::attribution::synth::SynthStream,
+    let extend = |stream: &mut imc::simulator::SynthStream,
                   sched: &mut Scheduler,
                   chunk: &mut Vec<(u64, Option<usize>)>,
                   to: u64| {
@@ -569,7 +569,7 @@ fn run(o: &Opts) -> Result<(), String> {
         );
         println!(
             "the aggregated variant's stream is folded per task at each tick before it reaches \
-             the rings (replay.rs's Aggregator, what the kernel does); that fold is not timed"
+             the rings (sampler/aggregate_twin.rs, the twin of what the kernel does); that fold is not timed"
         );
         println!(
             "{:<11} {:>5} {:>12} {:>12} {:>20} {:>22} {:>18} {:>10}",

@@ -8,7 +8,6 @@
 //! it, saying where and why it stopped.
 pub mod codec;
 mod reader;
-pub mod synth;
 mod writer;
 
 pub use reader::{Item, ReadStatus, Reader};
@@ -256,8 +255,8 @@ pub fn rotated_path(path: &std::path::Path) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::attribution::synth::{Scenario, SynthItem};
     use crate::model::result::IntervalResult;
+    use crate::simulator::{Scenario, SynthItem};
     use std::path::Path;
 
     #[test]

@@ -4,6 +4,7 @@
 //!
 //! Lifetime is ownership: dropping a [`Sampler`] detaches every link and closes every program,
 //! map and counter fd, so nothing stays loaded after `imc` exits, however it exits.
+pub mod aggregate_twin;
 pub mod fallback;
 pub mod from_plan;
 pub mod loopback;

@@ -8,11 +8,11 @@
 //! it (the `imc-accuracy` binary).
 use super::{Layout, Scenario, SynthItem, SynthSlot, SynthTask, TaskTraits};
 use crate::attribution::Attributor;
-use crate::attribution::replay::Aggregator;
 use crate::discovery::DiscoveryError;
 use crate::model::result::IntervalResult;
 use crate::model::{Direction, Discovery, SlotRole, SlotScope, SlotSpec};
 use crate::plan::{self, Command, Kernel, Plan, PlanError, Reader, Request};
+use crate::sampler::aggregate_twin::Aggregator;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -156,7 +156,7 @@ pub struct RunOptions {
     pub batch_ms: Option<u64>,
     /// `--precise`: the program's record per context switch reaches the attributor as it is;
     /// otherwise (imc's default on the kernel's tick) the switches are folded into per-task
-    /// aggregates at each tick, as the kernel does ([`crate::attribution::replay`]).
+    /// aggregates at each tick, as the kernel does ([`crate::sampler::aggregate_twin`]).
     pub precise: bool,
 }
 

@@ -1,3 +1,8 @@
+//! The simulator: known truth for what this machine cannot run. It sits above the layers it
+//! drives (the real plan, the real attributor, the real recording writer) and no production
+//! module imports it (tests/layers.rs holds it to that): only the accuracy and benchmark
+//! binaries and the tests do.
+//!
 //! Synthetic timelines with known truth, for tests and benchmarks: tasks with fixed bandwidths
 //! scheduled on CPUs, package counters that integrate exactly what ran (plus DMA), weight
 //! counters proportional to each task's traffic, and the record stream the eBPF program would
@@ -12,6 +17,7 @@
 //! weights of local and remote traffic, userspace reads of packages no tick read lately), with
 //! each task's memory on any package and weights that see only a fraction of its bytes
 //! ([`TaskTraits`]).
+pub mod record;
 pub mod scenario;
 
 use crate::model::{Direction, Package, SlotRole, SlotScope, SlotSpec, Topology};

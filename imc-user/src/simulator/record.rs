@@ -1,8 +1,8 @@
 //! A synthetic scenario recorded the way `imc record` records (attributor → writer): the
-//! recording side of `attribution::synth`, for the tests and the accuracy harness.
-use super::{RecordError, RecordHeader, Writer, WriterOptions, WriterStats};
+//! recording side of `simulator`, for the tests and the accuracy harness.
 use crate::attribution::Attributor;
-use crate::attribution::synth::{Scenario, SynthItem, Truth};
+use crate::record::{RecordError, RecordHeader, Writer, WriterOptions, WriterStats};
+use crate::simulator::{Scenario, SynthItem, Truth};
 
 /// Records a scenario the way `imc record` does (attributor → writer, intervals of
 /// `interval_ns`) into `path`, replacing it, returning the writer's statistics and the truth.

@@ -1,3 +1,7 @@
+//! The userspace twin of the eBPF program's aggregating path (imc-ebpf's `aggregate`, `flush`
+//! and `flush_due`), kept beside the sampler, the program's Rust half; the equivalence tests
+//! below hold the two to the same answers.
+//!
 //! The kernel's per-task aggregation, replayed in userspace: [`Aggregator`] turns the record
 //! stream the program writes with `--precise` (a record per context switch and per tick) into
 //! the one it writes by default (per CPU, one `KIND_AGGREGATE` record per task that ran since
@@ -201,8 +205,8 @@ fn flush(
 mod tests {
     use super::*;
     use crate::attribution::Attributor;
-    use crate::attribution::synth::{Readers, Scenario, SynthItem, SynthTask};
     use crate::model::result::IntervalResult;
+    use crate::simulator::{Readers, Scenario, SynthItem, SynthTask};
 
     const MS: u64 = 1_000_000;
 
@@ -211,12 +215,7 @@ mod tests {
     fn attribute(
         sc: &Scenario,
         aggregated: bool,
-    ) -> (
-        Vec<IntervalResult>,
-        u64,
-        u64,
-        crate::attribution::synth::Truth,
-    ) {
+    ) -> (Vec<IntervalResult>, u64, u64, crate::simulator::Truth) {
         let specs = sc.specs();
         let mut a = Attributor::new(&specs, &sc.topology(), "test").tick_hz(sc.freq_hz);
         let mut agg = Aggregator::new(&specs, sc.freq_hz);
@@ -312,7 +311,7 @@ mod tests {
     fn max_error(
         by: &std::collections::BTreeMap<u32, u64>,
         sc: &Scenario,
-        truth: &crate::attribution::synth::Truth,
+        truth: &crate::simulator::Truth,
         total: f64,
     ) -> f64 {
         sc.tasks
