@@ -7,25 +7,11 @@
 use super::summary::{group_rows, traffic_amount};
 use crate::model::GroupBy;
 use crate::model::result::{IntervalResult, TaskRow};
-use crate::model::{Direction, SlotRole, SlotSpec};
+use crate::model::{Direction, SlotSpec};
 use std::collections::HashMap;
 
-/// What a series' values are per second of.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Unit {
-    Bytes,
-    /// Counts of these events (stand-ins, `-e` events without bytes).
-    Counts(Vec<String>),
-}
-
-impl Unit {
-    pub fn per_s(&self) -> String {
-        match self {
-            Unit::Bytes => "bytes/s".into(),
-            Unit::Counts(events) => format!("{}/s", events.join("+")),
-        }
-    }
-}
+/// What a series' values are per second of (the model's one unit rule).
+pub use crate::model::Unit;
 
 /// One top group of the run.
 #[derive(Clone, Debug, PartialEq)]
@@ -70,7 +56,6 @@ pub struct Timeline {
     pub groups: Vec<Group>,
     pub points: Vec<Point>,
     specs: Vec<SlotSpec>,
-    traffic_keys: Vec<String>,
     index: HashMap<String, usize>,
 }
 
@@ -78,17 +63,7 @@ impl Timeline {
     /// An empty timeline whose series are the first `top` groups of `total` (the run's report
     /// object, grouped `by`) with any traffic, and the package directions `total` has.
     pub fn new(specs: &[SlotSpec], total: &IntervalResult, by: GroupBy, top: usize) -> Timeline {
-        let bytes = crate::model::measures_bytes(specs);
-        let traffic_keys: Vec<String> = specs
-            .iter()
-            .filter(|s| matches!(s.role, SlotRole::Traffic(_)))
-            .map(|s| s.event.clone())
-            .collect();
-        let unit = if bytes {
-            Unit::Bytes
-        } else {
-            Unit::Counts(traffic_keys.clone())
-        };
+        let unit = Unit::of(specs);
         let package_tracks = package_tracks(&unit, total);
         let mut t = Timeline {
             unit,
@@ -97,7 +72,6 @@ impl Timeline {
             groups: Vec::new(),
             points: Vec::new(),
             specs: specs.to_vec(),
-            traffic_keys,
             index: HashMap::new(),
         };
         for r in &total.tasks {
@@ -128,11 +102,7 @@ impl Timeline {
     fn amount(&self, r: &TaskRow) -> f64 {
         match self.unit {
             Unit::Bytes => r.bytes() as f64,
-            Unit::Counts(_) => self
-                .traffic_keys
-                .iter()
-                .filter_map(|k| r.values.get(k))
-                .sum(),
+            Unit::Counts(ref keys) => keys.iter().filter_map(|k| r.values.get(k)).sum(),
         }
     }
 
@@ -232,7 +202,7 @@ fn package_amount(iv: &IntervalResult, specs: &[SlotSpec], tr: &PackageTrack) ->
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::SlotScope;
+    use crate::model::{SlotRole, SlotScope};
     use crate::model::result::PackageRow;
 
     fn spec(event: &str, d: Direction, bpc: Option<f64>) -> SlotSpec {

@@ -67,6 +67,44 @@ pub fn measures_bytes(specs: &[SlotSpec]) -> bool {
     specs.iter().any(SlotSpec::counts_bytes)
 }
 
+/// What a run's traffic amounts are: bytes, or counts of its traffic events (a stand-in such as
+/// page faults, `-e` events without bytes) that must never be shown as bytes. Decided here once
+/// for every output (report, plot, Perfetto).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Unit {
+    Bytes,
+    /// Counts of these events.
+    Counts(Vec<String>),
+}
+
+impl Unit {
+    pub fn of(specs: &[SlotSpec]) -> Unit {
+        if measures_bytes(specs) {
+            Unit::Bytes
+        } else {
+            Unit::Counts(
+                specs
+                    .iter()
+                    .filter(|s| matches!(s.role, SlotRole::Traffic(_)))
+                    .map(|s| s.event.clone())
+                    .collect(),
+            )
+        }
+    }
+
+    pub fn is_bytes(&self) -> bool {
+        matches!(self, Unit::Bytes)
+    }
+
+    /// What a rate is per second of: `bytes/s`, `page-faults/s`.
+    pub fn per_s(&self) -> String {
+        match self {
+            Unit::Bytes => "bytes/s".into(),
+            Unit::Counts(events) => format!("{}/s", events.join("+")),
+        }
+    }
+}
+
 /// How package traffic is divided among the tasks that ran (`weighting` in the plan, in
 /// `top --json` and `report --json`, in recordings and in `imc_info`).
 #[derive(Clone, Debug, PartialEq, Serialize, serde::Deserialize)]

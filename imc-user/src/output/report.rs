@@ -7,33 +7,16 @@ use std::path::Path;
 
 const TABLE_ROWS: usize = 30;
 
-/// What the recording's traffic counters measured: bytes, or counts of stand-in events (page
-/// faults, cpu-clock) that must never be shown as bytes.
-pub enum Unit {
-    Bytes,
-    Counts(Vec<String>),
+/// What the recording's traffic counters measured (the model's one unit rule).
+pub use crate::model::Unit;
+
+/// A rate in the recording's unit: `1.50 MiB/s`, `87354 page-faults/s`, `1.2e9 ns/s
+/// (cpu-clock)`.
+trait Rate {
+    fn rate(&self, per_s: f64) -> String;
 }
 
-impl Unit {
-    pub fn of(specs: &[crate::model::SlotSpec]) -> Unit {
-        if crate::model::measures_bytes(specs) {
-            Unit::Bytes
-        } else {
-            Unit::Counts(
-                specs
-                    .iter()
-                    .filter(|s| matches!(s.role, crate::model::SlotRole::Traffic(_)))
-                    .map(|s| s.event.clone())
-                    .collect(),
-            )
-        }
-    }
-
-    pub fn is_bytes(&self) -> bool {
-        matches!(self, Unit::Bytes)
-    }
-
-    /// A rate in this unit: `1.50 MiB/s`, `87354 page-faults/s`, `1.2e9 ns/s (cpu-clock)`.
+impl Rate for Unit {
     fn rate(&self, per_s: f64) -> String {
         match self {
             Unit::Bytes => crate::text::fmt_byte_rate(per_s),
