@@ -299,7 +299,7 @@ fn export_meta(global: &GlobalArgs, found: &Discovery, sel: &Selection) -> Expor
             || first_pmu.clone().unwrap_or_default(),
             |b| b.as_str().to_string(),
         );
-    let peaks = if slots.iter().flatten().any(|s| s.bytes_per_count.is_some()) {
+    let peaks = if plan.measures_bytes() {
         package_peaks(global, found, sel)
     } else {
         // Counts of a stand-in are not bytes: no peak to compare them with.

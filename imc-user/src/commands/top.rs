@@ -112,12 +112,12 @@ fn view_config(specs: &[SlotSpec], source: &str, top: usize) -> ViewConfig {
             .iter()
             .filter(|p| matches!(p.role, SlotRole::Traffic(_)))
     };
-    let bytes = traffic().any(|p| p.bytes_per_count.is_some());
+    let bytes = crate::model::measures_bytes(specs);
     let units = if bytes {
         Units::Bytes {
-            total: traffic().any(|p| {
-                p.bytes_per_count.is_some() && p.role == SlotRole::Traffic(Direction::Total)
-            }),
+            total: specs
+                .iter()
+                .any(|p| p.counts_bytes() && p.role == SlotRole::Traffic(Direction::Total)),
         }
     } else {
         Units::Counts

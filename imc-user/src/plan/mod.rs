@@ -251,6 +251,13 @@ pub struct Slot {
     pub sum: Option<String>,
 }
 
+impl Plan {
+    /// Whether the run measures bytes, or only counts (a stand-in): as the attributor decides.
+    pub fn measures_bytes(&self) -> bool {
+        self.slots.iter().any(|s| s.spec().counts_bytes())
+    }
+}
+
 impl Slot {
     /// What attribution needs of it. Package slots carry sums of the kernel's 64-bit counts.
     pub fn spec(&self) -> SlotSpec {
