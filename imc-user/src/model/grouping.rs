@@ -51,6 +51,12 @@ impl<'a> KeyParts<'a> {
     }
 }
 
+/// Docker's short form of a container id: its first 12 characters name a container uniquely
+/// enough (counted in characters: an id read from a recording may be anything).
+pub fn short_container_id(id: &str) -> String {
+    id.chars().take(12).collect()
+}
+
 impl GroupBy {
     pub const ALL: [GroupBy; 6] = [
         GroupBy::Pid,
@@ -102,6 +108,23 @@ impl GroupBy {
         h.finish()
     }
 
+    /// The key as a table's key column shows it: the id, the name, the cgroup's path (its id
+    /// where the path is unknown), the container's short id, the pod's uid, `-` for none.
+    pub fn cell(self, r: &TaskRow) -> String {
+        match self {
+            GroupBy::Pid | GroupBy::Tgid | GroupBy::Comm => self.key(r),
+            GroupBy::Cgroup => r
+                .cgroup_path
+                .clone()
+                .unwrap_or_else(|| r.cgroup.to_string()),
+            GroupBy::Container => r
+                .container_id
+                .as_deref()
+                .map_or_else(|| "-".into(), short_container_id),
+            GroupBy::Pod => r.pod_uid.clone().unwrap_or_else(|| "-".into()),
+        }
+    }
+
     /// What a person reads for a group: `stream (pid 12)`, a cgroup path, `container 3f2a…`.
     pub fn label(self, r: &TaskRow) -> String {
         match self {
@@ -114,7 +137,7 @@ impl GroupBy {
                 .unwrap_or_else(|| format!("cgroup {}", r.cgroup)),
             GroupBy::Container => r.container_id.as_deref().map_or_else(
                 || "(no container)".into(),
-                |c| format!("container {}", &c[..c.len().min(12)]),
+                |c| format!("container {}", short_container_id(c)),
             ),
             GroupBy::Pod => r
                 .pod_uid

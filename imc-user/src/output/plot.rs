@@ -190,7 +190,7 @@ where
     let font = ("sans-serif", 14).into_font();
     let bold = ("sans-serif", 14).into_font().style(FontStyle::Bold);
     let mut y = 20;
-    let by = format!("{:?}", tl.by).to_lowercase();
+    let by = tl.by.name();
     panel.draw(&Text::new(
         format!("top by {by} (share)"),
         (10, y),

@@ -47,21 +47,7 @@ fn row_cells(r: &TaskRow, by: GroupBy, has_total: bool, stand_in: &[String]) -> 
     // only.
     let companion = matches!(by, GroupBy::Pid | GroupBy::Tgid);
     let mut v: Vec<String> = [
-        match by {
-            GroupBy::Pid => r.pid.to_string(),
-            GroupBy::Tgid => r.tgid.to_string(),
-            GroupBy::Comm => r.comm.clone(),
-            GroupBy::Cgroup => r
-                .cgroup_path
-                .clone()
-                .unwrap_or_else(|| r.cgroup.to_string()),
-            // Docker's short form: the first 12 hex digits name a container uniquely enough.
-            GroupBy::Container => r
-                .container_id
-                .as_deref()
-                .map_or_else(|| "-".into(), |c| c.chars().take(12).collect()),
-            GroupBy::Pod => r.pod_uid.clone().unwrap_or_else(|| "-".into()),
-        },
+        by.cell(r),
         r.comm.clone(),
     ]
     .iter()
