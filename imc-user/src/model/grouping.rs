@@ -211,4 +211,18 @@ mod tests {
         assert!(!f.keeps(30, 30));
         assert!(PidFilter::default().keeps(30, 30));
     }
+
+    #[test]
+    fn a_container_id_is_cut_by_characters_in_the_cell_and_the_label() {
+        // An id read from a recording may be anything: cut at a byte, this one panicked.
+        let r = TaskRow {
+            container_id: Some("ééééééééééééé".into()),
+            ..TaskRow::default()
+        };
+        assert_eq!(GroupBy::Container.cell(&r), "éééééééééééé");
+        assert_eq!(GroupBy::Container.label(&r), "container éééééééééééé");
+        let none = TaskRow::default();
+        assert_eq!(GroupBy::Container.cell(&none), "-");
+        assert_eq!(GroupBy::Cgroup.cell(&none), "0");
+    }
 }
