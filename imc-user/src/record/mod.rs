@@ -12,7 +12,7 @@ pub mod synth;
 mod writer;
 
 pub use reader::{Item, ReadStatus, Reader};
-pub use writer::{Writer, WriterOptions, WriterStats, smallest_max_size};
+pub use writer::{MemberFn, Writer, WriterOptions, WriterStats, smallest_max_size};
 
 use crate::model::{Direction, Package, SlotRole, SlotScope, SlotSpec, Topology};
 use serde::{Deserialize, Serialize};
@@ -38,6 +38,9 @@ pub const CHUNK_CGROUPS: u8 = 7;
 /// addition, so older readers skip it; TICKS stays for chunks with timer and switch records
 /// only, which every reader reads.
 pub const CHUNK_TICKS2: u8 = 8;
+/// The task ids of the file's table that belong to the recorded command's process tree
+/// (`record -- CMD`): a later addition, so older readers skip it (they report the machine).
+pub const CHUNK_COMMAND_TASKS: u8 = 9;
 
 /// Ticks per TICKS chunk: small enough that a crash loses little, large enough that the chunk
 /// overhead (9 bytes and a per-CPU restart of delta coding) stays negligible. Readers refuse a
@@ -164,6 +167,32 @@ pub struct RecordHeader {
     /// How the run divided package traffic (absent in recordings made before imc said).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub weighting: Option<crate::model::Weighting>,
+    /// `record -- CMD`: the command and how its process tree is told apart (absent in
+    /// recordings of the machine alone, and in those made before imc marked commands).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<HeaderCommand>,
+    /// `record -p`: only these processes' task rows were recorded (package totals are the
+    /// whole machine's). Empty: every task.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pids: Vec<u32>,
+}
+
+/// The recorded command (`record -- CMD`): which tasks are its tree is stored per task, in
+/// COMMAND_TASKS chunks; this says what it was and how the tree was followed.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct HeaderCommand {
+    /// Its arguments (lossily UTF-8: a byte that is not is U+FFFD).
+    pub argv: Vec<String>,
+    pub pid: u32,
+    /// `cgroup`: the command ran in a cgroup of its own, so its tree is exact (short-lived
+    /// children included); `parentage`: followed through /proc parentage and the records'
+    /// tgids, which can miss a child that lives between two scans.
+    pub tree: String,
+    /// The command's cgroup (with `tree` = `cgroup`): its id and its path.
+    #[serde(default)]
+    pub cgroup_id: Option<u64>,
+    #[serde(default)]
+    pub cgroup_path: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -199,6 +228,8 @@ impl RecordHeader {
             run_id: 0,
             segment: 0,
             weighting: None,
+            command: None,
+            pids: Vec::new(),
         }
     }
 
