@@ -429,14 +429,9 @@ pub fn command_text(c: &CommandReport, rep: &ReportResult, by: GroupBy, unit: &U
         Some(p) if c.tree == "cgroup" => format!("told by its cgroup {}", escape(p)),
         _ => "told by /proc parentage (a child that lived between two scans is missed)".into(),
     };
-    let mut s = format!(
-        "command: {argv} (pid {}), its process tree {how}
-",
-        c.pid
-    );
+    let mut s = format!("command: {argv} (pid {}), its process tree {how}\n", c.pid);
     s.push_str(&format!(
-        "  {}: {} of the attributed traffic, {} of all (the machine: {})
-",
+        "  {}: {} of the attributed traffic, {} of all {}\n",
         amount(c.traffic),
         share(c.share_of_attributed),
         share(c.share_of_total),
@@ -446,8 +441,7 @@ pub fn command_text(c: &CommandReport, rep: &ReportResult, by: GroupBy, unit: &U
     let at = |sp: &CommandSpan| format!("+{:.3} s", sp.t_start_ns.saturating_sub(t0) as f64 / 1e9);
     if let Some(b) = &c.busiest {
         s.push_str(&format!(
-            "  busiest interval: {} of all at {} ({})
-",
+            "  busiest interval: {} of all at {} ({})\n",
             share(b.share_of_total),
             at(b),
             amount(b.traffic)
@@ -459,11 +453,7 @@ pub fn command_text(c: &CommandReport, rep: &ReportResult, by: GroupBy, unit: &U
             .iter()
             .map(|b| format!("{} {}", at(b), share(b.share_of_total)))
             .collect();
-        s.push_str(&format!(
-            "  its share of each burst: {}
-",
-            list.join(", ")
-        ));
+        s.push_str(&format!("  its share of each burst: {}\n", list.join(", ")));
     }
     let cols = Columns::new(
         by,
@@ -471,26 +461,16 @@ pub fn command_text(c: &CommandReport, rep: &ReportResult, by: GroupBy, unit: &U
         stand_in,
     );
     if c.tasks.is_empty() {
-        s.push_str(
-            "  (no traffic was charged to the command's tree)
-",
-        );
+        s.push_str("  (no traffic was charged to the command's tree)\n");
     } else {
         s.push_str(&cols.table(c.tasks.iter().take(TABLE_ROWS), "  "));
         let more = c.tasks.len().saturating_sub(TABLE_ROWS) as u64
             + c.others.as_ref().map_or(0, |o| o.rows);
         if more > 0 {
-            s.push_str(&format!(
-                "  ... {more} more of the command's
-"
-            ));
+            s.push_str(&format!("  ... {more} more of the command's\n"));
         }
     }
-    s.push_str(
-        "
-the machine:
-",
-    );
+    s.push_str("\nthe machine:\n");
     s
 }
 
