@@ -20,10 +20,10 @@ use crate::record::{
 };
 use crate::sys::cgroup::CommandCgroup;
 use crate::sys::file::{LockError, WriteLock, is_bad_path, what_is_there};
-use std::cell::RefCell;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 /// What the writer is made of, until the run starts.
 struct Pending {
@@ -58,11 +58,23 @@ struct Command {
 enum Tree {
     /// Its cgroup's id (exact: every descendant is born in it).
     Cgroup { pid: u32, id: u64 },
-    /// /proc parentage, scanned at every drain and interval.
+    /// /proc parentage, scanned every [`PARENTAGE_SCAN`] by a thread of its own (the loop
+    /// drains as seldom as once a second) until the run ends.
     Parentage {
         pid: u32,
-        procs: Rc<RefCell<ProcessTree>>,
+        procs: Arc<Mutex<ProcessTree>>,
+        stop: Arc<AtomicBool>,
+        scanner: Option<std::thread::JoinHandle<()>>,
     },
+}
+
+/// How often the parentage fallback reads /proc (less often where a scan takes long: a tenth
+/// of a CPU at most): a child that starts and ends between two scans can be missed. Each scan
+/// lists /proc and reads the `stat` of the processes new since the last.
+const PARENTAGE_SCAN: std::time::Duration = std::time::Duration::from_millis(5);
+
+fn lock(t: &Mutex<ProcessTree>) -> std::sync::MutexGuard<'_, ProcessTree> {
+    t.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl Tree {
@@ -74,16 +86,50 @@ impl Tree {
             Tree::Parentage { procs, .. } => {
                 let procs = procs.clone();
                 Box::new(move |p, tgid, _| {
-                    let t = procs.borrow();
+                    let t = lock(&procs);
                     t.contains(tgid) || t.contains(p)
                 })
             }
         }
     }
 
-    fn scan(&self) {
-        if let Tree::Parentage { procs, .. } = self {
-            procs.borrow_mut().scan();
+    /// Starts following `pid`'s tree through /proc.
+    fn parentage(root: &Path, pid: u32) -> Tree {
+        let mut first = ProcessTree::new(root, pid);
+        first.scan();
+        let procs = Arc::new(Mutex::new(first));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (p, s) = (procs.clone(), stop.clone());
+        let scanner = std::thread::Builder::new()
+            .name("imc-tree".into())
+            .spawn(move || {
+                let mut took = std::time::Duration::ZERO;
+                while !s.load(Ordering::Relaxed) {
+                    // At most a tenth of a CPU however many processes /proc lists.
+                    std::thread::sleep(PARENTAGE_SCAN.max(took * 9));
+                    let t = std::time::Instant::now();
+                    lock(&p).scan();
+                    took = t.elapsed();
+                }
+            })
+            .map_err(|e| log::warn!("cannot start the /proc scanner: {e}"))
+            .ok();
+        Tree::Parentage {
+            pid,
+            procs,
+            stop,
+            scanner,
+        }
+    }
+}
+
+impl Drop for Tree {
+    fn drop(&mut self) {
+        if let Tree::Parentage { stop, scanner, .. } = self {
+            stop.store(true, Ordering::Relaxed);
+            if let Some(t) = scanner.take() {
+                let _ = t.join();
+            }
         }
     }
 }
@@ -144,13 +190,8 @@ impl Command {
                     "the command's own cgroup: {why}; its process tree is followed through /proc \
                      parentage instead, which misses a child that starts and ends between two scans"
                 );
-                let mut procs = ProcessTree::new(&self.root, pid);
-                procs.scan();
                 header.tree = "parentage".into();
-                self.tree = Some(Tree::Parentage {
-                    pid,
-                    procs: Rc::new(RefCell::new(procs)),
-                });
+                self.tree = Some(Tree::parentage(&self.root, pid));
             }
         }
         header
@@ -163,9 +204,9 @@ impl Command {
                 "; the command (pid {pid}) marked by its cgroup {}",
                 self.cgroup.as_ref().map_or("", |c| c.path())
             ),
-            Some(Tree::Parentage { pid, procs }) => format!(
+            Some(Tree::Parentage { pid, procs, .. }) => format!(
                 "; the command (pid {pid}) marked by /proc parentage ({} processes)",
-                procs.borrow().len()
+                lock(procs).len()
             ),
             None => String::new(),
         }
@@ -189,15 +230,6 @@ impl Recorder {
     }
 }
 
-impl Recorder {
-    /// With a command followed by parentage: its new descendants, before their rows are named.
-    fn scan_tree(&self) {
-        if let Some(t) = self.command.as_ref().and_then(|c| c.tree.as_ref()) {
-            t.scan();
-        }
-    }
-}
-
 fn to_io(e: crate::record::RecordError) -> std::io::Error {
     std::io::Error::other(e.to_string())
 }
@@ -212,14 +244,12 @@ impl Sink for Recorder {
     }
 
     fn interval(&mut self, r: &IntervalResult) -> std::io::Result<bool> {
-        self.scan_tree();
         self.writer()?.push_interval(r).map_err(to_io)?;
         Ok(true)
     }
 
     fn drained(&mut self, records: usize, _took: std::time::Duration) {
         self.drained += records as u64;
-        self.scan_tree();
     }
 
     fn command_cgroup(&self) -> Option<std::os::fd::RawFd> {

@@ -10,6 +10,10 @@ use std::path::{Path, PathBuf};
 pub struct ProcessTree {
     proc_dir: PathBuf,
     members: HashSet<u32>,
+    /// The parents of the other processes listed at the last scan: a scan reads the `stat` of
+    /// new processes only (a process that is not of the tree never becomes so: an orphan is
+    /// re-parented to init or a subreaper, never into the tree).
+    others: HashMap<u32, u32>,
     scans: u64,
 }
 
@@ -19,6 +23,7 @@ impl ProcessTree {
         ProcessTree {
             proc_dir: root.join("proc"),
             members: HashSet::from([root_pid]),
+            others: HashMap::new(),
             scans: 0,
         }
     }
@@ -49,11 +54,16 @@ impl ProcessTree {
             return;
         };
         let mut parent: HashMap<u32, u32> = HashMap::new();
+        let mut listed: Vec<u32> = Vec::new();
         for e in dir.flatten() {
             let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
                 continue;
             };
             if self.members.contains(&pid) {
+                continue;
+            }
+            listed.push(pid);
+            if self.others.contains_key(&pid) {
                 continue;
             }
             if let Some(ppid) = std::fs::read_to_string(e.path().join("stat"))
@@ -79,6 +89,13 @@ impl ProcessTree {
                 self.members.insert(p);
             }
         }
+        // What did not join is someone else's; what is no longer listed has ended.
+        let mut others = std::mem::take(&mut self.others);
+        others.extend(parent);
+        self.others = listed
+            .into_iter()
+            .filter_map(|p| others.get(&p).map(|&pp| (p, pp)))
+            .collect();
     }
 }
 
