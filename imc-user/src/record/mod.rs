@@ -341,6 +341,54 @@ mod tests {
         }
     }
 
+    /// COMMAND_TASKS marks tasks the file defined, and only those: a mark beyond the table is
+    /// damage (everything before it kept), never an allocation the file asks for.
+    #[test]
+    fn command_marks_name_defined_tasks_only() {
+        use crate::model::result::{PackageRow, TaskRow};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.imc");
+        let specs = Scenario::busy(2, 1000, 1).specs();
+        let row = |pid: u32| TaskRow {
+            pid,
+            tgid: pid,
+            comm: "t".into(),
+            values: [(specs[0].event.clone(), 10.0)].into(),
+            ..TaskRow::default()
+        };
+        let iv = IntervalResult {
+            t_end_ns: 100,
+            source: "x".into(),
+            packages: vec![PackageRow::default()],
+            tasks: vec![row(10), row(11), row(12)],
+            ..IntervalResult::default()
+        };
+        let mut w = Writer::create(&path, busy_header(), None).unwrap();
+        w.mark_command(Box::new(|_, tgid, _| tgid == 11));
+        w.push_interval(&iv).unwrap();
+        w.finish().unwrap();
+        let data = std::fs::read(&path).unwrap();
+        assert!(chunk_kinds(&data).contains(&CHUNK_COMMAND_TASKS));
+        let mut r = Reader::from_bytes(&path, data.clone()).unwrap();
+        r.command_only(true);
+        let Some(Item::Interval(got)) = r.next_item() else {
+            panic!("an interval")
+        };
+        assert_eq!(got.tasks.iter().map(|t| t.pid).collect::<Vec<_>>(), [11]);
+        assert_eq!(r.command_tasks(), 1);
+        assert!(r.last_command() > 0.0 && r.last_command() < r.last_attributed());
+        // A mark of task 3 in a file of three tasks (0-2), after the END chunk.
+        let mut bad = bytes::BytesMut::from(&data[..]);
+        codec::put_chunk(&mut bad, CHUNK_COMMAND_TASKS, &[1, 3]);
+        let mut r = Reader::from_bytes(&path, bad.to_vec()).unwrap();
+        while r.next_item().is_some() {}
+        assert!(
+            matches!(r.status(), ReadStatus::Damaged { offset, .. } if *offset == data.len() as u64),
+            "{:?}",
+            r.status()
+        );
+    }
+
     #[test]
     fn garbage_after_the_header_is_damage_not_a_panic() {
         let dir = tempfile::tempdir().unwrap();
