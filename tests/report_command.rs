@@ -257,3 +257,52 @@ fn a_recording_from_before_commands_reads_as_the_machine_and_command_is_refused(
         "{err}"
     );
 }
+
+/// `--perfetto`: the command's tree has a counter track of its own, its rate per interval as
+/// the report's `per_interval` says (bytes over the interval's length), zero after the last.
+#[test]
+fn the_perfetto_trace_has_the_commands_track() {
+    use perfetto_protos::trace::Trace;
+    use perfetto_protos::track_event::track_event::Type;
+    use protobuf::Message;
+    let dir = tempfile::tempdir().unwrap();
+    let path = recording(dir.path(), None, 10);
+    let out = dir.path().join("t.pftrace");
+    let p = path.to_str().unwrap();
+    let (code, _, err) = report(&[p, "--perfetto", out.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let trace = Trace::parse_from_bytes(&std::fs::read(&out).unwrap()).unwrap();
+    let uuid = trace
+        .packet
+        .iter()
+        .filter(|p| p.has_track_descriptor())
+        .map(|p| p.track_descriptor())
+        .find(|d| {
+            d.name()
+                .starts_with("command: sh -c stream; stream (pid 500)")
+        })
+        .expect("the command's track")
+        .uuid();
+    let values: Vec<(u64, f64)> = trace
+        .packet
+        .iter()
+        .filter(|p| p.has_track_event())
+        .filter(|p| {
+            let e = p.track_event();
+            e.track_uuid() == uuid && e.type_() == Type::TYPE_COUNTER
+        })
+        .map(|p| (p.timestamp(), p.track_event().double_counter_value()))
+        .collect();
+    assert_eq!(values.len(), 11, "{values:?}");
+    for (k, &(t, v)) in values.iter().take(10).enumerate() {
+        let k = k as u64;
+        let bytes: u64 = lines(k)
+            .iter()
+            .filter(|(pid, _)| *pid != OTHER)
+            .map(|(_, l)| l * 64)
+            .sum();
+        assert_eq!(t, k * INTERVAL);
+        assert!(close(v, bytes as f64 / 0.1), "interval {k}: {v}");
+    }
+    assert_eq!(values[10], (10 * INTERVAL, 0.0));
+}

@@ -306,7 +306,12 @@ const VIEW_GROUPS: usize = 8;
 
 /// The run as a timeline (one more pass over the file, reading only the rows of the groups
 /// drawn), then the Perfetto trace and the plot.
-fn write_views(args: &ReportArgs, total: &IntervalResult, bursts: &[BurstRow]) -> CliResult<()> {
+fn write_views(
+    args: &ReportArgs,
+    total: &IntervalResult,
+    bursts: &[BurstRow],
+    command: Option<&CommandReport>,
+) -> CliResult<()> {
     let readers = open_run(&args.file)?;
     let specs = readers
         .last()
@@ -334,7 +339,8 @@ fn write_views(args: &ReportArgs, total: &IntervalResult, bursts: &[BurstRow]) -
         CliError::runtime(format!("cannot write the {what} {}: {e}", path.display()))
     };
     if let Some(path) = &args.perfetto {
-        perfetto::write(path, &tl, bursts).map_err(|e| failed("Perfetto trace", path, e))?;
+        perfetto::write(path, &tl, bursts, command)
+            .map_err(|e| failed("Perfetto trace", path, e))?;
     }
     if let Some(path) = &args.plot {
         let name = args.file.file_name().unwrap_or_default().to_string_lossy();
@@ -396,7 +402,7 @@ pub fn run(_global: &GlobalArgs, args: &ReportArgs) -> CliResult<ExitCode> {
         eprintln!("imc: warning: {}", escape(w));
     }
     if views {
-        write_views(args, &total, &bursts)?;
+        write_views(args, &total, &bursts, command.as_ref())?;
     }
     let report = ReportResult {
         total,
