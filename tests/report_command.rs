@@ -306,3 +306,53 @@ fn the_perfetto_trace_has_the_commands_track() {
     }
     assert_eq!(values[10], (10 * INTERVAL, 0.0));
 }
+
+/// A command recording cut anywhere or with a byte flipped reports what it holds or refuses in
+/// one line (never a panic), and a command line with terminal controls is printed as text.
+#[test]
+fn damaged_command_recordings_and_hostile_argv_report_in_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = recording(dir.path(), None, 10);
+    let data = std::fs::read(&path).unwrap();
+    let bad = dir.path().join("bad.imc");
+    let mut cases: Vec<Vec<u8>> = (0..data.len())
+        .step_by(5)
+        .map(|n| data[..n].to_vec())
+        .collect();
+    for at in (0..data.len()).step_by(11) {
+        let mut d = data.clone();
+        d[at] ^= 0x5a;
+        cases.push(d);
+    }
+    for d in &cases {
+        std::fs::write(&bad, d).unwrap();
+        let (code, _, err) = report(&[bad.to_str().unwrap(), "--json"]);
+        assert!(code == 0 || code == 2, "exit {code}: {err}");
+        assert!(!err.contains("panicked"), "{err}");
+        if code == 2 {
+            assert_eq!(err.lines().count(), 1, "{err}");
+        }
+    }
+    // ESC and BEL in the command line come out as text.
+    let path = dir.path().join("esc.imc");
+    let topo = Topology::default();
+    let mut header = RecordHeader::new(&specs(), &topo, 250, "intel-uncore-imc", INTERVAL);
+    header.command = Some(HeaderCommand {
+        argv: vec!["x\u{1b}[2J\u{7}".into()],
+        pid: CMD,
+        tree: "parentage".into(),
+        cgroup_id: None,
+        cgroup_path: None,
+    });
+    let mut w = Writer::create(&path, header, None).unwrap();
+    w.mark_command(Box::new(|_, tgid, _| tgid == CMD));
+    w.push_interval(&interval(0)).unwrap();
+    w.finish().unwrap();
+    let (code, text, err) = report(&[path.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        !text.contains('\u{1b}') && !text.contains('\u{7}'),
+        "{text:?}"
+    );
+    assert!(text.lines().next().unwrap().contains("parentage"), "{text}");
+}

@@ -346,7 +346,7 @@ pub struct ReportArgs {
     pub file: PathBuf,
     /// One JSON object instead of the text report: the run's `packages`, `tasks` (the busiest
     /// rows, grouped --by), `others` (the rest summed, when there are more), `unattributed_bytes`,
-    /// `lost_samples` and `bursts`.
+    /// `lost_samples` and `bursts`; with a recorded command, `command` (see --command).
     #[arg(long)]
     pub json: bool,
     /// What to add the traffic up by: process (tgid; `process` means the same), thread (pid),
