@@ -239,7 +239,15 @@ fn record_p_keeps_only_that_process_and_its_threads() {
         rows > 0,
         "the process ran: its rows are there ({ticks} raw records)"
     );
-    assert!(report_json(&file).get("command").is_none());
+    let v = report_json(&file);
+    assert!(v.get("command").is_none());
+    assert_eq!(v["recorded_pids"], serde_json::json!([pid]));
+    let text = imc().arg("report").arg(&file).output().unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.starts_with(&format!("recorded with -p {pid}: only those processes' rows")),
+        "{text}"
+    );
 }
 
 fn record_refused(args: &[&str], dir: &Path) -> String {

@@ -417,13 +417,17 @@ pub fn run(_global: &GlobalArgs, args: &ReportArgs) -> CliResult<ExitCode> {
         };
         let cu = counts_unit.as_deref();
         let mut s = to_json(&report, cu, args.by)?;
-        if let Some(c) = &command {
-            // The machine's object with the command's beside its fields (as one object).
-            let mut v: serde_json::Value = serde_json::from_str(&s)
-                .map_err(|e| CliError::runtime(format!("cannot encode JSON: {e}")))?;
-            let c: serde_json::Value = serde_json::from_str(&to_json(c, cu, args.by)?)
-                .map_err(|e| CliError::runtime(format!("cannot encode JSON: {e}")))?;
-            v["command"] = c;
+        if command.is_some() || !header.pids.is_empty() {
+            // The machine's object with the command's (and `record -p`'s pids) beside its
+            // fields, as one object.
+            let bad = |e: serde_json::Error| CliError::runtime(format!("cannot encode JSON: {e}"));
+            let mut v: serde_json::Value = serde_json::from_str(&s).map_err(bad)?;
+            if let Some(c) = &command {
+                v["command"] = serde_json::from_str(&to_json(c, cu, args.by)?).map_err(bad)?;
+            }
+            if !header.pids.is_empty() {
+                v["recorded_pids"] = serde_json::json!(header.pids);
+            }
             s = v.to_string();
         }
         s.push('\n');
@@ -436,7 +440,17 @@ pub fn run(_global: &GlobalArgs, args: &ReportArgs) -> CliResult<ExitCode> {
             bursts: args.bursts,
             threshold_given: args.burst_threshold.is_some(),
         };
-        let machine = human(&report, &view, &unit, threshold, spans.len());
+        let mut machine = human(&report, &view, &unit, threshold, spans.len());
+        if !header.pids.is_empty() {
+            let pids: Vec<String> = header.pids.iter().map(u32::to_string).collect();
+            machine.insert_str(
+                0,
+                &format!(
+                    "recorded with -p {}: only those processes' rows; package totals are the whole machine's\n",
+                    pids.join(",")
+                ),
+            );
+        }
         match &command {
             Some(c) => command_text(c, &report, args.by, &unit) + &machine,
             None => machine,
