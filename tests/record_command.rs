@@ -245,7 +245,9 @@ fn record_p_keeps_only_that_process_and_its_threads() {
     let text = imc().arg("report").arg(&file).output().unwrap();
     let text = String::from_utf8_lossy(&text.stdout);
     assert!(
-        text.starts_with(&format!("recorded with -p {pid}: only those processes' rows")),
+        text.starts_with(&format!(
+            "recorded with -p {pid}: only those processes' rows"
+        )),
         "{text}"
     );
 }

@@ -356,3 +356,45 @@ fn damaged_command_recordings_and_hostile_argv_report_in_one_line() {
     );
     assert!(text.lines().next().unwrap().contains("parentage"), "{text}");
 }
+
+/// `--plot`: the command's rate is a black line (two points an interval, highest where the
+/// command was busiest) over the bands, named in the legend with its share of all traffic.
+#[test]
+fn the_plot_draws_the_commands_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = recording(dir.path(), None, 10);
+    let out = dir.path().join("p.svg");
+    let (code, _, err) = report(&[path.to_str().unwrap(), "--plot", out.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let svg = std::fs::read_to_string(&out).unwrap();
+    let doc = roxmltree::Document::parse(&svg).unwrap();
+    let line: Vec<(f64, f64)> = doc
+        .descendants()
+        .filter(|n| n.has_tag_name("polyline") && n.attribute("stroke-width") == Some("2"))
+        .find(|n| n.attribute("stroke") == Some("#000000"))
+        .expect("the command's line")
+        .attribute("points")
+        .unwrap()
+        .split_whitespace()
+        .map(|xy| {
+            let (x, y) = xy.split_once(',').unwrap();
+            (x.parse().unwrap(), y.parse().unwrap())
+        })
+        .collect();
+    assert_eq!(line.len(), 20);
+    // SVG y grows downwards: the busiest interval (4) is the line's highest step.
+    let top = line
+        .iter()
+        .enumerate()
+        .min_by(|a, b| a.1.1.total_cmp(&b.1.1))
+        .unwrap()
+        .0;
+    assert_eq!(top / 2, 4, "{line:?}");
+    // 1300 of the command's lines (200 of its own, 1100 of its child's) of 2100 attributed,
+    // plus 10 x 640 bytes unattributed.
+    let share = 100.0 * 1300.0 * 64.0 / (2100.0 * 64.0 + 6400.0);
+    assert!(
+        svg.contains(&format!("command (pid 500) {share:.1}%")),
+        "{share:.1}"
+    );
+}

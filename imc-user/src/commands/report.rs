@@ -345,7 +345,7 @@ fn write_views(
     if let Some(path) = &args.plot {
         let name = args.file.file_name().unwrap_or_default().to_string_lossy();
         let title = format!("{name}: {}, {}", total.source, tl.unit.per_s());
-        plot::write(path, &tl, bursts, &title).map_err(|e| failed("plot", path, e))?;
+        plot::write(path, &tl, bursts, &title, command).map_err(|e| failed("plot", path, e))?;
     }
     Ok(())
 }
