@@ -371,6 +371,12 @@ pub fn run(_global: &GlobalArgs, args: &ReportArgs) -> CliResult<ExitCode> {
         .last()
         .map(|r| r.header().clone())
         .ok_or_else(|| CliError::bad_input("no recording"))?;
+    if args.command && header.command.is_none() {
+        return Err(CliError::bad_input(format!(
+            "{}: recorded without a command (imc record -o FILE -- CMD marks one): report it without --command",
+            escape(&args.file.display().to_string())
+        )));
+    }
     let whole = read_whole_run(readers);
     let unit = Unit::of(&header.specs().unwrap_or_default());
     // A suffix means powers of 1024 for bytes, of 1000 for counts.
@@ -389,12 +395,6 @@ pub fn run(_global: &GlobalArgs, args: &ReportArgs) -> CliResult<ExitCode> {
     )?;
     let command = match (&header.command, args.no_command) {
         (Some(_), false) => Some(command_report(args, &header, &whole, &spans, &unit)?),
-        (None, _) if args.command => {
-            return Err(CliError::bad_input(format!(
-                "{}: recorded without a command (imc record -o FILE -- CMD marks one): report it without --command",
-                escape(&args.file.display().to_string())
-            )));
-        }
         _ => None,
     };
     let total = whole.summary.result(rows);
