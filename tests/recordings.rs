@@ -1,9 +1,10 @@
 //! Recordings that earlier versions of imc wrote still read: files committed under
-//! tests/fixtures/recordings, each made once by the imc of its date and never rewritten.
+//! tests/recordings, each made once by the imc of its date and never rewritten.
 use imc::model::{Direction, SlotRole, SlotScope};
 use imc::record::Reader;
-use imc_tests::{imc, own_fixtures};
+use imc_tests::imc;
 use serde_json::Value;
+use std::path::Path;
 
 /// `imc record -o … --duration 1 -I 200` on a 2-vCPU VM (page faults as the stand-in), by the
 /// imc of 2026-11-27 before the plan's slots were typed: the header spells the slot's role and
@@ -12,7 +13,7 @@ const PAGE_FAULTS_2026_11: &str = "recordings/page-faults-2026-11.imc";
 
 #[test]
 fn a_recording_of_an_earlier_version_reads_with_its_typed_slots() {
-    let path = own_fixtures().join(PAGE_FAULTS_2026_11);
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(PAGE_FAULTS_2026_11);
     let reader = Reader::open(&path).unwrap();
     let specs = reader.header().specs().unwrap();
     assert_eq!(specs.len(), 1, "{specs:?}");

@@ -251,7 +251,15 @@ pub struct RecordArgs {
     #[arg(short = 'I', long = "interval", value_name = "MS", default_value_t = 100,
           value_parser = parse_interval_ms, allow_negative_numbers = true)]
     pub interval_ms: u64,
-    /// Run this command and record until it exits.
+    /// Only these processes' task rows (comma-separated pids, their threads included; a thread
+    /// id names that thread), as top -p and report -p: package totals stay the whole machine's.
+    /// Each must be running when the recording starts.
+    #[arg(short = 'p', long = "pid", value_name = "PID", value_delimiter = ',')]
+    pub pid: Vec<u32>,
+    /// Run this command and record until it exits. Unlike perf record, which counts the command
+    /// alone unless -a, imc records the whole machine (the memory controller serves everyone)
+    /// and marks the command's process tree in the recording, by a cgroup of its own where one
+    /// can be made (exact), else by /proc parentage; `imc report` shows the command first.
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<OsString>,
 }
@@ -338,7 +346,7 @@ pub struct ReportArgs {
     pub file: PathBuf,
     /// One JSON object instead of the text report: the run's `packages`, `tasks` (the busiest
     /// rows, grouped --by), `others` (the rest summed, when there are more), `unattributed_bytes`,
-    /// `lost_samples` and `bursts`.
+    /// `lost_samples` and `bursts`; with a recorded command, `command` (see --command).
     #[arg(long)]
     pub json: bool,
     /// What to add the traffic up by: process (tgid; `process` means the same), thread (pid),
@@ -353,6 +361,14 @@ pub struct ReportArgs {
     /// List the bursts (always included in --json).
     #[arg(long)]
     pub bursts: bool,
+    /// Show the recorded command's process tree first (`record -- CMD`): its rows and its share
+    /// of the machine's traffic, over the run, per burst and at its busiest interval (JSON
+    /// `command`). The default when the recording has a command; an error when it has none.
+    #[arg(long, conflicts_with = "no_command")]
+    pub command: bool,
+    /// The machine alone, even when the recording has a command.
+    #[arg(long)]
+    pub no_command: bool,
     /// Rate above which an interval is a burst, in the recording's unit: bytes/s (K, M, G: powers
     /// of 1024) for memory-controller counters, counts/s (K, M, G: powers of 1000) for a
     /// stand-in such as page faults (default: halfway between the run's median and its 99th

@@ -202,8 +202,8 @@ fn package_amount(iv: &IntervalResult, specs: &[SlotSpec], tr: &PackageTrack) ->
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{SlotRole, SlotScope};
     use crate::model::result::PackageRow;
+    use crate::model::{SlotRole, SlotScope};
 
     fn spec(event: &str, d: Direction, bpc: Option<f64>) -> SlotSpec {
         SlotSpec {

@@ -73,6 +73,14 @@ impl Sink for Naming<'_> {
         self.inner.started();
     }
 
+    fn command_cgroup(&self) -> Option<std::os::fd::RawFd> {
+        self.inner.command_cgroup()
+    }
+
+    fn command_started(&mut self, pid: u32) {
+        self.inner.command_started(pid);
+    }
+
     fn notice(&mut self, text: &str) {
         self.inner.notice(text);
     }

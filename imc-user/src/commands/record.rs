@@ -10,13 +10,20 @@
 use super::naming_sink::{Naming, cgroup_paths};
 use super::sampling::{block_on, discover, print_plan, select_for};
 use crate::cli::{GlobalArgs, GroupBy, RecordArgs};
+use crate::discovery::process_tree::{ProcessTree, own_cgroup2_path};
 use crate::error::{CliError, CliResult};
+use crate::model::PidFilter;
 use crate::model::result::IntervalResult;
 use crate::pipeline::{LoopOptions, Sink, sample_loop};
-use crate::record::{RecordHeader, Writer, WriterStats, smallest_max_size};
+use crate::record::{
+    HeaderCommand, MemberFn, RecordHeader, Writer, WriterStats, smallest_max_size,
+};
+use crate::sys::cgroup::CommandCgroup;
 use crate::sys::file::{LockError, WriteLock, is_bad_path, what_is_there};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 /// What the writer is made of, until the run starts.
 struct Pending {
@@ -31,6 +38,179 @@ struct Recorder {
     writer: Option<Writer>,
     /// Records drained from the kernel's rings (said in the summary).
     drained: u64,
+    /// `-p`: the raw records kept (the rows are the naming sink's to filter).
+    pids: PidFilter,
+    command: Option<Command>,
+}
+
+/// `-- CMD` and how its process tree is told apart.
+struct Command {
+    argv: Vec<String>,
+    root: PathBuf,
+    /// The cgroup made for it (until it is known whether the command joined it).
+    cgroup: Option<CommandCgroup>,
+    /// Why no cgroup could be made (said once the command runs).
+    no_cgroup: Option<String>,
+    /// How its tasks are told, once it has started.
+    tree: Option<Tree>,
+}
+
+enum Tree {
+    /// Its cgroup's id (exact: every descendant is born in it).
+    Cgroup { pid: u32, id: u64 },
+    /// /proc parentage, scanned every [`PARENTAGE_SCAN`] by a thread of its own (the loop
+    /// drains as seldom as once a second) until the run ends.
+    Parentage {
+        pid: u32,
+        procs: Arc<Mutex<ProcessTree>>,
+        stop: Arc<AtomicBool>,
+        scanner: Option<std::thread::JoinHandle<()>>,
+    },
+}
+
+/// How often the parentage fallback reads /proc (less often where a scan takes long: a tenth
+/// of a CPU at most): a child that starts and ends between two scans can be missed. Each scan
+/// lists /proc and reads the `stat` of the processes new since the last.
+const PARENTAGE_SCAN: std::time::Duration = std::time::Duration::from_millis(5);
+
+fn lock(t: &Mutex<ProcessTree>) -> std::sync::MutexGuard<'_, ProcessTree> {
+    t.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl Tree {
+    fn member_fn(&self) -> Box<MemberFn> {
+        match self {
+            &Tree::Cgroup { pid, id } => {
+                Box::new(move |p, tgid, cg| cg == id || tgid == pid || p == pid)
+            }
+            Tree::Parentage { procs, .. } => {
+                let procs = procs.clone();
+                Box::new(move |p, tgid, _| {
+                    let t = lock(&procs);
+                    t.contains(tgid) || t.contains(p)
+                })
+            }
+        }
+    }
+
+    /// Starts following `pid`'s tree through /proc.
+    fn parentage(root: &Path, pid: u32) -> Tree {
+        let mut first = ProcessTree::new(root, pid);
+        first.scan();
+        let procs = Arc::new(Mutex::new(first));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (p, s) = (procs.clone(), stop.clone());
+        let scanner = std::thread::Builder::new()
+            .name("imc-tree".into())
+            .spawn(move || {
+                let mut took = std::time::Duration::ZERO;
+                while !s.load(Ordering::Relaxed) {
+                    // At most a tenth of a CPU however many processes /proc lists.
+                    std::thread::sleep(PARENTAGE_SCAN.max(took * 9));
+                    let t = std::time::Instant::now();
+                    lock(&p).scan();
+                    took = t.elapsed();
+                }
+            })
+            .map_err(|e| log::warn!("cannot start the /proc scanner: {e}"))
+            .ok();
+        Tree::Parentage {
+            pid,
+            procs,
+            stop,
+            scanner,
+        }
+    }
+}
+
+impl Drop for Tree {
+    fn drop(&mut self) {
+        if let Tree::Parentage { stop, scanner, .. } = self {
+            stop.store(true, Ordering::Relaxed);
+            if let Some(t) = scanner.take() {
+                let _ = t.join();
+            }
+        }
+    }
+}
+
+impl Command {
+    /// Makes a cgroup for the command under imc's own (see [`CommandCgroup`]); where it cannot
+    /// (no cgroup2 mount, no permission), the reason, and the tree will be followed by parentage.
+    fn new(global: &GlobalArgs, argv: &[std::ffi::OsString]) -> Command {
+        let made = crate::discovery::cgroup::find_cgroup2_mount(&global.root)
+            .map_err(|e| e.to_string())
+            .and_then(|mount| {
+                let own = own_cgroup2_path(&global.root)
+                    .ok_or_else(|| "imc's own cgroup v2 path is unknown".to_string())?;
+                let parent = mount.join(own.trim_start_matches('/'));
+                CommandCgroup::create(&mount, &parent)
+                    .map_err(|e| format!("{}: {e}", parent.display()))
+            });
+        let (cgroup, no_cgroup) = match made {
+            Ok(c) => (Some(c), None),
+            Err(e) => (None, Some(e)),
+        };
+        Command {
+            argv: argv
+                .iter()
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect(),
+            root: global.root.clone(),
+            cgroup,
+            no_cgroup,
+            tree: None,
+        }
+    }
+
+    /// The command runs as `pid`: in its cgroup if it joined it, else followed by parentage.
+    fn started(&mut self, pid: u32) -> HeaderCommand {
+        let joined = self.cgroup.as_ref().is_some_and(|c| {
+            std::fs::read_to_string(self.root.join(format!("proc/{pid}/cgroup")))
+                .is_ok_and(|t| t.lines().any(|l| l.strip_prefix("0::") == Some(c.path())))
+        });
+        let mut header = HeaderCommand {
+            argv: self.argv.clone(),
+            pid,
+            tree: "cgroup".into(),
+            cgroup_id: None,
+            cgroup_path: None,
+        };
+        match self.cgroup.as_ref().filter(|_| joined) {
+            Some(c) => {
+                header.cgroup_id = Some(c.id());
+                header.cgroup_path = Some(c.path().to_owned());
+                self.tree = Some(Tree::Cgroup { pid, id: c.id() });
+            }
+            None => {
+                let why = self.no_cgroup.clone().unwrap_or_else(|| {
+                    "the command did not join the cgroup made for it".to_string()
+                });
+                log::warn!(
+                    "the command's own cgroup: {why}; its process tree is followed through /proc \
+                     parentage instead, which misses a child that starts and ends between two scans"
+                );
+                header.tree = "parentage".into();
+                self.tree = Some(Tree::parentage(&self.root, pid));
+            }
+        }
+        header
+    }
+
+    /// How the tree was told, for the summary.
+    fn said(&self) -> String {
+        match &self.tree {
+            Some(Tree::Cgroup { pid, .. }) => format!(
+                "; the command (pid {pid}) marked by its cgroup {}",
+                self.cgroup.as_ref().map_or("", |c| c.path())
+            ),
+            Some(Tree::Parentage { pid, procs, .. }) => format!(
+                "; the command (pid {pid}) marked by /proc parentage ({} processes)",
+                lock(procs).len()
+            ),
+            None => String::new(),
+        }
+    }
 }
 
 impl Recorder {
@@ -38,7 +218,11 @@ impl Recorder {
     /// (if any) has started by then.
     fn writer(&mut self) -> std::io::Result<&mut Writer> {
         if let Some(p) = self.pending.take() {
-            self.writer = Some(create(p).map_err(|e| std::io::Error::other(e.to_string()))?);
+            let mut w = create(p).map_err(std::io::Error::other)?;
+            if let Some(t) = self.command.as_ref().and_then(|c| c.tree.as_ref()) {
+                w.mark_command(t.member_fn());
+            }
+            self.writer = Some(w);
         }
         self.writer
             .as_mut()
@@ -52,6 +236,10 @@ fn to_io(e: crate::record::RecordError) -> std::io::Error {
 
 impl Sink for Recorder {
     fn tick(&mut self, rec: &imc_common::TickRecord) -> std::io::Result<()> {
+        // `-p`: other processes' raw records are not kept either.
+        if !self.pids.keeps(rec.pid, rec.tgid) {
+            return Ok(());
+        }
         self.writer()?.push_tick(rec).map_err(to_io)
     }
 
@@ -62,6 +250,23 @@ impl Sink for Recorder {
 
     fn drained(&mut self, records: usize, _took: std::time::Duration) {
         self.drained += records as u64;
+    }
+
+    fn command_cgroup(&self) -> Option<std::os::fd::RawFd> {
+        self.command
+            .as_ref()
+            .and_then(|c| c.cgroup.as_ref())
+            .map(CommandCgroup::procs_fd)
+    }
+
+    fn command_started(&mut self, pid: u32) {
+        let Some(c) = self.command.as_mut() else {
+            return;
+        };
+        let header = c.started(pid);
+        if let Some(p) = self.pending.as_mut() {
+            p.header.command = Some(header);
+        }
     }
 }
 
@@ -173,6 +378,14 @@ pub fn run(global: &GlobalArgs, args: &RecordArgs) -> CliResult<ExitCode> {
     if args.duration.is_some() && !args.command.is_empty() {
         return Err(CliError::bad_input("give --duration or -- CMD, not both"));
     }
+    if !args.pid.is_empty() && !args.command.is_empty() {
+        return Err(CliError::bad_input(
+            "give -p PID or -- CMD, not both (-- CMD records the machine and marks the command)",
+        ));
+    }
+    if !args.sampler.dry_run {
+        check_pids(&global.root, &args.pid)?;
+    }
     // Held until the recording is finished (dropped at the end of this function).
     let mut _lock = None;
     if let Some(output) = args.output.as_deref()
@@ -211,6 +424,7 @@ pub fn run(global: &GlobalArgs, args: &RecordArgs) -> CliResult<ExitCode> {
     header.weighting.clone_from(&sel.plan.weighting);
     header.start_monotonic_ns = clock_ns(libc::CLOCK_MONOTONIC);
     header.start_realtime_ns = clock_ns(libc::CLOCK_REALTIME);
+    header.pids.clone_from(&args.pid);
     if let Some(m) = args.max_size {
         let least = smallest_max_size(&header);
         if m < least {
@@ -229,6 +443,8 @@ pub fn run(global: &GlobalArgs, args: &RecordArgs) -> CliResult<ExitCode> {
         }),
         writer: None,
         drained: 0,
+        pids: PidFilter::new(&args.pid),
+        command: (!args.command.is_empty()).then(|| Command::new(global, &args.command)),
     };
     let opts = LoopOptions {
         interval_ms: args.interval_ms,
@@ -238,10 +454,14 @@ pub fn run(global: &GlobalArgs, args: &RecordArgs) -> CliResult<ExitCode> {
         verbose: global.verbose,
     };
     // Cgroup paths go into the recording, so a report elsewhere still names containers.
-    let mut named = Naming::new(cgroup_paths(global), GroupBy::Pid, &mut sink);
+    let mut named =
+        Naming::new(cgroup_paths(global), GroupBy::Pid, &mut sink).pids(PidFilter::new(&args.pid));
     let code = block_on(async { Ok(sample_loop(&opts, &found, &sel.plan, &mut named).await?) });
     // Whatever ended the loop, close the file properly: everything recorded stays readable.
     let finished = sink.writer.take().map(Writer::finish).transpose();
+    let said = sink.command.as_ref().map(Command::said).unwrap_or_default();
+    // The command's cgroup goes with the run (what the command left running is moved out).
+    drop(sink.command.take());
     match (code, finished) {
         // The loop's error is the one line to show (the file was closed as far as it could be).
         (Err(e), _) => Err(e),
@@ -250,7 +470,7 @@ pub fn run(global: &GlobalArgs, args: &RecordArgs) -> CliResult<ExitCode> {
         ))),
         (Ok(code), Ok(stats)) => {
             if let Some(st) = stats {
-                summary(&st, output, sink.drained);
+                summary(&st, output, sink.drained, &said);
             }
             Ok(code)
         }
@@ -260,7 +480,7 @@ pub fn run(global: &GlobalArgs, args: &RecordArgs) -> CliResult<ExitCode> {
 /// The run's one line on stderr; `drained`: records drained from the kernel's rings (a record
 /// per switch with `--precise`, per task and tick otherwise: what `cargo xtask bench-overhead`
 /// reports as records drained).
-fn summary(st: &WriterStats, path: &Path, drained: u64) {
+fn summary(st: &WriterStats, path: &Path, drained: u64, command: &str) {
     let rotated = if st.rotations > 0 {
         format!(
             " ({} rotations; the older part is in {})",
@@ -271,10 +491,37 @@ fn summary(st: &WriterStats, path: &Path, drained: u64) {
         String::new()
     };
     eprintln!(
-        "imc: recorded {} intervals, {} raw ticks around bursts, {} bytes to {}{rotated}; {drained} records drained",
+        "imc: recorded {} intervals, {} raw ticks around bursts, {} bytes to {}{rotated}; {drained} records drained{command}",
         st.intervals,
         st.ticks_written,
         st.bytes,
         path.display()
     );
+}
+
+/// Largest pid the kernel hands out (`PID_MAX_LIMIT` on 64-bit), when `/proc/sys/kernel/pid_max`
+/// cannot be read.
+const PID_MAX_LIMIT: u32 = 4 << 20;
+
+/// `record -p`: every pid must be one the kernel could give (1 to pid_max) and running now
+/// (`/proc/PID` under --root, which a thread id has too); otherwise one line, exit 2.
+fn check_pids(root: &Path, pids: &[u32]) -> CliResult<()> {
+    let max = std::fs::read_to_string(root.join("proc/sys/kernel/pid_max"))
+        .ok()
+        .and_then(|t| t.trim().parse::<u32>().ok())
+        .unwrap_or(PID_MAX_LIMIT);
+    for &pid in pids {
+        if pid == 0 || pid >= max {
+            return Err(CliError::bad_input(format!(
+                "-p {pid}: not a process id (this kernel's run from 1 to {}): give the pid of a running process",
+                max - 1
+            )));
+        }
+        if !root.join("proc").join(pid.to_string()).is_dir() {
+            return Err(CliError::bad_input(format!(
+                "-p {pid}: no such process is running: give the pid of a running process (ps -e lists them)"
+            )));
+        }
+    }
+    Ok(())
 }

@@ -17,7 +17,9 @@ use crate::model::result::{
     BurstRow, IntervalResult, OthersRow, PrecisionRow, ReportResult, TaskRow,
 };
 use crate::model::{KeyParts, PidFilter};
-use crate::output::report::{ReportView, Unit, human, rate_unit};
+use crate::output::report::{
+    CommandReport, CommandSpan, ReportView, Unit, command_text, human, rate_unit,
+};
 use crate::output::{perfetto, plot};
 use crate::record::{Item, ReadStatus, Reader, rotated_path};
 use crate::text::escape;
@@ -54,6 +56,9 @@ struct WholeRun {
     warnings: Vec<String>,
     tasks_used: usize,
     precise: Option<PrecisionRow>,
+    /// Per interval (as `rates`): the recorded command's traffic and the machine's attributed
+    /// traffic, both in the recording's unit.
+    command: Vec<(f64, f64)>,
 }
 
 /// Reads every segment of the run once, from the first record to the last, keeping no task
@@ -67,6 +72,7 @@ fn read_whole_run(readers: Vec<Reader>) -> WholeRun {
     let mut rates = Vec::new();
     let mut warnings = Vec::new();
     let mut tasks_used = 0;
+    let mut command = Vec::new();
     // Precise runs: the raw ticks around bursts hold switch records; attribute them twice
     // (with and without the switches) to say how much the tick alone would have differed.
     let mut cmp: Option<(Attributor, Attributor, Summary, Summary)> = None;
@@ -91,9 +97,12 @@ fn read_whole_run(readers: Vec<Reader>) -> WholeRun {
                         amount,
                     });
                     summary.add_amount(&iv, amount);
+                    command.push((r.last_command(), r.last_attributed()));
                 }
                 Item::Ticks(block) => {
-                    if !block.iter().any(|t| t.kind == KIND_SWITCH) {
+                    // `record -p` kept only some tasks' records: attributing them again would
+                    // charge the package's traffic to those alone.
+                    if !block.iter().any(|t| t.kind == KIND_SWITCH) || !h.pids.is_empty() {
                         continue;
                     }
                     let (p, t, sp, st) = cmp.get_or_insert_with(|| {
@@ -151,6 +160,7 @@ fn read_whole_run(readers: Vec<Reader>) -> WholeRun {
         warnings,
         tasks_used,
         precise,
+        command,
     }
 }
 
@@ -191,6 +201,7 @@ fn task_rows(
     spans: &[BurstSpan],
     by: GroupBy,
     pids: &PidFilter,
+    command_only: bool,
 ) -> CliResult<(Vec<TaskRow>, Option<OthersRow>, Vec<BurstRow>)> {
     let parts = whole.tasks_used.div_ceil(TASKS_PER_PASS).max(1) as u64;
     let by_group = split_by_group(by);
@@ -221,6 +232,7 @@ fn task_rows(
         };
         for mut r in readers {
             let pids = pids.clone();
+            r.command_only(command_only);
             r.keep_rows(move |p| {
                 if !pids.keeps(p.pid, p.tgid) {
                     return false;
@@ -294,7 +306,12 @@ const VIEW_GROUPS: usize = 8;
 
 /// The run as a timeline (one more pass over the file, reading only the rows of the groups
 /// drawn), then the Perfetto trace and the plot.
-fn write_views(args: &ReportArgs, total: &IntervalResult, bursts: &[BurstRow]) -> CliResult<()> {
+fn write_views(
+    args: &ReportArgs,
+    total: &IntervalResult,
+    bursts: &[BurstRow],
+    command: Option<&CommandReport>,
+) -> CliResult<()> {
     let readers = open_run(&args.file)?;
     let specs = readers
         .last()
@@ -322,12 +339,13 @@ fn write_views(args: &ReportArgs, total: &IntervalResult, bursts: &[BurstRow]) -
         CliError::runtime(format!("cannot write the {what} {}: {e}", path.display()))
     };
     if let Some(path) = &args.perfetto {
-        perfetto::write(path, &tl, bursts).map_err(|e| failed("Perfetto trace", path, e))?;
+        perfetto::write(path, &tl, bursts, command)
+            .map_err(|e| failed("Perfetto trace", path, e))?;
     }
     if let Some(path) = &args.plot {
         let name = args.file.file_name().unwrap_or_default().to_string_lossy();
         let title = format!("{name}: {}, {}", total.source, tl.unit.per_s());
-        plot::write(path, &tl, bursts, &title).map_err(|e| failed("plot", path, e))?;
+        plot::write(path, &tl, bursts, &title, command).map_err(|e| failed("plot", path, e))?;
     }
     Ok(())
 }
@@ -353,6 +371,12 @@ pub fn run(_global: &GlobalArgs, args: &ReportArgs) -> CliResult<ExitCode> {
         .last()
         .map(|r| r.header().clone())
         .ok_or_else(|| CliError::bad_input("no recording"))?;
+    if args.command && header.command.is_none() {
+        return Err(CliError::bad_input(format!(
+            "{}: recorded without a command (imc record -o FILE -- CMD marks one): report it without --command",
+            escape(&args.file.display().to_string())
+        )));
+    }
     let whole = read_whole_run(readers);
     let unit = Unit::of(&header.specs().unwrap_or_default());
     // A suffix means powers of 1024 for bytes, of 1000 for counts.
@@ -367,13 +391,18 @@ pub fn run(_global: &GlobalArgs, args: &ReportArgs) -> CliResult<ExitCode> {
         spans_wanted,
         args.by,
         &PidFilter::new(&args.pid),
+        false,
     )?;
+    let command = match (&header.command, args.no_command) {
+        (Some(_), false) => Some(command_report(args, &header, &whole, &spans, &unit)?),
+        _ => None,
+    };
     let total = whole.summary.result(rows);
     for w in &whole.warnings {
         eprintln!("imc: warning: {}", escape(w));
     }
     if views {
-        write_views(args, &total, &bursts)?;
+        write_views(args, &total, &bursts, command.as_ref())?;
     }
     let report = ReportResult {
         total,
@@ -386,8 +415,21 @@ pub fn run(_global: &GlobalArgs, args: &ReportArgs) -> CliResult<ExitCode> {
             Unit::Bytes => None,
             Unit::Counts(events) => Some(rate_unit(events)),
         };
-        let mut s = crate::output::json::to_json_by(&report, counts_unit.as_deref(), args.by)
-            .map_err(|e| CliError::runtime(format!("cannot encode JSON: {e}")))?;
+        let cu = counts_unit.as_deref();
+        let mut s = to_json(&report, cu, args.by)?;
+        if command.is_some() || !header.pids.is_empty() {
+            // The machine's object with the command's (and `record -p`'s pids) beside its
+            // fields, as one object.
+            let bad = |e: serde_json::Error| CliError::runtime(format!("cannot encode JSON: {e}"));
+            let mut v: serde_json::Value = serde_json::from_str(&s).map_err(bad)?;
+            if let Some(c) = &command {
+                v["command"] = serde_json::from_str(&to_json(c, cu, args.by)?).map_err(bad)?;
+            }
+            if !header.pids.is_empty() {
+                v["recorded_pids"] = serde_json::json!(header.pids);
+            }
+            s = v.to_string();
+        }
         s.push('\n');
         s
     } else {
@@ -398,8 +440,98 @@ pub fn run(_global: &GlobalArgs, args: &ReportArgs) -> CliResult<ExitCode> {
             bursts: args.bursts,
             threshold_given: args.burst_threshold.is_some(),
         };
-        human(&report, &view, &unit, threshold, spans.len())
+        let mut machine = human(&report, &view, &unit, threshold, spans.len());
+        if !header.pids.is_empty() {
+            let pids: Vec<String> = header.pids.iter().map(u32::to_string).collect();
+            machine.insert_str(
+                0,
+                &format!(
+                    "recorded with -p {}: only those processes' rows; package totals are the whole machine's\n",
+                    pids.join(",")
+                ),
+            );
+        }
+        match &command {
+            Some(c) => command_text(c, &report, args.by, &unit) + &machine,
+            None => machine,
+        }
     };
     crate::error::write_stdout(text.as_bytes())?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The recorded command's part of the run: its rows (one more pass per part of its tasks,
+/// reading only its rows), its traffic and its shares over the run, per interval and per burst.
+fn command_report(
+    args: &ReportArgs,
+    header: &crate::record::RecordHeader,
+    whole: &WholeRun,
+    spans: &[BurstSpan],
+    unit: &Unit,
+) -> CliResult<CommandReport> {
+    let Some(cmd) = &header.command else {
+        return Err(CliError::bad_input("no command"));
+    };
+    let (tasks, others, _) = task_rows(
+        &args.file,
+        whole,
+        &[],
+        args.by,
+        &PidFilter::new(&args.pid),
+        true,
+    )?;
+    let span_of = |first: usize, last: usize| {
+        let (mut c, mut a, mut t) = (0.0, 0.0, 0.0);
+        for i in first..=last.min(whole.rates.len().saturating_sub(1)) {
+            c += whole.command[i].0;
+            a += whole.command[i].1;
+            t += whole.rates[i].amount;
+        }
+        let r = (&whole.rates[first], &whole.rates[last]);
+        CommandSpan::new((r.0.t_start_ns, r.1.t_end_ns), c, a, t)
+    };
+    let per_interval: Vec<CommandSpan> = (0..whole.rates.len()).map(|i| span_of(i, i)).collect();
+    let busiest = per_interval
+        .iter()
+        .filter(|i| i.traffic > 0.0)
+        .max_by(|a, b| {
+            let s = |x: &CommandSpan| x.share_of_total.unwrap_or(0.0);
+            s(a).total_cmp(&s(b))
+        })
+        .cloned();
+    let per_burst = spans
+        .iter()
+        .filter(|b| b.first <= b.last && b.last < whole.rates.len())
+        .map(|b| span_of(b.first, b.last))
+        .collect();
+    let sum = |f: fn(&(f64, f64)) -> f64| whole.command.iter().map(f).sum::<f64>();
+    let machine_total: f64 = whole.rates.iter().map(|r| r.amount).sum();
+    let run = CommandSpan::new((0, 0), sum(|c| c.0), sum(|c| c.1), machine_total);
+    Ok(CommandReport {
+        argv: cmd.argv.clone(),
+        pid: cmd.pid,
+        tree: cmd.tree.clone(),
+        cgroup_path: cmd.cgroup_path.clone(),
+        unit: match unit {
+            Unit::Bytes => "bytes".into(),
+            Unit::Counts(e) => e.join("+"),
+        },
+        traffic: run.traffic,
+        machine_attributed: sum(|c| c.1),
+        machine_total,
+        share_of_attributed: run.share_of_attributed,
+        share_of_total: run.share_of_total,
+        tasks,
+        others,
+        busiest,
+        per_burst,
+        per_interval,
+    })
+}
+
+/// The JSON of the report and of the command's part alike (`to_json_by`'s rules: a stand-in's
+/// byte fields null, a group row's member identity null).
+fn to_json(v: &impl serde::Serialize, counts_unit: Option<&str>, by: GroupBy) -> CliResult<String> {
+    crate::output::json::to_json_by(v, counts_unit, by)
+        .map_err(|e| CliError::runtime(format!("cannot encode JSON: {e}")))
 }

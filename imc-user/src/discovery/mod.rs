@@ -19,6 +19,7 @@ pub mod kernel_config;
 pub mod machine;
 pub mod mchbar;
 pub mod non_bandwidth;
+pub mod process_tree;
 pub mod resctrl;
 pub mod sysfs;
 pub mod topology;

@@ -28,6 +28,8 @@ pub const PROCESS_UUID: u64 = 2_000;
 pub const GROUP_UUID: u64 = 3_000;
 pub const REST_UUID: u64 = 4_000;
 pub const BURSTS_UUID: u64 = 5_000;
+/// The recorded command's tree (`record -- CMD`), one track.
+pub const COMMAND_UUID: u64 = 6_000;
 /// Culprits named in a burst slice's title (all of them are in its arguments).
 const TITLE_CULPRITS: usize = 3;
 const SEQUENCE: u32 = 1;
@@ -199,11 +201,43 @@ pub fn trace(tl: &Timeline, bursts: &[BurstRow]) -> Trace {
     t
 }
 
-/// Writes the trace of `tl` and `bursts` to `path`.
-pub fn write(path: &Path, tl: &Timeline, bursts: &[BurstRow]) -> std::io::Result<()> {
-    let bytes = trace(tl, bursts)
-        .write_to_bytes()
-        .map_err(std::io::Error::other)?;
+/// Adds the recorded command's tree as a counter track of its own (`command: ARGV (UNIT)`): its
+/// rate over each interval, at the interval's start, zero across gaps and after the last.
+pub fn add_command(t: &mut Trace, unit: &Unit, c: &crate::output::report::CommandReport) {
+    let unit = unit.per_s();
+    let name = format!("command: {} (pid {}) ({unit})", c.argv.join(" "), c.pid);
+    t.packet
+        .push(counter_descriptor(COMMAND_UUID, None, &name, &unit));
+    let mut prev_end: Option<u64> = None;
+    for sp in &c.per_interval {
+        if let Some(end) = prev_end
+            && sp.t_start_ns > end
+        {
+            t.packet.push(counter(end, COMMAND_UUID, 0.0));
+        }
+        let secs = sp.t_end_ns.saturating_sub(sp.t_start_ns) as f64 / 1e9;
+        let rate = if secs > 0.0 { sp.traffic / secs } else { 0.0 };
+        t.packet.push(counter(sp.t_start_ns, COMMAND_UUID, rate));
+        prev_end = Some(sp.t_end_ns);
+    }
+    if let Some(end) = prev_end {
+        t.packet.push(counter(end, COMMAND_UUID, 0.0));
+    }
+    t.packet.sort_by_key(|p| p.timestamp.unwrap_or(0));
+}
+
+/// Writes the trace of `tl` and `bursts` (and the recorded command's track) to `path`.
+pub fn write(
+    path: &Path,
+    tl: &Timeline,
+    bursts: &[BurstRow],
+    command: Option<&crate::output::report::CommandReport>,
+) -> std::io::Result<()> {
+    let mut t = trace(tl, bursts);
+    if let Some(c) = command {
+        add_command(&mut t, &tl.unit, c);
+    }
+    let bytes = t.write_to_bytes().map_err(std::io::Error::other)?;
     crate::sys::file::replace_with(path, &bytes)
 }
 

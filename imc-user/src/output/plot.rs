@@ -4,6 +4,7 @@
 //! (with a binary prefix) for memory controllers, the events per second for stand-ins.
 use crate::attribution::timeline::{Point, Timeline, Unit};
 use crate::model::result::BurstRow;
+use crate::output::report::CommandReport;
 use crate::text::binary_prefix;
 use plotters::prelude::*;
 use std::path::Path;
@@ -70,9 +71,37 @@ fn scale(unit: &Unit, peak: f64) -> (f64, String) {
 
 /// Draws the plot into an SVG string.
 pub fn svg(tl: &Timeline, bursts: &[BurstRow], title: &str) -> Result<String, String> {
+    svg_with(tl, bursts, title, None)
+}
+
+/// [`svg`], with the recorded command's rate drawn as a black line over the bands.
+pub fn svg_with(
+    tl: &Timeline,
+    bursts: &[BurstRow],
+    title: &str,
+    command: Option<&CommandReport>,
+) -> Result<String, String> {
     let mut out = String::new();
-    draw(tl, bursts, title, &mut out).map_err(|e| e.to_string())?;
+    draw(tl, bursts, title, command, &mut out).map_err(|e| e.to_string())?;
     Ok(out)
+}
+
+/// The command's rate per interval as (start, end, per second), averaged in runs of adjacent
+/// intervals so that at most `max` remain.
+fn command_steps(c: &CommandReport, max: usize) -> Vec<(u64, u64, f64)> {
+    let per = c.per_interval.len().div_ceil(max.max(1)).max(1);
+    c.per_interval
+        .chunks(per)
+        .map(|run| {
+            let (t0, t1) = (run[0].t_start_ns, run[run.len() - 1].t_end_ns);
+            let secs: f64 = run
+                .iter()
+                .map(|s| s.t_end_ns.saturating_sub(s.t_start_ns) as f64 / 1e9)
+                .sum();
+            let traffic: f64 = run.iter().map(|s| s.traffic).sum();
+            (t0, t1, if secs > 0.0 { traffic / secs } else { 0.0 })
+        })
+        .collect()
 }
 
 /// A label cut to `n` characters, with an ellipsis when cut.
@@ -108,6 +137,7 @@ fn draw(
     tl: &Timeline,
     bursts: &[BurstRow],
     title: &str,
+    command: Option<&CommandReport>,
     out: &mut String,
 ) -> Result<(), Box<dyn std::error::Error>> {
     let points = resample(&tl.points, MAX_POINTS);
@@ -165,6 +195,14 @@ fn draw(
         }
         chart.draw_series(std::iter::once(Polygon::new(outline, fill.filled())))?;
     }
+    if let Some(c) = command {
+        let mut line = Vec::new();
+        for (a, b, rate) in command_steps(c, MAX_POINTS) {
+            line.push((x_of(a), rate / div));
+            line.push((x_of(b), rate / div));
+        }
+        chart.draw_series(LineSeries::new(line, BLACK.stroke_width(2)))?;
+    }
     for (i, b) in bursts.iter().enumerate().take(LISTED_BURSTS) {
         chart.draw_series(std::iter::once(Text::new(
             format!("{}", i + 1),
@@ -172,7 +210,14 @@ fn draw(
             ("sans-serif", 13).into_font().color(&BLACK),
         )))?;
     }
-    draw_panel(&panel, tl, bursts, t0)?;
+    let legend = command.map(|c| {
+        format!(
+            "command (pid {}) {:.1}%",
+            c.pid,
+            c.share_of_total.unwrap_or(0.0) * 100.0
+        )
+    });
+    draw_panel(&panel, tl, bursts, t0, legend)?;
     root.present()?;
     Ok(())
 }
@@ -183,6 +228,7 @@ fn draw_panel<DB: DrawingBackend>(
     tl: &Timeline,
     bursts: &[BurstRow],
     t0: u64,
+    command: Option<String>,
 ) -> Result<(), Box<dyn std::error::Error>>
 where
     DB::ErrorType: 'static,
@@ -207,6 +253,12 @@ where
         y += 20;
     }
     entry(REST, "others and unattributed (device/unseen)".into(), y)?;
+    if let Some(label) = command {
+        y += 20;
+        // A line, not a band: the command's rate over the stack.
+        panel.draw(&Rectangle::new([(10, y + 5), (24, y + 7)], BLACK.filled()))?;
+        panel.draw(&Text::new(clip(&label, 40), (32, y), font.clone()))?;
+    }
     y += 34;
     if bursts.is_empty() {
         panel.draw(&Text::new("no bursts", (10, y), bold))?;
@@ -241,8 +293,14 @@ where
 }
 
 /// Writes the plot to `path`.
-pub fn write(path: &Path, tl: &Timeline, bursts: &[BurstRow], title: &str) -> std::io::Result<()> {
-    let s = svg(tl, bursts, title).map_err(std::io::Error::other)?;
+pub fn write(
+    path: &Path,
+    tl: &Timeline,
+    bursts: &[BurstRow],
+    title: &str,
+    command: Option<&CommandReport>,
+) -> std::io::Result<()> {
+    let s = svg_with(tl, bursts, title, command).map_err(std::io::Error::other)?;
     crate::sys::file::replace_with(path, s.as_bytes())
 }
 

@@ -1,7 +1,7 @@
 //! `imc report` as text: the run's task table, what was not attributed, and the bursts. The
 //! unit is bytes, or the counts of a stand-in that must never be shown as bytes.
 use crate::model::GroupBy;
-use crate::model::result::{ReportResult, TaskRow};
+use crate::model::result::{OthersRow, ReportResult, TaskRow};
 use crate::text::{escape, fixed, fmt_byte_rate};
 use std::path::Path;
 
@@ -46,14 +46,11 @@ fn row_cells(r: &TaskRow, by: GroupBy, has_total: bool, stand_in: &[String]) -> 
     // A group shows its key, not one member's identity: the name beside a thread or a process
     // only.
     let companion = matches!(by, GroupBy::Pid | GroupBy::Tgid);
-    let mut v: Vec<String> = [
-        by.cell(r),
-        r.comm.clone(),
-    ]
-    .iter()
-    .take(if companion { 2 } else { 1 })
-    .map(|c| escape(c).into_owned())
-    .collect();
+    let mut v: Vec<String> = [by.cell(r), r.comm.clone()]
+        .iter()
+        .take(if companion { 2 } else { 1 })
+        .map(|c| escape(c).into_owned())
+        .collect();
     if stand_in.is_empty() {
         v.push(fmt_bytes(r.read_bytes as f64));
         v.push(fmt_bytes(r.write_bytes as f64));
@@ -328,9 +325,150 @@ fn bursts(
     s
 }
 
+/// The recorded command's part of the run (`record -- CMD`; JSON `command`): traffic in the
+/// recording's unit (bytes, or a stand-in's counts), over the run, per interval and per burst.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct CommandReport {
+    pub argv: Vec<String>,
+    pub pid: u32,
+    /// `cgroup` (exact) or `parentage` (can miss a child that lived between two scans).
+    pub tree: String,
+    pub cgroup_path: Option<String>,
+    /// `bytes`, or the stand-in's events (`page-faults`).
+    pub unit: String,
+    /// The command's tree over the run; the machine's attributed traffic and all of it.
+    pub traffic: f64,
+    pub machine_attributed: f64,
+    pub machine_total: f64,
+    /// `traffic` over the machine's attributed traffic, and over all of it (null when the
+    /// machine had none).
+    pub share_of_attributed: Option<f64>,
+    pub share_of_total: Option<f64>,
+    /// Its rows (grouped --by), the busiest first; `others`: the rest summed.
+    pub tasks: Vec<TaskRow>,
+    pub others: Option<OthersRow>,
+    /// The interval where its share of all traffic was largest (with any traffic).
+    pub busiest: Option<CommandSpan>,
+    /// Its part of each burst (as the report's `bursts`), and of each interval.
+    pub per_burst: Vec<CommandSpan>,
+    pub per_interval: Vec<CommandSpan>,
+}
+
+/// The command's traffic over one interval or burst, and its shares of the machine's.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct CommandSpan {
+    pub t_start_ns: u64,
+    pub t_end_ns: u64,
+    pub traffic: f64,
+    pub share_of_attributed: Option<f64>,
+    pub share_of_total: Option<f64>,
+}
+
+impl CommandSpan {
+    /// The command's `traffic` of the machine's `attributed` and `total` over a span.
+    pub fn new(t: (u64, u64), traffic: f64, attributed: f64, total: f64) -> CommandSpan {
+        let of = |whole: f64| (whole > 0.0).then(|| (traffic / whole).min(1.0));
+        CommandSpan {
+            t_start_ns: t.0,
+            t_end_ns: t.1,
+            traffic,
+            share_of_attributed: of(attributed),
+            share_of_total: of(total),
+        }
+    }
+}
+
+/// The command's part, shown before the machine's report: what ran, how its tree was told, its
+/// traffic and shares, its busiest interval and bursts, and its rows.
+pub fn command_text(c: &CommandReport, rep: &ReportResult, by: GroupBy, unit: &Unit) -> String {
+    let stand_in: Vec<String> = match unit {
+        Unit::Bytes => Vec::new(),
+        Unit::Counts(events) => events.clone(),
+    };
+    let amount = |v: f64| match unit {
+        Unit::Bytes => fmt_bytes(v),
+        Unit::Counts(e) => format!("{} {}", fixed(v, 0), escape(&e.join("+"))),
+    };
+    let share = |s: Option<f64>| s.map_or_else(|| "-".to_string(), fmt_share);
+    let argv = shell_words(&c.argv);
+    let how = match c.cgroup_path.as_deref() {
+        Some(p) if c.tree == "cgroup" => format!("told by its cgroup {}", escape(p)),
+        _ => "told by /proc parentage (a child that lived between two scans is missed)".into(),
+    };
+    let mut s = format!("command: {argv} (pid {}), its process tree {how}\n", c.pid);
+    s.push_str(&format!(
+        "  {}: {} of the attributed traffic, {} of all {}\n",
+        amount(c.traffic),
+        share(c.share_of_attributed),
+        share(c.share_of_total),
+        amount(c.machine_total),
+    ));
+    let t0 = rep.total.t_start_ns;
+    let at = |sp: &CommandSpan| format!("+{:.3} s", sp.t_start_ns.saturating_sub(t0) as f64 / 1e9);
+    if let Some(b) = &c.busiest {
+        s.push_str(&format!(
+            "  busiest interval: {} of all at {} ({})\n",
+            share(b.share_of_total),
+            at(b),
+            amount(b.traffic)
+        ));
+    }
+    if !c.per_burst.is_empty() {
+        let list: Vec<String> = c
+            .per_burst
+            .iter()
+            .map(|b| format!("{} {}", at(b), share(b.share_of_total)))
+            .collect();
+        s.push_str(&format!("  its share of each burst: {}\n", list.join(", ")));
+    }
+    let cols = Columns::new(
+        by,
+        rep.total.packages.iter().any(|p| p.total_bytes > 0),
+        stand_in,
+    );
+    if c.tasks.is_empty() {
+        s.push_str("  (no traffic was charged to the command's tree)\n");
+    } else {
+        s.push_str(&cols.table(c.tasks.iter().take(TABLE_ROWS), "  "));
+        let more = c.tasks.len().saturating_sub(TABLE_ROWS) as u64
+            + c.others.as_ref().map_or(0, |o| o.rows);
+        if more > 0 {
+            s.push_str(&format!("  ... {more} more of the command's\n"));
+        }
+    }
+    s.push_str("\nthe machine:\n");
+    s
+}
+
+/// Arguments as a shell would take them back: plain words as they are, others single-quoted,
+/// every control character escaped.
+fn shell_words(argv: &[String]) -> String {
+    argv.iter()
+        .map(|a| {
+            let plain = !a.is_empty()
+                && a.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c));
+            if plain {
+                escape(a).into_owned()
+            } else {
+                format!("'{}'", escape(&a.replace('\'', "'\\''")))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn command_words_are_quoted_as_a_shell_reads_them() {
+        let a = |v: &[&str]| shell_words(&v.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+        assert_eq!(a(&["sh", "-c", "a b"]), "sh -c 'a b'");
+        assert_eq!(a(&["echo", "it's"]), "echo 'it'\\''s'");
+        assert!(!a(&["x\u{1b}[2J"]).contains('\u{1b}'));
+    }
 
     #[test]
     fn byte_units() {

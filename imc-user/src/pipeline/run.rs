@@ -157,7 +157,10 @@ async fn run_loop(
     let deadline = opts.duration.map(|d| start + d);
     let mut ends = IntervalEnds::starting(crate::sampler::monotonic_ns(), opts.interval_ms);
     // Start the command only once the sampler runs, so none of its traffic is missed.
-    let mut child = spawn_command(opts.command)?;
+    let mut child = spawn_command(opts.command, sink.command_cgroup())?;
+    if let Some(pid) = child.as_ref().and_then(Child::id) {
+        sink.command_started(pid);
+    }
     let mut exit = ExitCode::SUCCESS;
     let mut next_wake = start + period;
     // A failure ends the loop here, not with `?`: the command must not outlive it.
@@ -283,7 +286,12 @@ impl Wakeups {
 
 /// `-- CMD ARGS` started, if given, set to die with imc's main thread (the loop's own, a
 /// current-thread runtime): a SIGKILL of imc leaves no measured command behind.
-fn spawn_command(command: &[std::ffi::OsString]) -> Result<Option<Child>, PipelineError> {
+/// With `cgroup` (an open `cgroup.procs`), the command joins that cgroup before it executes; if
+/// it cannot, it runs where imc runs (the sink sees where it went).
+fn spawn_command(
+    command: &[std::ffi::OsString],
+    cgroup: Option<std::os::fd::RawFd>,
+) -> Result<Option<Child>, PipelineError> {
     let Some((prog, rest)) = command.split_first() else {
         return Ok(None);
     };
@@ -291,9 +299,15 @@ fn spawn_command(command: &[std::ffi::OsString]) -> Result<Option<Child>, Pipeli
     cmd.args(rest);
     // The command dies with imc, even when imc is killed with SIGKILL and cannot end it itself.
     let imc_pid = std::process::id();
-    // SAFETY: the hook makes only async-signal-safe calls (prctl, getppid).
+    // SAFETY: the hook makes only async-signal-safe calls (prctl, getppid, write).
     unsafe {
-        cmd.pre_exec(move || crate::sys::thread::die_with_parent(imc_pid));
+        cmd.pre_exec(move || {
+            crate::sys::thread::die_with_parent(imc_pid)?;
+            if let Some(fd) = cgroup {
+                let _ = crate::sys::cgroup::join(fd);
+            }
+            Ok(())
+        });
     }
     cmd.spawn()
         .map(Some)

@@ -24,6 +24,15 @@ pub trait Sink {
     /// starts answering then, never before a run that is about to fail).
     fn started(&mut self) {}
 
+    /// Where `-- CMD` is to start: the open `cgroup.procs` of a cgroup v2 directory that the
+    /// command joins between fork and exec (`imc record` marks the command's tree by it); None:
+    /// imc's own cgroup.
+    fn command_cgroup(&self) -> Option<std::os::fd::RawFd> {
+        None
+    }
+    /// Once `-- CMD` has started, before any of its records are drained: its pid.
+    fn command_started(&mut self, _pid: u32) {}
+
     /// Something the user must be told once while the loop runs (one line, no `imc:` prefix);
     /// on stderr unless the sink shows it itself (the live view's header).
     fn notice(&mut self, line: &str) {

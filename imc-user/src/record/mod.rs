@@ -11,7 +11,7 @@ mod reader;
 mod writer;
 
 pub use reader::{Item, ReadStatus, Reader};
-pub use writer::{Writer, WriterOptions, WriterStats, smallest_max_size};
+pub use writer::{MemberFn, Writer, WriterOptions, WriterStats, smallest_max_size};
 
 use crate::model::{Package, SlotRole, SlotScope, SlotSpec, Topology};
 use serde::{Deserialize, Serialize};
@@ -37,6 +37,9 @@ pub const CHUNK_CGROUPS: u8 = 7;
 /// addition, so older readers skip it; TICKS stays for chunks with timer and switch records
 /// only, which every reader reads.
 pub const CHUNK_TICKS2: u8 = 8;
+/// The task ids of the file's table that belong to the recorded command's process tree
+/// (`record -- CMD`): a later addition, so older readers skip it (they report the machine).
+pub const CHUNK_COMMAND_TASKS: u8 = 9;
 
 /// Ticks per TICKS chunk: small enough that a crash loses little, large enough that the chunk
 /// overhead (9 bytes and a per-CPU restart of delta coding) stays negligible. Readers refuse a
@@ -178,6 +181,32 @@ pub struct RecordHeader {
     /// How the run divided package traffic (absent in recordings made before imc said).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub weighting: Option<crate::model::Weighting>,
+    /// `record -- CMD`: the command and how its process tree is told apart (absent in
+    /// recordings of the machine alone, and in those made before imc marked commands).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<HeaderCommand>,
+    /// `record -p`: only these processes' task rows were recorded (package totals are the
+    /// whole machine's). Empty: every task.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pids: Vec<u32>,
+}
+
+/// The recorded command (`record -- CMD`): which tasks are its tree is stored per task, in
+/// COMMAND_TASKS chunks; this says what it was and how the tree was followed.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct HeaderCommand {
+    /// Its arguments (lossily UTF-8: a byte that is not is U+FFFD).
+    pub argv: Vec<String>,
+    pub pid: u32,
+    /// `cgroup`: the command ran in a cgroup of its own, so its tree is exact (short-lived
+    /// children included); `parentage`: followed through /proc parentage and the records'
+    /// tgids, which can miss a child that lives between two scans.
+    pub tree: String,
+    /// The command's cgroup (with `tree` = `cgroup`): its id and its path.
+    #[serde(default)]
+    pub cgroup_id: Option<u64>,
+    #[serde(default)]
+    pub cgroup_path: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -213,6 +242,8 @@ impl RecordHeader {
             run_id: 0,
             segment: 0,
             weighting: None,
+            command: None,
+            pids: Vec::new(),
         }
     }
 
@@ -322,6 +353,54 @@ mod tests {
                 (g.pid, g.tgid, g.cgroup_id, g.comm, g.slots, g.failed_mask)
             );
         }
+    }
+
+    /// COMMAND_TASKS marks tasks the file defined, and only those: a mark beyond the table is
+    /// damage (everything before it kept), never an allocation the file asks for.
+    #[test]
+    fn command_marks_name_defined_tasks_only() {
+        use crate::model::result::{PackageRow, TaskRow};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.imc");
+        let specs = Scenario::busy(2, 1000, 1).specs();
+        let row = |pid: u32| TaskRow {
+            pid,
+            tgid: pid,
+            comm: "t".into(),
+            values: [(specs[0].event.clone(), 10.0)].into(),
+            ..TaskRow::default()
+        };
+        let iv = IntervalResult {
+            t_end_ns: 100,
+            source: "x".into(),
+            packages: vec![PackageRow::default()],
+            tasks: vec![row(10), row(11), row(12)],
+            ..IntervalResult::default()
+        };
+        let mut w = Writer::create(&path, busy_header(), None).unwrap();
+        w.mark_command(Box::new(|_, tgid, _| tgid == 11));
+        w.push_interval(&iv).unwrap();
+        w.finish().unwrap();
+        let data = std::fs::read(&path).unwrap();
+        assert!(chunk_kinds(&data).contains(&CHUNK_COMMAND_TASKS));
+        let mut r = Reader::from_bytes(&path, data.clone()).unwrap();
+        r.command_only(true);
+        let Some(Item::Interval(got)) = r.next_item() else {
+            panic!("an interval")
+        };
+        assert_eq!(got.tasks.iter().map(|t| t.pid).collect::<Vec<_>>(), [11]);
+        assert_eq!(r.command_tasks(), 1);
+        assert!(r.last_command() > 0.0 && r.last_command() < r.last_attributed());
+        // A mark of task 3 in a file of three tasks (0-2), after the END chunk.
+        let mut bad = bytes::BytesMut::from(&data[..]);
+        codec::put_chunk(&mut bad, CHUNK_COMMAND_TASKS, &[1, 3]);
+        let mut r = Reader::from_bytes(&path, bad.to_vec()).unwrap();
+        while r.next_item().is_some() {}
+        assert!(
+            matches!(r.status(), ReadStatus::Damaged { offset, .. } if *offset == data.len() as u64),
+            "{:?}",
+            r.status()
+        );
     }
 
     #[test]

@@ -4,9 +4,9 @@
 //! the file.
 use super::codec::{Cursor, Malformed, crc32, unzigzag};
 use super::{
-    CHUNK_CGROUPS, CHUNK_CONTINUED, CHUNK_END, CHUNK_INTERVAL, CHUNK_STRINGS, CHUNK_TASKS,
-    CHUNK_TICKS, CHUNK_TICKS2, MAGIC, MAX_CHUNK, RecordError, RecordHeader, TICKS_PER_CHUNK,
-    VERSION,
+    CHUNK_CGROUPS, CHUNK_COMMAND_TASKS, CHUNK_CONTINUED, CHUNK_END, CHUNK_INTERVAL, CHUNK_STRINGS,
+    CHUNK_TASKS, CHUNK_TICKS, CHUNK_TICKS2, MAGIC, MAX_CHUNK, RecordError, RecordHeader,
+    TICKS_PER_CHUNK, VERSION,
 };
 use crate::attribution::summary::{amount_of, sort_rows};
 use crate::attribution::{bytes_of, traffic_counts};
@@ -123,6 +123,14 @@ pub struct Reader {
     /// [`traffic_amount`](crate::attribution::traffic_amount) of the last interval, over all
     /// its rows, kept or not.
     last_amount: f64,
+    /// Per task id: of the recorded command's tree (COMMAND_TASKS chunks)?
+    members: Vec<bool>,
+    /// Hand out only the command's rows (see [`command_only`](Self::command_only)).
+    command_only: bool,
+    /// The last interval's attributed traffic (bytes, or a stand-in's counts), all rows and
+    /// the command's rows.
+    last_attributed: f64,
+    last_command: f64,
 }
 
 /// Largest JSON header a reader accepts (real ones are a few KiB).
@@ -224,6 +232,10 @@ impl Reader {
             filter: None,
             kept: Vec::new(),
             last_amount: 0.0,
+            members: Vec::new(),
+            command_only: false,
+            last_attributed: 0.0,
+            last_command: 0.0,
         })
     }
 
@@ -255,6 +267,29 @@ impl Reader {
     /// all its rows, the ones [`keep_rows`](Self::keep_rows) left out included.
     pub fn last_amount(&self) -> f64 {
         self.last_amount
+    }
+
+    /// Hands out only the rows of the recorded command's tree (nothing from a recording without
+    /// one); totals and the amounts still cover every row.
+    pub fn command_only(&mut self, yes: bool) {
+        self.command_only = yes;
+    }
+
+    /// The last interval's attributed traffic over all its rows, kept or not: bytes, or for a
+    /// stand-in its traffic counts.
+    pub fn last_attributed(&self) -> f64 {
+        self.last_attributed
+    }
+
+    /// The part of [`last_attributed`](Self::last_attributed) charged to the recorded
+    /// command's tree.
+    pub fn last_command(&self) -> f64 {
+        self.last_command
+    }
+
+    /// Tasks of the file's table marked as the recorded command's so far.
+    pub fn command_tasks(&self) -> usize {
+        self.members.iter().filter(|&&m| m).count()
     }
 
     /// Tasks the file has defined so far (its task table).
@@ -378,6 +413,27 @@ impl Reader {
                 }
                 Ok(None)
             }
+            CHUNK_COMMAND_TASKS => {
+                let n = c.count()?;
+                let mut id = 0u64;
+                for k in 0..n {
+                    let delta = c.varint()?;
+                    if k > 0 && delta == 0 {
+                        return Err(Malformed);
+                    }
+                    id = id.checked_add(delta).ok_or(Malformed)?;
+                    // Only tasks the file defined: memory follows the task table.
+                    let i = usize::try_from(id).map_err(|_| Malformed)?;
+                    if i >= self.tasks.len() {
+                        return Err(Malformed);
+                    }
+                    if self.members.len() <= i {
+                        self.members.resize(i + 1, false);
+                    }
+                    self.members[i] = true;
+                }
+                Ok(None)
+            }
             CHUNK_CGROUPS => {
                 let n = c.count()?;
                 for _ in 0..n {
@@ -466,6 +522,7 @@ impl Reader {
         let mut tasks = Vec::new();
         let mut filter = self.filter.take();
         let (mut all_counts, mut all_shares) = (0.0, 0.0);
+        (self.last_attributed, self.last_command) = (0.0, 0.0);
         let rows = self.decode_rows(c, nrows, basis, &mut filter, |row, counts, share| {
             all_counts += counts;
             all_shares += share;
@@ -511,6 +568,7 @@ impl Reader {
         mut out: impl FnMut(Option<TaskRow>, f64, f64),
     ) -> Result<(), Malformed> {
         let mut id = 0u64;
+        let (mut attributed, mut command) = (0.0, 0.0);
         for k in 0..nrows {
             let delta = c.varint()?;
             if k > 0 && delta == 0 {
@@ -527,6 +585,21 @@ impl Reader {
             let bytes = read_bytes + write_bytes + total_bytes;
             let traffic = traffic_counts(&self.specs, &counts);
             let share = basis.share(bytes, traffic);
+            let amount = if self.has_bytes {
+                bytes as f64
+            } else {
+                traffic
+            };
+            attributed += amount;
+            let member = self.members.get(id as usize).copied().unwrap_or(false);
+            if member {
+                command += amount;
+            }
+            (self.last_attributed, self.last_command) = (attributed, command);
+            if self.command_only && !member {
+                out(None, traffic, share);
+                continue;
+            }
             let known = self.kept.get(id as usize).copied().unwrap_or(0);
             if known == 2 {
                 out(None, traffic, share);

@@ -1,9 +1,9 @@
 //! Writing recordings: aggregates every interval, raw ticks only around bursts, size-bounded.
 use super::codec::{crc32, framed, put_chunk, put_varint, zigzag};
 use super::{
-    CHUNK_CGROUPS, CHUNK_CONTINUED, CHUNK_END, CHUNK_INTERVAL, CHUNK_STRINGS, CHUNK_TASKS,
-    CHUNK_TICKS, CHUNK_TICKS2, MAGIC, RecordError, RecordHeader, TICKS_PER_CHUNK, VERSION,
-    rotated_path,
+    CHUNK_CGROUPS, CHUNK_COMMAND_TASKS, CHUNK_CONTINUED, CHUNK_END, CHUNK_INTERVAL, CHUNK_STRINGS,
+    CHUNK_TASKS, CHUNK_TICKS, CHUNK_TICKS2, MAGIC, RecordError, RecordHeader, TICKS_PER_CHUNK,
+    VERSION, rotated_path,
 };
 use crate::attribution::TaskKey;
 use crate::attribution::tasks::FxBuild;
@@ -134,6 +134,8 @@ struct Tables {
     new_strings: Vec<String>,
     new_cgroups: Vec<(u64, u64)>,
     new_tasks: Vec<(TaskKey, u64)>,
+    /// Ids of new tasks of the recorded command's tree, not yet written (COMMAND_TASKS).
+    new_members: Vec<u64>,
 }
 
 /// How many unwritten entries each table has: what [`Tables::rollback`] returns to.
@@ -142,6 +144,7 @@ struct Mark {
     strings: usize,
     cgroups: usize,
     tasks: usize,
+    members: usize,
 }
 
 /// The STRINGS, CGROUPS and TASKS payloads of a chunk's unwritten table entries, in the order
@@ -151,6 +154,7 @@ struct Pending {
     strings: Vec<u8>,
     cgroups: Vec<u8>,
     tasks: Vec<u8>,
+    members: Vec<u8>,
 }
 
 impl Tables {
@@ -164,7 +168,9 @@ impl Tables {
         i
     }
 
-    fn task_id(&mut self, key: &TaskKey) -> u64 {
+    /// The task's id in this file, defining it (and saying whether it is of the recorded
+    /// command's tree, as `member` answers) the first time.
+    fn task_id(&mut self, key: &TaskKey, member: Option<&mut MemberFn>) -> u64 {
         if let Some(&i) = self.tasks.get(key) {
             return i;
         }
@@ -172,6 +178,9 @@ impl Tables {
         let i = self.tasks.len() as u64;
         self.tasks.insert(*key, i);
         self.new_tasks.push((*key, sid));
+        if member.is_some_and(|m| m(key.pid, key.tgid, key.cgroup)) {
+            self.new_members.push(i);
+        }
         i
     }
 
@@ -191,6 +200,7 @@ impl Tables {
             strings: self.new_strings.len(),
             cgroups: self.new_cgroups.len(),
             tasks: self.new_tasks.len(),
+            members: self.new_members.len(),
         }
     }
 
@@ -205,6 +215,7 @@ impl Tables {
         for (k, _) in self.new_tasks.drain(mark.tasks..) {
             self.tasks.remove(&k);
         }
+        self.new_members.truncate(mark.members);
     }
 
     /// The entries are written: they are the file's from now on.
@@ -212,6 +223,7 @@ impl Tables {
         self.new_strings.clear();
         self.new_cgroups.clear();
         self.new_tasks.clear();
+        self.new_members.clear();
     }
 
     /// The table payloads of the unwritten entries.
@@ -240,6 +252,15 @@ impl Tables {
                 put_varint(&mut p.tasks, *sid);
             }
         }
+        if !self.new_members.is_empty() {
+            // Ids rise: each as the difference from the previous (the first from 0).
+            put_varint(&mut p.members, self.new_members.len() as u64);
+            let mut prev = 0;
+            for &id in &self.new_members {
+                put_varint(&mut p.members, id - prev);
+                prev = id;
+            }
+        }
         p
     }
 }
@@ -257,7 +278,11 @@ impl Staged {
     fn bytes(&self) -> u64 {
         let table = |p: &Vec<u8>| if p.is_empty() { 0 } else { framed(p.len()) };
         let t = &self.tables;
-        table(&t.strings) + table(&t.cgroups) + table(&t.tasks) + framed(self.payload.len())
+        table(&t.strings)
+            + table(&t.cgroups)
+            + table(&t.tasks)
+            + table(&t.members)
+            + framed(self.payload.len())
     }
 }
 
@@ -298,13 +323,13 @@ pub fn smallest_max_size(header: &RecordHeader) -> u64 {
     let interval_fixed = 9 + 5 * 10 + 10 + packages * 4 * 10;
     // Row: id delta and a count per slot; table entries: pid, tgid, cgroup, comm id, and a
     // comm of up to 16 bytes.
-    let per_row = 3 + slots * 5 + (5 + 5 + 10 + 3) + 17;
+    let per_row = 3 + slots * 5 + (5 + 5 + 10 + 3) + 17 + 1;
     // Cgroup entry: id, path string id, and the path with its length.
     let per_cgroup = 10 + 5 + 2 + MIN_PATH;
     2 * (head
         + TAIL_RESERVE
         + interval_fixed
-        + 3 * 9
+        + 4 * 9
         + MIN_ROWS * per_row
         + MIN_CGROUPS * per_cgroup)
 }
@@ -329,7 +354,13 @@ pub struct Writer {
     stats: WriterStats,
     buf: Vec<u8>,
     chunk: BytesMut,
+    /// Which tasks are of the recorded command's tree (`record -- CMD`), asked once per task
+    /// and file.
+    member: Option<Box<MemberFn>>,
 }
+
+/// Whether the task (pid, tgid, cgroup id) is of the recorded command's process tree.
+pub type MemberFn = dyn FnMut(u32, u32, u64) -> bool;
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> RecordError + '_ {
     move |source| RecordError::Io {
@@ -403,9 +434,17 @@ impl Writer {
             stats: WriterStats::default(),
             buf: Vec::new(),
             chunk: BytesMut::new(),
+            member: None,
         };
         w.write_header()?;
         Ok(w)
+    }
+
+    /// Marks the tasks `member` says yes to as the recorded command's tree (COMMAND_TASKS
+    /// chunks), from the next task the file defines; the header's `command` says what the
+    /// command was.
+    pub fn mark_command(&mut self, member: Box<MemberFn>) {
+        self.member = Some(member);
     }
 
     pub fn stats(&self) -> &WriterStats {
@@ -605,6 +644,7 @@ impl Writer {
             (CHUNK_STRINGS, &staged.tables.strings),
             (CHUNK_CGROUPS, &staged.tables.cgroups),
             (CHUNK_TASKS, &staged.tables.tasks),
+            (CHUNK_COMMAND_TASKS, &staged.tables.members),
         ] {
             if !p.is_empty() {
                 self.write_chunk(kind, p)?;
@@ -635,7 +675,7 @@ impl Writer {
                 cgroup: r.cgroup_id,
                 comm,
             };
-            let tid = self.tables.task_id(&key);
+            let tid = self.tables.task_id(&key, self.member.as_deref_mut());
             let pv = prev.entry(r.cpu).or_insert(TickPrev {
                 t: base,
                 slots: [SlotReading::default(); MAX_SLOTS],
@@ -734,7 +774,7 @@ impl Writer {
                 cgroup: t.cgroup,
                 comm,
             };
-            ids.push((self.tables.task_id(&key), i));
+            ids.push((self.tables.task_id(&key, self.member.as_deref_mut()), i));
             // The path travels with the recording, so a report elsewhere names the container.
             if let Some(path) = &t.cgroup_path {
                 self.tables.cgroup(t.cgroup, path);
