@@ -122,7 +122,7 @@ impl Timeline {
         let packages = self
             .package_tracks
             .iter()
-            .map(|tr| per_s(package_amount(iv, &self.specs, tr)))
+            .map(|tr| per_s(package_amount(iv, all, tr)))
             .collect();
         let mut groups = vec![0.0; self.groups.len()];
         // Group first, so a key's members (a process' threads) land in one series.
@@ -184,9 +184,11 @@ fn package_tracks(unit: &Unit, total: &IntervalResult) -> Vec<PackageTrack> {
     }
 }
 
-fn package_amount(iv: &IntervalResult, specs: &[SlotSpec], tr: &PackageTrack) -> f64 {
+/// A package track's amount in `iv`: the package's bytes in that direction, or for a source
+/// without bytes `all`, the whole interval's counts (`iv` may hold only the top groups' rows).
+fn package_amount(iv: &IntervalResult, all: f64, tr: &PackageTrack) -> f64 {
     let (Some(id), Some(d)) = (tr.package, tr.direction) else {
-        return traffic_amount(iv, specs);
+        return all;
     };
     iv.packages
         .iter()
@@ -297,5 +299,29 @@ mod tests {
         // 30 faults are 75% of the traffic: 40 in all, 10 not attributed to x.
         assert_eq!(t.points[0].packages, [40.0]);
         assert_eq!(t.points[0].rest, 10.0);
+    }
+
+    #[test]
+    fn a_counts_package_track_holds_the_whole_interval_when_only_top_rows_are_read() {
+        // A report reads an interval's rows of its top groups only, and passes the whole
+        // interval's amount beside them: the package track is that amount, not the top rows'
+        // (it lost every other process' faults, failing views.rs on a busy machine).
+        let specs = [spec("page-faults", Direction::Total, None)];
+        let mut top = task(5, 5, "x", 0);
+        top.values.insert("page-faults".into(), 30.0);
+        top.share = 0.3;
+        let iv = IntervalResult {
+            t_start_ns: 0,
+            t_end_ns: 1_000_000_000,
+            tasks: vec![top],
+            ..IntervalResult::default()
+        };
+        let mut sum = crate::attribution::Summary::new(&specs);
+        sum.add(&iv);
+        let mut t = Timeline::new(&specs, &sum.finish(GroupBy::Comm), GroupBy::Comm, 1);
+        t.add_amount(&iv, 100.0);
+        assert_eq!(t.points[0].packages, [100.0]);
+        assert_eq!(t.points[0].groups, [30.0]);
+        assert_eq!(t.points[0].rest, 70.0);
     }
 }
