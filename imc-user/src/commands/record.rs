@@ -11,7 +11,7 @@ use super::naming_sink::{Naming, cgroup_paths};
 use super::sampling::{block_on, discover, print_plan, select_for};
 use crate::cli::{GlobalArgs, GroupBy, RecordArgs};
 use crate::discovery::process_tree::{ProcessTree, own_cgroup2_path};
-use crate::error::{CliError, CliResult};
+use crate::error::{CliError, CliResult, ErrorKind};
 use crate::model::PidFilter;
 use crate::model::result::IntervalResult;
 use crate::pipeline::{LoopOptions, Sink, sample_loop};
@@ -276,16 +276,16 @@ fn create(p: Pending) -> CliResult<Writer> {
     if p.force {
         match std::fs::remove_file(&p.path) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                return Err(CliError::runtime(format!(
-                    "cannot replace {}: {e}",
-                    p.path.display()
-                )));
+                return Err(CliError::runtime_because(
+                    format!("cannot replace {}", p.path.display()),
+                    e,
+                ));
             }
             _ => {}
         }
     }
     Writer::create(&p.path, p.header, p.max_size)
-        .map_err(|e| CliError::runtime(format!("cannot create the recording: {e}")))
+        .map_err(|e| CliError::runtime_because("cannot create the recording", e))
 }
 
 /// Refuses, before anything starts, an output that cannot or must not be written (a recording,
@@ -298,8 +298,8 @@ pub(super) fn check_output(path: &Path, force: bool) -> CliResult<()> {
 
 /// [`check_output`] for the output given by `flag` (`-o`, `--plot`), which holds `what`.
 pub(super) fn check_output_of(path: &Path, force: bool, flag: &str, what: &str) -> CliResult<()> {
-    let there =
-        what_is_there(path).map_err(|e| CliError::runtime(format!("{}: {e}", path.display())))?;
+    let there = what_is_there(path)
+        .map_err(|e| CliError::runtime_because(path.display().to_string(), e))?;
     match there {
         None => {}
         Some(kind @ ("a file" | "a symlink")) if !force => {
@@ -343,16 +343,11 @@ fn lock_output(path: &Path) -> CliResult<WriteLock> {
             lock.display()
         )),
         LockError::Io { lock, source } => {
-            let msg = format!(
-                "cannot create the recording {}: {}: {source}",
+            CliError::new(ErrorKind::bad_input_if(is_bad_path(&source)), source).context(format!(
+                "cannot create the recording {}: {}",
                 path.display(),
                 lock.display()
-            );
-            if is_bad_path(&source) {
-                CliError::bad_input(msg)
-            } else {
-                CliError::runtime(msg)
-            }
+            ))
         }
     })
 }
@@ -465,9 +460,7 @@ pub fn run(global: &GlobalArgs, args: &RecordArgs) -> CliResult<ExitCode> {
     match (code, finished) {
         // The loop's error is the one line to show (the file was closed as far as it could be).
         (Err(e), _) => Err(e),
-        (Ok(_), Err(e)) => Err(CliError::runtime(format!(
-            "cannot finish the recording: {e}"
-        ))),
+        (Ok(_), Err(e)) => Err(CliError::runtime_because("cannot finish the recording", e)),
         (Ok(code), Ok(stats)) => {
             if let Some(st) = stats {
                 summary(&st, output, sink.drained, &said);

@@ -336,7 +336,7 @@ fn write_views(
         }
     }
     let failed = |what: &str, path: &Path, e: std::io::Error| {
-        CliError::runtime(format!("cannot write the {what} {}: {e}", path.display()))
+        CliError::runtime_because(format!("cannot write the {what} {}", path.display()), e)
     };
     if let Some(path) = &args.perfetto {
         perfetto::write(path, &tl, bursts, command)
@@ -420,7 +420,7 @@ pub fn run(_global: &GlobalArgs, args: &ReportArgs) -> CliResult<ExitCode> {
         if command.is_some() || !header.pids.is_empty() {
             // The machine's object with the command's (and `record -p`'s pids) beside its
             // fields, as one object.
-            let bad = |e: serde_json::Error| CliError::runtime(format!("cannot encode JSON: {e}"));
+            let bad = |e: serde_json::Error| CliError::runtime_because("cannot encode JSON", e);
             let mut v: serde_json::Value = serde_json::from_str(&s).map_err(bad)?;
             if let Some(c) = &command {
                 v["command"] = serde_json::from_str(&to_json(c, cu, args.by)?).map_err(bad)?;
@@ -533,5 +533,5 @@ fn command_report(
 /// byte fields null, a group row's member identity null).
 fn to_json(v: &impl serde::Serialize, counts_unit: Option<&str>, by: GroupBy) -> CliResult<String> {
     crate::output::json::to_json_by(v, counts_unit, by)
-        .map_err(|e| CliError::runtime(format!("cannot encode JSON: {e}")))
+        .map_err(|e| CliError::runtime_because("cannot encode JSON", e))
 }
