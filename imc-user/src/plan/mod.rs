@@ -145,15 +145,15 @@ pub struct Counter {
     /// What its counts are for: memory traffic, a per-CPU weight of package traffic, a
     /// loaded-latency count, or counted and shown.
     pub role: CounterRole,
-    /// What is programmed: the perf_event_attr words.
-    pub encoding: Encoding,
     /// What a weight counter weighs (None: not a weight).
     #[serde(skip)]
     pub weight: Option<WeightRole>,
     /// The key of `values` in JSON output.
     #[serde(skip)]
     pub value_key: String,
-    #[serde(skip)]
+    /// What is programmed: the event's one encoding, shown in the plan's JSON as `encoding`
+    /// (the perf_event_attr words `type`, `config`, `config1`, `config2`).
+    #[serde(rename = "encoding", serialize_with = "attr_words")]
     pub encoded: Encoded,
     #[serde(skip)]
     pub counter_bits: u8,
@@ -164,25 +164,16 @@ pub struct Counter {
     pub width: Option<u8>,
 }
 
-/// The perf_event_attr words a counter is opened with.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
-pub struct Encoding {
-    #[serde(rename = "type")]
-    pub pmu_type: u32,
-    pub config: u64,
-    pub config1: u64,
-    pub config2: u64,
-}
-
-impl Encoding {
-    fn of(e: &Encoded) -> Encoding {
-        Encoding {
-            pmu_type: e.pmu_type,
-            config: e.config,
-            config1: e.config1,
-            config2: e.config2,
-        }
-    }
+/// A counter's encoding as the plan's JSON shows it: the perf_event_attr words it is opened
+/// with.
+fn attr_words<S: serde::Serializer>(e: &Encoded, s: S) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeStruct;
+    let mut st = s.serialize_struct("Encoding", 4)?;
+    st.serialize_field("type", &e.pmu_type)?;
+    st.serialize_field("config", &e.config)?;
+    st.serialize_field("config1", &e.config1)?;
+    st.serialize_field("config2", &e.config2)?;
+    st.end()
 }
 
 /// One counter per CPU, per package, or per memory channel (`scope` in the plan's JSON).
@@ -594,9 +585,6 @@ fn plan_draining(found: &Discovery, kernel: &Kernel, req: &Request) -> Result<Pl
         }
         Vec::new()
     };
-    for c in &mut counters {
-        c.encoding = Encoding::of(&c.encoded);
-    }
     let tick = tick_of(kernel, req);
     Ok(Plan {
         command: req.command,
@@ -920,7 +908,6 @@ fn queue_counter(
         bytes_per_count: None,
         slot: None,
         role: CounterRole::Latency,
-        encoding: Encoding::default(),
         weight: None,
         value_key: key.to_string(),
         encoded: Encoded {
@@ -1174,7 +1161,6 @@ fn mchbar_counter(
         bytes_per_count: Some(ev.bytes_per_count.unwrap_or(64.0)),
         slot: None,
         role: CounterRole::Traffic,
-        encoding: Encoding::default(),
         weight: None,
         value_key: ev.name.clone(),
         encoded: Encoded::default(),
@@ -1216,7 +1202,6 @@ fn channel_counter(
         bytes_per_count: Some(ev.bytes_per_count.unwrap_or(1.0)),
         slot: None,
         role: CounterRole::Traffic,
-        encoding: Encoding::default(),
         weight: None,
         value_key: value_key(source.backend, &ev.name),
         encoded: Encoded {
@@ -1349,7 +1334,6 @@ pub(crate) fn event_counter(
         bytes_per_count: enc.bytes_per_count,
         slot: None,
         role: CounterRole::Other,
-        encoding: Encoding::default(),
         weight: None,
         value_key: text.to_string(),
         encoded: enc.clone(),

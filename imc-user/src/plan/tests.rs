@@ -389,8 +389,8 @@ fn stat_latency_on_skx_counts_the_read_queue_of_every_channel_beside_bandwidth()
         .find(|c| c.queue == Some(QueuePart::ReadOccupancy))
         .unwrap();
     // skylakex uncore-memory.json UNC_M_RPQ_OCCUPANCY: EventCode 0x80; RPQ_INSERTS 0x10.
-    assert_eq!(occ.encoding.config, 0x80);
-    assert!(lat.iter().any(|c| c.encoding.config == 0x10));
+    assert_eq!(occ.encoded.config, 0x80);
+    assert!(lat.iter().any(|c| c.encoded.config == 0x10));
     // Bandwidth kept; the write queue dropped and said.
     assert_eq!(traffic(&p.counters).count(), 24);
     assert!(generic_per_box(&p).values().all(|&n| n <= 4));
@@ -411,7 +411,7 @@ fn stat_latency_on_spr_counts_pseudo_channel_0_and_says_what_it_drops() {
     let configs: Vec<u64> = lat
         .iter()
         .filter(|c| c.package == Some(0) && c.channel == Some(3))
-        .map(|c| c.encoding.config)
+        .map(|c| c.encoded.config)
         .collect();
     assert_eq!(configs, [0xff, 0x80, 0x0110]);
     assert!(
@@ -455,7 +455,7 @@ fn gnr_channels_are_channels_with_two_sub_channels() {
     let sub1: Vec<u64> = lat
         .iter()
         .filter(|c| c.package == Some(1) && c.channel == Some(11) && c.sub_channel == Some(1))
-        .map(|c| c.encoding.config)
+        .map(|c| c.encoded.config)
         .collect();
     // graniterapids: UNC_M_RPQ_OCCUPANCY_SCH1_PCH0 0x82, UNC_M_RPQ_INSERTS.SCH1_PCH0 0x10/0x40.
     assert_eq!(sub1, [0x82, 0x4010]);
@@ -480,7 +480,7 @@ fn stat_latency_on_zen4_reads_the_l3_sampled_dram_latency_per_ccx() {
         .unwrap();
     // amdzen4 cache.json l3_xi_sampled_latency.dram_near 0xac/0x01, EnAllCores, EnAllSlices,
     // SliceId 3, ThreadMask 3.
-    assert_eq!(near.encoding.config, 0x0303_c000_0000_01ac);
+    assert_eq!(near.encoded.config, 0x0303_c000_0000_01ac);
     assert_eq!(near.pmu, "amd_l3");
     assert_eq!(traffic(&p.counters).count(), 8, "UMC bandwidth kept");
     assert!(p.refusals.is_empty() || p.refusals.iter().all(|r| !r.reason.contains("generic")));
@@ -558,10 +558,10 @@ fn weights_are_per_cpu_core_counters_with_their_encoding_and_reason() {
         assert!(matches!(c.reader, Reader::Tick), "{c:?}");
         assert_eq!(c.cpus.len(), 80, "every CPU counts its own traffic");
         assert_eq!(
-            c.encoding.pmu_type, 4,
+            c.encoded.pmu_type, 4,
             "the core PMU's own type (PERF_TYPE_RAW)"
         );
-        assert_ne!(c.encoding.config, 0);
+        assert_ne!(c.encoded.config, 0);
         let slot = &p.slots[c.slot.unwrap()];
         assert!(
             matches!(slot.role, SlotRole::Weight(_) | SlotRole::RemoteWeight(_)),
@@ -613,7 +613,7 @@ fn a_hybrid_part_weighs_each_cpu_by_its_own_core_pmu_in_one_slot_per_role() {
     for c in &weights {
         let on = if c.pmu == "cpu_core" { core } else { atom };
         assert_eq!(c.cpus, on.cpus, "{c:?}");
-        assert_eq!(c.encoding.pmu_type, on.pmu.pmu_type, "{c:?}");
+        assert_eq!(c.encoded.pmu_type, on.pmu.pmu_type, "{c:?}");
     }
     // The read weight of both kinds of core is one slot; so is the write weight.
     for dir in [Direction::Read, Direction::Write] {
