@@ -15,4 +15,4 @@ mod slots;
 pub use grouping::{GroupBy, Identity, KeyParts, PidFilter};
 pub use hardware::*;
 pub use result::{CgroupNames, IntervalResult, PackageRow, ShareBasis, TaskRow, package_bytes};
-pub use slots::{SlotRole, SlotScope, SlotSpec, Weighting, measures_bytes};
+pub use slots::{SlotRole, SlotScope, SlotSpec, StallPart, Victims, Weighting, measures_bytes};

@@ -11,13 +11,14 @@
 pub mod drain;
 pub mod fidelity;
 pub mod kernel;
+pub mod stalls;
 pub mod stand_in;
 pub mod text;
 pub mod weights;
 
 use crate::model::{
     BackendKind, Direction, Discovery, Encoded, QueuePart, Scope, Source, SourceEvent, SourcePmu,
-    Topology, Weighting,
+    StallPart, Topology, Victims, Weighting,
 };
 use imc_common::{MAX_PKG_COUNTERS, MAX_SLOTS};
 pub use kernel::Kernel;
@@ -142,13 +143,21 @@ pub struct Counter {
     /// package are summed there.
     pub slot: Option<usize>,
     /// `traffic` (memory traffic), `weight` (a per-CPU weight of package traffic), `latency`
-    /// (a loaded-latency count) or `other`.
+    /// (a loaded-latency count), `stall` (a per-CPU count of cycles stalled on memory, or the
+    /// cycles they are a share of) or `other`.
     pub role: &'static str,
     /// What is programmed: the perf_event_attr words.
     pub encoding: Encoding,
     /// What a weight counter weighs (None: not a weight).
     #[serde(skip)]
     pub weight: Option<WeightRole>,
+    /// Which of the stall pair a `stall` counter is (`stalled` or `cycles`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stall: Option<StallPart>,
+    /// The generic counters of its core PMU it may use (bit n: counter n; None: any), for
+    /// the core's counter budget.
+    #[serde(skip)]
+    pub counter_mask: Option<u64>,
     /// The key of `values` in JSON output.
     #[serde(skip)]
     pub value_key: String,
@@ -197,6 +206,9 @@ pub struct Slot {
     /// A weight of traffic to other packages' memory.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub remote: bool,
+    /// Which of the stall pair a `stall` slot holds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stall: Option<StallPart>,
     pub bytes_per_count: Option<f64>,
     /// How a package slot is formed: `sum of 12 counters per package`.
     pub sum: Option<String>,
@@ -263,6 +275,10 @@ pub struct Plan {
     /// How package traffic is divided among tasks (sampling commands).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub weighting: Option<Weighting>,
+    /// Which per-CPU counters tell how long each task stalled on memory, or why none does
+    /// (sampling commands).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub victims: Option<Victims>,
     /// The record's slots (sampling commands; empty for stat).
     pub slots: Vec<Slot>,
     pub tick: Tick,
@@ -400,6 +416,7 @@ fn plan_draining(found: &Discovery, kernel: &Kernel, req: &Request) -> Result<Pl
         notes.push(note);
     }
     let mut weighting = None;
+    let mut victims = None;
     let slots = if req.command.samples() {
         let free = MAX_SLOTS.saturating_sub(slot_count(&counters, req));
         let chosen = weights::choose(found, kernel, req, &counters, free)?;
@@ -407,6 +424,12 @@ fn plan_draining(found: &Discovery, kernel: &Kernel, req: &Request) -> Result<Pl
         refusals.extend(chosen.refusals);
         notes.extend(chosen.notes);
         weighting = Some(chosen.weighting);
+        let free = MAX_SLOTS.saturating_sub(slot_count(&counters, req));
+        let stalls = stalls::choose(found, kernel, &counters, free);
+        counters.extend(stalls.counters);
+        refusals.extend(stalls.refusals);
+        notes.extend(stalls.notes);
+        victims = Some(stalls.victims);
         assign_slots(&mut counters, found, kernel, req, &mut notes)?
     } else {
         for c in &mut counters {
@@ -432,6 +455,7 @@ fn plan_draining(found: &Discovery, kernel: &Kernel, req: &Request) -> Result<Pl
         backend,
         counters,
         weighting,
+        victims,
         slots,
         tick: tick_of(kernel, req),
         drain: None,
@@ -746,6 +770,8 @@ fn queue_counter(
         role: "latency",
         encoding: Encoding::default(),
         weight: None,
+        stall: None,
+        counter_mask: None,
         value_key: key.to_string(),
         encoded: Encoded {
             event: format!("{}/{key}", e.pmu),
@@ -998,6 +1024,8 @@ fn mchbar_counter(
         role: "traffic",
         encoding: Encoding::default(),
         weight: None,
+        stall: None,
+        counter_mask: None,
         value_key: ev.name.clone(),
         encoded: Encoded::default(),
         counter_bits: 64,
@@ -1040,6 +1068,8 @@ fn channel_counter(
         role: "traffic",
         encoding: Encoding::default(),
         weight: None,
+        stall: None,
+        counter_mask: None,
         value_key: value_key(source.backend, &ev.name),
         encoded: Encoded {
             event: format!("{}/{}", ev.pmu, ev.name),
@@ -1173,6 +1203,8 @@ pub(crate) fn event_counter(
         role: "other",
         encoding: Encoding::default(),
         weight: None,
+        stall: None,
+        counter_mask: None,
         value_key: text.to_string(),
         encoded: enc.clone(),
         counter_bits: if package.is_some() { 48 } else { 64 },
@@ -1193,6 +1225,9 @@ fn any_cpu_of_package_reads(pmu: &str, kernel: &Kernel) -> bool {
 fn slot_key(c: &Counter, req: &Request, index: usize) -> String {
     if let Some(w) = c.weight {
         return format!("weight:{:?}:{}:{}", w.direction, w.remote, w.ordinal);
+    }
+    if let Some(part) = c.stall {
+        return format!("stall:{}", part.as_str());
     }
     match (c.package, c.direction) {
         (Some(_), Some(d)) if req.events.is_empty() => format!("pkg:{d:?}:{}", c.value_key),
@@ -1287,12 +1322,15 @@ fn new_slot(c: &Counter, first: bool) -> Slot {
         },
         role: if c.weight.is_some() {
             "weight"
+        } else if c.stall.is_some() {
+            "stall"
         } else if c.bytes_per_count.is_some() || first {
             "traffic"
         } else {
             "other"
         },
         remote: c.weight.is_some_and(|w| w.remote),
+        stall: c.stall,
         bytes_per_count: c.bytes_per_count,
         sum: None,
     }

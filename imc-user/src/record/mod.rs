@@ -14,7 +14,7 @@ mod writer;
 pub use reader::{Item, ReadStatus, Reader};
 pub use writer::{Writer, WriterOptions, WriterStats, smallest_max_size};
 
-use crate::model::{Direction, Package, SlotRole, SlotScope, SlotSpec, Topology};
+use crate::model::{Direction, Package, SlotRole, SlotScope, SlotSpec, StallPart, Topology};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
@@ -79,7 +79,8 @@ pub struct HeaderSlot {
     /// `cpu` or `package`.
     pub scope: String,
     /// `read`, `write`, `total` (traffic), `weight`, `weight-read`, `weight-write`, their
-    /// `-remote` forms (weights of traffic to other packages' memory) or `other`.
+    /// `-remote` forms (weights of traffic to other packages' memory), `stall` and
+    /// `stall-cycles` (the per-CPU stall pair, charged like `other`) or `other`.
     pub role: String,
     pub bytes_per_count: Option<f64>,
     pub counter_bits: u8,
@@ -105,6 +106,8 @@ impl HeaderSlot {
                 SlotRole::RemoteWeight(Some(Direction::Read)) => "weight-read-remote",
                 SlotRole::RemoteWeight(Some(Direction::Write)) => "weight-write-remote",
                 SlotRole::Other => "other",
+                SlotRole::Stall(StallPart::Stalled) => "stall",
+                SlotRole::Stall(StallPart::Cycles) => "stall-cycles",
             }
             .into(),
             bytes_per_count: s.bytes_per_count,
@@ -129,6 +132,8 @@ impl HeaderSlot {
             "weight-read-remote" => SlotRole::RemoteWeight(Some(Direction::Read)),
             "weight-write-remote" => SlotRole::RemoteWeight(Some(Direction::Write)),
             "other" => SlotRole::Other,
+            "stall" => SlotRole::Stall(StallPart::Stalled),
+            "stall-cycles" => SlotRole::Stall(StallPart::Cycles),
             o => return Err(format!("slot '{}': unknown role '{o}'", self.event)),
         };
         Ok(SlotSpec {

@@ -42,6 +42,7 @@ pub fn slot_specs(plan: &Plan) -> Vec<SlotSpec> {
                 "traffic" => SlotRole::Traffic(s.direction.unwrap_or(Direction::Total)),
                 "weight" if s.remote => SlotRole::RemoteWeight(s.direction),
                 "weight" => SlotRole::Weight(s.direction),
+                "stall" => SlotRole::Stall(s.stall.unwrap_or(crate::model::StallPart::Stalled)),
                 _ => SlotRole::Other,
             },
             bytes_per_count: s.bytes_per_count,

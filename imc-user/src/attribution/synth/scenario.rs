@@ -1014,6 +1014,7 @@ fn role_name(role: SlotRole) -> String {
         SlotRole::RemoteWeight(None) => "remote weight".into(),
         SlotRole::RemoteWeight(Some(d)) => format!("remote weight {d:?}").to_lowercase(),
         SlotRole::Other => "other".into(),
+        SlotRole::Stall(part) => format!("stall {}", part.as_str()),
     }
 }
 
