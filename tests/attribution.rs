@@ -581,15 +581,22 @@ fn interval_json_is_the_top_contract() {
             "cgroup_path",
             "comm",
             "container_id",
+            "cycles",
             "pid",
             "pod_uid",
             "read_bytes",
             "share",
+            "stall_cycles",
+            "stall_share",
             "tgid",
             "values",
             "write_bytes"
         ]
     );
+    // Victims: null where the plan counts no stalls, never a made-up share.
+    for k in ["stall_cycles", "cycles", "stall_share"] {
+        assert!(v["tasks"][0][k].is_null(), "{k}");
+    }
     assert_eq!(v["source"], "intel-uncore-imc");
     // Names are null until resolved (the attributor knows only the cgroup id).
     for k in ["cgroup_path", "container_id", "pod_uid"] {
