@@ -587,6 +587,7 @@ fn interval_json_is_the_top_contract() {
             "read_bytes",
             "share",
             "stall_cycles",
+            "stall_seconds",
             "stall_share",
             "tgid",
             "values",
@@ -594,7 +595,7 @@ fn interval_json_is_the_top_contract() {
         ]
     );
     // Victims: null where the plan counts no stalls, never a made-up share.
-    for k in ["stall_cycles", "cycles", "stall_share"] {
+    for k in ["stall_cycles", "cycles", "stall_share", "stall_seconds"] {
         assert!(v["tasks"][0][k].is_null(), "{k}");
     }
     assert_eq!(v["source"], "intel-uncore-imc");

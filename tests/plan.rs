@@ -330,8 +330,9 @@ fn the_text_plan_names_every_channel_and_why_its_reader() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let text = String::from_utf8(o.stdout).unwrap();
     assert!(
-        text.contains("counters (29):"),
-        "24 channels, three weights (local and remote reads, writes) and the stall pair: {text}"
+        text.contains("counters (30):"),
+        "24 channels, three weights (local and remote reads, writes) and the stall pair with \
+         cpu-clock: {text}"
     );
     assert!(
         text.contains("victims: stalls CYCLE_ACTIVITY.STALLS_L3_MISS ÷ CPU_CLK_UNHALTED.THREAD"),
@@ -389,7 +390,9 @@ fn the_json_plan_shows_a_stall_pair_per_cpu_or_says_in_one_line_why_none() {
             .iter()
             .filter(|c| c["role"] == "stall")
             .collect();
-        assert_eq!(stalls.len(), 2, "{tree}");
+        assert_eq!(stalls.len(), 3, "{tree}: the pair and cpu-clock");
+        assert_eq!(stalls[2]["event"], "cpu-clock", "{tree}");
+        assert_eq!(stalls[2]["stall"], "time", "{tree}");
         for (c, (event, part, config)) in stalls
             .iter()
             .zip([(stalled, "stalled", sc), (cycles, "cycles", cc)])

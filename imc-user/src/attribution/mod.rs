@@ -1473,7 +1473,10 @@ fn task_row(specs: &[SlotSpec], e: &tasks::TaskEntry, counts: &[f64; MAX_SLOTS])
         ..TaskRow::default()
     };
     // The stall pair is charged like any CPU count (its `values`), never weighs traffic.
-    row.set_stalls(crate::model::Victims::keys(specs));
+    row.set_stalls(
+        crate::model::Victims::keys(specs),
+        crate::model::Victims::key(specs, crate::model::StallPart::Time),
+    );
     row
 }
 

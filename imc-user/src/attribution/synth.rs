@@ -392,8 +392,9 @@ pub struct SynthStream {
     running: Vec<Option<usize>>,
     /// Per CPU: weight counters (true counts): reads and writes.
     weight: Vec<f64>,
-    /// Per CPU: its stall pair (true counts): cycles stalled on memory, cycles.
-    stall: Vec<[f64; 2]>,
+    /// Per CPU: its stall counters (true counts): cycles stalled on memory, cycles, and its
+    /// busy time (ns, as cpu-clock counts it).
+    stall: Vec<[f64; 3]>,
     weight_w: Vec<f64>,
     /// Per package: cumulative read/write counts (true) and their rate.
     pkg_read: Vec<f64>,
@@ -476,7 +477,7 @@ impl SynthStream {
             running: vec![None; ncpu],
             weight: vec![0.0; ncpu],
             weight_w: vec![0.0; ncpu],
-            stall: vec![[0.0; 2]; ncpu],
+            stall: vec![[0.0; 3]; ncpu],
             pkg_read: vec![0.0; npkg],
             pkg_write: vec![0.0; npkg],
             t_now: 0,
@@ -621,6 +622,10 @@ impl SynthStream {
             q.dram_clocks += dt * model.dram_hz;
             q.latency_ns_lines += lines * lat[p];
         }
+        // A CPU's cpu-clock counts its time whether a task or the idle task runs.
+        for st in &mut self.stall {
+            st[2] += dt * 1e9;
+        }
         for c in 0..self.running.len() {
             let Some(ti) = self.running[c] else { continue };
             let m = self.memory_index(ti, c);
@@ -756,7 +761,11 @@ impl SynthStream {
                     };
                 }
                 SynthSlot::Stall(part) => {
-                    let i = usize::from(part == StallPart::Cycles);
+                    let i = match part {
+                        StallPart::Stalled => 0,
+                        StallPart::Cycles => 1,
+                        StallPart::Time => 2,
+                    };
                     rec.slots[s] = SlotReading {
                         value: self.stall[c][i].floor() as u64,
                         enabled: t,

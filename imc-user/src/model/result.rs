@@ -92,6 +92,10 @@ pub struct TaskRow {
     pub cycles: Option<f64>,
     #[serde(default)]
     pub stall_share: Option<f64>,
+    /// The seconds of its on-CPU time it spent stalled: `stall_share` × its on-CPU time (the
+    /// plan's `cpu-clock` slot); null where either is not counted.
+    #[serde(default)]
+    pub stall_seconds: Option<f64>,
 }
 
 /// `stalled ÷ cycles`, where there are cycles to divide by (never more than 1: a counter read
@@ -118,8 +122,9 @@ impl TaskRow {
     }
 
     /// Sets the stall fields from this row's own `values` of the stall pair's keys
-    /// (`model::Victims::keys`); null where the plan has none.
-    pub fn set_stalls(&mut self, keys: Option<(&str, &str)>) {
+    /// (`model::Victims::keys`) and of its on-CPU time (ns, the `cpu-clock` slot's key); null
+    /// where the plan has none.
+    pub fn set_stalls(&mut self, keys: Option<(&str, &str)>, time: Option<&str>) {
         let (stalled, cycles) = match keys {
             Some((s, c)) => (
                 Some(self.values.get(s).copied().unwrap_or(0.0)),
@@ -130,6 +135,12 @@ impl TaskRow {
         self.stall_cycles = stalled;
         self.cycles = cycles;
         self.stall_share = stall_share(stalled, cycles);
+        let on_cpu_s = time.map(|k| self.values.get(k).copied().unwrap_or(0.0) / 1e9);
+        self.stall_seconds = match (self.stall_share, on_cpu_s) {
+            (Some(share), Some(s)) => Some(share * s),
+            (None, Some(_)) if keys.is_some() => Some(0.0),
+            _ => None,
+        };
     }
 
     /// Adds another row's stall fields to this one's (rows merged into a group, a burst, a
@@ -142,6 +153,7 @@ impl TaskRow {
         self.stall_cycles = add(self.stall_cycles, other.stall_cycles);
         self.cycles = add(self.cycles, other.cycles);
         self.stall_share = stall_share(self.stall_cycles, self.cycles);
+        self.stall_seconds = add(self.stall_seconds, other.stall_seconds);
     }
 }
 

@@ -45,6 +45,9 @@ pub enum StallPart {
     Stalled,
     /// The core's unhalted cycles the stalls are a share of.
     Cycles,
+    /// The CPU's time (the software `cpu-clock`, ns): charged to the task that ran, its
+    /// on-CPU time, which turns its stalled share into seconds.
+    Time,
 }
 
 impl StallPart {
@@ -52,6 +55,7 @@ impl StallPart {
         match self {
             StallPart::Stalled => "stalled",
             StallPart::Cycles => "cycles",
+            StallPart::Time => "time",
         }
     }
 }
@@ -78,13 +82,18 @@ impl Victims {
 
     /// The value keys of the pair in a slot list (both, or none).
     pub fn keys(specs: &[SlotSpec]) -> Option<(&str, &str)> {
-        let of = |part| {
-            specs
-                .iter()
-                .find(|s| s.role == SlotRole::Stall(part) && s.scope == SlotScope::Cpu)
-                .map(|s| s.event.as_str())
-        };
-        Some((of(StallPart::Stalled)?, of(StallPart::Cycles)?))
+        Some((
+            Self::key(specs, StallPart::Stalled)?,
+            Self::key(specs, StallPart::Cycles)?,
+        ))
+    }
+
+    /// The value key of one part of the stall counters in a slot list.
+    pub fn key(specs: &[SlotSpec], part: StallPart) -> Option<&str> {
+        specs
+            .iter()
+            .find(|s| s.role == SlotRole::Stall(part) && s.scope == SlotScope::Cpu)
+            .map(|s| s.event.as_str())
     }
 }
 

@@ -22,7 +22,9 @@
 //! and cgroups also have `imc_process_memory_stall_cycles_total{pid,comm,cgroup}` and
 //! `imc_process_cycles_total{…}`, `imc_cgroup_memory_stall_cycles_total{cgroup}` and
 //! `imc_cgroup_cycles_total{cgroup}`: core cycles, whose rates' ratio is the share of a task's
-//! time it waited on memory. (Seconds would need each task's on-CPU time beside its cycles.)
+//! time it waited on memory; and `imc_process_memory_stall_seconds_total{pid,comm,cgroup}` /
+//! `imc_cgroup_memory_stall_seconds_total{cgroup}`, that share of their on-CPU time, where the
+//! plan also counts the CPU's time (`cpu-clock`).
 //!
 //! `imc_info{version,backend,source,tick,weighting}` is 1; collector health is `imc_lost_records_total`,
 //! `imc_read_errors_total`, `imc_intervals_total` and the `imc_scrape_duration_seconds` and
@@ -142,16 +144,21 @@ struct Tracked {
     shown: Option<Labels>,
     /// Cumulative amounts by (direction, event): event is empty for bytes.
     totals: BTreeMap<(Direction, String), u64>,
-    /// Cumulative stalled cycles and cycles, where the plan counts them.
+    /// Cumulative stalled cycles and cycles, and seconds stalled, where the plan counts them.
     stalls: Option<[u64; 2]>,
+    stall_seconds: Option<f64>,
     score: f64,
     last_seen: u64,
 }
 
-/// The victims' pair of a top-N family: cycles stalled on memory and cycles, per key.
+type SecondCounters = Family<Labels, Counter<f64, std::sync::atomic::AtomicU64>>;
+
+/// The victims' families of a top-N family: cycles stalled on memory and cycles, and the
+/// seconds stalled (the stalled share of the on-CPU time), per key.
 struct Stalls {
     stalled: Counters,
     cycles: Counters,
+    seconds: SecondCounters,
 }
 
 impl Stalls {
@@ -159,7 +166,16 @@ impl Stalls {
         let s = Stalls {
             stalled: Counters::default(),
             cycles: Counters::default(),
+            seconds: SecondCounters::default(),
         };
+        reg.register(
+            format!("{stem}_memory_stall_seconds"),
+            format!(
+                "Seconds {what} spent stalled on a memory (L3-miss) load: its stalled share of \
+                 cycles times its on-CPU time"
+            ),
+            s.seconds.clone(),
+        );
         reg.register(
             format!("{stem}_memory_stall_cycles"),
             format!("Core cycles {what} spent stalled on a memory (L3-miss) load"),
@@ -176,6 +192,15 @@ impl Stalls {
     fn remove(&self, labels: &Labels) {
         self.stalled.remove(labels);
         self.cycles.remove(labels);
+        self.seconds.remove(labels);
+    }
+
+    fn show_seconds(&self, labels: &Labels, total: f64) {
+        let c = self.seconds.get_or_create(labels);
+        let shown = c.get();
+        if total > shown {
+            c.inc_by(total - shown);
+        }
     }
 
     fn show(&self, labels: &Labels, totals: [u64; 2]) {
@@ -223,7 +248,7 @@ impl<K: std::hash::Hash + Eq + Clone + Ord> Ranked<K> {
         labels: Option<Labels>,
         first: impl FnOnce() -> Labels,
         amounts: Vec<(Direction, String, u64)>,
-        stalls: Option<[u64; 2]>,
+        stalls: Option<([u64; 2], Option<f64>)>,
         now: u64,
     ) {
         let fresh = !self.keys.contains_key(&key);
@@ -238,10 +263,13 @@ impl<K: std::hash::Hash + Eq + Clone + Ord> Ranked<K> {
             *st.totals.entry((dir, event)).or_default() += amount;
             recent = recent.saturating_add(amount);
         }
-        if let Some([s, c]) = stalls {
+        if let Some(([s, c], secs)) = stalls {
             let t = st.stalls.get_or_insert([0, 0]);
             t[0] = t[0].saturating_add(s);
             t[1] = t[1].saturating_add(c);
+            if let Some(secs) = secs {
+                *st.stall_seconds.get_or_insert(0.0) += secs;
+            }
         }
         st.score += recent as f64;
         st.last_seen = now;
@@ -286,6 +314,9 @@ impl<K: std::hash::Hash + Eq + Clone + Ord> Ranked<K> {
             }
             if let (Some(s), Some(totals)) = (stalls, st.stalls) {
                 s.show(&labels, totals);
+                if let Some(secs) = st.stall_seconds {
+                    s.show_seconds(&labels, secs);
+                }
             }
             st.shown = Some(labels);
         }
@@ -602,13 +633,16 @@ impl Exporter {
     fn add_cgroups(&mut self, rows: &[TaskRow]) {
         let now = self.n_intervals;
         let mut per_cgroup: BTreeMap<String, BTreeMap<(Direction, String), u64>> = BTreeMap::new();
-        let mut stalls: BTreeMap<String, [u64; 2]> = BTreeMap::new();
+        let mut stalls: BTreeMap<String, ([u64; 2], Option<f64>)> = BTreeMap::new();
         for row in rows {
             let key = cgroup_label(row);
-            if let Some([s, c]) = stall_amounts(row) {
+            if let Some(([s, c], secs)) = stall_amounts(row) {
                 let e = stalls.entry(key.clone()).or_default();
-                e[0] += s;
-                e[1] += c;
+                e.0[0] += s;
+                e.0[1] += c;
+                if let Some(secs) = secs {
+                    *e.1.get_or_insert(0.0) += secs;
+                }
             }
             let sums = per_cgroup.entry(key).or_default();
             for (dir, event, amount) in self.amounts(row) {
@@ -683,9 +717,11 @@ fn series<'a>(
     }
 }
 
-/// A row's stalled cycles and cycles as whole counts, where the plan counts them.
-fn stall_amounts(row: &TaskRow) -> Option<[u64; 2]> {
-    Some([whole(row.stall_cycles?), whole(row.cycles?)])
+/// A row's stalled cycles and cycles as whole counts, and its seconds stalled, where the plan
+/// counts them.
+fn stall_amounts(row: &TaskRow) -> Option<([u64; 2], Option<f64>)> {
+    let secs = row.stall_seconds.filter(|s| s.is_finite() && *s >= 0.0);
+    Some(([whole(row.stall_cycles?), whole(row.cycles?)], secs))
 }
 
 /// A non-negative amount as a whole count (amounts are sums of whole counts already; this

@@ -107,6 +107,35 @@ pub fn choose(found: &Discovery, kernel: &Kernel, planned: &[Counter], free: usi
         let why: Vec<&str> = refusals.iter().map(|r| r.reason.as_str()).collect();
         return none(format!("no stall counters: {}", why.join("; ")), refusals);
     }
+    // The CPU's time, charged to the task that ran like the pair: its on-CPU time, which turns
+    // its stalled share into seconds. A software event: it takes a record slot, no counter.
+    let seconds = free >= 3;
+    if seconds {
+        match crate::events::generic::encode("cpu-clock", "cpu-clock", None) {
+            Ok(enc) => {
+                let mut c = event_counter(
+                    "cpu-clock",
+                    &enc,
+                    None,
+                    None,
+                    found.topology.online.clone(),
+                    None,
+                );
+                c.reader = Reader::Tick;
+                c.bytes_per_count = None;
+                c.role = "stall";
+                c.stall = Some(StallPart::Time);
+                counters.push(c);
+            }
+            Err(e) => notes.push(format!("stalls: cpu-clock: {e}: no stall seconds")),
+        }
+    } else {
+        notes.push(
+            "stalls: no record slot left for cpu-clock, so stalls are shares of cycles, not \
+             seconds"
+                .into(),
+        );
+    }
     let names = |part: StallPart| {
         let mut v: Vec<&str> = counters
             .iter()
@@ -123,8 +152,13 @@ pub fn choose(found: &Discovery, kernel: &Kernel, planned: &[Counter], free: usi
             reason: format!(
                 "{}: each CPU counts its cycles stalled on memory loads and its cycles at the \
                  weights' ticks and switches, charged to the task that ran; a task's \
-                 stall_share is the first over the second",
-                models.join(", ")
+                 stall_share is the first over the second{}",
+                models.join(", "),
+                if seconds {
+                    ", and its stall_seconds that share of its on-CPU time (cpu-clock)"
+                } else {
+                    ""
+                }
             ),
         },
         counters,

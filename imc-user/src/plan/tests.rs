@@ -706,7 +706,7 @@ fn weights_carry_their_line_size_and_a_fidelity_the_measured_one_replaces() {
 fn stall_counters(p: &Plan) -> Vec<(&str, StallPart, u64)> {
     p.counters
         .iter()
-        .filter(|c| c.role == "stall")
+        .filter(|c| c.role == "stall" && c.stall != Some(StallPart::Time))
         .map(|c| (c.value_key.as_str(), c.stall.unwrap(), c.encoding.config))
         .collect()
 }
@@ -801,8 +801,9 @@ fn stalls_are_refused_where_the_core_has_no_counter_left_or_no_event() {
 
 #[test]
 fn stalls_take_slots_only_after_the_weights_and_are_refused_without_two() {
-    // Six per-CPU -e events and the stand-in-free plan: 6 slots, then weights none (no package
-    // traffic to weigh), the stall pair takes the last two; seven leave one, too few.
+    // Per-CPU -e events: no package traffic, so no weights; five leave three slots, for the
+    // pair and cpu-clock (its seconds); six leave two, the pair without seconds; seven one,
+    // too few.
     let root = fixture("spr-2socket");
     let found = crate::discovery::discover(&root).unwrap();
     let soft = |n: u64| {
@@ -820,9 +821,17 @@ fn stalls_take_slots_only_after_the_weights_and_are_refused_without_two() {
             .collect::<Vec<_>>()
     };
     let mut req = request(Command::Top);
+    let time = |p: &Plan| p.counters.iter().any(|c| c.stall == Some(StallPart::Time));
+    req.events = soft(5);
+    let p = plan(&found, &kernel("6.8.0"), &req).unwrap();
+    assert_eq!(stall_counters(&p).len(), 2);
+    assert!(time(&p));
+    assert_eq!(p.slots.len(), 8);
     req.events = soft(6);
     let p = plan(&found, &kernel("6.8.0"), &req).unwrap();
     assert_eq!(stall_counters(&p).len(), 2);
+    assert!(!time(&p));
+    assert!(p.notes.iter().any(|n| n.contains("not seconds")));
     assert_eq!(p.slots.len(), 8);
     req.events = soft(7);
     let p = plan(&found, &kernel("6.8.0"), &req).unwrap();

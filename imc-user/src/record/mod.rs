@@ -80,7 +80,8 @@ pub struct HeaderSlot {
     pub scope: String,
     /// `read`, `write`, `total` (traffic), `weight`, `weight-read`, `weight-write`, their
     /// `-remote` forms (weights of traffic to other packages' memory), `stall` and
-    /// `stall-cycles` (the per-CPU stall pair, charged like `other`) or `other`.
+    /// `stall-cycles` (the per-CPU stall pair, charged like `other`), `stall-time` (the CPU's
+    /// time that turns it into seconds) or `other`.
     pub role: String,
     pub bytes_per_count: Option<f64>,
     pub counter_bits: u8,
@@ -108,6 +109,7 @@ impl HeaderSlot {
                 SlotRole::Other => "other",
                 SlotRole::Stall(StallPart::Stalled) => "stall",
                 SlotRole::Stall(StallPart::Cycles) => "stall-cycles",
+                SlotRole::Stall(StallPart::Time) => "stall-time",
             }
             .into(),
             bytes_per_count: s.bytes_per_count,
@@ -134,6 +136,7 @@ impl HeaderSlot {
             "other" => SlotRole::Other,
             "stall" => SlotRole::Stall(StallPart::Stalled),
             "stall-cycles" => SlotRole::Stall(StallPart::Cycles),
+            "stall-time" => SlotRole::Stall(StallPart::Time),
             o => return Err(format!("slot '{}': unknown role '{o}'", self.event)),
         };
         Ok(SlotSpec {

@@ -204,6 +204,9 @@ pub struct TaskResult {
     /// (null where it ran no cycle, or the plan counts no stalls).
     pub truth_stall_share: Option<f64>,
     pub attributed_stall_share: Option<f64>,
+    /// Seconds of its on-CPU time it stalled, true and as charged (null where not counted).
+    pub truth_stall_seconds: f64,
+    pub attributed_stall_seconds: Option<f64>,
 }
 
 /// One package's loaded read latency over the run: the truth (its reads' mean latency) and
@@ -1032,12 +1035,15 @@ impl Loaded {
                     attributed_write_bytes: 0.0,
                     truth_stall_share: None,
                     attributed_stall_share: None,
+                    truth_stall_seconds: 0.0,
+                    attributed_stall_seconds: None,
                 });
             e.truth_read_bytes += truth.task_read[i];
             e.truth_write_bytes += truth.task_write[i];
             let st = stall_truth.entry((t.pid, t.comm.clone())).or_default();
             st[0] += truth.task_stall[i];
             st[1] += truth.task_cycles[i];
+            e.truth_stall_seconds += truth.task_stall[i] / sc.latency.cpu_hz;
         }
         for (key, e) in by_task.iter_mut() {
             e.truth_bytes = e.truth_read_bytes + e.truth_write_bytes;
@@ -1052,6 +1058,7 @@ impl Loaded {
                 let a = acc.stalls.get(key).copied().unwrap_or_default();
                 e.attributed_stall_share =
                     crate::model::result::stall_share(Some(a[0]), Some(a[1]));
+                e.attributed_stall_seconds = acc.stall_seconds.get(key).copied();
             }
             e.error = if total_bytes > 0.0 {
                 (e.attributed_bytes - e.truth_bytes).abs() / total_bytes
@@ -1211,8 +1218,9 @@ fn synth_slot(spec: &SlotSpec, all: &[SlotSpec]) -> SynthSlot {
 #[derive(Default)]
 struct Accumulated {
     tasks: BTreeMap<(u32, String), [f64; 3]>,
-    /// Per task: the stalled cycles and cycles charged to it.
+    /// Per task: the stalled cycles and cycles charged to it, and its stall seconds.
     stalls: BTreeMap<(u32, String), [f64; 2]>,
+    stall_seconds: BTreeMap<(u32, String), f64>,
     package_bytes: f64,
     unattributed: f64,
     device: f64,
@@ -1229,6 +1237,12 @@ impl Accumulated {
                 let e = self.stalls.entry((t.pid, t.comm.clone())).or_default();
                 e[0] += st;
                 e[1] += cy;
+            }
+            if let Some(secs) = t.stall_seconds {
+                *self
+                    .stall_seconds
+                    .entry((t.pid, t.comm.clone()))
+                    .or_default() += secs;
             }
         }
         self.package_bytes += iv.package_bytes() as f64;
@@ -1543,6 +1557,17 @@ mod tests {
             );
         }
         assert_eq!(task("spin").attributed_stall_share, Some(0.0));
+        // In seconds: the share of each tick's span times the span (cpu-clock), summed.
+        for t in &o.tasks {
+            let charged = t.attributed_stall_seconds.unwrap();
+            assert!(
+                (charged - t.truth_stall_seconds).abs() <= 0.01 * t.truth_stall_seconds + 1e-3,
+                "{}: {charged} s against {} s",
+                t.comm,
+                t.truth_stall_seconds
+            );
+        }
+        assert!(task("chaser").truth_stall_seconds > 0.3);
         // Idle 80 ns for the first second, 80 / (1 − 150/204.8) ns beside the streamer.
         let chaser = task("chaser").truth_stall_share.unwrap();
         let lines = 1e8 / 64.0;
@@ -1578,6 +1603,8 @@ mod tests {
             attributed_write_bytes: 0.0,
             truth_stall_share: Some(truth),
             attributed_stall_share: Some(charged),
+            truth_stall_seconds: 0.0,
+            attributed_stall_seconds: None,
         };
         assert!(ranked_alike(&[t(0.5, 0.4), t(0.2, 0.3), t(0.0, 0.0)]));
         assert!(!ranked_alike(&[t(0.5, 0.2), t(0.2, 0.3)]));

@@ -591,6 +591,7 @@ fn victims_stall_cycles_follow_the_exported_processes_and_cgroups() {
         {
             t.stall_cycles = Some(st);
             t.cycles = Some(cy);
+            t.stall_seconds = Some(st / 1000.0);
         }
     };
     let mut r = imc_interval();
@@ -617,6 +618,11 @@ fn victims_stall_cycles_follow_the_exported_processes_and_cgroups() {
         Some(1800.0)
     );
     assert_eq!(p("imc_cgroup_cycles_total", r#"cgroup="7""#), Some(3000.0));
+    // Seconds: (0.1 + 0.05) per interval for pid 40, 0.9 for dd.
+    let secs = p("imc_process_memory_stall_seconds_total", stream).unwrap();
+    assert!((secs - 0.3).abs() < 1e-9, "{secs}");
+    let secs = p("imc_cgroup_memory_stall_seconds_total", r#"cgroup="9""#).unwrap();
+    assert!((secs - 1.8).abs() < 1e-9, "{secs}");
     // A process that drops out of the top N loses its stall series with its bytes.
     let mut ex = Exporter::new(ExportMeta {
         stalls: true,
