@@ -44,6 +44,9 @@ fn truth_diff(end: &Truth, start: &Truth) -> Truth {
         task_read: sub(&end.task_read, &start.task_read),
         task_write: sub(&end.task_write, &start.task_write),
         dma: sub(&end.dma, &start.dma),
+        task_stall: sub(&end.task_stall, &start.task_stall),
+        task_cycles: sub(&end.task_cycles, &start.task_cycles),
+        queues: end.queues.clone(),
     }
 }
 
@@ -578,15 +581,23 @@ fn interval_json_is_the_top_contract() {
             "cgroup_path",
             "comm",
             "container_id",
+            "cycles",
             "pid",
             "pod_uid",
             "read_bytes",
             "share",
+            "stall_cycles",
+            "stall_seconds",
+            "stall_share",
             "tgid",
             "values",
             "write_bytes"
         ]
     );
+    // Victims: null where the plan counts no stalls, never a made-up share.
+    for k in ["stall_cycles", "cycles", "stall_share", "stall_seconds"] {
+        assert!(v["tasks"][0][k].is_null(), "{k}");
+    }
     assert_eq!(v["source"], "intel-uncore-imc");
     // Names are null until resolved (the attributor knows only the cgroup id).
     for k in ["cgroup_path", "container_id", "pod_uid"] {
@@ -763,7 +774,7 @@ fn explained_by_infidelity(
 /// task within 0.02 of the run's traffic (0.03 where local and remote memory are weighed),
 /// beyond what its weights' infidelity explains; every byte a task's or unattributed; and where
 /// every weight is faithful, the device traffic left unattributed within 0.01 of the devices'
-/// truth.
+/// truth; victims ranked right and latency within 1%.
 #[test]
 fn every_scenario_is_within_its_bound() {
     use imc::simulator::scenario::{self, RunOptions, Weigh};
@@ -775,7 +786,7 @@ fn every_scenario_is_within_its_bound() {
         .collect();
     files.sort();
     assert!(
-        files.len() >= 15,
+        files.len() >= 17,
         "scenarios missing from {}",
         dir.display()
     );
@@ -811,6 +822,14 @@ fn every_scenario_is_within_its_bound() {
                 o.package_bytes
             );
             assert!(o.device_bytes <= o.unattributed_bytes + 1.0, "{}", o.name);
+            // Victims: where the plan has the stall pair, ranked as their truth; latency
+            // from the queues' whole counts within 1% of the reads' own.
+            assert_ne!(o.victims_ranked_right, Some(false), "{}", o.render());
+            assert!(
+                o.latency_max_error.is_none_or(|e| e <= 0.01),
+                "{}",
+                o.render()
+            );
             let faithful = l.file.fidelity.is_empty()
                 && l.file.tasks.iter().all(|t| {
                     t.read_weight_per_byte == 1.0 / 64.0 && t.write_weight_per_byte == 1.0 / 64.0

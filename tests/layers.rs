@@ -104,6 +104,9 @@ const KNOWN_CYCLES: &[(&str, &str)] = &[
     ("events/sysfs.rs", "events/mod.rs"),                         // super::EventError
     ("plan/mod.rs", "plan/weights.rs"),                           // weights::WeightEvent
     ("plan/weights.rs", "plan/mod.rs"),                           // super::Counter
+    ("plan/mod.rs", "plan/stalls.rs"),                            // stalls::choose
+    ("plan/stalls.rs", "plan/mod.rs"),                            // super::Counter
+    ("plan/stalls.rs", "plan/weights.rs"),                        // weights::encode_terms
     ("record/mod.rs", "record/reader.rs"),                        // reader::Item
     ("record/mod.rs", "record/writer.rs"),                        // writer::Writer
     ("record/reader.rs", "record/mod.rs"),                        // super::CHUNK_CGROUPS

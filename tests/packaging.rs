@@ -292,7 +292,37 @@ tests:
         values: '0+30000000000x60'
       - series: 'imc_lost_records_total{job="imc",instance="h1:10160"}'
         values: '0x60'
+      # Victims: /batch.slice stalls 60% of its cycles on saturated h1; /db.slice 10%; on h2
+      # (10% of peak) a cgroup stalled 70% is no victim of saturation.
+      - series: 'imc_cgroup_memory_stall_cycles_total{job="imc",instance="h1:10160",cgroup="/batch.slice"}'
+        values: '0+18000000000x60'
+      - series: 'imc_cgroup_cycles_total{job="imc",instance="h1:10160",cgroup="/batch.slice"}'
+        values: '0+30000000000x60'
+      - series: 'imc_cgroup_memory_stall_cycles_total{job="imc",instance="h1:10160",cgroup="/db.slice"}'
+        values: '0+3000000000x60'
+      - series: 'imc_cgroup_cycles_total{job="imc",instance="h1:10160",cgroup="/db.slice"}'
+        values: '0+30000000000x60'
+      - series: 'imc_cgroup_memory_stall_cycles_total{job="imc",instance="h2:10160",cgroup="/db.slice"}'
+        values: '0+21000000000x60'
+      - series: 'imc_cgroup_cycles_total{job="imc",instance="h2:10160",cgroup="/db.slice"}'
+        values: '0+30000000000x60'
+      - series: 'imc_process_memory_stall_cycles_total{job="imc",instance="h1:10160",pid="7",comm="etl",cgroup="/batch.slice"}'
+        values: '0+18000000000x60'
+      - series: 'imc_process_cycles_total{job="imc",instance="h1:10160",pid="7",comm="etl",cgroup="/batch.slice"}'
+        values: '0+30000000000x60'
     promql_expr_test:
+      - expr: instance_cgroup:imc_cgroup_memory_stall:ratio1m{instance="h1:10160"}
+        eval_time: 10m
+        exp_samples:
+          - labels: 'instance_cgroup:imc_cgroup_memory_stall:ratio1m{job="imc",instance="h1:10160",cgroup="/batch.slice"}'
+            value: 0.6
+          - labels: 'instance_cgroup:imc_cgroup_memory_stall:ratio1m{job="imc",instance="h1:10160",cgroup="/db.slice"}'
+            value: 0.1
+      - expr: instance_process:imc_process_memory_stall:ratio1m
+        eval_time: 10m
+        exp_samples:
+          - labels: 'instance_process:imc_process_memory_stall:ratio1m{job="imc",instance="h1:10160",pid="7",comm="etl",cgroup="/batch.slice"}'
+            value: 0.6
       - expr: instance_package:imc_dram_utilisation:ratio1m
         eval_time: 10m
         exp_samples:
@@ -349,6 +379,17 @@ tests:
             exp_annotations:
               summary: "cgroup /db.slice takes most of the DRAM bandwidth of saturated h1:10160"
               description: "83.33% of the host's memory traffic, while a package is above 85% of its peak."
+      - eval_time: 10m
+        alertname: ImcVictimsOfSaturation
+        exp_alerts:
+          - exp_labels:
+              severity: warning
+              job: imc
+              instance: h1:10160
+              cgroup: /batch.slice
+            exp_annotations:
+              summary: "cgroup /batch.slice on saturated h1:10160 waits on memory"
+              description: "60% of its core cycles stalled on memory loads while a package is above 85% of its peak: it is slowed by the culprits on the imc dashboard."
       - eval_time: 10m
         alertname: ImcLosingRecords
         exp_alerts: []
@@ -410,6 +451,8 @@ fn the_dashboard_has_the_panels_an_operator_reads() {
         "imc_unattributed_dram_bytes_total",
         "imc_lost_records_total",
         "imc_read_errors_total",
+        "imc_process_memory_stall_cycles_total",
+        "imc_process_cycles_total",
     ] {
         assert!(
             exprs.iter().any(|e| e.contains(family)),

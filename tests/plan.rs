@@ -73,7 +73,10 @@ fn every_tree_with_a_memory_controller_plans_every_channel_for_every_command() {
             let all = p["counters"].as_array().unwrap();
             for c in all {
                 let role = c["role"].as_str().unwrap_or("");
-                assert!(["traffic", "weight"].contains(&role), "{what}: {c}");
+                assert!(
+                    ["traffic", "weight", "stall"].contains(&role),
+                    "{what}: {c}"
+                );
                 for k in ["type", "config", "config1", "config2"] {
                     assert!(c["encoding"][k].is_u64(), "{what}: no encoding {k} in {c}");
                 }
@@ -327,11 +330,98 @@ fn the_text_plan_names_every_channel_and_why_its_reader() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let text = String::from_utf8(o.stdout).unwrap();
     assert!(
-        text.contains("counters (27):"),
-        "24 channels and three weights (local and remote reads, writes): {text}"
+        text.contains("counters (30):"),
+        "24 channels, three weights (local and remote reads, writes) and the stall pair with \
+         cpu-clock: {text}"
+    );
+    assert!(
+        text.contains("victims: stalls CYCLE_ACTIVITY.STALLS_L3_MISS ÷ CPU_CLK_UNHALTED.THREAD"),
+        "{text}"
     );
     assert!(text.contains("weighting: by "), "{text}");
     assert!(text.contains("package 1 channel 5"), "{text}");
     assert!(text.contains("adds interrupts: no"), "{text}");
     assert!(text.contains("why: package 0:"), "{text}");
+}
+
+#[test]
+fn the_json_plan_shows_a_stall_pair_per_cpu_or_says_in_one_line_why_none() {
+    // (tree, stall event, its config, cycles event, its config): the encodings of the cited
+    // tables (CYCLE_ACTIVITY.STALLS_L3_MISS 0xa3/0x06 cmask 6; ex_no_retire.load_not_complete
+    // 0xd6/0xa2).
+    let cases = [
+        (
+            "skx-2socket",
+            "CYCLE_ACTIVITY.STALLS_L3_MISS",
+            0x0600_06a3u64,
+            "CPU_CLK_UNHALTED.THREAD",
+            0x3cu64,
+        ),
+        (
+            "spr-2socket",
+            "CYCLE_ACTIVITY.STALLS_L3_MISS",
+            0x0600_06a3,
+            "CPU_CLK_UNHALTED.THREAD",
+            0x3c,
+        ),
+        (
+            "gnr-2socket",
+            "CYCLE_ACTIVITY.STALLS_L3_MISS",
+            0x0600_06a3,
+            "CPU_CLK_UNHALTED.THREAD",
+            0x3c,
+        ),
+        (
+            "zen4-2socket",
+            "ex_no_retire.load_not_complete",
+            0xa2d6,
+            "ls_not_halted_cyc",
+            0x76,
+        ),
+    ];
+    for (tree, stalled, sc, cycles, cc) in cases {
+        let copy = readable_copy(tree);
+        let p = plan(&copy.path().join("root"), &["top"]);
+        assert_eq!(p["victims"]["stalled"], stalled, "{tree}");
+        assert_eq!(p["victims"]["cycles"], cycles, "{tree}");
+        let stalls: Vec<&Value> = p["counters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| c["role"] == "stall")
+            .collect();
+        assert_eq!(stalls.len(), 3, "{tree}: the pair and cpu-clock");
+        assert_eq!(stalls[2]["event"], "cpu-clock", "{tree}");
+        assert_eq!(stalls[2]["stall"], "time", "{tree}");
+        for (c, (event, part, config)) in stalls
+            .iter()
+            .zip([(stalled, "stalled", sc), (cycles, "cycles", cc)])
+        {
+            assert_eq!(c["event"], event, "{tree}");
+            assert_eq!(c["stall"], part, "{tree}");
+            assert_eq!(
+                c["encoding"]["config"].as_u64(),
+                Some(config),
+                "{tree}: {c}"
+            );
+            assert_eq!(c["reader"]["kind"], "tick", "{tree}");
+            assert!(c["package"].is_null(), "{tree}: per CPU");
+        }
+    }
+    // A guest: one line, null events, no stall counter.
+    let copy = readable_copy("vm-guest");
+    let p = plan(&copy.path().join("root"), &["top"]);
+    assert!(p["victims"]["stalled"].is_null() && p["victims"]["cycles"].is_null());
+    let why = p["victims"]["reason"].as_str().unwrap();
+    assert!(
+        why.starts_with("no stall counters") && !why.contains('\n'),
+        "{why}"
+    );
+    assert!(
+        !p["counters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["role"] == "stall")
+    );
 }

@@ -1,6 +1,6 @@
 //! Recordings that earlier versions of imc wrote still read: files committed under
 //! tests/recordings, each made once by the imc of its date and never rewritten.
-use imc::model::{Direction, SlotRole, SlotScope};
+use imc::model::{Direction, SlotRole, SlotScope, StallPart};
 use imc::record::Reader;
 use imc_tests::imc;
 use serde_json::Value;
@@ -63,6 +63,9 @@ fn every_slot_role_keeps_its_word_in_the_header() {
             SlotRole::RemoteWeight(Some(Direction::Write)),
         ),
         ("other", SlotRole::Other),
+        ("stall", SlotRole::Stall(StallPart::Stalled)),
+        ("stall-cycles", SlotRole::Stall(StallPart::Cycles)),
+        ("stall-time", SlotRole::Stall(StallPart::Time)),
     ];
     for (word, role) in words {
         let slot = HeaderSlot {

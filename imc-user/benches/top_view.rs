@@ -82,6 +82,7 @@ fn main() {
         top: 0,
         notice: None,
         by: imc::model::GroupBy::Pid,
+        stalls: false,
     };
     let results = [interval(1), interval(2)];
     let mut history = History::default();

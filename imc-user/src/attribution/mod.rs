@@ -1458,7 +1458,7 @@ fn task_row(specs: &[SlotSpec], e: &tasks::TaskEntry, counts: &[f64; MAX_SLOTS])
         .enumerate()
         .map(|(s, spec)| (spec.event.clone(), counts[s]))
         .collect();
-    TaskRow {
+    let mut row = TaskRow {
         pid: e.key.pid,
         tgid: e.key.tgid,
         comm: e.key.comm_str(),
@@ -1469,7 +1469,13 @@ fn task_row(specs: &[SlotSpec], e: &tasks::TaskEntry, counts: &[f64; MAX_SLOTS])
         share: 0.0,
         values,
         ..TaskRow::default()
-    }
+    };
+    // The stall pair is charged like any CPU count (its `values`), never weighs traffic.
+    row.set_stalls(
+        crate::model::Victims::keys(specs),
+        crate::model::Victims::key(specs, crate::model::StallPart::Time),
+    );
+    row
 }
 
 /// (read, write, total) bytes of whole counts per slot: Traffic slots with a byte size.

@@ -212,6 +212,7 @@ fn add_row(e: &mut TaskRow, r: &TaskRow) {
     e.write_bytes = e.write_bytes.saturating_add(r.write_bytes);
     e.total_bytes = e.total_bytes.saturating_add(r.total_bytes);
     e.share += r.share;
+    e.add_stalls(r);
     for (k, v) in &r.values {
         if let Some(x) = e.values.get_mut(k) {
             *x += v;

@@ -318,6 +318,10 @@ fn export_meta(global: &GlobalArgs, found: &Discovery, sel: &Selection) -> Expor
         max_processes: 0,
         max_cgroups: 0,
         peaks,
+        stalls: plan
+            .victims
+            .as_ref()
+            .is_some_and(|v| v.stalled.is_some() && v.cycles.is_some()),
     }
 }
 

@@ -130,7 +130,10 @@ fn view_config(specs: &[SlotSpec], source: &str, top: usize) -> ViewConfig {
     }
     let mut value_events: Vec<String> = Vec::new();
     if !bytes || source.starts_with("events") || source.starts_with("proxy:") {
-        for p in specs {
+        for p in specs
+            .iter()
+            .filter(|p| !matches!(p.role, SlotRole::Stall(_)))
+        {
             if !value_events.contains(&p.event) {
                 value_events.push(p.event.clone());
             }
@@ -143,6 +146,7 @@ fn view_config(specs: &[SlotSpec], source: &str, top: usize) -> ViewConfig {
         top,
         notice: None,
         by: crate::model::GroupBy::Pid,
+        stalls: crate::model::Victims::keys(specs).is_some(),
     }
 }
 

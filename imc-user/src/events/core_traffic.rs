@@ -992,6 +992,286 @@ fn intel(m: &Machine, pmu: &str, caps: Option<&str>) -> Result<CoreTraffic, Stri
     })
 }
 
+// ---------------------------------------------------------------------------------------------
+// Victims: the cycles a core spends stalled on a memory load, and the cycles to divide them by.
+//
+// Every encoding checked against a public table, named in `source`:
+// * Intel CYCLE_ACTIVITY.STALLS_L3_MISS (EventCode 0xA3, UMask 0x06, CounterMask 6, counters
+//   0-3) in the kernel's tools/perf/pmu-events/arch/x86/{skylakex,icelakex,sapphirerapids,
+//   emeraldrapids,graniterapids}/memory.json (generated from Intel's perfmon tables). SPR and
+//   later also list MEMORY_ACTIVITY.STALLS_L3_MISS (0x47/0x09, cmask 9, "cacheable" loads only);
+//   CYCLE_ACTIVITY's is the one every generation shares, so shares compare across a fleet.
+// * The cycles: event 0x3c (CPU_CLK_UNHALTED.THREAD_P), which the kernel places on fixed counter
+//   1 (arch/x86/events/intel/core.c FIXED_EVENT_CONSTRAINT(0x003c, 1)) unless that counter is
+//   taken (by the NMI watchdog's own cycles event), then on a generic one.
+// * AMD Zen 4/5: ex_no_retire.load_not_complete (EventCode 0xD6, UMask 0xA2, "cycles with no
+//   retire while the oldest op is waiting for load data") in tools/perf/pmu-events/arch/x86/
+//   amdzen4/pipeline.json, and the event amdzen5/pipeline.json's backend_bound_by_memory metric
+//   is built on; cycles ls_not_halted_cyc (0x76), the kernel's PERF_COUNT_HW_CPU_CYCLES for
+//   Zen (arch/x86/events/amd/core.c). Zen 2/3 have no ex_no_retire event.
+// * POWER8/9: PM_CMPLU_STALL_DMISS_L3MISS (0x4c01a, bound to PMC4): libpfm4
+//   lib/events/power8_events.h and tools/perf/pmu-events/arch/powerpc/power9/other.json;
+//   POWER10 PM_EXEC_STALL_DMISS_L3MISS (0x2c018, PMC2): tools/perf/pmu-events/arch/powerpc/
+//   power10 JSON. Cycles PM_RUN_CYC (0x600f4) on PMC6, which counts nothing else
+//   (arch/powerpc/perf/power{9,10}-events-list.h).
+// * Generic counters per thread: Intel Skylake-SP 4 with Hyper-Threading (8 without: imc
+//   assumes the smaller), Ice Lake-SP and later 8 (CPUID leaf 0xA, as the kernel reads it);
+//   AMD Zen 6 core counters (arch/x86/events/amd/core.c, AMD64_NUM_COUNTERS_CORE); POWER 4
+//   programmable PMCs beside the fixed PMC5/PMC6 (arch/powerpc/perf/power9-pmu.c).
+
+/// Where the NMI watchdog's counter comes from, when `kernel.nmi_watchdog` is 1.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Watchdog {
+    /// x86 Intel: a cycles event on fixed counter 1, so imc's own cycles event takes a generic
+    /// counter instead.
+    FixedCycles,
+    /// AMD: a cycles event on one of the generic counters.
+    Generic,
+    /// POWER: the hard-lockup detector does not use the PMU.
+    None,
+}
+
+/// One core event of the stall pair.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StallEvent {
+    pub name: &'static str,
+    /// Terms in the core PMU's `format/` vocabulary.
+    pub terms: &'static str,
+    /// Bit n set: the event may use generic counter n; None: any generic counter.
+    pub counter_mask: Option<u64>,
+    /// Counted on a fixed counter of its own (takes no generic counter).
+    pub fixed: bool,
+    pub source: &'static str,
+}
+
+/// The per-CPU stall counters of one core type: cycles stalled on a memory load and the cycles
+/// they are a share of, and how many generic counters the core has for them and the weights.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CoreStall {
+    pub model: &'static str,
+    pub stalled: StallEvent,
+    pub cycles: StallEvent,
+    /// Generic (programmable) counters per hardware thread.
+    pub generic_counters: usize,
+    pub watchdog: Watchdog,
+    pub notes: Vec<&'static str>,
+}
+
+const INTEL_CYCLES: StallEvent = StallEvent {
+    name: "CPU_CLK_UNHALTED.THREAD",
+    terms: "event=0x3c",
+    counter_mask: None,
+    fixed: true,
+    source: "intel/perfmon CPU_CLK_UNHALTED.THREAD_P (EventCode 0x3C); linux arch/x86/events/intel/core.c FIXED_EVENT_CONSTRAINT(0x003c, 1)",
+};
+
+fn intel_stall(model: &'static str, file: &'static str, generic: usize) -> CoreStall {
+    CoreStall {
+        model,
+        stalled: StallEvent {
+            name: "CYCLE_ACTIVITY.STALLS_L3_MISS",
+            terms: "event=0xa3,umask=0x06,cmask=6",
+            counter_mask: CTR_0_3,
+            fixed: false,
+            source: file,
+        },
+        cycles: INTEL_CYCLES,
+        generic_counters: generic,
+        watchdog: Watchdog::FixedCycles,
+        notes: vec![
+            "CYCLE_ACTIVITY.STALLS_L3_MISS counts cycles with no uop executed while a demand \
+             load that missed the L3 is outstanding: time the task waited on DRAM (or another \
+             socket's cache)",
+        ],
+    }
+}
+
+fn zen_stall(model: &'static str, source: &'static str) -> CoreStall {
+    CoreStall {
+        model,
+        stalled: StallEvent {
+            name: "ex_no_retire.load_not_complete",
+            terms: "event=0xd6,umask=0xa2",
+            counter_mask: None,
+            fixed: false,
+            source,
+        },
+        cycles: StallEvent {
+            name: "ls_not_halted_cyc",
+            terms: "event=0x76",
+            counter_mask: None,
+            fixed: false,
+            source: "linux arch/x86/events/amd/core.c PERF_COUNT_HW_CPU_CYCLES = 0x0076 (ls_not_halted_cyc)",
+        },
+        generic_counters: 6,
+        watchdog: Watchdog::Generic,
+        notes: vec![
+            "ex_no_retire.load_not_complete counts cycles in which the oldest op waits for load \
+             data from any level, not only DRAM: a share of stalls on memory, an upper bound \
+             of those on DRAM",
+        ],
+    }
+}
+
+fn power_stall(generation: &str) -> Option<CoreStall> {
+    let cycles = StallEvent {
+        name: "PM_RUN_CYC",
+        terms: "event=0x600f4",
+        counter_mask: None,
+        fixed: true,
+        source: "linux arch/powerpc/perf/power9-events-list.h PM_RUN_CYC (0x600f4, PMC6)",
+    };
+    let (model, stalled) = match generation {
+        "POWER8" => (
+            "POWER8",
+            StallEvent {
+                name: "PM_CMPLU_STALL_DMISS_L3MISS",
+                terms: "event=0x4c01a",
+                counter_mask: Some(1 << 3),
+                fixed: false,
+                source: "libpfm4 lib/events/power8_events.h PM_CMPLU_STALL_DMISS_L3MISS (0x4c01a)",
+            },
+        ),
+        "POWER9" => (
+            "POWER9",
+            StallEvent {
+                name: "PM_CMPLU_STALL_DMISS_L3MISS",
+                terms: "event=0x4c01a",
+                counter_mask: Some(1 << 3),
+                fixed: false,
+                source: "linux tools/perf/pmu-events/arch/powerpc/power9/other.json PM_CMPLU_STALL_DMISS_L3MISS (0x4C01A)",
+            },
+        ),
+        "POWER10" => (
+            "POWER10",
+            StallEvent {
+                name: "PM_EXEC_STALL_DMISS_L3MISS",
+                terms: "event=0x2c018",
+                counter_mask: Some(1 << 1),
+                fixed: false,
+                source: "linux tools/perf/pmu-events/arch/powerpc/power10 JSON PM_EXEC_STALL_DMISS_L3MISS (0x2C018)",
+            },
+        ),
+        _ => return None,
+    };
+    Some(CoreStall {
+        model,
+        stalled,
+        cycles,
+        generic_counters: 4,
+        watchdog: Watchdog::None,
+        notes: vec![
+            "the stall event is bound to one PMC (the PMC field of its code): it fits only where \
+             no weight holds that PMC",
+        ],
+    })
+}
+
+/// The stall counters of this CPU's core PMU `pmu`; Err(one-line reason) where the core has no
+/// event for cycles stalled on memory (or imc does not know it).
+pub fn core_stall(
+    m: &Machine,
+    pmu: &str,
+    caps_pmu_name: Option<&str>,
+) -> Result<CoreStall, String> {
+    if let Some(generation) = m.power.as_deref() {
+        if pmu != "cpu" {
+            return Err(format!("POWER has no core PMU '{pmu}' (expected 'cpu')"));
+        }
+        return power_stall(generation)
+            .ok_or_else(|| format!("no memory-stall event known for {generation}"));
+    }
+    if m.is_amd() {
+        let (Some(family), Some(model)) = (m.family, m.model) else {
+            return Err("proc/cpuinfo gives no AMD family/model".into());
+        };
+        if pmu != "cpu" {
+            return Err(format!("AMD has no core PMU '{pmu}' (expected 'cpu')"));
+        }
+        // The same Zen 3/Zen 4 split as core_traffic's (the kernel's mapfile.csv).
+        return match family {
+            0x19 if model < 0x10
+                || (0x20..0x30).contains(&model)
+                || (0x40..0x60).contains(&model) =>
+            {
+                Err(
+                    "Zen 3 has no event for cycles stalled on a load (ex_no_retire came with \
+                     Zen 4)"
+                        .into(),
+                )
+            }
+            0x19 => Ok(zen_stall(
+                "Zen 4",
+                "linux tools/perf/pmu-events/arch/x86/amdzen4/pipeline.json ex_no_retire.load_not_complete (0xd6, umask 0xa2)",
+            )),
+            0x1a => Ok(zen_stall(
+                "Zen 5",
+                "linux tools/perf/pmu-events/arch/x86/amdzen5/pipeline.json backend_bound_by_memory (ex_no_retire.load_not_complete); encoding as amdzen4/pipeline.json (0xd6, umask 0xa2)",
+            )),
+            f => Err(format!(
+                "AMD family {f:#x}: no event for cycles stalled on a load before Zen 4"
+            )),
+        };
+    }
+    let Some(model) = m.intel_model() else {
+        return Err(match &m.vendor {
+            Some(v) => format!("no memory-stall event known for CPU vendor '{v}'"),
+            None => "proc/cpuinfo names no CPU vendor or POWER generation".to_string(),
+        });
+    };
+    if let Some(name) = caps_pmu_name
+        && name.starts_with("generic_arch")
+    {
+        return Err(format!(
+            "the kernel drives this core PMU in architectural mode only (caps/pmu_name \
+             '{name}'): no model-specific events"
+        ));
+    }
+    if pmu != "cpu" {
+        return Err(format!(
+            "Intel model {model:#x}: no memory-stall event in imc's table for the '{pmu}' PMU"
+        ));
+    }
+    Ok(match model {
+        0x55 => intel_stall(
+            "Skylake-SP/Cascade Lake",
+            "linux tools/perf/pmu-events/arch/x86/skylakex/memory.json CYCLE_ACTIVITY.STALLS_L3_MISS",
+            4,
+        ),
+        0x6a | 0x6c => intel_stall(
+            "Ice Lake-SP",
+            "linux tools/perf/pmu-events/arch/x86/icelakex/memory.json CYCLE_ACTIVITY.STALLS_L3_MISS",
+            8,
+        ),
+        0x8f => intel_stall(
+            "Sapphire Rapids",
+            "linux tools/perf/pmu-events/arch/x86/sapphirerapids/memory.json CYCLE_ACTIVITY.STALLS_L3_MISS",
+            8,
+        ),
+        0xcf => intel_stall(
+            "Emerald Rapids",
+            "linux tools/perf/pmu-events/arch/x86/emeraldrapids/memory.json CYCLE_ACTIVITY.STALLS_L3_MISS",
+            8,
+        ),
+        0xad | 0xae => intel_stall(
+            "Granite Rapids",
+            "linux tools/perf/pmu-events/arch/x86/graniterapids/memory.json CYCLE_ACTIVITY.STALLS_L3_MISS",
+            8,
+        ),
+        0x57 | 0x85 => {
+            return Err(
+                "Knights Landing/Mill has no L3 and no event for cycles stalled on memory".into(),
+            );
+        }
+        _ => {
+            return Err(format!(
+                "Intel family 6 model {model:#x}: no memory-stall event in imc's table (server \
+                 parts only so far)"
+            ));
+        }
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1352,5 +1632,47 @@ mod tests {
         let t = core_traffic(&intel(0x8f), "cpu", Some("sapphire_rapids")).unwrap();
         let w = crate::discovery::encode_terms(&spr, t.events[0].terms).unwrap();
         assert_eq!((w.config, w.config1), (0x012a, 0x7_0c00_4477));
+    }
+
+    #[test]
+    fn stall_events_are_chosen_per_model_with_a_source_and_a_reason_where_none() {
+        for m in [0x55, 0x6a, 0x6c, 0x8f, 0xcf, 0xad, 0xae] {
+            let t = core_stall(&intel(m), "cpu", None).unwrap();
+            assert_eq!(t.stalled.name, "CYCLE_ACTIVITY.STALLS_L3_MISS");
+            assert_eq!(t.stalled.terms, "event=0xa3,umask=0x06,cmask=6");
+            assert_eq!(t.stalled.counter_mask, Some(0xf));
+            assert!(t.cycles.fixed && t.cycles.terms == "event=0x3c");
+            assert_eq!(t.generic_counters, if m == 0x55 { 4 } else { 8 });
+            assert!(t.stalled.source.contains("memory.json"), "{}", t.model);
+        }
+        for (f, m) in [(0x19, 0x11), (0x19, 0xa0), (0x1a, 0x02)] {
+            let t = core_stall(&amd(f, m), "cpu", None).unwrap();
+            assert_eq!(t.stalled.terms, "event=0xd6,umask=0xa2");
+            assert_eq!(t.cycles.terms, "event=0x76");
+            assert_eq!((t.generic_counters, t.watchdog), (6, Watchdog::Generic));
+        }
+        let p9 = core_stall(&power("POWER9"), "cpu", None).unwrap();
+        assert_eq!(
+            (p9.stalled.terms, p9.stalled.counter_mask),
+            ("event=0x4c01a", Some(0x8))
+        );
+        let p10 = core_stall(&power("POWER10"), "cpu", None).unwrap();
+        assert_eq!(
+            (p10.stalled.terms, p10.stalled.counter_mask),
+            ("event=0x2c018", Some(0x2))
+        );
+        assert!(p10.cycles.fixed && p10.watchdog == Watchdog::None);
+        for (m, pmu, why) in [
+            (amd(0x19, 0x01), "cpu", "Zen 3"),
+            (amd(0x17, 0x31), "cpu", "before Zen 4"),
+            (intel(0x57), "cpu", "no L3"),
+            (intel(0x97), "cpu_atom", "cpu_atom"),
+            (intel(0x8c), "cpu", "server parts only"),
+        ] {
+            let e = core_stall(&m, pmu, None).unwrap_err();
+            assert!(e.contains(why), "{m:?} {pmu}: {e}");
+        }
+        let e = core_stall(&intel(0x55), "cpu", Some("generic_arch_v4")).unwrap_err();
+        assert!(e.contains("architectural"), "{e}");
     }
 }

@@ -15,4 +15,6 @@ mod slots;
 pub use grouping::{GroupBy, Identity, KeyParts, PidFilter};
 pub use hardware::*;
 pub use result::{CgroupNames, IntervalResult, PackageRow, ShareBasis, TaskRow, package_bytes};
-pub use slots::{SlotRole, SlotScope, SlotSpec, Unit, Weighting, measures_bytes};
+pub use slots::{
+    SlotRole, SlotScope, SlotSpec, StallPart, Unit, Victims, Weighting, measures_bytes,
+};

@@ -83,6 +83,28 @@ pub struct TaskRow {
     pub share: f64,
     /// Attributed amount of every counter, by event string (counts, scaled for multiplexing).
     pub values: BTreeMap<String, f64>,
+    /// Victims: the core cycles this task spent stalled on a memory load, the cycles it ran,
+    /// and the first as a share of the second; null where the plan counts no stalls (a VM, a
+    /// core without the event, a counter budget spent) or the task ran no counted cycle.
+    #[serde(default)]
+    pub stall_cycles: Option<f64>,
+    #[serde(default)]
+    pub cycles: Option<f64>,
+    #[serde(default)]
+    pub stall_share: Option<f64>,
+    /// The seconds of its on-CPU time it spent stalled: `stall_share` × its on-CPU time (the
+    /// plan's `cpu-clock` slot); null where either is not counted.
+    #[serde(default)]
+    pub stall_seconds: Option<f64>,
+}
+
+/// `stalled ÷ cycles`, where there are cycles to divide by (never more than 1: a counter read
+/// a tick apart from its divisor can run ahead of it).
+pub fn stall_share(stalled: Option<f64>, cycles: Option<f64>) -> Option<f64> {
+    match (stalled, cycles) {
+        (Some(s), Some(c)) if c > 0.0 && s.is_finite() => Some((s / c).clamp(0.0, 1.0)),
+        _ => None,
+    }
 }
 
 impl TaskRow {
@@ -97,6 +119,41 @@ impl TaskRow {
         self.read_bytes
             .saturating_add(self.write_bytes)
             .saturating_add(self.total_bytes)
+    }
+
+    /// Sets the stall fields from this row's own `values` of the stall pair's keys
+    /// (`model::Victims::keys`) and of its on-CPU time (ns, the `cpu-clock` slot's key); null
+    /// where the plan has none.
+    pub fn set_stalls(&mut self, keys: Option<(&str, &str)>, time: Option<&str>) {
+        let (stalled, cycles) = match keys {
+            Some((s, c)) => (
+                Some(self.values.get(s).copied().unwrap_or(0.0)),
+                Some(self.values.get(c).copied().unwrap_or(0.0)),
+            ),
+            None => (None, None),
+        };
+        self.stall_cycles = stalled;
+        self.cycles = cycles;
+        self.stall_share = stall_share(stalled, cycles);
+        let on_cpu_s = time.map(|k| self.values.get(k).copied().unwrap_or(0.0) / 1e9);
+        self.stall_seconds = match (self.stall_share, on_cpu_s) {
+            (Some(share), Some(s)) => Some(share * s),
+            (None, Some(_)) if keys.is_some() => Some(0.0),
+            _ => None,
+        };
+    }
+
+    /// Adds another row's stall fields to this one's (rows merged into a group, a burst, a
+    /// report's total): the counts add, the share is of the sums.
+    pub fn add_stalls(&mut self, other: &TaskRow) {
+        let add = |a: Option<f64>, b: Option<f64>| match (a, b) {
+            (None, None) => None,
+            (a, b) => Some(a.unwrap_or(0.0) + b.unwrap_or(0.0)),
+        };
+        self.stall_cycles = add(self.stall_cycles, other.stall_cycles);
+        self.cycles = add(self.cycles, other.cycles);
+        self.stall_share = stall_share(self.stall_cycles, self.cycles);
+        self.stall_seconds = add(self.stall_seconds, other.stall_seconds);
     }
 }
 

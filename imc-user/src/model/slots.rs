@@ -41,6 +41,69 @@ pub enum SlotRole {
     RemoteWeight(Option<Direction>),
     /// Counted and reported (`values`), not bandwidth.
     Other,
+    /// One of the per-CPU stall pair (victims): charged to the running task like any CPU
+    /// count, never a weight of package traffic.
+    Stall(StallPart),
+}
+
+/// Which count of the stall pair a slot holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StallPart {
+    /// Cycles the core was stalled on a memory (L3-miss) load.
+    Stalled,
+    /// The core's unhalted cycles the stalls are a share of.
+    Cycles,
+    /// The CPU's time (the software `cpu-clock`, ns): charged to the task that ran, its
+    /// on-CPU time, which turns its stalled share into seconds.
+    Time,
+}
+
+impl StallPart {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StallPart::Stalled => "stalled",
+            StallPart::Cycles => "cycles",
+            StallPart::Time => "time",
+        }
+    }
+}
+
+/// Which per-CPU counters tell how long each task waited on memory (`victims` in the plan):
+/// the events, or null with the reason none is counted.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, serde::Deserialize)]
+pub struct Victims {
+    /// The stall event (`CYCLE_ACTIVITY.STALLS_L3_MISS`), or null.
+    pub stalled: Option<String>,
+    /// The cycles it is a share of (`CPU_CLK_UNHALTED.THREAD`), or null.
+    pub cycles: Option<String>,
+    pub reason: String,
+}
+
+impl Victims {
+    pub fn none(reason: impl Into<String>) -> Victims {
+        Victims {
+            stalled: None,
+            cycles: None,
+            reason: reason.into(),
+        }
+    }
+
+    /// The value keys of the pair in a slot list (both, or none).
+    pub fn keys(specs: &[SlotSpec]) -> Option<(&str, &str)> {
+        Some((
+            Self::key(specs, StallPart::Stalled)?,
+            Self::key(specs, StallPart::Cycles)?,
+        ))
+    }
+
+    /// The value key of one part of the stall counters in a slot list.
+    pub fn key(specs: &[SlotSpec], part: StallPart) -> Option<&str> {
+        specs
+            .iter()
+            .find(|s| s.role == SlotRole::Stall(part) && s.scope == SlotScope::Cpu)
+            .map(|s| s.event.as_str())
+    }
 }
 
 /// One configured counter slot of the sampler (slot index = position in the list).

@@ -18,6 +18,14 @@
 //! `imc_dram_peak_bytes_per_second{package}` is the theoretical peak from the SMBIOS memory
 //! speeds (absent where they are unknown), for utilisation.
 //!
+//! Where the plan counts each task's cycles stalled on memory (victims), the same top processes
+//! and cgroups also have `imc_process_memory_stall_cycles_total{pid,comm,cgroup}` and
+//! `imc_process_cycles_total{…}`, `imc_cgroup_memory_stall_cycles_total{cgroup}` and
+//! `imc_cgroup_cycles_total{cgroup}`: core cycles, whose rates' ratio is the share of a task's
+//! time it waited on memory; and `imc_process_memory_stall_seconds_total{pid,comm,cgroup}` /
+//! `imc_cgroup_memory_stall_seconds_total{cgroup}`, that share of their on-CPU time, where the
+//! plan also counts the CPU's time (`cpu-clock`).
+//!
 //! `imc_info{version,backend,source,tick,weighting}` is 1; collector health is `imc_lost_records_total`,
 //! `imc_read_errors_total`, `imc_intervals_total` and the `imc_scrape_duration_seconds` and
 //! `imc_drain_duration_seconds` histograms.
@@ -76,6 +84,8 @@ pub struct ExportMeta {
     pub max_cgroups: usize,
     /// Theoretical peak bytes/s by package id, where SMBIOS gives the memory speeds.
     pub peaks: Vec<(u32, f64)>,
+    /// The plan counts each task's stalled cycles and cycles (the victims' families exist).
+    pub stalls: bool,
 }
 
 pub fn direction_label(d: Direction) -> &'static str {
@@ -134,8 +144,74 @@ struct Tracked {
     shown: Option<Labels>,
     /// Cumulative amounts by (direction, event): event is empty for bytes.
     totals: BTreeMap<(Direction, String), u64>,
+    /// Cumulative stalled cycles and cycles, and seconds stalled, where the plan counts them.
+    stalls: Option<[u64; 2]>,
+    stall_seconds: Option<f64>,
     score: f64,
     last_seen: u64,
+}
+
+type SecondCounters = Family<Labels, Counter<f64, std::sync::atomic::AtomicU64>>;
+
+/// The victims' families of a top-N family: cycles stalled on memory and cycles, and the
+/// seconds stalled (the stalled share of the on-CPU time), per key.
+struct Stalls {
+    stalled: Counters,
+    cycles: Counters,
+    seconds: SecondCounters,
+}
+
+impl Stalls {
+    fn register(reg: &mut Registry, stem: &str, what: &str) -> Stalls {
+        let s = Stalls {
+            stalled: Counters::default(),
+            cycles: Counters::default(),
+            seconds: SecondCounters::default(),
+        };
+        reg.register(
+            format!("{stem}_memory_stall_seconds"),
+            format!(
+                "Seconds {what} spent stalled on a memory (L3-miss) load: its stalled share of \
+                 cycles times its on-CPU time"
+            ),
+            s.seconds.clone(),
+        );
+        reg.register(
+            format!("{stem}_memory_stall_cycles"),
+            format!("Core cycles {what} spent stalled on a memory (L3-miss) load"),
+            s.stalled.clone(),
+        );
+        reg.register(
+            format!("{stem}_cycles"),
+            format!("Core cycles {what} ran (the stalls' denominator)"),
+            s.cycles.clone(),
+        );
+        s
+    }
+
+    fn remove(&self, labels: &Labels) {
+        self.stalled.remove(labels);
+        self.cycles.remove(labels);
+        self.seconds.remove(labels);
+    }
+
+    fn show_seconds(&self, labels: &Labels, total: f64) {
+        let c = self.seconds.get_or_create(labels);
+        let shown = c.get();
+        if total > shown {
+            c.inc_by(total - shown);
+        }
+    }
+
+    fn show(&self, labels: &Labels, totals: [u64; 2]) {
+        for (f, total) in [(&self.stalled, totals[0]), (&self.cycles, totals[1])] {
+            let c = f.get_or_create(labels);
+            let shown = c.get();
+            if total > shown {
+                c.inc_by(total - shown);
+            }
+        }
+    }
 }
 
 /// The busiest keys of a family, exported; the rest only tracked, within bounds. The rule of
@@ -172,6 +248,7 @@ impl<K: std::hash::Hash + Eq + Clone + Ord> Ranked<K> {
         labels: Option<Labels>,
         first: impl FnOnce() -> Labels,
         amounts: Vec<(Direction, String, u64)>,
+        stalls: Option<([u64; 2], Option<f64>)>,
         now: u64,
     ) {
         let fresh = !self.keys.contains_key(&key);
@@ -186,13 +263,21 @@ impl<K: std::hash::Hash + Eq + Clone + Ord> Ranked<K> {
             *st.totals.entry((dir, event)).or_default() += amount;
             recent = recent.saturating_add(amount);
         }
+        if let Some(([s, c], secs)) = stalls {
+            let t = st.stalls.get_or_insert([0, 0]);
+            t[0] = t[0].saturating_add(s);
+            t[1] = t[1].saturating_add(c);
+            if let Some(secs) = secs {
+                *st.stall_seconds.get_or_insert(0.0) += secs;
+            }
+        }
         st.score += recent as f64;
         st.last_seen = now;
     }
 
     /// Exports the top keys in `pair`, removes the series of those that dropped out (or changed
     /// labels), and forgets idle keys so that the state stays bounded too.
-    fn choose(&mut self, pair: &Pair, now: u64) {
+    fn choose(&mut self, pair: &Pair, stalls: Option<&Stalls>, now: u64) {
         let mut ranked: Vec<(&K, f64)> = self
             .keys
             .iter()
@@ -212,6 +297,9 @@ impl<K: std::hash::Hash + Eq + Clone + Ord> Ranked<K> {
                     let (f, labels) = series(pair, &old, *dir, event);
                     f.remove(&labels);
                 }
+                if let Some(s) = stalls {
+                    s.remove(&old);
+                }
             }
             let Some(labels) = wanted else {
                 continue;
@@ -222,6 +310,12 @@ impl<K: std::hash::Hash + Eq + Clone + Ord> Ranked<K> {
                 let shown = c.get();
                 if total > shown {
                     c.inc_by(total - shown);
+                }
+            }
+            if let (Some(s), Some(totals)) = (stalls, st.stalls) {
+                s.show(&labels, totals);
+                if let Some(secs) = st.stall_seconds {
+                    s.show_seconds(&labels, secs);
                 }
             }
             st.shown = Some(labels);
@@ -265,6 +359,9 @@ pub struct Exporter {
     intervals: Counter,
     scrape: Histogram,
     drain: Histogram,
+    /// The victims' families of processes and cgroups, where the plan counts stalls.
+    process_stalls: Option<Stalls>,
+    cgroup_stalls: Option<Stalls>,
     /// By pid (thread group id).
     procs: Ranked<u32>,
     /// By `cgroup` label.
@@ -358,6 +455,12 @@ impl Exporter {
             Ranked::new(meta.max_processes),
             Ranked::new(meta.max_cgroups),
         );
+        let process_stalls = meta
+            .stalls
+            .then(|| Stalls::register(&mut registry, "imc_process", "each top process"));
+        let cgroup_stalls = meta
+            .stalls
+            .then(|| Stalls::register(&mut registry, "imc_cgroup", "each top cgroup"));
         Exporter {
             registry,
             meta,
@@ -371,6 +474,8 @@ impl Exporter {
             intervals,
             scrape,
             drain,
+            process_stalls,
+            cgroup_stalls,
             procs,
             cgroups,
             n_intervals: 0,
@@ -384,8 +489,13 @@ impl Exporter {
         let groups = group_rows(r.tasks.clone(), GroupBy::Tgid);
         self.add_cgroups(&r.tasks);
         self.add_processes(&groups, &r.tasks);
-        self.procs.choose(&self.process, self.n_intervals);
-        self.cgroups.choose(&self.cgroup, self.n_intervals);
+        self.procs.choose(
+            &self.process,
+            self.process_stalls.as_ref(),
+            self.n_intervals,
+        );
+        self.cgroups
+            .choose(&self.cgroup, self.cgroup_stalls.as_ref(), self.n_intervals);
         self.lost.inc_by(r.lost_samples);
         self.intervals.inc();
     }
@@ -523,8 +633,18 @@ impl Exporter {
     fn add_cgroups(&mut self, rows: &[TaskRow]) {
         let now = self.n_intervals;
         let mut per_cgroup: BTreeMap<String, BTreeMap<(Direction, String), u64>> = BTreeMap::new();
+        let mut stalls: BTreeMap<String, ([u64; 2], Option<f64>)> = BTreeMap::new();
         for row in rows {
-            let sums = per_cgroup.entry(cgroup_label(row)).or_default();
+            let key = cgroup_label(row);
+            if let Some(([s, c], secs)) = stall_amounts(row) {
+                let e = stalls.entry(key.clone()).or_default();
+                e.0[0] += s;
+                e.0[1] += c;
+                if let Some(secs) = secs {
+                    *e.1.get_or_insert(0.0) += secs;
+                }
+            }
+            let sums = per_cgroup.entry(key).or_default();
             for (dir, event, amount) in self.amounts(row) {
                 *sums.entry((dir, event)).or_default() += amount;
             }
@@ -533,8 +653,9 @@ impl Exporter {
         for (cgroup, sums) in per_cgroup {
             let labels = vec![("cgroup", cgroup.clone())];
             let amounts = sums.into_iter().map(|((d, e), a)| (d, e, a)).collect();
+            let st = stalls.get(&cgroup).copied();
             self.cgroups
-                .add(cgroup, Some(labels), Vec::new, amounts, now);
+                .add(cgroup, Some(labels), Vec::new, amounts, st, now);
         }
     }
 
@@ -561,8 +682,14 @@ impl Exporter {
                 .iter()
                 .find(|t| t.pid == row.tgid && t.tgid == row.tgid)
                 .map(labels_of);
-            self.procs
-                .add(row.tgid, main, || labels_of(row), amounts, now);
+            self.procs.add(
+                row.tgid,
+                main,
+                || labels_of(row),
+                amounts,
+                stall_amounts(row),
+                now,
+            );
         }
     }
 
@@ -588,6 +715,13 @@ fn series<'a>(
         labels.push(("event", event.to_string()));
         (&family.events, labels)
     }
+}
+
+/// A row's stalled cycles and cycles as whole counts, and its seconds stalled, where the plan
+/// counts them.
+fn stall_amounts(row: &TaskRow) -> Option<([u64; 2], Option<f64>)> {
+    let secs = row.stall_seconds.filter(|s| s.is_finite() && *s >= 0.0);
+    Some(([whole(row.stall_cycles?), whole(row.cycles?)], secs))
 }
 
 /// A non-negative amount as a whole count (amounts are sums of whole counts already; this

@@ -44,6 +44,9 @@ pub struct ViewConfig {
     pub notice: Option<String>,
     /// How rows are grouped (`--by`): a group row shows its key, not one member's pid or name.
     pub by: GroupBy,
+    /// The plan counts each task's cycles stalled on memory: a STALL column (the share of
+    /// its cycles), sorted by with `v`.
+    pub stalls: bool,
 }
 
 /// The last [`HISTORY`] intervals' rates, per package (bytes) or summed over tasks (counts).
@@ -96,6 +99,8 @@ pub enum SortKey {
     Total,
     Pid,
     Comm,
+    /// Victims: the share of a task's cycles stalled on memory.
+    Stall,
 }
 
 impl SortKey {
@@ -107,6 +112,7 @@ impl SortKey {
             't' => SortKey::Total,
             'p' => SortKey::Pid,
             'c' => SortKey::Comm,
+            'v' => SortKey::Stall,
             _ => return None,
         })
     }
@@ -213,6 +219,8 @@ pub fn sorted_tasks<'a>(
             (SortKey::Total, Units::Bytes { .. }) => t.bytes() as f64,
             (SortKey::Total, Units::Counts) => traffic_count(cfg, t),
             (SortKey::Pid | SortKey::Comm, _) => 0.0,
+            // Tasks with no share (no cycles counted) below every share.
+            (SortKey::Stall, _) => t.stall_share.unwrap_or(-1.0),
         }
     };
     let mut rows: Vec<&TaskRow> = r.tasks.iter().collect();
@@ -352,9 +360,11 @@ pub fn render(
     if cfg.units != Units::Counts {
         keys.push_str("r read  w write  ");
     }
-    keys.push_str(
-        "t total  s share  p pid  c comm (again: reverse)   ↑↓ PgUp PgDn scroll   q quit",
-    );
+    keys.push_str("t total  s share  ");
+    if cfg.stalls {
+        keys.push_str("v stall  ");
+    }
+    keys.push_str("p pid  c comm (again: reverse)   ↑↓ PgUp PgDn scroll   q quit");
     Paragraph::new(keys)
         .style(Style::default().add_modifier(Modifier::DIM))
         .render(foot, buf);
@@ -543,6 +553,9 @@ fn render_tasks(
         }
     }
     titles.push((Some(SortKey::Share), "SHARE".into(), 7));
+    if cfg.stalls {
+        titles.push((Some(SortKey::Stall), "STALL".into(), 7));
+    }
     for e in &cfg.value_events {
         // In counts mode the traffic counters are what 't' sorts by.
         let key = (cfg.units == Units::Counts && cfg.traffic_events.contains(e))
@@ -597,6 +610,12 @@ fn render_tasks(
             }
         }
         cells.push(right(format!("{:.1}%", t.share * 100.0)));
+        if cfg.stalls {
+            cells.push(right(
+                t.stall_share
+                    .map_or("-".to_string(), |v| format!("{:.1}%", v * 100.0)),
+            ));
+        }
         for (e, scale) in cfg.value_events.iter().zip(&scales) {
             cells.push(right(
                 scale.show(t.values.get(e).copied().unwrap_or(0.0), secs),
@@ -680,6 +699,7 @@ mod tests {
             top: 0,
             notice: None,
             by: GroupBy::Pid,
+            stalls: false,
         }
     }
 
@@ -748,6 +768,42 @@ mod tests {
             .iter()
             .find(|l| l.contains(what))
             .unwrap_or_else(|| panic!("no line with {what:?} in\n{}", lines.join("\n")))
+    }
+
+    #[test]
+    fn victims_have_a_stall_column_and_v_sorts_by_it() {
+        let mut cfg = bytes_cfg();
+        cfg.stalls = true;
+        let mut r = bytes_interval();
+        // The streamer stalls little, postgres waits on memory, bash ran no counted cycle.
+        let pairs = [(Some(1e8), Some(1e9)), (Some(6e8), Some(1e9)), (None, None)];
+        for (t, (stalled, cycles)) in r.tasks.iter_mut().zip(pairs) {
+            t.stall_cycles = stalled;
+            t.cycles = cycles;
+            t.stall_share = crate::model::result::stall_share(stalled, cycles);
+        }
+        let h = History::default();
+        let mut st = ViewState::default();
+        let lines = screen(&cfg, &h, Some(&r), &mut st, 120, 20);
+        assert!(line_with(&lines, "PID").contains("STALL"));
+        let row: Vec<&str> = line_with(&lines, "postgres").split_whitespace().collect();
+        assert_eq!(row.last(), Some(&"60.0%"), "{row:?}");
+        let row: Vec<&str> = line_with(&lines, "bash").split_whitespace().collect();
+        assert_eq!(
+            row.last(),
+            Some(&"-"),
+            "{row:?}: null, never a made-up share"
+        );
+        assert!(line_with(&lines, "sort:").contains("v stall"));
+        handle_key(&mut st, cfg.units, key(KeyCode::Char('v')));
+        assert_eq!(st.sort, SortKey::Stall);
+        let lines = screen(&cfg, &h, Some(&r), &mut st, 120, 20);
+        assert_eq!(pids(&lines), [20, 300, 4000]);
+        // Without the pair: no column, no key.
+        cfg.stalls = false;
+        let lines = screen(&cfg, &h, Some(&r), &mut ViewState::default(), 120, 20);
+        assert!(!line_with(&lines, "PID").contains("STALL"));
+        assert!(!line_with(&lines, "sort:").contains("v stall"));
     }
 
     #[test]
@@ -845,6 +901,7 @@ mod tests {
             top: 0,
             notice: None,
             by: GroupBy::Pid,
+            stalls: false,
         };
         let t = |pid: u32, faults: f64| TaskRow {
             pid,
@@ -888,6 +945,7 @@ mod tests {
             top: 0,
             notice: None,
             by: GroupBy::Pid,
+            stalls: false,
         };
         let t = |pid: u32, comm: &str, faults: f64, share: f64| TaskRow {
             values: [("page-faults".to_string(), faults)].into(),

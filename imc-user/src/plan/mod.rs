@@ -11,13 +11,14 @@
 pub mod drain;
 pub mod fidelity;
 pub mod kernel;
+pub mod stalls;
 pub mod stand_in;
 pub mod text;
 pub mod weights;
 
 use crate::model::{
     BackendKind, Direction, Discovery, Encoded, QueuePart, Scope, SlotRole, SlotScope, SlotSpec,
-    Source, SourceEvent, SourcePmu, Topology, Weighting,
+    Source, SourceEvent, SourcePmu, StallPart, Topology, Victims, Weighting,
 };
 use imc_common::{MAX_PKG_COUNTERS, MAX_SLOTS};
 pub use kernel::Kernel;
@@ -143,11 +144,19 @@ pub struct Counter {
     /// package are summed there.
     pub slot: Option<usize>,
     /// What its counts are for: memory traffic, a per-CPU weight of package traffic, a
-    /// loaded-latency count, or counted and shown.
+    /// loaded-latency count, a stall count (cycles stalled on memory, or the cycles they are a
+    /// share of), or counted and shown.
     pub role: CounterRole,
     /// What a weight counter weighs (None: not a weight).
     #[serde(skip)]
     pub weight: Option<WeightRole>,
+    /// Which of the stall pair a `stall` counter is (`stalled` or `cycles`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stall: Option<StallPart>,
+    /// The generic counters of its core PMU it may use (bit n: counter n; None: any), for
+    /// the core's counter budget.
+    #[serde(skip)]
+    pub counter_mask: Option<u64>,
     /// The key of `values` in JSON output.
     #[serde(skip)]
     pub value_key: String,
@@ -195,6 +204,8 @@ pub enum CounterRole {
     Weight,
     /// A loaded-latency count (a controller queue's occupancy, inserts or clock).
     Latency,
+    /// A per-CPU stall count, or the cycles or time it is a share of (victims).
+    Stall,
     /// Counted and shown.
     Other,
 }
@@ -205,6 +216,7 @@ impl CounterRole {
         match role {
             SlotRole::Traffic(_) => CounterRole::Traffic,
             SlotRole::Weight(_) | SlotRole::RemoteWeight(_) => CounterRole::Weight,
+            SlotRole::Stall(_) => CounterRole::Stall,
             SlotRole::Other => CounterRole::Other,
         }
     }
@@ -214,6 +226,7 @@ impl CounterRole {
             CounterRole::Traffic => "traffic",
             CounterRole::Weight => "weight",
             CounterRole::Latency => "latency",
+            CounterRole::Stall => "stall",
             CounterRole::Other => "other",
         }
     }
@@ -273,6 +286,9 @@ struct SlotJson {
     /// A weight of traffic to other packages' memory.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     remote: bool,
+    /// Which of the stall pair a `stall` slot holds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stall: Option<StallPart>,
     bytes_per_count: Option<f64>,
     sum: Option<String>,
 }
@@ -282,6 +298,10 @@ impl From<Slot> for SlotJson {
         SlotJson {
             role: CounterRole::of_slot(s.role),
             remote: matches!(s.role, SlotRole::RemoteWeight(_)),
+            stall: match s.role {
+                SlotRole::Stall(part) => Some(part),
+                _ => None,
+            },
             event: s.event,
             scope: s.scope,
             direction: s.direction,
@@ -422,6 +442,10 @@ pub struct Plan {
     /// How package traffic is divided among tasks (sampling commands).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub weighting: Option<Weighting>,
+    /// Which per-CPU counters tell how long each task stalled on memory, or why none does
+    /// (sampling commands).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub victims: Option<Victims>,
     /// The record's slots (sampling commands; empty for stat).
     pub slots: Vec<Slot>,
     pub tick: Tick,
@@ -562,6 +586,7 @@ fn plan_draining(found: &Discovery, kernel: &Kernel, req: &Request) -> Result<Pl
         notes.push(note);
     }
     let mut weighting = None;
+    let mut victims = None;
     let slots = if req.command.samples() {
         let free = MAX_SLOTS.saturating_sub(slot_count(&counters, req));
         let chosen = weights::choose(found, kernel, req, &counters, free)?;
@@ -569,6 +594,12 @@ fn plan_draining(found: &Discovery, kernel: &Kernel, req: &Request) -> Result<Pl
         refusals.extend(chosen.refusals);
         notes.extend(chosen.notes);
         weighting = Some(chosen.weighting);
+        let free = MAX_SLOTS.saturating_sub(slot_count(&counters, req));
+        let stalls = stalls::choose(found, kernel, &counters, free);
+        counters.extend(stalls.counters);
+        refusals.extend(stalls.refusals);
+        notes.extend(stalls.notes);
+        victims = Some(stalls.victims);
         assign_slots(&mut counters, found, kernel, req, &mut notes)?
     } else {
         for c in &mut counters {
@@ -592,6 +623,7 @@ fn plan_draining(found: &Discovery, kernel: &Kernel, req: &Request) -> Result<Pl
         backend,
         counters,
         weighting,
+        victims,
         slots,
         records: req
             .command
@@ -909,6 +941,8 @@ fn queue_counter(
         slot: None,
         role: CounterRole::Latency,
         weight: None,
+        stall: None,
+        counter_mask: None,
         value_key: key.to_string(),
         encoded: Encoded {
             event: format!("{}/{key}", e.pmu),
@@ -1162,6 +1196,8 @@ fn mchbar_counter(
         slot: None,
         role: CounterRole::Traffic,
         weight: None,
+        stall: None,
+        counter_mask: None,
         value_key: ev.name.clone(),
         encoded: Encoded::default(),
         counter_bits: 64,
@@ -1203,6 +1239,8 @@ fn channel_counter(
         slot: None,
         role: CounterRole::Traffic,
         weight: None,
+        stall: None,
+        counter_mask: None,
         value_key: value_key(source.backend, &ev.name),
         encoded: Encoded {
             event: format!("{}/{}", ev.pmu, ev.name),
@@ -1335,6 +1373,8 @@ pub(crate) fn event_counter(
         slot: None,
         role: CounterRole::Other,
         weight: None,
+        stall: None,
+        counter_mask: None,
         value_key: text.to_string(),
         encoded: enc.clone(),
         counter_bits: if package.is_some() { 48 } else { 64 },
@@ -1355,6 +1395,9 @@ fn any_cpu_of_package_reads(pmu: &str, kernel: &Kernel) -> bool {
 fn slot_key(c: &Counter, req: &Request, index: usize) -> String {
     if let Some(w) = c.weight {
         return format!("weight:{:?}:{}:{}", w.direction, w.remote, w.ordinal);
+    }
+    if let Some(part) = c.stall {
+        return format!("stall:{}", part.as_str());
     }
     match (c.package, c.direction) {
         (Some(_), Some(d)) if req.events.is_empty() => format!("pkg:{d:?}:{}", c.value_key),
@@ -1447,14 +1490,15 @@ fn new_slot(c: &Counter, first: bool) -> Slot {
             Some(w) => w.direction,
             None => c.direction,
         },
-        role: match c.weight {
-            Some(w) if w.remote => SlotRole::RemoteWeight(w.direction),
-            Some(w) => SlotRole::Weight(w.direction),
+        role: match (c.weight, c.stall) {
+            (Some(w), _) if w.remote => SlotRole::RemoteWeight(w.direction),
+            (Some(w), _) => SlotRole::Weight(w.direction),
+            (None, Some(part)) => SlotRole::Stall(part),
             // A traffic slot without a direction (a stand-in's count) weighs every direction.
-            None if c.bytes_per_count.is_some() || first => {
+            (None, None) if c.bytes_per_count.is_some() || first => {
                 SlotRole::Traffic(c.direction.unwrap_or(Direction::Total))
             }
-            None => SlotRole::Other,
+            (None, None) => SlotRole::Other,
         },
         bytes_per_count: c.bytes_per_count,
         sum: None,

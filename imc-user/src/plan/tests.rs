@@ -59,7 +59,12 @@ fn every_channel_of_every_package_in_two_slots() {
     let slots: Vec<_> = p
         .slots
         .iter()
-        .filter(|s| !matches!(s.role, SlotRole::Weight(_) | SlotRole::RemoteWeight(_)))
+        .filter(|s| {
+            !matches!(
+                s.role,
+                SlotRole::Weight(_) | SlotRole::RemoteWeight(_) | SlotRole::Stall(_)
+            )
+        })
         .collect();
     assert_eq!(slots.len(), 2);
     assert!(slots.iter().all(|s| s.scope == SlotScope::Package));
@@ -249,14 +254,17 @@ fn every_fixture_with_a_memory_controller_plans_all_its_channels() {
                 traffic(&p.counters).all(|c| c.package.is_some() && c.direction.is_some()),
                 "{tree}"
             );
-            // Everything else is a per-CPU weight, and only where something samples.
+            // Everything else is a per-CPU weight or stall counter, and only where something
+            // samples.
             assert!(
                 p.counters
                     .iter()
                     .filter(|c| c.role != CounterRole::Traffic)
-                    .all(|c| c.role == CounterRole::Weight
-                        && c.package.is_none()
-                        && command.samples()),
+                    .all(
+                        |c| (c.role == CounterRole::Weight || c.role == CounterRole::Stall)
+                            && c.package.is_none()
+                            && command.samples()
+                    ),
                 "{tree} {command:?}"
             );
         }
@@ -584,7 +592,12 @@ fn cpu_time_is_a_refusal_with_its_reason() {
     let w = p.weighting.unwrap();
     assert_eq!((w.method.as_str(), w.read), ("cpu-time", None));
     assert!(w.reason.contains("--weight cpu-time"), "{}", w.reason);
-    assert!(p.counters.iter().all(|c| c.role == CounterRole::Traffic));
+    // No weight; the stall pair still tells each task's waits.
+    assert!(
+        p.counters
+            .iter()
+            .all(|c| c.role == CounterRole::Traffic || c.role == CounterRole::Stall)
+    );
     // No core PMU under the root.
     let mut found = crate::discovery::discover(&fixture("skx-2socket")).unwrap();
     found.cores.clear();
@@ -776,6 +789,7 @@ fn typed_slots_keep_the_contract_spelling_in_json() {
         let role = match slot.role {
             SlotRole::Traffic(_) => "traffic",
             SlotRole::Weight(_) | SlotRole::RemoteWeight(_) => "weight",
+            SlotRole::Stall(_) => "stall",
             SlotRole::Other => "other",
         };
         assert_eq!(j["role"], role, "{j}");
@@ -793,4 +807,147 @@ fn typed_slots_keep_the_contract_spelling_in_json() {
     for (c, j) in p.counters.iter().zip(json["counters"].as_array().unwrap()) {
         assert_eq!(j["role"], c.role.as_str(), "{j}");
     }
+}
+
+/// The plan's stall counters: (event, part, config) in slot order.
+fn stall_counters(p: &Plan) -> Vec<(&str, StallPart, u64)> {
+    p.counters
+        .iter()
+        .filter(|c| c.role == CounterRole::Stall && c.stall != Some(StallPart::Time))
+        .map(|c| (c.value_key.as_str(), c.stall.unwrap(), c.encoded.config))
+        .collect()
+}
+
+#[test]
+fn stall_pairs_are_per_cpu_counters_chosen_per_model_with_their_encoding() {
+    // CYCLE_ACTIVITY.STALLS_L3_MISS: event 0xa3, umask 0x06, cmask 6 (config:24-31); the cycles
+    // event 0x3c. Zen 4: ex_no_retire.load_not_complete 0xd6/0xa2, ls_not_halted_cyc 0x76.
+    let intel = vec![
+        (
+            "CYCLE_ACTIVITY.STALLS_L3_MISS",
+            StallPart::Stalled,
+            0x06_00_06_a3,
+        ),
+        ("CPU_CLK_UNHALTED.THREAD", StallPart::Cycles, 0x3c),
+    ];
+    for tree in ["skx-2socket", "icx-gaps", "spr-2socket", "gnr-2socket"] {
+        let p = plan_on(tree, &kernel("6.8.0"), &request(Command::Top));
+        assert_eq!(stall_counters(&p), intel, "{tree}");
+        let v = p.victims.as_ref().unwrap();
+        assert_eq!(v.stalled.as_deref(), Some("CYCLE_ACTIVITY.STALLS_L3_MISS"));
+        assert_eq!(v.cycles.as_deref(), Some("CPU_CLK_UNHALTED.THREAD"));
+        for c in p.counters.iter().filter(|c| c.role == CounterRole::Stall) {
+            assert_eq!(c.scope, CounterScope::Cpu, "{tree}");
+            assert_eq!(c.reader, Reader::Tick, "{tree}");
+            assert!(c.weight.is_none() && c.bytes_per_count.is_none(), "{tree}");
+            let slot = &p.slots[c.slot.unwrap()];
+            assert_eq!(Some(slot.role), c.stall.map(SlotRole::Stall), "{tree}");
+        }
+        // Weights unchanged beside them.
+        assert_eq!(
+            p.slots
+                .iter()
+                .filter(|s| matches!(s.role, SlotRole::Weight(_) | SlotRole::RemoteWeight(_)))
+                .count(),
+            3
+        );
+    }
+    let p = plan_on("zen4-2socket", &kernel("6.8.0"), &request(Command::Top));
+    assert_eq!(
+        stall_counters(&p),
+        [
+            ("ex_no_retire.load_not_complete", StallPart::Stalled, 0xa2d6),
+            ("ls_not_halted_cyc", StallPart::Cycles, 0x76)
+        ]
+    );
+    // stat counts no tasks: no stall pair, no victims.
+    let p = plan_on("skx-2socket", &kernel("6.8.0"), &request(Command::Stat));
+    assert!(stall_counters(&p).is_empty() && p.victims.is_none());
+}
+
+#[test]
+fn stalls_are_refused_where_the_core_has_no_counter_left_or_no_event() {
+    // Skylake-SP with Hyper-Threading has 4 generic counters: three weights and the stall event
+    // fill them, and with the NMI watchdog on the fixed cycles counter the cycles need a fifth.
+    let mut k = kernel("6.8.0");
+    k.nmi_watchdog = true;
+    let p = plan_on("skx-2socket", &k, &request(Command::Top));
+    assert!(stall_counters(&p).is_empty());
+    let v = p.victims.as_ref().unwrap();
+    assert!(v.stalled.is_none() && v.cycles.is_none());
+    assert!(
+        v.reason.contains("4 generic counters") && v.reason.contains("nmi_watchdog=0"),
+        "{}",
+        v.reason
+    );
+    assert!(p.refusals.iter().any(|r| r.reason.contains("not fit")));
+    // Ice Lake-SP has 8: the cycles take one of the upper four.
+    let p = plan_on("icx-gaps", &k, &request(Command::Top));
+    assert_eq!(stall_counters(&p).len(), 2);
+    // Zen 4: six counters, the watchdog's one taken, five left for three weights and the pair.
+    let p = plan_on("zen4-2socket", &k, &request(Command::Top));
+    assert_eq!(stall_counters(&p).len(), 2);
+    // POWER9: the four weights hold PMC1-4 and the stall event can only use PMC4.
+    let p = plan_on("power9-2chip", &kernel("6.8.0"), &request(Command::Top));
+    assert!(stall_counters(&p).is_empty());
+    let v = p.victims.unwrap();
+    assert!(v.reason.contains("counter 4"), "{}", v.reason);
+    // A guest, Zen 2 (no ex_no_retire before Zen 4), Knights Landing (no L3): each says why.
+    for (tree, why) in [
+        ("vm-guest", "hypervisor"),
+        ("zen2-1socket", "Zen 4"),
+        ("knl", "no L3"),
+    ] {
+        let root = fixture(tree);
+        let mut req = request(Command::Top);
+        req.stand_in = vec![(
+            "page-faults".into(),
+            crate::events::resolve(&root, "page-faults").unwrap(),
+        )];
+        let p = plan_on(tree, &kernel("6.8.0"), &req);
+        assert!(stall_counters(&p).is_empty(), "{tree}");
+        let v = p.victims.unwrap();
+        assert!(v.stalled.is_none(), "{tree}");
+        assert!(v.reason.contains(why), "{tree}: {}", v.reason);
+    }
+}
+
+#[test]
+fn stalls_take_slots_only_after_the_weights_and_are_refused_without_two() {
+    // Per-CPU -e events: no package traffic, so no weights; five leave three slots, for the
+    // pair and cpu-clock (its seconds); six leave two, the pair without seconds; seven one,
+    // too few.
+    let root = fixture("spr-2socket");
+    let found = crate::discovery::discover(&root).unwrap();
+    let soft = |n: u64| {
+        (0..n)
+            .map(|i| {
+                let e = Encoded {
+                    event: format!("software/config={i}/"),
+                    pmu: "software".into(),
+                    pmu_type: 1,
+                    config: i,
+                    ..Default::default()
+                };
+                (e.event.clone(), vec![e])
+            })
+            .collect::<Vec<_>>()
+    };
+    let mut req = request(Command::Top);
+    let time = |p: &Plan| p.counters.iter().any(|c| c.stall == Some(StallPart::Time));
+    req.events = soft(5);
+    let p = plan(&found, &kernel("6.8.0"), &req).unwrap();
+    assert_eq!(stall_counters(&p).len(), 2);
+    assert!(time(&p));
+    assert_eq!(p.slots.len(), 8);
+    req.events = soft(6);
+    let p = plan(&found, &kernel("6.8.0"), &req).unwrap();
+    assert_eq!(stall_counters(&p).len(), 2);
+    assert!(!time(&p));
+    assert!(p.notes.iter().any(|n| n.contains("not seconds")));
+    assert_eq!(p.slots.len(), 8);
+    req.events = soft(7);
+    let p = plan(&found, &kernel("6.8.0"), &req).unwrap();
+    assert!(stall_counters(&p).is_empty());
+    assert!(p.victims.unwrap().reason.contains("record slots"));
 }

@@ -93,6 +93,16 @@ pub fn render(plan: &Plan) -> String {
             w.reason
         );
     }
+    if let Some(v) = &plan.victims {
+        match (&v.stalled, &v.cycles) {
+            (Some(st), Some(cy)) => {
+                let _ = writeln!(s, "victims: stalls {st} ÷ {cy} — {}", v.reason);
+            }
+            _ => {
+                let _ = writeln!(s, "victims: {}", v.reason);
+            }
+        }
+    }
     let _ = writeln!(s, "counters ({}):", plan.counters.len());
     for c in &plan.counters {
         let _ = writeln!(s, "{}", counter_line(c));

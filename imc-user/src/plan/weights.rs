@@ -268,6 +268,7 @@ fn auto(found: &Discovery, traffic: &[Counter], free: usize) -> Chosen {
                     // A count is a line of this many bytes: what the weights account for can be
                     // set against the controller's bytes (a user's --weight event has none).
                     c.bytes_per_count = Some(ev.bytes_per_count);
+                    c.counter_mask = ev.counter_mask;
                     counters.push(c);
                 }
                 Err(why) => refusals.push(refusal(core, Some(ev.name), why)),
@@ -400,13 +401,18 @@ fn unused_memory(ev: &CoreTrafficEvent, traffic: &[Counter]) -> Option<String> {
 
 /// The event's terms encoded on this core PMU through its own `format/` files.
 fn encode(core: &CorePmu, ev: &CoreTrafficEvent) -> Result<Encoded, String> {
-    let text = format!("{}/{}/", core.pmu.name, ev.terms);
+    encode_terms(core, ev.name, ev.terms)
+}
+
+/// `terms` encoded on this core PMU through its own `format/` files, named `name`.
+pub(super) fn encode_terms(core: &CorePmu, name: &str, terms: &str) -> Result<Encoded, String> {
+    let text = format!("{}/{terms}/", core.pmu.name);
     let mut enc = crate::events::parse_event(std::slice::from_ref(&core.pmu), &text)
-        .map_err(|e| format!("{}: {e}", ev.name))?
+        .map_err(|e| format!("{name}: {e}"))?
         .into_iter()
         .next()
-        .ok_or_else(|| format!("{}: did not encode", ev.name))?;
-    enc.event = ev.name.to_string();
+        .ok_or_else(|| format!("{name}: did not encode"))?;
+    enc.event = name.to_string();
     enc.cpus = None;
     Ok(enc)
 }

@@ -110,12 +110,12 @@ impl HeaderSlot {
 
 /// A slot's role as the header spells it: `read`, `write`, `total` (traffic), `weight`,
 /// `weight-read`, `weight-write`, their `-remote` forms (weights of traffic to other packages'
-/// memory) or `other`.
+/// memory), `stall`, `stall-cycles`, `stall-time` (the victims' counts) or `other`.
 mod role_words {
-    use crate::model::{Direction, SlotRole};
+    use crate::model::{Direction, SlotRole, StallPart};
     use serde::{Deserialize, Deserializer, Serializer};
 
-    const WORDS: [(&str, SlotRole); 10] = [
+    const WORDS: [(&str, SlotRole); 13] = [
         ("read", SlotRole::Traffic(Direction::Read)),
         ("write", SlotRole::Traffic(Direction::Write)),
         ("total", SlotRole::Traffic(Direction::Total)),
@@ -132,6 +132,11 @@ mod role_words {
             SlotRole::RemoteWeight(Some(Direction::Write)),
         ),
         ("other", SlotRole::Other),
+        // The per-CPU stall pair (victims), charged like `other`, and the CPU's time that
+        // turns it into seconds.
+        ("stall", SlotRole::Stall(StallPart::Stalled)),
+        ("stall-cycles", SlotRole::Stall(StallPart::Cycles)),
+        ("stall-time", SlotRole::Stall(StallPart::Time)),
     ];
 
     pub fn serialize<S: Serializer>(role: &SlotRole, s: S) -> Result<S::Ok, S::Error> {

@@ -20,7 +20,7 @@
 pub mod record;
 pub mod scenario;
 
-use crate::model::{Direction, Package, SlotRole, SlotScope, SlotSpec, Topology};
+use crate::model::{Direction, Package, SlotRole, SlotScope, SlotSpec, StallPart, Topology};
 use imc_common::{KIND_SWITCH, KIND_TIMER, MAX_SLOTS, SlotReading, TickRecord};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -56,6 +56,11 @@ pub struct TaskTraits {
     /// Weight counts per byte read / written (1/64: one per cache line; 0: invisible).
     pub read_weight_per_byte: f64,
     pub write_weight_per_byte: f64,
+    /// The part of its read lines whose whole latency stalls the core (1: a pointer chaser,
+    /// each load waiting on the last; near 0: a streamer whose prefetches hide it). Its
+    /// stalled share of cycles is `stall_per_miss × lines/s × latency` (at most 1), so it grows
+    /// with the occupancy of the queues its memory is served from.
+    pub stall_per_miss: f64,
 }
 
 impl Default for TaskTraits {
@@ -64,7 +69,38 @@ impl Default for TaskTraits {
             memory_package: None,
             read_weight_per_byte: 1.0 / 64.0,
             write_weight_per_byte: 1.0 / 64.0,
+            stall_per_miss: 0.0,
         }
+    }
+}
+
+/// The memory's loaded latency: `idle_ns / (1 − u)` at utilisation `u` (traffic ÷ peak, at
+/// most 0.9), the queueing delay of a single server; with no peak, the idle latency.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LatencyModel {
+    pub idle_ns: f64,
+    /// The DRAM clock (its queue counters count per clock).
+    pub dram_hz: f64,
+    /// The core clock (its stall and cycle counters).
+    pub cpu_hz: f64,
+}
+
+impl Default for LatencyModel {
+    fn default() -> LatencyModel {
+        LatencyModel {
+            idle_ns: 80.0,
+            dram_hz: 1.6e9,
+            cpu_hz: 2.0e9,
+        }
+    }
+}
+
+impl LatencyModel {
+    pub fn latency_ns(&self, bytes_per_s: f64, peak: Option<f64>) -> f64 {
+        let u = peak
+            .filter(|p| *p > 0.0)
+            .map_or(0.0, |p| (bytes_per_s / p).clamp(0.0, 0.9));
+        self.idle_ns / (1.0 - u)
     }
 }
 
@@ -92,6 +128,8 @@ pub enum SynthSlot {
         /// would count).
         share: f64,
     },
+    /// A CPU slot of the stall pair: the running task's stalled cycles, or its cycles.
+    Stall(StallPart),
     /// A CPU slot attribution does not weigh by: reads zero.
     Other,
 }
@@ -155,6 +193,10 @@ pub struct Scenario {
     /// The slots of a real plan instead of [`Scenario::specs`]; `readers`, `fallback_every_ns`
     /// and `weights` are then ignored.
     pub layout: Option<Layout>,
+    /// Per package: its peak bandwidth (bytes/s), where its latency grows with utilisation;
+    /// missing or 0: the idle latency throughout.
+    pub peak_bps: Vec<f64>,
+    pub latency: LatencyModel,
 }
 
 impl Scenario {
@@ -190,6 +232,8 @@ impl Scenario {
             mark_every_ns: None,
             traits: Vec::new(),
             layout: None,
+            peak_bps: Vec::new(),
+            latency: LatencyModel::default(),
         }
     }
 
@@ -294,6 +338,31 @@ pub struct Truth {
     pub task_write: Vec<f64>,
     /// Per package: DMA bytes.
     pub dma: Vec<f64>,
+    /// Per task: core cycles stalled on memory loads, and cycles run.
+    pub task_stall: Vec<f64>,
+    pub task_cycles: Vec<f64>,
+    /// Per package: its read queue as the controller's counters see it.
+    pub queues: Vec<QueueTruth>,
+}
+
+/// One package's read queue over the run: the occupancy, inserts and DRAM clocks its counters
+/// count (true, fractional), and the latency the reads really had.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct QueueTruth {
+    /// Σ queue length per DRAM clock (Little: lines/s × latency × clocks).
+    pub occupancy: f64,
+    /// Read lines that entered the queue.
+    pub inserts: f64,
+    pub dram_clocks: f64,
+    /// Σ latency (ns) × lines: ÷ `inserts`, the reads' mean latency.
+    pub latency_ns_lines: f64,
+}
+
+impl QueueTruth {
+    /// The reads' mean latency over the run (ns), or None without reads.
+    pub fn latency_ns(&self) -> Option<f64> {
+        (self.inserts > 0.0).then(|| self.latency_ns_lines / self.inserts)
+    }
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -329,6 +398,9 @@ pub struct SynthStream {
     running: Vec<Option<usize>>,
     /// Per CPU: weight counters (true counts): reads and writes.
     weight: Vec<f64>,
+    /// Per CPU: its stall counters (true counts): cycles stalled on memory, cycles, and its
+    /// busy time (ns, as cpu-clock counts it).
+    stall: Vec<[f64; 3]>,
     weight_w: Vec<f64>,
     /// Per package: cumulative read/write counts (true) and their rate.
     pkg_read: Vec<f64>,
@@ -401,6 +473,9 @@ impl SynthStream {
             task_read: vec![0.0; sc.tasks.len()],
             task_write: vec![0.0; sc.tasks.len()],
             dma: vec![0.0; npkg],
+            task_stall: vec![0.0; sc.tasks.len()],
+            task_cycles: vec![0.0; sc.tasks.len()],
+            queues: vec![QueueTruth::default(); npkg],
         };
         SynthStream {
             heap,
@@ -408,6 +483,7 @@ impl SynthStream {
             running: vec![None; ncpu],
             weight: vec![0.0; ncpu],
             weight_w: vec![0.0; ncpu],
+            stall: vec![[0.0; 3]; ncpu],
             pkg_read: vec![0.0; npkg],
             pkg_write: vec![0.0; npkg],
             t_now: 0,
@@ -462,6 +538,7 @@ impl SynthStream {
         }
         let dt = (t - self.t_now) as f64 / 1e9;
         let layout = self.sc.layout.is_some();
+        self.integrate_queues(dt);
         for (c, run) in self.running.iter().enumerate() {
             let Some(ti) = *run else { continue };
             let task = &self.sc.tasks[ti];
@@ -505,6 +582,67 @@ impl SynthStream {
         self.t_now = t;
         for p in 0..self.truth.dma.len() {
             self.truth.dma[p] = self.dma_bytes(p);
+        }
+    }
+
+    /// The package (index) whose memory serves task `ti` on CPU `c`.
+    fn memory_index(&self, ti: usize, c: usize) -> usize {
+        let own = self.pkg_of.get(c).copied().unwrap_or(usize::MAX);
+        if self.sc.layout.is_some() {
+            self.traits[ti].memory_package.unwrap_or(own)
+        } else {
+            own
+        }
+    }
+
+    /// Over `dt` seconds with the tasks now running: each package's latency from its traffic
+    /// (tasks and DMA) against its peak, its read queue's counts (Little's law), and each
+    /// running task's stalled cycles at its memory's latency and its cycles.
+    fn integrate_queues(&mut self, dt: f64) {
+        let npkg = self.truth.queues.len();
+        let mut bps = vec![0.0; npkg];
+        let mut read_lines = vec![0.0; npkg];
+        for p in 0..npkg {
+            let dma = self.sc.dma_bps.get(p).copied().unwrap_or(0.0);
+            bps[p] += dma;
+            read_lines[p] += dma / 64.0;
+        }
+        for (c, run) in self.running.iter().enumerate() {
+            let Some(ti) = *run else { continue };
+            let m = self.memory_index(ti, c);
+            if m < npkg {
+                let task = &self.sc.tasks[ti];
+                bps[m] += task.read_bps + task.write_bps;
+                read_lines[m] += task.read_bps / 64.0;
+            }
+        }
+        let model = self.sc.latency;
+        let lat: Vec<f64> = (0..npkg)
+            .map(|p| model.latency_ns(bps[p], self.sc.peak_bps.get(p).copied()))
+            .collect();
+        for p in 0..npkg {
+            let q = &mut self.truth.queues[p];
+            let lines = read_lines[p] * dt;
+            q.inserts += lines;
+            q.occupancy += lines * lat[p] * 1e-9 * model.dram_hz;
+            q.dram_clocks += dt * model.dram_hz;
+            q.latency_ns_lines += lines * lat[p];
+        }
+        // A CPU's cpu-clock counts its time whether a task or the idle task runs.
+        for st in &mut self.stall {
+            st[2] += dt * 1e9;
+        }
+        for c in 0..self.running.len() {
+            let Some(ti) = self.running[c] else { continue };
+            let m = self.memory_index(ti, c);
+            let l = lat.get(m).copied().unwrap_or(model.idle_ns);
+            let lines_per_s = self.sc.tasks[ti].read_bps / 64.0;
+            let share = (self.traits[ti].stall_per_miss * lines_per_s * l * 1e-9).clamp(0.0, 1.0);
+            let cycles = dt * model.cpu_hz;
+            self.stall[c][0] += share * cycles;
+            self.stall[c][1] += cycles;
+            self.truth.task_stall[ti] += share * cycles;
+            self.truth.task_cycles[ti] += cycles;
         }
     }
 
@@ -624,6 +762,18 @@ impl SynthStream {
                         };
                     rec.slots[s] = SlotReading {
                         value: weight_start(c).wrapping_add(counts.floor() as u64),
+                        enabled: t,
+                        running: t,
+                    };
+                }
+                SynthSlot::Stall(part) => {
+                    let i = match part {
+                        StallPart::Stalled => 0,
+                        StallPart::Cycles => 1,
+                        StallPart::Time => 2,
+                    };
+                    rec.slots[s] = SlotReading {
+                        value: self.stall[c][i].floor() as u64,
                         enabled: t,
                         running: t,
                     };

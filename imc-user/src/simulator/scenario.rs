@@ -6,7 +6,7 @@
 //!
 //! The file format is documented in `tests/scenarios/README.md`; `cargo xtask accuracy` runs
 //! it (the `imc-accuracy` binary).
-use super::{Layout, Scenario, SynthItem, SynthSlot, SynthTask, TaskTraits};
+use super::{Layout, QueueTruth, Scenario, SynthItem, SynthSlot, SynthTask, TaskTraits};
 use crate::attribution::Attributor;
 use crate::discovery::DiscoveryError;
 use crate::model::result::IntervalResult;
@@ -94,7 +94,18 @@ pub struct ScenarioFile {
     /// it): handed to the plan as imc would read it; events not named stay at 1.
     #[serde(default)]
     pub fidelity: BTreeMap<String, f64>,
+    /// Peak bandwidth per package (bytes/s), in package order: its memory's latency grows with
+    /// its utilisation (`idle_latency_ns / (1 − u)`); missing: the idle latency throughout.
+    #[serde(default)]
+    pub peak_bps: Vec<f64>,
+    /// The memory's latency with nothing else in the queues.
+    #[serde(default = "default_idle_latency_ns")]
+    pub idle_latency_ns: f64,
     pub tasks: Vec<TaskFile>,
+}
+
+fn default_idle_latency_ns() -> f64 {
+    80.0
 }
 
 fn default_interval_ms() -> u64 {
@@ -125,6 +136,9 @@ pub struct TaskFile {
     pub start_s: f64,
     #[serde(default)]
     pub end_s: Option<f64>,
+    /// The part of its read lines whose latency stalls its core (1: a pointer chaser).
+    #[serde(default)]
+    pub stall_per_miss: f64,
 }
 
 fn one() -> f64 {
@@ -186,6 +200,24 @@ pub struct TaskResult {
     pub truth_write_bytes: f64,
     pub attributed_read_bytes: f64,
     pub attributed_write_bytes: f64,
+    /// Victims: its cycles stalled on memory as a share of its cycles, true and as charged
+    /// (null where it ran no cycle, or the plan counts no stalls).
+    pub truth_stall_share: Option<f64>,
+    pub attributed_stall_share: Option<f64>,
+    /// Seconds of its on-CPU time it stalled, true and as charged (null where not counted).
+    pub truth_stall_seconds: f64,
+    pub attributed_stall_seconds: Option<f64>,
+}
+
+/// One package's loaded read latency over the run: the truth (its reads' mean latency) and
+/// what its read queue's counts give through `stat --latency`'s own arithmetic.
+#[derive(Clone, Debug, Serialize)]
+pub struct LatencyResult {
+    pub package: u32,
+    pub truth_ns: Option<f64>,
+    pub measured_ns: Option<f64>,
+    /// |measured − truth| / truth.
+    pub error: Option<f64>,
 }
 
 /// A scenario's result.
@@ -215,6 +247,13 @@ pub struct Outcome {
     pub device_error: f64,
     /// The plan's weight slots, as `event (role)`.
     pub weights: Vec<String>,
+    /// Whether the tasks' charged stall shares rank them as their true ones do (every pair
+    /// whose truths differ by more than 0.01 in the same order); null where the plan counts
+    /// no stalls.
+    pub victims_ranked_right: Option<bool>,
+    /// Per package: loaded latency, true and measured; and the largest error.
+    pub latency: Vec<LatencyResult>,
+    pub latency_max_error: Option<f64>,
 }
 
 fn field_error(path: &Path, field: impl Into<String>, message: impl Into<String>) -> ScenarioError {
@@ -426,6 +465,34 @@ fn validate(path: &Path, file: ScenarioFile) -> Result<Loaded, ScenarioError> {
             "bytes/s, 0 to 1e13",
         )?;
     }
+    if file.peak_bps.len() > npkg {
+        return Err(field_error(
+            path,
+            "peak_bps",
+            format!(
+                "{} values for {npkg} package(s): one per package",
+                file.peak_bps.len()
+            ),
+        ));
+    }
+    for (i, &v) in file.peak_bps.iter().enumerate() {
+        finite_in(
+            path,
+            &format!("peak_bps[{i}]"),
+            v,
+            0.0,
+            MAX_BPS,
+            "bytes/s, 0 to 1e13",
+        )?;
+    }
+    finite_in(
+        path,
+        "idle_latency_ns",
+        file.idle_latency_ns,
+        1.0,
+        10_000.0,
+        "ns, 1 to 10000",
+    )?;
     for (event, &f) in &file.fidelity {
         finite_in(
             path,
@@ -533,6 +600,14 @@ fn validate(path: &Path, file: ScenarioFile) -> Result<Loaded, ScenarioError> {
             0.0,
             1.0,
             "weight counts per byte, 0 to 1 (1/64: one per line)",
+        )?;
+        finite_in(
+            path,
+            &f("stall_per_miss"),
+            t.stall_per_miss,
+            0.0,
+            1.0,
+            "the part of its read lines that stall the core, 0 to 1",
         )?;
         finite_in(
             path,
@@ -762,12 +837,15 @@ impl Loaded {
                 memory_package: m,
                 read_weight_per_byte: t.read_weight_per_byte,
                 write_weight_per_byte: t.write_weight_per_byte,
+                stall_per_miss: t.stall_per_miss,
             })
             .collect();
         sc.schedule = self.schedule(ncpu);
         sc.dma_bps = (0..topo.packages.len())
             .map(|i| self.file.dma_read_bps.get(i).copied().unwrap_or(0.0))
             .collect();
+        sc.peak_bps = self.file.peak_bps.clone();
+        sc.latency.idle_ns = self.file.idle_latency_ns;
         sc.precise = plan.tick.switches;
         sc.weights = false;
         sc.nohz = true;
@@ -940,6 +1018,8 @@ impl Loaded {
         let truth_device_bytes: f64 = truth.dma.iter().sum();
         // Entries of one task (pid, comm) are one task.
         let mut by_task: BTreeMap<(u32, String), TaskResult> = BTreeMap::new();
+        let mut stall_truth: BTreeMap<(u32, String), [f64; 2]> = BTreeMap::new();
+        let stalls = crate::model::Victims::keys(&specs).is_some();
         for (i, t) in self.file.tasks.iter().enumerate() {
             let e = by_task
                 .entry((t.pid, t.comm.clone()))
@@ -953,9 +1033,17 @@ impl Loaded {
                     truth_write_bytes: 0.0,
                     attributed_read_bytes: 0.0,
                     attributed_write_bytes: 0.0,
+                    truth_stall_share: None,
+                    attributed_stall_share: None,
+                    truth_stall_seconds: 0.0,
+                    attributed_stall_seconds: None,
                 });
             e.truth_read_bytes += truth.task_read[i];
             e.truth_write_bytes += truth.task_write[i];
+            let st = stall_truth.entry((t.pid, t.comm.clone())).or_default();
+            st[0] += truth.task_stall[i];
+            st[1] += truth.task_cycles[i];
+            e.truth_stall_seconds += truth.task_stall[i] / sc.latency.cpu_hz;
         }
         for (key, e) in by_task.iter_mut() {
             e.truth_bytes = e.truth_read_bytes + e.truth_write_bytes;
@@ -963,6 +1051,14 @@ impl Loaded {
                 e.attributed_read_bytes = a[0];
                 e.attributed_write_bytes = a[1];
                 e.attributed_bytes = a[0] + a[1] + a[2];
+            }
+            let st = stall_truth.get(key).copied().unwrap_or_default();
+            e.truth_stall_share = crate::model::result::stall_share(Some(st[0]), Some(st[1]));
+            if stalls {
+                let a = acc.stalls.get(key).copied().unwrap_or_default();
+                e.attributed_stall_share =
+                    crate::model::result::stall_share(Some(a[0]), Some(a[1]));
+                e.attributed_stall_seconds = acc.stall_seconds.get(key).copied();
             }
             e.error = if total_bytes > 0.0 {
                 (e.attributed_bytes - e.truth_bytes).abs() / total_bytes
@@ -972,6 +1068,17 @@ impl Loaded {
         }
         let tasks: Vec<TaskResult> = by_task.into_values().collect();
         let max_error = tasks.iter().map(|t| t.error).fold(0.0, f64::max);
+        let victims_ranked_right = stalls.then(|| ranked_alike(&tasks));
+        let latency: Vec<LatencyResult> = truth
+            .queues
+            .iter()
+            .zip(&self.found.topology.packages)
+            .map(|(q, p)| latency_result(p.id, q, duration_ns))
+            .collect();
+        let latency_max_error = latency
+            .iter()
+            .filter_map(|l| l.error)
+            .fold(None, |m: Option<f64>, e| Some(m.map_or(e, |m| m.max(e))));
         let weights = specs
             .iter()
             .filter(|s| {
@@ -1002,7 +1109,50 @@ impl Loaded {
                 0.0
             },
             weights,
+            victims_ranked_right,
+            latency,
+            latency_max_error,
         })
+    }
+}
+
+/// Whether the charged stall shares order the tasks as the true ones do: every pair whose
+/// true shares differ by more than 0.01 is in the same order (a task charged no cycles ranks
+/// last).
+fn ranked_alike(tasks: &[TaskResult]) -> bool {
+    let charged = |t: &TaskResult| t.attributed_stall_share.unwrap_or(-1.0);
+    tasks.iter().all(|a| {
+        tasks.iter().all(|b| {
+            let (Some(ta), Some(tb)) = (a.truth_stall_share, b.truth_stall_share) else {
+                return true;
+            };
+            ta <= tb + 0.01 || charged(a) > charged(b)
+        })
+    })
+}
+
+/// A package's read latency from its queue's whole counts, as `stat --latency` computes it
+/// (occupancy ÷ inserts in DRAM clocks, in ns through the clock's measured rate), against the
+/// mean latency its reads had.
+fn latency_result(package: u32, q: &QueueTruth, duration_ns: u64) -> LatencyResult {
+    let sums = crate::counting::latency::Sums {
+        read_occupancy: q.occupancy.floor(),
+        read_inserts: q.inserts.floor(),
+        dram_clocks: q.dram_clocks.floor(),
+        clock_boxes: 1,
+        ..Default::default()
+    };
+    let measured_ns = sums.figures(duration_ns).read_ns;
+    let truth_ns = q.latency_ns();
+    let error = match (measured_ns, truth_ns) {
+        (Some(m), Some(t)) if t > 0.0 => Some((m - t).abs() / t),
+        _ => None,
+    };
+    LatencyResult {
+        package,
+        truth_ns,
+        measured_ns,
+        error,
     }
 }
 
@@ -1014,6 +1164,7 @@ fn role_name(role: SlotRole) -> String {
         SlotRole::RemoteWeight(None) => "remote weight".into(),
         SlotRole::RemoteWeight(Some(d)) => format!("remote weight {d:?}").to_lowercase(),
         SlotRole::Other => "other".into(),
+        SlotRole::Stall(part) => format!("stall {}", part.as_str()),
     }
 }
 
@@ -1057,6 +1208,7 @@ fn synth_slot(spec: &SlotSpec, all: &[SlotSpec]) -> SynthSlot {
             sees_remote: false,
             share,
         },
+        (SlotScope::Cpu, SlotRole::Stall(part)) => SynthSlot::Stall(part),
         (SlotScope::Cpu, _) => SynthSlot::Other,
     }
 }
@@ -1066,6 +1218,9 @@ fn synth_slot(spec: &SlotSpec, all: &[SlotSpec]) -> SynthSlot {
 #[derive(Default)]
 struct Accumulated {
     tasks: BTreeMap<(u32, String), [f64; 3]>,
+    /// Per task: the stalled cycles and cycles charged to it, and its stall seconds.
+    stalls: BTreeMap<(u32, String), [f64; 2]>,
+    stall_seconds: BTreeMap<(u32, String), f64>,
     package_bytes: f64,
     unattributed: f64,
     device: f64,
@@ -1078,6 +1233,17 @@ impl Accumulated {
             e[0] += t.read_bytes as f64;
             e[1] += t.write_bytes as f64;
             e[2] += t.total_bytes as f64;
+            if let (Some(st), Some(cy)) = (t.stall_cycles, t.cycles) {
+                let e = self.stalls.entry((t.pid, t.comm.clone())).or_default();
+                e[0] += st;
+                e[1] += cy;
+            }
+            if let Some(secs) = t.stall_seconds {
+                *self
+                    .stall_seconds
+                    .entry((t.pid, t.comm.clone()))
+                    .or_default() += secs;
+            }
         }
         self.package_bytes += iv.package_bytes() as f64;
         self.unattributed += iv.unattributed_bytes as f64;
@@ -1171,7 +1337,55 @@ impl Outcome {
                 (self.max_error - p).abs()
             );
         }
+        self.render_victims(&mut s);
         s
+    }
+
+    /// Victims (each task's stall share, true and charged, the most stalled first) and the
+    /// packages' loaded latency.
+    fn render_victims(&self, s: &mut String) {
+        use std::fmt::Write;
+        let pct = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{:.1}%", v * 100.0));
+        match self.victims_ranked_right {
+            None => {
+                let _ = writeln!(s, "  victims: the plan counts no stalls");
+            }
+            Some(right) => {
+                let mut rows: Vec<&TaskResult> = self.tasks.iter().collect();
+                rows.sort_by(|a, b| {
+                    b.truth_stall_share
+                        .unwrap_or(-1.0)
+                        .total_cmp(&a.truth_stall_share.unwrap_or(-1.0))
+                        .then(a.pid.cmp(&b.pid))
+                });
+                let _ = writeln!(
+                    s,
+                    "  victims (stalled share of cycles, truth / charged), ranked {}:",
+                    if right { "right" } else { "WRONG" }
+                );
+                for t in rows.iter().take(5) {
+                    let _ = writeln!(
+                        s,
+                        "  {:>8} {:<16} {:>7} {:>7}",
+                        t.pid,
+                        t.comm,
+                        pct(t.truth_stall_share),
+                        pct(t.attributed_stall_share)
+                    );
+                }
+            }
+        }
+        for l in &self.latency {
+            let ns = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.1} ns"));
+            let _ = writeln!(
+                s,
+                "  package {} read latency: truth {}, from its queue's counts {}, error {}",
+                l.package,
+                ns(l.truth_ns),
+                ns(l.measured_ns),
+                l.error.map_or("-".to_string(), |e| format!("{e:.5}"))
+            );
+        }
     }
 }
 
@@ -1315,6 +1529,87 @@ mod tests {
             // DMA: 0.1 + 0.3 GB/s for 2 s.
             assert!((o.total_bytes - truth - 0.8e9).abs() < 1e3, "{o:?}");
         }
+    }
+
+    #[test]
+    fn victims_are_charged_their_own_stalls_and_latency_follows_the_queue() {
+        // The pointer chaser's stalls grow when the streamer fills its socket's channels from
+        // 1 s on; the spinner touches no memory; the stall pair is no weight, so the bytes are
+        // the weights' as before.
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../tests/scenarios/victims-streamer-beside-a-chaser.json");
+        let mut l = load(&path).unwrap();
+        l.file.duration_s = 2.0;
+        l.file.interval_ms = 500;
+        l.file.tasks[0].start_s = 1.0;
+        let o = l.run(&opts(Weigh::Auto), &mut |_| {}).unwrap();
+        assert_eq!(o.victims_ranked_right, Some(true), "{}", o.render());
+        let task = |comm: &str| o.tasks.iter().find(|t| t.comm == comm).unwrap();
+        for t in &o.tasks {
+            let (truth, charged) = (
+                t.truth_stall_share.unwrap(),
+                t.attributed_stall_share.unwrap(),
+            );
+            assert!(
+                (truth - charged).abs() < 0.01,
+                "{}: {truth} vs {charged}",
+                t.comm
+            );
+        }
+        assert_eq!(task("spin").attributed_stall_share, Some(0.0));
+        // In seconds: the share of each tick's span times the span (cpu-clock), summed.
+        for t in &o.tasks {
+            let charged = t.attributed_stall_seconds.unwrap();
+            assert!(
+                (charged - t.truth_stall_seconds).abs() <= 0.01 * t.truth_stall_seconds + 1e-3,
+                "{}: {charged} s against {} s",
+                t.comm,
+                t.truth_stall_seconds
+            );
+        }
+        assert!(task("chaser").truth_stall_seconds > 0.3);
+        // Idle 80 ns for the first second, 80 / (1 − 150/204.8) ns beside the streamer.
+        let chaser = task("chaser").truth_stall_share.unwrap();
+        let lines = 1e8 / 64.0;
+        let loaded = 80e-9 / (1.0 - 150.0 / 204.8);
+        assert!(
+            (chaser - lines * (80e-9 + loaded) / 2.0).abs() < 1e-3,
+            "{chaser}"
+        );
+        let lat = &o.latency[0];
+        assert!(lat.error.unwrap() < 0.01, "{lat:?}");
+        assert!(
+            lat.truth_ns.unwrap() > 250.0,
+            "{lat:?}: the streamer's reads dominate"
+        );
+        assert!(
+            o.latency[1].measured_ns.is_none(),
+            "no reads, no made-up latency"
+        );
+        assert!(o.max_error <= 0.005, "{}", o.render());
+    }
+
+    #[test]
+    fn a_ranking_is_right_only_when_every_clear_pair_keeps_its_order() {
+        let t = |truth: f64, charged: f64| TaskResult {
+            pid: 1,
+            comm: "x".into(),
+            truth_bytes: 0.0,
+            attributed_bytes: 0.0,
+            error: 0.0,
+            truth_read_bytes: 0.0,
+            truth_write_bytes: 0.0,
+            attributed_read_bytes: 0.0,
+            attributed_write_bytes: 0.0,
+            truth_stall_share: Some(truth),
+            attributed_stall_share: Some(charged),
+            truth_stall_seconds: 0.0,
+            attributed_stall_seconds: None,
+        };
+        assert!(ranked_alike(&[t(0.5, 0.4), t(0.2, 0.3), t(0.0, 0.0)]));
+        assert!(!ranked_alike(&[t(0.5, 0.2), t(0.2, 0.3)]));
+        // Truths within 0.01 of each other may come in either order.
+        assert!(ranked_alike(&[t(0.205, 0.2), t(0.2, 0.3)]));
     }
 
     #[test]

@@ -32,11 +32,11 @@ pub struct TruthEvent {
 /// The plan's per-CPU counters, one per event (the CPUs' copies are one event).
 pub fn truth_events(plan: &Plan) -> Vec<TruthEvent> {
     let mut out: Vec<TruthEvent> = Vec::new();
-    for c in plan
-        .counters
-        .iter()
-        .filter(|c| c.scope == crate::plan::CounterScope::Cpu)
-    {
+    // The stall pair is left out: per-task truth counters of it would take two more core
+    // counters from every workload beside the weights being checked.
+    for c in plan.counters.iter().filter(|c| {
+        c.scope == crate::plan::CounterScope::Cpu && c.role != crate::plan::CounterRole::Stall
+    }) {
         let Some(slot) = c.slot else { continue };
         let key = if c.value_key.is_empty() {
             c.event.clone()

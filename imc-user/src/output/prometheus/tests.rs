@@ -21,6 +21,7 @@ fn meta(slots: Vec<Option<SlotInfo>>, max_processes: usize) -> ExportMeta {
         max_processes,
         max_cgroups: 100,
         peaks: Vec::new(),
+        stalls: false,
     }
 }
 
@@ -578,4 +579,61 @@ fn the_peak_is_exported_per_package_only_where_known() {
         t.contains("# TYPE imc_dram_peak_bytes_per_second gauge"),
         "{t}"
     );
+}
+
+#[test]
+fn victims_stall_cycles_follow_the_exported_processes_and_cgroups() {
+    let with_stalls = |r: &mut IntervalResult| {
+        for (t, (st, cy)) in
+            r.tasks
+                .iter_mut()
+                .zip([(100.0, 1000.0), (50.0, 500.0), (900.0, 1000.0)])
+        {
+            t.stall_cycles = Some(st);
+            t.cycles = Some(cy);
+            t.stall_seconds = Some(st / 1000.0);
+        }
+    };
+    let mut r = imc_interval();
+    with_stalls(&mut r);
+    let mut ex = Exporter::new(ExportMeta {
+        stalls: true,
+        ..imc_meta(20)
+    });
+    ex.add_interval(&r);
+    ex.add_interval(&r);
+    let t = ex.encode();
+    let p = |name: &str, l: &str| value(&t, name, l);
+    // pid 40 is its two threads together: (100 + 50) per interval, twice.
+    let stream = r#"pid="40",comm="stream",cgroup="7""#;
+    assert_eq!(
+        p("imc_process_memory_stall_cycles_total", stream),
+        Some(300.0)
+    );
+    assert_eq!(p("imc_process_cycles_total", stream), Some(3000.0));
+    let dd = r#"pid="50",comm="dd",cgroup="9""#;
+    assert_eq!(p("imc_process_memory_stall_cycles_total", dd), Some(1800.0));
+    assert_eq!(
+        p("imc_cgroup_memory_stall_cycles_total", r#"cgroup="9""#),
+        Some(1800.0)
+    );
+    assert_eq!(p("imc_cgroup_cycles_total", r#"cgroup="7""#), Some(3000.0));
+    // Seconds: (0.1 + 0.05) per interval for pid 40, 0.9 for dd.
+    let secs = p("imc_process_memory_stall_seconds_total", stream).unwrap();
+    assert!((secs - 0.3).abs() < 1e-9, "{secs}");
+    let secs = p("imc_cgroup_memory_stall_seconds_total", r#"cgroup="9""#).unwrap();
+    assert!((secs - 1.8).abs() < 1e-9, "{secs}");
+    // A process that drops out of the top N loses its stall series with its bytes.
+    let mut ex = Exporter::new(ExportMeta {
+        stalls: true,
+        ..imc_meta(1)
+    });
+    ex.add_interval(&r);
+    let t = ex.encode();
+    assert_eq!(count(&t, "imc_process_memory_stall_cycles_total"), 1, "{t}");
+    // Without the pair in the plan the families do not exist (never zeros made up).
+    let mut ex = Exporter::new(imc_meta(20));
+    ex.add_interval(&imc_interval());
+    let t = ex.encode();
+    assert!(!t.contains("stall"), "{t}");
 }
