@@ -1,5 +1,5 @@
 //! The program's own counts (runs, package reads, read failures), per CPU.
-use super::*;
+use imc_common::MAX_SLOTS;
 
 /// Per-CPU program statistics, from the STATS map.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
