@@ -24,7 +24,7 @@ pub const MAX_PKG_COUNTERS: u32 = 128;
 /// Bumped whenever [`Record`], the map, global or program names or the STATS indices
 /// change. The program carries it in [`ABI_VERSION_GLOBAL`]; userspace refuses an object built
 /// against another version before loading it.
-pub const RECORD_ABI_VERSION: u32 = 6;
+pub const RECORD_ABI_VERSION: u32 = 7;
 /// The program's read-only global holding the [`RECORD_ABI_VERSION`] it was built with.
 pub const ABI_VERSION_GLOBAL: &str = "IMC_ABI_VERSION";
 
@@ -200,6 +200,12 @@ pub struct AggState {
     pub last_ok: u32,
     /// Entries created, for refreshing comm and cgroup now and then.
     pub created: u64,
+    /// The task (its `task_struct` address, compared, never read) the CPU's next run must find
+    /// running: the `next` of its last sched_switch, or the task its last tick found; 0 until
+    /// the CPU's first switch. A run that finds another task knows a switch went unseen, and
+    /// what the CPU counted since its last run is then no known task's (pid 0). Used by the
+    /// per-record path too.
+    pub expect: u64,
     pub last: [SlotReading; MAX_SLOTS],
     pub tasks: [AggTask; AGG_TASKS],
 }
@@ -213,8 +219,11 @@ pub const STAT_READ_ERROR: u32 = 1;
 /// `STAT_SLOT_ABSENT + slot`: this CPU has no entry in the slot's array (-ENOENT). Expected for
 /// package-scope counters on CPUs that are not allowed to read them; counted apart from errors.
 pub const STAT_SLOT_ABSENT: u32 = STAT_READ_ERROR + MAX_SLOTS as u32;
+/// Runs that found another task running than the CPU's last run left (a switch that ran no
+/// program): what the CPU counted since its last run was charged to no task (pid 0).
+pub const STAT_UNSEEN_SWITCH: u32 = STAT_SLOT_ABSENT + MAX_SLOTS as u32;
 /// Number of u64 entries in the `STATS` map.
-pub const NR_STATS: u32 = STAT_SLOT_ABSENT + MAX_SLOTS as u32;
+pub const NR_STATS: u32 = STAT_UNSEEN_SWITCH + 1;
 
 /// One counter as `bpf_perf_event_read_value` returns it (`struct bpf_perf_event_value`).
 #[repr(C)]

@@ -27,7 +27,8 @@ use aya_ebpf::{
     cty::c_void,
     helpers::generated::{
         bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid,
-        bpf_get_smp_processor_id, bpf_ktime_get_ns, bpf_perf_event_read, bpf_perf_event_read_value,
+        bpf_get_current_task, bpf_get_smp_processor_id, bpf_ktime_get_ns, bpf_perf_event_read,
+        bpf_perf_event_read_value,
     },
     macros::{map, perf_event, raw_tracepoint},
     maps::{Array, PerCpuArray, PerfEventArray, RingBuf},
@@ -37,7 +38,7 @@ use aya_log_ebpf::warn;
 use imc_common::{
     AGG_TASKS, AggState, CpuHead, FLAG_TASK_OMITTED, KIND_AGGREGATE, KIND_SWITCH, KIND_TICK,
     MAX_PKG_COUNTERS, MAX_SLOTS, NR_STATS, RECENT_TASKS, RECORD_ABI_VERSION, ReaderCfg, Record,
-    STAT_PKG_READS, STAT_READ_ERROR, STAT_SLOT_ABSENT, SlotReading,
+    STAT_PKG_READS, STAT_READ_ERROR, STAT_SLOT_ABSENT, STAT_UNSEEN_SWITCH, SlotReading,
 };
 
 #[cfg(feature = "bench")]
@@ -176,18 +177,9 @@ fn aggregating() -> bool {
 #[inline(always)]
 fn tick<C: EbpfContext>(ctx: &C) {
     if aggregating() {
-        accumulate(ctx, true);
+        accumulate(ctx, None);
     } else {
-        write_tick_or_switch(ctx, KIND_TICK);
-    }
-}
-
-#[inline(always)]
-fn switch<C: EbpfContext>(ctx: &C) {
-    if aggregating() {
-        accumulate(ctx, false);
-    } else {
-        write_tick_or_switch(ctx, KIND_SWITCH);
+        write_tick_or_switch(ctx, KIND_TICK, None);
     }
 }
 
@@ -196,8 +188,49 @@ fn switch<C: EbpfContext>(ctx: &C) {
 /// belong to.
 #[raw_tracepoint(tracepoint = "sched_switch")]
 pub fn imc_switch(ctx: RawTracePointContext) -> i32 {
-    switch(&ctx);
+    // TP_PROTO(bool preempt, struct task_struct *prev, struct task_struct *next, unsigned int
+    // prev_state) (include/trace/events/sched.h): the task that runs from here on, which the
+    // CPU's next run must find running (owner_known).
+    let next: u64 = ctx.arg(2);
+    if aggregating() {
+        accumulate(&ctx, Some(next));
+    } else {
+        write_tick_or_switch(&ctx, KIND_SWITCH, Some(next));
+    }
     0
+}
+
+/// Whether the task running now is the one this CPU's last run left running (the `next` of its
+/// last switch, or what its last tick found), and what the next run must find: `next` after a
+/// switch (`next` Some), the current task after a tick. A CPU that has seen no switch checks
+/// nothing (a `--freq` tick without switches, or before the CPU's first switch).
+///
+/// A task the CPU ran that no switch program saw leave (a kernel may keep tracepoints from
+/// firing while some task runs: this VM kind's traces no switch out of a task of its own, and
+/// runs no program while it runs) made part of what the CPU counted since its last run: that
+/// count is no known task's, and the caller gives it to no task (pid 0), counted in
+/// STAT_UNSEEN_SWITCH.
+#[inline(always)]
+fn owner_known(next: Option<u64>) -> bool {
+    let Some(st) = AGG.get_ptr_mut(0) else {
+        return true;
+    };
+    // SAFETY: `st` is this CPU's accumulator, which only this CPU touches, with preemption off;
+    // the task pointers are compared, never read.
+    unsafe {
+        let cur = bpf_get_current_task();
+        let expect = (*st).expect;
+        let known = expect == 0 || expect == cur;
+        (*st).expect = match next {
+            Some(n) => n,
+            None if expect == 0 => 0,
+            None => cur,
+        };
+        if !known {
+            let _ = bump(STAT_UNSEEN_SWITCH);
+        }
+        known
+    }
 }
 
 /// Counts one event in this CPU's STATS; returns the count before it.
@@ -379,11 +412,27 @@ unsafe fn describe_task(
     }
 }
 
-/// The per-record path (`AGGREGATE` 0): a record at every tick (KIND_TICK) or switch
-/// (KIND_SWITCH), carrying the counters' cumulative readings at this instant and the task that
-/// was running.
+/// No task's description, for a slice no known task ran (pid 0, see [`owner_known`]): the
+/// sampler names it from its own records of pid 0 ([`FLAG_TASK_OMITTED`]).
+///
+/// # Safety
+/// The pointers are valid for writing, `comm` 8-byte aligned.
 #[inline(always)]
-fn write_tick_or_switch<C: EbpfContext>(ctx: &C, kind: u8) {
+unsafe fn describe_no_task(cgroup_id: *mut u64, comm: *mut [u8; 16], flags: *mut u8) {
+    // SAFETY: the caller's.
+    unsafe {
+        *cgroup_id = 0;
+        set_comm(comm, None);
+        *flags = FLAG_TASK_OMITTED;
+    }
+}
+
+/// The per-record path (`AGGREGATE` 0): a record at every tick (KIND_TICK) or switch
+/// (KIND_SWITCH, `next` the task switched to), carrying the counters' cumulative readings at
+/// this instant and the task that was running (pid 0 after an unseen switch: see
+/// [`owner_known`]).
+#[inline(always)]
+fn write_tick_or_switch<C: EbpfContext>(ctx: &C, kind: u8, next: Option<u64>) {
     // SAFETY (whole function): helpers without preconditions; `h` and `rec` are pointers the
     // verifier proved to be inside their arrays, and only this CPU writes its head and its
     // ring region (the program runs with preemption off, and a tick cannot nest in a switch
@@ -414,7 +463,8 @@ fn write_tick_or_switch<C: EbpfContext>(ctx: &C, kind: u8) {
         let sums = zeroed_sums(&mut sums);
         let pkg_ok = read_package(ctx, cpu, now, sums);
         (*rec).cpu = cpu;
-        let id = bpf_get_current_pid_tgid();
+        let known = owner_known(next);
+        let id = if known { bpf_get_current_pid_tgid() } else { 0 };
         let pid = id as u32;
         (*rec).pid = pid;
         (*rec).tgid = (id >> 32) as u32;
@@ -424,14 +474,16 @@ fn write_tick_or_switch<C: EbpfContext>(ctx: &C, kind: u8) {
         } else {
             nr as u8
         };
-        describe_task(
-            h,
-            pid,
-            seq & 63 == 0,
+        let (cgroup_id, comm, flags) = (
             &raw mut (*rec).cgroup_id,
             &raw mut (*rec).comm,
             &raw mut (*rec).flags,
         );
+        if known {
+            describe_task(h, pid, seq & 63 == 0, cgroup_id, comm, flags);
+        } else {
+            describe_no_task(cgroup_id, comm, flags);
+        }
 
         macro_rules! read_slot {
             ($i:literal) => {
@@ -577,7 +629,8 @@ fn read_cpu_slot(s: u32, timed: bool, out: *mut SlotReading) -> i64 {
 /// slice longer than LONG_SLICE_NS (a tickless idle CPU) is a period of its own, so a long idle
 /// stretch never dilutes the time of what ran around it.
 #[inline(always)]
-fn accumulate<C: EbpfContext>(ctx: &C, tick: bool) {
+fn accumulate<C: EbpfContext>(ctx: &C, next: Option<u64>) {
+    let tick = next.is_none();
     // SAFETY (whole function): `st` points into this CPU's AGG entry, which only this CPU
     // touches, with preemption off (a tick cannot nest in a switch on one CPU: see
     // `write_tick_or_switch`).
@@ -595,22 +648,25 @@ fn accumulate<C: EbpfContext>(ctx: &C, tick: bool) {
             (*st).period_start = now;
             (*st).last_t = now;
             (*st).last_ok = read_baselines(st, cpu_slots, timed);
+            let _ = owner_known(next);
             return;
         }
         if tick && !flush_due(st, cpu, now) {
             // Another hrtimer's expiry soon after the last flush: the running task's slice goes
-            // on, and the next tick (or switch) takes it.
+            // on, and the next tick (or switch) takes it (and checks its owner then).
             return;
         }
+        let known = owner_known(next);
         let long = now.wrapping_sub((*st).last_t) > core::ptr::read_volatile(&LONG_SLICE_NS);
         if long {
             // What ran before the long slice keeps its own period.
             let end = (*st).last_t;
             flush_aggregates(ctx, cpu, st, end, false);
         }
-        let id = bpf_get_current_pid_tgid();
+        // After an unseen switch the slice is no known task's: pid 0's entry takes it.
+        let id = if known { bpf_get_current_pid_tgid() } else { 0 };
         let pid = id as u32;
-        let e = entry(ctx, cpu, st, pid, (id >> 32) as u32);
+        let e = entry(ctx, cpu, st, pid, (id >> 32) as u32, known);
         let Some(e) = e else {
             return;
         };
@@ -701,7 +757,9 @@ unsafe fn read_baselines(st: *mut AggState, cpu_slots: u32, timed: u32) -> u32 {
 }
 
 /// The accumulator entry of thread `pid`, created (with comm and cgroup, unless this CPU
-/// described the thread lately) if it has none; a full accumulator is flushed first.
+/// described the thread lately) if it has none; a full accumulator is flushed first. `current`
+/// false: `pid` is 0 for a slice no known task ran, not the running task, whose description
+/// is then not fetched.
 ///
 /// # Safety
 /// `st` points to this CPU's accumulator.
@@ -712,6 +770,7 @@ unsafe fn entry<C: EbpfContext>(
     st: *mut AggState,
     pid: u32,
     tgid: u32,
+    current: bool,
 ) -> Option<*mut imc_common::AggTask> {
     // SAFETY: the caller's; `tasks` indices are masked into the array.
     unsafe {
@@ -739,14 +798,16 @@ unsafe fn entry<C: EbpfContext>(
             set_reading(&raw mut (*e).slots[s], 0, 0, 0);
         }
         let h = HEADS.get_ptr_mut(cpu)?;
-        describe_task(
-            h,
-            pid,
-            (*st).created & 63 == 0,
+        let (cgroup_id, comm, flags) = (
             &raw mut (*e).cgroup_id,
             &raw mut (*e).comm,
             &raw mut (*e).flags,
         );
+        if current {
+            describe_task(h, pid, (*st).created & 63 == 0, cgroup_id, comm, flags);
+        } else {
+            describe_no_task(cgroup_id, comm, flags);
+        }
         (*st).created = (*st).created.wrapping_add(1);
         (*st).n = (n + 1) as u32;
         Some(e)

@@ -34,7 +34,7 @@ use aya::maps::{MapData, PerCpuArray, RingBuf};
 use fallback::IdleFallback;
 use imc_common::{
     MAX_PKG_COUNTERS, MAX_SLOTS, NR_STATS, STAT_PKG_READS, STAT_READ_ERROR, STAT_SLOT_ABSENT,
-    STATS_MAP_NAME, TickRecord, WAKE_MAP_NAME,
+    STAT_UNSEEN_SWITCH, STATS_MAP_NAME, TickRecord, WAKE_MAP_NAME,
 };
 use rings::Rings;
 use std::io;
@@ -323,7 +323,11 @@ impl Sampler {
                     i if (STAT_READ_ERROR..STAT_SLOT_ABSENT).contains(&i) => {
                         s.read_errors[(i - STAT_READ_ERROR) as usize] = *v
                     }
-                    i => s.absent[(i - STAT_SLOT_ABSENT) as usize] = *v,
+                    STAT_UNSEEN_SWITCH => s.unseen_switches = *v,
+                    i if (STAT_SLOT_ABSENT..STAT_UNSEEN_SWITCH).contains(&i) => {
+                        s.absent[(i - STAT_SLOT_ABSENT) as usize] = *v
+                    }
+                    _ => {}
                 }
             }
         }
