@@ -138,7 +138,9 @@ pub(super) fn error_chain(e: &dyn std::error::Error) -> String {
 
 #[cfg(test)]
 mod tests {
+    use super::super::counters::open_error;
     use super::*;
+    use imc_common::TICKS_MAP_NAME;
     use std::error::Error as _;
 
     #[test]
