@@ -89,12 +89,6 @@ const KNOWN_CYCLES: &[(&str, &str)] = &[
         "discovery/catalogue/stand_in.rs",
         "discovery/catalogue/mod.rs",
     ), // super::Ctx
-    ("events/generic.rs", "events/mod.rs"),                       // super::EventError
-    ("events/mod.rs", "events/generic.rs"),                       // generic::is_generic
-    ("events/mod.rs", "events/pfm.rs"),                           // pfm::encode
-    ("events/mod.rs", "events/sysfs.rs"),                         // sysfs::encode
-    ("events/pfm.rs", "events/mod.rs"),                           // super::EventError
-    ("events/sysfs.rs", "events/mod.rs"),                         // super::EventError
     ("plan/mod.rs", "plan/weights.rs"),                           // weights::WeightEvent
     ("plan/weights.rs", "plan/mod.rs"),                           // super::Counter
     ("record/mod.rs", "record/reader.rs"),                        // reader::Item
