@@ -5,14 +5,15 @@
 use imc_common as c;
 use imc_tests::{have_bpf_object, require};
 use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
-/// The object's symbols: name → the section they live in.
+/// The object's exported symbols: name → the section they live in and their kind.
 fn symbols(bytes: &[u8]) -> BTreeMap<String, (String, SymbolKind)> {
     let file = object::File::parse(bytes).expect("the eBPF object is an ELF file");
     let mut out = BTreeMap::new();
     for s in file.symbols() {
-        let (Ok(name), Some(index)) = (s.name(), s.section_index()) else {
+        // Only the names the object exports: the compiler's own constants (`anon.*`) are local.
+        let (Ok(name), Some(index), true) = (s.name(), s.section_index(), s.is_global()) else {
             continue;
         };
         let section = file.section_by_index(index).unwrap();
@@ -34,61 +35,78 @@ fn object_bytes() -> Option<Vec<u8>> {
     Some(imc::sampler::object::program_bytes().unwrap().into_owned())
 }
 
+/// The object's symbols in the map sections, in read-only data, and the programs, by name.
+fn object_names(
+    syms: &BTreeMap<String, (String, SymbolKind)>,
+) -> (BTreeSet<&str>, BTreeSet<&str>, BTreeSet<&str>) {
+    let mut maps = BTreeSet::new();
+    let mut globals = BTreeSet::new();
+    let mut programs = BTreeSet::new();
+    for (name, (section, kind)) in syms {
+        match (section.as_str(), kind) {
+            ("maps" | ".maps", _) => {
+                maps.insert(name.as_str());
+            }
+            // Set by the loader before the verifier sees them: read-only data.
+            (".rodata", SymbolKind::Data) => {
+                globals.insert(name.as_str());
+            }
+            (s, SymbolKind::Text) if s != ".text" && !s.is_empty() => {
+                programs.insert(name.as_str());
+            }
+            _ => {}
+        }
+    }
+    (maps, globals, programs)
+}
+
+/// What aya-log adds to every object that logs: its ring and its level.
+const AYA_LOG_NAMES: [&str; 2] = ["AYA_LOGS", "AYA_LOG_LEVEL"];
+
 #[test]
 fn every_name_userspace_uses_is_in_the_object() {
     let Some(bytes) = object_bytes() else {
         return;
     };
     let syms = symbols(&bytes);
-    let mut maps: Vec<&str> = c::SLOT_MAP_NAMES.to_vec();
-    maps.extend([
-        c::TICKS_MAP_NAME,
-        c::HEADS_MAP_NAME,
-        c::WAKE_MAP_NAME,
-        c::PKG_MAP_NAME,
-        c::PKG_SLOT_MAP_NAME,
-        c::READERS_MAP_NAME,
-        c::GROUP_LAST_MAP_NAME,
-        c::STATS_MAP_NAME,
-        c::AGG_MAP_NAME,
-    ]);
-    let globals = [
-        c::NR_SLOTS_GLOBAL,
-        c::TIMED_SLOTS_GLOBAL,
-        c::RING_LEN_GLOBAL,
-        c::WAKE_EVERY_GLOBAL,
-        c::PKG_SLOTS_GLOBAL,
-        c::PKG_MIN_GAP_GLOBAL,
-        c::AGGREGATE_GLOBAL,
-        c::LONG_SLICE_GLOBAL,
-        c::MIN_FLUSH_GLOBAL,
-        c::ABI_VERSION_GLOBAL,
-    ];
-    let programs = [c::TICK_PROGRAM, c::TICK_TP_PROGRAM, c::SWITCH_PROGRAM];
-    let mut missing = Vec::new();
-    for m in maps {
-        match syms.get(m) {
-            Some((section, _)) if section == "maps" || section == ".maps" => {}
-            other => missing.push(format!("map {m} ({other:?})")),
+    let (maps, globals, programs) = object_names(&syms);
+    // Both ways: each name imc-common lists is in the object with the kind userspace takes it
+    // as, and each map, global and program of the object is one imc-common lists (or
+    // aya-log's), so neither half can add a name the other does not know.
+    let mut mismatched = Vec::new();
+    for (kind, listed, found) in [
+        ("map", &c::MAP_NAMES[..], &maps),
+        ("global", &c::GLOBAL_NAMES[..], &globals),
+        ("program", &c::PROGRAM_NAMES[..], &programs),
+    ] {
+        for name in listed {
+            if !found.contains(name) {
+                mismatched.push(format!(
+                    "{kind} {name} is not in the object ({:?})",
+                    syms.get(*name)
+                ));
+            }
+        }
+        for name in found.iter() {
+            if !listed.contains(name) && !AYA_LOG_NAMES.contains(name) {
+                mismatched.push(format!(
+                    "{kind} {name} of the object is not listed in imc-common"
+                ));
+            }
         }
     }
-    for g in globals {
-        // Set by the loader before the verifier sees them: read-only data.
-        match syms.get(g) {
-            Some((section, SymbolKind::Data)) if section == ".rodata" => {}
-            other => missing.push(format!("global {g} ({other:?})")),
-        }
-    }
-    for p in programs {
-        match syms.get(p) {
-            Some((section, SymbolKind::Text)) if section != ".text" => {}
-            other => missing.push(format!("program {p} ({other:?})")),
-        }
-    }
-    assert!(
-        missing.is_empty(),
-        "names userspace uses that the object lacks: {missing:?}"
-    );
+    assert!(mismatched.is_empty(), "{mismatched:?}");
+    // The lists hold each name once, and the slot maps are the ones userspace indexes by slot.
+    let all: Vec<&str> = c::MAP_NAMES
+        .iter()
+        .chain(&c::GLOBAL_NAMES)
+        .chain(&c::PROGRAM_NAMES)
+        .copied()
+        .collect();
+    let unique: BTreeSet<&str> = all.iter().copied().collect();
+    assert_eq!(unique.len(), all.len(), "a name listed twice: {all:?}");
+    assert!(c::SLOT_MAP_NAMES.iter().all(|m| c::MAP_NAMES.contains(m)));
+    let programs = c::PROGRAM_NAMES;
     // Userspace names its programs through these constants only: a string literal would
     // escape this check.
     let sampler = concat!(env!("CARGO_MANIFEST_DIR"), "/../imc-user/src/sampler");

@@ -64,8 +64,8 @@ const KNOWN: &[(&str, &str)] = &[];
 
 /// File edges (from, to; paths under imc-user/src) that lie on an import cycle today, each with
 /// the first path that makes it: a mod.rs that calls its step files while they take what it
-/// defines (by a glob in sampler/). Each goes when the shared items move to a file of their own
-/// below both (an error type, a context, the chunk constants).
+/// defines. Each goes when the shared items move to a file of their own below both (an error
+/// type, a context, the chunk constants), as sampler/'s did.
 const KNOWN_CYCLES: &[(&str, &str)] = &[
     ("discovery/catalogue/amd.rs", "discovery/catalogue/mod.rs"), // super::Ctx
     ("discovery/catalogue/intel.rs", "discovery/catalogue/mod.rs"), // super::Ctx
@@ -96,12 +96,6 @@ const KNOWN_CYCLES: &[(&str, &str)] = &[
         "discovery/catalogue/stand_in.rs",
         "discovery/catalogue/mod.rs",
     ), // super::Ctx
-    ("events/generic.rs", "events/mod.rs"),                       // super::EventError
-    ("events/mod.rs", "events/generic.rs"),                       // generic::is_generic
-    ("events/mod.rs", "events/pfm.rs"),                           // pfm::encode
-    ("events/mod.rs", "events/sysfs.rs"),                         // sysfs::encode
-    ("events/pfm.rs", "events/mod.rs"),                           // super::EventError
-    ("events/sysfs.rs", "events/mod.rs"),                         // super::EventError
     ("plan/mod.rs", "plan/weights.rs"),                           // weights::WeightEvent
     ("plan/weights.rs", "plan/mod.rs"),                           // super::Counter
     ("plan/mod.rs", "plan/stalls.rs"),                            // stalls::choose
@@ -111,27 +105,11 @@ const KNOWN_CYCLES: &[(&str, &str)] = &[
     ("record/mod.rs", "record/writer.rs"),                        // writer::Writer
     ("record/reader.rs", "record/mod.rs"),                        // super::CHUNK_CGROUPS
     ("record/writer.rs", "record/mod.rs"),                        // super::CHUNK_CGROUPS
-    ("sampler/attach.rs", "sampler/mod.rs"),                      // super::*
-    ("sampler/config.rs", "sampler/mod.rs"),                      // super::*
-    ("sampler/counters.rs", "sampler/mod.rs"),                    // super::*
-    ("sampler/error.rs", "sampler/mod.rs"),                       // super::*
-    ("sampler/load.rs", "sampler/mod.rs"),                        // super::*
-    ("sampler/maps.rs", "sampler/mod.rs"),                        // super::*
-    ("sampler/mod.rs", "sampler/attach.rs"),                      // attach::*
-    ("sampler/mod.rs", "sampler/config.rs"),                      // config::*
-    ("sampler/mod.rs", "sampler/counters.rs"),                    // counters::*
-    ("sampler/mod.rs", "sampler/error.rs"),                       // error::*
-    ("sampler/mod.rs", "sampler/load.rs"),                        // load::*
-    ("sampler/mod.rs", "sampler/maps.rs"),                        // maps::*
-    ("sampler/mod.rs", "sampler/object.rs"),                      // object::program_bytes
-    ("sampler/mod.rs", "sampler/stats.rs"),                       // stats::*
-    ("sampler/object.rs", "sampler/error.rs"),                    // super::SamplerError
-    ("sampler/stats.rs", "sampler/mod.rs"),                       // super::*
 ];
 
 /// Files under imc-user/src that no `mod` declaration reaches today: never compiled, so never
 /// checked; to be deleted or declared.
-const KNOWN_DEAD: &[&str] = &["sampler/probe.rs"];
+const KNOWN_DEAD: &[&str] = &[];
 
 fn layer(module: &str) -> Option<u8> {
     LAYERS.iter().find(|(m, _)| *m == module).map(|(_, l)| *l)

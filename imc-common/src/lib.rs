@@ -4,6 +4,11 @@
 //! per-CPU rings (an mmapable array, see [`TICKS_MAP_NAME`]) and userspace reads the same bytes
 //! back, so the layout is the contract between the two halves. Change it only together with
 //! [`RECORD_ABI_VERSION`].
+//!
+//! Every name userspace looks up in the object (maps, read-only globals, programs) is a
+//! constant here and is listed in [`MAP_NAMES`], [`GLOBAL_NAMES`] or [`PROGRAM_NAMES`]: the
+//! contract test checks those lists against the built object both ways, so a name cannot be
+//! added to one half alone.
 #![no_std]
 
 /// Counter slots a record carries. A CPU slot is one PERF_EVENT_ARRAY map (`SLOT0` … `SLOT7`)
@@ -16,10 +21,10 @@ pub const MAX_SLOTS: usize = 8;
 /// write counters has 24; the bound keeps the verifier's loop finite).
 pub const MAX_PKG_COUNTERS: u32 = 128;
 
-/// Bumped whenever [`TickRecord`], the map, global or program names or the STATS indices
+/// Bumped whenever [`Record`], the map, global or program names or the STATS indices
 /// change. The program carries it in [`ABI_VERSION_GLOBAL`]; userspace refuses an object built
 /// against another version before loading it.
-pub const RECORD_ABI_VERSION: u32 = 6;
+pub const RECORD_ABI_VERSION: u32 = 7;
 /// The program's read-only global holding the [`RECORD_ABI_VERSION`] it was built with.
 pub const ABI_VERSION_GLOBAL: &str = "IMC_ABI_VERSION";
 
@@ -34,7 +39,7 @@ pub const SWITCH_PROGRAM: &str = "imc_switch";
 pub const SLOT_MAP_NAMES: [&str; MAX_SLOTS] = [
     "SLOT0", "SLOT1", "SLOT2", "SLOT3", "SLOT4", "SLOT5", "SLOT6", "SLOT7",
 ];
-/// Per-CPU rings of [`TickRecord`]s: one BPF_F_MMAPABLE array, CPU `c` owning entries
+/// Per-CPU rings of [`Record`]s: one BPF_F_MMAPABLE array, CPU `c` owning entries
 /// `c * RING_LEN .. (c + 1) * RING_LEN`. Each CPU writes only its own region and publishes with
 /// its [`CpuHead`], so the tick takes no lock (the shared BPF ring buffer's spinlock cost more
 /// than everything else in the tick together) and userspace reads it through mmap, with no
@@ -75,7 +80,7 @@ pub struct CpuHead {
 /// Threads a CPU remembers having described in full.
 pub const RECENT_TASKS: usize = 4;
 
-/// Set by the kernel in `TickRecord::flags` when the task is one an earlier record of this CPU
+/// Set by the kernel in `Record::flags` when the task is one an earlier record of this CPU
 /// described in full (one of its [`CpuHead::recent`]), so comm and cgroup were not fetched again
 /// (each helper costs about 100 ns in a VM). The sampler fills them in from its cache of those
 /// records and clears the flag before any consumer sees the record.
@@ -111,9 +116,11 @@ pub const STATS_MAP_NAME: &str = "STATS";
 /// Read-only global: how many slots are configured (0..=MAX_SLOTS).
 pub const NR_SLOTS_GLOBAL: &str = "NR_SLOTS";
 
-/// What made the program run: a timer (the kernel's own tick through a tracepoint, or imc's
-/// cpu-clock timer with `--freq`).
-pub const KIND_TIMER: u8 = 0;
+/// A tick's record: what made the program run was a timer (the kernel's own tick through a
+/// tracepoint, or imc's cpu-clock timer with `--freq`); the counter values are cumulative.
+pub const KIND_TICK: u8 = 0;
+/// [`KIND_TICK`]'s former name, kept while userspace code still says it.
+pub const KIND_TIMER: u8 = KIND_TICK;
 /// A `sched_switch`: the record describes the task switched *out*, and the
 /// counter values are the ones at the moment it stopped running.
 pub const KIND_SWITCH: u8 = 1;
@@ -193,6 +200,12 @@ pub struct AggState {
     pub last_ok: u32,
     /// Entries created, for refreshing comm and cgroup now and then.
     pub created: u64,
+    /// The task (its `task_struct` address, compared, never read) the CPU's next run must find
+    /// running: the `next` of its last sched_switch, or the task its last tick found; 0 until
+    /// the CPU's first switch. A run that finds another task knows a switch went unseen, and
+    /// what the CPU counted since its last run is then no known task's (pid 0). Used by the
+    /// per-record path too.
+    pub expect: u64,
     pub last: [SlotReading; MAX_SLOTS],
     pub tasks: [AggTask; AGG_TASKS],
 }
@@ -206,8 +219,11 @@ pub const STAT_READ_ERROR: u32 = 1;
 /// `STAT_SLOT_ABSENT + slot`: this CPU has no entry in the slot's array (-ENOENT). Expected for
 /// package-scope counters on CPUs that are not allowed to read them; counted apart from errors.
 pub const STAT_SLOT_ABSENT: u32 = STAT_READ_ERROR + MAX_SLOTS as u32;
+/// Runs that found another task running than the CPU's last run left (a switch that ran no
+/// program): what the CPU counted since its last run was charged to no task (pid 0).
+pub const STAT_UNSEEN_SWITCH: u32 = STAT_SLOT_ABSENT + MAX_SLOTS as u32;
 /// Number of u64 entries in the `STATS` map.
-pub const NR_STATS: u32 = STAT_SLOT_ABSENT + MAX_SLOTS as u32;
+pub const NR_STATS: u32 = STAT_UNSEEN_SWITCH + 1;
 
 /// One counter as `bpf_perf_event_read_value` returns it (`struct bpf_perf_event_value`).
 #[repr(C)]
@@ -218,10 +234,11 @@ pub struct SlotReading {
     pub running: u64,
 }
 
-/// One program run on one CPU.
+/// One record of one CPU's ring: a tick's or a switch's cumulative readings, or a task's
+/// aggregate over a flush period ([`Record::kind`]).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
-pub struct TickRecord {
+pub struct Record {
     /// `bpf_ktime_get_ns()`: CLOCK_MONOTONIC in ns.
     pub t_ns: u64,
     /// cgroup v2 id of the task (`bpf_get_current_cgroup_id`).
@@ -231,7 +248,7 @@ pub struct TickRecord {
     pub pid: u32,
     /// Process id (kernel tgid).
     pub tgid: u32,
-    /// `KIND_TIMER`, `KIND_SWITCH` or `KIND_AGGREGATE`.
+    /// [`KIND_TICK`], [`KIND_SWITCH`] or [`KIND_AGGREGATE`].
     pub kind: u8,
     /// Slots filled in this record.
     pub nr_slots: u8,
@@ -247,10 +264,13 @@ pub struct TickRecord {
     pub slots: [SlotReading; MAX_SLOTS],
 }
 
-impl TickRecord {
-    pub const SIZE: usize = core::mem::size_of::<TickRecord>();
+/// [`Record`]'s former name, kept while userspace code still says it.
+pub type TickRecord = Record;
+
+impl Record {
+    pub const SIZE: usize = core::mem::size_of::<Record>();
     /// Bytes before the slots: what every record carries.
-    pub const HEADER_SIZE: usize = core::mem::offset_of!(TickRecord, slots);
+    pub const HEADER_SIZE: usize = core::mem::offset_of!(Record, slots);
 
     /// Bytes of a ring entry for a plan of `nr_slots` slots: the header and those slots. The
     /// rings (TICKS) are loaded with this value size, so a 2-slot plan's rings hold 112-byte
@@ -277,14 +297,14 @@ impl TickRecord {
 
 // The record must not change size by accident: the per-CPU rings (sized in records) and the
 // recording file both depend on it.
-const _: () = assert!(TickRecord::SIZE == 64 + 24 * MAX_SLOTS);
+const _: () = assert!(Record::SIZE == 64 + 24 * MAX_SLOTS);
 // Ring entries of any slot count keep every field 8-byte aligned.
-const _: () = assert!(TickRecord::HEADER_SIZE == 64 && TickRecord::entry_size(1).is_multiple_of(8));
+const _: () = assert!(Record::HEADER_SIZE == 64 && Record::entry_size(1).is_multiple_of(8));
 
 #[cfg(feature = "user")]
 unsafe impl aya::Pod for SlotReading {}
 #[cfg(feature = "user")]
-unsafe impl aya::Pod for TickRecord {}
+unsafe impl aya::Pod for Record {}
 #[cfg(feature = "user")]
 unsafe impl aya::Pod for CpuHead {}
 #[cfg(feature = "user")]
@@ -293,3 +313,40 @@ unsafe impl aya::Pod for AggState {}
 unsafe impl aya::Pod for ReaderCfg {}
 
 const _: () = assert!(core::mem::size_of::<CpuHead>() == 64);
+
+/// Every map the program defines and userspace looks up, by the constants above.
+pub const MAP_NAMES: [&str; 17] = [
+    SLOT_MAP_NAMES[0],
+    SLOT_MAP_NAMES[1],
+    SLOT_MAP_NAMES[2],
+    SLOT_MAP_NAMES[3],
+    SLOT_MAP_NAMES[4],
+    SLOT_MAP_NAMES[5],
+    SLOT_MAP_NAMES[6],
+    SLOT_MAP_NAMES[7],
+    TICKS_MAP_NAME,
+    HEADS_MAP_NAME,
+    WAKE_MAP_NAME,
+    PKG_MAP_NAME,
+    PKG_SLOT_MAP_NAME,
+    READERS_MAP_NAME,
+    GROUP_LAST_MAP_NAME,
+    STATS_MAP_NAME,
+    AGG_MAP_NAME,
+];
+/// Every read-only global of the program: userspace sets them before load, or reads them
+/// ([`ABI_VERSION_GLOBAL`]).
+pub const GLOBAL_NAMES: [&str; 10] = [
+    NR_SLOTS_GLOBAL,
+    TIMED_SLOTS_GLOBAL,
+    RING_LEN_GLOBAL,
+    WAKE_EVERY_GLOBAL,
+    PKG_SLOTS_GLOBAL,
+    PKG_MIN_GAP_GLOBAL,
+    AGGREGATE_GLOBAL,
+    LONG_SLICE_GLOBAL,
+    MIN_FLUSH_GLOBAL,
+    ABI_VERSION_GLOBAL,
+];
+/// Every program of the production object.
+pub const PROGRAM_NAMES: [&str; 3] = [TICK_PROGRAM, TICK_TP_PROGRAM, SWITCH_PROGRAM];

@@ -1,18 +1,22 @@
 //! imc's kernel side: at every tick and every context switch, read the configured counter slots
-//! on the current CPU and emit one `TickRecord` with the task that was running.
+//! on the current CPU and write what they counted, with the task that was running, into the
+//! CPU's ring. A record is one of three kinds (imc_common::Record): a tick's or a switch's
+//! cumulative readings (`--precise`: `write_tick_or_switch`), or, by default, a task's
+//! aggregate over a flush period (`accumulate` adds each slice, `flush_aggregates` writes one
+//! record per task at the tick). Both paths share each step: reading the package counters and
+//! filling their slots, describing the task, finding the ring entry, publishing and waking.
 //!
 //! The tick is the kernel's own: the program is attached to the local-timer (or hrtimer-expiry)
-//! tracepoint and to sched_switch, so it adds no interrupt; `imc_tick`, on a cpu-clock timer,
-//! is there for `--freq`, which asks for finer resolution than the kernel's tick.
+//! tracepoint and to sched_switch, so it adds no interrupt; `imc_tick`, on a cpu-clock timer, is
+//! there for `--freq`, which asks for finer resolution than the kernel's tick.
 //!
 //! Cost matters more than anything here: this runs on every CPU of a production host at every
 //! tick and switch. So the record is written in place in the CPU's ring (no copy), the counters
 //! are read straight into it, the slot count is a read-only global the verifier folds (unused
 //! slots cost nothing), and userspace is woken only when a ring is half full (it drains on its
-//! own timer otherwise). A CPU reads
-//! only its own counters; a package's counters (one per memory channel and direction) are read
-//! by one reader CPU at most once per tick period, so a workload CPU's tick costs the same
-//! whatever the number of channels.
+//! own timer otherwise). A CPU reads only its own counters; a package's counters (one per
+//! memory channel and direction) are read by one reader CPU at most once per tick period, so a
+//! workload CPU's tick costs the same whatever the number of channels.
 #![no_std]
 #![no_main]
 
@@ -23,7 +27,8 @@ use aya_ebpf::{
     cty::c_void,
     helpers::generated::{
         bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid,
-        bpf_get_smp_processor_id, bpf_ktime_get_ns, bpf_perf_event_read, bpf_perf_event_read_value,
+        bpf_get_current_task, bpf_get_smp_processor_id, bpf_ktime_get_ns, bpf_perf_event_read,
+        bpf_perf_event_read_value,
     },
     macros::{map, perf_event, raw_tracepoint},
     maps::{Array, PerCpuArray, PerfEventArray, RingBuf},
@@ -31,9 +36,9 @@ use aya_ebpf::{
 };
 use aya_log_ebpf::warn;
 use imc_common::{
-    AGG_TASKS, AggState, CpuHead, FLAG_TASK_OMITTED, KIND_AGGREGATE, KIND_SWITCH, KIND_TIMER,
-    MAX_PKG_COUNTERS, MAX_SLOTS, NR_STATS, RECENT_TASKS, RECORD_ABI_VERSION, ReaderCfg,
-    STAT_PKG_READS, STAT_READ_ERROR, STAT_SLOT_ABSENT, SlotReading, TickRecord,
+    AGG_TASKS, AggState, CpuHead, FLAG_TASK_OMITTED, KIND_AGGREGATE, KIND_SWITCH, KIND_TICK,
+    MAX_PKG_COUNTERS, MAX_SLOTS, NR_STATS, RECENT_TASKS, RECORD_ABI_VERSION, ReaderCfg, Record,
+    STAT_PKG_READS, STAT_READ_ERROR, STAT_SLOT_ABSENT, STAT_UNSEEN_SWITCH, SlotReading,
 };
 
 #[cfg(feature = "bench")]
@@ -116,7 +121,7 @@ static WAKE: RingBuf = RingBuf::with_byte_size(4096, 0);
 /// Per-CPU rings of tick records (see imc_common::TICKS_MAP_NAME); userspace sizes it to
 /// possible CPUs × RING_LEN and reads it through mmap.
 #[map]
-static TICKS: Array<TickRecord> = Array::with_max_entries(1, BPF_F_MMAPABLE);
+static TICKS: Array<Record> = Array::with_max_entries(1, BPF_F_MMAPABLE);
 
 /// Per-CPU producer heads (imc_common::CpuHead), also read through mmap.
 #[map]
@@ -172,9 +177,9 @@ fn aggregating() -> bool {
 #[inline(always)]
 fn tick<C: EbpfContext>(ctx: &C) {
     if aggregating() {
-        aggregate(ctx, true);
+        accumulate(ctx, None);
     } else {
-        record(ctx, KIND_TIMER);
+        write_tick_or_switch(ctx, KIND_TICK, None);
     }
 }
 
@@ -183,12 +188,49 @@ fn tick<C: EbpfContext>(ctx: &C) {
 /// belong to.
 #[raw_tracepoint(tracepoint = "sched_switch")]
 pub fn imc_switch(ctx: RawTracePointContext) -> i32 {
+    // TP_PROTO(bool preempt, struct task_struct *prev, struct task_struct *next, unsigned int
+    // prev_state) (include/trace/events/sched.h): the task that runs from here on, which the
+    // CPU's next run must find running (owner_known).
+    let next: u64 = ctx.arg(2);
     if aggregating() {
-        aggregate(&ctx, false);
+        accumulate(&ctx, Some(next));
     } else {
-        record(&ctx, KIND_SWITCH);
+        write_tick_or_switch(&ctx, KIND_SWITCH, Some(next));
     }
     0
+}
+
+/// Whether the task running now is the one this CPU's last run left running (the `next` of its
+/// last switch, or what its last tick found), and what the next run must find: `next` after a
+/// switch (`next` Some), the current task after a tick. A CPU that has seen no switch checks
+/// nothing (a `--freq` tick without switches, or before the CPU's first switch).
+///
+/// A task the CPU ran that no switch program saw leave (a kernel may keep tracepoints from
+/// firing while some task runs: this VM kind's traces no switch out of a task of its own, and
+/// runs no program while it runs) made part of what the CPU counted since its last run: that
+/// count is no known task's, and the caller gives it to no task (pid 0), counted in
+/// STAT_UNSEEN_SWITCH.
+#[inline(always)]
+fn owner_known(next: Option<u64>) -> bool {
+    let Some(st) = AGG.get_ptr_mut(0) else {
+        return true;
+    };
+    // SAFETY: `st` is this CPU's accumulator, which only this CPU touches, with preemption off;
+    // the task pointers are compared, never read.
+    unsafe {
+        let cur = bpf_get_current_task();
+        let expect = (*st).expect;
+        let known = expect == 0 || expect == cur;
+        (*st).expect = match next {
+            Some(n) => n,
+            None if expect == 0 => 0,
+            None => cur,
+        };
+        if !known {
+            let _ = bump(STAT_UNSEEN_SWITCH);
+        }
+        known
+    }
 }
 
 /// Counts one event in this CPU's STATS; returns the count before it.
@@ -223,11 +265,16 @@ fn package_due(cpu: u32, now: u64) -> Option<(&'static ReaderCfg, *mut u64)> {
     Some((cfg, last))
 }
 
-/// The package slots' sums when this CPU is its group's reader and the group was not read within
-/// PKG_MIN_GAP_NS; bit `s` of the returned mask set when slot `s`'s sum is complete (a failed
-/// counter read leaves its slot out rather than report a partial sum).
+/// The package slots' sums when the plan has package slots, this CPU is its group's reader and
+/// the group was not read within PKG_MIN_GAP_NS; bit `s` of the returned mask set when slot
+/// `s`'s sum is complete (a failed counter read leaves its slot out rather than report a
+/// partial sum).
 #[inline(always)]
 fn read_package<C: EbpfContext>(ctx: &C, cpu: u32, now: u64, sums: &mut [u64; MAX_SLOTS]) -> u8 {
+    // SAFETY: a read of a global.
+    if unsafe { core::ptr::read_volatile(&PKG_SLOTS) } == 0 {
+        return 0;
+    }
     let Some((cfg, last)) = package_due(cpu, now) else {
         return 0;
     };
@@ -270,24 +317,134 @@ fn read_package<C: EbpfContext>(ctx: &C, cpu: u32, now: u64, sums: &mut [u64; MA
     have & !failed
 }
 
+/// A package slot of a record: `sum` when this run read its group (`read`), else nothing (not
+/// an error: most records are not a reader's). Returns whether the slot failed.
+///
+/// # Safety
+/// `out` is valid for writing one SlotReading.
 #[inline(always)]
-fn record<C: EbpfContext>(ctx: &C, kind: u8) {
+unsafe fn fill_package_slot(out: *mut SlotReading, sum: u64, read: bool) -> bool {
+    // SAFETY: the caller's.
+    unsafe {
+        if read {
+            set_reading(out, sum, 1, 1);
+        } else {
+            set_reading(out, 0, 0, 0);
+        }
+    }
+    !read
+}
+
+/// The ring entry of this CPU's record number `seq` (its region of TICKS, `seq` modulo
+/// RING_LEN), or None when the maps are smaller than the CPU number says.
+#[inline(always)]
+fn ring_entry(cpu: u32, seq: u64) -> Option<*mut Record> {
+    // SAFETY: a read of a global.
+    let ring_len = unsafe { core::ptr::read_volatile(&RING_LEN) };
+    let index = cpu
+        .wrapping_mul(ring_len)
+        .wrapping_add((seq as u32) & ring_len.wrapping_sub(1));
+    TICKS.get_ptr_mut(index)
+}
+
+/// Makes this CPU's records `seq .. head` visible to userspace, and wakes it when the head
+/// passes a multiple of WAKE_EVERY.
+///
+/// Only this CPU writes its head, so no read-modify-write is needed: the compiler fence keeps
+/// the records' stores before the head's, the JIT emits them in that order, and x86 (TSO) makes
+/// them visible in that order to the reader, which loads the head with acquire. (A weakly
+/// ordered architecture would need a real barrier here; the eBPF sampler targets x86, POWER's
+/// nest IMC is read in userspace.)
+///
+/// # Safety
+/// `h` is this CPU's head, which no other CPU writes.
+#[inline(always)]
+unsafe fn publish(h: *mut CpuHead, cpu: u32, seq: u64, head: u64) {
+    core::sync::atomic::compiler_fence(core::sync::atomic::Ordering::Release);
+    // SAFETY: the caller's; the other is a read of a global.
+    let wake_every = unsafe {
+        core::ptr::write_volatile(&raw mut (*h).head, head);
+        u64::from(core::ptr::read_volatile(&WAKE_EVERY))
+    };
+    if wake_every != 0 && (head & !(wake_every - 1)) != (seq & !(wake_every - 1)) {
+        // Full buffer (userspace is already behind): nothing to add.
+        let _ = WAKE.output::<u32>(&cpu, u64::from(BPF_RB_FORCE_WAKEUP));
+    }
+}
+
+/// Describes the running thread `pid` into `cgroup_id` and `comm` (flags 0), unless one of this
+/// CPU's recent full descriptions named it and no `refresh` is due: then only
+/// [`FLAG_TASK_OMITTED`] is set, and the sampler fills them in from its cache. comm and cgroup
+/// cost ~100 ns each in a VM; threads taking turns on a CPU stay described, and `refresh` (every
+/// 64th record or entry) catches a comm changed at exec. `recent` holds thread id + 1, so its
+/// initial zeroes name no thread (the idle task is pid 0 and is described like any other).
+///
+/// # Safety
+/// `h` is this CPU's head; the other pointers are valid for writing, `comm` 8-byte aligned.
+#[inline(always)]
+unsafe fn describe_task(
+    h: *mut CpuHead,
+    pid: u32,
+    refresh: bool,
+    cgroup_id: *mut u64,
+    comm: *mut [u8; 16],
+    flags: *mut u8,
+) {
+    // SAFETY: the caller's; helpers without preconditions.
+    unsafe {
+        let recent = &raw mut (*h).recent;
+        let tag = pid.wrapping_add(1);
+        let known = (*recent).contains(&tag);
+        if known && !refresh {
+            *flags = FLAG_TASK_OMITTED;
+            return;
+        }
+        *cgroup_id = bpf_get_current_cgroup_id();
+        if bpf_get_current_comm((*comm).as_mut_ptr().cast(), 16) != 0 {
+            set_comm(comm, None);
+        }
+        *flags = 0;
+        if !known {
+            let slot = ((*h).next as usize) & (RECENT_TASKS - 1);
+            (*recent)[slot] = tag;
+            (*h).next = (*h).next.wrapping_add(1);
+        }
+    }
+}
+
+/// No task's description, for a slice no known task ran (pid 0, see [`owner_known`]): the
+/// sampler names it from its own records of pid 0 ([`FLAG_TASK_OMITTED`]).
+///
+/// # Safety
+/// The pointers are valid for writing, `comm` 8-byte aligned.
+#[inline(always)]
+unsafe fn describe_no_task(cgroup_id: *mut u64, comm: *mut [u8; 16], flags: *mut u8) {
+    // SAFETY: the caller's.
+    unsafe {
+        *cgroup_id = 0;
+        set_comm(comm, None);
+        *flags = FLAG_TASK_OMITTED;
+    }
+}
+
+/// The per-record path (`AGGREGATE` 0): a record at every tick (KIND_TICK) or switch
+/// (KIND_SWITCH, `next` the task switched to), carrying the counters' cumulative readings at
+/// this instant and the task that was running (pid 0 after an unseen switch: see
+/// [`owner_known`]).
+#[inline(always)]
+fn write_tick_or_switch<C: EbpfContext>(ctx: &C, kind: u8, next: Option<u64>) {
     // SAFETY (whole function): helpers without preconditions; `h` and `rec` are pointers the
     // verifier proved to be inside their arrays, and only this CPU writes its head and its
     // ring region (the program runs with preemption off, and a tick cannot nest in a switch
-    // record on one CPU: sched_switch runs with interrupts off, so neither timer program can
+    // record on one CPU: a switch runs with interrupts off, so neither timer program can
     // interrupt it, and each program's own recursion guard keeps it from nesting in itself).
     unsafe {
         let cpu = bpf_get_smp_processor_id();
         let Some(h) = HEADS.get_ptr_mut(cpu) else {
             return;
         };
-        let ring_len = core::ptr::read_volatile(&RING_LEN);
         let seq = (*h).head;
-        let index = cpu
-            .wrapping_mul(ring_len)
-            .wrapping_add((seq as u32) & ring_len.wrapping_sub(1));
-        let Some(rec) = TICKS.get_ptr_mut(index) else {
+        let Some(rec) = ring_entry(cpu, seq) else {
             return;
         };
         // The volatile read keeps the compiler from folding the zero NR_SLOTS was compiled with.
@@ -304,13 +461,10 @@ fn record<C: EbpfContext>(ctx: &C, kind: u8) {
         core::ptr::write_volatile(&raw mut (*rec).on_ns, 0);
         let mut sums = core::mem::MaybeUninit::<[u64; MAX_SLOTS]>::uninit();
         let sums = zeroed_sums(&mut sums);
-        let pkg_ok = if pkg_slots != 0 {
-            read_package(ctx, cpu, now, sums)
-        } else {
-            0
-        };
+        let pkg_ok = read_package(ctx, cpu, now, sums);
         (*rec).cpu = cpu;
-        let id = bpf_get_current_pid_tgid();
+        let known = owner_known(next);
+        let id = if known { bpf_get_current_pid_tgid() } else { 0 };
         let pid = id as u32;
         (*rec).pid = pid;
         (*rec).tgid = (id >> 32) as u32;
@@ -320,39 +474,22 @@ fn record<C: EbpfContext>(ctx: &C, kind: u8) {
         } else {
             nr as u8
         };
-        // comm and cgroup cost ~100 ns each in a VM; fetch them only for a task none of this
-        // CPU's recent full records described (threads taking turns at context switches stay
-        // described), and every 64th record anyway (comm changes at exec).
-        // `recent` holds thread id + 1, so its initial zeroes name no thread (the idle task is
-        // pid 0 and must be described like any other).
-        let recent = &raw mut (*h).recent;
-        let tag = pid.wrapping_add(1);
-        let known = (*recent).contains(&tag);
-        if !known || seq & 63 == 0 {
-            (*rec).cgroup_id = bpf_get_current_cgroup_id();
-            if bpf_get_current_comm((*rec).comm.as_mut_ptr().cast(), 16) != 0 {
-                set_comm(&raw mut (*rec).comm, None);
-            }
-            (*rec).flags = 0;
-            if !known {
-                let slot = ((*h).next as usize) & (RECENT_TASKS - 1);
-                (*recent)[slot] = tag;
-                (*h).next = (*h).next.wrapping_add(1);
-            }
+        let (cgroup_id, comm, flags) = (
+            &raw mut (*rec).cgroup_id,
+            &raw mut (*rec).comm,
+            &raw mut (*rec).flags,
+        );
+        if known {
+            describe_task(h, pid, seq & 63 == 0, cgroup_id, comm, flags);
         } else {
-            (*rec).flags = FLAG_TASK_OMITTED;
+            describe_no_task(cgroup_id, comm, flags);
         }
 
         macro_rules! read_slot {
             ($i:literal) => {
                 let out = &raw mut (*rec).slots[$i];
                 if nr > $i && pkg_slots & (1 << $i) != 0 {
-                    // A package slot: this CPU's sum if it read its group now, else nothing
-                    // (not an error: most ticks are not a reader's).
-                    if pkg_ok & (1 << $i) != 0 {
-                        set_reading(out, sums[$i], 1, 1);
-                    } else {
-                        set_reading(out, 0, 0, 0);
+                    if fill_package_slot(out, sums[$i], pkg_ok & (1 << $i) != 0) {
                         failed |= 1 << $i;
                     }
                 } else if nr > $i && read_cpu_slot($i, timed & (1 << $i) != 0, out) != 0 {
@@ -371,18 +508,7 @@ fn record<C: EbpfContext>(ctx: &C, kind: u8) {
         read_slot!(6);
         read_slot!(7);
         (*rec).failed_mask = failed;
-        // Publish. Only this CPU writes its head, so no read-modify-write is needed: the
-        // compiler fence keeps the record's stores before the head's, the JIT emits them in
-        // that order, and x86 (TSO) makes them visible in that order to the reader, which
-        // loads the head with acquire. (A weakly ordered architecture would need a real
-        // barrier here; the eBPF sampler targets x86, POWER's nest IMC is read in userspace.)
-        core::sync::atomic::compiler_fence(core::sync::atomic::Ordering::Release);
-        core::ptr::write_volatile(&raw mut (*h).head, seq.wrapping_add(1));
-        let wake_every = core::ptr::read_volatile(&WAKE_EVERY);
-        if wake_every != 0 && (seq.wrapping_add(1) as u32) & wake_every.wrapping_sub(1) == 0 {
-            // Full buffer (userspace is already behind): nothing to add.
-            let _ = WAKE.output::<u32>(&cpu, u64::from(BPF_RB_FORCE_WAKEUP));
-        }
+        publish(h, cpu, seq, seq.wrapping_add(1));
     }
 }
 
@@ -495,7 +621,7 @@ fn read_cpu_slot(s: u32, timed: bool, out: *mut SlotReading) -> i64 {
     r
 }
 
-/// The aggregating path (`AGGREGATE`): a switch adds the outgoing task's slice (time and CPU
+/// The aggregating path (`AGGREGATE` 1): a switch adds the outgoing task's slice (time and CPU
 /// slot deltas) to its entry in this CPU's accumulator and writes nothing; a tick (`tick`) adds
 /// the running task's slice and flushes every entry as a KIND_AGGREGATE record, the package
 /// readings in the first. Records per second are then ticks × tasks per tick, whatever the
@@ -503,9 +629,11 @@ fn read_cpu_slot(s: u32, timed: bool, out: *mut SlotReading) -> i64 {
 /// slice longer than LONG_SLICE_NS (a tickless idle CPU) is a period of its own, so a long idle
 /// stretch never dilutes the time of what ran around it.
 #[inline(always)]
-fn aggregate<C: EbpfContext>(ctx: &C, tick: bool) {
+fn accumulate<C: EbpfContext>(ctx: &C, next: Option<u64>) {
+    let tick = next.is_none();
     // SAFETY (whole function): `st` points into this CPU's AGG entry, which only this CPU
-    // touches, with preemption off (a tick cannot nest in a switch on one CPU: see `record`).
+    // touches, with preemption off (a tick cannot nest in a switch on one CPU: see
+    // `write_tick_or_switch`).
     unsafe {
         let cpu = bpf_get_smp_processor_id();
         let now = bpf_ktime_get_ns();
@@ -520,22 +648,25 @@ fn aggregate<C: EbpfContext>(ctx: &C, tick: bool) {
             (*st).period_start = now;
             (*st).last_t = now;
             (*st).last_ok = read_baselines(st, cpu_slots, timed);
+            let _ = owner_known(next);
             return;
         }
         if tick && !flush_due(st, cpu, now) {
             // Another hrtimer's expiry soon after the last flush: the running task's slice goes
-            // on, and the next tick (or switch) takes it.
+            // on, and the next tick (or switch) takes it (and checks its owner then).
             return;
         }
+        let known = owner_known(next);
         let long = now.wrapping_sub((*st).last_t) > core::ptr::read_volatile(&LONG_SLICE_NS);
         if long {
             // What ran before the long slice keeps its own period.
             let end = (*st).last_t;
-            flush(ctx, cpu, st, end, false);
+            flush_aggregates(ctx, cpu, st, end, false);
         }
-        let id = bpf_get_current_pid_tgid();
+        // After an unseen switch the slice is no known task's: pid 0's entry takes it.
+        let id = if known { bpf_get_current_pid_tgid() } else { 0 };
         let pid = id as u32;
-        let e = entry(ctx, cpu, st, pid, (id >> 32) as u32);
+        let e = entry(ctx, cpu, st, pid, (id >> 32) as u32, known);
         let Some(e) = e else {
             return;
         };
@@ -580,7 +711,7 @@ fn aggregate<C: EbpfContext>(ctx: &C, tick: bool) {
         (*st).last_ok = ok;
         (*st).last_t = now;
         if tick || long {
-            flush(ctx, cpu, st, now, true);
+            flush_aggregates(ctx, cpu, st, now, true);
         }
     }
 }
@@ -626,7 +757,9 @@ unsafe fn read_baselines(st: *mut AggState, cpu_slots: u32, timed: u32) -> u32 {
 }
 
 /// The accumulator entry of thread `pid`, created (with comm and cgroup, unless this CPU
-/// described the thread lately) if it has none; a full accumulator is flushed first.
+/// described the thread lately) if it has none; a full accumulator is flushed first. `current`
+/// false: `pid` is 0 for a slice no known task ran, not the running task, whose description
+/// is then not fetched.
 ///
 /// # Safety
 /// `st` points to this CPU's accumulator.
@@ -637,6 +770,7 @@ unsafe fn entry<C: EbpfContext>(
     st: *mut AggState,
     pid: u32,
     tgid: u32,
+    current: bool,
 ) -> Option<*mut imc_common::AggTask> {
     // SAFETY: the caller's; `tasks` indices are masked into the array.
     unsafe {
@@ -652,7 +786,7 @@ unsafe fn entry<C: EbpfContext>(
         let mut n = n;
         if n >= AGG_TASKS {
             let end = (*st).last_t;
-            flush(ctx, cpu, st, end, false);
+            flush_aggregates(ctx, cpu, st, end, false);
             n = 0;
         }
         let e = &raw mut (*st).tasks[n & (AGG_TASKS - 1)];
@@ -664,22 +798,15 @@ unsafe fn entry<C: EbpfContext>(
             set_reading(&raw mut (*e).slots[s], 0, 0, 0);
         }
         let h = HEADS.get_ptr_mut(cpu)?;
-        let recent = &raw mut (*h).recent;
-        let tag = pid.wrapping_add(1);
-        let known = (*recent).contains(&tag);
-        if !known || (*st).created & 63 == 0 {
-            (*e).cgroup_id = bpf_get_current_cgroup_id();
-            if bpf_get_current_comm((*e).comm.as_mut_ptr().cast(), 16) != 0 {
-                set_comm(&raw mut (*e).comm, None);
-            }
-            (*e).flags = 0;
-            if !known {
-                let slot = ((*h).next as usize) & (RECENT_TASKS - 1);
-                (*recent)[slot] = tag;
-                (*h).next = (*h).next.wrapping_add(1);
-            }
+        let (cgroup_id, comm, flags) = (
+            &raw mut (*e).cgroup_id,
+            &raw mut (*e).comm,
+            &raw mut (*e).flags,
+        );
+        if current {
+            describe_task(h, pid, (*st).created & 63 == 0, cgroup_id, comm, flags);
         } else {
-            (*e).flags = FLAG_TASK_OMITTED;
+            describe_no_task(cgroup_id, comm, flags);
         }
         (*st).created = (*st).created.wrapping_add(1);
         (*st).n = (n + 1) as u32;
@@ -715,8 +842,14 @@ unsafe fn counted_nothing(e: *const imc_common::AggTask, nr: u32) -> bool {
 /// # Safety
 /// `st` points to this CPU's accumulator.
 #[inline(always)]
-unsafe fn flush<C: EbpfContext>(ctx: &C, cpu: u32, st: *mut AggState, end: u64, pkg: bool) {
-    // SAFETY: the caller's, and `record`'s for the ring.
+unsafe fn flush_aggregates<C: EbpfContext>(
+    ctx: &C,
+    cpu: u32,
+    st: *mut AggState,
+    end: u64,
+    pkg: bool,
+) {
+    // SAFETY: the caller's, and `write_tick_or_switch`'s for the ring.
     unsafe {
         let Some(h) = HEADS.get_ptr_mut(cpu) else {
             return;
@@ -726,12 +859,11 @@ unsafe fn flush<C: EbpfContext>(ctx: &C, cpu: u32, st: *mut AggState, end: u64, 
         let pkg_slots = core::ptr::read_volatile(&PKG_SLOTS);
         let mut sums = core::mem::MaybeUninit::<[u64; MAX_SLOTS]>::uninit();
         let sums = zeroed_sums(&mut sums);
-        let pkg_ok = if pkg && pkg_slots != 0 {
+        let pkg_ok = if pkg {
             read_package(ctx, cpu, end, sums)
         } else {
             0
         };
-        let ring_len = core::ptr::read_volatile(&RING_LEN);
         let seq = (*h).head;
         let start = (*st).period_start;
         let mut written = 0u64;
@@ -739,10 +871,7 @@ unsafe fn flush<C: EbpfContext>(ctx: &C, cpu: u32, st: *mut AggState, end: u64, 
             if i >= n {
                 continue;
             }
-            let index = cpu
-                .wrapping_mul(ring_len)
-                .wrapping_add((seq.wrapping_add(written) as u32) & ring_len.wrapping_sub(1));
-            let Some(rec) = TICKS.get_ptr_mut(index) else {
+            let Some(rec) = ring_entry(cpu, seq.wrapping_add(written)) else {
                 break;
             };
             let e = &raw const (*st).tasks[i];
@@ -767,10 +896,9 @@ unsafe fn flush<C: EbpfContext>(ctx: &C, cpu: u32, st: *mut AggState, end: u64, 
             for s in 0..nr as usize {
                 let bit = 1u8 << s;
                 if pkg_slots & u32::from(bit) != 0 {
-                    if written == 0 && pkg_ok & bit != 0 {
-                        set_reading(&raw mut (*rec).slots[s], sums[s], 1, 1);
-                    } else {
-                        set_reading(&raw mut (*rec).slots[s], 0, 0, 0);
+                    // The package readings go into the first record of the flush only.
+                    let read = written == 0 && pkg_ok & bit != 0;
+                    if fill_package_slot(&raw mut (*rec).slots[s], sums[s], read) {
                         failed |= bit;
                     }
                 } else {
@@ -785,14 +913,7 @@ unsafe fn flush<C: EbpfContext>(ctx: &C, cpu: u32, st: *mut AggState, end: u64, 
         if written == 0 {
             return;
         }
-        // Publish, as `record` does.
-        core::sync::atomic::compiler_fence(core::sync::atomic::Ordering::Release);
-        let head = seq.wrapping_add(written);
-        core::ptr::write_volatile(&raw mut (*h).head, head);
-        let wake_every = u64::from(core::ptr::read_volatile(&WAKE_EVERY));
-        if wake_every != 0 && (head & !(wake_every - 1)) != (seq & !(wake_every - 1)) {
-            let _ = WAKE.output::<u32>(&cpu, u64::from(BPF_RB_FORCE_WAKEUP));
-        }
+        publish(h, cpu, seq, seq.wrapping_add(written));
     }
 }
 

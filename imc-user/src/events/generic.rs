@@ -6,7 +6,8 @@
 //! hardware-cache name is `CACHE[-OP][-RESULT]` (or `CACHE-RESULT`) with perf's aliases, matched
 //! case-insensitively. Hardware and software names win over cache names, so `branch-misses` is
 //! PERF_COUNT_HW_BRANCH_MISSES and not the BPU cache event, as in perf.
-use super::{EventError, Modifiers};
+use super::error::EventError;
+use super::terms::Modifiers;
 use crate::model::Encoded;
 use crate::sys::perf::{TYPE_HARDWARE, TYPE_HW_CACHE, TYPE_SOFTWARE};
 

@@ -14,7 +14,8 @@
 //! value in `config1`, and `u`/`k` expressed as `exclude_user`/`exclude_kernel`. libpfm's own
 //! rules apply (modifiers a PMU lacks are refused, e needs c≥1 on Intel, OUTSTANDING only on
 //! OFFCORE_RESPONSE_0 on KNL, …); imc only explains its error codes in one line.
-use super::EventError;
+use super::error::EventError;
+use super::terms::{close_matches, parse_u64};
 use crate::sys::perf::{FLAG_EXCLUDE_KERNEL, FLAG_EXCLUDE_USER, FLAG_FREQ, PerfEventAttr};
 use libloading::Library;
 use std::ffi::{CStr, CString, c_char, c_int, c_void};
@@ -525,7 +526,7 @@ fn no_such_attribute(event: &str, bad: &str, attrs: &[(String, c_int)]) -> Strin
         .filter(|(_, t)| *t == PFM_ATTR_UMASK)
         .map(|(n, _)| n.as_str())
         .collect();
-    let close = super::close_matches(bad, umasks.iter().copied());
+    let close = close_matches(bad, umasks.iter().copied());
     let close = if close.is_empty() {
         String::new()
     } else {
@@ -545,7 +546,7 @@ fn edge_without_cmask(toks: &[(String, Option<String>)]) -> bool {
     let cmask = has("c").and_then(|(_, v)| v.as_deref().map(str::to_string));
     edge && cmask
         .as_deref()
-        .is_none_or(|c| super::parse_u64(c).is_none_or(|v| v == 0))
+        .is_none_or(|c| parse_u64(c).is_none_or(|v| v == 0))
 }
 
 #[cfg(test)]

@@ -10,7 +10,8 @@
 //! so a user term overrides what the alias set (`uncore_imc/cas_count_read,umask=0x1/`).
 //! Bytes per count come from the alias' scale and unit (discovery's `bytes_per_count`: MiB →
 //! scale × 1048576, KiB, GiB, B; no unit → None).
-use super::{EventError, Modifiers, close_matches};
+use super::error::EventError;
+use super::terms::{Modifiers, close_matches};
 use crate::discovery::format::{encode_terms, parse_word};
 use crate::discovery::sysfs::bytes_per_count;
 use crate::model::{Encoded, EventAlias, Pmu};

@@ -1,6 +1,7 @@
 //! Tests of the four event forms against hand-built PMUs shaped like the fixture trees, and of
 //! the libpfm4 binding against libpfm4's own expected encodings (tests/validate_x86.c) and the
 //! knl fixture README.
+use super::terms::close_matches;
 use super::*;
 use crate::discovery::format::{FormatError, parse_format};
 use crate::model::EventAlias;

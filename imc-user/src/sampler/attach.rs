@@ -1,5 +1,10 @@
 //! Attaching the program: to the kernel's tick and sched_switch, or to a cpu-clock timer per CPU.
-use super::*;
+use super::config::{KERNEL_TICK_TRACEPOINTS, SamplerConfig, TickAttached, TickSource};
+use super::error::{SamplerError, error_chain};
+use aya::Ebpf;
+use aya::programs::perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent};
+use aya::programs::{PerfEvent, RawTracePoint};
+use imc_common::{SWITCH_PROGRAM, TICK_TP_PROGRAM};
 
 pub(super) fn load_program<'a, T>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut T, SamplerError>
 where

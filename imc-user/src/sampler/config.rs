@@ -1,6 +1,8 @@
 //! What the sampler is asked to do: the slots, the package counters and their readers, the
 //! tick, and how their counters are opened.
-use super::*;
+use crate::model::{Encoded, SlotSpec};
+use crate::sys::perf::{self, PerfEventAttr};
+use imc_common::TICK_PROGRAM;
 
 /// One slot to configure: what to count and where to open it.
 #[derive(Clone, Debug)]

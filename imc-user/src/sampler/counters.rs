@@ -1,6 +1,10 @@
 //! Opening the slots' and the packages' counters, before anything is loaded (a counter the user
 //! got wrong is reported first).
-use super::*;
+use super::config::SamplerConfig;
+use super::error::SamplerError;
+use crate::sys::perf::{self, PerfSys};
+use std::io;
+use std::os::fd::OwnedFd;
 
 /// A counter fd the sampler opened, kept open for the program's lifetime.
 pub(super) struct OpenCounter {

@@ -1,11 +1,15 @@
 //! The sampler's errors: each area's cause kept as its source, shown on one line.
-use super::*;
+use crate::settings::BPF_OBJECT_ENV;
+use imc_common::{MAX_PKG_COUNTERS, MAX_SLOTS};
+use std::io;
+use std::path::PathBuf;
+use thiserror::Error;
 
 #[derive(Debug, Error)]
 pub enum SamplerError {
     #[error(
         "this imc was built without its eBPF program: build it with `cargo xtask build` (or set {env} to the object file)",
-        env = object::OBJECT_ENV
+        env = BPF_OBJECT_ENV
     )]
     NoObject,
     #[error("cannot read the eBPF object {}: {source}", path.display())]
@@ -14,7 +18,7 @@ pub enum SamplerError {
         "the eBPF object is of record ABI {}, this imc reads ABI {expected}: rebuild both with \
          `cargo xtask build` (or unset {env})",
         found.map_or_else(|| "unknown (no IMC_ABI_VERSION)".to_string(), |v| v.to_string()),
-        env = object::OBJECT_ENV
+        env = BPF_OBJECT_ENV
     )]
     Abi { found: Option<u32>, expected: u32 },
     #[error("loading the eBPF sampler needs root, or CAP_BPF and CAP_PERFMON: run imc with sudo")]
@@ -134,7 +138,9 @@ pub(super) fn error_chain(e: &dyn std::error::Error) -> String {
 
 #[cfg(test)]
 mod tests {
+    use super::super::counters::open_error;
     use super::*;
+    use imc_common::TICKS_MAP_NAME;
     use std::error::Error as _;
 
     #[test]

@@ -1,6 +1,16 @@
 //! Loading the program: its globals and map sizes set for the configuration, and the rings
 //! sized for the tick and drain rates.
-use super::*;
+use super::config::SamplerConfig;
+use super::error::SamplerError;
+use super::object;
+use crate::model::SlotScope;
+use aya::{Ebpf, EbpfLoader};
+use imc_common::{
+    AGGREGATE_GLOBAL, GROUP_LAST_MAP_NAME, HEADS_MAP_NAME, LONG_SLICE_GLOBAL, MIN_FLUSH_GLOBAL,
+    NR_SLOTS_GLOBAL, PKG_MAP_NAME, PKG_MIN_GAP_GLOBAL, PKG_SLOT_MAP_NAME, PKG_SLOTS_GLOBAL,
+    READERS_MAP_NAME, RING_LEN_GLOBAL, SLOT_MAP_NAMES, TICKS_MAP_NAME, TIMED_SLOTS_GLOBAL,
+    TickRecord, WAKE_EVERY_GLOBAL, tick_rules,
+};
 
 /// All CPUs' rings together stay within this (a 192-CPU server would otherwise map 750 MB).
 pub(super) const RINGS_MAX_BYTES: u64 = 128 << 20;

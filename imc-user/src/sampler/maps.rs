@@ -1,6 +1,17 @@
 //! Handing the program its counters (the slot and package arrays, the readers) and mapping its
 //! rings.
-use super::*;
+use super::config::SamplerConfig;
+use super::counters::{OpenCounter, OpenPackageCounter};
+use super::error::SamplerError;
+use super::rings::Rings;
+use crate::sys::bpf::{BpfSys, MappedMap};
+use aya::Ebpf;
+use aya::maps::Array;
+use imc_common::{
+    CpuHead, HEADS_MAP_NAME, PKG_MAP_NAME, PKG_SLOT_MAP_NAME, READERS_MAP_NAME, ReaderCfg,
+    SLOT_MAP_NAMES, TICKS_MAP_NAME,
+};
+use std::os::fd::{AsFd, BorrowedFd};
 
 /// Takes the map `name` out of `ebpf` as its typed handle.
 pub(super) fn take_map<T>(ebpf: &mut Ebpf, name: &str) -> Result<T, SamplerError>

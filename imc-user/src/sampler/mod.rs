@@ -27,29 +27,20 @@ use load::*;
 use maps::*;
 pub use stats::*;
 
-use crate::model::{Encoded, SlotScope, SlotSpec};
-use crate::sys::bpf::{BpfSys, MappedMap, RealBpf};
-use crate::sys::perf::{self, CounterValue, PerfEventAttr, PerfSys, RealPerf};
-use aya::maps::Array;
+use crate::model::SlotSpec;
+use crate::sys::bpf::{BpfSys, RealBpf};
+use crate::sys::perf::{self, CounterValue, PerfSys, RealPerf};
+use aya::Ebpf;
 use aya::maps::{MapData, PerCpuArray, RingBuf};
-use aya::programs::perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent};
-use aya::programs::{PerfEvent, RawTracePoint};
-use aya::{Ebpf, EbpfLoader};
 use fallback::IdleFallback;
 use imc_common::{
-    AGGREGATE_GLOBAL, CpuHead, GROUP_LAST_MAP_NAME, HEADS_MAP_NAME, LONG_SLICE_GLOBAL,
-    MAX_PKG_COUNTERS, MAX_SLOTS, MIN_FLUSH_GLOBAL, NR_SLOTS_GLOBAL, NR_STATS, PKG_MAP_NAME,
-    PKG_MIN_GAP_GLOBAL, PKG_SLOT_MAP_NAME, PKG_SLOTS_GLOBAL, READERS_MAP_NAME, RING_LEN_GLOBAL,
-    ReaderCfg, SLOT_MAP_NAMES, STAT_PKG_READS, STAT_READ_ERROR, STAT_SLOT_ABSENT, STATS_MAP_NAME,
-    SWITCH_PROGRAM, TICK_PROGRAM, TICK_TP_PROGRAM, TICKS_MAP_NAME, TIMED_SLOTS_GLOBAL, TickRecord,
-    WAKE_EVERY_GLOBAL, WAKE_MAP_NAME, tick_rules,
+    MAX_PKG_COUNTERS, MAX_SLOTS, NR_STATS, STAT_PKG_READS, STAT_READ_ERROR, STAT_SLOT_ABSENT,
+    STAT_UNSEEN_SWITCH, STATS_MAP_NAME, TickRecord, WAKE_MAP_NAME,
 };
 use rings::Rings;
 use std::io;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::path::PathBuf;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::Arc;
-use thiserror::Error;
 
 /// One package counter's own reading (`Sampler::read_channels`).
 #[derive(Clone, Debug, PartialEq)]
@@ -333,7 +324,11 @@ impl Sampler {
                     i if (STAT_READ_ERROR..STAT_SLOT_ABSENT).contains(&i) => {
                         s.read_errors[(i - STAT_READ_ERROR) as usize] = *v
                     }
-                    i => s.absent[(i - STAT_SLOT_ABSENT) as usize] = *v,
+                    STAT_UNSEEN_SWITCH => s.unseen_switches = *v,
+                    i if (STAT_SLOT_ABSENT..STAT_UNSEEN_SWITCH).contains(&i) => {
+                        s.absent[(i - STAT_SLOT_ABSENT) as usize] = *v
+                    }
+                    _ => {}
                 }
             }
         }

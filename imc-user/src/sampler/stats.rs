@@ -1,5 +1,5 @@
 //! The program's own counts (runs, package reads, read failures), per CPU.
-use super::*;
+use imc_common::MAX_SLOTS;
 
 /// Per-CPU program statistics, from the STATS map.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -12,6 +12,9 @@ pub struct CpuStats {
     pub absent: [u64; MAX_SLOTS],
     /// Times this CPU read its package's counters as their reader.
     pub pkg_reads: u64,
+    /// Runs that found a task no switch program saw start (imc_common::STAT_UNSEEN_SWITCH):
+    /// what the CPU counted before them was charged to no task.
+    pub unseen_switches: u64,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -25,6 +28,9 @@ impl SamplerStats {
     }
     pub fn lost(&self) -> u64 {
         self.per_cpu.iter().map(|c| c.lost).sum()
+    }
+    pub fn unseen_switches(&self) -> u64 {
+        self.per_cpu.iter().map(|c| c.unseen_switches).sum()
     }
     pub fn read_errors(&self, slot: usize) -> u64 {
         self.per_cpu.iter().map(|c| c.read_errors[slot]).sum()
