@@ -299,6 +299,8 @@ pub struct Attributor {
     scratch: Scratch,
     /// The end of the interval being filled, where the caller said it ([`Self::split_at`]).
     boundary: Option<u64>,
+    /// An interval has been closed (the next starts where it ended).
+    closed_any: bool,
     /// CPU-scope counts of time after `boundary`, for the next interval.
     after: Vec<Later>,
 }
@@ -412,6 +414,7 @@ impl Attributor {
             events: Vec::new(),
             scratch: Scratch::default(),
             boundary: None,
+            closed_any: false,
             after: Vec::new(),
         }
     }
@@ -653,9 +656,18 @@ impl Attributor {
         if rec.kind == KIND_SWITCH {
             self.switches += 1;
         }
-        if self.t_start.is_none() {
-            self.t_start = Some(rec.t_ns);
-        }
+        // The first interval starts where the first counts it holds begin: an aggregate's
+        // period began before its record (the time the program first ran on its CPU).
+        let begins = if rec.kind == KIND_AGGREGATE {
+            rec.t0_ns.min(rec.t_ns)
+        } else {
+            rec.t_ns
+        };
+        self.t_start = match self.t_start {
+            Some(t) if self.closed_any => Some(t),
+            Some(t) => Some(t.min(begins)),
+            None => Some(begins),
+        };
         let cpu = rec.cpu as usize;
         if cpu >= self.cpus.len() {
             let old = self.cpus.len();
@@ -1019,6 +1031,7 @@ impl Attributor {
         self.spread_packages(t_end_ns, last);
         let result = self.build_result(t_start, t_end_ns);
         self.t_start = Some(t_end_ns);
+        self.closed_any = true;
         self.lost = 0;
         self.maybe_compact();
         self.roll_after();
@@ -1964,6 +1977,8 @@ mod tests {
         a.push_tick(&agg(8 * MS, 12 * MS, 0, 8));
         let first = a.close_interval(10 * MS);
         assert_eq!(values(&first), [(7, 80.0)]);
+        // It starts where its first counts do: the first period's start, not its record.
+        assert_eq!(first.t_start_ns, 4 * MS);
         assert_eq!(first.packages[0].unattributed_counts[0], 4.0);
         assert_eq!(first.packages[0].slot_counts[0], 84.0);
         a.split_at(20 * MS);
