@@ -773,34 +773,35 @@ impl Attributor {
         task: u32,
         cpu_valid: u8,
     ) -> ([f64; MAX_SLOTS], u8) {
-        // A copy: the charges below take self.
-        let st = self.cpus[cpu];
         let mut wdelta = [0.0f64; MAX_SLOTS];
         let mut w_ok: u8 = 0;
+        let (pkg, t_last) = (self.cpus[cpu].pkg, self.cpus[cpu].t_last);
         // After a silence longer than two ticks only its last stretch is the task's (as for
         // the segments).
-        let silent = rec.t_ns - st.t_last > self.max_gap_ns;
+        let silent = rec.t_ns - t_last > self.max_gap_ns;
         let mut bits = cpu_valid;
         while bits != 0 {
             let s = bits.trailing_zeros() as usize;
             bits &= bits - 1;
+            let st = &self.cpus[cpu];
             let usable = st.base_ok & (1 << s) != 0 && st.base_t[s] >= st.owner_since;
             if !usable {
                 continue;
             }
-            let d = scaled_delta(&st.last[s], &rec.slots[s], self.masks[s], true);
+            let (prev, cur) = (&st.last[s], &rec.slots[s]);
+            let d = scaled_delta(prev, cur, self.masks[s], true);
+            // A multiplexed weight that never ran in the segment knows nothing of it.
+            let ran = cur.running > prev.running || cur.enabled <= prev.enabled;
+            let whole_segment = st.base_t[s] == st.seg_base_t;
             let t0 = if silent {
                 st.base_t[s].max(rec.t_ns - self.max_gap_ns)
             } else {
                 st.base_t[s]
             };
-            self.charge(task, st.pkg, s, d, t0, rec.t_ns);
+            self.charge(task, pkg, s, d, t0, rec.t_ns);
             if self.weight_mask & (1 << s) != 0 {
                 wdelta[s] = d;
-                // A multiplexed weight that never ran in the segment knows nothing of it.
-                let (prev, cur) = (&st.last[s], &rec.slots[s]);
-                let ran = cur.running > prev.running || cur.enabled <= prev.enabled;
-                if st.base_t[s] == st.seg_base_t && ran {
+                if whole_segment && ran {
                     w_ok |= 1 << s;
                 }
             }
