@@ -192,24 +192,29 @@ fn validate(args: &[&str]) -> (Option<i32>, Value, String) {
 }
 
 /// How closely a run at some interval is held to its truth.
-#[derive(Clone, Copy, PartialEq)]
+#[derive(Clone, Copy, PartialEq, Debug)]
 enum Held {
-    /// Every interval, the first included, within the bound: issue 28's target, which no
-    /// interval length meets reliably on this VM yet (see WholeRun).
-    #[allow(dead_code)]
+    /// Every interval, the first included, within the bound: issue 28's target. Met on this
+    /// VM wherever the records place each count in time to well within an interval: spans
+    /// across an interval end are split by time and an interval waits for the CPUs' records
+    /// past its end, so at 1 s every run measured within 0.007 (page-faults) and 0.013
+    /// (cpu-clock), and at 100 ms a record per switch within 0.004 (page-faults).
     EveryInterval,
-    /// The whole run within the bound; short intervals are not yet: a span between two records
-    /// (up to a tick, 4 ms at HZ=250) is counted in the interval where it ends, so at 10 ms a
-    /// burst of faults can land one interval late, and at 100 ms the toucher's worst interval
-    /// measured 0.04-0.14 on this VM, and at 1 s under load up to 0.16 (issue 28's per-interval
-    /// target is open:
-    /// it needs the attributor to split spans at interval ends).
+    /// The whole run within the bound, not each interval: where a count's place in time is
+    /// known only to a flush period (an aggregate says how long each task ran in a tick, not
+    /// when), a task that ran a millisecond just after an interval end is placed partly
+    /// before it. Measured on this VM (HZ=250): aggregated page-faults at 100 ms 0.014-0.047
+    /// (the toucher, a tick's faults misplaced), cpu-clock at 100 ms 0.005-0.038; at 10 ms
+    /// aggregated 0.29-0.61, a record per switch 0.010-0.038 (page-faults) and 0.017-0.28
+    /// (cpu-clock). Issue 28's per-interval target there needs the program to end its flush
+    /// period at the first switch after each interval end.
     WholeRun,
 }
 
 /// Runs validate at `interval` ms for page-faults and cpu-clock, aggregated and per switch,
-/// beside the faulter, and checks each workload's figures against its truth.
-fn live_at(interval: &str, duration: &str, held: Held) {
+/// beside the faulter, and checks each workload's figures against its truth, each mode as
+/// closely as `held(event, precise)` says.
+fn live_at(interval: &str, duration: &str, held: fn(&str, bool) -> Held) {
     if !sampler_prerequisites() {
         return;
     }
@@ -227,6 +232,7 @@ fn live_at(interval: &str, duration: &str, held: Held) {
             }
             let (code, v, stderr) = validate(&args);
             let ev = event.unwrap_or("page-faults");
+            let held = held(ev, precise);
             assert_eq!(
                 v["records"],
                 if precise { "per-switch" } else { "aggregated" }
@@ -275,7 +281,7 @@ fn live_at(interval: &str, duration: &str, held: Held) {
                 };
                 if err > bound {
                     failures.push(format!(
-                        "{args:?}: {} error {err:.4} > {bound} (interval {}; truth {}, attributed {})",
+                        "{args:?}: {} error {err:.4} > {bound} ({held:?}, interval {}; truth {}, attributed {})",
                         r["name"], r["worst_interval"], r["truth"], r["attributed"]
                     ));
                 }
@@ -318,18 +324,24 @@ fn live_at(interval: &str, duration: &str, held: Held) {
 }
 
 #[test]
-fn live_at_one_second_each_task_is_charged_its_truth_over_the_run() {
-    live_at("1000", "2", Held::WholeRun);
+fn live_at_one_second_each_task_is_charged_its_truth_in_every_interval() {
+    live_at("1000", "2", |_, _| Held::EveryInterval);
 }
 
 #[test]
-fn live_at_100_ms_each_task_is_charged_its_truth_over_the_run() {
-    live_at("100", "1", Held::WholeRun);
+fn live_at_100_ms_each_task_is_charged_its_truth_per_switch_in_every_interval() {
+    live_at("100", "1", |ev, precise| {
+        if precise && ev == "page-faults" {
+            Held::EveryInterval
+        } else {
+            Held::WholeRun
+        }
+    });
 }
 
 #[test]
 fn live_at_10_ms_each_task_is_charged_its_truth_over_the_run() {
-    live_at("10", "1", Held::WholeRun);
+    live_at("10", "1", |_, _| Held::WholeRun);
 }
 
 // ---- what is left behind ---------------------------------------------------------------------

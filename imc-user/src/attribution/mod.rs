@@ -17,6 +17,14 @@
 //!   with a read and a write weight, a task's read/write split is measured, not the package's.
 //! - A CPU silent for longer than two tick periods (NOHZ idle) is not assumed busy: only the
 //!   last two periods before its next record belong to that record's task.
+//! - Interval ends: where the caller says where the interval being filled ends
+//!   ([`Attributor::split_at`]), a CPU-scope delta whose span crosses that end is divided by
+//!   time, the part after it kept for the next interval (the counts are assumed even over the
+//!   span: a task's own slice, or an aggregate's flush period); a package span across the
+//!   point up to which it is spread is divided the same way, its reading interpolated there.
+//!   So an interval holds what happened in it, not what was reported in it, and attributed +
+//!   unattributed still equals the source's total every interval. The last interval holds
+//!   everything.
 //! - Weights are counts of lines: where every weight of a package slot's class counts bytes of
 //!   its direction, their bytes (bytes per count ÷ the event's measured fidelity) are set against
 //!   the controller's over the spans being spread. When they account for less, each task is
@@ -173,7 +181,52 @@ impl PkgSlot {
             }
             self.base = Some(r);
         }
+        // The span across the limit (the interval end, or as far as every CPU is known): its
+        // part before the limit by time, the reading interpolated there as the new base, so
+        // the rest is the next interval's and nothing is counted twice or lost.
+        if let (Some(b), Some(r)) = (self.base, self.pending.first().copied())
+            && b.t < limit
+            && r.t > limit
+            && !(mask == u64::MAX && r.r.value < b.r.value)
+        {
+            let f = (limit - b.t) as f64 / (r.t - b.t) as f64;
+            let times = b.times && r.times;
+            let mid = Reading {
+                t: limit,
+                r: interpolate(&b.r, &r.r, mask, f),
+                times,
+            };
+            let d = scaled_delta(&b.r, &mid.r, mask, times);
+            self.spans.push(Span {
+                t0: b.t,
+                t1: limit,
+                d: d + carry,
+            });
+            carry = 0.0;
+            self.base = Some(mid);
+        }
         carry
+    }
+}
+
+/// The reading a fraction `f` of the way from `a` to `b` (counts and times alike, so the
+/// multiplexing scale of either part is the whole span's).
+fn interpolate(a: &SlotReading, b: &SlotReading, mask: u64, f: f64) -> SlotReading {
+    let part = |from: u64, to: u64, m: u64| {
+        let d = to.wrapping_sub(from) & m;
+        from.wrapping_add((d as f64 * f) as u64) & m
+    };
+    let time = |from: u64, to: u64| {
+        if to >= from {
+            from + ((to - from) as f64 * f) as u64
+        } else {
+            from
+        }
+    };
+    SlotReading {
+        value: part(a.value, b.value, mask),
+        enabled: time(a.enabled, b.enabled),
+        running: time(a.running, b.running),
     }
 }
 
@@ -242,6 +295,21 @@ pub struct Attributor {
     switches: u64,
     events: Vec<Event>,
     scratch: Scratch,
+    /// The end of the interval being filled, where the caller said it ([`Self::split_at`]).
+    boundary: Option<u64>,
+    /// An interval has been closed (the next starts where it ended).
+    closed_any: bool,
+    /// CPU-scope counts of time after `boundary`, for the next interval.
+    after: Vec<Later>,
+}
+
+/// A CPU-scope count that belongs after the end of the interval being filled.
+#[derive(Clone, Copy, Debug)]
+struct Later {
+    task: u32,
+    pkg: u32,
+    slot: u8,
+    amount: f64,
 }
 
 impl Attributor {
@@ -343,6 +411,9 @@ impl Attributor {
             switches: 0,
             events: Vec::new(),
             scratch: Scratch::default(),
+            boundary: None,
+            closed_any: false,
+            after: Vec::new(),
         }
     }
 
@@ -392,6 +463,77 @@ impl Attributor {
     /// Records dropped by the kernel (ring buffer full), reported as `lost_samples`.
     pub fn add_lost_samples(&mut self, n: u64) {
         self.lost = self.lost.saturating_add(n);
+    }
+
+    /// The interval being filled ends at `t_end_ns` (set before the records that cross it are
+    /// pushed): a CPU-scope delta whose span crosses it is divided by time, the part after it
+    /// kept for the next interval, so that [`close_interval`](Self::close_interval) at exactly
+    /// this end holds what happened before it. Closing at another time (or [`finish`]
+    /// (Self::finish)) holds everything pushed. Cleared by every close.
+    pub fn split_at(&mut self, t_end_ns: u64) {
+        self.boundary = Some(t_end_ns);
+    }
+
+    /// Whether every CPU that has reported at all has reported past `t_ns` (its records
+    /// describe the time up to there).
+    pub fn reported_past(&self, t_ns: u64) -> bool {
+        self.cpus.iter().all(|c| !c.have_t || c.t_last >= t_ns)
+    }
+
+    /// A CPU-scope delta `d` of slot `s`, made by `task` (IDLE: nobody) on a CPU of package
+    /// index `pkg` over `t0 .. t1`: the part up to the interval's end now, the rest later.
+    fn charge(&mut self, task: u32, pkg: u32, s: usize, d: f64, t0: u64, t1: u64) {
+        if d == 0.0 {
+            return;
+        }
+        let now = match self.boundary {
+            Some(b) if t1 > b => {
+                let f = if t0 < b && t1 > t0 {
+                    (b - t0) as f64 / (t1 - t0) as f64
+                } else {
+                    0.0
+                };
+                let later = d * (1.0 - f);
+                if later != 0.0 {
+                    self.after.push(Later {
+                        task,
+                        pkg,
+                        slot: s as u8,
+                        amount: later,
+                    });
+                }
+                d * f
+            }
+            _ => d,
+        };
+        self.add_count(task, pkg, s, now);
+    }
+
+    fn add_count(&mut self, task: u32, pkg: u32, s: usize, d: f64) {
+        if d == 0.0 {
+            return;
+        }
+        if task == IDLE {
+            self.idle_acc[s] += d;
+        } else {
+            self.tasks.add(task, s, d);
+        }
+        if let Some(p) = self.packages.get_mut(pkg as usize) {
+            p.acc[s] += d;
+            if task == IDLE {
+                p.idle[s] += d;
+            }
+        }
+    }
+
+    /// The counts kept for after the interval's end become the new interval's.
+    fn roll_after(&mut self) {
+        let after = std::mem::take(&mut self.after);
+        for l in &after {
+            self.add_count(l.task, l.pkg, usize::from(l.slot), l.amount);
+        }
+        self.after = after;
+        self.after.clear();
     }
 
     /// (timer records, switch records) used so far.
@@ -445,26 +587,15 @@ impl Attributor {
         let cpu_valid = valid & self.cpu_mask;
         let mut wdelta = [0.0f64; MAX_SLOTS];
         let mut w_ok = 0u8;
-        let pkg = self.cpus[cpu].pkg as usize;
+        let pkg = self.cpus[cpu].pkg;
         let mut bits = cpu_valid;
         while bits != 0 {
             let s = bits.trailing_zeros() as usize;
             bits &= bits - 1;
-            // Σvalue scaled by Σenabled / Σrunning over the task's slices.
+            // Σvalue scaled by Σenabled / Σrunning over the task's slices, spread evenly over
+            // the period as its time is.
             let d = scaled_delta(&SlotReading::default(), &rec.slots[s], self.masks[s], true);
-            if d != 0.0 {
-                if task == IDLE {
-                    self.idle_acc[s] += d;
-                } else {
-                    self.tasks.add(task, s, d);
-                }
-                if let Some(p) = self.packages.get_mut(pkg) {
-                    p.acc[s] += d;
-                    if task == IDLE {
-                        p.idle[s] += d;
-                    }
-                }
-            }
+            self.charge(task, pkg, s, d, rec.t0_ns.min(rec.t_ns), rec.t_ns);
             if self.weight_mask & (1 << s) != 0 {
                 wdelta[s] = d;
                 // A multiplexed weight that never ran in the task's slices knows nothing.
@@ -523,9 +654,18 @@ impl Attributor {
         if rec.kind == KIND_SWITCH {
             self.switches += 1;
         }
-        if self.t_start.is_none() {
-            self.t_start = Some(rec.t_ns);
-        }
+        // The first interval starts where the first counts it holds begin: an aggregate's
+        // period began before its record (the time the program first ran on its CPU).
+        let begins = if rec.kind == KIND_AGGREGATE {
+            rec.t0_ns.min(rec.t_ns)
+        } else {
+            rec.t_ns
+        };
+        self.t_start = match self.t_start {
+            Some(t) if self.closed_any => Some(t),
+            Some(t) => Some(t.min(begins)),
+            None => Some(begins),
+        };
         let cpu = rec.cpu as usize;
         if cpu >= self.cpus.len() {
             let old = self.cpus.len();
@@ -631,37 +771,35 @@ impl Attributor {
         task: u32,
         cpu_valid: u8,
     ) -> ([f64; MAX_SLOTS], u8) {
-        let st = &self.cpus[cpu];
         let mut wdelta = [0.0f64; MAX_SLOTS];
         let mut w_ok: u8 = 0;
+        let (pkg, t_last) = (self.cpus[cpu].pkg, self.cpus[cpu].t_last);
+        // After a silence longer than two ticks only its last stretch is the task's (as for
+        // the segments).
+        let silent = rec.t_ns - t_last > self.max_gap_ns;
         let mut bits = cpu_valid;
         while bits != 0 {
             let s = bits.trailing_zeros() as usize;
             bits &= bits - 1;
+            let st = &self.cpus[cpu];
             let usable = st.base_ok & (1 << s) != 0 && st.base_t[s] >= st.owner_since;
             if !usable {
                 continue;
             }
-            let d = scaled_delta(&st.last[s], &rec.slots[s], self.masks[s], true);
-            if d != 0.0 {
-                if task == IDLE {
-                    self.idle_acc[s] += d;
-                } else {
-                    self.tasks.add(task, s, d);
-                }
-                if let Some(p) = self.packages.get_mut(st.pkg as usize) {
-                    p.acc[s] += d;
-                    if task == IDLE {
-                        p.idle[s] += d;
-                    }
-                }
-            }
+            let (prev, cur) = (&st.last[s], &rec.slots[s]);
+            let d = scaled_delta(prev, cur, self.masks[s], true);
+            // A multiplexed weight that never ran in the segment knows nothing of it.
+            let ran = cur.running > prev.running || cur.enabled <= prev.enabled;
+            let whole_segment = st.base_t[s] == st.seg_base_t;
+            let t0 = if silent {
+                st.base_t[s].max(rec.t_ns - self.max_gap_ns)
+            } else {
+                st.base_t[s]
+            };
+            self.charge(task, pkg, s, d, t0, rec.t_ns);
             if self.weight_mask & (1 << s) != 0 {
                 wdelta[s] = d;
-                // A multiplexed weight that never ran in the segment knows nothing of it.
-                let (prev, cur) = (&st.last[s], &rec.slots[s]);
-                let ran = cur.running > prev.running || cur.enabled <= prev.enabled;
-                if st.base_t[s] == st.seg_base_t && ran {
+                if whole_segment && ran {
                     w_ok |= 1 << s;
                 }
             }
@@ -881,12 +1019,21 @@ impl Attributor {
     }
 
     fn close(&mut self, t_end_ns: u64, last: bool) -> IntervalResult {
+        // Closed at the end the records were split at: what came after it waits for the next
+        // interval; closed anywhere else (the run's end), the interval holds all of it.
+        let split = !last && self.boundary == Some(t_end_ns);
+        if !split {
+            self.roll_after();
+        }
+        self.boundary = None;
         let t_start = self.t_start.unwrap_or(t_end_ns).min(t_end_ns);
         self.spread_packages(t_end_ns, last);
         let result = self.build_result(t_start, t_end_ns);
         self.t_start = Some(t_end_ns);
+        self.closed_any = true;
         self.lost = 0;
         self.maybe_compact();
+        self.roll_after();
         result
     }
 
@@ -1230,6 +1377,11 @@ impl Attributor {
                 }
             }
         }
+        for l in &self.after {
+            if let Some(k) = keep.get_mut(l.task as usize) {
+                *k = true;
+            }
+        }
         if keep.iter().filter(|&&k| k).count() * 2 > n {
             return;
         }
@@ -1242,6 +1394,9 @@ impl Attributor {
             for s in &mut p.segs {
                 s.task = remap(s.task);
             }
+        }
+        for l in &mut self.after {
+            l.task = remap(l.task);
         }
     }
 }
@@ -1771,5 +1926,97 @@ mod tests {
         let iv = a.close_interval(4000);
         assert_eq!(values(&iv), [(7, 200.0)]);
         assert_eq!(iv.t_start_ns, 1000);
+    }
+
+    const MS: u64 = 1_000_000;
+
+    /// A task's counts over a span that crosses the interval's end: the part before the end
+    /// by time is the interval's, the rest the next's; whole where the end was not said.
+    #[test]
+    fn a_span_across_the_interval_end_is_split_by_time() {
+        // A record per tick at 4 ms (HZ=250), pid 7 counting 100 per tick; the end at 10 ms
+        // falls in the tick 8..12 ms.
+        for split in [true, false] {
+            let mut a = Attributor::new(&specs(), &topo(), "t").tick_hz(250);
+            if split {
+                a.split_at(10 * MS);
+            }
+            for k in 0..=3u64 {
+                a.push_tick(&rec(k * 4 * MS, 7, Some(k * 100)));
+            }
+            let first = a.close_interval(10 * MS);
+            a.push_tick(&rec(16 * MS, 7, Some(400)));
+            let second = a.finish(16 * MS);
+            let (f, s) = (values(&first), values(&second));
+            if split {
+                assert_eq!(f, [(7, 250.0)], "8..10 ms of 8..12 ms is half a tick's");
+                assert_eq!(s, [(7, 150.0)]);
+            } else {
+                assert_eq!(f, [(7, 300.0)], "counted where its span ends");
+                assert_eq!(s, [(7, 100.0)]);
+            }
+            // Nothing lost or counted twice, and each interval conserved.
+            for iv in [&first, &second] {
+                let tasks: f64 = values(iv).iter().map(|v| v.1).sum();
+                let p = &iv.packages[0];
+                assert_eq!(p.slot_counts[0], tasks + p.unattributed_counts[0], "{iv:?}");
+            }
+        }
+    }
+
+    /// An aggregate of a flush period `t0 .. t` across the end is split by its period's time,
+    /// and the run's last interval holds everything even when an end was said.
+    #[test]
+    fn an_aggregate_across_the_end_is_split_and_the_last_interval_is_whole() {
+        let agg = |t0: u64, t: u64, pid: u32, v: u64| {
+            let mut r = rec(t, pid, Some(v));
+            r.kind = KIND_AGGREGATE;
+            r.t0_ns = t0;
+            r.on_ns = (t - t0) / 2;
+            r
+        };
+        let mut a = Attributor::new(&specs(), &topo(), "t").tick_hz(250);
+        a.split_at(10 * MS);
+        a.push_tick(&agg(4 * MS, 8 * MS, 7, 40));
+        a.push_tick(&agg(8 * MS, 12 * MS, 7, 80));
+        a.push_tick(&agg(8 * MS, 12 * MS, 0, 8));
+        let first = a.close_interval(10 * MS);
+        assert_eq!(values(&first), [(7, 80.0)]);
+        // It starts where its first counts do: the first period's start, not its record.
+        assert_eq!(first.t_start_ns, 4 * MS);
+        assert_eq!(first.packages[0].unattributed_counts[0], 4.0);
+        assert_eq!(first.packages[0].slot_counts[0], 84.0);
+        a.split_at(20 * MS);
+        a.push_tick(&agg(12 * MS, 16 * MS, 7, 20));
+        // The run ends before the next end: its last interval takes what is left.
+        let last = a.finish(16 * MS);
+        assert_eq!(values(&last), [(7, 60.0)]);
+        assert_eq!(last.packages[0].slot_counts[0], 64.0);
+    }
+
+    /// A package counter's span across the point it is spread to: its reading interpolated
+    /// there, the part before spread now over the tasks that ran, the rest in the next
+    /// interval.
+    #[test]
+    fn a_package_span_across_the_end_is_split_by_time() {
+        let specs = [slot(
+            "read",
+            SlotScope::Package,
+            SlotRole::Traffic(Direction::Read),
+        )];
+        let mut a = Attributor::new(&specs, &topo(), "t").tick_hz(250);
+        // pid 7 runs throughout (ticks every 2 ms); the package is read at 0 and 12 ms only.
+        for k in 0..=6u64 {
+            a.push_tick(&rec(k * 2 * MS, 7, None));
+        }
+        a.push_package_read(0, 0, 0, 1000);
+        a.push_package_read(0, 0, 12 * MS, 2200);
+        let first = a.close_interval(9 * MS);
+        let bytes = |iv: &IntervalResult| iv.tasks.iter().map(|t| t.read_bytes).sum::<u64>();
+        assert_eq!(bytes(&first), 900 * 64, "{first:?}");
+        assert_eq!(first.packages[0].read_bytes, 900 * 64);
+        let last = a.finish(12 * MS);
+        assert_eq!(bytes(&last), 300 * 64, "{last:?}");
+        assert_eq!(last.packages[0].read_bytes, 300 * 64);
     }
 }

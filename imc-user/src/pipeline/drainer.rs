@@ -36,6 +36,9 @@ pub struct Drainer<S: RecordSource = Sampler> {
     order: Vec<(u64, u32)>,
     /// The weights' fallback to time has been said.
     fallbacks_said: bool,
+    /// How long an interval is held open past its end for the CPUs' records that describe the
+    /// time before it (two tick periods: a busy CPU reports at every tick).
+    hold_ns: u64,
 }
 
 impl<S: RecordSource> Drainer<S> {
@@ -50,6 +53,7 @@ impl<S: RecordSource> Drainer<S> {
             batch: Vec::new(),
             order: Vec::new(),
             fallbacks_said: false,
+            hold_ns: 2_000_000_000 / u64::from(tick_hz.max(1)),
         };
         // Every package's counters read once now: a package whose CPUs are idle is otherwise
         // first read at the first drain (a second in), and its traffic before that was lost.
@@ -104,17 +108,31 @@ impl<S: RecordSource> Drainer<S> {
         self.sampler.take_wakes().len()
     }
 
+    /// How long past its end the interval ending at `ends.next_ns` is held open: two tick
+    /// periods, at most half an interval (so the next end is never passed while waiting).
+    fn hold(&self, ends: &IntervalEnds) -> u64 {
+        self.hold_ns.min(ends.every_ns / 2)
+    }
+
+    /// When the interval ending at `ends.next_ns` can be closed at the latest (its end plus the
+    /// hold): the loop wakes then to deliver it on time.
+    pub fn close_due_ns(&self, ends: &IntervalEnds) -> u64 {
+        ends.next_ns.saturating_add(self.hold(ends))
+    }
+
     /// Drains every record in time order into the attributor and the sink, closing each
-    /// interval whose end the records pass, then the ends up to `now_ns` that no record
-    /// passed: an interval is closed on the records' clock however late the drain, so the
-    /// loop can sleep for several intervals. Returns the records drained and whether to go on
-    /// (false: the sink asked to stop).
+    /// interval on the records' clock, however late the drain (the loop can sleep for several
+    /// intervals). An interval is held open past its end until every CPU has reported past it
+    /// (its records split at the end by time, see [`Attributor::split_at`]) or the hold has
+    /// passed ([`Self::close_due_ns`]: an idle CPU is quiet, not late). Returns the records
+    /// drained and whether to go on (false: the sink asked to stop).
     pub fn drain_into(
         &mut self,
         sink: &mut dyn Sink,
         ends: &mut IntervalEnds,
         now_ns: u64,
     ) -> std::io::Result<(usize, bool)> {
+        self.attr.split_at(ends.next_ns);
         let mut batch = std::mem::take(&mut self.batch);
         let mut order = std::mem::take(&mut self.order);
         batch.clear();
@@ -130,7 +148,9 @@ impl<S: RecordSource> Drainer<S> {
         let mut go_on = true;
         let mut result = Ok(());
         for r in order.iter().map(|&(_, i)| &batch[i as usize]) {
-            while go_on && r.t_ns > ends.next_ns && ends.next_ns <= now_ns {
+            // Every CPU's records up to here are in: one that has none since the end is
+            // quiet for longer than the hold.
+            while go_on && r.t_ns > self.close_due_ns(ends) && ends.next_ns <= now_ns {
                 go_on = self.close_at(ends, sink)?;
             }
             if !go_on {
@@ -146,7 +166,10 @@ impl<S: RecordSource> Drainer<S> {
         self.order = order;
         result?;
         self.read_packages(false);
-        while go_on && ends.next_ns <= now_ns {
+        while go_on
+            && ends.next_ns <= now_ns
+            && (self.close_due_ns(ends) <= now_ns || self.attr.reported_past(ends.next_ns))
+        {
             go_on = self.close_at(ends, sink)?;
         }
         Ok((n, go_on))
@@ -158,6 +181,7 @@ impl<S: RecordSource> Drainer<S> {
         let mut result = self.attr.close_interval(ends.next_ns);
         self.add_channels(&mut result);
         ends.advance();
+        self.attr.split_at(ends.next_ns);
         self.say_fallbacks(&result, sink);
         sink.interval(&result)
     }
@@ -218,5 +242,140 @@ impl<S: RecordSource> Drainer<S> {
         self.sampler.read_idle_packages(all, |pkg, slot, t, sum| {
             attr.push_package_read(pkg, slot, t, sum)
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Package, SlotRole, SlotScope, SlotSpec};
+    use crate::sampler::ChannelReading;
+    use imc_common::{KIND_TIMER, MAX_SLOTS, SlotReading};
+
+    const MS: u64 = 1_000_000;
+
+    /// Records handed out drain by drain, as the rings would.
+    struct Fake {
+        slots: Vec<SlotSpec>,
+        next: Vec<TickRecord>,
+    }
+
+    impl RecordSource for Fake {
+        fn slots(&self) -> &[SlotSpec] {
+            &self.slots
+        }
+        fn drain_append(&mut self, out: &mut Vec<TickRecord>) -> usize {
+            let n = self.next.len();
+            out.append(&mut self.next);
+            n
+        }
+        fn lost_records(&self) -> u64 {
+            0
+        }
+        fn read_idle_packages(&mut self, _: bool, _: impl FnMut(u32, usize, u64, u64)) -> usize {
+            0
+        }
+        fn read_channels(&self) -> Vec<ChannelReading> {
+            Vec::new()
+        }
+        fn take_wakes(&mut self) -> Vec<u32> {
+            Vec::new()
+        }
+    }
+
+    #[derive(Default)]
+    struct Closed(Vec<IntervalResult>);
+
+    impl Sink for Closed {
+        fn interval(&mut self, r: &IntervalResult) -> std::io::Result<bool> {
+            self.0.push(r.clone());
+            Ok(true)
+        }
+    }
+
+    fn rec(cpu: u32, t: u64, pid: u32, value: u64) -> TickRecord {
+        let mut slots = [SlotReading::default(); MAX_SLOTS];
+        slots[0].value = value;
+        TickRecord {
+            t_ns: t,
+            cgroup_id: 0,
+            cpu,
+            pid,
+            tgid: pid,
+            kind: KIND_TIMER,
+            nr_slots: 1,
+            failed_mask: 0,
+            flags: 0,
+            comm: [0; 16],
+            t0_ns: 0,
+            on_ns: 0,
+            slots,
+        }
+    }
+
+    fn counts(iv: &IntervalResult, pid: u32) -> f64 {
+        iv.tasks
+            .iter()
+            .find(|t| t.pid == pid)
+            .map_or(0.0, |t| t.values["faults"])
+    }
+
+    /// A drain just after an interval's end does not close it while a busy CPU has not yet
+    /// reported past the end: the next drain brings that CPU's tick, whose counts are split at
+    /// the end by time. An idle CPU (no record since) holds it no longer than two ticks.
+    #[test]
+    fn an_interval_waits_for_the_cpus_records_past_its_end_for_two_ticks_at_most() {
+        let slots = vec![SlotSpec {
+            event: "faults".into(),
+            scope: SlotScope::Cpu,
+            role: SlotRole::Traffic(crate::model::Direction::Total),
+            bytes_per_count: None,
+            counter_bits: 64,
+        }];
+        let topo = Topology {
+            packages: vec![Package {
+                id: 0,
+                cpus: vec![0, 1],
+            }],
+            ..Topology::default()
+        };
+        let fake = Fake {
+            slots,
+            next: Vec::new(),
+        };
+        let mut d = Drainer::new(fake, &topo, "t".into(), 250);
+        let mut ends = IntervalEnds::starting(0, 100);
+        let mut out = Closed::default();
+        // CPU 0 runs pid 7 (10 faults a ms, a tick every 4 ms), CPU 1 pid 8 then goes idle.
+        let tick = |k: u64| rec(0, k * 4 * MS, 7, k * 40);
+        d.sampler_mut().next = (0..=25).map(tick).collect();
+        d.sampler_mut().next.push(rec(1, 0, 8, 0));
+        d.sampler_mut().next.push(rec(1, 50 * MS, 8, 500));
+        // 100 ms is between CPU 0's ticks at 100 and 104 ms: at 101 ms CPU 0 has not reported
+        // past it and the hold (8 ms) has not passed.
+        d.drain_into(&mut out, &mut ends, 101 * MS).unwrap();
+        assert!(
+            out.0.is_empty(),
+            "closed before CPU 0 reported: {:?}",
+            out.0
+        );
+        // CPU 0's tick at 104 ms is past the end, CPU 1 is quiet: closed at 108 ms.
+        d.sampler_mut().next.push(tick(26));
+        d.drain_into(&mut out, &mut ends, 105 * MS).unwrap();
+        assert!(out.0.is_empty(), "closed while the hold ran: {:?}", out.0);
+        d.drain_into(&mut out, &mut ends, 108 * MS + 1).unwrap();
+        assert_eq!(out.0.len(), 1);
+        let first = &out.0[0];
+        assert_eq!(first.t_end_ns, 100 * MS);
+        // 0..100 ms of pid 7's faults, the tick 96..104 ms split at the end.
+        assert_eq!(counts(first, 7), 1000.0, "{first:?}");
+        assert_eq!(counts(first, 8), 500.0);
+        // A tick of every CPU past the end closes it at once, no hold.
+        d.sampler_mut().next = (27..=51).map(tick).collect();
+        d.sampler_mut().next.push(rec(1, 201 * MS, 8, 500));
+        d.drain_into(&mut out, &mut ends, 204 * MS + 1).unwrap();
+        assert_eq!(out.0.len(), 2);
+        assert_eq!(counts(&out.0[1], 7), 1000.0, "{:?}", out.0[1]);
+        assert_eq!(d.close_due_ns(&ends), 308 * MS);
     }
 }

@@ -184,6 +184,13 @@ async fn run_loop(
                 break;
             }
         }
+        // Wake when the next interval is due (its end and the hold for its last records), so
+        // it is delivered on time whatever the drain period.
+        let due = drainer.close_due_ns(&ends);
+        let mono = crate::sampler::monotonic_ns();
+        if due > mono {
+            next_wake = next_wake.min(Instant::now() + Duration::from_nanos(due - mono));
+        }
     }
     drop(wakeups);
     if let Some(c) = child {
