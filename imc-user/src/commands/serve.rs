@@ -7,7 +7,7 @@
 use super::naming_sink::{Naming, cgroup_paths};
 use super::sampling::{Selection, block_on, discover, print_plan, select_for};
 use crate::cli::{GlobalArgs, GroupBy, ServeArgs};
-use crate::error::{CliError, CliResult};
+use crate::error::{CliError, CliResult, ErrorKind};
 use crate::model::Discovery;
 use crate::model::result::IntervalResult;
 use crate::output::prometheus::{
@@ -64,7 +64,7 @@ pub fn run(global: &GlobalArgs, args: &ServeArgs) -> CliResult<ExitCode> {
     )?;
     // The web config is checked before anything listens (and by a dry run too).
     let web = match &args.web_config_file {
-        Some(path) => WebConfig::load(path).map_err(|e| CliError::bad_input(e.to_string()))?,
+        Some(path) => WebConfig::load(path).map_err(|e| CliError::new(ErrorKind::BadInput, e))?,
         None => WebConfig::default(),
     };
     let meta = export_meta(global, &found, &sel);
@@ -111,10 +111,8 @@ pub fn run(global: &GlobalArgs, args: &ServeArgs) -> CliResult<ExitCode> {
         let listener = tokio::net::TcpListener::bind(args.listen)
             .await
             .map_err(|e| {
-                CliError::runtime(format!(
-                    "cannot listen on {}: {e} (choose another --listen ADDR:PORT)",
-                    args.listen
-                ))
+                CliError::runtime_because(format!("cannot listen on {}", args.listen), e)
+                    .hint("choose another --listen ADDR:PORT")
             })?;
         let mut sink = ServeSink {
             exporter,

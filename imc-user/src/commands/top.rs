@@ -86,9 +86,8 @@ pub fn run(global: &GlobalArgs, args: &TopArgs) -> CliResult<ExitCode> {
         &mut lines
     } else {
         live = LiveView::start(cfg).map_err(|e| {
-            CliError::runtime(format!(
-                "cannot start the full-screen view on this terminal ({e}): use --json"
-            ))
+            CliError::runtime_because("cannot start the full-screen view on this terminal", e)
+                .hint("use --json")
         })?;
         &mut live
     };

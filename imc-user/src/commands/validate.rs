@@ -19,7 +19,7 @@ mod workloads;
 use super::sampling::{block_on, discover, select_for};
 use crate::cli::{GlobalArgs, ValidateArgs};
 use crate::discovery::resctrl::{self, Resctrl};
-use crate::error::{CliError, CliResult};
+use crate::error::{CliError, CliResult, ErrorKind};
 use crate::model::Direction;
 use crate::model::result::IntervalResult;
 use crate::pipeline::{LoopOptions, Sink, sample_loop};
@@ -53,7 +53,7 @@ pub fn run(global: &GlobalArgs, args: &ValidateArgs) -> CliResult<ExitCode> {
     if let Some(kind) = &args.workload {
         return workloads::run_workload(kind)
             .map(|()| ExitCode::SUCCESS)
-            .map_err(|e| CliError::runtime(format!("workload {kind}: {e}")));
+            .map_err(|e| CliError::runtime_because(format!("workload {kind}"), e));
     }
     let found = discover(global)?;
     let sel = select_for(
@@ -103,7 +103,8 @@ pub fn run(global: &GlobalArgs, args: &ValidateArgs) -> CliResult<ExitCode> {
 
 fn print<T: Serialize>(v: &T, json: bool, text: fn(&T) -> String) -> CliResult<ExitCode> {
     let out = if json {
-        serde_json::to_string(v).map_err(|e| CliError::runtime(e.to_string()))? + "\n"
+        serde_json::to_string(v).map_err(|e| CliError::runtime_because("cannot encode JSON", e))?
+            + "\n"
     } else {
         text(v)
     };
@@ -337,7 +338,7 @@ fn run_live(
     // From here an INT or TERM ends the run the way its end would: workloads stopped, groups
     // removed, what was measured reported.
     crate::sys::process::catch_stop_signals()
-        .map_err(|e| CliError::runtime(format!("validate: signal handlers: {e}")))?;
+        .map_err(|e| CliError::runtime_because("validate: signal handlers", e))?;
     let mut mbm_state = mbm_availability(rdt);
     if let Resctrl::Mbm { dir, .. } = rdt {
         let n = mbm::remove_stale(dir, crate::sys::process::alive);
@@ -346,7 +347,7 @@ fn run_live(
         }
     }
     let mut wl = Workloads::start(&exe, kinds)
-        .map_err(|e| CliError::runtime(format!("validate: starting the workloads: {e}")))?;
+        .map_err(|e| CliError::runtime_because("validate: starting the workloads", e))?;
     let pids: Vec<u32> = wl.running.iter().map(|r| r.pid).collect();
     let mut groups = match rdt {
         Resctrl::Mbm { dir, features } => {
@@ -374,12 +375,7 @@ fn run_live(
     .map_err(|e| {
         // No privileges is the user's to fix (exit 2), like any bad input.
         let denied = matches!(e.source.raw_os_error(), Some(libc::EACCES | libc::EPERM));
-        let msg = format!("validate: {e}");
-        if denied {
-            CliError::bad_input(msg)
-        } else {
-            CliError::runtime(msg)
-        }
+        CliError::new(ErrorKind::bad_input_if(denied), e).context("validate")
     })?;
     let mut sink = Collect {
         workloads: &mut wl,
@@ -934,7 +930,7 @@ fn fidelity_of(rows: &[KernelBytes]) -> Fidelity {
 fn save_fidelity(f: &Fidelity) -> CliResult<()> {
     let path = crate::settings::get().fidelity_path();
     crate::plan::fidelity::save(&path, &f.weights)
-        .map_err(|e| CliError::runtime(format!("--save: writing {}: {e}", path.display())))?;
+        .map_err(|e| CliError::runtime_because(format!("--save: writing {}", path.display()), e))?;
     eprintln!("imc: validate: fidelity saved in {}", path.display());
     Ok(())
 }
