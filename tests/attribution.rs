@@ -5,7 +5,7 @@ use imc::attribution::{Attributor, compare};
 use imc::model::result::IntervalResult;
 use imc::model::{Direction, SlotRole, SlotScope, SlotSpec};
 use imc::simulator::{Readers, Scenario, SynthItem, SynthStream, SynthTask, Truth};
-use imc_common::{KIND_TIMER, MAX_SLOTS, SlotReading, TickRecord};
+use imc_common::{KIND_TICK, MAX_SLOTS, Record, SlotReading};
 
 const MS: u64 = 1_000_000;
 
@@ -480,14 +480,14 @@ fn precise_mode_sees_tasks_the_tick_misses() {
     }
 }
 
-fn rec(cpu: u32, t: u64, pid: u32, comm: &[u8], slots: &[(u64, u64, u64)]) -> TickRecord {
-    let mut r = TickRecord {
+fn rec(cpu: u32, t: u64, pid: u32, comm: &[u8], slots: &[(u64, u64, u64)]) -> Record {
+    let mut r = Record {
         t_ns: t,
         cgroup_id: 9,
         cpu,
         pid,
         tgid: pid,
-        kind: KIND_TIMER,
+        kind: KIND_TICK,
         nr_slots: slots.len() as u8,
         failed_mask: 0,
         flags: 0,

@@ -180,13 +180,13 @@ fn the_rings_are_loaded_with_entries_of_the_configured_slots() {
     let Some(bytes) = object_bytes() else {
         return;
     };
-    // As built, an entry is a whole record: that this reads TickRecord's size shows the offset
+    // As built, an entry is a whole record: that this reads Record's size shows the offset
     // is the definition's value size.
     assert_eq!(
         value_size(&bytes, c::TICKS_MAP_NAME),
-        c::TickRecord::SIZE as u32
+        c::Record::SIZE as u32
     );
-    let entry = c::TickRecord::entry_size(2) as u32;
+    let entry = c::Record::entry_size(2) as u32;
     assert_eq!(entry, 112);
     let sized =
         imc::sampler::object::with_value_size(&bytes, c::TICKS_MAP_NAME, entry).expect("sized");

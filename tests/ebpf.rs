@@ -5,7 +5,7 @@ use imc::model::{Encoded, SlotRole, SlotScope, SlotSpec};
 use imc::sampler::{
     PackageCounter, ReaderGroup, Sampler, SamplerConfig, SlotPlan, TickSource, counting_attr,
 };
-use imc_common::TickRecord;
+use imc_common::Record;
 use imc_tests::*;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -76,7 +76,7 @@ fn tsc_with_switches(cpus: &[u32]) -> SamplerConfig {
 }
 
 /// Drains for `dur` while every CPU is kept busy; returns all records.
-fn collect(s: &mut Sampler, dur: Duration) -> Vec<TickRecord> {
+fn collect(s: &mut Sampler, dur: Duration) -> Vec<Record> {
     let _spin = Spinners::start(online_cpus().len());
     let mut recs = Vec::new();
     let end = Instant::now() + dur;
@@ -102,7 +102,7 @@ fn tsc_read_in_the_tick_matches_read_of_the_same_fd() {
     let recs = collect(&mut s, Duration::from_secs_f64(secs));
 
     // Ticks on every busy CPU, close to the asked rate.
-    let mut by_cpu: BTreeMap<u32, Vec<&TickRecord>> = BTreeMap::new();
+    let mut by_cpu: BTreeMap<u32, Vec<&Record>> = BTreeMap::new();
     for r in &recs {
         by_cpu.entry(r.cpu).or_default().push(r);
     }
@@ -285,7 +285,7 @@ fn the_kernel_tick_runs_the_program_on_busy_cpus_without_a_timer_of_imcs_own() {
     for &cpu in &cpus {
         let timers = recs
             .iter()
-            .filter(|r| r.cpu == cpu && r.kind == imc_common::KIND_TIMER)
+            .filter(|r| r.cpu == cpu && r.kind == imc_common::KIND_TICK)
             .count();
         assert!(timers >= 50, "CPU {cpu}: {timers} timer records in 1 s");
     }
@@ -313,7 +313,7 @@ fn precise_mode_records_context_switches() {
         .count();
     let ticks = recs
         .iter()
-        .filter(|r| r.kind == imc_common::KIND_TIMER)
+        .filter(|r| r.kind == imc_common::KIND_TICK)
         .count();
     assert!(
         switches > 0 && ticks > 0,
@@ -453,7 +453,7 @@ fn idle_and_woken_threads_are_named_in_every_record() {
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     sleeper.join().unwrap();
     s.drain(|r| recs.push(*r));
-    let idle: Vec<&TickRecord> = recs.iter().filter(|r| r.pid == 0).collect();
+    let idle: Vec<&Record> = recs.iter().filter(|r| r.pid == 0).collect();
     assert!(
         !idle.is_empty(),
         "no record of the idle task in {} records",
@@ -1115,7 +1115,7 @@ fn aggregates_conserve_time_and_counts_per_cpu() {
     );
     let mut tsc_per_ns = Vec::new();
     for &cpu in &cpus {
-        let mine: Vec<&TickRecord> = recs.iter().filter(|r| r.cpu == cpu).collect();
+        let mine: Vec<&Record> = recs.iter().filter(|r| r.cpu == cpu).collect();
         assert!(mine.len() >= 50, "CPU {cpu}: {} aggregates", mine.len());
         // Flushes: runs of records with the same period.
         let mut flushes: Vec<(u64, u64, u64, u64)> = Vec::new(); // t0, t1, Σon, Σtsc

@@ -119,8 +119,6 @@ pub const NR_SLOTS_GLOBAL: &str = "NR_SLOTS";
 /// A tick's record: what made the program run was a timer (the kernel's own tick through a
 /// tracepoint, or imc's cpu-clock timer with `--freq`); the counter values are cumulative.
 pub const KIND_TICK: u8 = 0;
-/// [`KIND_TICK`]'s former name, kept while userspace code still says it.
-pub const KIND_TIMER: u8 = KIND_TICK;
 /// A `sched_switch`: the record describes the task switched *out*, and the
 /// counter values are the ones at the moment it stopped running.
 pub const KIND_SWITCH: u8 = 1;
@@ -263,9 +261,6 @@ pub struct Record {
     pub on_ns: u64,
     pub slots: [SlotReading; MAX_SLOTS],
 }
-
-/// [`Record`]'s former name, kept while userspace code still says it.
-pub type TickRecord = Record;
 
 impl Record {
     pub const SIZE: usize = core::mem::size_of::<Record>();

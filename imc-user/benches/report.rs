@@ -1,7 +1,7 @@
 //! `cargo bench -p imc-user --bench report`: the benchmarks, std only.
 //!
 //! - Recording size of the synthetic hour-equivalent (64 busy CPUs × 1000 Hz × 60 s, 100 ms
-//!   intervals, bursts every 10 s), per hour, next to the raw TickRecord bytes per hour.
+//!   intervals, bursts every 10 s), per hour, next to the raw Record bytes per hour.
 //! - `imc report` pass over that recording (read, sum per task, bursts), in ticks/s, next to a
 //!   plain pass that only sums the raw ticks' slot values.
 //! - The attributor itself (what `imc top`/`record` do per tick), in ticks/s, next to the same
@@ -12,7 +12,7 @@ use imc::cli::GroupBy;
 use imc::record::{Item, Reader, WriterOptions};
 use imc::simulator::record::record_scenario;
 use imc::simulator::{Scenario, SynthItem, SynthTask};
-use imc_common::TickRecord;
+use imc_common::Record;
 use std::hint::black_box;
 use std::time::Instant;
 
@@ -45,7 +45,7 @@ fn scenario(secs: u64) -> Scenario {
 }
 
 /// The baseline: touch every record once and sum its slot values (no attribution at all).
-fn plain_sum(ticks: &[TickRecord]) -> u64 {
+fn plain_sum(ticks: &[Record]) -> u64 {
     let mut acc = 0u64;
     for r in ticks {
         for s in &r.slots[..r.nr_slots as usize] {
@@ -89,7 +89,7 @@ fn main() {
     let raw_per_hour =
         (stats.raw_bytes as f64 * 3600.0 / SECS as f64).min(opts.raw_bytes_per_hour as f64);
     let per_hour = agg_per_hour + raw_per_hour;
-    let tick_bytes_per_hour = (ticks_total * TickRecord::SIZE as u64) as f64 * 3600.0 / SECS as f64;
+    let tick_bytes_per_hour = (ticks_total * Record::SIZE as u64) as f64 * 3600.0 / SECS as f64;
     println!(
         "recording: {} intervals, {} raw ticks kept ({} skipped, {} bytes), {} bursts, {size} bytes for {SECS} s; written in {rec_secs:.1} s (incl. generation)",
         stats.intervals, stats.ticks_written, stats.ticks_skipped, stats.raw_bytes, stats.bursts
@@ -139,7 +139,7 @@ fn main() {
 /// Attribution throughput next to the plain pass; returns the plain pass' ticks/s.
 fn attribution(rounds: usize) -> f64 {
     // 3. Attribution of raw ticks, and the plain pass, on 5 s of the same timeline held in memory.
-    let mut ticks: Vec<TickRecord> = Vec::new();
+    let mut ticks: Vec<Record> = Vec::new();
     let mut marks = Vec::new();
     let mut sc = scenario(5);
     sc.mark_every_ns = Some(100 * MS);

@@ -1,6 +1,6 @@
 //! Attribution: counter readings of the sampler → bytes per task, per interval.
 //!
-//! Input is the stream of [`TickRecord`]s (one per program run on one CPU, cumulative counter
+//! Input is the stream of [`Record`]s (one per program run on one CPU, cumulative counter
 //! values) and userspace reads of package counters. Rules (shared/design.md, issue 5):
 //! - CPU-scope slots: the delta between two consecutive records of one CPU belongs to the task
 //!   of the later record (a `KIND_SWITCH` record describes the task switched out, so in precise
@@ -50,7 +50,7 @@ pub use tasks::TaskKey;
 
 use crate::model::result::{IntervalResult, PackageRow, ShareBasis, TaskRow, package_bytes};
 use crate::model::{Direction, SlotRole, SlotScope, SlotSpec, Topology, Weighting};
-use imc_common::{KIND_AGGREGATE, KIND_SWITCH, MAX_SLOTS, SlotReading, TickRecord};
+use imc_common::{KIND_AGGREGATE, KIND_SWITCH, MAX_SLOTS, Record, SlotReading};
 use spread::{Event, MAX_CLASSES, SHARE_ONE, Scratch, Segment, Span};
 use std::collections::BTreeMap;
 use tasks::{IDLE, TaskTable};
@@ -548,7 +548,7 @@ impl Attributor {
     /// the package, then on the CPU's own time line close what the record ends (the CPU-scope
     /// deltas to their owner, the segment that weighs the package's traffic) and make it the
     /// CPU's new baseline.
-    pub fn push_tick(&mut self, rec: &TickRecord) {
+    pub fn push_tick(&mut self, rec: &Record) {
         let Some(cpu) = self.admit(rec) else {
             return;
         };
@@ -582,7 +582,7 @@ impl Attributor {
     /// on-CPU share of it. The aggregates of one period overlap: the kernel kept each task's
     /// time and weight in the period, not their order, so both are spread evenly over it
     /// (at thousands of switches a second the tasks interleave finely within a tick).
-    fn push_aggregate(&mut self, cpu: usize, rec: &TickRecord, task: u32, valid: u8) {
+    fn push_aggregate(&mut self, cpu: usize, rec: &Record, task: u32, valid: u8) {
         self.push_package_points(cpu, rec, valid & self.pkg_mask);
         let cpu_valid = valid & self.cpu_mask;
         let mut wdelta = [0.0f64; MAX_SLOTS];
@@ -642,7 +642,7 @@ impl Attributor {
     /// Counts the record and makes room for its CPU; None for a record to leave out (a switch
     /// record in tick-only mode, a corrupt CPU number). A CPU whose time went backwards
     /// restarts its chain rather than invent a delta.
-    fn admit(&mut self, rec: &TickRecord) -> Option<usize> {
+    fn admit(&mut self, rec: &Record) -> Option<usize> {
         if self.tick_only && rec.kind == KIND_SWITCH {
             return None;
         }
@@ -686,7 +686,7 @@ impl Attributor {
 
     /// The record's task index (IDLE for the idle task), skipping the table lookup while the
     /// same task keeps running on the CPU.
-    fn task_of(&mut self, cpu: usize, rec: &TickRecord) -> u32 {
+    fn task_of(&mut self, cpu: usize, rec: &Record) -> u32 {
         if rec.pid == 0 {
             return IDLE;
         }
@@ -708,7 +708,7 @@ impl Attributor {
 
     /// Package readings: the record of a CPU that read its package's slots is a point of
     /// each.
-    fn push_package_points(&mut self, cpu: usize, rec: &TickRecord, pkg_valid: u8) {
+    fn push_package_points(&mut self, cpu: usize, rec: &Record, pkg_valid: u8) {
         if pkg_valid == 0 {
             return;
         }
@@ -767,7 +767,7 @@ impl Attributor {
     fn cpu_deltas(
         &mut self,
         cpu: usize,
-        rec: &TickRecord,
+        rec: &Record,
         task: u32,
         cpu_valid: u8,
     ) -> ([f64; MAX_SLOTS], u8) {
@@ -953,7 +953,7 @@ impl Attributor {
     }
 
     /// The record becomes the CPU's baseline for the slots it read.
-    fn rebase(&mut self, cpu: usize, rec: &TickRecord, task: u32, cpu_valid: u8) {
+    fn rebase(&mut self, cpu: usize, rec: &Record, task: u32, cpu_valid: u8) {
         let st = &mut self.cpus[cpu];
         let mut bits = cpu_valid;
         while bits != 0 {
@@ -1664,7 +1664,7 @@ pub fn traffic_counts(specs: &[SlotSpec], counts: &[f64; MAX_SLOTS]) -> f64 {
 mod tests {
     use super::*;
     use crate::model::Package;
-    use imc_common::KIND_TIMER;
+    use imc_common::KIND_TICK;
 
     fn specs() -> Vec<SlotSpec> {
         vec![SlotSpec {
@@ -1686,14 +1686,14 @@ mod tests {
         }
     }
 
-    fn rec(t: u64, pid: u32, value: Option<u64>) -> TickRecord {
-        let mut r = TickRecord {
+    fn rec(t: u64, pid: u32, value: Option<u64>) -> Record {
+        let mut r = Record {
             t_ns: t,
             cgroup_id: 0,
             cpu: 0,
             pid,
             tgid: pid,
-            kind: KIND_TIMER,
+            kind: KIND_TICK,
             nr_slots: 1,
             failed_mask: u8::from(value.is_none()),
             flags: 0,

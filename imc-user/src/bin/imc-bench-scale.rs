@@ -252,7 +252,7 @@ struct Counting {
 }
 
 impl Sink for Counting {
-    fn tick(&mut self, _rec: &imc_common::TickRecord) -> std::io::Result<()> {
+    fn tick(&mut self, _rec: &imc_common::Record) -> std::io::Result<()> {
         self.ticks += 1;
         Ok(())
     }

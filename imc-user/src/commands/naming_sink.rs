@@ -45,7 +45,7 @@ impl<'a> Naming<'a> {
 }
 
 impl Sink for Naming<'_> {
-    fn tick(&mut self, rec: &imc_common::TickRecord) -> std::io::Result<()> {
+    fn tick(&mut self, rec: &imc_common::Record) -> std::io::Result<()> {
         self.inner.tick(rec)
     }
 

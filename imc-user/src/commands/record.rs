@@ -235,7 +235,7 @@ fn to_io(e: crate::record::RecordError) -> std::io::Error {
 }
 
 impl Sink for Recorder {
-    fn tick(&mut self, rec: &imc_common::TickRecord) -> std::io::Result<()> {
+    fn tick(&mut self, rec: &imc_common::Record) -> std::io::Result<()> {
         // `-p`: other processes' raw records are not kept either.
         if !self.pids.keeps(rec.pid, rec.tgid) {
             return Ok(());

@@ -185,7 +185,7 @@ impl Sink for ServeSink {
         }
     }
 
-    fn tick(&mut self, rec: &imc_common::TickRecord) -> std::io::Result<()> {
+    fn tick(&mut self, rec: &imc_common::Record) -> std::io::Result<()> {
         let filled = (1u16 << rec.nr_slots.min(8)) - 1;
         self.read_errors += u64::from((u16::from(rec.failed_mask) & filled).count_ones());
         Ok(())

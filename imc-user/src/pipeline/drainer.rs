@@ -5,7 +5,7 @@ use crate::attribution::Attributor;
 use crate::model::Topology;
 use crate::model::result::IntervalResult;
 use crate::sampler::{RecordSource, Sampler};
-use imc_common::TickRecord;
+use imc_common::Record;
 
 /// The one line said the first time package traffic had to be divided by on-CPU time although
 /// weights were planned.
@@ -31,7 +31,7 @@ pub struct Drainer<S: RecordSource = Sampler> {
     /// wanted (`imc serve`): one userspace read per counter per interval.
     channels: Option<Vec<f64>>,
     /// One drain's records, merged by time (kept to reuse its allocation).
-    batch: Vec<TickRecord>,
+    batch: Vec<Record>,
     /// (time, index in `batch`) of each record, sorted.
     order: Vec<(u64, u32)>,
     /// The weights' fallback to time has been said.
@@ -89,7 +89,7 @@ impl<S: RecordSource> Drainer<S> {
 
     /// Drains every record into the attributor (and `tick`), then reads from userspace the
     /// packages no reader's tick has read lately, so an idle package's traffic keeps its time.
-    pub fn drain(&mut self, mut tick: impl FnMut(&TickRecord)) -> usize {
+    pub fn drain(&mut self, mut tick: impl FnMut(&Record)) -> usize {
         let mut batch = std::mem::take(&mut self.batch);
         batch.clear();
         let n = self.sampler.drain_append(&mut batch);
@@ -250,21 +250,21 @@ mod tests {
     use super::*;
     use crate::model::{Package, SlotRole, SlotScope, SlotSpec};
     use crate::sampler::ChannelReading;
-    use imc_common::{KIND_TIMER, MAX_SLOTS, SlotReading};
+    use imc_common::{KIND_TICK, MAX_SLOTS, SlotReading};
 
     const MS: u64 = 1_000_000;
 
     /// Records handed out drain by drain, as the rings would.
     struct Fake {
         slots: Vec<SlotSpec>,
-        next: Vec<TickRecord>,
+        next: Vec<Record>,
     }
 
     impl RecordSource for Fake {
         fn slots(&self) -> &[SlotSpec] {
             &self.slots
         }
-        fn drain_append(&mut self, out: &mut Vec<TickRecord>) -> usize {
+        fn drain_append(&mut self, out: &mut Vec<Record>) -> usize {
             let n = self.next.len();
             out.append(&mut self.next);
             n
@@ -293,16 +293,16 @@ mod tests {
         }
     }
 
-    fn rec(cpu: u32, t: u64, pid: u32, value: u64) -> TickRecord {
+    fn rec(cpu: u32, t: u64, pid: u32, value: u64) -> Record {
         let mut slots = [SlotReading::default(); MAX_SLOTS];
         slots[0].value = value;
-        TickRecord {
+        Record {
             t_ns: t,
             cgroup_id: 0,
             cpu,
             pid,
             tgid: pid,
-            kind: KIND_TIMER,
+            kind: KIND_TICK,
             nr_slots: 1,
             failed_mask: 0,
             flags: 0,

@@ -7,7 +7,7 @@ use std::time::Duration;
 pub trait Sink {
     /// Every record, in time order (each drain's records merged across CPUs), before the
     /// intervals they end.
-    fn tick(&mut self, _rec: &imc_common::TickRecord) -> std::io::Result<()> {
+    fn tick(&mut self, _rec: &imc_common::Record) -> std::io::Result<()> {
         Ok(())
     }
     /// One closed interval. `Ok(false)` stops the loop quietly (the reader went away).

@@ -14,7 +14,7 @@ use crate::discovery::cgroup::{CgroupNames, names_of_path};
 use crate::model::result::{IntervalResult, PackageRow, ShareBasis, TaskRow, package_bytes};
 use crate::model::{KeyParts, SlotSpec};
 use bytes::{BufMut, BytesMut};
-use imc_common::{KIND_AGGREGATE, MAX_SLOTS, SlotReading, TickRecord};
+use imc_common::{KIND_AGGREGATE, MAX_SLOTS, Record, SlotReading};
 use std::collections::{BTreeMap, HashMap};
 use std::io::{BufReader, Read};
 use std::path::{Path, PathBuf};
@@ -27,7 +27,7 @@ use std::path::{Path, PathBuf};
 pub enum Item {
     Interval(IntervalResult),
     /// Raw records around a burst, in the order they were written.
-    Ticks(Vec<TickRecord>),
+    Ticks(Vec<Record>),
 }
 
 /// How the reading ended.
@@ -667,7 +667,7 @@ impl Reader {
     }
 
     /// TICKS, or with `v2` TICKS2 (a byte for the kind, an aggregate's period and on-CPU time).
-    fn decode_ticks(&self, c: &mut Cursor, v2: bool) -> Result<Vec<TickRecord>, Malformed> {
+    fn decode_ticks(&self, c: &mut Cursor, v2: bool) -> Result<Vec<Record>, Malformed> {
         let n = c.count()?;
         if n > TICKS_PER_CHUNK {
             return Err(Malformed);
@@ -725,7 +725,7 @@ impl Reader {
             }
             pv.0 = t;
             pv.1[..nr].copy_from_slice(&slots[..nr]);
-            out.push(TickRecord {
+            out.push(Record {
                 t_ns: t,
                 cgroup_id: def.cgroup,
                 cpu,

@@ -10,7 +10,7 @@ use crate::attribution::tasks::FxBuild;
 use crate::model::SlotSpec;
 use crate::model::result::IntervalResult;
 use bytes::{BufMut, BytesMut};
-use imc_common::{KIND_AGGREGATE, MAX_SLOTS, SlotReading, TickRecord};
+use imc_common::{KIND_AGGREGATE, MAX_SLOTS, Record, SlotReading};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::fs::File;
 use std::io::Write;
@@ -295,7 +295,7 @@ enum Data<'a> {
         rows: &'a [usize],
         dropped_bytes: u64,
     },
-    Ticks(&'a [TickRecord]),
+    Ticks(&'a [Record]),
 }
 
 /// Room kept at the end of every file for the chunk that ends it (END or CONTINUED), so the
@@ -344,10 +344,10 @@ pub struct Writer {
     max_size: Option<u64>,
     opts: WriterOptions,
     tables: Tables,
-    ring: VecDeque<TickRecord>,
+    ring: VecDeque<Record>,
     /// Write ticks straight through until this time (the tail of a burst).
     capture_until: Option<u64>,
-    capture: Vec<TickRecord>,
+    capture: Vec<Record>,
     hist: Histogram,
     tokens: f64,
     last_token_t: Option<u64>,
@@ -371,7 +371,7 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> RecordError + '_ {
 
 /// The chunk type for `ticks`: TICKS, which every reader reads, unless some are of a kind its
 /// one bit cannot say (aggregates).
-fn ticks_chunk(ticks: &[TickRecord]) -> u8 {
+fn ticks_chunk(ticks: &[Record]) -> u8 {
     if ticks.iter().any(|r| r.kind > 1) {
         CHUNK_TICKS2
     } else {
@@ -468,7 +468,7 @@ impl Writer {
 
     /// One raw record from the sampler. Cheap: it goes to an in-memory ring unless a burst's
     /// tail is being captured.
-    pub fn push_tick(&mut self, rec: &TickRecord) -> Result<(), RecordError> {
+    pub fn push_tick(&mut self, rec: &Record) -> Result<(), RecordError> {
         if let Some(until) = self.capture_until {
             if rec.t_ns <= until {
                 self.capture.push(*rec);
@@ -526,7 +526,7 @@ impl Writer {
         let from = iv.t_start_ns.saturating_sub(self.opts.pre_ns);
         if is_burst && bw > 0.0 {
             self.stats.bursts += 1;
-            let ticks: Vec<TickRecord> = self.ring.drain(..).filter(|r| r.t_ns >= from).collect();
+            let ticks: Vec<Record> = self.ring.drain(..).filter(|r| r.t_ns >= from).collect();
             let until = iv.t_end_ns.saturating_add(self.opts.post_ns);
             self.capture
                 .extend(ticks.iter().filter(|r| r.t_ns <= until));
@@ -659,7 +659,7 @@ impl Writer {
     /// TICKS or TICKS2 (see [`ticks_chunk`]): the same coding but for the kind, a bit of a
     /// byte in TICKS, a byte of its own in TICKS2, followed in an aggregate by its period's
     /// length and its on-CPU time.
-    fn encode_ticks(&mut self, ticks: &[TickRecord], p: &mut Vec<u8>) {
+    fn encode_ticks(&mut self, ticks: &[Record], p: &mut Vec<u8>) {
         let v2 = ticks_chunk(ticks) == CHUNK_TICKS2;
         p.reserve(ticks.len() * 24);
         put_varint(p, ticks.len() as u64);

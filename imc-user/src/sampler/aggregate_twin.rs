@@ -14,13 +14,13 @@
 //! synthetic timeline, and `cargo xtask bench-scale` to replay a large machine both ways.
 use crate::model::{SlotScope, SlotSpec};
 use imc_common::{
-    AGG_TASKS, KIND_AGGREGATE, KIND_TIMER, MAX_SLOTS, SlotReading, TickRecord, tick_rules,
+    AGG_TASKS, KIND_AGGREGATE, KIND_TICK, MAX_SLOTS, Record, SlotReading, tick_rules,
 };
 
 #[derive(Clone, Copy)]
 struct Entry {
     /// The task's identity, from its first record in the period.
-    who: TickRecord,
+    who: Record,
     on_ns: u64,
     failed: u8,
     slots: [SlotReading; MAX_SLOTS],
@@ -63,9 +63,9 @@ impl Aggregator {
         }
     }
 
-    /// One record of the per-switch stream (`KIND_TIMER` or `KIND_SWITCH`, each CPU's in time
+    /// One record of the per-switch stream (`KIND_TICK` or `KIND_SWITCH`, each CPU's in time
     /// order); appends the aggregates it flushes to `out`.
-    pub fn push(&mut self, rec: &TickRecord, out: &mut Vec<TickRecord>) {
+    pub fn push(&mut self, rec: &Record, out: &mut Vec<Record>) {
         let c = rec.cpu as usize;
         if c >= self.cpus.len() {
             self.cpus.resize(c + 1, CpuAgg::default());
@@ -86,7 +86,7 @@ impl Aggregator {
             st.last_ok = cpu_slots & !rec.failed_mask;
             return;
         }
-        if rec.kind == KIND_TIMER
+        if rec.kind == KIND_TICK
             && t - st.period_start < self.min_flush_ns
             && rec.failed_mask & pkg_mask == pkg_mask
         {
@@ -140,7 +140,7 @@ impl Aggregator {
             st.last_ok |= bit;
         }
         st.last_t = t;
-        if rec.kind == KIND_TIMER || long {
+        if rec.kind == KIND_TICK || long {
             flush(st, rec.cpu, t, Some(rec), pkg_mask, out);
         }
     }
@@ -152,9 +152,9 @@ fn flush(
     st: &mut CpuAgg,
     cpu: u32,
     end: u64,
-    pkg: Option<&TickRecord>,
+    pkg: Option<&Record>,
     pkg_mask: u8,
-    out: &mut Vec<TickRecord>,
+    out: &mut Vec<Record>,
 ) {
     let nr_mask = ((1u16 << st.nr) - 1) as u8;
     let pkg_read = pkg.is_some_and(|p| p.failed_mask & pkg_mask != pkg_mask);
@@ -378,9 +378,9 @@ mod tests {
         let specs = Scenario::busy(1, 250, MS).specs();
         let mut agg = Aggregator::new(&specs, 250);
         let mut out = Vec::new();
-        let mut rec = TickRecord {
+        let mut rec = Record {
             nr_slots: 3,
-            ..TickRecord::default()
+            ..Record::default()
         };
         // Ten tasks in one tick period: the ninth flushes the first eight.
         for k in 0..=10u32 {
@@ -391,7 +391,7 @@ mod tests {
             agg.push(&rec, &mut out);
         }
         assert_eq!(out.len(), AGG_TASKS);
-        rec.kind = KIND_TIMER;
+        rec.kind = KIND_TICK;
         rec.t_ns = 3_000;
         agg.push(&rec, &mut out);
         let on: u64 = out.iter().map(|r| r.on_ns).sum();
@@ -406,14 +406,14 @@ mod tests {
 
     /// A record of `kind` at `t` ms of task `pid`, its CPU slot (2) at `weight`; `pkg`: the
     /// package slots (0, 1) were read, else they failed (not this CPU's turn to read them).
-    fn at(kind: u8, t_ms: u64, pid: u32, weight: u64, pkg: bool) -> TickRecord {
-        let mut r = TickRecord {
+    fn at(kind: u8, t_ms: u64, pid: u32, weight: u64, pkg: bool) -> Record {
+        let mut r = Record {
             nr_slots: 3,
             kind,
             t_ns: t_ms * MS,
             pid,
             failed_mask: if pkg { 0 } else { 0b011 },
-            ..TickRecord::default()
+            ..Record::default()
         };
         r.slots[2].value = weight;
         r
@@ -435,13 +435,13 @@ mod tests {
         let mut agg = Aggregator::new(&three_slots(), 250);
         let mut out = Vec::new();
         agg.push(&at(KIND_SWITCH, 1, 7, 0, false), &mut out);
-        agg.push(&at(KIND_TIMER, 5, 7, 40, false), &mut out);
+        agg.push(&at(KIND_TICK, 5, 7, 40, false), &mut out);
         assert_eq!(out.len(), 1, "the first tick flushes");
         // Another hrtimer 1 ms later, the package not due: the slice goes on.
-        agg.push(&at(KIND_TIMER, 6, 7, 50, false), &mut out);
+        agg.push(&at(KIND_TICK, 6, 7, 50, false), &mut out);
         assert_eq!(out.len(), 1);
         // The next tick flushes the whole period since the last flush.
-        agg.push(&at(KIND_TIMER, 9, 7, 80, false), &mut out);
+        agg.push(&at(KIND_TICK, 9, 7, 80, false), &mut out);
         assert_eq!(out.len(), 2);
         assert_eq!(
             (out[1].t0_ns, out[1].t_ns, out[1].on_ns),
@@ -449,7 +449,7 @@ mod tests {
         );
         assert_eq!(out[1].slots[2].value, 40);
         // Soon after, but the package read was due: it flushes, carrying the readings.
-        agg.push(&at(KIND_TIMER, 10, 7, 90, true), &mut out);
+        agg.push(&at(KIND_TICK, 10, 7, 90, true), &mut out);
         assert_eq!(out.len(), 3);
         assert_eq!(out[2].failed_mask & 0b011, 0, "{:?}", out[2]);
     }
@@ -462,7 +462,7 @@ mod tests {
         agg.push(&at(KIND_SWITCH, 1, 0, 0, false), &mut out);
         // Idle until 2 ms (nothing counted), task 7 until 5 ms.
         agg.push(&at(KIND_SWITCH, 2, 0, 0, false), &mut out);
-        agg.push(&at(KIND_TIMER, 5, 7, 30, false), &mut out);
+        agg.push(&at(KIND_TICK, 5, 7, 30, false), &mut out);
         let pids: Vec<u32> = out.iter().map(|r| r.pid).collect();
         assert_eq!(pids, [7]);
         assert_eq!(
@@ -472,11 +472,11 @@ mod tests {
         );
         // Idle counted something (an interrupt's misses): it stays.
         agg.push(&at(KIND_SWITCH, 6, 7, 35, false), &mut out);
-        agg.push(&at(KIND_TIMER, 9, 0, 36, false), &mut out);
+        agg.push(&at(KIND_TICK, 9, 0, 36, false), &mut out);
         let pids: Vec<u32> = out[1..].iter().map(|r| r.pid).collect();
         assert_eq!(pids, [7, 0]);
         // Idle alone and counting nothing, but the flush carries the package readings.
-        agg.push(&at(KIND_TIMER, 13, 0, 36, true), &mut out);
+        agg.push(&at(KIND_TICK, 13, 0, 36, true), &mut out);
         assert_eq!(out.len(), 4);
         assert_eq!((out[3].pid, out[3].failed_mask & 0b011), (0, 0));
     }

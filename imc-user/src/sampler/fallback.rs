@@ -8,7 +8,7 @@
 //! traffic would be spread over whatever ran at the end of that span. Reading it from userspace
 //! as soon as no tick has read it for `max_age` bounds that error to `max_age`, costs one
 //! `read(2)` per counter per drain while a package idles, and nothing while it is busy.
-use imc_common::TickRecord;
+use imc_common::Record;
 
 /// How long a package counter may go unread by ticks before userspace reads it: two drain
 /// periods (a tick read in the last one may still sit undrained), or two tick periods when the
@@ -78,7 +78,7 @@ impl IdleFallback {
 
     /// One drained record: a package slot it read successfully is fresh as of its time.
     #[inline]
-    pub fn observe(&mut self, rec: &TickRecord) {
+    pub fn observe(&mut self, rec: &Record) {
         let Some(list) = self.by_cpu.get(rec.cpu as usize) else {
             return;
         };
@@ -121,8 +121,8 @@ mod tests {
     use super::*;
     use imc_common::{MAX_SLOTS, SlotReading};
 
-    fn rec(cpu: u32, t: u64, failed: u8) -> TickRecord {
-        TickRecord {
+    fn rec(cpu: u32, t: u64, failed: u8) -> Record {
+        Record {
             t_ns: t,
             cgroup_id: 0,
             cpu,

@@ -8,8 +8,8 @@ use aya::{Ebpf, EbpfLoader};
 use imc_common::{
     AGGREGATE_GLOBAL, GROUP_LAST_MAP_NAME, HEADS_MAP_NAME, LONG_SLICE_GLOBAL, MIN_FLUSH_GLOBAL,
     NR_SLOTS_GLOBAL, PKG_MAP_NAME, PKG_MIN_GAP_GLOBAL, PKG_SLOT_MAP_NAME, PKG_SLOTS_GLOBAL,
-    READERS_MAP_NAME, RING_LEN_GLOBAL, SLOT_MAP_NAMES, TICKS_MAP_NAME, TIMED_SLOTS_GLOBAL,
-    TickRecord, WAKE_EVERY_GLOBAL, tick_rules,
+    READERS_MAP_NAME, RING_LEN_GLOBAL, Record, SLOT_MAP_NAMES, TICKS_MAP_NAME, TIMED_SLOTS_GLOBAL,
+    WAKE_EVERY_GLOBAL, tick_rules,
 };
 
 /// All CPUs' rings together stay within this (a 192-CPU server would otherwise map 750 MB).
@@ -43,7 +43,7 @@ pub(super) fn ring_len(cfg: &SamplerConfig, possible: u32) -> u32 {
     let wanted = (per_period * periods)
         .clamp(least, 16384)
         .next_power_of_two();
-    let entry = TickRecord::entry_size(cfg.slots.len()) as u64;
+    let entry = Record::entry_size(cfg.slots.len()) as u64;
     let budget = max_bytes / (u64::from(possible.max(1)) * entry);
     // Largest power of two within the budget.
     let affordable = 1u64 << (63 - budget.max(256).leading_zeros());
@@ -69,7 +69,7 @@ pub(super) fn load(
 ) -> Result<Ebpf, SamplerError> {
     object::check_abi(bytes)?;
     // Ring entries carry the configured slots only.
-    let entry = TickRecord::entry_size(cfg.slots.len()) as u32;
+    let entry = Record::entry_size(cfg.slots.len()) as u32;
     let sized = object::with_value_size(bytes, TICKS_MAP_NAME, entry).ok_or_else(|| {
         SamplerError::map_shape(
             TICKS_MAP_NAME,

@@ -15,7 +15,7 @@ use super::{ChannelReading, RecordSource, SamplerConfig, drain_rings};
 use crate::model::SlotSpec;
 use crate::sys::bpf::MappedMap;
 use crate::sys::shm::SharedMemory;
-use imc_common::{CpuHead, FLAG_TASK_OMITTED, RECENT_TASKS, TickRecord};
+use imc_common::{CpuHead, FLAG_TASK_OMITTED, RECENT_TASKS, Record};
 use std::io;
 use std::os::fd::AsFd;
 
@@ -27,7 +27,7 @@ struct Producer {
     next: u32,
     /// Records written since the last publish (the program makes each visible at once; here
     /// they are written to the ring and published together, before the next drain).
-    staged: Vec<TickRecord>,
+    staged: Vec<Record>,
 }
 
 pub struct Loopback {
@@ -53,7 +53,7 @@ impl Loopback {
         let possible = cfg.cpus.iter().copied().max().map_or(1, |m| m + 1);
         let ring_len = super::ring_len(cfg, possible);
         let n = possible as usize;
-        let entry = TickRecord::entry_size(cfg.slots.len());
+        let entry = Record::entry_size(cfg.slots.len());
         let ticks_len = n * ring_len as usize * entry;
         let heads_len = n * std::mem::size_of::<CpuHead>();
         let ticks = SharedMemory::new("imc-loopback-ticks", ticks_len)?;
@@ -86,7 +86,7 @@ impl Loopback {
     }
 
     /// The program's side: one record of `rec.cpu` (a CPU beyond the rings is ignored).
-    pub fn push(&mut self, rec: &TickRecord) {
+    pub fn push(&mut self, rec: &Record) {
         let wake_every = u64::from(self.wake_every);
         let Some(p) = self.producers.get_mut(rec.cpu as usize) else {
             return;
@@ -137,13 +137,10 @@ impl Loopback {
                 let run = rest.len().min(len as usize - at);
                 self.bytes.clear();
                 for r in &rest[..run] {
-                    // SAFETY: TickRecord is repr(C) plain integers without padding, and an
+                    // SAFETY: Record is repr(C) plain integers without padding, and an
                     // entry is a prefix of it (the header and the configured slots).
                     self.bytes.extend_from_slice(unsafe {
-                        std::slice::from_raw_parts(
-                            (r as *const TickRecord).cast::<u8>(),
-                            self.entry,
-                        )
+                        std::slice::from_raw_parts((r as *const Record).cast::<u8>(), self.entry)
                     });
                 }
                 let offset = (cpu * len as usize + at) * self.entry;
@@ -164,7 +161,7 @@ impl RecordSource for Loopback {
     fn slots(&self) -> &[SlotSpec] {
         &self.slots
     }
-    fn drain_append(&mut self, out: &mut Vec<TickRecord>) -> usize {
+    fn drain_append(&mut self, out: &mut Vec<Record>) -> usize {
         drain_rings(&mut self.rings, &mut self.fallback, out)
     }
     fn lost_records(&self) -> u64 {
@@ -202,14 +199,14 @@ mod tests {
         }
     }
 
-    fn rec(cpu: u32, t: u64, pid: u32) -> TickRecord {
-        let mut r = TickRecord {
+    fn rec(cpu: u32, t: u64, pid: u32) -> Record {
+        let mut r = Record {
             t_ns: t,
             cpu,
             pid,
             kind: KIND_SWITCH,
             cgroup_id: 9,
-            ..TickRecord::default()
+            ..Record::default()
         };
         r.comm[..4].copy_from_slice(b"task");
         r

@@ -34,8 +34,8 @@ use aya::Ebpf;
 use aya::maps::{MapData, PerCpuArray, RingBuf};
 use fallback::IdleFallback;
 use imc_common::{
-    MAX_PKG_COUNTERS, MAX_SLOTS, NR_STATS, STAT_PKG_READS, STAT_READ_ERROR, STAT_SLOT_ABSENT,
-    STAT_UNSEEN_SWITCH, STATS_MAP_NAME, TickRecord, WAKE_MAP_NAME,
+    MAX_PKG_COUNTERS, MAX_SLOTS, NR_STATS, Record, STAT_PKG_READS, STAT_READ_ERROR,
+    STAT_SLOT_ABSENT, STAT_UNSEEN_SWITCH, STATS_MAP_NAME, WAKE_MAP_NAME,
 };
 use rings::Rings;
 use std::io;
@@ -62,7 +62,7 @@ pub struct Sampler {
     /// The kernel's "a ring is half full" notices (see imc_common::WAKE_MAP_NAME).
     wake: RingBuf<MapData>,
     /// One drain's records for [`drain`](Self::drain) (kept to reuse its allocation).
-    scratch: Vec<TickRecord>,
+    scratch: Vec<Record>,
     counters: Vec<OpenCounter>,
     package_counters: Vec<OpenPackageCounter>,
     /// Package of each reader group.
@@ -131,7 +131,7 @@ impl Sampler {
         };
         fill_slot_arrays(&ebpf, cfg, &counters, bpf_sys.as_ref())?;
         fill_package_maps(&mut ebpf, cfg, &package_counters, bpf_sys.as_ref())?;
-        let entry = TickRecord::entry_size(cfg.slots.len());
+        let entry = Record::entry_size(cfg.slots.len());
         let rings = map_rings(&ebpf, possible, ring_len, entry)?;
         let stats: PerCpuArray<MapData, u64> = take_map(&mut ebpf, STATS_MAP_NAME)?;
         let wake: RingBuf<MapData> = take_map(&mut ebpf, WAKE_MAP_NAME)?;
@@ -193,7 +193,7 @@ impl Sampler {
 
     /// Hands every record waiting in the rings to `f`; returns how many. The fallback learns
     /// from them which packages a tick has read.
-    pub fn drain(&mut self, f: impl FnMut(&TickRecord)) -> usize {
+    pub fn drain(&mut self, f: impl FnMut(&Record)) -> usize {
         let mut batch = std::mem::take(&mut self.scratch);
         batch.clear();
         let n = self.drain_append(&mut batch);
@@ -204,7 +204,7 @@ impl Sampler {
 
     /// Like [`drain`](Self::drain), appending the records to `out` (each CPU's in time
     /// order, CPU after CPU) instead of handing them one by one: one copy out of the rings.
-    pub fn drain_append(&mut self, out: &mut Vec<TickRecord>) -> usize {
+    pub fn drain_append(&mut self, out: &mut Vec<Record>) -> usize {
         if let Some(l) = self.logger.as_mut() {
             l.flush();
         }
@@ -418,7 +418,7 @@ fn idle_fallback(cfg: &SamplerConfig) -> IdleFallback {
 
 /// What every drain does, whoever produced the rings: copy each new record out (comm and cgroup
 /// filled in), and tell the idle-package fallback which package slots the ticks read.
-fn drain_rings(rings: &mut Rings, fallback: &mut IdleFallback, out: &mut Vec<TickRecord>) -> usize {
+fn drain_rings(rings: &mut Rings, fallback: &mut IdleFallback, out: &mut Vec<Record>) -> usize {
     let first = out.len();
     let n = rings.drain_append(out);
     for r in &out[first..] {
@@ -433,7 +433,7 @@ pub trait RecordSource {
     /// The slots the records carry.
     fn slots(&self) -> &[SlotSpec];
     /// Appends every waiting record to `out` (each CPU's in time order, CPU after CPU).
-    fn drain_append(&mut self, out: &mut Vec<TickRecord>) -> usize;
+    fn drain_append(&mut self, out: &mut Vec<Record>) -> usize;
     /// Records overwritten before they were read, all CPUs together.
     fn lost_records(&self) -> u64;
     /// Userspace reads of the packages no tick read lately (see [`Sampler::read_idle_packages`]).
@@ -448,7 +448,7 @@ impl RecordSource for Sampler {
     fn slots(&self) -> &[SlotSpec] {
         Sampler::slots(self)
     }
-    fn drain_append(&mut self, out: &mut Vec<TickRecord>) -> usize {
+    fn drain_append(&mut self, out: &mut Vec<Record>) -> usize {
         Sampler::drain_append(self, out)
     }
     fn lost_records(&self) -> u64 {

@@ -1,7 +1,7 @@
 //! The consumer side of the kernel's per-CPU record rings, read through mmap: no syscall per
 //! record, and the producer never waits for us (a record we were too slow for is counted lost).
 use crate::sys::bpf::MappedMap;
-use imc_common::{CpuHead, FLAG_TASK_OMITTED, MAX_SLOTS, SlotReading, TickRecord};
+use imc_common::{CpuHead, FLAG_TASK_OMITTED, MAX_SLOTS, Record, SlotReading};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -20,7 +20,7 @@ pub(super) struct TaskCache {
 
 /// A thread's key in [`TaskCache::by_pid`]: its id, except that every CPU's idle task is pid 0
 /// and named after its CPU (swapper/N), so those are told apart by CPU.
-fn thread_key(rec: &TickRecord) -> u64 {
+fn thread_key(rec: &Record) -> u64 {
     if rec.pid == 0 {
         (u64::from(rec.cpu) + 1) << 32
     } else {
@@ -29,7 +29,7 @@ fn thread_key(rec: &TickRecord) -> u64 {
 }
 
 impl TaskCache {
-    fn complete(&mut self, rec: &mut TickRecord) {
+    fn complete(&mut self, rec: &mut Record) {
         let cpu = rec.cpu as usize;
         if cpu >= self.by_cpu.len() {
             self.by_cpu.resize(cpu + 1, (u32::MAX, 0, [0; 16]));
@@ -84,7 +84,7 @@ pub(super) struct Rings {
     ticks: MappedMap,
     heads: MappedMap,
     ring_len: u32,
-    /// Bytes per ring entry: the header and the configured slots (TickRecord::entry_size).
+    /// Bytes per ring entry: the header and the configured slots (Record::entry_size).
     entry: usize,
     pub(super) tails: Vec<u64>,
     pub(super) lost: Vec<u64>,
@@ -132,11 +132,11 @@ impl Rings {
     /// miss); the other slots are zeroed.
     ///
     /// # Safety
-    /// `dst` is valid for writing one TickRecord.
-    unsafe fn copy_record(&self, cpu: usize, seq: u64, dst: *mut TickRecord) {
+    /// `dst` is valid for writing one Record.
+    unsafe fn copy_record(&self, cpu: usize, seq: u64, dst: *mut Record) {
         let index = cpu * self.ring_len as usize + (seq % u64::from(self.ring_len)) as usize;
-        const HEADER_WORDS: usize = TickRecord::HEADER_SIZE / 8;
-        let capacity = (self.entry - TickRecord::HEADER_SIZE) / std::mem::size_of::<SlotReading>();
+        const HEADER_WORDS: usize = Record::HEADER_SIZE / 8;
+        let capacity = (self.entry - Record::HEADER_SIZE) / std::mem::size_of::<SlotReading>();
         // SAFETY: index < possible CPUs × ring_len = entries of TICKS, each `self.entry` bytes
         // (a multiple of 8; the mapping is page-aligned), of which the header and `capacity`
         // slots are read. The header and slots are plain integers, so any bytes are a valid
@@ -147,7 +147,7 @@ impl Rings {
             let words = std::ptr::read_volatile(p.cast::<[u64; HEADER_WORDS]>());
             std::ptr::write(dst.cast::<[u64; HEADER_WORDS]>(), words);
             let nr = usize::from((*dst).nr_slots).min(capacity);
-            let src = p.add(TickRecord::HEADER_SIZE).cast::<SlotReading>();
+            let src = p.add(Record::HEADER_SIZE).cast::<SlotReading>();
             let slots = (&raw mut (*dst).slots).cast::<SlotReading>();
             for s in 0..nr {
                 slots.add(s).write(std::ptr::read_volatile(src.add(s)));
@@ -158,7 +158,7 @@ impl Rings {
 
     /// Appends every new record of every CPU to `out` (each CPU's in order), copied once from
     /// the rings, with comm and cgroup filled in; returns how many.
-    pub(super) fn drain_append(&mut self, out: &mut Vec<TickRecord>) -> usize {
+    pub(super) fn drain_append(&mut self, out: &mut Vec<Record>) -> usize {
         let len = u64::from(self.ring_len);
         let first = out.len();
         for cpu in 0..self.tails.len() {
@@ -201,14 +201,14 @@ impl Rings {
 mod tests {
     use super::*;
 
-    fn record(cpu: u32, pid: u32, comm: &str, omitted: bool) -> TickRecord {
-        let mut r = TickRecord {
+    fn record(cpu: u32, pid: u32, comm: &str, omitted: bool) -> Record {
+        let mut r = Record {
             t_ns: 0,
             cgroup_id: 0,
             cpu,
             pid,
             tgid: pid,
-            kind: imc_common::KIND_TIMER,
+            kind: imc_common::KIND_TICK,
             nr_slots: 0,
             failed_mask: 0,
             flags: 0,
@@ -226,7 +226,7 @@ mod tests {
         r
     }
 
-    fn completed(cache: &mut TaskCache, mut r: TickRecord) -> (String, u64, u8) {
+    fn completed(cache: &mut TaskCache, mut r: Record) -> (String, u64, u8) {
         cache.complete(&mut r);
         let comm = String::from_utf8_lossy(r.comm_bytes()).into_owned();
         (comm, r.cgroup_id, r.flags)

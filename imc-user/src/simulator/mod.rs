@@ -21,7 +21,7 @@ pub mod record;
 pub mod scenario;
 
 use crate::model::{Direction, Package, SlotRole, SlotScope, SlotSpec, StallPart, Topology};
-use imc_common::{KIND_SWITCH, KIND_TIMER, MAX_SLOTS, SlotReading, TickRecord};
+use imc_common::{KIND_SWITCH, KIND_TICK, MAX_SLOTS, Record, SlotReading};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
@@ -323,7 +323,7 @@ impl Scenario {
 // Ticks are nearly every item: boxing them would allocate per record for nothing.
 #[allow(clippy::large_enum_variant)]
 pub enum SynthItem {
-    Tick(TickRecord),
+    Tick(Record),
     /// A userspace read of a package counter: (package id, slot, t_ns, value).
     PackageRead(u32, usize, u64, u64),
     /// A point in time (see `Scenario::mark_every_ns`); `SynthStream::truth` is exact here.
@@ -691,11 +691,11 @@ impl SynthStream {
     /// A record of a plan-driven layout: the running task, its CPU's weights, and the package
     /// slots when this CPU is a reader of its package and the group was not read within the
     /// program's minimum gap.
-    fn layout_record(&mut self, cpu: u32, kind: u8, t: u64) -> TickRecord {
+    fn layout_record(&mut self, cpu: u32, kind: u8, t: u64) -> Record {
         let c = cpu as usize;
         let layout = self.sc.layout.as_ref().expect("layout mode");
         let n = layout.slots.len().min(MAX_SLOTS);
-        let mut rec = TickRecord {
+        let mut rec = Record {
             t_ns: t,
             cgroup_id: 0,
             cpu,
@@ -791,7 +791,7 @@ impl SynthStream {
     }
 
     /// The record names the CPU's running task (or the idle task).
-    fn describe(&self, rec: &mut TickRecord) {
+    fn describe(&self, rec: &mut Record) {
         if let Some(ti) = self.running[rec.cpu as usize] {
             let task = &self.sc.tasks[ti];
             rec.pid = task.pid;
@@ -864,12 +864,12 @@ impl SynthStream {
             .collect()
     }
 
-    fn record(&mut self, cpu: u32, kind: u8, t: u64) -> TickRecord {
+    fn record(&mut self, cpu: u32, kind: u8, t: u64) -> Record {
         if self.sc.layout.is_some() {
             return self.layout_record(cpu, kind, t);
         }
         let c = cpu as usize;
-        let mut rec = TickRecord {
+        let mut rec = Record {
             t_ns: t,
             cgroup_id: 0,
             cpu,
@@ -958,7 +958,7 @@ impl SynthStream {
         match ev {
             Ev::Tick(c) => {
                 if self.running[c as usize].is_some() || !self.sc.nohz {
-                    let rec = self.record(c, KIND_TIMER, t);
+                    let rec = self.record(c, KIND_TICK, t);
                     self.queue.push(SynthItem::Tick(rec));
                 }
                 self.heap.push(Reverse((t + period, Ev::Tick(c))));
