@@ -87,21 +87,7 @@ fn parse_event_inner(pmus: &[Pmu], text: &str) -> Result<Vec<Encoded>, EventErro
             Ok(vec![e])
         }
         Form::Libpfm => {
-            let p = pfm::encode(text)?;
-            let mut e = Encoded {
-                event: text.to_string(),
-                pmu: generic::type_name(p.pmu_type)
-                    .map(str::to_string)
-                    .or(p.pfm_pmu)
-                    .unwrap_or_else(|| format!("type{}", p.pmu_type)),
-                pmu_type: p.pmu_type,
-                config: p.config,
-                config1: p.config1,
-                config2: p.config2,
-                exclude_user: p.exclude_user,
-                exclude_kernel: p.exclude_kernel,
-                ..Default::default()
-            };
+            let mut e = pfm::encode(text)?;
             attach_sysfs_pmu(pmus, &mut e);
             Ok(vec![e])
         }

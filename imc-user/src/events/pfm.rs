@@ -16,6 +16,7 @@
 //! OFFCORE_RESPONSE_0 on KNL, …); imc only explains its error codes in one line.
 use super::error::EventError;
 use super::terms::{close_matches, parse_u64};
+use crate::model::Encoded;
 use crate::sys::perf::{FLAG_EXCLUDE_KERNEL, FLAG_EXCLUDE_USER, FLAG_FREQ, PerfEventAttr};
 use libloading::Library;
 use std::ffi::{CStr, CString, c_char, c_int, c_void};
@@ -280,19 +281,6 @@ impl Pfm {
     }
 }
 
-/// What libpfm made of an event string.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PfmEncoding {
-    pub pmu_type: u32,
-    pub config: u64,
-    pub config1: u64,
-    pub config2: u64,
-    pub exclude_user: bool,
-    pub exclude_kernel: bool,
-    /// libpfm's PMU name (`knl`, `perf`).
-    pub pfm_pmu: Option<String>,
-}
-
 /// Checks the string's shape before it reaches C: libpfm's own grammar is permissive, and a
 /// clear "malformed" beats "event not found" for `knl::` or `A::B::C`.
 fn check_syntax(text: &str) -> Result<(), String> {
@@ -352,7 +340,7 @@ const REFUSED_MODS: &[&str] = &[
 ];
 
 /// Encodes a libpfm4 event string.
-pub fn encode(text: &str) -> Result<PfmEncoding, EventError> {
+pub fn encode(text: &str) -> Result<Encoded, EventError> {
     check_syntax(text).map_err(|reason| EventError::Syntax {
         event: text.to_string(),
         reason,
@@ -404,14 +392,21 @@ pub fn encode(text: &str) -> Result<PfmEncoding, EventError> {
             reason: format!("modifier {what} is not supported"),
         });
     }
-    Ok(PfmEncoding {
+    // The PMU's name: the kernel's generic type (`hardware`, `raw`), else libpfm's (`knl`).
+    let pmu = super::generic::type_name(attr.type_)
+        .map(str::to_string)
+        .or_else(|| pfm.pmu_of_event(arg.idx))
+        .unwrap_or_else(|| format!("type{}", attr.type_));
+    Ok(Encoded {
+        event: text.to_string(),
+        pmu,
         pmu_type: attr.type_,
         config: attr.config,
         config1: attr.config1,
         config2: attr.config2,
         exclude_user: attr.flags & FLAG_EXCLUDE_USER != 0,
         exclude_kernel: attr.flags & FLAG_EXCLUDE_KERNEL != 0,
-        pfm_pmu: pfm.pmu_of_event(arg.idx),
+        ..Default::default()
     })
 }
 
