@@ -1,7 +1,7 @@
 //! Where the compiled eBPF program comes from: embedded at build time when `cargo xtask` built
 //! it (the usual case, so the `imc` binary can be copied to a host on its own), else a file
 //! named by IMC_BPF_OBJECT at run time.
-use super::SamplerError;
+use super::error::SamplerError;
 use std::borrow::Cow;
 
 #[cfg(imc_embedded_bpf)]
