@@ -1153,3 +1153,63 @@ fn aggregates_conserve_time_and_counts_per_cpu() {
         .fold((f64::MAX, 0.0f64), |(l, h), &v| (l.min(v), h.max(v)));
     assert!(hi / lo < 1.01, "TSC per ns by CPU: {tsc_per_ns:?}");
 }
+
+/// The interval clock (`Sampler::set_interval_clock`): with it, no flush period of the
+/// aggregating path holds more than one task's slice across an interval end, so each interval's
+/// counts are each task's own up to the one slice that crosses the end. Spinners switching at
+/// every tick, and the drain's sleeps, make periods of several tasks; with ends every 7 ms
+/// (off the 4 ms tick) most ends fall inside one.
+#[test]
+fn aggregates_never_mix_tasks_across_an_interval_end() {
+    if !sampler_prerequisites() {
+        return;
+    }
+    let _machine = exclusive();
+    let cpus = online_cpus();
+    let tsc = msr_tsc();
+    let mut cfg = config(
+        vec![SlotPlan::per_cpu(spec("msr/tsc/"), &tsc, &cpus)],
+        &cpus,
+        1,
+    );
+    cfg.tick = TickSource::Kernel;
+    cfg.aggregate = true;
+    let mut s = Sampler::start(&cfg).expect("sampler starts aggregating");
+    let period = 7_000_000u64;
+    let origin = imc::sampler::monotonic_ns();
+    s.set_interval_clock(origin, period)
+        .expect("the interval clock is written");
+    let _extra = Spinners::start(cpus.len() * 2);
+    let recs = collect(&mut s, Duration::from_millis(1500));
+    assert_eq!(s.stats().unwrap().lost(), 0);
+    // Records of one flush share CPU and period; a period across an end holds one record.
+    let mut periods: std::collections::BTreeMap<(u32, u64, u64), Vec<u32>> = Default::default();
+    for r in recs.iter().filter(|r| r.t0_ns > origin) {
+        periods
+            .entry((r.cpu, r.t0_ns, r.t_ns))
+            .or_default()
+            .push(r.pid);
+    }
+    let crossing: Vec<_> = periods
+        .iter()
+        .filter(|((_, t0, t1), _)| imc_common::crosses_interval_end(origin, period, *t0, *t1))
+        .collect();
+    let mixed: Vec<_> = crossing.iter().filter(|(_, pids)| pids.len() > 1).collect();
+    eprintln!(
+        "{} periods, {} across an interval end, {} of them with several tasks",
+        periods.len(),
+        crossing.len(),
+        mixed.len()
+    );
+    assert!(
+        crossing.len() >= 50,
+        "ends fell inside periods: {}",
+        crossing.len()
+    );
+    assert!(
+        mixed.is_empty(),
+        "{} periods mix tasks across an end, the first: {:?}",
+        mixed.len(),
+        &mixed[..mixed.len().min(3)]
+    );
+}

@@ -196,19 +196,59 @@ fn validate(args: &[&str]) -> (Option<i32>, Value, String) {
 enum Held {
     /// Every interval, the first included, within the bound: issue 28's target. Met on this
     /// VM wherever the records place each count in time to well within an interval: spans
-    /// across an interval end are split by time and an interval waits for the CPUs' records
-    /// past its end, so at 1 s every run measured within 0.007 (page-faults) and 0.013
+    /// across an interval end are split by time, an interval waits for the CPUs' records past
+    /// its end, and the program ends its aggregates' flush periods at each interval end (the
+    /// interval clock), so at 1 s every run measured within 0.007 (page-faults) and 0.013
     /// (cpu-clock), and at 100 ms a record per switch within 0.004 (page-faults).
     EveryInterval,
-    /// The whole run within the bound, not each interval: where a count's place in time is
-    /// known only to a flush period (an aggregate says how long each task ran in a tick, not
-    /// when), a task that ran a millisecond just after an interval end is placed partly
-    /// before it. Measured on this VM (HZ=250): aggregated page-faults at 100 ms 0.014-0.047
-    /// (the toucher, a tick's faults misplaced), cpu-clock at 100 ms 0.005-0.038; at 10 ms
-    /// aggregated 0.29-0.61, a record per switch 0.010-0.038 (page-faults) and 0.017-0.28
-    /// (cpu-clock). Issue 28's per-interval target there needs the program to end its flush
-    /// period at the first switch after each interval end.
+    /// Every interval within the bound, once what imc itself said it could not place that
+    /// interval (its unattributed count) is allowed for a workload it charged too little:
+    /// nothing may be charged to the wrong task or the wrong interval, and what is missing
+    /// must be said. The counts this VM hides: its guest agent's threads are switched out
+    /// without a sched_switch the program sees (15-25 a second, measured with -v), and a
+    /// slice run after such an unseen switch is no known task's. Measured at 100 ms, with the
+    /// interval clock: aggregated page-faults beyond the unattributed ≤ 0.0013 (0.043 without
+    /// the allowance in one run of three), cpu-clock 0.008-0.017.
+    EveryIntervalSaid,
+    /// The whole run within the bound, not each interval: at 10 ms the kernel's tick (4 ms at
+    /// HZ=250) is nearly half an interval, and the one slice across each end is split by time
+    /// though a page toucher's faults come in bursts. Measured on this VM: worst interval
+    /// 0.02-0.86 in every mode, 0.016-0.03 with --freq 2000 --precise.
     WholeRun,
+}
+
+/// The interval's count of `event` no task was charged with.
+fn unattributed(iv: &Value, event: &str) -> f64 {
+    iv["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["event"] == event)
+        .map_or(0.0, |e| e["unattributed"].as_f64().unwrap())
+}
+
+/// A workload's worst interval as [`Held::EveryIntervalSaid`] measures it: charged beyond its
+/// truth, or short of it by more than the interval's unattributed count, over the interval's
+/// total.
+fn worst_said(intervals: &[Value], name: &str, event: &str) -> f64 {
+    intervals
+        .iter()
+        .filter_map(|iv| {
+            let total: f64 = iv["events"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|e| e["event"] == event)?["total"]
+                .as_f64()?;
+            let w = iv["workloads"]
+                .as_array()?
+                .iter()
+                .find(|w| w["name"] == name && w["event"] == event)?;
+            let over = w["attributed"].as_f64()? - w["truth"].as_f64()?;
+            let beyond = over.max(-over - unattributed(iv, event)).max(0.0);
+            Some(beyond / total.max(1.0))
+        })
+        .fold(0.0, f64::max)
 }
 
 /// Runs validate at `interval` ms for page-faults and cpu-clock, aggregated and per switch,
@@ -274,6 +314,9 @@ fn live_at(interval: &str, duration: &str, held: fn(&str, bool) -> Held) {
             for r in rows {
                 let err = match held {
                     Held::EveryInterval => r["error"].as_f64().unwrap(),
+                    Held::EveryIntervalSaid => {
+                        worst_said(intervals, r["name"].as_str().unwrap(), ev)
+                    }
                     Held::WholeRun => {
                         (r["attributed"].as_f64().unwrap() - r["truth"].as_f64().unwrap()).abs()
                             / run_total.max(1.0)
@@ -329,12 +372,12 @@ fn live_at_one_second_each_task_is_charged_its_truth_in_every_interval() {
 }
 
 #[test]
-fn live_at_100_ms_each_task_is_charged_its_truth_per_switch_in_every_interval() {
+fn live_at_100_ms_each_task_is_charged_its_truth_in_every_interval() {
     live_at("100", "1", |ev, precise| {
         if precise && ev == "page-faults" {
             Held::EveryInterval
         } else {
-            Held::WholeRun
+            Held::EveryIntervalSaid
         }
     });
 }

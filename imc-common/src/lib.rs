@@ -24,7 +24,7 @@ pub const MAX_PKG_COUNTERS: u32 = 128;
 /// Bumped whenever [`Record`], the map, global or program names or the STATS indices
 /// change. The program carries it in [`ABI_VERSION_GLOBAL`]; userspace refuses an object built
 /// against another version before loading it.
-pub const RECORD_ABI_VERSION: u32 = 7;
+pub const RECORD_ABI_VERSION: u32 = 8;
 /// The program's read-only global holding the [`RECORD_ABI_VERSION`] it was built with.
 pub const ABI_VERSION_GLOBAL: &str = "IMC_ABI_VERSION";
 
@@ -166,6 +166,29 @@ pub mod tick_rules {
 }
 /// Per-CPU array (one [`AggState`] entry) of the switch accumulator.
 pub const AGG_MAP_NAME: &str = "AGG";
+/// Array of two u64, written by userspace once its interval clock starts: the clock's origin
+/// and its period (CLOCK_MONOTONIC ns; period 0: no clock yet). Interval `k` ends at
+/// `origin + k × period` (k ≥ 1). The aggregating path ends its flush period at the last switch
+/// before an end and makes the slice that crosses it a period of its own, so an aggregate never
+/// mixes two intervals' tasks: only one task's slice is split at the end, by time.
+pub const INTERVALS_MAP_NAME: &str = "INTERVALS";
+
+/// Whether the slice `from .. to` crosses an interval end of the clock `origin`, `period`
+/// ([`INTERVALS_MAP_NAME`]): an end `e` with `from < e < to` (a slice ending on an end is
+/// within its interval). The program and its userspace twin decide by this one function.
+#[inline(always)]
+pub fn crosses_interval_end(origin: u64, period: u64, from: u64, to: u64) -> bool {
+    if period == 0 || to <= origin.wrapping_add(period) {
+        return false;
+    }
+    // The first end after `from`.
+    let k = if from < origin {
+        1
+    } else {
+        (from - origin) / period + 1
+    };
+    to > origin.wrapping_add(k.wrapping_mul(period))
+}
 /// Tasks one CPU's accumulator holds between two flushes; a ninth flushes it early.
 pub const AGG_TASKS: usize = 8;
 
@@ -310,7 +333,7 @@ unsafe impl aya::Pod for ReaderCfg {}
 const _: () = assert!(core::mem::size_of::<CpuHead>() == 64);
 
 /// Every map the program defines and userspace looks up, by the constants above.
-pub const MAP_NAMES: [&str; 17] = [
+pub const MAP_NAMES: [&str; 18] = [
     SLOT_MAP_NAMES[0],
     SLOT_MAP_NAMES[1],
     SLOT_MAP_NAMES[2],
@@ -328,6 +351,7 @@ pub const MAP_NAMES: [&str; 17] = [
     GROUP_LAST_MAP_NAME,
     STATS_MAP_NAME,
     AGG_MAP_NAME,
+    INTERVALS_MAP_NAME,
 ];
 /// Every read-only global of the program: userspace sets them before load, or reads them
 /// ([`ABI_VERSION_GLOBAL`]).

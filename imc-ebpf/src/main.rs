@@ -39,6 +39,7 @@ use imc_common::{
     AGG_TASKS, AggState, CpuHead, FLAG_TASK_OMITTED, KIND_AGGREGATE, KIND_SWITCH, KIND_TICK,
     MAX_PKG_COUNTERS, MAX_SLOTS, NR_STATS, RECENT_TASKS, RECORD_ABI_VERSION, ReaderCfg, Record,
     STAT_PKG_READS, STAT_READ_ERROR, STAT_SLOT_ABSENT, STAT_UNSEEN_SWITCH, SlotReading,
+    crosses_interval_end,
 };
 
 #[cfg(feature = "bench")]
@@ -144,6 +145,11 @@ static MIN_FLUSH_NS: u64 = 0;
 /// Per CPU: the switch accumulator (imc_common::AggState).
 #[map]
 static AGG: PerCpuArray<AggState> = PerCpuArray::with_max_entries(1, 0);
+
+/// Userspace's interval clock, [origin, period] in ns (imc_common::INTERVALS_MAP_NAME): the
+/// aggregating path never lets a flush period run across an interval end.
+#[map]
+static INTERVALS: Array<u64> = Array::with_max_entries(2, 0);
 
 /// Per-CPU counters of runs, lost records and read failures per slot (imc_common::STAT_*).
 #[map]
@@ -627,7 +633,8 @@ fn read_cpu_slot(s: u32, timed: bool, out: *mut SlotReading) -> i64 {
 /// readings in the first. Records per second are then ticks × tasks per tick, whatever the
 /// switch rate. A full accumulator is flushed early (its period ends at the last switch), and a
 /// slice longer than LONG_SLICE_NS (a tickless idle CPU) is a period of its own, so a long idle
-/// stretch never dilutes the time of what ran around it.
+/// stretch never dilutes the time of what ran around it; so is a slice across an end of
+/// userspace's interval clock (INTERVALS), so no period mixes two intervals' tasks.
 #[inline(always)]
 fn accumulate<C: EbpfContext>(ctx: &C, next: Option<u64>) {
     let tick = next.is_none();
@@ -651,15 +658,19 @@ fn accumulate<C: EbpfContext>(ctx: &C, next: Option<u64>) {
             let _ = owner_known(next);
             return;
         }
-        if tick && !flush_due(st, cpu, now) {
+        let crossing = slice_crosses_interval_end((*st).last_t, now);
+        if tick && !crossing && !flush_due(st, cpu, now) {
             // Another hrtimer's expiry soon after the last flush: the running task's slice goes
             // on, and the next tick (or switch) takes it (and checks its owner then).
             return;
         }
         let known = owner_known(next);
         let long = now.wrapping_sub((*st).last_t) > core::ptr::read_volatile(&LONG_SLICE_NS);
-        if long {
-            // What ran before the long slice keeps its own period.
+        // A long slice, or one across an interval end, is a period of its own: what ran
+        // before it keeps its own period (all of it before the end), and only this one task's
+        // slice is split at the end by time.
+        let alone = long || crossing;
+        if alone {
             let end = (*st).last_t;
             flush_aggregates(ctx, cpu, st, end, false);
         }
@@ -710,9 +721,19 @@ fn accumulate<C: EbpfContext>(ctx: &C, next: Option<u64>) {
         }
         (*st).last_ok = ok;
         (*st).last_t = now;
-        if tick || long {
+        if tick || alone {
             flush_aggregates(ctx, cpu, st, now, true);
         }
+    }
+}
+
+/// Whether the slice `from .. now` crosses an end of userspace's interval clock (none until
+/// userspace writes it).
+#[inline(always)]
+fn slice_crosses_interval_end(from: u64, now: u64) -> bool {
+    match (INTERVALS.get(0), INTERVALS.get(1)) {
+        (Some(&origin), Some(&period)) => crosses_interval_end(origin, period, from, now),
+        _ => false,
     }
 }
 

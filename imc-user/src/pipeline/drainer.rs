@@ -4,7 +4,7 @@ use super::{IntervalEnds, Sink};
 use crate::attribution::Attributor;
 use crate::model::Topology;
 use crate::model::result::IntervalResult;
-use crate::sampler::{RecordSource, Sampler};
+use crate::sampler::{RecordSource, Sampler, SamplerError};
 use imc_common::Record;
 
 /// The one line said the first time package traffic had to be divided by on-CPU time although
@@ -100,6 +100,13 @@ impl<S: RecordSource> Drainer<S> {
         self.batch = batch;
         self.read_packages(false);
         n
+    }
+
+    /// Starts the interval clock `ends` in the sampler too, so the kernel cuts its aggregates at
+    /// the same ends the intervals close at.
+    pub fn start_intervals(&mut self, ends: &IntervalEnds) -> Result<(), SamplerError> {
+        self.sampler
+            .set_interval_clock(ends.start_ns(), ends.every_ns)
     }
 
     /// The kernel's "ring half full" notices since the last call, consumed (the drain that

@@ -16,6 +16,12 @@ impl IntervalEnds {
         }
     }
 
+    /// The start of the interval ending at `next_ns` (an origin of the clock: every end is one
+    /// more period on).
+    pub fn start_ns(&self) -> u64 {
+        self.next_ns.saturating_sub(self.every_ns)
+    }
+
     pub(super) fn advance(&mut self) {
         self.next_ns = self.next_ns.saturating_add(self.every_ns);
     }

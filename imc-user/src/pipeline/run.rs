@@ -103,8 +103,26 @@ pub async fn sample_loop(
         .weighting(plan.weighting.clone());
     sink.started();
     let code = run_loop(opts, &mut drainer, sink, cfg.drain_period_ms).await;
+    if opts.verbose > 0 {
+        say_losses(drainer.sampler());
+    }
     drop(drainer);
     code
+}
+
+/// `-v`, at the end: what the program could not place (records overwritten before they were
+/// read, switches it did not see run, whose slices went to no task).
+fn say_losses(sampler: &Sampler) {
+    use std::io::Write as _;
+    let Ok(stats) = sampler.stats() else {
+        return;
+    };
+    let _ = writeln!(
+        crate::text::held_log::Writer,
+        "imc: sampler: {} records lost, {} switches unseen (their slices charged to no task)",
+        stats.lost(),
+        stats.unseen_switches()
+    );
 }
 
 /// The sampler's configuration as the plan and the options say.
@@ -156,6 +174,7 @@ async fn run_loop(
     let start = Instant::now();
     let deadline = opts.duration.map(|d| start + d);
     let mut ends = IntervalEnds::starting(crate::sampler::monotonic_ns(), opts.interval_ms);
+    drainer.start_intervals(&ends)?;
     // Start the command only once the sampler runs, so none of its traffic is missed.
     let mut child = spawn_command(opts.command, sink.command_cgroup())?;
     if let Some(pid) = child.as_ref().and_then(Child::id) {

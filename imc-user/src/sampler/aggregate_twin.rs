@@ -7,14 +7,16 @@
 //! the one it writes by default (per CPU, one `KIND_AGGREGATE` record per task that ran since
 //! the last flush, at every tick), following imc-ebpf's `aggregate` step for step: the same
 //! accumulator of [`AGG_TASKS`] entries flushed early when full, the same long-slice rule, the
-//! same minimum time between a flush and a tick that flushes, the package readings in the first
-//! record of a tick's flush.
+//! same interval-end rule (with the interval clock set, a slice across an end is a period of
+//! its own), the same minimum time between a flush and a tick that flushes, the package
+//! readings in the first record of a tick's flush.
 //!
 //! Tests use it to check that attribution gives the same answer from either stream of one
 //! synthetic timeline, and `cargo xtask bench-scale` to replay a large machine both ways.
 use crate::model::{SlotScope, SlotSpec};
 use imc_common::{
-    AGG_TASKS, KIND_AGGREGATE, KIND_TICK, MAX_SLOTS, Record, SlotReading, tick_rules,
+    AGG_TASKS, KIND_AGGREGATE, KIND_TICK, MAX_SLOTS, Record, SlotReading, crosses_interval_end,
+    tick_rules,
 };
 
 #[derive(Clone, Copy)]
@@ -42,6 +44,8 @@ pub struct Aggregator {
     pkg_mask: u8,
     long_slice_ns: u64,
     min_flush_ns: u64,
+    /// The interval clock (origin, period in ns), as userspace writes it into the program.
+    clock: Option<(u64, u64)>,
     cpus: Vec<CpuAgg>,
 }
 
@@ -59,8 +63,16 @@ impl Aggregator {
             pkg_mask,
             long_slice_ns: tick_rules::long_slice_ns(tick_hz),
             min_flush_ns: tick_rules::min_flush_ns(tick_hz),
+            clock: None,
             cpus: Vec::new(),
         }
+    }
+
+    /// The interval clock the program is handed (`Sampler::set_interval_clock`): intervals end
+    /// every `period_ns` from `origin_ns`.
+    pub fn interval_clock(mut self, origin_ns: u64, period_ns: u64) -> Aggregator {
+        self.clock = Some((origin_ns, period_ns));
+        self
     }
 
     /// One record of the per-switch stream (`KIND_TICK` or `KIND_SWITCH`, each CPU's in time
@@ -86,7 +98,11 @@ impl Aggregator {
             st.last_ok = cpu_slots & !rec.failed_mask;
             return;
         }
+        let crossing = self
+            .clock
+            .is_some_and(|(origin, period)| crosses_interval_end(origin, period, st.last_t, t));
         if rec.kind == KIND_TICK
+            && !crossing
             && t - st.period_start < self.min_flush_ns
             && rec.failed_mask & pkg_mask == pkg_mask
         {
@@ -94,8 +110,9 @@ impl Aggregator {
             // its read was not due): the running slice goes on.
             return;
         }
-        let long = t - st.last_t > long_slice_ns;
-        if long {
+        // A long slice, or one across an interval end, is a period of its own.
+        let alone = t - st.last_t > long_slice_ns || crossing;
+        if alone {
             let end = st.last_t;
             flush(st, rec.cpu, end, None, pkg_mask, out);
         }
@@ -140,7 +157,7 @@ impl Aggregator {
             st.last_ok |= bit;
         }
         st.last_t = t;
-        if rec.kind == KIND_TICK || long {
+        if rec.kind == KIND_TICK || alone {
             flush(st, rec.cpu, t, Some(rec), pkg_mask, out);
         }
     }
@@ -216,14 +233,31 @@ mod tests {
         sc: &Scenario,
         aggregated: bool,
     ) -> (Vec<IntervalResult>, u64, u64, crate::simulator::Truth) {
+        attribute_with(sc, aggregated, 100 * MS, false)
+    }
+
+    /// [`attribute`] with intervals of `every` ns, the aggregator knowing their clock
+    /// (`clock`) or not.
+    fn attribute_with(
+        sc: &Scenario,
+        aggregated: bool,
+        every: u64,
+        clock: bool,
+    ) -> (Vec<IntervalResult>, u64, u64, crate::simulator::Truth) {
         let specs = sc.specs();
         let mut a = Attributor::new(&specs, &sc.topology(), "test").tick_hz(sc.freq_hz);
         let mut agg = Aggregator::new(&specs, sc.freq_hz);
+        if clock {
+            agg = agg.interval_clock(0, every);
+        }
         let mut out = Vec::new();
         let mut results = Vec::new();
         let (mut records, mut aggregates) = (0u64, 0u64);
         let mut sc = sc.clone();
-        sc.mark_every_ns = Some(100 * MS);
+        sc.mark_every_ns = Some(every);
+        // As the drainer does: an interval's end is set before the records that cross it come,
+        // and it closes once every CPU has reported past it.
+        let mut open_end: Option<u64> = None;
         let mut stream = sc.stream();
         for it in stream.by_ref() {
             match it {
@@ -241,8 +275,21 @@ mod tests {
                     a.push_tick(&r);
                 }
                 SynthItem::PackageRead(p, s, t, v) => a.push_package_read(p, s, t, v),
-                SynthItem::Mark(t) => results.push(a.close_interval(t)),
+                SynthItem::Mark(t) => {
+                    if let Some(end) = open_end.take() {
+                        results.push(a.close_interval(end));
+                    }
+                    a.split_at(t);
+                    open_end = Some(t);
+                }
             }
+            if let Some(end) = open_end.filter(|&end| a.reported_past(end)) {
+                results.push(a.close_interval(end));
+                open_end = None;
+            }
+        }
+        if let Some(end) = open_end {
+            results.push(a.close_interval(end));
         }
         results.push(a.finish(sc.duration_ns));
         (results, records, aggregates, stream.truth)
@@ -479,5 +526,109 @@ mod tests {
         agg.push(&at(KIND_TICK, 13, 0, 36, true), &mut out);
         assert_eq!(out.len(), 4);
         assert_eq!((out[3].pid, out[3].failed_mask & 0b011), (0, 0));
+    }
+
+    #[test]
+    fn a_slice_crosses_an_interval_end_strictly_inside_it() {
+        // Ends at 10, 20, 30 … (origin 0, period 10).
+        assert!(crosses_interval_end(0, 10, 5, 15));
+        assert!(crosses_interval_end(0, 10, 19, 21));
+        assert!(
+            !crosses_interval_end(0, 10, 5, 10),
+            "ending on an end is inside"
+        );
+        assert!(
+            !crosses_interval_end(0, 10, 10, 20),
+            "from one end to the next"
+        );
+        assert!(!crosses_interval_end(0, 10, 11, 19));
+        assert!(crosses_interval_end(0, 10, 5, 35), "across several");
+        // Before the origin: the first end is one period after it.
+        assert!(!crosses_interval_end(100, 10, 50, 110));
+        assert!(crosses_interval_end(100, 10, 50, 111));
+        // No clock yet.
+        assert!(!crosses_interval_end(0, 0, 5, 1_000));
+    }
+
+    #[test]
+    fn a_slice_across_an_interval_end_is_a_period_of_its_own() {
+        use imc_common::KIND_SWITCH;
+        // Task 7 until 2 ms, then task 8 until the tick at 4 ms; an interval ends at 3 ms.
+        let run = |agg: Aggregator| {
+            let mut agg = agg;
+            let mut out = Vec::new();
+            agg.push(&at(KIND_SWITCH, 1, 0, 0, false), &mut out);
+            agg.push(&at(KIND_TICK, 1, 7, 0, false), &mut out);
+            agg.push(&at(KIND_SWITCH, 2, 7, 10, false), &mut out);
+            agg.push(&at(KIND_TICK, 4, 8, 50, true), &mut out);
+            out.iter()
+                .map(|r| (r.pid, r.t0_ns / MS, r.t_ns / MS, r.slots[2].value))
+                .collect::<Vec<_>>()
+        };
+        let clock = |a: Aggregator| a.interval_clock(0, 3 * MS);
+        // Without the clock one period holds both tasks, across the end.
+        let blind = run(Aggregator::new(&three_slots(), 250));
+        assert_eq!(blind.last().map(|r| (r.1, r.2)), Some((1, 4)), "{blind:?}");
+        // With it, task 7's period ends where its slice did, before the end, and task 8's slice
+        // across the end is alone: only its own counts are split by time.
+        let seen = run(clock(Aggregator::new(&three_slots(), 250)));
+        let tail: Vec<_> = seen.iter().filter(|r| r.1 >= 1).copied().collect();
+        assert_eq!(tail, [(7, 1, 2, 10), (8, 2, 4, 40)], "{seen:?}");
+    }
+
+    /// Each interval's per-task counts of the CPU slot (the weight, as a stand-in event is
+    /// counted: charged to the task that ran, no package traffic spread) from an aggregated
+    /// stream against those of the per-switch stream, over the interval's total count: the
+    /// largest difference.
+    fn interval_gap(sc: &Scenario, clock: bool) -> f64 {
+        // Interval ends between ticks (a tick period is 4 ms), as they fall on a real machine.
+        let every = 98_700_000;
+        let (precise, ..) = attribute_with(sc, false, every, false);
+        let (aggregated, ..) = attribute_with(sc, true, every, clock);
+        assert_eq!(precise.len(), aggregated.len());
+        let specs = sc.specs();
+        let cpu_slot = specs
+            .iter()
+            .position(|s| s.scope == SlotScope::Cpu)
+            .expect("a CPU slot");
+        let event = &specs[cpu_slot].event;
+        let counts = |r: &IntervalResult| -> std::collections::BTreeMap<u32, f64> {
+            r.tasks
+                .iter()
+                .map(|t| (t.pid, t.values.get(event).copied().unwrap_or(0.0)))
+                .collect()
+        };
+        let mut worst = 0.0f64;
+        let mut compared = 0;
+        // Not the run's last interval: the aggregator's open periods are never flushed there.
+        let closed = precise.len() - 1;
+        for (p, a) in precise.iter().zip(&aggregated).take(closed) {
+            let (cp, ca) = (counts(p), counts(a));
+            let total: f64 = cp.values().sum();
+            compared += 1;
+            for (pid, n) in &cp {
+                let other = ca.get(pid).copied().unwrap_or(0.0);
+                worst = worst.max((n - other).abs() / total);
+            }
+        }
+        assert!(compared >= 20, "{compared} intervals counted {event}");
+        worst
+    }
+
+    #[test]
+    fn with_the_interval_clock_aggregates_place_each_task_in_its_interval() {
+        // Slices of 1–1.5 ms: a tick period (4 ms) holds several tasks of different rates, and
+        // a period across an interval end would spread them all over both intervals.
+        let sc = switchy(2, MS, true);
+        let blind = interval_gap(&sc, false);
+        let seen = interval_gap(&sc, true);
+        eprintln!(
+            "largest per-interval gap to per-switch records: blind {blind:.4}, clock {seen:.4}"
+        );
+        assert!(seen <= 0.002, "with the clock: {seen}");
+        assert!(
+            seen < blind,
+            "the clock narrows the gap ({blind} without it)"
+        );
     }
 }

@@ -1,5 +1,5 @@
 //! Handing the program its counters (the slot and package arrays, the readers) and mapping its
-//! rings.
+//! rings, and its interval clock.
 use super::config::SamplerConfig;
 use super::counters::{OpenCounter, OpenPackageCounter};
 use super::error::SamplerError;
@@ -8,8 +8,8 @@ use crate::sys::bpf::{BpfSys, MappedMap};
 use aya::Ebpf;
 use aya::maps::Array;
 use imc_common::{
-    CpuHead, HEADS_MAP_NAME, PKG_MAP_NAME, PKG_SLOT_MAP_NAME, READERS_MAP_NAME, ReaderCfg,
-    SLOT_MAP_NAMES, TICKS_MAP_NAME,
+    CpuHead, HEADS_MAP_NAME, INTERVALS_MAP_NAME, PKG_MAP_NAME, PKG_SLOT_MAP_NAME, READERS_MAP_NAME,
+    ReaderCfg, SLOT_MAP_NAMES, TICKS_MAP_NAME,
 };
 use std::os::fd::{AsFd, BorrowedFd};
 
@@ -150,4 +150,24 @@ pub(super) fn map_rings(
         entry,
         possible as usize,
     ))
+}
+
+/// Writes the interval clock (imc_common::INTERVALS_MAP_NAME), its period last: the program
+/// reads a clock only once its period is set.
+pub(super) fn write_interval_clock(
+    ebpf: &mut Ebpf,
+    origin_ns: u64,
+    period_ns: u64,
+) -> Result<(), SamplerError> {
+    let mut clock: Array<_, u64> = Array::try_from(
+        ebpf.map_mut(INTERVALS_MAP_NAME)
+            .ok_or_else(|| map_missing(INTERVALS_MAP_NAME))?,
+    )
+    .map_err(|e| SamplerError::map(INTERVALS_MAP_NAME, "", e))?;
+    for (i, v) in [(0u32, origin_ns), (1, period_ns)] {
+        clock
+            .set(i, v, 0)
+            .map_err(|e| SamplerError::map(INTERVALS_MAP_NAME, format!("entry {i}"), e))?;
+    }
+    Ok(())
 }

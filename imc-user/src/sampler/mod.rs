@@ -296,6 +296,17 @@ impl Sampler {
 
     /// Records the reader found overwritten before it got to them, all CPUs together: no
     /// syscall (the full [`stats`](Self::stats) reads the STATS map, one lookup per counter).
+    /// Writes the interval clock into the program (imc_common::INTERVALS_MAP_NAME): from then
+    /// on its aggregating path ends a flush period at each interval end's last switch, and makes
+    /// the one slice across the end a period of its own.
+    pub fn set_interval_clock(
+        &mut self,
+        origin_ns: u64,
+        period_ns: u64,
+    ) -> Result<(), SamplerError> {
+        write_interval_clock(&mut self.ebpf, origin_ns, period_ns)
+    }
+
     pub fn lost_records(&self) -> u64 {
         self.rings.lost.iter().sum()
     }
@@ -442,6 +453,11 @@ pub trait RecordSource {
     fn read_channels(&self) -> Vec<ChannelReading>;
     /// The CPUs whose rings asked for a drain since the last call.
     fn take_wakes(&mut self) -> Vec<u32>;
+    /// Hands the interval clock (origin and period, CLOCK_MONOTONIC ns) to whatever cuts
+    /// records into periods, so none runs across an interval end; nothing to do by default.
+    fn set_interval_clock(&mut self, _origin_ns: u64, _period_ns: u64) -> Result<(), SamplerError> {
+        Ok(())
+    }
 }
 
 impl RecordSource for Sampler {
@@ -462,6 +478,9 @@ impl RecordSource for Sampler {
     }
     fn take_wakes(&mut self) -> Vec<u32> {
         Sampler::take_wakes(self)
+    }
+    fn set_interval_clock(&mut self, origin_ns: u64, period_ns: u64) -> Result<(), SamplerError> {
+        Sampler::set_interval_clock(self, origin_ns, period_ns)
     }
 }
 
