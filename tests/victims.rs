@@ -351,3 +351,116 @@ fn a_recording_without_stall_counters_is_refused_in_one_line() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
 }
+
+/// Counter tracks by name and burst slices' arguments, decoded with Perfetto's own protos.
+struct Decoded {
+    /// Track name → its counter values (timestamp, value), in time order.
+    counters: std::collections::BTreeMap<String, Vec<(u64, f64)>>,
+    /// Per burst slice: (begin ns, its arguments' names and values).
+    slices: Vec<(u64, Vec<(String, String)>)>,
+}
+
+fn decode(path: &Path) -> Decoded {
+    use perfetto_protos::trace::Trace;
+    use perfetto_protos::track_event::track_event::Type;
+    use protobuf::Message;
+    let trace = Trace::parse_from_bytes(&std::fs::read(path).unwrap()).unwrap();
+    let mut names = std::collections::BTreeMap::new();
+    let mut d = Decoded {
+        counters: Default::default(),
+        slices: Vec::new(),
+    };
+    for p in &trace.packet {
+        if p.has_track_descriptor() {
+            let td = p.track_descriptor();
+            names.insert(td.uuid(), td.name().to_owned());
+        }
+    }
+    for p in &trace.packet {
+        if !p.has_track_event() {
+            continue;
+        }
+        let e = p.track_event();
+        match e.type_() {
+            Type::TYPE_COUNTER => d
+                .counters
+                .entry(names[&e.track_uuid()].clone())
+                .or_default()
+                .push((p.timestamp(), e.double_counter_value())),
+            Type::TYPE_SLICE_BEGIN => d.slices.push((
+                p.timestamp(),
+                e.debug_annotations
+                    .iter()
+                    .map(|a| (a.name().to_owned(), a.string_value().to_owned()))
+                    .collect(),
+            )),
+            _ => {}
+        }
+    }
+    d
+}
+
+#[test]
+fn the_perfetto_trace_names_victims_in_burst_slices_and_tracks_their_stall_share() {
+    let l = scenario("victims-streamer-beside-a-chaser.json");
+    let r = record(&l, "chaser-trace.imc");
+    let trace = r.path.with_extension("pftrace");
+    let _ = std::fs::remove_file(&trace);
+    let out = imc()
+        .args(["report", "--by", "pid", "--perfetto"])
+        .arg(&trace)
+        .arg(&r.path)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let d = decode(&trace);
+    // The burst's slice: its culprit first, then its victims, the chaser first.
+    assert_eq!(d.slices.len(), 1);
+    let args = &d.slices[0].1;
+    let arg = |name: &str| args.iter().find(|a| a.0 == name).map(|a| a.1.clone());
+    assert!(arg("culprit 1").unwrap().contains("stream"), "{args:?}");
+    let v1 = arg("victim 1").unwrap();
+    assert!(v1.contains("chaser") && v1.contains(" s stalled"), "{v1}");
+    assert!(arg("victim 3").unwrap().contains("no baseline"), "{args:?}");
+    // The chaser's stall share, interval by interval, against the simulator's truth.
+    let (name, series) = d
+        .counters
+        .iter()
+        .find(|(n, _)| n.starts_with("stall share: ") && n.contains("chaser"))
+        .expect("a stall-share track for the chaser");
+    assert!(name.ends_with("(%)"), "{name}");
+    let chaser = r.tasks.iter().position(|t| t.1 == "chaser").unwrap();
+    let mut checked = 0;
+    for w in r.marks.windows(2) {
+        let ((start, before), (_, after)) = (&w[0], &w[1]);
+        let truth = (after.task_stall[chaser] - before.task_stall[chaser])
+            / (after.task_cycles[chaser] - before.task_cycles[chaser])
+            * 100.0;
+        let at = series
+            .iter()
+            .find(|(t, _)| t == start)
+            .expect("a point per interval");
+        assert!(
+            (at.1 - truth).abs() < 1.0,
+            "at {start}: {} % against {truth} %",
+            at.1
+        );
+        checked += 1;
+    }
+    assert_eq!(checked, r.marks.len() - 1);
+    // It grows in the burst: idle latency before 5 s, loaded after.
+    let at = |s: u64| {
+        series
+            .iter()
+            .find(|(t, _)| *t == s * 1_000_000_000)
+            .unwrap()
+            .1
+    };
+    assert!(at(7) > 3.0 * at(2), "{series:?}");
+    std::fs::remove_file(&trace).unwrap();
+    std::fs::remove_file(&r.path).unwrap();
+}

@@ -109,6 +109,98 @@ impl Who {
     }
 }
 
+impl Who {
+    /// A task row of this identity (no counts): for the grouping's key and label.
+    pub fn row(&self) -> TaskRow {
+        TaskRow {
+            pid: self.pid,
+            tgid: self.tgid,
+            comm: self.comm.clone(),
+            cgroup: self.cgroup,
+            cgroup_path: self.cgroup_path.clone(),
+            container_id: self.container_id.clone(),
+            pod_uid: self.pod_uid.clone(),
+            ..TaskRow::default()
+        }
+    }
+}
+
+/// The stall share of the top victims interval by interval (a Perfetto counter track each),
+/// summed from their rows of each interval: the members of a group together.
+pub struct StallSeries {
+    by: GroupBy,
+    /// Per series: the group's key and its label (`chaser (pid 12)`).
+    pub keys: Vec<String>,
+    pub labels: Vec<String>,
+    stall_keys: (String, String),
+    time: Option<String>,
+    /// Per interval: its span and each series' stall share (null where it ran no cycle).
+    pub points: Vec<(u64, u64, Vec<Option<f64>>)>,
+}
+
+impl StallSeries {
+    /// Series for the first `n` of `victims` (ranked); None where the slots hold no stall pair.
+    pub fn new(
+        specs: &[crate::model::SlotSpec],
+        by: GroupBy,
+        victims: &[RunVictim],
+        n: usize,
+    ) -> Option<StallSeries> {
+        let (s, c) = crate::model::Victims::keys(specs)?;
+        let time = crate::model::Victims::key(specs, crate::model::StallPart::Time);
+        let top = victims.iter().filter(|v| v.stall_share_in_bursts.is_some());
+        let rows: Vec<TaskRow> = top.take(n).map(|v| v.who.row()).collect();
+        Some(StallSeries {
+            by,
+            keys: rows.iter().map(|r| by.key(r)).collect(),
+            labels: rows.iter().map(|r| by.label(r)).collect(),
+            stall_keys: (s.to_string(), c.to_string()),
+            time: time.map(str::to_string),
+            points: Vec::new(),
+        })
+    }
+
+    /// The key hashes of the rows the series read (`Reader::keep_rows`).
+    pub fn hashes(&self, victims: &[RunVictim]) -> std::collections::HashSet<u64> {
+        victims
+            .iter()
+            .map(|v| v.who.row())
+            .filter(|r| self.keys.contains(&self.by.key(r)))
+            .map(|r| self.by.key_hash(crate::model::KeyParts::of(&r)))
+            .collect()
+    }
+
+    /// One interval: each series' members' stalled cycles over their cycles.
+    pub fn add(&mut self, iv: &crate::model::result::IntervalResult) {
+        let mut sums = vec![(0.0, 0.0); self.keys.len()];
+        let keys = Some((self.stall_keys.0.as_str(), self.stall_keys.1.as_str()));
+        for r in &iv.tasks {
+            let key = self.by.key(r);
+            let Some(i) = self.keys.iter().position(|k| *k == key) else {
+                continue;
+            };
+            let st = match r.cycles {
+                Some(c) => (r.stall_cycles.unwrap_or(0.0), c),
+                None => {
+                    let f = crate::model::result::Stalls::of_values(
+                        &r.values,
+                        keys,
+                        self.time.as_deref(),
+                    );
+                    (f.stall_cycles.unwrap_or(0.0), f.cycles.unwrap_or(0.0))
+                }
+            };
+            sums[i].0 += st.0;
+            sums[i].1 += st.1;
+        }
+        let shares = sums
+            .into_iter()
+            .map(|(s, c)| stall_share(Some(s), Some(c)))
+            .collect();
+        self.points.push((iv.t_start_ns, iv.t_end_ns, shares));
+    }
+}
+
 /// One row of a span, reduced to its key, identity and stall counts.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Member {
@@ -266,15 +358,18 @@ fn sum(a: Option<f64>, b: Option<f64>) -> Option<f64> {
 /// The most victimized rows of a report, from victims computed part by part (each part's
 /// groups whole): the best `n` of the run and of each burst are kept.
 pub struct VictimTop {
-    n: usize,
+    n_run: usize,
+    n_burst: usize,
     pub run: Vec<RunVictim>,
     pub bursts: Vec<Vec<BurstVictim>>,
 }
 
 impl VictimTop {
-    pub fn new(n: usize, bursts: usize) -> VictimTop {
+    /// Keeping `n_run` rows over the run and `n_burst` per each of `bursts` bursts.
+    pub fn new(n_run: usize, n_burst: usize, bursts: usize) -> VictimTop {
         VictimTop {
-            n,
+            n_run,
+            n_burst,
             run: Vec::new(),
             bursts: vec![Vec::new(); bursts],
         }
@@ -283,11 +378,11 @@ impl VictimTop {
     pub fn push(&mut self, run: Vec<RunVictim>, bursts: Vec<Vec<BurstVictim>>) {
         self.run.extend(run);
         rank_run(&mut self.run);
-        self.run.truncate(self.n);
+        self.run.truncate(self.n_run);
         for (kept, b) in self.bursts.iter_mut().zip(bursts) {
             kept.extend(b);
             rank_bursts(kept);
-            kept.truncate(self.n);
+            kept.truncate(self.n_burst);
         }
     }
 }
@@ -372,7 +467,7 @@ mod tests {
     #[test]
     fn the_top_keeps_the_most_victimized_of_every_part() {
         let run = |rows: &[TaskRow]| victims(&m(rows), &[m(rows)]);
-        let mut top = VictimTop::new(1, 1);
+        let mut top = VictimTop::new(1, 1, 1);
         // Each part: its rows over the run are its burst's (no baseline), then with baselines.
         let a = [row(1, 1e9, 10e9, 10e9)];
         let b_run = [row(2, 1e9 + 0.9e9, 11e9, 11e9)];

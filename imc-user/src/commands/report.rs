@@ -10,7 +10,7 @@
 //! first.
 use crate::attribution::summary::{BurstSpan, Groups, IntervalRate, TopRows};
 use crate::attribution::timeline::Timeline;
-use crate::attribution::victims::{self, Member, VictimTop};
+use crate::attribution::victims::{self, Member, StallSeries, VictimTop};
 use crate::attribution::{Attributor, Summary, compare, find_bursts, group_rows};
 use crate::cli::{GlobalArgs, GroupBy, ReportArgs};
 use crate::error::{CliError, CliResult};
@@ -255,7 +255,7 @@ impl Passes {
             burst_top: (0..spans).map(|_| TopRows::new(BURST_TASKS)).collect(),
             groups: Groups::new(by),
             burst_groups: (0..spans).map(|_| Groups::new(by)).collect(),
-            victims: victims.map(|time| (VictimTop::new(KEPT_ROWS, spans), time)),
+            victims: victims.map(|time| (VictimTop::new(KEPT_ROWS, BURST_TASKS, spans), time)),
             burst_members: vec![Vec::new(); spans],
         }
     }
@@ -434,7 +434,6 @@ fn write_views(
     victims: Option<&VictimTop>,
     command: Option<&CommandReport>,
 ) -> CliResult<()> {
-    let _ = victims;
     let readers = open_run(&args.file)?;
     let specs = readers
         .last()
@@ -442,12 +441,18 @@ fn write_views(
         .unwrap_or_default();
     let by = args.by;
     let mut tl = Timeline::new(&specs, total, by, VIEW_GROUPS);
-    let drawn: std::collections::HashSet<u64> = total
+    let mut series = victims
+        .filter(|_| args.perfetto.is_some())
+        .and_then(|v| StallSeries::new(&specs, by, &v.run, perfetto::TRACK_VICTIMS));
+    let mut drawn: std::collections::HashSet<u64> = total
         .tasks
         .iter()
         .filter(|r| tl.groups.iter().any(|g| g.key == by.key(r)))
         .map(|r| by.key_hash(KeyParts::of(r)))
         .collect();
+    if let (Some(s), Some(v)) = (&series, victims) {
+        drawn.extend(s.hashes(&v.run));
+    }
     for mut r in readers {
         let drawn = drawn.clone();
         let pids = PidFilter::new(&args.pid);
@@ -455,6 +460,9 @@ fn write_views(
         while let Some(item) = r.next_item() {
             if let Item::Interval(iv) = item {
                 tl.add_amount(&iv, r.last_amount());
+                if let Some(s) = series.as_mut() {
+                    s.add(&iv);
+                }
             }
         }
     }
@@ -462,7 +470,15 @@ fn write_views(
         CliError::runtime_because(format!("cannot write the {what} {}", path.display()), e)
     };
     if let Some(path) = &args.perfetto {
-        perfetto::write(path, &tl, bursts, command)
+        let tracks = match (&series, victims) {
+            (Some(series), Some(v)) => Some(perfetto::VictimTracks {
+                by,
+                bursts: &v.bursts,
+                series,
+            }),
+            _ => None,
+        };
+        perfetto::write(path, &tl, bursts, command, tracks.as_ref())
             .map_err(|e| failed("Perfetto trace", path, e))?;
     }
     if let Some(path) = &args.plot {

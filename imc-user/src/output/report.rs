@@ -407,16 +407,7 @@ fn victim_head(by: GroupBy, cols: [&str; 3]) -> (Vec<String>, Vec<usize>) {
 }
 
 fn who_cells(w: &crate::attribution::victims::Who, by: GroupBy) -> Vec<String> {
-    let r = TaskRow {
-        pid: w.pid,
-        tgid: w.tgid,
-        comm: w.comm.clone(),
-        cgroup: w.cgroup,
-        cgroup_path: w.cgroup_path.clone(),
-        container_id: w.container_id.clone(),
-        pod_uid: w.pod_uid.clone(),
-        ..TaskRow::default()
-    };
+    let r = w.row();
     let companion = matches!(by, GroupBy::Pid | GroupBy::Tgid);
     [by.cell(&r), r.comm]
         .iter()
