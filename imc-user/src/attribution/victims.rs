@@ -288,63 +288,105 @@ pub fn rank_run(v: &mut [RunVictim]) {
 /// The victims of a run: `run` is every member's sums over the run, `bursts` each burst's
 /// members (whole groups, keyed as `run`). Each list ranked, most added stall first.
 pub fn victims(run: &[Member], bursts: &[Vec<Member>]) -> (Vec<RunVictim>, Vec<Vec<BurstVictim>>) {
-    let mut in_bursts: HashMap<&str, Stalls> = HashMap::new();
-    for m in bursts.iter().flatten() {
-        in_bursts.entry(&m.key).or_default().add(&m.stalls);
+    let mut acc = Victimhood::new(baselines(run, bursts.iter().flatten()));
+    let per_burst = bursts.iter().map(|b| acc.burst(b)).collect();
+    (acc.run(run), per_burst)
+}
+
+/// Each member's baseline, its stall share outside the bursts: its sums over the run (`run`)
+/// less its sums in the bursts (`in_bursts`, every burst's members).
+pub fn baselines<'a>(
+    run: &[Member],
+    in_bursts: impl Iterator<Item = &'a Member>,
+) -> HashMap<String, Option<f64>> {
+    let mut inside: HashMap<&str, Stalls> = HashMap::new();
+    for m in in_bursts {
+        inside.entry(&m.key).or_default().add(&m.stalls);
     }
-    let baseline: HashMap<&str, Option<f64>> = run
-        .iter()
+    run.iter()
         .map(|m| {
-            let inside = in_bursts.get(m.key.as_str()).copied().unwrap_or_default();
-            (m.key.as_str(), m.stalls.less(&inside).share())
+            let i = inside.get(m.key.as_str()).copied().unwrap_or_default();
+            (m.key.clone(), m.stalls.less(&i).share())
         })
-        .collect();
-    let mut added: HashMap<&str, (Option<f64>, Option<f64>)> = HashMap::new();
-    let per_burst = bursts
-        .iter()
-        .map(|b| {
-            let mut v: Vec<BurstVictim> = b
-                .iter()
-                .map(|m| {
-                    let base = baseline.get(m.key.as_str()).copied().flatten();
-                    let (cy, s) = m.stalls.added(base);
-                    let e = added.entry(&m.key).or_default();
-                    *e = (sum(e.0, cy), sum(e.1, s));
-                    BurstVictim {
-                        who: m.who.clone(),
-                        stall_share: m.stalls.share(),
-                        baseline_stall_share: base,
-                        cycles: m.stalls.cycles,
-                        on_cpu_seconds: m.stalls.on_cpu_s,
-                        stall_seconds: m.stalls.stall_s,
-                        added_stall_cycles: cy,
-                        added_stall_seconds: s,
-                    }
-                })
-                .collect();
-            rank_bursts(&mut v);
-            v
-        })
-        .collect();
-    let mut over_run: Vec<RunVictim> = run
-        .iter()
-        .map(|m| {
-            let inside = in_bursts.get(m.key.as_str()).copied().unwrap_or_default();
-            let outside = m.stalls.less(&inside);
-            let (cy, s) = added.get(m.key.as_str()).copied().unwrap_or_default();
-            RunVictim {
-                who: m.who.clone(),
-                stall_share_in_bursts: inside.share(),
-                stall_share_outside: outside.share(),
-                stall_seconds_in_bursts: m.stalls.stall_s.map(|_| inside.stall_s.unwrap_or(0.0)),
-                stall_seconds_outside: outside.stall_s,
-                added_stall_cycles: cy,
-                added_stall_seconds: s,
-            }
-        })
-        .collect();
-    rank_run(&mut over_run);
-    (over_run, per_burst)
+        .collect()
+}
+
+/// Victims burst by burst, once the baselines are known (so no burst's rows need be kept):
+/// each burst's ranked victims as it ends, and what the bursts added summed per member for
+/// the run's.
+pub struct Victimhood {
+    baseline: HashMap<String, Option<f64>>,
+    in_bursts: HashMap<String, Stalls>,
+    added: HashMap<String, (Option<f64>, Option<f64>)>,
+}
+
+impl Victimhood {
+    pub fn new(baseline: HashMap<String, Option<f64>>) -> Victimhood {
+        Victimhood {
+            baseline,
+            in_bursts: HashMap::new(),
+            added: HashMap::new(),
+        }
+    }
+
+    /// One burst's members: its victims, ranked.
+    pub fn burst(&mut self, members: &[Member]) -> Vec<BurstVictim> {
+        let mut v: Vec<BurstVictim> = members
+            .iter()
+            .map(|m| {
+                let base = self.baseline.get(m.key.as_str()).copied().flatten();
+                let (cy, s) = m.stalls.added(base);
+                let e = self.added.entry(m.key.clone()).or_default();
+                *e = (sum(e.0, cy), sum(e.1, s));
+                self.in_bursts
+                    .entry(m.key.clone())
+                    .or_default()
+                    .add(&m.stalls);
+                BurstVictim {
+                    who: m.who.clone(),
+                    stall_share: m.stalls.share(),
+                    baseline_stall_share: base,
+                    cycles: m.stalls.cycles,
+                    on_cpu_seconds: m.stalls.on_cpu_s,
+                    stall_seconds: m.stalls.stall_s,
+                    added_stall_cycles: cy,
+                    added_stall_seconds: s,
+                }
+            })
+            .collect();
+        rank_bursts(&mut v);
+        v
+    }
+
+    /// The run's members, after every burst: their victimhood over the run, ranked.
+    pub fn run(&self, run: &[Member]) -> Vec<RunVictim> {
+        let mut over_run: Vec<RunVictim> = run
+            .iter()
+            .map(|m| {
+                let inside = self
+                    .in_bursts
+                    .get(m.key.as_str())
+                    .copied()
+                    .unwrap_or_default();
+                let outside = m.stalls.less(&inside);
+                let (cy, s) = self.added.get(m.key.as_str()).copied().unwrap_or_default();
+                RunVictim {
+                    who: m.who.clone(),
+                    stall_share_in_bursts: inside.share(),
+                    stall_share_outside: outside.share(),
+                    stall_seconds_in_bursts: m
+                        .stalls
+                        .stall_s
+                        .map(|_| inside.stall_s.unwrap_or(0.0)),
+                    stall_seconds_outside: outside.stall_s,
+                    added_stall_cycles: cy,
+                    added_stall_seconds: s,
+                }
+            })
+            .collect();
+        rank_run(&mut over_run);
+        over_run
+    }
 }
 
 /// Both present: their sum; else whichever is (a burst without a baseline adds nothing known).
@@ -376,11 +418,23 @@ impl VictimTop {
     }
 
     pub fn push(&mut self, run: Vec<RunVictim>, bursts: Vec<Vec<BurstVictim>>) {
+        self.push_run(run);
+        for (k, b) in bursts.into_iter().enumerate() {
+            self.push_burst(k, b);
+        }
+    }
+
+    /// Victims over the run, of one part.
+    pub fn push_run(&mut self, run: Vec<RunVictim>) {
         self.run.extend(run);
         rank_run(&mut self.run);
         self.run.truncate(self.n_run);
-        for (kept, b) in self.bursts.iter_mut().zip(bursts) {
-            kept.extend(b);
+    }
+
+    /// Burst `k`'s victims, of one part.
+    pub fn push_burst(&mut self, k: usize, victims: Vec<BurstVictim>) {
+        if let Some(kept) = self.bursts.get_mut(k) {
+            kept.extend(victims);
             rank_bursts(kept);
             kept.truncate(self.n_burst);
         }

@@ -8,9 +8,15 @@
 //! once more, only the rows they draw. Memory follows those bounds and the readers' tables (one
 //! chunk, 24 bytes a task), not the number of tasks. A rotated `FILE.1` of the same run is read
 //! first.
+//!
+//! Victims (`--victims`, `--json` and `--perfetto` of a recording with stall counters): with
+//! thread and process groupings each part is read once more first, for its tasks' baselines
+//! (their stall share outside the bursts), so each burst's victims are ranked as it ends and
+//! only the most victimized are kept; other groupings rank them from the groups they already
+//! hold.
 use crate::attribution::summary::{BurstSpan, Groups, IntervalRate, TopRows};
 use crate::attribution::timeline::Timeline;
-use crate::attribution::victims::{self, Member, StallSeries, VictimTop};
+use crate::attribution::victims::{self, Member, StallSeries, VictimTop, Victimhood};
 use crate::attribution::{Attributor, Summary, compare, find_bursts, group_rows};
 use crate::cli::{GlobalArgs, GroupBy, ReportArgs};
 use crate::error::{CliError, CliResult};
@@ -239,11 +245,12 @@ struct Passes {
     /// Other groupings: every group, summed over the passes (the run's, and each burst's).
     groups: Groups,
     burst_groups: Vec<Groups>,
-    /// Victims, where the recording has the stall pair and they are wanted: the kept ones, the
-    /// on-CPU time's value key, and this part's burst members until the part's run rows are
-    /// whole (thread and process groupings).
+    /// Victims, where the recording has the stall pair and they are wanted: the kept ones and
+    /// the on-CPU time's value key; with thread and process groupings, this part's victimhood
+    /// (its baselines read in a pass of their own, so each burst's victims are ranked as it
+    /// ends and none of its rows is kept).
     victims: Option<(VictimTop, Option<String>)>,
-    burst_members: Vec<Vec<Member>>,
+    hood: Option<Victimhood>,
 }
 
 impl Passes {
@@ -256,7 +263,7 @@ impl Passes {
             groups: Groups::new(by),
             burst_groups: (0..spans).map(|_| Groups::new(by)).collect(),
             victims: victims.map(|time| (VictimTop::new(KEPT_ROWS, BURST_TASKS, spans), time)),
-            burst_members: vec![Vec::new(); spans],
+            hood: None,
         }
     }
 
@@ -272,7 +279,10 @@ impl Passes {
         let rows = s.take_rows();
         if self.by_group {
             let g = group_rows(rows, self.by);
-            self.burst_members[k] = self.members(&g);
+            let m = self.members(&g);
+            if let (Some(h), Some((top, _))) = (&mut self.hood, &mut self.victims) {
+                top.push_burst(k, h.burst(&m));
+            }
             self.burst_top[k].push(g);
         } else {
             for r in rows {
@@ -286,12 +296,13 @@ impl Passes {
         if self.by_group {
             let g = group_rows(rows, self.by);
             let run = self.members(&g);
-            let bursts = std::mem::take(&mut self.burst_members);
+            let hood = self.hood.take();
             if let Some((top, _)) = &mut self.victims {
-                let (over, per) = victims::victims(&run, &bursts);
-                top.push(over, per);
+                let hood = hood.unwrap_or_else(|| {
+                    Victimhood::new(victims::baselines(&run, std::iter::empty()))
+                });
+                top.push_run(hood.run(&run));
             }
-            self.burst_members = vec![Vec::new(); bursts.len()];
             self.top.push(g);
             return Ok(());
         }
@@ -309,15 +320,55 @@ impl Passes {
         Ok(())
     }
 
-    /// One pass: the rows of one part of the tasks, over the run and in each burst.
-    fn read_part(
+    /// Thread and process groupings with victims: this part's baselines, from a pass that sums
+    /// its rows over the run and over the bursts' intervals.
+    fn read_baselines(
         &mut self,
-        readers: Vec<Reader>,
+        path: &Path,
         spans: &[BurstSpan],
         keep: impl Fn(KeyParts<'_>) -> bool + Clone + 'static,
         command_only: bool,
-        path: &Path,
     ) -> CliResult<()> {
+        if !self.by_group || self.victims.is_none() || spans.is_empty() {
+            return Ok(());
+        }
+        let readers = open_run(path)?;
+        let specs = readers
+            .last()
+            .map(|r| r.specs().to_vec())
+            .unwrap_or_default();
+        let (mut run, mut inside) = (Summary::new(&specs), Summary::new(&specs));
+        let mut idx = 0usize;
+        for mut r in readers {
+            r.command_only(command_only);
+            r.keep_rows(keep.clone());
+            while let Some(item) = r.next_item() {
+                let Item::Interval(iv) = item else { continue };
+                let amount = r.last_amount();
+                run.add_amount(&iv, amount);
+                let k = spans.partition_point(|s| s.last < idx);
+                if spans.get(k).is_some_and(|s| s.first <= idx) {
+                    inside.add_amount(&iv, amount);
+                }
+                idx += 1;
+            }
+        }
+        let run = self.members(&group_rows(run.take_rows(), self.by));
+        let inside = self.members(&group_rows(inside.take_rows(), self.by));
+        self.hood = Some(Victimhood::new(victims::baselines(&run, inside.iter())));
+        Ok(())
+    }
+
+    /// One pass: the rows of one part of the tasks, over the run and in each burst.
+    fn read_part(
+        &mut self,
+        path: &Path,
+        spans: &[BurstSpan],
+        keep: impl Fn(KeyParts<'_>) -> bool + Clone + 'static,
+        command_only: bool,
+    ) -> CliResult<()> {
+        self.read_baselines(path, spans, keep.clone(), command_only)?;
+        let readers = open_run(path)?;
         let specs = readers
             .last()
             .map(|r| r.specs().to_vec())
@@ -417,7 +468,7 @@ fn task_rows(
             };
             h % parts == part
         };
-        passes.read_part(open_run(path)?, spans, keep, command_only, path)?;
+        passes.read_part(path, spans, keep, command_only)?;
     }
     Ok(passes.finish(spans))
 }
