@@ -383,7 +383,8 @@ pub struct ReportArgs {
     #[arg(long, value_name = "RATE", value_parser = parse_rate, allow_hyphen_values = true)]
     pub burst_threshold: Option<Rate>,
     /// Also write a Perfetto trace (open it in ui.perfetto.dev): package bandwidth, the top
-    /// processes' bandwidth and the bursts on a timeline.
+    /// processes' bandwidth and the bursts on a timeline; with stall counters, each burst's
+    /// victims beside its culprits and the top victims' stall share.
     #[arg(long, value_name = "OUT")]
     pub perfetto: Option<PathBuf>,
     /// Also draw bandwidth over time, stacked by the top processes, as an SVG file.
