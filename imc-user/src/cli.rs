@@ -361,6 +361,13 @@ pub struct ReportArgs {
     /// List the bursts (always included in --json).
     #[arg(long)]
     pub bursts: bool,
+    /// Per burst, its culprits (bytes) and its victims: per task, the stall time the burst
+    /// added over the task's own baseline outside bursts, (stall share in the burst − stall
+    /// share outside bursts) × its on-CPU seconds in the burst (its cycles there, in seconds),
+    /// most first; and per task over the run: stall seconds in bursts, outside, added. Needs a
+    /// recording with stall counters (JSON `victims` always, null without them).
+    #[arg(long)]
+    pub victims: bool,
     /// Show the recorded command's process tree first (`record -- CMD`): its rows and its share
     /// of the machine's traffic, over the run, per burst and at its busiest interval (JSON
     /// `command`). The default when the recording has a command; an error when it has none.
@@ -376,7 +383,8 @@ pub struct ReportArgs {
     #[arg(long, value_name = "RATE", value_parser = parse_rate, allow_hyphen_values = true)]
     pub burst_threshold: Option<Rate>,
     /// Also write a Perfetto trace (open it in ui.perfetto.dev): package bandwidth, the top
-    /// processes' bandwidth and the bursts on a timeline.
+    /// processes' bandwidth and the bursts on a timeline; with stall counters, each burst's
+    /// victims beside its culprits and the top victims' stall share.
     #[arg(long, value_name = "OUT")]
     pub perfetto: Option<PathBuf>,
     /// Also draw bandwidth over time, stacked by the top processes, as an SVG file.

@@ -44,6 +44,7 @@ pub mod spread;
 pub mod summary;
 pub mod tasks;
 pub mod timeline;
+pub mod victims;
 
 pub use summary::{Summary, compare, find_bursts, group_rows, percentile, traffic_amount};
 pub use tasks::TaskKey;

@@ -2,9 +2,9 @@
 //! pid/tgid/comm/cgroup, finding bursts, and comparing the tick-only answer with the precise one.
 use crate::model::GroupBy;
 use crate::model::result::{
-    IntervalResult, PackageRow, PrecisionRow, ShareBasis, TaskRow, package_bytes,
+    IntervalResult, PackageRow, PrecisionRow, ShareBasis, Stalls, TaskRow, package_bytes,
 };
-use crate::model::{SlotRole, SlotSpec};
+use crate::model::{SlotRole, SlotSpec, StallPart, Victims};
 use std::collections::{BTreeMap, HashMap};
 
 /// Largest bytes first; stand-ins (no bytes) by share; then by pid for a stable order.
@@ -63,6 +63,10 @@ pub fn amount_of(package_bytes: u64, counts: f64, shares: f64) -> f64 {
 /// Sums intervals over a run (or a burst): packages by id, tasks by (pid, tgid, comm, cgroup).
 pub struct Summary {
     keys: Vec<String>,
+    /// The stall pair's value keys and the on-CPU time's: rows read back from a recording
+    /// store values only, and their stall fields are derived from them here.
+    stall_keys: Option<(String, String)>,
+    stall_time: Option<String>,
     /// How the run divided package traffic (from its first interval).
     pub weighting: Option<crate::model::Weighting>,
     pub weight_fallbacks: u64,
@@ -85,6 +89,8 @@ impl Summary {
             weighting: None,
             weight_fallbacks: 0,
             keys: traffic_keys(specs),
+            stall_keys: Victims::keys(specs).map(|(s, c)| (s.to_string(), c.to_string())),
+            stall_time: Victims::key(specs, StallPart::Time).map(str::to_string),
             t_start_ns: None,
             t_end_ns: 0,
             source: String::new(),
@@ -157,6 +163,16 @@ impl Summary {
                 e.pod_uid.clone_from(&r.pod_uid);
             }
             add_row(e, r);
+            if r.cycles.is_none()
+                && let Some((s, c)) = &self.stall_keys
+            {
+                let keys = Some((s.as_str(), c.as_str()));
+                e.add_stall_fields(&Stalls::of_values(
+                    &r.values,
+                    keys,
+                    self.stall_time.as_deref(),
+                ));
+            }
         }
     }
 
@@ -585,6 +601,50 @@ mod tests {
             .map(|i| rate(i as u64, 100.0 + noise(i, 30.0)))
             .collect();
         assert!(find_bursts(&flat, None).1.is_empty());
+    }
+
+    #[test]
+    fn rows_read_back_with_values_only_get_their_stall_fields_from_them() {
+        use crate::model::{SlotScope, StallPart};
+        let spec = |event: &str, part| SlotSpec {
+            event: event.into(),
+            scope: SlotScope::Cpu,
+            role: SlotRole::Stall(part),
+            bytes_per_count: None,
+            counter_bits: 64,
+        };
+        let specs = [
+            spec("stalled", StallPart::Stalled),
+            spec("cycles", StallPart::Cycles),
+            spec("cpu-clock", StallPart::Time),
+        ];
+        // As a recording stores a row: its values, no stall fields.
+        let row = |stalled: f64, cycles: f64, ns: f64| TaskRow {
+            pid: 7,
+            values: [
+                ("stalled".to_string(), stalled),
+                ("cycles".to_string(), cycles),
+                ("cpu-clock".to_string(), ns),
+            ]
+            .into(),
+            ..TaskRow::default()
+        };
+        let iv = |r: TaskRow| IntervalResult {
+            tasks: vec![r],
+            ..IntervalResult::default()
+        };
+        let mut s = Summary::new(&specs);
+        s.add(&iv(row(1e9, 4e9, 2e9)));
+        s.add(&iv(row(3e9, 4e9, 2e9)));
+        let r = &s.finish(GroupBy::Pid).tasks[0];
+        assert_eq!((r.stall_cycles, r.cycles), (Some(4e9), Some(8e9)));
+        assert_eq!(r.stall_share, Some(0.5));
+        // Each interval's share times its time: 0.25 × 2 s + 0.75 × 2 s.
+        assert!((r.stall_seconds.unwrap() - 2.0).abs() < 1e-12);
+        // Without the pair in the slots, nothing is made up.
+        let mut plain = Summary::new(&[]);
+        plain.add(&iv(row(1e9, 4e9, 2e9)));
+        assert_eq!(plain.finish(GroupBy::Pid).tasks[0].stall_share, None);
     }
 
     #[test]

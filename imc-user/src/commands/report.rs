@@ -8,20 +8,27 @@
 //! once more, only the rows they draw. Memory follows those bounds and the readers' tables (one
 //! chunk, 24 bytes a task), not the number of tasks. A rotated `FILE.1` of the same run is read
 //! first.
+//!
+//! Victims (`--victims`, `--json` and `--perfetto` of a recording with stall counters): with
+//! thread and process groupings each part is read once more first, for its tasks' baselines
+//! (their stall share outside the bursts), so each burst's victims are ranked as it ends and
+//! only the most victimized are kept; other groupings rank them from the groups they already
+//! hold.
 use crate::attribution::summary::{BurstSpan, Groups, IntervalRate, TopRows};
 use crate::attribution::timeline::Timeline;
+use crate::attribution::victims::{self, Member, StallSeries, VictimTop, Victimhood};
 use crate::attribution::{Attributor, Summary, compare, find_bursts, group_rows};
 use crate::cli::{GlobalArgs, GroupBy, ReportArgs};
 use crate::error::{CliError, CliResult};
 use crate::model::result::{
     BurstRow, IntervalResult, OthersRow, PrecisionRow, ReportResult, TaskRow,
 };
-use crate::model::{KeyParts, PidFilter};
+use crate::model::{KeyParts, PidFilter, SlotSpec, StallPart, Victims as PairKeys};
 use crate::output::report::{
-    CommandReport, CommandSpan, ReportView, Unit, command_text, human, rate_unit,
+    CommandReport, CommandSpan, ReportView, Unit, command_text, human, rate_unit, victims_text,
 };
 use crate::output::{perfetto, plot};
-use crate::record::{Item, ReadStatus, Reader, rotated_path};
+use crate::record::{Item, ReadStatus, Reader, RecordHeader, rotated_path};
 use crate::text::escape;
 use imc_common::KIND_SWITCH;
 use std::path::Path;
@@ -61,6 +68,77 @@ struct WholeRun {
     command: Vec<(f64, f64)>,
 }
 
+/// Precise runs: the raw ticks around bursts hold switch records; they are attributed twice
+/// (with and without the switches) to say how much the tick alone would have differed.
+struct PreciseCmp {
+    precise: Attributor,
+    tick_only: Attributor,
+    precise_sum: Summary,
+    tick_sum: Summary,
+    ticks: u64,
+    switches: u64,
+}
+
+impl PreciseCmp {
+    fn new(specs: &[SlotSpec], h: &RecordHeader) -> PreciseCmp {
+        let topo = h.topology();
+        let mk = |tick_only| {
+            Attributor::new(specs, &topo, h.source.clone())
+                .tick_hz(h.freq_hz)
+                .tick_only(tick_only)
+        };
+        PreciseCmp {
+            precise: mk(false),
+            tick_only: mk(true),
+            precise_sum: Summary::new(specs),
+            tick_sum: Summary::new(specs),
+            ticks: 0,
+            switches: 0,
+        }
+    }
+
+    fn push_block(&mut self, block: &[imc_common::Record]) {
+        let mut end = 0;
+        for rec in block {
+            self.precise.push_tick(rec);
+            self.tick_only.push_tick(rec);
+            end = end.max(rec.t_ns);
+            if rec.kind == KIND_SWITCH {
+                self.switches += 1;
+            } else {
+                self.ticks += 1;
+            }
+        }
+        self.precise_sum.add(&self.precise.finish(end));
+        self.tick_sum.add(&self.tick_only.finish(end));
+    }
+
+    fn row(&self) -> PrecisionRow {
+        let mut row = compare(
+            &self.precise_sum.finish(GroupBy::Pid),
+            &self.tick_sum.finish(GroupBy::Pid),
+        );
+        row.ticks = self.ticks;
+        row.switches = self.switches;
+        row
+    }
+}
+
+/// What a reader's end says about the file: a warning where it was cut or unfinished.
+fn damage_warning(r: &Reader) -> Option<String> {
+    match r.status() {
+        ReadStatus::Damaged { offset, reason } => Some(format!(
+            "{}: {reason} at byte {offset}: the recording was cut; reporting everything before it",
+            r.path().display()
+        )),
+        ReadStatus::Unfinished => Some(format!(
+            "{}: no end marker: the recording was interrupted (or is still being written); reporting all it holds",
+            r.path().display()
+        )),
+        ReadStatus::Complete | ReadStatus::Continued | ReadStatus::Reading => None,
+    }
+}
+
 /// Reads every segment of the run once, from the first record to the last, keeping no task
 /// row: memory is the readers' tables and one chunk, whatever the number of tasks.
 fn read_whole_run(readers: Vec<Reader>) -> WholeRun {
@@ -73,10 +151,7 @@ fn read_whole_run(readers: Vec<Reader>) -> WholeRun {
     let mut warnings = Vec::new();
     let mut tasks_used = 0;
     let mut command = Vec::new();
-    // Precise runs: the raw ticks around bursts hold switch records; attribute them twice
-    // (with and without the switches) to say how much the tick alone would have differed.
-    let mut cmp: Option<(Attributor, Attributor, Summary, Summary)> = None;
-    let (mut ticks, mut switches) = (0u64, 0u64);
+    let mut cmp: Option<PreciseCmp> = None;
     for mut r in readers {
         // Asked once per task an interval uses (the reader keeps the answer): a count of the
         // tasks to sum, however many the file's table defines.
@@ -99,67 +174,26 @@ fn read_whole_run(readers: Vec<Reader>) -> WholeRun {
                     summary.add_amount(&iv, amount);
                     command.push((r.last_command(), r.last_attributed()));
                 }
-                Item::Ticks(block) => {
-                    // `record -p` kept only some tasks' records: attributing them again would
-                    // charge the package's traffic to those alone.
-                    if !block.iter().any(|t| t.kind == KIND_SWITCH) || !h.pids.is_empty() {
-                        continue;
-                    }
-                    let (p, t, sp, st) = cmp.get_or_insert_with(|| {
-                        let topo = h.topology();
-                        let mk = |tick_only| {
-                            Attributor::new(&specs, &topo, h.source.clone())
-                                .tick_hz(h.freq_hz)
-                                .tick_only(tick_only)
-                        };
-                        (
-                            mk(false),
-                            mk(true),
-                            Summary::new(&specs),
-                            Summary::new(&specs),
-                        )
-                    });
-                    let mut end = 0;
-                    for rec in &block {
-                        p.push_tick(rec);
-                        t.push_tick(rec);
-                        end = end.max(rec.t_ns);
-                        if rec.kind == KIND_SWITCH {
-                            switches += 1;
-                        } else {
-                            ticks += 1;
-                        }
-                    }
-                    sp.add(&p.finish(end));
-                    st.add(&t.finish(end));
+                // `record -p` kept only some tasks' records: attributing them again would
+                // charge the package's traffic to those alone.
+                Item::Ticks(block)
+                    if block.iter().any(|t| t.kind == KIND_SWITCH) && h.pids.is_empty() =>
+                {
+                    cmp.get_or_insert_with(|| PreciseCmp::new(&specs, &h))
+                        .push_block(&block);
                 }
+                Item::Ticks(_) => {}
             }
         }
         tasks_used += used.get();
-        match r.status() {
-            ReadStatus::Damaged { offset, reason } => warnings.push(format!(
-                "{}: {reason} at byte {offset}: the recording was cut; reporting everything before it",
-                r.path().display()
-            )),
-            ReadStatus::Unfinished => warnings.push(format!(
-                "{}: no end marker: the recording was interrupted (or is still being written); reporting all it holds",
-                r.path().display()
-            )),
-            ReadStatus::Complete | ReadStatus::Continued | ReadStatus::Reading => {}
-        }
+        warnings.extend(damage_warning(&r));
     }
-    let precise = cmp.map(|(_, _, sp, st)| {
-        let mut row = compare(&sp.finish(GroupBy::Pid), &st.finish(GroupBy::Pid));
-        row.ticks = ticks;
-        row.switches = switches;
-        row
-    });
     WholeRun {
         summary,
         rates,
         warnings,
         tasks_used,
-        precise,
+        precise: cmp.map(|c| c.row()),
         command,
     }
 }
@@ -192,25 +226,148 @@ fn task_hash(p: KeyParts<'_>) -> u64 {
     h.finish()
 }
 
-/// The report's task rows and bursts, exact, in passes over the file (see [`TASKS_PER_PASS`]).
-/// `total` is the run without its task rows (from the first read); the result: the kept rows,
-/// the others' sum, and per burst its busiest [`BURST_TASKS`] groups.
-fn task_rows(
-    path: &Path,
-    whole: &WholeRun,
-    spans: &[BurstSpan],
+/// What the passes over the task rows give: the kept rows, the others' sum, per burst its
+/// busiest [`BURST_TASKS`] groups, and the victims where asked and recorded.
+struct TaskRows {
+    rows: Vec<TaskRow>,
+    others: Option<OthersRow>,
+    bursts: Vec<BurstRow>,
+    victims: Option<VictimTop>,
+}
+
+/// The sums of the passes over the file, the run's and each burst's (see [`TASKS_PER_PASS`]).
+struct Passes {
     by: GroupBy,
-    pids: &PidFilter,
-    command_only: bool,
-) -> CliResult<(Vec<TaskRow>, Option<OthersRow>, Vec<BurstRow>)> {
-    let parts = whole.tasks_used.div_ceil(TASKS_PER_PASS).max(1) as u64;
-    let by_group = split_by_group(by);
-    let mut top = TopRows::new(KEPT_ROWS);
-    let mut burst_top: Vec<TopRows> = spans.iter().map(|_| TopRows::new(BURST_TASKS)).collect();
-    // Other groupings: every group, summed over the passes (the run's, and each burst's).
-    let mut groups = Groups::new(by);
-    let mut burst_groups: Vec<Groups> = spans.iter().map(|_| Groups::new(by)).collect();
-    for part in 0..parts {
+    /// Each part's groups are whole ([`split_by_group`]).
+    by_group: bool,
+    top: TopRows,
+    burst_top: Vec<TopRows>,
+    /// Other groupings: every group, summed over the passes (the run's, and each burst's).
+    groups: Groups,
+    burst_groups: Vec<Groups>,
+    /// Victims, where the recording has the stall pair and they are wanted: the kept ones and
+    /// the on-CPU time's value key; with thread and process groupings, this part's victimhood
+    /// (its baselines read in a pass of their own, so each burst's victims are ranked as it
+    /// ends and none of its rows is kept).
+    victims: Option<(VictimTop, Option<String>)>,
+    hood: Option<Victimhood>,
+}
+
+impl Passes {
+    fn new(spans: usize, by: GroupBy, victims: Option<Option<String>>) -> Passes {
+        Passes {
+            by,
+            by_group: split_by_group(by),
+            top: TopRows::new(KEPT_ROWS),
+            burst_top: (0..spans).map(|_| TopRows::new(BURST_TASKS)).collect(),
+            groups: Groups::new(by),
+            burst_groups: (0..spans).map(|_| Groups::new(by)).collect(),
+            victims: victims.map(|time| (VictimTop::new(KEPT_ROWS, BURST_TASKS, spans), time)),
+            hood: None,
+        }
+    }
+
+    fn members(&self, rows: &[TaskRow]) -> Vec<Member> {
+        match &self.victims {
+            Some((_, time)) => victims::members(rows, self.by, time.as_deref()),
+            None => Vec::new(),
+        }
+    }
+
+    /// A burst's rows of this part, once it has ended.
+    fn take_burst(&mut self, k: usize, mut s: Summary) {
+        let rows = s.take_rows();
+        if self.by_group {
+            let g = group_rows(rows, self.by);
+            let m = self.members(&g);
+            if let (Some(h), Some((top, _))) = (&mut self.hood, &mut self.victims) {
+                top.push_burst(k, h.burst(&m));
+            }
+            self.burst_top[k].push(g);
+        } else {
+            for r in rows {
+                self.burst_groups[k].add(r);
+            }
+        }
+    }
+
+    /// The run's rows of this part, at the end of its pass.
+    fn take_run(&mut self, rows: Vec<TaskRow>, path: &Path) -> CliResult<()> {
+        if self.by_group {
+            let g = group_rows(rows, self.by);
+            let run = self.members(&g);
+            let hood = self.hood.take();
+            if let Some((top, _)) = &mut self.victims {
+                let hood = hood.unwrap_or_else(|| {
+                    Victimhood::new(victims::baselines(&run, std::iter::empty()))
+                });
+                top.push_run(hood.run(&run));
+            }
+            self.top.push(g);
+            return Ok(());
+        }
+        for r in rows {
+            self.groups.add(r);
+        }
+        let held = self.groups.len() + self.burst_groups.iter().map(Groups::len).sum::<usize>();
+        if held > MAX_GROUPS {
+            return Err(CliError::bad_input(format!(
+                "{}: more than {MAX_GROUPS} {}s: too many rows to group in bounded memory; report --by pid or --by tgid",
+                path.display(),
+                self.by.name()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Thread and process groupings with victims: this part's baselines, from a pass that sums
+    /// its rows over the run and over the bursts' intervals.
+    fn read_baselines(
+        &mut self,
+        path: &Path,
+        spans: &[BurstSpan],
+        keep: impl Fn(KeyParts<'_>) -> bool + Clone + 'static,
+        command_only: bool,
+    ) -> CliResult<()> {
+        if !self.by_group || self.victims.is_none() || spans.is_empty() {
+            return Ok(());
+        }
+        let readers = open_run(path)?;
+        let specs = readers
+            .last()
+            .map(|r| r.specs().to_vec())
+            .unwrap_or_default();
+        let (mut run, mut inside) = (Summary::new(&specs), Summary::new(&specs));
+        let mut idx = 0usize;
+        for mut r in readers {
+            r.command_only(command_only);
+            r.keep_rows(keep.clone());
+            while let Some(item) = r.next_item() {
+                let Item::Interval(iv) = item else { continue };
+                let amount = r.last_amount();
+                run.add_amount(&iv, amount);
+                let k = spans.partition_point(|s| s.last < idx);
+                if spans.get(k).is_some_and(|s| s.first <= idx) {
+                    inside.add_amount(&iv, amount);
+                }
+                idx += 1;
+            }
+        }
+        let run = self.members(&group_rows(run.take_rows(), self.by));
+        let inside = self.members(&group_rows(inside.take_rows(), self.by));
+        self.hood = Some(Victimhood::new(victims::baselines(&run, inside.iter())));
+        Ok(())
+    }
+
+    /// One pass: the rows of one part of the tasks, over the run and in each burst.
+    fn read_part(
+        &mut self,
+        path: &Path,
+        spans: &[BurstSpan],
+        keep: impl Fn(KeyParts<'_>) -> bool + Clone + 'static,
+        command_only: bool,
+    ) -> CliResult<()> {
+        self.read_baselines(path, spans, keep.clone(), command_only)?;
         let readers = open_run(path)?;
         let specs = readers
             .last()
@@ -218,39 +375,17 @@ fn task_rows(
             .unwrap_or_default();
         let mut sum = Summary::new(&specs);
         let mut burst: Option<(usize, Summary)> = None;
-        let mut idx = 0usize;
-        let mut b = 0usize;
-        let mut take_burst = |k: usize, mut s: Summary, top: &mut Vec<TopRows>| {
-            let rows = s.take_rows();
-            if by_group {
-                top[k].push(group_rows(rows, by));
-            } else {
-                for r in rows {
-                    burst_groups[k].add(r);
-                }
-            }
-        };
+        let (mut idx, mut b) = (0usize, 0usize);
         for mut r in readers {
-            let pids = pids.clone();
             r.command_only(command_only);
-            r.keep_rows(move |p| {
-                if !pids.keeps(p.pid, p.tgid) {
-                    return false;
-                }
-                let h = if by_group {
-                    by.key_hash(p)
-                } else {
-                    task_hash(p)
-                };
-                h % parts == part
-            });
+            r.keep_rows(keep.clone());
             while let Some(item) = r.next_item() {
                 let Item::Interval(iv) = item else { continue };
                 let amount = r.last_amount();
                 sum.add_amount(&iv, amount);
                 while b < spans.len() && spans[b].last < idx {
                     if let Some((k, s)) = burst.take() {
-                        take_burst(k, s, &mut burst_top);
+                        self.take_burst(k, s);
                     }
                     b += 1;
                 }
@@ -262,43 +397,80 @@ fn task_rows(
             }
         }
         if let Some((k, s)) = burst.take() {
-            take_burst(k, s, &mut burst_top);
+            self.take_burst(k, s);
         }
-        let rows = sum.take_rows();
-        if by_group {
-            top.push(group_rows(rows, by));
-        } else {
-            for r in rows {
-                groups.add(r);
+        self.take_run(sum.take_rows(), path)
+    }
+
+    fn finish(mut self, spans: &[BurstSpan]) -> TaskRows {
+        if !self.by_group {
+            let run = self.groups.into_rows();
+            let bursts: Vec<Vec<TaskRow>> = self
+                .burst_groups
+                .into_iter()
+                .map(Groups::into_rows)
+                .collect();
+            if let Some((top, time)) = &mut self.victims {
+                let m = |rows: &[TaskRow]| victims::members(rows, self.by, time.as_deref());
+                let per: Vec<Vec<Member>> = bursts.iter().map(|b| m(b)).collect();
+                let (over, per) = victims::victims(&m(&run), &per);
+                top.push(over, per);
             }
-            let held = groups.len() + burst_groups.iter().map(Groups::len).sum::<usize>();
-            if held > MAX_GROUPS {
-                return Err(CliError::bad_input(format!(
-                    "{}: more than {MAX_GROUPS} {}s: too many rows to group in bounded memory; report --by pid or --by tgid",
-                    path.display(),
-                    by.name()
-                )));
+            self.top.push(run);
+            for (t, g) in self.burst_top.iter_mut().zip(bursts) {
+                t.push(g);
             }
+        }
+        let (rows, others) = self.top.finish();
+        let bursts = spans
+            .iter()
+            .zip(self.burst_top)
+            .map(|(s, t)| BurstRow {
+                t_start_ns: s.t_start_ns,
+                t_end_ns: s.t_end_ns,
+                bytes_per_s: s.bytes_per_s,
+                tasks: t.finish().0,
+            })
+            .collect();
+        TaskRows {
+            rows,
+            others,
+            bursts,
+            victims: self.victims.map(|(v, _)| v),
         }
     }
-    if !by_group {
-        top.push(groups.into_rows());
-        for (t, g) in burst_top.iter_mut().zip(burst_groups) {
-            t.push(g.into_rows());
-        }
+}
+
+/// The report's task rows and bursts, exact, in passes over the file (see [`TASKS_PER_PASS`]),
+/// and with `victims` (the on-CPU time's value key, if any) the victims of the bursts.
+fn task_rows(
+    path: &Path,
+    whole: &WholeRun,
+    spans: &[BurstSpan],
+    by: GroupBy,
+    pids: &PidFilter,
+    command_only: bool,
+    victims: Option<Option<String>>,
+) -> CliResult<TaskRows> {
+    let parts = whole.tasks_used.div_ceil(TASKS_PER_PASS).max(1) as u64;
+    let mut passes = Passes::new(spans.len(), by, victims);
+    let by_group = passes.by_group;
+    for part in 0..parts {
+        let pids = pids.clone();
+        let keep = move |p: KeyParts<'_>| {
+            if !pids.keeps(p.pid, p.tgid) {
+                return false;
+            }
+            let h = if by_group {
+                by.key_hash(p)
+            } else {
+                task_hash(p)
+            };
+            h % parts == part
+        };
+        passes.read_part(path, spans, keep, command_only)?;
     }
-    let (rows, others) = top.finish();
-    let bursts = spans
-        .iter()
-        .zip(burst_top)
-        .map(|(s, t)| BurstRow {
-            t_start_ns: s.t_start_ns,
-            t_end_ns: s.t_end_ns,
-            bytes_per_s: s.bytes_per_s,
-            tasks: t.finish().0,
-        })
-        .collect();
-    Ok((rows, others, bursts))
+    Ok(passes.finish(spans))
 }
 
 /// Series of the top groups drawn or traced.
@@ -310,6 +482,7 @@ fn write_views(
     args: &ReportArgs,
     total: &IntervalResult,
     bursts: &[BurstRow],
+    victims: Option<&VictimTop>,
     command: Option<&CommandReport>,
 ) -> CliResult<()> {
     let readers = open_run(&args.file)?;
@@ -319,12 +492,18 @@ fn write_views(
         .unwrap_or_default();
     let by = args.by;
     let mut tl = Timeline::new(&specs, total, by, VIEW_GROUPS);
-    let drawn: std::collections::HashSet<u64> = total
+    let mut series = victims
+        .filter(|_| args.perfetto.is_some())
+        .and_then(|v| StallSeries::new(&specs, by, &v.run, perfetto::TRACK_VICTIMS));
+    let mut drawn: std::collections::HashSet<u64> = total
         .tasks
         .iter()
         .filter(|r| tl.groups.iter().any(|g| g.key == by.key(r)))
         .map(|r| by.key_hash(KeyParts::of(r)))
         .collect();
+    if let (Some(s), Some(v)) = (&series, victims) {
+        drawn.extend(s.hashes(&v.run));
+    }
     for mut r in readers {
         let drawn = drawn.clone();
         let pids = PidFilter::new(&args.pid);
@@ -332,6 +511,9 @@ fn write_views(
         while let Some(item) = r.next_item() {
             if let Item::Interval(iv) = item {
                 tl.add_amount(&iv, r.last_amount());
+                if let Some(s) = series.as_mut() {
+                    s.add(&iv);
+                }
             }
         }
     }
@@ -339,7 +521,15 @@ fn write_views(
         CliError::runtime_because(format!("cannot write the {what} {}", path.display()), e)
     };
     if let Some(path) = &args.perfetto {
-        perfetto::write(path, &tl, bursts, command)
+        let tracks = match (&series, victims) {
+            (Some(series), Some(v)) => Some(perfetto::VictimTracks {
+                by,
+                bursts: &v.bursts,
+                series,
+            }),
+            _ => None,
+        };
+        perfetto::write(path, &tl, bursts, command, tracks.as_ref())
             .map_err(|e| failed("Perfetto trace", path, e))?;
     }
     if let Some(path) = &args.plot {
@@ -350,8 +540,8 @@ fn write_views(
     Ok(())
 }
 
-pub fn run(_global: &GlobalArgs, args: &ReportArgs) -> CliResult<ExitCode> {
-    // The views' files are checked as a recording's output is, before the file is read.
+/// The views' files are checked as a recording's output is, before the file is read.
+fn check_view_outputs(args: &ReportArgs) -> CliResult<()> {
     if let Some(p) = &args.perfetto {
         super::record::check_output_of(p, args.force, "--perfetto", "the Perfetto trace")?;
     }
@@ -366,6 +556,33 @@ pub fn run(_global: &GlobalArgs, args: &ReportArgs) -> CliResult<ExitCode> {
         }
         super::record::check_output_of(p, args.force, "--plot", "the plot")?;
     }
+    Ok(())
+}
+
+/// Why a recording tells no victims: its slots hold no stall pair.
+pub const NO_STALLS: &str = "its plan counted no core cycles stalled on memory: it was recorded \
+    under a hypervisor, without a core PMU, or on a core whose stall event the plan does not \
+    know or had no counter left for; `imc record --dry-run --json` says which under `victims`";
+
+/// Whether to sum victims: None where not wanted or not recorded; else the on-CPU time's
+/// value key (None where the recording has the stall pair but no time beside it). `--victims`
+/// on a recording without the pair is refused in one line.
+fn victims_wanted(args: &ReportArgs, specs: &[SlotSpec]) -> CliResult<Option<Option<String>>> {
+    if PairKeys::keys(specs).is_none() {
+        if args.victims {
+            return Err(CliError::bad_input(format!(
+                "{}: --victims: this recording has no stall counters ({NO_STALLS}): record on a machine whose core PMU counts memory stalls, or report without --victims",
+                escape(&args.file.display().to_string())
+            )));
+        }
+        return Ok(None);
+    }
+    let time = PairKeys::key(specs, StallPart::Time).map(str::to_string);
+    Ok((args.victims || args.json || args.perfetto.is_some()).then_some(time))
+}
+
+pub fn run(_global: &GlobalArgs, args: &ReportArgs) -> CliResult<ExitCode> {
+    check_view_outputs(args)?;
     let readers = open_run(&args.file)?;
     let header = readers
         .last()
@@ -377,87 +594,155 @@ pub fn run(_global: &GlobalArgs, args: &ReportArgs) -> CliResult<ExitCode> {
             escape(&args.file.display().to_string())
         )));
     }
+    let specs = header.specs().unwrap_or_default();
+    let victims = victims_wanted(args, &specs)?;
     let whole = read_whole_run(readers);
-    let unit = Unit::of(&header.specs().unwrap_or_default());
+    let unit = Unit::of(&specs);
     // A suffix means powers of 1024 for bytes, of 1000 for counts.
     let threshold = args.burst_threshold.map(|r| r.per_s(unit.is_bytes()));
     let (threshold, spans) = find_bursts(&whole.rates, threshold);
     let views = args.perfetto.is_some() || args.plot.is_some();
-    let want_bursts = args.json || args.bursts || views;
+    let want_bursts = args.json || args.bursts || args.victims || views;
     let spans_wanted = if want_bursts { &spans[..] } else { &[] };
-    let (rows, others, bursts) = task_rows(
+    let pids = PidFilter::new(&args.pid);
+    let found = task_rows(
         &args.file,
         &whole,
         spans_wanted,
         args.by,
-        &PidFilter::new(&args.pid),
+        &pids,
         false,
+        victims,
     )?;
     let command = match (&header.command, args.no_command) {
         (Some(_), false) => Some(command_report(args, &header, &whole, &spans, &unit)?),
         _ => None,
     };
-    let total = whole.summary.result(rows);
+    let total = whole.summary.result(found.rows);
     for w in &whole.warnings {
         eprintln!("imc: warning: {}", escape(w));
     }
+    let vic = found.victims;
     if views {
-        write_views(args, &total, &bursts, command.as_ref())?;
+        write_views(args, &total, &found.bursts, vic.as_ref(), command.as_ref())?;
     }
     let report = ReportResult {
         total,
-        bursts,
+        bursts: found.bursts,
         precise_vs_tick: whole.precise,
-        others,
+        others: found.others,
+    };
+    let out = Outcome {
+        report: &report,
+        victims: vic.as_ref(),
+        command: command.as_ref(),
+        header: &header,
+        unit: &unit,
     };
     let text = if args.json {
-        let counts_unit = match &unit {
-            Unit::Bytes => None,
-            Unit::Counts(events) => Some(rate_unit(events)),
-        };
-        let cu = counts_unit.as_deref();
-        let mut s = to_json(&report, cu, args.by)?;
-        if command.is_some() || !header.pids.is_empty() {
-            // The machine's object with the command's (and `record -p`'s pids) beside its
-            // fields, as one object.
-            let bad = |e: serde_json::Error| CliError::runtime_because("cannot encode JSON", e);
-            let mut v: serde_json::Value = serde_json::from_str(&s).map_err(bad)?;
-            if let Some(c) = &command {
-                v["command"] = serde_json::from_str(&to_json(c, cu, args.by)?).map_err(bad)?;
-            }
-            if !header.pids.is_empty() {
-                v["recorded_pids"] = serde_json::json!(header.pids);
-            }
-            s = v.to_string();
-        }
-        s.push('\n');
-        s
+        json_text(args, &out)?
     } else {
-        let view = ReportView {
-            file: &args.file,
-            freq_hz: header.freq_hz,
-            by: args.by,
-            bursts: args.bursts,
-            threshold_given: args.burst_threshold.is_some(),
-        };
-        let mut machine = human(&report, &view, &unit, threshold, spans.len());
-        if !header.pids.is_empty() {
-            let pids: Vec<String> = header.pids.iter().map(u32::to_string).collect();
-            machine.insert_str(
-                0,
-                &format!(
-                    "recorded with -p {}: only those processes' rows; package totals are the whole machine's\n",
-                    pids.join(",")
-                ),
-            );
-        }
-        match &command {
-            Some(c) => command_text(c, &report, args.by, &unit) + &machine,
-            None => machine,
-        }
+        human_text(args, &out, threshold, spans.len())
     };
     crate::error::write_stdout(text.as_bytes())?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// What a report says, in either form.
+struct Outcome<'a> {
+    report: &'a ReportResult,
+    victims: Option<&'a VictimTop>,
+    command: Option<&'a CommandReport>,
+    header: &'a RecordHeader,
+    unit: &'a Unit,
+}
+
+/// The report as one JSON object: the machine's, with the victims (null where not recorded),
+/// the command's part and `record -p`'s pids beside its fields.
+fn json_text(args: &ReportArgs, out: &Outcome<'_>) -> CliResult<String> {
+    let counts_unit = match out.unit {
+        Unit::Bytes => None,
+        Unit::Counts(events) => Some(rate_unit(events)),
+    };
+    let cu = counts_unit.as_deref();
+    let bad = |e: serde_json::Error| CliError::runtime_because("cannot encode JSON", e);
+    let mut v: serde_json::Value =
+        serde_json::from_str(&to_json(out.report, cu, args.by)?).map_err(bad)?;
+    add_victims_json(&mut v, out.victims, args.by).map_err(bad)?;
+    if let Some(c) = out.command {
+        v["command"] = serde_json::from_str(&to_json(c, cu, args.by)?).map_err(bad)?;
+    }
+    if !out.header.pids.is_empty() {
+        v["recorded_pids"] = serde_json::json!(out.header.pids);
+    }
+    let mut s = v.to_string();
+    s.push('\n');
+    Ok(s)
+}
+
+/// `victims` over the run and in each burst (null where the recording has no stall pair, with
+/// `victims_reason` saying why), a group's member identity null as in the task rows.
+fn add_victims_json(
+    v: &mut serde_json::Value,
+    victims: Option<&VictimTop>,
+    by: GroupBy,
+) -> serde_json::Result<()> {
+    use serde_json::Value;
+    let keep = by.identity();
+    let rows = |x: Value| -> Value {
+        let mut x = x;
+        for row in x.as_array_mut().into_iter().flatten() {
+            for (k, kept) in [("pid", keep.pid), ("tgid", keep.tgid), ("comm", keep.comm)] {
+                if let (false, Some(f)) = (kept, row.get_mut(k)) {
+                    *f = Value::Null;
+                }
+            }
+        }
+        x
+    };
+    let (run, reason) = match victims {
+        Some(t) => (rows(serde_json::to_value(&t.run)?), Value::Null),
+        None => (Value::Null, Value::from(NO_STALLS)),
+    };
+    v["victims"] = run;
+    v["victims_reason"] = reason;
+    let bursts = v.get_mut("bursts").and_then(Value::as_array_mut);
+    for (k, b) in bursts.into_iter().flatten().enumerate() {
+        b["victims"] = match victims.and_then(|t| t.bursts.get(k)) {
+            Some(list) => rows(serde_json::to_value(list)?),
+            None => Value::Null,
+        };
+    }
+    Ok(())
+}
+
+/// The report as text: the command's part first, then the machine's, then the victims.
+fn human_text(args: &ReportArgs, out: &Outcome<'_>, threshold: f64, nbursts: usize) -> String {
+    let view = ReportView {
+        file: &args.file,
+        freq_hz: out.header.freq_hz,
+        by: args.by,
+        bursts: args.bursts,
+        threshold_given: args.burst_threshold.is_some(),
+    };
+    let mut machine = human(out.report, &view, out.unit, threshold, nbursts);
+    if !out.header.pids.is_empty() {
+        let pids: Vec<String> = out.header.pids.iter().map(u32::to_string).collect();
+        machine.insert_str(
+            0,
+            &format!(
+                "recorded with -p {}: only those processes' rows; package totals are the whole machine's\n",
+                pids.join(",")
+            ),
+        );
+    }
+    if let (true, Some(v)) = (args.victims, out.victims) {
+        machine.push_str(&victims_text(out.report, v, &view, out.unit));
+    }
+    match out.command {
+        Some(c) => command_text(c, out.report, args.by, out.unit) + &machine,
+        None => machine,
+    }
 }
 
 /// The recorded command's part of the run: its rows (one more pass per part of its tasks,
@@ -472,13 +757,18 @@ fn command_report(
     let Some(cmd) = &header.command else {
         return Err(CliError::bad_input("no command"));
     };
-    let (tasks, others, _) = task_rows(
+    let TaskRows {
+        rows: tasks,
+        others,
+        ..
+    } = task_rows(
         &args.file,
         whole,
         &[],
         args.by,
         &PidFilter::new(&args.pid),
         true,
+        None,
     )?;
     let span_of = |first: usize, last: usize| {
         let (mut c, mut a, mut t) = (0.0, 0.0, 0.0);

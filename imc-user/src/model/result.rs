@@ -107,6 +107,45 @@ pub fn stall_share(stalled: Option<f64>, cycles: Option<f64>) -> Option<f64> {
     }
 }
 
+/// A row's stall fields, as [`TaskRow::set_stalls`] derives them from its `values`.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Stalls {
+    pub stall_cycles: Option<f64>,
+    pub cycles: Option<f64>,
+    pub stall_share: Option<f64>,
+    pub stall_seconds: Option<f64>,
+}
+
+impl Stalls {
+    /// From counter values by the stall pair's keys and the on-CPU time's (ns); null where the
+    /// plan has none (a row read back from a recording stores its values only).
+    pub fn of_values(
+        values: &BTreeMap<String, f64>,
+        keys: Option<(&str, &str)>,
+        time: Option<&str>,
+    ) -> Stalls {
+        let (stalled, cycles) = match keys {
+            Some((s, c)) => (
+                Some(values.get(s).copied().unwrap_or(0.0)),
+                Some(values.get(c).copied().unwrap_or(0.0)),
+            ),
+            None => (None, None),
+        };
+        let share = stall_share(stalled, cycles);
+        let on_cpu_s = time.map(|k| values.get(k).copied().unwrap_or(0.0) / 1e9);
+        Stalls {
+            stall_cycles: stalled,
+            cycles,
+            stall_share: share,
+            stall_seconds: match (share, on_cpu_s) {
+                (Some(share), Some(s)) => Some(share * s),
+                (None, Some(_)) if keys.is_some() => Some(0.0),
+                _ => None,
+            },
+        }
+    }
+}
+
 impl TaskRow {
     /// Sets the cgroup path and the names that follow from it.
     pub fn set_cgroup_names(&mut self, names: &CgroupNames) {
@@ -125,27 +164,26 @@ impl TaskRow {
     /// (`model::Victims::keys`) and of its on-CPU time (ns, the `cpu-clock` slot's key); null
     /// where the plan has none.
     pub fn set_stalls(&mut self, keys: Option<(&str, &str)>, time: Option<&str>) {
-        let (stalled, cycles) = match keys {
-            Some((s, c)) => (
-                Some(self.values.get(s).copied().unwrap_or(0.0)),
-                Some(self.values.get(c).copied().unwrap_or(0.0)),
-            ),
-            None => (None, None),
-        };
-        self.stall_cycles = stalled;
-        self.cycles = cycles;
-        self.stall_share = stall_share(stalled, cycles);
-        let on_cpu_s = time.map(|k| self.values.get(k).copied().unwrap_or(0.0) / 1e9);
-        self.stall_seconds = match (self.stall_share, on_cpu_s) {
-            (Some(share), Some(s)) => Some(share * s),
-            (None, Some(_)) if keys.is_some() => Some(0.0),
-            _ => None,
-        };
+        let s = Stalls::of_values(&self.values, keys, time);
+        self.stall_cycles = s.stall_cycles;
+        self.cycles = s.cycles;
+        self.stall_share = s.stall_share;
+        self.stall_seconds = s.stall_seconds;
     }
 
     /// Adds another row's stall fields to this one's (rows merged into a group, a burst, a
     /// report's total): the counts add, the share is of the sums.
     pub fn add_stalls(&mut self, other: &TaskRow) {
+        self.add_stall_fields(&Stalls {
+            stall_cycles: other.stall_cycles,
+            cycles: other.cycles,
+            stall_share: other.stall_share,
+            stall_seconds: other.stall_seconds,
+        });
+    }
+
+    /// [`add_stalls`](Self::add_stalls) of another row's stall fields.
+    pub fn add_stall_fields(&mut self, other: &Stalls) {
         let add = |a: Option<f64>, b: Option<f64>| match (a, b) {
             (None, None) => None,
             (a, b) => Some(a.unwrap_or(0.0) + b.unwrap_or(0.0)),

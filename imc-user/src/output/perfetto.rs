@@ -5,11 +5,14 @@
 //! - per top group (a process, with a Perfetto process track when grouped by tgid or pid), a
 //!   counter track of its attributed rate, and one for everything else;
 //! - a `bursts` track holding one slice per burst, named after its culprits, each culprit's
-//!   share also in the slice's arguments.
+//!   share also in the slice's arguments, and beside them (where the recording counts stalls)
+//!   its victims: the stall each burst added to a task over its own baseline;
+//! - where the recording counts stalls, a counter track per top victim of its stall share (%).
 //!
 //! Counter values are rates (per second) over each interval, set at the interval's start;
 //! timestamps are the recording's CLOCK_MONOTONIC nanoseconds.
 use crate::attribution::timeline::{Timeline, Unit};
+use crate::attribution::victims::{BurstVictim, StallSeries};
 use crate::model::GroupBy;
 use crate::model::result::BurstRow;
 use perfetto_protos::counter_descriptor::CounterDescriptor;
@@ -30,6 +33,10 @@ pub const REST_UUID: u64 = 4_000;
 pub const BURSTS_UUID: u64 = 5_000;
 /// The recorded command's tree (`record -- CMD`), one track.
 pub const COMMAND_UUID: u64 = 6_000;
+/// The top victims' stall-share tracks, one each.
+pub const VICTIMS_UUID: u64 = 7_000;
+/// Victims given a stall-share track.
+pub const TRACK_VICTIMS: usize = 4;
 /// Culprits named in a burst slice's title (all of them are in its arguments).
 const TITLE_CULPRITS: usize = 3;
 const SEQUENCE: u32 = 1;
@@ -226,16 +233,100 @@ pub fn add_command(t: &mut Trace, unit: &Unit, c: &crate::output::report::Comman
     t.packet.sort_by_key(|p| p.timestamp.unwrap_or(0));
 }
 
-/// Writes the trace of `tl` and `bursts` (and the recorded command's track) to `path`.
+/// Victims in a trace: per burst its ranked victims (as `report --victims`), and the top
+/// victims' stall shares interval by interval.
+pub struct VictimTracks<'a> {
+    pub by: GroupBy,
+    pub bursts: &'a [Vec<BurstVictim>],
+    pub series: &'a StallSeries,
+}
+
+/// A victim as a slice argument: `chaser (pid 12): +1.713 s stalled, 46.8% of its cycles
+/// against 12.5% outside bursts`.
+fn victim_argument(by: GroupBy, v: &BurstVictim) -> String {
+    let pct = |x: Option<f64>| x.map_or_else(|| "-".into(), |x| format!("{:.1}%", x * 100.0));
+    let added = match (v.added_stall_seconds, v.added_stall_cycles) {
+        (Some(s), _) => format!("{s:+.3} s stalled"),
+        (None, Some(c)) => format!("{c:+.3e} cycles stalled"),
+        (None, None) => "no baseline".into(),
+    };
+    format!(
+        "{}: {added}, {} of its cycles against {} outside bursts",
+        by.label(&v.who.row()),
+        pct(v.stall_share),
+        pct(v.baseline_stall_share)
+    )
+}
+
+/// Adds the victims: each burst slice's arguments gain `victim N` beside its culprits, and a
+/// counter track per top victim holds its stall share (%) over each interval, at the
+/// interval's start (0 where it ran no cycle, across gaps and after the last).
+pub fn add_victims(t: &mut Trace, bursts: &[BurstRow], v: &VictimTracks<'_>) {
+    for (b, victims) in bursts.iter().zip(v.bursts) {
+        let begin = t.packet.iter_mut().find(|p| {
+            p.timestamp() == b.t_start_ns
+                && p.track_event().track_uuid() == BURSTS_UUID
+                && p.track_event().type_() == track_event::Type::TYPE_SLICE_BEGIN
+        });
+        if let Some(p) = begin {
+            let e = p.mut_track_event();
+            for (i, x) in victims.iter().enumerate() {
+                e.debug_annotations.push(annotation(
+                    &format!("victim {}", i + 1),
+                    victim_argument(v.by, x),
+                ));
+            }
+        }
+    }
+    let s = v.series;
+    for (i, label) in s.labels.iter().enumerate() {
+        let name = format!("stall share: {label} (%)");
+        t.packet.push(counter_descriptor(
+            VICTIMS_UUID + i as u64,
+            None,
+            &name,
+            "%",
+        ));
+    }
+    let mut prev_end: Option<u64> = None;
+    let zero = |t_ns: u64, t: &mut Trace| {
+        for i in 0..s.labels.len() {
+            t.packet.push(counter(t_ns, VICTIMS_UUID + i as u64, 0.0));
+        }
+    };
+    for (start, end, shares) in &s.points {
+        if let Some(e) = prev_end
+            && *start > e
+        {
+            zero(e, t);
+        }
+        for (i, x) in shares.iter().enumerate() {
+            let pct = x.unwrap_or(0.0) * 100.0;
+            t.packet.push(counter(*start, VICTIMS_UUID + i as u64, pct));
+        }
+        prev_end = Some(*end);
+    }
+    if let Some(e) = prev_end {
+        zero(e, t);
+    }
+    t.packet.sort_by_key(|p| p.timestamp.unwrap_or(0));
+}
+
+/// Writes the trace of `tl` and `bursts` (and the recorded command's track, and the victims)
+/// to `path`.
 pub fn write(
     path: &Path,
     tl: &Timeline,
     bursts: &[BurstRow],
     command: Option<&crate::output::report::CommandReport>,
+    victims: Option<&VictimTracks<'_>>,
 ) -> std::io::Result<()> {
     let mut t = trace(tl, bursts);
     if let Some(c) = command {
         add_command(&mut t, &tl.unit, c);
+    }
+    if let Some(v) = victims {
+        add_victims(&mut t, bursts, v);
     }
     let bytes = t.write_to_bytes().map_err(std::io::Error::other)?;
     crate::sys::file::replace_with(path, &bytes)

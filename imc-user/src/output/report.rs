@@ -325,6 +325,115 @@ fn bursts(
     s
 }
 
+/// How `--victims` says the stall a burst added (the help's and the README's words).
+pub const VICTIMS_RULE: &str = "stall added = (stall share in the burst - its share outside \
+    bursts) x its on-CPU time in the burst";
+
+/// Culprits listed per burst beside its victims, and victims listed per burst and over the run.
+const CULPRITS: usize = 3;
+const VICTIMS: usize = 5;
+const RUN_VICTIMS: usize = 10;
+
+/// `--victims`: per burst its culprits (by bytes) and its victims (most stall added first), then
+/// per task over the run: its stall in bursts, outside them, and what the bursts added.
+pub fn victims_text(
+    rep: &ReportResult,
+    v: &crate::attribution::victims::VictimTop,
+    args: &ReportView<'_>,
+    unit: &Unit,
+) -> String {
+    let stand_in: Vec<String> = match unit {
+        Unit::Bytes => Vec::new(),
+        Unit::Counts(events) => events.clone(),
+    };
+    let has_total = rep.total.packages.iter().any(|p| p.total_bytes > 0);
+    let cols = Columns::new(args.by, has_total, stand_in);
+    let mut s = format!("\nvictims ({VICTIMS_RULE}):\n");
+    if rep.bursts.is_empty() {
+        s.push_str(
+            "  no bursts in this run, so no stall to compare with a baseline (give --burst-threshold RATE)\n",
+        );
+        return s;
+    }
+    let (head, left) = victim_head(args.by, ["STALLED", "BASELINE", "ADDED"]);
+    for (b, victims) in rep.bursts.iter().zip(&v.bursts) {
+        let from = b.t_start_ns.saturating_sub(rep.total.t_start_ns) as f64 / 1e9;
+        let len = b.t_end_ns.saturating_sub(b.t_start_ns) as f64 / 1e6;
+        s.push_str(&format!(
+            "  +{from:.3} s  {len:.0} ms  {}\n    culprits:\n",
+            unit.rate(b.bytes_per_s)
+        ));
+        s.push_str(&cols.table(b.tasks.iter().take(CULPRITS), "      "));
+        s.push_str("    victims:\n");
+        let rows: Vec<Vec<String>> = victims
+            .iter()
+            .take(VICTIMS)
+            .map(|x| {
+                let mut c = who_cells(&x.who, args.by);
+                c.push(opt_share(x.stall_share));
+                c.push(opt_share(x.baseline_stall_share));
+                c.push(added(x.added_stall_seconds, x.added_stall_cycles));
+                c
+            })
+            .collect();
+        s.push_str(&table(&head, &rows, &left, "      "));
+    }
+    let (head, left) = victim_head(args.by, ["IN BURSTS", "OUTSIDE", "ADDED"]);
+    let rows: Vec<Vec<String>> = v
+        .run
+        .iter()
+        .take(RUN_VICTIMS)
+        .map(|x| {
+            let mut c = who_cells(&x.who, args.by);
+            c.push(opt_seconds(x.stall_seconds_in_bursts));
+            c.push(opt_seconds(x.stall_seconds_outside));
+            c.push(added(x.added_stall_seconds, x.added_stall_cycles));
+            c
+        })
+        .collect();
+    s.push_str("  over the run (seconds stalled on memory):\n");
+    s.push_str(&table(&head, &rows, &left, "    "));
+    s
+}
+
+fn victim_head(by: GroupBy, cols: [&str; 3]) -> (Vec<String>, Vec<usize>) {
+    let mut head: Vec<String> = vec![by.title().into()];
+    let companion = matches!(by, GroupBy::Pid | GroupBy::Tgid);
+    if companion {
+        head.push("COMM".into());
+    }
+    head.extend(cols.iter().map(|c| c.to_string()));
+    (head, vec![usize::from(companion)])
+}
+
+fn who_cells(w: &crate::attribution::victims::Who, by: GroupBy) -> Vec<String> {
+    let r = w.row();
+    let companion = matches!(by, GroupBy::Pid | GroupBy::Tgid);
+    [by.cell(&r), r.comm]
+        .iter()
+        .take(if companion { 2 } else { 1 })
+        .map(|c| escape(c).into_owned())
+        .collect()
+}
+
+fn opt_share(v: Option<f64>) -> String {
+    v.map_or_else(|| "-".into(), fmt_share)
+}
+
+fn opt_seconds(v: Option<f64>) -> String {
+    v.map_or_else(|| "-".into(), |x| format!("{} s", fixed(x, 3)))
+}
+
+/// Added stall in seconds where the on-CPU time was counted, else in cycles; `-` without a
+/// baseline.
+fn added(seconds: Option<f64>, cycles: Option<f64>) -> String {
+    match (seconds, cycles) {
+        (Some(x), _) => format!("{}{} s", if x >= 0.0 { "+" } else { "" }, fixed(x, 3)),
+        (None, Some(c)) => format!("{}{c:.3e} cycles", if c >= 0.0 { "+" } else { "" }),
+        (None, None) => "- (no baseline)".into(),
+    }
+}
+
 /// The recorded command's part of the run (`record -- CMD`; JSON `command`): traffic in the
 /// recording's unit (bytes, or a stand-in's counts), over the run, per interval and per burst.
 #[derive(Clone, Debug, serde::Serialize)]
