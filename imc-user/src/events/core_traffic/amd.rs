@@ -1,5 +1,5 @@
 //! AMD Zen 2-5 core events: data-cache and L2 fills by source, and cycles stalled on a load.
-use super::{
+use super::table::{
     CoreStall, CoreTraffic, CoreTrafficEvent, Locality, StallEvent, Watchdog, ev, expect_cpu_pmu,
 };
 use crate::discovery::Machine;

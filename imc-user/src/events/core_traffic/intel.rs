@@ -1,6 +1,6 @@
 //! Intel core events: offcore-response DRAM reads and L2 writebacks on servers, LLC misses on
 //! clients, DDR/MCDRAM reads on Xeon Phi, and cycles stalled on an L3 miss.
-use super::{
+use super::table::{
     CTR_0_3, CoreStall, CoreTraffic, CoreTrafficEvent, Locality, Memory, StallEvent, Watchdog, ev,
 };
 use crate::discovery::Machine;

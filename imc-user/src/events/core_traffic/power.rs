@@ -1,6 +1,8 @@
 //! IBM POWER8/9/10 core events (the powerpc `cpu` PMU takes the raw event code as `event`).
-use super::expect_cpu_pmu;
-use super::{CoreStall, CoreTraffic, CoreTrafficEvent, Locality, Memory, StallEvent, Watchdog};
+use super::table::expect_cpu_pmu;
+use super::table::{
+    CoreStall, CoreTraffic, CoreTrafficEvent, Locality, Memory, StallEvent, Watchdog,
+};
 use crate::model::Direction;
 
 /// The traffic weights of POWER `generation`'s `cpu` PMU, whose caps/pmu_name is `caps` when
