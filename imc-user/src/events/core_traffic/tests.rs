@@ -2,6 +2,7 @@
 use super::amd::NOTE_ZEN_NO_WRITE;
 use super::intel::NOTE_ATOM_LLC;
 use super::*;
+use crate::model::Direction;
 
 fn intel(model: u32) -> Machine {
     Machine {
