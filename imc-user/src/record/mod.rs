@@ -508,10 +508,7 @@ mod tests {
         w.finish().unwrap();
         let mut got: Vec<IntervalResult> = Vec::new();
         for p in [rotated_path(&path), path.clone()] {
-            got.extend(Reader::open(&p).unwrap().filter_map(|it| match it {
-                Item::Interval(iv) => Some(iv),
-                Item::Ticks(_) => None,
-            }));
+            got.extend(intervals(&mut Reader::open(&p).unwrap()));
         }
         assert!(got.len() > 10);
         for g in &got {
@@ -627,23 +624,10 @@ mod tests {
         w.finish().unwrap();
         let data = std::fs::read(&path).unwrap();
         // Nothing was resolved: no CGROUPS chunk, the file is what earlier versions wrote.
-        let hlen = u32::from_le_bytes(data[10..14].try_into().unwrap()) as usize;
-        let mut at = 18 + hlen;
-        let mut kinds = Vec::new();
-        while at + 9 <= data.len() {
-            kinds.push(data[at]);
-            at += 9 + u32::from_le_bytes(data[at + 1..at + 5].try_into().unwrap()) as usize;
-        }
-        assert_eq!(at, data.len());
+        let kinds = chunk_kinds(&data);
         assert!(!kinds.contains(&CHUNK_CGROUPS), "{kinds:?}");
         let mut r = Reader::from_bytes(&path, data).unwrap();
-        let got: Vec<IntervalResult> = r
-            .by_ref()
-            .filter_map(|it| match it {
-                Item::Interval(iv) => Some(iv),
-                Item::Ticks(_) => None,
-            })
-            .collect();
+        let got = intervals(&mut r);
         assert_eq!(r.status(), &ReadStatus::Complete);
         assert_eq!(got.len(), 3);
         assert!(
