@@ -308,15 +308,16 @@ fn atom(model: &'static str, llc_src: &'static str, corewb: Option<&'static str>
 /// Knights Landing / Knights Mill: reads served by DDR and by MCDRAM.
 fn knl(model: &'static str) -> CoreTraffic {
     let mk = |name, terms, memory, source| CoreTrafficEvent {
-        name,
-        terms,
-        direction: Direction::Read,
-        locality: Locality::Any,
         memory,
-        bytes_per_count: 64.0,
-        counter_mask: Some(0x3),
-        offcore_register: true,
-        source,
+        ..ev(
+            name,
+            terms,
+            Direction::Read,
+            Locality::Any,
+            Some(0x3),
+            true,
+            source,
+        )
     };
     CoreTraffic {
         model,

@@ -1,7 +1,6 @@
 //! IBM POWER8/9/10 core events (the powerpc `cpu` PMU takes the raw event code as `event`).
-use super::table::expect_cpu_pmu;
 use super::table::{
-    CoreStall, CoreTraffic, CoreTrafficEvent, Locality, Memory, StallEvent, Watchdog,
+    CoreStall, CoreTraffic, CoreTrafficEvent, Locality, StallEvent, Watchdog, ev, expect_cpu_pmu,
 };
 use crate::model::Direction;
 
@@ -44,17 +43,19 @@ fn pmc_event(
     pmc: u32,
     source: &'static str,
 ) -> CoreTrafficEvent {
+    // The PMC field (config bits 16-19) binds the event to PMC n (mask bit n-1).
+    let counter_mask = Some(1 << (pmc - 1));
     CoreTrafficEvent {
-        name,
-        terms,
-        direction,
-        locality,
-        memory: Memory::Dram,
         bytes_per_count: 128.0,
-        // The PMC field (config bits 16-19) binds the event to PMC n (mask bit n-1).
-        counter_mask: Some(1 << (pmc - 1)),
-        offcore_register: false,
-        source,
+        ..ev(
+            name,
+            terms,
+            direction,
+            locality,
+            counter_mask,
+            false,
+            source,
+        )
     }
 }
 
