@@ -59,12 +59,7 @@ pub fn choose(found: &Discovery, kernel: &Kernel, planned: &[Counter], free: usi
         |core, table, refusals| match core_pair(core, &table, kernel, planned, free) {
             Ok(pair) => {
                 models.push(table.model);
-                notes.extend(
-                    table
-                        .notes
-                        .iter()
-                        .map(|n| format!("stalls on {}: {n}", core.pmu.name)),
-                );
+                notes.extend(CoreUse::Stalls.notes(core, &table.notes));
                 counters.extend(pair);
             }
             Err(why) => refusals.push(refusal(core, Some(table.stalled.name), why)),

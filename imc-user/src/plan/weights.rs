@@ -217,12 +217,7 @@ fn auto(found: &Discovery, traffic: &[Counter], free: usize) -> Chosen {
             } else {
                 format!("{} ({})", table.model, core.pmu.name)
             });
-            notes.extend(
-                table
-                    .notes
-                    .iter()
-                    .map(|n| format!("weights on {}: {n}", core.pmu.name)),
-            );
+            notes.extend(CoreUse::Weights.notes(core, &table.notes));
             counters.extend(core_weights(core, &table, packages, traffic, refusals));
         },
     );
@@ -374,12 +369,25 @@ pub(super) enum CoreUse {
 }
 
 impl CoreUse {
-    /// A refusal on `core`, of its `event` when one is named, else of all its events.
-    pub(super) fn refusal(self, core: &CorePmu, event: Option<&str>, why: String) -> Refusal {
-        let (one, all) = match self {
+    fn words(self) -> (&'static str, &'static str) {
+        match self {
             CoreUse::Weights => ("weight", "weights"),
             CoreUse::Stalls => ("stall", "stalls"),
-        };
+        }
+    }
+
+    /// The table's notes on what `core`'s events count and miss, each naming the core PMU.
+    pub(super) fn notes(self, core: &CorePmu, notes: &[&str]) -> Vec<String> {
+        let all = self.words().1;
+        notes
+            .iter()
+            .map(|n| format!("{all} on {}: {n}", core.pmu.name))
+            .collect()
+    }
+
+    /// A refusal on `core`, of its `event` when one is named, else of all its events.
+    pub(super) fn refusal(self, core: &CorePmu, event: Option<&str>, why: String) -> Refusal {
+        let (one, all) = self.words();
         Refusal {
             pmu: Some(core.pmu.name.clone()),
             event: event.map(str::to_string),
