@@ -1,6 +1,6 @@
 //! Intel's memory controllers: the server uncore IMC (family-6 models by number), the client
 //! IMC PMU, and the client MCHBAR registers read through /dev/mem.
-use super::{Ctx, Want, build, direction_name, unavailable};
+use super::{Ctx, Want, build, unavailable};
 use crate::discovery::mchbar;
 use crate::discovery::sysfs::{DiscoveryError, read_optional};
 use crate::model::{BackendKind, Direction, Pmu, Source, SourceEvent};
@@ -307,7 +307,7 @@ fn mchbar_counters(
     let events = mchbar::counters(base, layout)
         .into_iter()
         .map(|c| SourceEvent {
-            name: direction_name(c.direction).to_string(),
+            name: c.direction.name().to_string(),
             pmu: c.pmu,
             config: None,
             config1: None,

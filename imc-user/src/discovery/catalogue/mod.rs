@@ -106,7 +106,7 @@ impl<'a> Want<'a> {
     /// The PMU's sysfs alias `alias`, counting `direction` (and named after it).
     fn alias(direction: Direction, alias: &'a str) -> Self {
         Want {
-            name: direction_name(direction),
+            name: direction.name(),
             direction: Some(direction),
             spec: Spec::Alias(alias),
         }
@@ -116,7 +116,7 @@ impl<'a> Want<'a> {
     /// `direction` (and named after it).
     fn terms(direction: Direction, terms: &'a str, bytes_per_count: f64, source: &'a str) -> Self {
         Want {
-            name: direction_name(direction),
+            name: direction.name(),
             direction: Some(direction),
             spec: Spec::Terms {
                 terms,
@@ -222,13 +222,6 @@ fn build(
     }
 }
 
-fn direction_name(d: Direction) -> &'static str {
-    match d {
-        Direction::Read => "read",
-        Direction::Write => "write",
-        Direction::Total => "total",
-    }
-}
 pub(crate) fn catalogue(ctx: &Ctx) -> Result<Vec<Source>, DiscoveryError> {
     let mut out = Vec::new();
     for kind in BackendKind::ALL {
