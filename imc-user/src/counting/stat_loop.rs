@@ -430,29 +430,23 @@ struct StatRun<'a> {
 /// The loop for backends imc reads itself: it wakes at every interval boundary (and between
 /// them to poll counters too narrow to go a whole interval unread) and reads every counter.
 fn run_woken(r: StatRun<'_>, interval_ns: u64) -> std::io::Result<RunSummary> {
-    let StatRun {
-        backend,
-        clock,
-        layout,
-        duration_ns,
-        stop,
-        sink,
-        failed,
-    } = r;
-    let counters = backend.counters().to_vec();
-    let mut report = layout.new_report();
-    let n = backend.counters().len();
+    let counters = r.backend.counters().to_vec();
+    let mut report = r.layout.new_report();
+    let n = r.backend.counters().len();
     let mut prev = vec![RawReading::default(); n];
     let mut now = vec![RawReading::default(); n];
     // Counters already reported missing, so each stop is reported once.
     let mut reported_missing = vec![false; n];
-    let poll_ns = backend.poll_period().map(|d| (d.as_nanos() as u64).max(1));
+    let poll_ns = r
+        .backend
+        .poll_period()
+        .map(|d| (d.as_nanos() as u64).max(1));
 
-    let start = timed_read(backend, clock, &mut prev);
-    for f in backend.take_failures() {
-        failed(&f);
+    let start = timed_read(r.backend, r.clock, &mut prev);
+    for f in r.backend.take_failures() {
+        (r.failed)(&f);
     }
-    let end_at = duration_ns.map(|d| start.saturating_add(d));
+    let end_at = r.duration_ns.map(|d| start.saturating_add(d));
     let mut summary = RunSummary {
         t_start_ns: start,
         t_end_ns: start,
@@ -465,24 +459,31 @@ fn run_woken(r: StatRun<'_>, interval_ns: u64) -> std::io::Result<RunSummary> {
         let next = start.saturating_add(k.saturating_mul(interval_ns));
         let target = end_at.map_or(next, |e| e.min(next));
         let stopping = sleep_to_target(
-            backend,
-            clock,
-            stop,
+            r.backend,
+            r.clock,
+            r.stop,
             target,
             t_prev,
             poll_ns,
             &mut last_poll,
         );
-        let t = timed_read(backend, clock, &mut now);
+        let t = timed_read(r.backend, r.clock, &mut now);
         last_poll = t;
-        for f in backend.take_failures() {
-            failed(&f);
+        for f in r.backend.take_failures() {
+            (r.failed)(&f);
         }
         if t > t_prev {
-            report.compute(layout, &counters, &prev, &now, t_prev, t);
-            report_missing(&report, layout, &prev, &now, &mut reported_missing, failed);
-            sink.interval(layout, &report)?;
-            sink.flush()?;
+            report.compute(r.layout, &counters, &prev, &now, t_prev, t);
+            report_missing(
+                &report,
+                r.layout,
+                &prev,
+                &now,
+                &mut reported_missing,
+                r.failed,
+            );
+            r.sink.interval(r.layout, &report)?;
+            r.sink.flush()?;
             summary.intervals += 1;
             std::mem::swap(&mut prev, &mut now);
             t_prev = t;
@@ -571,49 +572,42 @@ fn report_missing(
 /// early (signal, child exit) or a duration that is not a whole number of intervals ends with
 /// one direct read for the last, partial interval.
 fn run_timed(r: StatRun<'_>, interval_ns: u64) -> std::io::Result<RunSummary> {
-    let StatRun {
-        backend,
-        clock,
-        layout,
-        duration_ns,
-        stop,
-        sink,
-        failed,
-    } = r;
     let mut run = TimedRun::new(
-        layout,
-        backend.counters().to_vec(),
-        duration_ns.map(|d| d / interval_ns),
+        r.layout,
+        r.backend.counters().to_vec(),
+        r.duration_ns.map(|d| d / interval_ns),
     );
-    let t_open = clock.now_ns();
+    let t_open = r.clock.now_ns();
     let mut next_wake = t_open;
     let mut last_flush = t_open;
     loop {
-        let Some(stopping) = sleep_to_wake(clock, stop, next_wake) else {
+        let Some(stopping) = sleep_to_wake(r.clock, r.stop, next_wake) else {
             continue;
         };
-        next_wake = backend.advance_timed(clock, run.final_k(), &mut |k, t, readings| {
-            run.boundary(k, t, readings, &mut *sink, &mut *failed)
-        });
+        next_wake = r
+            .backend
+            .advance_timed(r.clock, run.final_k(), &mut |k, t, readings| {
+                run.boundary(k, t, readings, &mut *r.sink, &mut *r.failed)
+            });
         if let Some(e) = run.err.take() {
             return Err(e);
         }
         // While a watched group makes imc wake at every boundary, the output still goes out
         // once per collect period: one write per 10 ms instead of one per interval.
-        let t = clock.now_ns();
+        let t = r.clock.now_ns();
         if run.done
             || stopping
             || t >= last_flush.saturating_add(crate::counting::timed::COLLECT_NS)
         {
-            sink.flush()?;
+            r.sink.flush()?;
             last_flush = t;
         }
-        for f in backend.take_failures() {
-            failed(&f);
+        for f in r.backend.take_failures() {
+            (r.failed)(&f);
         }
         // Safety net: counters that stopped delivering must not keep a --duration run alive.
-        let overdue = duration_ns.is_some_and(|d| {
-            clock.now_ns()
+        let overdue = r.duration_ns.is_some_and(|d| {
+            r.clock.now_ns()
                 > t_open
                     .saturating_add(d)
                     .saturating_add(interval_ns + 1_000_000_000)
@@ -622,9 +616,9 @@ fn run_timed(r: StatRun<'_>, interval_ns: u64) -> std::io::Result<RunSummary> {
             break;
         }
     }
-    sink.flush()?;
-    if let Some(end) = run.last_end(clock, interval_ns, duration_ns) {
-        run.last_interval(backend, clock, stop, end, sink)?;
+    r.sink.flush()?;
+    if let Some(end) = run.last_end(r.clock, interval_ns, r.duration_ns) {
+        run.last_interval(r.backend, r.clock, r.stop, end, r.sink)?;
     }
     Ok(run.summary)
 }

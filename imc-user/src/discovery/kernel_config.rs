@@ -42,13 +42,7 @@ pub fn hz(config: &str) -> Option<u32> {
 
 /// The file when it is a regular one (never a FIFO to block on).
 fn regular(path: &Path) -> Option<std::fs::File> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(path)
-        .ok()?;
-    f.metadata().ok()?.is_file().then_some(f)
+    crate::sys::file::open_regular(path).ok()
 }
 
 fn gunzip(f: std::fs::File) -> Option<String> {

@@ -196,66 +196,7 @@ pub fn encode(pmus: &[Pmu], text: &str) -> Result<Vec<Encoded>, EventError> {
             hint: pmu_hint(pmus, parsed.pmu),
         });
     }
-    // Bare words that name an alias on at least one instance; every other bare word must be a
-    // term name (a format field set to 1, as perf reads `edge`).
-    let bare: Vec<&str> = parsed
-        .terms
-        .iter()
-        .copied()
-        .filter(|t| !t.contains('='))
-        .collect();
-    let mut alias_word: Option<&str> = None;
-    for w in &bare {
-        let is_alias = selected.iter().any(|p| find_alias(p, w).is_some());
-        let is_term = selected.iter().any(|p| is_term_name(p, w));
-        if is_alias && !is_term {
-            if let Some(first) = alias_word {
-                return Err(syntax(
-                    text,
-                    format!("two event aliases '{first}' and '{w}' (give one)"),
-                ));
-            }
-            alias_word = Some(w);
-        } else if !is_alias && !is_term {
-            let aliases = selected
-                .iter()
-                .flat_map(|p| p.events.keys().map(String::as_str));
-            let close = close_matches(w, aliases);
-            let hint = if !close.is_empty() {
-                format!(" (did you mean {}?)", close.join(", "))
-            } else if selected.iter().all(|p| p.events.is_empty()) {
-                let formats: Vec<&str> = selected[0].formats.keys().map(String::as_str).collect();
-                format!(
-                    " (it has no event aliases; give terms such as {}=VALUE)",
-                    if formats.is_empty() {
-                        "config".to_string()
-                    } else {
-                        formats.join("=VALUE, ")
-                    }
-                )
-            } else {
-                let mut names: Vec<&str> = selected
-                    .iter()
-                    .flat_map(|p| p.events.keys().map(String::as_str))
-                    .collect();
-                names.sort_unstable();
-                names.dedup();
-                let n = names.len();
-                names.truncate(10);
-                format!(
-                    " (events: {}{})",
-                    names.join(", "),
-                    if n > 10 { ", …" } else { "" }
-                )
-            };
-            return Err(EventError::UnknownAlias {
-                event: text.to_string(),
-                pmu: parsed.pmu.to_string(),
-                alias: w.to_string(),
-                hint,
-            });
-        }
-    }
+    let alias_word = alias_word(text, &parsed, &selected)?;
     let user_terms: Vec<&str> = parsed
         .terms
         .iter()
@@ -272,56 +213,135 @@ pub fn encode(pmus: &[Pmu], text: &str) -> Result<Vec<Encoded>, EventError> {
             },
             None => None,
         };
-        let mut all: Vec<&str> = Vec::new();
-        if let Some(a) = alias
-            && !a.terms.trim().is_empty()
-        {
-            all.push(a.terms.trim());
-        }
-        all.extend(user_terms.iter().copied());
-        let words = encode_terms(pmu, &all.join(",")).map_err(|source| {
-            // A filter this CPU's PMU lacks gets the reason, not only the list of terms.
-            if let crate::discovery::FormatError::UnknownTerm { term, .. } = &source
-                && let Some(why) =
-                    crate::discovery::non_bandwidth::missing_term_reason(&pmu.name, term)
-            {
-                return EventError::Modifier {
-                    event: text.to_string(),
-                    reason: why,
-                };
-            }
-            EventError::Term {
-                event: text.to_string(),
-                source,
-            }
-        })?;
-        if words.config3 != 0 {
-            return Err(syntax(
-                text,
-                format!(
-                    "sets config3 ({:#x}), which imc does not pass to perf_event_open",
-                    words.config3
-                ),
-            ));
-        }
-        let scale = alias.and_then(|a| a.scale);
-        let unit = alias.and_then(|a| a.unit.clone());
-        out.push(Encoded {
-            event: text.to_string(),
-            pmu: pmu.name.clone(),
-            pmu_type: pmu.pmu_type,
-            config: words.config,
-            config1: words.config1,
-            config2: words.config2,
-            exclude_user: mods.exclude_user,
-            exclude_kernel: mods.exclude_kernel,
-            bytes_per_count: bytes_per_count(scale, unit.as_deref()),
-            scale,
-            unit,
-            cpus: pmu.cpumask.clone(),
-        });
+        out.push(encode_on(text, pmu, alias, &user_terms, &mods)?);
     }
     Ok(out)
+}
+
+/// The one bare word of `parsed` that names an event alias on at least one `selected`
+/// instance, if any; every other bare word must be a term name (a format field set to 1, as
+/// perf reads `edge`).
+fn alias_word<'a>(
+    text: &str,
+    parsed: &Parsed<'a>,
+    selected: &[&Pmu],
+) -> Result<Option<&'a str>, EventError> {
+    let mut alias_word: Option<&str> = None;
+    for w in parsed.terms.iter().copied().filter(|t| !t.contains('=')) {
+        let is_alias = selected.iter().any(|p| find_alias(p, w).is_some());
+        let is_term = selected.iter().any(|p| is_term_name(p, w));
+        if is_alias && !is_term {
+            if let Some(first) = alias_word {
+                return Err(syntax(
+                    text,
+                    format!("two event aliases '{first}' and '{w}' (give one)"),
+                ));
+            }
+            alias_word = Some(w);
+        } else if !is_alias && !is_term {
+            return Err(EventError::UnknownAlias {
+                event: text.to_string(),
+                pmu: parsed.pmu.to_string(),
+                alias: w.to_string(),
+                hint: unknown_word_hint(w, selected),
+            });
+        }
+    }
+    Ok(alias_word)
+}
+
+/// What to say of bare word `w` that is neither an alias nor a term of the `selected` PMUs:
+/// the close aliases, else the terms to give, else the aliases there are.
+fn unknown_word_hint(w: &str, selected: &[&Pmu]) -> String {
+    let aliases = selected
+        .iter()
+        .flat_map(|p| p.events.keys().map(String::as_str));
+    let close = close_matches(w, aliases);
+    if !close.is_empty() {
+        format!(" (did you mean {}?)", close.join(", "))
+    } else if selected.iter().all(|p| p.events.is_empty()) {
+        let formats: Vec<&str> = selected[0].formats.keys().map(String::as_str).collect();
+        format!(
+            " (it has no event aliases; give terms such as {}=VALUE)",
+            if formats.is_empty() {
+                "config".to_string()
+            } else {
+                formats.join("=VALUE, ")
+            }
+        )
+    } else {
+        let mut names: Vec<&str> = selected
+            .iter()
+            .flat_map(|p| p.events.keys().map(String::as_str))
+            .collect();
+        names.sort_unstable();
+        names.dedup();
+        let n = names.len();
+        names.truncate(10);
+        format!(
+            " (events: {}{})",
+            names.join(", "),
+            if n > 10 { ", …" } else { "" }
+        )
+    }
+}
+
+/// `text` on one PMU instance: the alias's terms (if any) and the user's, encoded by the
+/// instance's format fields.
+fn encode_on(
+    text: &str,
+    pmu: &Pmu,
+    alias: Option<&EventAlias>,
+    user_terms: &[&str],
+    mods: &Modifiers,
+) -> Result<Encoded, EventError> {
+    let mut all: Vec<&str> = Vec::new();
+    if let Some(a) = alias
+        && !a.terms.trim().is_empty()
+    {
+        all.push(a.terms.trim());
+    }
+    all.extend(user_terms.iter().copied());
+    let words = encode_terms(pmu, &all.join(",")).map_err(|source| {
+        // A filter this CPU's PMU lacks gets the reason, not only the list of terms.
+        if let crate::discovery::FormatError::UnknownTerm { term, .. } = &source
+            && let Some(why) = crate::discovery::non_bandwidth::missing_term_reason(&pmu.name, term)
+        {
+            return EventError::Modifier {
+                event: text.to_string(),
+                reason: why,
+            };
+        }
+        EventError::Term {
+            event: text.to_string(),
+            source,
+        }
+    })?;
+    if words.config3 != 0 {
+        return Err(syntax(
+            text,
+            format!(
+                "sets config3 ({:#x}), which imc does not pass to perf_event_open",
+                words.config3
+            ),
+        ));
+    }
+    let scale = alias.and_then(|a| a.scale);
+    let unit = alias.and_then(|a| a.unit.clone());
+    Ok(Encoded {
+        event: text.to_string(),
+        pmu: pmu.name.clone(),
+        pmu_type: pmu.pmu_type,
+        config: words.config,
+        config1: words.config1,
+        config2: words.config2,
+        exclude_user: mods.exclude_user,
+        exclude_kernel: mods.exclude_kernel,
+        bytes_per_count: bytes_per_count(scale, unit.as_deref()),
+        scale,
+        unit,
+        cpus: pmu.cpumask.clone(),
+    })
 }
 
 #[cfg(test)]

@@ -581,14 +581,16 @@ fn knl_encodings_match_libpfm4_validate_x86() {
     }
 }
 
+/// True in a child process where libpfm4 sees only the Knights Landing PMU (LIBPFM_FORCE_PMU):
+/// the KNL offcore-response tests below run their body there.
+fn knl_libpfm_child(test: &str) -> bool {
+    libpfm_or_skip() && in_child(test, &[("LIBPFM_FORCE_PMU", "knl")])
+}
+
+/// KNL offcore-response events: the request, response and supplier bits in config1.
 #[test]
-fn knl_offcore_response_rules() {
-    if !libpfm_or_skip()
-        || !in_child(
-            "events::tests::knl_offcore_response_rules",
-            &[("LIBPFM_FORCE_PMU", "knl")],
-        )
-    {
+fn knl_offcore_response_encodings() {
+    if !knl_libpfm_child("events::tests::knl_offcore_response_encodings") {
         return;
     }
     let k = knl();
@@ -644,6 +646,15 @@ fn knl_offcore_response_rules() {
         m.contains("'outstanding'") && m.contains("modifiers:"),
         "{m}"
     );
+}
+
+/// KNL offcore-response modifiers: i, e (which needs c>=1), k.
+#[test]
+fn knl_offcore_response_modifiers() {
+    if !knl_libpfm_child("events::tests::knl_offcore_response_modifiers") {
+        return;
+    }
+    let k = knl();
     // Modifiers: i is bit 23, e bit 18 and needs c>=1, k alone excludes user.
     assert_eq!(
         one(&k, "knl::OFFCORE_RESPONSE_0:DMND_DATA_RD:c=1:e=1").config,
@@ -663,6 +674,15 @@ fn knl_offcore_response_rules() {
     assert!(m.contains("c>=1"), "{m}");
     let e = one(&k, "knl::OFFCORE_RESPONSE_0:DMND_DATA_RD:k");
     assert!(e.exclude_user && !e.exclude_kernel);
+}
+
+/// What libpfm4 refuses for KNL offcore-response events, and how imc names it.
+#[test]
+fn knl_offcore_response_refusals() {
+    if !knl_libpfm_child("events::tests::knl_offcore_response_refusals") {
+        return;
+    }
+    let k = knl();
     // t (any thread) is not a KNL modifier for these events.
     let m = err(&k, "knl::OFFCORE_RESPONSE_0:DMND_DATA_RD:ANY_RESPONSE:t=1").to_string();
     assert!(m.contains("'t'") && m.contains("modifiers:"), "{m}");

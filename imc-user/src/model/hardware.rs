@@ -182,6 +182,17 @@ pub enum Direction {
     Total,
 }
 
+impl Direction {
+    /// Its name in the contract: `read`, `write`, `total` (as serde writes it).
+    pub fn name(self) -> &'static str {
+        match self {
+            Direction::Read => "read",
+            Direction::Write => "write",
+            Direction::Total => "total",
+        }
+    }
+}
+
 /// Where a counter's count belongs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 pub enum Scope {

@@ -155,9 +155,7 @@ impl TaskRow {
     }
 
     pub fn bytes(&self) -> u64 {
-        self.read_bytes
-            .saturating_add(self.write_bytes)
-            .saturating_add(self.total_bytes)
+        traffic_bytes(self.read_bytes, self.write_bytes, self.total_bytes)
     }
 
     /// Sets the stall fields from this row's own `values` of the stall pair's keys
@@ -235,10 +233,13 @@ pub struct IntervalResult {
 impl PackageRow {
     /// Read + write + total bytes (saturating).
     pub fn bytes(&self) -> u64 {
-        self.read_bytes
-            .saturating_add(self.write_bytes)
-            .saturating_add(self.total_bytes)
+        traffic_bytes(self.read_bytes, self.write_bytes, self.total_bytes)
     }
+}
+
+/// A row's bytes: its read, write and total (undivided) bytes together, saturating.
+fn traffic_bytes(read: u64, write: u64, total: u64) -> u64 {
+    read.saturating_add(write).saturating_add(total)
 }
 
 /// Read + write + total bytes of every package (saturating): the one sum of package traffic.

@@ -172,27 +172,11 @@ fn draw(
             BURST.filled(),
         )))?;
     }
-    // Stacked bands: group k spans from the sum of groups 0..k to the sum of groups 0..=k, the
-    // largest group at the bottom; the rest on top.
-    let level = |p: &Point, k: usize| -> f64 {
-        (p.groups[..k.min(p.groups.len())].iter().sum::<f64>()
-            + if k > p.groups.len() { p.rest } else { 0.0 })
-            / div
-    };
+    // Stacked bands, the largest group at the bottom; the rest on top.
     let n = tl.groups.len();
     for k in 0..=n {
         let fill = if k < n { colour(k) } else { REST };
-        let mut outline: Vec<(f64, f64)> = Vec::with_capacity(points.len() * 4);
-        for p in &points {
-            let v = level(p, k + 1);
-            outline.push((x_of(p.t_start_ns), v));
-            outline.push((x_of(p.t_end_ns), v));
-        }
-        for p in points.iter().rev() {
-            let v = level(p, k);
-            outline.push((x_of(p.t_end_ns), v));
-            outline.push((x_of(p.t_start_ns), v));
-        }
+        let outline = band_outline(&points, k, div, x_of);
         chart.draw_series(std::iter::once(Polygon::new(outline, fill.filled())))?;
     }
     if let Some(c) = command {
@@ -220,6 +204,33 @@ fn draw(
     draw_panel(&panel, tl, bursts, t0, legend)?;
     root.present()?;
     Ok(())
+}
+
+/// The outline of band `k` of a stacked chart: group k spans from the sum of groups 0..k to
+/// the sum of groups 0..=k (band `n` is the rest, on top), each point a step of its interval.
+fn band_outline(
+    points: &[Point],
+    k: usize,
+    div: f64,
+    x_of: impl Fn(u64) -> f64,
+) -> Vec<(f64, f64)> {
+    let level = |p: &Point, k: usize| -> f64 {
+        (p.groups[..k.min(p.groups.len())].iter().sum::<f64>()
+            + if k > p.groups.len() { p.rest } else { 0.0 })
+            / div
+    };
+    let mut outline: Vec<(f64, f64)> = Vec::with_capacity(points.len() * 4);
+    for p in points {
+        let v = level(p, k + 1);
+        outline.push((x_of(p.t_start_ns), v));
+        outline.push((x_of(p.t_end_ns), v));
+    }
+    for p in points.iter().rev() {
+        let v = level(p, k);
+        outline.push((x_of(p.t_end_ns), v));
+        outline.push((x_of(p.t_start_ns), v));
+    }
+    outline
 }
 
 /// The side panel: the legend (largest first) and the bursts with their first culprits.

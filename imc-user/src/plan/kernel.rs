@@ -64,18 +64,7 @@ impl Kernel {
 /// A regular file's first `cap` bytes as text; None for anything else (missing, a FIFO, a
 /// directory, not UTF-8), which a plan treats as an unknown fact.
 fn read_capped(path: &Path, cap: u64) -> Option<String> {
-    use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(path)
-        .ok()?;
-    if !f.metadata().ok()?.is_file() {
-        return None;
-    }
-    let mut buf = Vec::new();
-    f.take(cap).read_to_end(&mut buf).ok()?;
+    let buf = crate::sys::file::read_capped(path, cap).ok()?;
     String::from_utf8(buf).ok()
 }
 

@@ -6,7 +6,8 @@
 //! They share the core's generic counters with the weights, and the weights come first: the pair
 //! is planned only where both fit beside them (the NMI watchdog's counter taken out), else it is
 //! refused with the count, never left for the kernel to multiplex.
-use super::{Counter, CounterRole, Kernel, Reader, Refusal, event_counter, weights::encode_terms};
+use super::weights::{CoreUse, NoCoreCounters, each_core, encode_terms, no_core_counters, reasons};
+use super::{Counter, CounterRole, Kernel, Reader, Refusal, event_counter};
 use crate::events::core_traffic::{self, CoreStall, StallEvent, Watchdog};
 use crate::model::{CorePmu, Discovery, StallPart, Victims};
 
@@ -30,17 +31,18 @@ fn none(reason: impl Into<String>, refusals: Vec<Refusal>) -> Chosen {
 /// Chooses the stall pair of every core PMU beside `planned` (the plan's counters so far, its
 /// weights among them), within `free` record slots.
 pub fn choose(found: &Discovery, kernel: &Kernel, planned: &[Counter], free: usize) -> Chosen {
-    if found.hypervisor {
+    if let Some(no) = no_core_counters(found) {
         return none(
-            "no stall counters: running under a hypervisor, whose virtual PMU counts no memory \
-             stalls",
-            Vec::new(),
-        );
-    }
-    if found.cores.is_empty() {
-        return none(
-            "no stall counters: no core PMU (sys/bus/event_source/devices/cpu, or \
-             cpu_core/cpu_atom) under --root",
+            match no {
+                NoCoreCounters::Hypervisor => {
+                    "no stall counters: running under a hypervisor, whose virtual PMU counts no \
+                     memory stalls"
+                }
+                NoCoreCounters::NoCorePmu => {
+                    "no stall counters: no core PMU (sys/bus/event_source/devices/cpu, or \
+                     cpu_core/cpu_atom) under --root"
+                }
+            },
             Vec::new(),
         );
     }
@@ -48,85 +50,33 @@ pub fn choose(found: &Discovery, kernel: &Kernel, planned: &[Counter], free: usi
     let mut counters = Vec::new();
     let mut models = Vec::new();
     let mut notes = Vec::new();
-    for core in &found.cores {
-        let table = match core_traffic::core_stall(
-            &found.machine,
-            &core.pmu.name,
-            core.pmu_name.as_deref(),
-        ) {
-            Ok(t) => t,
-            Err(why) => {
-                refusals.push(refusal(core, None, why));
-                continue;
+    let lookup = core_traffic::core_stall;
+    each_core(
+        found,
+        CoreUse::Stalls,
+        lookup,
+        &mut refusals,
+        |core, table, refusals| match core_pair(core, &table, kernel, planned, free) {
+            Ok(pair) => {
+                models.push(table.model);
+                notes.extend(CoreUse::Stalls.notes(core, &table.notes));
+                counters.extend(pair);
             }
-        };
-        if free < 2 {
-            refusals.push(refusal(
-                core,
-                Some(table.stalled.name),
-                format!(
-                    "no record slots left for the stall pair ({free} free of {}; the memory \
-                     controller, -e and the weights take the others)",
-                    imc_common::MAX_SLOTS
-                ),
-            ));
-            continue;
-        }
-        let pair = match (encode(core, &table.stalled), encode(core, &table.cycles)) {
-            (Ok(s), Ok(c)) => (s, c),
-            (Err(why), _) | (_, Err(why)) => {
-                refusals.push(refusal(core, Some(table.stalled.name), why));
-                continue;
-            }
-        };
-        if let Err(why) = budget(core, &table, kernel, planned) {
-            refusals.push(refusal(core, Some(table.stalled.name), why));
-            continue;
-        }
-        models.push(table.model);
-        notes.extend(
-            table
-                .notes
-                .iter()
-                .map(|n| format!("stalls on {}: {n}", core.pmu.name)),
-        );
-        for (ev, enc, part) in [
-            (&table.stalled, pair.0, StallPart::Stalled),
-            (&table.cycles, pair.1, StallPart::Cycles),
-        ] {
-            let mut c = event_counter(ev.name, &enc, None, None, core.cpus.clone(), None);
-            c.reader = Reader::Tick;
-            c.bytes_per_count = None;
-            c.role = CounterRole::Stall;
-            c.stall = Some(part);
-            c.counter_mask = ev.counter_mask;
-            counters.push(c);
-        }
-    }
+            Err(why) => refusals.push(refusal(core, Some(table.stalled.name), why)),
+        },
+    );
     if counters.is_empty() {
-        let why: Vec<&str> = refusals.iter().map(|r| r.reason.as_str()).collect();
-        return none(format!("no stall counters: {}", why.join("; ")), refusals);
+        return none(
+            format!("no stall counters: {}", reasons(&refusals)),
+            refusals,
+        );
     }
     // The CPU's time, charged to the task that ran like the pair: its on-CPU time, which turns
     // its stalled share into seconds. A software event: it takes a record slot, no counter.
     let seconds = free >= 3;
     if seconds {
-        match crate::events::generic::encode("cpu-clock", "cpu-clock", None) {
-            Ok(enc) => {
-                let mut c = event_counter(
-                    "cpu-clock",
-                    &enc,
-                    None,
-                    None,
-                    found.topology.online.clone(),
-                    None,
-                );
-                c.reader = Reader::Tick;
-                c.bytes_per_count = None;
-                c.role = CounterRole::Stall;
-                c.stall = Some(StallPart::Time);
-                counters.push(c);
-            }
+        match time_counter(found) {
+            Ok(c) => counters.push(c),
             Err(e) => notes.push(format!("stalls: cpu-clock: {e}: no stall seconds")),
         }
     } else {
@@ -136,6 +86,69 @@ pub fn choose(found: &Discovery, kernel: &Kernel, planned: &[Counter], free: usi
                 .into(),
         );
     }
+    Chosen {
+        victims: victims(&counters, &models, seconds),
+        counters,
+        refusals,
+        notes,
+    }
+}
+
+/// The stall pair's two counters on `core`, or why they cannot be had: no record slots left,
+/// an encoding the PMU refuses, or no generic counters beside the weights.
+fn core_pair(
+    core: &CorePmu,
+    table: &CoreStall,
+    kernel: &Kernel,
+    planned: &[Counter],
+    free: usize,
+) -> Result<[Counter; 2], String> {
+    if free < 2 {
+        return Err(format!(
+            "no record slots left for the stall pair ({free} free of {}; the memory \
+             controller, -e and the weights take the others)",
+            imc_common::MAX_SLOTS
+        ));
+    }
+    let stalled = encode(core, &table.stalled)?;
+    let cycles = encode(core, &table.cycles)?;
+    budget(core, table, kernel, planned)?;
+    Ok([
+        (&table.stalled, stalled, StallPart::Stalled),
+        (&table.cycles, cycles, StallPart::Cycles),
+    ]
+    .map(|(ev, enc, part)| {
+        let mut c = event_counter(ev.name, &enc, None, None, core.cpus.clone(), None);
+        c.reader = Reader::Tick;
+        c.bytes_per_count = None;
+        c.role = CounterRole::Stall;
+        c.stall = Some(part);
+        c.counter_mask = ev.counter_mask;
+        c
+    }))
+}
+
+/// cpu-clock on every online CPU, read with the stall pair: the on-CPU time its share is of.
+fn time_counter(found: &Discovery) -> Result<Counter, crate::events::EventError> {
+    let enc = crate::events::generic::encode("cpu-clock", "cpu-clock", None)?;
+    let mut c = event_counter(
+        "cpu-clock",
+        &enc,
+        None,
+        None,
+        found.topology.online.clone(),
+        None,
+    );
+    c.reader = Reader::Tick;
+    c.bytes_per_count = None;
+    c.role = CounterRole::Stall;
+    c.stall = Some(StallPart::Time);
+    Ok(c)
+}
+
+/// What the stall `counters` of CPU `models` count, and how a task's share (and, with
+/// `seconds`, its stall seconds) follows from them.
+fn victims(counters: &[Counter], models: &[&str], seconds: bool) -> Victims {
     let names = |part: StallPart| {
         let mut v: Vec<&str> = counters
             .iter()
@@ -145,25 +158,20 @@ pub fn choose(found: &Discovery, kernel: &Kernel, planned: &[Counter], free: usi
         v.dedup();
         Some(v.join("+"))
     };
-    Chosen {
-        victims: Victims {
-            stalled: names(StallPart::Stalled),
-            cycles: names(StallPart::Cycles),
-            reason: format!(
-                "{}: each CPU counts its cycles stalled on memory loads and its cycles at the \
-                 weights' ticks and switches, charged to the task that ran; a task's \
-                 stall_share is the first over the second{}",
-                models.join(", "),
-                if seconds {
-                    ", and its stall_seconds that share of its on-CPU time (cpu-clock)"
-                } else {
-                    ""
-                }
-            ),
-        },
-        counters,
-        refusals,
-        notes,
+    Victims {
+        stalled: names(StallPart::Stalled),
+        cycles: names(StallPart::Cycles),
+        reason: format!(
+            "{}: each CPU counts its cycles stalled on memory loads and its cycles at the \
+             weights' ticks and switches, charged to the task that ran; a task's \
+             stall_share is the first over the second{}",
+            models.join(", "),
+            if seconds {
+                ", and its stall_seconds that share of its on-CPU time (cpu-clock)"
+            } else {
+                ""
+            }
+        ),
     }
 }
 
@@ -252,14 +260,7 @@ pub fn fits(masks: &[Option<u64>], n: usize) -> bool {
 }
 
 fn refusal(core: &CorePmu, event: Option<&str>, why: String) -> Refusal {
-    Refusal {
-        pmu: Some(core.pmu.name.clone()),
-        event: event.map(str::to_string),
-        reason: match event {
-            Some(e) => format!("stall {e} on {}: {why}", core.pmu.name),
-            None => format!("stalls on {}: {why}", core.pmu.name),
-        },
-    }
+    CoreUse::Stalls.refusal(core, event, why)
 }
 
 #[cfg(test)]

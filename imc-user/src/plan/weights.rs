@@ -9,7 +9,7 @@
 //! split by on-CPU time: said, with the reason, never silently.
 use super::{Counter, PlanError, Reader, Refusal, Request, event_counter};
 use crate::events::core_traffic::{self, CoreTrafficEvent, Locality};
-use crate::model::{CorePmu, Direction, Discovery, Encoded, Weighting};
+use crate::model::{CorePmu, Direction, Discovery, Encoded, Machine, Weighting};
 
 /// `--weight`: how package traffic is divided.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -185,16 +185,18 @@ fn user_weights(
 
 /// The core PMU's own traffic events for this CPU model, within the counter and slot budgets.
 fn auto(found: &Discovery, traffic: &[Counter], free: usize) -> Chosen {
-    if found.hypervisor {
+    if let Some(no) = no_core_counters(found) {
         return time_only(
-            "running under a hypervisor: its virtual PMU counts no memory traffic to weigh by",
-            Vec::new(),
-        );
-    }
-    if found.cores.is_empty() {
-        return time_only(
-            "no core PMU (sys/bus/event_source/devices/cpu, or cpu_core/cpu_atom) under --root \
-             to weigh by",
+            match no {
+                NoCoreCounters::Hypervisor => {
+                    "running under a hypervisor: its virtual PMU counts no memory traffic to \
+                     weigh by"
+                }
+                NoCoreCounters::NoCorePmu => {
+                    "no core PMU (sys/bus/event_source/devices/cpu, or cpu_core/cpu_atom) under \
+                     --root to weigh by"
+                }
+            },
             Vec::new(),
         );
     }
@@ -203,90 +205,103 @@ fn auto(found: &Discovery, traffic: &[Counter], free: usize) -> Chosen {
     let mut counters: Vec<Counter> = Vec::new();
     let mut models = Vec::new();
     let mut notes: Vec<String> = Vec::new();
-    for core in &found.cores {
-        let table = match core_traffic::core_traffic(
-            &found.machine,
-            &core.pmu.name,
-            core.pmu_name.as_deref(),
-        ) {
-            Ok(t) => t,
-            Err(why) => {
-                refusals.push(refusal(core, None, why));
-                continue;
-            }
-        };
-        models.push(if table.model.contains(core.pmu.name.as_str()) {
-            table.model.to_string()
-        } else {
-            format!("{} ({})", table.model, core.pmu.name)
-        });
-        notes.extend(
-            table
-                .notes
-                .iter()
-                .map(|n| format!("weights on {}: {n}", core.pmu.name)),
-        );
-        let mut offcore = 0;
-        let mut ordinals: Vec<(Direction, bool)> = Vec::new();
-        for ev in events_for(&table, packages) {
-            if let Some(why) = unused_memory(ev, traffic) {
-                refusals.push(refusal(core, Some(ev.name), why));
-                continue;
-            }
-            if ev.offcore_register {
-                if offcore == OFFCORE_REGISTERS {
-                    refusals.push(refusal(
-                        core,
-                        Some(ev.name),
-                        format!(
-                            "the core has {OFFCORE_REGISTERS} offcore-response registers per \
-                             thread, taken by the events before it"
-                        ),
-                    ));
-                    continue;
-                }
-                offcore += 1;
-            }
-            let remote = ev.locality == Locality::Remote;
-            match encode(core, ev) {
-                Ok(enc) => {
-                    let ordinal = ordinals
-                        .iter()
-                        .filter(|&&r| r == (ev.direction, remote))
-                        .count() as u8;
-                    ordinals.push((ev.direction, remote));
-                    let mut c = weight_counter(
-                        ev.name,
-                        &enc,
-                        core.cpus.clone(),
-                        WeightRole {
-                            direction: Some(ev.direction),
-                            remote,
-                            ordinal,
-                        },
-                    );
-                    // A count is a line of this many bytes: what the weights account for can be
-                    // set against the controller's bytes (a user's --weight event has none).
-                    c.bytes_per_count = Some(ev.bytes_per_count);
-                    c.counter_mask = ev.counter_mask;
-                    counters.push(c);
-                }
-                Err(why) => refusals.push(refusal(core, Some(ev.name), why)),
-            }
-        }
-    }
+    let lookup = core_traffic::core_traffic;
+    each_core(
+        found,
+        CoreUse::Weights,
+        lookup,
+        &mut refusals,
+        |core, table, refusals| {
+            models.push(if table.model.contains(core.pmu.name.as_str()) {
+                table.model.to_string()
+            } else {
+                format!("{} ({})", table.model, core.pmu.name)
+            });
+            notes.extend(CoreUse::Weights.notes(core, &table.notes));
+            counters.extend(core_weights(core, &table, packages, traffic, refusals));
+        },
+    );
     fit_slots(&mut counters, free, &mut refusals);
     if counters.is_empty() {
-        let why = refusals
-            .iter()
-            .map(|r| r.reason.as_str())
-            .collect::<Vec<_>>()
-            .join("; ");
         return time_only(
-            format!("no core counter of this CPU's own memory traffic could be had: {why}"),
+            format!(
+                "no core counter of this CPU's own memory traffic could be had: {}",
+                reasons(&refusals)
+            ),
             refusals,
         );
     }
+    Chosen {
+        weighting: traffic_weighting(&counters, &models),
+        counters,
+        refusals,
+        notes,
+    }
+}
+
+/// The weight counters of one core PMU from its `table`: the events this machine has use for,
+/// within the thread's offcore-response registers; the others refused.
+fn core_weights(
+    core: &CorePmu,
+    table: &core_traffic::CoreTraffic,
+    packages: usize,
+    traffic: &[Counter],
+    refusals: &mut Vec<Refusal>,
+) -> Vec<Counter> {
+    let mut counters = Vec::new();
+    let mut offcore = 0;
+    let mut ordinals: Vec<(Direction, bool)> = Vec::new();
+    for ev in events_for(table, packages) {
+        if let Some(why) = unused_memory(ev, traffic) {
+            refusals.push(refusal(core, Some(ev.name), why));
+            continue;
+        }
+        if ev.offcore_register {
+            if offcore == OFFCORE_REGISTERS {
+                refusals.push(refusal(
+                    core,
+                    Some(ev.name),
+                    format!(
+                        "the core has {OFFCORE_REGISTERS} offcore-response registers per \
+                         thread, taken by the events before it"
+                    ),
+                ));
+                continue;
+            }
+            offcore += 1;
+        }
+        let remote = ev.locality == Locality::Remote;
+        match encode(core, ev) {
+            Ok(enc) => {
+                let ordinal = ordinals
+                    .iter()
+                    .filter(|&&r| r == (ev.direction, remote))
+                    .count() as u8;
+                ordinals.push((ev.direction, remote));
+                let mut c = weight_counter(
+                    ev.name,
+                    &enc,
+                    core.cpus.clone(),
+                    WeightRole {
+                        direction: Some(ev.direction),
+                        remote,
+                        ordinal,
+                    },
+                );
+                // A count is a line of this many bytes: what the weights account for can be
+                // set against the controller's bytes (a user's --weight event has none).
+                c.bytes_per_count = Some(ev.bytes_per_count);
+                c.counter_mask = ev.counter_mask;
+                counters.push(c);
+            }
+            Err(why) => refusals.push(refusal(core, Some(ev.name), why)),
+        }
+    }
+    counters
+}
+
+/// How the chosen core weight `counters` of CPU `models` divide traffic, and what they miss.
+fn traffic_weighting(counters: &[Counter], models: &[String]) -> Weighting {
     let names = |d: Direction| {
         let mut v: Vec<&str> = counters
             .iter()
@@ -307,7 +322,7 @@ fn auto(found: &Discovery, traffic: &[Counter], free: usize) -> Chosen {
     }
     if numa {
         reason.push_str("; local and remote DRAM apart: a package's traffic is also charged to the other packages' tasks that read it");
-        if let Some(w) = write.as_deref().filter(|_| blind_write(&counters)) {
+        if let Some(w) = write.as_deref().filter(|_| blind_write(counters)) {
             reason.push_str(&format!(
                 "; {w} cannot tell local from remote: each task's writes take the locality of its \
                  own reads"
@@ -318,19 +333,96 @@ fn auto(found: &Discovery, traffic: &[Counter], free: usize) -> Chosen {
         "; controller bytes beyond what the weights account for (their lines ÷ fidelity) are \
          no task's: unattributed, as device traffic",
     );
-    Chosen {
-        weighting: Weighting {
-            method: Weighting::TRAFFIC.into(),
-            read: names(Direction::Read),
-            write,
-            numa,
-            reason,
-            fidelity: unit_fidelity(&counters),
-        },
-        counters,
-        refusals,
-        notes,
+    Weighting {
+        method: Weighting::TRAFFIC.into(),
+        read: names(Direction::Read),
+        write,
+        numa,
+        reason,
+        fidelity: unit_fidelity(counters),
     }
+}
+
+/// Why no core PMU's counters can be planned at all, for weights or stalls alike.
+pub(super) enum NoCoreCounters {
+    /// A guest: the hypervisor's virtual PMU counts no memory traffic or stalls.
+    Hypervisor,
+    /// No `cpu` (or `cpu_core`/`cpu_atom`) PMU under --root.
+    NoCorePmu,
+}
+
+pub(super) fn no_core_counters(found: &Discovery) -> Option<NoCoreCounters> {
+    if found.hypervisor {
+        Some(NoCoreCounters::Hypervisor)
+    } else if found.cores.is_empty() {
+        Some(NoCoreCounters::NoCorePmu)
+    } else {
+        None
+    }
+}
+
+/// What a core PMU's counters are planned for: the words its refusals use.
+#[derive(Clone, Copy)]
+pub(super) enum CoreUse {
+    Weights,
+    Stalls,
+}
+
+impl CoreUse {
+    fn words(self) -> (&'static str, &'static str) {
+        match self {
+            CoreUse::Weights => ("weight", "weights"),
+            CoreUse::Stalls => ("stall", "stalls"),
+        }
+    }
+
+    /// The table's notes on what `core`'s events count and miss, each naming the core PMU.
+    pub(super) fn notes(self, core: &CorePmu, notes: &[&str]) -> Vec<String> {
+        let all = self.words().1;
+        notes
+            .iter()
+            .map(|n| format!("{all} on {}: {n}", core.pmu.name))
+            .collect()
+    }
+
+    /// A refusal on `core`, of its `event` when one is named, else of all its events.
+    pub(super) fn refusal(self, core: &CorePmu, event: Option<&str>, why: String) -> Refusal {
+        let (one, all) = self.words();
+        Refusal {
+            pmu: Some(core.pmu.name.clone()),
+            event: event.map(str::to_string),
+            reason: match event {
+                Some(e) => format!("{one} {e} on {}: {why}", core.pmu.name),
+                None => format!("{all} on {}: {why}", core.pmu.name),
+            },
+        }
+    }
+}
+
+/// Every core PMU of `found`, in order, with its table by `lookup` (the weights' or the
+/// stalls' of core_traffic) handed to `each`; a core PMU without one becomes a refusal.
+pub(super) fn each_core<T>(
+    found: &Discovery,
+    what: CoreUse,
+    lookup: fn(&Machine, &str, Option<&str>) -> Result<T, String>,
+    refusals: &mut Vec<Refusal>,
+    mut each: impl FnMut(&CorePmu, T, &mut Vec<Refusal>),
+) {
+    for core in &found.cores {
+        match lookup(&found.machine, &core.pmu.name, core.pmu_name.as_deref()) {
+            Ok(table) => each(core, table, refusals),
+            Err(why) => refusals.push(what.refusal(core, None, why)),
+        }
+    }
+}
+
+/// The refusals' reasons, one after the other.
+pub(super) fn reasons(refusals: &[Refusal]) -> String {
+    refusals
+        .iter()
+        .map(|r| r.reason.as_str())
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// A write weight beside remote read weights but with no remote write weight of its own: the
@@ -459,14 +551,7 @@ pub fn distinct_roles(counters: &[Counter]) -> usize {
 }
 
 fn refusal(core: &CorePmu, event: Option<&str>, why: String) -> Refusal {
-    Refusal {
-        pmu: Some(core.pmu.name.clone()),
-        event: event.map(str::to_string),
-        reason: match event {
-            Some(e) => format!("weight {e} on {}: {why}", core.pmu.name),
-            None => format!("weights on {}: {why}", core.pmu.name),
-        },
-    }
+    CoreUse::Weights.refusal(core, event, why)
 }
 
 fn weight_counter(name: &str, enc: &Encoded, cpus: Vec<u32>, role: WeightRole) -> Counter {

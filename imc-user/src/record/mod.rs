@@ -508,10 +508,7 @@ mod tests {
         w.finish().unwrap();
         let mut got: Vec<IntervalResult> = Vec::new();
         for p in [rotated_path(&path), path.clone()] {
-            got.extend(Reader::open(&p).unwrap().filter_map(|it| match it {
-                Item::Interval(iv) => Some(iv),
-                Item::Ticks(_) => None,
-            }));
+            got.extend(intervals(&mut Reader::open(&p).unwrap()));
         }
         assert!(got.len() > 10);
         for g in &got {
@@ -549,20 +546,14 @@ mod tests {
     fn under_container_churn_each_segment_defines_only_its_cgroups_within_the_bound() {
         use crate::model::result::TaskRow;
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("pods.imc");
-        let specs = Scenario::busy(2, 1000, 1).specs();
-        let header = busy_header();
-        let max = 64 * 1024;
-        let mut w = Writer::create(&path, header, Some(max)).unwrap();
         // A cgroup's path follows from its id: a new pod container every task, 10 an interval.
         let path_of = |id: u64| {
             format!(
                 "/kubepods.slice/kubepods-pod{id:08x}_0000_4000_8000_00000000000a.slice/cri-containerd-{id:064x}.scope"
             )
         };
-        let mut pid = 1000u32;
-        for k in 0..1000u64 {
-            let mut iv = churn_interval(&specs, k, pid, 10);
+        // The cgroup entries count inside the bound, and do not pile up from file to file.
+        let (path, old, size, stats) = churn_recording(dir.path(), "pods.imc", 1000, 10, |iv| {
             for t in &mut iv.tasks {
                 t.cgroup = if t.comm == "steady" {
                     7
@@ -571,20 +562,8 @@ mod tests {
                 };
                 t.set_cgroup_names(&crate::discovery::cgroup::names_of_path(&path_of(t.cgroup)));
             }
-            w.push_interval(&iv).unwrap();
-            pid += 10;
-        }
-        let stats = w.finish().unwrap();
+        });
         assert!(stats.rotations >= 2, "{stats:?}");
-        assert_eq!(stats.rows_dropped, 0);
-        let old = rotated_path(&path);
-        let (a, b) = (
-            std::fs::metadata(&path).unwrap().len(),
-            std::fs::metadata(&old).unwrap().len(),
-        );
-        // The cgroup entries count inside the bound, and do not pile up from file to file.
-        assert!(a + b <= max, "{a} + {b} > {max}");
-        assert!(b > max / 2 * 3 / 4, "FILE.1 holds {b} of {} bytes", max / 2);
         let mut kept = 0;
         for p in [&old, &path] {
             let kinds = chunk_kinds(&std::fs::read(p).unwrap());
@@ -595,13 +574,7 @@ mod tests {
                 usize::from(p == &old)
             );
             let mut r = Reader::open(p).unwrap();
-            let ivs: Vec<IntervalResult> = r
-                .by_ref()
-                .filter_map(|i| match i {
-                    Item::Interval(iv) => Some(iv),
-                    Item::Ticks(_) => None,
-                })
-                .collect();
+            let ivs = intervals(&mut r);
             let used: std::collections::HashSet<u64> = ivs
                 .iter()
                 .flat_map(|iv| iv.tasks.iter().map(|t| t.cgroup))
@@ -629,11 +602,7 @@ mod tests {
         );
         // Ten new paths an interval make an interval large; the kept span is still at least a
         // file's worth of them.
-        let per_interval = (a + b) / kept as u64;
-        assert!(
-            kept as u64 >= (max / 2) / per_interval,
-            "{kept} intervals of ~{per_interval} bytes kept in {max} bytes"
-        );
+        assert_kept_span(kept, size);
     }
 
     #[test]
@@ -655,23 +624,10 @@ mod tests {
         w.finish().unwrap();
         let data = std::fs::read(&path).unwrap();
         // Nothing was resolved: no CGROUPS chunk, the file is what earlier versions wrote.
-        let hlen = u32::from_le_bytes(data[10..14].try_into().unwrap()) as usize;
-        let mut at = 18 + hlen;
-        let mut kinds = Vec::new();
-        while at + 9 <= data.len() {
-            kinds.push(data[at]);
-            at += 9 + u32::from_le_bytes(data[at + 1..at + 5].try_into().unwrap()) as usize;
-        }
-        assert_eq!(at, data.len());
+        let kinds = chunk_kinds(&data);
         assert!(!kinds.contains(&CHUNK_CGROUPS), "{kinds:?}");
         let mut r = Reader::from_bytes(&path, data).unwrap();
-        let got: Vec<IntervalResult> = r
-            .by_ref()
-            .filter_map(|it| match it {
-                Item::Interval(iv) => Some(iv),
-                Item::Ticks(_) => None,
-            })
-            .collect();
+        let got = intervals(&mut r);
         assert_eq!(r.status(), &ReadStatus::Complete);
         assert_eq!(got.len(), 3);
         assert!(
@@ -726,30 +682,45 @@ mod tests {
 
     fn read_all(path: &std::path::Path) -> (Vec<IntervalResult>, ReadStatus, usize) {
         let mut r = Reader::open(path).unwrap();
-        let ivs: Vec<_> = r
-            .by_ref()
+        let ivs = intervals(&mut r);
+        (ivs, r.status().clone(), r.tasks_defined())
+    }
+
+    /// The intervals a reader yields, ticks left out.
+    fn intervals(r: &mut Reader) -> Vec<IntervalResult> {
+        r.by_ref()
             .filter_map(|i| match i {
                 Item::Interval(iv) => Some(iv),
                 Item::Ticks(_) => None,
             })
-            .collect();
-        (ivs, r.status().clone(), r.tasks_defined())
+            .collect()
     }
 
-    #[test]
-    fn under_churn_each_segment_restates_only_its_tasks_and_the_bound_holds() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("churn.imc");
+    /// The rotation bound of the churn recordings.
+    const CHURN_MAX: u64 = 64 * 1024;
+
+    /// `n` intervals of `new` new tasks each (`shape` dresses each one), recorded into `name`
+    /// under `dir` within CHURN_MAX bytes: the file, the rotated one, their sizes together and
+    /// the writer's stats. Both files hold within the bound, no row dropped, and a rotated file
+    /// is filled to its half (less the room for one interval), not cut after every interval by
+    /// a table of everything ever seen.
+    fn churn_recording(
+        dir: &Path,
+        name: &str,
+        n: u64,
+        new: u32,
+        mut shape: impl FnMut(&mut IntervalResult),
+    ) -> (std::path::PathBuf, std::path::PathBuf, u64, WriterStats) {
+        let path = dir.join(name);
         let specs = Scenario::busy(2, 1000, 1).specs();
-        let header = busy_header();
-        let max = 64 * 1024;
-        let mut w = Writer::create(&path, header, Some(max)).unwrap();
-        // 125 new processes every 100 ms: 75k a minute, for 2 minutes.
+        let max = CHURN_MAX;
+        let mut w = Writer::create(&path, busy_header(), Some(max)).unwrap();
         let mut pid = 1000u32;
-        for k in 0..1200 {
-            w.push_interval(&churn_interval(&specs, k, pid, 125))
-                .unwrap();
-            pid += 125;
+        for k in 0..n {
+            let mut iv = churn_interval(&specs, k, pid, new);
+            shape(&mut iv);
+            w.push_interval(&iv).unwrap();
+            pid += new;
         }
         let stats = w.finish().unwrap();
         let old = rotated_path(&path);
@@ -759,9 +730,27 @@ mod tests {
         );
         assert!(a + b <= max, "{a} + {b} > {max}");
         assert_eq!(stats.rows_dropped, 0);
-        // A rotated file is filled to its half (less the room for one interval), not cut after
-        // every interval by a table of every task ever seen.
         assert!(b > max / 2 * 3 / 4, "FILE.1 holds {b} of {} bytes", max / 2);
+        (path, old, a + b, stats)
+    }
+
+    /// The kept span of a churn recording of `size` bytes: at least a file's worth of its
+    /// `kept` intervals.
+    fn assert_kept_span(kept: usize, size: u64) {
+        let max = CHURN_MAX;
+        let per_interval = size / kept as u64;
+        assert!(
+            kept as u64 >= (max / 2) / per_interval,
+            "{kept} intervals of ~{per_interval} bytes kept in {max} bytes"
+        );
+    }
+
+    #[test]
+    fn under_churn_each_segment_restates_only_its_tasks_and_the_bound_holds() {
+        let dir = tempfile::tempdir().unwrap();
+        // 125 new processes every 100 ms: 75k a minute, for 2 minutes.
+        let (path, old, size, stats) = churn_recording(dir.path(), "churn.imc", 1200, 125, |_| {});
+        let max = CHURN_MAX;
         let written: u64 = 1200 * 2000;
         assert!(
             stats.rotations < written / (max / 2) * 2,
@@ -786,12 +775,7 @@ mod tests {
         }
         assert_eq!(older.last().unwrap().t_end_ns, newest[0].t_start_ns);
         // The kept span: everything in both files, back to back.
-        let kept = newest.len() + older.len();
-        let per_interval = (a + b) / kept as u64;
-        assert!(
-            kept as u64 >= (max / 2) / per_interval,
-            "{kept} intervals of ~{per_interval} bytes kept in {max} bytes"
-        );
+        assert_kept_span(newest.len() + older.len(), size);
         assert_eq!(newest.last().unwrap().t_end_ns, 1200 * 100_000_000);
     }
 

@@ -15,7 +15,7 @@ use crate::model::result::{IntervalResult, PackageRow, ShareBasis, TaskRow, pack
 use crate::model::{KeyParts, SlotSpec};
 use bytes::{BufMut, BytesMut};
 use imc_common::{KIND_AGGREGATE, MAX_SLOTS, Record, SlotReading};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::io::{BufReader, Read};
 use std::path::{Path, PathBuf};
 
@@ -49,6 +49,7 @@ pub enum ReadStatus {
 
 /// One entry of the task table: its command name is an index into the string table, so the
 /// table costs 24 bytes a task however long the name.
+#[derive(Clone, Copy)]
 struct TaskDef {
     pid: u32,
     tgid: u32,
@@ -137,6 +138,16 @@ pub struct Reader {
 const MAX_HEADER: usize = 1 << 20;
 
 /// Reads until `buf` is full or the input ends; the number of bytes read.
+/// The `k`-th of a list of task ids written as deltas, after `prev`: ids strictly rise, so a
+/// zero delta after the first is malformed (each task at most once).
+fn rising_id(c: &mut Cursor, k: usize, prev: u64) -> Result<u64, Malformed> {
+    let delta = c.varint()?;
+    if k > 0 && delta == 0 {
+        return Err(Malformed);
+    }
+    prev.checked_add(delta).ok_or(Malformed)
+}
+
 fn read_full(src: &mut dyn Read, buf: &mut [u8]) -> std::io::Result<usize> {
     let mut n = 0;
     while n < buf.len() {
@@ -386,67 +397,10 @@ impl Reader {
     fn decode(&mut self, kind: u8, payload: &[u8]) -> Result<Option<Item>, Malformed> {
         let mut c = Cursor::new(payload);
         match kind {
-            CHUNK_STRINGS => {
-                let n = c.count()?;
-                for _ in 0..n {
-                    let len = c.count()?;
-                    self.strings.push(c.bytes(len)?)?;
-                }
-                Ok(None)
-            }
-            CHUNK_TASKS => {
-                let n = c.count()?;
-                for _ in 0..n {
-                    let pid = c.varint_u32()?;
-                    let tgid = c.varint_u32()?;
-                    let cgroup = c.varint()?;
-                    let sid = c.varint()?;
-                    if sid >= self.strings.len() as u64 {
-                        return Err(Malformed);
-                    }
-                    self.tasks.push(TaskDef {
-                        pid,
-                        tgid,
-                        cgroup,
-                        comm: sid as u32,
-                    });
-                }
-                Ok(None)
-            }
-            CHUNK_COMMAND_TASKS => {
-                let n = c.count()?;
-                let mut id = 0u64;
-                for k in 0..n {
-                    let delta = c.varint()?;
-                    if k > 0 && delta == 0 {
-                        return Err(Malformed);
-                    }
-                    id = id.checked_add(delta).ok_or(Malformed)?;
-                    // Only tasks the file defined: memory follows the task table.
-                    let i = usize::try_from(id).map_err(|_| Malformed)?;
-                    if i >= self.tasks.len() {
-                        return Err(Malformed);
-                    }
-                    if self.members.len() <= i {
-                        self.members.resize(i + 1, false);
-                    }
-                    self.members[i] = true;
-                }
-                Ok(None)
-            }
-            CHUNK_CGROUPS => {
-                let n = c.count()?;
-                for _ in 0..n {
-                    let id = c.varint()?;
-                    let sid = c.varint()?;
-                    if sid >= self.strings.len() as u64 {
-                        return Err(Malformed);
-                    }
-                    self.cgroups.insert(id, sid as u32);
-                    self.cgroup_names.remove(&id);
-                }
-                Ok(None)
-            }
+            CHUNK_STRINGS => self.decode_strings(&mut c).map(|()| None),
+            CHUNK_TASKS => self.decode_tasks(&mut c).map(|()| None),
+            CHUNK_COMMAND_TASKS => self.decode_command_tasks(&mut c).map(|()| None),
+            CHUNK_CGROUPS => self.decode_cgroups(&mut c).map(|()| None),
             CHUNK_INTERVAL => self
                 .decode_interval(&mut c)
                 .map(|iv| Some(Item::Interval(iv))),
@@ -467,6 +421,72 @@ impl Reader {
             // Chunk types from a newer minor revision: skipped (FORMAT.md, compatibility).
             _ => Ok(None),
         }
+    }
+
+    /// STRINGS: more of the string table.
+    fn decode_strings(&mut self, c: &mut Cursor) -> Result<(), Malformed> {
+        let n = c.count()?;
+        for _ in 0..n {
+            let len = c.count()?;
+            self.strings.push(c.bytes(len)?)?;
+        }
+        Ok(())
+    }
+
+    /// TASKS: more task definitions, each naming its command by a string already defined.
+    fn decode_tasks(&mut self, c: &mut Cursor) -> Result<(), Malformed> {
+        let n = c.count()?;
+        for _ in 0..n {
+            let pid = c.varint_u32()?;
+            let tgid = c.varint_u32()?;
+            let cgroup = c.varint()?;
+            let sid = c.varint()?;
+            if sid >= self.strings.len() as u64 {
+                return Err(Malformed);
+            }
+            self.tasks.push(TaskDef {
+                pid,
+                tgid,
+                cgroup,
+                comm: sid as u32,
+            });
+        }
+        Ok(())
+    }
+
+    /// COMMAND_TASKS: which tasks the file defined belong to the recorded command.
+    fn decode_command_tasks(&mut self, c: &mut Cursor) -> Result<(), Malformed> {
+        let n = c.count()?;
+        let mut id = 0u64;
+        for k in 0..n {
+            id = rising_id(c, k, id)?;
+            // Only tasks the file defined: memory follows the task table.
+            let i = usize::try_from(id).map_err(|_| Malformed)?;
+            if i >= self.tasks.len() {
+                return Err(Malformed);
+            }
+            if self.members.len() <= i {
+                self.members.resize(i + 1, false);
+            }
+            self.members[i] = true;
+        }
+        Ok(())
+    }
+
+    /// CGROUPS: cgroup ids and their paths (a string already defined); a restated id's names
+    /// are parsed again.
+    fn decode_cgroups(&mut self, c: &mut Cursor) -> Result<(), Malformed> {
+        let n = c.count()?;
+        for _ in 0..n {
+            let id = c.varint()?;
+            let sid = c.varint()?;
+            if sid >= self.strings.len() as u64 {
+                return Err(Malformed);
+            }
+            self.cgroups.insert(id, sid as u32);
+            self.cgroup_names.remove(&id);
+        }
+        Ok(())
     }
 
     /// A task's command name.
@@ -570,13 +590,8 @@ impl Reader {
         let mut id = 0u64;
         let (mut attributed, mut command) = (0.0, 0.0);
         for k in 0..nrows {
-            let delta = c.varint()?;
-            if k > 0 && delta == 0 {
-                return Err(Malformed);
-            }
-            id = id.checked_add(delta).ok_or(Malformed)?;
-            let def = self.tasks.get(id as usize).ok_or(Malformed)?;
-            let (pid, tgid, cgroup, comm_id) = (def.pid, def.tgid, def.cgroup, def.comm);
+            id = rising_id(c, k, id)?;
+            let def = *self.tasks.get(id as usize).ok_or(Malformed)?;
             let mut counts = [0.0; MAX_SLOTS];
             for count in counts.iter_mut().take(self.specs.len()) {
                 *count = c.varint()? as f64;
@@ -596,67 +611,63 @@ impl Reader {
                 command += amount;
             }
             (self.last_attributed, self.last_command) = (attributed, command);
-            if self.command_only && !member {
+            if (self.command_only && !member) || !self.kept_by(id as usize, &def, filter) {
                 out(None, traffic, share);
                 continue;
             }
-            let known = self.kept.get(id as usize).copied().unwrap_or(0);
-            if known == 2 {
-                out(None, traffic, share);
-                continue;
-            }
-            if let (Some(keep), 0) = (filter.as_mut(), known) {
-                // Parsed (and cached) first, then borrowed beside the string table.
-                let _ = self.cgroup_names(cgroup);
-                let names = self.cgroup_names.get(&cgroup);
-                let comm = self.strings.get(u64::from(comm_id)).unwrap_or_default();
-                let parts = KeyParts {
-                    pid,
-                    tgid,
-                    comm,
-                    cgroup,
-                    container_id: names.and_then(|n| n.container_id.as_deref()),
-                    pod_uid: names.and_then(|n| n.pod_uid.as_deref()),
-                };
-                let yes = keep(parts);
-                if self.kept.len() <= id as usize {
-                    self.kept.resize(id as usize + 1, 0);
-                }
-                self.kept[id as usize] = if yes { 1 } else { 2 };
-                if !yes {
-                    out(None, traffic, share);
-                    continue;
-                }
-            }
-            let comm = self
-                .strings
-                .get(u64::from(comm_id))
-                .unwrap_or_default()
-                .to_owned();
-            let values: BTreeMap<String, f64> = self
-                .specs
-                .iter()
-                .zip(counts)
-                .map(|(spec, v)| (spec.event.clone(), v))
-                .collect();
             let mut row = TaskRow {
-                pid,
-                tgid,
-                comm,
-                cgroup,
+                pid: def.pid,
+                tgid: def.tgid,
+                comm: self.comm(&def).to_owned(),
+                cgroup: def.cgroup,
                 read_bytes,
                 write_bytes,
                 total_bytes,
                 share,
-                values,
+                values: self
+                    .specs
+                    .iter()
+                    .zip(counts)
+                    .map(|(spec, v)| (spec.event.clone(), v))
+                    .collect(),
                 ..TaskRow::default()
             };
-            if let Some(n) = self.cgroup_names(cgroup) {
+            if let Some(n) = self.cgroup_names(def.cgroup) {
                 row.set_cgroup_names(n);
             }
             out(Some(row), traffic, share);
         }
         Ok(())
+    }
+
+    /// Whether the row filter keeps task `id` (defined as `def`): asked once per task, the
+    /// answer kept for its later rows.
+    fn kept_by(&mut self, id: usize, def: &TaskDef, filter: &mut Option<RowFilter>) -> bool {
+        let known = self.kept.get(id).copied().unwrap_or(0);
+        if known == 2 {
+            return false;
+        }
+        let (Some(keep), 0) = (filter.as_mut(), known) else {
+            return true;
+        };
+        // Parsed (and cached) first, then borrowed beside the string table.
+        let _ = self.cgroup_names(def.cgroup);
+        let names = self.cgroup_names.get(&def.cgroup);
+        let comm = self.strings.get(u64::from(def.comm)).unwrap_or_default();
+        let parts = KeyParts {
+            pid: def.pid,
+            tgid: def.tgid,
+            comm,
+            cgroup: def.cgroup,
+            container_id: names.and_then(|n| n.container_id.as_deref()),
+            pod_uid: names.and_then(|n| n.pod_uid.as_deref()),
+        };
+        let yes = keep(parts);
+        if self.kept.len() <= id {
+            self.kept.resize(id + 1, 0);
+        }
+        self.kept[id] = if yes { 1 } else { 2 };
+        yes
     }
 
     /// How the run divided package traffic: as its header says, else as its slots show.

@@ -56,75 +56,84 @@ pub(super) fn attach(
                 source: Some(e.into()),
             })?;
     }
-    let (attached, name) = match cfg.tick {
-        TickSource::Kernel => {
-            let prog: &mut RawTracePoint = load_program(ebpf, TICK_TP_PROGRAM)?;
-            let mut tried = Vec::new();
-            let mut chosen = None;
-            for tp in KERNEL_TICK_TRACEPOINTS {
-                match prog.attach(tp) {
-                    Ok(_) => {
-                        chosen = Some(tp);
-                        break;
-                    }
-                    Err(e) => tried.push(format!("{tp}: {}", error_chain(&e))),
-                }
+    match cfg.tick {
+        TickSource::Kernel => attach_kernel_tick(ebpf),
+        TickSource::CpuClock { freq, .. } => attach_cpu_clock(ebpf, cfg, freq),
+    }
+}
+
+/// The tick program on the first of the kernel's tick tracepoints that attaches.
+fn attach_kernel_tick(ebpf: &mut Ebpf) -> Result<(TickAttached, &'static str), SamplerError> {
+    let prog: &mut RawTracePoint = load_program(ebpf, TICK_TP_PROGRAM)?;
+    let mut tried = Vec::new();
+    let mut chosen = None;
+    for tp in KERNEL_TICK_TRACEPOINTS {
+        match prog.attach(tp) {
+            Ok(_) => {
+                chosen = Some(tp);
+                break;
             }
-            let Some(tp) = chosen else {
-                return Err(SamplerError::Attach {
-                    what: "the kernel's tick".into(),
-                    message: format!(
-                        "{} (use --freq HZ for a timer of imc's own)",
-                        tried.join("; ")
-                    ),
-                    source: None,
-                });
-            };
-            let why = if tried.is_empty() {
-                format!("{tp} fires at the kernel's own timer interrupt")
-            } else {
-                format!("{tp}, since {}", tried.join("; "))
-            };
-            (
-                TickAttached {
-                    source: format!("tracepoint:{tp}+sched_switch"),
-                    adds_interrupts: false,
-                    why,
-                },
-                TICK_TP_PROGRAM,
-            )
+            Err(e) => tried.push(format!("{tp}: {}", error_chain(&e))),
         }
-        TickSource::CpuClock { freq, .. } => {
-            // A period in ns (not a frequency) gives exactly `freq` ticks per busy second, with
-            // no adaptive period for the kernel to tune.
-            let period_ns = 1_000_000_000u64 / u64::from(freq.max(1));
-            let name = cfg.tick_program.name();
-            let prog: &mut PerfEvent = load_program(ebpf, name)?;
-            for &cpu in &cfg.cpus {
-                prog.attach(
-                    PerfEventConfig::Software(SoftwareEvent::CpuClock),
-                    PerfEventScope::AllProcessesOneCpu { cpu },
-                    SamplePolicy::Period(period_ns),
-                    false,
-                )
-                .map_err(|e| SamplerError::Attach {
-                    what: format!("the cpu-clock timer of CPU {cpu}"),
-                    message: String::new(),
-                    source: Some(e.into()),
-                })?;
-            }
-            (
-                TickAttached {
-                    source: format!("cpu-clock:{freq}Hz"),
-                    adds_interrupts: true,
-                    why: format!(
-                        "--freq {freq} asks for imc's own timer: one interrupt per CPU every {} us",
-                        period_ns / 1000
-                    ),
-                },
-                name,
-            )
-        }
+    }
+    let Some(tp) = chosen else {
+        return Err(SamplerError::Attach {
+            what: "the kernel's tick".into(),
+            message: format!(
+                "{} (use --freq HZ for a timer of imc's own)",
+                tried.join("; ")
+            ),
+            source: None,
+        });
     };
-    Ok((attached, name))
+    let why = if tried.is_empty() {
+        format!("{tp} fires at the kernel's own timer interrupt")
+    } else {
+        format!("{tp}, since {}", tried.join("; "))
+    };
+    Ok((
+        TickAttached {
+            source: format!("tracepoint:{tp}+sched_switch"),
+            adds_interrupts: false,
+            why,
+        },
+        TICK_TP_PROGRAM,
+    ))
+}
+
+/// The tick program on a cpu-clock timer of `freq` Hz on every CPU of the run.
+fn attach_cpu_clock(
+    ebpf: &mut Ebpf,
+    cfg: &SamplerConfig,
+    freq: u32,
+) -> Result<(TickAttached, &'static str), SamplerError> {
+    // A period in ns (not a frequency) gives exactly `freq` ticks per busy second, with
+    // no adaptive period for the kernel to tune.
+    let period_ns = 1_000_000_000u64 / u64::from(freq.max(1));
+    let name = cfg.tick_program.name();
+    let prog: &mut PerfEvent = load_program(ebpf, name)?;
+    for &cpu in &cfg.cpus {
+        prog.attach(
+            PerfEventConfig::Software(SoftwareEvent::CpuClock),
+            PerfEventScope::AllProcessesOneCpu { cpu },
+            SamplePolicy::Period(period_ns),
+            false,
+        )
+        .map_err(|e| SamplerError::Attach {
+            what: format!("the cpu-clock timer of CPU {cpu}"),
+            message: String::new(),
+            source: Some(e.into()),
+        })?;
+    }
+    Ok((
+        TickAttached {
+            source: format!("cpu-clock:{freq}Hz"),
+            adds_interrupts: true,
+            why: format!(
+                "--freq {freq} asks for imc's own timer: one interrupt per CPU every {} us",
+                period_ns / 1000
+            ),
+        },
+        name,
+    ))
 }

@@ -1,6 +1,6 @@
 //! Loading the program: its globals and map sizes set for the configuration, and the rings
 //! sized for the tick and drain rates.
-use super::config::SamplerConfig;
+use super::config::{SamplerConfig, SlotPlan};
 use super::error::SamplerError;
 use super::object;
 use crate::model::SlotScope;
@@ -77,71 +77,104 @@ pub(super) fn load(
                  build`",
         )
     })?;
-    let nr_slots = cfg.slots.len() as u32;
+    let globals = Globals::new(cfg, ring_len);
     let mut loader = EbpfLoader::new();
-    loader.override_global(NR_SLOTS_GLOBAL, &nr_slots, true);
-    for name in SLOT_MAP_NAMES {
-        loader.map_max_entries(name, possible);
-    }
-    // Core PMU events (type 0, 3, 4 and the "cpu" PMU) share counters and can be multiplexed;
-    // uncore, msr and software counters cannot.
-    let timed: u32 = cfg
-        .slots
-        .iter()
-        .enumerate()
-        .filter(|(_, p)| p.may_multiplex)
-        .fold(0, |m, (i, _)| m | 1 << i);
-    loader.override_global(TIMED_SLOTS_GLOBAL, &timed, true);
-    let pkg_slots: u32 = cfg
-        .slots
-        .iter()
-        .enumerate()
-        .filter(|(_, p)| p.spec.scope == SlotScope::Package)
-        .fold(0, |m, (i, _)| m | 1 << i);
-    loader.override_global(PKG_SLOTS_GLOBAL, &pkg_slots, true);
-    let hz = cfg.tick_hz(None);
-    let min_gap: u64 = tick_rules::pkg_min_gap_ns(hz);
-    loader.override_global(PKG_MIN_GAP_GLOBAL, &min_gap, true);
-    loader.override_global(RING_LEN_GLOBAL, &ring_len, true);
-    let aggregate = u32::from(cfg.aggregate && cfg.switches());
-    loader.override_global(AGGREGATE_GLOBAL, &aggregate, true);
-    let long_slice: u64 = tick_rules::long_slice_ns(hz);
-    loader.override_global(LONG_SLICE_GLOBAL, &long_slice, true);
-    let min_flush: u64 = tick_rules::min_flush_ns(hz);
-    loader.override_global(MIN_FLUSH_GLOBAL, &min_flush, true);
-    let wake = wake_every(ring_len);
-    loader.override_global(WAKE_EVERY_GLOBAL, &wake, true);
+    globals.set(&mut loader);
     // The program's rare-path lines (aya-log) are written only when -vv reads them.
     if !cfg.bpf_log {
         loader.override_global(aya_log::LEVEL, &LOG_OFF, true);
+    }
+    for name in SLOT_MAP_NAMES {
+        loader.map_max_entries(name, possible);
     }
     loader.map_max_entries(TICKS_MAP_NAME, possible * ring_len);
     loader.map_max_entries(HEADS_MAP_NAME, possible);
     let n = (nr_package_counters as u32).max(1);
     loader.map_max_entries(PKG_MAP_NAME, n);
-    // aya makes a PERF_EVENT_ARRAY no longer than the CPU count; a longer PKG array is made
-    // here and handed to the loader by pin path (the pin and its mount go once loaded).
-    let pinned = if n > possible {
-        let p = crate::sys::bpf::PinnedPerfArray::create(&std::env::temp_dir(), PKG_MAP_NAME, n)
-            .map_err(|e| {
-                SamplerError::map_shape(
-                    PKG_MAP_NAME,
-                    format!(
-                        "{n} package counters need an array longer than the {possible} CPUs, \
-                         made on a private bpffs mount, which failed ({e}): run imc as root, or \
-                         name fewer counters with -e"
-                    ),
-                )
-            })?;
-        loader.map_pin_path(PKG_MAP_NAME, p.path().to_path_buf());
-        Some(p)
-    } else {
-        None
-    };
+    let pinned = pin_package_array(&mut loader, n, possible)?;
     loader.map_max_entries(PKG_SLOT_MAP_NAME, n);
     loader.map_max_entries(READERS_MAP_NAME, possible);
     loader.map_max_entries(GROUP_LAST_MAP_NAME, (cfg.groups.len() as u32).max(1));
     let loaded = loader.load(&sized).map_err(SamplerError::load);
     drop(pinned);
     loaded
+}
+
+/// The program's globals for a configuration (the loader borrows them until it loads).
+struct Globals {
+    nr_slots: u32,
+    timed: u32,
+    pkg_slots: u32,
+    min_gap: u64,
+    ring_len: u32,
+    aggregate: u32,
+    long_slice: u64,
+    min_flush: u64,
+    wake: u32,
+}
+
+impl Globals {
+    fn new(cfg: &SamplerConfig, ring_len: u32) -> Self {
+        let hz = cfg.tick_hz(None);
+        Globals {
+            nr_slots: cfg.slots.len() as u32,
+            // Core PMU events (type 0, 3, 4 and the "cpu" PMU) share counters and can be
+            // multiplexed; uncore, msr and software counters cannot.
+            timed: slot_mask(cfg, |p| p.may_multiplex),
+            pkg_slots: slot_mask(cfg, |p| p.spec.scope == SlotScope::Package),
+            min_gap: tick_rules::pkg_min_gap_ns(hz),
+            ring_len,
+            aggregate: u32::from(cfg.aggregate && cfg.switches()),
+            long_slice: tick_rules::long_slice_ns(hz),
+            min_flush: tick_rules::min_flush_ns(hz),
+            wake: wake_every(ring_len),
+        }
+    }
+
+    fn set<'a>(&'a self, loader: &mut EbpfLoader<'a>) {
+        loader.override_global(NR_SLOTS_GLOBAL, &self.nr_slots, true);
+        loader.override_global(TIMED_SLOTS_GLOBAL, &self.timed, true);
+        loader.override_global(PKG_SLOTS_GLOBAL, &self.pkg_slots, true);
+        loader.override_global(PKG_MIN_GAP_GLOBAL, &self.min_gap, true);
+        loader.override_global(RING_LEN_GLOBAL, &self.ring_len, true);
+        loader.override_global(AGGREGATE_GLOBAL, &self.aggregate, true);
+        loader.override_global(LONG_SLICE_GLOBAL, &self.long_slice, true);
+        loader.override_global(MIN_FLUSH_GLOBAL, &self.min_flush, true);
+        loader.override_global(WAKE_EVERY_GLOBAL, &self.wake, true);
+    }
+}
+
+/// Bit i set for every slot i of the configuration that `pick` chooses.
+fn slot_mask(cfg: &SamplerConfig, pick: impl Fn(&SlotPlan) -> bool) -> u32 {
+    cfg.slots
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| pick(p))
+        .fold(0, |m, (i, _)| m | 1 << i)
+}
+
+/// aya makes a PERF_EVENT_ARRAY no longer than the CPU count; a longer PKG array (`n`
+/// package counters on `possible` CPUs) is made here and handed to the loader by pin path (the
+/// pin and its mount go once loaded).
+fn pin_package_array(
+    loader: &mut EbpfLoader<'_>,
+    n: u32,
+    possible: u32,
+) -> Result<Option<crate::sys::bpf::PinnedPerfArray>, SamplerError> {
+    if n <= possible {
+        return Ok(None);
+    }
+    let p = crate::sys::bpf::PinnedPerfArray::create(&std::env::temp_dir(), PKG_MAP_NAME, n)
+        .map_err(|e| {
+            SamplerError::map_shape(
+                PKG_MAP_NAME,
+                format!(
+                    "{n} package counters need an array longer than the {possible} CPUs, \
+                     made on a private bpffs mount, which failed ({e}): run imc as root, or \
+                     name fewer counters with -e"
+                ),
+            )
+        })?;
+    loader.map_pin_path(PKG_MAP_NAME, p.path().to_path_buf());
+    Ok(Some(p))
 }

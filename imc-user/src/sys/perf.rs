@@ -354,12 +354,18 @@ pub fn read_counter(sys: &dyn PerfSys, fd: BorrowedFd<'_>) -> io::Result<Counter
             format!("short read of a perf counter: {n} of 24 bytes"),
         ));
     }
-    let word = |i: usize| u64::from_ne_bytes(buf[i * 8..i * 8 + 8].try_into().unwrap());
     Ok(CounterValue {
-        value: word(0),
-        enabled: word(1),
-        running: word(2),
+        value: word(&buf, 0),
+        enabled: word(&buf, 1),
+        running: word(&buf, 2),
     })
+}
+
+/// The `i`-th u64 of a perf read buffer (the kernel writes them in native byte order).
+fn word(buf: &[u8], i: usize) -> u64 {
+    let mut w = [0u8; 8];
+    w.copy_from_slice(&buf[i * 8..i * 8 + 8]);
+    u64::from_ne_bytes(w)
 }
 
 /// Explains a perf_event_open failure in one line, with what to do about it.
@@ -416,11 +422,6 @@ impl GroupReader {
         values: &mut [u64],
     ) -> io::Result<(u64, u64)> {
         let n = sys.read(fd, &mut self.buf)?;
-        let word = |buf: &[u8], i: usize| -> u64 {
-            let mut w = [0u8; 8];
-            w.copy_from_slice(&buf[i * 8..i * 8 + 8]);
-            u64::from_ne_bytes(w)
-        };
         if n < 24 {
             // The kernel returns 0 bytes for an event in error state (its CPU went away).
             return Err(io::Error::new(

@@ -1,6 +1,6 @@
 //! AMD's memory controllers: the UMC PMUs (Zen 4 and later) and the data-fabric PMU (family
 //! 17h and later: Zen 2, 3 and 5 DRAM events).
-use super::{Ctx, Spec, Want, build, unavailable};
+use super::{Ctx, Want, build, unavailable};
 use crate::model::{BackendKind, Direction, Source};
 
 pub(super) fn amd_umc(ctx: &Ctx) -> Source {
@@ -16,26 +16,12 @@ pub(super) fn amd_umc(ctx: &Ctx) -> Source {
     // RdWrMask 0x1, .wr = RdWrMask 0x2; recommended.json umc_mem_read_bandwidth =
     // umc_cas_cmd.rd × 64 bytes. Formats event=config:0-7, rdwrmask=config:8-9 (amd/uncore.c).
     const SRC: &str = "perf amdzen4/amdzen5 memory-controller.json umc_cas_cmd";
-    let wants = [
-        Want {
-            name: "read",
-            direction: Some(Direction::Read),
-            spec: Spec::Terms {
-                terms: "event=0x0a,rdwrmask=0x1",
-                bytes_per_count: 64.0,
-                source: SRC,
-            },
-        },
-        Want {
-            name: "write",
-            direction: Some(Direction::Write),
-            spec: Spec::Terms {
-                terms: "event=0x0a,rdwrmask=0x2",
-                bytes_per_count: 64.0,
-                source: SRC,
-            },
-        },
-    ];
+    let wants = Want::read_write(
+        "event=0x0a,rdwrmask=0x1",
+        "event=0x0a,rdwrmask=0x2",
+        64.0,
+        SRC,
+    );
     // amd/uncore.c: COUNTER_SHIFT 16, i.e. 48-bit counters.
     build(ctx, kind, &pmus, &wants, 48, None)
 }
@@ -66,20 +52,17 @@ pub(super) fn amd_df(ctx: &Ctx) -> Source {
                 })
                 .collect();
             for (i, t) in names.iter().enumerate() {
-                let (name, d) = if i % 2 == 0 {
-                    ("read", Direction::Read)
+                let d = if i % 2 == 0 {
+                    Direction::Read
                 } else {
-                    ("write", Direction::Write)
+                    Direction::Write
                 };
-                wants.push(Want {
-                    name,
-                    direction: Some(d),
-                    spec: Spec::Terms {
-                        terms: t,
-                        bytes_per_count: 64.0,
-                        source: "perf amdzen5/data-fabric.json local_or_remote_socket_*_data_beats_dram_N",
-                    },
-                });
+                wants.push(Want::terms(
+                    d,
+                    t,
+                    64.0,
+                    "perf amdzen5/data-fabric.json local_or_remote_socket_*_data_beats_dram_N",
+                ));
             }
         }
         (Some(0x17 | 0x19), false) => {
@@ -90,15 +73,12 @@ pub(super) fn amd_df(ctx: &Ctx) -> Source {
                 .map(|n| format!("event={:#x},umask=0x38", 0x07 + 0x40 * n))
                 .collect();
             for t in &names {
-                wants.push(Want {
-                    name: "total",
-                    direction: Some(Direction::Total),
-                    spec: Spec::Terms {
-                        terms: t,
-                        bytes_per_count: 64.0,
-                        source: "perf amdzen2/amdzen3 data-fabric.json dram_channel_data_controller_N",
-                    },
-                });
+                wants.push(Want::terms(
+                    Direction::Total,
+                    t,
+                    64.0,
+                    "perf amdzen2/amdzen3 data-fabric.json dram_channel_data_controller_N",
+                ));
             }
         }
         (Some(0x19), true) => {

@@ -1,6 +1,6 @@
 //! Intel's memory controllers: the server uncore IMC (family-6 models by number), the client
 //! IMC PMU, and the client MCHBAR registers read through /dev/mem.
-use super::{Ctx, Spec, Want, build, direction_name, unavailable};
+use super::{Ctx, Want, build, unavailable};
 use crate::discovery::mchbar;
 use crate::discovery::sysfs::{DiscoveryError, read_optional};
 use crate::model::{BackendKind, Direction, Pmu, Source, SourceEvent};
@@ -109,101 +109,11 @@ pub(super) fn intel_uncore_imc(ctx: &Ctx) -> Source {
     let has = |a: &str| first.events.contains_key(a);
 
     if is_gnr_family(model) {
-        const SRC: &str = "uncore_snbep.c gnr_uncore_imc_events";
-        let per_sched = has("cas_count_read_sch0") && has("cas_count_read_sch1");
-        let wants: Vec<Want> = if per_sched {
-            ["cas_count_read_sch0", "cas_count_read_sch1"]
-                .iter()
-                .map(|a| Want {
-                    name: "read",
-                    direction: Some(Direction::Read),
-                    spec: Spec::Alias(a),
-                })
-                .chain(
-                    ["cas_count_write_sch0", "cas_count_write_sch1"]
-                        .iter()
-                        .map(|a| Want {
-                            name: "write",
-                            direction: Some(Direction::Write),
-                            spec: Spec::Alias(a),
-                        }),
-                )
-                .collect()
-        } else {
-            let t = |terms, name, d| Want {
-                name,
-                direction: Some(d),
-                spec: Spec::Terms {
-                    terms,
-                    bytes_per_count: CAS_64,
-                    source: SRC,
-                },
-            };
-            vec![
-                t("event=0x05,umask=0xcf", "read", Direction::Read),
-                t("event=0x06,umask=0xcf", "read", Direction::Read),
-                t("event=0x05,umask=0xf0", "write", Direction::Write),
-                t("event=0x06,umask=0xf0", "write", Direction::Write),
-            ]
-        };
-        let reason = (!per_sched).then(|| {
-            "two command schedulers per channel: counting SCH0 and SCH1 (a plain cas_count_read alias counts SCH0 only)".to_string()
-        });
-        let mut s = build(ctx, kind, &pmus, &wants, 48, reason);
-        // Each PMU is one channel; its two schedulers are the channel's sub-channels (wants
-        // alternate SCH0, SCH1 per direction).
-        for (i, e) in s.events.iter_mut().enumerate() {
-            e.sub_channel = Some((i % 2) as u32);
-        }
-        return s;
+        return gnr_schedulers(ctx, &pmus);
     }
-
     if has("cas_count_read") && has("cas_count_write") {
-        let mut wants = vec![
-            Want {
-                name: "read",
-                direction: Some(Direction::Read),
-                spec: Spec::Alias("cas_count_read"),
-            },
-            Want {
-                name: "write",
-                direction: Some(Direction::Write),
-                spec: Spec::Alias("cas_count_write"),
-            },
-        ];
-        let mut reason = None;
-        // Kernels before the ICX fix exported the Haswell encodings on Ice Lake-SP, which count
-        // only part of the CAS commands; use the corrected ones and say so.
-        if matches!(model, Some(ICELAKE_X | ICELAKE_D))
-            && first.events.get("cas_count_read").map(|a| a.terms.as_str())
-                == Some("event=0x04,umask=0x03")
-            && let Some((rd, wr, src)) = server_raw(ICELAKE_X)
-        {
-            wants = vec![
-                Want {
-                    name: "read",
-                    direction: Some(Direction::Read),
-                    spec: Spec::Terms {
-                        terms: rd,
-                        bytes_per_count: CAS_64,
-                        source: src,
-                    },
-                },
-                Want {
-                    name: "write",
-                    direction: Some(Direction::Write),
-                    spec: Spec::Terms {
-                        terms: wr,
-                        bytes_per_count: CAS_64,
-                        source: src,
-                    },
-                },
-            ];
-            reason = Some("this kernel's ICX cas_count aliases predate the encoding fix; using umask 0x0f/0x30".into());
-        }
-        return build(ctx, kind, &pmus, &wants, 48, reason);
+        return cas_aliases(ctx, &pmus, model);
     }
-
     let Some((rd, wr, src)) = model.and_then(server_raw) else {
         let path = first.path.join("events/cas_count_read");
         return unavailable(
@@ -215,27 +125,73 @@ pub(super) fn intel_uncore_imc(ctx: &Ctx) -> Source {
             ),
         );
     };
-    let wants = [
-        Want {
-            name: "read",
-            direction: Some(Direction::Read),
-            spec: Spec::Terms {
-                terms: rd,
-                bytes_per_count: CAS_64,
-                source: src,
-            },
-        },
-        Want {
-            name: "write",
-            direction: Some(Direction::Write),
-            spec: Spec::Terms {
-                terms: wr,
-                bytes_per_count: CAS_64,
-                source: src,
-            },
-        },
+    build(
+        ctx,
+        kind,
+        &pmus,
+        &Want::read_write(rd, wr, CAS_64, src),
+        48,
+        None,
+    )
+}
+
+/// Granite Rapids and its kin: both command schedulers of every channel, by their own aliases
+/// where the kernel has them, else by the encodings of gnr_uncore_imc_events.
+fn gnr_schedulers(ctx: &Ctx, pmus: &[&Pmu]) -> Source {
+    const SRC: &str = "uncore_snbep.c gnr_uncore_imc_events";
+    let has = |a: &str| pmus[0].events.contains_key(a);
+    let per_sched = has("cas_count_read_sch0") && has("cas_count_read_sch1");
+    let wants: Vec<Want> = if per_sched {
+        vec![
+            Want::alias(Direction::Read, "cas_count_read_sch0"),
+            Want::alias(Direction::Read, "cas_count_read_sch1"),
+            Want::alias(Direction::Write, "cas_count_write_sch0"),
+            Want::alias(Direction::Write, "cas_count_write_sch1"),
+        ]
+    } else {
+        vec![
+            Want::terms(Direction::Read, "event=0x05,umask=0xcf", CAS_64, SRC),
+            Want::terms(Direction::Read, "event=0x06,umask=0xcf", CAS_64, SRC),
+            Want::terms(Direction::Write, "event=0x05,umask=0xf0", CAS_64, SRC),
+            Want::terms(Direction::Write, "event=0x06,umask=0xf0", CAS_64, SRC),
+        ]
+    };
+    let reason = (!per_sched).then(|| {
+        "two command schedulers per channel: counting SCH0 and SCH1 (a plain cas_count_read alias counts SCH0 only)".to_string()
+    });
+    let mut s = build(ctx, BackendKind::IntelUncoreImc, pmus, &wants, 48, reason);
+    // Each PMU is one channel; its two schedulers are the channel's sub-channels (wants
+    // alternate SCH0, SCH1 per direction).
+    for (i, e) in s.events.iter_mut().enumerate() {
+        e.sub_channel = Some((i % 2) as u32);
+    }
+    s
+}
+
+/// The kernel's cas_count_read/write aliases, except where they are Ice Lake-SP's pre-fix ones.
+fn cas_aliases(ctx: &Ctx, pmus: &[&Pmu], model: Option<u32>) -> Source {
+    let mut wants = vec![
+        Want::alias(Direction::Read, "cas_count_read"),
+        Want::alias(Direction::Write, "cas_count_write"),
     ];
-    build(ctx, kind, &pmus, &wants, 48, None)
+    let mut reason = None;
+    // Kernels before the ICX fix exported the Haswell encodings on Ice Lake-SP, which count
+    // only part of the CAS commands; use the corrected ones and say so.
+    if matches!(model, Some(ICELAKE_X | ICELAKE_D))
+        && pmus[0]
+            .events
+            .get("cas_count_read")
+            .map(|a| a.terms.as_str())
+            == Some("event=0x04,umask=0x03")
+        && let Some((rd, wr, src)) = server_raw(ICELAKE_X)
+    {
+        wants = Want::read_write(rd, wr, CAS_64, src).into();
+        reason = Some(
+            "this kernel's ICX cas_count aliases predate the encoding fix; using umask 0x0f/0x30"
+                .into(),
+        );
+    }
+    build(ctx, BackendKind::IntelUncoreImc, pmus, &wants, 48, reason)
 }
 
 pub(super) fn intel_client_imc(ctx: &Ctx) -> Source {
@@ -245,16 +201,8 @@ pub(super) fn intel_client_imc(ctx: &Ctx) -> Source {
         && p.events.contains_key("data_reads")
     {
         let wants = [
-            Want {
-                name: "read",
-                direction: Some(Direction::Read),
-                spec: Spec::Alias("data_reads"),
-            },
-            Want {
-                name: "write",
-                direction: Some(Direction::Write),
-                spec: Spec::Alias("data_writes"),
-            },
+            Want::alias(Direction::Read, "data_reads"),
+            Want::alias(Direction::Write, "data_writes"),
         ];
         // The hardware counter is 32-bit, but the kernel polls it (5 s hrtimer) and perf reads
         // return its 64-bit accumulation.
@@ -275,21 +223,9 @@ pub(super) fn intel_client_imc(ctx: &Ctx) -> Source {
         );
     }
     let wants = [
-        Want {
-            name: "read",
-            direction: Some(Direction::Read),
-            spec: Spec::Alias("data_read"),
-        },
-        Want {
-            name: "write",
-            direction: Some(Direction::Write),
-            spec: Spec::Alias("data_write"),
-        },
-        Want {
-            name: "total",
-            direction: Some(Direction::Total),
-            spec: Spec::Alias("data_total"),
-        },
+        Want::alias(Direction::Read, "data_read"),
+        Want::alias(Direction::Write, "data_write"),
+        Want::alias(Direction::Total, "data_total"),
     ];
     build(ctx, kind, &pmus, &wants, 64, None)
 }
@@ -336,6 +272,18 @@ pub(super) fn intel_client_mchbar(ctx: &Ctx) -> Result<Source, DiscoveryError> {
     if model == Some(0x8c) && layout == mchbar::Layout::FreeRunning {
         layout = mchbar::Layout::TigerLakeL;
     }
+    mchbar_counters(ctx, &dev, gen_name, layout)
+}
+
+/// The MCHBAR counters of host bridge `dev`, a `gen_name` controller with `layout`, where the
+/// kernel lets /dev/mem be read and the bridge's config space gives the MCHBAR base.
+fn mchbar_counters(
+    ctx: &Ctx,
+    dev: &Path,
+    gen_name: &str,
+    layout: mchbar::Layout,
+) -> Result<Source, DiscoveryError> {
+    let kind = BackendKind::IntelClientMchbar;
     if let Some(mode) = lockdown(ctx.root)? {
         return Ok(unavailable(
             kind,
@@ -359,7 +307,7 @@ pub(super) fn intel_client_mchbar(ctx: &Ctx) -> Result<Source, DiscoveryError> {
     let events = mchbar::counters(base, layout)
         .into_iter()
         .map(|c| SourceEvent {
-            name: direction_name(c.direction).to_string(),
+            name: c.direction.name().to_string(),
             pmu: c.pmu,
             config: None,
             config1: None,

@@ -1,7 +1,7 @@
 //! Intel Xeon Phi (Knights Landing and Mill): the EDC (MCDRAM) and IMC (DDR) uncore PMUs.
 use super::intel::is_knl;
-use super::{Ctx, Spec, Want, build, unavailable};
-use crate::model::{BackendKind, Direction, Source};
+use super::{Ctx, Want, build, unavailable};
+use crate::model::{BackendKind, Source};
 
 pub(super) fn knl(ctx: &Ctx, kind: BackendKind) -> Source {
     if !is_knl(ctx) {
@@ -30,25 +30,6 @@ pub(super) fn knl(ctx: &Ctx, kind: BackendKind) -> Source {
     if pmus.is_empty() {
         return unavailable(kind, format!("Knights Landing without {prefix}N PMUs"));
     }
-    let wants = [
-        Want {
-            name: "read",
-            direction: Some(Direction::Read),
-            spec: Spec::Terms {
-                terms: rd,
-                bytes_per_count: 64.0,
-                source: src,
-            },
-        },
-        Want {
-            name: "write",
-            direction: Some(Direction::Write),
-            spec: Spec::Terms {
-                terms: wr,
-                bytes_per_count: 64.0,
-                source: src,
-            },
-        },
-    ];
+    let wants = Want::read_write(rd, wr, 64.0, src);
     build(ctx, kind, &pmus, &wants, 48, None)
 }

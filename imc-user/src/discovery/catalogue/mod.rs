@@ -102,6 +102,44 @@ struct Want<'a> {
     spec: Spec<'a>,
 }
 
+impl<'a> Want<'a> {
+    /// The PMU's sysfs alias `alias`, counting `direction` (and named after it).
+    fn alias(direction: Direction, alias: &'a str) -> Self {
+        Want {
+            name: direction.name(),
+            direction: Some(direction),
+            spec: Spec::Alias(alias),
+        }
+    }
+
+    /// Alias text imc carries, `bytes_per_count` bytes a count, checked in `source`; counting
+    /// `direction` (and named after it).
+    fn terms(direction: Direction, terms: &'a str, bytes_per_count: f64, source: &'a str) -> Self {
+        Want {
+            name: direction.name(),
+            direction: Some(direction),
+            spec: Spec::Terms {
+                terms,
+                bytes_per_count,
+                source,
+            },
+        }
+    }
+
+    /// A read and a write event from carried alias text, of one public source.
+    fn read_write(
+        read: &'a str,
+        write: &'a str,
+        bytes_per_count: f64,
+        source: &'a str,
+    ) -> [Self; 2] {
+        [
+            Want::terms(Direction::Read, read, bytes_per_count, source),
+            Want::terms(Direction::Write, write, bytes_per_count, source),
+        ]
+    }
+}
+
 /// Encodes one event on one PMU. Errors (a missing alias, a term the PMU's formats do not
 /// define) become a one-line reason naming the file.
 fn encode(pmu: &Pmu, want: &Want, counter_bits: u8) -> Result<SourceEvent, String> {
@@ -184,13 +222,6 @@ fn build(
     }
 }
 
-fn direction_name(d: Direction) -> &'static str {
-    match d {
-        Direction::Read => "read",
-        Direction::Write => "write",
-        Direction::Total => "total",
-    }
-}
 pub(crate) fn catalogue(ctx: &Ctx) -> Result<Vec<Source>, DiscoveryError> {
     let mut out = Vec::new();
     for kind in BackendKind::ALL {
@@ -284,6 +315,16 @@ mod tests {
         }
     }
 
+    /// A catalogue context over `pmus`, rooted at /r (where no file exists).
+    fn ctx<'a>(topo: &'a Topology, machine: &'a Machine, pmus: &'a [Pmu]) -> Ctx<'a> {
+        Ctx {
+            root: Path::new("/r"),
+            topo,
+            machine,
+            pmus,
+        }
+    }
+
     const SPR_FMT: &[(&str, &str)] = &[("event", "config:0-7"), ("umask", "config:8-15,32-55")];
 
     fn configs(s: &Source, name: &str) -> Vec<u64> {
@@ -305,12 +346,7 @@ mod tests {
             SPR_FMT,
             &[("cas_count_read", "event=0x05,umask=0xcf")],
         )];
-        let ctx = Ctx {
-            root: Path::new("/r"),
-            topo: &t,
-            machine: &m,
-            pmus: &pmus,
-        };
+        let ctx = ctx(&t, &m, &pmus);
         let s = intel_uncore_imc(&ctx);
         assert!(s.available);
         assert_eq!(configs(&s, "read"), [0xcf05, 0xcf06]);
@@ -348,12 +384,7 @@ mod tests {
                 ("cas_count_write", "event=0x04,umask=0x0c"),
             ],
         )];
-        let ctx = Ctx {
-            root: Path::new("/r"),
-            topo: &t,
-            machine: &m,
-            pmus: &pmus,
-        };
+        let ctx = ctx(&t, &m, &pmus);
         let s = intel_uncore_imc(&ctx);
         assert_eq!(configs(&s, "read"), [0x0f04]);
         assert_eq!(configs(&s, "write"), [0x3004]);
@@ -378,12 +409,7 @@ mod tests {
             ],
             &[],
         )];
-        let ctx = Ctx {
-            root: Path::new("/r"),
-            topo: &t,
-            machine: &m,
-            pmus: &pmus,
-        };
+        let ctx = ctx(&t, &m, &pmus);
         let s = amd_df(&ctx);
         assert!(s.available, "{:?}", s.reason);
         let rd = configs(&s, "read");

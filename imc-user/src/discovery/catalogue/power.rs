@@ -1,5 +1,5 @@
 //! IBM POWER's nest memory-controller PMUs (`nest_*_imc`, POWER9 and later on bare metal).
-use super::{Ctx, Spec, Want, direction_name, encode, unavailable};
+use super::{Ctx, Want, encode, unavailable};
 use crate::model::{BackendKind, Direction, Pmu, Source};
 
 pub(super) fn power_nest(ctx: &Ctx) -> Source {
@@ -54,11 +54,7 @@ pub(super) fn power_nest(ctx: &Ctx) -> Source {
             } else {
                 continue;
             };
-            let want = Want {
-                name: direction_name(dir),
-                direction: Some(dir),
-                spec: Spec::Alias(n),
-            };
+            let want = Want::alias(dir, n);
             match encode(pmu, &want, 64) {
                 Ok(mut e) => {
                     e.bytes_per_count = Some(alias.scale.unwrap_or(1.0) * mult);
