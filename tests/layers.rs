@@ -67,44 +67,15 @@ const KNOWN: &[(&str, &str)] = &[];
 /// defines. Each goes when the shared items move to a file of their own below both (an error
 /// type, a context, the chunk constants), as sampler/'s did.
 const KNOWN_CYCLES: &[(&str, &str)] = &[
-    ("discovery/catalogue/amd.rs", "discovery/catalogue/mod.rs"), // super::Ctx
-    ("discovery/catalogue/intel.rs", "discovery/catalogue/mod.rs"), // super::Ctx
-    ("discovery/catalogue/knl.rs", "discovery/catalogue/intel.rs"), // super::intel::is_knl
-    ("discovery/catalogue/knl.rs", "discovery/catalogue/mod.rs"), // super::Ctx
-    ("discovery/catalogue/mod.rs", "discovery/catalogue/amd.rs"), // amd::amd_df
-    ("discovery/catalogue/mod.rs", "discovery/catalogue/intel.rs"), // intel::intel_client_imc
-    (
-        "discovery/catalogue/mod.rs",
-        "discovery/catalogue/queues.rs",
-    ), // queues::queues
-    (
-        "discovery/catalogue/queues.rs",
-        "discovery/catalogue/mod.rs",
-    ), // super::Ctx
-    (
-        "discovery/catalogue/queues.rs",
-        "discovery/catalogue/intel.rs",
-    ), // super::intel::is_knl, IntelQueues
-    ("discovery/catalogue/mod.rs", "discovery/catalogue/knl.rs"), // knl::knl
-    ("discovery/catalogue/mod.rs", "discovery/catalogue/power.rs"), // power::power_nest
-    (
-        "discovery/catalogue/mod.rs",
-        "discovery/catalogue/stand_in.rs",
-    ), // stand_in::msr
-    ("discovery/catalogue/power.rs", "discovery/catalogue/mod.rs"), // super::Ctx
-    (
-        "discovery/catalogue/stand_in.rs",
-        "discovery/catalogue/mod.rs",
-    ), // super::Ctx
-    ("plan/mod.rs", "plan/weights.rs"),                           // weights::WeightEvent
-    ("plan/weights.rs", "plan/mod.rs"),                           // super::Counter
-    ("plan/mod.rs", "plan/stalls.rs"),                            // stalls::choose
-    ("plan/stalls.rs", "plan/mod.rs"),                            // super::Counter
-    ("plan/stalls.rs", "plan/weights.rs"),                        // weights::encode_terms
-    ("record/mod.rs", "record/reader.rs"),                        // reader::Item
-    ("record/mod.rs", "record/writer.rs"),                        // writer::Writer
-    ("record/reader.rs", "record/mod.rs"),                        // super::CHUNK_CGROUPS
-    ("record/writer.rs", "record/mod.rs"),                        // super::CHUNK_CGROUPS
+    ("plan/mod.rs", "plan/weights.rs"),    // weights::WeightEvent
+    ("plan/weights.rs", "plan/mod.rs"),    // super::Counter
+    ("plan/mod.rs", "plan/stalls.rs"),     // stalls::choose
+    ("plan/stalls.rs", "plan/mod.rs"),     // super::Counter
+    ("plan/stalls.rs", "plan/weights.rs"), // weights::encode_terms
+    ("record/mod.rs", "record/reader.rs"), // reader::Item
+    ("record/mod.rs", "record/writer.rs"), // writer::Writer
+    ("record/reader.rs", "record/mod.rs"), // super::CHUNK_CGROUPS
+    ("record/writer.rs", "record/mod.rs"), // super::CHUNK_CGROUPS
 ];
 
 /// Files under imc-user/src that no `mod` declaration reaches today: never compiled, so never

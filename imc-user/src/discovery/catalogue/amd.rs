@@ -1,6 +1,6 @@
 //! AMD's memory controllers: the UMC PMUs (Zen 4 and later) and the data-fabric PMU (family
 //! 17h and later: Zen 2, 3 and 5 DRAM events).
-use super::{Ctx, Want, build, unavailable};
+use super::want::{Ctx, Want, build, unavailable};
 use crate::model::{BackendKind, Direction, Source};
 
 pub(super) fn amd_umc(ctx: &Ctx) -> Source {

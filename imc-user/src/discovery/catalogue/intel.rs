@@ -1,6 +1,6 @@
 //! Intel's memory controllers: the server uncore IMC (family-6 models by number), the client
 //! IMC PMU, and the client MCHBAR registers read through /dev/mem.
-use super::{Ctx, Want, build, unavailable};
+use super::want::{Ctx, Want, build, unavailable};
 use crate::discovery::mchbar;
 use crate::discovery::sysfs::{DiscoveryError, read_optional};
 use crate::model::{BackendKind, Direction, Pmu, Source, SourceEvent};

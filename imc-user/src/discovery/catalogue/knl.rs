@@ -1,6 +1,6 @@
 //! Intel Xeon Phi (Knights Landing and Mill): the EDC (MCDRAM) and IMC (DDR) uncore PMUs.
 use super::intel::is_knl;
-use super::{Ctx, Want, build, unavailable};
+use super::want::{Ctx, Want, build, unavailable};
 use crate::model::{BackendKind, Source};
 
 pub(super) fn knl(ctx: &Ctx, kind: BackendKind) -> Source {

@@ -11,216 +11,18 @@ mod knl;
 mod power;
 mod queues;
 mod stand_in;
+mod want;
 
-use super::format::encode_terms;
-use super::machine::Machine;
-use super::sysfs::{DiscoveryError, bytes_per_count};
-use super::topology::designated_cpus;
-use crate::model::{BackendKind, Direction, Pmu, Source, SourceEvent, SourcePmu, Topology};
+use super::sysfs::DiscoveryError;
+use crate::model::{BackendKind, Source};
 use amd::{amd_df, amd_umc};
 use intel::{intel_client_imc, intel_client_mchbar, intel_uncore_imc};
 use knl::knl;
 use power::power_nest;
 pub(crate) use queues::queues;
 use stand_in::{msr, software};
-use std::path::Path;
-
-pub(crate) struct Ctx<'a> {
-    pub root: &'a Path,
-    pub topo: &'a Topology,
-    pub machine: &'a Machine,
-    pub pmus: &'a [Pmu],
-}
-
-impl Ctx<'_> {
-    fn pmu(&self, name: &str) -> Option<&Pmu> {
-        self.pmus.iter().find(|p| p.name == name)
-    }
-
-    /// PMUs named `<prefix><N>`, sorted by N (numbering may have gaps: never assume 0..n).
-    fn numbered(&self, prefix: &str) -> Vec<&Pmu> {
-        let mut v: Vec<(u32, &Pmu)> = self
-            .pmus
-            .iter()
-            .filter_map(|p| {
-                let n = p.name.strip_prefix(prefix)?;
-                (!n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
-                    .then(|| n.parse().ok().map(|n| (n, p)))
-                    .flatten()
-            })
-            .collect();
-        v.sort_by_key(|(n, _)| *n);
-        v.into_iter().map(|(_, p)| p).collect()
-    }
-
-    fn source_pmu(&self, pmu: &Pmu) -> SourcePmu {
-        let cpus = match &pmu.cpumask {
-            Some(mask) => designated_cpus(self.topo, mask),
-            // No cpumask: a CPU-scope PMU, opened on every online CPU.
-            None => self.topo.online.clone(),
-        };
-        SourcePmu {
-            name: pmu.name.clone(),
-            pmu_type: pmu.pmu_type,
-            cpus,
-        }
-    }
-}
-
-/// Every online CPU of `cpumask` (a PMU with one CPU per L3, not per package).
-fn designated_cpus_all(topo: &Topology, cpumask: &[u32]) -> Vec<u32> {
-    cpumask
-        .iter()
-        .copied()
-        .filter(|c| topo.online.contains(c))
-        .collect()
-}
-
-fn unavailable(backend: BackendKind, reason: impl Into<String>) -> Source {
-    Source {
-        backend,
-        available: false,
-        reason: Some(reason.into()),
-        pmus: Vec::new(),
-        events: Vec::new(),
-    }
-}
-
-/// How an event is specified: a sysfs alias of the PMU, or alias text imc carries.
-enum Spec<'a> {
-    Alias(&'a str),
-    Terms {
-        terms: &'a str,
-        bytes_per_count: f64,
-        source: &'a str,
-    },
-}
-
-struct Want<'a> {
-    name: &'a str,
-    direction: Option<Direction>,
-    spec: Spec<'a>,
-}
-
-impl<'a> Want<'a> {
-    /// The PMU's sysfs alias `alias`, counting `direction` (and named after it).
-    fn alias(direction: Direction, alias: &'a str) -> Self {
-        Want {
-            name: direction.name(),
-            direction: Some(direction),
-            spec: Spec::Alias(alias),
-        }
-    }
-
-    /// Alias text imc carries, `bytes_per_count` bytes a count, checked in `source`; counting
-    /// `direction` (and named after it).
-    fn terms(direction: Direction, terms: &'a str, bytes_per_count: f64, source: &'a str) -> Self {
-        Want {
-            name: direction.name(),
-            direction: Some(direction),
-            spec: Spec::Terms {
-                terms,
-                bytes_per_count,
-                source,
-            },
-        }
-    }
-
-    /// A read and a write event from carried alias text, of one public source.
-    fn read_write(
-        read: &'a str,
-        write: &'a str,
-        bytes_per_count: f64,
-        source: &'a str,
-    ) -> [Self; 2] {
-        [
-            Want::terms(Direction::Read, read, bytes_per_count, source),
-            Want::terms(Direction::Write, write, bytes_per_count, source),
-        ]
-    }
-}
-
-/// Encodes one event on one PMU. Errors (a missing alias, a term the PMU's formats do not
-/// define) become a one-line reason naming the file.
-fn encode(pmu: &Pmu, want: &Want, counter_bits: u8) -> Result<SourceEvent, String> {
-    let (terms, bpc, origin) = match &want.spec {
-        Spec::Alias(alias) => {
-            let Some(a) = pmu.events.get(*alias) else {
-                return Err(DiscoveryError::NoEvents {
-                    path: pmu.path.join("events").join(alias),
-                    pmu: pmu.name.clone(),
-                    alias: alias.to_string(),
-                }
-                .to_string());
-            };
-            (
-                a.terms.clone(),
-                bytes_per_count(a.scale, a.unit.as_deref()),
-                format!("sysfs {}/events/{}", pmu.name, alias),
-            )
-        }
-        Spec::Terms {
-            terms,
-            bytes_per_count,
-            source,
-        } => (
-            terms.to_string(),
-            Some(*bytes_per_count),
-            format!("{terms} ({source})"),
-        ),
-    };
-    let words = encode_terms(pmu, &terms).map_err(|e| {
-        format!(
-            "{}: {e}",
-            pmu.path
-                .join(match &want.spec {
-                    Spec::Alias(a) => format!("events/{a}"),
-                    Spec::Terms { .. } => "format".to_string(),
-                })
-                .display()
-        )
-    })?;
-    Ok(SourceEvent {
-        name: want.name.to_string(),
-        pmu: pmu.name.clone(),
-        config: Some(words.config),
-        config1: Some(words.config1),
-        bytes_per_count: bpc,
-        address: None,
-        width: None,
-        direction: want.direction,
-        sub_channel: None,
-        counter_bits,
-        origin,
-    })
-}
-
-/// A source over `pmus`, each with every event of `wants`.
-fn build(
-    ctx: &Ctx,
-    backend: BackendKind,
-    pmus: &[&Pmu],
-    wants: &[Want],
-    counter_bits: u8,
-    reason: Option<String>,
-) -> Source {
-    let mut events = Vec::new();
-    for pmu in pmus {
-        for w in wants {
-            match encode(pmu, w, counter_bits) {
-                Ok(e) => events.push(e),
-                Err(why) => return unavailable(backend, why),
-            }
-        }
-    }
-    Source {
-        backend,
-        available: true,
-        reason,
-        pmus: pmus.iter().map(|p| ctx.source_pmu(p)).collect(),
-        events,
-    }
-}
+pub(crate) use want::Ctx;
+use want::unavailable;
 
 pub(crate) fn catalogue(ctx: &Ctx) -> Result<Vec<Source>, DiscoveryError> {
     let mut out = Vec::new();
@@ -258,8 +60,10 @@ mod tests {
     use super::intel::{GRANITERAPIDS_X, ICELAKE_X, lockdown};
     use super::*;
     use crate::discovery::format::parse_format;
-    use crate::model::{EventAlias, Package};
+    use crate::discovery::machine::Machine;
+    use crate::model::{EventAlias, Package, Pmu, Topology};
     use std::collections::BTreeMap;
+    use std::path::Path;
 
     fn pmu(name: &str, ty: u32, formats: &[(&str, &str)], events: &[(&str, &str)]) -> Pmu {
         Pmu {

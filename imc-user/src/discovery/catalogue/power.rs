@@ -1,5 +1,5 @@
 //! IBM POWER's nest memory-controller PMUs (`nest_*_imc`, POWER9 and later on bare metal).
-use super::{Ctx, Want, encode, unavailable};
+use super::want::{Ctx, Want, encode, unavailable};
 use crate::model::{BackendKind, Direction, Pmu, Source};
 
 pub(super) fn power_nest(ctx: &Ctx) -> Source {

@@ -28,7 +28,7 @@
 //! divide the first by the second and multiply by 10 for ns. Six counters per L3 (amd/uncore.c
 //! NUM_COUNTERS_L3).
 use super::intel::{IntelQueues, is_knl, server_model_family};
-use super::{Ctx, designated_cpus_all};
+use super::want::{Ctx, designated_cpus_all};
 use crate::discovery::format::encode_terms;
 use crate::model::{Pmu, QueueEvent, QueuePart, Queues};
 

@@ -1,6 +1,6 @@
 //! The stand-ins every machine has, for runs without a memory controller: the `msr` PMU's TSC
 //! and the software PMU's page faults. Neither counts memory traffic; each says so.
-use super::{Ctx, Spec, Want, build, unavailable};
+use super::want::{Ctx, Spec, Want, build, unavailable};
 use crate::model::{BackendKind, Source, SourceEvent, SourcePmu};
 
 pub(super) fn msr(ctx: &Ctx) -> Source {
