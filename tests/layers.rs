@@ -72,10 +72,6 @@ const KNOWN_CYCLES: &[(&str, &str)] = &[
     ("plan/mod.rs", "plan/stalls.rs"),     // stalls::choose
     ("plan/stalls.rs", "plan/mod.rs"),     // super::Counter
     ("plan/stalls.rs", "plan/weights.rs"), // weights::encode_terms
-    ("record/mod.rs", "record/reader.rs"), // reader::Item
-    ("record/mod.rs", "record/writer.rs"), // writer::Writer
-    ("record/reader.rs", "record/mod.rs"), // super::CHUNK_CGROUPS
-    ("record/writer.rs", "record/mod.rs"), // super::CHUNK_CGROUPS
 ];
 
 /// Files under imc-user/src that no `mod` declaration reaches today: never compiled, so never

@@ -3,7 +3,7 @@
 //! streamed chunk by chunk: memory is one chunk plus the string, cgroup and task tables, never
 //! the file.
 use super::codec::{Cursor, Malformed, crc32, unzigzag};
-use super::{
+use super::format::{
     CHUNK_CGROUPS, CHUNK_COMMAND_TASKS, CHUNK_CONTINUED, CHUNK_END, CHUNK_INTERVAL, CHUNK_STRINGS,
     CHUNK_TASKS, CHUNK_TICKS, CHUNK_TICKS2, MAGIC, MAX_CHUNK, RecordError, RecordHeader,
     TICKS_PER_CHUNK, VERSION,

@@ -1,6 +1,6 @@
 //! Writing recordings: aggregates every interval, raw ticks only around bursts, size-bounded.
 use super::codec::{crc32, framed, put_chunk, put_varint, zigzag};
-use super::{
+use super::format::{
     CHUNK_CGROUPS, CHUNK_COMMAND_TASKS, CHUNK_CONTINUED, CHUNK_END, CHUNK_INTERVAL, CHUNK_STRINGS,
     CHUNK_TASKS, CHUNK_TICKS, CHUNK_TICKS2, MAGIC, RecordError, RecordHeader, TICKS_PER_CHUNK,
     VERSION, rotated_path,
