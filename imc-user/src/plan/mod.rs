@@ -11,6 +11,7 @@
 pub mod drain;
 pub mod fidelity;
 pub mod kernel;
+pub mod latency;
 pub mod stalls;
 pub mod stand_in;
 pub mod text;
@@ -110,6 +111,9 @@ pub enum Reader {
     /// imc reads it with read(2) every `every_ms` (from the CPU it is opened on, by IPI where
     /// that is another CPU).
     Userspace { every_ms: u64 },
+    /// imc reads it with read(2) once at the end of each `every_ms` interval, apart from the
+    /// sampler's records: a figure per interval (loaded latency in the sampling commands).
+    Interval { every_ms: u64 },
 }
 
 /// One counter to open.
@@ -446,6 +450,10 @@ pub struct Plan {
     /// (sampling commands).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub victims: Option<Victims>,
+    /// What loaded latency the sampling commands read at each interval, or why none
+    /// (sampling commands).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub latency: Option<latency::LoadedLatency>,
     /// The record's slots (sampling commands; empty for stat).
     pub slots: Vec<Slot>,
     pub tick: Tick,
@@ -569,12 +577,13 @@ pub fn plan(found: &Discovery, kernel: &Kernel, req: &Request) -> Result<Plan, P
 fn plan_draining(found: &Discovery, kernel: &Kernel, req: &Request) -> Result<Plan, PlanError> {
     let mut refusals = source_refusals(found, req);
     if req.latency == Some(LatencyRequest::Queues) && found.queues.events.is_empty() {
-        return Err(no_queues(found));
+        return Err(latency::no_queues(found));
     }
     let (source, backend, mut counters) = choose_counters(found, req)?;
     let mut notes = Vec::new();
     if req.latency == Some(LatencyRequest::Queues) {
-        let (kept, refused, note) = queue_counters(found, &counters)?;
+        let (kept, refused, note) =
+            latency::queue_counters(found, &counters, latency::Room::LatencyFirst)?;
         // Bandwidth counters a PMU has no room for beside its latency counters are dropped.
         counters.retain(|c| {
             !refused
@@ -587,6 +596,7 @@ fn plan_draining(found: &Discovery, kernel: &Kernel, req: &Request) -> Result<Pl
     }
     let mut weighting = None;
     let mut victims = None;
+    let mut loaded_latency = None;
     let slots = if req.command.samples() {
         let free = MAX_SLOTS.saturating_sub(slot_count(&counters, req));
         let chosen = weights::choose(found, kernel, req, &counters, free)?;
@@ -600,7 +610,14 @@ fn plan_draining(found: &Discovery, kernel: &Kernel, req: &Request) -> Result<Pl
         refusals.extend(stalls.refusals);
         notes.extend(stalls.notes);
         victims = Some(stalls.victims);
-        assign_slots(&mut counters, found, kernel, req, &mut notes)?
+        let slots = assign_slots(&mut counters, found, kernel, req, &mut notes)?;
+        // After the slots: latency counters take none, the tick never reads them.
+        let (kept, refused, summary) =
+            latency::sampling(found, backend, &counters, req.interval_ms);
+        counters.extend(kept);
+        refusals.extend(refused);
+        loaded_latency = Some(summary);
+        slots
     } else {
         for c in &mut counters {
             c.reader = Reader::Userspace {
@@ -624,6 +641,7 @@ fn plan_draining(found: &Discovery, kernel: &Kernel, req: &Request) -> Result<Pl
         counters,
         weighting,
         victims,
+        latency: loaded_latency,
         slots,
         records: req
             .command
@@ -645,7 +663,7 @@ fn choose_counters(
     req: &Request,
 ) -> Result<(String, Option<BackendKind>, Vec<Counter>), PlanError> {
     if let Some(LatencyRequest::Offcore(pair)) = &req.latency {
-        return latency_counters(found, pair);
+        return latency::latency_counters(found, pair);
     }
     if !req.events.is_empty() {
         refuse_uncountable(found, &req.events)?;
@@ -718,245 +736,6 @@ fn refuse_uncountable(
         }
     }
     Ok(())
-}
-
-/// `stat --latency`: KNL's DDR and MCDRAM channels, then the offcore-response pair on every
-/// online CPU (the core PMU has no cpumask).
-fn latency_counters(
-    found: &Discovery,
-    (outstanding, requests): &(Encoded, Encoded),
-) -> Result<(String, Option<BackendKind>, Vec<Counter>), PlanError> {
-    let knl: Vec<&Source> = [BackendKind::KnlImc, BackendKind::KnlEdc]
-        .iter()
-        .filter_map(|k| found.sources.iter().find(|s| s.backend == *k))
-        .collect();
-    if let Some(s) = knl.iter().find(|s| !s.available) {
-        return Err(PlanError::Unavailable(format!(
-            "--latency needs Knights Landing/Mill memory counters; {} is unavailable ({})",
-            s.backend.as_str(),
-            s.reason.as_deref().unwrap_or("no reason given")
-        )));
-    }
-    if knl.is_empty() {
-        return Err(PlanError::Unavailable(
-            "--latency needs Knights Landing/Mill memory counters (knl-imc, knl-edc)".into(),
-        ));
-    }
-    let mut counters = Vec::new();
-    for s in knl {
-        counters.extend(source_counters(s, &found.topology));
-    }
-    number_channels(&mut counters);
-    let pair: Vec<(String, Vec<Encoded>)> = [outstanding, requests]
-        .into_iter()
-        .map(|e| {
-            let mut one = e.clone();
-            one.cpus = None;
-            (e.event.clone(), vec![one])
-        })
-        .collect();
-    counters.extend(event_counters(&pair, &found.topology));
-    Ok((
-        "knl-imc+knl-edc+latency".into(),
-        Some(BackendKind::KnlImc),
-        counters,
-    ))
-}
-
-/// `--latency` where the machine has no queues: one line with the reason (exit 2).
-fn no_queues(found: &Discovery) -> PlanError {
-    PlanError::BadRequest(format!(
-        "--latency: this machine has no memory-controller queues to measure latency with: {}",
-        found.queues.reason.as_deref().unwrap_or("none found")
-    ))
-}
-
-/// A dropped group of counters: (whether it is the PMU's bandwidth, the PMU, the refusal).
-type Dropped = (bool, String, Option<Refusal>);
-
-/// `stat --latency` beside bandwidth: the machine's loaded-latency events on every channel (or
-/// CCX), fitted into each PMU instance's generic counters. Priority: the first rank of latency
-/// events (one read queue per channel or sub-channel), then the bandwidth counters already
-/// planned on that PMU, then further ranks (the other pseudo-channel, the write queues); a
-/// group that does not fit is dropped whole and said, never multiplexed. The DRAM clock takes
-/// the box's fixed counter.
-fn queue_counters(
-    found: &Discovery,
-    bandwidth: &[Counter],
-) -> Result<(Vec<Counter>, Vec<Dropped>, String), PlanError> {
-    let q = &found.queues;
-    if q.events.is_empty() {
-        return Err(no_queues(found));
-    }
-    let mut out = Vec::new();
-    let mut dropped: Vec<Dropped> = Vec::new();
-    let several = q.pmus.len() > 1;
-    let mut ranks: Vec<u8> = q.events.iter().map(|e| e.rank).collect();
-    ranks.sort_unstable();
-    ranks.dedup();
-    for (pi, pmu) in q.pmus.iter().enumerate() {
-        let events: Vec<&crate::model::QueueEvent> =
-            q.events.iter().filter(|e| e.pmu == pmu.name).collect();
-        // Generic counters the bandwidth plan already puts on one instance of this PMU.
-        let first_cpu = pmu.cpus.first().copied();
-        let bw = bandwidth
-            .iter()
-            .filter(|c| c.pmu == pmu.name && c.cpus.first().copied() == first_cpu)
-            .count();
-        let need = |r: u8| events.iter().filter(|e| e.rank == r && !e.fixed).count();
-        let mut used = 0;
-        let mut keep_ranks = Vec::new();
-        for (i, &r) in ranks.iter().enumerate() {
-            if used + need(r) <= q.generic_counters {
-                used += need(r);
-                keep_ranks.push(r);
-            } else if pi == 0 {
-                dropped.push((
-                    false,
-                    pmu.name.clone(),
-                    Some(rank_refusal(q, &events, r, used)),
-                ));
-            }
-            if i == 0 {
-                if used + bw <= q.generic_counters {
-                    used += bw;
-                } else if bw > 0 {
-                    dropped.push((
-                        true,
-                        pmu.name.clone(),
-                        (pi == 0).then(|| Refusal {
-                            pmu: Some(pmu.name.clone()),
-                            event: Some("read,write".into()),
-                            reason: format!(
-                                "bandwidth on {} (and every instance alike): its {} generic \
-                                 counters hold the first latency events ({} of them), so its \
-                                 {bw} CAS counters are left out under --latency rather than \
-                                 multiplexed: run imc stat without --latency for bandwidth",
-                                pmu.name,
-                                q.generic_counters,
-                                need(r)
-                            ),
-                        }),
-                    ));
-                }
-            }
-        }
-        for (i, &cpu) in pmu.cpus.iter().enumerate() {
-            let package = package_of(&found.topology, cpu, i);
-            // Intel: the PMU is the channel; AMD's L3: the CCX is its place among the
-            // package's CPUs in the cpumask.
-            let channel = if q.kind == "amd-l3-sampled-latency" {
-                let ccx = pmu.cpus[..i]
-                    .iter()
-                    .filter(|&&c| found.topology.package_of(c) == Some(package))
-                    .count();
-                Some(ccx as u32)
-            } else {
-                several.then_some(pi as u32)
-            };
-            for e in events.iter().filter(|e| keep_ranks.contains(&e.rank)) {
-                out.push(queue_counter(e, pmu, package, channel, cpu));
-            }
-        }
-    }
-    // One refusal per dropped group (the first PMU speaks for all: every instance has the same
-    // events and counters), bandwidth said once per PMU it was dropped from.
-    let note = format!(
-        "latency ({}): {} generic counter(s) per {} instance{}; the DRAM clock on its fixed \
-         counter. Average latency = occupancy ÷ inserts (in DRAM clocks; in ns through the \
-         measured clock rate)",
-        q.kind,
-        q.generic_counters,
-        q.pmus.first().map_or("PMU", |p| p.name.as_str()),
-        if q.kind == "amd-l3-sampled-latency" {
-            ", one per CCX"
-        } else {
-            ""
-        }
-    );
-    Ok((out, dropped, note))
-}
-
-/// Why the latency events of rank `r` are left out.
-fn rank_refusal(
-    q: &crate::model::Queues,
-    events: &[&crate::model::QueueEvent],
-    r: u8,
-    used: usize,
-) -> Refusal {
-    let names: Vec<String> = events
-        .iter()
-        .filter(|e| e.rank == r && !e.fixed)
-        .map(|e| {
-            let mut n = e.part.key().to_string();
-            if let Some(s) = e.sub_channel {
-                n.push_str(&format!(":sch{s}"));
-            }
-            if let Some(p) = e.pseudo_channel {
-                n.push_str(&format!(":pch{p}"));
-            }
-            n
-        })
-        .collect();
-    let pmu = events.first().map(|e| e.pmu.clone());
-    Refusal {
-        pmu: pmu.clone(),
-        event: Some(names.join(",")),
-        reason: format!(
-            "{} has {} generic counters and {used} are taken: these {} latency events are not \
-             counted (imc does not multiplex them)",
-            pmu.as_deref().unwrap_or("the PMU"),
-            q.generic_counters,
-            names.len()
-        ),
-    }
-}
-
-/// One latency counter, read on `cpu` for `package`.
-fn queue_counter(
-    e: &crate::model::QueueEvent,
-    pmu: &SourcePmu,
-    package: u32,
-    channel: Option<u32>,
-    cpu: u32,
-) -> Counter {
-    let key = e.part.key();
-    Counter {
-        pmu: e.pmu.clone(),
-        event: key.to_string(),
-        package: Some(package),
-        channel,
-        sub_channel: e.sub_channel,
-        queue: Some(e.part),
-        pseudo_channel: e.pseudo_channel,
-        direction: None,
-        scope: if channel.is_some() {
-            CounterScope::Channel
-        } else {
-            CounterScope::Package
-        },
-        cpus: vec![cpu],
-        reader: Reader::Tick,
-        bytes_per_count: None,
-        slot: None,
-        role: CounterRole::Latency,
-        weight: None,
-        stall: None,
-        counter_mask: None,
-        value_key: key.to_string(),
-        encoded: Encoded {
-            event: format!("{}/{key}", e.pmu),
-            pmu: e.pmu.clone(),
-            pmu_type: pmu.pmu_type,
-            config: e.config,
-            config1: e.config1,
-            cpus: Some(vec![cpu]),
-            ..Default::default()
-        },
-        counter_bits: 48,
-        address: None,
-        width: None,
-    }
 }
 
 fn no_controller_reason(found: &Discovery) -> String {

@@ -18,6 +18,9 @@ fn reader(r: &Reader) -> String {
             cpus(c)
         ),
         Reader::Userspace { every_ms } => format!("userspace every {every_ms} ms"),
+        Reader::Interval { every_ms } => {
+            format!("userspace at the end of each {every_ms} ms interval")
+        }
     }
 }
 
@@ -102,6 +105,14 @@ pub fn render(plan: &Plan) -> String {
                 let _ = writeln!(s, "victims: {}", v.reason);
             }
         }
+    }
+    if let Some(l) = &plan.latency {
+        let what = match (&l.source, l.write) {
+            (Some(src), true) => format!("read and write, from {src} — "),
+            (Some(src), false) => format!("read, from {src} — "),
+            (None, _) => String::new(),
+        };
+        let _ = writeln!(s, "latency: {what}{}", l.reason);
     }
     let _ = writeln!(s, "counters ({}):", plan.counters.len());
     for c in &plan.counters {
