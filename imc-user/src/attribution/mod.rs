@@ -1331,6 +1331,7 @@ impl Attributor {
                     unattributed_counts,
                     device_counts,
                     channels: Vec::new(),
+                    ..PackageRow::default()
                 }
             })
             .collect()
