@@ -42,6 +42,8 @@ pub struct ViewConfig {
     /// The plan counts each task's cycles stalled on memory: a STALL column (the share of
     /// its cycles), sorted by with `v`.
     pub stalls: bool,
+    /// The plan reads loaded latency: a line per package with its read (and write) latency.
+    pub latency: bool,
 }
 
 /// The last [`HISTORY`] intervals' rates, per package (bytes) or summed over tasks (counts).

@@ -33,7 +33,7 @@ pub fn render(
     let series_lines = match cfg.units {
         Units::Counts => 1,
         Units::Bytes { total } => {
-            let per = if total { 3 } else { 2 };
+            let per = if total { 3 } else { 2 } + usize::from(cfg.latency);
             (history.packages.len().max(1) * per) as u16
         }
     };
@@ -218,6 +218,12 @@ fn render_series(
                         series_line(label, data, a, buf);
                     }
                 }
+                if cfg.latency
+                    && let Some(a) = slots.next()
+                {
+                    let p = result.and_then(|r| r.packages.iter().find(|p| p.id == *id));
+                    Paragraph::new(latency_line(*id, p)).render(a, buf);
+                }
             }
             if history.packages.is_empty()
                 && let Some(a) = slots.next()
@@ -226,6 +232,22 @@ fn render_series(
             }
         }
     }
+}
+
+/// A package's loaded latency: read and write in ns, `-` where not counted this interval (no
+/// request queued, a counter that did not count, or writes not planned); utilisation only where
+/// measured.
+fn latency_line(id: u32, p: Option<&crate::model::PackageRow>) -> String {
+    let ns = |v: Option<f64>| v.map_or_else(|| "-".to_string(), |x| format!("{x:.0} ns"));
+    let mut line = format!(
+        "package {id} latency  read {:>8}   write {:>8}",
+        ns(p.and_then(|p| p.read_latency_ns)),
+        ns(p.and_then(|p| p.write_latency_ns))
+    );
+    if let Some(u) = p.and_then(|p| p.utilisation) {
+        line.push_str(&format!("   utilisation {:.0}%", u * 100.0));
+    }
+    line
 }
 
 fn render_tasks(

@@ -30,6 +30,7 @@ fn bytes_cfg() -> ViewConfig {
         notice: None,
         by: GroupBy::Pid,
         stalls: false,
+        latency: false,
     }
 }
 
@@ -232,6 +233,7 @@ fn a_column_of_counts_has_one_unit() {
         notice: None,
         by: GroupBy::Pid,
         stalls: false,
+        latency: false,
     };
     let t = |pid: u32, faults: f64| TaskRow {
         pid,
@@ -276,6 +278,7 @@ fn stand_in_shows_counts_per_second_not_zero_bandwidth() {
         notice: None,
         by: GroupBy::Pid,
         stalls: false,
+        latency: false,
     };
     let t = |pid: u32, comm: &str, faults: f64, share: f64| TaskRow {
         values: [("page-faults".to_string(), faults)].into(),
@@ -412,4 +415,29 @@ fn before_the_first_interval_the_view_says_it_waits() {
         0,
         0,
     );
+}
+
+#[test]
+fn a_latency_line_per_package_where_the_plan_reads_it_never_a_made_up_figure() {
+    let mut cfg = bytes_cfg();
+    let mut r = bytes_interval();
+    r.packages[0].read_latency_ns = Some(81.4);
+    let mut h = History::default();
+    h.push(&cfg, &r);
+    let mut st = ViewState::default();
+    // Not planned (a VM, no room beside bandwidth): no line.
+    let lines = screen(&cfg, &h, Some(&r), &mut st, 120, 24);
+    assert!(!lines.iter().any(|l| l.contains("latency")), "{lines:#?}");
+    cfg.latency = true;
+    let lines = screen(&cfg, &h, Some(&r), &mut st, 120, 24);
+    let line = line_with(&lines, "package 0 latency");
+    let words: Vec<&str> = line.split_whitespace().collect();
+    // Read counted, write not planned: `-`, not 0; no utilisation measured, none shown.
+    assert_eq!(words[3..], ["read", "81", "ns", "write", "-"], "{line}");
+    assert!(!line.contains("utilisation"));
+    // The bandwidth lines are all still there above it.
+    assert!(line_with(&lines, "package 0 write").contains("MB/s"));
+    r.packages[0].read_latency_ns = None;
+    let lines = screen(&cfg, &h, Some(&r), &mut st, 120, 24);
+    assert!(line_with(&lines, "package 0 latency").contains("read        -"));
 }
