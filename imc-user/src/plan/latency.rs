@@ -92,6 +92,23 @@ pub(super) fn no_queues(found: &Discovery) -> PlanError {
 /// A dropped group of counters: (whether it is the PMU's bandwidth, the PMU, the refusal).
 pub(super) type Dropped = (bool, String, Option<Refusal>);
 
+/// `stat --latency` beside bandwidth: the queue counters, latency first, added to `counters`,
+/// and the bandwidth counters a PMU has no room for beside them dropped; what was left out and
+/// the note.
+pub(super) fn for_stat(
+    found: &Discovery,
+    counters: &mut Vec<Counter>,
+) -> Result<(Vec<Refusal>, String), PlanError> {
+    let (kept, refused, note) = queue_counters(found, counters, Room::LatencyFirst)?;
+    counters.retain(|c| {
+        !refused
+            .iter()
+            .any(|r| r.0 && r.1 == c.pmu && c.direction.is_some())
+    });
+    counters.extend(kept);
+    Ok((refused.into_iter().filter_map(|r| r.2).collect(), note))
+}
+
 /// The machine's loaded-latency events on every channel (or CCX), fitted into each PMU
 /// instance's generic counters beside the `bandwidth` counters already planned, in the order
 /// `room` says; a group that does not fit is dropped whole and said (the first PMU speaks for

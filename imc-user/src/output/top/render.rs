@@ -1,11 +1,15 @@
 //! The view drawn: header, each package's bandwidth (and loaded latency) with its history, and
 //! the task table, into a ratatui buffer.
-use super::*;
+use super::state::*;
+use crate::model::GroupBy;
+use crate::model::result::{IntervalResult, TaskRow};
+use crate::text::escape;
 use ratatui::buffer::Buffer;
 use ratatui::layout::{Alignment, Constraint, Layout, Rect};
 use ratatui::style::{Modifier, Style};
 use ratatui::text::Line;
 use ratatui::widgets::{Cell, Paragraph, Row, Sparkline, Table, Widget};
+use std::collections::VecDeque;
 
 fn column_title(state: &ViewState, key: Option<SortKey>, title: &str) -> String {
     match key {
@@ -263,10 +267,48 @@ fn render_tasks(
     let page = (area.height as usize).saturating_sub(1).max(1);
     state.page = page;
     state.scroll = state.scroll.min(rows.len().saturating_sub(page));
+    let (titles, comm_col) = column_titles(cfg);
+    let header = Row::new(titles.iter().enumerate().map(|(i, (k, t, _))| {
+        let t = column_title(state, *k, t);
+        if Some(i) == comm_col {
+            Cell::from(t)
+        } else {
+            right(t)
+        }
+    }))
+    .style(Style::default().add_modifier(Modifier::REVERSED));
+    let widths: Vec<Constraint> = titles
+        .iter()
+        .map(|(_, _, w)| Constraint::Length(*w))
+        .collect();
 
-    // A group row carries its key, not a member's identity (`--by cgroup`: no PID or COMM).
+    let shown: Vec<&TaskRow> = rows.iter().skip(state.scroll).take(page).copied().collect();
+    let scales: Vec<CountScale> = cfg
+        .value_events
+        .iter()
+        .map(|e| {
+            let max = shown
+                .iter()
+                .map(|t| t.values.get(e).copied().unwrap_or(0.0) / secs)
+                .fold(0.0, f64::max);
+            CountScale::for_max(max)
+        })
+        .collect();
+    let body = shown.iter().map(|t| task_row(cfg, t, secs, &scales));
+    Table::new(body, widths)
+        .header(header)
+        .column_spacing(1)
+        .render(area, buf);
+}
+
+/// The table's columns: (the key that sorts by it, title, width), and which is COMM (left
+/// aligned). A group row carries its key, not a member's identity (`--by cgroup`: no PID or
+/// COMM).
+type Title = (Option<SortKey>, String, u16);
+
+fn column_titles(cfg: &ViewConfig) -> (Vec<Title>, Option<usize>) {
     let ident = cfg.by.identity();
-    let mut titles: Vec<(Option<SortKey>, String, u16)> = Vec::new();
+    let mut titles: Vec<Title> = Vec::new();
     if ident.pid {
         titles.push((Some(SortKey::Pid), "PID".into(), 8));
     }
@@ -303,69 +345,43 @@ fn render_tasks(
         let width = (title.chars().count() + 1).clamp(8, 24) as u16;
         titles.push((key, title, width));
     }
-    let header = Row::new(titles.iter().enumerate().map(|(i, (k, t, _))| {
-        let t = column_title(state, *k, t);
-        if Some(i) == comm_col {
-            Cell::from(t)
-        } else {
-            right(t)
-        }
-    }))
-    .style(Style::default().add_modifier(Modifier::REVERSED));
-    let widths: Vec<Constraint> = titles
-        .iter()
-        .map(|(_, _, w)| Constraint::Length(*w))
-        .collect();
+    (titles, comm_col)
+}
 
-    let shown: Vec<&TaskRow> = rows.iter().skip(state.scroll).take(page).copied().collect();
-    let scales: Vec<CountScale> = cfg
-        .value_events
-        .iter()
-        .map(|e| {
-            let max = shown
-                .iter()
-                .map(|t| t.values.get(e).copied().unwrap_or(0.0) / secs)
-                .fold(0.0, f64::max);
-            CountScale::for_max(max)
-        })
-        .collect();
-    let body = shown.iter().map(|t| {
-        let mut cells = Vec::new();
-        if ident.pid {
-            cells.push(right(t.pid.to_string()));
+/// One task's row, in the order of [`column_titles`].
+fn task_row(cfg: &ViewConfig, t: &TaskRow, secs: f64, scales: &[CountScale]) -> Row<'static> {
+    let ident = cfg.by.identity();
+    let mut cells = Vec::new();
+    if ident.pid {
+        cells.push(right(t.pid.to_string()));
+    }
+    if ident.tgid {
+        cells.push(right(t.tgid.to_string()));
+    }
+    if ident.comm {
+        cells.push(Cell::from(escape(&t.comm).into_owned()));
+    }
+    cells.push(right(group_cell(cfg.by, t)));
+    if let Units::Bytes { total } = cfg.units {
+        cells.push(right(mb_per_s(t.read_bytes, secs)));
+        cells.push(right(mb_per_s(t.write_bytes, secs)));
+        if total {
+            cells.push(right(mb_per_s(t.total_bytes, secs)));
         }
-        if ident.tgid {
-            cells.push(right(t.tgid.to_string()));
-        }
-        if ident.comm {
-            cells.push(Cell::from(escape(&t.comm).into_owned()));
-        }
-        cells.push(right(group_cell(cfg.by, t)));
-        if let Units::Bytes { total } = cfg.units {
-            cells.push(right(mb_per_s(t.read_bytes, secs)));
-            cells.push(right(mb_per_s(t.write_bytes, secs)));
-            if total {
-                cells.push(right(mb_per_s(t.total_bytes, secs)));
-            }
-        }
-        cells.push(right(format!("{:.1}%", t.share * 100.0)));
-        if cfg.stalls {
-            cells.push(right(
-                t.stall_share
-                    .map_or("-".to_string(), |v| format!("{:.1}%", v * 100.0)),
-            ));
-        }
-        for (e, scale) in cfg.value_events.iter().zip(&scales) {
-            cells.push(right(
-                scale.show(t.values.get(e).copied().unwrap_or(0.0), secs),
-            ));
-        }
-        Row::new(cells)
-    });
-    Table::new(body, widths)
-        .header(header)
-        .column_spacing(1)
-        .render(area, buf);
+    }
+    cells.push(right(format!("{:.1}%", t.share * 100.0)));
+    if cfg.stalls {
+        cells.push(right(
+            t.stall_share
+                .map_or("-".to_string(), |v| format!("{:.1}%", v * 100.0)),
+        ));
+    }
+    for (e, scale) in cfg.value_events.iter().zip(scales) {
+        cells.push(right(
+            scale.show(t.values.get(e).copied().unwrap_or(0.0), secs),
+        ));
+    }
+    Row::new(cells)
 }
 
 /// The cgroup column: a pod's UID whole under `--by pod` (its key), else the cgroup in a few

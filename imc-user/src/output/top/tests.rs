@@ -1,7 +1,11 @@
+use super::state::*;
 use super::*;
+use crate::model::GroupBy;
 use crate::model::result::PackageRow;
+use crate::model::result::{IntervalResult, TaskRow};
 use ratatui::Terminal;
 use ratatui::backend::TestBackend;
+use ratatui::crossterm::event::KeyEvent;
 use ratatui::crossterm::event::{KeyCode, KeyModifiers};
 
 fn key(c: KeyCode) -> KeyEvent {
