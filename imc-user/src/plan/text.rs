@@ -56,33 +56,8 @@ fn counter_line(c: &Counter) -> String {
     )
 }
 
-/// The plan as lines of text.
-pub fn render(plan: &Plan) -> String {
-    let mut s = String::new();
-    let _ = writeln!(s, "imc {:?} plan: source {}", plan.command, plan.source);
-    let _ = writeln!(
-        s,
-        "tick: {}{} — {}; adds interrupts: {}",
-        plan.tick.source,
-        plan.tick
-            .hz
-            .map_or(String::new(), |h| format!(" at {h:.0} Hz")),
-        plan.tick.reason,
-        if plan.tick.adds_interrupts {
-            "yes"
-        } else {
-            "no"
-        }
-    );
-    if let Some(r) = plan.records {
-        let _ = writeln!(s, "records: {} — {}", r.as_str(), r.meaning());
-    }
-    if let Some(d) = &plan.drain {
-        let _ = writeln!(s, "drain: {}", d.reason);
-    }
-    if let Some(r) = &plan.kernel.release {
-        let _ = writeln!(s, "kernel: {r}");
-    }
+/// How traffic is divided, who the victims are and what latency is read (sampling commands).
+fn how_divided(s: &mut String, plan: &Plan) {
     if let Some(w) = &plan.weighting {
         let _ = writeln!(
             s,
@@ -114,6 +89,36 @@ pub fn render(plan: &Plan) -> String {
         };
         let _ = writeln!(s, "latency: {what}{}", l.reason);
     }
+}
+
+/// The plan as lines of text.
+pub fn render(plan: &Plan) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "imc {:?} plan: source {}", plan.command, plan.source);
+    let _ = writeln!(
+        s,
+        "tick: {}{} — {}; adds interrupts: {}",
+        plan.tick.source,
+        plan.tick
+            .hz
+            .map_or(String::new(), |h| format!(" at {h:.0} Hz")),
+        plan.tick.reason,
+        if plan.tick.adds_interrupts {
+            "yes"
+        } else {
+            "no"
+        }
+    );
+    if let Some(r) = plan.records {
+        let _ = writeln!(s, "records: {} — {}", r.as_str(), r.meaning());
+    }
+    if let Some(d) = &plan.drain {
+        let _ = writeln!(s, "drain: {}", d.reason);
+    }
+    if let Some(r) = &plan.kernel.release {
+        let _ = writeln!(s, "kernel: {r}");
+    }
+    how_divided(&mut s, plan);
     let _ = writeln!(s, "counters ({}):", plan.counters.len());
     for c in &plan.counters {
         let _ = writeln!(s, "{}", counter_line(c));
