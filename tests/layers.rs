@@ -101,6 +101,17 @@ const KNOWN_CYCLES: &[(&str, &str)] = &[
     ("plan/mod.rs", "plan/stalls.rs"),                            // stalls::choose
     ("plan/stalls.rs", "plan/mod.rs"),                            // super::Counter
     ("plan/stalls.rs", "plan/weights.rs"),                        // weights::encode_terms
+    ("plan/counters.rs", "plan/mod.rs"),                          // super::Counter
+    ("plan/latency.rs", "plan/counters.rs"),                      // super::event_counters
+    ("plan/latency.rs", "plan/mod.rs"),                           // super::Counter
+    ("plan/mod.rs", "plan/counters.rs"),                          // counters::event_counter
+    ("plan/mod.rs", "plan/latency.rs"),                           // latency::LoadedLatency
+    ("plan/mod.rs", "plan/slots.rs"),                             // slots::assign_slots
+    ("plan/mod.rs", "plan/tick.rs"),                              // tick::tick_of
+    ("plan/slots.rs", "plan/mod.rs"),                             // super::Counter
+    ("plan/stalls.rs", "plan/counters.rs"),                       // super::event_counter
+    ("plan/tick.rs", "plan/mod.rs"),                              // super::Request
+    ("plan/weights.rs", "plan/counters.rs"),                      // super::event_counter
     ("record/mod.rs", "record/reader.rs"),                        // reader::Item
     ("record/mod.rs", "record/writer.rs"),                        // writer::Writer
     ("record/reader.rs", "record/mod.rs"),                        // super::CHUNK_CGROUPS
