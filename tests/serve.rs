@@ -948,7 +948,7 @@ fn every_shipped_rule_and_panel_runs_on_a_real_prometheus_scraping_imc() {
         .iter()
         .flat_map(|g| g["rules"].as_array().unwrap())
         .collect();
-    assert_eq!(rules.len(), 13, "{body}");
+    assert_eq!(rules.len(), 16, "{body}");
     for r in &rules {
         assert_eq!(r["health"], "ok", "{r}");
     }
