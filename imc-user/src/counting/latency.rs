@@ -671,6 +671,56 @@ mod tests {
         assert!((second[0].channels[1].1.read_ns.unwrap() - 100.0).abs() < 1e-9);
     }
 
+    /// The sampling plan of a Skylake-SP tree, its latency counters opened through a fake
+    /// perf: only they open (the sampler has the bandwidth counters), grouped per box, and each
+    /// package's latency comes out of the plan's own encodings.
+    #[test]
+    fn the_interval_reader_opens_the_plans_latency_counters_and_nothing_else() {
+        let root =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/skx-2socket");
+        let found = crate::discovery::discover(&root).unwrap();
+        let req = crate::plan::Request {
+            command: crate::plan::Command::Top,
+            events: Vec::new(),
+            backend: None,
+            exclude: Vec::new(),
+            freq: None,
+            precise: false,
+            interval_ms: 1000,
+            drain_ms: 100,
+            batch_ms: None,
+            stand_in: Vec::new(),
+            latency: None,
+            weight: Default::default(),
+        };
+        let plan = crate::plan::plan(&found, &crate::plan::Kernel::default(), &req).unwrap();
+        let fake = std::sync::Arc::new(crate::sys::perf::FakePerf::new());
+        // Per read: 1.6e6 DRAM clocks (1 ms at 1.6 GHz), 1e5 reads waiting 8e6 clock-entries.
+        fake.set_step(0xff, 1_600_000);
+        fake.set_step(0x80, 8_000_000);
+        fake.set_step(0x10, 100_000);
+        let mut l = IntervalLatency::open(&plan, &found.topology, fake.clone(), 0)
+            .unwrap()
+            .unwrap();
+        let opens = fake.opens();
+        // 6 channels x 2 packages x (clock, occupancy, inserts); no CAS counter.
+        assert_eq!(opens.len(), 36);
+        assert!(
+            opens
+                .iter()
+                .all(|o| [0xff, 0x80, 0x10].contains(&o.attr.config))
+        );
+        assert!(opens.iter().any(|o| o.group.is_some()), "grouped per box");
+        let read = l.read(1_000_000);
+        assert_eq!(read.iter().map(|p| p.package).collect::<Vec<_>>(), [0, 1]);
+        for p in &read {
+            assert!((p.figures.read_ns.unwrap() - 50.0).abs() < 1e-9, "{p:?}");
+            assert_eq!(p.figures.write_ns, None, "write queues are not planned");
+            assert_eq!(p.channels.len(), 6);
+            assert_eq!(p.channels[0].0, "uncore_imc_0");
+        }
+    }
+
     fn enc(event: &str, config: u64, config1: u64) -> Encoded {
         Encoded {
             event: event.into(),
