@@ -573,7 +573,21 @@ fn interval_json_is_the_top_contract() {
         ["method", "numa", "read", "reason", "write"]
     );
     assert_eq!(v["weighting"]["method"], "traffic");
-    assert_eq!(keys(&v["packages"][0]), ["id", "read_bytes", "write_bytes"]);
+    assert_eq!(
+        keys(&v["packages"][0]),
+        [
+            "id",
+            "read_bytes",
+            "read_latency_ns",
+            "utilisation",
+            "write_bytes",
+            "write_latency_ns"
+        ]
+    );
+    // Loaded latency: null where the plan reads no queues, never a made-up figure.
+    for k in ["read_latency_ns", "write_latency_ns", "utilisation"] {
+        assert!(v["packages"][0][k].is_null(), "{k}");
+    }
     assert_eq!(
         keys(&v["tasks"][0]),
         [

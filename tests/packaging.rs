@@ -310,7 +310,28 @@ tests:
         values: '0+18000000000x60'
       - series: 'imc_process_cycles_total{job="imc",instance="h1:10160",pid="7",comm="etl",cgroup="/batch.slice"}'
         values: '0+30000000000x60'
+      # Loaded latency: h1's saturated channel waits 210 ns; h2's 300 ns at 10% of peak is no
+      # alert; a latency with no channel bandwidth of its own (an AMD CCX) on saturated h1's
+      # package 0 takes the package's utilisation.
+      - series: 'imc_dram_read_latency_seconds{job="imc",instance="h1:10160",package="0",channel="uncore_imc_0"}'
+        values: '0.00000021x60'
+      - series: 'imc_dram_read_latency_seconds{job="imc",instance="h2:10160",package="0",channel="uncore_imc_0"}'
+        values: '0.0000003x60'
+      - series: 'imc_dram_read_latency_seconds{job="imc",instance="h1:10160",package="0",channel="amd_l3@cpu0"}'
+        values: '0.00000016x60'
     promql_expr_test:
+      - expr: instance_package_channel:imc_dram_utilisation:ratio1m
+        eval_time: 10m
+        exp_samples:
+          - labels: 'instance_package_channel:imc_dram_utilisation:ratio1m{job="imc",instance="h1:10160",package="0",channel="uncore_imc_0"}'
+            value: 0.9
+          - labels: 'instance_package_channel:imc_dram_utilisation:ratio1m{job="imc",instance="h2:10160",package="0",channel="uncore_imc_0"}'
+            value: 0.1
+      - expr: instance_package_channel:imc_dram_read_latency_seconds:avg1m{instance="h2:10160"}
+        eval_time: 10m
+        exp_samples:
+          - labels: 'instance_package_channel:imc_dram_read_latency_seconds:avg1m{job="imc",instance="h2:10160",package="0",channel="uncore_imc_0"}'
+            value: 3.0e-7
       - expr: instance_cgroup:imc_cgroup_memory_stall:ratio1m{instance="h1:10160"}
         eval_time: 10m
         exp_samples:
@@ -390,6 +411,30 @@ tests:
             exp_annotations:
               summary: "cgroup /batch.slice on saturated h1:10160 waits on memory"
               description: "60% of its core cycles stalled on memory loads while a package is above 85% of its peak: it is slowed by the culprits on the imc dashboard."
+      - eval_time: 4m
+        alertname: ImcDramLatencyHigh
+        exp_alerts: []
+      - eval_time: 10m
+        alertname: ImcDramLatencyHigh
+        exp_alerts:
+          - exp_labels:
+              severity: warning
+              job: imc
+              instance: h1:10160
+              package: "0"
+              channel: uncore_imc_0
+            exp_annotations:
+              summary: "DRAM reads on package 0 channel uncore_imc_0 of h1:10160 wait long at high utilisation"
+              description: "Reads waited 210ns on average in the memory controller's queue for 5 minutes while the channel (for a CCX, its package) ran above 70% of its share of the peak: memory-bound work there is slowed by the traffic. See the top processes and the victims on the imc dashboard."
+          - exp_labels:
+              severity: warning
+              job: imc
+              instance: h1:10160
+              package: "0"
+              channel: amd_l3@cpu0
+            exp_annotations:
+              summary: "DRAM reads on package 0 channel amd_l3@cpu0 of h1:10160 wait long at high utilisation"
+              description: "Reads waited 160ns on average in the memory controller's queue for 5 minutes while the channel (for a CCX, its package) ran above 70% of its share of the peak: memory-bound work there is slowed by the traffic. See the top processes and the victims on the imc dashboard."
       - eval_time: 10m
         alertname: ImcLosingRecords
         exp_alerts: []
@@ -453,6 +498,8 @@ fn the_dashboard_has_the_panels_an_operator_reads() {
         "imc_read_errors_total",
         "imc_process_memory_stall_cycles_total",
         "imc_process_cycles_total",
+        "imc_dram_read_latency_seconds",
+        "imc_dram_write_latency_seconds",
     ] {
         assert!(
             exprs.iter().any(|e| e.contains(family)),

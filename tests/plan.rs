@@ -74,9 +74,13 @@ fn every_tree_with_a_memory_controller_plans_every_channel_for_every_command() {
             for c in all {
                 let role = c["role"].as_str().unwrap_or("");
                 assert!(
-                    ["traffic", "weight", "stall"].contains(&role),
+                    ["traffic", "weight", "stall", "latency"].contains(&role),
                     "{what}: {c}"
                 );
+                // Latency in the sampling commands: read by userspace at each interval.
+                if role == "latency" && command != "stat" {
+                    assert_eq!(c["reader"]["kind"], "interval", "{what}: {c}");
+                }
                 for k in ["type", "config", "config1", "config2"] {
                     assert!(c["encoding"][k].is_u64(), "{what}: no encoding {k} in {c}");
                 }
@@ -330,9 +334,14 @@ fn the_text_plan_names_every_channel_and_why_its_reader() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let text = String::from_utf8(o.stdout).unwrap();
     assert!(
-        text.contains("counters (30):"),
-        "24 channels, three weights (local and remote reads, writes) and the stall pair with \
-         cpu-clock: {text}"
+        text.contains("counters (66):"),
+        "24 channels, three weights (local and remote reads, writes), the stall pair with \
+         cpu-clock, and the read queue and DRAM clock of 12 channels: {text}"
+    );
+    assert!(
+        text.contains("latency: read, from intel-imc-queues")
+            && text.contains("userspace at the end of each 1000 ms interval"),
+        "{text}"
     );
     assert!(
         text.contains("victims: stalls CYCLE_ACTIVITY.STALLS_L3_MISS ÷ CPU_CLK_UNHALTED.THREAD"),

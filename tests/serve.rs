@@ -948,7 +948,7 @@ fn every_shipped_rule_and_panel_runs_on_a_real_prometheus_scraping_imc() {
         .iter()
         .flat_map(|g| g["rules"].as_array().unwrap())
         .collect();
-    assert_eq!(rules.len(), 13, "{body}");
+    assert_eq!(rules.len(), 16, "{body}");
     for r in &rules {
         assert_eq!(r["health"], "ok", "{r}");
     }
@@ -1476,4 +1476,60 @@ fn every_dashboard_aggregation_keeps_hosts_apart() {
         }
     }
     assert!(checked >= 10, "{checked} aggregations");
+}
+
+#[test]
+fn latency_gauges_are_exported_only_where_the_plan_reads_queues() {
+    // Skylake-SP: the read queue of every channel fits beside bandwidth, the write queue not.
+    let text = dry_run("skx-2socket", &[]);
+    assert!(
+        text.contains(
+            "latency: imc_dram_read_latency_seconds{package,channel} (gauge, each interval) \
+             on 12 channel(s)"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("latency: no imc_dram_write_latency_seconds"),
+        "{text}"
+    );
+    // Granite Rapids: bandwidth fills every box; a guest has no queues: no series at all.
+    for tree in ["gnr-2socket", "vm-guest"] {
+        let text = dry_run(tree, &[]);
+        assert!(
+            text.contains("latency: no imc_dram_*_latency_seconds"),
+            "{tree}: {text}"
+        );
+        assert!(!text.contains("latency_seconds{"), "{tree}: {text}");
+    }
+}
+
+/// On this machine's own plan: the latency gauges exist exactly where the plan reads queues (on
+/// a VM none: no series made up).
+#[test]
+fn a_live_scrape_has_latency_gauges_only_where_planned() {
+    if !sampler_prerequisites() {
+        return;
+    }
+    let plan = imc()
+        .args(["serve", "--dry-run", "--json"])
+        .output()
+        .unwrap();
+    let plan: serde_json::Value = serde_json::from_slice(&plan.stdout).unwrap();
+    let planned = plan["latency"]["read"] == true;
+    let mut cmd = imc();
+    cmd.args(["serve", "-I", "300", "--listen", "127.0.0.1:0"]);
+    let serve = spawn_serve(cmd, "http");
+    std::thread::sleep(Duration::from_millis(1500));
+    let (status, body) = http_get(serve.addr, "/metrics", "*/*");
+    assert_eq!(status, 200);
+    assert!(body.contains("imc_intervals_total"), "{body}");
+    assert_eq!(
+        body.contains("# TYPE imc_dram_read_latency_seconds gauge"),
+        planned,
+        "{body}"
+    );
+    if !planned {
+        assert!(!body.contains("latency_seconds"), "{body}");
+    }
 }

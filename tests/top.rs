@@ -638,3 +638,48 @@ fn verbose_log_never_lands_on_the_view_and_the_explanation_wraps() {
         );
     }
 }
+
+/// Each package of `top --json` carries its loaded latency: numbers where the plan reads the
+/// controller's queues, null where it reads none (a VM: no queues), and the plan says why.
+#[test]
+fn json_packages_carry_latency_null_where_the_plan_reads_none() {
+    if !sampler_prerequisites() {
+        return;
+    }
+    let plan = imc()
+        .args(["top", "--dry-run", "--json"])
+        .output()
+        .expect("run imc");
+    assert_eq!(plan.status.code(), Some(0));
+    let plan: serde_json::Value = serde_json::from_slice(&plan.stdout).unwrap();
+    let planned = plan["latency"]["read"] == true;
+    if !planned {
+        let why = plan["latency"]["reason"].as_str().unwrap();
+        assert!(why.starts_with("no loaded latency: "), "{why}");
+        assert_eq!(why.lines().count(), 1);
+    }
+    let _faulters = Faulters::start(1);
+    let out = imc()
+        .args(["top", "-I", "200", "--duration", "0.7", "--json"])
+        .output()
+        .expect("run imc");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut packages = 0;
+    for line in text.lines() {
+        let v: serde_json::Value = serde_json::from_str(line).expect("a JSON line");
+        for p in v["packages"].as_array().unwrap() {
+            for k in ["read_latency_ns", "write_latency_ns", "utilisation"] {
+                let f = p.get(k).unwrap_or_else(|| panic!("no {k} in {p}"));
+                if !planned {
+                    assert!(f.is_null(), "{k} made up without queues: {p}");
+                } else if let Some(ns) = f.as_f64() {
+                    assert!(ns > 0.0 && ns < 1e6, "{k}: {p}");
+                }
+            }
+            packages += 1;
+        }
+    }
+    assert!(packages > 0, "no package in {text}");
+}

@@ -83,6 +83,7 @@ fn main() {
         notice: None,
         by: imc::model::GroupBy::Pid,
         stalls: false,
+        latency: false,
     };
     let results = [interval(1), interval(2)];
     let mut history = History::default();

@@ -1332,6 +1332,7 @@ impl Attributor {
                     unattributed_counts,
                     device_counts,
                     channels: Vec::new(),
+                    ..PackageRow::default()
                 }
             })
             .collect()

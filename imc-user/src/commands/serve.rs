@@ -320,6 +320,39 @@ fn export_meta(global: &GlobalArgs, found: &Discovery, sel: &Selection) -> Expor
             .victims
             .as_ref()
             .is_some_and(|v| v.stalled.is_some() && v.cycles.is_some()),
+        latency_read: plan.latency.as_ref().is_some_and(|l| l.read),
+        latency_write: plan.latency.as_ref().is_some_and(|l| l.write),
+    }
+}
+
+/// Which latency gauges the plan gives, or why none (`--dry-run`).
+fn print_latency_families(plan: &crate::plan::Plan) {
+    let Some(l) = &plan.latency else { return };
+    if !l.read {
+        println!("latency: no imc_dram_*_latency_seconds (the plan's latency line says why)");
+        return;
+    }
+    let mut channels: Vec<(u32, String)> = plan
+        .counters
+        .iter()
+        .filter(|c| c.role == crate::plan::CounterRole::Latency)
+        .filter_map(|c| Some((c.package?, c.pmu.clone())))
+        .collect();
+    channels.sort();
+    channels.dedup();
+    for (dir, planned) in [("read", l.read), ("write", l.write)] {
+        if planned {
+            println!(
+                "latency: imc_dram_{dir}_latency_seconds{{package,channel}} (gauge, each \
+                 interval) on {} channel(s)",
+                channels.len()
+            );
+        } else {
+            println!(
+                "latency: no imc_dram_{dir}_latency_seconds: its queue is not counted here (the \
+                 plan's latency line says why)"
+            );
+        }
     }
 }
 
@@ -409,6 +442,7 @@ fn print_dry_run(args: &ServeArgs, sel: &Selection, meta: &ExportMeta, web: &Web
     for (package, bytes) in &meta.peaks {
         println!("imc_dram_peak_bytes_per_second{{package=\"{package}\"}} {bytes}");
     }
+    print_latency_families(&sel.plan);
     println!(
         "processes exported: the top {} by recent traffic",
         args.max_processes

@@ -75,6 +75,7 @@ pub fn run(global: &GlobalArgs, args: &TopArgs) -> CliResult<ExitCode> {
     let specs = crate::sampler::from_plan::slot_specs(&sel.plan);
     let mut cfg = view_config(&specs, &sel.source, args.top);
     cfg.by = args.by;
+    cfg.latency = sel.plan.latency.as_ref().is_some_and(|l| l.read);
     let mut lines;
     let mut live;
     let sink: &mut dyn Sink = if json {
@@ -146,6 +147,7 @@ fn view_config(specs: &[SlotSpec], source: &str, top: usize) -> ViewConfig {
         notice: None,
         by: crate::model::GroupBy::Pid,
         stalls: crate::model::Victims::keys(specs).is_some(),
+        latency: false,
     }
 }
 

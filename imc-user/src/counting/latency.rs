@@ -369,6 +369,100 @@ impl QueueLayout {
     }
 }
 
+/// One package's latency over an interval of the sampling commands: its figures and each
+/// channel's (or CCX's), by the channel's label.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PackageLatency {
+    pub package: u32,
+    pub figures: LatencyFigures,
+    pub channels: Vec<(String, LatencyFigures)>,
+}
+
+/// The sampling commands' loaded latency: the plan's queue counters read by userspace at each
+/// interval end (`plan::Reader::Interval`), apart from the sampler's tick, and turned into
+/// each package's and channel's figures over the time between two reads.
+pub struct IntervalLatency {
+    backend: Box<dyn super::Backend>,
+    layout: QueueLayout,
+    last: Vec<super::RawReading>,
+    now: Vec<super::RawReading>,
+    counts: Vec<Option<f64>>,
+    last_t_ns: u64,
+}
+
+impl IntervalLatency {
+    /// The reader of `backend`'s latency counters, its first reading (at `t_ns`) the baseline;
+    /// None when it has none.
+    pub fn new(mut backend: Box<dyn super::Backend>, t_ns: u64) -> Option<IntervalLatency> {
+        let layout = QueueLayout::new(backend.counters())?;
+        let n = backend.counters().len();
+        let mut last = vec![super::RawReading::default(); n];
+        backend.read(&mut last);
+        Some(IntervalLatency {
+            backend,
+            layout,
+            last,
+            now: vec![super::RawReading::default(); n],
+            counts: vec![None; n],
+            last_t_ns: t_ns,
+        })
+    }
+
+    /// Opens the plan's interval-read counters (through `sys`): None when the plan has none.
+    pub fn open(
+        plan: &crate::plan::Plan,
+        topo: &crate::model::Topology,
+        sys: std::sync::Arc<dyn crate::sys::perf::PerfSys>,
+        t_ns: u64,
+    ) -> Result<Option<IntervalLatency>, super::BackendError> {
+        let mut own = plan.clone();
+        own.counters
+            .retain(|c| matches!(c.reader, crate::plan::Reader::Interval { .. }));
+        if own.counters.is_empty() {
+            return Ok(None);
+        }
+        let planned = super::from_plan::perf_counters(&own, topo);
+        let backend = super::perf::PerfBackend::open(sys, "latency", planned)?;
+        Ok(IntervalLatency::new(Box::new(backend), t_ns))
+    }
+
+    /// Counters that failed to open or stopped counting since the last call, said once each.
+    pub fn take_failures(&mut self) -> Vec<super::CounterFailure> {
+        self.backend.take_failures()
+    }
+
+    /// Reads every counter at `t_ns`: each package's figures since the last read (null where a
+    /// counter did not count, nothing was queued, or no time passed).
+    pub fn read(&mut self, t_ns: u64) -> Vec<PackageLatency> {
+        self.backend.read(&mut self.now);
+        let elapsed = t_ns.saturating_sub(self.last_t_ns);
+        for (i, spec) in self.backend.counters().iter().enumerate() {
+            let d = super::counter::delta(&self.last[i], &self.now[i], spec.counter_bits);
+            self.counts[i] = d.counted.then_some(d.count);
+        }
+        std::mem::swap(&mut self.last, &mut self.now);
+        self.last_t_ns = t_ns;
+        let sums = self.layout.sums(&self.counts);
+        sums.iter()
+            .zip(&self.layout.packages)
+            .zip(&self.layout.channels)
+            .map(|(((pkg, chans), &package), labels)| PackageLatency {
+                package,
+                figures: if elapsed > 0 {
+                    pkg.figures(elapsed)
+                } else {
+                    LatencyFigures::default()
+                },
+                channels: chans
+                    .iter()
+                    .zip(labels)
+                    .map(|(c, (label, _))| (label.clone(), c.figures(elapsed)))
+                    .collect(),
+            })
+            .collect()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -489,6 +583,142 @@ mod tests {
         assert_eq!(m[0].0.figures(1_000_000).read_ns, None);
         assert!(!m[0].1[1].incomplete);
         assert!(QueueLayout::new(&counters[..1]).is_none());
+    }
+
+    /// A backend whose readings are scripted, one list per read.
+    struct Scripted {
+        counters: Vec<CounterSpec>,
+        reads: std::collections::VecDeque<Vec<crate::counting::RawReading>>,
+    }
+
+    impl crate::counting::Backend for Scripted {
+        fn source(&self) -> &str {
+            "latency"
+        }
+        fn counters(&self) -> &[CounterSpec] {
+            &self.counters
+        }
+        fn read(&mut self, out: &mut [crate::counting::RawReading]) {
+            out.copy_from_slice(&self.reads.pop_front().unwrap());
+        }
+        fn take_failures(&mut self) -> Vec<crate::counting::CounterFailure> {
+            Vec::new()
+        }
+    }
+
+    fn reading(value: u64, ok: bool, t: u64) -> crate::counting::RawReading {
+        crate::counting::RawReading {
+            value,
+            enabled: t,
+            running: t,
+            ok,
+        }
+    }
+
+    #[test]
+    fn the_interval_reader_gives_each_package_and_channel_its_latency_between_reads() {
+        // Two channels of package 1: clock, RPQ occupancy, RPQ inserts each.
+        let counters = vec![
+            spec("dram_clockticks", "uncore_imc_0", 1, 0),
+            spec("rpq_occupancy", "uncore_imc_0", 1, 0),
+            spec("rpq_inserts", "uncore_imc_0", 1, 0),
+            spec("dram_clockticks", "uncore_imc_1", 1, 1),
+            spec("rpq_occupancy", "uncore_imc_1", 1, 1),
+            spec("rpq_inserts", "uncore_imc_1", 1, 1),
+        ];
+        let at = |t: u64, v: [u64; 6], ok: [bool; 6]| -> Vec<crate::counting::RawReading> {
+            v.iter().zip(ok).map(|(&v, ok)| reading(v, ok, t)).collect()
+        };
+        let all = [true; 6];
+        // 48-bit counters: channel 0's occupancy wraps between the first two reads.
+        let wrap = (1u64 << 48) - 1000;
+        let reads = vec![
+            at(1, [0, wrap, 0, 0, 0, 0], all),
+            // 1 ms at 1.6 GHz: channel 0 100k reads × 80 clocks (50 ns), channel 1 idle.
+            at(
+                2,
+                [1_600_000, 8_000_000 - 1000, 100_000, 1_600_000, 0, 0],
+                all,
+            ),
+            // 2 ms later: channel 1 300k reads × 160 clocks; channel 0's inserts unread.
+            at(
+                4,
+                [
+                    4_800_000, 16_000_000, 150_000, 4_800_000, 48_000_000, 300_000,
+                ],
+                [true, true, false, true, true, true],
+            ),
+        ];
+        let backend = Scripted {
+            counters,
+            reads: reads.into(),
+        };
+        let mut l = IntervalLatency::new(Box::new(backend), 10_000_000).unwrap();
+        let first = l.read(11_000_000);
+        assert_eq!(first.len(), 1);
+        assert_eq!(first[0].package, 1);
+        assert!((first[0].figures.read_ns.unwrap() - 50.0).abs() < 1e-9);
+        assert_eq!(first[0].channels[0].0, "uncore_imc_0");
+        assert!((first[0].channels[0].1.read_ns.unwrap() - 50.0).abs() < 1e-9);
+        // Nothing queued on channel 1: null, never a made-up figure. Writes not counted: null.
+        assert_eq!(first[0].channels[1].1.read_ns, None);
+        assert_eq!(first[0].figures.write_ns, None);
+        let second = l.read(13_000_000);
+        // A counter that did not count nulls its channel and its package, not the other
+        // channel: 160 clocks at 1.6 GHz = 100 ns.
+        assert_eq!(second[0].channels[0].1.read_ns, None);
+        assert_eq!(second[0].figures.read_ns, None);
+        assert!((second[0].channels[1].1.read_ns.unwrap() - 100.0).abs() < 1e-9);
+    }
+
+    /// The sampling plan of a Skylake-SP tree, its latency counters opened through a fake
+    /// perf: only they open (the sampler has the bandwidth counters), grouped per box, and each
+    /// package's latency comes out of the plan's own encodings.
+    #[test]
+    fn the_interval_reader_opens_the_plans_latency_counters_and_nothing_else() {
+        let root =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/skx-2socket");
+        let found = crate::discovery::discover(&root).unwrap();
+        let req = crate::plan::Request {
+            command: crate::plan::Command::Top,
+            events: Vec::new(),
+            backend: None,
+            exclude: Vec::new(),
+            freq: None,
+            precise: false,
+            interval_ms: 1000,
+            drain_ms: 100,
+            batch_ms: None,
+            stand_in: Vec::new(),
+            latency: None,
+            weight: Default::default(),
+        };
+        let plan = crate::plan::plan(&found, &crate::plan::Kernel::default(), &req).unwrap();
+        let fake = std::sync::Arc::new(crate::sys::perf::FakePerf::new());
+        // Per read: 1.6e6 DRAM clocks (1 ms at 1.6 GHz), 1e5 reads waiting 8e6 clock-entries.
+        fake.set_step(0xff, 1_600_000);
+        fake.set_step(0x80, 8_000_000);
+        fake.set_step(0x10, 100_000);
+        let mut l = IntervalLatency::open(&plan, &found.topology, fake.clone(), 0)
+            .unwrap()
+            .unwrap();
+        let opens = fake.opens();
+        // 6 channels x 2 packages x (clock, occupancy, inserts); no CAS counter.
+        assert_eq!(opens.len(), 36);
+        assert!(
+            opens
+                .iter()
+                .all(|o| [0xff, 0x80, 0x10].contains(&o.attr.config))
+        );
+        assert!(opens.iter().any(|o| o.group.is_some()), "grouped per box");
+        let read = l.read(1_000_000);
+        assert_eq!(read.iter().map(|p| p.package).collect::<Vec<_>>(), [0, 1]);
+        for p in &read {
+            assert!((p.figures.read_ns.unwrap() - 50.0).abs() < 1e-9, "{p:?}");
+            assert_eq!(p.figures.write_ns, None, "write queues are not planned");
+            assert_eq!(p.channels.len(), 6);
+            assert_eq!(p.channels[0].0, "uncore_imc_0");
+        }
     }
 
     fn enc(event: &str, config: u64, config1: u64) -> Encoded {

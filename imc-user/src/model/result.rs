@@ -30,6 +30,28 @@ pub struct PackageRow {
     /// serve`). Not part of the JSON contract.
     #[serde(skip)]
     pub channels: Vec<ChannelRow>,
+    /// Loaded latency over the interval: the average time a read (write) waited in the memory
+    /// controller's queues, in ns, from the counters the plan reads at each interval; null
+    /// where the plan reads none (no queues, no room beside bandwidth) or nothing was queued.
+    #[serde(default)]
+    pub read_latency_ns: Option<f64>,
+    #[serde(default)]
+    pub write_latency_ns: Option<f64>,
+    /// How busy the channels were (0–1); null: not measured yet.
+    #[serde(default)]
+    pub utilisation: Option<f64>,
+    /// Each channel's (or CCX's) own latency (`imc serve`). Not part of the JSON contract.
+    #[serde(skip)]
+    pub latency_channels: Vec<ChannelLatency>,
+}
+
+/// One channel's loaded latency over an interval.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ChannelLatency {
+    /// The channel's label as `imc serve` names it (`uncore_imc_3`, `amd_l3@cpu8` for a CCX).
+    pub channel: String,
+    pub read_ns: Option<f64>,
+    pub write_ns: Option<f64>,
 }
 
 /// One package counter's counts over an interval.

@@ -26,6 +26,13 @@
 //! `imc_cgroup_memory_stall_seconds_total{cgroup}`, that share of their on-CPU time, where the
 //! plan also counts the CPU's time (`cpu-clock`).
 //!
+//! Where the plan reads the memory controller's queues (loaded latency),
+//! `imc_dram_read_latency_seconds{package,channel}` and `imc_dram_write_latency_seconds{…}` are
+//! gauges: the average time a read (write) waited in the channel's queue over the last
+//! interval (a CCX's sampled DRAM-fill latency on AMD, `channel` `amd_l3@cpuN`). A family
+//! exists only where its direction is planned, and a channel with nothing queued in an
+//! interval has no sample then, never a made-up one.
+//!
 //! `imc_info{version,backend,source,tick,weighting}` is 1; collector health is `imc_lost_records_total`,
 //! `imc_read_errors_total`, `imc_intervals_total` and the `imc_scrape_duration_seconds` and
 //! `imc_drain_duration_seconds` histograms.
@@ -86,6 +93,9 @@ pub struct ExportMeta {
     pub peaks: Vec<(u32, f64)>,
     /// The plan counts each task's stalled cycles and cycles (the victims' families exist).
     pub stalls: bool,
+    /// The plan reads read (write) loaded latency: its gauge family exists.
+    pub latency_read: bool,
+    pub latency_write: bool,
 }
 
 pub fn direction_label(d: Direction) -> &'static str {
@@ -152,6 +162,26 @@ struct Tracked {
 }
 
 type SecondCounters = Family<Labels, Counter<f64, std::sync::atomic::AtomicU64>>;
+type SecondGauges = Family<Labels, Gauge<f64, std::sync::atomic::AtomicU64>>;
+
+/// A latency gauge family (`imc_dram_read_latency_seconds`) registered where planned.
+fn latency_family(reg: &mut Registry, planned: bool, what: &str) -> Option<SecondGauges> {
+    if !planned {
+        return None;
+    }
+    let f = SecondGauges::default();
+    reg.register(
+        format!("imc_dram_{what}_latency_seconds"),
+        format!(
+            "Loaded DRAM {what} latency: the average time a {what} waited in the memory \
+             controller's queue over the last interval (queue occupancy / inserts at the \
+             measured DRAM clock; AMD: the L3's sampled DRAM-fill latency per CCX), per package \
+             and channel"
+        ),
+        f.clone(),
+    );
+    Some(f)
+}
 
 /// The victims' families of a top-N family: cycles stalled on memory and cycles, and the
 /// seconds stalled (the stalled share of the on-CPU time), per key.
@@ -362,6 +392,8 @@ pub struct Exporter {
     /// The victims' families of processes and cgroups, where the plan counts stalls.
     process_stalls: Option<Stalls>,
     cgroup_stalls: Option<Stalls>,
+    /// Loaded latency per channel, read and write, where planned.
+    latency: [Option<SecondGauges>; 2],
     /// By pid (thread group id).
     procs: Ranked<u32>,
     /// By `cgroup` label.
@@ -461,6 +493,10 @@ impl Exporter {
         let cgroup_stalls = meta
             .stalls
             .then(|| Stalls::register(&mut registry, "imc_cgroup", "each top cgroup"));
+        let latency = [
+            latency_family(&mut registry, meta.latency_read, "read"),
+            latency_family(&mut registry, meta.latency_write, "write"),
+        ];
         Exporter {
             registry,
             meta,
@@ -476,6 +512,7 @@ impl Exporter {
             drain,
             process_stalls,
             cgroup_stalls,
+            latency,
             procs,
             cgroups,
             n_intervals: 0,
@@ -486,6 +523,7 @@ impl Exporter {
     pub fn add_interval(&mut self, r: &IntervalResult) {
         self.n_intervals += 1;
         self.add_packages(r);
+        self.add_latency(r);
         let groups = group_rows(r.tasks.clone(), GroupBy::Tgid);
         self.add_cgroups(&r.tasks);
         self.add_processes(&groups, &r.tasks);
@@ -594,6 +632,30 @@ impl Exporter {
                 device_family
                     .get_or_create(&labels)
                     .inc_by(whole(device.min(amount)));
+            }
+        }
+    }
+
+    /// Each channel's latency of this interval; a channel without one (nothing queued, a
+    /// counter that did not count) loses its sample rather than keep a stale one.
+    fn add_latency(&self, r: &IntervalResult) {
+        for p in &r.packages {
+            for c in &p.latency_channels {
+                let labels = vec![
+                    ("package", p.id.to_string()),
+                    ("channel", c.channel.clone()),
+                ];
+                for (family, ns) in self.latency.iter().zip([c.read_ns, c.write_ns]) {
+                    let Some(f) = family else { continue };
+                    match ns.filter(|v| v.is_finite()) {
+                        Some(ns) => {
+                            f.get_or_create(&labels).set(ns / 1e9);
+                        }
+                        None => {
+                            f.remove(&labels);
+                        }
+                    }
+                }
             }
         }
     }

@@ -2,6 +2,7 @@
 //! signals and output.
 use super::{IntervalEnds, Sink};
 use crate::attribution::Attributor;
+use crate::counting::latency::{IntervalLatency, PackageLatency};
 use crate::model::Topology;
 use crate::model::result::IntervalResult;
 use crate::sampler::{RecordSource, Sampler, SamplerError};
@@ -30,6 +31,9 @@ pub struct Drainer<S: RecordSource = Sampler> {
     /// Each package counter's reading at the last interval end, when per-channel figures are
     /// wanted (`imc serve`): one userspace read per counter per interval.
     channels: Option<Vec<f64>>,
+    /// The plan's loaded-latency counters, read by userspace at each interval end (None: the
+    /// plan reads none, or they did not open).
+    latency: Option<IntervalLatency>,
     /// One drain's records, merged by time (kept to reuse its allocation).
     batch: Vec<Record>,
     /// (time, index in `batch`) of each record, sorted.
@@ -50,6 +54,7 @@ impl<S: RecordSource> Drainer<S> {
             attr,
             lost_seen: 0,
             channels: None,
+            latency: None,
             batch: Vec::new(),
             order: Vec::new(),
             fallbacks_said: false,
@@ -65,6 +70,12 @@ impl<S: RecordSource> Drainer<S> {
     /// per-channel counts (`PackageRow::channels`).
     pub fn per_channel(mut self, yes: bool) -> Drainer<S> {
         self.channels = yes.then(Vec::new);
+        self
+    }
+
+    /// Read these latency counters at each interval end, into each package's row.
+    pub fn latency(mut self, l: Option<IntervalLatency>) -> Drainer<S> {
+        self.latency = l;
         self
     }
 
@@ -187,6 +198,7 @@ impl<S: RecordSource> Drainer<S> {
         self.count_lost();
         let mut result = self.attr.close_interval(ends.next_ns);
         self.add_channels(&mut result);
+        self.add_latency(&mut result);
         ends.advance();
         self.attr.split_at(ends.next_ns);
         self.say_fallbacks(&result, sink);
@@ -220,6 +232,7 @@ impl<S: RecordSource> Drainer<S> {
             self.attr.close_interval(t)
         };
         self.add_channels(&mut result);
+        self.add_latency(&mut result);
         result
     }
 
@@ -244,11 +257,39 @@ impl<S: RecordSource> Drainer<S> {
         *last = now.iter().map(|c| c.value).collect();
     }
 
+    /// The latency counters read now, since the last interval end, into the packages' rows.
+    fn add_latency(&mut self, result: &mut IntervalResult) {
+        if let Some(l) = self.latency.as_mut() {
+            fill_latency(result, &l.read(crate::sampler::monotonic_ns()));
+        }
+    }
+
     fn read_packages(&mut self, all: bool) {
         let attr = &mut self.attr;
         self.sampler.read_idle_packages(all, |pkg, slot, t, sum| {
             attr.push_package_read(pkg, slot, t, sum)
         });
+    }
+}
+
+/// Each package's latency figures into its row of `result` (a package without a row has no
+/// traffic counters either: nothing to show its latency beside).
+fn fill_latency(result: &mut IntervalResult, read: &[PackageLatency]) {
+    for p in read {
+        let Some(row) = result.packages.iter_mut().find(|r| r.id == p.package) else {
+            continue;
+        };
+        row.read_latency_ns = p.figures.read_ns;
+        row.write_latency_ns = p.figures.write_ns;
+        row.latency_channels = p
+            .channels
+            .iter()
+            .map(|(label, f)| crate::model::result::ChannelLatency {
+                channel: label.clone(),
+                read_ns: f.read_ns,
+                write_ns: f.write_ns,
+            })
+            .collect();
     }
 }
 
@@ -384,5 +425,47 @@ mod tests {
         assert_eq!(out.0.len(), 2);
         assert_eq!(counts(&out.0[1], 7), 1000.0, "{:?}", out.0[1]);
         assert_eq!(d.close_due_ns(&ends), 308 * MS);
+    }
+
+    #[test]
+    fn latency_goes_into_its_packages_row_and_nowhere_else() {
+        use crate::counting::latency::{LatencyFigures, PackageLatency};
+        let mut r = IntervalResult {
+            packages: vec![
+                crate::model::PackageRow {
+                    id: 0,
+                    ..Default::default()
+                },
+                crate::model::PackageRow {
+                    id: 1,
+                    ..Default::default()
+                },
+            ],
+            ..IntervalResult::default()
+        };
+        let figures = LatencyFigures {
+            read_ns: Some(81.5),
+            write_ns: None,
+            ..LatencyFigures::default()
+        };
+        fill_latency(
+            &mut r,
+            &[PackageLatency {
+                package: 1,
+                figures,
+                channels: vec![("uncore_imc_2".into(), figures)],
+            }],
+        );
+        assert_eq!(r.packages[0].read_latency_ns, None);
+        assert!(r.packages[0].latency_channels.is_empty());
+        assert_eq!(r.packages[1].read_latency_ns, Some(81.5));
+        assert_eq!(r.packages[1].write_latency_ns, None);
+        assert_eq!(r.packages[1].latency_channels[0].channel, "uncore_imc_2");
+        // In JSON: the fields are there, null where not counted.
+        let v = serde_json::to_value(&r).unwrap();
+        assert_eq!(v["packages"][1]["read_latency_ns"], 81.5);
+        assert!(v["packages"][0]["read_latency_ns"].is_null());
+        assert!(v["packages"][1]["write_latency_ns"].is_null());
+        assert!(v["packages"][1]["utilisation"].is_null());
     }
 }

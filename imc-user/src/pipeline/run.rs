@@ -100,7 +100,8 @@ pub async fn sample_loop(
     let tick_hz = cfg.tick_hz(plan.kernel.hz);
     let mut drainer = Drainer::new(sampler, &found.topology, plan.source.clone(), tick_hz)
         .per_channel(opts.per_channel)
-        .weighting(plan.weighting.clone());
+        .weighting(plan.weighting.clone())
+        .latency(open_latency(found, plan, sink));
     sink.started();
     let code = run_loop(opts, &mut drainer, sink, cfg.drain_period_ms).await;
     if opts.verbose > 0 {
@@ -123,6 +124,37 @@ fn say_losses(sampler: &Sampler) {
         stats.lost(),
         stats.unseen_switches()
     );
+}
+
+/// The plan's loaded-latency counters opened beside the sampler. Where they do not open (or
+/// some do not), the run goes on without that latency, said once: null, never made up.
+fn open_latency(
+    found: &Discovery,
+    plan: &Plan,
+    sink: &mut dyn Sink,
+) -> Option<crate::counting::latency::IntervalLatency> {
+    let sys = std::sync::Arc::new(crate::sys::perf::RealPerf);
+    let now = crate::sampler::monotonic_ns();
+    match crate::counting::latency::IntervalLatency::open(plan, &found.topology, sys, now) {
+        Ok(Some(mut l)) => {
+            let failed = l.take_failures();
+            if let Some(first) = failed.first() {
+                sink.notice(&format!(
+                    "loaded latency: {} queue counter(s) did not open (first: {}): their channels' latency is null",
+                    failed.len(),
+                    first.message
+                ));
+            }
+            Some(l)
+        }
+        Ok(None) => None,
+        Err(e) => {
+            sink.notice(&format!(
+                "loaded latency is not shown: its queue counters did not open: {e}"
+            ));
+            None
+        }
+    }
 }
 
 /// The sampler's configuration as the plan and the options say.

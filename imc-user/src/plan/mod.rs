@@ -8,23 +8,33 @@
 //! - [`kernel`]: the facts of the running kernel that shape a plan (release, HZ), read under
 //!   `--root`.
 //! - [`text`]: the plan as a person reads it.
+mod counters;
 pub mod drain;
 pub mod fidelity;
 pub mod kernel;
+pub mod latency;
+mod slots;
 pub mod stalls;
 pub mod stand_in;
 pub mod text;
+mod tick;
 pub mod weights;
 
 use crate::model::{
-    BackendKind, Direction, Discovery, Encoded, QueuePart, Scope, SlotRole, SlotScope, SlotSpec,
-    Source, SourceEvent, SourcePmu, StallPart, Topology, Victims, Weighting,
+    BackendKind, Direction, Discovery, Encoded, QueuePart, SlotRole, SlotScope, SlotSpec, Source,
+    StallPart, Victims, Weighting,
 };
-use imc_common::{MAX_PKG_COUNTERS, MAX_SLOTS};
+pub(crate) use counters::event_counter;
+pub use counters::{event_counters, guess_direction, source_counters};
+use counters::{number_channels, package_of};
+use imc_common::MAX_SLOTS;
 pub use kernel::Kernel;
 use serde::Serialize;
+use slots::{assign_slots, slot_count};
 use std::fmt;
 use thiserror::Error;
+use tick::tick_of;
+pub use tick::{Records, Tick, TickSource};
 pub use weights::{WeightEvent, WeightRequest, WeightRole};
 
 /// Which command the plan is for: `stat` reads from userspace at each interval; the sampling
@@ -110,6 +120,9 @@ pub enum Reader {
     /// imc reads it with read(2) every `every_ms` (from the CPU it is opened on, by IPI where
     /// that is another CPU).
     Userspace { every_ms: u64 },
+    /// imc reads it with read(2) once at the end of each `every_ms` interval, apart from the
+    /// sampler's records: a figure per interval (loaded latency in the sampling commands).
+    Interval { every_ms: u64 },
 }
 
 /// One counter to open.
@@ -311,105 +324,6 @@ impl From<Slot> for SlotJson {
     }
 }
 
-/// What runs the sampler, or times stat's reads (`tick.source` in the plan's JSON).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum TickSource {
-    /// The kernel's own timer tracepoint and sched_switch.
-    KernelTick,
-    /// imc's own cpu-clock timer (`--freq`).
-    CpuClock,
-    /// stat's userspace reads at each interval.
-    IntervalTimer,
-}
-
-impl TickSource {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            TickSource::KernelTick => "kernel-tick",
-            TickSource::CpuClock => "cpu-clock",
-            TickSource::IntervalTimer => "interval-timer",
-        }
-    }
-}
-
-impl fmt::Display for TickSource {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// What the sampler's records are (`records` in the plan's JSON; sampling commands only),
-/// decided once here and executed as it is by the sampler, the pipeline and the recording.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Records {
-    /// Per task at each tick: context switches add to the CPU's accumulator in the kernel.
-    Aggregated,
-    /// A record at every context switch and tick (`--precise`).
-    PerSwitch,
-    /// A record at every tick of imc's own timer, none at switches (`--freq` alone).
-    PerTick,
-}
-
-impl Records {
-    /// The records a sampling command gets from its tick and `--precise`.
-    fn of(tick: &Tick, precise: bool) -> Records {
-        match (tick.source, tick.switches, precise) {
-            (_, false, _) => Records::PerTick,
-            (TickSource::KernelTick, true, false) => Records::Aggregated,
-            _ => Records::PerSwitch,
-        }
-    }
-
-    /// What such records are, in a few words (`--dry-run`).
-    pub fn meaning(self) -> &'static str {
-        match self {
-            Records::Aggregated => {
-                "one per task that ran, at each tick; switches add up in the kernel (--precise: a \
-                 record per switch)"
-            }
-            Records::PerSwitch => "one at every context switch and tick",
-            Records::PerTick => "one at every tick of imc's timer, none at switches",
-        }
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Records::Aggregated => "aggregated",
-            Records::PerSwitch => "per-switch",
-            Records::PerTick => "per-tick",
-        }
-    }
-}
-
-/// What runs the sampler (or times stat's reads).
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct Tick {
-    pub source: TickSource,
-    /// Runs per second on a busy CPU (the kernel's HZ, `--freq`, or stat's interval rate).
-    pub hz: Option<f64>,
-    pub adds_interrupts: bool,
-    /// Context switches run the program too.
-    pub switches: bool,
-    pub reason: String,
-}
-
-impl Tick {
-    /// The tick as one label (`imc_info{tick}`): `kernel-tick:250Hz+sched_switch`,
-    /// `cpu-clock:1000Hz`.
-    pub fn label(&self) -> String {
-        let mut t = self.source.as_str().to_string();
-        if let Some(hz) = self.hz {
-            t.push_str(&format!(":{}Hz", hz.round()));
-        }
-        if self.switches {
-            t.push_str("+sched_switch");
-        }
-        t
-    }
-}
-
 /// When imc's own thread wakes to drain the rings: every `every_ms`, and earlier whenever a
 /// CPU's ring is half full (the kernel says so), so the rings never overflow for want of a
 /// timer. Each wake-up costs imc a scheduling round trip, so the continuous modes sleep long.
@@ -446,6 +360,10 @@ pub struct Plan {
     /// (sampling commands).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub victims: Option<Victims>,
+    /// What loaded latency the sampling commands read at each interval, or why none
+    /// (sampling commands).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub latency: Option<latency::LoadedLatency>,
     /// The record's slots (sampling commands; empty for stat).
     pub slots: Vec<Slot>,
     pub tick: Tick,
@@ -569,62 +487,32 @@ pub fn plan(found: &Discovery, kernel: &Kernel, req: &Request) -> Result<Plan, P
 fn plan_draining(found: &Discovery, kernel: &Kernel, req: &Request) -> Result<Plan, PlanError> {
     let mut refusals = source_refusals(found, req);
     if req.latency == Some(LatencyRequest::Queues) && found.queues.events.is_empty() {
-        return Err(no_queues(found));
+        return Err(latency::no_queues(found));
     }
     let (source, backend, mut counters) = choose_counters(found, req)?;
     let mut notes = Vec::new();
     if req.latency == Some(LatencyRequest::Queues) {
-        let (kept, refused, note) = queue_counters(found, &counters)?;
-        // Bandwidth counters a PMU has no room for beside its latency counters are dropped.
-        counters.retain(|c| {
-            !refused
-                .iter()
-                .any(|r| r.0 && r.1 == c.pmu && c.direction.is_some())
-        });
-        counters.extend(kept);
-        refusals.extend(refused.into_iter().filter_map(|r| r.2));
+        let (refused, note) = latency::for_stat(found, &mut counters)?;
+        refusals.extend(refused);
         notes.push(note);
     }
-    let mut weighting = None;
-    let mut victims = None;
-    let slots = if req.command.samples() {
-        let free = MAX_SLOTS.saturating_sub(slot_count(&counters, req));
-        let chosen = weights::choose(found, kernel, req, &counters, free)?;
-        counters.extend(chosen.counters);
-        refusals.extend(chosen.refusals);
-        notes.extend(chosen.notes);
-        weighting = Some(chosen.weighting);
-        let free = MAX_SLOTS.saturating_sub(slot_count(&counters, req));
-        let stalls = stalls::choose(found, kernel, &counters, free);
-        counters.extend(stalls.counters);
-        refusals.extend(stalls.refusals);
-        notes.extend(stalls.notes);
-        victims = Some(stalls.victims);
-        assign_slots(&mut counters, found, kernel, req, &mut notes)?
+    let mut parts = Sampled::default();
+    if req.command.samples() {
+        parts = sampled(found, kernel, req, backend, &mut counters, &mut notes)?;
+        refusals.append(&mut parts.refusals);
     } else {
-        for c in &mut counters {
-            c.reader = Reader::Userspace {
-                every_ms: req.interval_ms,
-            };
-            c.role = if c.queue.is_some() {
-                CounterRole::Latency
-            } else if c.direction.is_some() {
-                CounterRole::Traffic
-            } else {
-                CounterRole::Other
-            };
-        }
-        Vec::new()
-    };
+        read_at_each_interval(&mut counters, req.interval_ms);
+    }
     let tick = tick_of(kernel, req);
     Ok(Plan {
         command: req.command,
         source,
         backend,
         counters,
-        weighting,
-        victims,
-        slots,
+        weighting: parts.weighting,
+        victims: parts.victims,
+        latency: parts.latency,
+        slots: parts.slots,
         records: req
             .command
             .samples()
@@ -638,6 +526,67 @@ fn plan_draining(found: &Discovery, kernel: &Kernel, req: &Request) -> Result<Pl
     })
 }
 
+/// What a sampling command adds to its counters.
+#[derive(Default)]
+struct Sampled {
+    slots: Vec<Slot>,
+    weighting: Option<Weighting>,
+    victims: Option<Victims>,
+    latency: Option<latency::LoadedLatency>,
+    refusals: Vec<Refusal>,
+}
+
+/// A sampling command's weights and stall counters in the record slots left beside
+/// `counters`, the slots and readers of them all, then the latency counters that fit (read at
+/// each interval, in no slot: the tick never reads them).
+fn sampled(
+    found: &Discovery,
+    kernel: &Kernel,
+    req: &Request,
+    backend: Option<BackendKind>,
+    counters: &mut Vec<Counter>,
+    notes: &mut Vec<String>,
+) -> Result<Sampled, PlanError> {
+    let mut refusals = Vec::new();
+    let free = MAX_SLOTS.saturating_sub(slot_count(counters, req));
+    let chosen = weights::choose(found, kernel, req, counters, free)?;
+    counters.extend(chosen.counters);
+    refusals.extend(chosen.refusals);
+    notes.extend(chosen.notes);
+    let free = MAX_SLOTS.saturating_sub(slot_count(counters, req));
+    let stalls = stalls::choose(found, kernel, counters, free);
+    counters.extend(stalls.counters);
+    refusals.extend(stalls.refusals);
+    notes.extend(stalls.notes);
+    let slots = assign_slots(counters, found, kernel, req, notes)?;
+    let (kept, refused, summary) = latency::sampling(found, backend, counters, req.interval_ms);
+    counters.extend(kept);
+    refusals.extend(refused);
+    Ok(Sampled {
+        slots,
+        weighting: Some(chosen.weighting),
+        victims: Some(stalls.victims),
+        latency: Some(summary),
+        refusals,
+    })
+}
+
+/// `stat`: every counter read by userspace at each interval, its role from what it counts.
+fn read_at_each_interval(counters: &mut [Counter], interval_ms: u64) {
+    for c in counters {
+        c.reader = Reader::Userspace {
+            every_ms: interval_ms,
+        };
+        c.role = if c.queue.is_some() {
+            CounterRole::Latency
+        } else if c.direction.is_some() {
+            CounterRole::Traffic
+        } else {
+            CounterRole::Other
+        };
+    }
+}
+
 /// The counters: `-e` events as given, else the first available memory controller's read,
 /// write (or total) events on every channel of every package, else a labelled stand-in.
 fn choose_counters(
@@ -645,7 +594,7 @@ fn choose_counters(
     req: &Request,
 ) -> Result<(String, Option<BackendKind>, Vec<Counter>), PlanError> {
     if let Some(LatencyRequest::Offcore(pair)) = &req.latency {
-        return latency_counters(found, pair);
+        return latency::latency_counters(found, pair);
     }
     if !req.events.is_empty() {
         refuse_uncountable(found, &req.events)?;
@@ -718,245 +667,6 @@ fn refuse_uncountable(
         }
     }
     Ok(())
-}
-
-/// `stat --latency`: KNL's DDR and MCDRAM channels, then the offcore-response pair on every
-/// online CPU (the core PMU has no cpumask).
-fn latency_counters(
-    found: &Discovery,
-    (outstanding, requests): &(Encoded, Encoded),
-) -> Result<(String, Option<BackendKind>, Vec<Counter>), PlanError> {
-    let knl: Vec<&Source> = [BackendKind::KnlImc, BackendKind::KnlEdc]
-        .iter()
-        .filter_map(|k| found.sources.iter().find(|s| s.backend == *k))
-        .collect();
-    if let Some(s) = knl.iter().find(|s| !s.available) {
-        return Err(PlanError::Unavailable(format!(
-            "--latency needs Knights Landing/Mill memory counters; {} is unavailable ({})",
-            s.backend.as_str(),
-            s.reason.as_deref().unwrap_or("no reason given")
-        )));
-    }
-    if knl.is_empty() {
-        return Err(PlanError::Unavailable(
-            "--latency needs Knights Landing/Mill memory counters (knl-imc, knl-edc)".into(),
-        ));
-    }
-    let mut counters = Vec::new();
-    for s in knl {
-        counters.extend(source_counters(s, &found.topology));
-    }
-    number_channels(&mut counters);
-    let pair: Vec<(String, Vec<Encoded>)> = [outstanding, requests]
-        .into_iter()
-        .map(|e| {
-            let mut one = e.clone();
-            one.cpus = None;
-            (e.event.clone(), vec![one])
-        })
-        .collect();
-    counters.extend(event_counters(&pair, &found.topology));
-    Ok((
-        "knl-imc+knl-edc+latency".into(),
-        Some(BackendKind::KnlImc),
-        counters,
-    ))
-}
-
-/// `--latency` where the machine has no queues: one line with the reason (exit 2).
-fn no_queues(found: &Discovery) -> PlanError {
-    PlanError::BadRequest(format!(
-        "--latency: this machine has no memory-controller queues to measure latency with: {}",
-        found.queues.reason.as_deref().unwrap_or("none found")
-    ))
-}
-
-/// A dropped group of counters: (whether it is the PMU's bandwidth, the PMU, the refusal).
-type Dropped = (bool, String, Option<Refusal>);
-
-/// `stat --latency` beside bandwidth: the machine's loaded-latency events on every channel (or
-/// CCX), fitted into each PMU instance's generic counters. Priority: the first rank of latency
-/// events (one read queue per channel or sub-channel), then the bandwidth counters already
-/// planned on that PMU, then further ranks (the other pseudo-channel, the write queues); a
-/// group that does not fit is dropped whole and said, never multiplexed. The DRAM clock takes
-/// the box's fixed counter.
-fn queue_counters(
-    found: &Discovery,
-    bandwidth: &[Counter],
-) -> Result<(Vec<Counter>, Vec<Dropped>, String), PlanError> {
-    let q = &found.queues;
-    if q.events.is_empty() {
-        return Err(no_queues(found));
-    }
-    let mut out = Vec::new();
-    let mut dropped: Vec<Dropped> = Vec::new();
-    let several = q.pmus.len() > 1;
-    let mut ranks: Vec<u8> = q.events.iter().map(|e| e.rank).collect();
-    ranks.sort_unstable();
-    ranks.dedup();
-    for (pi, pmu) in q.pmus.iter().enumerate() {
-        let events: Vec<&crate::model::QueueEvent> =
-            q.events.iter().filter(|e| e.pmu == pmu.name).collect();
-        // Generic counters the bandwidth plan already puts on one instance of this PMU.
-        let first_cpu = pmu.cpus.first().copied();
-        let bw = bandwidth
-            .iter()
-            .filter(|c| c.pmu == pmu.name && c.cpus.first().copied() == first_cpu)
-            .count();
-        let need = |r: u8| events.iter().filter(|e| e.rank == r && !e.fixed).count();
-        let mut used = 0;
-        let mut keep_ranks = Vec::new();
-        for (i, &r) in ranks.iter().enumerate() {
-            if used + need(r) <= q.generic_counters {
-                used += need(r);
-                keep_ranks.push(r);
-            } else if pi == 0 {
-                dropped.push((
-                    false,
-                    pmu.name.clone(),
-                    Some(rank_refusal(q, &events, r, used)),
-                ));
-            }
-            if i == 0 {
-                if used + bw <= q.generic_counters {
-                    used += bw;
-                } else if bw > 0 {
-                    dropped.push((
-                        true,
-                        pmu.name.clone(),
-                        (pi == 0).then(|| Refusal {
-                            pmu: Some(pmu.name.clone()),
-                            event: Some("read,write".into()),
-                            reason: format!(
-                                "bandwidth on {} (and every instance alike): its {} generic \
-                                 counters hold the first latency events ({} of them), so its \
-                                 {bw} CAS counters are left out under --latency rather than \
-                                 multiplexed: run imc stat without --latency for bandwidth",
-                                pmu.name,
-                                q.generic_counters,
-                                need(r)
-                            ),
-                        }),
-                    ));
-                }
-            }
-        }
-        for (i, &cpu) in pmu.cpus.iter().enumerate() {
-            let package = package_of(&found.topology, cpu, i);
-            // Intel: the PMU is the channel; AMD's L3: the CCX is its place among the
-            // package's CPUs in the cpumask.
-            let channel = if q.kind == "amd-l3-sampled-latency" {
-                let ccx = pmu.cpus[..i]
-                    .iter()
-                    .filter(|&&c| found.topology.package_of(c) == Some(package))
-                    .count();
-                Some(ccx as u32)
-            } else {
-                several.then_some(pi as u32)
-            };
-            for e in events.iter().filter(|e| keep_ranks.contains(&e.rank)) {
-                out.push(queue_counter(e, pmu, package, channel, cpu));
-            }
-        }
-    }
-    // One refusal per dropped group (the first PMU speaks for all: every instance has the same
-    // events and counters), bandwidth said once per PMU it was dropped from.
-    let note = format!(
-        "latency ({}): {} generic counter(s) per {} instance{}; the DRAM clock on its fixed \
-         counter. Average latency = occupancy ÷ inserts (in DRAM clocks; in ns through the \
-         measured clock rate)",
-        q.kind,
-        q.generic_counters,
-        q.pmus.first().map_or("PMU", |p| p.name.as_str()),
-        if q.kind == "amd-l3-sampled-latency" {
-            ", one per CCX"
-        } else {
-            ""
-        }
-    );
-    Ok((out, dropped, note))
-}
-
-/// Why the latency events of rank `r` are left out.
-fn rank_refusal(
-    q: &crate::model::Queues,
-    events: &[&crate::model::QueueEvent],
-    r: u8,
-    used: usize,
-) -> Refusal {
-    let names: Vec<String> = events
-        .iter()
-        .filter(|e| e.rank == r && !e.fixed)
-        .map(|e| {
-            let mut n = e.part.key().to_string();
-            if let Some(s) = e.sub_channel {
-                n.push_str(&format!(":sch{s}"));
-            }
-            if let Some(p) = e.pseudo_channel {
-                n.push_str(&format!(":pch{p}"));
-            }
-            n
-        })
-        .collect();
-    let pmu = events.first().map(|e| e.pmu.clone());
-    Refusal {
-        pmu: pmu.clone(),
-        event: Some(names.join(",")),
-        reason: format!(
-            "{} has {} generic counters and {used} are taken: these {} latency events are not \
-             counted (imc does not multiplex them)",
-            pmu.as_deref().unwrap_or("the PMU"),
-            q.generic_counters,
-            names.len()
-        ),
-    }
-}
-
-/// One latency counter, read on `cpu` for `package`.
-fn queue_counter(
-    e: &crate::model::QueueEvent,
-    pmu: &SourcePmu,
-    package: u32,
-    channel: Option<u32>,
-    cpu: u32,
-) -> Counter {
-    let key = e.part.key();
-    Counter {
-        pmu: e.pmu.clone(),
-        event: key.to_string(),
-        package: Some(package),
-        channel,
-        sub_channel: e.sub_channel,
-        queue: Some(e.part),
-        pseudo_channel: e.pseudo_channel,
-        direction: None,
-        scope: if channel.is_some() {
-            CounterScope::Channel
-        } else {
-            CounterScope::Package
-        },
-        cpus: vec![cpu],
-        reader: Reader::Tick,
-        bytes_per_count: None,
-        slot: None,
-        role: CounterRole::Latency,
-        weight: None,
-        stall: None,
-        counter_mask: None,
-        value_key: key.to_string(),
-        encoded: Encoded {
-            event: format!("{}/{key}", e.pmu),
-            pmu: e.pmu.clone(),
-            pmu_type: pmu.pmu_type,
-            config: e.config,
-            config1: e.config1,
-            cpus: Some(vec![cpu]),
-            ..Default::default()
-        },
-        counter_bits: 48,
-        address: None,
-        width: None,
-    }
 }
 
 fn no_controller_reason(found: &Discovery) -> String {
@@ -1054,674 +764,6 @@ fn source_refusals(found: &Discovery, req: &Request) -> Vec<Refusal> {
         }
     }
     out
-}
-
-fn direction_of_name(name: &str) -> Option<Direction> {
-    match name {
-        "read" => Some(Direction::Read),
-        "write" => Some(Direction::Write),
-        "total" => Some(Direction::Total),
-        _ => None,
-    }
-}
-
-/// Guesses the direction of a user's bandwidth event from its name (`cas_count_read`,
-/// `UNC_M_CAS_COUNT.WR`, `data_writes`): everything else counts as total traffic.
-pub fn guess_direction(event: &str) -> Direction {
-    let e = event.to_ascii_lowercase();
-    let has = |w: &[&str]| w.iter().any(|w| e.contains(w));
-    if has(&["read", ".rd", "_rd"]) {
-        Direction::Read
-    } else if has(&["write", ".wr", "_wr"]) {
-        Direction::Write
-    } else {
-        Direction::Total
-    }
-}
-
-/// The package of a PMU's designated CPU; a cpumask lists one CPU per package in package order,
-/// so the position is the fallback when the topology does not know the CPU.
-fn package_of(topo: &Topology, cpu: u32, position: usize) -> u32 {
-    topo.package_of(cpu).unwrap_or_else(|| {
-        topo.packages
-            .get(position)
-            .map_or(position as u32, |p| p.id)
-    })
-}
-
-impl From<Scope> for CounterScope {
-    fn from(scope: Scope) -> CounterScope {
-        match scope {
-            Scope::Cpu(_) => CounterScope::Cpu,
-            Scope::Package(_) => CounterScope::Package,
-            Scope::Channel { .. } => CounterScope::Channel,
-        }
-    }
-}
-
-/// The value key of a default event: its name, prefixed for MCDRAM so KNL's two memories stay
-/// apart.
-fn value_key(backend: BackendKind, name: &str) -> String {
-    match backend {
-        BackendKind::KnlEdc => format!("mcdram_{name}"),
-        _ => name.to_string(),
-    }
-}
-
-/// A memory controller's bandwidth events, on every channel (PMU instance) of every package.
-/// Auxiliary events (clock ticks) are not bandwidth and are left out.
-pub fn source_counters(source: &Source, topo: &Topology) -> Vec<Counter> {
-    let mut out = Vec::new();
-    // PMU by name (the first of a name, as a search would find): thousands of PMUs with two
-    // events each must not make this quadratic.
-    let mut by_name: std::collections::HashMap<&str, usize> = Default::default();
-    for (i, p) in source.pmus.iter().enumerate() {
-        by_name.entry(p.name.as_str()).or_insert(i);
-    }
-    let pmu_of = |ev: &SourceEvent| by_name.get(ev.pmu.as_str()).map(|&i| &source.pmus[i]);
-    // A stand-in source's events (msr tsc, page-faults) are counted as plain values per CPU.
-    let stand_in = !source.backend.is_memory_controller();
-    for ev in &source.events {
-        let direction = ev.direction.or_else(|| direction_of_name(&ev.name));
-        if stand_in {
-            out.extend(stand_in_counter(ev, pmu_of(ev)));
-            continue;
-        }
-        let Some(direction) = direction else {
-            continue;
-        };
-        let channel = by_name.get(ev.pmu.as_str()).copied().unwrap_or(0) as u32;
-        let several = source.pmus.len() > 1;
-        if let (Some(address), Some(width)) = (ev.address, ev.width) {
-            out.push(mchbar_counter(ev, direction, topo, address, width));
-            continue;
-        }
-        let Some(config) = ev.config else { continue };
-        let Some(pmu) = pmu_of(ev) else {
-            continue;
-        };
-        let channel = several.then_some(channel);
-        out.extend(pmu.cpus.iter().enumerate().map(|(i, &cpu)| {
-            let package = package_of(topo, cpu, i);
-            channel_counter(source, ev, pmu, config, direction, package, channel, cpu)
-        }));
-    }
-    out
-}
-
-/// A stand-in's event (msr tsc, page-faults): a plain value per CPU, no bytes.
-fn stand_in_counter(ev: &SourceEvent, pmu: Option<&SourcePmu>) -> Option<Counter> {
-    let (Some(config), Some(pmu)) = (ev.config, pmu) else {
-        return None;
-    };
-    let enc = Encoded {
-        event: format!("{}/{}", ev.pmu, ev.name),
-        pmu: ev.pmu.clone(),
-        pmu_type: pmu.pmu_type,
-        config,
-        config1: ev.config1.unwrap_or(0),
-        ..Default::default()
-    };
-    let mut c = event_counter(&ev.name, &enc, None, None, pmu.cpus.clone(), None);
-    c.bytes_per_count = None;
-    Some(c)
-}
-
-/// A /dev/mem counter (MCHBAR): one package, no perf encoding.
-fn mchbar_counter(
-    ev: &SourceEvent,
-    direction: Direction,
-    topo: &Topology,
-    address: u64,
-    width: u8,
-) -> Counter {
-    let package = topo.packages.first().map_or(0, |p| p.id);
-    Counter {
-        pmu: if ev.pmu.is_empty() {
-            "mchbar".into()
-        } else {
-            ev.pmu.clone()
-        },
-        event: ev.name.clone(),
-        package: Some(package),
-        channel: None,
-        sub_channel: None,
-        queue: None,
-        pseudo_channel: None,
-        direction: Some(direction),
-        scope: CounterScope::Package,
-        cpus: Vec::new(),
-        reader: Reader::Tick,
-        bytes_per_count: Some(ev.bytes_per_count.unwrap_or(64.0)),
-        slot: None,
-        role: CounterRole::Traffic,
-        weight: None,
-        stall: None,
-        counter_mask: None,
-        value_key: ev.name.clone(),
-        encoded: Encoded::default(),
-        counter_bits: 64,
-        address: Some(address),
-        width: Some(width),
-    }
-}
-
-/// A PMU event read on `cpu` for `package`: the channel's counter where the source has one
-/// PMU per channel (`channel`), else the package's.
-#[allow(clippy::too_many_arguments)]
-fn channel_counter(
-    source: &Source,
-    ev: &SourceEvent,
-    pmu: &SourcePmu,
-    config: u64,
-    direction: Direction,
-    package: u32,
-    channel: Option<u32>,
-    cpu: u32,
-) -> Counter {
-    let scope = match channel {
-        Some(channel) => Scope::Channel { package, channel },
-        None => Scope::Package(package),
-    };
-    Counter {
-        pmu: ev.pmu.clone(),
-        event: ev.name.clone(),
-        package: Some(package),
-        channel,
-        sub_channel: ev.sub_channel,
-        queue: None,
-        pseudo_channel: None,
-        direction: Some(direction),
-        scope: scope.into(),
-        cpus: vec![cpu],
-        reader: Reader::Tick,
-        bytes_per_count: Some(ev.bytes_per_count.unwrap_or(1.0)),
-        slot: None,
-        role: CounterRole::Traffic,
-        weight: None,
-        stall: None,
-        counter_mask: None,
-        value_key: value_key(source.backend, &ev.name),
-        encoded: Encoded {
-            event: format!("{}/{}", ev.pmu, ev.name),
-            pmu: ev.pmu.clone(),
-            pmu_type: pmu.pmu_type,
-            config,
-            config1: ev.config1.unwrap_or(0),
-            bytes_per_count: ev.bytes_per_count,
-            cpus: Some(vec![cpu]),
-            ..Default::default()
-        },
-        counter_bits: ev.counter_bits,
-        address: None,
-        width: None,
-    }
-}
-
-/// Channels numbered in order within each package and direction (and memory), where a package
-/// has several counters of one direction: a PMU instance each (SKX's uncore_imc_N), or several
-/// events of one PMU (AMD DF's per-channel events, POWER's nest MCS pairs).
-fn number_channels(counters: &mut [Counter]) {
-    // Counted in one pass and numbered in a second, so thousands of PMUs plan in linear time.
-    // Where events carry sub-channels (GNR: one PMU per channel, an event per scheduler), the
-    // PMU instance is the channel and its events share its number.
-    let key = |c: &Counter| (c.package, c.direction, c.value_key.clone());
-    let mut same: std::collections::HashMap<_, u32> = Default::default();
-    let mut seen: std::collections::HashSet<_> = Default::default();
-    for c in counters.iter() {
-        if c.sub_channel.is_none() || seen.insert((key(c), c.pmu.clone())) {
-            *same.entry(key(c)).or_default() += 1;
-        }
-    }
-    let mut before: std::collections::HashMap<_, u32> = Default::default();
-    let mut of_pmu: std::collections::HashMap<_, u32> = Default::default();
-    for c in counters.iter_mut() {
-        let k = key(c);
-        let index = if c.sub_channel.is_some() {
-            match of_pmu.get(&(k.clone(), c.pmu.clone())) {
-                Some(&i) => i,
-                None => {
-                    let n = before.entry(k.clone()).or_default();
-                    let i = *n;
-                    *n += 1;
-                    of_pmu.insert((k.clone(), c.pmu.clone()), i);
-                    i
-                }
-            }
-        } else {
-            let n = before.entry(k.clone()).or_default();
-            let i = *n;
-            *n += 1;
-            i
-        };
-        if c.address.is_some() {
-            continue;
-        }
-        if same[&k] > 1 {
-            c.channel = Some(index);
-            c.scope = CounterScope::Channel;
-        } else {
-            c.channel = None;
-            c.scope = CounterScope::Package;
-        }
-    }
-}
-
-/// The counters of `-e` events: a PMU with a cpumask (uncore) on each of its CPUs (one per
-/// package, each instance a channel), else on every online CPU, as `perf stat -a` does.
-pub fn event_counters(events: &[(String, Vec<Encoded>)], topo: &Topology) -> Vec<Counter> {
-    let mut out = Vec::new();
-    for (text, encs) in events {
-        let instances = encs.len();
-        for (channel, enc) in encs.iter().enumerate() {
-            let direction = enc.bytes_per_count.map(|_| guess_direction(&enc.event));
-            match enc.cpus.as_deref() {
-                Some(cpus) => {
-                    for (i, &cpu) in cpus.iter().enumerate() {
-                        let package = package_of(topo, cpu, i);
-                        out.push(event_counter(
-                            text,
-                            enc,
-                            Some(package),
-                            (instances > 1).then_some(channel as u32),
-                            vec![cpu],
-                            direction,
-                        ));
-                    }
-                }
-                None if !topo.online.is_empty() => out.push(event_counter(
-                    text,
-                    enc,
-                    None,
-                    None,
-                    topo.online.clone(),
-                    direction,
-                )),
-                None => {}
-            }
-        }
-    }
-    out
-}
-
-pub(crate) fn event_counter(
-    text: &str,
-    enc: &Encoded,
-    package: Option<u32>,
-    channel: Option<u32>,
-    cpus: Vec<u32>,
-    direction: Option<Direction>,
-) -> Counter {
-    let scope = match (package, channel) {
-        (None, _) => CounterScope::Cpu,
-        (Some(_), None) => CounterScope::Package,
-        (Some(_), Some(_)) => CounterScope::Channel,
-    };
-    Counter {
-        pmu: enc.pmu.clone(),
-        event: text.to_string(),
-        package,
-        channel,
-        sub_channel: None,
-        queue: None,
-        pseudo_channel: None,
-        direction,
-        scope,
-        cpus,
-        reader: Reader::Tick,
-        bytes_per_count: enc.bytes_per_count,
-        slot: None,
-        role: CounterRole::Other,
-        weight: None,
-        stall: None,
-        counter_mask: None,
-        value_key: text.to_string(),
-        encoded: enc.clone(),
-        counter_bits: if package.is_some() { 48 } else { 64 },
-        address: None,
-        width: None,
-    }
-}
-
-/// Whether the kernel lets any CPU of a package read this PMU's counters (Intel uncore since
-/// Linux 6.7, PERF_EV_CAP_READ_ACTIVE_PKG); elsewhere only the CPU it is opened on may.
-fn any_cpu_of_package_reads(pmu: &str, kernel: &Kernel) -> bool {
-    kernel.at_least(6, 7) && pmu.starts_with("uncore_")
-}
-
-/// The record slot a counter shares with others of the same key: package counters of one event
-/// (or one direction) are summed per package; weights of one role share a slot (a hybrid
-/// part's two core PMUs, each on its own CPUs); every other CPU counter has its own.
-fn slot_key(c: &Counter, req: &Request, index: usize) -> String {
-    if let Some(w) = c.weight {
-        return format!("weight:{:?}:{}:{}", w.direction, w.remote, w.ordinal);
-    }
-    if let Some(part) = c.stall {
-        return format!("stall:{}", part.as_str());
-    }
-    match (c.package, c.direction) {
-        (Some(_), Some(d)) if req.events.is_empty() => format!("pkg:{d:?}:{}", c.value_key),
-        (Some(_), _) => format!("pkg:{}", c.value_key),
-        (None, _) => format!("cpu:{}:{index}", c.value_key),
-    }
-}
-
-/// How many record slots `counters` take.
-fn slot_count(counters: &[Counter], req: &Request) -> usize {
-    let mut keys: Vec<String> = counters
-        .iter()
-        .enumerate()
-        .map(|(i, c)| slot_key(c, req, i))
-        .collect();
-    keys.sort();
-    keys.dedup();
-    keys.len()
-}
-
-/// Gives every counter its record slot and reader: CPU counters a slot each, read by every CPU
-/// for itself; package counters summed per package into one slot per event (per direction for
-/// a memory controller), read by one reader per package. Returns the slots.
-fn assign_slots(
-    counters: &mut [Counter],
-    found: &Discovery,
-    kernel: &Kernel,
-    req: &Request,
-    notes: &mut Vec<String>,
-) -> Result<Vec<Slot>, PlanError> {
-    let mut slots = slots_of(counters, req);
-    if slots.len() > MAX_SLOTS {
-        return Err(PlanError::BadRequest(format!(
-            "{} counters to read per tick, at most {MAX_SLOTS} (a package event counts once, \
-             whatever its channels): name fewer with -e",
-            slots.len()
-        )));
-    }
-    say_package_sums(&mut slots, counters);
-    let nr_package = counters.iter().filter(|c| c.package.is_some()).count();
-    let possible = found
-        .topology
-        .possible
-        .len()
-        .max(found.topology.online.len());
-    if nr_package > possible {
-        notes.push(format!(
-            "{nr_package} package counters and {possible} CPUs: their array is longer than the \
-             CPU count that aya gives such arrays, so imc makes it on a private bpffs mount \
-             (needs root or CAP_SYS_ADMIN) and removes the mount once loaded"
-        ));
-    }
-    for pkg in packages_of(counters) {
-        assign_package_readers(counters, pkg, found, kernel, req, notes)?;
-    }
-    Ok(slots)
-}
-
-/// One slot per distinct [`slot_key`], in first-appearance order; each counter told its slot
-/// and its slot's role.
-fn slots_of(counters: &mut [Counter], req: &Request) -> Vec<Slot> {
-    let mut slots: Vec<Slot> = Vec::new();
-    let mut keys: Vec<String> = Vec::new();
-    for (i, c) in counters.iter_mut().enumerate() {
-        let key = slot_key(c, req, i);
-        let index = match keys.iter().position(|k| *k == key) {
-            Some(i) => i,
-            None => {
-                keys.push(key);
-                slots.push(new_slot(c, slots.is_empty()));
-                keys.len() - 1
-            }
-        };
-        c.slot = Some(index);
-        c.role = CounterRole::of_slot(slots[index].role);
-    }
-    slots
-}
-
-/// The slot `c` is the first counter of (`first`: the first slot of the plan).
-fn new_slot(c: &Counter, first: bool) -> Slot {
-    Slot {
-        event: c.value_key.clone(),
-        scope: if c.package.is_some() {
-            SlotScope::Package
-        } else {
-            SlotScope::Cpu
-        },
-        direction: match c.weight {
-            Some(w) => w.direction,
-            None => c.direction,
-        },
-        role: match (c.weight, c.stall) {
-            (Some(w), _) if w.remote => SlotRole::RemoteWeight(w.direction),
-            (Some(w), _) => SlotRole::Weight(w.direction),
-            (None, Some(part)) => SlotRole::Stall(part),
-            // A traffic slot without a direction (a stand-in's count) weighs every direction.
-            (None, None) if c.bytes_per_count.is_some() || first => {
-                SlotRole::Traffic(c.direction.unwrap_or(Direction::Total))
-            }
-            (None, None) => SlotRole::Other,
-        },
-        bytes_per_count: c.bytes_per_count,
-        sum: None,
-    }
-}
-
-/// Each package slot says how many counters a package sums into it (the most of any package).
-fn say_package_sums(slots: &mut [Slot], counters: &[Counter]) {
-    for (i, slot) in slots.iter_mut().enumerate() {
-        if slot.scope != SlotScope::Package {
-            continue;
-        }
-        let per_pkg = counters.iter().filter(|c| c.slot == Some(i)).fold(
-            std::collections::BTreeMap::new(),
-            |mut m, c| {
-                *m.entry(c.package).or_insert(0usize) += 1;
-                m
-            },
-        );
-        let most = per_pkg.values().copied().max().unwrap_or(0);
-        slot.sum = Some(format!("sum of {most} counter(s) per package"));
-    }
-}
-
-/// Who reads package `pkg`'s counters: the tick of one CPU per reader, or userspace every
-/// drain where a PMU holds more events than it has counters (the kernel multiplexes them).
-fn assign_package_readers(
-    counters: &mut [Counter],
-    pkg: u32,
-    found: &Discovery,
-    kernel: &Kernel,
-    req: &Request,
-    notes: &mut Vec<String>,
-) -> Result<(), PlanError> {
-    let idle_every_ms = 2 * req.drain_ms;
-    let in_pkg: Vec<usize> = (0..counters.len())
-        .filter(|&i| counters[i].package == Some(pkg))
-        .collect();
-    if in_pkg.len() > MAX_PKG_COUNTERS as usize {
-        return Err(PlanError::BadRequest(format!(
-            "package {pkg}: {} counters, more than the {MAX_PKG_COUNTERS} one reader reads \
-             at a tick: name fewer with -e",
-            in_pkg.len()
-        )));
-    }
-    let crowded = crowded_pmus(counters, &in_pkg);
-    let readers = if crowded.is_empty() {
-        let r = package_readers(counters, &in_pkg, pkg, &found.topology, kernel);
-        notes.push(reader_note(counters, &in_pkg, pkg, &r, kernel));
-        r
-    } else {
-        notes.push(format!(
-            "package {pkg}: {} counts {} events with {} hardware counters, so the kernel \
-             takes turns and each count must be scaled by its time enabled/running, which \
-             a tick's sum cannot do: userspace reads and scales them every {} ms",
-            crowded[0].0, crowded[0].1, crowded[0].2, req.drain_ms
-        ));
-        Vec::new()
-    };
-    for i in in_pkg {
-        counters[i].reader = if readers.is_empty() {
-            Reader::Userspace {
-                every_ms: req.drain_ms,
-            }
-        } else {
-            Reader::PackageTick {
-                cpus: readers.clone(),
-                idle_every_ms,
-            }
-        };
-    }
-    Ok(())
-}
-
-/// Hardware counters of one instance of a package PMU, where fewer than the events imc may put
-/// on it: AMD's data fabric counts 4 events at once without PerfMonV2 (amd/uncore.c
-/// NUM_COUNTERS_NB), and Zen 2/3 have 8 DRAM channel events; Intel uncore boxes and AMD UMCs
-/// have 4 for imc's 2, POWER's nest counters are memory the firmware fills.
-fn hardware_counters(pmu: &str) -> Option<usize> {
-    (pmu == "amd_df").then_some(4)
-}
-
-/// (PMU instance, events, hardware counters) for each instance of this package that has more
-/// events than counters: the kernel multiplexes them.
-fn crowded_pmus(counters: &[Counter], in_pkg: &[usize]) -> Vec<(String, usize, usize)> {
-    let mut per: std::collections::BTreeMap<&str, usize> = Default::default();
-    for &i in in_pkg {
-        *per.entry(counters[i].pmu.as_str()).or_default() += 1;
-    }
-    per.into_iter()
-        .filter_map(|(pmu, n)| {
-            let hw = hardware_counters(pmu)?;
-            (n > hw).then(|| (pmu.to_string(), n, hw))
-        })
-        .collect()
-}
-
-/// Why package `pkg`'s counters have the readers they have.
-fn reader_note(
-    counters: &[Counter],
-    in_pkg: &[usize],
-    pkg: u32,
-    readers: &[u32],
-    kernel: &Kernel,
-) -> String {
-    let pmu = &counters[in_pkg[0]].pmu;
-    let release = kernel.release.as_deref().unwrap_or("unknown");
-    let list = crate::discovery::cpulist::format_cpulist(readers);
-    if readers.is_empty() {
-        format!(
-            "package {pkg}: its counters are opened on several CPUs and this kernel ({release}) \
-             lets only that CPU read each: userspace reads them at every drain"
-        )
-    } else if readers.len() > 1 {
-        format!(
-            "package {pkg}: Linux 6.7+ (here {release}) lets any CPU of the package read {pmu}'s \
-             counters: the first of CPUs {list} to tick in a period reads them all"
-        )
-    } else if pmu.starts_with("uncore_") && kernel.release.is_none() {
-        format!(
-            "package {pkg}: the kernel's release is unknown (no proc/sys/kernel/osrelease under \
-             --root), so as before Linux 6.7 only the CPU {pmu} is opened on may read it: CPU \
-             {list}'s ticks read all of the package's counters"
-        )
-    } else if pmu.starts_with("uncore_") {
-        format!(
-            "package {pkg}: before Linux 6.7 (here {release}) only the CPU {pmu} is opened on may \
-             read it: CPU {list}'s ticks read all of the package's counters"
-        )
-    } else {
-        format!(
-            "package {pkg}: only the CPU {pmu} is opened on may read it: CPU {list}'s ticks read \
-             all of the package's counters"
-        )
-    }
-}
-
-fn packages_of(counters: &[Counter]) -> Vec<u32> {
-    let mut v: Vec<u32> = counters.iter().filter_map(|c| c.package).collect();
-    v.sort_unstable();
-    v.dedup();
-    v
-}
-
-/// The CPUs whose ticks may read every counter of package `pkg`: all its online CPUs where the
-/// kernel allows any CPU of the package to read each of them; else the one CPU they are all
-/// opened on; else none (counters opened on several CPUs of the package, one per die, on a
-/// kernel where only that CPU may read each): userspace reads them.
-fn package_readers(
-    counters: &[Counter],
-    in_pkg: &[usize],
-    pkg: u32,
-    topo: &Topology,
-    kernel: &Kernel,
-) -> Vec<u32> {
-    let anyone = in_pkg
-        .iter()
-        .all(|&i| any_cpu_of_package_reads(&counters[i].pmu, kernel));
-    if anyone && let Some(p) = topo.packages.iter().find(|p| p.id == pkg) {
-        let cpus: Vec<u32> = p
-            .cpus
-            .iter()
-            .copied()
-            .filter(|c| topo.online.contains(c))
-            .collect();
-        if !cpus.is_empty() {
-            return cpus;
-        }
-    }
-    let mut open: Vec<u32> = in_pkg
-        .iter()
-        .flat_map(|&i| counters[i].cpus.iter().copied())
-        .collect();
-    open.sort_unstable();
-    open.dedup();
-    if open.len() == 1 { open } else { Vec::new() }
-}
-
-/// What runs the program: the kernel's tick unless `--freq` asks for a timer of imc's own.
-fn tick_of(kernel: &Kernel, req: &Request) -> Tick {
-    if !req.command.samples() {
-        return Tick {
-            source: TickSource::IntervalTimer,
-            hz: Some(1000.0 / req.interval_ms.max(1) as f64),
-            adds_interrupts: true,
-            switches: false,
-            reason: format!(
-                "imc stat reads every counter from userspace at each {} ms interval (a timer \
-                 wake-up per interval; kernel-timed reads up to 100 ms)",
-                req.interval_ms
-            ),
-        };
-    }
-    match req.freq {
-        Some(f) => Tick {
-            source: TickSource::CpuClock,
-            hz: Some(f64::from(f)),
-            adds_interrupts: true,
-            switches: req.precise,
-            reason: format!(
-                "--freq {f}: imc's own cpu-clock timer on every CPU, finer than the kernel's \
-                 tick; it adds a timer interrupt per CPU every {} us",
-                1_000_000 / u64::from(f.max(1))
-            ),
-        },
-        None => Tick {
-            source: TickSource::KernelTick,
-            hz: Some(f64::from(kernel.hz_or_default())),
-            adds_interrupts: false,
-            switches: true,
-            reason: format!(
-                "the kernel's own timer interrupt (tracepoint local_timer_entry, else \
-                 hrtimer_expire_entry) and sched_switch: no interrupt of imc's own; busy CPUs \
-                 tick at HZ={}{}, idle ones are described by their context switches",
-                kernel.hz_or_default(),
-                match (&kernel.hz, &kernel.hz_source) {
-                    (Some(_), Some(src)) => format!(" (CONFIG_HZ in {src})"),
-                    _ => " (assumed: no proc/config.gz or boot/config-RELEASE under --root)"
-                        .to_string(),
-                }
-            ),
-        },
-    }
 }
 
 #[cfg(test)]

@@ -74,7 +74,7 @@ fn every_channel_of_every_package_in_two_slots() {
     let controller_refusals: Vec<_> = p
         .refusals
         .iter()
-        .filter(|r| !r.reason.starts_with("weight"))
+        .filter(|r| !r.reason.starts_with("weight") && !r.reason.contains("latency events"))
         .collect();
     assert!(controller_refusals.is_empty(), "{controller_refusals:?}");
 }
@@ -255,11 +255,17 @@ fn every_fixture_with_a_memory_controller_plans_all_its_channels() {
                 "{tree}"
             );
             // Everything else is a per-CPU weight or stall counter, and only where something
-            // samples.
+            // samples; latency counters are read at each interval, by no tick.
+            assert!(
+                latency_counters_of(&p)
+                    .iter()
+                    .all(|c| command.samples() && c.reader == Reader::Interval { every_ms: 1000 }),
+                "{tree} {command:?}"
+            );
             assert!(
                 p.counters
                     .iter()
-                    .filter(|c| c.role != CounterRole::Traffic)
+                    .filter(|c| c.role != CounterRole::Traffic && c.role != CounterRole::Latency)
                     .all(
                         |c| (c.role == CounterRole::Weight || c.role == CounterRole::Stall)
                             && c.package.is_none()
@@ -593,11 +599,10 @@ fn cpu_time_is_a_refusal_with_its_reason() {
     assert_eq!((w.method.as_str(), w.read), ("cpu-time", None));
     assert!(w.reason.contains("--weight cpu-time"), "{}", w.reason);
     // No weight; the stall pair still tells each task's waits.
-    assert!(
-        p.counters
-            .iter()
-            .all(|c| c.role == CounterRole::Traffic || c.role == CounterRole::Stall)
-    );
+    assert!(p.counters.iter().all(|c| matches!(
+        c.role,
+        CounterRole::Traffic | CounterRole::Stall | CounterRole::Latency
+    )));
     // No core PMU under the root.
     let mut found = crate::discovery::discover(&fixture("skx-2socket")).unwrap();
     found.cores.clear();
@@ -950,4 +955,160 @@ fn stalls_take_slots_only_after_the_weights_and_are_refused_without_two() {
     let p = plan(&found, &kernel("6.8.0"), &req).unwrap();
     assert!(stall_counters(&p).is_empty());
     assert!(p.victims.unwrap().reason.contains("record slots"));
+}
+
+/// Generic counters of each package PMU instance (PMU, CPU) in a plan: the fixed DRAM clock
+/// aside.
+fn generic_per_package_box(p: &Plan) -> std::collections::BTreeMap<(String, u32), usize> {
+    let mut m = std::collections::BTreeMap::new();
+    for c in p.counters.iter().filter(|c| c.package.is_some()) {
+        if c.queue != Some(QueuePart::DramClocks) {
+            *m.entry((c.pmu.clone(), c.cpus[0])).or_default() += 1;
+        }
+    }
+    m
+}
+
+#[test]
+fn sampling_plans_read_the_read_queue_beside_bandwidth_once_per_interval() {
+    for (tree, channels) in [("skx-2socket", 6), ("spr-2socket", 8)] {
+        for command in [Command::Top, Command::Record, Command::Serve] {
+            let p = plan_on(tree, &kernel("6.8.0"), &request(command));
+            let lat = latency_counters_of(&p);
+            // Every channel of both packages: its DRAM clock and its read queue's pair.
+            assert_eq!(lat.len(), channels * 2 * 3, "{tree} {command:?}");
+            for pkg in [0, 1] {
+                let mut ch: Vec<u32> = lat
+                    .iter()
+                    .filter(|c| c.package == Some(pkg) && c.queue == Some(QueuePart::ReadInserts))
+                    .filter_map(|c| c.channel)
+                    .collect();
+                ch.sort_unstable();
+                assert_eq!(ch, (0..channels as u32).collect::<Vec<_>>(), "{tree}");
+            }
+            for c in &lat {
+                // Read by userspace at each interval, in no record slot: the tick never reads
+                // them.
+                assert_eq!(c.reader, Reader::Interval { every_ms: 1000 }, "{tree}");
+                assert_eq!(c.slot, None);
+            }
+            // Bandwidth first and whole; the write queue has no room and is said.
+            assert_eq!(traffic(&p.counters).count(), channels * 2 * 2, "{tree}");
+            assert!(
+                generic_per_package_box(&p).values().all(|&n| n <= 4),
+                "{tree}"
+            );
+            assert!(
+                p.refusals.iter().any(|r| r
+                    .event
+                    .as_deref()
+                    .is_some_and(|e| e.contains("wpq_occupancy"))
+                    && r.reason.contains("count bandwidth")),
+                "{tree}: {:?}",
+                p.refusals
+            );
+            let l = p.latency.as_ref().unwrap();
+            assert!(l.read && !l.write && !l.utilisation, "{tree}: {l:?}");
+            assert_eq!(l.source.as_deref(), Some("intel-imc-queues"));
+            // The sampler's package readers never see them.
+            let cfg = crate::sampler::from_plan::config_of(&p, &[0, 1], 100, false);
+            let read_by_tick: usize = cfg.groups.iter().map(|g| g.counters.len()).sum();
+            assert_eq!(read_by_tick, traffic(&p.counters).count(), "{tree}");
+            // Shown in the plan's JSON with role latency, its encoding and the reader.
+            let json = serde_json::to_value(&p).unwrap();
+            let occ = json["counters"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|c| c["queue"] == "rpq_occupancy")
+                .unwrap();
+            assert_eq!(occ["role"], "latency");
+            assert_eq!(occ["reader"]["kind"], "interval");
+            assert_eq!(occ["encoding"]["config"], 0x80);
+            assert_eq!(json["latency"]["read"], true);
+        }
+    }
+}
+
+#[test]
+fn record_still_sleeps_long_beside_latency_read_at_each_interval() {
+    let mut req = request(Command::Record);
+    req.batch_ms = Some(1000);
+    let p = plan_on("skx-2socket", &kernel("6.8.0"), &req);
+    assert!(!latency_counters_of(&p).is_empty());
+    let d = p.drain.unwrap();
+    assert_eq!(d.every_ms, 1000, "{d:?}");
+    assert!(d.intervals_closed_after);
+}
+
+#[test]
+fn sampling_plans_on_gnr_have_no_room_for_latency_and_say_so() {
+    // Four CAS counters (two schedulers × read, write) fill each box's four generic counters.
+    let p = plan_on("gnr-2socket", &kernel("6.8.0"), &request(Command::Top));
+    assert!(latency_counters_of(&p).is_empty());
+    assert_eq!(traffic(&p.counters).count(), 12 * 2 * 4);
+    let l = p.latency.unwrap();
+    assert!(!l.read && l.source.is_none());
+    assert!(
+        l.reason.contains("4 generic") && l.reason.contains("count bandwidth"),
+        "{}",
+        l.reason
+    );
+    assert!(
+        p.refusals
+            .iter()
+            .any(|r| r.reason.contains("count bandwidth"))
+    );
+}
+
+#[test]
+fn sampling_plans_on_zen4_read_the_l3_latency_of_every_ccx() {
+    let p = plan_on("zen4-2socket", &kernel("6.10.0"), &request(Command::Serve));
+    let lat = latency_counters_of(&p);
+    assert_eq!(lat.len(), 2 * 4);
+    assert!(
+        lat.iter()
+            .all(|c| c.pmu == "amd_l3" && c.channel == Some(0))
+    );
+    assert!(
+        lat.iter()
+            .all(|c| c.reader == Reader::Interval { every_ms: 1000 })
+    );
+    assert_eq!(traffic(&p.counters).count(), 8, "UMC bandwidth kept");
+    let l = p.latency.unwrap();
+    assert_eq!(l.source.as_deref(), Some("amd-l3-sampled-latency"));
+    assert!(l.read && !l.write);
+}
+
+#[test]
+fn sampling_plans_without_queues_read_no_latency_and_say_why() {
+    for (tree, why) in [
+        ("vm-guest", "hypervisor"),
+        ("zen2-1socket", "Zen 1-3"),
+        ("knl", "OFFCORE_RESPONSE"),
+    ] {
+        let root = fixture(tree);
+        let found = crate::discovery::discover(&root).unwrap();
+        let mut req = request(Command::Top);
+        req.stand_in = vec![(
+            "page-faults".into(),
+            crate::events::resolve(&root, "page-faults").unwrap(),
+        )];
+        let p = plan(&found, &kernel("6.8.0"), &req).unwrap();
+        assert!(latency_counters_of(&p).is_empty(), "{tree}");
+        assert!(
+            text::render(&p).contains("latency: no loaded latency"),
+            "{tree}"
+        );
+        let l = p.latency.unwrap();
+        assert!(l.source.is_none() && !l.read, "{tree}");
+        assert!(l.reason.contains(why), "{tree}: {}", l.reason);
+        assert_eq!(l.reason.lines().count(), 1);
+    }
+    // Stat plans say nothing of it (stat --latency is its own request).
+    assert!(
+        plan_on("skx-2socket", &kernel("6.8.0"), &request(Command::Stat))
+            .latency
+            .is_none()
+    );
 }

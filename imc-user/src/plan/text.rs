@@ -18,6 +18,9 @@ fn reader(r: &Reader) -> String {
             cpus(c)
         ),
         Reader::Userspace { every_ms } => format!("userspace every {every_ms} ms"),
+        Reader::Interval { every_ms } => {
+            format!("userspace at the end of each {every_ms} ms interval")
+        }
     }
 }
 
@@ -53,6 +56,41 @@ fn counter_line(c: &Counter) -> String {
     )
 }
 
+/// How traffic is divided, who the victims are and what latency is read (sampling commands).
+fn how_divided(s: &mut String, plan: &Plan) {
+    if let Some(w) = &plan.weighting {
+        let _ = writeln!(
+            s,
+            "weighting: {}{} — {}",
+            w.phrase(),
+            if w.numa {
+                ", local and remote apart"
+            } else {
+                ""
+            },
+            w.reason
+        );
+    }
+    if let Some(v) = &plan.victims {
+        match (&v.stalled, &v.cycles) {
+            (Some(st), Some(cy)) => {
+                let _ = writeln!(s, "victims: stalls {st} ÷ {cy} — {}", v.reason);
+            }
+            _ => {
+                let _ = writeln!(s, "victims: {}", v.reason);
+            }
+        }
+    }
+    if let Some(l) = &plan.latency {
+        let what = match (&l.source, l.write) {
+            (Some(src), true) => format!("read and write, from {src} — "),
+            (Some(src), false) => format!("read, from {src} — "),
+            (None, _) => String::new(),
+        };
+        let _ = writeln!(s, "latency: {what}{}", l.reason);
+    }
+}
+
 /// The plan as lines of text.
 pub fn render(plan: &Plan) -> String {
     let mut s = String::new();
@@ -80,29 +118,7 @@ pub fn render(plan: &Plan) -> String {
     if let Some(r) = &plan.kernel.release {
         let _ = writeln!(s, "kernel: {r}");
     }
-    if let Some(w) = &plan.weighting {
-        let _ = writeln!(
-            s,
-            "weighting: {}{} — {}",
-            w.phrase(),
-            if w.numa {
-                ", local and remote apart"
-            } else {
-                ""
-            },
-            w.reason
-        );
-    }
-    if let Some(v) = &plan.victims {
-        match (&v.stalled, &v.cycles) {
-            (Some(st), Some(cy)) => {
-                let _ = writeln!(s, "victims: stalls {st} ÷ {cy} — {}", v.reason);
-            }
-            _ => {
-                let _ = writeln!(s, "victims: {}", v.reason);
-            }
-        }
-    }
+    how_divided(&mut s, plan);
     let _ = writeln!(s, "counters ({}):", plan.counters.len());
     for c in &plan.counters {
         let _ = writeln!(s, "{}", counter_line(c));

@@ -22,6 +22,8 @@ fn meta(slots: Vec<Option<SlotInfo>>, max_processes: usize) -> ExportMeta {
         max_cgroups: 100,
         peaks: Vec::new(),
         stalls: false,
+        latency_read: false,
+        latency_write: false,
     }
 }
 
@@ -636,4 +638,49 @@ fn victims_stall_cycles_follow_the_exported_processes_and_cgroups() {
     ex.add_interval(&imc_interval());
     let t = ex.encode();
     assert!(!t.contains("stall"), "{t}");
+}
+
+#[test]
+fn latency_gauges_per_channel_only_where_planned_and_only_when_measured() {
+    use crate::model::result::ChannelLatency;
+    let mut r = imc_interval();
+    let ch = |c: &str, read_ns: Option<f64>| ChannelLatency {
+        channel: c.into(),
+        read_ns,
+        write_ns: None,
+    };
+    r.packages[0].latency_channels = vec![ch("uncore_imc_0", Some(82.5)), ch("uncore_imc_1", None)];
+    let mut ex = Exporter::new(ExportMeta {
+        latency_read: true,
+        ..imc_meta(20)
+    });
+    ex.add_interval(&r);
+    let t = ex.encode();
+    let read = |c: &str| {
+        value(
+            &t,
+            "imc_dram_read_latency_seconds",
+            &format!(r#"package="0",channel="{c}""#),
+        )
+    };
+    let ns = read("uncore_imc_0").unwrap() * 1e9;
+    assert!((ns - 82.5).abs() < 1e-6, "{t}");
+    // A channel with nothing queued has no sample; writes are not planned: no family at all.
+    assert_eq!(read("uncore_imc_1"), None, "{t}");
+    assert!(
+        t.contains("# TYPE imc_dram_read_latency_seconds gauge"),
+        "{t}"
+    );
+    assert!(t.contains("# HELP imc_dram_read_latency_seconds Loaded DRAM read latency"));
+    assert!(!t.contains("imc_dram_write_latency_seconds"), "{t}");
+    // The next interval without a figure for channel 0 removes its stale sample.
+    r.packages[0].latency_channels = vec![ch("uncore_imc_0", None)];
+    ex.add_interval(&r);
+    let t = ex.encode();
+    assert_eq!(count(&t, "imc_dram_read_latency_seconds"), 0, "{t}");
+    // Not planned (a VM): no family, never a made-up series.
+    let mut ex = Exporter::new(imc_meta(20));
+    r.packages[0].latency_channels = vec![ch("uncore_imc_0", Some(82.5))];
+    ex.add_interval(&r);
+    assert!(!ex.encode().contains("latency"));
 }

@@ -1,0 +1,151 @@
+//! What runs the sampler (the kernel's tick and sched_switch, or imc's own cpu-clock timer) or
+//! times stat's reads, and what the sampler's records are.
+use super::{Kernel, Request};
+use serde::Serialize;
+use std::fmt;
+
+/// What runs the sampler, or times stat's reads (`tick.source` in the plan's JSON).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TickSource {
+    /// The kernel's own timer tracepoint and sched_switch.
+    KernelTick,
+    /// imc's own cpu-clock timer (`--freq`).
+    CpuClock,
+    /// stat's userspace reads at each interval.
+    IntervalTimer,
+}
+
+impl TickSource {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TickSource::KernelTick => "kernel-tick",
+            TickSource::CpuClock => "cpu-clock",
+            TickSource::IntervalTimer => "interval-timer",
+        }
+    }
+}
+
+impl fmt::Display for TickSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What the sampler's records are (`records` in the plan's JSON; sampling commands only),
+/// decided once here and executed as it is by the sampler, the pipeline and the recording.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Records {
+    /// Per task at each tick: context switches add to the CPU's accumulator in the kernel.
+    Aggregated,
+    /// A record at every context switch and tick (`--precise`).
+    PerSwitch,
+    /// A record at every tick of imc's own timer, none at switches (`--freq` alone).
+    PerTick,
+}
+
+impl Records {
+    /// The records a sampling command gets from its tick and `--precise`.
+    pub(super) fn of(tick: &Tick, precise: bool) -> Records {
+        match (tick.source, tick.switches, precise) {
+            (_, false, _) => Records::PerTick,
+            (TickSource::KernelTick, true, false) => Records::Aggregated,
+            _ => Records::PerSwitch,
+        }
+    }
+
+    /// What such records are, in a few words (`--dry-run`).
+    pub fn meaning(self) -> &'static str {
+        match self {
+            Records::Aggregated => {
+                "one per task that ran, at each tick; switches add up in the kernel (--precise: a \
+                 record per switch)"
+            }
+            Records::PerSwitch => "one at every context switch and tick",
+            Records::PerTick => "one at every tick of imc's timer, none at switches",
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Records::Aggregated => "aggregated",
+            Records::PerSwitch => "per-switch",
+            Records::PerTick => "per-tick",
+        }
+    }
+}
+
+/// What runs the sampler (or times stat's reads).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Tick {
+    pub source: TickSource,
+    /// Runs per second on a busy CPU (the kernel's HZ, `--freq`, or stat's interval rate).
+    pub hz: Option<f64>,
+    pub adds_interrupts: bool,
+    /// Context switches run the program too.
+    pub switches: bool,
+    pub reason: String,
+}
+
+impl Tick {
+    /// The tick as one label (`imc_info{tick}`): `kernel-tick:250Hz+sched_switch`,
+    /// `cpu-clock:1000Hz`.
+    pub fn label(&self) -> String {
+        let mut t = self.source.as_str().to_string();
+        if let Some(hz) = self.hz {
+            t.push_str(&format!(":{}Hz", hz.round()));
+        }
+        if self.switches {
+            t.push_str("+sched_switch");
+        }
+        t
+    }
+}
+
+/// What runs the program: the kernel's tick unless `--freq` asks for a timer of imc's own.
+pub(super) fn tick_of(kernel: &Kernel, req: &Request) -> Tick {
+    if !req.command.samples() {
+        return Tick {
+            source: TickSource::IntervalTimer,
+            hz: Some(1000.0 / req.interval_ms.max(1) as f64),
+            adds_interrupts: true,
+            switches: false,
+            reason: format!(
+                "imc stat reads every counter from userspace at each {} ms interval (a timer \
+                 wake-up per interval; kernel-timed reads up to 100 ms)",
+                req.interval_ms
+            ),
+        };
+    }
+    match req.freq {
+        Some(f) => Tick {
+            source: TickSource::CpuClock,
+            hz: Some(f64::from(f)),
+            adds_interrupts: true,
+            switches: req.precise,
+            reason: format!(
+                "--freq {f}: imc's own cpu-clock timer on every CPU, finer than the kernel's \
+                 tick; it adds a timer interrupt per CPU every {} us",
+                1_000_000 / u64::from(f.max(1))
+            ),
+        },
+        None => Tick {
+            source: TickSource::KernelTick,
+            hz: Some(f64::from(kernel.hz_or_default())),
+            adds_interrupts: false,
+            switches: true,
+            reason: format!(
+                "the kernel's own timer interrupt (tracepoint local_timer_entry, else \
+                 hrtimer_expire_entry) and sched_switch: no interrupt of imc's own; busy CPUs \
+                 tick at HZ={}{}, idle ones are described by their context switches",
+                kernel.hz_or_default(),
+                match (&kernel.hz, &kernel.hz_source) {
+                    (Some(_), Some(src)) => format!(" (CONFIG_HZ in {src})"),
+                    _ => " (assumed: no proc/config.gz or boot/config-RELEASE under --root)"
+                        .to_string(),
+                }
+            ),
+        },
+    }
+}
