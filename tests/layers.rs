@@ -66,24 +66,7 @@ const KNOWN: &[(&str, &str)] = &[];
 /// the first path that makes it: a mod.rs that calls its step files while they take what it
 /// defines. Each goes when the shared items move to a file of their own below both (an error
 /// type, a context, the chunk constants), as sampler/'s did.
-const KNOWN_CYCLES: &[(&str, &str)] = &[
-    ("plan/mod.rs", "plan/weights.rs"),      // weights::WeightEvent
-    ("plan/weights.rs", "plan/mod.rs"),      // super::Counter
-    ("plan/mod.rs", "plan/stalls.rs"),       // stalls::choose
-    ("plan/stalls.rs", "plan/mod.rs"),       // super::Counter
-    ("plan/stalls.rs", "plan/weights.rs"),   // weights::encode_terms
-    ("plan/counters.rs", "plan/mod.rs"),     // super::Counter
-    ("plan/latency.rs", "plan/counters.rs"), // super::event_counters
-    ("plan/latency.rs", "plan/mod.rs"),      // super::Counter
-    ("plan/mod.rs", "plan/counters.rs"),     // counters::event_counter
-    ("plan/mod.rs", "plan/latency.rs"),      // latency::LoadedLatency
-    ("plan/mod.rs", "plan/slots.rs"),        // slots::assign_slots
-    ("plan/mod.rs", "plan/tick.rs"),         // tick::tick_of
-    ("plan/slots.rs", "plan/mod.rs"),        // super::Counter
-    ("plan/stalls.rs", "plan/counters.rs"),  // super::event_counter
-    ("plan/tick.rs", "plan/mod.rs"),         // super::Request
-    ("plan/weights.rs", "plan/counters.rs"), // super::event_counter
-];
+const KNOWN_CYCLES: &[(&str, &str)] = &[];
 
 /// Files under imc-user/src that no `mod` declaration reaches today: never compiled, so never
 /// checked; to be deleted or declared.

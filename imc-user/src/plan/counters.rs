@@ -1,7 +1,7 @@
 //! Counters from what discovery found: a memory controller's bandwidth events on every channel
 //! of every package, a stand-in's per-CPU count, a /dev/mem counter, `-e` events; channels
 //! numbered within each package.
-use super::{Counter, CounterRole, CounterScope, Reader};
+use super::types::{Counter, CounterRole, CounterScope, Reader};
 use crate::model::{
     BackendKind, Direction, Encoded, Scope, Source, SourceEvent, SourcePmu, Topology,
 };

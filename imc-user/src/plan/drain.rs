@@ -1,6 +1,6 @@
 //! How often the sampling loop wakes to drain the rings: the one rule, which the plan states
 //! (`Plan::drain`) and the loop follows.
-use super::Plan;
+use super::types::Plan;
 
 /// How long `record` and `serve` sleep between drains when every counter comes in the records
 /// (see [`super::Drain`]): a second, and earlier whenever a CPU's ring is half full.

@@ -9,26 +9,9 @@
 //! --latency` puts the first rank of latency events before the bandwidth counters (which it then
 //! drops if they do not fit); the sampling commands keep bandwidth first, since it is what they
 //! attribute.
-use super::{
-    Counter, CounterRole, CounterScope, PlanError, Reader, Refusal, event_counters,
-    number_channels, package_of, source_counters,
-};
+use super::counters::{event_counters, number_channels, package_of, source_counters};
+use super::types::{Counter, CounterRole, CounterScope, LoadedLatency, PlanError, Reader, Refusal};
 use crate::model::{BackendKind, Discovery, Encoded, QueueEvent, Queues, Source, SourcePmu};
-use serde::Serialize;
-
-/// What the plan measures of loaded latency (`latency` in a sampling plan's JSON): the queue
-/// kind and which directions are counted, or null kind with the reason none is.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
-pub struct LoadedLatency {
-    /// `intel-imc-queues`, `amd-l3-sampled-latency`; null where nothing is counted.
-    pub source: Option<String>,
-    /// Read (and write) latency counted on every channel (or CCX).
-    pub read: bool,
-    pub write: bool,
-    /// How busy a channel is: not measured yet (imc would need its DRAM clocks per burst).
-    pub utilisation: bool,
-    pub reason: String,
-}
 
 /// Which comes first in a PMU's generic counters.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,7 +1,8 @@
 //! Record slots and package readers of a sampling plan: which slot each counter is read into
 //! (package counters of one event summed per package), and which CPUs' ticks (or userspace)
 //! read each package's counters.
-use super::{Counter, CounterRole, Kernel, PlanError, Reader, Request, Slot};
+use super::kernel::Kernel;
+use super::types::{Counter, CounterRole, PlanError, Reader, Request, Slot};
 use crate::model::{Direction, Discovery, SlotRole, SlotScope, Topology};
 use imc_common::{MAX_PKG_COUNTERS, MAX_SLOTS};
 

@@ -6,8 +6,10 @@
 //! They share the core's generic counters with the weights, and the weights come first: the pair
 //! is planned only where both fit beside them (the NMI watchdog's counter taken out), else it is
 //! refused with the count, never left for the kernel to multiplex.
+use super::counters::event_counter;
+use super::kernel::Kernel;
+use super::types::{Counter, CounterRole, Reader, Refusal};
 use super::weights::{CoreUse, NoCoreCounters, each_core, encode_terms, no_core_counters, reasons};
-use super::{Counter, CounterRole, Kernel, Reader, Refusal, event_counter};
 use crate::events::core_traffic::{self, CoreStall, StallEvent, Watchdog};
 use crate::model::{CorePmu, Discovery, StallPart, Victims};
 

@@ -3,7 +3,7 @@
 //! same labelled stand-in instead, core LLC load misses where a core PMU exists, else page
 //! faults. Its source is `proxy:NAME`, and it is never shown as bytes. The choice and the line
 //! said about it are the plan's: the commands only pass them on.
-use super::{Plan, PlanError};
+use super::types::{Plan, PlanError};
 use crate::discovery;
 use crate::model::Discovery;
 use crate::model::Encoded;

@@ -1,5 +1,6 @@
 //! The plan on the project's own fixture trees: which counters, who reads them, what ticks.
 use super::*;
+use crate::model::{Direction, QueuePart, SlotScope, StallPart};
 use std::path::{Path, PathBuf};
 
 fn fixture(name: &str) -> PathBuf {

@@ -1,5 +1,5 @@
 //! A plan as a person reads it (`--dry-run` without `--json`).
-use super::{Counter, Plan, Reader};
+use super::types::{Counter, Plan, Reader};
 use std::fmt::Write;
 
 fn cpus(list: &[u32]) -> String {

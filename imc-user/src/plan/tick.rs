@@ -1,20 +1,8 @@
 //! What runs the sampler (the kernel's tick and sched_switch, or imc's own cpu-clock timer) or
 //! times stat's reads, and what the sampler's records are.
-use super::{Kernel, Request};
-use serde::Serialize;
+use super::kernel::Kernel;
+use super::types::{Records, Request, Tick, TickSource};
 use std::fmt;
-
-/// What runs the sampler, or times stat's reads (`tick.source` in the plan's JSON).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum TickSource {
-    /// The kernel's own timer tracepoint and sched_switch.
-    KernelTick,
-    /// imc's own cpu-clock timer (`--freq`).
-    CpuClock,
-    /// stat's userspace reads at each interval.
-    IntervalTimer,
-}
 
 impl TickSource {
     pub fn as_str(self) -> &'static str {
@@ -30,19 +18,6 @@ impl fmt::Display for TickSource {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
     }
-}
-
-/// What the sampler's records are (`records` in the plan's JSON; sampling commands only),
-/// decided once here and executed as it is by the sampler, the pipeline and the recording.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Records {
-    /// Per task at each tick: context switches add to the CPU's accumulator in the kernel.
-    Aggregated,
-    /// A record at every context switch and tick (`--precise`).
-    PerSwitch,
-    /// A record at every tick of imc's own timer, none at switches (`--freq` alone).
-    PerTick,
 }
 
 impl Records {
@@ -74,18 +49,6 @@ impl Records {
             Records::PerTick => "per-tick",
         }
     }
-}
-
-/// What runs the sampler (or times stat's reads).
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct Tick {
-    pub source: TickSource,
-    /// Runs per second on a busy CPU (the kernel's HZ, `--freq`, or stat's interval rate).
-    pub hz: Option<f64>,
-    pub adds_interrupts: bool,
-    /// Context switches run the program too.
-    pub switches: bool,
-    pub reason: String,
 }
 
 impl Tick {

@@ -7,30 +7,12 @@
 //! context switches. Where the core tells local from remote DRAM, a package's traffic is also
 //! weighed by the other packages' CPUs' remote counts. Without any such counter, traffic is
 //! split by on-CPU time: said, with the reason, never silently.
-use super::{Counter, PlanError, Reader, Refusal, Request, event_counter};
+use super::counters::event_counter;
+use super::types::{
+    Counter, PlanError, Reader, Refusal, Request, WeightEvent, WeightRequest, WeightRole,
+};
 use crate::events::core_traffic::{self, CoreTrafficEvent, Locality};
 use crate::model::{CorePmu, Direction, Discovery, Encoded, Machine, Weighting};
-
-/// `--weight`: how package traffic is divided.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub enum WeightRequest {
-    /// The core counters this CPU model has for its own memory traffic, else CPU time.
-    #[default]
-    Auto,
-    /// On-CPU time alone.
-    CpuTime,
-    /// The user's events (`EVENT[:read|:write]`), resolved by the caller.
-    Events(Vec<WeightEvent>),
-}
-
-/// One `--weight EVENT[:read|:write]`.
-#[derive(Clone, Debug, PartialEq)]
-pub struct WeightEvent {
-    pub text: String,
-    /// Which direction of package traffic it weighs (None: every direction).
-    pub direction: Option<Direction>,
-    pub encoded: Vec<Encoded>,
-}
 
 impl WeightRequest {
     /// Splits `EVENT:read` / `EVENT:write` into the event text and its direction.
@@ -41,18 +23,6 @@ impl WeightRequest {
             _ => (text, None),
         }
     }
-}
-
-/// What a weight counter weighs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub struct WeightRole {
-    pub direction: Option<Direction>,
-    /// Traffic to other packages' memory (weighs their controllers' counts).
-    pub remote: bool,
-    /// Which of its core PMU's events of this direction and locality it is: several add up
-    /// (Zen's DRAM fills and L2-prefetcher misses), each in a slot of its own; the n-th of a
-    /// hybrid part's `cpu_core` and `cpu_atom` share one, each on its own CPUs.
-    pub ordinal: u8,
 }
 
 /// The weight counters of a plan and how they divide traffic, with what was refused.

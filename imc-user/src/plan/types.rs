@@ -1,0 +1,395 @@
+//! The plan's nouns: what a command asks for ([`Request`]), what the plan decides ([`Plan`]: its
+//! counters, slots, tick, records, drain and refusals) and the errors of planning. Data only,
+//! below every step file of the plan, which all build on it; the steps and the rules live beside
+//! it (mod.rs, counters.rs, slots.rs, tick.rs, weights.rs, stalls.rs, latency.rs).
+
+use super::kernel::Kernel;
+use crate::model::{
+    BackendKind, Direction, Encoded, QueuePart, SlotRole, SlotScope, StallPart, Victims, Weighting,
+};
+use serde::Serialize;
+use thiserror::Error;
+
+/// Which command the plan is for: `stat` reads from userspace at each interval; the sampling
+/// commands run the eBPF sampler.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Command {
+    Stat,
+    Top,
+    Record,
+    Serve,
+}
+
+/// What the user asked for.
+#[derive(Clone, Debug)]
+pub struct Request {
+    pub command: Command,
+    /// `-e` events, resolved: the text as given and what it encodes to (every PMU instance).
+    pub events: Vec<(String, Vec<Encoded>)>,
+    /// `--backend` other than `auto`.
+    pub backend: Option<BackendKind>,
+    /// Backends already tried and failed to open (stat falls through to the next).
+    pub exclude: Vec<BackendKind>,
+    /// `--freq`: imc's own cpu-clock timer instead of the kernel's tick.
+    pub freq: Option<u32>,
+    /// `--precise` with `--freq`: context switches too (always on with the kernel's tick).
+    pub precise: bool,
+    /// The interval (stat reads at each one; the sampler drains four times per interval).
+    pub interval_ms: u64,
+    /// How often the sampling loop drains the rings (and reads idle packages) when it must keep
+    /// up with the interval: a live view, or counters read from userspace.
+    pub drain_ms: u64,
+    /// How long the loop may sleep otherwise (`record`, `serve`: intervals are closed afterwards
+    /// on the records' own clock); None: always `drain_ms`.
+    pub batch_ms: Option<u64>,
+    /// The stand-in to use without a memory controller: `LLC-load-misses` where the core PMU
+    /// encodes it, else `page-faults` (resolved by the caller, who reads the root).
+    pub stand_in: Vec<(String, Vec<Encoded>)>,
+    /// `stat --latency`: on KNL the checked OFFCORE_RESPONSE pair, elsewhere the memory
+    /// controller's queues (or AMD's L3 sampled DRAM latency).
+    pub latency: Option<LatencyRequest>,
+    /// `--weight`: how package traffic is divided among tasks (sampling commands).
+    pub weight: WeightRequest,
+}
+
+/// What `stat --latency` counts.
+#[derive(Clone, Debug, PartialEq)]
+pub enum LatencyRequest {
+    /// KNL: the checked OFFCORE_RESPONSE pair (outstanding, requests), counted on every CPU
+    /// beside DDR and MCDRAM bandwidth.
+    Offcore(Box<(Encoded, Encoded)>),
+    /// The machine's loaded-latency events ([`crate::model::Queues`]) beside the bandwidth
+    /// counters, as many as each PMU has counters for.
+    Queues,
+}
+
+#[derive(Debug, Error, PartialEq)]
+pub enum PlanError {
+    /// The request cannot be met as asked: exit 2.
+    #[error("{0}")]
+    BadRequest(String),
+    /// Nothing on this machine can be read: exit 1.
+    #[error("{0}")]
+    Unavailable(String),
+}
+
+/// Who reads a counter, and when.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum Reader {
+    /// Each CPU's program reads its own counter at its ticks and context switches.
+    Tick,
+    /// The program of whichever of `cpus` ticks first in a tick period reads every counter of
+    /// the package (once per period); userspace reads them when none of those CPUs ticked
+    /// within two drain periods (an idle package's DMA).
+    PackageTick { cpus: Vec<u32>, idle_every_ms: u64 },
+    /// imc reads it with read(2) every `every_ms` (from the CPU it is opened on, by IPI where
+    /// that is another CPU).
+    Userspace { every_ms: u64 },
+    /// imc reads it with read(2) once at the end of each `every_ms` interval, apart from the
+    /// sampler's records: a figure per interval (loaded latency in the sampling commands).
+    Interval { every_ms: u64 },
+}
+
+/// One counter to open.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Counter {
+    pub pmu: String,
+    /// The event's name (`read`, `write`, `total`), or the `-e` text.
+    pub event: String,
+    pub package: Option<u32>,
+    /// The memory channel (a PMU instance, or one of a PMU's per-channel events); on AMD's L3
+    /// latency counters, the CCX within the package.
+    pub channel: Option<u32>,
+    /// The channel's sub-channel (Granite Rapids' scheduler), where the hardware has them: its
+    /// bandwidth and latency roll up to `channel`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sub_channel: Option<u32>,
+    /// What a `latency` counter counts (`read-occupancy`, `read-inserts`, `dram-clocks` …).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub queue: Option<QueuePart>,
+    /// The pseudo-channel whose queue a latency counter counts (ICX, SPR, GNR).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pseudo_channel: Option<u32>,
+    /// Bandwidth direction; None for counters that are not bytes.
+    pub direction: Option<Direction>,
+    /// One counter per CPU, per package, or per memory channel.
+    pub scope: CounterScope,
+    /// Where it is opened: its PMU's CPU for this package, or every online CPU.
+    pub cpus: Vec<u32>,
+    pub reader: Reader,
+    pub bytes_per_count: Option<f64>,
+    /// The record slot it is read into (sampling commands); package counters of one slot and
+    /// package are summed there.
+    pub slot: Option<usize>,
+    /// What its counts are for: memory traffic, a per-CPU weight of package traffic, a
+    /// loaded-latency count, a stall count (cycles stalled on memory, or the cycles they are a
+    /// share of), or counted and shown.
+    pub role: CounterRole,
+    /// What a weight counter weighs (None: not a weight).
+    #[serde(skip)]
+    pub weight: Option<WeightRole>,
+    /// Which of the stall pair a `stall` counter is (`stalled` or `cycles`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stall: Option<StallPart>,
+    /// The generic counters of its core PMU it may use (bit n: counter n; None: any), for
+    /// the core's counter budget.
+    #[serde(skip)]
+    pub counter_mask: Option<u64>,
+    /// The key of `values` in JSON output.
+    #[serde(skip)]
+    pub value_key: String,
+    /// What is programmed: the event's one encoding, shown in the plan's JSON as `encoding`
+    /// (the perf_event_attr words `type`, `config`, `config1`, `config2`).
+    #[serde(rename = "encoding", serialize_with = "attr_words")]
+    pub encoded: Encoded,
+    #[serde(skip)]
+    pub counter_bits: u8,
+    /// Physical address and width (intel-client-mchbar).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub address: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub width: Option<u8>,
+}
+
+/// One counter per CPU, per package, or per memory channel (`scope` in the plan's JSON).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CounterScope {
+    Cpu,
+    Package,
+    Channel,
+}
+
+/// What a counter's counts are for (`role` in the plan's JSON).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CounterRole {
+    /// Memory traffic (bytes where it has bytes per count).
+    Traffic,
+    /// A per-CPU weight of package traffic.
+    Weight,
+    /// A loaded-latency count (a controller queue's occupancy, inserts or clock).
+    Latency,
+    /// A per-CPU stall count, or the cycles or time it is a share of (victims).
+    Stall,
+    /// Counted and shown.
+    Other,
+}
+
+/// What a sampling record carries in one slot: the model's own slot types, executed as they
+/// are by the sampler, the attributor and the recording.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(into = "SlotJson")]
+pub struct Slot {
+    pub event: String,
+    /// A counter per CPU, or a per-package sum.
+    pub scope: SlotScope,
+    /// What the counters count, as planned (None: a count that is not of a direction).
+    pub direction: Option<Direction>,
+    /// What the slot's counts mean to attribution.
+    pub role: SlotRole,
+    pub bytes_per_count: Option<f64>,
+    /// How a package slot is formed: `sum of 12 counters per package`.
+    pub sum: Option<String>,
+}
+
+/// A slot as the command-line contract spells it in the plan's JSON.
+#[derive(Serialize)]
+struct SlotJson {
+    event: String,
+    scope: SlotScope,
+    direction: Option<Direction>,
+    /// `traffic`, `weight` or `other`.
+    role: CounterRole,
+    /// A weight of traffic to other packages' memory.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    remote: bool,
+    /// Which of the stall pair a `stall` slot holds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stall: Option<StallPart>,
+    bytes_per_count: Option<f64>,
+    sum: Option<String>,
+}
+
+/// When imc's own thread wakes to drain the rings: every `every_ms`, and earlier whenever a
+/// CPU's ring is half full (the kernel says so), so the rings never overflow for want of a
+/// timer. Each wake-up costs imc a scheduling round trip, so the continuous modes sleep long.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Drain {
+    pub every_ms: u64,
+    /// Intervals are closed on the records' clock after the drain that passes their end
+    /// (`record`, `serve`), rather than at the wake-up that ends them.
+    pub intervals_closed_after: bool,
+    pub reason: String,
+}
+
+/// Something the plan could have read and does not, and why.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Refusal {
+    pub pmu: Option<String>,
+    pub event: Option<String>,
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Plan {
+    pub command: Command,
+    /// What is measured: a backend name, `events`, or a stand-in `proxy:EVENT`.
+    pub source: String,
+    /// The backend executing it (`None` for `-e` and stand-ins).
+    #[serde(skip)]
+    pub backend: Option<BackendKind>,
+    pub counters: Vec<Counter>,
+    /// How package traffic is divided among tasks (sampling commands).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub weighting: Option<Weighting>,
+    /// Which per-CPU counters tell how long each task stalled on memory, or why none does
+    /// (sampling commands).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub victims: Option<Victims>,
+    /// What loaded latency the sampling commands read at each interval, or why none
+    /// (sampling commands).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub latency: Option<LoadedLatency>,
+    /// The record's slots (sampling commands; empty for stat).
+    pub slots: Vec<Slot>,
+    pub tick: Tick,
+    /// What the sampler's records are (sampling commands).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub records: Option<Records>,
+    /// How often the sampling loop wakes to drain (sampling commands).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub drain: Option<Drain>,
+    pub refusals: Vec<Refusal>,
+    /// Why the readers are what they are (one line each).
+    pub notes: Vec<String>,
+    /// How the sources that are not bandwidth (POWER core/thread/trace IMC) could be used here,
+    /// and what the kernel refuses of them.
+    pub other_sources: Vec<OtherUse>,
+    pub kernel: Kernel,
+}
+
+/// One use of a non-bandwidth source: allowed (`refused: false`) or refused, and why.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct OtherUse {
+    pub pmu: String,
+    pub what: String,
+    pub reason: String,
+    pub refused: bool,
+}
+
+impl From<Slot> for SlotJson {
+    fn from(s: Slot) -> SlotJson {
+        SlotJson {
+            role: CounterRole::of_slot(s.role),
+            remote: matches!(s.role, SlotRole::RemoteWeight(_)),
+            stall: match s.role {
+                SlotRole::Stall(part) => Some(part),
+                _ => None,
+            },
+            event: s.event,
+            scope: s.scope,
+            direction: s.direction,
+            bytes_per_count: s.bytes_per_count,
+            sum: s.sum,
+        }
+    }
+}
+
+/// What runs the sampler, or times stat's reads (`tick.source` in the plan's JSON).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TickSource {
+    /// The kernel's own timer tracepoint and sched_switch.
+    KernelTick,
+    /// imc's own cpu-clock timer (`--freq`).
+    CpuClock,
+    /// stat's userspace reads at each interval.
+    IntervalTimer,
+}
+
+/// What the sampler's records are (`records` in the plan's JSON; sampling commands only),
+/// decided once here and executed as it is by the sampler, the pipeline and the recording.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Records {
+    /// Per task at each tick: context switches add to the CPU's accumulator in the kernel.
+    Aggregated,
+    /// A record at every context switch and tick (`--precise`).
+    PerSwitch,
+    /// A record at every tick of imc's own timer, none at switches (`--freq` alone).
+    PerTick,
+}
+
+/// What runs the sampler (or times stat's reads).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Tick {
+    pub source: TickSource,
+    /// Runs per second on a busy CPU (the kernel's HZ, `--freq`, or stat's interval rate).
+    pub hz: Option<f64>,
+    pub adds_interrupts: bool,
+    /// Context switches run the program too.
+    pub switches: bool,
+    pub reason: String,
+}
+
+/// `--weight`: how package traffic is divided.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub enum WeightRequest {
+    /// The core counters this CPU model has for its own memory traffic, else CPU time.
+    #[default]
+    Auto,
+    /// On-CPU time alone.
+    CpuTime,
+    /// The user's events (`EVENT[:read|:write]`), resolved by the caller.
+    Events(Vec<WeightEvent>),
+}
+
+/// One `--weight EVENT[:read|:write]`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WeightEvent {
+    pub text: String,
+    /// Which direction of package traffic it weighs (None: every direction).
+    pub direction: Option<Direction>,
+    pub encoded: Vec<Encoded>,
+}
+
+/// What a weight counter weighs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct WeightRole {
+    pub direction: Option<Direction>,
+    /// Traffic to other packages' memory (weighs their controllers' counts).
+    pub remote: bool,
+    /// Which of its core PMU's events of this direction and locality it is: several add up
+    /// (Zen's DRAM fills and L2-prefetcher misses), each in a slot of its own; the n-th of a
+    /// hybrid part's `cpu_core` and `cpu_atom` share one, each on its own CPUs.
+    pub ordinal: u8,
+}
+
+/// What the plan measures of loaded latency (`latency` in a sampling plan's JSON): the queue
+/// kind and which directions are counted, or null kind with the reason none is.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct LoadedLatency {
+    /// `intel-imc-queues`, `amd-l3-sampled-latency`; null where nothing is counted.
+    pub source: Option<String>,
+    /// Read (and write) latency counted on every channel (or CCX).
+    pub read: bool,
+    pub write: bool,
+    /// How busy a channel is: not measured yet (imc would need its DRAM clocks per burst).
+    pub utilisation: bool,
+    pub reason: String,
+}
+
+/// A counter's encoding as the plan's JSON shows it: the perf_event_attr words it is opened
+/// with.
+fn attr_words<S: serde::Serializer>(e: &Encoded, s: S) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeStruct;
+    let mut st = s.serialize_struct("Encoding", 4)?;
+    st.serialize_field("type", &e.pmu_type)?;
+    st.serialize_field("config", &e.config)?;
+    st.serialize_field("config1", &e.config1)?;
+    st.serialize_field("config2", &e.config2)?;
+    st.end()
+}
