@@ -116,50 +116,60 @@ impl Aggregator {
             let end = st.last_t;
             flush(st, rec.cpu, end, None, pkg_mask, out);
         }
-        let i = match st.entries.iter().position(|e| e.who.pid == rec.pid) {
-            Some(i) => i,
-            None => {
-                if st.entries.len() >= AGG_TASKS {
-                    let end = st.last_t;
-                    flush(st, rec.cpu, end, None, pkg_mask, out);
-                }
-                st.entries.push(Entry {
-                    who: *rec,
-                    on_ns: 0,
-                    failed: 0,
-                    slots: [SlotReading::default(); MAX_SLOTS],
-                });
-                st.entries.len() - 1
-            }
-        };
-        let e = &mut st.entries[i];
-        e.on_ns += t - st.last_t;
-        let mut bits = cpu_slots;
-        while bits != 0 {
-            let s = bits.trailing_zeros() as usize;
-            bits &= bits - 1;
-            let bit = 1u8 << s;
-            if rec.failed_mask & bit != 0 {
-                e.failed |= bit;
-                st.last_ok &= !bit;
-                continue;
-            }
-            let (a, b) = (&st.last[s], &rec.slots[s]);
-            if st.last_ok & bit != 0 {
-                let acc = &mut e.slots[s];
-                acc.value = acc.value.wrapping_add(b.value.wrapping_sub(a.value));
-                acc.enabled = acc.enabled.wrapping_add(b.enabled.wrapping_sub(a.enabled));
-                acc.running = acc.running.wrapping_add(b.running.wrapping_sub(a.running));
-            } else {
-                e.failed |= bit;
-            }
-            st.last[s] = *b;
-            st.last_ok |= bit;
-        }
+        let i = entry_of(st, rec, pkg_mask, out);
+        add_slice(st, i, rec, cpu_slots);
         st.last_t = t;
         if rec.kind == KIND_TICK || alone {
             flush(st, rec.cpu, t, Some(rec), pkg_mask, out);
         }
+    }
+}
+
+/// The accumulator entry of `rec`'s task, made if it has none (a full accumulator flushed
+/// first, its period ending where its last task stopped): the program's `entry`.
+fn entry_of(st: &mut CpuAgg, rec: &Record, pkg_mask: u8, out: &mut Vec<Record>) -> usize {
+    if let Some(i) = st.entries.iter().position(|e| e.who.pid == rec.pid) {
+        return i;
+    }
+    if st.entries.len() >= AGG_TASKS {
+        let end = st.last_t;
+        flush(st, rec.cpu, end, None, pkg_mask, out);
+    }
+    st.entries.push(Entry {
+        who: *rec,
+        on_ns: 0,
+        failed: 0,
+        slots: [SlotReading::default(); MAX_SLOTS],
+    });
+    st.entries.len() - 1
+}
+
+/// Adds the slice since the CPU's last record (its time and each CPU slot's delta) to entry
+/// `i`, and makes `rec`'s readings the new baselines: the program's slice step in `accumulate`.
+fn add_slice(st: &mut CpuAgg, i: usize, rec: &Record, cpu_slots: u8) {
+    let e = &mut st.entries[i];
+    e.on_ns += rec.t_ns - st.last_t;
+    let mut bits = cpu_slots;
+    while bits != 0 {
+        let s = bits.trailing_zeros() as usize;
+        bits &= bits - 1;
+        let bit = 1u8 << s;
+        if rec.failed_mask & bit != 0 {
+            e.failed |= bit;
+            st.last_ok &= !bit;
+            continue;
+        }
+        let (a, b) = (&st.last[s], &rec.slots[s]);
+        if st.last_ok & bit != 0 {
+            let acc = &mut e.slots[s];
+            acc.value = acc.value.wrapping_add(b.value.wrapping_sub(a.value));
+            acc.enabled = acc.enabled.wrapping_add(b.enabled.wrapping_sub(a.enabled));
+            acc.running = acc.running.wrapping_add(b.running.wrapping_sub(a.running));
+        } else {
+            e.failed |= bit;
+        }
+        st.last[s] = *b;
+        st.last_ok |= bit;
     }
 }
 
