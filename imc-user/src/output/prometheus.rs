@@ -404,85 +404,11 @@ pub struct Exporter {
 impl Exporter {
     pub fn new(meta: ExportMeta) -> Exporter {
         let mut registry = Registry::default();
-        let info = Family::<Labels, Gauge>::default();
-        info.get_or_create(&vec![
-            ("version", meta.version.clone()),
-            ("backend", meta.backend.clone()),
-            ("source", meta.source.clone()),
-            ("tick", meta.tick.clone()),
-            ("weighting", meta.weighting.clone()),
-        ])
-        .set(1);
-        registry.register(
-            "imc_info",
-            "What imc measures: version, backend, source of the counts, tick source and how traffic is divided among tasks",
-            info,
-        );
-        let dram = Pair::register(
-            &mut registry,
-            "imc_dram",
-            "Memory-controller traffic per package, channel and direction",
-        );
-        let cgroup = Pair::register(
-            &mut registry,
-            "imc_cgroup_dram",
-            "Traffic attributed to each cgroup",
-        );
-        let process = Pair::register(
-            &mut registry,
-            "imc_process_dram",
-            "Traffic attributed to each of the top processes by recent traffic",
-        );
-        let unattributed = Pair::register(
-            &mut registry,
-            "imc_unattributed_dram",
-            "Traffic no task could take (DMA, idle CPUs, the controller's own)",
-        );
-        let unattributed_device = Pair::register(
-            &mut registry,
-            "imc_unattributed_device_dram",
-            "The part of the unattributed traffic no core counter saw: device (DMA) traffic, or what the weights do not see",
-        );
-        let lost = Counter::default();
-        registry.register(
-            "imc_lost_records",
-            "Sampler records the kernel dropped (ring buffer full)",
-            lost.clone(),
-        );
-        let read_errors = Counter::default();
-        registry.register(
-            "imc_read_errors",
-            "Counter reads that failed at a tick (the delta across them is dropped)",
-            read_errors.clone(),
-        );
-        let intervals = Counter::default();
-        registry.register(
-            "imc_intervals",
-            "Intervals closed and added to these counters",
-            intervals.clone(),
-        );
-        let scrape = Histogram::new(exponential_buckets(0.0001, 4.0, 8));
-        registry.register(
-            "imc_scrape_duration_seconds",
-            "Time to encode one scrape of /metrics",
-            scrape.clone(),
-        );
-        let drain = Histogram::new(exponential_buckets(0.00005, 4.0, 8));
-        registry.register(
-            "imc_drain_duration_seconds",
-            "Time of one drain of the sampler's rings into the attribution",
-            drain.clone(),
-        );
-        let peak = Family::<Labels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
-        registry.register(
-            "imc_dram_peak_bytes_per_second",
-            "Theoretical peak DRAM bandwidth of each package, from the SMBIOS memory speeds",
-            peak.clone(),
-        );
-        for (package, bytes) in &meta.peaks {
-            peak.get_or_create(&vec![("package", package.to_string())])
-                .set(*bytes);
-        }
+        register_info(&mut registry, &meta);
+        let [dram, cgroup, process, unattributed, unattributed_device] =
+            register_traffic(&mut registry);
+        let (lost, read_errors, intervals, scrape, drain) = register_health(&mut registry);
+        register_peaks(&mut registry, &meta);
         let (procs, cgroups) = (
             Ranked::new(meta.max_processes),
             Ranked::new(meta.max_cgroups),
@@ -833,6 +759,106 @@ pub fn to_classic_text(openmetrics: &str) -> String {
 /// Whether an HTTP `Accept` header asks for OpenMetrics (Prometheus's scraper does).
 pub fn wants_openmetrics(accept: Option<&str>) -> bool {
     accept.is_some_and(|a| a.contains("application/openmetrics-text"))
+}
+
+/// `imc_info`: what imc measures, as one gauge set to 1.
+fn register_info(registry: &mut Registry, meta: &ExportMeta) {
+    let info = Family::<Labels, Gauge>::default();
+    info.get_or_create(&vec![
+        ("version", meta.version.clone()),
+        ("backend", meta.backend.clone()),
+        ("source", meta.source.clone()),
+        ("tick", meta.tick.clone()),
+        ("weighting", meta.weighting.clone()),
+    ])
+    .set(1);
+    registry.register(
+        "imc_info",
+        "What imc measures: version, backend, source of the counts, tick source and how traffic is divided among tasks",
+        info,
+    );
+}
+
+/// The traffic families, read and write each: the packages' channels, cgroups, top processes,
+/// the unattributed and its device part.
+fn register_traffic(registry: &mut Registry) -> [Pair; 5] {
+    [
+        Pair::register(
+            registry,
+            "imc_dram",
+            "Memory-controller traffic per package, channel and direction",
+        ),
+        Pair::register(
+            registry,
+            "imc_cgroup_dram",
+            "Traffic attributed to each cgroup",
+        ),
+        Pair::register(
+            registry,
+            "imc_process_dram",
+            "Traffic attributed to each of the top processes by recent traffic",
+        ),
+        Pair::register(
+            registry,
+            "imc_unattributed_dram",
+            "Traffic no task could take (DMA, idle CPUs, the controller's own)",
+        ),
+        Pair::register(
+            registry,
+            "imc_unattributed_device_dram",
+            "The part of the unattributed traffic no core counter saw: device (DMA) traffic, or what the weights do not see",
+        ),
+    ]
+}
+
+/// imc's own health: lost records, failed reads, intervals, and the time of a scrape and of a
+/// drain.
+fn register_health(registry: &mut Registry) -> (Counter, Counter, Counter, Histogram, Histogram) {
+    let lost = Counter::default();
+    registry.register(
+        "imc_lost_records",
+        "Sampler records the kernel dropped (ring buffer full)",
+        lost.clone(),
+    );
+    let read_errors = Counter::default();
+    registry.register(
+        "imc_read_errors",
+        "Counter reads that failed at a tick (the delta across them is dropped)",
+        read_errors.clone(),
+    );
+    let intervals = Counter::default();
+    registry.register(
+        "imc_intervals",
+        "Intervals closed and added to these counters",
+        intervals.clone(),
+    );
+    let scrape = Histogram::new(exponential_buckets(0.0001, 4.0, 8));
+    registry.register(
+        "imc_scrape_duration_seconds",
+        "Time to encode one scrape of /metrics",
+        scrape.clone(),
+    );
+    let drain = Histogram::new(exponential_buckets(0.00005, 4.0, 8));
+    registry.register(
+        "imc_drain_duration_seconds",
+        "Time of one drain of the sampler's rings into the attribution",
+        drain.clone(),
+    );
+    (lost, read_errors, intervals, scrape, drain)
+}
+
+/// `imc_dram_peak_bytes_per_second`: each package's theoretical peak, set once.
+fn register_peaks(registry: &mut Registry, meta: &ExportMeta) {
+    let peak = Family::<Labels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
+    registry.register(
+        "imc_dram_peak_bytes_per_second",
+        "Theoretical peak DRAM bandwidth of each package, from the SMBIOS memory speeds",
+        peak.clone(),
+    );
+    for (package, bytes) in &meta.peaks {
+        peak.get_or_create(&vec![("package", package.to_string())])
+            .set(*bytes);
+    }
 }
 
 #[cfg(test)]
