@@ -363,21 +363,7 @@ fn clock_ns(clock: libc::clockid_t) -> u64 {
 }
 
 pub fn run(global: &GlobalArgs, args: &RecordArgs) -> CliResult<ExitCode> {
-    if let Some(stray) = &args.stray {
-        return Err(CliError::bad_input(format!(
-            "{}: the recording's name goes after -o: imc record -o {} [-- CMD]",
-            stray.display(),
-            stray.display()
-        )));
-    }
-    if args.duration.is_some() && !args.command.is_empty() {
-        return Err(CliError::bad_input("give --duration or -- CMD, not both"));
-    }
-    if !args.pid.is_empty() && !args.command.is_empty() {
-        return Err(CliError::bad_input(
-            "give -p PID or -- CMD, not both (-- CMD records the machine and marks the command)",
-        ));
-    }
+    check_args(args)?;
     if !args.sampler.dry_run {
         check_pids(&global.root, &args.pid)?;
     }
@@ -407,28 +393,7 @@ pub fn run(global: &GlobalArgs, args: &RecordArgs) -> CliResult<ExitCode> {
             "imc record needs -o FILE (see imc record --help)",
         ));
     };
-    let specs = crate::sampler::from_plan::slot_specs(&sel.plan);
-    let mut header = RecordHeader::new(
-        &specs,
-        &found.topology,
-        sel.plan.tick.hz.map_or(0, |h| h.round() as u32),
-        sel.source.clone(),
-        args.interval_ms * 1_000_000,
-    );
-    header.precise = sel.plan.records == Some(crate::plan::Records::PerSwitch);
-    header.weighting.clone_from(&sel.plan.weighting);
-    header.start_monotonic_ns = clock_ns(libc::CLOCK_MONOTONIC);
-    header.start_realtime_ns = clock_ns(libc::CLOCK_REALTIME);
-    header.pids.clone_from(&args.pid);
-    if let Some(m) = args.max_size {
-        let least = smallest_max_size(&header);
-        if m < least {
-            return Err(CliError::bad_input(format!(
-                "--max-size {m}: too small for one interval of this recording in each half of the bound; give at least {}K",
-                least.div_ceil(1024)
-            )));
-        }
-    }
+    let header = header_of(args, &found, &sel)?;
     let mut sink = Recorder {
         pending: Some(Pending {
             path: output.to_path_buf(),
@@ -452,7 +417,64 @@ pub fn run(global: &GlobalArgs, args: &RecordArgs) -> CliResult<ExitCode> {
     let mut named =
         Naming::new(cgroup_paths(global), GroupBy::Pid, &mut sink).pids(PidFilter::new(&args.pid));
     let code = block_on(async { Ok(sample_loop(&opts, &found, &sel.plan, &mut named).await?) });
-    // Whatever ended the loop, close the file properly: everything recorded stays readable.
+    finish(sink, code, output)
+}
+
+/// The options that cannot go together, each one line.
+fn check_args(args: &RecordArgs) -> CliResult<()> {
+    if let Some(stray) = &args.stray {
+        return Err(CliError::bad_input(format!(
+            "{}: the recording's name goes after -o: imc record -o {} [-- CMD]",
+            stray.display(),
+            stray.display()
+        )));
+    }
+    if args.duration.is_some() && !args.command.is_empty() {
+        return Err(CliError::bad_input("give --duration or -- CMD, not both"));
+    }
+    if !args.pid.is_empty() && !args.command.is_empty() {
+        return Err(CliError::bad_input(
+            "give -p PID or -- CMD, not both (-- CMD records the machine and marks the command)",
+        ));
+    }
+    Ok(())
+}
+
+/// The recording's header as the plan and the options make it; a `--max-size` too small for
+/// one interval of it is refused here, before anything is sampled.
+fn header_of(
+    args: &RecordArgs,
+    found: &crate::model::Discovery,
+    sel: &super::sampling::Selection,
+) -> CliResult<RecordHeader> {
+    let specs = crate::sampler::from_plan::slot_specs(&sel.plan);
+    let mut header = RecordHeader::new(
+        &specs,
+        &found.topology,
+        sel.plan.tick.hz.map_or(0, |h| h.round() as u32),
+        sel.source.clone(),
+        args.interval_ms * 1_000_000,
+    );
+    header.precise = sel.plan.records == Some(crate::plan::Records::PerSwitch);
+    header.weighting.clone_from(&sel.plan.weighting);
+    header.start_monotonic_ns = clock_ns(libc::CLOCK_MONOTONIC);
+    header.start_realtime_ns = clock_ns(libc::CLOCK_REALTIME);
+    header.pids.clone_from(&args.pid);
+    if let Some(m) = args.max_size {
+        let least = smallest_max_size(&header);
+        if m < least {
+            return Err(CliError::bad_input(format!(
+                "--max-size {m}: too small for one interval of this recording in each half of the bound; give at least {}K",
+                least.div_ceil(1024)
+            )));
+        }
+    }
+    Ok(header)
+}
+
+/// Whatever ended the loop (`code`), closes the file properly, so everything recorded stays
+/// readable, ends the command's cgroup and says the run's line.
+fn finish(mut sink: Recorder, code: CliResult<ExitCode>, output: &Path) -> CliResult<ExitCode> {
     let finished = sink.writer.take().map(Writer::finish).transpose();
     let said = sink.command.as_ref().map(Command::said).unwrap_or_default();
     // The command's cgroup goes with the run (what the command left running is moved out).
