@@ -8,7 +8,7 @@
 //! under way (the sampler loaded, the command started): a run that cannot start leaves an
 //! existing file as it was.
 use super::naming_sink::{Naming, cgroup_paths};
-use super::sampling::{block_on, discover, print_plan, select_for};
+use super::sampling::{block_on, discover, package_peaks, print_plan, select_for};
 use crate::cli::{GlobalArgs, GroupBy, RecordArgs};
 use crate::discovery::process_tree::{ProcessTree, own_cgroup2_path};
 use crate::error::{CliError, CliResult, ErrorKind};
@@ -412,6 +412,7 @@ pub fn run(global: &GlobalArgs, args: &RecordArgs) -> CliResult<ExitCode> {
         command: &args.command,
         per_channel: false,
         verbose: global.verbose,
+        peaks: package_peaks(&global.root, &found, &sel.plan),
     };
     // Cgroup paths go into the recording, so a report elsewhere still names containers.
     let mut named =

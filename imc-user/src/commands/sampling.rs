@@ -152,3 +152,40 @@ pub fn block_on<F: std::future::Future<Output = CliResult<ExitCode>>>(f: F) -> C
         .map_err(|e| CliError::runtime_because("starting the runtime", e))?
         .block_on(f)
 }
+
+/// Each package's theoretical peak from the SMBIOS memory devices under `root` (as `imc stat`
+/// shows it), its channels being the memory-controller PMUs the plan counts traffic on; none
+/// where the plan counts no bytes (a stand-in's counts have no peak to compare with).
+pub fn package_peaks(root: &std::path::Path, found: &Discovery, plan: &Plan) -> Vec<(u32, f64)> {
+    if !plan.measures_bytes() {
+        return Vec::new();
+    }
+    let devices = crate::discovery::dmi::read_memory_devices(root);
+    for e in &devices.errors {
+        log::info!("{e}");
+    }
+    let packages = found.topology.packages.len();
+    found
+        .topology
+        .packages
+        .iter()
+        .filter_map(|p| {
+            let mut pmus: Vec<&str> = plan
+                .counters
+                .iter()
+                .filter(|c| {
+                    let slot = c.slot.and_then(|i| plan.slots.get(i));
+                    c.package == Some(p.id)
+                        && slot
+                            .is_some_and(|s| matches!(s.role, crate::model::SlotRole::Traffic(_)))
+                })
+                .map(|c| c.pmu.as_str())
+                .collect();
+            pmus.sort_unstable();
+            pmus.dedup();
+            devices
+                .package_peak(pmus.len(), packages)
+                .map(|b| (p.id, b))
+        })
+        .collect()
+}

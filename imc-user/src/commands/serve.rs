@@ -5,7 +5,7 @@
 //! drains, from the counters as of the last closed interval, under the same lock the loop
 //! takes to add an interval, so one scrape never mixes two intervals.
 use super::naming_sink::{Naming, cgroup_paths};
-use super::sampling::{Selection, block_on, discover, print_plan, select_for};
+use super::sampling::{Selection, block_on, discover, package_peaks, print_plan, select_for};
 use crate::cli::{GlobalArgs, GroupBy, ServeArgs};
 use crate::error::{CliError, CliResult, ErrorKind};
 use crate::model::Discovery;
@@ -86,6 +86,7 @@ pub fn run(global: &GlobalArgs, args: &ServeArgs) -> CliResult<ExitCode> {
     if let Err(e) = crate::sys::rlimit::raise_nofile() {
         log::info!("the open-file limit stays as it is: {e}");
     }
+    let peaks = meta.peaks.clone();
     let exporter: Shared = Arc::new(Mutex::new(Served {
         exporter: Exporter::new(ExportMeta {
             max_processes: args.max_processes,
@@ -104,6 +105,7 @@ pub fn run(global: &GlobalArgs, args: &ServeArgs) -> CliResult<ExitCode> {
         command: &[],
         per_channel: true,
         verbose: global.verbose,
+        peaks,
     };
     block_on(async {
         // Bound first, so a port in use is said before the sampler loads; served only once the
@@ -297,12 +299,7 @@ fn export_meta(global: &GlobalArgs, found: &Discovery, sel: &Selection) -> Expor
             || first_pmu.clone().unwrap_or_default(),
             |b| b.as_str().to_string(),
         );
-    let peaks = if plan.measures_bytes() {
-        package_peaks(global, found, sel)
-    } else {
-        // Counts of a stand-in are not bytes: no peak to compare them with.
-        Vec::new()
-    };
+    let peaks = package_peaks(&global.root, found, &sel.plan);
     ExportMeta {
         version: env!("CARGO_PKG_VERSION").to_string(),
         backend,
@@ -354,40 +351,6 @@ fn print_latency_families(plan: &crate::plan::Plan) {
             );
         }
     }
-}
-
-/// Each package's theoretical peak from the SMBIOS memory devices (as `imc stat` shows it),
-/// its channels being the memory-controller PMUs the plan counts traffic on.
-fn package_peaks(global: &GlobalArgs, found: &Discovery, sel: &Selection) -> Vec<(u32, f64)> {
-    let devices = crate::discovery::dmi::read_memory_devices(&global.root);
-    for e in &devices.errors {
-        log::info!("{e}");
-    }
-    let packages = found.topology.packages.len();
-    found
-        .topology
-        .packages
-        .iter()
-        .filter_map(|p| {
-            let mut pmus: Vec<&str> = sel
-                .plan
-                .counters
-                .iter()
-                .filter(|c| {
-                    let slot = c.slot.and_then(|i| sel.plan.slots.get(i));
-                    c.package == Some(p.id)
-                        && slot
-                            .is_some_and(|s| matches!(s.role, crate::model::SlotRole::Traffic(_)))
-                })
-                .map(|c| c.pmu.as_str())
-                .collect();
-            pmus.sort_unstable();
-            pmus.dedup();
-            devices
-                .package_peak(pmus.len(), packages)
-                .map(|b| (p.id, b))
-        })
-        .collect()
 }
 
 fn print_dry_run(args: &ServeArgs, sel: &Selection, meta: &ExportMeta, web: &WebConfig) {

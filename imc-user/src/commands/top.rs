@@ -8,7 +8,7 @@
 //! On a terminal (and without `--json`) the intervals feed the full-screen view of
 //! [`crate::output::top`]; otherwise each interval is one JSON line (the contract in design.md).
 use super::naming_sink::{Naming, cgroup_paths};
-use super::sampling::{block_on, discover, print_plan, select_for};
+use super::sampling::{block_on, discover, package_peaks, print_plan, select_for};
 use crate::cli::{GlobalArgs, TopArgs};
 use crate::error::{CliError, CliResult};
 use crate::model::SlotSpec;
@@ -98,6 +98,7 @@ pub fn run(global: &GlobalArgs, args: &TopArgs) -> CliResult<ExitCode> {
         command: &[],
         per_channel: false,
         verbose: global.verbose,
+        peaks: package_peaks(&global.root, &found, &sel.plan),
     };
     let mut named = Naming::new(paths, args.by, sink).pids(crate::model::PidFilter::new(&args.pid));
     block_on(async { Ok(sample_loop(&opts, &found, &sel.plan, &mut named).await?) })

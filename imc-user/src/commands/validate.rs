@@ -392,6 +392,8 @@ fn run_live(
         command: &[],
         per_channel: false,
         verbose: global.verbose,
+        // Validate compares counts with their truth; utilisation is not one of them.
+        peaks: Vec::new(),
     };
     let ran = block_on(async { Ok(sample_loop(&opts, found, plan, &mut sink).await?) });
     let intervals = std::mem::take(&mut sink.intervals);

@@ -296,6 +296,19 @@ impl IntervalResult {
         package_bytes(&self.packages)
     }
 
+    /// Each package's utilisation over the interval: its bytes per second over its theoretical
+    /// peak (`peaks`: package id, bytes/s), where the peak is known; null elsewhere.
+    pub fn set_utilisation(&mut self, peaks: &[(u32, f64)]) {
+        let seconds = self.t_end_ns.saturating_sub(self.t_start_ns) as f64 / 1e9;
+        for p in &mut self.packages {
+            p.utilisation = peaks
+                .iter()
+                .find(|(id, peak)| *id == p.id && *peak > 0.0)
+                .filter(|_| seconds > 0.0)
+                .map(|(_, peak)| p.bytes() as f64 / seconds / peak);
+        }
+    }
+
     /// Package bandwidth in bytes per second over the interval (0 for an empty interval).
     pub fn bytes_per_s(&self) -> f64 {
         let dt = self.t_end_ns.saturating_sub(self.t_start_ns);
@@ -359,4 +372,40 @@ pub struct OthersRow {
 
 fn is_zero(v: &u64) -> bool {
     *v == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn utilisation_is_bytes_per_second_over_the_peak_where_it_is_known() {
+        let mut r = IntervalResult {
+            t_start_ns: 1_000_000_000,
+            t_end_ns: 1_500_000_000,
+            packages: vec![
+                PackageRow {
+                    id: 0,
+                    read_bytes: 3_000_000_000,
+                    write_bytes: 1_000_000_000,
+                    ..PackageRow::default()
+                },
+                PackageRow {
+                    id: 1,
+                    read_bytes: 5,
+                    ..PackageRow::default()
+                },
+            ],
+            ..IntervalResult::default()
+        };
+        // 4 GB in half a second is 8 GB/s: a quarter of package 0's 32 GB/s peak; package 1's
+        // peak is unknown.
+        r.set_utilisation(&[(0, 32e9)]);
+        assert_eq!(r.packages[0].utilisation, Some(0.25));
+        assert_eq!(r.packages[1].utilisation, None);
+        // No time, no rate.
+        r.t_end_ns = r.t_start_ns;
+        r.set_utilisation(&[(0, 32e9), (1, 1e9)]);
+        assert!(r.packages.iter().all(|p| p.utilisation.is_none()));
+    }
 }

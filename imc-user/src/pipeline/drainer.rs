@@ -34,6 +34,8 @@ pub struct Drainer<S: RecordSource = Sampler> {
     /// The plan's loaded-latency counters, read by userspace at each interval end (None: the
     /// plan reads none, or they did not open).
     latency: Option<IntervalLatency>,
+    /// Each package's theoretical peak (package id, bytes/s), for its utilisation.
+    peaks: Vec<(u32, f64)>,
     /// One drain's records, merged by time (kept to reuse its allocation).
     batch: Vec<Record>,
     /// (time, index in `batch`) of each record, sorted.
@@ -55,6 +57,7 @@ impl<S: RecordSource> Drainer<S> {
             lost_seen: 0,
             channels: None,
             latency: None,
+            peaks: Vec::new(),
             batch: Vec::new(),
             order: Vec::new(),
             fallbacks_said: false,
@@ -76,6 +79,13 @@ impl<S: RecordSource> Drainer<S> {
     /// Read these latency counters at each interval end, into each package's row.
     pub fn latency(mut self, l: Option<IntervalLatency>) -> Drainer<S> {
         self.latency = l;
+        self
+    }
+
+    /// Each package's theoretical peak (package id, bytes/s): every interval then says how much
+    /// of it the package used.
+    pub fn peaks(mut self, peaks: Vec<(u32, f64)>) -> Drainer<S> {
+        self.peaks = peaks;
         self
     }
 
@@ -199,6 +209,7 @@ impl<S: RecordSource> Drainer<S> {
         let mut result = self.attr.close_interval(ends.next_ns);
         self.add_channels(&mut result);
         self.add_latency(&mut result);
+        result.set_utilisation(&self.peaks);
         ends.advance();
         self.attr.split_at(ends.next_ns);
         self.say_fallbacks(&result, sink);
@@ -233,6 +244,7 @@ impl<S: RecordSource> Drainer<S> {
         };
         self.add_channels(&mut result);
         self.add_latency(&mut result);
+        result.set_utilisation(&self.peaks);
         result
     }
 

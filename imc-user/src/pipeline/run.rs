@@ -75,6 +75,9 @@ pub struct LoopOptions<'a> {
     /// `-v` given this many times: once says the tick and the drain, twice also asks the
     /// kernel for its verifier log.
     pub verbose: u8,
+    /// Each package's theoretical peak (package id, bytes/s), where it is known: intervals say
+    /// the packages' utilisation.
+    pub peaks: Vec<(u32, f64)>,
 }
 
 /// Drains the sampler as the plan's [`crate::plan::Drain`] says into the attributor and hands
@@ -101,7 +104,8 @@ pub async fn sample_loop(
     let mut drainer = Drainer::new(sampler, &found.topology, plan.source.clone(), tick_hz)
         .per_channel(opts.per_channel)
         .weighting(plan.weighting.clone())
-        .latency(open_latency(found, plan, sink));
+        .latency(open_latency(found, plan, sink))
+        .peaks(opts.peaks.clone());
     sink.started();
     let code = run_loop(opts, &mut drainer, sink, cfg.drain_period_ms).await;
     if opts.verbose > 0 {

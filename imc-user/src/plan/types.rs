@@ -377,7 +377,9 @@ pub struct LoadedLatency {
     /// Read (and write) latency counted on every channel (or CCX).
     pub read: bool,
     pub write: bool,
-    /// How busy a channel is: not measured yet (imc would need its DRAM clocks per burst).
+    /// Whether each channel's own busy share is counted: not yet (imc would need its DRAM
+    /// clocks per burst). A package's utilisation (its bytes over its SMBIOS peak) is in each
+    /// interval wherever the peak is known, whatever this says.
     pub utilisation: bool,
     pub reason: String,
 }
