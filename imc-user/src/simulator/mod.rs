@@ -384,6 +384,54 @@ struct CpuWeights {
     remote: [f64; 2],
 }
 
+impl CpuWeights {
+    /// What a weight slot of `direction` has counted (`share` of the lines it sees): the
+    /// remote lines, or the local ones, or both where it cannot tell them apart.
+    fn counts(
+        &self,
+        direction: Option<Direction>,
+        remote: bool,
+        sees_remote: bool,
+        share: f64,
+    ) -> f64 {
+        let acc = if remote {
+            self.remote
+        } else if sees_remote {
+            [
+                self.local[0] + self.remote[0],
+                self.local[1] + self.remote[1],
+            ]
+        } else {
+            self.local
+        };
+        share
+            * match direction {
+                Some(Direction::Read) => acc[0],
+                Some(Direction::Write) => acc[1],
+                _ => acc[0] + acc[1],
+            }
+    }
+}
+
+/// A record of `cpu` at `t` with `nr_slots` slots, all read as 0 and no task named yet.
+fn blank_record(cpu: u32, kind: u8, t: u64, nr_slots: u8) -> Record {
+    Record {
+        t_ns: t,
+        cgroup_id: 0,
+        cpu,
+        pid: 0,
+        tgid: 0,
+        kind,
+        nr_slots,
+        failed_mask: 0,
+        flags: 0,
+        comm: [0; 16],
+        t0_ns: 0,
+        on_ns: 0,
+        slots: [SlotReading::default(); MAX_SLOTS],
+    }
+}
+
 /// Where the weight counters of every CPU start: 2^64 minus a few million, so that every busy
 /// CPU's counters wrap early in a run.
 fn weight_start(cpu: usize) -> u64 {
@@ -695,21 +743,7 @@ impl SynthStream {
         let c = cpu as usize;
         let layout = self.sc.layout.as_ref().expect("layout mode");
         let n = layout.slots.len().min(MAX_SLOTS);
-        let mut rec = Record {
-            t_ns: t,
-            cgroup_id: 0,
-            cpu,
-            pid: 0,
-            tgid: 0,
-            kind,
-            nr_slots: n as u8,
-            failed_mask: 0,
-            flags: 0,
-            comm: [0; 16],
-            t0_ns: 0,
-            on_ns: 0,
-            slots: [SlotReading::default(); MAX_SLOTS],
-        };
+        let mut rec = blank_record(cpu, kind, t, n as u8);
         self.describe(&mut rec);
         let p = self.reads_pkg[c];
         let period = 1_000_000_000 / u64::from(self.sc.freq_hz.max(1));
@@ -747,19 +781,7 @@ impl SynthStream {
                     sees_remote,
                     share,
                 } => {
-                    let acc = if remote {
-                        w.remote
-                    } else if sees_remote {
-                        [w.local[0] + w.remote[0], w.local[1] + w.remote[1]]
-                    } else {
-                        w.local
-                    };
-                    let counts = share
-                        * match direction {
-                            Some(Direction::Read) => acc[0],
-                            Some(Direction::Write) => acc[1],
-                            _ => acc[0] + acc[1],
-                        };
+                    let counts = w.counts(direction, remote, sees_remote, share);
                     rec.slots[s] = SlotReading {
                         value: weight_start(c).wrapping_add(counts.floor() as u64),
                         enabled: t,
@@ -869,35 +891,13 @@ impl SynthStream {
             return self.layout_record(cpu, kind, t);
         }
         let c = cpu as usize;
-        let mut rec = Record {
-            t_ns: t,
-            cgroup_id: 0,
-            cpu,
-            pid: 0,
-            tgid: 0,
-            kind,
-            nr_slots: match (self.sc.weights, self.sc.directed_weights) {
-                (true, true) => 4,
-                (true, false) => 3,
-                _ => 2,
-            },
-            failed_mask: 0,
-            flags: 0,
-            comm: [0; 16],
-            t0_ns: 0,
-            on_ns: 0,
-            slots: [SlotReading::default(); MAX_SLOTS],
+        let nr_slots = match (self.sc.weights, self.sc.directed_weights) {
+            (true, true) => 4,
+            (true, false) => 3,
+            _ => 2,
         };
-        if let Some(ti) = self.running[c] {
-            let task = &self.sc.tasks[ti];
-            rec.pid = task.pid;
-            rec.tgid = task.tgid;
-            rec.cgroup_id = task.cgroup;
-            let n = task.comm.len().min(15);
-            rec.comm[..n].copy_from_slice(&task.comm.as_bytes()[..n]);
-        } else {
-            rec.comm[..9].copy_from_slice(b"swapper/0");
-        }
+        let mut rec = blank_record(cpu, kind, t, nr_slots);
+        self.describe(&mut rec);
         let p = self.pkg_of[c];
         let first = self.sc.packages.get(p).and_then(|cpus| cpus.first()) == Some(&cpu);
         let reads_pkg = match self.sc.readers {
