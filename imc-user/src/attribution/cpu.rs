@@ -3,40 +3,11 @@
 //! the packages whose traffic they weigh.
 
 use super::classes::class_rate;
-use super::package::{Reading, scaled_delta};
+use super::package::scaled_delta;
 use super::spread::{MAX_CLASSES, SHARE_ONE, Segment};
+use super::state::{Attributor, CpuState, MAX_CPU, Reading};
 use super::tasks::{IDLE, TaskKey};
-use super::{Attributor, MAX_CPU};
 use imc_common::{KIND_AGGREGATE, KIND_SWITCH, MAX_SLOTS, Record, SlotReading};
-
-#[derive(Clone, Copy, Default)]
-pub(super) struct CpuState {
-    pub(super) have_t: bool,
-    pub(super) t_last: u64,
-    /// Task of the last record (IDLE for the idle task).
-    pub(super) prev_task: u32,
-    /// Every record after this time belongs to `prev_task`: a slot delta whose baseline is at
-    /// or after it has one owner, even across failed reads in between.
-    pub(super) owner_since: u64,
-    /// Start of the segment not yet handed to the package (held open while the Weight
-    /// counters cannot be read, so the next clean read closes it with a real delta).
-    pub(super) seg_start: u64,
-    /// Time of the weight baseline the open segment's weight is measured from.
-    pub(super) seg_base_t: u64,
-    /// Bit s: `last[s]`, read at `base_t[s]`, is a valid baseline for slot s.
-    pub(super) base_ok: u8,
-    pub(super) base_t: [u64; MAX_SLOTS],
-    pub(super) last: [SlotReading; MAX_SLOTS],
-    /// Last task seen on this CPU, to skip the hash lookup while the same task keeps running.
-    pub(super) cache_key: TaskKey,
-    pub(super) cache_idx: u32,
-    /// Index into `packages`, or u32::MAX for a CPU outside the topology.
-    pub(super) pkg: u32,
-    /// The last task whose reads said where its memory is, and the local fraction they said
-    /// (for a blind weight's segments in which the task read nothing).
-    pub(super) loc_task: u32,
-    pub(super) loc: f64,
-}
 
 impl Attributor {
     /// One program run on one CPU. Records of one CPU must come in time order; CPUs may

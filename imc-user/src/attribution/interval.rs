@@ -2,18 +2,9 @@
 //! part after it kept for the next interval; closing an interval spreads the packages, builds
 //! its result and starts the next where it ended.
 
-use super::Attributor;
+use super::state::{Attributor, Later};
 use super::tasks::IDLE;
 use crate::model::result::IntervalResult;
-
-/// A CPU-scope count that belongs after the end of the interval being filled.
-#[derive(Clone, Copy, Debug)]
-pub(super) struct Later {
-    pub(super) task: u32,
-    pub(super) pkg: u32,
-    pub(super) slot: u8,
-    pub(super) amount: f64,
-}
 
 impl Attributor {
     /// The interval being filled ends at `t_end_ns` (set before the records that cross it are

@@ -47,6 +47,7 @@ mod package;
 mod results;
 mod routes;
 pub mod spread;
+mod state;
 pub mod summary;
 pub mod tasks;
 #[cfg(test)]
@@ -55,81 +56,17 @@ pub mod timeline;
 
 pub use package::scaled_delta;
 pub use results::{bytes_of, traffic_counts};
+pub use state::Attributor;
 pub use summary::{Summary, compare, find_bursts, group_rows, percentile, traffic_amount};
 pub use tasks::TaskKey;
 
 use crate::model::{SlotRole, SlotScope, SlotSpec, Topology, Weighting};
-use classes::weight_byte_scales;
-use classes::{WeightClass, accounting, weight_classes};
-use cpu::CpuState;
+use classes::{accounting, weight_byte_scales, weight_classes};
 use imc_common::MAX_SLOTS;
-use interval::Later;
-use package::{PkgState, package_states, width_mask};
-use spread::{Event, MAX_CLASSES, Scratch};
+use package::{package_states, width_mask};
+use spread::Scratch;
 use std::collections::BTreeMap;
 use tasks::TaskTable;
-
-/// CPU numbers above this are treated as corrupt records (a fuzzed recording must not make the
-/// per-CPU table allocate gigabytes).
-const MAX_CPU: u32 = 1 << 16;
-
-/// Turns the record stream into per-interval, per-task results.
-pub struct Attributor {
-    specs: Vec<SlotSpec>,
-    source: String,
-    /// How package traffic is divided, copied to every result.
-    weighting: Weighting,
-    masks: [u64; MAX_SLOTS],
-    cpu_mask: u8,
-    weight_mask: u8,
-    pkg_mask: u8,
-    /// The Weight slots of each weight class (see [`weight_classes`]): the local ones weigh
-    /// the segments of a package's own CPUs, the remote ones (RemoteWeight slots) the segments
-    /// of other packages' CPUs.
-    classes: [WeightClass; MAX_CLASSES],
-    /// Some class has remote weights: every CPU's segments are handed to every package.
-    numa: bool,
-    /// Per slot: the weight class a package slot is spread by.
-    slot_class: [u8; MAX_SLOTS],
-    /// Per class: the weights are blind to locality (no remote weight of their direction):
-    /// the (local, remote) slots of the other direction whose ratio says each task's locality.
-    blind: [Option<(u8, u8)>; MAX_CLASSES],
-    /// Per weight slot: bytes one count stands for over its fidelity (1 where unknown), so
-    /// weights are compared in bytes.
-    wscale: [f64; MAX_SLOTS],
-    /// Per package slot: count of its weights' bytes in its own counts (1 / its bytes per
-    /// count) where its class's weights count bytes of its direction, else None (a weight of
-    /// another direction, a --weight event of unknown size, a stand-in source).
-    accounts: [Option<f64>; MAX_SLOTS],
-    /// Counts no core counter saw, per slot, this interval (part of `idle_acc`).
-    device_acc: [f64; MAX_SLOTS],
-    /// Slots whose values are multiplexing-scaled (all of them; kept as a mask for symmetry).
-    packages: Vec<PkgState>,
-    cpus: Vec<CpuState>,
-    cpu_pkg_init: Vec<u32>,
-    /// Every CPU of every package.
-    all_cpus: Vec<u32>,
-    tasks: TaskTable,
-    /// Counts no task could take, per slot, this interval.
-    idle_acc: [f64; MAX_SLOTS],
-    tick_only: bool,
-    max_gap_ns: u64,
-    t_start: Option<u64>,
-    lost: u64,
-    /// Spans of this interval whose weights were unknown (not running, unreadable), spread by
-    /// on-CPU time instead.
-    time_fallbacks: u64,
-    records: u64,
-    switches: u64,
-    events: Vec<Event>,
-    scratch: Scratch,
-    /// The end of the interval being filled, where the caller said it ([`Self::split_at`]).
-    boundary: Option<u64>,
-    /// An interval has been closed (the next starts where it ended).
-    closed_any: bool,
-    /// CPU-scope counts of time after `boundary`, for the next interval.
-    after: Vec<Later>,
-}
 
 impl Attributor {
     /// `specs`: the sampler's slots (slot index = position); `source`: what was measured

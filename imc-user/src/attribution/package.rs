@@ -3,9 +3,9 @@
 //! time, and each package's spans spread over the tasks that ran on its CPUs when an
 //! interval is closed.
 
-use super::spread::{self, Segment, Span};
+use super::spread::{self, Span};
+use super::state::{Attributor, MAX_CPU, PkgSlot, PkgState, Reading};
 use super::tasks::IDLE;
-use super::{Attributor, MAX_CPU};
 use crate::model::Topology;
 use imc_common::{MAX_SLOTS, SlotReading};
 
@@ -36,35 +36,6 @@ pub(super) fn width_mask(bits: u8) -> u64 {
     } else {
         (1u64 << bits) - 1
     }
-}
-
-#[derive(Clone, Copy, Debug)]
-pub(super) struct Reading {
-    pub(super) t: u64,
-    pub(super) r: SlotReading,
-    /// enabled/running are meaningful (tick reads); userspace fallback reads may not have them.
-    pub(super) times: bool,
-}
-
-pub(super) struct PkgSlot {
-    pub(super) slot: usize,
-    pub(super) pending: Vec<Reading>,
-    /// Last reading already used: the chain continues from here, and spans before it are done.
-    pub(super) base: Option<Reading>,
-    pub(super) spans: Vec<Span>,
-}
-
-pub(super) struct PkgState {
-    pub(super) id: u32,
-    pub(super) cpus: Vec<u32>,
-    pub(super) slots: Vec<PkgSlot>,
-    pub(super) segs: Vec<Segment>,
-    /// Counts per slot in the current interval (package totals).
-    pub(super) acc: [f64; MAX_SLOTS],
-    /// The part of `acc` no task took.
-    pub(super) idle: [f64; MAX_SLOTS],
-    /// The part of `idle` no core counter saw (device traffic).
-    pub(super) device: [f64; MAX_SLOTS],
 }
 
 impl PkgSlot {

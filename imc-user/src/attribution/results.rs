@@ -2,7 +2,7 @@
 //! took (device traffic apart), the counts rounded and taken so that attributed +
 //! unattributed = the controller's total every interval.
 
-use super::Attributor;
+use super::state::Attributor;
 use super::summary;
 use super::tasks;
 use crate::model::result::{IntervalResult, PackageRow, ShareBasis, TaskRow, package_bytes};

@@ -2,9 +2,8 @@
 //! remote weight read, fitted to what each package's own CPUs' local weights leave
 //! unexplained.
 
-use super::Attributor;
-use super::package::PkgState;
 use super::spread::MAX_CLASSES;
+use super::state::{Attributor, PkgState};
 use super::tasks::IDLE;
 use std::collections::BTreeMap;
 

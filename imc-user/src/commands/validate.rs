@@ -13,6 +13,7 @@
 //!
 //! Exit 0 within every bound, 1 outside one (the figure named on stderr), 2 bad input.
 mod bytes;
+mod comparable;
 mod counts;
 mod dry;
 mod live;
@@ -23,43 +24,21 @@ mod tests;
 mod truth;
 mod workloads;
 
-use super::sampling::{block_on, discover, select_for};
+pub use comparable::{MBM_BOUND, ZERO_CHARGE_BOUND, error_bound};
+
+use super::sampling::{discover, select_for};
 use crate::cli::{GlobalArgs, ValidateArgs};
-use crate::discovery::resctrl::{self, Resctrl};
-use crate::error::{CliError, CliResult, ErrorKind};
-use crate::model::Direction;
-use crate::model::result::IntervalResult;
-use crate::pipeline::{LoopOptions, Sink, sample_loop};
-use crate::plan::{Command, Plan};
-use bytes::*;
-use counts::*;
-use dry::*;
-use live::*;
-use report::*;
+use crate::discovery::resctrl;
+use crate::error::{CliError, CliResult};
+use crate::plan::Command;
+use bytes::save_fidelity;
+use comparable::BytesPlan;
+use dry::{DryRun, render_dry};
+use live::run_live;
+use report::render_report;
 use serde::Serialize;
-use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
-use std::time::Duration;
-use truth::{Truth, TruthEvent};
-use workloads::{KINDS, Kind, Workloads};
-
-/// A task's error bound for an event: a twentieth of a tick's time is the clock's own
-/// resolution, so on-CPU time gets twice the counts' bound.
-pub fn error_bound(event: &str) -> f64 {
-    if matches!(event, "cpu-clock" | "task-clock") {
-        0.02
-    } else {
-        0.01
-    }
-}
-
-/// What a workload that never makes an event may be charged of it over a whole run.
-pub const ZERO_CHARGE_BOUND: f64 = 10.0;
-/// MBM against imc's bytes: the kernel's resctrl selftest accepts 8%
-/// (tools/testing/selftests/resctrl/mbm_test.c, MAX_DIFF_PERCENT).
-pub const MBM_BOUND: f64 = 0.08;
+use workloads::{KINDS, Kind};
 
 pub fn run(global: &GlobalArgs, args: &ValidateArgs) -> CliResult<ExitCode> {
     if let Some(kind) = &args.workload {
@@ -122,53 +101,4 @@ fn print<T: Serialize>(v: &T, json: bool, text: fn(&T) -> String) -> CliResult<E
     };
     crate::error::write_stdout(out.as_bytes())?;
     Ok(ExitCode::SUCCESS)
-}
-
-/// Whether the plan counts the controller's bytes, and why not.
-struct BytesPlan {
-    real: bool,
-    reason: String,
-}
-
-impl BytesPlan {
-    fn of(plan: &Plan) -> BytesPlan {
-        let specs = crate::sampler::from_plan::slot_specs(plan);
-        let real = crate::model::measures_bytes(&specs) && !plan.source.starts_with("proxy:");
-        BytesPlan {
-            real,
-            reason: if real {
-                format!("the memory controller is counted ({})", plan.source)
-            } else {
-                format!(
-                    "no memory-controller bytes here (source {}): expected bytes and fidelity are not measured",
-                    plan.source
-                )
-            },
-        }
-    }
-}
-
-/// One section that is measured only on some machines: whether, and why not.
-#[derive(Clone, Debug, Serialize)]
-struct Availability {
-    available: bool,
-    reason: String,
-}
-
-fn mbm_availability(rdt: &Resctrl) -> Availability {
-    match rdt {
-        Resctrl::Mbm { dir, features } => Availability {
-            available: true,
-            reason: format!("resctrl at {} ({})", dir.display(), features.join(", ")),
-        },
-        Resctrl::Absent(why) => Availability {
-            available: false,
-            reason: why.clone(),
-        },
-    }
-}
-
-/// The records the plan chose (`aggregated`, or `per-switch` with `--precise`).
-fn records(plan: &Plan) -> &'static str {
-    plan.records.map_or("none", crate::plan::Records::as_str)
 }

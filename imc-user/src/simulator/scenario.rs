@@ -8,154 +8,24 @@
 //! it (the `imc-accuracy` binary).
 use super::{Layout, QueueTruth, Scenario, SynthItem, SynthSlot, SynthTask, TaskTraits};
 use crate::attribution::Attributor;
-use crate::discovery::DiscoveryError;
 use crate::model::result::IntervalResult;
-use crate::model::{Direction, Discovery, SlotRole, SlotScope, SlotSpec};
-use crate::plan::{self, Command, Kernel, Plan, PlanError, Reader, Request};
+use crate::model::{Direction, SlotRole, SlotScope, SlotSpec};
+use crate::plan::{self, Command, Plan, PlanError, Reader, Request};
 use crate::sampler::aggregate_twin::Aggregator;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use thiserror::Error;
+use std::path::Path;
 
 mod check;
+mod file;
 mod render;
 mod run;
 #[cfg(test)]
 mod tests;
 
-/// Longest run a scenario may ask for: a day of simulated time.
-const MAX_DURATION_S: f64 = 86_400.0;
-/// Most CPUs a scenario's machine may have.
-pub const MAX_CPUS: usize = 4096;
-/// Most task entries in one scenario.
-const MAX_TASKS: usize = 100_000;
-/// Bandwidth beyond any memory system (bytes/s): 10 TB/s.
-const MAX_BPS: f64 = 1e13;
-/// The fixture tree whose machine a `packages` scenario reshapes (a Skylake-SP server).
-pub const PACKAGES_BASE: &str = "skx-2socket";
-
-#[derive(Debug, Error)]
-pub enum ScenarioError {
-    #[error("{path}: cannot read the scenario: {source}")]
-    Read {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    /// Malformed JSON, an unknown field, a value of the wrong type or out of range: `field` is
-    /// its path (`tasks[3].read_bps`).
-    #[error("{path}: {field}: {message}")]
-    Field {
-        path: PathBuf,
-        field: String,
-        message: String,
-    },
-    #[error("{path}: root {root}: {source}")]
-    Discovery {
-        path: PathBuf,
-        root: PathBuf,
-        #[source]
-        source: Box<DiscoveryError>,
-    },
-    #[error("{path}: the plan: {source}")]
-    Plan {
-        path: PathBuf,
-        #[source]
-        source: PlanError,
-    },
-}
-
-/// A list of CPUs: `[0, 1, 2]` or the kernel's text form `"0-15,32"`.
-#[derive(Clone, Debug, Deserialize)]
-#[serde(untagged)]
-pub enum CpuList {
-    Numbers(Vec<u32>),
-    Text(String),
-}
-
-/// A scenario file as written (see `tests/scenarios/README.md`).
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ScenarioFile {
-    pub name: String,
-    /// A fixture tree, relative to the scenario file.
-    #[serde(default)]
-    pub root: Option<PathBuf>,
-    /// Packages, each a list of its CPUs.
-    #[serde(default)]
-    pub packages: Option<Vec<CpuList>>,
-    /// The kernel release (which CPUs may read a package counter).
-    #[serde(default)]
-    pub kernel: Option<String>,
-    #[serde(default)]
-    pub hz: Option<u32>,
-    pub duration_s: f64,
-    #[serde(default = "default_interval_ms")]
-    pub interval_ms: u64,
-    /// DMA read bandwidth per package, in package order.
-    #[serde(default)]
-    pub dma_read_bps: Vec<f64>,
-    /// Measured fidelity of weight events (`{"<event>": f}`, as `imc validate --save` keeps
-    /// it): handed to the plan as imc would read it; events not named stay at 1.
-    #[serde(default)]
-    pub fidelity: BTreeMap<String, f64>,
-    /// Peak bandwidth per package (bytes/s), in package order: its memory's latency grows with
-    /// its utilisation (`idle_latency_ns / (1 − u)`); missing: the idle latency throughout.
-    #[serde(default)]
-    pub peak_bps: Vec<f64>,
-    /// The memory's latency with nothing else in the queues.
-    #[serde(default = "default_idle_latency_ns")]
-    pub idle_latency_ns: f64,
-    pub tasks: Vec<TaskFile>,
-}
-
-fn default_idle_latency_ns() -> f64 {
-    80.0
-}
-
-fn default_interval_ms() -> u64 {
-    1000
-}
-
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TaskFile {
-    pub pid: u32,
-    pub comm: String,
-    pub cpus: CpuList,
-    #[serde(default = "one")]
-    pub cpu_share: f64,
-    #[serde(default = "default_slice_ms")]
-    pub slice_ms: f64,
-    #[serde(default)]
-    pub read_bps: f64,
-    #[serde(default)]
-    pub write_bps: f64,
-    #[serde(default)]
-    pub memory_package: Option<u32>,
-    #[serde(default = "per_line")]
-    pub read_weight_per_byte: f64,
-    #[serde(default = "per_line")]
-    pub write_weight_per_byte: f64,
-    #[serde(default)]
-    pub start_s: f64,
-    #[serde(default)]
-    pub end_s: Option<f64>,
-    /// The part of its read lines whose latency stalls its core (1: a pointer chaser).
-    #[serde(default)]
-    pub stall_per_miss: f64,
-}
-
-fn one() -> f64 {
-    1.0
-}
-fn default_slice_ms() -> f64 {
-    4.0
-}
-fn per_line() -> f64 {
-    1.0 / 64.0
-}
+pub use check::{PACKAGES_BASE, packages_base};
+use file::field_error;
+pub use file::{CpuList, Loaded, MAX_CPUS, ScenarioError, ScenarioFile, TaskFile};
 
 /// How the plan is told to divide traffic.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -178,19 +48,6 @@ pub struct RunOptions {
     /// otherwise (imc's default on the kernel's tick) the switches are folded into per-task
     /// aggregates at each tick, as the kernel does ([`crate::sampler::aggregate_twin`]).
     pub precise: bool,
-}
-
-/// A validated scenario, ready to plan and run.
-#[derive(Clone, Debug)]
-pub struct Loaded {
-    pub path: PathBuf,
-    pub file: ScenarioFile,
-    pub found: Discovery,
-    pub kernel: Kernel,
-    /// Per task entry: its CPUs.
-    pub task_cpus: Vec<Vec<u32>>,
-    /// Per task entry: the index (into the topology's packages) of its memory, if given.
-    pub task_memory: Vec<Option<usize>>,
 }
 
 /// One task's result (entries with the same pid and comm are one task).
@@ -262,14 +119,6 @@ pub struct Outcome {
     pub latency_max_error: Option<f64>,
 }
 
-fn field_error(path: &Path, field: impl Into<String>, message: impl Into<String>) -> ScenarioError {
-    ScenarioError::Field {
-        path: path.to_path_buf(),
-        field: field.into(),
-        message: message.into(),
-    }
-}
-
 /// Reads and validates a scenario file: one error naming the file and the field.
 pub fn load(path: &Path) -> Result<Loaded, ScenarioError> {
     let text = read_regular(path).map_err(|source| ScenarioError::Read {
@@ -319,13 +168,6 @@ pub fn parse(path: &Path, text: &str) -> Result<Loaded, ScenarioError> {
 fn unknown_field(msg: &str) -> Option<String> {
     let rest = msg.strip_prefix("unknown field `")?;
     Some(rest.split('`').next()?.to_string())
-}
-
-/// Where the [`PACKAGES_BASE`] fixture tree is: the source tree's tests/fixtures.
-pub fn packages_base() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../tests/fixtures")
-        .join(PACKAGES_BASE)
 }
 
 impl Loaded {

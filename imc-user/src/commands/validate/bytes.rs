@@ -1,7 +1,15 @@
 //! Bytes: what the workloads' kernels moved against what the weights saw (their fidelity,
 //! saved for the plan), and MBM's bytes per workload.
 
-use super::*;
+use super::counts::{Ident, owner};
+use super::truth::{Truth, TruthEvent};
+use super::workloads::Kind;
+use crate::error::{CliError, CliResult};
+use crate::model::Direction;
+use crate::model::result::IntervalResult;
+use crate::plan::Plan;
+use serde::Serialize;
+use std::collections::BTreeMap;
 
 #[derive(Clone, Debug, Default, Serialize)]
 pub(super) struct KernelBytes {

@@ -1,7 +1,10 @@
 //! Counts against the truth: per interval and workload, the kernel's count of each weight
 //! event against what the attributor charged, and the bounds they are judged by.
 
-use super::*;
+use super::comparable::{ZERO_CHARGE_BOUND, error_bound};
+use super::truth::TruthEvent;
+use crate::model::result::IntervalResult;
+use serde::Serialize;
 
 /// Who a workload is in the attributor's rows: its process (tgid), or its comm (the burst's
 /// short-lived children, forked under its name).

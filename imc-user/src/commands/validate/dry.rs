@@ -1,7 +1,16 @@
 //! `imc validate --dry-run`: the workloads, the truth events and the bounds the plan would
 //! judge, printed with no privileges.
 
-use super::*;
+use super::comparable::{
+    Availability, BytesPlan, MBM_BOUND, ZERO_CHARGE_BOUND, error_bound, mbm_availability, records,
+};
+use super::counts::Bound;
+use super::truth::TruthEvent;
+use super::workloads::Kind;
+use crate::cli::ValidateArgs;
+use crate::discovery::resctrl::Resctrl;
+use crate::plan::Plan;
+use serde::Serialize;
 
 #[derive(Serialize)]
 pub(super) struct DryWorkload {

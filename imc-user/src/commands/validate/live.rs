@@ -1,7 +1,24 @@
 //! The live run: workloads started and sampled through the real plan and sampler, frozen at
 //! --duration, their truth counted beside, and the report judged.
 
-use super::*;
+use super::bytes::{BytesSection, MbmRow, MbmSection, byte_rows, fidelity_of, mbm_rows};
+use super::comparable::{Availability, BytesPlan, MBM_BOUND, mbm_availability, records};
+use super::counts::{Bound, Counts, Ident, compare, count_bounds};
+use super::mbm;
+use super::report::Report;
+use super::truth::{Truth, TruthEvent};
+use super::workloads::{Kind, Workloads};
+use crate::cli::{GlobalArgs, ValidateArgs};
+use crate::commands::sampling::block_on;
+use crate::discovery::resctrl::Resctrl;
+use crate::error::{CliError, CliResult, ErrorKind};
+use crate::model::result::IntervalResult;
+use crate::pipeline::{LoopOptions, Sink, sample_loop};
+use crate::plan::Plan;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
 
 /// How long the sampler runs on after the workloads are frozen at --duration: every count they
 /// made is in a record by then (a tick or a switch on every CPU), so the last interval is whole.

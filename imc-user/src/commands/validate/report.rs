@@ -1,6 +1,8 @@
 //! The report: every section in one object (JSON) or its text.
 
-use super::*;
+use super::bytes::{BytesSection, Fidelity, MbmSection};
+use super::counts::{Bound, IntervalRow, WorkloadRow};
+use serde::Serialize;
 
 #[derive(Serialize)]
 pub(super) struct Report {

@@ -1,4 +1,8 @@
+use super::bytes::{KernelBytes, fidelity_of};
+use super::counts::{Bound, Ident, compare, count_bounds};
+use super::truth::TruthEvent;
 use super::*;
+use crate::model::result::IntervalResult;
 use crate::model::result::{PackageRow, TaskRow};
 
 fn ev(name: &str) -> TruthEvent {

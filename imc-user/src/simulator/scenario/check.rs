@@ -1,7 +1,14 @@
 //! A scenario file's values checked one by one, each refusal naming the field and what it
 //! expects, and the machine it names (a fixture tree, or a shape of packages) discovered.
 
-use super::*;
+use super::file::{
+    CpuList, Loaded, MAX_BPS, MAX_CPUS, MAX_DURATION_S, MAX_TASKS, ScenarioError, ScenarioFile,
+    TaskFile, field_error,
+};
+use crate::model::Discovery;
+use crate::plan::Kernel;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 
 fn finite_in(
     path: &Path,
@@ -440,4 +447,14 @@ fn shaped_machine(path: &Path, pkgs: &[CpuList]) -> Result<Discovery, ScenarioEr
     found.topology.possible = all;
     found.topology.packages = packages;
     Ok(found)
+}
+
+/// The fixture tree whose machine a `packages` scenario reshapes (a Skylake-SP server).
+pub const PACKAGES_BASE: &str = "skx-2socket";
+
+/// Where the [`PACKAGES_BASE`] fixture tree is: the source tree's tests/fixtures.
+pub fn packages_base() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures")
+        .join(PACKAGES_BASE)
 }
