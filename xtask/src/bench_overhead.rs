@@ -958,18 +958,7 @@ pub fn run(imc: &Path, bench_object: &Path) -> Result<()> {
              collectors and the workload at real-time priority, above it)"
         );
     }
-    let kinds = std::env::var("IMC_BENCH_KINDS").unwrap_or_else(|_| "cpu,mem,switch".into());
-    let kinds: Vec<Kind> = kinds
-        .split(',')
-        .map(|k| match k.trim() {
-            "cpu" => Ok(Kind::Cpu),
-            "mem" => Ok(Kind::Mem),
-            "switch" => Ok(Kind::Switch),
-            other => Err(anyhow!(
-                "IMC_BENCH_KINDS: unknown workload '{other}' (cpu, mem, switch, comma-separated)"
-            )),
-        })
-        .collect::<Result<_>>()?;
+    let kinds = bench_kinds()?;
     let result = kinds
         .into_iter()
         .map(|k| bench_kind(&mut b, k, rounds, target_s))
@@ -990,6 +979,22 @@ pub fn run(imc: &Path, bench_object: &Path) -> Result<()> {
         print_switch_split(r, kernel_hz, cpu_reads);
     }
     Ok(())
+}
+
+/// The workload kinds IMC_BENCH_KINDS names (default: cpu, mem and switch).
+fn bench_kinds() -> Result<Vec<Kind>> {
+    let kinds = std::env::var("IMC_BENCH_KINDS").unwrap_or_else(|_| "cpu,mem,switch".into());
+    kinds
+        .split(',')
+        .map(|k| match k.trim() {
+            "cpu" => Ok(Kind::Cpu),
+            "mem" => Ok(Kind::Mem),
+            "switch" => Ok(Kind::Switch),
+            other => Err(anyhow!(
+                "IMC_BENCH_KINDS: unknown workload '{other}' (cpu, mem, switch, comma-separated)"
+            )),
+        })
+        .collect()
 }
 
 /// Switch-heavy: switches/s beside records/s drained, imc's CPU split into BPF and userspace,
