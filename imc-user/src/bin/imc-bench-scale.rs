@@ -300,17 +300,8 @@ fn child(o: &Opts, aggregated: bool, mode: Mode, label: &str) -> Result<Figures,
     let mut stream = sc.stream();
     let mut chunk = Vec::new();
     let mut horizon = 0u64;
-    let extend = |stream: &mut imc::simulator::SynthStream,
-                  sched: &mut Scheduler,
-                  chunk: &mut Vec<(u64, Option<usize>)>,
-                  to: u64| {
-        for c in 0..o.cpus as usize {
-            sched.chunk(c, to, chunk);
-            stream.extend_schedule(c, chunk);
-        }
-    };
     horizon += 2 * CHUNK_NS;
-    extend(&mut stream, &mut sched, &mut chunk, horizon);
+    extend_schedules(&mut stream, &mut sched, &mut chunk, o.cpus, horizon);
     let mut f = Figures {
         aggregated,
         ..Default::default()
@@ -318,29 +309,6 @@ fn child(o: &Opts, aggregated: bool, mode: Mode, label: &str) -> Result<Figures,
     let mut folded = Vec::new();
     let mut next_drain = u64::from(DRAIN_MS) * 1_000_000;
     let mut next_progress = 1_000_000_000u64;
-    let drain = |pump: &mut Drainer<Loopback>,
-                 sink: &mut Counting,
-                 ends: &mut IntervalEnds,
-                 now: u64,
-                 f: &mut Figures|
-     -> Result<(), String> {
-        pump.sampler_mut()
-            .publish()
-            .map_err(|e| format!("writing the rings: {e}"))?;
-        if mode == Mode::GenerateOnly {
-            // Nobody reads: the rings' heads move on, the records are overwritten.
-            pump.take_wakes();
-            return Ok(());
-        }
-        let before = thread_cpu_s();
-        pump.take_wakes();
-        let (n, _) = pump
-            .drain_into(sink, ends, now)
-            .map_err(|e| format!("the pump: {e}"))?;
-        f.drain_cpu_s += thread_cpu_s() - before;
-        f.drained += n as u64;
-        Ok(())
-    };
     while let Some(item) = stream.next() {
         let SynthItem::Tick(r) = item else {
             continue;
@@ -358,10 +326,10 @@ fn child(o: &Opts, aggregated: bool, mode: Mode, label: &str) -> Result<Figures,
         }
         if t + CHUNK_NS >= horizon {
             horizon += CHUNK_NS;
-            extend(&mut stream, &mut sched, &mut chunk, horizon);
+            extend_schedules(&mut stream, &mut sched, &mut chunk, o.cpus, horizon);
         }
         if pump.sampler().wake_pending() || t >= next_drain {
-            drain(&mut pump, &mut sink, &mut ends, t, &mut f)?;
+            drain_once(&mut pump, &mut sink, &mut ends, t, &mut f, mode)?;
             next_drain = t + u64::from(DRAIN_MS) * 1_000_000;
         }
         if t >= next_progress {
@@ -377,7 +345,7 @@ fn child(o: &Opts, aggregated: bool, mode: Mode, label: &str) -> Result<Figures,
     }
     // The run's end: the last records and every interval up to it.
     let end = (o.seconds * 1e9) as u64 + 1;
-    drain(&mut pump, &mut sink, &mut ends, end, &mut f)?;
+    drain_once(&mut pump, &mut sink, &mut ends, end, &mut f, mode)?;
     f.lost = imc::sampler::RecordSource::lost_records(pump.sampler());
     f.intervals = sink.intervals;
     f.total_cpu_s = thread_cpu_s() - start_cpu;
@@ -389,6 +357,48 @@ fn child(o: &Opts, aggregated: bool, mode: Mode, label: &str) -> Result<Figures,
         ));
     }
     Ok(f)
+}
+
+/// Every CPU's schedule, and the stream's, extended up to `to`.
+fn extend_schedules(
+    stream: &mut imc::simulator::SynthStream,
+    sched: &mut Scheduler,
+    chunk: &mut Vec<(u64, Option<usize>)>,
+    cpus: u32,
+    to: u64,
+) {
+    for c in 0..cpus as usize {
+        sched.chunk(c, to, chunk);
+        stream.extend_schedule(c, chunk);
+    }
+}
+
+/// The rings published and, unless only generating, drained into the sink up to `now`: the
+/// drain's CPU time and records counted in `f`.
+fn drain_once(
+    pump: &mut Drainer<Loopback>,
+    sink: &mut Counting,
+    ends: &mut IntervalEnds,
+    now: u64,
+    f: &mut Figures,
+    mode: Mode,
+) -> Result<(), String> {
+    pump.sampler_mut()
+        .publish()
+        .map_err(|e| format!("writing the rings: {e}"))?;
+    if mode == Mode::GenerateOnly {
+        // Nobody reads: the rings' heads move on, the records are overwritten.
+        pump.take_wakes();
+        return Ok(());
+    }
+    let before = thread_cpu_s();
+    pump.take_wakes();
+    let (n, _) = pump
+        .drain_into(sink, ends, now)
+        .map_err(|e| format!("the pump: {e}"))?;
+    f.drain_cpu_s += thread_cpu_s() - before;
+    f.drained += n as u64;
+    Ok(())
 }
 
 fn child_line(f: &Figures) -> String {
