@@ -106,6 +106,20 @@ fn mono_ns(i: Instant) -> Option<u64> {
     Some(field("tv_sec")? * 1_000_000_000 + field("tv_nsec")?)
 }
 
+/// Every line of `out`, each sent to `tx` as it arrives: the whole text.
+fn forward_lines(out: &mut impl Read, tx: &std::sync::mpsc::Sender<String>) -> String {
+    use std::io::BufRead;
+    let mut s = String::new();
+    let mut r = std::io::BufReader::new(out);
+    let mut line = String::new();
+    while r.read_line(&mut line).unwrap_or(0) > 0 {
+        let _ = tx.send(line.clone());
+        s.push_str(&line);
+        line.clear();
+    }
+    s
+}
+
 /// Like `measure`, calling `on_line` with each stdout line as it arrives.
 fn measure_lines(
     name: &'static str,
@@ -123,18 +137,7 @@ fn measure_lines(
     let mut out = child.stdout.take().context("stdout")?;
     let mut err = child.stderr.take().context("stderr")?;
     let (tx, rx) = std::sync::mpsc::channel::<String>();
-    let out_t = std::thread::spawn(move || {
-        use std::io::BufRead;
-        let mut s = String::new();
-        let mut r = std::io::BufReader::new(&mut out);
-        let mut line = String::new();
-        while r.read_line(&mut line).unwrap_or(0) > 0 {
-            let _ = tx.send(line.clone());
-            s.push_str(&line);
-            line.clear();
-        }
-        s
-    });
+    let out_t = std::thread::spawn(move || forward_lines(&mut out, &tx));
     let err_t = std::thread::spawn(move || {
         let mut s = String::new();
         let _ = err.read_to_string(&mut s);

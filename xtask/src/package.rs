@@ -272,7 +272,7 @@ fn install_files(root: &Path, stage: &Path, usr_bin: &Path, version: &str) -> Re
 fn write_md5sums(stage: &Path) -> Result<()> {
     let mut sums = String::new();
     let mut files = Vec::new();
-    collect_files(&stage, &stage, &mut files)?;
+    collect_files(stage, stage, &mut files)?;
     files.sort();
     for rel in &files {
         let line = output_of(Command::new("md5sum").arg(rel).current_dir(stage))?;
