@@ -47,9 +47,18 @@
 //! to run the collectors (SCHED_FIFO 20) and the workload (10) at real-time priority, above
 //! whatever else keeps a shared machine busy (which otherwise decides the wall times),
 //! IMC_BENCH_KINDS=cpu,mem,switch (all three) to run only some workloads.
+mod arms;
+mod host;
+mod stats;
+mod work;
+
 use anyhow::{Context, Result, anyhow, bail};
+use arms::{Arm, Kind, round_order};
+use host::{env_num, loadavg, online_cpus};
+use stats::{Check, MeanSe, check_line, mean_se, pct};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use work::{Work, json_field, parse_drained, parse_plan_tick, parse_work};
 
 /// The rate of imc's own timer (`--freq`) and of perf's cpu-clock sampling.
 const FREQ: u32 = 1000;
@@ -65,14 +74,9 @@ const TARGET_COLLECTOR_PCT: f64 = 0.1;
 const TARGET_USERSPACE_PCT: f64 = 0.1;
 const TARGET_NS_VS_BARE: f64 = 1.5;
 const TARGET_RECORDS_PER_TICK: f64 = 2.0;
-/// --freq: ticks counted over the window against FREQ × CPUs × seconds. Below this imc was not
-/// sampling the run (or not on every CPU); above, the count is not what it claims to be.
-const TICKS_MIN_RATIO: f64 = 0.8;
+/// --freq: ticks counted over the window against FREQ × CPUs × seconds above this: the count
+/// is not what it claims to be (the least is per kind, `Kind::freq_min_ratio`).
 const TICKS_MAX_RATIO: f64 = 1.25;
-/// The same lower bound where the CPUs go idle between context switches: there a VM's cpu-clock
-/// timer fires late and skips periods (0.74 to 0.98 of FREQ measured on a 2-vCPU VM), while 0.5
-/// still tells a firing timer from none or from the kernel's tick (HZ / FREQ).
-const TICKS_MIN_RATIO_IDLE: f64 = 0.5;
 /// The default tick: at least this share of the kernel's HZ × CPUs × seconds (busy CPUs tick at
 /// HZ; context switches only add program runs).
 const KERNEL_TICKS_MIN_RATIO: f64 = 0.5;
@@ -81,221 +85,6 @@ const KERNEL_TICKS_MIN_RATIO: f64 = 0.5;
 /// share, while other work on the machine gets neither's CPUs.
 const RT_WORKLOAD: u32 = 10;
 const RT_COLLECTOR: u32 = 20;
-
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum Kind {
-    Cpu,
-    Mem,
-    Switch,
-}
-
-impl Kind {
-    fn arg(self) -> &'static str {
-        match self {
-            Kind::Cpu => "cpu",
-            Kind::Mem => "mem",
-            Kind::Switch => "switch",
-        }
-    }
-    fn label(self) -> &'static str {
-        match self {
-            Kind::Cpu => "compute-bound (register-only integer/FP chain, a thread per CPU)",
-            Kind::Mem => "memory-bound (256 MiB read-modify-write passes, a thread per CPU)",
-            Kind::Switch => "context-switch-heavy (two threads passing a byte through pipes)",
-        }
-    }
-    /// The least share of FREQ × CPUs × seconds a cpu-clock timer is expected to tick: its CPUs
-    /// are busy throughout, or (switch) idle between wake-ups.
-    fn freq_min_ratio(self) -> f64 {
-        match self {
-            Kind::Cpu | Kind::Mem => TICKS_MIN_RATIO,
-            Kind::Switch => TICKS_MIN_RATIO_IDLE,
-        }
-    }
-    /// Work for the calibration run, scaled afterwards to the target duration.
-    fn probe_units(self) -> u64 {
-        match self {
-            Kind::Cpu => 100,
-            Kind::Mem => 8,
-            Kind::Switch => 20,
-        }
-    }
-    fn arms(self, perf: bool) -> Vec<Arm> {
-        let mut v = vec![Arm::Alone, Arm::ImcTick, Arm::ImcFreq];
-        if self == Kind::Switch {
-            v.extend([
-                Arm::ImcPrecise,
-                Arm::BareSwitch,
-                Arm::BareSwitchRead,
-                Arm::BareSwitchClock,
-            ]);
-        }
-        if perf {
-            v.push(Arm::PerfClock);
-            if self == Kind::Switch {
-                v.push(Arm::PerfSwitch);
-            }
-        }
-        v
-    }
-}
-
-/// The sides of a round; the order rotates every round so drift on a shared machine hits each
-/// side in each position alike.
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum Arm {
-    Alone,
-    ImcTick,
-    ImcFreq,
-    /// `imc record --precise`: a record per context switch.
-    ImcPrecise,
-    /// The workload alone with a bare program on sched_switch (the floor of imc's).
-    BareSwitch,
-    /// The same program reading one counter of its CPU: the floor plus one read.
-    BareSwitchRead,
-    /// The same program reading the clock: the floor plus the timestamp.
-    BareSwitchClock,
-    PerfClock,
-    PerfSwitch,
-}
-
-impl Arm {
-    fn label(self) -> &'static str {
-        match self {
-            Arm::Alone => "alone",
-            Arm::ImcTick => "imc record (default tick)",
-            Arm::ImcFreq => "imc record --freq 1000",
-            Arm::ImcPrecise => "imc record --precise",
-            Arm::BareSwitch => "bare sched_switch program",
-            Arm::BareSwitchRead => "bare program + 1 counter read",
-            Arm::BareSwitchClock => "bare program + the clock",
-            Arm::PerfClock => "perf record -F 1000 -a",
-            Arm::PerfSwitch => "perf record -e sched_switch -a",
-        }
-    }
-    fn short(self) -> &'static str {
-        match self {
-            Arm::Alone => "alone",
-            Arm::ImcTick => "imc",
-            Arm::ImcFreq => "imc-F",
-            Arm::ImcPrecise => "imc-P",
-            Arm::BareSwitch => "bare",
-            Arm::BareSwitchRead => "bare+read",
-            Arm::BareSwitchClock => "bare+clock",
-            Arm::PerfClock => "perf-F",
-            Arm::PerfSwitch => "perf-sw",
-        }
-    }
-}
-
-fn round_order(arms: &[Arm], round: usize) -> Vec<Arm> {
-    let mut v = arms.to_vec();
-    v.rotate_left(round % arms.len());
-    v
-}
-
-/// The workload's own figures (its `imc-workload:` line).
-#[derive(Clone, Debug, Default, PartialEq)]
-struct Work {
-    elapsed_s: f64,
-    cpu_s: f64,
-    /// Local timer interrupts on all CPUs during the timed work.
-    loc: u64,
-    parent_progs: u64,
-    parent_cpu_s: f64,
-    bpf_runs: u64,
-    bpf_run_s: f64,
-    /// `--bare-switch`: the bare sched_switch program's runs (the window's context switches)
-    /// and run time.
-    bare_runs: u64,
-    bare_run_s: f64,
-    /// Under imc: records it drained from the kernel's rings over its whole run (its summary).
-    drained: Option<u64>,
-}
-
-impl Work {
-    /// Local timer interrupts per CPU-second of the window.
-    fn irq_rate(&self, cpus: usize) -> f64 {
-        self.loc as f64 / (self.elapsed_s * cpus as f64)
-    }
-    /// The parent's CPU and its BPF programs' run time, as a share (%) of the machine.
-    fn collector_pct(&self, cpus: usize) -> f64 {
-        (self.parent_cpu_s + self.bpf_run_s) / (self.elapsed_s * cpus as f64) * 100.0
-    }
-}
-
-fn parse_work(stdout: &str) -> Result<Work> {
-    let line = stdout
-        .lines()
-        .find(|l| l.starts_with("imc-workload:"))
-        .ok_or_else(|| anyhow!("the workload printed no 'imc-workload:' line: {stdout:?}"))?;
-    let get = |k: &str| -> Result<u64> {
-        line.split_whitespace()
-            .find_map(|kv| kv.strip_prefix(k)?.strip_prefix('='))
-            .ok_or_else(|| anyhow!("no {k}= in the workload's line: {line}"))?
-            .parse::<u64>()
-            .with_context(|| format!("{k}= in the workload's line: {line}"))
-    };
-    Ok(Work {
-        elapsed_s: get("elapsed_ns")? as f64 / 1e9,
-        cpu_s: get("cpu_ns")? as f64 / 1e9,
-        loc: get("loc")?,
-        parent_progs: get("parent_progs")?,
-        parent_cpu_s: get("parent_cpu_ns")? as f64 / 1e9,
-        bpf_runs: get("parent_bpf_runs")?,
-        bpf_run_s: get("parent_bpf_run_ns")? as f64 / 1e9,
-        bare_runs: get("bare_runs").unwrap_or(0),
-        bare_run_s: get("bare_run_ns").unwrap_or(0) as f64 / 1e9,
-        drained: None,
-    })
-}
-
-/// The records imc drained, from its `imc record` summary line ("…; N records drained").
-fn parse_drained(stderr: &str) -> Option<u64> {
-    let line = stderr.lines().find(|l| l.starts_with("imc: recorded"))?;
-    let before = line.strip_suffix(" records drained")?;
-    before.rsplit(' ').next()?.parse().ok()
-}
-
-/// A top-level field of a JSON object (imc's report or plan), as text: a string's contents,
-/// or a number's or boolean's digits. Parsed, not searched: nested objects (bursts, tasks) have
-/// fields of the same names.
-fn json_field(json: &str, key: &str) -> Option<String> {
-    let v: serde_json::Value = serde_json::from_str(json).ok()?;
-    match v.get(key)? {
-        serde_json::Value::String(s) => Some(s.clone()),
-        serde_json::Value::Null => None,
-        other => Some(other.to_string()),
-    }
-}
-
-/// The tick of one `imc record` plan (`--dry-run --json`).
-#[derive(Clone, Debug, PartialEq)]
-struct Tick {
-    source: String,
-    hz: f64,
-    adds_interrupts: bool,
-}
-
-fn parse_plan_tick(json: &str) -> Result<Tick> {
-    let v: serde_json::Value =
-        serde_json::from_str(json).with_context(|| format!("the plan is not JSON: {json}"))?;
-    let tick = v
-        .get("tick")
-        .ok_or_else(|| anyhow!("the plan has no tick: {json}"))?;
-    Ok(Tick {
-        source: tick["source"]
-            .as_str()
-            .ok_or_else(|| anyhow!("the plan's tick has no source: {tick}"))?
-            .to_string(),
-        hz: tick["hz"]
-            .as_f64()
-            .ok_or_else(|| anyhow!("the plan's tick has no hz: {tick}"))?,
-        adds_interrupts: tick["adds_interrupts"]
-            .as_bool()
-            .ok_or_else(|| anyhow!("the plan's tick has no adds_interrupts: {tick}"))?,
-    })
-}
 
 /// Whether a run under imc sampled the measured work: its programs ran on every CPU at the
 /// rate its tick promises (imc's timer: `freq`, less on CPUs that go idle; the kernel's: at
@@ -531,42 +320,6 @@ impl Bench {
     }
 }
 
-/// A mean and its standard error (sample standard deviation / √n).
-#[derive(Clone, Copy, Debug, PartialEq)]
-struct MeanSe {
-    mean: f64,
-    se: f64,
-}
-
-fn mean_se(v: &[f64]) -> MeanSe {
-    let n = v.len() as f64;
-    let mean = v.iter().sum::<f64>() / n;
-    let se = if v.len() < 2 {
-        f64::NAN
-    } else {
-        (v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0) / n).sqrt()
-    };
-    MeanSe { mean, se }
-}
-
-fn pct(under: f64, alone: f64) -> f64 {
-    (under / alone - 1.0) * 100.0
-}
-
-/// PASS or FAIL when the figure is more than 2 standard errors on one side of the target (at
-/// most `target` passes), else UNRESOLVED.
-fn verdict(v: MeanSe, target: f64) -> &'static str {
-    if !v.se.is_finite() || !v.mean.is_finite() {
-        "UNRESOLVED"
-    } else if v.mean + 2.0 * v.se <= target {
-        "PASS"
-    } else if v.mean - 2.0 * v.se > target {
-        "FAIL"
-    } else {
-        "UNRESOLVED"
-    }
-}
-
 /// One workload's runs, arm by arm, in round order.
 struct KindRuns {
     kind: Kind,
@@ -705,28 +458,6 @@ fn arm_row(r: &KindRuns, arm: Arm, runs: &[Work]) -> String {
     )
 }
 
-/// One target of the issue against what the run measured.
-struct Check {
-    what: String,
-    figure: MeanSe,
-    target: f64,
-    detail: String,
-}
-
-fn check_line(c: &Check) -> String {
-    let v = verdict(c.figure, c.target);
-    let why = match v {
-        "UNRESOLVED" => " — noise: within 2 standard errors of the target; more rounds, \
-                         IMC_BENCH_RT=1 or a quieter machine"
-            .to_string(),
-        _ => String::new(),
-    };
-    format!(
-        "{v:<10} {}: {:+.3} ± {:.3} against <= {} ({}){why}",
-        c.what, c.figure.mean, c.figure.se, c.target, c.detail
-    )
-}
-
 /// The issue's targets for the default `imc record`, from the runs of every workload.
 fn checks(all: &[KindRuns]) -> Vec<Check> {
     let mut out = Vec::new();
@@ -787,36 +518,6 @@ fn checks(all: &[KindRuns]) -> Vec<Check> {
         }
     }
     out
-}
-
-fn env_num<T: std::str::FromStr>(name: &str, default: T) -> Result<T> {
-    match std::env::var(name) {
-        Ok(s) => s
-            .trim()
-            .parse()
-            .map_err(|_| anyhow!("{name}={s:?} is not a valid number; unset it or fix it")),
-        Err(_) => Ok(default),
-    }
-}
-
-fn online_cpus() -> Result<usize> {
-    let text = std::fs::read_to_string("/sys/devices/system/cpu/online")
-        .context("/sys/devices/system/cpu/online")?;
-    let mut n = 0;
-    for part in text.trim().split(',').filter(|p| !p.is_empty()) {
-        n += match part.split_once('-') {
-            Some((a, b)) => b.parse::<usize>()? - a.parse::<usize>()? + 1,
-            None => 1,
-        };
-    }
-    Ok(n.max(1))
-}
-
-fn loadavg() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .ok()
-        .and_then(|s| s.split_whitespace().next().map(str::to_string))
-        .unwrap_or_else(|| "?".into())
 }
 
 /// `imc record --dry-run --json ARGS`: the plan's JSON.

@@ -1,3 +1,5 @@
+use super::stats::verdict;
+use super::work::Tick;
 use super::*;
 
 #[test]
