@@ -47,9 +47,18 @@
 //! to run the collectors (SCHED_FIFO 20) and the workload (10) at real-time priority, above
 //! whatever else keeps a shared machine busy (which otherwise decides the wall times),
 //! IMC_BENCH_KINDS=cpu,mem,switch (all three) to run only some workloads.
+mod arms;
+mod host;
+mod stats;
+mod work;
+
 use anyhow::{Context, Result, anyhow, bail};
+use arms::{Arm, Kind, round_order};
+use host::{env_num, loadavg, online_cpus};
+use stats::{Check, MeanSe, check_line, mean_se, pct};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use work::{Work, json_field, parse_drained, parse_plan_tick, parse_work};
 
 /// The rate of imc's own timer (`--freq`) and of perf's cpu-clock sampling.
 const FREQ: u32 = 1000;
@@ -65,14 +74,9 @@ const TARGET_COLLECTOR_PCT: f64 = 0.1;
 const TARGET_USERSPACE_PCT: f64 = 0.1;
 const TARGET_NS_VS_BARE: f64 = 1.5;
 const TARGET_RECORDS_PER_TICK: f64 = 2.0;
-/// --freq: ticks counted over the window against FREQ × CPUs × seconds. Below this imc was not
-/// sampling the run (or not on every CPU); above, the count is not what it claims to be.
-const TICKS_MIN_RATIO: f64 = 0.8;
+/// --freq: ticks counted over the window against FREQ × CPUs × seconds above this: the count
+/// is not what it claims to be (the least is per kind, `Kind::freq_min_ratio`).
 const TICKS_MAX_RATIO: f64 = 1.25;
-/// The same lower bound where the CPUs go idle between context switches: there a VM's cpu-clock
-/// timer fires late and skips periods (0.74 to 0.98 of FREQ measured on a 2-vCPU VM), while 0.5
-/// still tells a firing timer from none or from the kernel's tick (HZ / FREQ).
-const TICKS_MIN_RATIO_IDLE: f64 = 0.5;
 /// The default tick: at least this share of the kernel's HZ × CPUs × seconds (busy CPUs tick at
 /// HZ; context switches only add program runs).
 const KERNEL_TICKS_MIN_RATIO: f64 = 0.5;
@@ -81,221 +85,6 @@ const KERNEL_TICKS_MIN_RATIO: f64 = 0.5;
 /// share, while other work on the machine gets neither's CPUs.
 const RT_WORKLOAD: u32 = 10;
 const RT_COLLECTOR: u32 = 20;
-
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum Kind {
-    Cpu,
-    Mem,
-    Switch,
-}
-
-impl Kind {
-    fn arg(self) -> &'static str {
-        match self {
-            Kind::Cpu => "cpu",
-            Kind::Mem => "mem",
-            Kind::Switch => "switch",
-        }
-    }
-    fn label(self) -> &'static str {
-        match self {
-            Kind::Cpu => "compute-bound (register-only integer/FP chain, a thread per CPU)",
-            Kind::Mem => "memory-bound (256 MiB read-modify-write passes, a thread per CPU)",
-            Kind::Switch => "context-switch-heavy (two threads passing a byte through pipes)",
-        }
-    }
-    /// The least share of FREQ × CPUs × seconds a cpu-clock timer is expected to tick: its CPUs
-    /// are busy throughout, or (switch) idle between wake-ups.
-    fn freq_min_ratio(self) -> f64 {
-        match self {
-            Kind::Cpu | Kind::Mem => TICKS_MIN_RATIO,
-            Kind::Switch => TICKS_MIN_RATIO_IDLE,
-        }
-    }
-    /// Work for the calibration run, scaled afterwards to the target duration.
-    fn probe_units(self) -> u64 {
-        match self {
-            Kind::Cpu => 100,
-            Kind::Mem => 8,
-            Kind::Switch => 20,
-        }
-    }
-    fn arms(self, perf: bool) -> Vec<Arm> {
-        let mut v = vec![Arm::Alone, Arm::ImcTick, Arm::ImcFreq];
-        if self == Kind::Switch {
-            v.extend([
-                Arm::ImcPrecise,
-                Arm::BareSwitch,
-                Arm::BareSwitchRead,
-                Arm::BareSwitchClock,
-            ]);
-        }
-        if perf {
-            v.push(Arm::PerfClock);
-            if self == Kind::Switch {
-                v.push(Arm::PerfSwitch);
-            }
-        }
-        v
-    }
-}
-
-/// The sides of a round; the order rotates every round so drift on a shared machine hits each
-/// side in each position alike.
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum Arm {
-    Alone,
-    ImcTick,
-    ImcFreq,
-    /// `imc record --precise`: a record per context switch.
-    ImcPrecise,
-    /// The workload alone with a bare program on sched_switch (the floor of imc's).
-    BareSwitch,
-    /// The same program reading one counter of its CPU: the floor plus one read.
-    BareSwitchRead,
-    /// The same program reading the clock: the floor plus the timestamp.
-    BareSwitchClock,
-    PerfClock,
-    PerfSwitch,
-}
-
-impl Arm {
-    fn label(self) -> &'static str {
-        match self {
-            Arm::Alone => "alone",
-            Arm::ImcTick => "imc record (default tick)",
-            Arm::ImcFreq => "imc record --freq 1000",
-            Arm::ImcPrecise => "imc record --precise",
-            Arm::BareSwitch => "bare sched_switch program",
-            Arm::BareSwitchRead => "bare program + 1 counter read",
-            Arm::BareSwitchClock => "bare program + the clock",
-            Arm::PerfClock => "perf record -F 1000 -a",
-            Arm::PerfSwitch => "perf record -e sched_switch -a",
-        }
-    }
-    fn short(self) -> &'static str {
-        match self {
-            Arm::Alone => "alone",
-            Arm::ImcTick => "imc",
-            Arm::ImcFreq => "imc-F",
-            Arm::ImcPrecise => "imc-P",
-            Arm::BareSwitch => "bare",
-            Arm::BareSwitchRead => "bare+read",
-            Arm::BareSwitchClock => "bare+clock",
-            Arm::PerfClock => "perf-F",
-            Arm::PerfSwitch => "perf-sw",
-        }
-    }
-}
-
-fn round_order(arms: &[Arm], round: usize) -> Vec<Arm> {
-    let mut v = arms.to_vec();
-    v.rotate_left(round % arms.len());
-    v
-}
-
-/// The workload's own figures (its `imc-workload:` line).
-#[derive(Clone, Debug, Default, PartialEq)]
-struct Work {
-    elapsed_s: f64,
-    cpu_s: f64,
-    /// Local timer interrupts on all CPUs during the timed work.
-    loc: u64,
-    parent_progs: u64,
-    parent_cpu_s: f64,
-    bpf_runs: u64,
-    bpf_run_s: f64,
-    /// `--bare-switch`: the bare sched_switch program's runs (the window's context switches)
-    /// and run time.
-    bare_runs: u64,
-    bare_run_s: f64,
-    /// Under imc: records it drained from the kernel's rings over its whole run (its summary).
-    drained: Option<u64>,
-}
-
-impl Work {
-    /// Local timer interrupts per CPU-second of the window.
-    fn irq_rate(&self, cpus: usize) -> f64 {
-        self.loc as f64 / (self.elapsed_s * cpus as f64)
-    }
-    /// The parent's CPU and its BPF programs' run time, as a share (%) of the machine.
-    fn collector_pct(&self, cpus: usize) -> f64 {
-        (self.parent_cpu_s + self.bpf_run_s) / (self.elapsed_s * cpus as f64) * 100.0
-    }
-}
-
-fn parse_work(stdout: &str) -> Result<Work> {
-    let line = stdout
-        .lines()
-        .find(|l| l.starts_with("imc-workload:"))
-        .ok_or_else(|| anyhow!("the workload printed no 'imc-workload:' line: {stdout:?}"))?;
-    let get = |k: &str| -> Result<u64> {
-        line.split_whitespace()
-            .find_map(|kv| kv.strip_prefix(k)?.strip_prefix('='))
-            .ok_or_else(|| anyhow!("no {k}= in the workload's line: {line}"))?
-            .parse::<u64>()
-            .with_context(|| format!("{k}= in the workload's line: {line}"))
-    };
-    Ok(Work {
-        elapsed_s: get("elapsed_ns")? as f64 / 1e9,
-        cpu_s: get("cpu_ns")? as f64 / 1e9,
-        loc: get("loc")?,
-        parent_progs: get("parent_progs")?,
-        parent_cpu_s: get("parent_cpu_ns")? as f64 / 1e9,
-        bpf_runs: get("parent_bpf_runs")?,
-        bpf_run_s: get("parent_bpf_run_ns")? as f64 / 1e9,
-        bare_runs: get("bare_runs").unwrap_or(0),
-        bare_run_s: get("bare_run_ns").unwrap_or(0) as f64 / 1e9,
-        drained: None,
-    })
-}
-
-/// The records imc drained, from its `imc record` summary line ("…; N records drained").
-fn parse_drained(stderr: &str) -> Option<u64> {
-    let line = stderr.lines().find(|l| l.starts_with("imc: recorded"))?;
-    let before = line.strip_suffix(" records drained")?;
-    before.rsplit(' ').next()?.parse().ok()
-}
-
-/// A top-level field of a JSON object (imc's report or plan), as text: a string's contents,
-/// or a number's or boolean's digits. Parsed, not searched: nested objects (bursts, tasks) have
-/// fields of the same names.
-fn json_field(json: &str, key: &str) -> Option<String> {
-    let v: serde_json::Value = serde_json::from_str(json).ok()?;
-    match v.get(key)? {
-        serde_json::Value::String(s) => Some(s.clone()),
-        serde_json::Value::Null => None,
-        other => Some(other.to_string()),
-    }
-}
-
-/// The tick of one `imc record` plan (`--dry-run --json`).
-#[derive(Clone, Debug, PartialEq)]
-struct Tick {
-    source: String,
-    hz: f64,
-    adds_interrupts: bool,
-}
-
-fn parse_plan_tick(json: &str) -> Result<Tick> {
-    let v: serde_json::Value =
-        serde_json::from_str(json).with_context(|| format!("the plan is not JSON: {json}"))?;
-    let tick = v
-        .get("tick")
-        .ok_or_else(|| anyhow!("the plan has no tick: {json}"))?;
-    Ok(Tick {
-        source: tick["source"]
-            .as_str()
-            .ok_or_else(|| anyhow!("the plan's tick has no source: {tick}"))?
-            .to_string(),
-        hz: tick["hz"]
-            .as_f64()
-            .ok_or_else(|| anyhow!("the plan's tick has no hz: {tick}"))?,
-        adds_interrupts: tick["adds_interrupts"]
-            .as_bool()
-            .ok_or_else(|| anyhow!("the plan's tick has no adds_interrupts: {tick}"))?,
-    })
-}
 
 /// Whether a run under imc sampled the measured work: its programs ran on every CPU at the
 /// rate its tick promises (imc's timer: `freq`, less on CPUs that go idle; the kernel's: at
@@ -531,42 +320,6 @@ impl Bench {
     }
 }
 
-/// A mean and its standard error (sample standard deviation / √n).
-#[derive(Clone, Copy, Debug, PartialEq)]
-struct MeanSe {
-    mean: f64,
-    se: f64,
-}
-
-fn mean_se(v: &[f64]) -> MeanSe {
-    let n = v.len() as f64;
-    let mean = v.iter().sum::<f64>() / n;
-    let se = if v.len() < 2 {
-        f64::NAN
-    } else {
-        (v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0) / n).sqrt()
-    };
-    MeanSe { mean, se }
-}
-
-fn pct(under: f64, alone: f64) -> f64 {
-    (under / alone - 1.0) * 100.0
-}
-
-/// PASS or FAIL when the figure is more than 2 standard errors on one side of the target (at
-/// most `target` passes), else UNRESOLVED.
-fn verdict(v: MeanSe, target: f64) -> &'static str {
-    if !v.se.is_finite() || !v.mean.is_finite() {
-        "UNRESOLVED"
-    } else if v.mean + 2.0 * v.se <= target {
-        "PASS"
-    } else if v.mean - 2.0 * v.se > target {
-        "FAIL"
-    } else {
-        "UNRESOLVED"
-    }
-}
-
 /// One workload's runs, arm by arm, in round order.
 struct KindRuns {
     kind: Kind,
@@ -705,28 +458,6 @@ fn arm_row(r: &KindRuns, arm: Arm, runs: &[Work]) -> String {
     )
 }
 
-/// One target of the issue against what the run measured.
-struct Check {
-    what: String,
-    figure: MeanSe,
-    target: f64,
-    detail: String,
-}
-
-fn check_line(c: &Check) -> String {
-    let v = verdict(c.figure, c.target);
-    let why = match v {
-        "UNRESOLVED" => " — noise: within 2 standard errors of the target; more rounds, \
-                         IMC_BENCH_RT=1 or a quieter machine"
-            .to_string(),
-        _ => String::new(),
-    };
-    format!(
-        "{v:<10} {}: {:+.3} ± {:.3} against <= {} ({}){why}",
-        c.what, c.figure.mean, c.figure.se, c.target, c.detail
-    )
-}
-
 /// The issue's targets for the default `imc record`, from the runs of every workload.
 fn checks(all: &[KindRuns]) -> Vec<Check> {
     let mut out = Vec::new();
@@ -787,36 +518,6 @@ fn checks(all: &[KindRuns]) -> Vec<Check> {
         }
     }
     out
-}
-
-fn env_num<T: std::str::FromStr>(name: &str, default: T) -> Result<T> {
-    match std::env::var(name) {
-        Ok(s) => s
-            .trim()
-            .parse()
-            .map_err(|_| anyhow!("{name}={s:?} is not a valid number; unset it or fix it")),
-        Err(_) => Ok(default),
-    }
-}
-
-fn online_cpus() -> Result<usize> {
-    let text = std::fs::read_to_string("/sys/devices/system/cpu/online")
-        .context("/sys/devices/system/cpu/online")?;
-    let mut n = 0;
-    for part in text.trim().split(',').filter(|p| !p.is_empty()) {
-        n += match part.split_once('-') {
-            Some((a, b)) => b.parse::<usize>()? - a.parse::<usize>()? + 1,
-            None => 1,
-        };
-    }
-    Ok(n.max(1))
-}
-
-fn loadavg() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .ok()
-        .and_then(|s| s.split_whitespace().next().map(str::to_string))
-        .unwrap_or_else(|| "?".into())
 }
 
 /// `imc record --dry-run --json ARGS`: the plan's JSON.
@@ -958,18 +659,7 @@ pub fn run(imc: &Path, bench_object: &Path) -> Result<()> {
              collectors and the workload at real-time priority, above it)"
         );
     }
-    let kinds = std::env::var("IMC_BENCH_KINDS").unwrap_or_else(|_| "cpu,mem,switch".into());
-    let kinds: Vec<Kind> = kinds
-        .split(',')
-        .map(|k| match k.trim() {
-            "cpu" => Ok(Kind::Cpu),
-            "mem" => Ok(Kind::Mem),
-            "switch" => Ok(Kind::Switch),
-            other => Err(anyhow!(
-                "IMC_BENCH_KINDS: unknown workload '{other}' (cpu, mem, switch, comma-separated)"
-            )),
-        })
-        .collect::<Result<_>>()?;
+    let kinds = bench_kinds()?;
     let result = kinds
         .into_iter()
         .map(|k| bench_kind(&mut b, k, rounds, target_s))
@@ -990,6 +680,22 @@ pub fn run(imc: &Path, bench_object: &Path) -> Result<()> {
         print_switch_split(r, kernel_hz, cpu_reads);
     }
     Ok(())
+}
+
+/// The workload kinds IMC_BENCH_KINDS names (default: cpu, mem and switch).
+fn bench_kinds() -> Result<Vec<Kind>> {
+    let kinds = std::env::var("IMC_BENCH_KINDS").unwrap_or_else(|_| "cpu,mem,switch".into());
+    kinds
+        .split(',')
+        .map(|k| match k.trim() {
+            "cpu" => Ok(Kind::Cpu),
+            "mem" => Ok(Kind::Mem),
+            "switch" => Ok(Kind::Switch),
+            other => Err(anyhow!(
+                "IMC_BENCH_KINDS: unknown workload '{other}' (cpu, mem, switch, comma-separated)"
+            )),
+        })
+        .collect()
 }
 
 /// Switch-heavy: switches/s beside records/s drained, imc's CPU split into BPF and userspace,
@@ -1025,7 +731,6 @@ fn print_switch_split(r: &KindRuns, hz: f64, cpu_reads: usize) {
     };
     let (read_costs, clock_costs) = (added(bare_read), added(bare_clock));
     let (read_cost, clock_cost) = (mean_se(&read_costs), mean_se(&clock_costs));
-    let records_target = TARGET_RECORDS_PER_TICK * c * hz;
     println!(
         "\nswitch-heavy, issue 23 (the bare sched_switch program, measured in the same rounds: \
          {:.0} ± {:.0} switches/s, {bare_ns:.0} ns per run; with one counter read {:.0} ns, \
@@ -1059,254 +764,112 @@ fn print_switch_split(r: &KindRuns, hz: f64, cpu_reads: usize) {
         let drained = each(runs, &|w| w.drained.unwrap_or(0) as f64 / w.elapsed_s);
         let bpf = each(runs, &|w| w.bpf_run_s / (w.elapsed_s * c) * 100.0);
         let user = each(runs, &|w| w.parent_cpu_s / (w.elapsed_s * c) * 100.0);
-        let ns = runs.iter().map(|w| w.bpf_run_s).sum::<f64>() * 1e9
-            / runs.iter().map(|w| w.bpf_runs).sum::<u64>().max(1) as f64;
-        println!(
-            "  {:<28} {:>18} {:>18} {:>16} {:>18} {ns:>9.0} {:>10.2}",
-            arm.label(),
-            format!("{:.0} ± {:.0}", rate.mean, rate.se),
-            if runs.iter().all(|w| w.drained.is_some()) {
-                format!("{:.0} ± {:.0}", drained.mean, drained.se)
-            } else {
-                "? (no summary)".into()
-            },
-            format!("{:.3} ± {:.3}", bpf.mean, bpf.se),
-            format!("{:.3} ± {:.3}", user.mean, user.se),
-            ns / bare_ns
-        );
-        checks.push(Check {
-            what: format!("switch, {}: userspace CPU, % of the machine", arm.label()),
-            figure: user,
-            target: TARGET_USERSPACE_PCT,
-            detail: "imc's process CPU over wall × CPUs".into(),
-        });
-        checks.push(Check {
-            what: format!("switch, {}: records drained/s", arm.label()),
-            figure: drained,
-            target: records_target,
-            detail: format!("{TARGET_RECORDS_PER_TICK} × {c} CPUs × HZ {hz}"),
-        });
-        // Per round, not pooled: each round's ns per run minus 1.5 × that round's bare one
-        // and minus that round's reads (the counters, and the clock where it is counted).
-        let excess = |clock: bool| -> Vec<f64> {
-            runs.iter()
-                .zip(bare)
-                .zip(read_costs.iter().zip(&clock_costs))
-                .map(|((w, b), (read, clock_ns))| {
-                    w.bpf_run_s / w.bpf_runs.max(1) as f64 * 1e9
-                        - TARGET_NS_VS_BARE * ns_per_run(b)
-                        - cpu_reads as f64 * read
-                        - if clock { *clock_ns } else { 0.0 }
-                })
-                .collect()
-        };
-        checks.push(Check {
-            what: format!(
-                "switch, {}: ns per run minus ({TARGET_NS_VS_BARE} × bare's + {cpu_reads} \
-                 counter read(s))",
-                arm.label()
-            ),
-            figure: mean_se(&excess(false)),
-            target: 0.0,
-            detail: "the issue allows the counter reads the program must make on top of 1.5 × \
-                     the bare program; a read's cost is the bare program with one read less \
-                     the bare one, per round"
-                .into(),
-        });
-        checks.push(Check {
-            what: format!(
-                "switch, {}: the same, the clock read counted as one it must make",
-                arm.label()
-            ),
-            figure: mean_se(&excess(true)),
-            target: 0.0,
-            detail: "a switch must read the time to know how long the outgoing task ran".into(),
-        });
+        print_switch_row(arm, runs, [rate, drained, bpf, user], bare_ns);
+        checks.extend(switch_checks(
+            arm,
+            runs,
+            bare,
+            (&read_costs, &clock_costs),
+            user,
+            drained,
+            (c, hz, cpu_reads),
+        ));
     }
     for c in &checks {
         println!("  {}", check_line(c));
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn counts_the_cpu_scope_slots_of_a_plan() {
-        let plan = r#"{"counters": [{"scope": "cpu"}], "slots": [
-            {"event": "page-faults", "scope": "cpu", "sum": null},
-            {"event": "uncore read", "scope": "package", "sum": ["a", "b"]},
-            {"event": "weight", "scope": "cpu", "sum": null}
-        ], "tick": {"scope": "cpu"}}"#;
-        assert_eq!(cpu_slots(plan), 2);
-        assert_eq!(cpu_slots(r#"{"slots": []}"#), 0);
-        assert_eq!(cpu_slots("{}"), 0);
-    }
-
-    fn work(elapsed_s: f64, loc: u64, runs: u64) -> Work {
-        Work {
-            elapsed_s,
-            cpu_s: 2.0 * elapsed_s,
-            loc,
-            parent_progs: 2,
-            parent_cpu_s: 0.001,
-            bpf_runs: runs,
-            bpf_run_s: 0.0005,
-            bare_runs: 0,
-            bare_run_s: 0.0,
-            drained: None,
-        }
-    }
-
-    #[test]
-    fn parses_the_workload_line() {
-        let out = "noise\nimc-workload: mode=mem units=40 threads=2 pid=7 elapsed_ns=1500000000 \
-                   cpu_ns=2990000000 loc=751 parent_progs=1 parent_cpu_ns=15000000 \
-                   parent_bpf_runs=3001 parent_bpf_run_ns=2400000\n";
-        let w = parse_work(out).unwrap();
-        assert_eq!(w.elapsed_s, 1.5);
-        assert_eq!(w.cpu_s, 2.99);
-        assert_eq!(w.loc, 751);
-        assert_eq!(w.parent_progs, 1);
-        assert_eq!(w.parent_cpu_s, 0.015);
-        assert_eq!(w.bpf_runs, 3001);
-        assert_eq!(w.bpf_run_s, 0.0024);
-        // Without the probe figures the line is refused: the check that imc sampled needs them.
-        assert!(parse_work("imc-workload: elapsed_ns=1 cpu_ns=1 loc=1\n").is_err());
-        assert!(parse_work("").is_err());
-    }
-
-    #[test]
-    fn reads_bare_figures_and_imcs_drained_records() {
-        let out = "imc-workload: mode=switch units=9 threads=2 pid=7 elapsed_ns=1000000000 \
-                   cpu_ns=1 loc=1 parent_progs=0 parent_cpu_ns=0 parent_bpf_runs=0 \
-                   parent_bpf_run_ns=0 bare_runs=92000 bare_run_ns=14720000\n";
-        let w = parse_work(out).unwrap();
-        assert_eq!((w.bare_runs, w.bare_run_s), (92000, 0.01472));
-        let stderr = "imc: something\nimc: recorded 2 intervals, 0 raw ticks around bursts, 900 \
-                      bytes to /tmp/x.imc; 1234 records drained\n";
-        assert_eq!(parse_drained(stderr), Some(1234));
-        assert_eq!(
-            parse_drained("imc: recorded 2 intervals, 900 bytes to x"),
-            None
-        );
-    }
-
-    #[test]
-    fn reads_report_fields_and_the_plan_tick() {
-        // Keys in any order: a burst's t_end_ns before the report's must not be taken for it.
-        let j = r#"{"bursts":[{"t_end_ns":2,"t_start_ns":1}],"lost_samples":177,"packages":[{"id":0,"read_bytes":0}],"source":"proxy:page-faults","t_end_ns":730294921606,"t_start_ns":729223277578,"tasks":[{"comm":"a\"lost_samples\":9"}],"unattributed_bytes":0}"#;
-        assert_eq!(json_field(j, "t_start_ns").as_deref(), Some("729223277578"));
-        assert_eq!(json_field(j, "t_end_ns").as_deref(), Some("730294921606"));
-        assert_eq!(
-            json_field(j, "source").as_deref(),
-            Some("proxy:page-faults")
-        );
-        assert_eq!(json_field(j, "lost_samples").as_deref(), Some("177"));
-        assert_eq!(json_field(j, "missing"), None);
-        let plan = r#"{"command":"record","source":"events:page-faults","counters":[{"pmu":"software","reader":{"kind":"tick"},"slot":0}],"tick":{"source":"kernel-tick","hz":250.0,"adds_interrupts":false,"switches":true,"reason":"x"},"refusals":[],"kernel":{"release":"6.18","hz":null}}"#;
-        assert_eq!(
-            parse_plan_tick(plan).unwrap(),
-            Tick {
-                source: "kernel-tick".into(),
-                hz: 250.0,
-                adds_interrupts: false
-            }
-        );
-        assert!(parse_plan_tick(r#"{"tick":null}"#).is_err());
-    }
-
-    #[test]
-    fn tick_checks_follow_the_tick_source() {
-        // --freq 1000 on 2 CPUs for 1 s: about 2000 ticks.
-        let c = Kind::Cpu;
-        assert!(check_ticks(&work(1.0, 500, 2000), c, Some(1000), 250.0, 2).is_ok());
-        assert!(check_ticks(&work(1.0, 500, 1500), c, Some(1000), 250.0, 2).is_err());
-        assert!(check_ticks(&work(1.0, 500, 4000), c, Some(1000), 250.0, 2).is_err());
-        // CPUs idle between switches: a late timer passes, the kernel's tick rate does not.
-        let s = Kind::Switch;
-        assert!(check_ticks(&work(1.0, 500, 1500), s, Some(1000), 250.0, 2).is_ok());
-        assert!(check_ticks(&work(1.0, 500, 500), s, Some(1000), 250.0, 2).is_err());
-        // The kernel's tick: at least half of HZ × CPUs; context switches may add any number.
-        assert!(check_ticks(&work(1.0, 500, 260), c, None, 250.0, 2).is_ok());
-        assert!(check_ticks(&work(1.0, 500, 90_000), s, None, 250.0, 2).is_ok());
-        assert!(check_ticks(&work(1.0, 500, 200), c, None, 250.0, 2).is_err());
-        let mut none = work(1.0, 500, 600);
-        none.parent_progs = 0;
-        assert!(check_ticks(&none, c, None, 250.0, 2).is_err());
-    }
-
-    #[test]
-    fn every_side_takes_every_position() {
-        let arms = Kind::Switch.arms(true);
-        assert_eq!(arms.len(), 9);
-        assert_eq!(Kind::Cpu.arms(true).len(), 4);
-        assert_eq!(Kind::Switch.arms(false).len(), 7);
-        assert_eq!(Kind::Cpu.arms(false).len(), 3);
-        for pos in 0..arms.len() {
-            let at: Vec<Arm> = (0..arms.len())
-                .map(|r| round_order(&arms, r)[pos])
-                .collect();
-            assert!(
-                arms.iter().all(|a| at.contains(a)),
-                "position {pos}: {at:?}"
-            );
-        }
-    }
-
-    #[test]
-    fn statistics_and_verdicts() {
-        let m = mean_se(&[1.0, 2.0, 3.0]);
-        assert_eq!(m.mean, 2.0);
-        assert!((m.se - (1.0f64 / 3.0).sqrt()).abs() < 1e-12);
-        assert!(mean_se(&[1.0]).se.is_nan());
-        assert!((pct(1.005, 1.0) - 0.5).abs() < 1e-9);
-        let v = |mean, se| MeanSe { mean, se };
-        assert_eq!(verdict(v(0.1, 0.1), 0.5), "PASS");
-        assert_eq!(verdict(v(0.9, 0.1), 0.5), "FAIL");
-        assert_eq!(verdict(v(0.4, 0.1), 0.5), "UNRESOLVED");
-        assert_eq!(verdict(v(0.6, 0.1), 0.5), "UNRESOLVED");
-        assert_eq!(verdict(v(0.0, f64::NAN), 0.5), "UNRESOLVED");
-    }
-
-    #[test]
-    fn targets_are_paired_by_round() {
-        let cpus = 2;
-        // Alone: 250 interrupts per CPU-second; imc adds none and is 0.1% slower; perf's
-        // cpu-clock adds 1000 and is 5% slower, every round.
-        let alone = vec![work(1.0, 500, 0), work(1.2, 600, 0)];
-        let imc = vec![work(1.001, 500, 600), work(1.2012, 600, 700)];
-        let perf = vec![work(1.05, 2600, 0), work(1.26, 3120, 0)];
-        let r = KindRuns {
-            kind: Kind::Cpu,
-            cpus,
-            arms: vec![
-                (Arm::Alone, alone),
-                (Arm::ImcTick, imc),
-                (Arm::PerfClock, perf),
-            ],
-        };
-        let s = mean_se(&r.slowdowns(Arm::ImcTick).unwrap());
-        assert!((s.mean - 0.1).abs() < 1e-9 && s.se < 1e-9, "{s:?}");
-        let irq = mean_se(&r.irq_added_pct(Arm::ImcTick).unwrap());
-        assert!(irq.mean.abs() < 0.2, "{irq:?}");
-        // 2 × 0.0005 s of BPF over 1300 runs: 769 ns a run; perf's side has no BPF.
-        let row = arm_row(&r, Arm::ImcTick, r.runs(Arm::ImcTick).unwrap());
-        assert!(row.ends_with(" 769"), "{row}");
-        let row = arm_row(&r, Arm::PerfClock, r.runs(Arm::PerfClock).unwrap());
-        assert!(row.ends_with("—"), "{row}");
-        let cs = checks(&[r]);
-        let line = |what: &str| {
-            cs.iter()
-                .find(|c| c.what.contains(what))
-                .map(check_line)
-                .unwrap()
-        };
-        assert!(line("slowdown %").starts_with("PASS"));
-        // 0.1 - 0.2 × 5 = -0.9 points.
-        assert!(line("minus 0.2").starts_with("PASS"));
-        // 0.0015 s of collector over 2 CPU-seconds: 0.075% of the machine.
-        assert!(line("collector").starts_with("PASS"));
-    }
+/// One imc arm's row of the switch-heavy table: program runs/s, records drained/s, BPF and
+/// userspace % of the machine, ns per run and its ratio to the bare program's.
+fn print_switch_row(
+    arm: Arm,
+    runs: &[Work],
+    [rate, drained, bpf, user]: [MeanSe; 4],
+    bare_ns: f64,
+) {
+    let ns = runs.iter().map(|w| w.bpf_run_s).sum::<f64>() * 1e9
+        / runs.iter().map(|w| w.bpf_runs).sum::<u64>().max(1) as f64;
+    println!(
+        "  {:<28} {:>18} {:>18} {:>16} {:>18} {ns:>9.0} {:>10.2}",
+        arm.label(),
+        format!("{:.0} ± {:.0}", rate.mean, rate.se),
+        if runs.iter().all(|w| w.drained.is_some()) {
+            format!("{:.0} ± {:.0}", drained.mean, drained.se)
+        } else {
+            "? (no summary)".into()
+        },
+        format!("{:.3} ± {:.3}", bpf.mean, bpf.se),
+        format!("{:.3} ± {:.3}", user.mean, user.se),
+        ns / bare_ns
+    );
 }
+
+/// The checks of one imc arm of the switch-heavy kind: its userspace CPU, its records drained
+/// per second, and its ns per run against the bare program's (per round, with and without the
+/// clock read counted as one it must make).
+fn switch_checks(
+    arm: Arm,
+    runs: &[Work],
+    bare: &[Work],
+    (read_costs, clock_costs): (&[f64], &[f64]),
+    user: MeanSe,
+    drained: MeanSe,
+    (c, hz, cpu_reads): (f64, f64, usize),
+) -> Vec<Check> {
+    let ns_per_run = |w: &Work| w.bare_run_s / w.bare_runs.max(1) as f64 * 1e9;
+    let records_target = TARGET_RECORDS_PER_TICK * c * hz;
+    let mut checks = Vec::new();
+    checks.push(Check {
+        what: format!("switch, {}: userspace CPU, % of the machine", arm.label()),
+        figure: user,
+        target: TARGET_USERSPACE_PCT,
+        detail: "imc's process CPU over wall × CPUs".into(),
+    });
+    checks.push(Check {
+        what: format!("switch, {}: records drained/s", arm.label()),
+        figure: drained,
+        target: records_target,
+        detail: format!("{TARGET_RECORDS_PER_TICK} × {c} CPUs × HZ {hz}"),
+    });
+    // Per round, not pooled: each round's ns per run minus 1.5 × that round's bare one
+    // and minus that round's reads (the counters, and the clock where it is counted).
+    let excess = |clock: bool| -> Vec<f64> {
+        runs.iter()
+            .zip(bare)
+            .zip(read_costs.iter().zip(clock_costs))
+            .map(|((w, b), (read, clock_ns))| {
+                w.bpf_run_s / w.bpf_runs.max(1) as f64 * 1e9
+                    - TARGET_NS_VS_BARE * ns_per_run(b)
+                    - cpu_reads as f64 * read
+                    - if clock { *clock_ns } else { 0.0 }
+            })
+            .collect()
+    };
+    checks.push(Check {
+        what: format!(
+            "switch, {}: ns per run minus ({TARGET_NS_VS_BARE} × bare's + {cpu_reads} \
+             counter read(s))",
+            arm.label()
+        ),
+        figure: mean_se(&excess(false)),
+        target: 0.0,
+        detail: "the issue allows the counter reads the program must make on top of 1.5 × \
+                 the bare program; a read's cost is the bare program with one read less \
+                 the bare one, per round"
+            .into(),
+    });
+    checks.push(Check {
+        what: format!(
+            "switch, {}: the same, the clock read counted as one it must make",
+            arm.label()
+        ),
+        figure: mean_se(&excess(true)),
+        target: 0.0,
+        detail: "a switch must read the time to know how long the outgoing task ran".into(),
+    });
+    checks
+}
+
+#[cfg(test)]
+mod tests;

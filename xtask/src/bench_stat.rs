@@ -106,6 +106,20 @@ fn mono_ns(i: Instant) -> Option<u64> {
     Some(field("tv_sec")? * 1_000_000_000 + field("tv_nsec")?)
 }
 
+/// Every line of `out`, each sent to `tx` as it arrives: the whole text.
+fn forward_lines(out: &mut impl Read, tx: &std::sync::mpsc::Sender<String>) -> String {
+    use std::io::BufRead;
+    let mut s = String::new();
+    let mut r = std::io::BufReader::new(out);
+    let mut line = String::new();
+    while r.read_line(&mut line).unwrap_or(0) > 0 {
+        let _ = tx.send(line.clone());
+        s.push_str(&line);
+        line.clear();
+    }
+    s
+}
+
 /// Like `measure`, calling `on_line` with each stdout line as it arrives.
 fn measure_lines(
     name: &'static str,
@@ -123,18 +137,7 @@ fn measure_lines(
     let mut out = child.stdout.take().context("stdout")?;
     let mut err = child.stderr.take().context("stderr")?;
     let (tx, rx) = std::sync::mpsc::channel::<String>();
-    let out_t = std::thread::spawn(move || {
-        use std::io::BufRead;
-        let mut s = String::new();
-        let mut r = std::io::BufReader::new(&mut out);
-        let mut line = String::new();
-        while r.read_line(&mut line).unwrap_or(0) > 0 {
-            let _ = tx.send(line.clone());
-            s.push_str(&line);
-            line.clear();
-        }
-        s
-    });
+    let out_t = std::thread::spawn(move || forward_lines(&mut out, &tx));
     let err_t = std::thread::spawn(move || {
         let mut s = String::new();
         let _ = err.read_to_string(&mut s);
@@ -377,31 +380,7 @@ pub fn run(imc_bin: &Path) -> Result<()> {
             "no load added"
         }
     );
-    println!(
-        "{:<6} {:>10} {:>10} {:>9} {:>8} {:>13} {:>12} {:>11}",
-        "tool", "cpu s", "ticks s", "% core", "wall s", "intervals", "worst |Δ| µs", "vs 1ms µs"
-    );
-    let mut figs = Vec::new();
-    for r in [&imc_run, &dl_run, &perf_run] {
-        let f = figures(r, cpus);
-        println!(
-            "{:<6} {:>10.4} {:>10.2} {:>8.2}% {:>8.2} {:>6} {:>5.1}% {:>12.1} {:>11}",
-            r.name,
-            r.cpu_sched_s,
-            r.cpu_ticks_s,
-            f.cpu_s / r.wall_s * 100.0,
-            r.wall_s,
-            r.intervals.len(),
-            f.delivered * 100.0,
-            f.worst_us,
-            if r.nominal {
-                format!("{:.1}", f.worst_nominal_us)
-            } else {
-                "-".to_string()
-            }
-        );
-        figs.push(f);
-    }
+    let figs = print_runs([&imc_run, &dl_run, &perf_run], cpus);
     let (i, d, p) = (&figs[0], &figs[1], &figs[2]);
     let imc_partial = imc_run.partial.len();
     let ratio = |a: &Figures| {
@@ -425,6 +404,42 @@ pub fn run(imc_bin: &Path) -> Result<()> {
         p.worst_nominal_us,
         imc_partial
     );
+    print_latency(&lat);
+    Ok(())
+}
+
+/// The table of the three runs (imc, imc forced to deadline reads, perf): their figures.
+fn print_runs(runs: [&Run; 3], cpus: usize) -> Vec<Figures> {
+    println!(
+        "{:<6} {:>10} {:>10} {:>9} {:>8} {:>13} {:>12} {:>11}",
+        "tool", "cpu s", "ticks s", "% core", "wall s", "intervals", "worst |Δ| µs", "vs 1ms µs"
+    );
+    let mut figs = Vec::new();
+    for r in runs {
+        let f = figures(r, cpus);
+        println!(
+            "{:<6} {:>10.4} {:>10.2} {:>8.2}% {:>8.2} {:>6} {:>5.1}% {:>12.1} {:>11}",
+            r.name,
+            r.cpu_sched_s,
+            r.cpu_ticks_s,
+            f.cpu_s / r.wall_s * 100.0,
+            r.wall_s,
+            r.intervals.len(),
+            f.delivered * 100.0,
+            f.worst_us,
+            if r.nominal {
+                format!("{:.1}", f.worst_nominal_us)
+            } else {
+                "-".to_string()
+            }
+        );
+        figs.push(f);
+    }
+    figs
+}
+
+/// imc's output latency at -I 1: median, p99 and max of `lat` (sorted, ms).
+fn print_latency(lat: &[f64]) {
     if lat.is_empty() {
         println!("latency: not measured (no CLOCK_MONOTONIC from Instant here)");
     } else {
@@ -438,7 +453,6 @@ pub fn run(imc_bin: &Path) -> Result<()> {
             lat[lat.len() - 1]
         );
     }
-    Ok(())
 }
 
 #[cfg(test)]

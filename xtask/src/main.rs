@@ -226,28 +226,7 @@ fn real_main() -> Result<ExitCode> {
             let deb = package::package(&workspace_root(), &target_dir(), &bin)?;
             eprintln!("xtask: built {}", deb.display());
         }
-        "test" => {
-            // The package first: tests/packaging.rs checks it (IMC_TEST_DEB).
-            let bin = build(true)?;
-            let deb = package::package(&workspace_root(), &target_dir(), &bin)?;
-            let obj = build_ebpf(EbpfObject::Production)?;
-            let root = workspace_root();
-            // The default members (everything but the BPF-only crate, which only builds for
-            // bpfel-unknown-none); the suite runs the real binary, so build it first.
-            run(Command::new(env!("CARGO"))
-                .current_dir(&root)
-                .env("IMC_EBPF_OBJECT", &obj)
-                .args(["build"]))?;
-            // POWER users' binary, which tests/cross_power.rs runs under qemu-user.
-            let power = cross::build(&root, &target_dir(), &obj)?;
-            run(Command::new(env!("CARGO"))
-                .current_dir(&root)
-                .env("IMC_EBPF_OBJECT", &obj)
-                .env("IMC_TEST_DEB", &deb)
-                .env("IMC_CROSS_POWER_BIN", &power)
-                .args(["test", "--no-fail-fast"])
-                .args(&args))?;
-        }
+        "test" => test_all(&args)?,
         "cross" => {
             let obj = build_ebpf(EbpfObject::Production)?;
             let bin = cross::build(&workspace_root(), &target_dir(), &obj)?;
@@ -275,26 +254,7 @@ fn real_main() -> Result<ExitCode> {
             let bin = build(true)?;
             bench_serve::run(&bin, &args)?;
         }
-        "accuracy" => {
-            let live = accuracy_live::take_live(&mut args)?;
-            let scenarios = args.iter().any(|a| !a.starts_with('-'));
-            let mut code = 0;
-            if live.is_none() || scenarios {
-                let bin = build_in_process_bin("imc-accuracy")?;
-                let status = Command::new(&bin)
-                    .args(&args)
-                    .status()
-                    .with_context(|| format!("running {}", bin.display()))?;
-                code = status.code().unwrap_or(1) as u8;
-            }
-            if let Some(rounds) = live {
-                let bin = build(true)?;
-                if !accuracy_live::run(&bin, rounds, &args)? {
-                    code = code.max(1);
-                }
-            }
-            return Ok(ExitCode::from(code));
-        }
+        "accuracy" => return accuracy(args),
         other => {
             bail!(
                 "unknown xtask command '{other}' (build, run, test, cross, package, bench-tick, \
@@ -303,6 +263,54 @@ fn real_main() -> Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `cargo xtask test`: the package, the binaries (host and POWER), then the whole suite.
+fn test_all(args: &[String]) -> Result<()> {
+    // The package first: tests/packaging.rs checks it (IMC_TEST_DEB).
+    let bin = build(true)?;
+    let deb = package::package(&workspace_root(), &target_dir(), &bin)?;
+    let obj = build_ebpf(EbpfObject::Production)?;
+    let root = workspace_root();
+    // The default members (everything but the BPF-only crate, which only builds for
+    // bpfel-unknown-none); the suite runs the real binary, so build it first.
+    run(Command::new(env!("CARGO"))
+        .current_dir(&root)
+        .env("IMC_EBPF_OBJECT", &obj)
+        .args(["build"]))?;
+    // POWER users' binary, which tests/cross_power.rs runs under qemu-user.
+    let power = cross::build(&root, &target_dir(), &obj)?;
+    run(Command::new(env!("CARGO"))
+        .current_dir(&root)
+        .env("IMC_EBPF_OBJECT", &obj)
+        .env("IMC_TEST_DEB", &deb)
+        .env("IMC_CROSS_POWER_BIN", &power)
+        .args(["test", "--no-fail-fast"])
+        .args(args))?;
+    Ok(())
+}
+
+/// `cargo xtask accuracy`: the scenarios through the simulator, and with --live the real
+/// workloads through `imc validate`.
+fn accuracy(mut args: Vec<String>) -> Result<ExitCode> {
+    let live = accuracy_live::take_live(&mut args)?;
+    let scenarios = args.iter().any(|a| !a.starts_with('-'));
+    let mut code = 0;
+    if live.is_none() || scenarios {
+        let bin = build_in_process_bin("imc-accuracy")?;
+        let status = Command::new(&bin)
+            .args(&args)
+            .status()
+            .with_context(|| format!("running {}", bin.display()))?;
+        code = status.code().unwrap_or(1) as u8;
+    }
+    if let Some(rounds) = live {
+        let bin = build(true)?;
+        if !accuracy_live::run(&bin, rounds, &args)? {
+            code = code.max(1);
+        }
+    }
+    Ok(ExitCode::from(code))
 }
 
 /// Builds `name`, a release binary of imc-user that runs the imc library in-process (the

@@ -300,17 +300,8 @@ fn child(o: &Opts, aggregated: bool, mode: Mode, label: &str) -> Result<Figures,
     let mut stream = sc.stream();
     let mut chunk = Vec::new();
     let mut horizon = 0u64;
-    let extend = |stream: &mut imc::simulator::SynthStream,
-                  sched: &mut Scheduler,
-                  chunk: &mut Vec<(u64, Option<usize>)>,
-                  to: u64| {
-        for c in 0..o.cpus as usize {
-            sched.chunk(c, to, chunk);
-            stream.extend_schedule(c, chunk);
-        }
-    };
     horizon += 2 * CHUNK_NS;
-    extend(&mut stream, &mut sched, &mut chunk, horizon);
+    extend_schedules(&mut stream, &mut sched, &mut chunk, o.cpus, horizon);
     let mut f = Figures {
         aggregated,
         ..Default::default()
@@ -318,29 +309,6 @@ fn child(o: &Opts, aggregated: bool, mode: Mode, label: &str) -> Result<Figures,
     let mut folded = Vec::new();
     let mut next_drain = u64::from(DRAIN_MS) * 1_000_000;
     let mut next_progress = 1_000_000_000u64;
-    let drain = |pump: &mut Drainer<Loopback>,
-                 sink: &mut Counting,
-                 ends: &mut IntervalEnds,
-                 now: u64,
-                 f: &mut Figures|
-     -> Result<(), String> {
-        pump.sampler_mut()
-            .publish()
-            .map_err(|e| format!("writing the rings: {e}"))?;
-        if mode == Mode::GenerateOnly {
-            // Nobody reads: the rings' heads move on, the records are overwritten.
-            pump.take_wakes();
-            return Ok(());
-        }
-        let before = thread_cpu_s();
-        pump.take_wakes();
-        let (n, _) = pump
-            .drain_into(sink, ends, now)
-            .map_err(|e| format!("the pump: {e}"))?;
-        f.drain_cpu_s += thread_cpu_s() - before;
-        f.drained += n as u64;
-        Ok(())
-    };
     while let Some(item) = stream.next() {
         let SynthItem::Tick(r) = item else {
             continue;
@@ -358,10 +326,10 @@ fn child(o: &Opts, aggregated: bool, mode: Mode, label: &str) -> Result<Figures,
         }
         if t + CHUNK_NS >= horizon {
             horizon += CHUNK_NS;
-            extend(&mut stream, &mut sched, &mut chunk, horizon);
+            extend_schedules(&mut stream, &mut sched, &mut chunk, o.cpus, horizon);
         }
         if pump.sampler().wake_pending() || t >= next_drain {
-            drain(&mut pump, &mut sink, &mut ends, t, &mut f)?;
+            drain_once(&mut pump, &mut sink, &mut ends, t, &mut f, mode)?;
             next_drain = t + u64::from(DRAIN_MS) * 1_000_000;
         }
         if t >= next_progress {
@@ -377,7 +345,7 @@ fn child(o: &Opts, aggregated: bool, mode: Mode, label: &str) -> Result<Figures,
     }
     // The run's end: the last records and every interval up to it.
     let end = (o.seconds * 1e9) as u64 + 1;
-    drain(&mut pump, &mut sink, &mut ends, end, &mut f)?;
+    drain_once(&mut pump, &mut sink, &mut ends, end, &mut f, mode)?;
     f.lost = imc::sampler::RecordSource::lost_records(pump.sampler());
     f.intervals = sink.intervals;
     f.total_cpu_s = thread_cpu_s() - start_cpu;
@@ -389,6 +357,48 @@ fn child(o: &Opts, aggregated: bool, mode: Mode, label: &str) -> Result<Figures,
         ));
     }
     Ok(f)
+}
+
+/// Every CPU's schedule, and the stream's, extended up to `to`.
+fn extend_schedules(
+    stream: &mut imc::simulator::SynthStream,
+    sched: &mut Scheduler,
+    chunk: &mut Vec<(u64, Option<usize>)>,
+    cpus: u32,
+    to: u64,
+) {
+    for c in 0..cpus as usize {
+        sched.chunk(c, to, chunk);
+        stream.extend_schedule(c, chunk);
+    }
+}
+
+/// The rings published and, unless only generating, drained into the sink up to `now`: the
+/// drain's CPU time and records counted in `f`.
+fn drain_once(
+    pump: &mut Drainer<Loopback>,
+    sink: &mut Counting,
+    ends: &mut IntervalEnds,
+    now: u64,
+    f: &mut Figures,
+    mode: Mode,
+) -> Result<(), String> {
+    pump.sampler_mut()
+        .publish()
+        .map_err(|e| format!("writing the rings: {e}"))?;
+    if mode == Mode::GenerateOnly {
+        // Nobody reads: the rings' heads move on, the records are overwritten.
+        pump.take_wakes();
+        return Ok(());
+    }
+    let before = thread_cpu_s();
+    pump.take_wakes();
+    let (n, _) = pump
+        .drain_into(sink, ends, now)
+        .map_err(|e| format!("the pump: {e}"))?;
+    f.drain_cpu_s += thread_cpu_s() - before;
+    f.drained += n as u64;
+    Ok(())
 }
 
 fn child_line(f: &Figures) -> String {
@@ -539,65 +549,18 @@ fn run(o: &Opts) -> Result<(), String> {
         o.seconds,
         o.runs
     );
-    // The generator's own peak RSS, once per variant (it does not vary between runs).
-    let mut gen_mb = [0.0f64; 2];
-    for (i, aggregated) in [false, true].into_iter().enumerate() {
-        gen_mb[i] = spawn(o, aggregated, Mode::GenerateOnly)?.hwm_mb;
-    }
-    let mut runs: [Vec<Figures>; 2] = [Vec::new(), Vec::new()];
-    for round in 0..o.runs {
-        // Alternate which variant goes first, so drift on a shared machine hits both alike.
-        let order = if round % 2 == 0 {
-            [false, true]
-        } else {
-            [true, false]
-        };
-        for aggregated in order {
-            runs[usize::from(aggregated)].push(spawn(o, aggregated, Mode::Full)?);
-        }
-    }
+    let (gen_mb, runs) = measure_runs(o)?;
     if !o.json {
-        println!(
-            "bench-scale: replay of {} CPUs × {} switches/s/CPU × {} s at {HZ} Hz through the \
-             sampler's drain (loopback rings) and the attributor; mean ± standard error over {} \
-             run(s); wall {:.0} s",
-            o.cpus,
-            o.switches,
-            o.seconds,
-            o.runs,
-            started.elapsed().as_secs_f64()
-        );
-        println!(
-            "the aggregated variant's stream is folded per task at each tick before it reaches \
-             the rings (sampler/aggregate_twin.rs, the twin of what the kernel does); that fold is not timed"
-        );
-        println!(
-            "{:<11} {:>5} {:>12} {:>12} {:>20} {:>22} {:>18} {:>10}",
-            "variant",
-            "cpus",
-            "switches/s",
-            "records/s",
-            "userspace ms/sim s",
-            "machine share",
-            "peak RSS MB",
-            "lost"
-        );
+        print_header(o, started.elapsed().as_secs_f64());
     }
     let seconds = o.seconds;
     let machine_s = seconds * f64::from(o.cpus);
     let mut lines = Vec::new();
     for (i, v) in runs.iter().enumerate() {
         let aggregated = i == 1;
-        let ms: Vec<f64> = v.iter().map(|f| f.drain_cpu_s * 1e3 / seconds).collect();
-        let share: Vec<f64> = v.iter().map(|f| f.drain_cpu_s / machine_s).collect();
-        let rss: Vec<f64> = v.iter().map(|f| (f.hwm_mb - gen_mb[i]).max(0.0)).collect();
-        let total: Vec<f64> = v.iter().map(|f| f.hwm_mb).collect();
-        let (ms_m, ms_se) = mean_se(&ms);
-        let (sh_m, sh_se) = mean_se(&share);
-        let (rss_m, rss_se) = mean_se(&rss);
-        let (tot_m, _) = mean_se(&total);
-        let drained = v.iter().map(|f| f.drained).sum::<u64>() as f64 / v.len() as f64;
-        let generated = v.iter().map(|f| f.generated).sum::<u64>() as f64 / v.len() as f64;
+        let [(ms_m, ms_se), (sh_m, sh_se), (rss_m, rss_se), (tot_m, _)] =
+            variant_means(v, seconds, machine_s, gen_mb[i]);
+        let (drained, generated) = (mean_of(v, |f| f.drained), mean_of(v, |f| f.generated));
         let lost = v.iter().map(|f| f.lost).max().unwrap_or(0);
         let intervals = v.iter().map(|f| f.intervals).max().unwrap_or(0);
         if o.json {
@@ -648,6 +611,61 @@ fn run(o: &Opts) -> Result<(), String> {
         }
         return Ok(());
     }
+    print_targets(o, &runs, &gen_mb);
+    Ok(())
+}
+
+/// The generator's own peak RSS per variant (precise, aggregated), and each variant's runs,
+/// the variants alternating which goes first.
+#[allow(clippy::type_complexity)]
+fn measure_runs(o: &Opts) -> Result<([f64; 2], [Vec<Figures>; 2]), String> {
+    // The generator's own peak RSS, once per variant (it does not vary between runs).
+    let mut gen_mb = [0.0f64; 2];
+    for (i, aggregated) in [false, true].into_iter().enumerate() {
+        gen_mb[i] = spawn(o, aggregated, Mode::GenerateOnly)?.hwm_mb;
+    }
+    let mut runs: [Vec<Figures>; 2] = [Vec::new(), Vec::new()];
+    for round in 0..o.runs {
+        // Alternate which variant goes first, so drift on a shared machine hits both alike.
+        let order = if round % 2 == 0 {
+            [false, true]
+        } else {
+            [true, false]
+        };
+        for aggregated in order {
+            runs[usize::from(aggregated)].push(spawn(o, aggregated, Mode::Full)?);
+        }
+    }
+    Ok((gen_mb, runs))
+}
+
+/// The text report's heading and the table's header.
+fn print_header(o: &Opts, wall_s: f64) {
+    println!(
+        "bench-scale: replay of {} CPUs × {} switches/s/CPU × {} s at {HZ} Hz through the \
+         sampler's drain (loopback rings) and the attributor; mean ± standard error over {} \
+         run(s); wall {:.0} s",
+        o.cpus, o.switches, o.seconds, o.runs, wall_s
+    );
+    println!(
+        "the aggregated variant's stream is folded per task at each tick before it reaches \
+         the rings (sampler/aggregate_twin.rs, the twin of what the kernel does); that fold is not timed"
+    );
+    println!(
+        "{:<11} {:>5} {:>12} {:>12} {:>20} {:>22} {:>18} {:>10}",
+        "variant",
+        "cpus",
+        "switches/s",
+        "records/s",
+        "userspace ms/sim s",
+        "machine share",
+        "peak RSS MB",
+        "lost"
+    );
+}
+
+/// The verdicts against issue 23's targets, per variant.
+fn print_targets(o: &Opts, runs: &[Vec<Figures>; 2], gen_mb: &[f64; 2]) {
     let at_scale = o.cpus == 192 && o.switches == 20_000;
     println!(
         "targets (issue 23, at 192 CPUs × 20k switches/s{}): userspace <= {TARGET_MS_PER_S} ms \
@@ -661,8 +679,8 @@ fn run(o: &Opts) -> Result<(), String> {
     );
     for (i, v) in runs.iter().enumerate() {
         let name = if i == 1 { "aggregated" } else { "precise" };
-        let ms: Vec<f64> = v.iter().map(|f| f.drain_cpu_s * 1e3 / o.seconds).collect();
-        let rss: Vec<f64> = v.iter().map(|f| (f.hwm_mb - gen_mb[i]).max(0.0)).collect();
+        let ms = ms_per_s(v, o.seconds);
+        let rss = rss_over_generator(v, gen_mb[i]);
         let (m, se) = mean_se(&ms);
         let (r, rse) = mean_se(&rss);
         println!(
@@ -674,5 +692,32 @@ fn run(o: &Opts) -> Result<(), String> {
             verdict(r, rse, TARGET_RSS_MB)
         );
     }
-    Ok(())
+}
+
+/// Each run's userspace drain CPU in ms per simulated second.
+fn ms_per_s(runs: &[Figures], seconds: f64) -> Vec<f64> {
+    runs.iter().map(|f| f.drain_cpu_s * 1e3 / seconds).collect()
+}
+
+/// Each run's peak RSS less the generator's own (`gen_mb`), in MB.
+fn rss_over_generator(runs: &[Figures], gen_mb: f64) -> Vec<f64> {
+    runs.iter().map(|f| (f.hwm_mb - gen_mb).max(0.0)).collect()
+}
+
+/// A variant's runs: mean ± standard error of its userspace ms per simulated second, its share
+/// of the machine, its peak RSS over the generator's and its whole peak RSS.
+fn variant_means(runs: &[Figures], seconds: f64, machine_s: f64, gen_mb: f64) -> [(f64, f64); 4] {
+    let share: Vec<f64> = runs.iter().map(|f| f.drain_cpu_s / machine_s).collect();
+    let total: Vec<f64> = runs.iter().map(|f| f.hwm_mb).collect();
+    [
+        mean_se(&ms_per_s(runs, seconds)),
+        mean_se(&share),
+        mean_se(&rss_over_generator(runs, gen_mb)),
+        mean_se(&total),
+    ]
+}
+
+/// The mean of a count over the runs.
+fn mean_of(runs: &[Figures], count: impl Fn(&Figures) -> u64) -> f64 {
+    runs.iter().map(count).sum::<u64>() as f64 / runs.len() as f64
 }

@@ -273,28 +273,7 @@ fn online_cpu_list() -> Vec<u32> {
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let usage = "usage: imc-workload mem|cpu|switch UNITS [--probe-parent] [--bare-switch | --bare-switch-read | --bare-switch-clock] (UNITS: a whole number >= 1)";
-    let mode = args.first().and_then(|m| Mode::parse(m));
-    let (mode, units) = match (mode, args.get(1).map(|u| u.parse::<u64>())) {
-        (Some(m), Some(Ok(u))) if u >= 1 => (m, u),
-        _ => {
-            eprintln!("imc-workload: {usage}");
-            std::process::exit(2);
-        }
-    };
-    let (mut probe_parent, mut bare) = (false, None);
-    for a in args.iter().skip(2) {
-        match a.as_str() {
-            "--probe-parent" => probe_parent = true,
-            "--bare-switch" => bare = Some(("bare_switch", false)),
-            "--bare-switch-read" => bare = Some(("bare_switch_read", true)),
-            "--bare-switch-clock" => bare = Some(("bare_switch_clock", false)),
-            other => {
-                eprintln!("imc-workload: unknown argument '{other}'; {usage}");
-                std::process::exit(2);
-            }
-        }
-    }
+    let (mode, units, probe_parent, bare) = parse_args(&args);
     let threads = match mode {
         Mode::Switch => 2,
         Mode::Mem | Mode::Cpu => online_cpus(),
@@ -364,6 +343,34 @@ fn main() {
     }
     println!("{line}");
     std::hint::black_box(&buf);
+}
+
+/// The workload, its units, --probe-parent, and the bare switch program to load (its name,
+/// whether it reads a counter); a bad command line exits 2 with the usage.
+fn parse_args(args: &[String]) -> (Mode, u64, bool, Option<(&'static str, bool)>) {
+    let usage = "usage: imc-workload mem|cpu|switch UNITS [--probe-parent] [--bare-switch | --bare-switch-read | --bare-switch-clock] (UNITS: a whole number >= 1)";
+    let mode = args.first().and_then(|m| Mode::parse(m));
+    let (mode, units) = match (mode, args.get(1).map(|u| u.parse::<u64>())) {
+        (Some(m), Some(Ok(u))) if u >= 1 => (m, u),
+        _ => {
+            eprintln!("imc-workload: {usage}");
+            std::process::exit(2);
+        }
+    };
+    let (mut probe_parent, mut bare) = (false, None);
+    for a in args.iter().skip(2) {
+        match a.as_str() {
+            "--probe-parent" => probe_parent = true,
+            "--bare-switch" => bare = Some(("bare_switch", false)),
+            "--bare-switch-read" => bare = Some(("bare_switch_read", true)),
+            "--bare-switch-clock" => bare = Some(("bare_switch_clock", false)),
+            other => {
+                eprintln!("imc-workload: unknown argument '{other}'; {usage}");
+                std::process::exit(2);
+            }
+        }
+    }
+    (mode, units, probe_parent, bare)
 }
 
 #[cfg(test)]

@@ -1,6 +1,8 @@
 //! A synthetic scenario recorded the way `imc record` records (attributor → writer): the
 //! recording side of `simulator`, for the tests and the accuracy harness.
 use crate::attribution::Attributor;
+use crate::model::result::TaskRow;
+use crate::model::{Direction, Package, SlotRole, SlotScope, SlotSpec, Topology};
 use crate::record::{RecordError, RecordHeader, Writer, WriterOptions, WriterStats};
 use crate::simulator::{Scenario, SynthItem, Truth};
 
@@ -58,9 +60,56 @@ pub fn churn(
     per_interval: u32,
 ) -> Result<WriterStats, RecordError> {
     use crate::discovery::cgroup::names_of_path;
-    use crate::model::result::{IntervalResult, PackageRow, TaskRow};
-    use crate::model::{Direction, Package, SlotRole, SlotScope, SlotSpec, Topology};
+    use crate::model::result::{IntervalResult, PackageRow};
     let _ = std::fs::remove_file(path);
+    let (specs, topo) = churn_machine();
+    const INTERVAL: u64 = 100_000_000;
+    let header = RecordHeader::new(&specs, &topo, 250, "intel-uncore-imc", INTERVAL);
+    let mut w = Writer::with_options(path, header, None, WriterOptions::default())?;
+    let per = per_interval.clamp(1, tasks.max(1));
+    let intervals = tasks.div_ceil(per).max(1);
+    // The steady process' bytes over the run exceed any churning task's.
+    let steady_lines = 64 + u64::from(tasks) / u64::from(intervals) * 3;
+    let mut names = std::collections::HashMap::new();
+    for k in 0..intervals {
+        let mut rows = Vec::new();
+        let mut lines_sum = 0u64;
+        for i in k * per..((k + 1) * per).min(tasks) {
+            let pid = 1000 + i;
+            // 1..=50 lines: no churning task reaches the steady one.
+            let lines = 1 + u64::from(i.wrapping_mul(2_654_435_761) % 50);
+            let cg = 100 + u64::from(i % 2000);
+            let mut r = churn_row(pid, format!("job{}", i % 1000), cg, lines);
+            let n = names.entry(cg).or_insert_with(|| {
+                names_of_path(&format!("/system.slice/docker-{:064x}.scope", cg))
+            });
+            r.set_cgroup_names(n);
+            lines_sum += lines;
+            rows.push(r);
+        }
+        rows.push(churn_row(1, "steady".into(), 7, steady_lines));
+        rows.push(churn_row(2, "init".into(), 7, 0));
+        lines_sum += steady_lines;
+        let iv = IntervalResult {
+            t_start_ns: u64::from(k) * INTERVAL,
+            t_end_ns: u64::from(k + 1) * INTERVAL,
+            source: "intel-uncore-imc".into(),
+            packages: vec![PackageRow {
+                id: 0,
+                read_bytes: lines_sum * 64,
+                write_bytes: lines_sum / 2 * 64, // approximately: the rows' own halves are floored
+                ..PackageRow::default()
+            }],
+            tasks: rows,
+            ..IntervalResult::default()
+        };
+        w.push_interval(&iv)?;
+    }
+    w.finish()
+}
+
+/// The churn recording's machine: one package of two CPUs, its read and write counters.
+fn churn_machine() -> (Vec<SlotSpec>, Topology) {
     let specs = vec![
         SlotSpec {
             event: "read".into(),
@@ -84,15 +133,12 @@ pub fn churn(
         }],
         ..Topology::default()
     };
-    const INTERVAL: u64 = 100_000_000;
-    let header = RecordHeader::new(&specs, &topo, 250, "intel-uncore-imc", INTERVAL);
-    let mut w = Writer::with_options(path, header, None, WriterOptions::default())?;
-    let per = per_interval.clamp(1, tasks.max(1));
-    let intervals = tasks.div_ceil(per).max(1);
-    // The steady process' bytes over the run exceed any churning task's.
-    let steady_lines = 64 + u64::from(tasks) / u64::from(intervals) * 3;
-    let mut names = std::collections::HashMap::new();
-    let row = |pid: u32, comm: String, cgroup: u64, lines: u64| TaskRow {
+    (specs, topo)
+}
+
+/// A churn task's row: `lines` read and half as many written.
+fn churn_row(pid: u32, comm: String, cgroup: u64, lines: u64) -> TaskRow {
+    TaskRow {
         pid,
         tgid: pid,
         comm,
@@ -105,40 +151,5 @@ pub fn churn(
         ]
         .into(),
         ..TaskRow::default()
-    };
-    for k in 0..intervals {
-        let mut rows = Vec::new();
-        let mut lines_sum = 0u64;
-        for i in k * per..((k + 1) * per).min(tasks) {
-            let pid = 1000 + i;
-            // 1..=50 lines: no churning task reaches the steady one.
-            let lines = 1 + u64::from(i.wrapping_mul(2_654_435_761) % 50);
-            let cg = 100 + u64::from(i % 2000);
-            let mut r = row(pid, format!("job{}", i % 1000), cg, lines);
-            let n = names.entry(cg).or_insert_with(|| {
-                names_of_path(&format!("/system.slice/docker-{:064x}.scope", cg))
-            });
-            r.set_cgroup_names(n);
-            lines_sum += lines;
-            rows.push(r);
-        }
-        rows.push(row(1, "steady".into(), 7, steady_lines));
-        rows.push(row(2, "init".into(), 7, 0));
-        lines_sum += steady_lines;
-        let iv = IntervalResult {
-            t_start_ns: u64::from(k) * INTERVAL,
-            t_end_ns: u64::from(k + 1) * INTERVAL,
-            source: "intel-uncore-imc".into(),
-            packages: vec![PackageRow {
-                id: 0,
-                read_bytes: lines_sum * 64,
-                write_bytes: lines_sum / 2 * 64, // approximately: the rows' own halves are floored
-                ..PackageRow::default()
-            }],
-            tasks: rows,
-            ..IntervalResult::default()
-        };
-        w.push_interval(&iv)?;
     }
-    w.finish()
 }

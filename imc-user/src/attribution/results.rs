@@ -1,0 +1,182 @@
+//! An interval's result: the package totals, each task's row and share, and what no task
+//! took (device traffic apart), the counts rounded and taken so that attributed +
+//! unattributed = the controller's total every interval.
+
+use super::state::Attributor;
+use super::summary;
+use super::tasks;
+use crate::model::result::{IntervalResult, PackageRow, ShareBasis, TaskRow, package_bytes};
+use crate::model::{Direction, SlotRole, SlotSpec};
+use imc_common::MAX_SLOTS;
+use std::collections::BTreeMap;
+
+impl Attributor {
+    pub(super) fn build_result(&mut self, t_start: u64, t_end: u64) -> IntervalResult {
+        let packages = self.take_package_rows();
+        let idle_counts = rounded(&mut self.idle_acc, self.specs.len());
+        let (ur, uw, ut) = bytes_of(&self.specs, &idle_counts);
+        let unattributed_bytes = ur + uw + ut;
+        let device_counts = rounded(&mut self.device_acc, self.specs.len());
+        let (dr, dw, dt) = bytes_of(&self.specs, &device_counts);
+        let device_bytes = (dr + dw + dt).min(unattributed_bytes);
+        let unattributed = crate::model::result::Unattributed {
+            device_bytes,
+            other_bytes: unattributed_bytes - device_bytes,
+        };
+        let mut traffic_total = traffic_counts(&self.specs, &idle_counts);
+        let rows = self.take_task_rows(&mut traffic_total);
+        let basis = if crate::model::measures_bytes(&self.specs) {
+            ShareBasis::Bytes(package_bytes(&packages))
+        } else {
+            ShareBasis::Counts(traffic_total)
+        };
+        let mut tasks: Vec<TaskRow> = rows
+            .into_iter()
+            .map(|(tc, mut row)| {
+                row.share = basis.share(row.bytes(), tc);
+                row
+            })
+            .collect();
+        summary::sort_rows(&mut tasks);
+        IntervalResult {
+            t_start_ns: t_start,
+            t_end_ns: t_end,
+            source: self.source.clone(),
+            packages,
+            tasks,
+            unattributed_bytes,
+            unattributed,
+            lost_samples: self.lost,
+            weighting: Some(self.weighting.clone()),
+            weight_fallbacks: std::mem::take(&mut self.time_fallbacks),
+        }
+    }
+
+    /// Each package's row of the interval, its counts taken (the next interval starts at 0).
+    fn take_package_rows(&mut self) -> Vec<PackageRow> {
+        let specs = &self.specs;
+        self.packages
+            .iter_mut()
+            .map(|p| {
+                let counts = rounded(&mut p.acc, specs.len());
+                let unattributed_counts = p.idle[..specs.len()]
+                    .iter()
+                    .map(|&v| round_count(v))
+                    .collect();
+                p.idle = [0.0; MAX_SLOTS];
+                let device_counts = p.device[..specs.len()]
+                    .iter()
+                    .map(|&v| round_count(v))
+                    .collect();
+                p.device = [0.0; MAX_SLOTS];
+                let (read_bytes, write_bytes, total_bytes) = bytes_of(specs, &counts);
+                PackageRow {
+                    id: p.id,
+                    read_bytes,
+                    write_bytes,
+                    total_bytes,
+                    slot_counts: counts[..specs.len()].to_vec(),
+                    unattributed_counts,
+                    device_counts,
+                    channels: Vec::new(),
+                    ..PackageRow::default()
+                }
+            })
+            .collect()
+    }
+
+    /// The row of every task that counted anything this interval, with its traffic count (for
+    /// its share, added to `traffic_total`); its counts taken.
+    fn take_task_rows(&mut self, traffic_total: &mut f64) -> Vec<(f64, TaskRow)> {
+        let specs = &self.specs;
+        let mut rows = Vec::with_capacity(self.tasks.touched.len());
+        for &ti in &self.tasks.touched {
+            let Some(e) = self.tasks.entries.get_mut(ti as usize) else {
+                continue;
+            };
+            let counts = rounded(&mut e.acc, specs.len());
+            e.touched = false;
+            if counts.iter().all(|&c| c == 0.0) {
+                continue;
+            }
+            *traffic_total += traffic_counts(specs, &counts);
+            rows.push((traffic_counts(specs, &counts), task_row(specs, e, &counts)));
+        }
+        self.tasks.touched.clear();
+        rows
+    }
+}
+
+/// A count as the results give it: whole, never negative.
+pub(super) fn round_count(v: f64) -> f64 {
+    if v > 0.0 { v.round() } else { 0.0 }
+}
+
+/// The first `n` of `acc`, rounded, and `acc` emptied for the next interval.
+pub(super) fn rounded(acc: &mut [f64; MAX_SLOTS], n: usize) -> [f64; MAX_SLOTS] {
+    let mut counts = [0.0; MAX_SLOTS];
+    for (s, c) in counts.iter_mut().enumerate().take(n) {
+        *c = round_count(acc[s]);
+    }
+    *acc = [0.0; MAX_SLOTS];
+    counts
+}
+
+/// A task's row of the interval from its rounded counts (its share is set by the caller).
+pub(super) fn task_row(
+    specs: &[SlotSpec],
+    e: &tasks::TaskEntry,
+    counts: &[f64; MAX_SLOTS],
+) -> TaskRow {
+    let (read_bytes, write_bytes, total_bytes) = bytes_of(specs, counts);
+    let values: BTreeMap<String, f64> = specs
+        .iter()
+        .enumerate()
+        .map(|(s, spec)| (spec.event.clone(), counts[s]))
+        .collect();
+    let mut row = TaskRow {
+        pid: e.key.pid,
+        tgid: e.key.tgid,
+        comm: e.key.comm_str(),
+        cgroup: e.key.cgroup,
+        read_bytes,
+        write_bytes,
+        total_bytes,
+        share: 0.0,
+        values,
+        ..TaskRow::default()
+    };
+    // The stall pair is charged like any CPU count (its `values`), never weighs traffic.
+    row.set_stalls(
+        crate::model::Victims::keys(specs),
+        crate::model::Victims::key(specs, crate::model::StallPart::Time),
+    );
+    row
+}
+
+/// (read, write, total) bytes of whole counts per slot: Traffic slots with a byte size.
+pub fn bytes_of(specs: &[SlotSpec], counts: &[f64; MAX_SLOTS]) -> (u64, u64, u64) {
+    let (mut r, mut w, mut t) = (0.0, 0.0, 0.0);
+    for (s, spec) in specs.iter().enumerate().take(MAX_SLOTS) {
+        if let (SlotRole::Traffic(dir), Some(bpc)) = (spec.role, spec.bytes_per_count) {
+            let b = counts[s] * bpc;
+            match dir {
+                Direction::Read => r += b,
+                Direction::Write => w += b,
+                Direction::Total => t += b,
+            }
+        }
+    }
+    (r.round() as u64, w.round() as u64, t.round() as u64)
+}
+
+/// Sum of the Traffic slots' counts (the share basis of stand-in sources without bytes).
+pub fn traffic_counts(specs: &[SlotSpec], counts: &[f64; MAX_SLOTS]) -> f64 {
+    specs
+        .iter()
+        .enumerate()
+        .take(MAX_SLOTS)
+        .filter(|(_, s)| matches!(s.role, SlotRole::Traffic(_)))
+        .map(|(i, _)| counts[i])
+        .sum()
+}

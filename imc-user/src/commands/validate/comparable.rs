@@ -1,0 +1,72 @@
+//! What the plan lets `imc validate` compare: the controller's bytes or not, MBM or not, the
+//! records it chose, and the bound each figure is held to.
+
+use crate::discovery::resctrl::Resctrl;
+use crate::plan::Plan;
+use serde::Serialize;
+
+/// A task's error bound for an event: a twentieth of a tick's time is the clock's own
+/// resolution, so on-CPU time gets twice the counts' bound.
+pub fn error_bound(event: &str) -> f64 {
+    if matches!(event, "cpu-clock" | "task-clock") {
+        0.02
+    } else {
+        0.01
+    }
+}
+
+/// What a workload that never makes an event may be charged of it over a whole run.
+pub const ZERO_CHARGE_BOUND: f64 = 10.0;
+
+/// MBM against imc's bytes: the kernel's resctrl selftest accepts 8%
+/// (tools/testing/selftests/resctrl/mbm_test.c, MAX_DIFF_PERCENT).
+pub const MBM_BOUND: f64 = 0.08;
+
+/// Whether the plan counts the controller's bytes, and why not.
+pub(super) struct BytesPlan {
+    pub(super) real: bool,
+    pub(super) reason: String,
+}
+
+impl BytesPlan {
+    pub(super) fn of(plan: &Plan) -> BytesPlan {
+        let specs = crate::sampler::from_plan::slot_specs(plan);
+        let real = crate::model::measures_bytes(&specs) && !plan.source.starts_with("proxy:");
+        BytesPlan {
+            real,
+            reason: if real {
+                format!("the memory controller is counted ({})", plan.source)
+            } else {
+                format!(
+                    "no memory-controller bytes here (source {}): expected bytes and fidelity are not measured",
+                    plan.source
+                )
+            },
+        }
+    }
+}
+
+/// One section that is measured only on some machines: whether, and why not.
+#[derive(Clone, Debug, Serialize)]
+pub(super) struct Availability {
+    pub(super) available: bool,
+    pub(super) reason: String,
+}
+
+pub(super) fn mbm_availability(rdt: &Resctrl) -> Availability {
+    match rdt {
+        Resctrl::Mbm { dir, features } => Availability {
+            available: true,
+            reason: format!("resctrl at {} ({})", dir.display(), features.join(", ")),
+        },
+        Resctrl::Absent(why) => Availability {
+            available: false,
+            reason: why.clone(),
+        },
+    }
+}
+
+/// The records the plan chose (`aggregated`, or `per-switch` with `--precise`).
+pub(super) fn records(plan: &Plan) -> &'static str {
+    plan.records.map_or("none", crate::plan::Records::as_str)
+}

@@ -1,0 +1,331 @@
+//! Counts against the truth: per interval and workload, the kernel's count of each weight
+//! event against what the attributor charged, and the bounds they are judged by.
+
+use super::comparable::{ZERO_CHARGE_BOUND, error_bound};
+use super::truth::TruthEvent;
+use crate::model::result::IntervalResult;
+use serde::Serialize;
+
+/// Who a workload is in the attributor's rows: its process (tgid), or its comm (the burst's
+/// short-lived children, forked under its name).
+pub(super) struct Ident {
+    pub(super) name: &'static str,
+    pub(super) pid: u32,
+    pub(super) comm: String,
+}
+
+pub(super) fn owner(idents: &[Ident], tgid: u32, comm: &str) -> Option<usize> {
+    idents
+        .iter()
+        .position(|i| i.pid == tgid)
+        .or_else(|| idents.iter().position(|i| i.comm == comm))
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct WorkloadRow {
+    pub(super) name: &'static str,
+    pub(super) pid: u32,
+    pub(super) event: String,
+    /// Over the whole run.
+    pub(super) truth: f64,
+    pub(super) attributed: f64,
+    /// The largest interval error, and in which interval.
+    pub(super) error: f64,
+    pub(super) worst_interval: usize,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub(super) struct IntervalRow {
+    pub(super) index: usize,
+    pub(super) t_start_ns: u64,
+    pub(super) t_end_ns: u64,
+    pub(super) events: Vec<EventTotals>,
+    pub(super) workloads: Vec<CellRow>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub(super) struct EventTotals {
+    pub(super) event: String,
+    /// The event's counts over every task and idle time (the source's total).
+    pub(super) total: f64,
+    pub(super) attributed: f64,
+    pub(super) unattributed: f64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub(super) struct CellRow {
+    pub(super) name: &'static str,
+    pub(super) event: String,
+    pub(super) truth: f64,
+    pub(super) attributed: f64,
+    pub(super) error: f64,
+}
+
+pub(super) struct Counts {
+    pub(super) workloads: Vec<WorkloadRow>,
+    pub(super) intervals: Vec<IntervalRow>,
+}
+
+/// Per interval and workload, the truth (the kernel's count between the interval's ends)
+/// against what the attributor charged the workload's tasks.
+pub(super) fn compare(
+    events: &[TruthEvent],
+    idents: &[Ident],
+    intervals: &[IntervalResult],
+    truth_at: impl Fn(u64) -> Vec<Vec<f64>>,
+) -> Counts {
+    let mut rows: Vec<WorkloadRow> = idents
+        .iter()
+        .flat_map(|i| {
+            events.iter().map(|e| WorkloadRow {
+                name: i.name,
+                pid: i.pid,
+                event: e.event.clone(),
+                ..Default::default()
+            })
+        })
+        .collect();
+    let mut out = Vec::new();
+    for (index, r) in intervals.iter().enumerate() {
+        let (t0, t1) = (truth_at(r.t_start_ns), truth_at(r.t_end_ns));
+        let (attributed, all) = charged(events, idents, r);
+        let totals = event_totals(events, r, &all);
+        let mut cells = Vec::new();
+        for (w, ident) in idents.iter().enumerate() {
+            for (k, e) in events.iter().enumerate() {
+                let before = t0.get(w).and_then(|v| v.get(k)).copied().unwrap_or(0.0);
+                let after = t1.get(w).and_then(|v| v.get(k)).copied().unwrap_or(0.0);
+                let truth = (after - before).max(0.0);
+                let a = attributed[w][k];
+                let error = (a - truth).abs() / totals[k].total.max(1.0);
+                let row = &mut rows[w * events.len() + k];
+                row.truth += truth;
+                row.attributed += a;
+                if error > row.error {
+                    row.error = error;
+                    row.worst_interval = index;
+                }
+                cells.push(CellRow {
+                    name: ident.name,
+                    event: e.event.clone(),
+                    truth: truth.round(),
+                    attributed: a,
+                    error,
+                });
+            }
+        }
+        out.push(IntervalRow {
+            index,
+            t_start_ns: r.t_start_ns,
+            t_end_ns: r.t_end_ns,
+            events: totals,
+            workloads: cells,
+        });
+    }
+    for r in &mut rows {
+        r.truth = r.truth.round();
+    }
+    Counts {
+        workloads: rows,
+        intervals: out,
+    }
+}
+
+/// One bound: the figure, its limit, what was measured and where.
+#[derive(Clone, Debug, Serialize)]
+pub struct Bound {
+    pub(super) figure: &'static str,
+    pub(super) event: String,
+    pub(super) bound: f64,
+    pub(super) value: Option<f64>,
+    pub(super) workload: Option<&'static str>,
+    pub(super) interval: Option<usize>,
+    /// Null in a dry run: nothing measured yet.
+    pub(super) pass: Option<bool>,
+}
+
+impl Bound {
+    pub(super) fn planned(figure: &'static str, event: &str, bound: f64) -> Bound {
+        Bound {
+            figure,
+            event: event.to_string(),
+            bound,
+            value: None,
+            workload: None,
+            interval: None,
+            pass: None,
+        }
+    }
+
+    pub(super) fn measured(
+        figure: &'static str,
+        event: &str,
+        bound: f64,
+        value: f64,
+        workload: Option<&'static str>,
+        interval: Option<usize>,
+    ) -> Bound {
+        Bound {
+            figure,
+            event: event.to_string(),
+            bound,
+            value: Some(value),
+            workload,
+            interval,
+            pass: Some(value <= bound),
+        }
+    }
+
+    pub(super) fn text(&self) -> String {
+        let what = match self.figure {
+            "error" => format!(
+                "every workload's error ≤ {} of the interval's {}",
+                self.bound, self.event
+            ),
+            "zero-charge" => format!(
+                "a workload that makes no {} is charged ≤ {} over the run",
+                self.event, self.bound
+            ),
+            "conservation" => format!(
+                "attributed + unattributed {} = the total, every interval (off by ≤ 1 a task)",
+                self.event
+            ),
+            "mbm" => format!("imc's bytes within {} of resctrl MBM's", self.bound),
+            "truth-complete" => {
+                "no truth sample lost or throttled (else rerun with less load)".to_string()
+            }
+            other => other.to_string(),
+        };
+        let Some(v) = self.value else { return what };
+        let mut at = Vec::new();
+        if let Some(w) = self.workload {
+            at.push(w.to_string());
+        }
+        if let Some(i) = self.interval {
+            at.push(format!("interval {i}"));
+        }
+        let at = if at.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", at.join(", "))
+        };
+        format!(
+            "{}: worst {}{at}{}",
+            what,
+            trim_float(v),
+            if self.pass == Some(false) {
+                " OUTSIDE"
+            } else {
+                ""
+            }
+        )
+    }
+}
+
+pub(super) fn trim_float(v: f64) -> String {
+    if v.fract() == 0.0 && v.abs() < 1e15 {
+        format!("{v:.0}")
+    } else {
+        format!("{v:.4}")
+    }
+}
+
+pub(super) fn count_bounds(events: &[TruthEvent], c: &Counts) -> Vec<Bound> {
+    let mut out = Vec::new();
+    for e in events {
+        let rows = || c.workloads.iter().filter(|r| r.event == e.event);
+        let worst = rows().max_by(|a, b| a.error.total_cmp(&b.error));
+        out.push(Bound::measured(
+            "error",
+            &e.event,
+            error_bound(&e.event),
+            worst.map_or(0.0, |r| r.error),
+            worst.map(|r| r.name),
+            worst.map(|r| r.worst_interval),
+        ));
+        let zero = rows()
+            .filter(|r| r.truth == 0.0)
+            .max_by(|a, b| a.attributed.total_cmp(&b.attributed));
+        if let Some(z) = zero {
+            out.push(Bound::measured(
+                "zero-charge",
+                &e.event,
+                ZERO_CHARGE_BOUND,
+                z.attributed,
+                Some(z.name),
+                None,
+            ));
+        }
+        // Off by at most one count a task (each task's figure is rounded) and one for idle.
+        let mut worst: Option<(f64, usize)> = None;
+        for iv in &c.intervals {
+            let Some(t) = iv.events.iter().find(|t| t.event == e.event) else {
+                continue;
+            };
+            let rows = (iv.workloads.len() + 1) as f64;
+            let off = ((t.attributed + t.unattributed - t.total).abs() - rows).max(0.0);
+            if worst.is_none_or(|(w, _)| off > w) {
+                worst = Some((off, iv.index));
+            }
+        }
+        if let Some((off, i)) = worst {
+            out.push(Bound::measured(
+                "conservation",
+                &e.event,
+                0.0,
+                off,
+                None,
+                Some(i),
+            ));
+        }
+    }
+    out
+}
+
+/// Per workload and event what the interval charged its tasks, and per event what it charged
+/// every task.
+fn charged(
+    events: &[TruthEvent],
+    idents: &[Ident],
+    r: &IntervalResult,
+) -> (Vec<Vec<f64>>, Vec<f64>) {
+    let mut attributed = vec![vec![0.0; events.len()]; idents.len()];
+    let mut all = vec![0.0; events.len()];
+    for task in &r.tasks {
+        let who = owner(idents, task.tgid, &task.comm);
+        for (k, e) in events.iter().enumerate() {
+            let v = task.values.get(&e.event).copied().unwrap_or(0.0);
+            all[k] += v;
+            if let Some(w) = who {
+                attributed[w][k] += v;
+            }
+        }
+    }
+    (attributed, all)
+}
+
+/// Per event the interval's total (the source's), what tasks took (`all`) and what nobody did.
+fn event_totals(events: &[TruthEvent], r: &IntervalResult, all: &[f64]) -> Vec<EventTotals> {
+    let mut totals = Vec::new();
+    for (k, e) in events.iter().enumerate() {
+        let slot_sum = |f: fn(&crate::model::result::PackageRow) -> &Vec<f64>| -> f64 {
+            r.packages.iter().filter_map(|p| f(p).get(e.slot)).sum()
+        };
+        let unattributed = slot_sum(|p| &p.unattributed_counts);
+        let counted = slot_sum(|p| &p.slot_counts);
+        // Per-CPU counters need not be summed into package rows: then the total is what the
+        // tasks and the idle spans took.
+        let total = if counted > 0.0 {
+            counted
+        } else {
+            all[k] + unattributed
+        };
+        totals.push(EventTotals {
+            event: e.event.clone(),
+            total,
+            attributed: all[k],
+            unattributed,
+        });
+    }
+    totals
+}

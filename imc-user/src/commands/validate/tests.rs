@@ -1,0 +1,182 @@
+use super::bytes::{KernelBytes, fidelity_of};
+use super::counts::{Bound, Ident, compare, count_bounds};
+use super::truth::TruthEvent;
+use super::*;
+use crate::model::result::IntervalResult;
+use crate::model::result::{PackageRow, TaskRow};
+
+fn ev(name: &str) -> TruthEvent {
+    TruthEvent {
+        event: name.into(),
+        slot: 0,
+        encodings: Vec::new(),
+    }
+}
+
+fn task(tgid: u32, comm: &str, v: f64) -> TaskRow {
+    TaskRow {
+        pid: tgid,
+        tgid,
+        comm: comm.into(),
+        values: [("page-faults".to_string(), v)].into(),
+        ..Default::default()
+    }
+}
+
+fn interval(t0: u64, t1: u64, tasks: Vec<TaskRow>, total: f64, idle: f64) -> IntervalResult {
+    IntervalResult {
+        t_start_ns: t0,
+        t_end_ns: t1,
+        packages: vec![PackageRow {
+            slot_counts: vec![total],
+            unattributed_counts: vec![idle],
+            ..Default::default()
+        }],
+        tasks,
+        ..Default::default()
+    }
+}
+
+/// The `k`-th interval of one second.
+fn second(k: u64, tasks: Vec<TaskRow>, total: f64, idle: f64) -> IntervalResult {
+    interval(
+        k * 1_000_000_000,
+        (k + 1) * 1_000_000_000,
+        tasks,
+        total,
+        idle,
+    )
+}
+
+/// The bound of `figure` (there is one).
+fn bound<'a>(bounds: &'a [Bound], figure: &str) -> &'a Bound {
+    bounds.iter().find(|b| b.figure == figure).unwrap()
+}
+
+fn idents() -> Vec<Ident> {
+    vec![
+        Ident {
+            name: "toucher",
+            pid: 10,
+            comm: "imcv-toucher".into(),
+        },
+        Ident {
+            name: "burst",
+            pid: 20,
+            comm: "imcv-burst".into(),
+        },
+        Ident {
+            name: "spinner",
+            pid: 30,
+            comm: "imcv-spinner".into(),
+        },
+    ]
+}
+
+/// Truth: toucher 1000 a second, burst 100 a second, spinner none (t in seconds × 1e9).
+fn truth_at(t: u64) -> Vec<Vec<f64>> {
+    let s = t as f64 / 1e9;
+    vec![vec![1000.0 * s], vec![100.0 * s], vec![0.0]]
+}
+
+#[test]
+fn errors_are_per_interval_over_its_total_and_children_count_by_comm() {
+    let events = [ev("page-faults")];
+    let intervals = vec![
+        // Interval 0 charges the spinner 20 faults the toucher made.
+        second(
+            0,
+            vec![
+                task(10, "imcv-toucher", 980.0),
+                task(21, "imcv-burst", 60.0),
+                task(20, "imcv-burst", 40.0),
+                task(30, "imcv-spinner", 20.0),
+                task(99, "python3", 900.0),
+            ],
+            2000.0,
+            0.0,
+        ),
+        second(
+            1,
+            vec![
+                task(10, "imcv-toucher", 1000.0),
+                task(20, "imcv-burst", 100.0),
+            ],
+            1500.0,
+            400.0,
+        ),
+    ];
+    let c = compare(&events, &idents(), &intervals, truth_at);
+    let toucher = &c.workloads[0];
+    assert_eq!((toucher.truth, toucher.attributed), (2000.0, 1980.0));
+    assert!((toucher.error - 20.0 / 2000.0).abs() < 1e-12);
+    assert_eq!(toucher.worst_interval, 0);
+    let burst = &c.workloads[1];
+    assert_eq!(
+        (burst.truth, burst.attributed, burst.error),
+        (200.0, 200.0, 0.0)
+    );
+    let spinner = &c.workloads[2];
+    assert_eq!((spinner.truth, spinner.attributed), (0.0, 20.0));
+    let bounds = count_bounds(&events, &c);
+    let find = |f: &str| bound(&bounds, f);
+    // 0.01 of 2000 is exactly the bound: within.
+    assert_eq!(find("error").pass, Some(true), "{}", find("error").text());
+    let z = find("zero-charge");
+    assert_eq!(
+        (z.value, z.workload, z.pass),
+        (Some(20.0), Some("spinner"), Some(false))
+    );
+    assert!(z.text().contains("OUTSIDE"));
+    // Interval 0: 2000 attributed + 0 idle = 2000; interval 1: 1100 + 400 = 1500.
+    assert_eq!(find("conservation").value, Some(0.0));
+}
+
+#[test]
+fn a_leak_breaks_conservation_and_names_the_interval() {
+    let events = [ev("page-faults")];
+    let intervals = vec![
+        second(0, vec![task(10, "imcv-toucher", 1000.0)], 1000.0, 0.0),
+        second(1, vec![task(10, "imcv-toucher", 1000.0)], 1500.0, 0.0),
+    ];
+    let c = compare(&events, &idents(), &intervals, truth_at);
+    let b = count_bounds(&events, &c);
+    let cons = bound(&b, "conservation");
+    assert_eq!(cons.pass, Some(false));
+    assert_eq!(cons.interval, Some(1));
+}
+
+#[test]
+fn cpu_time_has_twice_the_bound_of_counts() {
+    assert_eq!(error_bound("cpu-clock"), 0.02);
+    assert_eq!(error_bound("page-faults"), 0.01);
+}
+
+#[test]
+fn fidelity_is_what_weights_saw_of_what_kernels_moved_and_is_written_whole() {
+    let k = |name, read, write, saw| KernelBytes {
+        name,
+        expected_read: read,
+        expected_write: write,
+        weights: [("LLC-misses".to_string(), saw)].into(),
+        expected_for: [("LLC-misses".to_string(), read + write)].into(),
+        ..Default::default()
+    };
+    let f = fidelity_of(&[
+        k("reader", 100.0, 0.0, 90.0),
+        k("copier", 200.0, 100.0, 210.0),
+    ]);
+    assert!((f.weights["LLC-misses"] - 0.75).abs() < 1e-12);
+    // reader 0.9, copier 0.7 against 0.75: the larger relative spread is 0.2.
+    assert!((f.bound - 0.2).abs() < 1e-12);
+    let t = tempfile::tempdir().unwrap();
+    let path = t.path().join("sub/fidelity.json");
+    crate::plan::fidelity::save(&path, &f.weights).unwrap();
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    assert_eq!(v["weights"]["LLC-misses"], 0.75);
+    assert_eq!(
+        std::fs::read_dir(path.parent().unwrap()).unwrap().count(),
+        1
+    );
+}

@@ -1,0 +1,181 @@
+use super::stats::verdict;
+use super::work::Tick;
+use super::*;
+
+#[test]
+fn counts_the_cpu_scope_slots_of_a_plan() {
+    let plan = r#"{"counters": [{"scope": "cpu"}], "slots": [
+        {"event": "page-faults", "scope": "cpu", "sum": null},
+        {"event": "uncore read", "scope": "package", "sum": ["a", "b"]},
+        {"event": "weight", "scope": "cpu", "sum": null}
+    ], "tick": {"scope": "cpu"}}"#;
+    assert_eq!(cpu_slots(plan), 2);
+    assert_eq!(cpu_slots(r#"{"slots": []}"#), 0);
+    assert_eq!(cpu_slots("{}"), 0);
+}
+
+fn work(elapsed_s: f64, loc: u64, runs: u64) -> Work {
+    Work {
+        elapsed_s,
+        cpu_s: 2.0 * elapsed_s,
+        loc,
+        parent_progs: 2,
+        parent_cpu_s: 0.001,
+        bpf_runs: runs,
+        bpf_run_s: 0.0005,
+        bare_runs: 0,
+        bare_run_s: 0.0,
+        drained: None,
+    }
+}
+
+#[test]
+fn parses_the_workload_line() {
+    let out = "noise\nimc-workload: mode=mem units=40 threads=2 pid=7 elapsed_ns=1500000000 \
+               cpu_ns=2990000000 loc=751 parent_progs=1 parent_cpu_ns=15000000 \
+               parent_bpf_runs=3001 parent_bpf_run_ns=2400000\n";
+    let w = parse_work(out).unwrap();
+    assert_eq!(w.elapsed_s, 1.5);
+    assert_eq!(w.cpu_s, 2.99);
+    assert_eq!(w.loc, 751);
+    assert_eq!(w.parent_progs, 1);
+    assert_eq!(w.parent_cpu_s, 0.015);
+    assert_eq!(w.bpf_runs, 3001);
+    assert_eq!(w.bpf_run_s, 0.0024);
+    // Without the probe figures the line is refused: the check that imc sampled needs them.
+    assert!(parse_work("imc-workload: elapsed_ns=1 cpu_ns=1 loc=1\n").is_err());
+    assert!(parse_work("").is_err());
+}
+
+#[test]
+fn reads_bare_figures_and_imcs_drained_records() {
+    let out = "imc-workload: mode=switch units=9 threads=2 pid=7 elapsed_ns=1000000000 \
+               cpu_ns=1 loc=1 parent_progs=0 parent_cpu_ns=0 parent_bpf_runs=0 \
+               parent_bpf_run_ns=0 bare_runs=92000 bare_run_ns=14720000\n";
+    let w = parse_work(out).unwrap();
+    assert_eq!((w.bare_runs, w.bare_run_s), (92000, 0.01472));
+    let stderr = "imc: something\nimc: recorded 2 intervals, 0 raw ticks around bursts, 900 \
+                  bytes to /tmp/x.imc; 1234 records drained\n";
+    assert_eq!(parse_drained(stderr), Some(1234));
+    assert_eq!(
+        parse_drained("imc: recorded 2 intervals, 900 bytes to x"),
+        None
+    );
+}
+
+#[test]
+fn reads_report_fields_and_the_plan_tick() {
+    // Keys in any order: a burst's t_end_ns before the report's must not be taken for it.
+    let j = r#"{"bursts":[{"t_end_ns":2,"t_start_ns":1}],"lost_samples":177,"packages":[{"id":0,"read_bytes":0}],"source":"proxy:page-faults","t_end_ns":730294921606,"t_start_ns":729223277578,"tasks":[{"comm":"a\"lost_samples\":9"}],"unattributed_bytes":0}"#;
+    assert_eq!(json_field(j, "t_start_ns").as_deref(), Some("729223277578"));
+    assert_eq!(json_field(j, "t_end_ns").as_deref(), Some("730294921606"));
+    assert_eq!(
+        json_field(j, "source").as_deref(),
+        Some("proxy:page-faults")
+    );
+    assert_eq!(json_field(j, "lost_samples").as_deref(), Some("177"));
+    assert_eq!(json_field(j, "missing"), None);
+    let plan = r#"{"command":"record","source":"events:page-faults","counters":[{"pmu":"software","reader":{"kind":"tick"},"slot":0}],"tick":{"source":"kernel-tick","hz":250.0,"adds_interrupts":false,"switches":true,"reason":"x"},"refusals":[],"kernel":{"release":"6.18","hz":null}}"#;
+    assert_eq!(
+        parse_plan_tick(plan).unwrap(),
+        Tick {
+            source: "kernel-tick".into(),
+            hz: 250.0,
+            adds_interrupts: false
+        }
+    );
+    assert!(parse_plan_tick(r#"{"tick":null}"#).is_err());
+}
+
+#[test]
+fn tick_checks_follow_the_tick_source() {
+    // --freq 1000 on 2 CPUs for 1 s: about 2000 ticks.
+    let c = Kind::Cpu;
+    assert!(check_ticks(&work(1.0, 500, 2000), c, Some(1000), 250.0, 2).is_ok());
+    assert!(check_ticks(&work(1.0, 500, 1500), c, Some(1000), 250.0, 2).is_err());
+    assert!(check_ticks(&work(1.0, 500, 4000), c, Some(1000), 250.0, 2).is_err());
+    // CPUs idle between switches: a late timer passes, the kernel's tick rate does not.
+    let s = Kind::Switch;
+    assert!(check_ticks(&work(1.0, 500, 1500), s, Some(1000), 250.0, 2).is_ok());
+    assert!(check_ticks(&work(1.0, 500, 500), s, Some(1000), 250.0, 2).is_err());
+    // The kernel's tick: at least half of HZ × CPUs; context switches may add any number.
+    assert!(check_ticks(&work(1.0, 500, 260), c, None, 250.0, 2).is_ok());
+    assert!(check_ticks(&work(1.0, 500, 90_000), s, None, 250.0, 2).is_ok());
+    assert!(check_ticks(&work(1.0, 500, 200), c, None, 250.0, 2).is_err());
+    let mut none = work(1.0, 500, 600);
+    none.parent_progs = 0;
+    assert!(check_ticks(&none, c, None, 250.0, 2).is_err());
+}
+
+#[test]
+fn every_side_takes_every_position() {
+    let arms = Kind::Switch.arms(true);
+    assert_eq!(arms.len(), 9);
+    assert_eq!(Kind::Cpu.arms(true).len(), 4);
+    assert_eq!(Kind::Switch.arms(false).len(), 7);
+    assert_eq!(Kind::Cpu.arms(false).len(), 3);
+    for pos in 0..arms.len() {
+        let at: Vec<Arm> = (0..arms.len())
+            .map(|r| round_order(&arms, r)[pos])
+            .collect();
+        assert!(
+            arms.iter().all(|a| at.contains(a)),
+            "position {pos}: {at:?}"
+        );
+    }
+}
+
+#[test]
+fn statistics_and_verdicts() {
+    let m = mean_se(&[1.0, 2.0, 3.0]);
+    assert_eq!(m.mean, 2.0);
+    assert!((m.se - (1.0f64 / 3.0).sqrt()).abs() < 1e-12);
+    assert!(mean_se(&[1.0]).se.is_nan());
+    assert!((pct(1.005, 1.0) - 0.5).abs() < 1e-9);
+    let v = |mean, se| MeanSe { mean, se };
+    assert_eq!(verdict(v(0.1, 0.1), 0.5), "PASS");
+    assert_eq!(verdict(v(0.9, 0.1), 0.5), "FAIL");
+    assert_eq!(verdict(v(0.4, 0.1), 0.5), "UNRESOLVED");
+    assert_eq!(verdict(v(0.6, 0.1), 0.5), "UNRESOLVED");
+    assert_eq!(verdict(v(0.0, f64::NAN), 0.5), "UNRESOLVED");
+}
+
+#[test]
+fn targets_are_paired_by_round() {
+    let cpus = 2;
+    // Alone: 250 interrupts per CPU-second; imc adds none and is 0.1% slower; perf's
+    // cpu-clock adds 1000 and is 5% slower, every round.
+    let alone = vec![work(1.0, 500, 0), work(1.2, 600, 0)];
+    let imc = vec![work(1.001, 500, 600), work(1.2012, 600, 700)];
+    let perf = vec![work(1.05, 2600, 0), work(1.26, 3120, 0)];
+    let r = KindRuns {
+        kind: Kind::Cpu,
+        cpus,
+        arms: vec![
+            (Arm::Alone, alone),
+            (Arm::ImcTick, imc),
+            (Arm::PerfClock, perf),
+        ],
+    };
+    let s = mean_se(&r.slowdowns(Arm::ImcTick).unwrap());
+    assert!((s.mean - 0.1).abs() < 1e-9 && s.se < 1e-9, "{s:?}");
+    let irq = mean_se(&r.irq_added_pct(Arm::ImcTick).unwrap());
+    assert!(irq.mean.abs() < 0.2, "{irq:?}");
+    // 2 × 0.0005 s of BPF over 1300 runs: 769 ns a run; perf's side has no BPF.
+    let row = arm_row(&r, Arm::ImcTick, r.runs(Arm::ImcTick).unwrap());
+    assert!(row.ends_with(" 769"), "{row}");
+    let row = arm_row(&r, Arm::PerfClock, r.runs(Arm::PerfClock).unwrap());
+    assert!(row.ends_with("—"), "{row}");
+    let cs = checks(&[r]);
+    let line = |what: &str| {
+        cs.iter()
+            .find(|c| c.what.contains(what))
+            .map(check_line)
+            .unwrap()
+    };
+    assert!(line("slowdown %").starts_with("PASS"));
+    // 0.1 - 0.2 × 5 = -0.9 points.
+    assert!(line("minus 0.2").starts_with("PASS"));
+    // 0.0015 s of collector over 2 CPU-seconds: 0.075% of the machine.
+    assert!(line("collector").starts_with("PASS"));
+}

@@ -1,0 +1,107 @@
+//! What one run reports: the workload's own line, imc's drained-record count, the plan's
+//! tick.
+
+use anyhow::{Context, Result, anyhow};
+
+/// The workload's own figures (its `imc-workload:` line).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(super) struct Work {
+    pub(super) elapsed_s: f64,
+    pub(super) cpu_s: f64,
+    /// Local timer interrupts on all CPUs during the timed work.
+    pub(super) loc: u64,
+    pub(super) parent_progs: u64,
+    pub(super) parent_cpu_s: f64,
+    pub(super) bpf_runs: u64,
+    pub(super) bpf_run_s: f64,
+    /// `--bare-switch`: the bare sched_switch program's runs (the window's context switches)
+    /// and run time.
+    pub(super) bare_runs: u64,
+    pub(super) bare_run_s: f64,
+    /// Under imc: records it drained from the kernel's rings over its whole run (its summary).
+    pub(super) drained: Option<u64>,
+}
+
+impl Work {
+    /// Local timer interrupts per CPU-second of the window.
+    pub(super) fn irq_rate(&self, cpus: usize) -> f64 {
+        self.loc as f64 / (self.elapsed_s * cpus as f64)
+    }
+    /// The parent's CPU and its BPF programs' run time, as a share (%) of the machine.
+    pub(super) fn collector_pct(&self, cpus: usize) -> f64 {
+        (self.parent_cpu_s + self.bpf_run_s) / (self.elapsed_s * cpus as f64) * 100.0
+    }
+}
+
+pub(super) fn parse_work(stdout: &str) -> Result<Work> {
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with("imc-workload:"))
+        .ok_or_else(|| anyhow!("the workload printed no 'imc-workload:' line: {stdout:?}"))?;
+    let get = |k: &str| -> Result<u64> {
+        line.split_whitespace()
+            .find_map(|kv| kv.strip_prefix(k)?.strip_prefix('='))
+            .ok_or_else(|| anyhow!("no {k}= in the workload's line: {line}"))?
+            .parse::<u64>()
+            .with_context(|| format!("{k}= in the workload's line: {line}"))
+    };
+    Ok(Work {
+        elapsed_s: get("elapsed_ns")? as f64 / 1e9,
+        cpu_s: get("cpu_ns")? as f64 / 1e9,
+        loc: get("loc")?,
+        parent_progs: get("parent_progs")?,
+        parent_cpu_s: get("parent_cpu_ns")? as f64 / 1e9,
+        bpf_runs: get("parent_bpf_runs")?,
+        bpf_run_s: get("parent_bpf_run_ns")? as f64 / 1e9,
+        bare_runs: get("bare_runs").unwrap_or(0),
+        bare_run_s: get("bare_run_ns").unwrap_or(0) as f64 / 1e9,
+        drained: None,
+    })
+}
+
+/// The records imc drained, from its `imc record` summary line ("…; N records drained").
+pub(super) fn parse_drained(stderr: &str) -> Option<u64> {
+    let line = stderr.lines().find(|l| l.starts_with("imc: recorded"))?;
+    let before = line.strip_suffix(" records drained")?;
+    before.rsplit(' ').next()?.parse().ok()
+}
+
+/// A top-level field of a JSON object (imc's report or plan), as text: a string's contents,
+/// or a number's or boolean's digits. Parsed, not searched: nested objects (bursts, tasks) have
+/// fields of the same names.
+pub(super) fn json_field(json: &str, key: &str) -> Option<String> {
+    let v: serde_json::Value = serde_json::from_str(json).ok()?;
+    match v.get(key)? {
+        serde_json::Value::String(s) => Some(s.clone()),
+        serde_json::Value::Null => None,
+        other => Some(other.to_string()),
+    }
+}
+
+/// The tick of one `imc record` plan (`--dry-run --json`).
+#[derive(Clone, Debug, PartialEq)]
+pub(super) struct Tick {
+    pub(super) source: String,
+    pub(super) hz: f64,
+    pub(super) adds_interrupts: bool,
+}
+
+pub(super) fn parse_plan_tick(json: &str) -> Result<Tick> {
+    let v: serde_json::Value =
+        serde_json::from_str(json).with_context(|| format!("the plan is not JSON: {json}"))?;
+    let tick = v
+        .get("tick")
+        .ok_or_else(|| anyhow!("the plan has no tick: {json}"))?;
+    Ok(Tick {
+        source: tick["source"]
+            .as_str()
+            .ok_or_else(|| anyhow!("the plan's tick has no source: {tick}"))?
+            .to_string(),
+        hz: tick["hz"]
+            .as_f64()
+            .ok_or_else(|| anyhow!("the plan's tick has no hz: {tick}"))?,
+        adds_interrupts: tick["adds_interrupts"]
+            .as_bool()
+            .ok_or_else(|| anyhow!("the plan's tick has no adds_interrupts: {tick}"))?,
+    })
+}
