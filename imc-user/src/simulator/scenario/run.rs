@@ -333,8 +333,15 @@ impl Loaded {
             .tick_hz(sc.freq_hz)
             .weighting(plan.weighting.clone());
         let mut acc = Accumulated::default();
-        // The kernel folds switches into per-task aggregates unless asked for each one.
-        let mut fold = sc.aggregate.then(|| Aggregator::new(specs, sc.freq_hz));
+        // The kernel folds switches into per-task aggregates unless asked for each one, its
+        // flush periods cut at the intervals' ends as the sampler hands it their clock.
+        let mut fold = sc.aggregate.then(|| {
+            let agg = Aggregator::new(specs, sc.freq_hz);
+            match sc.mark_every_ns {
+                Some(every) => agg.interval_clock(0, every),
+                None => agg,
+            }
+        });
         let mut folded = Vec::new();
         let mut stream = sc.stream();
         for item in stream.by_ref() {
