@@ -256,21 +256,9 @@ pub fn weigh(
     advance(f1, rw, rt, ru, &mut i, &mut t_cur);
 }
 
-/// The second half of [`spread`], on what [`weigh`] left in `scratch` for spans with these
-/// bounds and this class.
-pub fn apportion(
-    spans: &[Span],
-    segs: &[Segment],
-    events: &[Event],
-    class: usize,
-    scratch: &mut Scratch,
-    mut give: impl FnMut(u32, f64),
-) -> f64 {
-    let class = class.min(MAX_CLASSES - 1);
-    let (Some(first), Some(last)) = (spans.first(), spans.last()) else {
-        return 0.0;
-    };
-    let (f0, f1) = (first.t0, last.t1);
+/// Pass 1 of [`apportion`]: each span's price per unit of weight (`pw`) or of time (`pt`),
+/// from what [`weigh`] left in `scratch`; returns what spans nobody ran in leave unattributed.
+fn price_spans(spans: &[Span], scratch: &mut Scratch) -> f64 {
     let n = spans.len();
     let Scratch {
         ww,
@@ -281,7 +269,6 @@ pub fn apportion(
         time_fallbacks,
         fixed_price,
         unseen,
-        route,
         ..
     } = scratch;
     assert_eq!(ww.len(), n, "apportion without weigh over the same spans");
@@ -290,7 +277,6 @@ pub fn apportion(
         v.clear();
         v.resize(n, 0.0);
     }
-
     // Prices per span; spans nobody ran in stay unattributed.
     let mut unattributed = 0.0;
     for k in 0..n {
@@ -317,8 +303,28 @@ pub fn apportion(
             unattributed += d;
         }
     }
-
     *time_fallbacks += scratch_fallbacks;
+    unattributed
+}
+
+/// The second half of [`spread`], on what [`weigh`] left in `scratch` for spans with these
+/// bounds and this class.
+pub fn apportion(
+    spans: &[Span],
+    segs: &[Segment],
+    events: &[Event],
+    class: usize,
+    scratch: &mut Scratch,
+    mut give: impl FnMut(u32, f64),
+) -> f64 {
+    let class = class.min(MAX_CLASSES - 1);
+    let (Some(first), Some(last)) = (spans.first(), spans.last()) else {
+        return 0.0;
+    };
+    let (f0, f1) = (first.t0, last.t1);
+    let n = spans.len();
+    let unattributed = price_spans(spans, scratch);
+    let Scratch { pw, pt, route, .. } = scratch;
 
     // Pass 2: Π at each event; a segment gets rate·Π(end) − rate·Π(start).
     let mut i = 0usize;

@@ -75,17 +75,7 @@ pub fn run(global: &GlobalArgs, args: &ServeArgs) -> CliResult<ExitCode> {
         }
         return Ok(code);
     }
-    if !is_loopback(args.listen.ip()) && web.tls.is_none() {
-        eprintln!(
-            "imc: warning: serving on {} without TLS, not loopback: anyone who reaches it sees process names and cgroups (give --web.config.file a tls_server_config)",
-            args.listen
-        );
-    }
-    // Room for connections: the hard file limit, not the soft one systemd and shells default
-    // to (1024).
-    if let Err(e) = crate::sys::rlimit::raise_nofile() {
-        log::info!("the open-file limit stays as it is: {e}");
-    }
+    prepare_to_listen(args, &web);
     let peaks = meta.peaks.clone();
     let exporter: Shared = Arc::new(Mutex::new(Served {
         exporter: Exporter::new(ExportMeta {
@@ -350,6 +340,20 @@ fn print_latency_families(plan: &crate::plan::Plan) {
                  plan's latency line says why)"
             );
         }
+    }
+}
+
+/// Before listening: a warning where anyone could read the metrics, and room for connections
+/// (the hard file limit, not the soft one systemd and shells default to, 1024).
+fn prepare_to_listen(args: &ServeArgs, web: &WebConfig) {
+    if !is_loopback(args.listen.ip()) && web.tls.is_none() {
+        eprintln!(
+            "imc: warning: serving on {} without TLS, not loopback: anyone who reaches it sees process names and cgroups (give --web.config.file a tls_server_config)",
+            args.listen
+        );
+    }
+    if let Err(e) = crate::sys::rlimit::raise_nofile() {
+        log::info!("the open-file limit stays as it is: {e}");
     }
 }
 
