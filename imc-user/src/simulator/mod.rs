@@ -556,18 +556,31 @@ impl SynthStream {
                 continue;
             }
             self.read_last[p] = Some(t);
-            let id = layout.package_ids.get(p).copied().unwrap_or(p as u32);
-            for (s, slot) in layout.slots.iter().enumerate() {
-                if let SynthSlot::Traffic {
+            let reads = self.package_reads(layout, p, t);
+            self.queue.extend(reads);
+        }
+    }
+
+    /// Package `p`'s traffic counters read at `t`: one item per traffic slot of the layout.
+    fn package_reads(&self, layout: &Layout, p: usize, t: u64) -> Vec<SynthItem> {
+        let id = layout.package_ids.get(p).copied().unwrap_or(p as u32);
+        layout
+            .slots
+            .iter()
+            .enumerate()
+            .filter_map(|(s, slot)| match *slot {
+                SynthSlot::Traffic {
                     direction,
                     bytes_per_count,
-                } = *slot
-                {
-                    let v = self.layout_pkg_value(p, direction, bytes_per_count);
-                    self.queue.push(SynthItem::PackageRead(id, s, t, v));
-                }
-            }
-        }
+                } => Some(SynthItem::PackageRead(
+                    id,
+                    s,
+                    t,
+                    self.layout_pkg_value(p, direction, bytes_per_count),
+                )),
+                _ => None,
+            })
+            .collect()
     }
 
     /// Userspace reads every package's counters (at the end of a run, as `imc` does before its
@@ -576,17 +589,7 @@ impl SynthStream {
         let mut out = Vec::new();
         if let Some(layout) = self.sc.layout.as_ref() {
             for p in 0..self.sc.packages.len() {
-                let id = layout.package_ids.get(p).copied().unwrap_or(p as u32);
-                for (s, slot) in layout.slots.iter().enumerate() {
-                    if let SynthSlot::Traffic {
-                        direction,
-                        bytes_per_count,
-                    } = *slot
-                    {
-                        let v = self.layout_pkg_value(p, direction, bytes_per_count);
-                        out.push(SynthItem::PackageRead(id, s, self.t_now, v));
-                    }
-                }
+                out.extend(self.package_reads(layout, p, self.t_now));
             }
         }
         out
