@@ -233,18 +233,20 @@ fn place(
 
 /// The plan's line on how latency is counted.
 fn latency_note(q: &Queues) -> String {
+    let pmu = q.pmus.first().map_or("PMU", |p| p.name.as_str());
+    if q.kind == "amd-l3-sampled-latency" {
+        // amdzen4/amdzen5 recommended.json, l3_read_miss_latency: sampled latency ÷ sampled
+        // requests × 10 ns.
+        return format!(
+            "latency ({}): {} generic counter(s) per {pmu} instance, one per CCX. Average DRAM fill latency = sampled latency ÷ sampled requests × 10 ns",
+            q.kind, q.generic_counters
+        );
+    }
     format!(
-        "latency ({}): {} generic counter(s) per {} instance{}; the DRAM clock on its fixed \
+        "latency ({}): {} generic counter(s) per {pmu} instance; the DRAM clock on its fixed \
          counter. Average latency = occupancy ÷ inserts (in DRAM clocks; in ns through the \
          measured clock rate)",
-        q.kind,
-        q.generic_counters,
-        q.pmus.first().map_or("PMU", |p| p.name.as_str()),
-        if q.kind == "amd-l3-sampled-latency" {
-            ", one per CCX"
-        } else {
-            ""
-        }
+        q.kind, q.generic_counters
     )
 }
 
