@@ -353,12 +353,14 @@ fn rank_refusal(
     Refusal {
         pmu: pmu.clone(),
         event: Some(names.join(",")),
+        // The events in the line, so each group left out reads as its own.
         reason: format!(
-            "{} has {} generic counters and {used} are taken: these {} latency events are not \
-             counted (imc does not multiplex them)",
+            "{} has {} generic counters and {used} are taken: these {} latency events ({}) are \
+             not counted (imc does not multiplex them)",
             pmu.as_deref().unwrap_or("the PMU"),
             q.generic_counters,
-            names.len()
+            names.len(),
+            names.join(", ")
         ),
     }
 }
