@@ -1079,6 +1079,19 @@ fn usage_errors_name_the_fix_in_one_line() {
     }
 }
 
+/// The TSC on every CPU, on the kernel's tick and context switches, aggregated (the default).
+fn tsc_aggregated(cpus: &[u32]) -> SamplerConfig {
+    let tsc = msr_tsc();
+    let mut cfg = config(
+        vec![SlotPlan::per_cpu(spec("msr/tsc/"), &tsc, cpus)],
+        cpus,
+        1,
+    );
+    cfg.tick = TickSource::Kernel;
+    cfg.aggregate = true;
+    cfg
+}
+
 /// The default on the kernel's tick: context switches add to the per-CPU accumulator and each
 /// tick flushes one KIND_AGGREGATE record per task that ran. On this machine, with the TSC as
 /// the CPU-scope counter: every flush's on-CPU times add up to its period exactly, each CPU's
@@ -1092,15 +1105,7 @@ fn aggregates_conserve_time_and_counts_per_cpu() {
     }
     let _machine = exclusive();
     let cpus = online_cpus();
-    let tsc = msr_tsc();
-    let mut cfg = config(
-        vec![SlotPlan::per_cpu(spec("msr/tsc/"), &tsc, &cpus)],
-        &cpus,
-        1,
-    );
-    cfg.tick = TickSource::Kernel;
-    cfg.aggregate = true;
-    let mut s = Sampler::start(&cfg).expect("sampler starts aggregating");
+    let mut s = Sampler::start(&tsc_aggregated(&cpus)).expect("sampler starts aggregating");
     // More spinners than CPUs: the scheduler switches between them at every tick or so, and
     // the drain's sleeps switch too.
     let _extra = Spinners::start(cpus.len() * 2);
@@ -1166,15 +1171,7 @@ fn aggregates_never_mix_tasks_across_an_interval_end() {
     }
     let _machine = exclusive();
     let cpus = online_cpus();
-    let tsc = msr_tsc();
-    let mut cfg = config(
-        vec![SlotPlan::per_cpu(spec("msr/tsc/"), &tsc, &cpus)],
-        &cpus,
-        1,
-    );
-    cfg.tick = TickSource::Kernel;
-    cfg.aggregate = true;
-    let mut s = Sampler::start(&cfg).expect("sampler starts aggregating");
+    let mut s = Sampler::start(&tsc_aggregated(&cpus)).expect("sampler starts aggregating");
     let period = 7_000_000u64;
     let origin = imc::sampler::monotonic_ns();
     s.set_interval_clock(origin, period)
