@@ -149,11 +149,11 @@ pub(super) fn stall(m: &Machine, pmu: &str) -> Result<CoreStall, String> {
         ),
         0x19 => Ok(zen_stall(
             "Zen 4",
-            "linux tools/perf/pmu-events/arch/x86/amdzen4/pipeline.json ex_no_retire.load_not_complete (0xd6, umask 0xa2)",
+            "linux tools/perf/pmu-events/arch/x86/amdzen4/core.json ex_no_retire.load_not_complete (0xd6, umask 0xa2)",
         )),
         0x1a => Ok(zen_stall(
             "Zen 5",
-            "linux tools/perf/pmu-events/arch/x86/amdzen5/pipeline.json backend_bound_by_memory (ex_no_retire.load_not_complete); encoding as amdzen4/pipeline.json (0xd6, umask 0xa2)",
+            "linux tools/perf/pmu-events/arch/x86/amdzen5/execution.json ex_no_retire.load_not_complete (0xd6, umask 0xa2), the event of amdzen5/pipeline.json's backend_bound_by_memory",
         )),
         f => Err(format!(
             "AMD family {f:#x}: no event for cycles stalled on a load before Zen 4"

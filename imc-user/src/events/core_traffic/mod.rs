@@ -91,8 +91,8 @@ fn unknown_vendor(m: &Machine, what: &str) -> String {
 //   taken (by the NMI watchdog's own cycles event), then on a generic one.
 // * AMD Zen 4/5: ex_no_retire.load_not_complete (EventCode 0xD6, UMask 0xA2, "cycles with no
 //   retire while the oldest op is waiting for load data") in tools/perf/pmu-events/arch/x86/
-//   amdzen4/pipeline.json, and the event amdzen5/pipeline.json's backend_bound_by_memory metric
-//   is built on; cycles ls_not_halted_cyc (0x76), the kernel's PERF_COUNT_HW_CPU_CYCLES for
+//   amdzen4/core.json and amdzen5/execution.json (the same code and umask in both), the event
+//   amdzen5/pipeline.json's backend_bound_by_memory metric is built on; cycles ls_not_halted_cyc (0x76), the kernel's PERF_COUNT_HW_CPU_CYCLES for
 //   Zen (arch/x86/events/amd/core.c). Zen 2/3 have no ex_no_retire event.
 // * POWER8/9: PM_CMPLU_STALL_DMISS_L3MISS (0x4c01a, bound to PMC4): libpfm4
 //   lib/events/power8_events.h and tools/perf/pmu-events/arch/powerpc/power9/other.json;

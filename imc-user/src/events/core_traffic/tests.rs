@@ -376,6 +376,13 @@ fn stall_events_are_chosen_per_model_with_a_source_and_a_reason_where_none() {
     for (f, m) in [(0x19, 0x11), (0x19, 0xa0), (0x1a, 0x02)] {
         let t = core_stall(&amd(f, m), "cpu", None).unwrap();
         assert_eq!(t.stalled.terms, "event=0xd6,umask=0xa2");
+        // Each generation's own event table, not another's.
+        let table = if f == 0x1a {
+            "amdzen5/execution.json"
+        } else {
+            "amdzen4/core.json"
+        };
+        assert!(t.stalled.source.contains(table), "{}", t.stalled.source);
         assert_eq!(t.cycles.terms, "event=0x76");
         assert_eq!((t.generic_counters, t.watchdog), (6, Watchdog::Generic));
     }
