@@ -1159,6 +1159,36 @@ fn aggregates_conserve_time_and_counts_per_cpu() {
     assert!(hi / lo < 1.01, "TSC per ns by CPU: {tsc_per_ns:?}");
 }
 
+/// At a run's end every CPU's open slice reaches userspace: `end_open_slices` makes that instant
+/// an interval end and visits each CPU, whose switch there flushes what the CPU accumulated
+/// since its last flush. Without it each CPU's records stop at its last tick's flush, and that
+/// last stretch (up to a tick per CPU) reaches no interval.
+#[test]
+fn the_runs_end_flushes_every_cpus_open_slice() {
+    if !sampler_prerequisites() {
+        return;
+    }
+    let _machine = exclusive();
+    let cpus = online_cpus();
+    let mut s = Sampler::start(&tsc_aggregated(&cpus)).expect("sampler starts aggregating");
+    s.set_interval_clock(imc::sampler::monotonic_ns(), 100_000_000)
+        .expect("the interval clock is written");
+    // Work runs to the end, as when a run is stopped under load.
+    let _busy = Spinners::start(cpus.len());
+    let _ = collect(&mut s, Duration::from_millis(300));
+    let end = imc::sampler::monotonic_ns();
+    assert_eq!(s.end_open_slices().expect("every CPU is visited"), 0);
+    let mut recs = Vec::new();
+    s.drain(|r| recs.push(*r));
+    for cpu in &cpus {
+        let last = recs.iter().filter(|r| r.cpu == *cpu).map(|r| r.t_ns).max();
+        assert!(
+            last.is_some_and(|t| t >= end),
+            "CPU {cpu}: its last flush at {last:?} ns, before the run's end at {end} ns"
+        );
+    }
+}
+
 /// The interval clock (`Sampler::set_interval_clock`): with it, no flush period of the
 /// aggregating path holds more than one task's slice across an interval end, so each interval's
 /// counts are each task's own up to the one slice that crosses the end. Spinners switching at

@@ -130,6 +130,20 @@ impl<S: RecordSource> Drainer<S> {
             .set_interval_clock(ends.start_ns(), ends.every_ns)
     }
 
+    /// At the run's end, before its last drain: every CPU's open slice is ended now, so the
+    /// last interval holds what ran up to its end (see [`Sampler::end_open_slices`]). Should
+    /// that fail, the run ends as before, the slices since each CPU's last flush not given to
+    /// any task (their traffic counted as unattributed), and `-v` says so.
+    pub fn end_open_slices(&mut self) {
+        match self.sampler.end_open_slices() {
+            Ok(0) => {}
+            Ok(n) => log::info!(
+                "{n} CPUs could not be visited at the run's end: their slices since their last flush reach no task"
+            ),
+            Err(e) => log::info!("{e}"),
+        }
+    }
+
     /// The kernel's "ring half full" notices since the last call, consumed (the drain that
     /// follows is what they ask for).
     pub fn take_wakes(&mut self) -> usize {

@@ -262,6 +262,9 @@ fn drain_once(
     ends: &mut IntervalEnds,
     finished: bool,
 ) -> Result<bool, PipelineError> {
+    if finished {
+        drainer.end_open_slices();
+    }
     let drain_start = std::time::Instant::now();
     let (records, go_on) = drainer
         .drain_into(sink, ends, crate::sampler::monotonic_ns())

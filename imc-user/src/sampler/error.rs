@@ -57,6 +57,8 @@ pub enum SamplerError {
         #[source]
         source: Option<Cause>,
     },
+    #[error("visiting each CPU to end its open slice at the run's end: {0}")]
+    VisitCpus(#[source] io::Error),
 }
 
 /// The cause an error of the sampler keeps: aya's and the kernel's errors as they came.

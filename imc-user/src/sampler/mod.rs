@@ -69,6 +69,8 @@ pub struct Sampler {
     group_package: Vec<u32>,
     slots: Vec<SlotSpec>,
     cpus: Vec<u32>,
+    /// The interval clock's period (0: none written), kept so the run's end can be made one.
+    interval_period_ns: u64,
     fallback: IdleFallback,
     attached: TickAttached,
     /// The program that runs at the tick (for its run-time statistics).
@@ -149,6 +151,7 @@ impl Sampler {
             group_package: cfg.groups.iter().map(|g| g.package).collect(),
             slots: cfg.slots.iter().map(|p| p.spec.clone()).collect(),
             cpus: cfg.cpus.clone(),
+            interval_period_ns: 0,
             fallback: idle_fallback(cfg),
             attached,
             tick_prog_name,
@@ -304,7 +307,24 @@ impl Sampler {
         origin_ns: u64,
         period_ns: u64,
     ) -> Result<(), SamplerError> {
-        write_interval_clock(&mut self.ebpf, origin_ns, period_ns)
+        write_interval_clock(&mut self.ebpf, origin_ns, period_ns)?;
+        self.interval_period_ns = period_ns;
+        Ok(())
+    }
+
+    /// Ends every CPU's open slice now, at the run's end: the clock gets an interval end at
+    /// this instant (so the aggregating path flushes what it holds at each CPU's next run) and
+    /// a thread of imc's visits each CPU, whose switch is that run. Without it, what a CPU
+    /// accumulated since its last flush (up to a tick; an idle CPU's since it went idle) would
+    /// reach no interval. Per-switch records end each running slice at the same visit. Returns
+    /// the CPUs that could not be visited.
+    pub fn end_open_slices(&mut self) -> Result<usize, SamplerError> {
+        let period = self.interval_period_ns;
+        if period > 0 {
+            let origin = monotonic_ns().saturating_sub(period);
+            write_interval_clock(&mut self.ebpf, origin, period)?;
+        }
+        crate::sys::thread::visit_cpus(&self.cpus).map_err(SamplerError::VisitCpus)
     }
 
     pub fn lost_records(&self) -> u64 {
@@ -458,6 +478,11 @@ pub trait RecordSource {
     fn set_interval_clock(&mut self, _origin_ns: u64, _period_ns: u64) -> Result<(), SamplerError> {
         Ok(())
     }
+    /// Ends every CPU's open slice at the run's end (see [`Sampler::end_open_slices`]), so
+    /// the last interval gets it; nothing to do by default. Returns the CPUs left open.
+    fn end_open_slices(&mut self) -> Result<usize, SamplerError> {
+        Ok(0)
+    }
 }
 
 impl RecordSource for Sampler {
@@ -478,6 +503,9 @@ impl RecordSource for Sampler {
     }
     fn take_wakes(&mut self) -> Vec<u32> {
         Sampler::take_wakes(self)
+    }
+    fn end_open_slices(&mut self) -> Result<usize, SamplerError> {
+        Sampler::end_open_slices(self)
     }
     fn set_interval_clock(&mut self, origin_ns: u64, period_ns: u64) -> Result<(), SamplerError> {
         Sampler::set_interval_clock(self, origin_ns, period_ns)

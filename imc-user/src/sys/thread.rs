@@ -24,6 +24,19 @@ pub fn pin_to_cpu(cpu: u32) -> io::Result<()> {
     }
 }
 
+/// Runs a thread of its own on each of `cpus` in turn (pinned to one, then the next), so each
+/// of them switches to it: whatever the kernel does at a context switch happens on every CPU,
+/// the idle ones included, by the time this returns. A CPU it cannot run on (offline, outside
+/// this process's cpuset) is passed over; the count of those is returned.
+pub fn visit_cpus(cpus: &[u32]) -> io::Result<usize> {
+    let cpus = cpus.to_vec();
+    std::thread::Builder::new()
+        .name("imc-visit".into())
+        .spawn(move || cpus.iter().filter(|&&c| pin_to_cpu(c).is_err()).count())?
+        .join()
+        .map_err(|_| io::Error::other("the visiting thread panicked"))
+}
+
 /// The CPU the calling thread runs on now.
 pub fn current_cpu() -> io::Result<u32> {
     // SAFETY: sched_getcpu takes no arguments.
@@ -105,6 +118,13 @@ mod tests {
         .unwrap()
         .unwrap();
         assert_eq!(cpu, 0);
+    }
+
+    #[test]
+    fn a_visit_passes_over_the_cpus_it_cannot_run_on() {
+        assert_eq!(visit_cpus(&[0]).unwrap(), 0);
+        assert_eq!(visit_cpus(&[0, 100_000]).unwrap(), 1);
+        assert_eq!(visit_cpus(&[]).unwrap(), 0);
     }
 
     #[test]
