@@ -14,7 +14,7 @@
 //!
 //! `--breakdown` also measures cost probes (an empty program, the task ids, the clock, one
 //! counter read) so the figures say where the tick's time goes.
-use imc::model::{Encoded, SlotRole, SlotScope, SlotSpec};
+use imc::model::{Encoded, SlotRole, SlotScope, SlotSpec, StallPart};
 use imc::sampler::{
     PackageCounter, ReaderGroup, Sampler, SamplerConfig, SlotPlan, TickProgram, TickSource,
 };
@@ -49,6 +49,9 @@ struct Variant {
     /// Per-CPU weight slots read besides the two (issue 19's weights: up to a local read, a
     /// remote read and a write weight; page-faults stands in for a core event here).
     weights: usize,
+    /// Per-CPU stall slots read besides those (issue 30's victims: the cycles stalled on
+    /// memory, then the cycles; page-faults stands in for both).
+    stalls: usize,
 }
 
 /// `n` stand-in package counters per CPU, each CPU its own "package".
@@ -86,6 +89,17 @@ fn measure(
         let mut w = slots[1].clone();
         w.spec.event = format!("weight {i}");
         w.spec.role = SlotRole::Weight(None);
+        slots.push(w);
+    }
+    for i in 0..v.stalls {
+        let mut w = slots[1].clone();
+        let part = if i == 0 {
+            StallPart::Stalled
+        } else {
+            StallPart::Cycles
+        };
+        w.spec.event = format!("stall {}", part.as_str());
+        w.spec.role = SlotRole::Stall(part);
         slots.push(w);
     }
     if v.package_counters > 0 {
@@ -277,6 +291,7 @@ fn variants(breakdown: bool) -> (Vec<Variant>, usize) {
         package_counters: 0,
         readers: false,
         weights: 0,
+        stalls: 0,
     };
     let mut programs = vec![
         plain("imc tick", TickProgram::Imc),
@@ -302,6 +317,7 @@ fn variants(breakdown: bool) -> (Vec<Variant>, usize) {
                 package_counters: n,
                 readers,
                 weights: 0,
+                stalls: 0,
             });
         }
     }
@@ -313,6 +329,17 @@ fn variants(breakdown: bool) -> (Vec<Variant>, usize) {
         package_counters: 2,
         readers: false,
         weights: 3,
+        stalls: 0,
+    });
+    // The same with the victims' stall pair beside the weights (issue 30: one stall counter
+    // must cost no more than a counter read, which the weights' figure gives).
+    programs.push(Variant {
+        label: "workload CPU, 2 pkg + 3 weights + stall pair",
+        program: TickProgram::Imc,
+        package_counters: 2,
+        readers: false,
+        weights: 3,
+        stalls: 2,
     });
     let probes_at = programs.len();
     if breakdown {
@@ -367,7 +394,7 @@ fn print_summary(programs: &[Variant], probes_at: usize, med: &[f64], stderr: &[
     );
     for i in 2..probes_at {
         println!(
-            "{:>34} {:>9.1} ± {:>5.1} {:>8.2}",
+            "{:>44} {:>9.1} ± {:>5.1} {:>8.2}",
             programs[i].label,
             med[i],
             stderr[i],
@@ -400,6 +427,15 @@ fn print_summary(programs: &[Variant], probes_at: usize, med: &[f64], stderr: &[
             ww - w2,
             (ww - w2) / 3.0
         );
+        if let Some(ws) = at("workload CPU, 2 pkg + 3 weights + stall pair") {
+            println!(
+                "stalls: the stall pair (stalled cycles, cycles) adds {:.1} ns beside the weights \
+                 ({:.1} ns a counter, against {:.1} ns a weight's read)",
+                ws - ww,
+                (ws - ww) / 2.0,
+                (ww - w2) / 3.0
+            );
+        }
     }
 }
 
