@@ -26,7 +26,7 @@ fn specs() -> Vec<SlotSpec> {
 /// Package 0's read latency in interval `k` (None: nothing queued), in ns: exact in
 /// picoseconds, so it reads back equal.
 fn read_ns(k: u64) -> Option<f64> {
-    (k % 4 != 3).then(|| 80.0 + 2.5 * k as f64)
+    (k % 4 != 3).then_some(80.0 + 2.5 * k as f64)
 }
 
 /// Two packages: package 0 with read and write latency (two channels) and a utilisation,
@@ -118,7 +118,10 @@ fn json_and_text_carry_each_packages_latency_and_utilisation() {
         assert_eq!(f(&p0["write_latency_ns"]), Some(150.0));
         assert_eq!(f(&p0["utilisation"]), Some(0.125 * (k % 4) as f64));
         let p1 = &pt["packages"][1];
-        assert_eq!((p1["read_latency_ns"].is_null(), f(&p1["utilisation"])), (true, Some(0.5)));
+        assert_eq!(
+            (p1["read_latency_ns"].is_null(), f(&p1["utilisation"])),
+            (true, Some(0.5))
+        );
     }
     // Read latency over the six intervals that have it: 80, 82.5, 85, 90, 92.5, 95.
     let sum = v["latency_summary"].as_array().unwrap();
@@ -196,9 +199,7 @@ fn latency_is_reported_across_a_rotation() {
     let mut held = 0;
     for p in [rotated_path(&path), path.clone()] {
         let r = Reader::open(&p).unwrap();
-        held += r
-            .filter(|i| matches!(i, Item::Interval(_)))
-            .count();
+        held += r.filter(|i| matches!(i, Item::Interval(_))).count();
     }
     let v = json(&path);
     let points = v["package_latency"].as_array().unwrap();
@@ -233,7 +234,10 @@ fn recordings_without_latency_report_none_and_earlier_ones_read_with_nulls() {
         assert!(v["package_latency"].is_null(), "{}", path.display());
         assert!(v["latency_summary"].is_null());
         for p in v["packages"].as_array().unwrap() {
-            assert!(p["read_latency_ns"].is_null() && p["utilisation"].is_null(), "{p}");
+            assert!(
+                p["read_latency_ns"].is_null() && p["utilisation"].is_null(),
+                "{p}"
+            );
         }
         assert!(!report(&path, &[]).contains("latency"));
         let out = dir.path().join("t.pftrace");

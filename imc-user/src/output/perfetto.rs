@@ -525,25 +525,22 @@ mod tests {
         assert!(ts.windows(2).all(|w| w[0] <= w[1]));
     }
 
-    #[test]
-    fn latency_tracks_decode_with_their_values_and_none_without() {
-        let (tl, bursts) = timeline();
-        let mut series = LatencySeries::default();
+    /// Package 0's latency and utilisation, package 1's utilisation only (half of package
+    /// 0's), at intervals 0, 1 and (after a gap) 3 from 5 s on; interval 1 has no latency.
+    fn latency_series() -> LatencySeries {
         let iv = |k: u64, read: Option<f64>, write: Option<f64>, util: Option<f64>| {
-            let mut p0 = PackageRow {
+            let p0 = PackageRow {
                 id: 0,
                 read_latency_ns: read,
                 write_latency_ns: write,
                 utilisation: util,
                 ..PackageRow::default()
             };
-            // Package 1 has a utilisation only.
             let p1 = PackageRow {
                 id: 1,
                 utilisation: util.map(|u| u / 2.0),
                 ..PackageRow::default()
             };
-            p0.read_bytes = 1;
             IntervalResult {
                 t_start_ns: 5_000_000_000 + k * 100_000_000,
                 t_end_ns: 5_100_000_000 + k * 100_000_000,
@@ -551,10 +548,17 @@ mod tests {
                 ..IntervalResult::default()
             }
         };
+        let mut series = LatencySeries::default();
         series.add(&iv(0, Some(85.5), Some(120.0), Some(0.5)));
         series.add(&iv(1, None, None, Some(0.25)));
-        // A gap of one interval, then one more.
         series.add(&iv(3, Some(140.0), None, Some(0.75)));
+        series
+    }
+
+    #[test]
+    fn latency_tracks_decode_with_their_values_and_none_without() {
+        let (tl, bursts) = timeline();
+        let series = latency_series();
         let mut t = trace(&tl, &bursts);
         let before = t.packet.len();
         add_latency(&mut t, &LatencySeries::default());
@@ -567,7 +571,13 @@ mod tests {
             .filter(|p| p.has_track_descriptor())
             .map(|p| p.track_descriptor())
             .filter(|d| d.uuid() >= LATENCY_UUID)
-            .map(|d| (d.uuid(), d.name().to_owned(), d.counter.unit_name().to_owned()))
+            .map(|d| {
+                (
+                    d.uuid(),
+                    d.name().to_owned(),
+                    d.counter.unit_name().to_owned(),
+                )
+            })
             .collect();
         let named = |u: u64, n: &str, unit: &str| (u, n.to_owned(), unit.to_owned());
         assert_eq!(
@@ -590,12 +600,24 @@ mod tests {
         // Null at an interval: 0; across the gap and after the last: 0.
         assert_eq!(
             values(LATENCY_UUID),
-            [(s(0), 85.5), (s(1), 0.0), (s(2), 0.0), (s(3), 140.0), (s(4), 0.0)]
+            [
+                (s(0), 85.5),
+                (s(1), 0.0),
+                (s(2), 0.0),
+                (s(3), 140.0),
+                (s(4), 0.0)
+            ]
         );
         assert_eq!(values(LATENCY_UUID + 1)[0], (s(0), 120.0));
         assert_eq!(
             values(LATENCY_UUID + 2),
-            [(s(0), 50.0), (s(1), 25.0), (s(2), 0.0), (s(3), 75.0), (s(4), 0.0)]
+            [
+                (s(0), 50.0),
+                (s(1), 25.0),
+                (s(2), 0.0),
+                (s(3), 75.0),
+                (s(4), 0.0)
+            ]
         );
         assert_eq!(values(LATENCY_UUID + 5)[3], (s(3), 37.5));
         let ts: Vec<u64> = t.packet.iter().map(|p| p.timestamp()).collect();

@@ -750,7 +750,10 @@ mod tests {
         assert_eq!((p.id, p.intervals), (0, 3));
         assert_eq!(p.read_latency_ns_mean, Some(90.0));
         assert_eq!(p.read_latency_ns_max, Some(100.0));
-        assert_eq!((p.write_latency_ns_mean, p.write_latency_ns_max), (None, None));
+        assert_eq!(
+            (p.write_latency_ns_mean, p.write_latency_ns_max),
+            (None, None)
+        );
         assert_eq!(p.utilisation_mean, Some(0.5));
         assert_eq!(p.utilisation_max, Some(0.75));
         assert_eq!(

@@ -48,8 +48,7 @@ fn has_any(p: &PackageRow) -> bool {
     p.read_latency_ns.is_some()
         || p.write_latency_ns.is_some()
         || p.utilisation.is_some()
-        || p
-            .latency_channels
+        || p.latency_channels
             .iter()
             .any(|c| c.read_ns.is_some() || c.write_ns.is_some())
 }
@@ -145,8 +144,7 @@ mod tests {
     use crate::model::result::TaskRow;
     use crate::model::{Direction, Package, SlotRole, SlotScope, SlotSpec, Topology};
     use crate::record::{
-        CHUNK_INTERVAL, CHUNK_LATENCY, Item, ReadStatus, Reader, RecordHeader, Writer,
-        rotated_path,
+        CHUNK_INTERVAL, CHUNK_LATENCY, Item, ReadStatus, Reader, RecordHeader, Writer, rotated_path,
     };
     use std::path::Path;
 
@@ -395,6 +393,9 @@ mod tests {
         let mut c = Cursor::new(&out);
         assert_eq!(get_opt(&mut c, PS_PER_NS), Ok(None));
         assert_eq!(get_opt(&mut c, PS_PER_NS), Ok(None));
-        assert_eq!(get_opt(&mut c, PS_PER_NS), Ok(Some(u64::MAX as f64 / 1000.0 - 0.001)));
+        assert_eq!(
+            get_opt(&mut c, PS_PER_NS),
+            Ok(Some(u64::MAX as f64 / 1000.0 - 0.001))
+        );
     }
 }
