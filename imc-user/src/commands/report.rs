@@ -144,7 +144,8 @@ fn damage_warning(r: &Reader) -> Option<String> {
 
 /// Reads every segment of the run once, from the first record to the last, keeping no task
 /// row: memory is the readers' tables and one chunk, whatever the number of tasks.
-fn read_whole_run(readers: Vec<Reader>) -> WholeRun {
+/// `keep_latency`: keep each interval's latency and utilisation, not only their sums.
+fn read_whole_run(readers: Vec<Reader>, keep_latency: bool) -> WholeRun {
     let specs = readers
         .last()
         .map(|r| r.specs().to_vec())
@@ -154,7 +155,7 @@ fn read_whole_run(readers: Vec<Reader>) -> WholeRun {
     let mut warnings = Vec::new();
     let mut tasks_used = 0;
     let mut command = Vec::new();
-    let mut latency = LatencySeries::default();
+    let mut latency = LatencySeries::new(keep_latency);
     let mut cmp: Option<PreciseCmp> = None;
     for mut r in readers {
         // Asked once per task an interval uses (the reader keeps the answer): a count of the
@@ -603,7 +604,7 @@ pub fn run(_global: &GlobalArgs, args: &ReportArgs) -> CliResult<ExitCode> {
     }
     let specs = header.specs().unwrap_or_default();
     let victims = victims_wanted(args, &specs)?;
-    let whole = read_whole_run(readers);
+    let whole = read_whole_run(readers, args.json || args.perfetto.is_some());
     let unit = Unit::of(&specs);
     // A suffix means powers of 1024 for bytes, of 1000 for counts.
     let threshold = args.burst_threshold.map(|r| r.per_s(unit.is_bytes()));

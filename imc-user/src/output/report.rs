@@ -227,12 +227,26 @@ pub struct LatencyPoint {
     pub packages: Vec<PackageLatencyPoint>,
 }
 
-/// The recording's loaded latency and utilisation, interval by interval: only the intervals
-/// where some package has one (none at all in a recording made without queue counters, in a
-/// VM, or before recordings stored them).
-#[derive(Clone, Debug, Default, PartialEq)]
+/// A package's sums over the run: intervals with any figure, and per figure (read latency,
+/// write latency, utilisation) how many intervals have it, their sum and the largest.
+type Sums = (u64, [(u64, f64, f64); 3]);
+
+/// The recording's loaded latency and utilisation: each package's sums over the run and,
+/// where kept (JSON and Perfetto want them; the text only the sums), the intervals where some
+/// package has a figure (none at all in a recording made without queue counters, in a VM, or
+/// before recordings stored them).
+#[derive(Clone, Debug, PartialEq)]
 pub struct LatencySeries {
     pub points: Vec<LatencyPoint>,
+    keep_points: bool,
+    sums: std::collections::BTreeMap<u32, Sums>,
+}
+
+/// A series that keeps its points.
+impl Default for LatencySeries {
+    fn default() -> Self {
+        LatencySeries::new(true)
+    }
 }
 
 /// One package's latency and utilisation over the run: the mean over the intervals that have
@@ -251,56 +265,63 @@ pub struct PackageLatencySummary {
 }
 
 impl LatencySeries {
-    /// Adds the interval where some package of it has a figure.
-    pub fn add(&mut self, iv: &IntervalResult) {
-        let packages: Vec<PackageLatencyPoint> = iv
-            .packages
-            .iter()
-            .map(|p| PackageLatencyPoint {
-                id: p.id,
-                read_latency_ns: p.read_latency_ns,
-                write_latency_ns: p.write_latency_ns,
-                utilisation: p.utilisation,
-            })
-            .collect();
-        let any = |p: &PackageLatencyPoint| {
-            p.read_latency_ns.is_some() || p.write_latency_ns.is_some() || p.utilisation.is_some()
-        };
-        if packages.iter().any(any) {
-            self.points.push(LatencyPoint {
-                t_start_ns: iv.t_start_ns,
-                t_end_ns: iv.t_end_ns,
-                packages,
-            });
+    /// An empty series; `keep_points`: keep every interval's figures, not only the sums.
+    pub fn new(keep_points: bool) -> LatencySeries {
+        LatencySeries {
+            points: Vec::new(),
+            keep_points,
+            sums: Default::default(),
         }
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.points.is_empty()
-    }
-
-    /// Per package (by id) with any figure: the mean and the worst of each figure.
-    pub fn summary(&self) -> Vec<PackageLatencySummary> {
-        // (n, sum, max) per figure, per package.
-        type Acc = [(u64, f64, f64); 3];
-        let mut acc: std::collections::BTreeMap<u32, (u64, Acc)> = Default::default();
-        for p in self.points.iter().flat_map(|pt| &pt.packages) {
+    /// Adds the interval's figures to its packages' sums, and the interval to the points where
+    /// some package of it has one.
+    pub fn add(&mut self, iv: &IntervalResult) {
+        let mut any = false;
+        for p in &iv.packages {
             let figures = [p.read_latency_ns, p.write_latency_ns, p.utilisation];
             if figures.iter().all(Option::is_none) {
                 continue;
             }
-            let (n, a) = acc.entry(p.id).or_insert((0, [(0, 0.0, f64::MIN); 3]));
+            any = true;
+            let (n, sums) = self
+                .sums
+                .entry(p.id)
+                .or_insert((0, [(0, 0.0, f64::MIN); 3]));
             *n += 1;
-            for (slot, v) in a.iter_mut().zip(figures) {
+            for (sum, v) in sums.iter_mut().zip(figures) {
                 if let Some(v) = v {
-                    *slot = (slot.0 + 1, slot.1 + v, slot.2.max(v));
+                    *sum = (sum.0 + 1, sum.1 + v, sum.2.max(v));
                 }
             }
         }
+        if any && self.keep_points {
+            let packages = iv.packages.iter().map(|p| PackageLatencyPoint {
+                id: p.id,
+                read_latency_ns: p.read_latency_ns,
+                write_latency_ns: p.write_latency_ns,
+                utilisation: p.utilisation,
+            });
+            self.points.push(LatencyPoint {
+                t_start_ns: iv.t_start_ns,
+                t_end_ns: iv.t_end_ns,
+                packages: packages.collect(),
+            });
+        }
+    }
+
+    /// No interval had a figure.
+    pub fn is_empty(&self) -> bool {
+        self.sums.is_empty()
+    }
+
+    /// Per package (by id) with any figure: the mean and the worst of each figure.
+    pub fn summary(&self) -> Vec<PackageLatencySummary> {
         let mean = |(n, sum, _): (u64, f64, f64)| (n > 0).then(|| sum / n as f64);
         let max = |(n, _, m): (u64, f64, f64)| (n > 0).then_some(m);
-        acc.into_iter()
-            .map(|(id, (n, [r, w, u]))| PackageLatencySummary {
+        self.sums
+            .iter()
+            .map(|(&id, &(n, [r, w, u]))| PackageLatencySummary {
                 id,
                 intervals: n,
                 read_latency_ns_mean: mean(r),
@@ -761,6 +782,13 @@ mod tests {
             "package 0 latency: read 90.0 ns mean, 100.0 ns worst; utilisation 50.0% mean, 75.0% max (over 3 intervals)\n"
         );
         assert!(LatencySeries::default().summary().is_empty());
+        // Without its points (the text's need), the same sums.
+        let mut sums_only = LatencySeries::new(false);
+        sums_only.add(&iv(0, Some(80.0), Some(0.25)));
+        sums_only.add(&iv(2, Some(100.0), Some(0.5)));
+        sums_only.add(&iv(3, None, Some(0.75)));
+        assert!(sums_only.points.is_empty() && !sums_only.is_empty());
+        assert_eq!(sums_only.summary(), sum);
     }
 
     #[test]
