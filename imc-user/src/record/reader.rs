@@ -330,7 +330,8 @@ impl Reader {
         self.cgroups.len()
     }
 
-    /// Bytes read so far (the header and every chunk handed out).
+    /// Bytes read so far (the header and every chunk handed out, and the one read ahead after
+    /// an interval to find its LATENCY chunk).
     pub fn offset(&self) -> u64 {
         self.pos
     }
