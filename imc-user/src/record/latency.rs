@@ -3,7 +3,8 @@
 //! and only when some package of that interval has one (a recording without them is what
 //! earlier versions wrote, byte for byte). A value is a varint that says null exactly: 0 is
 //! null, anything else is the value + 1, in picoseconds (latency) or parts per million
-//! (utilisation).
+//! (utilisation). A channel is named by its label's id in the file's string table, defined
+//! (in a STRINGS chunk) before the INTERVAL chunk, like the tasks' names.
 use super::codec::{Cursor, Malformed, put_varint};
 use crate::model::result::{ChannelLatency, IntervalResult, PackageRow};
 
@@ -14,7 +15,7 @@ const PPM: f64 = 1e6;
 
 /// Longest channel label stored, in bytes (labels are PMU names such as `uncore_imc_3` or
 /// `amd_l3@cpu8`; a longer one is cut at a character boundary).
-pub const MAX_LABEL: usize = 64;
+const MAX_LABEL: usize = 64;
 
 /// One package's figures as the chunk holds them.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -62,9 +63,14 @@ fn label(s: &str) -> &str {
     &s[..end]
 }
 
-/// The LATENCY payload of `iv` into `out` (cleared first); false, and `out` left empty, when no
+/// The LATENCY payload of `iv` into `out` (cleared first), naming each channel by the id
+/// `string_id` gives its label in the file's string table; false, and `out` left empty, when no
 /// package of the interval has a latency or a utilisation.
-pub fn encode(iv: &IntervalResult, out: &mut Vec<u8>) -> bool {
+pub fn encode(
+    iv: &IntervalResult,
+    out: &mut Vec<u8>,
+    mut string_id: impl FnMut(&str) -> u64,
+) -> bool {
     out.clear();
     if !iv.packages.iter().any(has_any) {
         return false;
@@ -77,9 +83,7 @@ pub fn encode(iv: &IntervalResult, out: &mut Vec<u8>) -> bool {
         put_opt(out, p.utilisation, PPM);
         put_varint(out, p.latency_channels.len() as u64);
         for ch in &p.latency_channels {
-            let l = label(&ch.channel);
-            put_varint(out, l.len() as u64);
-            out.extend_from_slice(l.as_bytes());
+            put_varint(out, string_id(label(&ch.channel)));
             put_opt(out, ch.read_ns, PS_PER_NS);
             put_opt(out, ch.write_ns, PS_PER_NS);
         }
@@ -87,9 +91,14 @@ pub fn encode(iv: &IntervalResult, out: &mut Vec<u8>) -> bool {
     true
 }
 
-/// A LATENCY payload: at most `max_packages` packages (the header's), labels of at most
-/// [`MAX_LABEL`] bytes, counts never beyond what the payload holds.
-pub fn decode(c: &mut Cursor, max_packages: usize) -> Result<Vec<PackageLatency>, Malformed> {
+/// A LATENCY payload: at most `max_packages` packages (the header's), each channel's label a
+/// string the file defined (`string` answers by id; None: not defined, damage), counts never
+/// beyond what the payload holds.
+pub fn decode(
+    c: &mut Cursor,
+    max_packages: usize,
+    string: impl Fn(u64) -> Option<String>,
+) -> Result<Vec<PackageLatency>, Malformed> {
     let n = c.count()?;
     if n > max_packages {
         return Err(Malformed);
@@ -103,11 +112,7 @@ pub fn decode(c: &mut Cursor, max_packages: usize) -> Result<Vec<PackageLatency>
         let nch = c.count()?;
         let mut channels = Vec::new();
         for _ in 0..nch {
-            let len = c.count()?;
-            if len > MAX_LABEL {
-                return Err(Malformed);
-            }
-            let channel = String::from_utf8_lossy(c.bytes(len)?).into_owned();
+            let channel = string(c.varint()?).ok_or(Malformed)?;
             channels.push(ChannelLatency {
                 channel,
                 read_ns: get_opt(c, PS_PER_NS)?,
@@ -283,38 +288,42 @@ mod tests {
     #[test]
     fn without_latency_the_file_is_the_one_written_before_latency_was_stored() {
         let dir = tempfile::tempdir().unwrap();
-        let (with, without) = (dir.path().join("a.imc"), dir.path().join("b.imc"));
+        let file = |name: &str| dir.path().join(name);
         let ivs: Vec<IntervalResult> = (0..9).map(interval).collect();
-        let bare: Vec<IntervalResult> = (0..9).map(|i| interval(i * 3 + 2)).collect();
-        write(&with, &ivs, 7, None);
-        let mut stripped = ivs.clone();
-        for p in stripped.iter_mut().flat_map(|iv| iv.packages.iter_mut()) {
-            *p = PackageRow {
-                id: p.id,
-                read_bytes: p.read_bytes,
-                ..PackageRow::default()
-            };
-        }
-        write(&without, &stripped, 7, None);
-        // The LATENCY chunks are all the difference: taken out, the files are equal.
-        let a = std::fs::read(&with).unwrap();
-        let b = std::fs::read(&without).unwrap();
-        let hlen = 18 + u32::from_le_bytes(a[10..14].try_into().unwrap()) as usize;
-        let mut kept = a[..hlen].to_vec();
-        for (kind, bytes) in chunks(&a) {
-            if kind != CHUNK_LATENCY {
-                kept.extend_from_slice(bytes);
+        write(&file("a.imc"), &ivs, 7, None);
+        let strip = |keep_labels: bool| {
+            let mut out = ivs.clone();
+            for p in out.iter_mut().flat_map(|iv| iv.packages.iter_mut()) {
+                (p.read_latency_ns, p.write_latency_ns, p.utilisation) = (None, None, None);
+                for c in &mut p.latency_channels {
+                    (c.read_ns, c.write_ns) = (None, None);
+                }
+                if !keep_labels {
+                    p.latency_channels.clear();
+                }
             }
-        }
-        assert_eq!(kept, b);
+            out
+        };
+        let stripped = strip(false);
+        write(&file("b.imc"), &stripped, 7, None);
+        // Channels named but with no figure: nothing written of them either, byte for byte.
+        write(&file("c.imc"), &strip(true), 7, None);
+        let a = std::fs::read(file("a.imc")).unwrap();
+        let b = std::fs::read(file("b.imc")).unwrap();
+        assert_eq!(std::fs::read(file("c.imc")).unwrap(), b);
         assert!(chunks(&b).iter().all(|c| c.0 != CHUNK_LATENCY));
-        let (got, _) = read(&without);
+        // The LATENCY chunks, and the channels' labels in the string table, are all the
+        // difference: the task table and the intervals are the same bytes.
+        let other = |data: &[u8]| -> Vec<Vec<u8>> {
+            chunks(data)
+                .into_iter()
+                .filter(|c| c.0 != CHUNK_LATENCY && c.0 != super::super::CHUNK_STRINGS)
+                .map(|c| c.1.to_vec())
+                .collect()
+        };
+        assert_eq!(other(&a), other(&b));
+        let (got, _) = read(&file("b.imc"));
         assert_eq!(got, stripped);
-        // Intervals whose packages have none at all write none either.
-        let path = dir.path().join("c.imc");
-        write(&path, &bare, 7, None);
-        let data = std::fs::read(&path).unwrap();
-        assert!(chunks(&data).iter().all(|c| c.0 != CHUNK_LATENCY));
     }
 
     #[test]
@@ -356,6 +365,13 @@ mod tests {
         let mut bad = bytes::BytesMut::from(&data[..]);
         // Three packages in a header of two: never more rows than the machine had.
         super::super::codec::put_chunk(&mut bad, CHUNK_LATENCY, &[3, 0, 0, 0, 0, 0]);
+        // A channel named by a string the file never defined.
+        let mut undefined = bytes::BytesMut::from(&data[..]);
+        super::super::codec::put_chunk(
+            &mut undefined,
+            CHUNK_LATENCY,
+            &[1, 0, 0, 0, 0, 1, 99, 0, 0],
+        );
         let mut r = Reader::from_bytes(&path, bad.to_vec()).unwrap();
         let mut n = 0;
         while r.next_item().is_some() {
@@ -367,6 +383,9 @@ mod tests {
             "{:?}",
             r.status()
         );
+        let mut r = Reader::from_bytes(&path, undefined.to_vec()).unwrap();
+        while r.next_item().is_some() {}
+        assert!(matches!(r.status(), ReadStatus::Damaged { .. }));
         // A LATENCY chunk with no interval before it fills nothing and is no damage.
         let hlen = 18 + u32::from_le_bytes(data[10..14].try_into().unwrap()) as usize;
         let mut stray = bytes::BytesMut::from(&data[..hlen]);

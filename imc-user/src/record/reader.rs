@@ -464,7 +464,8 @@ impl Reader {
                 .map(|t| item(Item::Ticks(t))),
             CHUNK_LATENCY => {
                 let max = self.header.packages.len().max(1);
-                latency::decode(&mut c, max).map(|l| Some(Step::Latency(l)))
+                let string = |id| self.strings.get(id).map(str::to_owned);
+                latency::decode(&mut c, max, string).map(|l| Some(Step::Latency(l)))
             }
             CHUNK_END => {
                 self.ended = true;

@@ -606,7 +606,7 @@ impl Writer {
             } => {
                 self.encode_interval(iv, rows, *dropped_bytes, &mut payload);
                 if *latency {
-                    super::latency::encode(iv, &mut trailer);
+                    super::latency::encode(iv, &mut trailer, |l| self.tables.string_id(l));
                 }
             }
             Data::Ticks(t) => self.encode_ticks(t, &mut payload),
