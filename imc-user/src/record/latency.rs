@@ -17,6 +17,11 @@ const PPM: f64 = 1e6;
 /// `amd_l3@cpu8`; a longer one is cut at a character boundary).
 const MAX_LABEL: usize = 64;
 
+/// Channels stored per package, at most: ten times the most a package has (Granite Rapids'
+/// 12 channels of 2 sub-channels, an AMD socket's 16 CCX), so a hostile chunk cannot make a
+/// reader allocate per byte it holds.
+const MAX_CHANNELS: usize = 256;
+
 /// One package's figures as the chunk holds them.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct PackageLatency {
@@ -81,8 +86,9 @@ pub fn encode(
         put_opt(out, p.read_latency_ns, PS_PER_NS);
         put_opt(out, p.write_latency_ns, PS_PER_NS);
         put_opt(out, p.utilisation, PPM);
-        put_varint(out, p.latency_channels.len() as u64);
-        for ch in &p.latency_channels {
+        let channels = &p.latency_channels[..p.latency_channels.len().min(MAX_CHANNELS)];
+        put_varint(out, channels.len() as u64);
+        for ch in channels {
             put_varint(out, string_id(label(&ch.channel)));
             put_opt(out, ch.read_ns, PS_PER_NS);
             put_opt(out, ch.write_ns, PS_PER_NS);
@@ -110,6 +116,9 @@ pub fn decode(
         let write_ns = get_opt(c, PS_PER_NS)?;
         let utilisation = get_opt(c, PPM)?;
         let nch = c.count()?;
+        if nch > MAX_CHANNELS {
+            return Err(Malformed);
+        }
         let mut channels = Vec::new();
         for _ in 0..nch {
             let channel = string(c.varint()?).ok_or(Malformed)?;
@@ -368,6 +377,12 @@ mod tests {
         let mut bad = bytes::BytesMut::from(&data[..]);
         // Three packages in a header of two: never more rows than the machine had.
         super::super::codec::put_chunk(&mut bad, CHUNK_LATENCY, &[3, 0, 0, 0, 0, 0]);
+        // More channels than any package has: damage, never an allocation per byte.
+        let mut many = bytes::BytesMut::from(&data[..]);
+        let mut p = vec![1, 0, 0, 0, 0];
+        super::super::codec::put_varint(&mut p, MAX_CHANNELS as u64 + 1);
+        p.extend(std::iter::repeat_n(0, 3 * (MAX_CHANNELS + 1)));
+        super::super::codec::put_chunk(&mut many, CHUNK_LATENCY, &p);
         // A channel named by a string the file never defined.
         let mut undefined = bytes::BytesMut::from(&data[..]);
         super::super::codec::put_chunk(
@@ -386,9 +401,11 @@ mod tests {
             "{:?}",
             r.status()
         );
-        let mut r = Reader::from_bytes(&path, undefined.to_vec()).unwrap();
-        while r.next_item().is_some() {}
-        assert!(matches!(r.status(), ReadStatus::Damaged { .. }));
+        for bad in [undefined, many] {
+            let mut r = Reader::from_bytes(&path, bad.to_vec()).unwrap();
+            while r.next_item().is_some() {}
+            assert!(matches!(r.status(), ReadStatus::Damaged { .. }));
+        }
         // A LATENCY chunk with no interval before it fills nothing and is no damage.
         let hlen = 18 + u32::from_le_bytes(data[10..14].try_into().unwrap()) as usize;
         let mut stray = bytes::BytesMut::from(&data[..hlen]);
