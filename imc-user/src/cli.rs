@@ -346,7 +346,9 @@ pub struct ReportArgs {
     pub file: PathBuf,
     /// One JSON object instead of the text report: the run's `packages`, `tasks` (the busiest
     /// rows, grouped --by), `others` (the rest summed, when there are more), `unattributed_bytes`,
-    /// `lost_samples` and `bursts`; with a recorded command, `command` (see --command).
+    /// `lost_samples` and `bursts`; with a recorded command, `command` (see --command); where
+    /// the recording has loaded latency or utilisation, `package_latency` (per interval) and
+    /// `latency_summary` (per package, mean and max), else null.
     #[arg(long)]
     pub json: bool,
     /// What to add the traffic up by: process (tgid; `process` means the same), thread (pid),

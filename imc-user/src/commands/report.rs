@@ -25,7 +25,8 @@ use crate::model::result::{
 };
 use crate::model::{KeyParts, PidFilter, SlotSpec, StallPart, Victims as PairKeys};
 use crate::output::report::{
-    CommandReport, CommandSpan, ReportView, Unit, command_text, human, rate_unit, victims_text,
+    CommandReport, CommandSpan, LatencySeries, PackageLatencySummary, ReportView, Unit,
+    command_text, human, rate_unit, victims_text,
 };
 use crate::output::{perfetto, plot};
 use crate::record::{Item, ReadStatus, Reader, RecordHeader, rotated_path};
@@ -66,6 +67,8 @@ struct WholeRun {
     /// Per interval (as `rates`): the recorded command's traffic and the machine's attributed
     /// traffic, both in the recording's unit.
     command: Vec<(f64, f64)>,
+    /// The packages' loaded latency and utilisation, where the recording has them.
+    latency: LatencySeries,
 }
 
 /// Precise runs: the raw ticks around bursts hold switch records; they are attributed twice
@@ -141,7 +144,8 @@ fn damage_warning(r: &Reader) -> Option<String> {
 
 /// Reads every segment of the run once, from the first record to the last, keeping no task
 /// row: memory is the readers' tables and one chunk, whatever the number of tasks.
-fn read_whole_run(readers: Vec<Reader>) -> WholeRun {
+/// `keep_latency`: keep each interval's latency and utilisation, not only their sums.
+fn read_whole_run(readers: Vec<Reader>, keep_latency: bool) -> WholeRun {
     let specs = readers
         .last()
         .map(|r| r.specs().to_vec())
@@ -151,6 +155,7 @@ fn read_whole_run(readers: Vec<Reader>) -> WholeRun {
     let mut warnings = Vec::new();
     let mut tasks_used = 0;
     let mut command = Vec::new();
+    let mut latency = LatencySeries::new(keep_latency);
     let mut cmp: Option<PreciseCmp> = None;
     for mut r in readers {
         // Asked once per task an interval uses (the reader keeps the answer): a count of the
@@ -173,6 +178,7 @@ fn read_whole_run(readers: Vec<Reader>) -> WholeRun {
                     });
                     summary.add_amount(&iv, amount);
                     command.push((r.last_command(), r.last_attributed()));
+                    latency.add(&iv);
                 }
                 // `record -p` kept only some tasks' records: attributing them again would
                 // charge the package's traffic to those alone.
@@ -195,6 +201,7 @@ fn read_whole_run(readers: Vec<Reader>) -> WholeRun {
         tasks_used,
         precise: cmp.map(|c| c.row()),
         command,
+        latency,
     }
 }
 
@@ -484,6 +491,7 @@ fn write_views(
     bursts: &[BurstRow],
     victims: Option<&VictimTop>,
     command: Option<&CommandReport>,
+    latency: &LatencySeries,
 ) -> CliResult<()> {
     let readers = open_run(&args.file)?;
     let specs = readers
@@ -529,7 +537,7 @@ fn write_views(
             }),
             _ => None,
         };
-        perfetto::write(path, &tl, bursts, command, tracks.as_ref())
+        perfetto::write(path, &tl, bursts, command, tracks.as_ref(), latency)
             .map_err(|e| failed("Perfetto trace", path, e))?;
     }
     if let Some(path) = &args.plot {
@@ -596,7 +604,7 @@ pub fn run(_global: &GlobalArgs, args: &ReportArgs) -> CliResult<ExitCode> {
     }
     let specs = header.specs().unwrap_or_default();
     let victims = victims_wanted(args, &specs)?;
-    let whole = read_whole_run(readers);
+    let whole = read_whole_run(readers, args.json || args.perfetto.is_some());
     let unit = Unit::of(&specs);
     // A suffix means powers of 1024 for bytes, of 1000 for counts.
     let threshold = args.burst_threshold.map(|r| r.per_s(unit.is_bytes()));
@@ -618,13 +626,16 @@ pub fn run(_global: &GlobalArgs, args: &ReportArgs) -> CliResult<ExitCode> {
         (Some(_), false) => Some(command_report(args, &header, &whole, &spans, &unit)?),
         _ => None,
     };
-    let total = whole.summary.result(found.rows);
+    let mut total = whole.summary.result(found.rows);
+    let latency = whole.latency.summary();
+    run_latency(&mut total, &latency);
     for w in &whole.warnings {
         eprintln!("imc: warning: {}", escape(w));
     }
     let vic = found.victims;
     if views {
-        write_views(args, &total, &found.bursts, vic.as_ref(), command.as_ref())?;
+        let (bursts, cmd) = (&found.bursts, command.as_ref());
+        write_views(args, &total, bursts, vic.as_ref(), cmd, &whole.latency)?;
     }
     let report = ReportResult {
         total,
@@ -638,6 +649,7 @@ pub fn run(_global: &GlobalArgs, args: &ReportArgs) -> CliResult<ExitCode> {
         command: command.as_ref(),
         header: &header,
         unit: &unit,
+        latency: (&whole.latency, &latency),
     };
     let text = if args.json {
         json_text(args, &out)?
@@ -655,6 +667,20 @@ struct Outcome<'a> {
     command: Option<&'a CommandReport>,
     header: &'a RecordHeader,
     unit: &'a Unit,
+    /// The recording's latency and utilisation, interval by interval and per package.
+    latency: (&'a LatencySeries, &'a [PackageLatencySummary]),
+}
+
+/// The run's packages carry their mean latency and utilisation over the intervals that have
+/// them (null where none has).
+fn run_latency(total: &mut IntervalResult, latency: &[PackageLatencySummary]) {
+    for p in &mut total.packages {
+        if let Some(l) = latency.iter().find(|l| l.id == p.id) {
+            p.read_latency_ns = l.read_latency_ns_mean;
+            p.write_latency_ns = l.write_latency_ns_mean;
+            p.utilisation = l.utilisation_mean;
+        }
+    }
 }
 
 /// The report as one JSON object: the machine's, with the victims (null where not recorded),
@@ -675,6 +701,11 @@ fn json_text(args: &ReportArgs, out: &Outcome<'_>) -> CliResult<String> {
     if !out.header.pids.is_empty() {
         v["recorded_pids"] = serde_json::json!(out.header.pids);
     }
+    // Null where the recording has no latency nor utilisation.
+    let (series, summary) = out.latency;
+    let or_null = |empty: bool, x| if empty { serde_json::Value::Null } else { x };
+    v["package_latency"] = or_null(series.is_empty(), serde_json::json!(series.points));
+    v["latency_summary"] = or_null(summary.is_empty(), serde_json::json!(summary));
     let mut s = v.to_string();
     s.push('\n');
     Ok(s)
@@ -724,6 +755,7 @@ fn human_text(args: &ReportArgs, out: &Outcome<'_>, threshold: f64, nbursts: usi
         by: args.by,
         bursts: args.bursts,
         threshold_given: args.burst_threshold.is_some(),
+        latency: out.latency.1,
     };
     let mut machine = human(out.report, &view, out.unit, threshold, nbursts);
     if !out.header.pids.is_empty() {

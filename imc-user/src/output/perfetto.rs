@@ -7,7 +7,10 @@
 //! - a `bursts` track holding one slice per burst, named after its culprits, each culprit's
 //!   share also in the slice's arguments, and beside them (where the recording counts stalls)
 //!   its victims: the stall each burst added to a task over its own baseline;
-//! - where the recording counts stalls, a counter track per top victim of its stall share (%).
+//! - where the recording counts stalls, a counter track per top victim of its stall share (%);
+//! - where the recording has them, per package a counter track of its loaded read latency
+//!   (`package 0 read latency (ns)`), of its write latency and of its utilisation (%), 0 where
+//!   an interval has none (nothing queued, or not recorded).
 //!
 //! Counter values are rates (per second) over each interval, set at the interval's start;
 //! timestamps are the recording's CLOCK_MONOTONIC nanoseconds.
@@ -15,6 +18,7 @@ use crate::attribution::timeline::{Timeline, Unit};
 use crate::attribution::victims::{BurstVictim, StallSeries};
 use crate::model::GroupBy;
 use crate::model::result::BurstRow;
+use crate::output::report::{LatencySeries, PackageLatencyPoint};
 use perfetto_protos::counter_descriptor::CounterDescriptor;
 use perfetto_protos::debug_annotation::DebugAnnotation;
 use perfetto_protos::process_descriptor::ProcessDescriptor;
@@ -35,6 +39,9 @@ pub const BURSTS_UUID: u64 = 5_000;
 pub const COMMAND_UUID: u64 = 6_000;
 /// The top victims' stall-share tracks, one each.
 pub const VICTIMS_UUID: u64 = 7_000;
+/// The packages' latency and utilisation tracks: three per package (by its rank in id order),
+/// read latency, write latency and utilisation.
+pub const LATENCY_UUID: u64 = 8_000;
 /// Victims given a stall-share track.
 pub const TRACK_VICTIMS: usize = 4;
 /// Culprits named in a burst slice's title (all of them are in its arguments).
@@ -312,14 +319,76 @@ pub fn add_victims(t: &mut Trace, bursts: &[BurstRow], v: &VictimTracks<'_>) {
     t.packet.sort_by_key(|p| p.timestamp.unwrap_or(0));
 }
 
-/// Writes the trace of `tl` and `bursts` (and the recorded command's track, and the victims)
-/// to `path`.
+/// A package's figure `k` at a point: read latency (ns), write latency (ns), utilisation (%).
+fn latency_figure(p: &PackageLatencyPoint, k: usize) -> Option<f64> {
+    [
+        p.read_latency_ns,
+        p.write_latency_ns,
+        p.utilisation.map(|u| u * 100.0),
+    ][k]
+}
+
+/// Adds the packages' latency and utilisation: per package and figure the recording has, a
+/// counter track with its value over each interval, at the interval's start (0 where an
+/// interval has none, across gaps and after the last). Nothing without any.
+pub fn add_latency(t: &mut Trace, latency: &LatencySeries) {
+    const FIGURES: [(&str, &str); 3] = [
+        ("read latency", "ns"),
+        ("write latency", "ns"),
+        ("utilisation", "%"),
+    ];
+    let ids: std::collections::BTreeSet<u32> = latency
+        .points
+        .iter()
+        .flat_map(|pt| pt.packages.iter().map(|p| p.id))
+        .collect();
+    // (package id, figure, track uuid) of every figure some interval has.
+    let mut tracks = Vec::new();
+    for (i, id) in ids.into_iter().enumerate() {
+        for (k, (name, unit)) in FIGURES.iter().enumerate() {
+            let has = |p: &PackageLatencyPoint| p.id == id && latency_figure(p, k).is_some();
+            if latency.points.iter().any(|pt| pt.packages.iter().any(has)) {
+                let uuid = LATENCY_UUID + 3 * i as u64 + k as u64;
+                let title = format!("package {id} {name} ({unit})");
+                t.packet.push(counter_descriptor(uuid, None, &title, unit));
+                tracks.push((id, k, uuid));
+            }
+        }
+    }
+    let zero = |t_ns: u64, t: &mut Trace| {
+        for &(_, _, uuid) in &tracks {
+            t.packet.push(counter(t_ns, uuid, 0.0));
+        }
+    };
+    let mut prev_end: Option<u64> = None;
+    for pt in &latency.points {
+        if let Some(e) = prev_end
+            && pt.t_start_ns > e
+        {
+            zero(e, t);
+        }
+        for &(id, k, uuid) in &tracks {
+            let v = pt.packages.iter().find(|p| p.id == id);
+            let v = v.and_then(|p| latency_figure(p, k)).unwrap_or(0.0);
+            t.packet.push(counter(pt.t_start_ns, uuid, v));
+        }
+        prev_end = Some(pt.t_end_ns);
+    }
+    if let Some(e) = prev_end {
+        zero(e, t);
+    }
+    t.packet.sort_by_key(|p| p.timestamp.unwrap_or(0));
+}
+
+/// Writes the trace of `tl` and `bursts` (and the recorded command's track, the victims, and
+/// the packages' latency) to `path`.
 pub fn write(
     path: &Path,
     tl: &Timeline,
     bursts: &[BurstRow],
     command: Option<&crate::output::report::CommandReport>,
     victims: Option<&VictimTracks<'_>>,
+    latency: &LatencySeries,
 ) -> std::io::Result<()> {
     let mut t = trace(tl, bursts);
     if let Some(c) = command {
@@ -327,6 +396,9 @@ pub fn write(
     }
     if let Some(v) = victims {
         add_victims(&mut t, bursts, v);
+    }
+    if !latency.is_empty() {
+        add_latency(&mut t, latency);
     }
     let bytes = t.write_to_bytes().map_err(std::io::Error::other)?;
     crate::sys::file::replace_with(path, &bytes)
@@ -449,6 +521,105 @@ mod tests {
             track_event::Type::TYPE_SLICE_END
         );
         // The timestamps never go back.
+        let ts: Vec<u64> = t.packet.iter().map(|p| p.timestamp()).collect();
+        assert!(ts.windows(2).all(|w| w[0] <= w[1]));
+    }
+
+    /// Package 0's latency and utilisation, package 1's utilisation only (half of package
+    /// 0's), at intervals 0, 1 and (after a gap) 3 from 5 s on; interval 1 has no latency.
+    fn latency_series() -> LatencySeries {
+        let iv = |k: u64, read: Option<f64>, write: Option<f64>, util: Option<f64>| {
+            let p0 = PackageRow {
+                id: 0,
+                read_latency_ns: read,
+                write_latency_ns: write,
+                utilisation: util,
+                ..PackageRow::default()
+            };
+            let p1 = PackageRow {
+                id: 1,
+                utilisation: util.map(|u| u / 2.0),
+                ..PackageRow::default()
+            };
+            IntervalResult {
+                t_start_ns: 5_000_000_000 + k * 100_000_000,
+                t_end_ns: 5_100_000_000 + k * 100_000_000,
+                packages: vec![p0, p1],
+                ..IntervalResult::default()
+            }
+        };
+        let mut series = LatencySeries::default();
+        series.add(&iv(0, Some(85.5), Some(120.0), Some(0.5)));
+        series.add(&iv(1, None, None, Some(0.25)));
+        series.add(&iv(3, Some(140.0), None, Some(0.75)));
+        series
+    }
+
+    #[test]
+    fn latency_tracks_decode_with_their_values_and_none_without() {
+        let (tl, bursts) = timeline();
+        let series = latency_series();
+        let mut t = trace(&tl, &bursts);
+        let before = t.packet.len();
+        add_latency(&mut t, &LatencySeries::default());
+        assert_eq!(t.packet.len(), before, "no latency, no track");
+        add_latency(&mut t, &series);
+        let t = Trace::parse_from_bytes(&t.write_to_bytes().unwrap()).unwrap();
+        let tracks: Vec<(u64, String, String)> = t
+            .packet
+            .iter()
+            .filter(|p| p.has_track_descriptor())
+            .map(|p| p.track_descriptor())
+            .filter(|d| d.uuid() >= LATENCY_UUID)
+            .map(|d| {
+                (
+                    d.uuid(),
+                    d.name().to_owned(),
+                    d.counter.unit_name().to_owned(),
+                )
+            })
+            .collect();
+        let named = |u: u64, n: &str, unit: &str| (u, n.to_owned(), unit.to_owned());
+        assert_eq!(
+            tracks,
+            [
+                named(LATENCY_UUID, "package 0 read latency (ns)", "ns"),
+                named(LATENCY_UUID + 1, "package 0 write latency (ns)", "ns"),
+                named(LATENCY_UUID + 2, "package 0 utilisation (%)", "%"),
+                named(LATENCY_UUID + 5, "package 1 utilisation (%)", "%"),
+            ]
+        );
+        let values = |uuid: u64| -> Vec<(u64, f64)> {
+            t.packet
+                .iter()
+                .filter(|p| p.has_track_event() && p.track_event().track_uuid() == uuid)
+                .map(|p| (p.timestamp(), p.track_event().double_counter_value()))
+                .collect()
+        };
+        let s = |k: u64| 5_000_000_000 + k * 100_000_000;
+        // Null at an interval: 0; across the gap and after the last: 0.
+        assert_eq!(
+            values(LATENCY_UUID),
+            [
+                (s(0), 85.5),
+                (s(1), 0.0),
+                (s(2), 0.0),
+                (s(3), 140.0),
+                (s(4), 0.0)
+            ]
+        );
+        assert_eq!(values(LATENCY_UUID + 1)[0], (s(0), 120.0));
+        assert_eq!(
+            values(LATENCY_UUID + 2),
+            [
+                (s(0), 50.0),
+                (s(1), 25.0),
+                (s(2), 0.0),
+                (s(3), 75.0),
+                (s(4), 0.0)
+            ]
+        );
+        assert_eq!(values(LATENCY_UUID + 5)[3], (s(3), 37.5));
         let ts: Vec<u64> = t.packet.iter().map(|p| p.timestamp()).collect();
         assert!(ts.windows(2).all(|w| w[0] <= w[1]));
     }

@@ -1,7 +1,7 @@
 //! `imc report` as text: the run's task table, what was not attributed, and the bursts. The
 //! unit is bytes, or the counts of a stand-in that must never be shown as bytes.
 use crate::model::GroupBy;
-use crate::model::result::{OthersRow, ReportResult, TaskRow};
+use crate::model::result::{IntervalResult, OthersRow, ReportResult, TaskRow};
 use crate::text::{escape, fixed, fmt_byte_rate};
 use std::path::Path;
 
@@ -104,6 +104,8 @@ pub struct ReportView<'a> {
     pub by: GroupBy,
     pub bursts: bool,
     pub threshold_given: bool,
+    /// Each package's loaded latency and utilisation over the run (empty: none recorded).
+    pub latency: &'a [PackageLatencySummary],
 }
 
 /// The report as a person reads it: the run's line, the weighting, the task table, what was
@@ -201,8 +203,164 @@ fn heading(rep: &ReportResult, args: &ReportView<'_>, stand_in: &[String]) -> St
         }
         s.push('\n');
     }
+    for l in args.latency {
+        s.push_str(&latency_line(l));
+    }
     s.push('\n');
     s
+}
+
+/// One package's figures over one interval of a recording (JSON `package_latency`).
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+pub struct PackageLatencyPoint {
+    pub id: u32,
+    pub read_latency_ns: Option<f64>,
+    pub write_latency_ns: Option<f64>,
+    pub utilisation: Option<f64>,
+}
+
+/// An interval of a recording with a latency or a utilisation for some package.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+pub struct LatencyPoint {
+    pub t_start_ns: u64,
+    pub t_end_ns: u64,
+    pub packages: Vec<PackageLatencyPoint>,
+}
+
+/// A package's sums over the run: intervals with any figure, and per figure (read latency,
+/// write latency, utilisation) how many intervals have it, their sum and the largest.
+type Sums = (u64, [(u64, f64, f64); 3]);
+
+/// The recording's loaded latency and utilisation: each package's sums over the run and,
+/// where kept (JSON and Perfetto want them; the text only the sums), the intervals where some
+/// package has a figure (none at all in a recording made without queue counters, in a VM, or
+/// before recordings stored them).
+#[derive(Clone, Debug, PartialEq)]
+pub struct LatencySeries {
+    pub points: Vec<LatencyPoint>,
+    keep_points: bool,
+    sums: std::collections::BTreeMap<u32, Sums>,
+}
+
+/// A series that keeps its points.
+impl Default for LatencySeries {
+    fn default() -> Self {
+        LatencySeries::new(true)
+    }
+}
+
+/// One package's latency and utilisation over the run: the mean over the intervals that have
+/// each figure, and the worst (JSON `latency_summary`; the text's latency line).
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+pub struct PackageLatencySummary {
+    pub id: u32,
+    /// Intervals with any figure for this package.
+    pub intervals: u64,
+    pub read_latency_ns_mean: Option<f64>,
+    pub read_latency_ns_max: Option<f64>,
+    pub write_latency_ns_mean: Option<f64>,
+    pub write_latency_ns_max: Option<f64>,
+    pub utilisation_mean: Option<f64>,
+    pub utilisation_max: Option<f64>,
+}
+
+impl LatencySeries {
+    /// An empty series; `keep_points`: keep every interval's figures, not only the sums.
+    pub fn new(keep_points: bool) -> LatencySeries {
+        LatencySeries {
+            points: Vec::new(),
+            keep_points,
+            sums: Default::default(),
+        }
+    }
+
+    /// Adds the interval's figures to its packages' sums, and the interval to the points where
+    /// some package of it has one.
+    pub fn add(&mut self, iv: &IntervalResult) {
+        let mut any = false;
+        for p in &iv.packages {
+            let figures = [p.read_latency_ns, p.write_latency_ns, p.utilisation];
+            if figures.iter().all(Option::is_none) {
+                continue;
+            }
+            any = true;
+            let (n, sums) = self
+                .sums
+                .entry(p.id)
+                .or_insert((0, [(0, 0.0, f64::MIN); 3]));
+            *n += 1;
+            for (sum, v) in sums.iter_mut().zip(figures) {
+                if let Some(v) = v {
+                    *sum = (sum.0 + 1, sum.1 + v, sum.2.max(v));
+                }
+            }
+        }
+        if any && self.keep_points {
+            let packages = iv.packages.iter().map(|p| PackageLatencyPoint {
+                id: p.id,
+                read_latency_ns: p.read_latency_ns,
+                write_latency_ns: p.write_latency_ns,
+                utilisation: p.utilisation,
+            });
+            self.points.push(LatencyPoint {
+                t_start_ns: iv.t_start_ns,
+                t_end_ns: iv.t_end_ns,
+                packages: packages.collect(),
+            });
+        }
+    }
+
+    /// No interval had a figure.
+    pub fn is_empty(&self) -> bool {
+        self.sums.is_empty()
+    }
+
+    /// Per package (by id) with any figure: the mean and the worst of each figure.
+    pub fn summary(&self) -> Vec<PackageLatencySummary> {
+        let mean = |(n, sum, _): (u64, f64, f64)| (n > 0).then(|| sum / n as f64);
+        let max = |(n, _, m): (u64, f64, f64)| (n > 0).then_some(m);
+        self.sums
+            .iter()
+            .map(|(&id, &(n, [r, w, u]))| PackageLatencySummary {
+                id,
+                intervals: n,
+                read_latency_ns_mean: mean(r),
+                read_latency_ns_max: max(r),
+                write_latency_ns_mean: mean(w),
+                write_latency_ns_max: max(w),
+                utilisation_mean: mean(u),
+                utilisation_max: max(u),
+            })
+            .collect()
+    }
+}
+
+/// `package 0 latency: read 85.3 ns mean, 140.0 ns worst; write …; utilisation 42.0% mean,
+/// 91.5% max (over 600 intervals)`: only the figures the recording has.
+fn latency_line(l: &PackageLatencySummary) -> String {
+    let mut parts = Vec::new();
+    let ns = |v: f64| format!("{} ns", fixed(v, 1));
+    for (what, mean, worst) in [
+        ("read", l.read_latency_ns_mean, l.read_latency_ns_max),
+        ("write", l.write_latency_ns_mean, l.write_latency_ns_max),
+    ] {
+        if let (Some(m), Some(w)) = (mean, worst) {
+            parts.push(format!("{what} {} mean, {} worst", ns(m), ns(w)));
+        }
+    }
+    if let (Some(m), Some(x)) = (l.utilisation_mean, l.utilisation_max) {
+        parts.push(format!(
+            "utilisation {} mean, {} max",
+            fmt_share(m),
+            fmt_share(x)
+        ));
+    }
+    format!(
+        "package {} latency: {} (over {} intervals)\n",
+        l.id,
+        parts.join("; "),
+        l.intervals
+    )
 }
 
 /// The task table's columns: the key and its companion, the bytes (or the stand-in's counts),
@@ -577,6 +735,60 @@ mod tests {
         assert_eq!(a(&["sh", "-c", "a b"]), "sh -c 'a b'");
         assert_eq!(a(&["echo", "it's"]), "echo 'it'\\''s'");
         assert!(!a(&["x\u{1b}[2J"]).contains('\u{1b}'));
+    }
+
+    #[test]
+    fn latency_is_summed_per_package_over_the_intervals_that_have_it() {
+        use crate::model::result::PackageRow;
+        let iv = |k: u64, read: Option<f64>, util: Option<f64>| IntervalResult {
+            t_start_ns: k * 100,
+            t_end_ns: (k + 1) * 100,
+            packages: vec![
+                PackageRow {
+                    id: 0,
+                    read_latency_ns: read,
+                    utilisation: util,
+                    ..PackageRow::default()
+                },
+                PackageRow {
+                    id: 1,
+                    ..PackageRow::default()
+                },
+            ],
+            ..IntervalResult::default()
+        };
+        let mut s = LatencySeries::default();
+        s.add(&iv(0, Some(80.0), Some(0.25)));
+        s.add(&iv(1, None, None));
+        s.add(&iv(2, Some(100.0), Some(0.5)));
+        s.add(&iv(3, None, Some(0.75)));
+        // The interval with no figure is no point; package 1, with none, has no summary.
+        assert_eq!(s.points.len(), 3);
+        assert_eq!(s.points[2].packages[0].read_latency_ns, None);
+        let sum = s.summary();
+        assert_eq!(sum.len(), 1);
+        let p = &sum[0];
+        assert_eq!((p.id, p.intervals), (0, 3));
+        assert_eq!(p.read_latency_ns_mean, Some(90.0));
+        assert_eq!(p.read_latency_ns_max, Some(100.0));
+        assert_eq!(
+            (p.write_latency_ns_mean, p.write_latency_ns_max),
+            (None, None)
+        );
+        assert_eq!(p.utilisation_mean, Some(0.5));
+        assert_eq!(p.utilisation_max, Some(0.75));
+        assert_eq!(
+            latency_line(p),
+            "package 0 latency: read 90.0 ns mean, 100.0 ns worst; utilisation 50.0% mean, 75.0% max (over 3 intervals)\n"
+        );
+        assert!(LatencySeries::default().summary().is_empty());
+        // Without its points (the text's need), the same sums.
+        let mut sums_only = LatencySeries::new(false);
+        sums_only.add(&iv(0, Some(80.0), Some(0.25)));
+        sums_only.add(&iv(2, Some(100.0), Some(0.5)));
+        sums_only.add(&iv(3, None, Some(0.75)));
+        assert!(sums_only.points.is_empty() && !sums_only.is_empty());
+        assert_eq!(sums_only.summary(), sum);
     }
 
     #[test]

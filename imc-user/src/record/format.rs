@@ -28,6 +28,10 @@ pub const CHUNK_TICKS2: u8 = 8;
 /// The task ids of the file's table that belong to the recorded command's process tree
 /// (`record -- CMD`): a later addition, so older readers skip it (they report the machine).
 pub const CHUNK_COMMAND_TASKS: u8 = 9;
+/// Each package's loaded latency and utilisation over the INTERVAL chunk it follows (and its
+/// channels' latency), written only where some package has one: a later addition, so older
+/// readers skip it (they report bandwidth alone).
+pub const CHUNK_LATENCY: u8 = 10;
 
 /// Ticks per TICKS chunk: small enough that a crash loses little, large enough that the chunk
 /// overhead (9 bytes and a per-CPU restart of delta coding) stays negligible. Readers refuse a

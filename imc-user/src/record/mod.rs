@@ -8,6 +8,7 @@
 //! it, saying where and why it stopped.
 pub mod codec;
 mod format;
+mod latency;
 mod reader;
 mod writer;
 

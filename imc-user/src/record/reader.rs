@@ -4,10 +4,11 @@
 //! the file.
 use super::codec::{Cursor, Malformed, crc32, unzigzag};
 use super::format::{
-    CHUNK_CGROUPS, CHUNK_COMMAND_TASKS, CHUNK_CONTINUED, CHUNK_END, CHUNK_INTERVAL, CHUNK_STRINGS,
-    CHUNK_TASKS, CHUNK_TICKS, CHUNK_TICKS2, MAGIC, MAX_CHUNK, RecordError, RecordHeader,
-    TICKS_PER_CHUNK, VERSION,
+    CHUNK_CGROUPS, CHUNK_COMMAND_TASKS, CHUNK_CONTINUED, CHUNK_END, CHUNK_INTERVAL, CHUNK_LATENCY,
+    CHUNK_STRINGS, CHUNK_TASKS, CHUNK_TICKS, CHUNK_TICKS2, MAGIC, MAX_CHUNK, RecordError,
+    RecordHeader, TICKS_PER_CHUNK, VERSION,
 };
+use super::latency::{self, PackageLatency};
 use crate::attribution::summary::{amount_of, sort_rows};
 use crate::attribution::{bytes_of, traffic_counts};
 use crate::discovery::cgroup::{CgroupNames, names_of_path};
@@ -46,6 +47,18 @@ pub enum ReadStatus {
     /// A chunk is cut short or fails its checksum at this offset: everything before it was read.
     Damaged { offset: u64, reason: String },
 }
+
+/// What a data chunk gave: an item, or the latency of the interval before it.
+// As `Item`: handed on at once, boxing would allocate per chunk for nothing.
+#[allow(clippy::large_enum_variant)]
+enum Step {
+    Item(Item),
+    Latency(Vec<PackageLatency>),
+}
+
+/// An item read ahead (while looking for the LATENCY chunk of the interval before it), with
+/// the figures [`Reader::last_amount`] and its kin had after it.
+type Ahead = (Item, [f64; 3]);
 
 /// One entry of the task table: its command name is an index into the string table, so the
 /// table costs 24 bytes a task however long the name.
@@ -132,6 +145,9 @@ pub struct Reader {
     /// the command's rows.
     last_attributed: f64,
     last_command: f64,
+    /// The chunk after an interval, read to fill the interval's latency, when it was another
+    /// item: handed out next.
+    ahead: Option<Ahead>,
 }
 
 /// Largest JSON header a reader accepts (real ones are a few KiB).
@@ -247,6 +263,7 @@ impl Reader {
             command_only: false,
             last_attributed: 0.0,
             last_command: 0.0,
+            ahead: None,
         })
     }
 
@@ -313,12 +330,13 @@ impl Reader {
         self.cgroups.len()
     }
 
-    /// Bytes read so far (the header and every chunk handed out).
+    /// Bytes read so far (the header and every chunk handed out, and the one read ahead after
+    /// an interval to find its LATENCY chunk).
     pub fn offset(&self) -> u64 {
         self.pos
     }
 
-    fn damaged(&mut self, offset: u64, reason: impl Into<String>) -> Option<Item> {
+    fn damaged<T>(&mut self, offset: u64, reason: impl Into<String>) -> Option<T> {
         self.status = ReadStatus::Damaged {
             offset,
             reason: reason.into(),
@@ -327,7 +345,7 @@ impl Reader {
     }
 
     /// The end of the input on a chunk boundary: how the file ended.
-    fn at_end(&mut self) -> Option<Item> {
+    fn at_end<T>(&mut self) -> Option<T> {
         self.status = if self.ended {
             ReadStatus::Complete
         } else if self.continued {
@@ -339,8 +357,41 @@ impl Reader {
     }
 
     /// The next interval or tick block; None at the end or at the first damage (see
-    /// [`status`](Self::status)).
+    /// [`status`](Self::status)). An interval comes with its packages' latency and utilisation
+    /// where the LATENCY chunk after it holds them (null elsewhere, and in recordings made
+    /// before they were stored), so the chunk after each interval is read before it is handed
+    /// out.
     pub fn next_item(&mut self) -> Option<Item> {
+        let (item, amounts) = match self.ahead.take() {
+            Some(ahead) => ahead,
+            None => loop {
+                // A LATENCY chunk with no interval before it has nothing to fill.
+                if let Step::Item(item) = self.next_step()? {
+                    break (item, self.amounts());
+                }
+            },
+        };
+        let Item::Interval(mut iv) = item else {
+            return Some(item);
+        };
+        match self.next_step() {
+            Some(Step::Latency(l)) => latency::apply(&mut iv, l),
+            Some(Step::Item(next)) => self.ahead = Some((next, self.amounts())),
+            None => {}
+        }
+        (self.last_amount, self.last_attributed, self.last_command) =
+            (amounts[0], amounts[1], amounts[2]);
+        Some(Item::Interval(iv))
+    }
+
+    /// The per-interval figures of the last interval decoded.
+    fn amounts(&self) -> [f64; 3] {
+        [self.last_amount, self.last_attributed, self.last_command]
+    }
+
+    /// The next data chunk (the tables before it applied); None at the end or at the first
+    /// damage.
+    fn next_step(&mut self) -> Option<Step> {
         loop {
             if self.status != ReadStatus::Reading {
                 return None;
@@ -394,8 +445,9 @@ impl Reader {
         }
     }
 
-    fn decode(&mut self, kind: u8, payload: &[u8]) -> Result<Option<Item>, Malformed> {
+    fn decode(&mut self, kind: u8, payload: &[u8]) -> Result<Option<Step>, Malformed> {
         let mut c = Cursor::new(payload);
+        let item = |i| Some(Step::Item(i));
         match kind {
             CHUNK_STRINGS => self.decode_strings(&mut c).map(|()| None),
             CHUNK_TASKS => self.decode_tasks(&mut c).map(|()| None),
@@ -403,13 +455,18 @@ impl Reader {
             CHUNK_CGROUPS => self.decode_cgroups(&mut c).map(|()| None),
             CHUNK_INTERVAL => self
                 .decode_interval(&mut c)
-                .map(|iv| Some(Item::Interval(iv))),
+                .map(|iv| item(Item::Interval(iv))),
             CHUNK_TICKS => self
                 .decode_ticks(&mut c, false)
-                .map(|t| Some(Item::Ticks(t))),
+                .map(|t| item(Item::Ticks(t))),
             CHUNK_TICKS2 => self
                 .decode_ticks(&mut c, true)
-                .map(|t| Some(Item::Ticks(t))),
+                .map(|t| item(Item::Ticks(t))),
+            CHUNK_LATENCY => {
+                let max = self.header.packages.len().max(1);
+                let string = |id| self.strings.get(id).map(str::to_owned);
+                latency::decode(&mut c, max, string).map(|l| Some(Step::Latency(l)))
+            }
             CHUNK_END => {
                 self.ended = true;
                 Ok(None)

@@ -1,9 +1,9 @@
 //! Writing recordings: aggregates every interval, raw ticks only around bursts, size-bounded.
 use super::codec::{crc32, framed, put_chunk, put_varint, zigzag};
 use super::format::{
-    CHUNK_CGROUPS, CHUNK_COMMAND_TASKS, CHUNK_CONTINUED, CHUNK_END, CHUNK_INTERVAL, CHUNK_STRINGS,
-    CHUNK_TASKS, CHUNK_TICKS, CHUNK_TICKS2, MAGIC, RecordError, RecordHeader, TICKS_PER_CHUNK,
-    VERSION, rotated_path,
+    CHUNK_CGROUPS, CHUNK_COMMAND_TASKS, CHUNK_CONTINUED, CHUNK_END, CHUNK_INTERVAL, CHUNK_LATENCY,
+    CHUNK_STRINGS, CHUNK_TASKS, CHUNK_TICKS, CHUNK_TICKS2, MAGIC, RecordError, RecordHeader,
+    TICKS_PER_CHUNK, VERSION, rotated_path,
 };
 use crate::attribution::TaskKey;
 use crate::attribution::tasks::FxBuild;
@@ -271,6 +271,9 @@ struct Staged {
     payload: Vec<u8>,
     tables: Pending,
     mark: Mark,
+    /// An interval's LATENCY payload (empty: none), written right after it, in the same file:
+    /// it is staged, measured and rotated with its interval, never apart.
+    trailer: Vec<u8>,
 }
 
 impl Staged {
@@ -283,6 +286,7 @@ impl Staged {
             + table(&t.tasks)
             + table(&t.members)
             + framed(self.payload.len())
+            + table(&self.trailer)
     }
 }
 
@@ -294,6 +298,8 @@ enum Data<'a> {
         iv: &'a IntervalResult,
         rows: &'a [usize],
         dropped_bytes: u64,
+        /// With its LATENCY chunk (where it has one).
+        latency: bool,
     },
     Ticks(&'a [Record]),
 }
@@ -590,12 +596,19 @@ impl Writer {
         let mark = self.tables.mark();
         let mut payload = std::mem::take(&mut self.buf);
         payload.clear();
+        let mut trailer = Vec::new();
         match data {
             Data::Interval {
                 iv,
                 rows,
                 dropped_bytes,
-            } => self.encode_interval(iv, rows, *dropped_bytes, &mut payload),
+                latency,
+            } => {
+                self.encode_interval(iv, rows, *dropped_bytes, &mut payload);
+                if *latency {
+                    super::latency::encode(iv, &mut trailer, |l| self.tables.string_id(l));
+                }
+            }
             Data::Ticks(t) => self.encode_ticks(t, &mut payload),
         }
         Staged {
@@ -603,6 +616,7 @@ impl Writer {
             payload,
             tables: self.tables.pending(),
             mark,
+            trailer,
         }
     }
 
@@ -653,7 +667,11 @@ impl Writer {
         self.tables.written();
         let r = self.write_chunk(staged.kind, &staged.payload);
         self.buf = staged.payload;
-        r.map(|()| true)
+        r?;
+        if !staged.trailer.is_empty() {
+            self.write_chunk(CHUNK_LATENCY, &staged.trailer)?;
+        }
+        Ok(true)
     }
 
     /// TICKS or TICKS2 (see [`ticks_chunk`]): the same coding but for the kind, a bit of a
@@ -710,14 +728,17 @@ impl Writer {
         }
     }
 
-    /// Writes one interval; if it would not fit in a file even alone, its largest rows are
-    /// kept and the bytes of the others counted as unattributed (the bound always holds).
+    /// Writes one interval and its latency; if they would not fit in a file even alone, the
+    /// interval's largest rows are kept and the bytes of the others counted as unattributed,
+    /// and where not even the empty interval fits beside its latency, the latency is left out
+    /// (the bound always holds).
     fn write_interval(&mut self, iv: &IntervalResult) -> Result<(), RecordError> {
         let all: Vec<usize> = (0..iv.tasks.len()).collect();
         let data = Data::Interval {
             iv,
             rows: &all,
             dropped_bytes: 0,
+            latency: true,
         };
         let staged = self.stage(CHUNK_INTERVAL, &data);
         if self.put(staged, &data)? {
@@ -731,17 +752,23 @@ impl Writer {
         };
         order.sort_by_key(|&i| std::cmp::Reverse((bytes(i), t_amount(iv, i))));
         let mut keep = order.len() / 2;
+        let mut latency = true;
         loop {
             let dropped_bytes = order[keep..].iter().map(|&i| bytes(i)).sum();
             let data = Data::Interval {
                 iv,
                 rows: &order[..keep],
                 dropped_bytes,
+                latency,
             };
             let staged = self.stage(CHUNK_INTERVAL, &data);
             if self.put(staged, &data)? {
                 self.stats.rows_dropped += (order.len() - keep) as u64;
                 return Ok(());
+            }
+            if keep == 0 && latency {
+                latency = false;
+                continue;
             }
             if keep == 0 {
                 // Not even an empty interval fits: the bound was checked against this header at
