@@ -214,7 +214,7 @@ fn start_command(command: &[std::ffi::OsString]) -> CliResult<Option<std::proces
         child.pre_exec(move || crate::sys::thread::die_with_parent(imc_pid));
     }
     child.spawn().map(Some).map_err(|e| {
-        CliError::bad_input_because(format!("cannot run '{}'", cmd.to_string_lossy()), e)
+        CliError::bad_input_because(format!("cannot run '{}'", crate::text::quote_os(cmd)), e)
     })
 }
 
