@@ -519,9 +519,9 @@ fn summary(st: &WriterStats, path: &Path, drained: u64, command: &str) {
 /// cannot be read.
 const PID_MAX_LIMIT: u32 = 4 << 20;
 
-/// `record -p`: every pid must be one the kernel could give (1 to pid_max) and running now
+/// `record -p` and `top -p`: every pid must be one the kernel could give (1 to pid_max) and running now
 /// (`/proc/PID` under --root, which a thread id has too); otherwise one line, exit 2.
-fn check_pids(root: &Path, pids: &[u32]) -> CliResult<()> {
+pub(super) fn check_pids(root: &Path, pids: &[u32]) -> CliResult<()> {
     let max = std::fs::read_to_string(root.join("proc/sys/kernel/pid_max"))
         .ok()
         .and_then(|t| t.trim().parse::<u32>().ok())
