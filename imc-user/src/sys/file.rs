@@ -50,6 +50,13 @@ pub fn is_bad_path(e: &io::Error) -> bool {
     )
 }
 
+/// True where the user is to fix the path: [`is_bad_path`], or a permission they lack on it (a
+/// recording they may not read, a directory they may not write in). Bad input (exit 2) for a
+/// path given on the command line, whichever step meets it.
+pub fn is_path_to_fix(e: &io::Error) -> bool {
+    is_bad_path(e) || e.kind() == io::ErrorKind::PermissionDenied
+}
+
 /// Opens `path` for reading without blocking on a FIFO, and refuses anything but a regular
 /// file (symlinks to one are followed, as sysfs needs).
 pub fn open_regular(path: &Path) -> io::Result<File> {
