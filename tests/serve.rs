@@ -1304,8 +1304,14 @@ fn a_scraper_new_to_imc_passes_a_flood_of_one_wrong_password_from_its_own_addres
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let codes: Vec<Option<u32>> = flood.into_iter().flat_map(|t| t.join().unwrap()).collect();
     let wrong_401 = codes.iter().filter(|&&c| c == Some(401)).count();
-    eprintln!("flood: {} requests, {wrong_401} answered 401; the scraper's tries {tries:?}", codes.len());
-    assert!(tries.contains(&Some(200)), "the scraper new to imc: {tries:?}");
+    eprintln!(
+        "flood: {} requests, {wrong_401} answered 401; the scraper's tries {tries:?}",
+        codes.len()
+    );
+    assert!(
+        tries.contains(&Some(200)),
+        "the scraper new to imc: {tries:?}"
+    );
     assert!(
         codes.iter().all(|c| matches!(c, Some(401 | 429))),
         "the flood is never let in"

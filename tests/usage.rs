@@ -217,6 +217,16 @@ fn a_non_utf8_argument_is_named_by_its_bytes() {
     assert_eq!(run.status.code(), Some(2), "{err}");
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains(r"'x\xff' is not UTF-8"), "{err}");
+    // An unexpected argument and an unknown command: their bytes too.
+    for args in [
+        vec!["list".into(), OsString::from_vec(b"x\xff".to_vec())],
+        vec![OsString::from_vec(b"x\xff".to_vec())],
+    ] {
+        let run = imc().args(&args).output().expect("run imc");
+        let err = String::from_utf8_lossy(&run.stderr);
+        assert_eq!(run.status.code(), Some(2), "{err}");
+        assert!(err.contains(r"'x\xff'"), "{args:?}: {err}");
+    }
     let run = imc()
         .args(["stat", "-e", "page-faults", "--"])
         .arg(OsString::from_vec(b"/no-such-dir/x\xff".to_vec()))

@@ -50,7 +50,12 @@ fn run() -> Result<ExitCode> {
                 .skip(1)
                 .map(|a| a.to_string_lossy().into_owned())
                 .collect();
-            return Err(CliError::bad_input(usage_message(&e, &args)).into());
+            let mut line = usage_message(&e, &args);
+            // clap quotes a non-UTF-8 argument lossily (U+FFFD): named by its bytes instead.
+            for a in argv.iter().skip(1).filter(|a| a.to_str().is_none()) {
+                line = line.replace(&*a.to_string_lossy(), &imc::text::quote_os(a));
+            }
+            return Err(CliError::bad_input(line).into());
         }
     };
     init_logging(cli.global.verbose);
@@ -143,9 +148,7 @@ fn not_utf8_message(argv: &[OsString]) -> String {
         .map(|a| a.to_string_lossy().into_owned())
         .collect();
     let bad = argv.iter().skip(1).find(|a| a.to_str().is_none());
-    let what = bad.map_or_else(String::new, |a| {
-        format!("'{}' ", imc::text::quote_os(a))
-    });
+    let what = bad.map_or_else(String::new, |a| format!("'{}' ", imc::text::quote_os(a)));
     let line = format!(
         "the argument {what}is not UTF-8 text: give it as UTF-8 (only a program and its arguments after -- may be any bytes)"
     );
