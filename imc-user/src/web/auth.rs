@@ -77,10 +77,10 @@ impl Failed {
         if !self.set.insert(key) {
             return;
         }
-        if self.order.len() >= FAILED {
-            if let Some(old) = self.order.pop_front() {
-                self.set.remove(&old);
-            }
+        if self.order.len() >= FAILED
+            && let Some(old) = self.order.pop_front()
+        {
+            self.set.remove(&old);
         }
         self.order.push_back(key);
     }
