@@ -273,6 +273,32 @@ fn stat_of_a_missing_program_is_bad_input() {
         .find(|l| l.contains("no-such-program-here"))
         .unwrap_or_else(|| panic!("the program is not named: {err}"));
     assert!(line.contains("cannot run"), "{err}");
+    // One line, before anything is planned: the stand-in's notice came first (issue 31,
+    // probed again), and record said the same two lines.
+    assert_eq!(err.lines().count(), 1, "{err}");
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("x.imc");
+    for args in [
+        vec!["stat", "--", "no-such-program-here"],
+        vec![
+            "record",
+            "-o",
+            out.to_str().unwrap(),
+            "--",
+            "./no-such-program-here",
+        ],
+    ] {
+        let run = imc().args(&args).output().expect("run imc");
+        let err = String::from_utf8_lossy(&run.stderr);
+        assert_eq!(run.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(
+            err.contains("cannot run 'no-such-program-here'")
+                || err.contains("cannot run './no-such-program-here'"),
+            "{args:?}: {err}"
+        );
+        assert!(!out.exists(), "nothing recorded");
+    }
 }
 
 /// `imc tpo` suggests `top` (clap's own likeness measure misses swapped letters), `imc lst`

@@ -374,6 +374,7 @@ pub fn run(global: &GlobalArgs, args: &RecordArgs) -> CliResult<ExitCode> {
     check_args(args)?;
     if !args.sampler.dry_run {
         check_pids(&global.root, &args.pid)?;
+        super::sampling::check_program(&args.command)?;
     }
     // Held until the recording is finished (dropped at the end of this function).
     let mut _lock = None;

@@ -102,6 +102,9 @@ pub fn run_with<W: Write>(
     let mode =
         read_mode(crate::settings::get()).map_err(|e| CliError::new(ErrorKind::BadInput, e))?;
 
+    if !args.dry_run {
+        crate::commands::sampling::check_program(&args.command)?;
+    }
     let discovery = discover(&global.root)?;
     if args.dry_run {
         let plan = plan_of(global, args, &discovery, Vec::new())?;
