@@ -439,6 +439,41 @@ fn a_run_that_cannot_start_leaves_the_existing_file_and_says_one_line() {
     assert_eq!(std::fs::read(&f).unwrap(), b"an older recording");
 }
 
+/// A recording in a directory the user may not write in is a path to fix, exit 2 as an
+/// unreadable recording is for report; it was exit 1 (issue 31 item 12, probed again).
+#[test]
+fn record_into_a_directory_it_may_not_write_is_bad_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let ro = dir.path().join("ro");
+    std::fs::create_dir(&ro).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o555)).unwrap();
+    let out = ro.join("x.imc");
+    let args = [
+        "record",
+        "-e",
+        "page-faults",
+        "-o",
+        out.to_str().unwrap(),
+        "--duration",
+        "1",
+    ];
+    let Some(mut c) = as_nobody(&args) else {
+        return;
+    };
+    let o = run(&mut c);
+    assert_eq!(o.code, Some(2), "{}", o.stderr);
+    assert_eq!(o.stderr.lines().count(), 1, "{}", o.stderr);
+    assert!(o.stderr.contains("x.imc"), "{}", o.stderr);
+    assert!(
+        o.stderr.contains("a directory you may write in"),
+        "{}",
+        o.stderr
+    );
+    assert!(!out.exists());
+}
+
 #[test]
 fn list_as_an_unprivileged_user_says_what_it_cannot_open() {
     let Some(mut c) = as_nobody(&["list", "--json"]) else {

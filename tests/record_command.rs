@@ -308,6 +308,31 @@ fn bad_pids_are_one_line_and_exit_2_before_anything_starts() {
     }
 }
 
+/// `top -p` takes the same pids as `record -p`: 0, one past pid_max or one not running was
+/// an empty table for as long as top ran, exit 0 (issue 31, probed again).
+#[test]
+fn top_refuses_the_pids_record_refuses() {
+    let mut gone = Command::new("true").spawn().unwrap();
+    let gone_pid = gone.id();
+    gone.wait().unwrap();
+    for (args, says) in [
+        (vec!["-p", "0"], "not a process id"),
+        (vec!["-p", "99999999"], "not a process id"),
+        (vec!["-p", &*gone_pid.to_string()], "no such process"),
+    ] {
+        let out = imc()
+            .args(["top", "--json", "--duration", "1", "-e", "page-faults"])
+            .args(&args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+        assert!(out.stdout.is_empty(), "{args:?}: nothing sampled");
+    }
+}
+
 #[test]
 fn record_help_says_how_it_differs_from_perf() {
     let out = imc().args(["record", "--help"]).output().unwrap();

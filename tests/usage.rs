@@ -199,6 +199,44 @@ fn a_non_utf8_argument_never_panics() {
     }
 }
 
+/// A non-UTF-8 argument is named by its own bytes (`\xff`), not by clap's "invalid UTF-8 was
+/// detected in one or more arguments" nor as U+FFFD, which names a path that is not the one
+/// given (issue 31 item 8, probed again).
+#[test]
+fn a_non_utf8_argument_is_named_by_its_bytes() {
+    use std::ffi::OsString;
+    use std::os::unix::ffi::OsStringExt;
+    let root = imc_tests::own_fixtures().join("skx-2socket");
+    let run = imc()
+        .args(["--root".as_ref(), root.as_os_str()])
+        .args(["stat", "--dry-run", "-e"])
+        .arg(OsString::from_vec(b"x\xff".to_vec()))
+        .output()
+        .expect("run imc");
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains(r"'x\xff' is not UTF-8"), "{err}");
+    // An unexpected argument and an unknown command: their bytes too.
+    for args in [
+        vec!["list".into(), OsString::from_vec(b"x\xff".to_vec())],
+        vec![OsString::from_vec(b"x\xff".to_vec())],
+    ] {
+        let run = imc().args(&args).output().expect("run imc");
+        let err = String::from_utf8_lossy(&run.stderr);
+        assert_eq!(run.status.code(), Some(2), "{err}");
+        assert!(err.contains(r"'x\xff'"), "{args:?}: {err}");
+    }
+    let run = imc()
+        .args(["stat", "-e", "page-faults", "--"])
+        .arg(OsString::from_vec(b"/no-such-dir/x\xff".to_vec()))
+        .output()
+        .expect("run imc");
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(2), "{err}");
+    assert!(err.contains(r"cannot run '/no-such-dir/x\xff'"), "{err}");
+}
+
 /// A program whose path is not UTF-8 is still a program: `stat -- PATH` runs it and exits with
 /// its status (no privileges needed for the page-fault stand-in on a fixture tree).
 #[test]
@@ -235,6 +273,32 @@ fn stat_of_a_missing_program_is_bad_input() {
         .find(|l| l.contains("no-such-program-here"))
         .unwrap_or_else(|| panic!("the program is not named: {err}"));
     assert!(line.contains("cannot run"), "{err}");
+    // One line, before anything is planned: the stand-in's notice came first (issue 31,
+    // probed again), and record said the same two lines.
+    assert_eq!(err.lines().count(), 1, "{err}");
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("x.imc");
+    for args in [
+        vec!["stat", "--", "no-such-program-here"],
+        vec![
+            "record",
+            "-o",
+            out.to_str().unwrap(),
+            "--",
+            "./no-such-program-here",
+        ],
+    ] {
+        let run = imc().args(&args).output().expect("run imc");
+        let err = String::from_utf8_lossy(&run.stderr);
+        assert_eq!(run.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(
+            err.contains("cannot run 'no-such-program-here'")
+                || err.contains("cannot run './no-such-program-here'"),
+            "{args:?}: {err}"
+        );
+        assert!(!out.exists(), "nothing recorded");
+    }
 }
 
 /// `imc tpo` suggests `top` (clap's own likeness measure misses swapped letters), `imc lst`

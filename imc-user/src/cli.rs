@@ -185,7 +185,8 @@ pub struct TopArgs {
     #[arg(long, value_enum, default_value = "pid", conflicts_with = "ibs")]
     pub by: GroupBy,
     /// Only these processes (comma-separated pids, their threads included; a thread id names
-    /// that thread), as perf's -p. A pid that has exited shows nothing.
+    /// that thread), as perf's -p. Each must be running when top starts; one that exits
+    /// later shows nothing.
     #[arg(short = 'p', long = "pid", value_name = "PID", value_delimiter = ',')]
     pub pid: Vec<u32>,
     /// AMD: sample with IBS op instead and show, per process, how many sampled loads DRAM

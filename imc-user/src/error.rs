@@ -225,8 +225,7 @@ impl From<RecordError> for CliError {
         // A recording the user may not read (or a directory they may not write in) is theirs
         // to fix, like a missing one: bad input naming the file.
         let runtime = matches!(&e, RecordError::Io { source, .. }
-            if !crate::sys::file::is_bad_path(source)
-                && source.kind() != std::io::ErrorKind::PermissionDenied);
+            if !crate::sys::file::is_path_to_fix(source));
         CliError::new(ErrorKind::bad_input_if(!runtime), e)
     }
 }

@@ -41,13 +41,21 @@ fn run() -> Result<ExitCode> {
             e.print().map_err(CliError::output)?;
             return Ok(ExitCode::SUCCESS);
         }
+        Err(e) if e.kind() == ErrorKind::InvalidUtf8 => {
+            return Err(CliError::bad_input(not_utf8_message(&argv)).into());
+        }
         Err(e) => {
             let args: Vec<String> = argv
                 .iter()
                 .skip(1)
                 .map(|a| a.to_string_lossy().into_owned())
                 .collect();
-            return Err(CliError::bad_input(usage_message(&e, &args)).into());
+            let mut line = usage_message(&e, &args);
+            // clap quotes a non-UTF-8 argument lossily (U+FFFD): named by its bytes instead.
+            for a in argv.iter().skip(1).filter(|a| a.to_str().is_none()) {
+                line = line.replace(&*a.to_string_lossy(), &imc::text::quote_os(a));
+            }
+            return Err(CliError::bad_input(line).into());
         }
     };
     init_logging(cli.global.verbose);
@@ -128,6 +136,25 @@ fn usage_message(e: &clap::Error, args: &[String]) -> String {
     match sub {
         Some(s) => format!("{s}: {what} ({help})"),
         None => format!("{what} ({help})"),
+    }
+}
+
+/// clap's "invalid UTF-8 was detected in one or more arguments", naming the argument (its
+/// bytes as `\xNN`) and what may be any bytes.
+fn not_utf8_message(argv: &[OsString]) -> String {
+    let args: Vec<String> = argv
+        .iter()
+        .skip(1)
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let bad = argv.iter().skip(1).find(|a| a.to_str().is_none());
+    let what = bad.map_or_else(String::new, |a| format!("'{}' ", imc::text::quote_os(a)));
+    let line = format!(
+        "the argument {what}is not UTF-8 text: give it as UTF-8 (only a program and its arguments after -- may be any bytes)"
+    );
+    match subcommand_of(&args) {
+        Some(s) => format!("{s}: {line} (see 'imc {s} --help')"),
+        None => format!("{line} (see 'imc --help')"),
     }
 }
 

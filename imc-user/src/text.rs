@@ -75,6 +75,23 @@ pub fn quote_bytes(b: &[u8]) -> String {
     q
 }
 
+/// [`quote`] of an argument as the OS gave it (a program path, a file name): a byte that is not
+/// UTF-8 is written `\xNN`, so the message names the very bytes given, not U+FFFD.
+pub fn quote_os(s: &std::ffi::OsStr) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    let mut text = String::new();
+    for chunk in s.as_bytes().utf8_chunks() {
+        text.push_str(&quote(chunk.valid()));
+        for b in chunk.invalid() {
+            text.push_str(&format!("\\x{b:02x}"));
+        }
+        if text.chars().count() > QUOTE_CHARS {
+            break;
+        }
+    }
+    text
+}
+
 /// `v` with `decimals` digits after the point, never `-0` or `-0.0`: a rate or count that
 /// rounds to zero is zero (a tiny negative from floating-point rounding, or a negative zero,
 /// must not print with a sign). Every human number with fixed decimals goes through here.
@@ -293,5 +310,14 @@ mod tests {
         let b = vec![0u8; 1 << 20];
         let q = quote_bytes(&b);
         assert!(!q.contains('\0') && q.len() < 500, "{q}");
+    }
+
+    #[test]
+    fn os_arguments_are_quoted_with_their_own_bytes() {
+        use std::os::unix::ffi::OsStrExt;
+        let q = quote_os(std::ffi::OsStr::from_bytes(b"/x\xff\x1b[2J"));
+        assert_eq!(q, "/x\\xff\\x1b[2J");
+        let long = vec![0xffu8; 1 << 20];
+        assert!(quote_os(std::ffi::OsStr::from_bytes(&long)).len() < 1000);
     }
 }

@@ -17,7 +17,7 @@
 //! - `401 keep-alive` (server with users): the same N clients, without credentials, so each
 //!   request is a 401;
 //! - `wrong password` (server with users): N clients (default 200) sending a wrong password,
-//!   each waiting 100 ms after every answer; the scraper scraped once before they started (as
+//!   a new one each time, each waiting 100 ms after every answer; the scraper scraped once before they started (as
 //!   Prometheus would have), so its credentials are known to imc.
 //!
 //! Loopback only, a bounded number of clients and seconds: it stops by itself. The figures
@@ -293,8 +293,13 @@ fn keep_alive(addr: SocketAddr, _: usize, stop: &AtomicBool, connects: &AtomicU6
 }
 
 fn wrong_password(addr: SocketAddr, i: usize, stop: &AtomicBool, connects: &AtomicU64) {
-    let auth = basic(USER, &format!("wrong {i}"));
+    // A new password each time, as a guesser sends: imc remembers failed credentials, so a
+    // repeated one would cost it nothing after the first check and the phase would measure
+    // that memory instead of the per-address budget.
+    let mut tries = 0u64;
     while let Some(mut s) = connect(addr, connects, stop) {
+        tries += 1;
+        let auth = basic(USER, &format!("wrong {i} {tries}"));
         let _ = s.set_read_timeout(Some(SCRAPE_TIMEOUT));
         let _ = write!(
             s,

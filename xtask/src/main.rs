@@ -194,7 +194,7 @@ fn real_main() -> Result<ExitCode> {
     let mut args: Vec<String> = std::env::args().skip(1).collect();
     if args.is_empty() {
         bail!(
-            "usage: cargo xtask build|run|test|cross|package|bench-tick|bench-stat|bench-overhead|bench-scale|accuracy [--release] [-- ARGS]"
+            "usage: cargo xtask build|run|test|cross|package|bench-tick|bench-stat|bench-overhead|bench-scale|bench-serve|accuracy [--release] [-- ARGS]"
         );
     }
     let cmd = args.remove(0);
@@ -258,7 +258,7 @@ fn real_main() -> Result<ExitCode> {
         other => {
             bail!(
                 "unknown xtask command '{other}' (build, run, test, cross, package, bench-tick, \
-                 bench-stat, bench-overhead, bench-scale, accuracy)"
+                 bench-stat, bench-overhead, bench-scale, bench-serve, accuracy)"
             )
         }
     }

@@ -19,7 +19,7 @@ use crate::record::{
     HeaderCommand, MemberFn, RecordHeader, Writer, WriterStats, smallest_max_size,
 };
 use crate::sys::cgroup::CommandCgroup;
-use crate::sys::file::{LockError, WriteLock, is_bad_path, what_is_there};
+use crate::sys::file::{LockError, WriteLock, is_path_to_fix, what_is_there};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -343,11 +343,19 @@ fn lock_output(path: &Path) -> CliResult<WriteLock> {
             lock.display()
         )),
         LockError::Io { lock, source } => {
-            CliError::new(ErrorKind::bad_input_if(is_bad_path(&source)), source).context(format!(
+            // A directory the user may not write in is theirs to fix, as report's unreadable
+            // recording is (exit 2); it was exit 1 here (issue 31 item 12, probed again).
+            let to_fix = is_path_to_fix(&source);
+            let e = CliError::new(ErrorKind::bad_input_if(to_fix), source).context(format!(
                 "cannot create the recording {}: {}",
                 path.display(),
                 lock.display()
-            ))
+            ));
+            if to_fix {
+                e.hint("give -o a path in a directory you may write in")
+            } else {
+                e
+            }
         }
     })
 }
@@ -366,6 +374,7 @@ pub fn run(global: &GlobalArgs, args: &RecordArgs) -> CliResult<ExitCode> {
     check_args(args)?;
     if !args.sampler.dry_run {
         check_pids(&global.root, &args.pid)?;
+        super::sampling::check_program(&args.command)?;
     }
     // Held until the recording is finished (dropped at the end of this function).
     let mut _lock = None;
@@ -519,9 +528,9 @@ fn summary(st: &WriterStats, path: &Path, drained: u64, command: &str) {
 /// cannot be read.
 const PID_MAX_LIMIT: u32 = 4 << 20;
 
-/// `record -p`: every pid must be one the kernel could give (1 to pid_max) and running now
+/// `record -p` and `top -p`: every pid must be one the kernel could give (1 to pid_max) and running now
 /// (`/proc/PID` under --root, which a thread id has too); otherwise one line, exit 2.
-fn check_pids(root: &Path, pids: &[u32]) -> CliResult<()> {
+pub(super) fn check_pids(root: &Path, pids: &[u32]) -> CliResult<()> {
     let max = std::fs::read_to_string(root.join("proc/sys/kernel/pid_max"))
         .ok()
         .and_then(|t| t.trim().parse::<u32>().ok())

@@ -16,6 +16,28 @@ pub struct Selection {
 }
 
 /// `--backend NAME`: None for `auto`.
+/// The program of `-- CMD` (stat, record), checked before anything is opened: one that exec
+/// cannot find is one line, exit 2, before the plan's notices (a stand-in's) are said. What
+/// only exec can tell (permission, format) is still said when it starts it.
+pub fn check_program(command: &[std::ffi::OsString]) -> CliResult<()> {
+    let Some(program) = command.first() else {
+        return Ok(());
+    };
+    let path = std::env::var_os("PATH");
+    if crate::sys::file::program_exists(program, path.as_deref()) {
+        return Ok(());
+    }
+    let where_ = if std::os::unix::ffi::OsStrExt::as_bytes(program.as_os_str()).contains(&b'/') {
+        "no such file"
+    } else {
+        "not found in any directory of PATH"
+    };
+    Err(CliError::bad_input(format!(
+        "cannot run '{}': {where_}: give the program's path or a command on PATH after --",
+        crate::text::quote_os(program)
+    )))
+}
+
 pub fn backend_arg(name: &str) -> CliResult<Option<BackendKind>> {
     if name == "auto" {
         return Ok(None);

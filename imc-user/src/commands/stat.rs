@@ -102,6 +102,9 @@ pub fn run_with<W: Write>(
     let mode =
         read_mode(crate::settings::get()).map_err(|e| CliError::new(ErrorKind::BadInput, e))?;
 
+    if !args.dry_run {
+        crate::commands::sampling::check_program(&args.command)?;
+    }
     let discovery = discover(&global.root)?;
     if args.dry_run {
         let plan = plan_of(global, args, &discovery, Vec::new())?;
@@ -214,7 +217,7 @@ fn start_command(command: &[std::ffi::OsString]) -> CliResult<Option<std::proces
         child.pre_exec(move || crate::sys::thread::die_with_parent(imc_pid));
     }
     child.spawn().map(Some).map_err(|e| {
-        CliError::bad_input_because(format!("cannot run '{}'", cmd.to_string_lossy()), e)
+        CliError::bad_input_because(format!("cannot run '{}'", crate::text::quote_os(cmd)), e)
     })
 }
 

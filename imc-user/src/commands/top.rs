@@ -54,6 +54,11 @@ impl Sink for JsonLines {
 }
 
 pub fn run(global: &GlobalArgs, args: &TopArgs) -> CliResult<ExitCode> {
+    // -p 0, a pid past pid_max or one not running: one line, exit 2, as record -p says it
+    // (top showed an empty table for as long as it ran).
+    if !args.sampler.dry_run {
+        super::record::check_pids(&global.root, &args.pid)?;
+    }
     // --ibs: AMD IBS op sampling, its own loop (commands/ibs_top.rs).
     if args.ibs {
         return super::ibs_top::run(global, args);

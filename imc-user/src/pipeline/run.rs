@@ -377,7 +377,7 @@ fn spawn_command(
     cmd.spawn()
         .map(Some)
         .map_err(|source| PipelineError::Spawn {
-            program: prog.to_string_lossy().into_owned(),
+            program: crate::text::quote_os(prog),
             source,
         })
 }

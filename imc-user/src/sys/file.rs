@@ -50,6 +50,36 @@ pub fn is_bad_path(e: &io::Error) -> bool {
     )
 }
 
+/// True where the user is to fix the path: [`is_bad_path`], or a permission they lack on it (a
+/// recording they may not read, a directory they may not write in). Bad input (exit 2) for a
+/// path given on the command line, whichever step meets it.
+pub fn is_path_to_fix(e: &io::Error) -> bool {
+    is_bad_path(e) || e.kind() == io::ErrorKind::PermissionDenied
+}
+
+/// Whether `program` names a file exec could start: a path (it has a `/`) to a regular file, or
+/// a name found as one in a directory of `path` (`$PATH`; an empty entry is the current
+/// directory), as execvp(3) looks. Whether it may be executed is left to exec itself.
+pub fn program_exists(program: &std::ffi::OsStr, path: Option<&std::ffi::OsStr>) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    if program.is_empty() {
+        return false;
+    }
+    if program.as_bytes().contains(&b'/') {
+        return Path::new(program).is_file();
+    }
+    // execvp's default search path where PATH is unset (glibc: /bin:/usr/bin).
+    let path = path.unwrap_or(std::ffi::OsStr::new("/bin:/usr/bin"));
+    std::env::split_paths(path).any(|dir| {
+        let dir = if dir.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            dir.as_path()
+        };
+        dir.join(program).is_file()
+    })
+}
+
 /// Opens `path` for reading without blocking on a FIFO, and refuses anything but a regular
 /// file (symlinks to one are followed, as sysfs needs).
 pub fn open_regular(path: &Path) -> io::Result<File> {
@@ -237,6 +267,32 @@ impl Drop for WriteLock {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn programs_are_found_as_execvp_finds_them() {
+        use std::ffi::OsStr;
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("prog"), "").unwrap();
+        std::fs::create_dir(dir.path().join("adir")).unwrap();
+        let path = std::env::join_paths(["/nonexistent", dir.path().to_str().unwrap()]).unwrap();
+        assert!(program_exists(OsStr::new("prog"), Some(&path)));
+        assert!(
+            !program_exists(OsStr::new("adir"), Some(&path)),
+            "a directory"
+        );
+        assert!(!program_exists(OsStr::new("nope"), Some(&path)));
+        assert!(!program_exists(OsStr::new(""), Some(&path)));
+        let full = dir.path().join("prog");
+        assert!(program_exists(full.as_os_str(), Some(OsStr::new(""))));
+        assert!(!program_exists(
+            OsStr::new("./no-such-program"),
+            Some(&path)
+        ));
+        assert!(
+            program_exists(OsStr::new("sh"), None),
+            "the default search path"
+        );
+    }
+
     #[test]
     fn replace_with_writes_a_new_file_and_never_through_a_link_or_fifo() {
         let dir = tempfile::tempdir().unwrap();

@@ -5,6 +5,12 @@
 //!   never the password itself, compared in constant time ([`subtle`]). A scraper that sends
 //!   the same credentials every time pays for bcrypt once, and a remembered check never waits
 //!   for a bcrypt slot;
+//! - credentials that failed are remembered too (exporter-toolkit caches both outcomes of
+//!   bcrypt under that key, web/handler.go): a client that keeps sending the same wrong
+//!   password is answered 401 at once, with no bcrypt and nothing taken from its address's
+//!   budget, so such a flood cannot hold a scraper that shares the address (one host, a NAT)
+//!   and whose credentials imc has not verified yet (its first scrape, after a restart or a
+//!   change of users);
 //! - the rest (new credentials, wrong passwords, unknown users, which cost the same check
 //!   against a stand-in hash so the time taken does not tell which users exist) go through
 //!   bcrypt at most [`BCRYPT_AT_ONCE`] at a time, and one at a time per client address (an
@@ -12,7 +18,7 @@
 //!   attempts beyond a budget of [`BURST`] refilled at [`REFILL_PER_S`] a second, are answered
 //!   429 at once with no bcrypt at all. A flood costs at most one bcrypt at a time per address.
 use base64::Engine;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Instant;
@@ -27,6 +33,9 @@ pub const BURST: f64 = 5.0;
 pub const REFILL_PER_S: f64 = 1.0;
 /// Verified credentials remembered (a scraper or two, a person with curl).
 const REMEMBERED: usize = 64;
+/// Failed credentials remembered (oldest forgotten first): more than a misconfigured client or
+/// two ever send.
+const FAILED: usize = 1024;
 /// Client addresses tracked before those with a full budget are forgotten.
 const TRACKED: usize = 4096;
 /// A bcrypt hash of no password anyone sends (cost 10, the usual one): what an unknown user's
@@ -51,8 +60,30 @@ struct Budget {
 pub struct Auth {
     users: RwLock<Arc<BTreeMap<String, String>>>,
     remembered: Mutex<Vec<[u8; 32]>>,
+    failed: Mutex<Failed>,
     clients: Mutex<HashMap<IpAddr, Budget>>,
     bcrypt: tokio::sync::Semaphore,
+}
+
+/// Digests of credentials that failed, at most [`FAILED`], the oldest forgotten first.
+#[derive(Default)]
+struct Failed {
+    set: HashSet<[u8; 32]>,
+    order: VecDeque<[u8; 32]>,
+}
+
+impl Failed {
+    fn insert(&mut self, key: [u8; 32]) {
+        if !self.set.insert(key) {
+            return;
+        }
+        if self.order.len() >= FAILED
+            && let Some(old) = self.order.pop_front()
+        {
+            self.set.remove(&old);
+        }
+        self.order.push_back(key);
+    }
 }
 
 /// `Authorization: Basic base64(user:password)`, split.
@@ -100,6 +131,7 @@ impl Auth {
         Auth {
             users: RwLock::new(Arc::new(users)),
             remembered: Mutex::new(Vec::new()),
+            failed: Mutex::new(Failed::default()),
             clients: Mutex::new(HashMap::new()),
             bcrypt: tokio::sync::Semaphore::new(BCRYPT_AT_ONCE),
         }
@@ -113,6 +145,7 @@ impl Auth {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clear();
+        *self.failed.lock().unwrap_or_else(|p| p.into_inner()) = Failed::default();
     }
 
     /// Whether anyone needs to authenticate.
@@ -133,6 +166,16 @@ impl Auth {
             found |= d.ct_eq(key);
         }
         found.into()
+    }
+
+    /// Whether these credentials failed before (the digest, not the password, is kept: a
+    /// lookup's timing tells nothing of the password).
+    fn failed_before(&self, key: &[u8; 32]) -> bool {
+        self.failed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .set
+            .contains(key)
     }
 
     fn remember(&self, key: [u8; 32]) {
@@ -194,6 +237,9 @@ impl Auth {
         if known.is_some() && self.remembered(&key) {
             return Verdict::Allowed;
         }
+        if self.failed_before(&key) {
+            return Verdict::Denied;
+        }
         let client = client_key(peer);
         if !self.take(client, Instant::now()) {
             return Verdict::TooMany;
@@ -212,6 +258,10 @@ impl Auth {
             self.remember(key);
             Verdict::Allowed
         } else {
+            self.failed
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(key);
             Verdict::Denied
         }
     }
@@ -270,12 +320,16 @@ mod tests {
             let good = basic("prometheus", "right");
             assert_eq!(a.check(Some(&good), HOME).await, Verdict::Allowed);
             // The address spends its whole budget on wrong passwords…
-            let bad = basic("prometheus", "wrong");
             let mut denied = 0;
-            while a.check(Some(&bad), HOME).await == Verdict::Denied {
+            while a
+                .check(Some(&basic("prometheus", &format!("wrong{denied}"))), HOME)
+                .await
+                == Verdict::Denied
+            {
                 denied += 1;
             }
             assert_eq!(denied, BURST as usize);
+            let bad = basic("prometheus", "another");
             assert_eq!(a.check(Some(&bad), HOME).await, Verdict::TooMany);
             // …and the remembered credentials still pass, without bcrypt.
             assert_eq!(a.check(Some(&good), HOME).await, Verdict::Allowed);
@@ -287,6 +341,42 @@ mod tests {
             assert_eq!(a.check(Some(&nobody), other).await, Verdict::Denied);
             assert_eq!(a.check(None, other).await, Verdict::Denied);
         });
+    }
+
+    #[test]
+    fn a_repeated_wrong_password_spends_no_budget_so_new_right_credentials_pass() {
+        // Issue 31's shape from one address (the probe's localhost, a NAT): a flood of one
+        // wrong password spent the address's budget, so a scraper imc had not verified yet
+        // (its first scrape, a restart) was answered 429 for as long as the flood lasted.
+        let a = auth();
+        rt().block_on(async {
+            let bad = basic("prometheus", "wrong");
+            for _ in 0..10 * BURST as usize {
+                assert_eq!(a.check(Some(&bad), HOME).await, Verdict::Denied);
+            }
+            let good = basic("prometheus", "right");
+            assert_eq!(a.check(Some(&good), HOME).await, Verdict::Allowed);
+            // What failed stays failed, and a changed user list forgets it.
+            assert_eq!(a.check(Some(&bad), HOME).await, Verdict::Denied);
+            let mut users = BTreeMap::new();
+            users.insert("prometheus".to_string(), bcrypt::hash("wrong", 4).unwrap());
+            a.set_users(users);
+            assert_eq!(a.check(Some(&bad), HOME).await, Verdict::Allowed);
+        });
+    }
+
+    #[test]
+    fn failed_credentials_are_remembered_up_to_a_bound() {
+        let mut f = Failed::default();
+        for i in 0..FAILED as u32 + 10 {
+            let mut k = [0u8; 32];
+            k[..4].copy_from_slice(&i.to_le_bytes());
+            f.insert(k);
+            f.insert(k);
+        }
+        assert_eq!(f.set.len(), FAILED);
+        assert_eq!(f.order.len(), FAILED);
+        assert!(!f.set.contains(&[0u8; 32]), "the oldest is forgotten");
     }
 
     #[test]

@@ -168,8 +168,18 @@ impl WebConfig {
                     "YAML {what} are not accepted in a web config (write each value out)"
                 )));
             }
-            let docs =
-                yaml_rust2::YamlLoader::load_from_str(text).map_err(|e| syntax(e.to_string()))?;
+            let docs = yaml_rust2::YamlLoader::load_from_str(text).map_err(|e| {
+                // yaml_rust2 names the key by its Debug form (`String("prom"): duplicated key
+                // …`): said in the file's words instead, with the fix.
+                if e.info().contains("duplicated key") {
+                    syntax(format!(
+                        "line {}: a key given twice in one mapping (give each setting and each user once)",
+                        e.marker().line()
+                    ))
+                } else {
+                    syntax(e.to_string())
+                }
+            })?;
             let [doc] = docs.as_slice() else {
                 return Err(syntax(format!(
                     "{} YAML documents, expected one",

@@ -92,6 +92,13 @@ fn yaml_errors_are_one_line_naming_the_file() {
     assert!(e.contains("/etc/imc/web.yml"), "{e}");
     let e = err("a: 1\n---\nb: 2\n");
     assert!(e.contains("2 YAML documents"), "{e}");
+    // A user given twice: the line and the fix, not the parser's Debug form (issue 31 re-probe).
+    let e = err(&format!(
+        "basic_auth_users:\n  prom: '{}'\n  prom: 'x'\n",
+        hash()
+    ));
+    assert!(e.contains("line 3: a key given twice"), "{e}");
+    assert!(!e.contains("String("), "{e}");
     // A numeric user name is a user name.
     let c = parse(&format!("basic_auth_users:\n  1000: '{}'\n", hash())).unwrap();
     assert!(c.users.contains_key("1000"));
