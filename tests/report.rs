@@ -512,8 +512,8 @@ fn report_rss(args: &[&str], out: &Path) -> (i32, u64, String) {
 /// bound sums in one pass, and ~440 MB as it summed them before: the bound is the point, not the
 /// count, which keeps a debug build's run short), over 2000 intervals (process churn) or all in
 /// one, reported in every output mode within 200 MB resident, with the busiest rows exact and
-/// the rest counted in the others row. `cargo xtask`'s report benchmark prints the figure for a
-/// million tasks.
+/// the rest counted in the others row. `cargo xtask bench-report` gives the figures for a million
+/// tasks in a release build.
 #[test]
 fn a_recording_of_many_tasks_reports_in_bounded_memory_in_every_mode() {
     const TASKS: u32 = 200_000;

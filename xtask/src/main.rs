@@ -12,6 +12,7 @@
 //!   cargo xtask bench-overhead         workload slowdown, interrupts, CPU: imc record vs perf record
 //!   cargo xtask bench-scale [--json]   userspace CPU and RSS replaying a 192-CPU machine's records
 //!   cargo xtask bench-serve [--seconds S]  a correct scrape's latency under hostile clients vs none
+//!   cargo xtask bench-report [--tasks N]  imc report's peak RSS on a million tasks, every mode
 //!   cargo xtask accuracy [--weight auto|cpu-time] [--json] SCENARIO.json...
 //!                                      attribution against known truth on simulated machines
 //!                                      (tests/scenarios/README.md)
@@ -19,6 +20,7 @@
 //!                                      also `imc validate` R times here: mean error ± s.e.
 mod accuracy_live;
 mod bench_overhead;
+mod bench_report;
 mod bench_scale;
 mod bench_serve;
 mod bench_stat;
@@ -194,7 +196,7 @@ fn real_main() -> Result<ExitCode> {
     let mut args: Vec<String> = std::env::args().skip(1).collect();
     if args.is_empty() {
         bail!(
-            "usage: cargo xtask build|run|test|cross|package|bench-tick|bench-stat|bench-overhead|bench-scale|bench-serve|accuracy [--release] [-- ARGS]"
+            "usage: cargo xtask build|run|test|cross|package|bench-tick|bench-stat|bench-overhead|bench-scale|bench-serve|bench-report|accuracy [--release] [-- ARGS]"
         );
     }
     let cmd = args.remove(0);
@@ -250,6 +252,10 @@ fn real_main() -> Result<ExitCode> {
             let bin = build_in_process_bin("imc-bench-scale")?;
             bench_scale::run(&bin, &args)?;
         }
+        "bench-report" => {
+            let bench = build_in_process_bin("imc-bench-report")?;
+            bench_report::run(&bench, &build(true)?, &args)?;
+        }
         "bench-serve" => {
             let bin = build(true)?;
             bench_serve::run(&bin, &args)?;
@@ -258,7 +264,7 @@ fn real_main() -> Result<ExitCode> {
         other => {
             bail!(
                 "unknown xtask command '{other}' (build, run, test, cross, package, bench-tick, \
-                 bench-stat, bench-overhead, bench-scale, bench-serve, accuracy)"
+                 bench-stat, bench-overhead, bench-scale, bench-serve, bench-report, accuracy)"
             )
         }
     }
