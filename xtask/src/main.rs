@@ -20,7 +20,6 @@
 //!                                      also `imc validate` R times here: mean error ± s.e.
 mod accuracy_live;
 mod bench_overhead;
-mod bench_report;
 mod bench_scale;
 mod bench_serve;
 mod bench_stat;
@@ -254,7 +253,7 @@ fn real_main() -> Result<ExitCode> {
         }
         "bench-report" => {
             let bench = build_in_process_bin("imc-bench-report")?;
-            bench_report::run(&bench, &build(true)?, &args)?;
+            run(Command::new(bench).arg(build(true)?).args(&args))?;
         }
         "bench-serve" => {
             let bin = build(true)?;

@@ -153,8 +153,9 @@ fn run() -> Result<bool, String> {
     write(&churned, o.tasks, 100)?;
     write(&one, o.tasks, o.tasks)?;
     println!(
-        "bench-report: peak RSS of imc report (MB, mean ± s.e. of {} runs); baseline: {BASELINE_TASKS} tasks, same mode, same run; target <= {TARGET_MB} MB",
-        o.runs
+        "bench-report: peak RSS of imc report (MB, mean ± s.e. of {} run{}); baseline: {BASELINE_TASKS} tasks, same mode, same run; target <= {TARGET_MB} MB",
+        o.runs,
+        if o.runs == 1 { "" } else { "s" }
     );
     println!(
         "{:<12} {:>18} {:>26} {:>24}",
