@@ -72,6 +72,21 @@ pub struct Topology {
 }
 
 impl Topology {
+    /// A machine known only by its packages (a recording's header, a simulated machine): every
+    /// CPU of a package online, no NUMA nodes.
+    pub fn of_packages(packages: Vec<Package>) -> Topology {
+        let cpus: Vec<u32> = packages
+            .iter()
+            .flat_map(|p| p.cpus.iter().copied())
+            .collect();
+        Topology {
+            online: cpus.clone(),
+            possible: cpus,
+            packages,
+            nodes: Vec::new(),
+        }
+    }
+
     /// The package (physical_package_id) a CPU belongs to.
     pub fn package_of(&self, cpu: u32) -> Option<u32> {
         self.packages

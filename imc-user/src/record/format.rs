@@ -256,20 +256,15 @@ impl RecordHeader {
     }
 
     pub fn topology(&self) -> Topology {
-        let cpus: Vec<u32> = self.packages.iter().flat_map(|p| p.cpus.clone()).collect();
-        Topology {
-            online: cpus.clone(),
-            possible: cpus,
-            packages: self
-                .packages
+        Topology::of_packages(
+            self.packages
                 .iter()
                 .map(|p| Package {
                     id: p.id,
                     cpus: p.cpus.clone(),
                 })
                 .collect(),
-            nodes: Vec::new(),
-        }
+        )
     }
 }
 

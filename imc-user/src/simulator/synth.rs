@@ -229,12 +229,8 @@ impl Scenario {
     }
 
     pub fn topology(&self) -> Topology {
-        let cpus: Vec<u32> = self.packages.iter().flatten().copied().collect();
-        Topology {
-            online: cpus.clone(),
-            possible: cpus,
-            packages: self
-                .packages
+        Topology::of_packages(
+            self.packages
                 .iter()
                 .enumerate()
                 .map(|(i, c)| Package {
@@ -242,8 +238,7 @@ impl Scenario {
                     cpus: c.clone(),
                 })
                 .collect(),
-            nodes: Vec::new(),
-        }
+        )
     }
 
     /// Slots: 0 package read (64 B/count, 48 bits), 1 package write, 2 LLC misses (weight; the
