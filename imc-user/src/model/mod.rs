@@ -11,6 +11,7 @@ mod grouping;
 mod hardware;
 pub mod result;
 mod slots;
+pub mod stacks;
 
 pub use grouping::{GroupBy, Identity, KeyParts, PidFilter};
 pub use hardware::*;
