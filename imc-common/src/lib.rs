@@ -24,7 +24,7 @@ pub const MAX_PKG_COUNTERS: u32 = 128;
 /// Bumped whenever [`Record`], the map, global or program names or the STATS indices
 /// change. The program carries it in [`ABI_VERSION_GLOBAL`]; userspace refuses an object built
 /// against another version before loading it.
-pub const RECORD_ABI_VERSION: u32 = 8;
+pub const RECORD_ABI_VERSION: u32 = 9;
 /// The program's read-only global holding the [`RECORD_ABI_VERSION`] it was built with.
 pub const ABI_VERSION_GLOBAL: &str = "IMC_ABI_VERSION";
 
@@ -189,6 +189,65 @@ pub fn crosses_interval_end(origin: u64, period: u64, from: u64, to: u64) -> boo
     };
     to > origin.wrapping_add(k.wrapping_mul(period))
 }
+/// Stack-trace map (BPF_MAP_TYPE_STACK_TRACE) the program stores the call stacks of charged
+/// slices in: a stack id is the key, its value the addresses, leaf first, zero after the last.
+/// Sized by userspace before load; an id once given names the same stack for as long as the
+/// map lives (no BPF_F_REUSE_STACKID), so userspace resolves each id once.
+pub const STACK_TRACES_MAP_NAME: &str = "STACK_TRACES";
+/// Hash map of [`StackKey`] → [`StackCounts`]: what each process's stacks were charged since
+/// userspace last took the entries out (lookup-and-delete, one entry at a time). Sized by
+/// userspace; a slice whose entry does not fit is counted in [`STAT_STACK_DROPPED`].
+pub const STACK_COUNTS_MAP_NAME: &str = "STACK_COUNTS";
+/// Read-only global: which stacks a charged slice takes ([`STACK_USER`], [`STACK_KERNEL`]);
+/// 0: none (the program then takes no stack and touches neither map). With [`STACK_SAMPLED`]
+/// the slices take none either: [`STACK_SAMPLE_PROGRAM`] takes them on a counter's overflow.
+pub const STACK_MODE_GLOBAL: &str = "STACK_MODE";
+/// Read-only global: bit `s` set when slot `s`'s deltas are charged to stacks (the plan's
+/// weight slots). A slice none of whose such slots counted anything takes no stack (it has
+/// nothing to charge); 0: every slice takes one, weighed by its on-CPU time.
+pub const STACK_SLOTS_GLOBAL: &str = "STACK_SLOTS";
+/// Read-only global: `--stack-period N`, the overflow period of the sampled counter: each
+/// run of [`STACK_SAMPLE_PROGRAM`] adds N to slot [`STACK_PERIOD_SLOT_GLOBAL`] of its stack.
+pub const STACK_PERIOD_GLOBAL: &str = "STACK_PERIOD";
+/// Read-only global: the slot a sampled overflow counts in (its weight slot's index).
+pub const STACK_PERIOD_SLOT_GLOBAL: &str = "STACK_PERIOD_SLOT";
+/// The program on a weight counter's overflow (`--stack-period`): a perf_event program.
+pub const STACK_SAMPLE_PROGRAM: &str = "imc_stack_sample";
+/// [`STACK_MODE_GLOBAL`] bit: the task's user stack (frame pointers).
+pub const STACK_USER: u32 = 1;
+/// [`STACK_MODE_GLOBAL`] bit: the kernel stack.
+pub const STACK_KERNEL: u32 = 2;
+/// [`STACK_MODE_GLOBAL`] bit: stacks are taken on overflow, not at the slices.
+pub const STACK_SAMPLED: u32 = 4;
+/// Frames a stored stack holds at most (the kernel's PERF_MAX_STACK_DEPTH, the stack map's
+/// value size): a deeper stack keeps its innermost frames and is marked cut short.
+pub const STACK_DEPTH: usize = 127;
+
+/// Whose traffic, in which stacks: a process and the ids of its user and kernel stacks in
+/// [`STACK_TRACES_MAP_NAME`]. An id below 0 is no stack: `-errno` of `bpf_get_stackid`
+/// (`-EEXIST`: the map's bucket held another stack; `-EFAULT`: no user stack, a kernel thread),
+/// or [`NO_STACK`] where that stack was not asked for.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct StackKey {
+    pub tgid: u32,
+    pub user_stack: i32,
+    pub kernel_stack: i32,
+    pub _pad: u32,
+}
+
+/// [`StackKey`] id of a stack that was not asked for.
+pub const NO_STACK: i32 = i32::MIN;
+
+/// What one key was charged: the slot deltas of its slices (each weight slot's events), their
+/// on-CPU time and how many slices (or sampled overflows) there were.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StackCounts {
+    pub on_ns: u64,
+    pub slices: u64,
+    pub slots: [u64; MAX_SLOTS],
+}
 /// Tasks one CPU's accumulator holds between two flushes; a ninth flushes it early.
 pub const AGG_TASKS: usize = 8;
 
@@ -243,8 +302,11 @@ pub const STAT_SLOT_ABSENT: u32 = STAT_READ_ERROR + MAX_SLOTS as u32;
 /// Runs that found another task running than the CPU's last run left (a switch that ran no
 /// program): what the CPU counted since its last run was charged to no task (pid 0).
 pub const STAT_UNSEEN_SWITCH: u32 = STAT_SLOT_ABSENT + MAX_SLOTS as u32;
+/// Charged slices whose stack entry did not fit [`STACK_COUNTS_MAP_NAME`] (full): their
+/// traffic stays charged to the task, and no stack says where in its code.
+pub const STAT_STACK_DROPPED: u32 = STAT_UNSEEN_SWITCH + 1;
 /// Number of u64 entries in the `STATS` map.
-pub const NR_STATS: u32 = STAT_UNSEEN_SWITCH + 1;
+pub const NR_STATS: u32 = STAT_STACK_DROPPED + 1;
 
 /// One counter as `bpf_perf_event_read_value` returns it (`struct bpf_perf_event_value`).
 #[repr(C)]
@@ -329,11 +391,15 @@ unsafe impl aya::Pod for CpuHead {}
 unsafe impl aya::Pod for AggState {}
 #[cfg(feature = "user")]
 unsafe impl aya::Pod for ReaderCfg {}
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for StackKey {}
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for StackCounts {}
 
 const _: () = assert!(core::mem::size_of::<CpuHead>() == 64);
 
 /// Every map the program defines and userspace looks up, by the constants above.
-pub const MAP_NAMES: [&str; 18] = [
+pub const MAP_NAMES: [&str; 20] = [
     SLOT_MAP_NAMES[0],
     SLOT_MAP_NAMES[1],
     SLOT_MAP_NAMES[2],
@@ -352,10 +418,12 @@ pub const MAP_NAMES: [&str; 18] = [
     STATS_MAP_NAME,
     AGG_MAP_NAME,
     INTERVALS_MAP_NAME,
+    STACK_TRACES_MAP_NAME,
+    STACK_COUNTS_MAP_NAME,
 ];
 /// Every read-only global of the program: userspace sets them before load, or reads them
 /// ([`ABI_VERSION_GLOBAL`]).
-pub const GLOBAL_NAMES: [&str; 10] = [
+pub const GLOBAL_NAMES: [&str; 14] = [
     NR_SLOTS_GLOBAL,
     TIMED_SLOTS_GLOBAL,
     RING_LEN_GLOBAL,
@@ -366,6 +434,15 @@ pub const GLOBAL_NAMES: [&str; 10] = [
     LONG_SLICE_GLOBAL,
     MIN_FLUSH_GLOBAL,
     ABI_VERSION_GLOBAL,
+    STACK_MODE_GLOBAL,
+    STACK_SLOTS_GLOBAL,
+    STACK_PERIOD_GLOBAL,
+    STACK_PERIOD_SLOT_GLOBAL,
 ];
 /// Every program of the production object.
-pub const PROGRAM_NAMES: [&str; 3] = [TICK_PROGRAM, TICK_TP_PROGRAM, SWITCH_PROGRAM];
+pub const PROGRAM_NAMES: [&str; 4] = [
+    TICK_PROGRAM,
+    TICK_TP_PROGRAM,
+    SWITCH_PROGRAM,
+    STACK_SAMPLE_PROGRAM,
+];

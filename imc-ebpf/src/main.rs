@@ -19,6 +19,10 @@
 //! workload CPU's tick costs the same whatever the number of channels.
 #![no_std]
 #![no_main]
+// `atomic_xadd`: the BPF target has atomic adds but no compare-and-swap, so core offers no
+// `fetch_add` (see stacks::add).
+#![allow(internal_features)]
+#![feature(core_intrinsics)]
 
 use aya_ebpf::{
     EbpfContext,
@@ -32,7 +36,7 @@ use aya_ebpf::{
     },
     macros::{map, perf_event, raw_tracepoint},
     maps::{Array, PerCpuArray, PerfEventArray, RingBuf},
-    programs::{PerfEventContext, RawTracePointContext},
+    programs::{PerfEventContext, RawTracePointContext, tracing::StackIdContext},
 };
 use aya_log_ebpf::warn;
 use imc_common::{
@@ -44,6 +48,7 @@ use imc_common::{
 
 #[cfg(feature = "bench")]
 mod bench;
+mod stacks;
 
 /// The record layout and names this object was built against (imc_common::ABI_VERSION_GLOBAL):
 /// userspace reads it from the ELF before loading and refuses another version.
@@ -181,7 +186,7 @@ fn aggregating() -> bool {
 }
 
 #[inline(always)]
-fn tick<C: EbpfContext>(ctx: &C) {
+fn tick<C: EbpfContext + StackIdContext>(ctx: &C) {
     if aggregating() {
         accumulate(ctx, None);
     } else {
@@ -636,7 +641,7 @@ fn read_cpu_slot(s: u32, timed: bool, out: *mut SlotReading) -> i64 {
 /// stretch never dilutes the time of what ran around it; so is a slice across an end of
 /// userspace's interval clock (INTERVALS), so no period mixes two intervals' tasks.
 #[inline(always)]
-fn accumulate<C: EbpfContext>(ctx: &C, next: Option<u64>) {
+fn accumulate<C: EbpfContext + StackIdContext>(ctx: &C, next: Option<u64>) {
     let tick = next.is_none();
     // SAFETY (whole function): `st` points into this CPU's AGG entry, which only this CPU
     // touches, with preemption off (a tick cannot nest in a switch on one CPU: see
@@ -681,8 +686,12 @@ fn accumulate<C: EbpfContext>(ctx: &C, next: Option<u64>) {
         let Some(e) = e else {
             return;
         };
-        (*e).on_ns = (*e).on_ns.wrapping_add(now.wrapping_sub((*st).last_t));
+        let slice_ns = now.wrapping_sub((*st).last_t);
+        (*e).on_ns = (*e).on_ns.wrapping_add(slice_ns);
         let mut ok = (*st).last_ok;
+        // The slice's own deltas, for its stack (when stacks are taken at slices).
+        let mut deltas = core::mem::MaybeUninit::<[u64; MAX_SLOTS]>::uninit();
+        let deltas = zeroed_sums(&mut deltas);
         // Up to the configured slots only: NR_SLOTS is a constant to the verifier, so the loop
         // is bounded, and a switch does not step through eight slots to use one.
         for s in 0..nr {
@@ -703,9 +712,9 @@ fn accumulate<C: EbpfContext>(ctx: &C, next: Option<u64>) {
             let last = &mut (*st).last[i];
             if ok & bit != 0 {
                 let acc = &mut (*e).slots[i];
-                acc.value = acc
-                    .value
-                    .wrapping_add((*cur).value.wrapping_sub(last.value));
+                let d = (*cur).value.wrapping_sub(last.value);
+                deltas[i] = d;
+                acc.value = acc.value.wrapping_add(d);
                 acc.enabled = acc
                     .enabled
                     .wrapping_add((*cur).enabled.wrapping_sub(last.enabled));
@@ -721,6 +730,9 @@ fn accumulate<C: EbpfContext>(ctx: &C, next: Option<u64>) {
         }
         (*st).last_ok = ok;
         (*st).last_t = now;
+        if stacks::at_slices() && known && pid != 0 {
+            stacks::charge_slice(ctx, (id >> 32) as u32, slice_ns, deltas, nr);
+        }
         if tick || alone {
             flush_aggregates(ctx, cpu, st, now, true);
         }

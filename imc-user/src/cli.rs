@@ -154,6 +154,19 @@ pub struct SamplerArgs {
     /// direction). Repeatable.
     #[arg(long = "weight", value_name = "W")]
     pub weight: Vec<String>,
+    /// Also charge the traffic to the call stacks it came from: the user stack (frame
+    /// pointers) of each task where its slice is charged, at the kernel's tick and switches
+    /// (no interrupt added). `report --folded/--flamegraph/--pprof` show them.
+    #[arg(long)]
+    pub stacks: bool,
+    /// With --stacks: the kernel stack too.
+    #[arg(long, requires = "stacks")]
+    pub kernel_stacks: bool,
+    /// With --stacks: sample on the weight counter's overflow every N events instead (perf's
+    /// -c N), for phases shorter than a tick; adds an interrupt per N events on each CPU.
+    #[arg(long, value_name = "N", requires = "stacks", allow_negative_numbers = true,
+          value_parser = clap::value_parser!(u64).range(1..=1_000_000_000_000))]
+    pub stack_period: Option<u64>,
 }
 
 #[derive(Args, Debug, Clone)]

@@ -137,6 +137,10 @@ pub fn select_for(
         stand_in: stand_in_for(global, found, &args.events, &args.backend)?,
         latency: None,
         weight: weight_arg(global, &args.weight)?,
+        stacks: args.stacks.then(|| plan::stacks::StackRequest {
+            kernel: args.kernel_stacks,
+            period: args.stack_period,
+        }),
     };
     let mut plan = plan::plan(found, &Kernel::read(&global.root), &req)?;
     // The weights' measured fidelity (`imc validate --save`), 1 where none was measured.

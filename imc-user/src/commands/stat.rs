@@ -458,6 +458,7 @@ pub fn plan_of(
             .map(|types| super::latency::request(&global.root, discovery, types))
             .transpose()?,
         weight: Default::default(),
+        stacks: None,
     };
     crate::plan::plan(discovery, &Kernel::read(&global.root), &req).map_err(CliError::from)
 }

@@ -692,6 +692,7 @@ mod tests {
             stand_in: Vec::new(),
             latency: None,
             weight: Default::default(),
+            stacks: None,
         };
         let plan = crate::plan::plan(&found, &crate::plan::Kernel::default(), &req).unwrap();
         let fake = std::sync::Arc::new(crate::sys::perf::FakePerf::new());

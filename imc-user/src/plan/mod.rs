@@ -14,6 +14,7 @@ pub mod fidelity;
 pub mod kernel;
 pub mod latency;
 mod slots;
+pub mod stacks;
 pub mod stalls;
 pub mod stand_in;
 pub mod text;
@@ -200,6 +201,14 @@ fn plan_draining(found: &Discovery, kernel: &Kernel, req: &Request) -> Result<Pl
         read_at_each_interval(&mut counters, req.interval_ms);
     }
     let tick = tick_of(kernel, req);
+    let records = req
+        .command
+        .samples()
+        .then(|| Records::of(&tick, req.precise));
+    let stacks = match (&req.stacks, req.command.samples()) {
+        (Some(s), true) => Some(stacks::plan_stacks(s, records, &parts.slots)?),
+        _ => None,
+    };
     Ok(Plan {
         command: req.command,
         source,
@@ -209,10 +218,8 @@ fn plan_draining(found: &Discovery, kernel: &Kernel, req: &Request) -> Result<Pl
         victims: parts.victims,
         latency: parts.latency,
         slots: parts.slots,
-        records: req
-            .command
-            .samples()
-            .then(|| Records::of(&tick, req.precise)),
+        records,
+        stacks,
         tick,
         drain: None,
         refusals,

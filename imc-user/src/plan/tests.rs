@@ -32,6 +32,7 @@ fn request(command: Command) -> Request {
         stand_in: Vec::new(),
         latency: None,
         weight: Default::default(),
+        stacks: None,
     }
 }
 

@@ -112,6 +112,20 @@ pub fn render(plan: &Plan) -> String {
     if let Some(r) = plan.records {
         let _ = writeln!(s, "records: {} — {}", r.as_str(), r.meaning());
     }
+    if let Some(st) = &plan.stacks {
+        let _ = writeln!(
+            s,
+            "stacks: {}{} — {}; the kernel holds {} (process, stack) entries between drains \
+             and {} stacks of up to {} frames; adds interrupts: {}",
+            if st.user { "user" } else { "" },
+            if st.kernel { " + kernel" } else { "" },
+            st.reason,
+            st.map_entries,
+            st.stack_entries,
+            st.depth,
+            if st.adds_interrupts { "yes" } else { "no" }
+        );
+    }
     if let Some(d) = &plan.drain {
         let _ = writeln!(s, "drain: {}", d.reason);
     }

@@ -51,6 +51,8 @@ pub struct Request {
     pub latency: Option<LatencyRequest>,
     /// `--weight`: how package traffic is divided among tasks (sampling commands).
     pub weight: WeightRequest,
+    /// `--stacks`: the call stacks traffic is charged in (sampling commands).
+    pub stacks: Option<super::stacks::StackRequest>,
 }
 
 /// What `stat --latency` counts.
@@ -259,6 +261,9 @@ pub struct Plan {
     /// What the sampler's records are (sampling commands).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub records: Option<Records>,
+    /// Where call stacks are taken and what the kernel keeps of them (`--stacks`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stacks: Option<super::stacks::StackPlan>,
     /// How often the sampling loop wakes to drain (sampling commands).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub drain: Option<Drain>,

@@ -189,6 +189,7 @@ impl Loaded {
                 Weigh::Auto => plan::WeightRequest::Auto,
                 Weigh::CpuTime => plan::WeightRequest::CpuTime,
             },
+            stacks: None,
         }
     }
 

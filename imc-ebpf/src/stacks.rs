@@ -1,0 +1,187 @@
+//! Call stacks of charged traffic: where the aggregating path charges a task's slice, the
+//! slice's weight deltas (and its on-CPU time) are also added to the task's process under its
+//! current call stack, in STACK_COUNTS (imc_common::STACK_COUNTS_MAP_NAME); the stacks
+//! themselves go to STACK_TRACES. With `--stack-period` the slices take no stack and
+//! `imc_stack_sample` does, on a weight counter's overflow, adding the period.
+//!
+//! Cost is paid only where there is something to charge: with STACK_MODE 0 nothing here runs
+//! past one read of a constant, and a slice none of whose weight slots counted takes no stack.
+//! Several CPUs may charge one key at once, so the counts are added atomically.
+use aya_ebpf::{
+    EbpfContext,
+    bindings::{BPF_F_USER_STACK, BPF_NOEXIST},
+    helpers::generated::bpf_get_current_pid_tgid,
+    macros::{map, perf_event},
+    maps::{HashMap, StackTrace},
+    programs::{PerfEventContext, tracing::StackIdContext},
+};
+use core::intrinsics::{AtomicOrdering, atomic_xadd};
+use imc_common::{
+    MAX_SLOTS, NO_STACK, STACK_KERNEL, STACK_SAMPLED, STACK_USER, STAT_STACK_DROPPED, StackCounts,
+    StackKey,
+};
+
+/// Which stacks a charged slice takes (imc_common::STACK_MODE_GLOBAL); frozen before load.
+#[unsafe(no_mangle)]
+static STACK_MODE: u32 = 0;
+
+/// The slots whose deltas are charged to stacks (imc_common::STACK_SLOTS_GLOBAL).
+#[unsafe(no_mangle)]
+static STACK_SLOTS: u32 = 0;
+
+/// `--stack-period`: what one overflow adds, and to which slot.
+#[unsafe(no_mangle)]
+static STACK_PERIOD: u64 = 0;
+#[unsafe(no_mangle)]
+static STACK_PERIOD_SLOT: u32 = 0;
+
+/// Stack id → addresses (sized by userspace before load).
+#[map]
+static STACK_TRACES: StackTrace = StackTrace::with_max_entries(1, 0);
+
+/// (process, stack ids) → what they were charged (sized by userspace before load).
+#[map]
+static STACK_COUNTS: HashMap<StackKey, StackCounts> = HashMap::with_max_entries(1, 0);
+
+#[inline(always)]
+fn mode() -> u32 {
+    // SAFETY: a read of a global the verifier sees as a constant.
+    unsafe { core::ptr::read_volatile(&STACK_MODE) }
+}
+
+/// Whether slices take stacks at all (a constant: the code behind it goes when it is false).
+#[inline(always)]
+pub(crate) fn at_slices() -> bool {
+    let m = mode();
+    m != 0 && m & STACK_SAMPLED == 0
+}
+
+/// Charges one slice of process `tgid` to its current stacks: `deltas` per slot (only those
+/// of STACK_SLOTS count), `on_ns` its on-CPU time. Takes no stack when the slice counted
+/// nothing on those slots (unless STACK_SLOTS is empty: then time is the weight).
+#[inline(always)]
+pub(crate) fn charge_slice<C: EbpfContext + StackIdContext>(
+    ctx: &C,
+    tgid: u32,
+    on_ns: u64,
+    deltas: &[u64; MAX_SLOTS],
+    nr: u32,
+) {
+    // SAFETY: a read of a global.
+    let mask = unsafe { core::ptr::read_volatile(&STACK_SLOTS) };
+    let mut any = 0u64;
+    for s in 0..(nr as usize).min(MAX_SLOTS) {
+        if mask & (1 << s) != 0 {
+            any |= deltas[s];
+        }
+    }
+    if mask != 0 && any == 0 {
+        return;
+    }
+    let Some(c) = counts_of(ctx, tgid) else {
+        return;
+    };
+    // SAFETY: `c` points to a live map value; the adds are atomic.
+    unsafe {
+        add(&raw mut (*c).on_ns, on_ns);
+        add(&raw mut (*c).slices, 1);
+        for s in 0..(nr as usize).min(MAX_SLOTS) {
+            if mask & (1 << s) != 0 && deltas[s] != 0 {
+                add(&raw mut (*c).slots[s], deltas[s]);
+            }
+        }
+    }
+}
+
+/// `--stack-period`: the sampled counter overflowed on this CPU; the running task's process is
+/// charged the period in its stack.
+#[perf_event]
+pub fn imc_stack_sample(ctx: PerfEventContext) -> u32 {
+    // SAFETY: a helper without preconditions; reads of globals.
+    let (id, period, slot) = unsafe {
+        (
+            bpf_get_current_pid_tgid(),
+            core::ptr::read_volatile(&STACK_PERIOD),
+            core::ptr::read_volatile(&STACK_PERIOD_SLOT) as usize,
+        )
+    };
+    let tgid = (id >> 32) as u32;
+    if tgid == 0 || mode() & STACK_SAMPLED == 0 {
+        return 0;
+    }
+    if let Some(c) = counts_of(&ctx, tgid) {
+        // SAFETY: as in charge_slice.
+        unsafe {
+            add(&raw mut (*c).slices, 1);
+            add(&raw mut (*c).slots[slot & (MAX_SLOTS - 1)], period);
+        }
+    }
+    0
+}
+
+/// The running task's stack entry for process `tgid`, created when it has none; None (counted
+/// in STAT_STACK_DROPPED) when the map is full.
+#[inline(always)]
+fn counts_of<C: EbpfContext + StackIdContext>(ctx: &C, tgid: u32) -> Option<*mut StackCounts> {
+    let m = mode();
+    let user = if m & STACK_USER != 0 {
+        stack_id(ctx.get_stackid(&STACK_TRACES, u64::from(BPF_F_USER_STACK)))
+    } else {
+        NO_STACK
+    };
+    let kernel = if m & STACK_KERNEL != 0 {
+        stack_id(ctx.get_stackid(&STACK_TRACES, 0))
+    } else {
+        NO_STACK
+    };
+    let key = StackKey {
+        tgid,
+        user_stack: user,
+        kernel_stack: kernel,
+        _pad: 0,
+    };
+    if let Some(c) = STACK_COUNTS.get_ptr_mut(&key) {
+        return Some(c);
+    }
+    // Zeroed word by word: a struct literal would be a byte-wise memset here.
+    let mut zero = core::mem::MaybeUninit::<StackCounts>::uninit();
+    let z = zero.as_mut_ptr();
+    // SAFETY: `z` is valid for writing one StackCounts.
+    unsafe {
+        (*z).on_ns = 0;
+        (*z).slices = 0;
+        for s in 0..MAX_SLOTS {
+            (*z).slots[s] = 0;
+        }
+    }
+    // SAFETY: every field was written above.
+    let zero = unsafe { zero.assume_init_ref() };
+    // Another CPU may have created it meanwhile (EEXIST): the lookup below finds it.
+    let _ = STACK_COUNTS.insert(&key, zero, u64::from(BPF_NOEXIST));
+    let found = STACK_COUNTS.get_ptr_mut(&key);
+    if found.is_none() {
+        crate::bump(STAT_STACK_DROPPED);
+    }
+    found
+}
+
+/// A stack id, or `-errno` of a stack the map did not take.
+#[inline(always)]
+fn stack_id(r: Result<i64, i32>) -> i32 {
+    match r {
+        Ok(id) => id as i32,
+        Err(e) => e.min(-1),
+    }
+}
+
+/// `*p += v`, atomically (other CPUs may charge the same key): BPF's atomic add. The BPF
+/// target has no compare-and-swap, so `AtomicU64::fetch_add` does not exist there; the
+/// intrinsic lowers to the one instruction.
+///
+/// # Safety
+/// `p` is valid, 8-aligned, and only ever accessed atomically while shared.
+#[inline(always)]
+unsafe fn add(p: *mut u64, v: u64) {
+    // SAFETY: the caller's.
+    unsafe { atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(p, v) };
+}
