@@ -57,6 +57,7 @@ fn config(slots: Vec<SlotPlan>, cpus: &[u32], freq: u32) -> SamplerConfig {
         bpf_log: false,
         tick_program: Default::default(),
         aggregate: false,
+        stacks: None,
     }
 }
 

@@ -169,6 +169,7 @@ fn kernel_tick_config(topo: &Topology, ring: Option<u32>) -> SamplerConfig {
         bpf_log: false,
         tick_program: Default::default(),
         aggregate: false,
+        stacks: None,
     }
 }
 
@@ -298,6 +299,7 @@ fn sample_toucher_and_spinner(
         bpf_log: false,
         tick_program: Default::default(),
         aggregate: false,
+        stacks: None,
     };
     let sampler = Sampler::start(&cfg).expect("sampler starts");
     assert!(

@@ -253,6 +253,7 @@ fn record_p_keeps_only_that_process_and_its_threads() {
                     ticks += 1;
                 }
             }
+            Item::Stacks(_) => {}
         }
     }
     assert!(

@@ -406,8 +406,19 @@ pub struct ReportArgs {
     /// Also draw bandwidth over time, stacked by the top processes, as an SVG file.
     #[arg(long, value_name = "OUT.svg")]
     pub plot: Option<PathBuf>,
-    /// Replace an existing --perfetto or --plot file (a symlink there is replaced, not
-    /// followed).
+    /// Traffic by call stack (a recording made with --stacks), as folded lines
+    /// (`comm;root;…;leaf COUNT`) that flamegraph.pl and inferno read.
+    #[arg(long, value_name = "OUT")]
+    pub folded: Option<PathBuf>,
+    /// Traffic by call stack as a flame graph (SVG).
+    #[arg(long, value_name = "OUT.svg")]
+    pub flamegraph: Option<PathBuf>,
+    /// Traffic by call stack as a gzipped pprof profile (read bytes and write bytes, or the
+    /// stand-in's count), for pprof, Pyroscope, Parca and Perfetto.
+    #[arg(long, value_name = "OUT")]
+    pub pprof: Option<PathBuf>,
+    /// Replace an existing --perfetto, --plot, --folded, --flamegraph or --pprof file (a
+    /// symlink there is replaced, not followed).
     #[arg(long)]
     pub force: bool,
 }

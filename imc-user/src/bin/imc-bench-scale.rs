@@ -240,6 +240,7 @@ fn sampler_config(sc: &Scenario, aggregated: bool) -> SamplerConfig {
         bpf_log: false,
         tick_program: TickProgram::Imc,
         aggregate: aggregated,
+        stacks: None,
     }
 }
 

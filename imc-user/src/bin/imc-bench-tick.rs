@@ -124,6 +124,7 @@ fn measure(
         bpf_log: false,
         tick_program: program,
         aggregate: false,
+        stacks: None,
     };
     let mut s = Sampler::start(&cfg).map_err(|e| format!("starting {program:?}: {e}"))?;
     let end = Instant::now() + Duration::from_secs_f64(secs);

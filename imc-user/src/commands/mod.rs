@@ -12,6 +12,7 @@ pub mod list;
 pub mod naming_sink;
 pub mod record;
 pub mod report;
+pub mod report_stacks;
 pub mod sampling;
 pub mod serve;
 pub mod stat;

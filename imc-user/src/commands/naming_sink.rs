@@ -49,6 +49,10 @@ impl Sink for Naming<'_> {
         self.inner.tick(rec)
     }
 
+    fn stacks(&mut self, batch: &crate::model::stacks::StackBatch) -> std::io::Result<()> {
+        self.inner.stacks(batch)
+    }
+
     fn interval(&mut self, r: &IntervalResult) -> std::io::Result<bool> {
         let mut named = r.clone();
         if let Some(p) = self.paths.as_mut() {

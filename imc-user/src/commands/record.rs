@@ -248,6 +248,16 @@ impl Sink for Recorder {
         Ok(true)
     }
 
+    fn stacks(&mut self, batch: &crate::model::stacks::StackBatch) -> std::io::Result<()> {
+        // `-p`: other processes' stacks are not kept either.
+        if self.pids.is_all() {
+            return self.writer()?.push_stacks(batch).map_err(to_io);
+        }
+        let mut mine = batch.clone();
+        mine.charges.retain(|c| self.pids.keeps(c.tgid, c.tgid));
+        self.writer()?.push_stacks(&mine).map_err(to_io)
+    }
+
     fn drained(&mut self, records: usize, _took: std::time::Duration) {
         self.drained += records as u64;
     }

@@ -188,7 +188,7 @@ fn read_whole_run(readers: Vec<Reader>, keep_latency: bool) -> WholeRun {
                     cmp.get_or_insert_with(|| PreciseCmp::new(&specs, &h))
                         .push_block(&block);
                 }
-                Item::Ticks(_) => {}
+                Item::Ticks(_) | Item::Stacks(_) => {}
             }
         }
         tasks_used += used.get();
@@ -591,6 +591,10 @@ fn victims_wanted(args: &ReportArgs, specs: &[SlotSpec]) -> CliResult<Option<Opt
 
 pub fn run(_global: &GlobalArgs, args: &ReportArgs) -> CliResult<ExitCode> {
     check_view_outputs(args)?;
+    super::report_stacks::check_outputs(args)?;
+    if super::report_stacks::wanted(args) {
+        super::report_stacks::write(args, open_run(&args.file)?)?;
+    }
     let readers = open_run(&args.file)?;
     let header = readers
         .last()

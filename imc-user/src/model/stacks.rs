@@ -141,3 +141,26 @@ pub struct FunctionShare {
     /// `total_value` over the process's traffic in the profile.
     pub share: f64,
 }
+
+/// What one process's stack was charged over a drain: its frames (kernel frames first where
+/// taken, then user frames, each leaf first) and the weight it carried.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StackCharge {
+    pub tgid: u32,
+    pub frames: std::sync::Arc<[Frame]>,
+    /// On-CPU ns of the slices charged here (0 for sampled overflows).
+    pub on_ns: u64,
+    /// Slices (or sampled overflows) charged here.
+    pub slices: u64,
+    /// Per record slot, its events charged here (0 for slots that are not weights).
+    pub slots: Vec<u64>,
+}
+
+/// Every stack charged between two drains of the sampler, taken at `t_ns` (CLOCK_MONOTONIC).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct StackBatch {
+    pub t_ns: u64,
+    pub charges: Vec<StackCharge>,
+    /// Slices the kernel could not give a stack entry (its map full): in no charge.
+    pub dropped: u64,
+}

@@ -45,6 +45,8 @@ pub struct Drainer<S: RecordSource = Sampler> {
     /// How long an interval is held open past its end for the CPUs' records that describe the
     /// time before it (two tick periods: a busy CPU reports at every tick).
     hold_ns: u64,
+    /// Where stacks are taken: each drain's, resolved and handed to the sink.
+    stacks: Option<super::stacks::StackResolver>,
 }
 
 impl<S: RecordSource> Drainer<S> {
@@ -62,11 +64,18 @@ impl<S: RecordSource> Drainer<S> {
             order: Vec::new(),
             fallbacks_said: false,
             hold_ns: 2_000_000_000 / u64::from(tick_hz.max(1)),
+            stacks: None,
         };
         // Every package's counters read once now: a package whose CPUs are idle is otherwise
         // first read at the first drain (a second in), and its traffic before that was lost.
         drainer.read_packages(true);
         drainer
+    }
+
+    /// Resolve and hand on the stacks the sampler takes, at every drain.
+    pub fn stacks(mut self, resolver: Option<super::stacks::StackResolver>) -> Drainer<S> {
+        self.stacks = resolver;
+        self
     }
 
     /// Also read every package counter on its own at each interval end, so each result carries
@@ -207,6 +216,11 @@ impl<S: RecordSource> Drainer<S> {
         self.batch = batch;
         self.order = order;
         result?;
+        if let Some(r) = self.stacks.as_mut()
+            && let Some(b) = r.drain(&mut self.sampler, now_ns)
+        {
+            sink.stacks(&b)?;
+        }
         self.read_packages(false);
         while go_on
             && ends.next_ns <= now_ns

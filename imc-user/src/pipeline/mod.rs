@@ -7,6 +7,7 @@ mod drainer;
 mod ends;
 mod run;
 mod sink;
+pub mod stacks;
 
 pub use drainer::Drainer;
 pub use ends::IntervalEnds;

@@ -105,7 +105,13 @@ pub async fn sample_loop(
         .per_channel(opts.per_channel)
         .weighting(plan.weighting.clone())
         .latency(open_latency(found, plan, sink))
-        .peaks(opts.peaks.clone());
+        .peaks(opts.peaks.clone())
+        .stacks(plan.stacks.as_ref().map(|_| {
+            super::stacks::StackResolver::new(
+                Box::new(super::stacks::AddressFrames),
+                plan.slots.len(),
+            )
+        }));
     sink.started();
     let code = run_loop(opts, &mut drainer, sink, cfg.drain_period_ms).await;
     if opts.verbose > 0 {

@@ -10,6 +10,10 @@ pub trait Sink {
     fn tick(&mut self, _rec: &imc_common::Record) -> std::io::Result<()> {
         Ok(())
     }
+    /// The stacks charged since the last drain (where the plan takes stacks), resolved.
+    fn stacks(&mut self, _batch: &crate::model::stacks::StackBatch) -> std::io::Result<()> {
+        Ok(())
+    }
     /// One closed interval. `Ok(false)` stops the loop quietly (the reader went away).
     fn interval(&mut self, r: &IntervalResult) -> std::io::Result<bool>;
     /// Asked at every drain: true ends the loop as SIGINT would (the live view's quit key), with

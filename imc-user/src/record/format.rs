@@ -32,6 +32,9 @@ pub const CHUNK_COMMAND_TASKS: u8 = 9;
 /// channels' latency), written only where some package has one: a later addition, so older
 /// readers skip it (they report bandwidth alone).
 pub const CHUNK_LATENCY: u8 = 10;
+/// What a drain charged to each process's call stacks, with the stacks' frames (`--stacks`):
+/// a later addition, so older readers skip it.
+pub const CHUNK_STACKS: u8 = 11;
 
 /// Ticks per TICKS chunk: small enough that a crash loses little, large enough that the chunk
 /// overhead (9 bytes and a per-CPU restart of delta coding) stays negligible. Readers refuse a

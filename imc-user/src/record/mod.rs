@@ -10,6 +10,7 @@ pub mod codec;
 mod format;
 mod latency;
 mod reader;
+pub mod stacks;
 mod writer;
 
 pub use format::*;
@@ -64,6 +65,7 @@ mod tests {
             match item {
                 Item::Ticks(t) => got_ticks.extend(t),
                 Item::Interval(iv) => got_ivs.push(iv),
+                Item::Stacks(_) => {}
             }
         }
         assert_eq!(r.status(), &ReadStatus::Complete);
@@ -420,7 +422,7 @@ mod tests {
         r.by_ref()
             .filter_map(|i| match i {
                 Item::Interval(iv) => Some(iv),
-                Item::Ticks(_) => None,
+                Item::Ticks(_) | Item::Stacks(_) => None,
             })
             .collect()
     }

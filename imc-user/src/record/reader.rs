@@ -5,8 +5,8 @@
 use super::codec::{Cursor, Malformed, crc32, unzigzag};
 use super::format::{
     CHUNK_CGROUPS, CHUNK_COMMAND_TASKS, CHUNK_CONTINUED, CHUNK_END, CHUNK_INTERVAL, CHUNK_LATENCY,
-    CHUNK_STRINGS, CHUNK_TASKS, CHUNK_TICKS, CHUNK_TICKS2, MAGIC, MAX_CHUNK, RecordError,
-    RecordHeader, TICKS_PER_CHUNK, VERSION,
+    CHUNK_STACKS, CHUNK_STRINGS, CHUNK_TASKS, CHUNK_TICKS, CHUNK_TICKS2, MAGIC, MAX_CHUNK,
+    RecordError, RecordHeader, TICKS_PER_CHUNK, VERSION,
 };
 use super::latency::{self, PackageLatency};
 use crate::attribution::summary::{amount_of, sort_rows};
@@ -29,6 +29,8 @@ pub enum Item {
     Interval(IntervalResult),
     /// Raw records around a burst, in the order they were written.
     Ticks(Vec<Record>),
+    /// What a drain charged to call stacks (`record --stacks`).
+    Stacks(crate::model::stacks::StackBatch),
 }
 
 /// How the reading ended.
@@ -466,6 +468,10 @@ impl Reader {
                 let max = self.header.packages.len().max(1);
                 let string = |id| self.strings.get(id).map(str::to_owned);
                 latency::decode(&mut c, max, string).map(|l| Some(Step::Latency(l)))
+            }
+            CHUNK_STACKS => {
+                let string = |id| self.strings.get(id).map(str::to_owned);
+                super::stacks::decode(&mut c, string).map(|b| item(Item::Stacks(b)))
             }
             CHUNK_END => {
                 self.ended = true;

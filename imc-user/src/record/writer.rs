@@ -2,8 +2,8 @@
 use super::codec::{crc32, framed, put_chunk, put_varint, zigzag};
 use super::format::{
     CHUNK_CGROUPS, CHUNK_COMMAND_TASKS, CHUNK_CONTINUED, CHUNK_END, CHUNK_INTERVAL, CHUNK_LATENCY,
-    CHUNK_STRINGS, CHUNK_TASKS, CHUNK_TICKS, CHUNK_TICKS2, MAGIC, RecordError, RecordHeader,
-    TICKS_PER_CHUNK, VERSION, rotated_path,
+    CHUNK_STACKS, CHUNK_STRINGS, CHUNK_TASKS, CHUNK_TICKS, CHUNK_TICKS2, MAGIC, RecordError,
+    RecordHeader, TICKS_PER_CHUNK, VERSION, rotated_path,
 };
 use crate::attribution::TaskKey;
 use crate::attribution::tasks::FxBuild;
@@ -64,6 +64,8 @@ pub struct WriterStats {
     pub rows_dropped: u64,
     /// Intervals not written at all (cannot happen above `smallest_max_size`).
     pub intervals_dropped: u64,
+    /// Stack charges left out because their STACKS chunk did not fit a file of the bound.
+    pub stacks_skipped: u64,
 }
 
 /// Per-CPU previous values within one TICKS chunk (delta coding restarts in every chunk, so a
@@ -302,6 +304,7 @@ enum Data<'a> {
         latency: bool,
     },
     Ticks(&'a [Record]),
+    Stacks(&'a crate::model::stacks::StackBatch),
 }
 
 /// Room kept at the end of every file for the chunk that ends it (END or CONTINUED), so the
@@ -493,6 +496,16 @@ impl Writer {
         Ok(())
     }
 
+    /// What a drain charged to call stacks (`--stacks`): a STACKS chunk. One too large for a
+    /// file of its own is left out and counted (`stacks_skipped`).
+    pub fn push_stacks(&mut self, b: &crate::model::stacks::StackBatch) -> Result<(), RecordError> {
+        let staged = self.stage(CHUNK_STACKS, &Data::Stacks(b));
+        if !self.put(staged, &Data::Stacks(b))? {
+            self.stats.stacks_skipped += b.charges.len() as u64;
+        }
+        Ok(())
+    }
+
     /// One finished interval (what the attributor's `close_interval` returned). Decides whether
     /// it is a burst, and if so writes the raw ticks around it.
     pub fn push_interval(&mut self, iv: &IntervalResult) -> Result<(), RecordError> {
@@ -610,6 +623,9 @@ impl Writer {
                 }
             }
             Data::Ticks(t) => self.encode_ticks(t, &mut payload),
+            Data::Stacks(b) => {
+                super::stacks::encode(b, &mut payload, |t| self.tables.string_id(t));
+            }
         }
         Staged {
             kind,

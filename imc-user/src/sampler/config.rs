@@ -186,6 +186,8 @@ pub struct SamplerConfig {
     /// flushes as KIND_AGGREGATE records (records per second: ticks × tasks per tick, whatever
     /// the switch rate); false: a record per switch (`--precise`).
     pub aggregate: bool,
+    /// The call stacks charged slices (or sampled overflows) are added to; None: none taken.
+    pub stacks: Option<super::stacks::StackConfig>,
 }
 
 impl SamplerConfig {

@@ -23,6 +23,19 @@ pub fn config_of(plan: &Plan, cpus: &[u32], drain_period_ms: u32, bpf_log: bool)
         bpf_log,
         tick_program: TickProgram::Imc,
         aggregate: plan.records == Some(crate::plan::Records::Aggregated),
+        stacks: plan.stacks.as_ref().map(stack_config),
+    }
+}
+
+/// The plan's `stacks` as the sampler takes them.
+fn stack_config(st: &crate::plan::stacks::StackPlan) -> super::stacks::StackConfig {
+    super::stacks::StackConfig {
+        user: st.user,
+        kernel: st.kernel,
+        slots_mask: st.weight_slots.iter().fold(0, |m, &s| m | 1 << s),
+        map_entries: st.map_entries,
+        stack_entries: st.stack_entries,
+        overflow: st.period.zip(st.weight_slots.first().copied()),
     }
 }
 

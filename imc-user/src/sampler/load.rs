@@ -8,8 +8,9 @@ use aya::{Ebpf, EbpfLoader};
 use imc_common::{
     AGGREGATE_GLOBAL, GROUP_LAST_MAP_NAME, HEADS_MAP_NAME, LONG_SLICE_GLOBAL, MIN_FLUSH_GLOBAL,
     NR_SLOTS_GLOBAL, PKG_MAP_NAME, PKG_MIN_GAP_GLOBAL, PKG_SLOT_MAP_NAME, PKG_SLOTS_GLOBAL,
-    READERS_MAP_NAME, RING_LEN_GLOBAL, Record, SLOT_MAP_NAMES, TICKS_MAP_NAME, TIMED_SLOTS_GLOBAL,
-    WAKE_EVERY_GLOBAL, tick_rules,
+    READERS_MAP_NAME, RING_LEN_GLOBAL, Record, SLOT_MAP_NAMES, STACK_COUNTS_MAP_NAME,
+    STACK_MODE_GLOBAL, STACK_PERIOD_GLOBAL, STACK_PERIOD_SLOT_GLOBAL, STACK_SLOTS_GLOBAL,
+    STACK_TRACES_MAP_NAME, TICKS_MAP_NAME, TIMED_SLOTS_GLOBAL, WAKE_EVERY_GLOBAL, tick_rules,
 };
 
 /// All CPUs' rings together stay within this (a 192-CPU server would otherwise map 750 MB).
@@ -95,6 +96,13 @@ pub(super) fn load(
     loader.map_max_entries(PKG_SLOT_MAP_NAME, n);
     loader.map_max_entries(READERS_MAP_NAME, possible);
     loader.map_max_entries(GROUP_LAST_MAP_NAME, (cfg.groups.len() as u32).max(1));
+    // Without stacks the maps stay at one entry: nothing of their size is allocated.
+    let (counts, traces) = cfg
+        .stacks
+        .as_ref()
+        .map_or((1, 1), |s| (s.map_entries, s.stack_entries));
+    loader.map_max_entries(STACK_COUNTS_MAP_NAME, counts);
+    loader.map_max_entries(STACK_TRACES_MAP_NAME, traces);
     let loaded = loader.load(&sized).map_err(SamplerError::load);
     drop(pinned);
     loaded
@@ -111,6 +119,10 @@ struct Globals {
     long_slice: u64,
     min_flush: u64,
     wake: u32,
+    stack_mode: u32,
+    stack_slots: u32,
+    stack_period: u64,
+    stack_period_slot: u32,
 }
 
 impl Globals {
@@ -128,6 +140,18 @@ impl Globals {
             long_slice: tick_rules::long_slice_ns(hz),
             min_flush: tick_rules::min_flush_ns(hz),
             wake: wake_every(ring_len),
+            stack_mode: cfg.stacks.as_ref().map_or(0, |s| s.mode()),
+            stack_slots: cfg.stacks.as_ref().map_or(0, |s| s.slots_mask),
+            stack_period: cfg
+                .stacks
+                .as_ref()
+                .and_then(|s| s.overflow)
+                .map_or(0, |o| o.0),
+            stack_period_slot: cfg
+                .stacks
+                .as_ref()
+                .and_then(|s| s.overflow)
+                .map_or(0, |o| o.1 as u32),
         }
     }
 
@@ -141,6 +165,10 @@ impl Globals {
         loader.override_global(LONG_SLICE_GLOBAL, &self.long_slice, true);
         loader.override_global(MIN_FLUSH_GLOBAL, &self.min_flush, true);
         loader.override_global(WAKE_EVERY_GLOBAL, &self.wake, true);
+        loader.override_global(STACK_MODE_GLOBAL, &self.stack_mode, true);
+        loader.override_global(STACK_SLOTS_GLOBAL, &self.stack_slots, true);
+        loader.override_global(STACK_PERIOD_GLOBAL, &self.stack_period, true);
+        loader.override_global(STACK_PERIOD_SLOT_GLOBAL, &self.stack_period_slot, true);
     }
 }
 

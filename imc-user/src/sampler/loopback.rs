@@ -196,6 +196,7 @@ mod tests {
             bpf_log: false,
             tick_program: TickProgram::Imc,
             aggregate: false,
+            stacks: None,
         }
     }
 

@@ -10,6 +10,7 @@ pub mod from_plan;
 pub mod loopback;
 pub mod object;
 mod rings;
+pub mod stacks;
 
 mod attach;
 mod config;
@@ -35,7 +36,7 @@ use aya::maps::{MapData, PerCpuArray, RingBuf};
 use fallback::IdleFallback;
 use imc_common::{
     MAX_PKG_COUNTERS, MAX_SLOTS, NR_STATS, Record, STAT_PKG_READS, STAT_READ_ERROR,
-    STAT_SLOT_ABSENT, STAT_UNSEEN_SWITCH, STATS_MAP_NAME, WAKE_MAP_NAME,
+    STAT_SLOT_ABSENT, STAT_STACK_DROPPED, STAT_UNSEEN_SWITCH, STATS_MAP_NAME, WAKE_MAP_NAME,
 };
 use rings::Rings;
 use std::io;
@@ -75,6 +76,8 @@ pub struct Sampler {
     attached: TickAttached,
     /// The program that runs at the tick (for its run-time statistics).
     tick_prog_name: &'static str,
+    /// The stack maps, where stacks are taken.
+    stacks: Option<stacks::StackMaps>,
 }
 
 /// Effective capabilities of this process (CapEff in /proc/self/status).
@@ -138,6 +141,10 @@ impl Sampler {
         let stats: PerCpuArray<MapData, u64> = take_map(&mut ebpf, STATS_MAP_NAME)?;
         let wake: RingBuf<MapData> = take_map(&mut ebpf, WAKE_MAP_NAME)?;
         let (attached, tick_prog_name) = attach(&mut ebpf, cfg)?;
+        let stacks = match &cfg.stacks {
+            Some(sc) => Some(stacks::StackMaps::start(&mut ebpf, cfg, sc, perf_sys)?),
+            None => None,
+        };
 
         Ok(Sampler {
             ebpf,
@@ -155,7 +162,13 @@ impl Sampler {
             fallback: idle_fallback(cfg),
             attached,
             tick_prog_name,
+            stacks,
         })
+    }
+
+    /// The stack maps, where the plan takes stacks.
+    pub fn stacks(&mut self) -> Option<&mut stacks::StackMaps> {
+        self.stacks.as_mut()
     }
 
     fn check(cfg: &SamplerConfig) -> Result<(), SamplerError> {
@@ -356,6 +369,7 @@ impl Sampler {
                         s.read_errors[(i - STAT_READ_ERROR) as usize] = *v
                     }
                     STAT_UNSEEN_SWITCH => s.unseen_switches = *v,
+                    STAT_STACK_DROPPED => s.stacks_dropped = *v,
                     i if (STAT_SLOT_ABSENT..STAT_UNSEEN_SWITCH).contains(&i) => {
                         s.absent[(i - STAT_SLOT_ABSENT) as usize] = *v
                     }
@@ -483,6 +497,19 @@ pub trait RecordSource {
     fn end_open_slices(&mut self) -> Result<usize, SamplerError> {
         Ok(0)
     }
+    /// Takes out every (process, stack) entry charged since the last call (see
+    /// [`stacks::StackMaps::drain`]); none where no stacks are taken.
+    fn drain_stacks(&mut self, _out: &mut Vec<stacks::StackEntry>) -> usize {
+        0
+    }
+    /// The addresses of stack `id`, leaf first (see [`stacks::StackMaps::addresses`]).
+    fn stack_addresses(&self, _id: i32) -> Option<Vec<u64>> {
+        None
+    }
+    /// Charged slices the kernel had no stack entry for, so far (all CPUs).
+    fn stacks_dropped(&self) -> u64 {
+        0
+    }
 }
 
 impl RecordSource for Sampler {
@@ -509,6 +536,15 @@ impl RecordSource for Sampler {
     }
     fn set_interval_clock(&mut self, origin_ns: u64, period_ns: u64) -> Result<(), SamplerError> {
         Sampler::set_interval_clock(self, origin_ns, period_ns)
+    }
+    fn drain_stacks(&mut self, out: &mut Vec<stacks::StackEntry>) -> usize {
+        self.stacks.as_mut().map_or(0, |s| s.drain(out))
+    }
+    fn stack_addresses(&self, id: i32) -> Option<Vec<u64>> {
+        self.stacks.as_ref()?.addresses(id)
+    }
+    fn stacks_dropped(&self) -> u64 {
+        self.stats().map_or(0, |s| s.stacks_dropped())
     }
 }
 

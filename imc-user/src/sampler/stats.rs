@@ -15,6 +15,9 @@ pub struct CpuStats {
     /// Runs that found a task no switch program saw start (imc_common::STAT_UNSEEN_SWITCH):
     /// what the CPU counted before them was charged to no task.
     pub unseen_switches: u64,
+    /// Charged slices whose stack entry did not fit the kernel's map (imc_common::
+    /// STAT_STACK_DROPPED): charged to their task, in no stack.
+    pub stacks_dropped: u64,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -31,6 +34,9 @@ impl SamplerStats {
     }
     pub fn unseen_switches(&self) -> u64 {
         self.per_cpu.iter().map(|c| c.unseen_switches).sum()
+    }
+    pub fn stacks_dropped(&self) -> u64 {
+        self.per_cpu.iter().map(|c| c.stacks_dropped).sum()
     }
     pub fn read_errors(&self, slot: usize) -> u64 {
         self.per_cpu.iter().map(|c| c.read_errors[slot]).sum()

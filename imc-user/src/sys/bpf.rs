@@ -1,11 +1,14 @@
 //! bpf(2) calls that aya 0.14 does not wrap: storing and removing external perf fds in a
-//! PERF_EVENT_ARRAY (aya only fills those arrays with perf buffers it creates itself), and
-//! kernel.bpf_stats.
+//! PERF_EVENT_ARRAY (aya only fills those arrays with perf buffers it creates itself), taking a
+//! hash map's entries out one at a time (lookup-and-delete: nothing the program adds between
+//! the read and the removal is lost), and kernel.bpf_stats.
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};
 
 const BPF_MAP_UPDATE_ELEM: libc::c_long = 2;
 const BPF_MAP_DELETE_ELEM: libc::c_long = 3;
+const BPF_MAP_GET_NEXT_KEY: libc::c_long = 4;
+const BPF_MAP_LOOKUP_AND_DELETE_ELEM: libc::c_long = 21;
 const BPF_ENABLE_STATS: libc::c_long = 32;
 const BPF_STATS_RUN_TIME: u32 = 0;
 
@@ -82,6 +85,40 @@ impl BpfSys for RealBpf {
             flags: 0,
         };
         map_elem(BPF_MAP_DELETE_ELEM, &attr)
+    }
+}
+
+/// The key after `prev` in a hash map (the first with None) written into `next`; false when
+/// there is none. `next` and `prev` are the map's key size.
+pub fn map_next_key(map: BorrowedFd<'_>, prev: Option<&[u8]>, next: &mut [u8]) -> io::Result<bool> {
+    let attr = MapElemAttr {
+        map_fd: map.as_raw_fd() as u32,
+        _pad: 0,
+        key: prev.map_or(0, |k| k.as_ptr() as u64),
+        value: next.as_mut_ptr() as u64,
+        flags: 0,
+    };
+    absent_is_false(map_elem(BPF_MAP_GET_NEXT_KEY, &attr))
+}
+
+/// Takes `key`'s entry out of a hash map into `value` at once (BPF_MAP_LOOKUP_AND_DELETE_ELEM,
+/// Linux 5.14 for hash maps); false when it has none. `key` and `value` are the map's sizes.
+pub fn map_take(map: BorrowedFd<'_>, key: &[u8], value: &mut [u8]) -> io::Result<bool> {
+    let attr = MapElemAttr {
+        map_fd: map.as_raw_fd() as u32,
+        _pad: 0,
+        key: key.as_ptr() as u64,
+        value: value.as_mut_ptr() as u64,
+        flags: 0,
+    };
+    absent_is_false(map_elem(BPF_MAP_LOOKUP_AND_DELETE_ELEM, &attr))
+}
+
+fn absent_is_false(r: io::Result<()>) -> io::Result<bool> {
+    match r {
+        Ok(()) => Ok(true),
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(false),
+        Err(e) => Err(e),
     }
 }
 

@@ -72,6 +72,8 @@ pub enum PerfIoctl {
     Reset,
     /// PERF_EVENT_IOC_PERIOD: a new sample period; also lifts a throttle at once.
     Period(u64),
+    /// PERF_EVENT_IOC_SET_BPF: run this BPF program (fd) at each overflow.
+    SetBpf(i32),
 }
 
 impl PerfIoctl {
@@ -82,6 +84,7 @@ impl PerfIoctl {
             PerfIoctl::Disable => 0x2401,
             PerfIoctl::Reset => 0x2403,
             PerfIoctl::Period(_) => 0x4008_2404,
+            PerfIoctl::SetBpf(_) => 0x4004_2408,
         }
     }
 }
@@ -300,6 +303,10 @@ impl PerfSys for RealPerf {
                 // across the call.
                 unsafe { libc::ioctl(fd.as_raw_fd(), op.request() as _, &period as *const u64) }
             }
+            // SAFETY: PERF_EVENT_IOC_SET_BPF takes the program's fd as its integer argument.
+            PerfIoctl::SetBpf(prog) => unsafe {
+                libc::ioctl(fd.as_raw_fd(), op.request() as _, prog as libc::c_ulong)
+            },
             // SAFETY: the other perf ioctls used here take an integer argument (0).
             _ => unsafe { libc::ioctl(fd.as_raw_fd(), op.request() as _, 0) },
         };

@@ -1,0 +1,369 @@
+//! Traffic by call stack: each process's attributed traffic, spread over the stacks its
+//! charged slices (or sampled overflows) were taken in, by the weight each stack carried.
+//!
+//! The rule, written once here for every output: a stack's value in a direction is its
+//! process's attributed traffic in that direction over the span × the stack's share of the
+//! process's weight events of that direction (its read weights for reads, write weights for
+//! writes, an undirected weight or a stand-in's own count for both); where the process's
+//! stacks carried no such event, their on-CPU time is the weight. A stand-in's per-CPU count
+//! is its own traffic, so there the spread gives each stack exactly the events it counted.
+use crate::model::result::IntervalResult;
+use crate::model::stacks::{
+    Frame, LOST_STACK_FRAME, SampleType, Stack, StackBatch, StackProfile, StackSample,
+};
+use crate::model::{Direction, SlotRole, SlotScope, SlotSpec};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// Which sample type a weight slot weighs.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Weighs {
+    One(usize),
+    All,
+}
+
+/// The sums a stack profile is made of, fed interval by interval and batch by batch.
+pub struct StackTotals {
+    types: Vec<SampleType>,
+    /// Per record slot: what it weighs, or None (not a weight).
+    weighs: Vec<Option<Weighs>>,
+    /// How a task row's amount of each type is read.
+    amounts: Amounts,
+    /// Per process: attributed amount per type, and its name.
+    processes: HashMap<u32, (Vec<f64>, String, bool)>,
+    /// Per (process, frames): weight per type and on-CPU ns.
+    stacks: HashMap<(u32, FramesKey), (Vec<f64>, f64)>,
+    dropped: u64,
+    truncated: u64,
+}
+
+/// A stack's frames, compared by content (batches read from a file do not share them).
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct FramesKey(Arc<[Frame]>);
+
+/// How a task row's traffic of each sample type is read.
+enum Amounts {
+    /// Read bytes, write bytes (and total bytes where a slot counts undirected bytes).
+    Bytes { total: bool },
+    /// The stand-in's counts, by event name.
+    Counts(Vec<String>),
+}
+
+impl StackTotals {
+    pub fn new(specs: &[SlotSpec]) -> StackTotals {
+        let bytes = crate::model::measures_bytes(specs);
+        let traffic_total = specs
+            .iter()
+            .any(|s| s.counts_bytes() && s.role == SlotRole::Traffic(Direction::Total));
+        let (types, amounts) = if bytes {
+            let mut t = vec![sample("read", "bytes"), sample("write", "bytes")];
+            if traffic_total {
+                t.push(sample("total", "bytes"));
+            }
+            (
+                t,
+                Amounts::Bytes {
+                    total: traffic_total,
+                },
+            )
+        } else {
+            let events: Vec<String> = specs
+                .iter()
+                .filter(|s| matches!(s.role, SlotRole::Traffic(_)))
+                .map(|s| s.event.clone())
+                .collect();
+            let name = events.first().cloned().unwrap_or_else(|| "traffic".into());
+            (vec![sample(&name, "count")], Amounts::Counts(events))
+        };
+        let weighs = specs.iter().map(|s| weighs(s, &types, bytes)).collect();
+        StackTotals {
+            types,
+            weighs,
+            amounts,
+            processes: HashMap::new(),
+            stacks: HashMap::new(),
+            dropped: 0,
+            truncated: 0,
+        }
+    }
+
+    /// Adds one interval's task rows to their processes' amounts.
+    pub fn add_interval(&mut self, iv: &IntervalResult) {
+        let n = self.types.len();
+        for row in &iv.tasks {
+            let e = self
+                .processes
+                .entry(row.tgid)
+                .or_insert_with(|| (vec![0.0; n], row.comm.clone(), false));
+            if row.pid == row.tgid && !e.2 {
+                (e.1, e.2) = (row.comm.clone(), true);
+            }
+            match &self.amounts {
+                Amounts::Bytes { total } => {
+                    e.0[0] += row.read_bytes as f64;
+                    e.0[1] += row.write_bytes as f64;
+                    if *total {
+                        e.0[2] += row.total_bytes as f64;
+                    }
+                }
+                Amounts::Counts(events) => {
+                    e.0[0] += events
+                        .iter()
+                        .filter_map(|ev| row.values.get(ev))
+                        .sum::<f64>();
+                }
+            }
+        }
+    }
+
+    /// Adds one drain's stack charges.
+    pub fn add_batch(&mut self, b: &StackBatch) {
+        self.dropped += b.dropped;
+        let n = self.types.len();
+        for c in &b.charges {
+            let e = self
+                .stacks
+                .entry((c.tgid, FramesKey(c.frames.clone())))
+                .or_insert_with(|| (vec![0.0; n], 0.0));
+            for (s, &v) in c.slots.iter().enumerate() {
+                match self.weighs.get(s).copied().flatten() {
+                    Some(Weighs::One(t)) => e.0[t] += v as f64,
+                    Some(Weighs::All) => e.0.iter_mut().for_each(|w| *w += v as f64),
+                    None => {}
+                }
+            }
+            e.1 += c.on_ns as f64;
+        }
+    }
+
+    /// The profile of everything added: each process's traffic spread over its stacks.
+    pub fn profile(&self, start_realtime_ns: u64, duration_ns: u64) -> StackProfile {
+        let n = self.types.len();
+        // Per process and type: the weight of all its stacks, and their time.
+        let mut sums: HashMap<u32, (Vec<f64>, f64)> = HashMap::new();
+        for ((tgid, _), (w, t)) in &self.stacks {
+            let s = sums.entry(*tgid).or_insert_with(|| (vec![0.0; n], 0.0));
+            s.0.iter_mut().zip(w).for_each(|(a, b)| *a += b);
+            s.1 += t;
+        }
+        let mut p = StackProfile {
+            sample_types: self.types.clone(),
+            start_realtime_ns,
+            duration_ns,
+            lost_stacks: self.dropped,
+            ..Default::default()
+        };
+        let mut frame_ids: HashMap<&Frame, u32> = HashMap::new();
+        let mut keys: Vec<&(u32, FramesKey)> = self.stacks.keys().collect();
+        keys.sort_by(|a, b| (a.0, &a.1.0[..]).cmp(&(b.0, &b.1.0[..])));
+        for key in keys {
+            let (w, t) = &self.stacks[key];
+            let Some((amount, comm, _)) = self.processes.get(&key.0) else {
+                continue;
+            };
+            let (sw, st) = &sums[&key.0];
+            let values: Vec<u64> = (0..n)
+                .map(|i| {
+                    let share = if sw[i] > 0.0 {
+                        w[i] / sw[i]
+                    } else if *st > 0.0 {
+                        t / st
+                    } else {
+                        0.0
+                    };
+                    (amount[i] * share).round() as u64
+                })
+                .collect();
+            if values.iter().all(|&v| v == 0) {
+                continue;
+            }
+            let frames = key.1.0.iter().map(|f| {
+                let next = p.frames.len() as u32;
+                *frame_ids.entry(f).or_insert_with(|| {
+                    p.frames.push(f.clone());
+                    next
+                })
+            });
+            let stack = Stack {
+                frames: frames.collect(),
+            };
+            if key
+                .1
+                .0
+                .iter()
+                .any(|f| f.function.as_deref() == Some(LOST_STACK_FRAME))
+            {
+                p.lost_stacks += 1;
+            }
+            p.stacks.push(stack);
+            p.samples.push(StackSample {
+                tgid: key.0,
+                comm: comm.clone(),
+                cgroup: None,
+                stack: p.stacks.len() as u32 - 1,
+                values,
+            });
+        }
+        p.truncated_stacks = self.truncated
+            + p.stacks
+                .iter()
+                .filter(|s| {
+                    s.frames.iter().any(|&i| {
+                        p.frames[i as usize].function.as_deref()
+                            == Some(crate::model::stacks::TRUNCATED_FRAME)
+                    })
+                })
+                .count() as u64;
+        p
+    }
+}
+
+fn sample(name: &str, unit: &str) -> SampleType {
+    SampleType {
+        name: name.to_string(),
+        unit: unit.to_string(),
+    }
+}
+
+/// What slot `s` weighs among `types`: a directed weight its direction's type, an undirected
+/// one (or, without bytes, a per-CPU traffic count) every type.
+fn weighs(s: &SlotSpec, types: &[SampleType], bytes: bool) -> Option<Weighs> {
+    if s.scope != SlotScope::Cpu {
+        return None;
+    }
+    let dir = match s.role {
+        SlotRole::Weight(d) | SlotRole::RemoteWeight(d) => d,
+        SlotRole::Traffic(d) if !bytes || s.bytes_per_count.is_some() => Some(d),
+        _ => return None,
+    };
+    match dir {
+        Some(d @ (Direction::Read | Direction::Write)) if bytes => types
+            .iter()
+            .position(|t| t.name == d.name())
+            .map(Weighs::One),
+        _ => Some(Weighs::All),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::result::TaskRow;
+    use crate::model::stacks::{FrameKind, StackCharge};
+
+    fn spec(event: &str, role: SlotRole) -> SlotSpec {
+        SlotSpec {
+            event: event.into(),
+            scope: SlotScope::Cpu,
+            role,
+            bytes_per_count: None,
+            counter_bits: 64,
+        }
+    }
+
+    fn frames(name: &str) -> Arc<[Frame]> {
+        vec![Frame {
+            kind: FrameKind::User,
+            function: Some(name.into()),
+            module: None,
+            offset: 0,
+            build_id: None,
+            file: None,
+            line: None,
+        }]
+        .into()
+    }
+
+    fn charge(tgid: u32, f: &Arc<[Frame]>, weight: u64, on_ns: u64) -> StackCharge {
+        StackCharge {
+            tgid,
+            frames: f.clone(),
+            on_ns,
+            slices: 1,
+            slots: vec![weight],
+        }
+    }
+
+    fn interval(tgid: u32, faults: f64) -> IntervalResult {
+        let mut row = TaskRow {
+            pid: tgid,
+            tgid,
+            comm: "two".into(),
+            ..Default::default()
+        };
+        row.values.insert("page-faults".into(), faults);
+        IntervalResult {
+            tasks: vec![row],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_process_traffic_is_spread_over_its_stacks_by_their_weight() {
+        let specs = [spec("page-faults", SlotRole::Traffic(Direction::Total))];
+        let mut t = StackTotals::new(&specs);
+        let (a, b) = (frames("hot_three"), frames("hot_one"));
+        t.add_interval(&interval(7, 400.0));
+        t.add_batch(&StackBatch {
+            t_ns: 1,
+            charges: vec![charge(7, &a, 30, 10), charge(7, &b, 10, 10)],
+            dropped: 0,
+        });
+        t.add_batch(&StackBatch {
+            t_ns: 2,
+            charges: vec![charge(7, &a, 270, 10), charge(7, &b, 90, 10)],
+            dropped: 2,
+        });
+        let p = t.profile(0, 1);
+        assert_eq!(p.sample_types[0].name, "page-faults");
+        let value = |name: &str| {
+            p.samples
+                .iter()
+                .find(|s| p.frames[p.stacks[s.stack as usize].frames[0] as usize].label() == name)
+                .map(|s| s.values[0])
+        };
+        // 400 faults, weights 300 : 100.
+        assert_eq!(value("hot_three"), Some(300));
+        assert_eq!(value("hot_one"), Some(100));
+        assert_eq!(p.lost_stacks, 2);
+    }
+
+    #[test]
+    fn without_weight_events_on_cpu_time_weighs_and_bytes_keep_their_direction() {
+        let mut rd = spec("read", SlotRole::Traffic(Direction::Read));
+        rd.scope = SlotScope::Package;
+        rd.bytes_per_count = Some(64.0);
+        let specs = [rd, spec("llc", SlotRole::Weight(Some(Direction::Read)))];
+        let mut t = StackTotals::new(&specs);
+        let (a, b) = (frames("a"), frames("b"));
+        let mut iv = interval(9, 0.0);
+        iv.tasks[0].read_bytes = 1000;
+        iv.tasks[0].write_bytes = 500;
+        t.add_interval(&iv);
+        // Read weights 1:3; no write weight: write bytes by time, 4:1.
+        let mk = |f: &Arc<[Frame]>, w: u64, on: u64| StackCharge {
+            tgid: 9,
+            frames: f.clone(),
+            on_ns: on,
+            slices: 1,
+            slots: vec![0, w],
+        };
+        t.add_batch(&StackBatch {
+            t_ns: 1,
+            charges: vec![mk(&a, 1, 80), mk(&b, 3, 20)],
+            dropped: 0,
+        });
+        let p = t.profile(0, 1);
+        let names: Vec<&str> = p.sample_types.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["read", "write"]);
+        let of = |name: &str| {
+            p.samples
+                .iter()
+                .find(|s| p.frames[p.stacks[s.stack as usize].frames[0] as usize].label() == name)
+                .map(|s| s.values.clone())
+                .unwrap()
+        };
+        assert_eq!(of("a"), vec![250, 400]);
+        assert_eq!(of("b"), vec![750, 100]);
+    }
+}

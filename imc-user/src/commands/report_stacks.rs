@@ -1,0 +1,117 @@
+//! `imc report FILE --folded OUT --flamegraph OUT.svg --pprof OUT`: the recording's traffic by
+//! call stack (a recording made with `--stacks`), in the formats profilers read. One more pass
+//! over the run: each process's attributed traffic from the intervals, spread over its stacks
+//! by the rule of `attribution::stacks`.
+use crate::attribution::stacks::StackTotals;
+use crate::cli::ReportArgs;
+use crate::error::{CliError, CliResult};
+use crate::model::stacks::StackProfile;
+use crate::output::stacks as out;
+use crate::record::{Item, Reader};
+use crate::text::escape;
+use std::path::Path;
+
+/// Whether any stack output is asked for.
+pub fn wanted(args: &ReportArgs) -> bool {
+    args.folded.is_some() || args.flamegraph.is_some() || args.pprof.is_some()
+}
+
+/// Refuses, before anything is read, an output that exists without --force, or a flame
+/// graph not named `.svg`.
+pub fn check_outputs(args: &ReportArgs) -> CliResult<()> {
+    if let Some(p) = &args.flamegraph {
+        let ext = p.extension().map(|e| e.to_string_lossy().to_lowercase());
+        if ext.as_deref() != Some("svg") {
+            return Err(CliError::bad_input(format!(
+                "{}: --flamegraph writes SVG: give a name ending in .svg",
+                escape(&p.display().to_string())
+            )));
+        }
+    }
+    for (p, flag, what) in [
+        (&args.folded, "--folded", "the folded stacks"),
+        (&args.flamegraph, "--flamegraph", "the flame graph"),
+        (&args.pprof, "--pprof", "the pprof profile"),
+    ] {
+        if let Some(p) = p {
+            super::record::check_output_of(p, args.force, flag, what)?;
+        }
+    }
+    Ok(())
+}
+
+/// The run's stack profile, read from `readers` (oldest file first).
+pub fn profile_of(readers: Vec<Reader>) -> CliResult<(StackProfile, bool)> {
+    let specs = readers
+        .last()
+        .map(|r| r.specs().to_vec())
+        .unwrap_or_default();
+    let start = readers
+        .first()
+        .map(|r| (r.header().start_realtime_ns, r.header().start_monotonic_ns));
+    let mut totals = StackTotals::new(&specs);
+    let (mut first, mut last, mut any) = (u64::MAX, 0u64, false);
+    for mut r in readers {
+        while let Some(item) = r.next_item() {
+            match item {
+                Item::Interval(iv) => {
+                    first = first.min(iv.t_start_ns);
+                    last = last.max(iv.t_end_ns);
+                    totals.add_interval(&iv);
+                }
+                Item::Stacks(b) => {
+                    any = true;
+                    totals.add_batch(&b);
+                }
+                Item::Ticks(_) => {}
+            }
+        }
+    }
+    let duration = last.saturating_sub(first.min(last));
+    let realtime = start.map_or(0, |(rt, mono)| {
+        rt.saturating_add(first.saturating_sub(mono))
+    });
+    Ok((totals.profile(realtime, duration), any))
+}
+
+/// Writes each stack output asked for.
+pub fn write(args: &ReportArgs, readers: Vec<Reader>) -> CliResult<()> {
+    let name = args.file.display().to_string();
+    let file = escape(&name);
+    let (profile, any) = profile_of(readers)?;
+    if !any {
+        return Err(CliError::bad_input(format!(
+            "{file}: recorded without stacks: record with `imc record --stacks` for \
+             --folded, --flamegraph or --pprof"
+        )));
+    }
+    if let Some(p) = &args.folded {
+        let mut buf = Vec::new();
+        out::folded::write_folded(&profile, &mut buf).map_err(|e| write_error(p, e))?;
+        replace(p, &buf)?;
+    }
+    if let Some(p) = &args.flamegraph {
+        let mut buf = Vec::new();
+        let title = out::flamegraph::title_of(&profile);
+        out::flamegraph::write_flamegraph(&profile, &title, &mut buf)
+            .map_err(|e| write_error(p, e))?;
+        replace(p, &buf)?;
+    }
+    if let Some(p) = &args.pprof {
+        let mut buf = Vec::new();
+        out::pprof::write_pprof(&profile, &mut buf).map_err(|e| write_error(p, e))?;
+        replace(p, &buf)?;
+    }
+    Ok(())
+}
+
+fn replace(p: &Path, bytes: &[u8]) -> CliResult<()> {
+    crate::sys::file::replace_with(p, bytes).map_err(|e| write_error(p, e))
+}
+
+fn write_error(p: &Path, e: impl std::error::Error + Send + Sync + 'static) -> CliError {
+    CliError::runtime_because(
+        format!("cannot write {}", escape(&p.display().to_string())),
+        e,
+    )
+}

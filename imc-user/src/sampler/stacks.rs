@@ -1,0 +1,171 @@
+//! The userspace half of `imc-ebpf/src/stacks.rs`: the stack maps sized and switched on before
+//! load, the overflow counters of `--stack-period` opened and handed the sampling program, and
+//! at each drain every (process, stack) entry taken out of STACK_COUNTS with the addresses of
+//! the stacks it names.
+use super::config::SamplerConfig;
+use super::error::SamplerError;
+use crate::sys::perf::{PerfEventAttr, PerfIoctl, PerfSys};
+use aya::Ebpf;
+use aya::maps::{MapData, StackTraceMap};
+use aya::programs::PerfEvent;
+use imc_common::{
+    STACK_COUNTS_MAP_NAME, STACK_KERNEL, STACK_SAMPLE_PROGRAM, STACK_SAMPLED,
+    STACK_TRACES_MAP_NAME, STACK_USER, StackCounts, StackKey,
+};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+
+/// What the sampler is asked to take of stacks.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StackConfig {
+    pub user: bool,
+    pub kernel: bool,
+    /// Bit `s`: slot `s`'s deltas are charged to stacks.
+    pub slots_mask: u32,
+    pub map_entries: u32,
+    pub stack_entries: u32,
+    /// `--stack-period`: the events between two samples and the slot they count in.
+    pub overflow: Option<(u64, usize)>,
+}
+
+impl StackConfig {
+    /// The program's STACK_MODE.
+    pub fn mode(&self) -> u32 {
+        let mut m = 0;
+        if self.user {
+            m |= STACK_USER;
+        }
+        if self.kernel {
+            m |= STACK_KERNEL;
+        }
+        if self.overflow.is_some() {
+            m |= STACK_SAMPLED;
+        }
+        m
+    }
+}
+
+/// One drained entry: a process's stacks and what they were charged since the last drain.
+pub type StackEntry = (StackKey, StackCounts);
+
+/// The maps (and overflow counters) of a sampler that takes stacks.
+pub struct StackMaps {
+    counts: MapData,
+    traces: StackTraceMap<MapData>,
+    /// The overflow counters of `--stack-period`, one per CPU (closed with the sampler).
+    _overflow: Vec<OwnedFd>,
+}
+
+impl StackMaps {
+    /// Takes the stack maps out of the loaded object and, with `--stack-period`, opens the
+    /// overflow counters and hands each the sampling program.
+    pub(super) fn start(
+        ebpf: &mut Ebpf,
+        cfg: &SamplerConfig,
+        sc: &StackConfig,
+        perf: &dyn PerfSys,
+    ) -> Result<StackMaps, SamplerError> {
+        let counts = match ebpf.take_map(STACK_COUNTS_MAP_NAME) {
+            Some(aya::maps::Map::HashMap(d)) => d,
+            Some(_) => {
+                return Err(SamplerError::map_shape(
+                    STACK_COUNTS_MAP_NAME,
+                    "is not a hash map",
+                ));
+            }
+            None => return Err(super::maps::map_missing(STACK_COUNTS_MAP_NAME)),
+        };
+        let traces: StackTraceMap<MapData> = super::maps::take_map(ebpf, STACK_TRACES_MAP_NAME)?;
+        let overflow = match sc.overflow {
+            Some((period, slot)) => open_overflow(ebpf, cfg, period, slot, perf)?,
+            None => Vec::new(),
+        };
+        Ok(StackMaps {
+            counts,
+            traces,
+            _overflow: overflow,
+        })
+    }
+
+    /// Takes every entry out of STACK_COUNTS (each at once: what the program adds meanwhile
+    /// goes to a new entry, taken at the next drain), appending to `out`; returns how many.
+    pub fn drain(&mut self, out: &mut Vec<StackEntry>) -> usize {
+        let fd = self.counts.fd().as_fd();
+        let mut keys: Vec<StackKey> = Vec::new();
+        let mut prev: Option<StackKey> = None;
+        loop {
+            let mut next = StackKey::default();
+            let prev_bytes = prev.as_ref().map(pod_bytes);
+            match crate::sys::bpf::map_next_key(fd, prev_bytes, pod_bytes_mut(&mut next)) {
+                Ok(true) => {
+                    keys.push(next);
+                    prev = Some(next);
+                }
+                _ => break,
+            }
+        }
+        let first = out.len();
+        for k in keys {
+            let mut v = StackCounts::default();
+            if let Ok(true) = crate::sys::bpf::map_take(fd, pod_bytes(&k), pod_bytes_mut(&mut v)) {
+                out.push((k, v));
+            }
+        }
+        out.len() - first
+    }
+
+    /// The addresses of stack `id` (leaf first), None where the map holds none.
+    pub fn addresses(&self, id: i32) -> Option<Vec<u64>> {
+        let id = u32::try_from(id).ok()?;
+        let st = self.traces.get(&id, 0).ok()?;
+        Some(st.frames().iter().map(|f| f.ip).collect())
+    }
+}
+
+/// The overflow counters of `--stack-period`: the weight slot's event on every CPU, sampling
+/// every `period` events, each running STACK_SAMPLE_PROGRAM.
+fn open_overflow(
+    ebpf: &mut Ebpf,
+    cfg: &SamplerConfig,
+    period: u64,
+    slot: usize,
+    perf: &dyn PerfSys,
+) -> Result<Vec<OwnedFd>, SamplerError> {
+    let prog: &mut PerfEvent = super::attach::load_program(ebpf, STACK_SAMPLE_PROGRAM)?;
+    prog.load().map_err(SamplerError::load)?;
+    let prog_fd = prog.fd().map_err(SamplerError::load)?.as_fd().as_raw_fd();
+    let Some(plan) = cfg.slots.get(slot) else {
+        return Err(SamplerError::map_shape(
+            STACK_SAMPLE_PROGRAM,
+            format!("--stack-period names slot {slot}, which the plan does not have"),
+        ));
+    };
+    let mut fds = Vec::new();
+    for &cpu in &cfg.cpus {
+        let attr = PerfEventAttr {
+            sample_period: period,
+            read_format: 0,
+            ..*plan.attr_for(cpu)
+        };
+        let attach = |e: std::io::Error| SamplerError::Attach {
+            what: format!("the --stack-period counter of CPU {cpu}"),
+            message: String::new(),
+            source: Some(e.into()),
+        };
+        let fd = perf.open(&attr, -1, cpu as i32, None).map_err(attach)?;
+        perf.ioctl(fd.as_fd(), PerfIoctl::SetBpf(prog_fd))
+            .map_err(attach)?;
+        perf.ioctl(fd.as_fd(), PerfIoctl::Enable).map_err(attach)?;
+        fds.push(fd);
+    }
+    Ok(fds)
+}
+
+fn pod_bytes<T: aya::Pod>(v: &T) -> &[u8] {
+    // SAFETY: a Pod is plain bytes of its size.
+    unsafe { std::slice::from_raw_parts((v as *const T).cast(), std::mem::size_of::<T>()) }
+}
+
+fn pod_bytes_mut<T: aya::Pod>(v: &mut T) -> &mut [u8] {
+    // SAFETY: a Pod is plain bytes of its size, and any bytes are a valid Pod.
+    unsafe { std::slice::from_raw_parts_mut((v as *mut T).cast(), std::mem::size_of::<T>()) }
+}

@@ -1,0 +1,180 @@
+//! Traffic by call stack: the plan's `stacks` object (any machine, no privileges), and on the
+//! real path (root, the eBPF object) a recording with `--stacks` of a program whose two hot
+//! functions fault pages, reported as folded lines, a flame graph and a pprof profile.
+use imc_tests::{imc, own_fixtures, require, sampler_prerequisites};
+use std::path::Path;
+use std::process::Command;
+
+fn dry_run(args: &[&str]) -> std::process::Output {
+    let root = own_fixtures().join("vm-guest");
+    imc()
+        .arg("--root")
+        .arg(&root)
+        .args(["record", "-o", "/nonexistent/x.imc", "--dry-run", "--json"])
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn the_plan_says_where_stacks_are_taken_and_what_they_cost() {
+    let out = dry_run(&["--stacks"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let plan: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let st = &plan["stacks"];
+    assert_eq!(st["mode"], "slices");
+    assert_eq!(st["taken_at"], serde_json::json!(["tick", "switch"]));
+    assert_eq!(st["adds_interrupts"], false);
+    assert!(st["map_entries"].as_u64().unwrap() > 0);
+    assert_eq!(st["weight_slots"], serde_json::json!([0]));
+
+    let out = dry_run(&["--stacks", "--stack-period", "1000"]);
+    assert!(out.status.success());
+    let plan: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(plan["stacks"]["mode"], "overflow");
+    assert_eq!(plan["stacks"]["period"], 1000);
+    assert_eq!(plan["stacks"]["event"], "page-faults");
+    assert_eq!(plan["stacks"]["adds_interrupts"], true);
+
+    // Without --stacks the plan has no such object (every other plan stays as it was).
+    let plan: serde_json::Value = serde_json::from_slice(&dry_run(&[]).stdout).unwrap();
+    assert!(plan.get("stacks").is_none());
+}
+
+#[test]
+fn stacks_where_records_are_per_switch_or_a_period_of_zero_are_refused_in_one_line() {
+    for args in [
+        &["--stacks", "--precise", "--freq", "100"][..],
+        &["--stacks", "--stack-period", "0"][..],
+        &["--stack-period", "10"][..],
+    ] {
+        let out = dry_run(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+    }
+}
+
+/// A C program whose `hot_three` faults three pages and `hot_one` one page per step, in turns
+/// of `phase` seconds; built with frame pointers.
+const TWO: &str = r#"
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <time.h>
+static double now(void){struct timespec t;clock_gettime(CLOCK_MONOTONIC,&t);return t.tv_sec+t.tv_nsec*1e-9;}
+static volatile long sink;
+__attribute__((noinline)) static void touch(int pages){
+  char *p = mmap(0, pages*4096L, PROT_READ|PROT_WRITE, MAP_PRIVATE|MAP_ANONYMOUS, -1, 0);
+  for (int i=0;i<pages;i++) p[i*4096L]=1;
+  munmap(p, pages*4096L);
+}
+__attribute__((noinline)) void hot_three(double until){ while(now()<until){ touch(3); for(int i=0;i<2000;i++) sink+=i; } }
+__attribute__((noinline)) void hot_one(double until){ while(now()<until){ touch(1); for(int i=0;i<2000;i++) sink+=i; } }
+int main(int argc,char**argv){ double phase=atof(argv[1]); double end=now()+atof(argv[2]);
+  while(now()<end){ hot_three(now()+phase); hot_one(now()+phase);} return 0; }
+"#;
+
+fn build_two(dir: &Path) -> Option<std::path::PathBuf> {
+    let src = dir.join("two.c");
+    std::fs::write(&src, TWO).unwrap();
+    let bin = dir.join("two");
+    let ok = Command::new("cc")
+        .args(["-O1", "-fno-omit-frame-pointer", "-o"])
+        .arg(&bin)
+        .arg(&src)
+        .status()
+        .is_ok_and(|s| s.success());
+    require(ok, "no C compiler (cc) to build the test program").then_some(bin)
+}
+
+#[test]
+fn a_recording_with_stacks_reports_every_attributed_fault_in_some_stack() {
+    if !sampler_prerequisites() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let Some(two) = build_two(dir.path()) else {
+        return;
+    };
+    let rec = dir.path().join("s.imc");
+    let out = imc()
+        .args(["record", "--stacks", "-o"])
+        .arg(&rec)
+        .arg("--")
+        .arg(&two)
+        .args(["0.05", "1.5"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (folded, pprof, svg) = (
+        dir.path().join("s.folded"),
+        dir.path().join("s.pb.gz"),
+        dir.path().join("s.svg"),
+    );
+    let out = imc()
+        .arg("report")
+        .arg(&rec)
+        .arg("--folded")
+        .arg(&folded)
+        .arg("--pprof")
+        .arg(&pprof)
+        .arg("--flamegraph")
+        .arg(&svg)
+        .arg("--json")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let faults: f64 = report["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["comm"] == "two")
+        .map(|t| t["values"]["page-faults"].as_f64().unwrap())
+        .sum();
+    let text = std::fs::read_to_string(&folded).unwrap();
+    let lines: Vec<&str> = text.lines().filter(|l| l.starts_with("two;")).collect();
+    let in_stacks: u64 = lines
+        .iter()
+        .map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
+        .sum();
+    assert!(faults > 1000.0, "the program faulted ({faults})");
+    // Each stack's value is rounded: the sum is the process's within a count per line.
+    assert!(
+        (in_stacks as f64 - faults).abs() <= lines.len() as f64,
+        "{in_stacks} in stacks, {faults} attributed"
+    );
+    assert!(lines.len() >= 2, "both hot functions' stacks: {text}");
+    let gz = std::fs::read(&pprof).unwrap();
+    assert_eq!(&gz[..2], &[0x1f, 0x8b], "gzipped");
+    assert!(std::fs::read_to_string(&svg).unwrap().contains("<svg"));
+    // A recording without stacks is refused in one line.
+    let plain = dir.path().join("p.imc");
+    let ok = imc()
+        .args(["record", "-o"])
+        .arg(&plain)
+        .args(["--duration", "0.3"])
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    let out = imc()
+        .arg("report")
+        .arg(&plain)
+        .arg("--folded")
+        .arg(dir.path().join("p.folded"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}
