@@ -8,7 +8,7 @@ use imc_tests::imc;
 use std::path::Path;
 
 /// Commands of the README that are not run here, and why.
-const SKIPPED: [(&str, &str); 6] = [
+const SKIPPED: [(&str, &str); 8] = [
     (
         "imc top --by container",
         "loads the BPF sampler: needs root and a live machine",
@@ -32,6 +32,14 @@ const SKIPPED: [(&str, &str); 6] = [
     (
         "imc top --weight cpu-time",
         "loads the BPF sampler: needs root and a live machine",
+    ),
+    (
+        "imc record --stacks -o app.imc -- ./app",
+        "loads the BPF sampler and runs ./app: tests/stacks.rs runs the same with a program of its own",
+    ),
+    (
+        "imc report app.imc --folded app.folded --flamegraph app.svg --pprof app.pb.gz",
+        "reads app.imc, which the record above makes",
     ),
 ];
 

@@ -134,31 +134,37 @@ fn counts_of<C: EbpfContext + StackIdContext>(ctx: &C, tgid: u32) -> Option<*mut
     } else {
         NO_STACK
     };
-    let key = StackKey {
-        tgid,
-        user_stack: user,
-        kernel_stack: kernel,
-        _pad: 0,
+    // Stored field by field, volatile: a struct literal or a loop of stores becomes a call
+    // to compiler_builtins' byte-wise memset here (see main.rs `set_reading`).
+    let mut key = core::mem::MaybeUninit::<StackKey>::uninit();
+    let k = key.as_mut_ptr();
+    // SAFETY: `k` is valid for writing one StackKey, every field of which is written.
+    let key = unsafe {
+        core::ptr::write_volatile(&raw mut (*k).tgid, tgid);
+        core::ptr::write_volatile(&raw mut (*k).user_stack, user);
+        core::ptr::write_volatile(&raw mut (*k).kernel_stack, kernel);
+        core::ptr::write_volatile(&raw mut (*k)._pad, 0);
+        key.assume_init_ref()
     };
-    if let Some(c) = STACK_COUNTS.get_ptr_mut(&key) {
+    if let Some(c) = STACK_COUNTS.get_ptr_mut(key) {
         return Some(c);
     }
-    // Zeroed word by word: a struct literal would be a byte-wise memset here.
+    // Zeroed word by word, volatile (as the key above).
     let mut zero = core::mem::MaybeUninit::<StackCounts>::uninit();
     let z = zero.as_mut_ptr();
     // SAFETY: `z` is valid for writing one StackCounts.
     unsafe {
-        (*z).on_ns = 0;
-        (*z).slices = 0;
+        core::ptr::write_volatile(&raw mut (*z).on_ns, 0);
+        core::ptr::write_volatile(&raw mut (*z).slices, 0);
         for s in 0..MAX_SLOTS {
-            (*z).slots[s] = 0;
+            core::ptr::write_volatile(&raw mut (*z).slots[s], 0);
         }
     }
     // SAFETY: every field was written above.
     let zero = unsafe { zero.assume_init_ref() };
     // Another CPU may have created it meanwhile (EEXIST): the lookup below finds it.
-    let _ = STACK_COUNTS.insert(&key, zero, u64::from(BPF_NOEXIST));
-    let found = STACK_COUNTS.get_ptr_mut(&key);
+    let _ = STACK_COUNTS.insert(key, zero, u64::from(BPF_NOEXIST));
+    let found = STACK_COUNTS.get_ptr_mut(key);
     if found.is_none() {
         crate::bump(STAT_STACK_DROPPED);
     }

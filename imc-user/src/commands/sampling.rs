@@ -137,7 +137,7 @@ pub fn select_for(
         stand_in: stand_in_for(global, found, &args.events, &args.backend)?,
         latency: None,
         weight: weight_arg(global, &args.weight)?,
-        stacks: args.stacks.then_some(plan::stacks::StackRequest {
+        stacks: args.stacks.then_some(plan::StackRequest {
             kernel: args.kernel_stacks,
             period: args.stack_period,
         }),

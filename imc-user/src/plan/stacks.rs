@@ -6,54 +6,8 @@
 //! weight slot: no interrupt is added. `--stack-period N` instead samples on the weight
 //! counter's own overflow every N events (perf's `-c N`), for code whose phases are shorter
 //! than a tick: an interrupt per N events on each CPU.
-use super::types::{PlanError, Records, Slot};
+use super::types::{PlanError, Records, Slot, StackMode, StackPlan, StackRequest};
 use crate::model::{SlotRole, SlotScope};
-use serde::Serialize;
-
-/// `--stacks` and its options, as asked.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct StackRequest {
-    /// `--kernel-stacks`: the kernel stack too.
-    pub kernel: bool,
-    /// `--stack-period N`.
-    pub period: Option<u64>,
-}
-
-/// How stacks are sampled.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum StackMode {
-    /// At the slices the sampler charges (tick and switches).
-    Slices,
-    /// On the weight counter's overflow every `period` events.
-    Overflow,
-}
-
-/// The plan's `stacks` object.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct StackPlan {
-    pub mode: StackMode,
-    pub user: bool,
-    pub kernel: bool,
-    /// Where they are taken: `tick`, `switch`, or `overflow`.
-    pub taken_at: Vec<&'static str>,
-    /// Distinct (process, stack) entries the kernel holds between two drains; a slice past
-    /// them is counted (`stacks_dropped`), its traffic still charged to its process.
-    pub map_entries: u32,
-    /// Distinct stacks the kernel's stack map holds for the run; a stack past them (or one
-    /// whose bucket another holds) is charged under `[stack not recorded]`.
-    pub stack_entries: u32,
-    /// Frames a stack keeps at most (the innermost): deeper ones are marked cut short.
-    pub depth: u32,
-    /// The slots whose counts are charged to stacks (indices into `slots`); empty: on-CPU
-    /// time is the weight.
-    pub weight_slots: Vec<usize>,
-    /// `--stack-period`: events between two samples, and the event.
-    pub period: Option<u64>,
-    pub event: Option<String>,
-    pub adds_interrupts: bool,
-    pub reason: String,
-}
 
 /// Distinct (process, stack) entries between two drains.
 pub const MAP_ENTRIES: u32 = 16_384;

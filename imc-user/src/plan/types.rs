@@ -52,7 +52,7 @@ pub struct Request {
     /// `--weight`: how package traffic is divided among tasks (sampling commands).
     pub weight: WeightRequest,
     /// `--stacks`: the call stacks traffic is charged in (sampling commands).
-    pub stacks: Option<super::stacks::StackRequest>,
+    pub stacks: Option<StackRequest>,
 }
 
 /// What `stat --latency` counts.
@@ -263,7 +263,7 @@ pub struct Plan {
     pub records: Option<Records>,
     /// Where call stacks are taken and what the kernel keeps of them (`--stacks`).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub stacks: Option<super::stacks::StackPlan>,
+    pub stacks: Option<StackPlan>,
     /// How often the sampling loop wakes to drain (sampling commands).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub drain: Option<Drain>,
@@ -399,4 +399,49 @@ fn attr_words<S: serde::Serializer>(e: &Encoded, s: S) -> Result<S::Ok, S::Error
     st.serialize_field("config1", &e.config1)?;
     st.serialize_field("config2", &e.config2)?;
     st.end()
+}
+
+/// `--stacks` and its options, as asked.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct StackRequest {
+    /// `--kernel-stacks`: the kernel stack too.
+    pub kernel: bool,
+    /// `--stack-period N`.
+    pub period: Option<u64>,
+}
+
+/// How stacks are sampled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StackMode {
+    /// At the slices the sampler charges (tick and switches).
+    Slices,
+    /// On the weight counter's overflow every `period` events.
+    Overflow,
+}
+
+/// The plan's `stacks` object.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct StackPlan {
+    pub mode: StackMode,
+    pub user: bool,
+    pub kernel: bool,
+    /// Where they are taken: `tick`, `switch`, or `overflow`.
+    pub taken_at: Vec<&'static str>,
+    /// Distinct (process, stack) entries the kernel holds between two drains; a slice past
+    /// them is counted (`stacks_dropped`), its traffic still charged to its process.
+    pub map_entries: u32,
+    /// Distinct stacks the kernel's stack map holds for the run; a stack past them (or one
+    /// whose bucket another holds) is charged under `[stack not recorded]`.
+    pub stack_entries: u32,
+    /// Frames a stack keeps at most (the innermost): deeper ones are marked cut short.
+    pub depth: u32,
+    /// The slots whose counts are charged to stacks (indices into `slots`); empty: on-CPU
+    /// time is the weight.
+    pub weight_slots: Vec<usize>,
+    /// `--stack-period`: events between two samples, and the event.
+    pub period: Option<u64>,
+    pub event: Option<String>,
+    pub adds_interrupts: bool,
+    pub reason: String,
 }

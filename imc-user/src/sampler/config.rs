@@ -2,7 +2,7 @@
 //! tick, and how their counters are opened.
 use crate::model::{Encoded, SlotSpec};
 use crate::sys::perf::{self, PerfEventAttr};
-use imc_common::TICK_PROGRAM;
+use imc_common::{STACK_KERNEL, STACK_SAMPLED, STACK_USER, TICK_PROGRAM};
 
 /// One slot to configure: what to count and where to open it.
 #[derive(Clone, Debug)]
@@ -187,7 +187,7 @@ pub struct SamplerConfig {
     /// the switch rate); false: a record per switch (`--precise`).
     pub aggregate: bool,
     /// The call stacks charged slices (or sampled overflows) are added to; None: none taken.
-    pub stacks: Option<super::stacks::StackConfig>,
+    pub stacks: Option<StackConfig>,
 }
 
 impl SamplerConfig {
@@ -204,5 +204,35 @@ impl SamplerConfig {
             TickSource::Kernel => true,
             TickSource::CpuClock { switches, .. } => switches,
         }
+    }
+}
+
+/// What the sampler is asked to take of stacks.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StackConfig {
+    pub user: bool,
+    pub kernel: bool,
+    /// Bit `s`: slot `s`'s deltas are charged to stacks.
+    pub slots_mask: u32,
+    pub map_entries: u32,
+    pub stack_entries: u32,
+    /// `--stack-period`: the events between two samples and the slot they count in.
+    pub overflow: Option<(u64, usize)>,
+}
+
+impl StackConfig {
+    /// The program's STACK_MODE.
+    pub fn mode(&self) -> u32 {
+        let mut m = 0;
+        if self.user {
+            m |= STACK_USER;
+        }
+        if self.kernel {
+            m |= STACK_KERNEL;
+        }
+        if self.overflow.is_some() {
+            m |= STACK_SAMPLED;
+        }
+        m
     }
 }

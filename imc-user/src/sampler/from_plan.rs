@@ -28,8 +28,8 @@ pub fn config_of(plan: &Plan, cpus: &[u32], drain_period_ms: u32, bpf_log: bool)
 }
 
 /// The plan's `stacks` as the sampler takes them.
-fn stack_config(st: &crate::plan::stacks::StackPlan) -> super::stacks::StackConfig {
-    super::stacks::StackConfig {
+fn stack_config(st: &crate::plan::StackPlan) -> super::StackConfig {
+    super::StackConfig {
         user: st.user,
         kernel: st.kernel,
         slots_mask: st.weight_slots.iter().fold(0, |m, &s| m | 1 << s),

@@ -2,47 +2,16 @@
 //! load, the overflow counters of `--stack-period` opened and handed the sampling program, and
 //! at each drain every (process, stack) entry taken out of STACK_COUNTS with the addresses of
 //! the stacks it names.
-use super::config::SamplerConfig;
+use super::config::{SamplerConfig, StackConfig};
 use super::error::SamplerError;
 use crate::sys::perf::{PerfEventAttr, PerfIoctl, PerfSys};
 use aya::Ebpf;
 use aya::maps::{MapData, StackTraceMap};
 use aya::programs::PerfEvent;
 use imc_common::{
-    STACK_COUNTS_MAP_NAME, STACK_KERNEL, STACK_SAMPLE_PROGRAM, STACK_SAMPLED,
-    STACK_TRACES_MAP_NAME, STACK_USER, StackCounts, StackKey,
+    STACK_COUNTS_MAP_NAME, STACK_SAMPLE_PROGRAM, STACK_TRACES_MAP_NAME, StackCounts, StackKey,
 };
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
-
-/// What the sampler is asked to take of stacks.
-#[derive(Clone, Debug, PartialEq)]
-pub struct StackConfig {
-    pub user: bool,
-    pub kernel: bool,
-    /// Bit `s`: slot `s`'s deltas are charged to stacks.
-    pub slots_mask: u32,
-    pub map_entries: u32,
-    pub stack_entries: u32,
-    /// `--stack-period`: the events between two samples and the slot they count in.
-    pub overflow: Option<(u64, usize)>,
-}
-
-impl StackConfig {
-    /// The program's STACK_MODE.
-    pub fn mode(&self) -> u32 {
-        let mut m = 0;
-        if self.user {
-            m |= STACK_USER;
-        }
-        if self.kernel {
-            m |= STACK_KERNEL;
-        }
-        if self.overflow.is_some() {
-            m |= STACK_SAMPLED;
-        }
-        m
-    }
-}
 
 /// One drained entry: a process's stacks and what they were charged since the last drain.
 pub type StackEntry = (StackKey, StackCounts);
