@@ -47,6 +47,7 @@ mod package;
 mod results;
 mod routes;
 pub mod spread;
+pub mod stack_window;
 pub mod stacks;
 mod state;
 pub mod summary;

@@ -6,6 +6,7 @@
 //! takes to add an interval, so one scrape never mixes two intervals.
 use super::naming_sink::{Naming, cgroup_paths};
 use super::sampling::{Selection, block_on, discover, package_peaks, print_plan, select_for};
+use crate::attribution::stack_window::{StackWindow, WINDOW_S};
 use crate::cli::{GlobalArgs, GroupBy, ServeArgs};
 use crate::error::{CliError, CliResult, ErrorKind};
 use crate::model::Discovery;
@@ -34,6 +35,8 @@ use std::time::{Duration, Instant};
 /// scrapes costs copies of a reference, not thousands of encodings on the loop's thread).
 struct Served {
     exporter: Exporter,
+    /// `--stacks`: the last minute of intervals and stacks, for `/debug/pprof/dram`.
+    stacks: Option<StackWindow>,
     /// The OpenMetrics text and the classic one, as of the last change (None: changed since).
     text: Option<(bytes::Bytes, bytes::Bytes)>,
 }
@@ -84,9 +87,15 @@ pub fn run(global: &GlobalArgs, args: &ServeArgs) -> CliResult<ExitCode> {
             ..meta
         }),
         text: None,
+        stacks: sel
+            .plan
+            .stacks
+            .as_ref()
+            .map(|_| StackWindow::new(crate::sampler::from_plan::slot_specs(&sel.plan))),
     }));
     let app = Router::new()
         .route("/metrics", get(metrics))
+        .route("/debug/pprof/dram", get(pprof_dram))
         .route("/", get(index))
         .with_state(exporter.clone());
     let opts = LoopOptions {
@@ -190,8 +199,21 @@ impl Sink for ServeSink {
         ex.add_read_errors(std::mem::take(&mut self.read_errors));
     }
 
+    fn stacks(&mut self, batch: &crate::model::stacks::StackBatch) -> std::io::Result<()> {
+        if let Some(w) = lock(&self.exporter).stacks.as_mut() {
+            w.add_batch(batch);
+        }
+        Ok(())
+    }
+
     fn interval(&mut self, r: &IntervalResult) -> std::io::Result<bool> {
-        lock(&self.exporter).changing().add_interval(r);
+        {
+            let mut served = lock(&self.exporter);
+            served.changing().add_interval(r);
+            if let Some(w) = served.stacks.as_mut() {
+                w.add_interval(r);
+            }
+        }
         if let Some(out) = self.json.as_mut() {
             let written = serde_json::to_writer(&mut *out, r)
                 .map_err(std::io::Error::from)
@@ -231,6 +253,80 @@ async fn metrics(State(ex): State<Shared>, headers: HeaderMap) -> impl IntoRespo
     } else {
         ([(CONTENT_TYPE, CLASSIC_TYPE)], classic)
     }
+}
+
+/// `GET /debug/pprof/dram?seconds=N` (`--stacks`): as Go's net/http/pprof answers
+/// `/debug/pprof/profile`, waits N seconds (default 30, at most [`WINDOW_S`]) and answers a
+/// gzipped pprof profile of the traffic by call stack over them; 404 without `--stacks`, 400
+/// for a bad N.
+async fn pprof_dram(
+    State(ex): State<Shared>,
+    axum::extract::RawQuery(query): axum::extract::RawQuery,
+) -> axum::response::Response {
+    use axum::http::StatusCode;
+    let bad = |code: StatusCode, text: String| (code, text).into_response();
+    if lock(&ex).stacks.is_none() {
+        return bad(
+            StatusCode::NOT_FOUND,
+            "imc serve was started without --stacks: no stacks are taken\n".into(),
+        );
+    }
+    let seconds = match seconds_of(query.as_deref()) {
+        Ok(s) => s,
+        Err(why) => return bad(StatusCode::BAD_REQUEST, format!("{why}\n")),
+    };
+    let from = crate::sampler::monotonic_ns();
+    tokio::time::sleep(Duration::from_secs(seconds)).await;
+    let to = crate::sampler::monotonic_ns();
+    let profile = {
+        let served = lock(&ex);
+        let Some(w) = served.stacks.as_ref() else {
+            return bad(StatusCode::NOT_FOUND, "no stacks\n".into());
+        };
+        w.profile(from, to, realtime_of)
+    };
+    let mut body = Vec::new();
+    if let Err(e) = crate::output::stacks::pprof::write_pprof(&profile, &mut body) {
+        return bad(StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n"));
+    }
+    (
+        [
+            (CONTENT_TYPE, "application/octet-stream"),
+            (
+                axum::http::header::CONTENT_DISPOSITION,
+                "attachment; filename=\"dram.pb.gz\"",
+            ),
+        ],
+        body,
+    )
+        .into_response()
+}
+
+/// `seconds=N` of a query (default 30), 1 ..= [`WINDOW_S`].
+fn seconds_of(query: Option<&str>) -> Result<u64, String> {
+    let given = query
+        .unwrap_or("")
+        .split('&')
+        .find_map(|kv| kv.strip_prefix("seconds="));
+    let Some(text) = given else {
+        return Ok(30);
+    };
+    match text.parse::<u64>() {
+        Ok(n) if (1..=WINDOW_S).contains(&n) => Ok(n),
+        _ => Err(format!(
+            "seconds={}: give whole seconds from 1 to {WINDOW_S}",
+            crate::text::escape(text)
+        )),
+    }
+}
+
+/// CLOCK_REALTIME ns of a CLOCK_MONOTONIC instant, by the two clocks' offset now.
+fn realtime_of(mono_ns: u64) -> u64 {
+    let real = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let now = crate::sampler::monotonic_ns();
+    real.saturating_sub(now.saturating_sub(mono_ns))
 }
 
 async fn index() -> &'static str {

@@ -19,6 +19,7 @@ mod dry;
 mod live;
 mod mbm;
 mod report;
+mod stacks;
 #[cfg(test)]
 mod tests;
 mod truth;

@@ -33,12 +33,19 @@ pub(super) struct Collect<'a> {
     pub(super) duration: Duration,
     pub(super) went: Option<std::time::Instant>,
     pub(super) frozen: Option<std::time::Instant>,
+    /// What each drain charged to call stacks (`--stacks`).
+    pub(super) batches: Vec<crate::model::stacks::StackBatch>,
 }
 
 impl Sink for Collect<'_> {
     fn interval(&mut self, r: &IntervalResult) -> std::io::Result<bool> {
         self.intervals.push(r.clone());
         Ok(true)
+    }
+
+    fn stacks(&mut self, batch: &crate::model::stacks::StackBatch) -> std::io::Result<()> {
+        self.batches.push(batch.clone());
+        Ok(())
     }
 
     fn started(&mut self) {
@@ -79,7 +86,7 @@ pub(super) fn run_live(
     let pids: Vec<u32> = wl.running.iter().map(|r| r.pid).collect();
     let mut groups = start_groups(rdt, &wl, &mut mbm_state);
     let mut truth = open_truth(found, &pids, events)?;
-    let (ran, intervals) = sample(global, args, found, plan, &mut wl, groups.as_mut());
+    let (ran, intervals, batches) = sample(global, args, found, plan, &mut wl, groups.as_mut());
     let mbm_bytes = groups.as_ref().map(|g| g.bytes());
     truth.stop();
     let passes = wl.stop(Duration::from_millis(500));
@@ -99,13 +106,20 @@ pub(super) fn run_live(
     if !bytes.real && mbm_rows.is_some() {
         mbm_state.reason += ": MBM's bytes are shown, not compared (imc counts no bytes here)";
     }
-    let bounds = live_bounds(
+    let mut bounds = live_bounds(
         events,
         &counts,
         mbm_rows.as_deref(),
         bytes.real,
         truth.lost(),
     );
+    let stack_rows = plan.stacks.as_ref().map(|_| {
+        let specs = crate::sampler::from_plan::slot_specs(plan);
+        super::stacks::stack_rows(&specs, &intervals, &batches, &idents)
+    });
+    if let Some(rows) = &stack_rows {
+        bounds.extend(super::stacks::stack_bounds(rows));
+    }
     let pass = bounds.iter().all(|b| b.pass != Some(false));
     Ok(Report {
         source: plan.source.clone(),
@@ -126,6 +140,7 @@ pub(super) fn run_live(
             workloads: mbm_rows.unwrap_or_default(),
         },
         fidelity,
+        stacks: stack_rows,
         bounds,
         pass,
     })
@@ -233,7 +248,11 @@ fn sample(
     plan: &Plan,
     wl: &mut Workloads,
     groups: Option<&mut mbm::Groups>,
-) -> (CliResult<ExitCode>, Vec<IntervalResult>) {
+) -> (
+    CliResult<ExitCode>,
+    Vec<IntervalResult>,
+    Vec<crate::model::stacks::StackBatch>,
+) {
     let mut sink = Collect {
         workloads: wl,
         groups,
@@ -241,6 +260,7 @@ fn sample(
         duration: crate::cli::seconds_duration(args.duration),
         went: None,
         frozen: None,
+        batches: Vec::new(),
     };
     let opts = LoopOptions {
         interval_ms: args.interval_ms,
@@ -254,7 +274,8 @@ fn sample(
     };
     let ran = block_on(async { Ok(sample_loop(&opts, found, plan, &mut sink).await?) });
     let intervals = std::mem::take(&mut sink.intervals);
-    (ran, intervals)
+    let batches = std::mem::take(&mut sink.batches);
+    (ran, intervals, batches)
 }
 
 /// Says what runs, catches INT and TERM, and removes monitor groups a killed run left: MBM's

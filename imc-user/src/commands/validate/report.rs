@@ -17,6 +17,8 @@ pub(super) struct Report {
     pub(super) bytes: BytesSection,
     pub(super) mbm: MbmSection,
     pub(super) fidelity: Option<Fidelity>,
+    /// `--stacks`: each workload's traffic by call stack (null without).
+    pub(super) stacks: Option<Vec<super::stacks::StackRow>>,
     pub(super) bounds: Vec<Bound>,
     pub(super) pass: bool,
 }
@@ -59,6 +61,20 @@ pub(super) fn render_report(r: &Report) -> String {
             s += &format!("  fidelity of {e}: {v:.3}\n");
         }
         s += &format!("  error bound the fidelity implies: {:.3}\n", f.bound);
+    }
+    if let Some(rows) = &r.stacks {
+        s += "stacks: share of each workload's charged traffic in stacks through its function\n";
+        for w in rows {
+            s += &format!(
+                "  {:<10} {:<22} charged {:>10.0}  through {:>10.0}  unresolved {:>8.0}  share {}\n",
+                w.name,
+                w.function,
+                w.charged,
+                w.through,
+                w.unresolved,
+                w.share.map_or("-".into(), |v| format!("{v:.4}"))
+            );
+        }
     }
     s += &format!("mbm: {}\n", r.mbm.reason);
     s += if r.pass {

@@ -178,56 +178,94 @@ impl Work {
         }
     }
 
-    /// One pass (streaming kernels) or one step (the others).
+    /// One pass (streaming kernels) or one step (the others), each in a function of its own
+    /// (`validate_<kind>`, never inlined): `validate --stacks` finds it in the stacks its
+    /// traffic was charged to.
     fn step(&mut self) -> std::io::Result<()> {
         match self.name {
-            "toucher" => process::touch_fresh_pages(TOUCH_BYTES)?,
-            "reader" => {
-                let mut sum = 0u64;
-                for w in &self.a {
-                    sum = sum.wrapping_add(*w);
-                }
-                std::hint::black_box(sum);
-            }
-            "nt-writer" => nt_fill(&mut self.a, self.x),
-            "writer" => {
-                for w in self.a.iter_mut() {
-                    // SAFETY: w is a valid, aligned reference; volatile keeps each store.
-                    unsafe { std::ptr::write_volatile(w, self.x) };
-                }
-            }
-            "copier" => {
-                // Word by word and volatile: a memcpy of this size may use non-temporal stores
-                // (glibc does above its threshold), which would make the factor 2, not 3.
-                for (d, s) in self.b.iter_mut().zip(self.a.iter()) {
-                    // SAFETY: both are valid, aligned references.
-                    unsafe { std::ptr::write_volatile(d, std::ptr::read_volatile(s)) };
-                }
-            }
-            "spinner" => {
-                for _ in 0..1_000_000 {
-                    self.x = self.x.wrapping_mul(6364136223846793005).wrapping_add(1);
-                }
-                std::hint::black_box(self.x);
-            }
-            "burst" => {
-                process::short_lived_child(CHILD_BYTES)?;
-                std::thread::sleep(std::time::Duration::from_millis(2));
-            }
+            "toucher" => validate_toucher()?,
+            "reader" => validate_reader(&self.a),
+            "nt-writer" => validate_nt_writer(&mut self.a, self.x),
+            "writer" => validate_writer(&mut self.a, self.x),
+            "copier" => validate_copier(&self.a, &mut self.b),
+            "spinner" => self.x = validate_spinner(self.x),
+            "burst" => validate_burst()?,
             "migrator" => {
-                if !self.cpus.is_empty() {
-                    let cpu = self.cpus[self.next_cpu % self.cpus.len()];
-                    self.next_cpu += 1;
-                    // A CPU taken offline meanwhile: stay where we are.
-                    let _ = crate::sys::thread::pin_to_cpu(cpu);
-                }
-                process::touch_fresh_pages(TOUCH_BYTES / 4)?;
+                validate_migrator(&self.cpus, self.next_cpu)?;
+                self.next_cpu += 1;
             }
             _ => {}
         }
         self.x = self.x.wrapping_add(1);
         Ok(())
     }
+}
+
+/// The function each workload's traffic is made in (see [`Work::step`]).
+pub fn function_of(kind: &str) -> String {
+    format!("validate_{}", kind.replace('-', "_"))
+}
+
+#[inline(never)]
+fn validate_toucher() -> std::io::Result<()> {
+    process::touch_fresh_pages(TOUCH_BYTES)
+}
+
+#[inline(never)]
+fn validate_reader(a: &[u64]) {
+    let mut sum = 0u64;
+    for w in a {
+        sum = sum.wrapping_add(*w);
+    }
+    std::hint::black_box(sum);
+}
+
+#[inline(never)]
+fn validate_nt_writer(a: &mut [u64], x: u64) {
+    nt_fill(a, x);
+}
+
+#[inline(never)]
+fn validate_writer(a: &mut [u64], x: u64) {
+    for w in a.iter_mut() {
+        // SAFETY: w is a valid, aligned reference; volatile keeps each store.
+        unsafe { std::ptr::write_volatile(w, x) };
+    }
+}
+
+#[inline(never)]
+fn validate_copier(a: &[u64], b: &mut [u64]) {
+    // Word by word and volatile: a memcpy of this size may use non-temporal stores (glibc does
+    // above its threshold), which would make the factor 2, not 3.
+    for (d, s) in b.iter_mut().zip(a.iter()) {
+        // SAFETY: both are valid, aligned references.
+        unsafe { std::ptr::write_volatile(d, std::ptr::read_volatile(s)) };
+    }
+}
+
+#[inline(never)]
+fn validate_spinner(mut x: u64) -> u64 {
+    for _ in 0..1_000_000 {
+        x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+    }
+    std::hint::black_box(x)
+}
+
+#[inline(never)]
+fn validate_burst() -> std::io::Result<()> {
+    process::short_lived_child(CHILD_BYTES)?;
+    std::thread::sleep(std::time::Duration::from_millis(2));
+    Ok(())
+}
+
+#[inline(never)]
+fn validate_migrator(cpus: &[u32], next: usize) -> std::io::Result<()> {
+    if !cpus.is_empty() {
+        let cpu = cpus[next % cpus.len()];
+        // A CPU taken offline meanwhile: stay where we are.
+        let _ = crate::sys::thread::pin_to_cpu(cpu);
+    }
+    process::touch_fresh_pages(TOUCH_BYTES / 4)
 }
 
 /// Fills `buf` with non-temporal stores (MOVNTI), then fences them.
