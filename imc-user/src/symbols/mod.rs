@@ -122,6 +122,8 @@ pub struct Symbolizer {
     /// Build IDs by file identity (device, inode, size, mtime).
     build_ids: HashMap<(u64, u64, u64, i64), Option<String>>,
     kallsyms: Option<Kallsyms>,
+    /// Memory the cached perf maps hold together, roughly.
+    perf_held: u64,
     clock: u64,
     stats: SymbolizerStats,
 }
@@ -146,6 +148,7 @@ impl Symbolizer {
             modules: HashMap::new(),
             build_ids: HashMap::new(),
             kallsyms: None,
+            perf_held: 0,
             clock: 0,
             stats: SymbolizerStats::default(),
         }
@@ -219,7 +222,9 @@ impl Symbolizer {
 
     /// The process ended: drop what is cached for it.
     pub fn forget(&mut self, tgid: u32) {
-        self.processes.remove(&tgid);
+        if let Some(p) = self.processes.remove(&tgid) {
+            self.perf_held = self.perf_held.saturating_sub(p.perf.held_bytes());
+        }
         let owned: Vec<PathBuf> = self
             .modules
             .iter()
@@ -265,13 +270,9 @@ impl Symbolizer {
     /// Drops the least recently used processes other than `keep` while more than
     /// [`Limits::max_processes`] are cached or their perf maps hold more than the budget.
     fn evict_processes(&mut self, keep: u32) {
-        loop {
-            let held: u64 = self.processes.values().map(|p| p.perf.held_bytes()).sum();
-            let over = self.processes.len() > self.limits.max_processes
-                || held > self.limits.perf_map_budget;
-            if !over {
-                return;
-            }
+        while self.processes.len() > self.limits.max_processes
+            || self.perf_held > self.limits.perf_map_budget
+        {
             let oldest = self
                 .processes
                 .iter()

@@ -1,7 +1,7 @@
 //! What is cached for one process: its executable mappings, the binary found for each, its perf
 //! map, and the two lines of `proc/PID/status` a perf map needs (the user that may own it, and
 //! the process's pid in its own namespace, which names it).
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use super::elf::{Found, NotFound};
@@ -88,6 +88,8 @@ pub struct ProcessCache {
     pub slots: HashMap<MapKey, Slot>,
     pub perf: PerfSlot,
     pub status: Option<Status>,
+    /// Addresses the last read of the maps placed in no mapping (at most a few hundred).
+    pub unmapped: HashSet<u64>,
     /// The symbolizer's clock at the last use (for evicting the least recently used).
     pub last_use: u64,
 }

@@ -160,6 +160,44 @@ fn a_container_process_resolves_its_own_binary() {
 }
 
 #[test]
+fn a_process_gone_after_its_maps_were_read_resolves_through_the_root() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path();
+    let exe = fs::canonicalize("/proc/self/exe").expect("own exe");
+    let ino = fs::metadata(&exe).expect("stat exe").ino();
+    for bin in [root.join("usr/bin"), proc_dir(root).join("root/usr/bin")] {
+        fs::create_dir_all(&bin).expect("mkdir");
+        symlink(&exe, bin.join("app")).expect("symlink");
+    }
+    let m = own_mapping(leaf_addr());
+    write(
+        &proc_dir(root).join("maps"),
+        &maps_line(&m, "/usr/bin/app", ino),
+    );
+    let mut s = Symbolizer::new(root);
+    let name = |f: &Frame| f.function.clone().unwrap_or_default();
+    assert!(name(&s.user_frames(PID, &[leaf_addr()])[0]).contains("symbols_test_leaf_function"));
+    fs::remove_dir_all(proc_dir(root)).expect("the process ends");
+    let f = &s.user_frames(PID, &[leaf_addr(), 0x10, 0x20])[0];
+    assert!(name(f).contains("symbols_test_leaf_function"), "{f:?}");
+    assert_eq!(s.stats().symbolize_errors, 0);
+    // Addresses the last read placed nowhere do not make the maps be read again; a new one does.
+    write(
+        &proc_dir(root).join("maps"),
+        &maps_line(&m, "/usr/bin/app", ino),
+    );
+    let before = s.stats().maps_read;
+    s.user_frames(PID, &[leaf_addr(), 0x10, 0x20]);
+    assert_eq!(s.stats().maps_read, before);
+    s.user_frames(PID, &[leaf_addr(), 0x30]);
+    assert_eq!(s.stats().maps_read, before + 1);
+    s.user_frames(PID, &[leaf_addr(), 0x30, 0x20]);
+    assert_eq!(s.stats().maps_read, before + 1);
+    s.forget(PID);
+    assert!(s.processes.is_empty() && s.modules.values().all(|(_, o)| *o != Some(PID)));
+}
+
+#[test]
 fn a_replaced_binary_gives_module_and_offset() {
     let dir = tempfile::tempdir().expect("tempdir");
     let root = dir.path();

@@ -9,6 +9,9 @@ use super::process::{PerfSlot, ProcessCache, Slot, Status};
 use super::{Symbolizer, unresolved};
 use crate::model::stacks::{Frame, FrameKind};
 
+/// Addresses remembered per process as lying in no mapping at the last read of its maps.
+const MAX_UNMAPPED: usize = 256;
+
 /// An address's place in the stack, the address looked up, and its mapping's index.
 struct Pending {
     index: usize,
@@ -75,15 +78,27 @@ impl Symbolizer {
     }
 
     /// Reads the maps again when an address lies in no known mapping (the process mapped more
-    /// since), keeping what was found for the mappings still there.
+    /// since), keeping what was found for the mappings still there. Addresses the last read
+    /// did not place (a frame-pointer walk's garbage) do not make it read again.
     fn refresh_maps(&mut self, tgid: u32, p: &mut ProcessCache, lookups: &[u64]) {
-        if lookups.iter().all(|&a| p.maps.find(a).is_some()) {
+        let unknown = |p: &ProcessCache, a: u64| p.maps.find(a).is_none();
+        if lookups
+            .iter()
+            .all(|&a| !unknown(p, a) || p.unmapped.contains(&a))
+        {
             return;
         }
         if let Some(maps) = self.read_maps(tgid) {
             let keys: HashSet<_> = maps.mappings.iter().map(|m| m.key()).collect();
             p.slots.retain(|k, _| keys.contains(k));
             p.maps = maps;
+        }
+        let maps = &p.maps;
+        p.unmapped.retain(|&a| maps.find(a).is_none());
+        for &a in lookups {
+            if p.unmapped.len() < MAX_UNMAPPED && maps.find(a).is_none() {
+                p.unmapped.insert(a);
+            }
         }
     }
 
@@ -243,6 +258,7 @@ impl Symbolizer {
             ),
             (self.root.join(format!("tmp/perf-{tgid}.map")), tgid),
         ];
+        self.perf_held = self.perf_held.saturating_sub(p.perf.held_bytes());
         let caps = PerfMapCaps {
             max_bytes: self.limits.max_perf_map_bytes,
             max_entries: self.limits.max_perf_map_entries,
@@ -265,6 +281,7 @@ impl Symbolizer {
                     self.stats.perf_map_lines_malformed += map.malformed;
                     self.stats.perf_maps_truncated += u64::from(map.truncated);
                     let module = format!("/tmp/perf-{named}.map");
+                    self.perf_held += map.held_bytes;
                     p.perf = PerfSlot::Loaded {
                         path,
                         module,
