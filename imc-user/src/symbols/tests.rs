@@ -354,6 +354,40 @@ fn a_perf_map_that_is_not_a_regular_file_is_refused() {
 }
 
 #[test]
+fn a_container_perf_map_is_named_by_the_pid_inside() {
+    let dir = jit_root("");
+    let uid = unsafe { libc::getuid() };
+    let status = format!("Uid:\t{uid}\t{uid}\t{uid}\t{uid}\nNSpid:\t{PID}\t7\n");
+    write(&proc_dir(dir.path()).join("status"), &status);
+    write(
+        &proc_dir(dir.path()).join("root/tmp/perf-7.map"),
+        "7f0000001000 100 inside\n",
+    );
+    let mut s = Symbolizer::new(dir.path());
+    let f = &s.user_frames(PID, &[0x7f00_0000_1000])[0];
+    assert_eq!(f.function.as_deref(), Some("inside"));
+    assert_eq!(f.module.as_deref(), Some("/tmp/perf-7.map"));
+}
+
+#[test]
+fn a_perf_map_another_user_wrote_is_refused() {
+    let dir = jit_root("7f0000001000 100 forged\n");
+    let path = dir.path().join(format!("tmp/perf-{PID}.map"));
+    // Root's perf maps are trusted: as root, give the file to another user.
+    if unsafe { libc::getuid() } == 0 {
+        std::os::unix::fs::chown(&path, Some(4321), None).expect("chown");
+    }
+    let owner = fs::metadata(&path).expect("stat").uid();
+    let other = owner + 1;
+    let status = format!("Uid:\t{other}\t{other}\t{other}\t{other}\n");
+    write(&proc_dir(dir.path()).join("status"), &status);
+    let mut s = Symbolizer::new(dir.path());
+    let f = &s.user_frames(PID, &[0x7f00_0000_1000])[0];
+    assert_eq!(f.function, None);
+    assert_eq!(s.stats().perf_maps_refused, 1);
+}
+
+#[test]
 fn maps_are_bounded_and_only_code_is_kept() {
     let mut text = String::from("1000-2000 r--p 00000000 08:01 5 /bin/x\n");
     text.push_str("2000-3000 r-xp 00001000 08:01 5 /bin/x (deleted)\n");
@@ -382,6 +416,10 @@ fn maps_are_bounded_and_only_code_is_kept() {
     let whole = Maps::parse(text.as_bytes(), 1 << 20, 1000).expect("parse");
     assert!(!whole.truncated);
     assert_eq!(whole.mappings.len(), 102);
+    // The byte cap cuts the second line short: it is not taken.
+    let cut = Maps::parse(text.as_bytes().take_bytes(60), 60, 1000).expect("parse");
+    assert!(cut.truncated);
+    assert!(cut.mappings.is_empty());
 }
 
 #[test]
