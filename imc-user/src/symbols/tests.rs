@@ -121,7 +121,9 @@ fn fake_root_resolves_the_binary_its_maps_name() {
         &maps_line(&m, "/usr/bin/app", ino),
     );
     let mut s = Symbolizer::new(root);
-    let f = &s.user_frames(PID, &[leaf_addr()])[0];
+    // An address in no mapping on the first call does not read the maps a second time.
+    let f = &s.user_frames(PID, &[leaf_addr(), 0x10])[0];
+    assert_eq!(s.stats().maps_read, 1);
     assert!(
         f.function
             .as_deref()

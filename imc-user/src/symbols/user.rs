@@ -21,13 +21,16 @@ struct Pending {
 
 impl Symbolizer {
     pub(super) fn resolve_user(&mut self, tgid: u32, addrs: &[u64]) -> Vec<Frame> {
-        let mut p = match self.processes.remove(&tgid) {
-            Some(p) => p,
+        let (mut p, fresh) = match self.processes.remove(&tgid) {
+            Some(p) => (p, false),
             None => match self.read_maps(tgid) {
-                Some(maps) => ProcessCache {
-                    maps,
-                    ..ProcessCache::default()
-                },
+                Some(maps) => {
+                    let p = ProcessCache {
+                        maps,
+                        ..ProcessCache::default()
+                    };
+                    (p, true)
+                }
                 None => {
                     self.stats.processes_gone += 1;
                     return unresolved(addrs.len());
@@ -40,7 +43,7 @@ impl Symbolizer {
             .enumerate()
             .map(|(i, &a)| if i == 0 { a } else { a.saturating_sub(1) })
             .collect();
-        self.refresh_maps(tgid, &mut p, &lookups);
+        self.refresh_maps(tgid, &mut p, &lookups, fresh);
         let mut frames: Vec<Option<Frame>> = vec![None; addrs.len()];
         let mut by_mapping: BTreeMap<usize, Vec<Pending>> = BTreeMap::new();
         let mut perf_checked = false;
@@ -79,8 +82,9 @@ impl Symbolizer {
 
     /// Reads the maps again when an address lies in no known mapping (the process mapped more
     /// since), keeping what was found for the mappings still there. Addresses the last read
-    /// did not place (a frame-pointer walk's garbage) do not make it read again.
-    fn refresh_maps(&mut self, tgid: u32, p: &mut ProcessCache, lookups: &[u64]) {
+    /// did not place (a frame-pointer walk's garbage) do not make it read again, nor does any
+    /// address of the call that read them first (`fresh`).
+    fn refresh_maps(&mut self, tgid: u32, p: &mut ProcessCache, lookups: &[u64], fresh: bool) {
         let unknown = |p: &ProcessCache, a: u64| p.maps.find(a).is_none();
         if lookups
             .iter()
@@ -88,7 +92,7 @@ impl Symbolizer {
         {
             return;
         }
-        if let Some(maps) = self.read_maps(tgid) {
+        if !fresh && let Some(maps) = self.read_maps(tgid) {
             let keys: HashSet<_> = maps.mappings.iter().map(|m| m.key()).collect();
             p.slots.retain(|k, _| keys.contains(k));
             p.maps = maps;
