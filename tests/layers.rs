@@ -35,6 +35,8 @@ const LAYERS: &[(&str, u8)] = &[
     ("plan", 4),
     ("counting", 5),
     ("sampler", 5),
+    // Stack addresses → frames while the process lives (model, sys, discovery, text, settings).
+    ("symbols", 5),
     ("attribution", 6),
     // The sampler drained into the attributor, the interval clock, the sink trait.
     ("pipeline", 7),

@@ -6,6 +6,7 @@
 //! - [`sys`]: every syscall edge (perf_event_open, bpf, mmap of /dev/mem), replaceable in tests.
 //! - [`counting`]: userspace counting (perf, MCHBAR) for `imc stat`.
 //! - [`sampler`]: the eBPF tick sampler: load, attach, drain.
+//! - [`symbols`]: sampled call stacks' addresses → frames (ELF, DWARF, perf maps, kallsyms).
 //! - [`attribution`]: counter deltas → tasks; bursts.
 //! - [`record`]: the recording file format.
 //! - [`output`]: tables, JSON lines, CSV, the live view.
@@ -26,6 +27,7 @@ pub mod record;
 pub mod sampler;
 pub mod settings;
 pub mod simulator;
+pub mod symbols;
 pub mod sys;
 pub mod text;
 pub mod web;
