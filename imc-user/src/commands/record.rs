@@ -432,6 +432,7 @@ pub fn run(global: &GlobalArgs, args: &RecordArgs) -> CliResult<ExitCode> {
         per_channel: false,
         verbose: global.verbose,
         peaks: package_peaks(&global.root, &found, &sel.plan),
+        root: global.root.clone(),
     };
     // Cgroup paths go into the recording, so a report elsewhere still names containers.
     let mut named =

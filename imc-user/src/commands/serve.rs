@@ -105,6 +105,7 @@ pub fn run(global: &GlobalArgs, args: &ServeArgs) -> CliResult<ExitCode> {
         per_channel: true,
         verbose: global.verbose,
         peaks,
+        root: global.root.clone(),
     };
     block_on(async {
         // Bound first, so a port in use is said before the sampler loads; served only once the

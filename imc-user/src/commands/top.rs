@@ -104,6 +104,7 @@ pub fn run(global: &GlobalArgs, args: &TopArgs) -> CliResult<ExitCode> {
         per_channel: false,
         verbose: global.verbose,
         peaks: package_peaks(&global.root, &found, &sel.plan),
+        root: global.root.clone(),
     };
     let mut named = Naming::new(paths, args.by, sink).pids(crate::model::PidFilter::new(&args.pid));
     block_on(async { Ok(sample_loop(&opts, &found, &sel.plan, &mut named).await?) })

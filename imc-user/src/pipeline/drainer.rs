@@ -72,6 +72,16 @@ impl<S: RecordSource> Drainer<S> {
         drainer
     }
 
+    /// The run's end: the stacks still being resolved, waited for and handed on.
+    pub fn finish_stacks(&mut self, sink: &mut dyn Sink) -> std::io::Result<()> {
+        if let Some(r) = self.stacks.as_mut() {
+            for b in r.finish() {
+                sink.stacks(&b)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Resolve and hand on the stacks the sampler takes, at every drain.
     pub fn stacks(mut self, resolver: Option<super::stacks::StackResolver>) -> Drainer<S> {
         self.stacks = resolver;
@@ -216,10 +226,10 @@ impl<S: RecordSource> Drainer<S> {
         self.batch = batch;
         self.order = order;
         result?;
-        if let Some(r) = self.stacks.as_mut()
-            && let Some(b) = r.drain(&mut self.sampler, now_ns)
-        {
-            sink.stacks(&b)?;
+        if let Some(r) = self.stacks.as_mut() {
+            for b in r.drain(&mut self.sampler, now_ns) {
+                sink.stacks(&b)?;
+            }
         }
         self.read_packages(false);
         while go_on

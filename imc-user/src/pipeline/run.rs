@@ -78,6 +78,8 @@ pub struct LoopOptions<'a> {
     /// Each package's theoretical peak (package id, bytes/s), where it is known: intervals say
     /// the packages' utilisation.
     pub peaks: Vec<(u32, f64)>,
+    /// `--root`: where stacks' processes and binaries are found (`proc/PID/maps`).
+    pub root: std::path::PathBuf,
 }
 
 /// Drains the sampler as the plan's [`crate::plan::Drain`] says into the attributor and hands
@@ -107,8 +109,9 @@ pub async fn sample_loop(
         .latency(open_latency(found, plan, sink))
         .peaks(opts.peaks.clone())
         .stacks(plan.stacks.as_ref().map(|_| {
+            let root = opts.root.clone();
             super::stacks::StackResolver::new(
-                Box::new(super::stacks::AddressFrames),
+                Box::new(move || Box::new(crate::symbols::Symbolizer::new(&root))),
                 plan.slots.len(),
             )
         }));
@@ -280,6 +283,7 @@ fn drain_once(
         return Ok(false);
     }
     if finished {
+        drainer.finish_stacks(sink).map_err(PipelineError::Output)?;
         let result = drainer.close(true);
         drainer.say_fallbacks(&result, sink);
         sink.interval(&result).map_err(PipelineError::Output)?;

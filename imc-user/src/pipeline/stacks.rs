@@ -1,12 +1,20 @@
-//! The stacks of a drain resolved into frames while their processes still run: each
-//! (process, stack id) is turned into frames once and kept, so a short-lived process keeps its
-//! frames after it is gone, and a recording needs neither the process nor its binaries.
-use crate::model::stacks::{Frame, LOST_STACK_FRAME, StackBatch, StackCharge, TRUNCATED_FRAME};
+//! The stacks of each drain resolved into frames while their processes still run, on a thread
+//! of their own: a binary's first symbolization reads its symbols and debug information, which
+//! can take seconds, and the sampling loop must not wait for it (its rings would fill and its
+//! intervals close late). Each (process, stack) is resolved once and kept, so a short-lived
+//! process keeps its frames after it is gone, and a recording needs neither the process nor
+//! its binaries. A drain's batch is handed on once every stack it names is resolved, in drain
+//! order; the run's end waits for the last ones.
+use crate::model::stacks::{
+    Frame, LOST_STACK_FRAME, StackBatch, StackCharge, TRUNCATED_FRAME, UNRESOLVED_FRAME,
+};
 use crate::sampler::RecordSource;
 use crate::sampler::stacks::StackEntry;
-use imc_common::{NO_STACK, STACK_DEPTH};
-use std::collections::HashMap;
+use imc_common::{NO_STACK, STACK_DEPTH, StackCounts};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::time::{Duration, Instant};
 
 /// Turns addresses into frames (the symbolizer; a plain one in tests).
 pub trait FrameSource {
@@ -16,121 +24,233 @@ pub trait FrameSource {
     fn kernel_frames(&mut self, addrs: &[u64]) -> Vec<Frame>;
 }
 
+/// Makes the frame source on the resolving thread (a symbolizer need not be `Send`).
+pub type MakeFrames = Box<dyn FnOnce() -> Box<dyn FrameSource> + Send>;
+
 /// Stacks kept resolved at once, at most: past it the cache starts afresh (a stack seen again
 /// is resolved again).
 const CACHE_MAX: usize = 200_000;
+/// How long the run's end waits for the last stacks to be resolved.
+const FINISH_WAIT: Duration = Duration::from_secs(10);
 
-/// Resolves each drain's stack entries into a [`StackBatch`].
+/// (tgid, user stack id, kernel stack id).
+type Key = (u32, i32, i32);
+
+/// A stack to resolve: its addresses, read from the kernel's map at the drain (None: the map
+/// holds no such stack, or it was not asked for).
+struct Request {
+    key: Key,
+    user: Option<Vec<u64>>,
+    kernel: Option<Vec<u64>>,
+    kernel_asked: bool,
+}
+
+/// A drain's entries, waiting for their stacks.
+struct Pending {
+    t_ns: u64,
+    entries: Vec<(Key, StackCounts)>,
+    dropped: u64,
+}
+
+/// Resolves each drain's stack entries into [`StackBatch`]es, off the sampling thread.
 pub struct StackResolver {
-    frames: Box<dyn FrameSource + Send>,
-    /// (tgid, user stack id, kernel stack id) → frames.
-    cache: HashMap<(u32, i32, i32), Arc<[Frame]>>,
+    tx: Option<Sender<Request>>,
+    rx: Receiver<(Key, Arc<[Frame]>)>,
+    cache: HashMap<Key, Arc<[Frame]>>,
+    waiting: HashSet<Key>,
+    pending: VecDeque<Pending>,
     entries: Vec<StackEntry>,
     nr_slots: usize,
     dropped_before: u64,
 }
 
 impl StackResolver {
-    pub fn new(frames: Box<dyn FrameSource + Send>, nr_slots: usize) -> StackResolver {
+    /// Starts the resolving thread with the frame source `make` builds there.
+    pub fn new(make: MakeFrames, nr_slots: usize) -> StackResolver {
+        let (tx, requests) = std::sync::mpsc::channel::<Request>();
+        let (done, rx) = std::sync::mpsc::channel();
+        let spawned = std::thread::Builder::new()
+            .name("imc-stacks".into())
+            .spawn(move || {
+                let mut frames = make();
+                for r in requests {
+                    let f = frames_of(frames.as_mut(), &r);
+                    if done.send((r.key, f)).is_err() {
+                        break;
+                    }
+                }
+            });
         StackResolver {
-            frames,
+            // Without the thread every stack stays unresolved (said by its frame).
+            tx: spawned.is_ok().then_some(tx),
+            rx,
             cache: HashMap::new(),
+            waiting: HashSet::new(),
+            pending: VecDeque::new(),
             entries: Vec::new(),
             nr_slots,
             dropped_before: 0,
         }
     }
 
-    /// Everything charged to stacks since the last drain, resolved; None when nothing was.
-    pub fn drain(&mut self, src: &mut impl RecordSource, t_ns: u64) -> Option<StackBatch> {
+    /// Takes what the kernel charged to stacks since the last drain, asks for the stacks not
+    /// resolved yet, and returns the batches whose stacks are all resolved, oldest first.
+    pub fn drain(&mut self, src: &mut impl RecordSource, t_ns: u64) -> Vec<StackBatch> {
         let mut entries = std::mem::take(&mut self.entries);
         entries.clear();
         let n = src.drain_stacks(&mut entries);
         let dropped_total = src.stacks_dropped();
         let dropped = dropped_total.saturating_sub(self.dropped_before);
         self.dropped_before = dropped_total;
-        let charges: Vec<StackCharge> = entries
-            .iter()
-            .map(|(k, c)| StackCharge {
-                tgid: k.tgid,
-                frames: self.frames_of(src, k.tgid, k.user_stack, k.kernel_stack),
-                on_ns: c.on_ns,
-                slices: c.slices,
-                slots: c.slots[..self.nr_slots.min(c.slots.len())].to_vec(),
-            })
-            .collect();
+        if n > 0 || dropped > 0 {
+            let keyed: Vec<(Key, StackCounts)> = entries
+                .iter()
+                .map(|(k, c)| ((k.tgid, k.user_stack, k.kernel_stack), *c))
+                .collect();
+            for (key, _) in &keyed {
+                self.ask(src, *key);
+            }
+            self.pending.push_back(Pending {
+                t_ns,
+                entries: keyed,
+                dropped,
+            });
+        }
         self.entries = entries;
-        (n > 0 || dropped > 0).then_some(StackBatch {
-            t_ns,
-            charges,
-            dropped,
-        })
+        self.take_resolved(None);
+        self.ready(false)
     }
 
-    fn frames_of(
-        &mut self,
-        src: &impl RecordSource,
-        tgid: u32,
-        user: i32,
-        kernel: i32,
-    ) -> Arc<[Frame]> {
-        if let Some(f) = self.cache.get(&(tgid, user, kernel)) {
-            return f.clone();
+    /// The run's end: waits (a bounded time) for the stacks still being resolved and returns
+    /// every batch left; a stack not resolved by then is shown as unresolved.
+    pub fn finish(&mut self) -> Vec<StackBatch> {
+        let deadline = Instant::now() + FINISH_WAIT;
+        while !self.waiting.is_empty() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() || !self.take_resolved(Some(left)) {
+                break;
+            }
         }
-        let mut frames = Vec::new();
-        let mut cut = false;
-        if kernel != NO_STACK {
-            match src.stack_addresses(kernel) {
-                Some(a) => {
-                    cut |= a.len() >= STACK_DEPTH;
-                    frames.extend(self.frames.kernel_frames(&a));
+        self.ready(true)
+    }
+
+    fn ask(&mut self, src: &impl RecordSource, key: Key) {
+        if self.cache.contains_key(&key) || self.waiting.contains(&key) {
+            return;
+        }
+        let (_, user, kernel) = key;
+        let read = |id: i32| (id != NO_STACK).then(|| src.stack_addresses(id)).flatten();
+        let req = Request {
+            key,
+            user: read(user),
+            kernel: read(kernel),
+            kernel_asked: kernel != NO_STACK,
+        };
+        let sent = self.tx.as_ref().is_some_and(|tx| tx.send(req).is_ok());
+        if sent {
+            self.waiting.insert(key);
+        } else {
+            self.cache
+                .insert(key, vec![Frame::marker(UNRESOLVED_FRAME)].into());
+        }
+    }
+
+    /// Takes the resolved stacks that are back (waiting up to `wait` for one, where given);
+    /// returns whether any came.
+    fn take_resolved(&mut self, wait: Option<Duration>) -> bool {
+        let mut any = false;
+        if let Some(w) = wait {
+            match self.rx.recv_timeout(w) {
+                Ok((k, f)) => {
+                    self.keep(k, f);
+                    any = true;
                 }
-                None => frames.push(Frame::marker(LOST_STACK_FRAME)),
+                Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => return false,
             }
         }
-        match src.stack_addresses(user) {
-            Some(a) if user != NO_STACK => {
-                cut |= a.len() >= STACK_DEPTH;
-                frames.extend(self.frames.user_frames(tgid, &a));
-            }
-            _ => frames.push(Frame::marker(LOST_STACK_FRAME)),
+        while let Ok((k, f)) = self.rx.try_recv() {
+            self.keep(k, f);
+            any = true;
         }
-        if cut {
-            frames.push(Frame::marker(TRUNCATED_FRAME));
-        }
-        let frames: Arc<[Frame]> = frames.into();
-        if self.cache.len() >= CACHE_MAX {
+        any
+    }
+
+    fn keep(&mut self, k: Key, f: Arc<[Frame]>) {
+        self.waiting.remove(&k);
+        if self.cache.len() >= CACHE_MAX && self.waiting.is_empty() && self.pending.is_empty() {
             self.cache.clear();
         }
-        self.cache.insert((tgid, user, kernel), frames.clone());
-        frames
+        self.cache.insert(k, f);
+    }
+
+    /// The pending batches, oldest first, whose stacks are all resolved (all of them, with
+    /// unresolved frames for what is missing, when `all`).
+    fn ready(&mut self, all: bool) -> Vec<StackBatch> {
+        let mut out = Vec::new();
+        while let Some(p) = self.pending.front() {
+            if !all && p.entries.iter().any(|(k, _)| !self.cache.contains_key(k)) {
+                break;
+            }
+            let Some(p) = self.pending.pop_front() else {
+                break;
+            };
+            let charges = p
+                .entries
+                .iter()
+                .map(|(k, c)| StackCharge {
+                    tgid: k.0,
+                    frames: self
+                        .cache
+                        .get(k)
+                        .cloned()
+                        .unwrap_or_else(|| vec![Frame::marker(UNRESOLVED_FRAME)].into()),
+                    on_ns: c.on_ns,
+                    slices: c.slices,
+                    slots: c.slots[..self.nr_slots.min(c.slots.len())].to_vec(),
+                })
+                .collect();
+            out.push(StackBatch {
+                t_ns: p.t_ns,
+                charges,
+                dropped: p.dropped,
+            });
+        }
+        out
     }
 }
 
-/// Frames that name only the address: where no symbolizer is at hand.
-pub struct AddressFrames;
+/// A stack's frames: kernel frames (where taken) then user frames, each leaf first; a stack
+/// the map did not hold is one marker, one cut at the depth limit ends in another.
+fn frames_of(src: &mut dyn FrameSource, r: &Request) -> Arc<[Frame]> {
+    let mut frames = Vec::new();
+    let mut cut = false;
+    if r.kernel_asked {
+        match &r.kernel {
+            Some(a) => {
+                cut |= a.len() >= STACK_DEPTH;
+                frames.extend(src.kernel_frames(a));
+            }
+            None => frames.push(Frame::marker(LOST_STACK_FRAME)),
+        }
+    }
+    match &r.user {
+        Some(a) => {
+            cut |= a.len() >= STACK_DEPTH;
+            frames.extend(src.user_frames(r.key.0, a));
+        }
+        None => frames.push(Frame::marker(LOST_STACK_FRAME)),
+    }
+    if cut {
+        frames.push(Frame::marker(TRUNCATED_FRAME));
+    }
+    frames.into()
+}
 
-impl FrameSource for AddressFrames {
-    fn user_frames(&mut self, _tgid: u32, addrs: &[u64]) -> Vec<Frame> {
-        addrs.iter().map(|&a| address_frame(a, false)).collect()
+impl FrameSource for crate::symbols::Symbolizer {
+    fn user_frames(&mut self, tgid: u32, addrs: &[u64]) -> Vec<Frame> {
+        crate::symbols::Symbolizer::user_frames(self, tgid, addrs)
     }
     fn kernel_frames(&mut self, addrs: &[u64]) -> Vec<Frame> {
-        addrs.iter().map(|&a| address_frame(a, true)).collect()
-    }
-}
-
-fn address_frame(a: u64, kernel: bool) -> Frame {
-    Frame {
-        kind: if kernel {
-            crate::model::stacks::FrameKind::Kernel
-        } else {
-            crate::model::stacks::FrameKind::User
-        },
-        function: None,
-        module: None,
-        offset: a,
-        build_id: None,
-        file: None,
-        line: None,
+        crate::symbols::Symbolizer::kernel_frames(self, addrs)
     }
 }

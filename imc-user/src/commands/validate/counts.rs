@@ -193,7 +193,8 @@ impl Bound {
             "mbm" => format!("imc's bytes within {} of resctrl MBM's", self.bound),
             "stacks" => format!(
                 "of a workload's {} charged to resolved stacks, ≤ {} outside its own function",
-                self.event, self.bound
+                self.event,
+                trim_float(self.bound)
             ),
             "truth-complete" => {
                 "no truth sample lost or throttled (else rerun with less load)".to_string()

@@ -271,6 +271,7 @@ fn sample(
         verbose: global.verbose,
         // Validate compares counts with their truth; utilisation is not one of them.
         peaks: Vec::new(),
+        root: global.root.clone(),
     };
     let ran = block_on(async { Ok(sample_loop(&opts, found, plan, &mut sink).await?) });
     let intervals = std::mem::take(&mut sink.intervals);

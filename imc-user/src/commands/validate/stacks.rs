@@ -1,12 +1,13 @@
 //! `imc validate --stacks`: each workload makes its traffic in a function of its own
 //! (`validate_<kind>`); of the traffic imc charged to the workload's stacks, the share whose
 //! stack runs through that function, beside the bound a frame-pointer walk must meet.
+use super::comparable::ZERO_CHARGE_BOUND;
 use super::counts::{Bound, Ident, owner};
 use super::workloads::function_of;
 use crate::attribution::stacks::StackTotals;
 use crate::model::SlotSpec;
 use crate::model::result::IntervalResult;
-use crate::model::stacks::{StackBatch, UNRESOLVED_FRAME};
+use crate::model::stacks::{LOST_STACK_FRAME, StackBatch, UNRESOLVED_FRAME};
 use serde::Serialize;
 
 /// The least share of a workload's charged traffic that must land in stacks through its
@@ -23,8 +24,9 @@ pub(super) struct StackRow {
     pub(super) charged: f64,
     /// Of which in stacks through `function`.
     pub(super) through: f64,
-    /// Of which in stacks whose frames could not be resolved (a process gone before its
-    /// drain).
+    /// Of which in no stack it could tell: frames not resolved (a process gone before its
+    /// drain) or no user stack taken (a task's last slice ends after it has left its memory:
+    /// its stack is gone by its final switch).
     pub(super) unresolved: f64,
     /// `through / (charged − unresolved)`: of the traffic whose frames were resolved, the
     /// share through `function` (null: nothing resolved was charged).
@@ -72,7 +74,7 @@ pub(super) fn stack_rows(
         row.charged += v;
         if names().any(|n| n == row.function || n.ends_with(&format!("::{}", row.function))) {
             row.through += v;
-        } else if names().any(|n| n == UNRESOLVED_FRAME) {
+        } else if names().any(|n| n == UNRESOLVED_FRAME || n == LOST_STACK_FRAME) {
             row.unresolved += v;
         }
     }
@@ -83,11 +85,14 @@ pub(super) fn stack_rows(
     rows
 }
 
-/// The bound per workload whose resolved stacks were charged anything: the share outside its
-/// function (1 − share) at most 1 − [`SHARE_BOUND`]. Traffic of processes gone before their
-/// frames were resolved (the burst's children live for a millisecond) is shown apart.
+/// The bound per workload that makes the traffic (charged more than a workload that makes
+/// none may be: [`ZERO_CHARGE_BOUND`]): of what its resolved stacks were charged, the share
+/// outside its function (1 − share) at most 1 − [`SHARE_BOUND`]. Traffic of processes gone
+/// before their frames were resolved (the burst's children live for a millisecond) is shown
+/// apart.
 pub(super) fn stack_bounds(rows: &[StackRow]) -> Vec<Bound> {
     rows.iter()
+        .filter(|r| r.charged - r.unresolved > ZERO_CHARGE_BOUND)
         .filter_map(|r| {
             let share = r.share?;
             Some(Bound::measured(

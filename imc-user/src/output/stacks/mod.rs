@@ -3,6 +3,7 @@
 //! Perfetto), all from one [`crate::model::stacks::StackProfile`].
 pub mod flamegraph;
 pub mod folded;
+pub mod functions;
 pub mod pprof;
 #[cfg(test)]
 mod tests;

@@ -140,3 +140,27 @@ fn pprof_is_gzipped_with_profile_proto_fields() {
     let mut is = protobuf::CodedInputStream::from_bytes(vals);
     assert_eq!(is.read_raw_varint64().unwrap(), 300);
 }
+
+#[test]
+fn top_functions_count_self_at_the_leaf_and_total_once_per_stack() {
+    let mut p = profile();
+    // A recursive stack: main → hot_three → hot_three (leaf), 50 more.
+    p.stacks.push(crate::model::stacks::Stack {
+        frames: vec![1, 1, 0],
+    });
+    p.samples.push(StackSample {
+        tgid: 42,
+        comm: "two".into(),
+        cgroup: None,
+        stack: 2,
+        values: vec![50],
+    });
+    let top = super::functions::top_functions(&p, 42, 10);
+    let names: Vec<&str> = top.iter().map(|f| f.function.as_str()).collect();
+    assert_eq!(names, ["main", "hot_three", "hot;one"]);
+    assert_eq!((top[0].self_value, top[0].total_value), (0, 450));
+    assert_eq!((top[1].self_value, top[1].total_value), (350, 350));
+    assert!((top[1].share - 350.0 / 450.0).abs() < 1e-9);
+    assert!(super::functions::top_functions(&p, 7, 10).is_empty());
+    assert_eq!(super::functions::top_functions(&p, 42, 1).len(), 1);
+}
