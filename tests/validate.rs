@@ -676,3 +676,34 @@ fn nothing_is_left_after_int_term_or_kill_and_the_next_run_removes_stale_groups(
         );
     }
 }
+
+/// `--stacks`: each workload that makes page faults makes them in its own function
+/// (`validate_<kind>`), and validate holds the share of its stacks through it to 0.98.
+#[test]
+fn live_with_stacks_each_workload_traffic_is_in_its_own_function() {
+    if !sampler_prerequisites() {
+        return;
+    }
+    let _one = live_lock();
+    let (code, v, stderr) = validate(&["--stacks", "--duration", "2"]);
+    let rows = v["stacks"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no stacks section: {v}"));
+    assert_eq!(rows.len(), WORKLOADS.len(), "{rows:?}");
+    let toucher = rows.iter().find(|r| r["name"] == "toucher").unwrap();
+    assert_eq!(toucher["function"], "validate_toucher");
+    assert!(toucher["charged"].as_f64().unwrap() > 1000.0, "{toucher}");
+    assert!(toucher["share"].as_f64().unwrap() >= 0.98, "{toucher}");
+    let stack_bounds: Vec<&Value> = v["bounds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|b| b["figure"] == "stacks")
+        .collect();
+    assert!(!stack_bounds.is_empty());
+    assert!(
+        stack_bounds.iter().all(|b| b["pass"] == true),
+        "{stack_bounds:?}: {stderr}"
+    );
+    assert_eq!(code, Some(if v["pass"] == true { 0 } else { 1 }));
+}

@@ -18,7 +18,10 @@
 //!                                      (tests/scenarios/README.md)
 //!   cargo xtask accuracy --live [--rounds R] [SCENARIO.json...]
 //!                                      also `imc validate` R times here: mean error ± s.e.
+//!   cargo xtask accuracy --stacks [--rounds R]
+//!                                      traffic by call stack against `perf record -g` here
 mod accuracy_live;
+mod accuracy_stacks;
 mod bench_overhead;
 mod bench_scale;
 mod bench_serve;
@@ -298,6 +301,21 @@ fn test_all(args: &[String]) -> Result<()> {
 /// `cargo xtask accuracy`: the scenarios through the simulator, and with --live the real
 /// workloads through `imc validate`.
 fn accuracy(mut args: Vec<String>) -> Result<ExitCode> {
+    if let Some(i) = args.iter().position(|a| a == "--stacks") {
+        args.remove(i);
+        let rounds = match args.iter().position(|a| a == "--rounds") {
+            Some(j) if j + 1 < args.len() => args[j + 1]
+                .parse::<u32>()
+                .ok()
+                .filter(|&r| (1..=100).contains(&r))
+                .with_context(|| format!("--rounds {}: give 1 to 100", args[j + 1]))?,
+            Some(_) => bail!("--rounds needs a number of rounds (1 or more)"),
+            None => 3,
+        };
+        let bin = build(true)?;
+        let ok = accuracy_stacks::run(&bin, rounds)?;
+        return Ok(ExitCode::from(u8::from(!ok)));
+    }
     let live = accuracy_live::take_live(&mut args)?;
     let scenarios = args.iter().any(|a| !a.starts_with('-'));
     let mut code = 0;

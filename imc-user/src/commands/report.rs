@@ -595,6 +595,11 @@ pub fn run(_global: &GlobalArgs, args: &ReportArgs) -> CliResult<ExitCode> {
     if super::report_stacks::wanted(args) {
         super::report_stacks::write(args, open_run(&args.file)?)?;
     }
+    // `--json`: each task's top functions, where the recording has stacks.
+    let stacks = match args.json {
+        true => super::report_stacks::profile_of(open_run(&args.file)?)?,
+        false => (Default::default(), false),
+    };
     let readers = open_run(&args.file)?;
     let header = readers
         .last()
@@ -654,6 +659,7 @@ pub fn run(_global: &GlobalArgs, args: &ReportArgs) -> CliResult<ExitCode> {
         header: &header,
         unit: &unit,
         latency: (&whole.latency, &latency),
+        stacks: stacks.1.then_some(&stacks.0),
     };
     let text = if args.json {
         json_text(args, &out)?
@@ -673,6 +679,8 @@ struct Outcome<'a> {
     unit: &'a Unit,
     /// The recording's latency and utilisation, interval by interval and per package.
     latency: (&'a LatencySeries, &'a [PackageLatencySummary]),
+    /// Its traffic by call stack, where it was recorded with `--stacks`.
+    stacks: Option<&'a crate::model::stacks::StackProfile>,
 }
 
 /// The run's packages carry their mean latency and utilisation over the intervals that have
@@ -710,6 +718,9 @@ fn json_text(args: &ReportArgs, out: &Outcome<'_>) -> CliResult<String> {
     let or_null = |empty: bool, x| if empty { serde_json::Value::Null } else { x };
     v["package_latency"] = or_null(series.is_empty(), serde_json::json!(series.points));
     v["latency_summary"] = or_null(summary.is_empty(), serde_json::json!(summary));
+    if let Some(p) = out.stacks {
+        super::report_stacks::add_json(&mut v, p);
+    }
     let mut s = v.to_string();
     s.push('\n');
     Ok(s)

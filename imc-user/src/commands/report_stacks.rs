@@ -115,3 +115,30 @@ fn write_error(p: &Path, e: impl std::error::Error + Send + Sync + 'static) -> C
         e,
     )
 }
+
+/// Functions listed per task in `report --json`.
+const TOP_FUNCTIONS: usize = 10;
+
+/// `report --json` of a recording with stacks: each task row gains `top_functions` (its
+/// process's, by traffic in total: `function`, `self_value`, `total_value`, `share`), and the
+/// report a `stacks` object (`sample_types`, `lost_stacks`, `truncated_stacks`).
+pub fn add_json(v: &mut serde_json::Value, p: &StackProfile) {
+    use crate::output::stacks::functions::top_functions;
+    for row in v
+        .get_mut("tasks")
+        .and_then(serde_json::Value::as_array_mut)
+        .into_iter()
+        .flatten()
+    {
+        let Some(tgid) = row.get("tgid").and_then(serde_json::Value::as_u64) else {
+            continue;
+        };
+        let top = top_functions(p, tgid as u32, TOP_FUNCTIONS);
+        row["top_functions"] = serde_json::json!(top);
+    }
+    v["stacks"] = serde_json::json!({
+        "sample_types": p.sample_types,
+        "lost_stacks": p.lost_stacks,
+        "truncated_stacks": p.truncated_stacks,
+    });
+}

@@ -35,13 +35,55 @@ struct JsonLines {
     counts: bool,
     /// `--by`: a group row's pid, tgid and comm are null unless the key is that field.
     by: crate::model::GroupBy,
+    /// `--stacks`: the intervals and stacks the rows' top functions are taken from.
+    stacks: Option<crate::attribution::stack_window::StackWindow>,
+}
+
+/// Functions listed per row of `top --json --stacks`.
+const TOP_FUNCTIONS: usize = 5;
+
+impl JsonLines {
+    /// The interval's JSON line; with `--stacks`, each row with its process's top functions
+    /// (`top_functions`: `function`, `self_value`, `total_value`, `share`).
+    fn line(&mut self, r: &IntervalResult) -> std::io::Result<String> {
+        let unit = self.counts.then_some("counts/s");
+        let text = crate::output::json::to_json_by(r, unit, self.by)?;
+        let Some(w) = self.stacks.as_mut() else {
+            return Ok(text);
+        };
+        w.add_interval(r);
+        // Stacks come a drain or two after the slices they charge (they are resolved off the
+        // loop's thread): the rows' functions are those of the last three intervals.
+        let len = r.t_end_ns.saturating_sub(r.t_start_ns);
+        let p = w.profile(r.t_start_ns.saturating_sub(2 * len), r.t_end_ns, |t| t);
+        let mut v: serde_json::Value = serde_json::from_str(&text)?;
+        for row in v
+            .get_mut("tasks")
+            .and_then(serde_json::Value::as_array_mut)
+            .into_iter()
+            .flatten()
+        {
+            if let Some(tgid) = row.get("tgid").and_then(serde_json::Value::as_u64) {
+                let top =
+                    crate::output::stacks::functions::top_functions(&p, tgid as u32, TOP_FUNCTIONS);
+                row["top_functions"] = serde_json::json!(top);
+            }
+        }
+        Ok(v.to_string())
+    }
 }
 
 impl Sink for JsonLines {
+    fn stacks(&mut self, batch: &crate::model::stacks::StackBatch) -> std::io::Result<()> {
+        if let Some(w) = self.stacks.as_mut() {
+            w.add_batch(batch);
+        }
+        Ok(())
+    }
+
     fn interval(&mut self, r: &IntervalResult) -> std::io::Result<bool> {
-        let unit = self.counts.then_some("counts/s");
-        let line = crate::output::json::to_json_by(r, unit, self.by)
-            .map_err(std::io::Error::from)
+        let line = self
+            .line(r)
             .and_then(|s| writeln!(self.out, "{s}"))
             .and_then(|()| self.out.flush());
         match line {
@@ -88,6 +130,11 @@ pub fn run(global: &GlobalArgs, args: &TopArgs) -> CliResult<ExitCode> {
             out: std::io::stdout().lock(),
             counts: cfg.units == Units::Counts,
             by: args.by,
+            stacks: sel
+                .plan
+                .stacks
+                .as_ref()
+                .map(|_| crate::attribution::stack_window::StackWindow::new(specs.clone())),
         };
         &mut lines
     } else {

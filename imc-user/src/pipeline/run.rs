@@ -133,9 +133,11 @@ fn say_losses(sampler: &Sampler) {
     };
     let _ = writeln!(
         crate::text::held_log::Writer,
-        "imc: sampler: {} records lost, {} switches unseen (their slices charged to no task)",
+        "imc: sampler: {} records lost, {} switches unseen (their slices charged to no task), \
+         {} charged slices in no stack (the kernel's stack-count map was full)",
         stats.lost(),
-        stats.unseen_switches()
+        stats.unseen_switches(),
+        stats.stacks_dropped()
     );
 }
 
