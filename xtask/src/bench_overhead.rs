@@ -9,6 +9,7 @@
 //! - alone;
 //! - `imc record` — the default tick: imc's program on the kernel's own timer tick and on
 //!   sched_switch, no interrupt of its own;
+//! - `imc record --stacks` — the same, taking the call stack of every charged slice;
 //! - `imc record --freq 1000` — imc's own cpu-clock timer on every CPU;
 //! - `perf record -e cpu-clock -F 1000 -a` (cpu-clock: there may be no hardware PMU);
 //! - for the context-switch workload, `perf record -e sched:sched_switch -a`.
@@ -68,6 +69,10 @@ const TARGET_CPU_SLOWDOWN_PCT: f64 = 0.5;
 const TARGET_VS_PERF_CLOCK: f64 = 0.2;
 const TARGET_VS_PERF_SWITCH: f64 = 0.5;
 const TARGET_COLLECTOR_PCT: f64 = 0.1;
+/// `--stacks`: the collector's CPU at most twice its CPU without stacks, and at most 0.1% of
+/// the machine.
+const TARGET_STACKS_RATIO: f64 = 2.0;
+const TARGET_STACKS_PCT: f64 = 0.1;
 /// Issue 23, switch-heavy: imc's userspace CPU as a share (%) of the machine; the program's ns
 /// per switch against this many times the bare program's (plus the counter reads it makes);
 /// records drained per second against this many times CPUs × HZ.
@@ -212,9 +217,10 @@ impl Bench {
                 }
                 Ok(w)
             }
-            Arm::ImcTick => self.under_imc(kind, units, None, false),
-            Arm::ImcFreq => self.under_imc(kind, units, Some(FREQ), false),
-            Arm::ImcPrecise => self.under_imc(kind, units, None, true),
+            Arm::ImcTick => self.under_imc(kind, units, None, &[]),
+            Arm::ImcStacks => self.under_imc(kind, units, None, &["--stacks"]),
+            Arm::ImcFreq => self.under_imc(kind, units, Some(FREQ), &[]),
+            Arm::ImcPrecise => self.under_imc(kind, units, None, &["--precise"]),
             Arm::BareSwitch | Arm::BareSwitchRead | Arm::BareSwitchClock => {
                 let flag = match arm {
                     Arm::BareSwitchRead => "--bare-switch-read",
@@ -237,7 +243,7 @@ impl Bench {
         kind: Kind,
         units: u64,
         freq: Option<u32>,
-        precise: bool,
+        flags: &[&str],
     ) -> Result<Work> {
         self.runs += 1;
         let file = self.dir.join(format!("run{}.imc", self.runs));
@@ -246,9 +252,7 @@ impl Bench {
         if let Some(f) = freq {
             argv.extend(["--freq".into(), f.to_string()]);
         }
-        if precise {
-            argv.push("--precise".into());
-        }
+        argv.extend(flags.iter().map(|f| f.to_string()));
         for e in &self.imc_events {
             argv.extend(["-e".into(), e.clone()]);
         }
@@ -476,6 +480,30 @@ fn checks(all: &[KindRuns]) -> Vec<Check> {
                 what: format!("{}: collector CPU, % of the machine", r.kind.arg()),
                 figure: mean_se(&v),
                 target: TARGET_COLLECTOR_PCT,
+                detail: "imc's CPU + its BPF run time, over wall × CPUs".into(),
+            });
+        }
+        if let (Some(with), Some(without)) = (r.runs(Arm::ImcStacks), r.runs(Arm::ImcTick)) {
+            // Per round: the collector's CPU with stacks over the same round's without.
+            let ratio: Vec<f64> = with
+                .iter()
+                .zip(without)
+                .map(|(w, o)| w.collector_pct(r.cpus) / o.collector_pct(r.cpus).max(1e-9))
+                .collect();
+            out.push(Check {
+                what: format!("{}: collector CPU with --stacks / without", r.kind.arg()),
+                figure: mean_se(&ratio),
+                target: TARGET_STACKS_RATIO,
+                detail: "per round, the same workload's runs".into(),
+            });
+            let v: Vec<f64> = with.iter().map(|w| w.collector_pct(r.cpus)).collect();
+            out.push(Check {
+                what: format!(
+                    "{}: collector CPU with --stacks, % of the machine",
+                    r.kind.arg()
+                ),
+                figure: mean_se(&v),
+                target: TARGET_STACKS_PCT,
                 detail: "imc's CPU + its BPF run time, over wall × CPUs".into(),
             });
         }

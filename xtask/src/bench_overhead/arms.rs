@@ -47,7 +47,7 @@ impl Kind {
         }
     }
     pub(super) fn arms(self, perf: bool) -> Vec<Arm> {
-        let mut v = vec![Arm::Alone, Arm::ImcTick, Arm::ImcFreq];
+        let mut v = vec![Arm::Alone, Arm::ImcTick, Arm::ImcStacks, Arm::ImcFreq];
         if self == Kind::Switch {
             v.extend([
                 Arm::ImcPrecise,
@@ -72,6 +72,8 @@ impl Kind {
 pub(super) enum Arm {
     Alone,
     ImcTick,
+    /// `imc record --stacks`: the default tick, taking each charged slice's call stack.
+    ImcStacks,
     ImcFreq,
     /// `imc record --precise`: a record per context switch.
     ImcPrecise,
@@ -90,6 +92,7 @@ impl Arm {
         match self {
             Arm::Alone => "alone",
             Arm::ImcTick => "imc record (default tick)",
+            Arm::ImcStacks => "imc record --stacks",
             Arm::ImcFreq => "imc record --freq 1000",
             Arm::ImcPrecise => "imc record --precise",
             Arm::BareSwitch => "bare sched_switch program",
@@ -103,6 +106,7 @@ impl Arm {
         match self {
             Arm::Alone => "alone",
             Arm::ImcTick => "imc",
+            Arm::ImcStacks => "imc-S",
             Arm::ImcFreq => "imc-F",
             Arm::ImcPrecise => "imc-P",
             Arm::BareSwitch => "bare",

@@ -110,10 +110,10 @@ fn tick_checks_follow_the_tick_source() {
 #[test]
 fn every_side_takes_every_position() {
     let arms = Kind::Switch.arms(true);
-    assert_eq!(arms.len(), 9);
-    assert_eq!(Kind::Cpu.arms(true).len(), 4);
-    assert_eq!(Kind::Switch.arms(false).len(), 7);
-    assert_eq!(Kind::Cpu.arms(false).len(), 3);
+    assert_eq!(arms.len(), 10);
+    assert_eq!(Kind::Cpu.arms(true).len(), 5);
+    assert_eq!(Kind::Switch.arms(false).len(), 8);
+    assert_eq!(Kind::Cpu.arms(false).len(), 4);
     for pos in 0..arms.len() {
         let at: Vec<Arm> = (0..arms.len())
             .map(|r| round_order(&arms, r)[pos])
