@@ -113,6 +113,7 @@ pub async fn sample_loop(
             super::stacks::StackResolver::new(
                 Box::new(move || Box::new(crate::symbols::Symbolizer::new(&root))),
                 plan.slots.len(),
+                &opts.root,
             )
         }));
     sink.started();

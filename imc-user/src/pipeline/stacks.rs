@@ -22,6 +22,9 @@ pub trait FrameSource {
     fn user_frames(&mut self, tgid: u32, addrs: &[u64]) -> Vec<Frame>;
     /// One frame per kernel address.
     fn kernel_frames(&mut self, addrs: &[u64]) -> Vec<Frame>;
+    /// Where process `tgid`'s code is (its `maps` text, its executable's device and inode),
+    /// read when its first stack was drained, for resolving its stacks after it is gone.
+    fn prepare(&mut self, _tgid: u32, _maps: &[u8], _exe: Option<(u64, u64)>) {}
 }
 
 /// Makes the frame source on the resolving thread (a symbolizer need not be `Send`).
@@ -30,11 +33,24 @@ pub type MakeFrames = Box<dyn FnOnce() -> Box<dyn FrameSource> + Send>;
 /// Stacks kept resolved at once, at most: past it the cache starts afresh (a stack seen again
 /// is resolved again).
 const CACHE_MAX: usize = 200_000;
+/// Bytes of a process's maps read at most (a process with more mappings is read in part, its
+/// later mappings resolved from its maps read again, while it lives).
+const MAPS_MAX: u64 = 16 << 20;
 /// How long the run's end waits for the last stacks to be resolved.
 const FINISH_WAIT: Duration = Duration::from_secs(10);
 
 /// (tgid, user stack id, kernel stack id).
 type Key = (u32, i32, i32);
+
+/// What the resolving thread is asked: a process's maps, or a stack.
+enum Ask {
+    Prepare {
+        tgid: u32,
+        maps: Vec<u8>,
+        exe: Option<(u64, u64)>,
+    },
+    Resolve(Request),
+}
 
 /// A stack to resolve: its addresses, read from the kernel's map at the drain (None: the map
 /// holds no such stack, or it was not asked for).
@@ -54,7 +70,11 @@ struct Pending {
 
 /// Resolves each drain's stack entries into [`StackBatch`]es, off the sampling thread.
 pub struct StackResolver {
-    tx: Option<Sender<Request>>,
+    tx: Option<Sender<Ask>>,
+    /// `--root`, where processes' maps are read.
+    root: std::path::PathBuf,
+    /// The executable each process had when its maps were sent (sent again after an exec).
+    prepared: HashMap<u32, Option<(u64, u64)>>,
     rx: Receiver<(Key, Arc<[Frame]>)>,
     cache: HashMap<Key, Arc<[Frame]>>,
     waiting: HashSet<Key>,
@@ -65,15 +85,23 @@ pub struct StackResolver {
 }
 
 impl StackResolver {
-    /// Starts the resolving thread with the frame source `make` builds there.
-    pub fn new(make: MakeFrames, nr_slots: usize) -> StackResolver {
-        let (tx, requests) = std::sync::mpsc::channel::<Request>();
+    /// Starts the resolving thread with the frame source `make` builds there; processes'
+    /// maps are read under `root`.
+    pub fn new(make: MakeFrames, nr_slots: usize, root: &std::path::Path) -> StackResolver {
+        let (tx, requests) = std::sync::mpsc::channel::<Ask>();
         let (done, rx) = std::sync::mpsc::channel();
         let spawned = std::thread::Builder::new()
             .name("imc-stacks".into())
             .spawn(move || {
                 let mut frames = make();
-                for r in requests {
+                for ask in requests {
+                    let r = match ask {
+                        Ask::Prepare { tgid, maps, exe } => {
+                            frames.prepare(tgid, &maps, exe);
+                            continue;
+                        }
+                        Ask::Resolve(r) => r,
+                    };
                     let f = frames_of(frames.as_mut(), &r);
                     if done.send((r.key, f)).is_err() {
                         break;
@@ -83,6 +111,8 @@ impl StackResolver {
         StackResolver {
             // Without the thread every stack stays unresolved (said by its frame).
             tx: spawned.is_ok().then_some(tx),
+            root: root.to_path_buf(),
+            prepared: HashMap::new(),
             rx,
             cache: HashMap::new(),
             waiting: HashSet::new(),
@@ -138,7 +168,8 @@ impl StackResolver {
         if self.cache.contains_key(&key) || self.waiting.contains(&key) {
             return;
         }
-        let (_, user, kernel) = key;
+        let (tgid, user, kernel) = key;
+        self.prepare(tgid);
         let read = |id: i32| (id != NO_STACK).then(|| src.stack_addresses(id)).flatten();
         let req = Request {
             key,
@@ -146,12 +177,39 @@ impl StackResolver {
             kernel: read(kernel),
             kernel_asked: kernel != NO_STACK,
         };
-        let sent = self.tx.as_ref().is_some_and(|tx| tx.send(req).is_ok());
+        let sent = self
+            .tx
+            .as_ref()
+            .is_some_and(|tx| tx.send(Ask::Resolve(req)).is_ok());
         if sent {
             self.waiting.insert(key);
         } else {
             self.cache
                 .insert(key, vec![Frame::marker(UNRESOLVED_FRAME)].into());
+        }
+    }
+
+    /// Reads process `tgid`'s maps now, while it runs, for the resolving thread, unless they
+    /// were sent for the same executable already (a new stack of a known process costs one
+    /// stat of its executable).
+    fn prepare(&mut self, tgid: u32) {
+        use std::os::unix::fs::MetadataExt;
+        let proc_dir = self.root.join(format!("proc/{tgid}"));
+        let exe = std::fs::metadata(proc_dir.join("exe"))
+            .ok()
+            .map(|m| (m.dev(), m.ino()));
+        if self.prepared.get(&tgid) == Some(&exe) {
+            return;
+        }
+        let Ok(maps) = crate::sys::file::read_capped(&proc_dir.join("maps"), MAPS_MAX) else {
+            return;
+        };
+        if self.prepared.len() >= CACHE_MAX {
+            self.prepared.clear();
+        }
+        self.prepared.insert(tgid, exe);
+        if let Some(tx) = &self.tx {
+            let _ = tx.send(Ask::Prepare { tgid, maps, exe });
         }
     }
 
@@ -252,5 +310,8 @@ impl FrameSource for crate::symbols::Symbolizer {
     }
     fn kernel_frames(&mut self, addrs: &[u64]) -> Vec<Frame> {
         crate::symbols::Symbolizer::kernel_frames(self, addrs)
+    }
+    fn prepare(&mut self, tgid: u32, maps: &[u8], exe: Option<(u64, u64)>) {
+        crate::symbols::Symbolizer::prepare(self, tgid, maps, exe);
     }
 }

@@ -154,6 +154,32 @@ impl Symbolizer {
         }
     }
 
+    /// Where process `tgid`'s code is, read early (its `maps` text and executable's identity,
+    /// taken when its first stack was drained): its stacks may be resolved after it is gone.
+    /// Kept unless the process is cached already with the same executable.
+    pub fn prepare(&mut self, tgid: u32, maps: &[u8], exe: Option<(u64, u64)>) {
+        if self.processes.get(&tgid).is_some_and(|p| p.exe == exe) {
+            return;
+        }
+        let l = &self.limits;
+        let Ok(parsed) = maps::Maps::parse(maps, l.max_maps_bytes, l.max_maps_lines) else {
+            return;
+        };
+        self.forget(tgid);
+        self.stats.maps_read += 1;
+        self.stats.maps_truncated += u64::from(parsed.truncated);
+        self.processes.insert(
+            tgid,
+            process::ProcessCache {
+                maps: parsed,
+                exe,
+                last_use: self.clock,
+                ..Default::default()
+            },
+        );
+        self.evict_processes(tgid);
+    }
+
     /// Frames for a process's user-space addresses (leaf first), one per address, resolved now.
     pub fn user_frames(&mut self, tgid: u32, addrs: &[u64]) -> Vec<Frame> {
         self.clock += 1;

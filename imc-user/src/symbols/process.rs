@@ -92,4 +92,7 @@ pub struct ProcessCache {
     pub unmapped: HashSet<u64>,
     /// The symbolizer's clock at the last use (for evicting the least recently used).
     pub last_use: u64,
+    /// The process's executable (device, inode) when its maps were read: another one means
+    /// it has exec'ed since, and what is cached of it is another program's.
+    pub exe: Option<(u64, u64)>,
 }

@@ -21,12 +21,19 @@ struct Pending {
 
 impl Symbolizer {
     pub(super) fn resolve_user(&mut self, tgid: u32, addrs: &[u64]) -> Vec<Frame> {
+        // A process that exec'ed since its maps were read is another program: start afresh
+        // (else its new addresses would be looked up in the old program's mappings).
+        let exe = self.exe_of(tgid);
+        if exe.is_some() && self.processes.get(&tgid).is_some_and(|p| p.exe != exe) {
+            self.forget(tgid);
+        }
         let (mut p, fresh) = match self.processes.remove(&tgid) {
             Some(p) => (p, false),
             None => match self.read_maps(tgid) {
                 Some(maps) => {
                     let p = ProcessCache {
                         maps,
+                        exe,
                         ..ProcessCache::default()
                     };
                     (p, true)
@@ -104,6 +111,14 @@ impl Symbolizer {
                 p.unmapped.insert(a);
             }
         }
+    }
+
+    /// The (device, inode) of `root/proc/PID/exe`'s target; None where it cannot be read (a
+    /// process gone, a kernel thread, a tree without it).
+    pub(super) fn exe_of(&self, tgid: u32) -> Option<(u64, u64)> {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(self.root.join(format!("proc/{tgid}/exe"))).ok()?;
+        Some((m.dev(), m.ino()))
     }
 
     /// `root/proc/PID/maps`, counted in the stats; `None` where it cannot be read.
