@@ -7,6 +7,7 @@ pub mod perfetto;
 pub mod plot;
 pub mod prometheus;
 pub mod report;
+pub mod stacks;
 pub mod stat;
 pub mod top;
 

@@ -1,0 +1,81 @@
+//! A flame graph SVG of a profile, drawn by inferno (the maintained Rust port of
+//! flamegraph.pl) from the profile's folded lines ([`super::folded`]): one box per function in
+//! a stack, as wide as its traffic, the process's name at the bottom of each of its stacks.
+//! Colours follow each function's name (the same name, the same colour, in every graph).
+//!
+//! A profile with no traffic draws nothing: it is [`FlamegraphError::Empty`] ("no stacks
+//! recorded"), for the caller to print as one line, and nothing is written.
+use super::folded::folded_lines;
+use super::{count_name, default_title};
+use crate::model::stacks::StackProfile;
+use inferno::flamegraph::{self, Options};
+use std::io::{self, Write};
+
+#[derive(Debug, thiserror::Error)]
+pub enum FlamegraphError {
+    /// No sample counted anything: there is nothing to draw.
+    #[error("no stacks recorded")]
+    Empty,
+    /// The counts together do not fit in 64 bits (the flame graph's widths are their shares
+    /// of that sum).
+    #[error("the profile's counts together exceed 2^64; no flame graph drawn")]
+    CountOverflow,
+    #[error("writing the flame graph: {source}")]
+    Write {
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// Writes the profile as a flame graph SVG titled `title` (the profile's
+/// [`default_title`] where `title` is empty); hovering a box says its count in the profile's
+/// unit ([`count_name`]: bytes, or the stand-in event's counts).
+pub fn write_flamegraph(
+    profile: &StackProfile,
+    title: &str,
+    out: impl Write,
+) -> Result<(), FlamegraphError> {
+    let folded = folded_lines(profile);
+    let mut sum: u64 = 0;
+    for &count in folded.values() {
+        sum = sum
+            .checked_add(count)
+            .ok_or(FlamegraphError::CountOverflow)?;
+    }
+    if sum == 0 {
+        return Err(FlamegraphError::Empty);
+    }
+    let lines: Vec<String> = folded
+        .iter()
+        .map(|(line, count)| format!("{line} {count}"))
+        .collect();
+    let mut options = Options::default();
+    options.title = if title.is_empty() {
+        default_title(profile)
+    } else {
+        title.to_string()
+    };
+    options.subtitle = subtitle(profile);
+    options.count_name = count_name(&profile.sample_types);
+    options.name_type = "Function:".to_string();
+    options.hash = true;
+    let mut out = io::BufWriter::new(out);
+    flamegraph::from_lines(&mut options, lines.iter().map(String::as_str), &mut out)
+        .and_then(|()| out.flush())
+        .map_err(|source| FlamegraphError::Write { source })
+}
+
+/// What the graph does not show: traffic whose stack was not recorded or was cut short.
+fn subtitle(profile: &StackProfile) -> Option<String> {
+    let mut parts = Vec::new();
+    if profile.lost_stacks > 0 {
+        parts.push(format!(
+            "{} slices without a recorded stack",
+            profile.lost_stacks
+        ));
+    }
+    if profile.truncated_stacks > 0 {
+        parts.push(format!("{} stacks cut short", profile.truncated_stacks));
+    }
+    (!parts.is_empty()).then(|| parts.join(", "))
+}
