@@ -1,7 +1,16 @@
-//! Embeds the eBPF object when `cargo xtask` built it (IMC_EBPF_OBJECT points at it), so the
-//! `imc` binary is self-contained. A plain `cargo build` still works: the binary then loads the
-//! object named by the IMC_BPF_OBJECT environment variable at run time, or says how to build it.
+//! Two build steps for the `imc` crate:
+//! - embeds the eBPF object when `cargo xtask` built it (IMC_EBPF_OBJECT points at it), so the
+//!   `imc` binary is self-contained. A plain `cargo build` still works: the binary then loads
+//!   the object named by the IMC_BPF_OBJECT environment variable at run time, or says how to
+//!   build it;
+//! - generates the pprof profile's Rust types from `proto/profile.proto` into OUT_DIR/pprof,
+//!   with rust-protobuf's pure-Rust parser, so no protoc binary is needed.
 fn main() {
+    embedded_bpf();
+    pprof_types();
+}
+
+fn embedded_bpf() {
     println!("cargo::rustc-check-cfg=cfg(imc_embedded_bpf)");
     println!("cargo::rerun-if-env-changed=IMC_EBPF_OBJECT");
     if let Ok(path) = std::env::var("IMC_EBPF_OBJECT") {
@@ -17,4 +26,16 @@ fn main() {
             );
         }
     }
+}
+
+/// `output::stacks::pprof` includes OUT_DIR/pprof/mod.rs. A failure is printed and ends the
+/// build (`run_from_script`).
+fn pprof_types() {
+    println!("cargo::rerun-if-changed=proto/profile.proto");
+    protobuf_codegen::Codegen::new()
+        .pure()
+        .include("proto")
+        .input("proto/profile.proto")
+        .cargo_out_dir("pprof")
+        .run_from_script();
 }

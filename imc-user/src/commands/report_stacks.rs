@@ -87,19 +87,22 @@ pub fn write(args: &ReportArgs, readers: Vec<Reader>) -> CliResult<()> {
     }
     if let Some(p) = &args.folded {
         let mut buf = Vec::new();
-        out::folded::write_folded(&profile, &mut buf).map_err(|e| write_error(p, e))?;
+        out::write_folded(&profile, &mut buf).map_err(|e| write_error(p, e))?;
         replace(p, &buf)?;
     }
     if let Some(p) = &args.flamegraph {
         let mut buf = Vec::new();
-        let title = out::flamegraph::title_of(&profile);
-        out::flamegraph::write_flamegraph(&profile, &title, &mut buf)
-            .map_err(|e| write_error(p, e))?;
+        out::write_flamegraph(&profile, "", &mut buf).map_err(|e| match e {
+            out::FlamegraphError::Empty => CliError::bad_input(format!(
+                "{file}: no traffic was charged to any stack: no flame graph to draw"
+            )),
+            e => write_error(p, e),
+        })?;
         replace(p, &buf)?;
     }
     if let Some(p) = &args.pprof {
         let mut buf = Vec::new();
-        out::pprof::write_pprof(&profile, &mut buf).map_err(|e| write_error(p, e))?;
+        out::write_pprof(&profile, &mut buf).map_err(|e| write_error(p, e))?;
         replace(p, &buf)?;
     }
     Ok(())
@@ -123,7 +126,7 @@ const TOP_FUNCTIONS: usize = 10;
 /// process's, by traffic in total: `function`, `self_value`, `total_value`, `share`), and the
 /// report a `stacks` object (`sample_types`, `lost_stacks`, `truncated_stacks`).
 pub fn add_json(v: &mut serde_json::Value, p: &StackProfile) {
-    use crate::output::stacks::functions::top_functions;
+    use crate::output::stacks::top_functions;
     for row in v
         .get_mut("tasks")
         .and_then(serde_json::Value::as_array_mut)

@@ -1,40 +1,81 @@
-//! A flame graph of traffic by call stack, drawn by inferno (the Rust port of flamegraph.pl)
-//! from the folded lines.
-use super::folded;
+//! A flame graph SVG of a profile, drawn by inferno (the maintained Rust port of
+//! flamegraph.pl) from the profile's folded lines ([`super::folded`]): one box per function in
+//! a stack, as wide as its traffic, the process's name at the bottom of each of its stacks.
+//! Colours follow each function's name (the same name, the same colour, in every graph).
+//!
+//! A profile with no traffic draws nothing: it is [`FlamegraphError::Empty`] ("no stacks
+//! recorded"), for the caller to print as one line, and nothing is written.
+use super::folded::folded_lines;
+use super::{count_name, default_title};
 use crate::model::stacks::StackProfile;
+use inferno::flamegraph::{self, Options};
 use std::io::{self, Write};
 
-/// The title: what the widths count (DRAM bytes, or the stand-in's event).
-pub fn title_of(profile: &StackProfile) -> String {
-    match profile.sample_types.first() {
-        Some(t) if t.unit == "bytes" => "DRAM traffic (bytes) by call stack".to_string(),
-        Some(t) => format!(
-            "{} by call stack (no memory controller: a stand-in)",
-            t.name
-        ),
-        None => "traffic by call stack".to_string(),
-    }
+#[derive(Debug, thiserror::Error)]
+pub enum FlamegraphError {
+    /// No sample counted anything: there is nothing to draw.
+    #[error("no stacks recorded")]
+    Empty,
+    /// The counts together do not fit in 64 bits (the flame graph's widths are their shares
+    /// of that sum).
+    #[error("the profile's counts together exceed 2^64; no flame graph drawn")]
+    CountOverflow,
+    #[error("writing the flame graph: {source}")]
+    Write {
+        #[source]
+        source: io::Error,
+    },
 }
 
-/// Draws `profile` as an SVG flame graph. A profile with no traffic is an error (inferno draws
-/// nothing from no lines): the caller says so in one line.
-pub fn write_flamegraph(profile: &StackProfile, title: &str, out: impl Write) -> io::Result<()> {
-    let lines: Vec<String> = folded::lines(profile)
-        .into_iter()
-        .map(|(l, c)| format!("{l} {c}"))
+/// Writes the profile as a flame graph SVG titled `title` (the profile's
+/// [`default_title`] where `title` is empty); hovering a box says its count in the profile's
+/// unit ([`count_name`]: bytes, or the stand-in event's counts).
+pub fn write_flamegraph(
+    profile: &StackProfile,
+    title: &str,
+    out: impl Write,
+) -> Result<(), FlamegraphError> {
+    let folded = folded_lines(profile);
+    let mut sum: u64 = 0;
+    for &count in folded.values() {
+        sum = sum
+            .checked_add(count)
+            .ok_or(FlamegraphError::CountOverflow)?;
+    }
+    if sum == 0 {
+        return Err(FlamegraphError::Empty);
+    }
+    let lines: Vec<String> = folded
+        .iter()
+        .map(|(line, count)| format!("{line} {count}"))
         .collect();
-    if lines.is_empty() {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            "no traffic was charged to any stack",
+    let mut options = Options::default();
+    options.title = if title.is_empty() {
+        default_title(profile)
+    } else {
+        title.to_string()
+    };
+    options.subtitle = subtitle(profile);
+    options.count_name = count_name(&profile.sample_types);
+    options.name_type = "Function:".to_string();
+    options.hash = true;
+    let mut out = io::BufWriter::new(out);
+    flamegraph::from_lines(&mut options, lines.iter().map(String::as_str), &mut out)
+        .and_then(|()| out.flush())
+        .map_err(|source| FlamegraphError::Write { source })
+}
+
+/// What the graph does not show: traffic whose stack was not recorded or was cut short.
+fn subtitle(profile: &StackProfile) -> Option<String> {
+    let mut parts = Vec::new();
+    if profile.lost_stacks > 0 {
+        parts.push(format!(
+            "{} slices without a recorded stack",
+            profile.lost_stacks
         ));
     }
-    let mut opt = inferno::flamegraph::Options::default();
-    opt.title = title.to_string();
-    opt.count_name = match profile.sample_types.first() {
-        Some(t) if t.unit == "bytes" => "bytes".to_string(),
-        Some(t) => t.name.clone(),
-        None => "samples".to_string(),
-    };
-    inferno::flamegraph::from_lines(&mut opt, lines.iter().map(String::as_str), out)
+    if profile.truncated_stacks > 0 {
+        parts.push(format!("{} stacks cut short", profile.truncated_stacks));
+    }
+    (!parts.is_empty()).then(|| parts.join(", "))
 }

@@ -1,226 +1,243 @@
-//! Traffic by call stack as a pprof profile (the `perftools.profiles.Profile` message of
-//! github.com/google/pprof, proto/profile.proto), gzipped as Go's net/http/pprof serves it:
-//! pprof, Pyroscope, Parca and Perfetto read it.
+//! A profile as pprof's `Profile` message, gzipped (what Go's net/http/pprof serves and
+//! `go tool pprof`, Pyroscope and Parca read). The message types are generated at build time
+//! from `imc-user/proto/profile.proto` (pprof's published `perftools.profiles` schema).
 //!
-//! Written field by field with the protobuf runtime imc already uses (rust-protobuf's
-//! `CodedOutputStream`), by profile.proto's field numbers. One sample per (process, stack),
-//! its locations leaf first, a value per sample type (read and write bytes, or the stand-in's
-//! count), labelled with the process's `pid` and `comm`. A mapping per module (with its build
-//! ID), a location per distinct frame, a function per distinct (name, file).
-use crate::model::stacks::{Frame, StackProfile};
-use protobuf::CodedOutputStream;
+//! What the message holds:
+//! - one sample type per [`StackProfile::sample_types`], the first the default one and the
+//!   period type (period 1: every byte or event is counted, none sampled);
+//! - one Sample per [`crate::model::stacks::StackSample`] that counts anything: its stack's
+//!   location ids leaf first, one value per sample type (a missing value is 0; a value past
+//!   `i64::MAX` is `i64::MAX`), labels `pid` (num), `comm` and, where known, `cgroup` (str);
+//! - one Location per distinct frame: its address is the frame's offset (the ELF file offset
+//!   in its module, else the raw address), its one Line names the frame's function (the
+//!   frame's label where no symbol covers it, so every viewer shows what the flame graph
+//!   shows) and source line;
+//! - one Mapping per distinct (module, build id), its file name and build id set, its range
+//!   `[0, highest offset + 1)` so every address in it lies inside, `has_functions` (and the
+//!   file and line flags) set where every frame in it has one;
+//! - one Function per distinct (name, source file);
+//! - comments saying how many slices had no stack and how many stacks were cut short.
+use super::{Stacks, sample_total};
+use crate::model::stacks::{Frame, StackProfile, StackSample};
+use flate2::Compression;
+use flate2::write::GzEncoder;
+use protobuf::{Message, MessageField};
 use std::collections::HashMap;
 use std::io::{self, Write};
 
-// profile.proto's field numbers.
-const PROFILE_SAMPLE_TYPE: u32 = 1;
-const PROFILE_SAMPLE: u32 = 2;
-const PROFILE_MAPPING: u32 = 3;
-const PROFILE_LOCATION: u32 = 4;
-const PROFILE_FUNCTION: u32 = 5;
-const PROFILE_STRING_TABLE: u32 = 6;
-const PROFILE_TIME_NANOS: u32 = 9;
-const PROFILE_DURATION_NANOS: u32 = 10;
-const PROFILE_PERIOD_TYPE: u32 = 11;
-const PROFILE_PERIOD: u32 = 12;
-const PROFILE_DEFAULT_SAMPLE_TYPE: u32 = 14;
-const VALUE_TYPE_TYPE: u32 = 1;
-const VALUE_TYPE_UNIT: u32 = 2;
-const SAMPLE_LOCATION_ID: u32 = 1;
-const SAMPLE_VALUE: u32 = 2;
-const SAMPLE_LABEL: u32 = 3;
-const LABEL_KEY: u32 = 1;
-const LABEL_STR: u32 = 2;
-const LABEL_NUM: u32 = 3;
-const MAPPING_ID: u32 = 1;
-const MAPPING_FILENAME: u32 = 5;
-const MAPPING_BUILD_ID: u32 = 6;
-const MAPPING_HAS_FUNCTIONS: u32 = 7;
-const LOCATION_ID: u32 = 1;
-const LOCATION_MAPPING_ID: u32 = 2;
-const LOCATION_ADDRESS: u32 = 3;
-const LOCATION_LINE: u32 = 4;
-const LINE_FUNCTION_ID: u32 = 1;
-const LINE_LINE: u32 = 2;
-const FUNCTION_ID: u32 = 1;
-const FUNCTION_NAME: u32 = 2;
-const FUNCTION_SYSTEM_NAME: u32 = 3;
-const FUNCTION_FILENAME: u32 = 4;
+/// The generated `perftools.profiles` types.
+pub mod proto {
+    include!(concat!(env!("OUT_DIR"), "/pprof/mod.rs"));
+}
+use proto::profile as pb;
 
-/// One message being written.
-struct Msg(Vec<u8>);
-
-impl Msg {
-    fn new() -> Msg {
-        Msg(Vec::new())
-    }
-    fn with(&mut self, f: impl FnOnce(&mut CodedOutputStream) -> protobuf::Result<()>) {
-        let mut os = CodedOutputStream::vec(&mut self.0);
-        // Writing into a Vec cannot fail.
-        let _ = f(&mut os).and_then(|()| os.flush());
-    }
-    fn uint(&mut self, field: u32, v: u64) -> &mut Msg {
-        if v != 0 {
-            self.with(|o| o.write_uint64(field, v));
-        }
-        self
-    }
-    fn int(&mut self, field: u32, v: i64) -> &mut Msg {
-        if v != 0 {
-            self.with(|o| o.write_int64(field, v));
-        }
-        self
-    }
-    fn msg(&mut self, field: u32, m: &Msg) -> &mut Msg {
-        self.with(|o| o.write_bytes(field, &m.0));
-        self
-    }
-    fn string(&mut self, field: u32, s: &str) -> &mut Msg {
-        self.with(|o| o.write_string(field, s));
-        self
-    }
-    /// A packed repeated varint field.
-    fn packed(&mut self, field: u32, vs: impl Iterator<Item = u64>) -> &mut Msg {
-        let mut inner = Vec::new();
-        {
-            let mut os = CodedOutputStream::vec(&mut inner);
-            for v in vs {
-                let _ = os.write_raw_varint64(v);
-            }
-            let _ = os.flush();
-        }
-        self.with(|o| o.write_bytes(field, &inner));
-        self
-    }
+/// Writes the profile as a gzipped pprof `Profile`.
+pub fn write_pprof(profile: &StackProfile, out: impl Write) -> io::Result<()> {
+    let message = to_pprof(profile);
+    let bytes = message.write_to_bytes().map_err(io::Error::other)?;
+    let mut gz = GzEncoder::new(out, Compression::default());
+    gz.write_all(&bytes)?;
+    gz.finish()?.flush()
 }
 
-/// The string table: index 0 is "".
+/// The profile as a pprof message (not yet serialized).
+pub fn to_pprof(profile: &StackProfile) -> pb::Profile {
+    let stacks = Stacks::new(profile);
+    let mut b = Builder {
+        strings: Strings::new(),
+        stacks: &stacks,
+        locations: vec![0; stacks.slot_count()],
+        mappings: HashMap::new(),
+        functions: HashMap::new(),
+        out: pb::Profile::new(),
+    };
+    for t in &profile.sample_types {
+        let value_type = b.value_type(&t.name, &t.unit);
+        b.out.sample_type.push(value_type);
+    }
+    if let Some(first) = profile.sample_types.first() {
+        b.out.default_sample_type = b.strings.index(&first.name);
+        b.out.period_type = MessageField::some(b.value_type(&first.name, &first.unit));
+    }
+    b.out.period = 1;
+    b.out.time_nanos = to_i64(profile.start_realtime_ns);
+    b.out.duration_nanos = to_i64(profile.duration_ns);
+    for sample in &profile.samples {
+        if sample_total(sample) > 0 {
+            let s = b.sample(sample, profile.sample_types.len());
+            b.out.sample.push(s);
+        }
+    }
+    if profile.lost_stacks > 0 {
+        let c = format!("{} slices without a recorded stack", profile.lost_stacks);
+        let c = b.strings.index(&c);
+        b.out.comment.push(c);
+    }
+    if profile.truncated_stacks > 0 {
+        let c = format!("{} stacks cut short", profile.truncated_stacks);
+        let c = b.strings.index(&c);
+        b.out.comment.push(c);
+    }
+    b.out.string_table = b.strings.table;
+    b.out
+}
+
+/// A count as pprof's signed 64 bits, saturating.
+fn to_i64(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+/// The string table: each string once, `""` at index 0.
 struct Strings {
-    ids: HashMap<String, i64>,
-    list: Vec<String>,
+    table: Vec<String>,
+    index: HashMap<String, i64>,
 }
 
 impl Strings {
     fn new() -> Strings {
         Strings {
-            ids: HashMap::from([(String::new(), 0)]),
-            list: vec![String::new()],
+            table: vec![String::new()],
+            index: HashMap::from([(String::new(), 0)]),
         }
     }
-    fn id(&mut self, s: &str) -> i64 {
-        if let Some(&i) = self.ids.get(s) {
+
+    fn index(&mut self, s: &str) -> i64 {
+        if let Some(&i) = self.index.get(s) {
             return i;
         }
-        let i = self.list.len() as i64;
-        self.ids.insert(s.to_string(), i);
-        self.list.push(s.to_string());
+        let i = to_i64(self.table.len() as u64);
+        self.table.push(s.to_string());
+        self.index.insert(s.to_string(), i);
         i
     }
 }
 
-/// The profile message's bytes (not gzipped).
-pub fn encode(profile: &StackProfile) -> Vec<u8> {
-    let mut s = Strings::new();
-    let mut p = Msg::new();
-    for t in &profile.sample_types {
-        let mut vt = Msg::new();
-        vt.int(VALUE_TYPE_TYPE, s.id(&t.name))
-            .int(VALUE_TYPE_UNIT, s.id(&t.unit));
-        p.msg(PROFILE_SAMPLE_TYPE, &vt);
+/// The message as it is built; ids are assigned in order of first use (1, 2, ...), so the
+/// same profile always gives the same bytes.
+struct Builder<'a> {
+    strings: Strings,
+    stacks: &'a Stacks<'a>,
+    /// Location id per frame slot; 0 until the slot's frame is first used.
+    locations: Vec<u64>,
+    /// Index into `out.mapping` per (module, build id).
+    mappings: HashMap<(&'a str, Option<&'a str>), usize>,
+    /// Function id per (name, source file).
+    functions: HashMap<(String, Option<&'a str>), u64>,
+    out: pb::Profile,
+}
+
+impl<'a> Builder<'a> {
+    fn value_type(&mut self, name: &str, unit: &str) -> pb::ValueType {
+        let mut v = pb::ValueType::new();
+        v.type_ = self.strings.index(name);
+        v.unit = self.strings.index(unit);
+        v
     }
-    let locations = write_locations(&mut p, &mut s, &profile.frames);
-    for sample in &profile.samples {
-        let Some(stack) = profile.stacks.get(sample.stack as usize) else {
-            continue;
-        };
-        let mut m = Msg::new();
-        m.packed(
-            SAMPLE_LOCATION_ID,
-            stack
-                .frames
-                .iter()
-                .filter_map(|&f| locations.get(f as usize).copied()),
-        );
-        m.packed(SAMPLE_VALUE, sample.values.iter().copied());
-        let mut pid = Msg::new();
-        pid.int(LABEL_KEY, s.id("pid"))
-            .int(LABEL_NUM, i64::from(sample.tgid));
-        let mut comm = Msg::new();
-        comm.int(LABEL_KEY, s.id("comm"))
-            .int(LABEL_STR, s.id(&sample.comm));
-        m.msg(SAMPLE_LABEL, &pid).msg(SAMPLE_LABEL, &comm);
-        if let Some(cg) = &sample.cgroup {
-            let mut l = Msg::new();
-            l.int(LABEL_KEY, s.id("cgroup")).int(LABEL_STR, s.id(cg));
-            m.msg(SAMPLE_LABEL, &l);
+
+    fn sample(&mut self, sample: &StackSample, types: usize) -> pb::Sample {
+        let mut s = pb::Sample::new();
+        let stacks = self.stacks;
+        for slot in stacks.slots(sample.stack) {
+            let id = self.location(slot);
+            s.location_id.push(id);
         }
-        p.msg(PROFILE_SAMPLE, &m);
+        s.value = (0..types)
+            .map(|i| to_i64(sample.values.get(i).copied().unwrap_or(0)))
+            .collect();
+        let mut pid = pb::Label::new();
+        pid.key = self.strings.index("pid");
+        pid.num = i64::from(sample.tgid);
+        s.label.push(pid);
+        s.label.push(self.str_label("comm", &sample.comm));
+        if let Some(cgroup) = &sample.cgroup {
+            s.label.push(self.str_label("cgroup", cgroup));
+        }
+        s
     }
-    p.int(PROFILE_TIME_NANOS, profile.start_realtime_ns as i64)
-        .int(PROFILE_DURATION_NANOS, profile.duration_ns as i64);
-    if let Some(t) = profile.sample_types.first() {
-        let mut vt = Msg::new();
-        vt.int(VALUE_TYPE_TYPE, s.id(&t.name))
-            .int(VALUE_TYPE_UNIT, s.id(&t.unit));
-        p.msg(PROFILE_PERIOD_TYPE, &vt).int(PROFILE_PERIOD, 1);
-        p.int(PROFILE_DEFAULT_SAMPLE_TYPE, s.id(&t.name));
-    }
-    for text in &s.list {
-        p.string(PROFILE_STRING_TABLE, text);
-    }
-    p.0
-}
 
-/// Writes the mappings, functions and locations of `frames`; returns each frame's location id.
-fn write_locations(p: &mut Msg, s: &mut Strings, frames: &[Frame]) -> Vec<u64> {
-    let mut mappings: HashMap<(&str, &str), u64> = HashMap::new();
-    let mut functions: HashMap<(String, &str), u64> = HashMap::new();
-    let mut ids = Vec::with_capacity(frames.len());
-    for (i, f) in frames.iter().enumerate() {
-        let mapping = f.module.as_deref().map(|m| {
-            let key = (m, f.build_id.as_deref().unwrap_or(""));
-            let next = mappings.len() as u64 + 1;
-            *mappings.entry(key).or_insert_with(|| {
-                let mut mm = Msg::new();
-                mm.uint(MAPPING_ID, next)
-                    .int(MAPPING_FILENAME, s.id(key.0))
-                    .int(MAPPING_BUILD_ID, s.id(key.1))
-                    .uint(MAPPING_HAS_FUNCTIONS, u64::from(f.function.is_some()));
-                p.msg(PROFILE_MAPPING, &mm);
-                next
-            })
-        });
-        let name = f.label();
-        let file = f.file.as_deref().unwrap_or("");
-        let next = functions.len() as u64 + 1;
-        let func = *functions.entry((name.clone(), file)).or_insert_with(|| {
-            let mut fm = Msg::new();
-            fm.uint(FUNCTION_ID, next)
-                .int(FUNCTION_NAME, s.id(&name))
-                .int(FUNCTION_SYSTEM_NAME, s.id(&name))
-                .int(FUNCTION_FILENAME, s.id(file));
-            p.msg(PROFILE_FUNCTION, &fm);
-            next
-        });
-        let id = i as u64 + 1;
-        let mut line = Msg::new();
-        line.uint(LINE_FUNCTION_ID, func)
-            .int(LINE_LINE, f.line.map_or(0, i64::from));
-        let mut loc = Msg::new();
-        loc.uint(LOCATION_ID, id)
-            .uint(LOCATION_MAPPING_ID, mapping.unwrap_or(0))
-            .uint(LOCATION_ADDRESS, f.offset)
-            .msg(LOCATION_LINE, &line);
-        p.msg(PROFILE_LOCATION, &loc);
-        ids.push(id);
+    fn str_label(&mut self, key: &str, value: &str) -> pb::Label {
+        let mut l = pb::Label::new();
+        l.key = self.strings.index(key);
+        l.str = self.strings.index(value);
+        l
     }
-    ids
-}
 
-/// Writes `profile` as a gzipped pprof profile.
-pub fn write_pprof(profile: &StackProfile, out: impl Write) -> io::Result<()> {
-    let mut gz = flate2::write::GzEncoder::new(out, flate2::Compression::default());
-    gz.write_all(&encode(profile))?;
-    gz.finish()?;
-    Ok(())
+    /// The location id of a frame slot, adding the location (and its mapping and function)
+    /// the first time.
+    fn location(&mut self, slot: usize) -> u64 {
+        if let Some(&id) = self.locations.get(slot)
+            && id != 0
+        {
+            return id;
+        }
+        let stacks = self.stacks;
+        let frame = stacks.frame(slot);
+        let mut loc = pb::Location::new();
+        loc.id = self.out.location.len() as u64 + 1;
+        loc.address = frame.offset;
+        loc.mapping_id = self.mapping(frame);
+        let mut line = pb::Line::new();
+        line.function_id = self.function(frame);
+        line.line = frame.line.map_or(0, i64::from);
+        loc.line.push(line);
+        let id = loc.id;
+        self.out.location.push(loc);
+        if let Some(l) = self.locations.get_mut(slot) {
+            *l = id;
+        }
+        id
+    }
+
+    /// The mapping id of a frame's module (0 where it has none), widening the mapping's range
+    /// to the frame's offset and clearing its flags where the frame lacks what they promise.
+    fn mapping(&mut self, frame: &'a Frame) -> u64 {
+        let Some(module) = frame.module.as_deref() else {
+            return 0;
+        };
+        let key = (module, frame.build_id.as_deref());
+        let index = match self.mappings.get(&key) {
+            Some(&i) => i,
+            None => {
+                let mut m = pb::Mapping::new();
+                m.id = self.out.mapping.len() as u64 + 1;
+                m.filename = self.strings.index(module);
+                m.build_id = frame
+                    .build_id
+                    .as_deref()
+                    .map_or(0, |b| self.strings.index(b));
+                m.has_functions = true;
+                m.has_filenames = true;
+                m.has_line_numbers = true;
+                self.out.mapping.push(m);
+                let i = self.out.mapping.len() - 1;
+                self.mappings.insert(key, i);
+                i
+            }
+        };
+        let Some(m) = self.out.mapping.get_mut(index) else {
+            return 0;
+        };
+        m.memory_limit = m.memory_limit.max(frame.offset.saturating_add(1));
+        m.has_functions &= frame.function.is_some();
+        m.has_filenames &= frame.file.is_some();
+        m.has_line_numbers &= frame.line.is_some();
+        m.id
+    }
+
+    /// The function id of a frame's (label, source file).
+    fn function(&mut self, frame: &'a Frame) -> u64 {
+        let key = (frame.label(), frame.file.as_deref());
+        if let Some(&id) = self.functions.get(&key) {
+            return id;
+        }
+        let mut f = pb::Function::new();
+        f.id = self.out.function.len() as u64 + 1;
+        f.name = self.strings.index(&key.0);
+        f.system_name = f.name;
+        f.filename = key.1.map_or(0, |file| self.strings.index(file));
+        let id = f.id;
+        self.out.function.push(f);
+        self.functions.insert(key, id);
+        id
+    }
 }
