@@ -5,8 +5,8 @@
 //!
 //! A profile with no traffic draws nothing: it is [`FlamegraphError::Empty`] ("no stacks
 //! recorded"), for the caller to print as one line, and nothing is written.
+use super::common::{count_name, default_title};
 use super::folded::folded_lines;
-use super::{count_name, default_title};
 use crate::model::stacks::StackProfile;
 use inferno::flamegraph::{self, Options};
 use std::io::{self, Write};

@@ -3,12 +3,12 @@
 //! writes with pids off). The flame graph is drawn from these same lines.
 //!
 //! A line's frames run root first, the process's comm as the outermost frame; COUNT is the
-//! traffic of every sample with that text (see [`super::sample_total`]), so two processes of
+//! traffic of every sample with that text (see [`super::common::sample_total`]), so two processes of
 //! one name in one stack share a line. Lines are sorted by their text; lines that count 0 are
 //! left out.
 //!
 //! Labels are escaped so that no name can break a line apart (see [`escape_label`]).
-use super::{Stacks, sample_total};
+use super::common::{Stacks, sample_total};
 use crate::model::stacks::StackProfile;
 use std::collections::{BTreeMap, HashMap};
 use std::io::{self, Write};

@@ -2,7 +2,7 @@
 //! per function (by its frame label, so unsymbolized code and the marker frames such as
 //! `[stack not recorded]` are rows too), its traffic in its own frames and in everything it
 //! called.
-use super::{Stacks, sample_total};
+use super::common::{Stacks, sample_total};
 use crate::model::stacks::{FunctionShare, StackProfile};
 use std::collections::HashMap;
 

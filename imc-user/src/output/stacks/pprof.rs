@@ -17,7 +17,7 @@
 //!   file and line flags) set where every frame in it has one;
 //! - one Function per distinct (name, source file);
 //! - comments saying how many slices had no stack and how many stacks were cut short.
-use super::{Stacks, sample_total};
+use super::common::{Stacks, sample_total};
 use crate::model::stacks::{Frame, StackProfile, StackSample};
 use flate2::Compression;
 use flate2::write::GzEncoder;
