@@ -24,7 +24,7 @@ pub const MAX_PKG_COUNTERS: u32 = 128;
 /// Bumped whenever [`Record`], the map, global or program names or the STATS indices
 /// change. The program carries it in [`ABI_VERSION_GLOBAL`]; userspace refuses an object built
 /// against another version before loading it.
-pub const RECORD_ABI_VERSION: u32 = 9;
+pub const RECORD_ABI_VERSION: u32 = 10;
 /// The program's read-only global holding the [`RECORD_ABI_VERSION`] it was built with.
 pub const ABI_VERSION_GLOBAL: &str = "IMC_ABI_VERSION";
 
@@ -166,29 +166,45 @@ pub mod tick_rules {
 }
 /// Per-CPU array (one [`AggState`] entry) of the switch accumulator.
 pub const AGG_MAP_NAME: &str = "AGG";
-/// Array of two u64, written by userspace once its interval clock starts: the clock's origin
-/// and its period (CLOCK_MONOTONIC ns; period 0: no clock yet). Interval `k` ends at
-/// `origin + k × period` (k ≥ 1). The aggregating path ends its flush period at the last switch
-/// before an end and makes the slice that crosses it a period of its own, so an aggregate never
-/// mixes two intervals' tasks: only one task's slice is split at the end, by time.
+/// Array of one [`IntervalClock`], written by userspace once its interval clock starts. The
+/// aggregating path ends its flush period at the last switch before an end and makes the slice
+/// that crosses it a period of its own, so an aggregate never mixes two intervals' tasks: only
+/// one task's slice is split at the end, by time.
 pub const INTERVALS_MAP_NAME: &str = "INTERVALS";
+
+/// Userspace's interval clock (CLOCK_MONOTONIC ns): interval `k` ends at `origin + k × period`
+/// (k ≥ 1); period 0: no clock yet.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct IntervalClock {
+    pub origin: u64,
+    pub period: u64,
+}
+
+/// The first end of the clock `origin`, `period` after `from` (`u64::MAX`: none, the clock is
+/// not running). A CPU keeps it while the clock stays the same, so its runs compare a time
+/// instead of dividing.
+#[inline(always)]
+pub fn next_interval_end(origin: u64, period: u64, from: u64) -> u64 {
+    if period == 0 {
+        return u64::MAX;
+    }
+    let k = if from < origin {
+        1
+    } else {
+        (from - origin) / period + 1
+    };
+    origin.wrapping_add(k.wrapping_mul(period))
+}
 
 /// Whether the slice `from .. to` crosses an interval end of the clock `origin`, `period`
 /// ([`INTERVALS_MAP_NAME`]): an end `e` with `from < e < to` (a slice ending on an end is
 /// within its interval). The program and its userspace twin decide by this one function.
 #[inline(always)]
 pub fn crosses_interval_end(origin: u64, period: u64, from: u64, to: u64) -> bool {
-    if period == 0 || to <= origin.wrapping_add(period) {
-        return false;
-    }
-    // The first end after `from`.
-    let k = if from < origin {
-        1
-    } else {
-        (from - origin) / period + 1
-    };
-    to > origin.wrapping_add(k.wrapping_mul(period))
+    period != 0 && to > next_interval_end(origin, period, from)
 }
+
 /// Stack-trace map (BPF_MAP_TYPE_STACK_TRACE) the program stores the call stacks of charged
 /// slices in: a stack id is the key, its value the addresses, leaf first, zero after the last.
 /// Sized by userspace before load; an id once given names the same stack for as long as the
@@ -286,6 +302,12 @@ pub struct AggState {
     /// what the CPU counted since its last run is then no known task's (pid 0). Used by the
     /// per-record path too.
     pub expect: u64,
+    /// The interval clock `next_end` was computed from: a run that finds another one in
+    /// [`INTERVALS_MAP_NAME`] computes it again.
+    pub clock: IntervalClock,
+    /// The first interval end after `last_t` ([`next_interval_end`]): a slice that ends after
+    /// it crosses an end.
+    pub next_end: u64,
     pub last: [SlotReading; MAX_SLOTS],
     pub tasks: [AggTask; AGG_TASKS],
 }
@@ -395,6 +417,8 @@ unsafe impl aya::Pod for ReaderCfg {}
 unsafe impl aya::Pod for StackKey {}
 #[cfg(feature = "user")]
 unsafe impl aya::Pod for StackCounts {}
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for IntervalClock {}
 
 const _: () = assert!(core::mem::size_of::<CpuHead>() == 64);
 

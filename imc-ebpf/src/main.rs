@@ -38,17 +38,20 @@ use aya_ebpf::{
     maps::{Array, PerCpuArray, PerfEventArray, RingBuf},
     programs::{PerfEventContext, RawTracePointContext, tracing::StackIdContext},
 };
-use aya_log_ebpf::warn;
 use imc_common::{
-    AGG_TASKS, AggState, CpuHead, FLAG_TASK_OMITTED, KIND_AGGREGATE, KIND_SWITCH, KIND_TICK,
-    MAX_PKG_COUNTERS, MAX_SLOTS, NR_STATS, RECENT_TASKS, RECORD_ABI_VERSION, ReaderCfg, Record,
-    STAT_PKG_READS, STAT_READ_ERROR, STAT_SLOT_ABSENT, STAT_UNSEEN_SWITCH, SlotReading,
-    crosses_interval_end,
+    AGG_TASKS, AggState, CpuHead, FLAG_TASK_OMITTED, IntervalClock, KIND_AGGREGATE, KIND_SWITCH,
+    KIND_TICK, MAX_SLOTS, NR_STATS, RECENT_TASKS, RECORD_ABI_VERSION, ReaderCfg, Record,
+    STAT_READ_ERROR, STAT_SLOT_ABSENT, STAT_UNSEEN_SWITCH, SlotReading, next_interval_end,
 };
 
 #[cfg(feature = "bench")]
 mod bench;
+mod fields;
+mod package;
 mod stacks;
+
+use fields::{copy_reading, set_comm, set_reading, zeroed_sums};
+use package::{fill_package_slot, package_due, read_package};
 
 /// The record layout and names this object was built against (imc_common::ABI_VERSION_GLOBAL):
 /// userspace reads it from the ELF before loading and refuses another version.
@@ -88,27 +91,27 @@ static TIMED_SLOTS: u32 = 0;
 
 /// Bit `s` set: slot `s` is a package slot, the sum of the package counters PKG_SLOT maps to it.
 #[unsafe(no_mangle)]
-static PKG_SLOTS: u32 = 0;
+pub(crate) static PKG_SLOTS: u32 = 0;
 
 /// The least time between two reads of one reader group's counters.
 #[unsafe(no_mangle)]
-static PKG_MIN_GAP_NS: u64 = 0;
+pub(crate) static PKG_MIN_GAP_NS: u64 = 0;
 
 /// Every package counter, indexed by counter number; a reader group's are contiguous.
 #[map]
-static PKG: PerfEventArray<u32> = PerfEventArray::new(0);
+pub(crate) static PKG: PerfEventArray<u32> = PerfEventArray::new(0);
 
 /// The package slot each counter of PKG is summed into.
 #[map]
-static PKG_SLOT: Array<u32> = Array::with_max_entries(1, 0);
+pub(crate) static PKG_SLOT: Array<u32> = Array::with_max_entries(1, 0);
 
 /// Per CPU: which counters of PKG its ticks read (count 0: none).
 #[map]
-static READERS: Array<ReaderCfg> = Array::with_max_entries(1, 0);
+pub(crate) static READERS: Array<ReaderCfg> = Array::with_max_entries(1, 0);
 
 /// Per reader group: when its counters were last read.
 #[map]
-static GROUP_LAST: Array<u64> = Array::with_max_entries(1, 0);
+pub(crate) static GROUP_LAST: Array<u64> = Array::with_max_entries(1, 0);
 
 /// Records per CPU ring, a power of two (set by userspace before load).
 #[unsafe(no_mangle)]
@@ -151,10 +154,10 @@ static MIN_FLUSH_NS: u64 = 0;
 #[map]
 static AGG: PerCpuArray<AggState> = PerCpuArray::with_max_entries(1, 0);
 
-/// Userspace's interval clock, [origin, period] in ns (imc_common::INTERVALS_MAP_NAME): the
-/// aggregating path never lets a flush period run across an interval end.
+/// Userspace's interval clock (imc_common::INTERVALS_MAP_NAME): the aggregating path never lets
+/// a flush period run across an interval end.
 #[map]
-static INTERVALS: Array<u64> = Array::with_max_entries(2, 0);
+static INTERVALS: Array<IntervalClock> = Array::with_max_entries(1, 0);
 
 /// Per-CPU counters of runs, lost records and read failures per slot (imc_common::STAT_*).
 #[map]
@@ -194,49 +197,61 @@ fn tick<C: EbpfContext + StackIdContext>(ctx: &C) {
     }
 }
 
+/// The tasks of a sched_switch: `prev`, the one running now and leaving, and `next`, the one
+/// that runs from here on, which the CPU's next run must find running (owner_known). Both are
+/// `task_struct` addresses, compared, never read.
+#[derive(Clone, Copy)]
+struct Switch {
+    prev: u64,
+    next: u64,
+}
+
 /// sched_switch, as a raw tracepoint (needs no tracefs mounted): it fires before the switch, so
 /// `current` is still the task being switched out, the one the counts since the previous record
 /// belong to.
 #[raw_tracepoint(tracepoint = "sched_switch")]
 pub fn imc_switch(ctx: RawTracePointContext) -> i32 {
-    // TP_PROTO(bool preempt, struct task_struct *prev, struct task_struct *next, unsigned int
-    // prev_state) (include/trace/events/sched.h): the task that runs from here on, which the
-    // CPU's next run must find running (owner_known).
-    let next: u64 = ctx.arg(2);
+    // TP_PROTO(bool preempt, struct task_struct *prev, struct task_struct *next, ...)
+    // (include/trace/events/sched.h); `prev` is `current`, read here without a helper call.
+    let sw = Switch {
+        prev: ctx.arg(1),
+        next: ctx.arg(2),
+    };
     if aggregating() {
-        accumulate(&ctx, Some(next));
+        accumulate(&ctx, Some(sw));
     } else {
-        write_tick_or_switch(&ctx, KIND_SWITCH, Some(next));
+        write_tick_or_switch(&ctx, KIND_SWITCH, Some(sw));
     }
     0
 }
 
 /// Whether the task running now is the one this CPU's last run left running (the `next` of its
-/// last switch, or what its last tick found), and what the next run must find: `next` after a
-/// switch (`next` Some), the current task after a tick. A CPU that has seen no switch checks
-/// nothing (a `--freq` tick without switches, or before the CPU's first switch).
+/// last switch, or what its last tick found), and what the next run must find: the switch's
+/// `next`, or the current task after a tick. A CPU that has seen no switch checks nothing (a
+/// `--freq` tick without switches, or before the CPU's first switch), and then needs no task.
 ///
 /// A task the CPU ran that no switch program saw leave (a kernel may keep tracepoints from
 /// firing while some task runs: this VM kind's traces no switch out of a task of its own, and
 /// runs no program while it runs) made part of what the CPU counted since its last run: that
 /// count is no known task's, and the caller gives it to no task (pid 0), counted in
 /// STAT_UNSEEN_SWITCH.
+///
+/// # Safety
+/// `st` points to this CPU's accumulator, which only this CPU touches, with preemption off.
 #[inline(always)]
-fn owner_known(next: Option<u64>) -> bool {
-    let Some(st) = AGG.get_ptr_mut(0) else {
-        return true;
-    };
-    // SAFETY: `st` is this CPU's accumulator, which only this CPU touches, with preemption off;
-    // the task pointers are compared, never read.
+unsafe fn owner_known(st: *mut AggState, sw: Option<Switch>) -> bool {
+    // SAFETY: the caller's; the task pointers are compared, never read.
     unsafe {
-        let cur = bpf_get_current_task();
         let expect = (*st).expect;
-        let known = expect == 0 || expect == cur;
-        (*st).expect = match next {
-            Some(n) => n,
-            None if expect == 0 => 0,
-            None => cur,
+        let (known, after) = match sw {
+            Some(sw) => (expect == 0 || expect == sw.prev, sw.next),
+            None if expect == 0 => return true,
+            None => {
+                let cur = bpf_get_current_task();
+                (expect == cur, cur)
+            }
         };
+        (*st).expect = after;
         if !known {
             let _ = bump(STAT_UNSEEN_SWITCH);
         }
@@ -256,94 +271,6 @@ pub(crate) fn bump(index: u32) -> u64 {
         },
         None => 0,
     }
-}
-
-/// This CPU's reader configuration and its group's last-read time, when it is a reader and the
-/// group was not read within PKG_MIN_GAP_NS.
-#[inline(always)]
-fn package_due(cpu: u32, now: u64) -> Option<(&'static ReaderCfg, *mut u64)> {
-    let cfg = READERS.get(cpu)?;
-    if cfg.count == 0 {
-        return None;
-    }
-    let last = GROUP_LAST.get_ptr_mut(cfg.group)?;
-    // SAFETY: `last` points into GROUP_LAST (read_package says why a race on it is harmless);
-    // the other is a read of a global.
-    let (read_at, gap) = unsafe { (*last, core::ptr::read_volatile(&PKG_MIN_GAP_NS)) };
-    if now.wrapping_sub(read_at) < gap {
-        return None;
-    }
-    Some((cfg, last))
-}
-
-/// The package slots' sums when the plan has package slots, this CPU is its group's reader and
-/// the group was not read within PKG_MIN_GAP_NS; bit `s` of the returned mask set when slot
-/// `s`'s sum is complete (a failed counter read leaves its slot out rather than report a
-/// partial sum).
-#[inline(always)]
-fn read_package<C: EbpfContext>(ctx: &C, cpu: u32, now: u64, sums: &mut [u64; MAX_SLOTS]) -> u8 {
-    // SAFETY: a read of a global.
-    if unsafe { core::ptr::read_volatile(&PKG_SLOTS) } == 0 {
-        return 0;
-    }
-    let Some((cfg, last)) = package_due(cpu, now) else {
-        return 0;
-    };
-    // SAFETY: `last` points into GROUP_LAST. Two reader CPUs of one group may both find the
-    // read due at the same instant; both readings are then valid, one is merely redundant.
-    unsafe { *last = now };
-    let _ = bump(STAT_PKG_READS);
-    let (first, count) = (cfg.first, cfg.count);
-    let mut have: u8 = 0;
-    let mut failed: u8 = 0;
-    for i in 0..MAX_PKG_COUNTERS {
-        if i >= count {
-            break;
-        }
-        let index = first.wrapping_add(i);
-        let Some(&slot) = PKG_SLOT.get(index) else {
-            continue;
-        };
-        let s = (slot as usize) & (MAX_SLOTS - 1);
-        // SAFETY: PKG is a PERF_EVENT_ARRAY map; the helper checks the index and the entry.
-        let v = unsafe { bpf_perf_event_read(&raw const PKG as *mut c_void, u64::from(index)) };
-        if (-4095..0).contains(&(v as i64)) {
-            failed |= 1 << s;
-            // The rare path: said once per CPU and slot (shown with -vv), counted always.
-            if bump(STAT_READ_ERROR + s as u32) == 0 {
-                warn!(
-                    ctx,
-                    "CPU {} cannot read package counter {} (slot {}): error {}",
-                    cpu,
-                    index,
-                    s,
-                    (v as i64).wrapping_neg()
-                );
-            }
-        } else {
-            sums[s] = sums[s].wrapping_add(v);
-            have |= 1 << s;
-        }
-    }
-    have & !failed
-}
-
-/// A package slot of a record: `sum` when this run read its group (`read`), else nothing (not
-/// an error: most records are not a reader's). Returns whether the slot failed.
-///
-/// # Safety
-/// `out` is valid for writing one SlotReading.
-#[inline(always)]
-unsafe fn fill_package_slot(out: *mut SlotReading, sum: u64, read: bool) -> bool {
-    // SAFETY: the caller's.
-    unsafe {
-        if read {
-            set_reading(out, sum, 1, 1);
-        } else {
-            set_reading(out, 0, 0, 0);
-        }
-    }
-    !read
 }
 
 /// The ring entry of this CPU's record number `seq` (its region of TICKS, `seq` modulo
@@ -439,11 +366,11 @@ unsafe fn describe_no_task(cgroup_id: *mut u64, comm: *mut [u8; 16], flags: *mut
 }
 
 /// The per-record path (`AGGREGATE` 0): a record at every tick (KIND_TICK) or switch
-/// (KIND_SWITCH, `next` the task switched to), carrying the counters' cumulative readings at
+/// (KIND_SWITCH, `sw` the switch), carrying the counters' cumulative readings at
 /// this instant and the task that was running (pid 0 after an unseen switch: see
 /// [`owner_known`]).
 #[inline(always)]
-fn write_tick_or_switch<C: EbpfContext>(ctx: &C, kind: u8, next: Option<u64>) {
+fn write_tick_or_switch<C: EbpfContext>(ctx: &C, kind: u8, sw: Option<Switch>) {
     // SAFETY (whole function): helpers without preconditions; `h` and `rec` are pointers the
     // verifier proved to be inside their arrays, and only this CPU writes its head and its
     // ring region (the program runs with preemption off, and a tick cannot nest in a switch
@@ -474,7 +401,10 @@ fn write_tick_or_switch<C: EbpfContext>(ctx: &C, kind: u8, next: Option<u64>) {
         let sums = zeroed_sums(&mut sums);
         let pkg_ok = read_package(ctx, cpu, now, sums);
         (*rec).cpu = cpu;
-        let known = owner_known(next);
+        let known = match AGG.get_ptr_mut(0) {
+            Some(st) => owner_known(st, sw),
+            None => true,
+        };
         let id = if known { bpf_get_current_pid_tgid() } else { 0 };
         let pid = id as u32;
         (*rec).pid = pid;
@@ -520,69 +450,6 @@ fn write_tick_or_switch<C: EbpfContext>(ctx: &C, kind: u8, next: Option<u64>) {
         read_slot!(7);
         (*rec).failed_mask = failed;
         publish(h, cpu, seq, seq.wrapping_add(1));
-    }
-}
-
-/// Stores one reading field by field. Here a struct assignment, `SlotReading::default()` or an
-/// array copy becomes a call to compiler_builtins' memset/memcpy, which copies a byte at a time
-/// (about five instructions a byte: a 24-byte reading ~120, a task's 8 readings ~1,000) — most
-/// of what a switch cost on top of its clock and counter reads. Volatile stores are never merged
-/// back into such a call.
-///
-/// # Safety
-/// `dst` is valid for writing one SlotReading.
-#[inline(always)]
-unsafe fn set_reading(dst: *mut SlotReading, value: u64, enabled: u64, running: u64) {
-    // SAFETY: the caller's.
-    unsafe {
-        core::ptr::write_volatile(&raw mut (*dst).value, value);
-        core::ptr::write_volatile(&raw mut (*dst).enabled, enabled);
-        core::ptr::write_volatile(&raw mut (*dst).running, running);
-    }
-}
-
-/// The package sums' array, zeroed word by word (`[0; MAX_SLOTS]` is a byte-wise memset here:
-/// see [`set_reading`]).
-#[inline(always)]
-fn zeroed_sums(sums: &mut core::mem::MaybeUninit<[u64; MAX_SLOTS]>) -> &mut [u64; MAX_SLOTS] {
-    let words = sums.as_mut_ptr().cast::<u64>();
-    for i in 0..MAX_SLOTS {
-        // SAFETY: `words` points to MAX_SLOTS u64s.
-        unsafe { core::ptr::write_volatile(words.add(i), 0) };
-    }
-    // SAFETY: every word was just written.
-    unsafe { sums.assume_init_mut() }
-}
-
-/// `*dst = *src`, field by field (see [`set_reading`]).
-///
-/// # Safety
-/// `dst` and `src` are valid for one SlotReading each.
-#[inline(always)]
-unsafe fn copy_reading(dst: *mut SlotReading, src: *const SlotReading) {
-    // SAFETY: the caller's.
-    unsafe { set_reading(dst, (*src).value, (*src).enabled, (*src).running) }
-}
-
-/// A task name, 16 bytes, copied (or zeroed: `src` None) as two words (see [`set_reading`]).
-///
-/// # Safety
-/// `dst` and `src` are 8-byte aligned (every comm field here is: the records and entries are
-/// 8-aligned and their comm sits at a multiple of 8) and valid for 16 bytes.
-#[inline(always)]
-unsafe fn set_comm(dst: *mut [u8; 16], src: Option<*const [u8; 16]>) {
-    // SAFETY: the caller's.
-    unsafe {
-        let (lo, hi) = match src {
-            Some(src) => {
-                let src = src.cast::<u64>();
-                (*src, *src.add(1))
-            }
-            None => (0, 0),
-        };
-        let dst = dst.cast::<u64>();
-        core::ptr::write_volatile(dst, lo);
-        core::ptr::write_volatile(dst.add(1), hi);
     }
 }
 
@@ -641,17 +508,17 @@ fn read_cpu_slot(s: u32, timed: bool, out: *mut SlotReading) -> i64 {
 /// stretch never dilutes the time of what ran around it; so is a slice across an end of
 /// userspace's interval clock (INTERVALS), so no period mixes two intervals' tasks.
 #[inline(always)]
-fn accumulate<C: EbpfContext + StackIdContext>(ctx: &C, next: Option<u64>) {
-    let tick = next.is_none();
+fn accumulate<C: EbpfContext + StackIdContext>(ctx: &C, sw: Option<Switch>) {
+    let tick = sw.is_none();
     // SAFETY (whole function): `st` points into this CPU's AGG entry, which only this CPU
     // touches, with preemption off (a tick cannot nest in a switch on one CPU: see
     // `write_tick_or_switch`).
     unsafe {
-        let cpu = bpf_get_smp_processor_id();
-        let now = bpf_ktime_get_ns();
         let Some(st) = AGG.get_ptr_mut(0) else {
             return;
         };
+        let cpu = bpf_get_smp_processor_id();
+        let now = bpf_ktime_get_ns();
         let nr = core::ptr::read_volatile(&NR_SLOTS).min(MAX_SLOTS as u32);
         let timed = core::ptr::read_volatile(&TIMED_SLOTS);
         let cpu_slots = ((1u32 << nr) - 1) & !core::ptr::read_volatile(&PKG_SLOTS);
@@ -660,16 +527,21 @@ fn accumulate<C: EbpfContext + StackIdContext>(ctx: &C, next: Option<u64>) {
             (*st).period_start = now;
             (*st).last_t = now;
             (*st).last_ok = read_baselines(st, cpu_slots, timed);
-            let _ = owner_known(next);
+            // No clock yet: the next run takes the one in INTERVALS. (Volatile: two plain zero
+            // stores side by side become a byte-wise memset, see set_reading.)
+            core::ptr::write_volatile(&raw mut (*st).clock.origin, 0);
+            core::ptr::write_volatile(&raw mut (*st).clock.period, 0);
+            (*st).next_end = u64::MAX;
+            let _ = owner_known(st, sw);
             return;
         }
-        let crossing = slice_crosses_interval_end((*st).last_t, now);
+        let crossing = crosses_next_end(st, now);
         if tick && !crossing && !flush_due(st, cpu, now) {
             // Another hrtimer's expiry soon after the last flush: the running task's slice goes
             // on, and the next tick (or switch) takes it (and checks its owner then).
             return;
         }
-        let known = owner_known(next);
+        let known = owner_known(st, sw);
         let long = now.wrapping_sub((*st).last_t) > core::ptr::read_volatile(&LONG_SLICE_NS);
         // A long slice, or one across an interval end, is a period of its own: what ran
         // before it keeps its own period (all of it before the end), and only this one task's
@@ -689,47 +561,32 @@ fn accumulate<C: EbpfContext + StackIdContext>(ctx: &C, next: Option<u64>) {
         let slice_ns = now.wrapping_sub((*st).last_t);
         (*e).on_ns = (*e).on_ns.wrapping_add(slice_ns);
         let mut ok = (*st).last_ok;
-        // The slice's own deltas, for its stack (when stacks are taken at slices).
+        // The slice's own deltas, for its stack: zeroed only where stacks are taken at slices
+        // (a constant: without stacks the verifier drops the stores), written by each slot's
+        // read, read only by the stack's charge.
         let mut deltas = core::mem::MaybeUninit::<[u64; MAX_SLOTS]>::uninit();
-        let deltas = zeroed_sums(&mut deltas);
-        // Up to the configured slots only: NR_SLOTS is a constant to the verifier, so the loop
-        // is bounded, and a switch does not step through eight slots to use one.
-        for s in 0..nr {
-            let bit = 1u32 << s;
-            if cpu_slots & bit == 0 {
-                continue;
-            }
-            // Zeroed field by field (a literal would be a byte-wise memset: see set_reading).
-            let mut cur = core::mem::MaybeUninit::<SlotReading>::uninit();
-            set_reading(cur.as_mut_ptr(), 0, 0, 0);
-            let cur = cur.as_mut_ptr();
-            let i = s as usize & (MAX_SLOTS - 1);
-            if read_cpu_slot(s, timed & bit != 0, cur) != 0 {
-                (*e).failed_mask |= bit as u8;
-                ok &= !bit;
-                continue;
-            }
-            let last = &mut (*st).last[i];
-            if ok & bit != 0 {
-                let acc = &mut (*e).slots[i];
-                let d = (*cur).value.wrapping_sub(last.value);
-                deltas[i] = d;
-                acc.value = acc.value.wrapping_add(d);
-                acc.enabled = acc
-                    .enabled
-                    .wrapping_add((*cur).enabled.wrapping_sub(last.enabled));
-                acc.running = acc
-                    .running
-                    .wrapping_add((*cur).running.wrapping_sub(last.running));
-            } else {
-                // No baseline (the previous read failed): this slice's delta is unknown.
-                (*e).failed_mask |= bit as u8;
-            }
-            copy_reading(last, cur);
-            ok |= bit;
+        if stacks::at_slices() {
+            zeroed_sums(&mut deltas);
         }
+        // SAFETY: a pointer to the array, read only where it was zeroed above.
+        let deltas = &mut *deltas.as_mut_ptr();
+        // One copy per slot, each kept only when the slot is a configured CPU slot: NR_SLOTS
+        // and PKG_SLOTS are constants to the verifier, which removes the others' code, so a
+        // switch neither loops nor tests a slot it does not read.
+        macro_rules! add_slots {
+            ($($s:literal)*) => {$(
+                if nr > $s && cpu_slots & (1 << $s) != 0 {
+                    add_slot_delta(st, e, $s, timed & (1 << $s) != 0, &mut ok, deltas);
+                }
+            )*};
+        }
+        add_slots!(0 1 2 3 4 5 6 7);
         (*st).last_ok = ok;
         (*st).last_t = now;
+        if crossing {
+            // The slice's own end was the one crossed: the next is computed once per end.
+            (*st).next_end = next_interval_end((*st).clock.origin, (*st).clock.period, now);
+        }
         if stacks::at_slices() && known && pid != 0 {
             stacks::charge_slice(ctx, (id >> 32) as u32, slice_ns, deltas, nr);
         }
@@ -739,13 +596,74 @@ fn accumulate<C: EbpfContext + StackIdContext>(ctx: &C, next: Option<u64>) {
     }
 }
 
-/// Whether the slice `from .. now` crosses an end of userspace's interval clock (none until
-/// userspace writes it).
+/// Reads CPU slot `s` and adds its delta since the accumulator's baseline to entry `e`, which
+/// the reading then replaces; `ok` (bit `s`: the baseline is valid) is updated.
+///
+/// # Safety
+/// `st` points to this CPU's accumulator and `e` to one of its entries.
 #[inline(always)]
-fn slice_crosses_interval_end(from: u64, now: u64) -> bool {
-    match (INTERVALS.get(0), INTERVALS.get(1)) {
-        (Some(&origin), Some(&period)) => crosses_interval_end(origin, period, from, now),
-        _ => false,
+unsafe fn add_slot_delta(
+    st: *mut AggState,
+    e: *mut imc_common::AggTask,
+    s: u32,
+    timed: bool,
+    ok: &mut u32,
+    deltas: &mut [u64; MAX_SLOTS],
+) {
+    let bit = 1u32 << s;
+    let i = s as usize & (MAX_SLOTS - 1);
+    // Filled by the read (the helper writes all of it, or the value path sets every field);
+    // read only when the read succeeded.
+    let mut cur = core::mem::MaybeUninit::<SlotReading>::uninit();
+    let cur = cur.as_mut_ptr();
+    // SAFETY: the caller's.
+    unsafe {
+        if read_cpu_slot(s, timed, cur) != 0 {
+            (*e).failed_mask |= bit as u8;
+            *ok &= !bit;
+            return;
+        }
+        let last = &raw mut (*st).last[i];
+        if *ok & bit != 0 {
+            let acc = &raw mut (*e).slots[i];
+            let d = (*cur).value.wrapping_sub((*last).value);
+            deltas[i] = d;
+            (*acc).value = (*acc).value.wrapping_add(d);
+            (*acc).enabled = (*acc)
+                .enabled
+                .wrapping_add((*cur).enabled.wrapping_sub((*last).enabled));
+            (*acc).running = (*acc)
+                .running
+                .wrapping_add((*cur).running.wrapping_sub((*last).running));
+        } else {
+            // No baseline (the previous read failed): this slice's delta is unknown.
+            (*e).failed_mask |= bit as u8;
+        }
+        copy_reading(last, cur);
+        *ok |= bit;
+    }
+}
+
+/// Whether the slice from the accumulator's `last_t` to `now` crosses an end of userspace's
+/// interval clock (none until userspace writes it): whether it ends after `next_end`, which is
+/// computed again only when the clock in INTERVALS is not the one it was computed from. A run
+/// that crosses no end reads the clock and compares two words and a time; it never divides.
+///
+/// # Safety
+/// `st` points to this CPU's accumulator.
+#[inline(always)]
+unsafe fn crosses_next_end(st: *mut AggState, now: u64) -> bool {
+    // SAFETY: the caller's; INTERVALS' entry is userspace's to write and only read here.
+    unsafe {
+        if let Some(c) = INTERVALS.get(0) {
+            let (origin, period) = (c.origin, c.period);
+            if origin != (*st).clock.origin || period != (*st).clock.period {
+                (*st).clock.origin = origin;
+                (*st).clock.period = period;
+                (*st).next_end = next_interval_end(origin, period, (*st).last_t);
+            }
+        }
+        now > (*st).next_end
     }
 }
 

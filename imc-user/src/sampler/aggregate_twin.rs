@@ -561,6 +561,24 @@ mod tests {
     }
 
     #[test]
+    fn the_next_interval_end_is_the_first_strictly_after_a_time() {
+        use imc_common::next_interval_end;
+        assert_eq!(next_interval_end(0, 10, 5), 10);
+        assert_eq!(
+            next_interval_end(0, 10, 10),
+            20,
+            "an end is its interval's own"
+        );
+        assert_eq!(next_interval_end(0, 10, 0), 10);
+        assert_eq!(
+            next_interval_end(100, 10, 50),
+            110,
+            "one period after the origin"
+        );
+        assert_eq!(next_interval_end(0, 0, 5), u64::MAX, "no clock: no end");
+    }
+
+    #[test]
     fn a_slice_across_an_interval_end_is_a_period_of_its_own() {
         use imc_common::KIND_SWITCH;
         // Task 7 until 2 ms, then task 8 until the tick at 4 ms; an interval ends at 3 ms.

@@ -8,8 +8,8 @@ use crate::sys::bpf::{BpfSys, MappedMap};
 use aya::Ebpf;
 use aya::maps::Array;
 use imc_common::{
-    CpuHead, HEADS_MAP_NAME, INTERVALS_MAP_NAME, PKG_MAP_NAME, PKG_SLOT_MAP_NAME, READERS_MAP_NAME,
-    ReaderCfg, SLOT_MAP_NAMES, TICKS_MAP_NAME,
+    CpuHead, HEADS_MAP_NAME, INTERVALS_MAP_NAME, IntervalClock, PKG_MAP_NAME, PKG_SLOT_MAP_NAME,
+    READERS_MAP_NAME, ReaderCfg, SLOT_MAP_NAMES, TICKS_MAP_NAME,
 };
 use std::os::fd::{AsFd, BorrowedFd};
 
@@ -152,22 +152,24 @@ pub(super) fn map_rings(
     ))
 }
 
-/// Writes the interval clock (imc_common::INTERVALS_MAP_NAME), its period last: the program
-/// reads a clock only once its period is set.
+/// Writes the interval clock (imc_common::INTERVALS_MAP_NAME). A CPU that reads it while it is
+/// being written may see half of it; each CPU compares the clock with the one it last used at
+/// every run, so its next run takes the whole one.
 pub(super) fn write_interval_clock(
     ebpf: &mut Ebpf,
     origin_ns: u64,
     period_ns: u64,
 ) -> Result<(), SamplerError> {
-    let mut clock: Array<_, u64> = Array::try_from(
+    let mut clock: Array<_, IntervalClock> = Array::try_from(
         ebpf.map_mut(INTERVALS_MAP_NAME)
             .ok_or_else(|| map_missing(INTERVALS_MAP_NAME))?,
     )
     .map_err(|e| SamplerError::map(INTERVALS_MAP_NAME, "", e))?;
-    for (i, v) in [(0u32, origin_ns), (1, period_ns)] {
-        clock
-            .set(i, v, 0)
-            .map_err(|e| SamplerError::map(INTERVALS_MAP_NAME, format!("entry {i}"), e))?;
-    }
-    Ok(())
+    let value = IntervalClock {
+        origin: origin_ns,
+        period: period_ns,
+    };
+    clock
+        .set(0, value, 0)
+        .map_err(|e| SamplerError::map(INTERVALS_MAP_NAME, "entry 0", e))
 }

@@ -432,6 +432,25 @@ impl Sampler {
         Ok((info.run_time(), info.run_count()))
     }
 
+    /// The verifier's and the JIT's figures of every loaded program, by name.
+    pub fn program_costs(&self) -> Result<Vec<ProgramCost>, SamplerError> {
+        let mut costs = Vec::new();
+        for (name, prog) in self.ebpf.programs() {
+            // A program of the object this configuration does not load has no info.
+            let Ok(info) = prog.info() else {
+                continue;
+            };
+            costs.push(ProgramCost {
+                name: name.to_string(),
+                verified_insns: info.verified_instruction_count(),
+                translated_bytes: info.size_translated(),
+                jitted_bytes: Some(info.size_jitted()).filter(|&n| n > 0),
+            });
+        }
+        costs.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(costs)
+    }
+
     /// Program ids of the loaded programs (for checking that they are gone after drop).
     pub fn program_ids(&self) -> Vec<u32> {
         self.ebpf

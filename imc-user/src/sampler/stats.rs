@@ -42,3 +42,15 @@ impl SamplerStats {
         self.per_cpu.iter().map(|c| c.read_errors[slot]).sum()
     }
 }
+
+/// What the kernel made of one loaded program: the instructions its verifier processed (every
+/// path it explored, a measure of the program's branching) and the size of the program it
+/// runs, before and after the JIT. None where the kernel does not say.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ProgramCost {
+    pub name: String,
+    pub verified_insns: Option<u32>,
+    /// Bytes of translated (verifier-rewritten) eBPF instructions, 8 per instruction.
+    pub translated_bytes: Option<u32>,
+    pub jitted_bytes: Option<u32>,
+}
