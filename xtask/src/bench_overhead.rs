@@ -76,13 +76,13 @@ const TARGET_COLLECTOR_SWITCH_PCT: f64 = 0.1;
 /// Switch-heavy: imc's userspace CPU as a share (%) of the machine; the program's ns per switch
 /// against the bare program's plus the reads it must make (its counters and the clock) plus
 /// this many ns; records drained per second against this many times CPUs × HZ.
+const TARGET_USERSPACE_PCT: f64 = 0.1;
+const TARGET_NS_OVER_READS: f64 = 20.0;
+const TARGET_RECORDS_PER_TICK: f64 = 2.0;
 /// `--stacks`: the collector's CPU at most twice its CPU without stacks, and at most 0.1% of
 /// the machine.
 const TARGET_STACKS_RATIO: f64 = 2.0;
 const TARGET_STACKS_PCT: f64 = 0.1;
-const TARGET_USERSPACE_PCT: f64 = 0.1;
-const TARGET_NS_OVER_READS: f64 = 20.0;
-const TARGET_RECORDS_PER_TICK: f64 = 2.0;
 /// --freq: ticks counted over the window against FREQ × CPUs × seconds above this: the count
 /// is not what it claims to be (the least is per kind, `Kind::freq_min_ratio`).
 const TICKS_MAX_RATIO: f64 = 1.25;
