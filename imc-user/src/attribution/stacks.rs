@@ -95,8 +95,10 @@ impl StackTotals {
                 .processes
                 .entry(row.tgid)
                 .or_insert_with(|| (vec![0.0; n], row.comm.clone(), false));
-            if row.pid == row.tgid && !e.2 {
-                (e.1, e.2) = (row.comm.clone(), true);
+            // The main thread's name, as last seen: a command imc started is named by its
+            // own program once it has exec'ed, not by the imc it was forked from.
+            if row.pid == row.tgid || !e.2 {
+                (e.1, e.2) = (row.comm.clone(), row.pid == row.tgid);
             }
             match &self.amounts {
                 Amounts::Bytes { total } => {

@@ -593,11 +593,11 @@ pub fn run(_global: &GlobalArgs, args: &ReportArgs) -> CliResult<ExitCode> {
     check_view_outputs(args)?;
     super::report_stacks::check_outputs(args)?;
     if super::report_stacks::wanted(args) {
-        super::report_stacks::write(args, open_run(&args.file)?)?;
+        super::report_stacks::write(args, &|| open_run(&args.file))?;
     }
     // `--json`: each task's top functions, where the recording has stacks.
     let stacks = match args.json {
-        true => super::report_stacks::profile_of(open_run(&args.file)?)?,
+        true => super::report_stacks::profile_of(&|| open_run(&args.file))?,
         false => (Default::default(), false),
     };
     let readers = open_run(&args.file)?;

@@ -40,8 +40,12 @@ pub fn check_outputs(args: &ReportArgs) -> CliResult<()> {
     Ok(())
 }
 
-/// The run's stack profile, read from `readers` (oldest file first).
-pub fn profile_of(readers: Vec<Reader>) -> CliResult<(StackProfile, bool)> {
+/// The run's stack profile, read from the files `open` gives (oldest first), and whether the
+/// run has stacks at all. Two passes, so that memory follows the processes that have stacks,
+/// never every task of the run: the stack batches first (and which processes they name), then
+/// the intervals' rows of those processes alone.
+pub fn profile_of(open: &dyn Fn() -> CliResult<Vec<Reader>>) -> CliResult<(StackProfile, bool)> {
+    let readers = open()?;
     let specs = readers
         .last()
         .map(|r| r.specs().to_vec())
@@ -50,20 +54,34 @@ pub fn profile_of(readers: Vec<Reader>) -> CliResult<(StackProfile, bool)> {
         .first()
         .map(|r| (r.header().start_realtime_ns, r.header().start_monotonic_ns));
     let mut totals = StackTotals::new(&specs);
-    let (mut first, mut last, mut any) = (u64::MAX, 0u64, false);
+    let mut named: std::collections::HashSet<u32> = std::collections::HashSet::new();
+    let (mut first, mut last) = (u64::MAX, 0u64);
     for mut r in readers {
+        // Task rows are not needed in this pass: the reader skips building them.
+        r.keep_rows(|_| false);
         while let Some(item) = r.next_item() {
             match item {
                 Item::Interval(iv) => {
                     first = first.min(iv.t_start_ns);
                     last = last.max(iv.t_end_ns);
-                    totals.add_interval(&iv);
                 }
                 Item::Stacks(b) => {
-                    any = true;
+                    named.extend(b.charges.iter().map(|c| c.tgid));
                     totals.add_batch(&b);
                 }
                 Item::Ticks(_) => {}
+            }
+        }
+    }
+    if named.is_empty() {
+        return Ok((StackProfile::default(), false));
+    }
+    for mut r in open()? {
+        let keep = named.clone();
+        r.keep_rows(move |k| keep.contains(&k.tgid));
+        while let Some(item) = r.next_item() {
+            if let Item::Interval(iv) = item {
+                totals.add_interval(&iv);
             }
         }
     }
@@ -71,14 +89,14 @@ pub fn profile_of(readers: Vec<Reader>) -> CliResult<(StackProfile, bool)> {
     let realtime = start.map_or(0, |(rt, mono)| {
         rt.saturating_add(first.saturating_sub(mono))
     });
-    Ok((totals.profile(realtime, duration), any))
+    Ok((totals.profile(realtime, duration), true))
 }
 
 /// Writes each stack output asked for.
-pub fn write(args: &ReportArgs, readers: Vec<Reader>) -> CliResult<()> {
+pub fn write(args: &ReportArgs, open: &dyn Fn() -> CliResult<Vec<Reader>>) -> CliResult<()> {
     let name = args.file.display().to_string();
     let file = escape(&name);
-    let (profile, any) = profile_of(readers)?;
+    let (profile, any) = profile_of(open)?;
     if !any {
         return Err(CliError::bad_input(format!(
             "{file}: recorded without stacks: record with `imc record --stacks` for \
