@@ -59,6 +59,17 @@ fn stacks_where_records_are_per_switch_or_a_period_of_zero_are_refused_in_one_li
     }
 }
 
+/// Runs `cmd`, which must succeed (its stderr shown where it does not).
+fn run_ok(cmd: &mut Command) -> std::process::Output {
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
 /// A C program whose `hot_three` faults three pages and `hot_one` one page per step, in turns
 /// of `phase` seconds; built with frame pointers.
 const TWO: &str = r#"
@@ -83,7 +94,7 @@ fn build_two(dir: &Path) -> Option<std::path::PathBuf> {
     std::fs::write(&src, TWO).unwrap();
     let bin = dir.join("two");
     let ok = Command::new("cc")
-        .args(["-O1", "-fno-omit-frame-pointer", "-o"])
+        .args(["-O1", "-g", "-fno-omit-frame-pointer", "-o"])
         .arg(&bin)
         .arg(&src)
         .status()
@@ -101,42 +112,48 @@ fn a_recording_with_stacks_reports_every_attributed_fault_in_some_stack() {
         return;
     };
     let rec = dir.path().join("s.imc");
-    let out = imc()
-        .args(["record", "--stacks", "-o"])
-        .arg(&rec)
-        .arg("--")
-        .arg(&two)
-        .args(["0.05", "1.5"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    run_ok(
+        imc()
+            .args(["record", "--stacks", "-o"])
+            .arg(&rec)
+            .arg("--")
+            .arg(&two)
+            .args(["0.05", "1.5"]),
     );
     let (folded, pprof, svg) = (
         dir.path().join("s.folded"),
         dir.path().join("s.pb.gz"),
         dir.path().join("s.svg"),
     );
-    let out = imc()
-        .arg("report")
-        .arg(&rec)
-        .arg("--folded")
-        .arg(&folded)
-        .arg("--pprof")
-        .arg(&pprof)
-        .arg("--flamegraph")
-        .arg(&svg)
-        .arg("--json")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = run_ok(
+        imc()
+            .arg("report")
+            .arg(&rec)
+            .arg("--folded")
+            .arg(&folded)
+            .arg("--pprof")
+            .arg(&pprof)
+            .arg("--flamegraph")
+            .arg(&svg)
+            .arg("--json"),
     );
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    // The process's top functions name both hot functions.
+    let two_row = report["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["comm"] == "two")
+        .unwrap_or_else(|| panic!("no row of the program: {report}"));
+    let top: Vec<&str> = two_row["top_functions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|f| f["function"].as_str())
+        .collect();
+    for f in ["hot_three", "hot_one"] {
+        assert!(top.contains(&f), "{f} in {top:?}");
+    }
     let faults: f64 = report["tasks"]
         .as_array()
         .unwrap()
