@@ -178,5 +178,9 @@ fn targets_are_paired_by_round() {
     assert!(line("minus 0.2").starts_with("PASS"));
     // 0.0015 s of collector over 2 CPU-seconds: 0.075% of the machine, over the 0.03% a
     // compute-bound workload allows.
-    assert!(line("collector").starts_with("FAIL"), "{}", line("collector"));
+    assert!(
+        line("collector").starts_with("FAIL"),
+        "{}",
+        line("collector")
+    );
 }
