@@ -259,6 +259,16 @@ unsafe fn owner_known(st: *mut AggState, sw: Option<Switch>) -> bool {
     }
 }
 
+/// [`owner_known`] on this CPU's accumulator (true when there is none).
+#[inline(always)]
+fn owner_known_here(sw: Option<Switch>) -> bool {
+    match AGG.get_ptr_mut(0) {
+        // SAFETY: this CPU's accumulator, which only this CPU touches, with preemption off.
+        Some(st) => unsafe { owner_known(st, sw) },
+        None => true,
+    }
+}
+
 /// Counts one event in this CPU's STATS; returns the count before it.
 #[inline(always)]
 pub(crate) fn bump(index: u32) -> u64 {
@@ -401,10 +411,7 @@ fn write_tick_or_switch<C: EbpfContext>(ctx: &C, kind: u8, sw: Option<Switch>) {
         let sums = zeroed_sums(&mut sums);
         let pkg_ok = read_package(ctx, cpu, now, sums);
         (*rec).cpu = cpu;
-        let known = match AGG.get_ptr_mut(0) {
-            Some(st) => owner_known(st, sw),
-            None => true,
-        };
+        let known = owner_known_here(sw);
         let id = if known { bpf_get_current_pid_tgid() } else { 0 };
         let pid = id as u32;
         (*rec).pid = pid;
