@@ -43,6 +43,9 @@ use std::io;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::Arc;
 
+/// How far ahead of now the run's last interval end is set (see [`Sampler::end_open_slices`]).
+const END_AHEAD_NS: u64 = 200_000;
+
 /// One package counter's own reading (`Sampler::read_channels`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct ChannelReading {
@@ -334,8 +337,14 @@ impl Sampler {
     pub fn end_open_slices(&mut self) -> Result<usize, SamplerError> {
         let period = self.interval_period_ns;
         if period > 0 {
-            let origin = monotonic_ns().saturating_sub(period);
-            write_interval_clock(&mut self.ebpf, origin, period)?;
+            // The end is set a little ahead and the visits wait for it: a CPU's run between
+            // reading the clock here and the map's update would otherwise start its slice past
+            // an end already behind it, and the visit's slice would cross no end (no flush).
+            let end = monotonic_ns() + END_AHEAD_NS;
+            write_interval_clock(&mut self.ebpf, end.saturating_sub(period), period)?;
+            while monotonic_ns() <= end {
+                std::thread::sleep(std::time::Duration::from_micros(50));
+            }
         }
         crate::sys::thread::visit_cpus(&self.cpus).map_err(SamplerError::VisitCpus)
     }

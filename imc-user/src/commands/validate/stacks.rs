@@ -85,14 +85,18 @@ pub(super) fn stack_rows(
     rows
 }
 
-/// The bound per workload that makes the traffic (charged more than a workload that makes
-/// none may be: [`ZERO_CHARGE_BOUND`]): of what its resolved stacks were charged, the share
-/// outside its function (1 − share) at most 1 − [`SHARE_BOUND`]. Traffic of processes gone
-/// before their frames were resolved (the burst's children live for a millisecond) is shown
-/// apart.
+/// The bound per workload whose stacks could be told (see the filter): of what its resolved
+/// stacks were charged, the share outside its function (1 − share) at most 1 − [`SHARE_BOUND`].
+/// A workload whose traffic is mostly in no stack it can tell (the burst's children live for a
+/// millisecond and are charged after leaving their memory) is shown, not held.
 pub(super) fn stack_bounds(rows: &[StackRow]) -> Vec<Bound> {
     rows.iter()
-        .filter(|r| r.charged - r.unresolved > ZERO_CHARGE_BOUND)
+        // Held where the stacks could be told: the traffic in resolved stacks is past what a
+        // workload that makes none may be charged, and at least half of what it was charged.
+        .filter(|r| {
+            let resolved = r.charged - r.unresolved;
+            resolved > ZERO_CHARGE_BOUND && resolved >= r.charged / 2.0
+        })
         .filter_map(|r| {
             let share = r.share?;
             Some(Bound::measured(
