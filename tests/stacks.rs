@@ -1,6 +1,7 @@
 //! Traffic by call stack: the plan's `stacks` object (any machine, no privileges), and on the
 //! real path (root, the eBPF object) a recording with `--stacks` of a program whose two hot
-//! functions fault pages, reported as folded lines, a flame graph and a pprof profile.
+//! functions fault pages, reported as folded lines, a flame graph, a pprof profile and a
+//! Perfetto trace's callstack samples.
 use imc_tests::{imc, own_fixtures, require, sampler_prerequisites};
 use std::path::Path;
 use std::process::Command;
@@ -120,10 +121,11 @@ fn a_recording_with_stacks_reports_every_attributed_fault_in_some_stack() {
             .arg(&two)
             .args(["0.05", "1.5"]),
     );
-    let (folded, pprof, svg) = (
+    let (folded, pprof, svg, trace) = (
         dir.path().join("s.folded"),
         dir.path().join("s.pb.gz"),
         dir.path().join("s.svg"),
+        dir.path().join("s.pftrace"),
     );
     let out = run_ok(
         imc()
@@ -135,6 +137,8 @@ fn a_recording_with_stacks_reports_every_attributed_fault_in_some_stack() {
             .arg(&pprof)
             .arg("--flamegraph")
             .arg(&svg)
+            .arg("--perfetto")
+            .arg(&trace)
             .arg("--json"),
     );
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -174,6 +178,24 @@ fn a_recording_with_stacks_reports_every_attributed_fault_in_some_stack() {
         "{in_stacks} in stacks, {faults} attributed"
     );
     assert!(lines.len() >= 2, "both hot functions' stacks: {text}");
+    // The trace's callstack samples carry what the folded lines do, through each function.
+    // Each stack's samples are its traffic over the quantum, rounded down once.
+    let through = |f: &str| -> (u64, u64) {
+        let of_f = lines
+            .iter()
+            .filter(|l| l.split(' ').next().unwrap().split(';').any(|x| x == f));
+        let values = of_f.map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap());
+        values.fold((0, 0), |(sum, n), v| (sum + v, n + 1))
+    };
+    let samples = perfetto_samples(&trace);
+    let (quantum, counts) = (samples.quantum, &samples.through);
+    for f in ["hot_three", "hot_one"] {
+        let ((want, stacks), got) = (through(f), counts.get(f).copied().unwrap_or(0) * quantum);
+        assert!(
+            got <= want && want - got < quantum * stacks,
+            "{f}: {got} in the trace's samples, {want} in the folded lines"
+        );
+    }
     let gz = std::fs::read(&pprof).unwrap();
     assert_eq!(&gz[..2], &[0x1f, 0x8b], "gzipped");
     assert!(std::fs::read_to_string(&svg).unwrap().contains("<svg"));
@@ -194,4 +216,56 @@ fn a_recording_with_stacks_reports_every_attributed_fault_in_some_stack() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
+}
+
+/// A Perfetto trace's callstack samples, decoded through its interned data.
+struct PerfettoSamples {
+    /// What each sample stands for, from the quantum track's name.
+    quantum: u64,
+    /// Per function, the samples whose stack passes through it.
+    through: std::collections::HashMap<String, u64>,
+}
+
+fn perfetto_samples(path: &Path) -> PerfettoSamples {
+    use perfetto_protos::trace::Trace;
+    use perfetto_protos::trace_packet::trace_packet::Data;
+    use protobuf::Message;
+    use std::collections::HashMap;
+    let t = Trace::parse_from_bytes(&std::fs::read(path).unwrap()).unwrap();
+    let (mut names, mut frames, mut stacks) = (HashMap::new(), HashMap::new(), HashMap::new());
+    let mut out = PerfettoSamples {
+        quantum: 0,
+        through: HashMap::new(),
+    };
+    for p in &t.packet {
+        if let Some(Data::TrackDescriptor(d)) = &p.data
+            && let Some(q) = d.name().strip_prefix("callstack samples: one per ")
+        {
+            out.quantum = q.split(' ').next().unwrap().parse().unwrap();
+        }
+        if let Some(d) = p.interned_data.as_ref() {
+            for s in &d.function_names {
+                names.insert(s.iid(), String::from_utf8_lossy(s.str()).into_owned());
+            }
+            for f in &d.frames {
+                frames.insert(f.iid(), f.function_name_id());
+            }
+            for c in &d.callstacks {
+                stacks.insert(c.iid(), c.frame_ids.clone());
+            }
+        }
+        if let Some(Data::PerfSample(s)) = &p.data {
+            let mut seen: Vec<&String> = stacks[&s.callstack_iid()]
+                .iter()
+                .map(|f| &names[&frames[f]])
+                .collect();
+            seen.sort();
+            seen.dedup();
+            for f in seen {
+                *out.through.entry(f.clone()).or_insert(0) += 1;
+            }
+        }
+    }
+    assert!(out.quantum > 0, "the trace names its quantum");
+    out
 }

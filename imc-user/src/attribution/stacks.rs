@@ -9,7 +9,7 @@
 //! is its own traffic, so there the spread gives each stack exactly the events it counted.
 use crate::model::result::IntervalResult;
 use crate::model::stacks::{
-    Frame, LOST_STACK_FRAME, SampleType, Stack, StackBatch, StackProfile, StackSample,
+    Frame, LOST_STACK_FRAME, SampleType, Stack, StackBatch, StackProfile, StackSample, TimedSample,
 };
 use crate::model::{Direction, SlotRole, SlotScope, SlotSpec};
 use std::collections::HashMap;
@@ -35,6 +35,17 @@ pub struct StackTotals {
     stacks: HashMap<(u32, FramesKey), (Vec<f64>, f64)>,
     dropped: u64,
     truncated: u64,
+    /// Each drain's charges, where their times are kept (see [`StackTotals::keep_times`]).
+    times: Option<Vec<Charged>>,
+}
+
+/// What one (process, stack) was charged in one drain: its weight events of every type
+/// together, and its on-CPU ns.
+struct Charged {
+    t_ns: u64,
+    key: (u32, FramesKey),
+    weight: f64,
+    on_ns: f64,
 }
 
 /// A stack's frames, compared by content (batches read from a file do not share them).
@@ -84,7 +95,15 @@ impl StackTotals {
             stacks: HashMap::new(),
             dropped: 0,
             truncated: 0,
+            times: None,
         }
+    }
+
+    /// Keeps each drain's charges, so that [`StackTotals::timed_profile`] can place the
+    /// profile's samples in time (memory: one entry per stack per drain).
+    pub fn keep_times(mut self) -> StackTotals {
+        self.times = Some(Vec::new());
+        self
     }
 
     /// Adds one interval's task rows to their processes' amounts.
@@ -123,10 +142,12 @@ impl StackTotals {
         self.dropped += b.dropped;
         let n = self.types.len();
         for c in &b.charges {
+            let key = (c.tgid, FramesKey(c.frames.clone()));
             let e = self
                 .stacks
-                .entry((c.tgid, FramesKey(c.frames.clone())))
+                .entry(key.clone())
                 .or_insert_with(|| (vec![0.0; n], 0.0));
+            let before: f64 = e.0.iter().sum();
             for (s, &v) in c.slots.iter().enumerate() {
                 match self.weighs.get(s).copied().flatten() {
                     Some(Weighs::One(t)) => e.0[t] += v as f64,
@@ -135,11 +156,65 @@ impl StackTotals {
                 }
             }
             e.1 += c.on_ns as f64;
+            let weight = e.0.iter().sum::<f64>() - before;
+            if let Some(times) = self.times.as_mut() {
+                times.push(Charged {
+                    t_ns: b.t_ns,
+                    key,
+                    weight,
+                    on_ns: c.on_ns as f64,
+                });
+            }
         }
+    }
+
+    /// The profile, and each of its samples placed at the drains that charged it, in drain
+    /// order: a sample's share at a drain is the weight its stack carried there over all it
+    /// carried (its on-CPU time, where it carried no weight). Nothing is placed unless
+    /// [`StackTotals::keep_times`] was asked.
+    pub fn timed_profile(
+        &self,
+        start_realtime_ns: u64,
+        duration_ns: u64,
+    ) -> (StackProfile, Vec<TimedSample>) {
+        let (p, index) = self.build(start_realtime_ns, duration_ns);
+        let Some(times) = &self.times else {
+            return (p, Vec::new());
+        };
+        let mut sums: HashMap<&(u32, FramesKey), (f64, f64)> = HashMap::new();
+        for c in times {
+            let e = sums.entry(&c.key).or_default();
+            (e.0, e.1) = (e.0 + c.weight, e.1 + c.on_ns);
+        }
+        let placed = times.iter().filter_map(|c| {
+            let sample = *index.get(&c.key)?;
+            let (weight, on_ns) = sums[&c.key];
+            let share = match (weight > 0.0, on_ns > 0.0) {
+                (true, _) => c.weight / weight,
+                (false, true) => c.on_ns / on_ns,
+                (false, false) => return None,
+            };
+            (share > 0.0).then_some(TimedSample {
+                t_ns: c.t_ns,
+                sample,
+                share,
+            })
+        });
+        let placed = placed.collect();
+        (p, placed)
     }
 
     /// The profile of everything added: each process's traffic spread over its stacks.
     pub fn profile(&self, start_realtime_ns: u64, duration_ns: u64) -> StackProfile {
+        self.build(start_realtime_ns, duration_ns).0
+    }
+
+    /// The profile, and which of its samples each (process, stack) became.
+    fn build(
+        &self,
+        start_realtime_ns: u64,
+        duration_ns: u64,
+    ) -> (StackProfile, HashMap<&(u32, FramesKey), u32>) {
         let n = self.types.len();
         // Per process and type: the weight of all its stacks, and their time.
         let mut sums: HashMap<u32, (Vec<f64>, f64)> = HashMap::new();
@@ -156,6 +231,7 @@ impl StackTotals {
             ..Default::default()
         };
         let mut frame_ids: HashMap<&Frame, u32> = HashMap::new();
+        let mut index = HashMap::new();
         let mut keys: Vec<&(u32, FramesKey)> = self.stacks.keys().collect();
         keys.sort_by(|a, b| (a.0, &a.1.0[..]).cmp(&(b.0, &b.1.0[..])));
         for key in keys {
@@ -163,19 +239,7 @@ impl StackTotals {
             let Some((amount, comm, _)) = self.processes.get(&key.0) else {
                 continue;
             };
-            let (sw, st) = &sums[&key.0];
-            let values: Vec<u64> = (0..n)
-                .map(|i| {
-                    let share = if sw[i] > 0.0 {
-                        w[i] / sw[i]
-                    } else if *st > 0.0 {
-                        t / st
-                    } else {
-                        0.0
-                    };
-                    (amount[i] * share).round() as u64
-                })
-                .collect();
+            let values = spread(amount, (w, *t), (&sums[&key.0].0, sums[&key.0].1));
             if values.iter().all(|&v| v == 0) {
                 continue;
             }
@@ -198,6 +262,7 @@ impl StackTotals {
                 p.lost_stacks += 1;
             }
             p.stacks.push(stack);
+            index.insert(key, p.samples.len() as u32);
             p.samples.push(StackSample {
                 tgid: key.0,
                 comm: comm.clone(),
@@ -216,8 +281,22 @@ impl StackTotals {
                     })
                 })
                 .count() as u64;
-        p
+        (p, index)
     }
+}
+
+/// A stack's values: per type, its process's `amount` × the stack's share of the process's
+/// weight (`(weights, on-CPU ns)` of the stack and of all the process's stacks), or of its
+/// on-CPU time where the process carried no weight of that type.
+fn spread(amount: &[f64], stack: (&[f64], f64), process: (&[f64], f64)) -> Vec<u64> {
+    let share = |i: usize| match (process.0[i] > 0.0, process.1 > 0.0) {
+        (true, _) => stack.0[i] / process.0[i],
+        (false, true) => stack.1 / process.1,
+        (false, false) => 0.0,
+    };
+    (0..amount.len())
+        .map(|i| (amount[i] * share(i)).round() as u64)
+        .collect()
 }
 
 fn sample(name: &str, unit: &str) -> SampleType {
@@ -328,6 +407,42 @@ mod tests {
         assert_eq!(value("hot_three"), Some(300));
         assert_eq!(value("hot_one"), Some(100));
         assert_eq!(p.lost_stacks, 2);
+    }
+
+    #[test]
+    fn timed_parts_place_each_sample_at_its_drains_by_weight_or_time() {
+        let specs = [spec("page-faults", SlotRole::Traffic(Direction::Total))];
+        let mut t = StackTotals::new(&specs).keep_times();
+        let (a, b) = (frames("hot_three"), frames("hot_one"));
+        t.add_interval(&interval(7, 400.0));
+        t.add_interval(&interval(8, 40.0));
+        t.add_batch(&StackBatch {
+            t_ns: 1,
+            charges: vec![charge(7, &a, 30, 10), charge(8, &b, 0, 30)],
+            dropped: 0,
+        });
+        t.add_batch(&StackBatch {
+            t_ns: 2,
+            charges: vec![charge(7, &a, 270, 10), charge(8, &b, 0, 10)],
+            dropped: 0,
+        });
+        let (p, placed) = t.timed_profile(0, 1);
+        assert_eq!(p, t.profile(0, 1), "the same profile");
+        let of = |name: &str| -> Vec<(u64, f64)> {
+            placed
+                .iter()
+                .filter(|x| {
+                    let s = &p.samples[x.sample as usize];
+                    p.frames[p.stacks[s.stack as usize].frames[0] as usize].label() == name
+                })
+                .map(|x| (x.t_ns, (x.share * 1000.0).round() / 1000.0))
+                .collect()
+        };
+        // hot_three by its weight events; hot_one's process carried none: by on-CPU time.
+        assert_eq!(of("hot_three"), [(1, 0.1), (2, 0.9)]);
+        assert_eq!(of("hot_one"), [(1, 0.75), (2, 0.25)]);
+        let untimed = StackTotals::new(&specs);
+        assert!(untimed.timed_profile(0, 1).1.is_empty());
     }
 
     #[test]

@@ -480,19 +480,28 @@ fn task_rows(
     Ok(passes.finish(spans))
 }
 
+/// What the views draw beside the run's timeline.
+struct Views<'a> {
+    bursts: &'a [BurstRow],
+    victims: Option<&'a VictimTop>,
+    command: Option<&'a CommandReport>,
+    latency: &'a LatencySeries,
+    stacks: &'a super::report_stacks::RunStacks,
+}
+
 /// Series of the top groups drawn or traced.
 const VIEW_GROUPS: usize = 8;
 
 /// The run as a timeline (one more pass over the file, reading only the rows of the groups
 /// drawn), then the Perfetto trace and the plot.
-fn write_views(
-    args: &ReportArgs,
-    total: &IntervalResult,
-    bursts: &[BurstRow],
-    victims: Option<&VictimTop>,
-    command: Option<&CommandReport>,
-    latency: &LatencySeries,
-) -> CliResult<()> {
+fn write_views(args: &ReportArgs, total: &IntervalResult, v: &Views<'_>) -> CliResult<()> {
+    let Views {
+        bursts,
+        victims,
+        command,
+        latency,
+        stacks,
+    } = *v;
     let readers = open_run(&args.file)?;
     let specs = readers
         .last()
@@ -537,7 +546,13 @@ fn write_views(
             }),
             _ => None,
         };
-        perfetto::write(path, &tl, bursts, command, tracks.as_ref(), latency)
+        let parts = perfetto::Parts {
+            command,
+            victims: tracks.as_ref(),
+            latency,
+            stacks: stacks.any.then_some((&stacks.profile, &stacks.placed[..])),
+        };
+        perfetto::write(path, &tl, bursts, &parts)
             .map_err(|e| failed("Perfetto trace", path, e))?;
     }
     if let Some(path) = &args.plot {
@@ -592,14 +607,7 @@ fn victims_wanted(args: &ReportArgs, specs: &[SlotSpec]) -> CliResult<Option<Opt
 pub fn run(_global: &GlobalArgs, args: &ReportArgs) -> CliResult<ExitCode> {
     check_view_outputs(args)?;
     super::report_stacks::check_outputs(args)?;
-    if super::report_stacks::wanted(args) {
-        super::report_stacks::write(args, &|| open_run(&args.file))?;
-    }
-    // `--json`: each task's top functions, where the recording has stacks.
-    let stacks = match args.json {
-        true => super::report_stacks::profile_of(&|| open_run(&args.file))?,
-        false => (Default::default(), false),
-    };
+    let stacks = super::report_stacks::for_report(args, &|| open_run(&args.file))?;
     let readers = open_run(&args.file)?;
     let header = readers
         .last()
@@ -644,7 +652,14 @@ pub fn run(_global: &GlobalArgs, args: &ReportArgs) -> CliResult<ExitCode> {
     let vic = found.victims;
     if views {
         let (bursts, cmd) = (&found.bursts, command.as_ref());
-        write_views(args, &total, bursts, vic.as_ref(), cmd, &whole.latency)?;
+        let views = Views {
+            bursts,
+            victims: vic.as_ref(),
+            command: cmd,
+            latency: &whole.latency,
+            stacks: &stacks,
+        };
+        write_views(args, &total, &views)?;
     }
     let report = ReportResult {
         total,
@@ -659,7 +674,7 @@ pub fn run(_global: &GlobalArgs, args: &ReportArgs) -> CliResult<ExitCode> {
         header: &header,
         unit: &unit,
         latency: (&whole.latency, &latency),
-        stacks: stacks.1.then_some(&stacks.0),
+        stacks: stacks.any.then_some(&stacks.profile),
     };
     let text = if args.json {
         json_text(args, &out)?

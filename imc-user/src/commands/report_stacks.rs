@@ -5,7 +5,7 @@
 use crate::attribution::stacks::StackTotals;
 use crate::cli::ReportArgs;
 use crate::error::{CliError, CliResult};
-use crate::model::stacks::StackProfile;
+use crate::model::stacks::{StackProfile, TimedSample};
 use crate::output::stacks as out;
 use crate::record::{Item, Reader};
 use crate::text::escape;
@@ -40,11 +40,38 @@ pub fn check_outputs(args: &ReportArgs) -> CliResult<()> {
     Ok(())
 }
 
-/// The run's stack profile, read from the files `open` gives (oldest first), and whether the
-/// run has stacks at all. Two passes, so that memory follows the processes that have stacks,
-/// never every task of the run: the stack batches first (and which processes they name), then
-/// the intervals' rows of those processes alone.
-pub fn profile_of(open: &dyn Fn() -> CliResult<Vec<Reader>>) -> CliResult<(StackProfile, bool)> {
+/// A run's traffic by call stack.
+#[derive(Default)]
+pub struct RunStacks {
+    pub profile: StackProfile,
+    /// The profile's samples placed at their drains (where asked: the Perfetto trace's).
+    pub placed: Vec<TimedSample>,
+    /// Whether the run was recorded with stacks.
+    pub any: bool,
+}
+
+/// What a report needs of the run's stacks, its stack outputs written: the profile for
+/// `--json`'s top functions, placed in time for the Perfetto trace's callstack samples;
+/// nothing where neither is asked.
+pub fn for_report(
+    args: &ReportArgs,
+    open: &dyn Fn() -> CliResult<Vec<Reader>>,
+) -> CliResult<RunStacks> {
+    if !(wanted(args) || args.json || args.perfetto.is_some()) {
+        return Ok(RunStacks::default());
+    }
+    let stacks = profile_of(open, args.perfetto.is_some())?;
+    if wanted(args) {
+        write(args, &stacks)?;
+    }
+    Ok(stacks)
+}
+
+/// The run's stack profile, read from the files `open` gives (oldest first), its samples
+/// placed in time where `timed`. Two passes, so that memory follows the processes that have
+/// stacks, never every task of the run: the stack batches first (and which processes they
+/// name), then the intervals' rows of those processes alone.
+pub fn profile_of(open: &dyn Fn() -> CliResult<Vec<Reader>>, timed: bool) -> CliResult<RunStacks> {
     let readers = open()?;
     let specs = readers
         .last()
@@ -54,6 +81,9 @@ pub fn profile_of(open: &dyn Fn() -> CliResult<Vec<Reader>>) -> CliResult<(Stack
         .first()
         .map(|r| (r.header().start_realtime_ns, r.header().start_monotonic_ns));
     let mut totals = StackTotals::new(&specs);
+    if timed {
+        totals = totals.keep_times();
+    }
     let mut named: std::collections::HashSet<u32> = std::collections::HashSet::new();
     let (mut first, mut last) = (u64::MAX, 0u64);
     for mut r in readers {
@@ -74,7 +104,7 @@ pub fn profile_of(open: &dyn Fn() -> CliResult<Vec<Reader>>) -> CliResult<(Stack
         }
     }
     if named.is_empty() {
-        return Ok((StackProfile::default(), false));
+        return Ok(RunStacks::default());
     }
     for mut r in open()? {
         let keep = named.clone();
@@ -89,15 +119,20 @@ pub fn profile_of(open: &dyn Fn() -> CliResult<Vec<Reader>>) -> CliResult<(Stack
     let realtime = start.map_or(0, |(rt, mono)| {
         rt.saturating_add(first.saturating_sub(mono))
     });
-    Ok((totals.profile(realtime, duration), true))
+    let (profile, placed) = totals.timed_profile(realtime, duration);
+    Ok(RunStacks {
+        profile,
+        placed,
+        any: true,
+    })
 }
 
 /// Writes each stack output asked for.
-pub fn write(args: &ReportArgs, open: &dyn Fn() -> CliResult<Vec<Reader>>) -> CliResult<()> {
+pub fn write(args: &ReportArgs, stacks: &RunStacks) -> CliResult<()> {
     let name = args.file.display().to_string();
     let file = escape(&name);
-    let (profile, any) = profile_of(open)?;
-    if !any {
+    let profile = &stacks.profile;
+    if !stacks.any {
         return Err(CliError::bad_input(format!(
             "{file}: recorded without stacks: record with `imc record --stacks` for \
              --folded, --flamegraph or --pprof"
@@ -105,12 +140,12 @@ pub fn write(args: &ReportArgs, open: &dyn Fn() -> CliResult<Vec<Reader>>) -> Cl
     }
     if let Some(p) = &args.folded {
         let mut buf = Vec::new();
-        out::write_folded(&profile, &mut buf).map_err(|e| write_error(p, e))?;
+        out::write_folded(profile, &mut buf).map_err(|e| write_error(p, e))?;
         replace(p, &buf)?;
     }
     if let Some(p) = &args.flamegraph {
         let mut buf = Vec::new();
-        out::write_flamegraph(&profile, "", &mut buf).map_err(|e| match e {
+        out::write_flamegraph(profile, "", &mut buf).map_err(|e| match e {
             out::FlamegraphError::Empty => CliError::bad_input(format!(
                 "{file}: no traffic was charged to any stack: no flame graph to draw"
             )),
@@ -120,7 +155,7 @@ pub fn write(args: &ReportArgs, open: &dyn Fn() -> CliResult<Vec<Reader>>) -> Cl
     }
     if let Some(p) = &args.pprof {
         let mut buf = Vec::new();
-        out::write_pprof(&profile, &mut buf).map_err(|e| write_error(p, e))?;
+        out::write_pprof(profile, &mut buf).map_err(|e| write_error(p, e))?;
         replace(p, &buf)?;
     }
     Ok(())

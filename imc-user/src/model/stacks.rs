@@ -164,3 +164,12 @@ pub struct StackBatch {
     /// Slices the kernel could not give a stack entry (its map full): in no charge.
     pub dropped: u64,
 }
+
+/// Part of a profile's sample placed in time: the share of `StackProfile::samples[sample]`
+/// charged in the drain at `t_ns` (CLOCK_MONOTONIC). A sample's shares add up to 1.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TimedSample {
+    pub t_ns: u64,
+    pub sample: u32,
+    pub share: f64,
+}

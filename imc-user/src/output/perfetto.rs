@@ -10,7 +10,9 @@
 //! - where the recording counts stalls, a counter track per top victim of its stall share (%);
 //! - where the recording has them, per package a counter track of its loaded read latency
 //!   (`package 0 read latency (ns)`), of its write latency and of its utilisation (%), 0 where
-//!   an interval has none (nothing queued, or not recorded).
+//!   an interval has none (nothing queued, or not recorded);
+//! - where the recording has stacks, callstack samples of the processes' traffic on the
+//!   timeline (see [`crate::output::stacks::perfetto`]).
 //!
 //! Counter values are rates (per second) over each interval, set at the interval's start;
 //! timestamps are the recording's CLOCK_MONOTONIC nanoseconds.
@@ -18,6 +20,7 @@ use crate::attribution::timeline::{Timeline, Unit};
 use crate::attribution::victims::{BurstVictim, StallSeries};
 use crate::model::GroupBy;
 use crate::model::result::BurstRow;
+use crate::model::stacks::{StackProfile, TimedSample};
 use crate::output::report::{LatencySeries, PackageLatencyPoint};
 use perfetto_protos::counter_descriptor::CounterDescriptor;
 use perfetto_protos::debug_annotation::DebugAnnotation;
@@ -380,25 +383,45 @@ pub fn add_latency(t: &mut Trace, latency: &LatencySeries) {
     t.packet.sort_by_key(|p| p.timestamp.unwrap_or(0));
 }
 
-/// Writes the trace of `tl` and `bursts` (and the recorded command's track, the victims, and
-/// the packages' latency) to `path`.
+/// What a trace holds beside the timeline and its bursts, where the recording has it.
+pub struct Parts<'a> {
+    pub command: Option<&'a crate::output::report::CommandReport>,
+    pub victims: Option<&'a VictimTracks<'a>>,
+    pub latency: &'a LatencySeries,
+    /// The run's stack profile and its samples placed in time.
+    pub stacks: Option<(&'a StackProfile, &'a [TimedSample])>,
+}
+
+/// Adds the run's callstack samples (see [`crate::output::stacks::perfetto`]), in time order
+/// among the trace's packets.
+pub fn add_callstacks(t: &mut Trace, profile: &StackProfile, placed: &[TimedSample]) {
+    t.packet
+        .extend(crate::output::stacks::perfetto::callstack_packets(
+            profile, placed,
+        ));
+    t.packet.sort_by_key(|p| p.timestamp.unwrap_or(0));
+}
+
+/// Writes the trace of `tl` and `bursts` (and the recorded command's track, the victims, the
+/// packages' latency and the callstack samples) to `path`.
 pub fn write(
     path: &Path,
     tl: &Timeline,
     bursts: &[BurstRow],
-    command: Option<&crate::output::report::CommandReport>,
-    victims: Option<&VictimTracks<'_>>,
-    latency: &LatencySeries,
+    parts: &Parts<'_>,
 ) -> std::io::Result<()> {
     let mut t = trace(tl, bursts);
-    if let Some(c) = command {
+    if let Some(c) = parts.command {
         add_command(&mut t, &tl.unit, c);
     }
-    if let Some(v) = victims {
+    if let Some(v) = parts.victims {
         add_victims(&mut t, bursts, v);
     }
-    if !latency.is_empty() {
-        add_latency(&mut t, latency);
+    if !parts.latency.is_empty() {
+        add_latency(&mut t, parts.latency);
+    }
+    if let Some((profile, placed)) = parts.stacks {
+        add_callstacks(&mut t, profile, placed);
     }
     let bytes = t.write_to_bytes().map_err(std::io::Error::other)?;
     crate::sys::file::replace_with(path, &bytes)

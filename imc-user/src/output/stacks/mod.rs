@@ -1,7 +1,7 @@
 //! The stack outputs: a [`StackProfile`] (traffic by call stack) as folded lines (`folded`, for
 //! flamegraph.pl, inferno and speedscope), a flame graph SVG (`flamegraph`), a gzipped pprof
-//! profile (`pprof`, for `go tool pprof`, Pyroscope and Parca) and a process's top functions
-//! (`functions`). Every output reads a profile's stacks through [`common::Stacks`], so all of them
+//! profile (`pprof`, for `go tool pprof`, Pyroscope and Parca), Perfetto callstack samples
+//! (`perfetto`) and a process's top functions (`functions`). Every output reads a profile's stacks through [`common::Stacks`], so all of them
 //! agree on what a sample's frames are.
 //!
 //! Rules every output keeps:
@@ -13,6 +13,7 @@ mod common;
 pub mod flamegraph;
 pub mod folded;
 pub mod functions;
+pub mod perfetto;
 pub mod pprof;
 
 #[cfg(test)]
