@@ -84,6 +84,7 @@ fn main() {
         by: imc::model::GroupBy::Pid,
         stalls: false,
         latency: false,
+        stacks: false,
     };
     let results = [interval(1), interval(2)];
     let mut history = History::default();

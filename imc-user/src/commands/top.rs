@@ -9,6 +9,7 @@
 //! [`crate::output::top`]; otherwise each interval is one JSON line (the contract in design.md).
 use super::naming_sink::{Naming, cgroup_paths};
 use super::sampling::{block_on, discover, package_peaks, print_plan, select_for};
+use crate::attribution::stack_window::StackWindow;
 use crate::cli::{GlobalArgs, TopArgs};
 use crate::error::{CliError, CliResult};
 use crate::model::SlotSpec;
@@ -36,7 +37,7 @@ struct JsonLines {
     /// `--by`: a group row's pid, tgid and comm are null unless the key is that field.
     by: crate::model::GroupBy,
     /// `--stacks`: the intervals and stacks the rows' top functions are taken from.
-    stacks: Option<crate::attribution::stack_window::StackWindow>,
+    stacks: Option<StackWindow>,
 }
 
 /// Functions listed per row of `top --json --stacks`.
@@ -51,11 +52,7 @@ impl JsonLines {
         let Some(w) = self.stacks.as_mut() else {
             return Ok(text);
         };
-        w.add_interval(r);
-        // Stacks come a drain or two after the slices they charge (they are resolved off the
-        // loop's thread): the rows' functions are those of the last three intervals.
-        let len = r.t_end_ns.saturating_sub(r.t_start_ns);
-        let p = w.profile(r.t_start_ns.saturating_sub(2 * len), r.t_end_ns, |t| t);
+        let p = recent_profile(w, r);
         let mut v: serde_json::Value = serde_json::from_str(&text)?;
         for row in v
             .get_mut("tasks")
@@ -71,6 +68,15 @@ impl JsonLines {
         }
         Ok(v.to_string())
     }
+}
+
+/// Adds interval `r` to the window and returns the traffic by stack of the last three
+/// intervals: stacks come a drain or two after the slices they charge (they are resolved off
+/// the loop's thread).
+fn recent_profile(w: &mut StackWindow, r: &IntervalResult) -> crate::model::stacks::StackProfile {
+    w.add_interval(r);
+    let len = r.t_end_ns.saturating_sub(r.t_start_ns);
+    w.profile(r.t_start_ns.saturating_sub(2 * len), r.t_end_ns, |t| t)
 }
 
 impl Sink for JsonLines {
@@ -123,6 +129,8 @@ pub fn run(global: &GlobalArgs, args: &TopArgs) -> CliResult<ExitCode> {
     let mut cfg = view_config(&specs, &sel.source, args.top);
     cfg.by = args.by;
     cfg.latency = sel.plan.latency.as_ref().is_some_and(|l| l.read);
+    cfg.stacks = sel.plan.stacks.is_some();
+    let window = || cfg.stacks.then(|| StackWindow::new(specs.clone()));
     let mut lines;
     let mut live;
     let sink: &mut dyn Sink = if json {
@@ -130,15 +138,11 @@ pub fn run(global: &GlobalArgs, args: &TopArgs) -> CliResult<ExitCode> {
             out: std::io::stdout().lock(),
             counts: cfg.units == Units::Counts,
             by: args.by,
-            stacks: sel
-                .plan
-                .stacks
-                .as_ref()
-                .map(|_| crate::attribution::stack_window::StackWindow::new(specs.clone())),
+            stacks: window(),
         };
         &mut lines
     } else {
-        live = LiveView::start(cfg).map_err(|e| {
+        live = LiveView::start(cfg.clone(), window()).map_err(|e| {
             CliError::runtime_because("cannot start the full-screen view on this terminal", e)
                 .hint("use --json")
         })?;
@@ -202,6 +206,7 @@ fn view_config(specs: &[SlotSpec], source: &str, top: usize) -> ViewConfig {
         by: crate::model::GroupBy::Pid,
         stalls: crate::model::Victims::keys(specs).is_some(),
         latency: false,
+        stacks: false,
     }
 }
 
@@ -260,10 +265,12 @@ struct LiveView {
     /// The terminal went away: nothing more can be drawn, and that is no error.
     gone: Arc<AtomicBool>,
     keys: Option<JoinHandle<()>>,
+    /// `--stacks`: the intervals and stacks the functions panel is drawn from.
+    stacks: Option<StackWindow>,
 }
 
 impl LiveView {
-    fn start(cfg: ViewConfig) -> std::io::Result<LiveView> {
+    fn start(cfg: ViewConfig, stacks: Option<StackWindow>) -> std::io::Result<LiveView> {
         let mut mode = RawMode::enter()?;
         let term = Terminal::new(CrosstermBackend::new(std::io::stdout()))?;
         let screen = Arc::new(Mutex::new(Screen {
@@ -298,6 +305,7 @@ impl LiveView {
             stop_keys,
             gone,
             keys: Some(keys),
+            stacks,
         })
     }
 }
@@ -399,8 +407,8 @@ fn handle_event(screen: &Mutex<Screen>, quit: &AtomicBool, ev: Event) -> bool {
     let mut s = lock(screen);
     let redraw = match ev {
         Event::Key(key) => {
-            let units = s.cfg.units;
-            match handle_key(&mut s.state, units, key) {
+            let Screen { cfg, state, .. } = &mut *s;
+            match handle_key(state, cfg, key) {
                 Action::Quit => {
                     // The loop asks at every drain (Sink::stop_requested) and ends then.
                     quit.store(true, Ordering::SeqCst);
@@ -425,9 +433,14 @@ impl Sink for LiveView {
         if self.quit.load(Ordering::SeqCst) {
             return Ok(false);
         }
+        // Computed before the screen is locked: the key thread never waits on it.
+        let profile = self.stacks.as_mut().map(|w| recent_profile(w, r));
         let mut s = lock(&self.screen);
         let Screen { cfg, history, .. } = &mut *s;
         history.push(cfg, r);
+        if profile.is_some() {
+            history.stacks = profile;
+        }
         s.last = Some(r.clone());
         // With intervals shorter than a person can read (-I 10), drawing every one would only
         // cost the loop time: the history still takes every interval, the screen a few a second.
@@ -446,6 +459,13 @@ impl Sink for LiveView {
 
     fn stop_requested(&self) -> bool {
         self.quit.load(Ordering::SeqCst)
+    }
+
+    fn stacks(&mut self, batch: &crate::model::stacks::StackBatch) -> std::io::Result<()> {
+        if let Some(w) = self.stacks.as_mut() {
+            w.add_batch(batch);
+        }
+        Ok(())
     }
 
     /// The first (the stand-in's, said before any interval) is shown in the view's header: a

@@ -3,6 +3,8 @@
 use super::state::*;
 use crate::model::GroupBy;
 use crate::model::result::{IntervalResult, TaskRow};
+use crate::model::stacks::StackProfile;
+use crate::output::stacks::top_functions;
 use crate::text::escape;
 use ratatui::buffer::Buffer;
 use ratatui::layout::{Alignment, Constraint, Layout, Rect};
@@ -73,8 +75,19 @@ pub fn render(
         Paragraph::new(lines).render(log, buf);
     }
     render_series(cfg, history, result, series, buf);
+    let panel = cfg.stacks && state.functions;
+    let [table, functions] = Layout::vertical([
+        Constraint::Min(2),
+        Constraint::Length(if panel { FUNCTION_LINES + 1 } else { 0 }),
+    ])
+    .areas(table);
     match result {
-        Some(r) => render_tasks(cfg, r, state, table, buf),
+        Some(r) => {
+            let selected = render_tasks(cfg, r, state, table, buf);
+            if panel {
+                render_functions(history.stacks.as_ref(), selected, functions, buf);
+            }
+        }
         None => Paragraph::new("waiting for the first interval…").render(table, buf),
     }
     let mut keys = String::from("sort: ");
@@ -85,7 +98,15 @@ pub fn render(
     if cfg.stalls {
         keys.push_str("v stall  ");
     }
-    keys.push_str("p pid  c comm (again: reverse)   ↑↓ PgUp PgDn scroll   q quit");
+    keys.push_str("p pid  c comm (again: reverse)   ↑↓ PgUp PgDn scroll   ");
+    if cfg.stacks {
+        keys.push_str(if state.functions {
+            "↑↓ select  f close functions   "
+        } else {
+            "f functions   "
+        });
+    }
+    keys.push_str("q quit");
     Paragraph::new(keys)
         .style(Style::default().add_modifier(Modifier::DIM))
         .render(foot, buf);
@@ -254,18 +275,26 @@ fn latency_line(id: u32, p: Option<&crate::model::PackageRow>) -> String {
     line
 }
 
-fn render_tasks(
+/// Draws the task table; returns the selected row where the functions panel is open.
+fn render_tasks<'a>(
     cfg: &ViewConfig,
-    r: &IntervalResult,
+    r: &'a IntervalResult,
     state: &mut ViewState,
     area: Rect,
     buf: &mut Buffer,
-) {
+) -> Option<&'a TaskRow> {
     let secs = seconds(r);
     let rows = sorted_tasks(cfg, state, r);
     // The header takes one line.
     let page = (area.height as usize).saturating_sub(1).max(1);
     state.page = page;
+    if state.functions {
+        // The table follows the selected row.
+        state.cursor = state.cursor.min(rows.len().saturating_sub(1));
+        state.scroll = state
+            .scroll
+            .clamp(state.cursor.saturating_sub(page - 1), state.cursor);
+    }
     state.scroll = state.scroll.min(rows.len().saturating_sub(page));
     let (titles, comm_col) = column_titles(cfg);
     let header = Row::new(titles.iter().enumerate().map(|(i, (k, t, _))| {
@@ -294,11 +323,69 @@ fn render_tasks(
             CountScale::for_max(max)
         })
         .collect();
-    let body = shown.iter().map(|t| task_row(cfg, t, secs, &scales));
+    let selected = state
+        .functions
+        .then_some(state.cursor - state.scroll.min(state.cursor));
+    let body = shown.iter().enumerate().map(|(i, t)| {
+        let row = task_row(cfg, t, secs, &scales);
+        match Some(i) == selected {
+            true => row.style(Style::default().add_modifier(Modifier::BOLD | Modifier::REVERSED)),
+            false => row,
+        }
+    });
     Table::new(body, widths)
         .header(header)
         .column_spacing(1)
         .render(area, buf);
+    state
+        .functions
+        .then(|| rows.get(state.cursor).copied())
+        .flatten()
+}
+
+/// Function lines the panel shows.
+const FUNCTION_LINES: u16 = 8;
+
+/// The functions panel: the selected row's process's top functions over the last intervals,
+/// each with its share of the process's traffic in its own frames (SELF) and in everything it
+/// called (TOTAL).
+fn render_functions(
+    profile: Option<&StackProfile>,
+    row: Option<&TaskRow>,
+    area: Rect,
+    buf: &mut Buffer,
+) {
+    let reversed = Style::default().add_modifier(Modifier::REVERSED);
+    let Some(row) = row else {
+        Paragraph::new("no row selected").render(area, buf);
+        return;
+    };
+    let title = format!(
+        "functions of {} (pid {}), last intervals:   SELF  TOTAL",
+        escape(&row.comm),
+        row.tgid
+    );
+    let mut lines = vec![Line::styled(title, reversed)];
+    let n = (area.height as usize).saturating_sub(1);
+    let top = profile.map_or_else(Vec::new, |p| top_functions(p, row.tgid, n));
+    if top.is_empty() {
+        lines.push(Line::from(
+            "no traffic charged to a stack of this process yet",
+        ));
+    }
+    for f in top {
+        let of_process = |v: u64| match f.total_value {
+            0 => 0.0,
+            t => f.share * v as f64 / t as f64 * 100.0,
+        };
+        lines.push(Line::from(format!(
+            "{:>5.1}% {:>5.1}%  {}",
+            of_process(f.self_value),
+            of_process(f.total_value),
+            escape(&f.function)
+        )));
+    }
+    Paragraph::new(lines).render(area, buf);
 }
 
 /// The table's columns: (the key that sorts by it, title, width), and which is COMM (left

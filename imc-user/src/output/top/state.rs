@@ -2,6 +2,7 @@
 //! order of the task rows.
 use crate::model::GroupBy;
 use crate::model::result::{IntervalResult, TaskRow};
+use crate::model::stacks::StackProfile;
 use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, VecDeque};
@@ -41,13 +42,18 @@ pub struct ViewConfig {
     pub stalls: bool,
     /// The plan reads loaded latency: a line per package with its read (and write) latency.
     pub latency: bool,
+    /// Stacks are taken (`top --stacks`): `f` opens the selected row's process's functions.
+    pub stacks: bool,
 }
 
-/// The last [`HISTORY`] intervals' rates, per package (bytes) or summed over tasks (counts).
+/// The last [`HISTORY`] intervals' rates, per package (bytes) or summed over tasks (counts);
+/// with stacks, the traffic by call stack of the last few intervals.
 #[derive(Clone, Debug, Default)]
 pub struct History {
     pub(super) packages: BTreeMap<u32, [VecDeque<u64>; 3]>,
     pub(super) counts: VecDeque<u64>,
+    /// What the functions panel reads (set by the caller as stacks come in).
+    pub stacks: Option<StackProfile>,
 }
 
 pub(super) fn push_bounded(q: &mut VecDeque<u64>, v: u64) {
@@ -134,6 +140,10 @@ pub struct ViewState {
     /// The last log lines (`-v`) held while the view is up: shown above the keys line, never
     /// written over the view (all of them are printed on stderr when it closes).
     pub log: Vec<String>,
+    /// The functions panel is open: the arrows move the selected row (`cursor`, in sorted
+    /// order), and the panel shows its process's top functions.
+    pub functions: bool,
+    pub cursor: usize,
 }
 
 impl Default for ViewState {
@@ -144,6 +154,8 @@ impl Default for ViewState {
             scroll: 0,
             page: 10,
             log: Vec::new(),
+            functions: false,
+            cursor: 0,
         }
     }
 }
@@ -157,24 +169,37 @@ pub enum Action {
     Ignore,
 }
 
-/// Applies one key press to the state. Pressing the current sort key again reverses the order.
-pub fn handle_key(state: &mut ViewState, units: Units, key: KeyEvent) -> Action {
+/// Applies one key press to the state. Pressing the current sort key again reverses the order;
+/// `f` (with stacks) opens and closes the functions panel, and while it is open the scrolling
+/// keys move the selected row (the table follows it).
+pub fn handle_key(state: &mut ViewState, cfg: &ViewConfig, key: KeyEvent) -> Action {
     if key.kind == KeyEventKind::Release {
         return Action::Ignore;
     }
     let ctrl = key.modifiers.contains(KeyModifiers::CONTROL);
+    let at = if state.functions {
+        state.cursor
+    } else {
+        state.scroll
+    };
+    let page = state.page.max(1);
     match key.code {
         KeyCode::Char('c') if ctrl => Action::Quit,
         KeyCode::Char('q') | KeyCode::Esc => Action::Quit,
-        KeyCode::Up | KeyCode::Char('k') => scroll_to(state, state.scroll.saturating_sub(1)),
-        KeyCode::Down | KeyCode::Char('j') => scroll_to(state, state.scroll.saturating_add(1)),
-        KeyCode::PageUp => scroll_to(state, state.scroll.saturating_sub(state.page.max(1))),
-        KeyCode::PageDown => scroll_to(state, state.scroll.saturating_add(state.page.max(1))),
-        KeyCode::Home => scroll_to(state, 0),
-        // Clamped to the last page when rendered.
-        KeyCode::End => scroll_to(state, usize::MAX / 2),
+        KeyCode::Char('f') if cfg.stacks => {
+            state.functions = !state.functions;
+            state.cursor = state.scroll;
+            Action::Redraw
+        }
+        KeyCode::Up | KeyCode::Char('k') => move_to(state, at.saturating_sub(1)),
+        KeyCode::Down | KeyCode::Char('j') => move_to(state, at.saturating_add(1)),
+        KeyCode::PageUp => move_to(state, at.saturating_sub(page)),
+        KeyCode::PageDown => move_to(state, at.saturating_add(page)),
+        KeyCode::Home => move_to(state, 0),
+        // Clamped to the last page (row) when rendered.
+        KeyCode::End => move_to(state, usize::MAX / 2),
         KeyCode::Char(c) if !ctrl => match SortKey::from_char(c) {
-            Some(k) if k.applies(units) => {
+            Some(k) if k.applies(cfg.units) => {
                 if state.sort == k {
                     state.descending = !state.descending;
                 } else {
@@ -190,11 +215,16 @@ pub fn handle_key(state: &mut ViewState, units: Units, key: KeyEvent) -> Action 
     }
 }
 
-pub(super) fn scroll_to(state: &mut ViewState, to: usize) -> Action {
-    if to == state.scroll {
+/// Scrolls the table to row `to`, or, with the functions panel open, selects it.
+pub(super) fn move_to(state: &mut ViewState, to: usize) -> Action {
+    let at = match state.functions {
+        true => &mut state.cursor,
+        false => &mut state.scroll,
+    };
+    if to == *at {
         return Action::Ignore;
     }
-    state.scroll = to;
+    *at = to;
     Action::Redraw
 }
 

@@ -35,6 +35,7 @@ fn bytes_cfg() -> ViewConfig {
         by: GroupBy::Pid,
         stalls: false,
         latency: false,
+        stacks: false,
     }
 }
 
@@ -130,7 +131,7 @@ fn victims_have_a_stall_column_and_v_sorts_by_it() {
         "{row:?}: null, never a made-up share"
     );
     assert!(line_with(&lines, "sort:").contains("v stall"));
-    handle_key(&mut st, cfg.units, key(KeyCode::Char('v')));
+    handle_key(&mut st, &cfg, key(KeyCode::Char('v')));
     assert_eq!(st.sort, SortKey::Stall);
     let lines = screen(&cfg, &h, Some(&r), &mut st, 120, 20);
     assert_eq!(pids(&lines), [20, 300, 4000]);
@@ -176,7 +177,7 @@ fn sort_keys_reorder_rows_and_move_the_indicator() {
     let mut st = ViewState::default();
     let mut order = |c: char| {
         assert_eq!(
-            handle_key(&mut st, cfg.units, key(KeyCode::Char(c))),
+            handle_key(&mut st, &cfg, key(KeyCode::Char(c))),
             Action::Redraw
         );
         let lines = screen(&cfg, &h, Some(&r), &mut st, 120, 20);
@@ -238,6 +239,7 @@ fn a_column_of_counts_has_one_unit() {
         by: GroupBy::Pid,
         stalls: false,
         latency: false,
+        stacks: false,
     };
     let t = |pid: u32, faults: f64| TaskRow {
         pid,
@@ -267,7 +269,7 @@ fn top_n_is_taken_after_sorting() {
     };
     let r = bytes_interval();
     let mut st = ViewState::default();
-    handle_key(&mut st, cfg.units, key(KeyCode::Char('p')));
+    handle_key(&mut st, &cfg, key(KeyCode::Char('p')));
     let rows: Vec<u32> = sorted_tasks(&cfg, &st, &r).iter().map(|t| t.pid).collect();
     assert_eq!(rows, [20, 300]);
 }
@@ -283,6 +285,7 @@ fn stand_in_shows_counts_per_second_not_zero_bandwidth() {
         by: GroupBy::Pid,
         stalls: false,
         latency: false,
+        stacks: false,
     };
     let t = |pid: u32, comm: &str, faults: f64, share: f64| TaskRow {
         values: [("page-faults".to_string(), faults)].into(),
@@ -316,12 +319,12 @@ fn stand_in_shows_counts_per_second_not_zero_bandwidth() {
     let row: Vec<&str> = line_with(&lines, "cc1").split_whitespace().collect();
     assert_eq!(row, ["11", "11", "cc1", "7", "75.0%", "4500"]);
     // 't' sorts by the stand-in's counts, so its column carries the indicator.
-    handle_key(&mut st, cfg.units, key(KeyCode::Char('t')));
+    handle_key(&mut st, &cfg, key(KeyCode::Char('t')));
     let lines = screen(&cfg, &h, Some(&r), &mut st, 120, 16);
     assert!(line_with(&lines, "PID").contains("page-faults/s▼"));
     // No read/write split to sort by.
     assert_eq!(
-        handle_key(&mut st, cfg.units, key(KeyCode::Char('r'))),
+        handle_key(&mut st, &cfg, key(KeyCode::Char('r'))),
         Action::Ignore
     );
     assert_eq!(st.sort, SortKey::Total);
@@ -341,18 +344,18 @@ fn rows_beyond_the_screen_scroll_and_clamp() {
     let page = first.len();
     assert!(page > 3 && page < 40, "{page} rows on a 16-line screen");
     assert_eq!(st.page, page);
-    handle_key(&mut st, cfg.units, key(KeyCode::PageDown));
+    handle_key(&mut st, &cfg, key(KeyCode::PageDown));
     let second = pids(&screen(&cfg, &h, Some(&r), &mut st, 100, 16));
     assert_eq!(second[0] as usize, page + 1);
-    handle_key(&mut st, cfg.units, key(KeyCode::End));
+    handle_key(&mut st, &cfg, key(KeyCode::End));
     let last = pids(&screen(&cfg, &h, Some(&r), &mut st, 100, 16));
     assert_eq!(*last.last().unwrap(), 40);
     assert_eq!(last.len(), page, "the last page is full, not one row");
-    handle_key(&mut st, cfg.units, key(KeyCode::Home));
+    handle_key(&mut st, &cfg, key(KeyCode::Home));
     assert_eq!(pids(&screen(&cfg, &h, Some(&r), &mut st, 100, 16))[0], 1);
     // Sorting starts again from the top.
-    handle_key(&mut st, cfg.units, key(KeyCode::End));
-    handle_key(&mut st, cfg.units, key(KeyCode::Char('p')));
+    handle_key(&mut st, &cfg, key(KeyCode::End));
+    handle_key(&mut st, &cfg, key(KeyCode::Char('p')));
     assert_eq!(st.scroll, 0);
 }
 
@@ -387,7 +390,10 @@ fn history_keeps_the_last_minute_newest_at_the_right() {
 #[test]
 fn quit_keys_and_nothing_else_quit() {
     let mut st = ViewState::default();
-    let units = Units::Counts;
+    let units = &ViewConfig {
+        units: Units::Counts,
+        ..bytes_cfg()
+    };
     assert_eq!(
         handle_key(&mut st, units, key(KeyCode::Char('q'))),
         Action::Quit
@@ -444,4 +450,90 @@ fn a_latency_line_per_package_where_the_plan_reads_it_never_a_made_up_figure() {
     r.packages[0].read_latency_ns = None;
     let lines = screen(&cfg, &h, Some(&r), &mut st, 120, 24);
     assert!(line_with(&lines, "package 0 latency").contains("read        -"));
+}
+
+/// A profile where `stream` (pid 300) made 3/4 of its traffic in `hot_three` (called from
+/// `main`) and 1/4 in `hot_one`.
+fn stream_profile() -> crate::model::stacks::StackProfile {
+    use crate::model::stacks::{Frame, SampleType, Stack, StackProfile, StackSample};
+    let sample = |stack, v| StackSample {
+        tgid: 300,
+        comm: "stream".into(),
+        cgroup: None,
+        stack,
+        values: vec![v, 0],
+    };
+    let frame = |f: &str| Frame {
+        function: Some(f.into()),
+        ..Frame::marker("")
+    };
+    StackProfile {
+        sample_types: vec![
+            SampleType {
+                name: "read".into(),
+                unit: "bytes".into(),
+            },
+            SampleType {
+                name: "write".into(),
+                unit: "bytes".into(),
+            },
+        ],
+        frames: vec![frame("main"), frame("hot_three"), frame("hot_one")],
+        stacks: vec![Stack { frames: vec![1, 0] }, Stack { frames: vec![2, 0] }],
+        samples: vec![sample(0, 300), sample(1, 100)],
+        ..Default::default()
+    }
+}
+
+#[test]
+fn with_stacks_f_shows_the_selected_process_functions_and_the_arrows_select() {
+    let mut cfg = bytes_cfg();
+    let r = bytes_interval();
+    let mut h = History::default();
+    h.push(&cfg, &r);
+    h.stacks = Some(stream_profile());
+    let mut st = ViewState::default();
+    // Without stacks, f does nothing.
+    assert_eq!(
+        handle_key(&mut st, &cfg, key(KeyCode::Char('f'))),
+        Action::Ignore
+    );
+    cfg.stacks = true;
+    let lines = screen(&cfg, &h, Some(&r), &mut st, 140, 30);
+    assert!(line_with(&lines, "sort:").contains("f functions"));
+    assert!(!lines.iter().any(|l| l.contains("functions of")));
+    assert_eq!(
+        handle_key(&mut st, &cfg, key(KeyCode::Char('f'))),
+        Action::Redraw
+    );
+    let lines = screen(&cfg, &h, Some(&r), &mut st, 140, 30);
+    // The first row (the largest share) is selected: its process's functions, self and total.
+    line_with(&lines, "functions of stream (pid 300)");
+    let hot = line_with(&lines, "hot_three");
+    assert_eq!(
+        hot.split_whitespace().collect::<Vec<_>>(),
+        ["75.0%", "75.0%", "hot_three"]
+    );
+    let main = line_with(&lines, "main");
+    assert_eq!(
+        main.split_whitespace().collect::<Vec<_>>(),
+        ["0.0%", "100.0%", "main"]
+    );
+    // Down selects the next row, whose process has no stacks.
+    assert_eq!(
+        handle_key(&mut st, &cfg, key(KeyCode::Down)),
+        Action::Redraw
+    );
+    let lines = screen(&cfg, &h, Some(&r), &mut st, 140, 30);
+    line_with(&lines, "functions of postgres (pid 20)");
+    line_with(&lines, "no traffic charged to a stack of this process yet");
+    // Past the last row the selection stays on it; f closes the panel.
+    for _ in 0..5 {
+        handle_key(&mut st, &cfg, key(KeyCode::Down));
+    }
+    let lines = screen(&cfg, &h, Some(&r), &mut st, 140, 30);
+    line_with(&lines, "functions of bash (pid 4000)");
+    handle_key(&mut st, &cfg, key(KeyCode::Char('f')));
+    let lines = screen(&cfg, &h, Some(&r), &mut st, 140, 30);
+    assert!(!lines.iter().any(|l| l.contains("functions of")));
 }
