@@ -9,11 +9,11 @@
 //! is its own traffic, so there the spread gives each stack exactly the events it counted.
 use crate::model::result::IntervalResult;
 use crate::model::stacks::{
-    Frame, LOST_STACK_FRAME, SampleType, Stack, StackBatch, StackProfile, StackSample, TimedSample,
+    Frame, LOST_STACK_FRAME, SampleType, Stack, StackBatch, StackProfile, StackSample,
+    TRUNCATED_FRAME, TimedSample, UNRESOLVED_FRAME,
 };
 use crate::model::{Direction, SlotRole, SlotScope, SlotSpec};
 use std::collections::HashMap;
-use std::sync::Arc;
 
 /// Which sample type a weight slot weighs.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -31,26 +31,37 @@ pub struct StackTotals {
     amounts: Amounts,
     /// Per process: attributed amount per type, and its name.
     processes: HashMap<u32, (Vec<f64>, String, bool)>,
-    /// Per (process, frames): weight per type and on-CPU ns.
-    stacks: HashMap<(u32, FramesKey), (Vec<f64>, f64)>,
+    /// Every distinct frame, numbered in the order first seen: a stack is its frames'
+    /// numbers, so memory follows the distinct frames and stacks, not frames × stacks.
+    frames: HashMap<Frame, u32>,
+    /// Per (process, frame numbers leaf first): the stack's number, in the order first seen.
+    stacks: HashMap<(u32, Box<[u32]>), u32>,
+    /// Per stack number: its weight per type and on-CPU ns.
+    sums: Vec<Sums>,
     dropped: u64,
     truncated: u64,
     /// Each drain's charges, where their times are kept (see [`StackTotals::keep_times`]).
     times: Option<Vec<Charged>>,
 }
 
-/// What one (process, stack) was charged in one drain: its weight events of every type
-/// together, and its on-CPU ns.
-struct Charged {
-    t_ns: u64,
-    key: (u32, FramesKey),
-    weight: f64,
+/// Sample types a profile has at most (read, write, total).
+const MAX_TYPES: usize = 3;
+
+/// A stack's weight per sample type and its on-CPU ns.
+#[derive(Clone, Copy, Default)]
+struct Sums {
+    weight: [f64; MAX_TYPES],
     on_ns: f64,
 }
 
-/// A stack's frames, compared by content (batches read from a file do not share them).
-#[derive(Clone, PartialEq, Eq, Hash)]
-struct FramesKey(Arc<[Frame]>);
+/// What one stack (by number) was charged in one drain: its weight events of every type
+/// together, and its on-CPU ns.
+struct Charged {
+    t_ns: u64,
+    stack: u32,
+    weight: f64,
+    on_ns: f64,
+}
 
 /// How a task row's traffic of each sample type is read.
 enum Amounts {
@@ -92,7 +103,9 @@ impl StackTotals {
             weighs,
             amounts,
             processes: HashMap::new(),
+            frames: HashMap::new(),
             stacks: HashMap::new(),
+            sums: Vec::new(),
             dropped: 0,
             truncated: 0,
             times: None,
@@ -140,27 +153,23 @@ impl StackTotals {
     /// Adds one drain's stack charges.
     pub fn add_batch(&mut self, b: &StackBatch) {
         self.dropped += b.dropped;
-        let n = self.types.len();
         for c in &b.charges {
-            let key = (c.tgid, FramesKey(c.frames.clone()));
-            let e = self
-                .stacks
-                .entry(key.clone())
-                .or_insert_with(|| (vec![0.0; n], 0.0));
-            let before: f64 = e.0.iter().sum();
+            let stack = self.number(c.tgid, &c.frames);
+            let e = &mut self.sums[stack as usize];
+            let before: f64 = e.weight.iter().sum();
             for (s, &v) in c.slots.iter().enumerate() {
                 match self.weighs.get(s).copied().flatten() {
-                    Some(Weighs::One(t)) => e.0[t] += v as f64,
-                    Some(Weighs::All) => e.0.iter_mut().for_each(|w| *w += v as f64),
+                    Some(Weighs::One(t)) => e.weight[t] += v as f64,
+                    Some(Weighs::All) => e.weight.iter_mut().for_each(|w| *w += v as f64),
                     None => {}
                 }
             }
-            e.1 += c.on_ns as f64;
-            let weight = e.0.iter().sum::<f64>() - before;
+            e.on_ns += c.on_ns as f64;
+            let weight = e.weight.iter().sum::<f64>() - before;
             if let Some(times) = self.times.as_mut() {
                 times.push(Charged {
                     t_ns: b.t_ns,
-                    key,
+                    stack,
                     weight,
                     on_ns: c.on_ns as f64,
                 });
@@ -168,31 +177,49 @@ impl StackTotals {
         }
     }
 
+    /// The number of process `tgid`'s stack of `frames`, given on first sight.
+    fn number(&mut self, tgid: u32, frames: &[Frame]) -> u32 {
+        let ids: Box<[u32]> = frames
+            .iter()
+            .map(|f| match self.frames.get(f) {
+                Some(&id) => id,
+                None => {
+                    let id = self.frames.len() as u32;
+                    self.frames.insert(f.clone(), id);
+                    id
+                }
+            })
+            .collect();
+        let next = self.sums.len() as u32;
+        let n = *self.stacks.entry((tgid, ids)).or_insert(next);
+        if n == next {
+            self.sums.push(Sums::default());
+        }
+        n
+    }
+
     /// The profile, and each of its samples placed at the drains that charged it, in drain
     /// order: a sample's share at a drain is the weight its stack carried there over all it
     /// carried (its on-CPU time, where it carried no weight). Nothing is placed unless
     /// [`StackTotals::keep_times`] was asked.
     pub fn timed_profile(
-        &self,
+        mut self,
         start_realtime_ns: u64,
         duration_ns: u64,
     ) -> (StackProfile, Vec<TimedSample>) {
-        let (p, index) = self.build(start_realtime_ns, duration_ns);
-        let Some(times) = &self.times else {
+        let times = self.times.take();
+        let sums = std::mem::take(&mut self.sums);
+        let (p, sample_of) = self.build(&sums, start_realtime_ns, duration_ns);
+        let Some(times) = times else {
             return (p, Vec::new());
         };
-        let mut sums: HashMap<&(u32, FramesKey), (f64, f64)> = HashMap::new();
-        for c in times {
-            let e = sums.entry(&c.key).or_default();
-            (e.0, e.1) = (e.0 + c.weight, e.1 + c.on_ns);
-        }
         let placed = times.iter().filter_map(|c| {
-            let sample = *index.get(&c.key)?;
-            let (weight, on_ns) = sums[&c.key];
-            let share = match (weight > 0.0, on_ns > 0.0) {
-                (true, _) => c.weight / weight,
-                (false, true) => c.on_ns / on_ns,
-                (false, false) => return None,
+            let sample = sample_of[c.stack as usize]?;
+            let all = sums[c.stack as usize];
+            let share = match (all.weight.iter().sum::<f64>(), all.on_ns) {
+                (w, _) if w > 0.0 => c.weight / w,
+                (_, on) if on > 0.0 => c.on_ns / on,
+                _ => return None,
             };
             (share > 0.0).then_some(TimedSample {
                 t_ns: c.t_ns,
@@ -205,83 +232,89 @@ impl StackTotals {
     }
 
     /// The profile of everything added: each process's traffic spread over its stacks.
-    pub fn profile(&self, start_realtime_ns: u64, duration_ns: u64) -> StackProfile {
-        self.build(start_realtime_ns, duration_ns).0
+    pub fn profile(self, start_realtime_ns: u64, duration_ns: u64) -> StackProfile {
+        self.timed_profile(start_realtime_ns, duration_ns).0
     }
 
-    /// The profile, and which of its samples each (process, stack) became.
+    /// The profile (samples in the order their stacks were first seen), and which sample each
+    /// stack number became. The stacks' frame numbers move into the profile, renumbered to the
+    /// frames the samples use, in the order first used.
     fn build(
-        &self,
+        self,
+        sums: &[Sums],
         start_realtime_ns: u64,
         duration_ns: u64,
-    ) -> (StackProfile, HashMap<&(u32, FramesKey), u32>) {
+    ) -> (StackProfile, Vec<Option<u32>>) {
         let n = self.types.len();
-        // Per process and type: the weight of all its stacks, and their time.
-        let mut sums: HashMap<u32, (Vec<f64>, f64)> = HashMap::new();
-        for ((tgid, _), (w, t)) in &self.stacks {
-            let s = sums.entry(*tgid).or_insert_with(|| (vec![0.0; n], 0.0));
-            s.0.iter_mut().zip(w).for_each(|(a, b)| *a += b);
-            s.1 += t;
+        // Per process: the weight per type of all its stacks, and their time.
+        let mut of_process: HashMap<u32, Sums> = HashMap::new();
+        for ((tgid, _), &k) in &self.stacks {
+            let (s, all) = (sums[k as usize], of_process.entry(*tgid).or_default());
+            (0..n).for_each(|i| all.weight[i] += s.weight[i]);
+            all.on_ns += s.on_ns;
+        }
+        let mut by_number: Vec<Option<(u32, Box<[u32]>)>> = vec![None; sums.len()];
+        for (key, k) in self.stacks {
+            by_number[k as usize] = Some(key);
+        }
+        let mut frames: Vec<Option<Frame>> = vec![None; self.frames.len()];
+        for (f, id) in self.frames {
+            frames[id as usize] = Some(f);
         }
         let mut p = StackProfile {
-            sample_types: self.types.clone(),
+            sample_types: self.types,
             start_realtime_ns,
             duration_ns,
             lost_stacks: self.dropped,
+            truncated_stacks: self.truncated,
             ..Default::default()
         };
-        let mut frame_ids: HashMap<&Frame, u32> = HashMap::new();
-        let mut index = HashMap::new();
-        let mut keys: Vec<&(u32, FramesKey)> = self.stacks.keys().collect();
-        keys.sort_by(|a, b| (a.0, &a.1.0[..]).cmp(&(b.0, &b.1.0[..])));
-        for key in keys {
-            let (w, t) = &self.stacks[key];
-            let Some((amount, comm, _)) = self.processes.get(&key.0) else {
+        let mut renumbered: Vec<Option<u32>> = vec![None; frames.len()];
+        let mut sample_of = vec![None; sums.len()];
+        for (k, key) in by_number.into_iter().enumerate() {
+            let Some((tgid, mut ids)) = key else { continue };
+            let Some((amount, comm, _)) = self.processes.get(&tgid) else {
                 continue;
             };
-            let values = spread(amount, (w, *t), (&sums[&key.0].0, sums[&key.0].1));
+            let s = sums[k];
+            let all = of_process[&tgid];
+            let values = spread(
+                amount,
+                (&s.weight[..n], s.on_ns),
+                (&all.weight[..n], all.on_ns),
+            );
             if values.iter().all(|&v| v == 0) {
                 continue;
             }
-            let frames = key.1.0.iter().map(|f| {
-                let next = p.frames.len() as u32;
-                *frame_ids.entry(f).or_insert_with(|| {
-                    p.frames.push(f.clone());
-                    next
-                })
-            });
-            let stack = Stack {
-                frames: frames.collect(),
-            };
-            if key
-                .1
-                .0
-                .iter()
-                .any(|f| f.function.as_deref() == Some(LOST_STACK_FRAME))
-            {
-                p.lost_stacks += 1;
+            for id in ids.iter_mut() {
+                *id = *renumbered[*id as usize].get_or_insert_with(|| {
+                    p.frames.push(
+                        frames[*id as usize]
+                            .take()
+                            .unwrap_or_else(|| Frame::marker(UNRESOLVED_FRAME)),
+                    );
+                    p.frames.len() as u32 - 1
+                });
             }
-            p.stacks.push(stack);
-            index.insert(key, p.samples.len() as u32);
+            let marked = |m: &str| {
+                ids.iter()
+                    .any(|&i| p.frames[i as usize].function.as_deref() == Some(m))
+            };
+            p.lost_stacks += u64::from(marked(LOST_STACK_FRAME));
+            p.truncated_stacks += u64::from(marked(TRUNCATED_FRAME));
+            sample_of[k] = Some(p.samples.len() as u32);
+            p.stacks.push(Stack {
+                frames: ids.into_vec(),
+            });
             p.samples.push(StackSample {
-                tgid: key.0,
+                tgid,
                 comm: comm.clone(),
                 cgroup: None,
                 stack: p.stacks.len() as u32 - 1,
                 values,
             });
         }
-        p.truncated_stacks = self.truncated
-            + p.stacks
-                .iter()
-                .filter(|s| {
-                    s.frames.iter().any(|&i| {
-                        p.frames[i as usize].function.as_deref()
-                            == Some(crate::model::stacks::TRUNCATED_FRAME)
-                    })
-                })
-                .count() as u64;
-        (p, index)
+        (p, sample_of)
     }
 }
 
@@ -331,6 +364,7 @@ mod tests {
     use super::*;
     use crate::model::result::TaskRow;
     use crate::model::stacks::{FrameKind, StackCharge};
+    use std::sync::Arc;
 
     fn spec(event: &str, role: SlotRole) -> SlotSpec {
         SlotSpec {
@@ -427,7 +461,6 @@ mod tests {
             dropped: 0,
         });
         let (p, placed) = t.timed_profile(0, 1);
-        assert_eq!(p, t.profile(0, 1), "the same profile");
         let of = |name: &str| -> Vec<(u64, f64)> {
             placed
                 .iter()

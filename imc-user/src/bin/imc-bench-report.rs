@@ -9,8 +9,13 @@
 //! (default 2) as a child of this process, its peak resident set read from `wait4`'s rusage;
 //! the figures are the mean and its standard error. The target: 200 MB in every mode.
 //!
-//!   imc-bench-report IMC [--tasks N] [--runs R]
-use imc::simulator::record::churn;
+//! `--stacks N` measures instead the stack outputs (`--json`'s top functions, `--folded`,
+//! `--flamegraph`, `--pprof`, `--perfetto`) on a recording with stacks holding N distinct
+//! stacks of 16 frames (the simulator's `stacks`), against the same modes on 1000 distinct
+//! stacks; the target there: 300 MB. It prints the recording's bytes per distinct stack too.
+//!
+//!   imc-bench-report IMC [--tasks N] [--runs R] [--stacks N]
+use imc::simulator::record::{churn, stacks};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 
@@ -21,17 +26,20 @@ struct Opts {
     imc: PathBuf,
     tasks: u32,
     runs: usize,
+    /// `--stacks N`: the stack outputs on N distinct stacks instead.
+    stacks: Option<u32>,
 }
 
 fn opts() -> Result<Opts, String> {
     let mut args = std::env::args().skip(1);
     let imc = args
         .next()
-        .ok_or("usage: imc-bench-report IMC [--tasks N] [--runs R]")?;
+        .ok_or("usage: imc-bench-report IMC [--tasks N] [--runs R] [--stacks N]")?;
     let mut o = Opts {
         imc: imc.into(),
         tasks: 1_000_000,
         runs: 2,
+        stacks: None,
     };
     while let Some(a) = args.next() {
         let v = args.next().ok_or(format!("{a} needs a value"))?;
@@ -39,6 +47,7 @@ fn opts() -> Result<Opts, String> {
         match a.as_str() {
             "--tasks" if (1..=10_000_000).contains(&n) => o.tasks = n as u32,
             "--runs" if (1..=20).contains(&n) => o.runs = n as usize,
+            "--stacks" if (1..=10_000_000).contains(&n) => o.stacks = Some(n as u32),
             _ => return Err(format!("{a} {v}: unknown, or out of range")),
         }
     }
@@ -124,8 +133,94 @@ fn modes(dir: &Path) -> Vec<(&'static str, Vec<String>)> {
     ]
 }
 
+/// Frames of each stack in the stacks recording.
+const STACK_DEPTH: u32 = 16;
+const STACK_TARGET_MB: f64 = 300.0;
+const BASELINE_STACKS: u32 = 1000;
+
+fn stack_modes(dir: &Path) -> Vec<(&'static str, Vec<String>)> {
+    let out = |flag: &str, name: &str| {
+        let path = dir.join(name).to_string_lossy().into_owned();
+        vec![flag.to_string(), path, "--force".into()]
+    };
+    vec![
+        ("--json", vec!["--json".into()]),
+        ("--folded", out("--folded", "s.folded")),
+        ("--flamegraph", out("--flamegraph", "s.svg")),
+        ("--pprof", out("--pprof", "s.pb.gz")),
+        ("--perfetto", out("--perfetto", "s.pftrace")),
+    ]
+}
+
+/// Writes a recording in a child (`--write…` of this program): a child's peak resident set
+/// starts from its parent's at fork.
+fn write_in_child(args: &[String]) -> Result<(), String> {
+    let me = std::env::current_exe().map_err(|e| format!("this program's path: {e}"))?;
+    let st = Command::new(me)
+        .args(args)
+        .status()
+        .map_err(|e| format!("writing {}: {e}", args[1]))?;
+    if st.success() {
+        Ok(())
+    } else {
+        Err(format!("writing {} failed: {st}", args[1]))
+    }
+}
+
+/// The stack outputs' peak memory on `n` distinct stacks beside [`BASELINE_STACKS`].
+fn run_stacks(o: &Opts, n: u32) -> Result<bool, String> {
+    let dir = Scratch::new()?;
+    let (base, many) = (dir.path().join("base.imc"), dir.path().join("many.imc"));
+    eprintln!("bench-report: writing a recording of {n} distinct stacks");
+    for (p, k) in [(&base, BASELINE_STACKS), (&many, n)] {
+        let p = p.to_string_lossy().into_owned();
+        write_in_child(&["--write-stacks".into(), p, k.to_string()])?;
+    }
+    let size = |p: &Path| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
+    println!(
+        "bench-report: recording of {n} distinct stacks of {STACK_DEPTH} frames: {:.1} MB, {:.0} B per distinct stack",
+        size(&many) as f64 / 1e6,
+        size(&many) as f64 / f64::from(n)
+    );
+    println!(
+        "bench-report: peak RSS of imc report (MB, mean ± s.e. of {} runs); baseline: {BASELINE_STACKS} distinct stacks, same mode, same run; target <= {STACK_TARGET_MB} MB",
+        o.runs
+    );
+    println!(
+        "{:<14} {:>18} {:>24}",
+        "mode",
+        "baseline",
+        format!("{n} stacks")
+    );
+    let mut within = true;
+    for (name, args) in stack_modes(dir.path()) {
+        let mut cells = Vec::new();
+        for (i, file) in [&base, &many].into_iter().enumerate() {
+            let runs: Vec<f64> = (0..o.runs)
+                .map(|_| peak_mb(&o.imc, file, &args))
+                .collect::<Result<_, _>>()?;
+            let (m, se) = mean_se(&runs);
+            within &= i == 0 || m <= STACK_TARGET_MB;
+            cells.push(format!("{m:.1} ± {se:.1}"));
+        }
+        println!("{name:<14} {:>18} {:>24}", cells[0], cells[1]);
+    }
+    println!(
+        "{}",
+        if within {
+            "every mode within the target"
+        } else {
+            "OVER the target in some mode"
+        }
+    );
+    Ok(within)
+}
+
 fn run() -> Result<bool, String> {
     let o = opts()?;
+    if let Some(n) = o.stacks {
+        return run_stacks(&o, n);
+    }
     let dir = Scratch::new()?;
     let (base, churned, one) = (
         dir.path().join("base.imc"),
@@ -133,21 +228,10 @@ fn run() -> Result<bool, String> {
         dir.path().join("one.imc"),
     );
     eprintln!("bench-report: writing recordings of {} tasks", o.tasks);
-    // Written by children: a child's peak resident set starts from its parent's at fork, and
-    // the simulator's writer takes a gigabyte for a million tasks.
+    // The simulator's writer takes a gigabyte for a million tasks: written by children.
     let write = |p: &Path, tasks: u32, per: u32| {
-        let me = std::env::current_exe().map_err(|e| format!("this program's path: {e}"))?;
-        let st = Command::new(me)
-            .arg("--write")
-            .arg(p)
-            .args([tasks.to_string(), per.to_string()])
-            .status()
-            .map_err(|e| format!("writing {}: {e}", p.display()))?;
-        if st.success() {
-            Ok(())
-        } else {
-            Err(format!("writing {} failed: {st}", p.display()))
-        }
+        let p = p.to_string_lossy().into_owned();
+        write_in_child(&["--write".into(), p, tasks.to_string(), per.to_string()])
     };
     write(&base, BASELINE_TASKS, 100)?;
     write(&churned, o.tasks, 100)?;
@@ -198,10 +282,24 @@ fn write_recording(args: &[String]) -> Result<bool, String> {
     Ok(true)
 }
 
+/// `--write-stacks PATH DISTINCT`: the stacks recording, in a process of its own.
+fn write_stacks(args: &[String]) -> Result<bool, String> {
+    let [path, distinct] = args else {
+        return Err("--write-stacks PATH DISTINCT".into());
+    };
+    let n = distinct
+        .parse::<u32>()
+        .map_err(|_| format!("{distinct}: not a number"))?;
+    stacks(Path::new(path), n, STACK_DEPTH).map_err(|e| format!("{path}: {e}"))?;
+    Ok(true)
+}
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = if args.first().is_some_and(|a| a == "--write") {
         write_recording(&args[1..])
+    } else if args.first().is_some_and(|a| a == "--write-stacks") {
+        write_stacks(&args[1..])
     } else {
         run()
     };

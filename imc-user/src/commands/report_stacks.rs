@@ -139,9 +139,7 @@ pub fn write(args: &ReportArgs, stacks: &RunStacks) -> CliResult<()> {
         )));
     }
     if let Some(p) = &args.folded {
-        let mut buf = Vec::new();
-        out::write_folded(profile, &mut buf).map_err(|e| write_error(p, e))?;
-        replace(p, &buf)?;
+        stream(p, |mut w| out::write_folded(profile, &mut w))?;
     }
     if let Some(p) = &args.flamegraph {
         let mut buf = Vec::new();
@@ -154,11 +152,18 @@ pub fn write(args: &ReportArgs, stacks: &RunStacks) -> CliResult<()> {
         replace(p, &buf)?;
     }
     if let Some(p) = &args.pprof {
-        let mut buf = Vec::new();
-        out::write_pprof(profile, &mut buf).map_err(|e| write_error(p, e))?;
-        replace(p, &buf)?;
+        stream(p, |w| out::write_pprof(profile, w))?;
     }
     Ok(())
+}
+
+/// Writes `p` as `write` makes it (the folded lines and pprof of a run of a million stacks
+/// are never held whole), replacing it once complete.
+fn stream(
+    p: &Path,
+    write: impl FnOnce(&mut dyn std::io::Write) -> std::io::Result<()>,
+) -> CliResult<()> {
+    crate::sys::file::replace_by(p, write).map_err(|e| write_error(p, e))
 }
 
 fn replace(p: &Path, bytes: &[u8]) -> CliResult<()> {

@@ -153,3 +153,96 @@ fn churn_row(pid: u32, comm: String, cgroup: u64, lines: u64) -> TaskRow {
         ..TaskRow::default()
     }
 }
+
+/// Processes of the stacks recording.
+const STACK_PROCESSES: u32 = 10;
+/// Distinct stacks charged per drain (one drain per 100 ms interval) of the stacks recording.
+const STACKS_PER_DRAIN: u32 = 10_000;
+
+/// A recording made with stacks holding `distinct` distinct call stacks of `depth` frames
+/// each, every one charged once, [`STACKS_PER_DRAIN`] to a drain, over ten processes that read
+/// and write through every interval; frames name functions from a pool of 32 per depth (the
+/// stack's number in base 32 picks them), so functions recur across stacks as in real code.
+/// The shape of a long recording of code with many paths, for the report's memory bound.
+pub fn stacks(
+    path: &std::path::Path,
+    distinct: u32,
+    depth: u32,
+) -> Result<WriterStats, RecordError> {
+    use crate::model::result::{IntervalResult, PackageRow};
+    use crate::model::stacks::{StackBatch, StackCharge};
+    let _ = std::fs::remove_file(path);
+    let (mut specs, topo) = churn_machine();
+    specs.push(SlotSpec {
+        event: "LLC-load-misses".into(),
+        scope: SlotScope::Cpu,
+        role: SlotRole::Weight(Some(Direction::Read)),
+        bytes_per_count: None,
+        counter_bits: 64,
+    });
+    const INTERVAL: u64 = 100_000_000;
+    let header = RecordHeader::new(&specs, &topo, 250, "intel-uncore-imc", INTERVAL);
+    let mut w = Writer::with_options(path, header, None, WriterOptions::default())?;
+    let drains = distinct.div_ceil(STACKS_PER_DRAIN).max(1);
+    for k in 0..drains {
+        let rows: Vec<TaskRow> = (0..STACK_PROCESSES)
+            .map(|p| churn_row(100 + p, format!("app{p}"), 7, 1000 + u64::from(p)))
+            .collect();
+        let lines: u64 = rows.iter().map(|r| r.read_bytes / 64).sum();
+        let (t_start_ns, t_end_ns) = (u64::from(k) * INTERVAL, u64::from(k + 1) * INTERVAL);
+        w.push_interval(&IntervalResult {
+            t_start_ns,
+            t_end_ns,
+            source: "intel-uncore-imc".into(),
+            packages: vec![PackageRow {
+                id: 0,
+                read_bytes: lines * 64,
+                write_bytes: lines / 2 * 64,
+                ..PackageRow::default()
+            }],
+            tasks: rows,
+            ..IntervalResult::default()
+        })?;
+        let first = k * STACKS_PER_DRAIN;
+        let charges = (first..(first + STACKS_PER_DRAIN).min(distinct))
+            .map(|i| StackCharge {
+                tgid: 100 + i % STACK_PROCESSES,
+                frames: stack_frames(i, depth).into(),
+                on_ns: 4_000_000,
+                slices: 1,
+                slots: vec![0, 0, 1 + u64::from(i % 7)],
+            })
+            .collect();
+        w.push_stacks(&StackBatch {
+            t_ns: t_end_ns,
+            charges,
+            dropped: 0,
+        })?;
+    }
+    w.finish()
+}
+
+/// Stack number `i`'s frames, leaf first: `main` at the root, then one function per level
+/// picked by `i`'s digits in base 32 (distinct numbers below 32^(depth-1), distinct stacks).
+fn stack_frames(i: u32, depth: u32) -> Vec<crate::model::stacks::Frame> {
+    use crate::model::stacks::{Frame, FrameKind};
+    let frame = |function: String, offset: u64| Frame {
+        kind: FrameKind::User,
+        function: Some(function),
+        module: Some("/usr/lib/app/libapp.so".into()),
+        offset,
+        build_id: Some("5f0c3e7a9d41b2c86e17f0a3d5b9c2e4f6a8b1d3".into()),
+        file: Some("src/app.rs".into()),
+        line: Some(10),
+    };
+    let mut frames = vec![frame("main".into(), 0x1000)];
+    let mut rest = i;
+    for level in 1..depth.max(1) {
+        let digit = rest % 32;
+        rest /= 32;
+        let f = format!("app::level{level}::step{digit}");
+        frames.push(frame(f, 0x2000 + u64::from(level * 32 + digit) * 0x40));
+    }
+    frames.reverse();
+    frames
+}

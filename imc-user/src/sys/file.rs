@@ -118,7 +118,15 @@ pub fn create_new(path: &Path) -> io::Result<File> {
 /// points) that is there: a new file beside it, renamed over it once complete, so a reader never
 /// sees half of it. A directory, FIFO or device at `path` is refused, not written through.
 pub fn replace_with(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    use std::io::Write;
+    replace_by(path, |f| f.write_all(bytes))
+}
+
+/// [`replace_with`], the new file's bytes written by `write` as they come (buffered), so an
+/// output larger than memory allows is never held whole.
+pub fn replace_by(
+    path: &Path,
+    write: impl FnOnce(&mut dyn std::io::Write) -> io::Result<()>,
+) -> io::Result<()> {
     match what_is_there(path)? {
         None | Some("a file") | Some("a symlink") => {}
         Some(kind) => return Err(not_regular(kind)),
@@ -130,7 +138,12 @@ pub fn replace_with(path: &Path, bytes: &[u8]) -> io::Result<()> {
     tmp_name.push(name);
     tmp_name.push(format!(".{}.tmp", std::process::id()));
     let tmp = path.with_file_name(tmp_name);
-    let written = create_new(&tmp).and_then(|mut f| f.write_all(bytes).and_then(|_| f.sync_all()));
+    let written = create_new(&tmp).and_then(|f| {
+        let mut out = io::BufWriter::new(f);
+        write(&mut out)?;
+        let f = out.into_inner().map_err(|e| e.into_error())?;
+        f.sync_all()
+    });
     match written.and_then(|_| std::fs::rename(&tmp, path)) {
         Ok(()) => Ok(()),
         Err(e) => {

@@ -6,7 +6,7 @@
 //! A profile with no traffic draws nothing: it is [`FlamegraphError::Empty`] ("no stacks
 //! recorded"), for the caller to print as one line, and nothing is written.
 use super::common::{count_name, default_title};
-use super::folded::folded_lines;
+use super::folded::for_each_line;
 use crate::model::stacks::StackProfile;
 use inferno::flamegraph::{self, Options};
 use std::io::{self, Write};
@@ -35,20 +35,17 @@ pub fn write_flamegraph(
     title: &str,
     out: impl Write,
 ) -> Result<(), FlamegraphError> {
-    let folded = folded_lines(profile);
-    let mut sum: u64 = 0;
-    for &count in folded.values() {
-        sum = sum
-            .checked_add(count)
-            .ok_or(FlamegraphError::CountOverflow)?;
+    let (mut lines, mut sum) = (Vec::new(), Some(0u64));
+    let _ = for_each_line(profile, |line, count| {
+        sum = sum.and_then(|s| s.checked_add(count));
+        lines.push(format!("{line} {count}"));
+        Ok(())
+    });
+    match sum {
+        None => return Err(FlamegraphError::CountOverflow),
+        Some(0) => return Err(FlamegraphError::Empty),
+        Some(_) => {}
     }
-    if sum == 0 {
-        return Err(FlamegraphError::Empty);
-    }
-    let lines: Vec<String> = folded
-        .iter()
-        .map(|(line, count)| format!("{line} {count}"))
-        .collect();
     let mut options = Options::default();
     options.title = if title.is_empty() {
         default_title(profile)

@@ -13,42 +13,86 @@ use crate::model::stacks::StackProfile;
 use std::collections::{BTreeMap, HashMap};
 use std::io::{self, Write};
 
-/// Writes the profile's folded lines, each ending in `\n`.
+/// Writes the profile's folded lines, each ending in `\n`, as they are made.
 pub fn write_folded(profile: &StackProfile, out: &mut impl Write) -> io::Result<()> {
     let mut out = io::BufWriter::new(out);
-    for (line, count) in folded_lines(profile) {
-        writeln!(out, "{line} {count}")?;
-    }
+    for_each_line(profile, |line, count| writeln!(out, "{line} {count}"))?;
     out.flush()
 }
 
 /// The profile's folded stacks without their counts, each with its count: sorted, merged,
 /// none counting 0.
 pub fn folded_lines(profile: &StackProfile) -> BTreeMap<String, u64> {
+    let mut lines = BTreeMap::new();
+    let _ = for_each_line(profile, |line, count| {
+        lines.insert(line.to_string(), count);
+        Ok(())
+    });
+    lines
+}
+
+/// Calls `f` with each folded line (without its count) and its count, sorted by the line's
+/// text, equal texts merged, none counting 0. The texts are built one at a time: what is held
+/// is each distinct line as label numbers, never all the text at once.
+pub fn for_each_line(
+    profile: &StackProfile,
+    mut f: impl FnMut(&str, u64) -> io::Result<()>,
+) -> io::Result<()> {
     let stacks = Stacks::new(profile);
-    // Traffic by (comm, stack) first, so each distinct stack's text is built once.
-    let mut by_stack: HashMap<(&str, u32), u64> = HashMap::new();
+    let mut labels = Labels::default();
+    let slot_label: Vec<u32> = (0..stacks.slot_count())
+        .map(|slot| labels.id(escape_label(&stacks.frame(slot).label(), false)))
+        .collect();
+    // Traffic by line: the comm's label, then the frames' labels root first.
+    let mut by_line: HashMap<Box<[u32]>, u64> = HashMap::new();
     for sample in &profile.samples {
         let total = sample_total(sample);
-        if total > 0 {
-            let sum = by_stack.entry((&sample.comm, sample.stack)).or_insert(0);
-            *sum = sum.saturating_add(total);
+        if total == 0 {
+            continue;
         }
-    }
-    let mut labels: Vec<Option<String>> = vec![None; stacks.slot_count()];
-    let mut lines: BTreeMap<String, u64> = BTreeMap::new();
-    for ((comm, stack), total) in by_stack {
-        let mut line = escape_label(comm, true);
-        for slot in stacks.slots(stack).rev() {
-            let label = labels[slot]
-                .get_or_insert_with(|| escape_label(&stacks.frame(slot).label(), false));
-            line.push(';');
-            line.push_str(label);
-        }
-        let sum = lines.entry(line).or_insert(0);
+        let comm = labels.id(escape_label(&sample.comm, true));
+        let frames = stacks.slots(sample.stack).rev().map(|s| slot_label[s]);
+        let key: Box<[u32]> = std::iter::once(comm).chain(frames).collect();
+        let sum = by_line.entry(key).or_insert(0);
         *sum = sum.saturating_add(total);
     }
-    lines
+    let mut lines: Vec<(Box<[u32]>, u64)> = by_line.into_iter().collect();
+    lines.sort_unstable_by(|a, b| labels.text(&a.0).cmp(labels.text(&b.0)));
+    let mut bytes = Vec::new();
+    for (key, count) in lines {
+        bytes.clear();
+        bytes.extend(labels.text(&key));
+        f(&String::from_utf8_lossy(&bytes), count)?;
+    }
+    Ok(())
+}
+
+/// Escaped labels, each text once, numbered.
+#[derive(Default)]
+struct Labels {
+    ids: HashMap<String, u32>,
+    texts: Vec<String>,
+}
+
+impl Labels {
+    fn id(&mut self, label: String) -> u32 {
+        if let Some(&id) = self.ids.get(&label) {
+            return id;
+        }
+        let id = self.texts.len() as u32;
+        self.texts.push(label.clone());
+        self.ids.insert(label, id);
+        id
+    }
+
+    /// A line's bytes: its labels joined by `;` (labels are valid UTF-8 and `;` is ASCII, so
+    /// the bytes compare as the text does and make valid text back).
+    fn text<'a>(&'a self, key: &'a [u32]) -> impl Iterator<Item = u8> + 'a {
+        key.iter().enumerate().flat_map(move |(i, &id)| {
+            let sep = (i > 0).then_some(b';');
+            sep.into_iter().chain(self.texts[id as usize].bytes())
+        })
+    }
 }
 
 /// A name as one frame of a folded line. The rules:

@@ -31,17 +31,40 @@ pub mod proto {
 }
 use proto::profile as pb;
 
-/// Writes the profile as a gzipped pprof `Profile`.
+/// Writes the profile as a gzipped pprof `Profile`. Each sample is written as it is made (the
+/// message's other fields after them: a protobuf message's fields may come in any order), so a
+/// profile of a million stacks is never held as messages whole.
 pub fn write_pprof(profile: &StackProfile, out: impl Write) -> io::Result<()> {
-    let message = to_pprof(profile);
-    let bytes = message.write_to_bytes().map_err(io::Error::other)?;
     let mut gz = GzEncoder::new(out, Compression::default());
-    gz.write_all(&bytes)?;
+    let mut os = protobuf::CodedOutputStream::new(&mut gz);
+    let rest = build(profile, |s| os.write_message(SAMPLE_FIELD, &s))
+        .and_then(|rest| rest.write_to(&mut os).and_then(|()| os.flush()))
+        .map_err(io::Error::other);
+    drop(os);
+    rest?;
     gz.finish()?.flush()
 }
 
+/// `Profile.sample`'s field number in profile.proto.
+const SAMPLE_FIELD: u32 = 2;
+
 /// The profile as a pprof message (not yet serialized).
 pub fn to_pprof(profile: &StackProfile) -> pb::Profile {
+    let mut samples = Vec::new();
+    let mut out = build(profile, |s| {
+        samples.push(s);
+        Ok(())
+    })
+    .unwrap_or_default();
+    out.sample = samples;
+    out
+}
+
+/// The profile's message without its samples, each sample handed to `sample` as it is made.
+fn build(
+    profile: &StackProfile,
+    mut sample: impl FnMut(pb::Sample) -> protobuf::Result<()>,
+) -> protobuf::Result<pb::Profile> {
     let stacks = Stacks::new(profile);
     let mut b = Builder {
         strings: Strings::new(),
@@ -62,10 +85,9 @@ pub fn to_pprof(profile: &StackProfile) -> pb::Profile {
     b.out.period = 1;
     b.out.time_nanos = to_i64(profile.start_realtime_ns);
     b.out.duration_nanos = to_i64(profile.duration_ns);
-    for sample in &profile.samples {
-        if sample_total(sample) > 0 {
-            let s = b.sample(sample, profile.sample_types.len());
-            b.out.sample.push(s);
+    for s in &profile.samples {
+        if sample_total(s) > 0 {
+            sample(b.sample(s, profile.sample_types.len()))?;
         }
     }
     if profile.lost_stacks > 0 {
@@ -79,7 +101,7 @@ pub fn to_pprof(profile: &StackProfile) -> pb::Profile {
         b.out.comment.push(c);
     }
     b.out.string_table = b.strings.table;
-    b.out
+    Ok(b.out)
 }
 
 /// A count as pprof's signed 64 bits, saturating.
