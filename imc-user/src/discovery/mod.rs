@@ -24,6 +24,7 @@ pub mod resctrl;
 pub mod sysfs;
 pub mod topology;
 
+pub use catalogue::pmu_limits;
 pub use cpulist::{CpuListError, parse_cpulist};
 pub use format::{AttrWords, FormatError, encode_terms, parse_format, place_value};
 pub use machine::Machine;
