@@ -305,6 +305,12 @@ pub struct Machine {
     pub power: Option<String>,
     /// `platform` on POWER (PowerNV is bare metal; pSeries is an LPAR).
     pub platform: Option<String>,
+    /// `CPU implementer` on Arm (MIDR_EL1.Implementer: 0x41 Arm, 0xc0 Ampere, 0x48 HiSilicon).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub arm_implementer: Option<u32>,
+    /// `CPU part` on Arm (MIDR_EL1.PartNum: 0xd0c Neoverse N1, 0xd4f Neoverse V2, …).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub arm_part: Option<u32>,
     pub hypervisor: bool,
     /// Why `hypervisor` is set, for messages.
     pub hypervisor_source: Option<String>,
