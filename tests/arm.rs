@@ -172,24 +172,16 @@ fn every_arm_tree_plans_every_channel_on_the_cpu_its_driver_allows() {
                 assert!(!r.starts_with(case.source), "{what}: {r}");
             }
             if command != "stat" {
-                check_weights(&p, case.tree, &what);
+                check_weights(&p, &what);
             }
         }
     }
 }
 
-/// Neoverse and AmpereOne cores weigh by their L2's read refills and victim write-backs
-/// (0x52, 0x56), read by each CPU for itself; the Kunpeng's TSV110 has no table and says so.
-fn check_weights(p: &Value, tree: &str, what: &str) {
+/// Neoverse, AmpereOne and TSV110 cores weigh by their L2's read refills and victim
+/// write-backs (0x52, 0x56), read by each CPU for itself.
+fn check_weights(p: &Value, what: &str) {
     let w = &p["weighting"];
-    if tree == "kunpeng920-4die" {
-        assert_eq!(w["method"], "cpu-time", "{what}: {w}");
-        assert!(
-            w["reason"].as_str().unwrap().contains("part 0xd01"),
-            "{what}: {w}"
-        );
-        return;
-    }
     assert_eq!(w["method"], "traffic", "{what}: {w}");
     assert_eq!(w["read"], "L2D_CACHE_REFILL_RD", "{what}: {w}");
     assert_eq!(w["write"], "L2D_CACHE_WB_VICTIM", "{what}: {w}");

@@ -3,7 +3,8 @@
 //!
 //! Encodings are the Arm architecture's common event numbers, as the kernel's
 //! tools/perf/pmu-events/arch/arm64/common-and-microarch.json lists them and each core's own
-//! JSON (arm/neoverse-n1, neoverse-v1, neoverse-n2-v2, ampere/ampereone cache.json) declares
+//! JSON (arm/neoverse-n1, neoverse-v1, neoverse-n2-v2, ampere/ampereone cache.json,
+//! hisilicon/hip08 core-imp-def.json) declares
 //! them implemented: L2D_CACHE_REFILL_RD 0x52 (the L2's read refills from beyond the core: the
 //! mesh's system cache or DRAM, a 64-byte line each), L2D_CACHE_WB_VICTIM 0x56 (modified lines
 //! the L2 writes back on eviction, 64 bytes each). LL_CACHE_MISS_RD (0x37) would leave the
@@ -15,14 +16,16 @@ use crate::model::{Direction, Machine};
 
 /// MIDR implementer and part numbers of the cores with a table (the kernel's
 /// arch/arm64/include/asm/cputype.h: ARM_CPU_PART_NEOVERSE_N1 0xd0c, _V1 0xd40, _N2 0xd49,
-/// _V2 0xd4f; AMPERE_CPU_PART_AMPERE1 0xac3, AMPERE1A 0xac4).
-const CORES: [(u32, u32, &str); 6] = [
+/// _V2 0xd4f; AMPERE_CPU_PART_AMPERE1 0xac3, AMPERE1A 0xac4; HISI_CPU_PART_TSV110 0xd01, whose
+/// tools/perf/pmu-events/arch/arm64/hisilicon/hip08/core-imp-def.json declares both events).
+const CORES: [(u32, u32, &str); 7] = [
     (0x41, 0xd0c, "Neoverse N1"),
     (0x41, 0xd40, "Neoverse V1"),
     (0x41, 0xd49, "Neoverse N2"),
     (0x41, 0xd4f, "Neoverse V2"),
     (0xc0, 0xac3, "AmpereOne"),
     (0xc0, 0xac4, "AmpereOne A"),
+    (0x48, 0xd01, "TSV110 (Kunpeng 920)"),
 ];
 
 /// Whether the machine is an Arm one (cpuinfo names an implementer).
@@ -81,9 +84,10 @@ pub(super) fn traffic(m: &Machine, pmu: &str) -> Result<CoreTraffic, String> {
         ],
         alt_write: None,
         notes: vec![
-            "L2D_CACHE_REFILL_RD counts the L2's read refills from the mesh: lines the system \
-             level cache returns count as well as DRAM's, so a task whose data fits the SLC \
-             weighs more than its DRAM share (measured by imc validate as the event's fidelity)",
+            "L2D_CACHE_REFILL_RD counts the L2's read refills from beyond the core: lines the \
+             system level (or L3) cache returns count as well as DRAM's, so a task whose data \
+             fits that cache weighs more than its DRAM share (measured by imc validate as the \
+             event's fidelity)",
             "L2D_CACHE_WB_VICTIM counts modified lines the L2 evicts: the SLC may absorb some \
              before they reach DRAM",
             "the architected events do not tell local from remote memory on a multi-socket \
@@ -117,8 +121,9 @@ mod tests {
 
     #[test]
     fn an_unknown_core_or_pmu_is_refused_with_its_numbers() {
-        let e = traffic(&arm(0x48, 0xd01), "armv8_pmuv3_0").unwrap_err();
-        assert!(e.contains("0x48") && e.contains("0xd01"), "{e}");
+        // Cortex-A72: no table.
+        let e = traffic(&arm(0x41, 0xd08), "armv8_pmuv3_0").unwrap_err();
+        assert!(e.contains("0x41") && e.contains("0xd08"), "{e}");
         let e = traffic(&arm(0x41, 0xd4f), "cpu").unwrap_err();
         assert!(e.contains("'cpu'"), "{e}");
     }
