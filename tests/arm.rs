@@ -411,3 +411,35 @@ fn list_names_the_arm_and_cxl_backends() {
         assert!(text.contains(&format!("\"{backend}\"")), "{tree}");
     }
 }
+
+/// On Linux 6.7+ any CPU of a package may read Intel's uncore counters, but no other CPU than
+/// its own may read a CXL device's: a package holding both is read on that one CPU.
+#[test]
+fn a_cxl_device_keeps_its_package_read_on_its_own_cpu() {
+    let (_d, root) = copy("cxl-expander");
+    let release = root.join("proc/sys/kernel/osrelease");
+    std::fs::create_dir_all(release.parent().unwrap()).unwrap();
+    std::fs::write(&release, "6.8.0-45-generic\n").unwrap();
+    let readers = |p: &Value| -> BTreeSet<String> {
+        traffic(p)
+            .iter()
+            .map(|c| c["reader"]["cpus"].to_string())
+            .collect()
+    };
+    let p = plan(&root, &["top"]);
+    assert_eq!(
+        readers(&p),
+        BTreeSet::from(["[0]".to_string()]),
+        "{}",
+        p["counters"]
+    );
+    // Without the device, the uncore counters are read by any CPU of the package.
+    std::fs::remove_file(root.join("sys/bus/event_source/devices/cxl_pmu_mem0.0")).unwrap();
+    let p = plan(&root, &["top"]);
+    assert_eq!(
+        readers(&p),
+        BTreeSet::from(["[0,1,2,3]".to_string()]),
+        "{}",
+        p["counters"]
+    );
+}

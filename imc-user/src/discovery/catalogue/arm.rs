@@ -276,3 +276,32 @@ pub fn pmu_limits(pmu: &str) -> Option<PmuLimits> {
     }
     None
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ddrc_names_are_the_drivers() {
+        assert!(is_ddrc("hisi_sccl1_ddrc0"));
+        assert!(is_ddrc("hisi_sccl13_ddrc3_1"));
+        assert!(!is_ddrc("hisi_sccl_ddrc0"));
+        assert!(!is_ddrc("hisi_sccl1_hha0"));
+        assert!(!is_ddrc("hisi_sccl1x_ddrc0"));
+    }
+
+    #[test]
+    fn limits_follow_the_driver_of_each_instance() {
+        let dmc = pmu_limits("arm_dmc620_10008c000").unwrap();
+        assert_eq!(
+            (dmc.counters, dmc.events_per_group, dmc.counter_bits),
+            (Some(8), Some(1), Some(32))
+        );
+        let ddrc = pmu_limits("hisi_sccl3_ddrc1").unwrap();
+        assert_eq!((ddrc.counters, ddrc.counter_bits), (Some(8), Some(32)));
+        assert!(pmu_limits("cxl_pmu_mem0.0").is_some());
+        // Other vendors' PMUs state their limits elsewhere in the plan.
+        assert_eq!(pmu_limits("uncore_imc_0"), None);
+        assert_eq!(pmu_limits("amd_df"), None);
+    }
+}
