@@ -1,7 +1,7 @@
-//! The other architectures imc ships to, kept building by the suite (issue 31): POWER's nest IMC
-//! users get a ppc64le `imc` that tests/cross_power.rs runs under qemu-user on the POWER9
-//! fixture trees, and the aarch64 build is checked. scripts/setup.sh installs Debian's cross
-//! compilers, qemu-user and the rustup targets.
+//! The other architectures imc ships to, kept building by the suite: POWER's nest IMC users get
+//! a ppc64le `imc` that tests/cross_power.rs runs under qemu-user on the POWER9 fixture trees,
+//! and Arm servers' users an aarch64 `imc` that tests/cross_arm.rs runs on the Arm and CXL
+//! trees. scripts/setup.sh installs Debian's cross compilers, qemu-user and the rustup targets.
 //!
 //! The cross linker and C compiler (ring's build script compiles C for the target) are set
 //! here, in the environment of the one cargo command that needs them, not in a config file a
@@ -49,23 +49,38 @@ fn cargo(root: &Path, ebpf_object: &Path, subcommand: &str, target: &str) -> Res
     Ok(cmd)
 }
 
-/// Checks imc-user for aarch64, then builds the ppc64le `imc` (debug, with the eBPF object
-/// embedded) and returns its path, under the target directory as Cargo lays it out.
-pub fn build(root: &Path, target_dir: &Path, ebpf_object: &Path) -> Result<PathBuf> {
-    eprintln!("xtask: checking imc for {ARM}");
-    crate::run(&mut cargo(root, ebpf_object, "check", ARM)?).with_context(|| {
-        format!("cargo check --target {ARM} (scripts/setup.sh adds the target)")
-    })?;
-    eprintln!("xtask: building imc for {POWER} (tests/cross_power.rs runs it under qemu-user)");
-    let mut cmd = cargo(root, ebpf_object, "build", POWER)?;
+/// The cross-built `imc` binaries the suite runs under qemu-user.
+pub struct Binaries {
+    pub power: PathBuf,
+    pub arm: PathBuf,
+}
+
+/// Builds the ppc64le and aarch64 `imc` (debug, with the eBPF object embedded) and returns
+/// their paths, under the target directory as Cargo lays it out.
+pub fn build(root: &Path, target_dir: &Path, ebpf_object: &Path) -> Result<Binaries> {
+    Ok(Binaries {
+        power: build_one(root, target_dir, ebpf_object, POWER, "tests/cross_power.rs")?,
+        arm: build_one(root, target_dir, ebpf_object, ARM, "tests/cross_arm.rs")?,
+    })
+}
+
+fn build_one(
+    root: &Path,
+    target_dir: &Path,
+    ebpf_object: &Path,
+    target: &str,
+    runner: &str,
+) -> Result<PathBuf> {
+    eprintln!("xtask: building imc for {target} ({runner} runs it under qemu-user)");
+    let mut cmd = cargo(root, ebpf_object, "build", target)?;
     cmd.args(["--bin", "imc"]);
     crate::run(&mut cmd).with_context(|| {
-        format!("cargo build --target {POWER} (scripts/setup.sh adds the target)")
+        format!("cargo build --target {target} (scripts/setup.sh adds the target)")
     })?;
-    let bin = target_dir.join(POWER).join("debug").join("imc");
+    let bin = target_dir.join(target).join("debug").join("imc");
     if !bin.is_file() {
         bail!(
-            "the {POWER} build succeeded but {} is missing",
+            "the {target} build succeeded but {} is missing",
             bin.display()
         );
     }

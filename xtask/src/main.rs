@@ -5,7 +5,7 @@
 //!   cargo xtask run [-- ARGS]          build, then `imc ARGS` (default: `imc top`) as root
 //!   cargo xtask test                   build (and package), the ppc64le imc (and an aarch64
 //!                                      check), then the whole test suite
-//!   cargo xtask cross                  the ppc64le imc (debug) and an aarch64 check, as `test` does
+//!   cargo xtask cross                  the ppc64le and aarch64 imc (debug), as `test` does
 //!   cargo xtask package                target/debian/imc_<version>_<arch>.deb (release, stripped)
 //!   cargo xtask bench-tick [--breakdown]  ns per program run: imc's tick vs a bpftrace-like baseline
 //!   cargo xtask bench-stat             `imc stat -I 1` vs `perf stat -I 1`: CPU and intervals
@@ -233,8 +233,12 @@ fn real_main() -> Result<ExitCode> {
         "test" => test_all(&args)?,
         "cross" => {
             let obj = build_ebpf(EbpfObject::Production)?;
-            let bin = cross::build(&workspace_root(), &target_dir(), &obj)?;
-            eprintln!("xtask: built {}", bin.display());
+            let bins = cross::build(&workspace_root(), &target_dir(), &obj)?;
+            eprintln!(
+                "xtask: built {} and {}",
+                bins.power.display(),
+                bins.arm.display()
+            );
         }
         "bench-tick" => {
             let bin = build(true)?;
@@ -286,13 +290,15 @@ fn test_all(args: &[String]) -> Result<()> {
         .current_dir(&root)
         .env("IMC_EBPF_OBJECT", &obj)
         .args(["build"]))?;
-    // POWER users' binary, which tests/cross_power.rs runs under qemu-user.
-    let power = cross::build(&root, &target_dir(), &obj)?;
+    // POWER and Arm users' binaries, which tests/cross_power.rs and tests/cross_arm.rs run
+    // under qemu-user.
+    let cross = cross::build(&root, &target_dir(), &obj)?;
     run(Command::new(env!("CARGO"))
         .current_dir(&root)
         .env("IMC_EBPF_OBJECT", &obj)
         .env("IMC_TEST_DEB", &deb)
-        .env("IMC_CROSS_POWER_BIN", &power)
+        .env("IMC_CROSS_POWER_BIN", &cross.power)
+        .env("IMC_CROSS_ARM_BIN", &cross.arm)
         .args(["test", "--no-fail-fast"])
         .args(args))?;
     Ok(())

@@ -117,6 +117,7 @@ mod tests {
                 pmu: "p".into(),
                 config: Some(config),
                 config1: Some(0),
+                config2: None,
                 bytes_per_count: None,
                 address: None,
                 width: None,

@@ -26,6 +26,8 @@ pub fn parse_cpuinfo(text: &str) -> Machine {
                 }
             }
             "platform" if m.platform.is_none() => m.platform = Some(value.to_string()),
+            "CPU implementer" if m.arm_implementer.is_none() => m.arm_implementer = hex(value),
+            "CPU part" if m.arm_part.is_none() => m.arm_part = hex(value),
             "flags" if value.split_whitespace().any(|f| f == "hypervisor") => {
                 m.hypervisor = true;
                 m.hypervisor_source = Some("the 'hypervisor' CPU flag in proc/cpuinfo".into());
@@ -34,6 +36,11 @@ pub fn parse_cpuinfo(text: &str) -> Machine {
         }
     }
     m
+}
+
+/// A `0x`-prefixed hexadecimal cpuinfo value (`CPU part : 0xd4f`).
+fn hex(value: &str) -> Option<u32> {
+    u32::from_str_radix(value.strip_prefix("0x")?, 16).ok()
 }
 
 pub fn read_machine(root: &Path) -> Result<Machine, DiscoveryError> {
@@ -81,6 +88,19 @@ mod tests {
         assert_eq!(m.power.as_deref(), Some("POWER9"));
         assert_eq!(m.model, None);
         assert_eq!(m.platform.as_deref(), Some("PowerNV"));
+    }
+
+    #[test]
+    fn arm_midr_fields() {
+        let m = parse_cpuinfo(
+            "processor\t: 0\nBogoMIPS\t: 2000.00\nCPU implementer\t: 0x41\nCPU architecture: 8\n\
+             CPU variant\t: 0x0\nCPU part\t: 0xd4f\nCPU revision\t: 1\n",
+        );
+        assert_eq!((m.arm_implementer, m.arm_part), (Some(0x41), Some(0xd4f)));
+        assert_eq!(m.vendor, None);
+        // Not hexadecimal as the kernel writes it: unknown, not a guess.
+        let m = parse_cpuinfo("CPU implementer : 65\nCPU part : d4f\n");
+        assert_eq!((m.arm_implementer, m.arm_part), (None, None));
     }
 
     #[test]

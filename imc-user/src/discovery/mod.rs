@@ -24,6 +24,7 @@ pub mod resctrl;
 pub mod sysfs;
 pub mod topology;
 
+pub use catalogue::pmu_limits;
 pub use cpulist::{CpuListError, parse_cpulist};
 pub use format::{AttrWords, FormatError, encode_terms, parse_format, place_value};
 pub use machine::Machine;
@@ -82,7 +83,8 @@ pub fn discover_report(root: &Path) -> Result<Report, DiscoveryError> {
 }
 
 /// The core PMUs among `pmus`: `cpu_core` and `cpu_atom` on hybrid Intel parts (each on the
-/// CPUs of its `cpus` file), else `cpu` on every online CPU. A PMU without the `event` format
+/// CPUs of its `cpus` file), else `cpu` on every online CPU, or on Arm the arm_pmuv3 PMUs
+/// (`armv8_pmuv3_0`, `armv9_neoverse_v2`, each on its `cpus`). A PMU without the `event` format
 /// term (a VM's software-only `cpu` stand-in) cannot count core events and is left out.
 pub fn core_pmus(pmus: &[Pmu], topo: &Topology) -> Result<Vec<CorePmu>, DiscoveryError> {
     let hybrid = pmus
@@ -93,7 +95,7 @@ pub fn core_pmus(pmus: &[Pmu], topo: &Topology) -> Result<Vec<CorePmu>, Discover
             if hybrid {
                 p.name == "cpu_core" || p.name == "cpu_atom"
             } else {
-                p.name == "cpu"
+                p.name == "cpu" || is_arm_core(&p.name)
             }
         })
         .filter(|p| p.formats.contains_key("event"))
@@ -105,4 +107,9 @@ pub fn core_pmus(pmus: &[Pmu], topo: &Topology) -> Result<Vec<CorePmu>, Discover
             })
         })
         .collect()
+}
+
+/// An arm_pmuv3 core PMU, named `armv8_*` or `armv9_*` by drivers/perf/arm_pmuv3.c.
+pub fn is_arm_core(name: &str) -> bool {
+    name.starts_with("armv8_") || name.starts_with("armv9_")
 }

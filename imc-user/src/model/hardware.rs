@@ -143,6 +143,18 @@ pub enum BackendKind {
     KnlEdc,
     #[serde(rename = "knl-imc")]
     KnlImc,
+    #[serde(rename = "nvidia-scf")]
+    NvidiaScf,
+    #[serde(rename = "arm-cmn")]
+    ArmCmn,
+    #[serde(rename = "arm-dmc620")]
+    ArmDmc620,
+    #[serde(rename = "hisi-ddrc")]
+    HisiDdrc,
+    #[serde(rename = "ampere-mcu")]
+    AmpereMcu,
+    #[serde(rename = "cxl-pmu")]
+    CxlPmu,
     #[serde(rename = "msr")]
     Msr,
     #[serde(rename = "software")]
@@ -150,7 +162,7 @@ pub enum BackendKind {
 }
 
 impl BackendKind {
-    pub const ALL: [BackendKind; 10] = [
+    pub const ALL: [BackendKind; 16] = [
         BackendKind::IntelUncoreImc,
         BackendKind::IntelClientImc,
         BackendKind::IntelClientMchbar,
@@ -159,6 +171,12 @@ impl BackendKind {
         BackendKind::PowerNestImc,
         BackendKind::KnlEdc,
         BackendKind::KnlImc,
+        BackendKind::NvidiaScf,
+        BackendKind::ArmDmc620,
+        BackendKind::HisiDdrc,
+        BackendKind::AmpereMcu,
+        BackendKind::ArmCmn,
+        BackendKind::CxlPmu,
         BackendKind::Msr,
         BackendKind::Software,
     ];
@@ -173,6 +191,12 @@ impl BackendKind {
             BackendKind::PowerNestImc => "power-nest-imc",
             BackendKind::KnlEdc => "knl-edc",
             BackendKind::KnlImc => "knl-imc",
+            BackendKind::NvidiaScf => "nvidia-scf",
+            BackendKind::ArmCmn => "arm-cmn",
+            BackendKind::ArmDmc620 => "arm-dmc620",
+            BackendKind::HisiDdrc => "hisi-ddrc",
+            BackendKind::AmpereMcu => "ampere-mcu",
+            BackendKind::CxlPmu => "cxl-pmu",
             BackendKind::Msr => "msr",
             BackendKind::Software => "software",
         }
@@ -186,6 +210,56 @@ impl BackendKind {
     pub fn is_memory_controller(self) -> bool {
         !matches!(self, BackendKind::Msr | BackendKind::Software)
     }
+
+    /// The memory tier its traffic goes to: CXL memory devices are a tier of their own.
+    pub fn tier(self) -> Tier {
+        match self {
+            BackendKind::CxlPmu => Tier::Cxl,
+            _ => Tier::Dram,
+        }
+    }
+}
+
+/// The memory a counter's traffic goes to: the package's own DRAM (or MCDRAM, HBM), or a CXL
+/// memory expander, a second tier with its own NUMA node.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Tier {
+    #[default]
+    Dram,
+    Cxl,
+}
+
+impl Tier {
+    pub fn is_dram(&self) -> bool {
+        *self == Tier::Dram
+    }
+
+    /// Its name in the contract: `dram`, `cxl` (as serde writes it).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Tier::Dram => "dram",
+            Tier::Cxl => "cxl",
+        }
+    }
+}
+
+/// What a memory-side PMU's driver allows, shown beside each counter of the plan: how many
+/// events its hardware counts at once, how many may share a group, how wide its counters are,
+/// and the rule in words with its source.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct PmuLimits {
+    /// Hardware counters of one PMU instance, where the driver fixes the number.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub counters: Option<u32>,
+    /// Hardware events a group may hold (DMC-620: one); imc opens every counter alone.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub events_per_group: Option<u32>,
+    /// Width of the hardware counter, where the driver fixes it (the kernel accumulates the
+    /// count into 64 bits either way).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub counter_bits: Option<u8>,
+    pub rule: String,
 }
 
 /// What a bandwidth event measures.
@@ -231,6 +305,12 @@ pub struct Machine {
     pub power: Option<String>,
     /// `platform` on POWER (PowerNV is bare metal; pSeries is an LPAR).
     pub platform: Option<String>,
+    /// `CPU implementer` on Arm (MIDR_EL1.Implementer: 0x41 Arm, 0xc0 Ampere, 0x48 HiSilicon).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub arm_implementer: Option<u32>,
+    /// `CPU part` on Arm (MIDR_EL1.PartNum: 0xd0c Neoverse N1, 0xd4f Neoverse V2, …).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub arm_part: Option<u32>,
     pub hypervisor: bool,
     /// Why `hypervisor` is set, for messages.
     pub hypervisor_source: Option<String>,
@@ -416,6 +496,9 @@ pub struct SourceEvent {
     pub config: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub config1: Option<u64>,
+    /// The third word, where the encoding sets it (DMC-620's event and clock domain).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub config2: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub bytes_per_count: Option<f64>,
     /// intel-client-mchbar only: physical address of the counter and its width in bits.

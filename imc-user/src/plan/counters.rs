@@ -3,7 +3,7 @@
 //! numbered within each package.
 use super::types::{Counter, CounterRole, CounterScope, Reader};
 use crate::model::{
-    BackendKind, Direction, Encoded, Scope, Source, SourceEvent, SourcePmu, Topology,
+    BackendKind, Direction, Encoded, Scope, Source, SourceEvent, SourcePmu, Tier, Topology,
 };
 
 pub(super) fn direction_of_name(name: &str) -> Option<Direction> {
@@ -49,11 +49,12 @@ impl From<Scope> for CounterScope {
     }
 }
 
-/// The value key of a default event: its name, prefixed for MCDRAM so KNL's two memories stay
-/// apart.
+/// The value key of a default event: its name, prefixed for MCDRAM and CXL memory so that a
+/// machine's two memories stay apart.
 pub(super) fn value_key(backend: BackendKind, name: &str) -> String {
     match backend {
         BackendKind::KnlEdc => format!("mcdram_{name}"),
+        BackendKind::CxlPmu => format!("cxl_{name}"),
         _ => name.to_string(),
     }
 }
@@ -153,6 +154,8 @@ pub(super) fn mchbar_counter(
         counter_bits: 64,
         address: Some(address),
         width: Some(width),
+        tier: Tier::Dram,
+        limits: None,
     }
 }
 
@@ -198,6 +201,7 @@ pub(super) fn channel_counter(
             pmu_type: pmu.pmu_type,
             config,
             config1: ev.config1.unwrap_or(0),
+            config2: ev.config2.unwrap_or(0),
             bytes_per_count: ev.bytes_per_count,
             cpus: Some(vec![cpu]),
             ..Default::default()
@@ -205,6 +209,8 @@ pub(super) fn channel_counter(
         counter_bits: ev.counter_bits,
         address: None,
         width: None,
+        tier: source.backend.tier(),
+        limits: crate::discovery::pmu_limits(&ev.pmu),
     }
 }
 
@@ -330,5 +336,7 @@ pub(crate) fn event_counter(
         counter_bits: if package.is_some() { 48 } else { 64 },
         address: None,
         width: None,
+        tier: Tier::Dram,
+        limits: None,
     }
 }

@@ -409,5 +409,7 @@ fn queue_counter(
         counter_bits: 48,
         address: None,
         width: None,
+        tier: crate::model::Tier::Dram,
+        limits: None,
     }
 }

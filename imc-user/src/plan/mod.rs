@@ -187,7 +187,7 @@ fn plan_draining(found: &Discovery, kernel: &Kernel, req: &Request) -> Result<Pl
         return Err(latency::no_queues(found));
     }
     let (source, backend, mut counters) = choose_counters(found, req)?;
-    let mut notes = Vec::new();
+    let mut notes = tier_notes(found, &counters, req);
     if req.latency == Some(LatencyRequest::Queues) {
         let (refused, note) = latency::for_stat(found, &mut counters)?;
         refusals.extend(refused);
@@ -413,11 +413,19 @@ fn memory_controller<'a>(
         .filter(|s| !req.exclude.contains(&s.backend))
         .filter(|s| !(req.command.samples() && s.backend == BackendKind::IntelClientMchbar))
         .collect();
-    candidates.sort_by_key(|s| s.backend == BackendKind::IntelClientMchbar);
+    // A CXL device is a second tier, measured beside the DRAM controller; alone only where
+    // nothing counts DRAM.
+    candidates.sort_by_key(|s| {
+        (
+            s.backend == BackendKind::IntelClientMchbar,
+            s.backend == BackendKind::CxlPmu,
+        )
+    });
     Ok(candidates.first().copied())
 }
 
-/// KNL's DDR (knl-imc) and MCDRAM (knl-edc) are measured side by side, DDR first.
+/// KNL's DDR (knl-imc) and MCDRAM (knl-edc) are measured side by side, DDR first; CXL memory
+/// devices beside whichever controller counts DRAM, as the second tier.
 fn with_companions<'a>(found: &'a Discovery, s: &'a Source) -> Vec<&'a Source> {
     let partner = match s.backend {
         BackendKind::KnlImc => Some(BackendKind::KnlEdc),
@@ -425,11 +433,44 @@ fn with_companions<'a>(found: &'a Discovery, s: &'a Source) -> Vec<&'a Source> {
         _ => None,
     };
     let other = partner.and_then(|p| found.sources.iter().find(|o| o.backend == p && o.available));
-    match other {
+    let mut out = match other {
         Some(o) if o.backend == BackendKind::KnlImc => vec![o, s],
         Some(o) => vec![s, o],
         None => vec![s],
+    };
+    if s.backend != BackendKind::CxlPmu
+        && let Some(cxl) = found
+            .sources
+            .iter()
+            .find(|o| o.backend == BackendKind::CxlPmu && o.available)
+    {
+        out.push(cxl);
     }
+    out
+}
+
+/// Where CXL memory is counted: its devices and nodes, and, for the sampling commands, how its
+/// bytes reach tasks. No core event tells a task's CXL traffic from its DRAM traffic, so the
+/// tier's bytes are divided by the same weights as DRAM's, and the plan says so.
+fn tier_notes(found: &Discovery, counters: &[Counter], req: &Request) -> Vec<String> {
+    if !counters.iter().any(|c| c.tier == crate::model::Tier::Cxl) {
+        return Vec::new();
+    }
+    let devices = found
+        .sources
+        .iter()
+        .find(|s| s.backend == BackendKind::CxlPmu && s.available)
+        .and_then(|s| s.reason.clone())
+        .unwrap_or_else(|| "second memory tier".into());
+    let mut out = vec![format!("tier cxl: {devices}")];
+    if req.command.samples() {
+        out.push(
+            "tier cxl: no core event of this machine tells a task's CXL traffic from its DRAM \
+             traffic, so each package's CXL bytes are divided among tasks by the DRAM weights"
+                .into(),
+        );
+    }
+    out
 }
 
 /// Why each memory-controller source is not used (and, for sampling, that /dev/mem counters

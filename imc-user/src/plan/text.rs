@@ -47,13 +47,34 @@ fn counter_line(c: &Counter) -> String {
         (None, None) => "-".to_string(),
     };
     let slot = c.slot.map_or(String::new(), |s| format!(" slot {s},"));
+    let tier = if c.tier.is_dram() {
+        String::new()
+    } else {
+        format!(" [tier {}]", c.tier.as_str())
+    };
     format!(
-        "  {where_:<20} {dir:<6} {}/{}  (on CPU {},{slot} read by {})",
+        "  {where_:<20} {dir:<6} {}/{}{tier}  (on CPU {},{slot} read by {})",
         c.pmu,
         c.event,
         cpus(&c.cpus),
         reader(&c.reader)
     )
+}
+
+/// Each distinct driver limit of the plan's counters once, with the PMU instances it covers.
+fn limits(s: &mut String, plan: &Plan) {
+    let mut seen: Vec<(&str, Vec<&str>)> = Vec::new();
+    for c in &plan.counters {
+        let Some(l) = &c.limits else { continue };
+        match seen.iter_mut().find(|(rule, _)| *rule == l.rule) {
+            Some((_, pmus)) if !pmus.contains(&c.pmu.as_str()) => pmus.push(&c.pmu),
+            Some(_) => {}
+            None => seen.push((&l.rule, vec![&c.pmu])),
+        }
+    }
+    for (rule, pmus) in seen {
+        let _ = writeln!(s, "limits: {} — {rule}", pmus.join(", "));
+    }
 }
 
 /// How traffic is divided, who the victims are and what latency is read (sampling commands).
@@ -137,6 +158,7 @@ pub fn render(plan: &Plan) -> String {
     for c in &plan.counters {
         let _ = writeln!(s, "{}", counter_line(c));
     }
+    limits(&mut s, plan);
     if !plan.slots.is_empty() {
         let _ = writeln!(s, "record slots ({}):", plan.slots.len());
         for (i, sl) in plan.slots.iter().enumerate() {

@@ -5,7 +5,8 @@
 
 use super::kernel::Kernel;
 use crate::model::{
-    BackendKind, Direction, Encoded, QueuePart, SlotRole, SlotScope, StallPart, Victims, Weighting,
+    BackendKind, Direction, Encoded, PmuLimits, QueuePart, SlotRole, SlotScope, StallPart, Tier,
+    Victims, Weighting,
 };
 use serde::Serialize;
 use thiserror::Error;
@@ -153,6 +154,12 @@ pub struct Counter {
     pub address: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub width: Option<u8>,
+    /// The memory tier a traffic counter counts: absent for DRAM, `cxl` for a CXL device.
+    #[serde(skip_serializing_if = "Tier::is_dram")]
+    pub tier: Tier,
+    /// What the PMU's driver allows (counters, group size, width), where it says.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limits: Option<PmuLimits>,
 }
 
 /// One counter per CPU, per package, or per memory channel (`scope` in the plan's JSON).

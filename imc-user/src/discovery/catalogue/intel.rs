@@ -311,6 +311,7 @@ fn mchbar_counters(
             pmu: c.pmu,
             config: None,
             config1: None,
+            config2: None,
             bytes_per_count: Some(64.0),
             address: Some(c.address),
             width: Some(c.width),

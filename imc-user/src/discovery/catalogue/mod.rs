@@ -6,6 +6,9 @@
 //! alias *text* (`event=0x04,umask=0x03`) with its public source and still encodes it through
 //! the PMU's own `format/` files, so no config integer or PMU type is hard-coded.
 mod amd;
+mod arm;
+mod cxl;
+mod instances;
 mod intel;
 mod knl;
 mod power;
@@ -16,6 +19,9 @@ mod want;
 use super::sysfs::DiscoveryError;
 use crate::model::{BackendKind, Source};
 use amd::{amd_df, amd_umc};
+pub use arm::pmu_limits;
+use arm::{ampere_mcu, arm_cmn, arm_dmc620, hisi_ddrc, nvidia_scf};
+use cxl::cxl_pmu;
 use intel::{intel_client_imc, intel_client_mchbar, intel_uncore_imc};
 use knl::knl;
 use power::power_nest;
@@ -40,16 +46,23 @@ pub(crate) fn catalogue(ctx: &Ctx) -> Result<Vec<Source>, DiscoveryError> {
             ));
             continue;
         }
-        out.push(match kind {
-            BackendKind::IntelUncoreImc => intel_uncore_imc(ctx),
-            BackendKind::IntelClientImc => intel_client_imc(ctx),
-            BackendKind::IntelClientMchbar => intel_client_mchbar(ctx)?,
-            BackendKind::AmdUmc => amd_umc(ctx),
-            BackendKind::AmdDf => amd_df(ctx),
-            BackendKind::PowerNestImc => power_nest(ctx),
-            BackendKind::KnlEdc | BackendKind::KnlImc => knl(ctx, kind),
-            BackendKind::Msr => msr(ctx),
-            BackendKind::Software => software(ctx),
+        // Backends of standalone instances give one entry, then one per refused instance.
+        out.extend(match kind {
+            BackendKind::IntelUncoreImc => vec![intel_uncore_imc(ctx)],
+            BackendKind::IntelClientImc => vec![intel_client_imc(ctx)],
+            BackendKind::IntelClientMchbar => vec![intel_client_mchbar(ctx)?],
+            BackendKind::AmdUmc => vec![amd_umc(ctx)],
+            BackendKind::AmdDf => vec![amd_df(ctx)],
+            BackendKind::PowerNestImc => vec![power_nest(ctx)],
+            BackendKind::KnlEdc | BackendKind::KnlImc => vec![knl(ctx, kind)],
+            BackendKind::NvidiaScf => nvidia_scf(ctx),
+            BackendKind::ArmCmn => arm_cmn(ctx),
+            BackendKind::ArmDmc620 => arm_dmc620(ctx),
+            BackendKind::HisiDdrc => hisi_ddrc(ctx),
+            BackendKind::AmpereMcu => ampere_mcu(ctx),
+            BackendKind::CxlPmu => cxl_pmu(ctx),
+            BackendKind::Msr => vec![msr(ctx)],
+            BackendKind::Software => vec![software(ctx)],
         });
     }
     Ok(out)

@@ -49,6 +49,7 @@ pub(super) fn software(ctx: &Ctx) -> Source {
             pmu: p.name.clone(),
             config: Some(2),
             config1: Some(0),
+            config2: None,
             bytes_per_count: None,
             address: None,
             width: None,

@@ -175,6 +175,7 @@ pub(super) fn encode(pmu: &Pmu, want: &Want, counter_bits: u8) -> Result<SourceE
         pmu: pmu.name.clone(),
         config: Some(words.config),
         config1: Some(words.config1),
+        config2: (words.config2 != 0).then_some(words.config2),
         bytes_per_count: bpc,
         address: None,
         width: None,

@@ -10,6 +10,8 @@
 //!   lib/events/amd64_events_fam{17h_zen2,19h_zen3,19h_zen4,1ah_zen5}.h.
 //! * POWER: libpfm4 lib/events/power{8,9,10}_events.h (the codes of the kernel's
 //!   tools/perf/pmu-events/arch/powerpc JSON) and arch/powerpc/perf/power9-pmu.c for the format.
+//! * Arm: the architected PMUv3 common events in tools/perf/pmu-events/arch/arm64 (and libpfm4
+//!   lib/events/arm_neoverse_*_events.h), see `arm`.
 //!
 //! What the starting points got wrong (checked against those tables):
 //! * SKX/CLX `OCR.ALL_READS.L3_MISS_LOCAL_DRAM` has no such plain name: Intel's CLX table has it
@@ -40,6 +42,7 @@
 use crate::discovery::Machine;
 
 mod amd;
+pub mod arm;
 mod intel;
 mod power;
 mod table;
@@ -64,6 +67,9 @@ pub fn core_traffic(
     }
     if m.is_amd() {
         return amd::traffic(m, pmu);
+    }
+    if arm::is_arm(m) {
+        return arm::traffic(m, pmu);
     }
     Err(unknown_vendor(m, "traffic weight events"))
 }
@@ -116,6 +122,12 @@ pub fn core_stall(
     }
     if m.is_amd() {
         return amd::stall(m, pmu);
+    }
+    if arm::is_arm(m) {
+        return Err(format!(
+            "no memory-stall event known for {} cores (imc has no Arm stall table)",
+            arm::core_name(m).unwrap_or("these Arm")
+        ));
     }
     let Some(model) = m.intel_model() else {
         return Err(unknown_vendor(m, "memory-stall event"));
