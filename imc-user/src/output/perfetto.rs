@@ -392,16 +392,6 @@ pub struct Parts<'a> {
     pub stacks: Option<(&'a StackProfile, &'a [TimedSample])>,
 }
 
-/// Adds the run's callstack samples (see [`crate::output::stacks::perfetto`]), in time order
-/// among the trace's packets.
-pub fn add_callstacks(t: &mut Trace, profile: &StackProfile, placed: &[TimedSample]) {
-    t.packet
-        .extend(crate::output::stacks::perfetto::callstack_packets(
-            profile, placed,
-        ));
-    t.packet.sort_by_key(|p| p.timestamp.unwrap_or(0));
-}
-
 /// Writes the trace of `tl` and `bursts` (and the recorded command's track, the victims, the
 /// packages' latency and the callstack samples) to `path`.
 pub fn write(
@@ -420,12 +410,24 @@ pub fn write(
     if !parts.latency.is_empty() {
         add_latency(&mut t, parts.latency);
     }
-    if let Some((profile, placed)) = parts.stacks {
-        add_callstacks(&mut t, profile, placed);
-    }
     let bytes = t.write_to_bytes().map_err(std::io::Error::other)?;
-    crate::sys::file::replace_with(path, &bytes)
+    crate::sys::file::replace_by(path, |w| {
+        w.write_all(&bytes)?;
+        // The callstack samples after the rest, each written as it is made (a trace's packets
+        // may come in any order: Perfetto sorts them by time).
+        let Some((profile, placed)) = parts.stacks else {
+            return Ok(());
+        };
+        let mut os = protobuf::CodedOutputStream::new(w);
+        let each = |p: TracePacket| os.write_message(TRACE_PACKET_FIELD, &p);
+        crate::output::stacks::perfetto::for_each_packet(profile, placed, each)
+            .and_then(|()| os.flush())
+            .map_err(std::io::Error::other)
+    })
 }
+
+/// `Trace.packet`'s field number in Perfetto's trace.proto.
+const TRACE_PACKET_FIELD: u32 = 1;
 
 #[cfg(test)]
 mod tests {

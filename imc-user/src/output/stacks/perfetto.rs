@@ -39,13 +39,28 @@ const FIRST_SPAN_NS: u64 = 1_000_000_000;
 /// trace: the quantum's track, the interned data, then the samples. Nothing where no sample
 /// carries traffic.
 pub fn callstack_packets(profile: &StackProfile, placed: &[TimedSample]) -> Vec<TracePacket> {
+    let mut packets = Vec::new();
+    let _ = for_each_packet(profile, placed, |p| {
+        packets.push(p);
+        Ok::<(), std::convert::Infallible>(())
+    });
+    packets
+}
+
+/// [`callstack_packets`], each handed to `f` as it is made (a trace's samples are never held
+/// as messages whole).
+pub fn for_each_packet<E>(
+    profile: &StackProfile,
+    placed: &[TimedSample],
+    mut f: impl FnMut(TracePacket) -> Result<(), E>,
+) -> Result<(), E> {
     let total: f64 = profile.samples.iter().map(|s| s.total() as f64).sum();
     if total <= 0.0 || placed.is_empty() {
-        return Vec::new();
+        return Ok(());
     }
     let q = quantum(total);
-    let mut packets = vec![quantum_track(q, &count_name(&profile.sample_types))];
-    packets.push(interned(profile));
+    f(quantum_track(q, &count_name(&profile.sample_types)))?;
+    f(interned(profile))?;
     let mut carried = vec![0.0f64; profile.samples.len()];
     let mut drains: Vec<u64> = placed.iter().map(|p| p.t_ns).collect();
     drains.dedup();
@@ -65,10 +80,10 @@ pub fn callstack_packets(profile: &StackProfile, placed: &[TimedSample]) -> Vec<
         let step = part.t_ns.saturating_sub(from) / (n as u64 + 1);
         for k in 1..=n as u64 {
             let t = from + step * k;
-            packets.push(sample_packet(t, sample.tgid, part.sample));
+            f(sample_packet(t, sample.tgid, part.sample))?;
         }
     }
-    packets
+    Ok(())
 }
 
 /// The smallest 1, 2 or 5 × 10^k (k ≥ 0) that divides `total` into at most [`MAX_SAMPLES`].
