@@ -526,7 +526,7 @@ fn write_views(
         }
     }
     let failed = |what: &str, path: &Path, e: std::io::Error| {
-        CliError::runtime_because(format!("cannot write the {what} {}", path.display()), e)
+        CliError::output_file(format!("cannot write the {what} {}", path.display()), e)
     };
     if let Some(path) = &args.perfetto {
         let tracks = match (&series, victims) {
