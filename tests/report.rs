@@ -193,6 +193,27 @@ fn a_file_cut_in_the_middle_reports_everything_before_the_cut() {
 }
 
 #[test]
+fn a_flat_run_says_why_it_has_no_bursts_instead_of_a_threshold_of_dash() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("flat.imc");
+    record_scenario(
+        &Scenario::busy(2, 1000, 5_000_000_000),
+        &path,
+        100 * MS,
+        None,
+        WriterOptions::default(),
+    )
+    .unwrap();
+    let (code, out, err) = report(&[path.to_str().unwrap(), "--bursts"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(!out.contains("bursts above -"), "{out}");
+    assert!(
+        out.contains("bursts: none") && out.contains("--burst-threshold"),
+        "{out}"
+    );
+}
+
+#[test]
 fn a_malformed_chunk_is_reported_as_damage_not_as_a_cut() {
     let (path, dir) = recording();
     let data = std::fs::read(path).unwrap();

@@ -458,19 +458,24 @@ fn bursts(
     nbursts: usize,
     cols: &Columns,
 ) -> String {
-    let thr = if threshold.is_finite() {
-        unit.rate(threshold)
+    let mut s = if threshold.is_finite() {
+        format!(
+            "\nbursts above {}{}: {nbursts}\n",
+            unit.rate(threshold),
+            if args.threshold_given {
+                ""
+            } else {
+                " (halfway between the run's median and p99)"
+            }
+        )
     } else {
-        "-".into()
+        // No threshold was given and the run has no peak to place one under.
+        format!(
+            "\nbursts: none (the run is flat: its p99 is not {}x its median, so no threshold \
+             is placed; give --burst-threshold)\n",
+            crate::attribution::summary::BURST_MIN_PEAK_RATIO
+        )
     };
-    let mut s = format!(
-        "\nbursts above {thr}{}: {nbursts}\n",
-        if args.threshold_given {
-            ""
-        } else {
-            " (halfway between the run's median and p99)"
-        }
-    );
     for b in &rep.bursts {
         let from = b.t_start_ns.saturating_sub(rep.total.t_start_ns) as f64 / 1e9;
         let len = b.t_end_ns.saturating_sub(b.t_start_ns) as f64 / 1e6;

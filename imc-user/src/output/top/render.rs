@@ -266,6 +266,7 @@ fn render_tasks(
     // The header takes one line.
     let page = (area.height as usize).saturating_sub(1).max(1);
     state.page = page;
+    state.stall_column = cfg.stalls;
     state.scroll = state.scroll.min(rows.len().saturating_sub(page));
     let (titles, comm_col) = column_titles(cfg);
     let header = Row::new(titles.iter().enumerate().map(|(i, (k, t, _))| {

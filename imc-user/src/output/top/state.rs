@@ -131,6 +131,8 @@ pub struct ViewState {
     pub scroll: usize,
     /// Task rows that fit on the screen at the last render (what a page scroll moves by).
     pub page: usize,
+    /// The last render had a STALL column: without it `v` sorts by nothing and is ignored.
+    pub stall_column: bool,
     /// The last log lines (`-v`) held while the view is up: shown above the keys line, never
     /// written over the view (all of them are printed on stderr when it closes).
     pub log: Vec<String>,
@@ -143,6 +145,7 @@ impl Default for ViewState {
             descending: true,
             scroll: 0,
             page: 10,
+            stall_column: false,
             log: Vec::new(),
         }
     }
@@ -174,7 +177,7 @@ pub fn handle_key(state: &mut ViewState, units: Units, key: KeyEvent) -> Action 
         // Clamped to the last page when rendered.
         KeyCode::End => scroll_to(state, usize::MAX / 2),
         KeyCode::Char(c) if !ctrl => match SortKey::from_char(c) {
-            Some(k) if k.applies(units) => {
+            Some(k) if k.applies(units) && (k != SortKey::Stall || state.stall_column) => {
                 if state.sort == k {
                     state.descending = !state.descending;
                 } else {
