@@ -24,6 +24,8 @@
 #![allow(internal_features)]
 #![feature(core_intrinsics)]
 
+use core::intrinsics::{AtomicOrdering, atomic_xadd};
+
 use aya_ebpf::{
     EbpfContext,
     bindings::BPF_F_MMAPABLE,
@@ -162,6 +164,51 @@ static INTERVALS: Array<IntervalClock> = Array::with_max_entries(1, 0);
 /// Per-CPU counters of runs, lost records and read failures per slot (imc_common::STAT_*).
 #[map]
 static STATS: PerCpuArray<u64> = PerCpuArray::with_max_entries(NR_STATS, 0);
+
+/// Execs seen since the program was loaded (see [`imc_exec`]).
+#[map]
+static EXECS: Array<u32> = Array::with_max_entries(1, 0);
+
+/// sched_process_exec: the task now has its new comm. Every CPU's `recent` goes stale (a
+/// thread it described may be this one, under its old name): the count it was emptied at no
+/// longer matches. The accumulator entry of this task on this CPU is described again, so the
+/// slice that runs on after the exec is charged under the new name.
+#[raw_tracepoint(tracepoint = "sched_process_exec")]
+pub fn imc_exec(_ctx: RawTracePointContext) -> i32 {
+    if let Some(n) = EXECS.get_ptr_mut(0) {
+        // SAFETY: a map value of this object; an atomic add (execs on several CPUs at once).
+        unsafe { atomic_xadd::<u32, u32, { AtomicOrdering::Relaxed }>(n, 1) };
+    }
+    if aggregating() {
+        // SAFETY: the helper has no preconditions; the entry is this CPU's.
+        unsafe { redescribe_entry(bpf_get_current_pid_tgid() as u32) };
+    }
+    0
+}
+
+/// Describes this CPU's accumulator entry of thread `pid` again (its comm after an exec).
+///
+/// # Safety
+/// Runs on the CPU whose accumulator it changes, in the task's context.
+#[inline(always)]
+unsafe fn redescribe_entry(pid: u32) {
+    let Some(st) = AGG.get_ptr_mut(0) else {
+        return;
+    };
+    // SAFETY: the caller's; `tasks` indices are masked into the array.
+    unsafe {
+        let n = ((*st).n as usize).min(AGG_TASKS);
+        for i in 0..AGG_TASKS {
+            let e = &raw mut (*st).tasks[i];
+            if i < n && (*e).pid == pid {
+                if bpf_get_current_comm((*e).comm.as_mut_ptr().cast(), 16) != 0 {
+                    set_comm(&raw mut (*e).comm, None);
+                }
+                (*e).flags = 0;
+            }
+        }
+    }
+}
 
 const ENOENT: i64 = 2;
 
@@ -323,8 +370,9 @@ unsafe fn publish(h: *mut CpuHead, cpu: u32, seq: u64, head: u64) {
 /// Describes the running thread `pid` into `cgroup_id` and `comm` (flags 0), unless one of this
 /// CPU's recent full descriptions named it and no `refresh` is due: then only
 /// [`FLAG_TASK_OMITTED`] is set, and the sampler fills them in from its cache. comm and cgroup
-/// cost ~100 ns each in a VM; threads taking turns on a CPU stay described, and `refresh` (every
-/// 64th record or entry) catches a comm changed at exec. `recent` holds thread id + 1, so its
+/// cost ~100 ns each in a VM; threads taking turns on a CPU stay described until an exec
+/// anywhere ([`imc_exec`]) empties the list, and `refresh` (every 64th record or entry)
+/// catches a comm changed otherwise (prctl). `recent` holds thread id + 1, so its
 /// initial zeroes name no thread (the idle task is pid 0 and is described like any other).
 ///
 /// # Safety
@@ -341,6 +389,14 @@ unsafe fn describe_task(
     // SAFETY: the caller's; helpers without preconditions.
     unsafe {
         let recent = &raw mut (*h).recent;
+        let execs = EXECS.get_ptr(0).map_or(0, |n| core::ptr::read_volatile(n));
+        if (*h).epoch != execs {
+            // One store each (an array assignment becomes a memset call, which BPF has not).
+            for i in 0..RECENT_TASKS {
+                core::ptr::write_volatile(&raw mut (*recent)[i], 0);
+            }
+            (*h).epoch = execs;
+        }
         let tag = pid.wrapping_add(1);
         let known = (*recent).contains(&tag);
         if known && !refresh {
