@@ -24,8 +24,6 @@
 #![allow(internal_features)]
 #![feature(core_intrinsics)]
 
-use core::intrinsics::{AtomicOrdering, atomic_xadd};
-
 use aya_ebpf::{
     EbpfContext,
     bindings::BPF_F_MMAPABLE,
@@ -48,6 +46,7 @@ use imc_common::{
 
 #[cfg(feature = "bench")]
 mod bench;
+mod exec;
 mod fields;
 mod package;
 mod stacks;
@@ -154,7 +153,7 @@ static MIN_FLUSH_NS: u64 = 0;
 
 /// Per CPU: the switch accumulator (imc_common::AggState).
 #[map]
-static AGG: PerCpuArray<AggState> = PerCpuArray::with_max_entries(1, 0);
+pub(crate) static AGG: PerCpuArray<AggState> = PerCpuArray::with_max_entries(1, 0);
 
 /// Userspace's interval clock (imc_common::INTERVALS_MAP_NAME): the aggregating path never lets
 /// a flush period run across an interval end.
@@ -164,51 +163,6 @@ static INTERVALS: Array<IntervalClock> = Array::with_max_entries(1, 0);
 /// Per-CPU counters of runs, lost records and read failures per slot (imc_common::STAT_*).
 #[map]
 static STATS: PerCpuArray<u64> = PerCpuArray::with_max_entries(NR_STATS, 0);
-
-/// Execs seen since the program was loaded (see [`imc_exec`]).
-#[map]
-static EXECS: Array<u32> = Array::with_max_entries(1, 0);
-
-/// sched_process_exec: the task now has its new comm. Every CPU's `recent` goes stale (a
-/// thread it described may be this one, under its old name): the count it was emptied at no
-/// longer matches. The accumulator entry of this task on this CPU is described again, so the
-/// slice that runs on after the exec is charged under the new name.
-#[raw_tracepoint(tracepoint = "sched_process_exec")]
-pub fn imc_exec(_ctx: RawTracePointContext) -> i32 {
-    if let Some(n) = EXECS.get_ptr_mut(0) {
-        // SAFETY: a map value of this object; an atomic add (execs on several CPUs at once).
-        unsafe { atomic_xadd::<u32, u32, { AtomicOrdering::Relaxed }>(n, 1) };
-    }
-    if aggregating() {
-        // SAFETY: the helper has no preconditions; the entry is this CPU's.
-        unsafe { redescribe_entry(bpf_get_current_pid_tgid() as u32) };
-    }
-    0
-}
-
-/// Describes this CPU's accumulator entry of thread `pid` again (its comm after an exec).
-///
-/// # Safety
-/// Runs on the CPU whose accumulator it changes, in the task's context.
-#[inline(always)]
-unsafe fn redescribe_entry(pid: u32) {
-    let Some(st) = AGG.get_ptr_mut(0) else {
-        return;
-    };
-    // SAFETY: the caller's; `tasks` indices are masked into the array.
-    unsafe {
-        let n = ((*st).n as usize).min(AGG_TASKS);
-        for i in 0..AGG_TASKS {
-            let e = &raw mut (*st).tasks[i];
-            if i < n && (*e).pid == pid {
-                if bpf_get_current_comm((*e).comm.as_mut_ptr().cast(), 16) != 0 {
-                    set_comm(&raw mut (*e).comm, None);
-                }
-                (*e).flags = 0;
-            }
-        }
-    }
-}
 
 const ENOENT: i64 = 2;
 
@@ -230,7 +184,7 @@ pub fn imc_tick_tp(ctx: RawTracePointContext) -> i32 {
 }
 
 #[inline(always)]
-fn aggregating() -> bool {
+pub(crate) fn aggregating() -> bool {
     // SAFETY: a read of a global; volatile so the compiler does not fold the compiled-in 0.
     unsafe { core::ptr::read_volatile(&AGGREGATE) != 0 }
 }
@@ -371,8 +325,7 @@ unsafe fn publish(h: *mut CpuHead, cpu: u32, seq: u64, head: u64) {
 /// CPU's recent full descriptions named it and no `refresh` is due: then only
 /// [`FLAG_TASK_OMITTED`] is set, and the sampler fills them in from its cache. comm and cgroup
 /// cost ~100 ns each in a VM; threads taking turns on a CPU stay described until an exec
-/// anywhere ([`imc_exec`]) empties the list, and `refresh` (every 64th record or entry)
-/// catches a comm changed otherwise (prctl). `recent` holds thread id + 1, so its
+/// anywhere ([`exec::imc_exec`]) empties the list; `refresh` (every 64th) catches a prctl. `recent` holds thread id + 1, so its
 /// initial zeroes name no thread (the idle task is pid 0 and is described like any other).
 ///
 /// # Safety
@@ -389,7 +342,7 @@ unsafe fn describe_task(
     // SAFETY: the caller's; helpers without preconditions.
     unsafe {
         let recent = &raw mut (*h).recent;
-        let execs = EXECS.get_ptr(0).map_or(0, |n| core::ptr::read_volatile(n));
+        let execs = exec::execs();
         if (*h).epoch != execs {
             // One store each (an array assignment becomes a memset call, which BPF has not).
             for i in 0..RECENT_TASKS {
