@@ -170,7 +170,7 @@ fn dropping_the_sampler_leaves_no_program_loaded() {
     };
     let s = Sampler::start(&cfg).expect("sampler starts");
     let ids = s.program_ids();
-    assert_eq!(ids.len(), 2, "tick and switch programs: {ids:?}");
+    assert_eq!(ids.len(), 3, "tick, switch and exec programs: {ids:?}");
     let loaded = loaded_imc_programs();
     assert!(
         ids.iter().all(|id| loaded.contains(&u64::from(*id))),

@@ -689,7 +689,7 @@ fn closed_pipe() -> Stdio {
 }
 
 #[test]
-fn every_command_ends_quietly_on_a_closed_pipe_and_in_one_line_on_a_full_disk() {
+fn every_command_ends_quietly_on_a_closed_pipe_and_in_one_line_on_a_full_disk_or_no_stdout() {
     let dir = tempfile::tempdir().unwrap();
     let (rec, _) = recording(dir.path());
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/icx-gaps");
@@ -728,12 +728,28 @@ fn every_command_ends_quietly_on_a_closed_pipe_and_in_one_line_on_a_full_disk() 
                 .unwrap(),
         );
         cases.push((format!("{} > /dev/full", a.join(" ")), c));
+        // `>&-`: started with no standard output at all.
+        let mut c = imc(a);
+        c.stdout(Stdio::null());
+        // SAFETY: close is async-signal-safe; the closure touches nothing else.
+        unsafe {
+            use std::os::unix::process::CommandExt;
+            c.pre_exec(|| {
+                libc::close(libc::STDOUT_FILENO);
+                Ok(())
+            });
+        }
+        cases.push((format!("{} >&-", a.join(" ")), c));
     }
     let mut failed = Vec::new();
     for (label, mut cmd) in cases {
         let o = run_to_end(&mut cmd);
         let ok = if label.ends_with("(closed)") {
             o.code == Some(0) && o.stderr.is_empty()
+        } else if label.ends_with(">&-") {
+            o.code == Some(1)
+                && o.stderr.lines().count() == 1
+                && o.stderr.contains("cannot write to standard output")
         } else {
             o.code == Some(1)
                 && o.stderr.lines().count() == 1
@@ -1166,4 +1182,74 @@ fn a_stop_signal_during_discovery_and_planning_ends_imc_at_once() {
         Some(libc::SIGTERM),
         "SIGTERM during planning must end imc as it comes ({st})"
     );
+}
+
+/// A read-only tmpfs mounted on a new temporary directory, unmounted when dropped.
+struct ReadOnlyMount(tempfile::TempDir);
+
+impl ReadOnlyMount {
+    fn new() -> Option<ReadOnlyMount> {
+        let dir = tempfile::tempdir().unwrap();
+        let ok = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "ro", "tmpfs"])
+            .arg(dir.path())
+            .status()
+            .is_ok_and(|s| s.success());
+        ok.then_some(ReadOnlyMount(dir))
+    }
+}
+
+impl Drop for ReadOnlyMount {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(self.0.path()).status();
+    }
+}
+
+#[test]
+fn an_output_file_that_cannot_be_written_is_one_rule_whether_denied_or_read_only() {
+    // EACCES (a directory the user may not write in) exited 2 and EROFS (a read-only file
+    // system) 1: both are a path the user is to fix.
+    let Some(ro) = imc_tests::is_root().then(ReadOnlyMount::new).flatten() else {
+        imc_tests::require(false, "mounting a read-only tmpfs needs root");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (rec, _) = recording(dir.path());
+    let rec = rec.to_str().unwrap();
+    let denied = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(
+        denied.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o555),
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let mut failed = Vec::new();
+    for (place, why) in [
+        (ro.0.path(), "Read-only file system"),
+        (denied.path(), "Permission denied"),
+    ] {
+        let trace = place.join("t.pftrace");
+        let args = ["report", rec, "--perfetto", trace.to_str().unwrap()];
+        // Root may write anywhere a mode says it may not: the denied case runs as nobody.
+        let cmd = if why == "Permission denied" {
+            imc_tests::as_nobody(&args)
+        } else {
+            Some(imc(&args))
+        };
+        let Some(mut cmd) = cmd else { continue };
+        let o = run(&mut cmd);
+        if o.code != Some(2) || !o.stderr.contains(why) || o.stderr.lines().count() != 1 {
+            failed.push(format!(
+                "{}: exit {:?}: {}",
+                trace.display(),
+                o.code,
+                o.stderr
+            ));
+        }
+    }
+    assert!(failed.is_empty(), "{failed:#?}");
 }

@@ -354,6 +354,30 @@ fn the_text_plan_names_every_channel_and_why_its_reader() {
 }
 
 #[test]
+fn the_text_plan_never_says_switches_both_read_and_not() {
+    // `top --freq --dry-run` said "none at switches" of its records and "read by each CPU's
+    // tick and context switches" of its counters.
+    for args in [
+        &["top", "--dry-run"][..],
+        &["top", "--dry-run", "--freq", "1000"],
+    ] {
+        let o = imc()
+            .arg("--root")
+            .arg(own_fixtures().join("vm-guest"))
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let text = String::from_utf8(o.stdout).unwrap();
+        let none_at_switches = text.contains("none at switches");
+        assert!(
+            !(none_at_switches && text.contains("tick and context switches")),
+            "{args:?}: {text}"
+        );
+    }
+}
+
+#[test]
 fn the_json_plan_shows_a_stall_pair_per_cpu_or_says_in_one_line_why_none() {
     // (tree, stall event, its config, cycles event, its config): the encodings of the cited
     // tables (CYCLE_ACTIVITY.STALLS_L3_MISS 0xa3/0x06 cmask 6; ex_no_retire.load_not_complete

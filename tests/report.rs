@@ -193,6 +193,62 @@ fn a_file_cut_in_the_middle_reports_everything_before_the_cut() {
 }
 
 #[test]
+fn a_flat_run_says_why_it_has_no_bursts_instead_of_a_threshold_of_dash() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("flat.imc");
+    record_scenario(
+        &Scenario::busy(2, 1000, 5_000_000_000),
+        &path,
+        100 * MS,
+        None,
+        WriterOptions::default(),
+    )
+    .unwrap();
+    let (code, out, err) = report(&[path.to_str().unwrap(), "--bursts"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(!out.contains("bursts above -"), "{out}");
+    assert!(
+        out.contains("bursts: none") && out.contains("--burst-threshold"),
+        "{out}"
+    );
+}
+
+#[test]
+fn a_malformed_chunk_is_reported_as_damage_not_as_a_cut() {
+    let (path, dir) = recording();
+    let data = std::fs::read(path).unwrap();
+    // The file's END chunk replaced by an INTERVAL chunk whose payload does not decode, with
+    // a right checksum: the file is whole, one of its chunks is wrong.
+    let hlen = 18 + u32::from_le_bytes(data[10..14].try_into().unwrap()) as usize;
+    let mut at = hlen;
+    let mut last = at;
+    while at < data.len() {
+        last = at;
+        at += 9 + u32::from_le_bytes(data[at + 1..at + 5].try_into().unwrap()) as usize;
+    }
+    let mut f = data[..last].to_vec();
+    let start = f.len();
+    f.push(3);
+    f.extend(3u32.to_le_bytes());
+    f.extend([0xff; 3]);
+    let crc = imc::record::codec::crc32(&[&f[start..]]);
+    f.extend(crc.to_le_bytes());
+    let bad = dir.join("malformed.imc");
+    std::fs::write(&bad, &f).unwrap();
+    let (code, _, err) = report(&[bad.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains("malformed chunk") && err.contains("damaged") && !err.contains("cut"),
+        "{err}"
+    );
+    // A file that ends inside a chunk is a cut.
+    let cut = dir.join("cut-in-chunk.imc");
+    std::fs::write(&cut, &data[..data.len() - 2]).unwrap();
+    let (_, _, err) = report(&[cut.to_str().unwrap()]);
+    assert!(err.contains("was cut"), "{err}");
+}
+
+#[test]
 fn not_a_recording_or_too_new_is_one_line_and_exit_2() {
     let dir = tempfile::tempdir().unwrap();
     let junk = dir.path().join("junk");

@@ -833,6 +833,11 @@ fn stat_on_this_guest_names_its_stand_in_like_top() {
             .is_some_and(|s| s.starts_with("proxy:")),
         "{first}"
     );
+    // No package counted: utilisation is there, null, as where the peak is unknown.
+    assert!(
+        first.get("utilisation").is_some_and(Value::is_null),
+        "{first}"
+    );
 }
 
 #[test]

@@ -79,6 +79,12 @@ fn a_mistyped_option_is_named_with_the_likely_one() {
         err.contains("a command is needed") && err.contains("'imc --help'"),
         "{err}"
     );
+    // It names every command `imc --help` lists.
+    for c in [
+        "list", "encode", "stat", "top", "record", "report", "serve", "validate",
+    ] {
+        assert!(err.contains(c), "{c} not named: {err}");
+    }
 }
 
 #[test]

@@ -34,6 +34,11 @@ pub const TICK_PROGRAM: &str = "imc_tick";
 pub const TICK_TP_PROGRAM: &str = "imc_tick_tp";
 /// The program on sched_switch (a raw tracepoint).
 pub const SWITCH_PROGRAM: &str = "imc_switch";
+/// The program on sched_process_exec (a raw tracepoint): a task's comm changes at exec, so
+/// every CPU describes its tasks afresh ([`CpuHead::epoch`]).
+pub const EXEC_PROGRAM: &str = "imc_exec";
+/// Array of one u32: execs seen since the program was loaded ([`CpuHead::epoch`]).
+pub const EXECS_MAP_NAME: &str = "EXECS";
 
 /// Names of the per-slot PERF_EVENT_ARRAY maps, in slot order.
 pub const SLOT_MAP_NAMES: [&str; MAX_SLOTS] = [
@@ -74,7 +79,11 @@ pub struct CpuHead {
     pub recent: [u32; RECENT_TASKS],
     /// Where the next thread described in full goes in `recent` (modulo its length).
     pub next: u32,
-    pub _pad: [u32; 9],
+    /// The exec count (the program's `EXECS` map) when `recent` was last emptied: a CPU that
+    /// finds another empties it, so no thread is left described by the name it had before
+    /// an exec anywhere.
+    pub epoch: u32,
+    pub _pad: [u32; 8],
 }
 
 /// Threads a CPU remembers having described in full.
@@ -423,7 +432,7 @@ unsafe impl aya::Pod for IntervalClock {}
 const _: () = assert!(core::mem::size_of::<CpuHead>() == 64);
 
 /// Every map the program defines and userspace looks up, by the constants above.
-pub const MAP_NAMES: [&str; 20] = [
+pub const MAP_NAMES: [&str; 21] = [
     SLOT_MAP_NAMES[0],
     SLOT_MAP_NAMES[1],
     SLOT_MAP_NAMES[2],
@@ -444,6 +453,7 @@ pub const MAP_NAMES: [&str; 20] = [
     INTERVALS_MAP_NAME,
     STACK_TRACES_MAP_NAME,
     STACK_COUNTS_MAP_NAME,
+    EXECS_MAP_NAME,
 ];
 /// Every read-only global of the program: userspace sets them before load, or reads them
 /// ([`ABI_VERSION_GLOBAL`]).
@@ -464,9 +474,10 @@ pub const GLOBAL_NAMES: [&str; 14] = [
     STACK_PERIOD_SLOT_GLOBAL,
 ];
 /// Every program of the production object.
-pub const PROGRAM_NAMES: [&str; 4] = [
+pub const PROGRAM_NAMES: [&str; 5] = [
     TICK_PROGRAM,
     TICK_TP_PROGRAM,
     SWITCH_PROGRAM,
     STACK_SAMPLE_PROGRAM,
+    EXEC_PROGRAM,
 ];

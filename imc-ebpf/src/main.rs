@@ -46,6 +46,7 @@ use imc_common::{
 
 #[cfg(feature = "bench")]
 mod bench;
+mod exec;
 mod fields;
 mod package;
 mod stacks;
@@ -152,7 +153,7 @@ static MIN_FLUSH_NS: u64 = 0;
 
 /// Per CPU: the switch accumulator (imc_common::AggState).
 #[map]
-static AGG: PerCpuArray<AggState> = PerCpuArray::with_max_entries(1, 0);
+pub(crate) static AGG: PerCpuArray<AggState> = PerCpuArray::with_max_entries(1, 0);
 
 /// Userspace's interval clock (imc_common::INTERVALS_MAP_NAME): the aggregating path never lets
 /// a flush period run across an interval end.
@@ -183,7 +184,7 @@ pub fn imc_tick_tp(ctx: RawTracePointContext) -> i32 {
 }
 
 #[inline(always)]
-fn aggregating() -> bool {
+pub(crate) fn aggregating() -> bool {
     // SAFETY: a read of a global; volatile so the compiler does not fold the compiled-in 0.
     unsafe { core::ptr::read_volatile(&AGGREGATE) != 0 }
 }
@@ -323,8 +324,8 @@ unsafe fn publish(h: *mut CpuHead, cpu: u32, seq: u64, head: u64) {
 /// Describes the running thread `pid` into `cgroup_id` and `comm` (flags 0), unless one of this
 /// CPU's recent full descriptions named it and no `refresh` is due: then only
 /// [`FLAG_TASK_OMITTED`] is set, and the sampler fills them in from its cache. comm and cgroup
-/// cost ~100 ns each in a VM; threads taking turns on a CPU stay described, and `refresh` (every
-/// 64th record or entry) catches a comm changed at exec. `recent` holds thread id + 1, so its
+/// cost ~100 ns each in a VM; threads taking turns on a CPU stay described until an exec
+/// anywhere ([`exec::imc_exec`]) empties the list; `refresh` (every 64th) catches a prctl. `recent` holds thread id + 1, so its
 /// initial zeroes name no thread (the idle task is pid 0 and is described like any other).
 ///
 /// # Safety
@@ -341,6 +342,14 @@ unsafe fn describe_task(
     // SAFETY: the caller's; helpers without preconditions.
     unsafe {
         let recent = &raw mut (*h).recent;
+        let execs = exec::execs();
+        if (*h).epoch != execs {
+            // One store each (an array assignment becomes a memset call, which BPF has not).
+            for i in 0..RECENT_TASKS {
+                core::ptr::write_volatile(&raw mut (*recent)[i], 0);
+            }
+            (*h).epoch = execs;
+        }
         let tag = pid.wrapping_add(1);
         let known = (*recent).contains(&tag);
         if known && !refresh {

@@ -113,6 +113,15 @@ impl CliError {
         }
     }
 
+    /// A file the command was told to write (`what`, naming it) that cannot be: a path the user
+    /// is to fix (missing directory, no permission, a read-only file system) is bad input (2),
+    /// any other failure (a full or failing disk) a runtime one (1). Every output file's
+    /// failures come through here.
+    pub fn output_file(what: impl Into<String>, e: std::io::Error) -> Self {
+        let to_fix = crate::sys::file::is_path_to_fix(&e);
+        CliError::new(ErrorKind::bad_input_if(to_fix), e).context(what)
+    }
+
     /// The same error with `context: ` before its message (the command or step that failed).
     pub fn context(mut self, context: impl Into<String>) -> Self {
         self.words.insert(0, context.into());

@@ -9,9 +9,34 @@ use imc::error::CliError;
 use std::ffi::OsString;
 use std::io::Write;
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Standard output was closed when imc started (`imc list >&-`). Rust's runtime puts /dev/null
+/// in its place before `main`, so output would vanish with exit 0: it is looked at earlier, by
+/// a constructor (the loader runs `.init_array` before the runtime's setup).
+static STDOUT_CLOSED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn note_closed_stdout() {
+    let closed = !imc::sys::file::is_open(libc::STDOUT_FILENO);
+    STDOUT_CLOSED.store(closed, Ordering::Relaxed);
+}
+
+#[used]
+#[unsafe(link_section = ".init_array")]
+static NOTE_CLOSED_STDOUT: extern "C" fn() = note_closed_stdout;
 
 fn main() -> ExitCode {
-    match run() {
+    let result = if STDOUT_CLOSED.load(Ordering::Relaxed) {
+        // What a write to it fails with, through the rule every output failure follows.
+        Err(
+            CliError::output(std::io::Error::from_raw_os_error(libc::EBADF))
+                .hint("imc was started with its standard output closed")
+                .into(),
+        )
+    } else {
+        run()
+    };
+    match result {
         Ok(code) => code,
         Err(e) => {
             let typed = e.downcast_ref::<CliError>();
@@ -113,7 +138,7 @@ fn usage_message(e: &clap::Error, args: &[String]) -> String {
         ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand | ErrorKind::MissingSubcommand
             if sub.is_none() =>
         {
-            "a command is needed: list, encode, stat, top, record, report or serve".to_string()
+            format!("a command is needed: {}", commands())
         }
         ErrorKind::MissingRequiredArgument => match strings(e, ContextKind::InvalidArg) {
             Some(missing) => format!("missing {}", missing.join(", ")),
@@ -136,6 +161,20 @@ fn usage_message(e: &clap::Error, args: &[String]) -> String {
     match sub {
         Some(s) => format!("{s}: {what} ({help})"),
         None => format!("{what} ({help})"),
+    }
+}
+
+/// The commands `imc --help` lists, in its order: "list, encode, … or validate".
+fn commands() -> String {
+    let cmd = Cli::command();
+    let names: Vec<&str> = cmd
+        .get_subcommands()
+        .filter(|s| !s.is_hide_set())
+        .map(|s| s.get_name())
+        .collect();
+    match names.split_last() {
+        Some((last, rest)) if !rest.is_empty() => format!("{} or {last}", rest.join(", ")),
+        _ => names.join(""),
     }
 }
 

@@ -115,6 +115,26 @@ pub fn binary_prefix(v: f64) -> (f64, &'static str) {
     (x, P[i])
 }
 
+/// A time in nanoseconds in the unit that keeps it below 1,000 (`85.3 ns`, `12.4 µs`,
+/// `3.2 ms`), seconds above (`4.1 s`), in scientific notation from a million seconds on (the
+/// largest figure a recording can hold, 2^64−1 ps, is `1.8e7 s`).
+pub fn fmt_ns(ns: f64) -> String {
+    const UNITS: [(&str, f64); 3] = [("ns", 1.0), ("µs", 1e3), ("ms", 1e6)];
+    for (unit, scale) in UNITS {
+        let v = ns / scale;
+        // Rounded as printed: 999.96 ns is `1.0 µs`, not `1000.0 ns`.
+        if (v * 10.0).round().abs() < 10_000.0 {
+            return format!("{} {unit}", fixed(v, 1));
+        }
+    }
+    let s = ns / 1e9;
+    if s.abs() < 1e6 {
+        format!("{} s", fixed(s, 1))
+    } else {
+        format!("{s:.1e} s")
+    }
+}
+
 /// Bytes with binary units: `512 B`, `1.50 KiB`, `3.20 GiB`.
 pub fn fmt_bytes(b: f64) -> String {
     match binary_prefix(b) {
@@ -269,6 +289,18 @@ pub mod held_log {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn times_take_the_unit_that_keeps_them_short() {
+        assert_eq!(fmt_ns(85.34), "85.3 ns");
+        assert_eq!(fmt_ns(999.96), "1.0 µs");
+        assert_eq!(fmt_ns(12_400.0), "12.4 µs");
+        assert_eq!(fmt_ns(3.2e6), "3.2 ms");
+        assert_eq!(fmt_ns(4.1e9), "4.1 s");
+        assert_eq!(fmt_ns(0.0), "0.0 ns");
+        // The largest figure a recording holds (2^64 - 1 ps).
+        assert_eq!(fmt_ns(u64::MAX as f64 / 1000.0), "1.8e7 s");
+    }
 
     #[test]
     fn wrap_breaks_at_spaces_and_cuts_only_long_words() {

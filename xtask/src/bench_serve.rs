@@ -1,4 +1,4 @@
-//! `cargo xtask bench-serve [--seconds S] [--clients N] [--wrong N]`: how long a correct scrape
+//! `cargo xtask bench-serve [--seconds S] [--clients N] [--pipeline N] [--wrong N]`: how long a correct scrape
 //! of `imc serve` takes while hostile clients hold its connections, against a baseline of the
 //! same server with nobody else connected, measured in the same run.
 //!
@@ -12,6 +12,9 @@
 //!
 //! - `pipeline`: N clients (default 600) that each pipeline 200 `GET /metrics`, never read, add
 //!   20 more every second, and connect again when closed;
+//! - `pipeline flood`: the same with more clients (`--pipeline`, default 1,000) than imc has
+//!   connections (512 at most): whoever it closes connects again at once, so the scraper's new
+//!   connection arrives among a stream of new ones;
 //! - `keep-alive`: N clients sending `GET /` every 3 s on a kept-alive connection, connecting
 //!   again when closed;
 //! - `401 keep-alive` (server with users): the same N clients, without credentials, so each
@@ -41,6 +44,7 @@ const PASSWORD: &str = "bench-serve password";
 struct Options {
     seconds: u64,
     clients: usize,
+    pipeline: usize,
     wrong: usize,
 }
 
@@ -48,6 +52,7 @@ fn options(args: &[String]) -> Result<Options> {
     let mut o = Options {
         seconds: 30,
         clients: 600,
+        pipeline: 1000,
         wrong: 200,
     };
     let mut it = args.iter();
@@ -66,10 +71,11 @@ fn options(args: &[String]) -> Result<Options> {
         match a.as_str() {
             "--seconds" => o.seconds = value(300)?,
             "--clients" => o.clients = value(2000)? as usize,
+            "--pipeline" => o.pipeline = value(2000)? as usize,
             "--wrong" => o.wrong = value(1000)? as usize,
-            other => {
-                bail!("bench-serve: unknown argument '{other}' (--seconds, --clients, --wrong)")
-            }
+            other => bail!(
+                "bench-serve: unknown argument '{other}' (--seconds, --clients, --pipeline, --wrong)"
+            ),
         }
     }
     Ok(o)
@@ -421,8 +427,8 @@ pub fn run(bin: &Path, args: &[String]) -> Result<()> {
     std::fs::write(&web, format!("basic_auth_users:\n  {USER}: '{hash}'\n"))?;
     let result = (|| -> Result<()> {
         eprintln!(
-            "bench-serve: {} s a phase, {} clients ({} with a wrong password), scraping every {:?}",
-            o.seconds, o.clients, o.wrong, SCRAPE_EVERY
+            "bench-serve: {} s a phase, {} clients ({} pipelining in the flood, {} with a wrong password), scraping every {:?} on a new connection",
+            o.seconds, o.clients, o.pipeline, o.wrong, SCRAPE_EVERY
         );
         {
             let serve = Serve::start(bin, None)?;
@@ -432,6 +438,13 @@ pub fn run(bin: &Path, args: &[String]) -> Result<()> {
             row("baseline (nobody else)", &base, &base, None);
             let (s, c) = phase(serve.addr, "", o.clients, pipeliner, o.seconds)?;
             row(&format!("pipeline x{}", o.clients), &s, &base, Some(c));
+            let (s, c) = phase(serve.addr, "", o.pipeline, pipeliner, o.seconds)?;
+            row(
+                &format!("pipeline flood x{}", o.pipeline),
+                &s,
+                &base,
+                Some(c),
+            );
             let (s, c) = phase(serve.addr, "", o.clients, keep_alive, o.seconds)?;
             row(&format!("keep-alive x{}", o.clients), &s, &base, Some(c));
         }

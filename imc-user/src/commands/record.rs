@@ -11,7 +11,7 @@ use super::naming_sink::{Naming, cgroup_paths};
 use super::sampling::{block_on, discover, package_peaks, print_plan, select_for};
 use crate::cli::{GlobalArgs, GroupBy, RecordArgs};
 use crate::discovery::process_tree::{ProcessTree, own_cgroup2_path};
-use crate::error::{CliError, CliResult, ErrorKind};
+use crate::error::{CliError, CliResult};
 use crate::model::PidFilter;
 use crate::model::result::IntervalResult;
 use crate::pipeline::{LoopOptions, Sink, sample_loop};
@@ -295,7 +295,7 @@ fn create(p: Pending) -> CliResult<Writer> {
         }
     }
     Writer::create(&p.path, p.header, p.max_size)
-        .map_err(|e| CliError::runtime_because("cannot create the recording", e))
+        .map_err(|e| CliError::from(e).context("cannot create the recording"))
 }
 
 /// Refuses, before anything starts, an output that cannot or must not be written (a recording,
@@ -308,8 +308,8 @@ pub(super) fn check_output(path: &Path, force: bool) -> CliResult<()> {
 
 /// [`check_output`] for the output given by `flag` (`-o`, `--plot`), which holds `what`.
 pub(super) fn check_output_of(path: &Path, force: bool, flag: &str, what: &str) -> CliResult<()> {
-    let there = what_is_there(path)
-        .map_err(|e| CliError::runtime_because(path.display().to_string(), e))?;
+    let there =
+        what_is_there(path).map_err(|e| CliError::output_file(path.display().to_string(), e))?;
     match there {
         None => {}
         Some(kind @ ("a file" | "a symlink")) if !force => {
@@ -353,14 +353,15 @@ fn lock_output(path: &Path) -> CliResult<WriteLock> {
             lock.display()
         )),
         LockError::Io { lock, source } => {
-            // A directory the user may not write in is theirs to fix, as report's unreadable
-            // recording is (exit 2); it was exit 1 here (issue 31 item 12, probed again).
             let to_fix = is_path_to_fix(&source);
-            let e = CliError::new(ErrorKind::bad_input_if(to_fix), source).context(format!(
-                "cannot create the recording {}: {}",
-                path.display(),
-                lock.display()
-            ));
+            let e = CliError::output_file(
+                format!(
+                    "cannot create the recording {}: {}",
+                    path.display(),
+                    lock.display()
+                ),
+                source,
+            );
             if to_fix {
                 e.hint("give -o a path in a directory you may write in")
             } else {

@@ -130,9 +130,14 @@ impl PreciseCmp {
 /// What a reader's end says about the file: a warning where it was cut or unfinished.
 fn damage_warning(r: &Reader) -> Option<String> {
     match r.status() {
-        ReadStatus::Damaged { offset, reason } => Some(format!(
-            "{}: {reason} at byte {offset}: the recording was cut; reporting everything before it",
-            r.path().display()
+        ReadStatus::Damaged {
+            offset,
+            reason,
+            cut,
+        } => Some(format!(
+            "{}: {reason} at byte {offset}: the recording {}; reporting everything before it",
+            r.path().display(),
+            if *cut { "was cut" } else { "is damaged there" }
         )),
         ReadStatus::Unfinished => Some(format!(
             "{}: no end marker: the recording was interrupted (or is still being written); reporting all it holds",
@@ -535,7 +540,7 @@ fn write_views(args: &ReportArgs, total: &IntervalResult, v: &Views<'_>) -> CliR
         }
     }
     let failed = |what: &str, path: &Path, e: std::io::Error| {
-        CliError::runtime_because(format!("cannot write the {what} {}", path.display()), e)
+        CliError::output_file(format!("cannot write the {what} {}", path.display()), e)
     };
     if let Some(path) = &args.perfetto {
         let tracks = match (&series, victims) {

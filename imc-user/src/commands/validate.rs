@@ -11,7 +11,8 @@
 //!   against what the weights saw (the fidelity f) and what imc charged.
 //! - resctrl MBM, where it is mounted: a monitor group per workload ([`mbm`]).
 //!
-//! Exit 0 within every bound, 1 outside one (the figure named on stderr), 2 bad input.
+//! Exit 0 within every bound, 1 outside one (the figure named on stderr) or cut short by a
+//! signal (no verdict), 2 bad input (an interval shorter than the tick among it).
 mod bytes;
 mod comparable;
 mod counts;
@@ -30,7 +31,7 @@ pub use comparable::{MBM_BOUND, ZERO_CHARGE_BOUND, error_bound};
 use super::sampling::{discover, select_for};
 use crate::cli::{GlobalArgs, ValidateArgs};
 use crate::discovery::resctrl;
-use crate::error::{CliError, CliResult};
+use crate::error::{CliError, CliResult, ErrorKind};
 use crate::plan::Command;
 use bytes::save_fidelity;
 use comparable::BytesPlan;
@@ -55,6 +56,7 @@ pub fn run(global: &GlobalArgs, args: &ValidateArgs) -> CliResult<ExitCode> {
         Command::Top,
         args.interval_ms,
     )?;
+    refuse_interval_below_tick(args.interval_ms, &sel.plan)?;
     let events = truth::truth_events(&sel.plan);
     let kinds: Vec<&'static Kind> = KINDS.iter().collect();
     let bytes = BytesPlan::of(&sel.plan);
@@ -75,10 +77,25 @@ pub fn run(global: &GlobalArgs, args: &ValidateArgs) -> CliResult<ExitCode> {
              leave out -e/--weight, or give a per-CPU event",
         ));
     }
-    let report = run_live(
+    // Said as `top` says it, before any workload starts.
+    if !crate::sampler::privileged() {
+        return Err(CliError::new(
+            ErrorKind::Runtime,
+            crate::sampler::SamplerError::NotPrivileged,
+        ));
+    }
+    let mut report = run_live(
         global, args, &sel.plan, &found, &events, &kinds, &bytes, &rdt,
     )?;
+    report.cut_short = crate::sys::process::stop_signalled();
     print(&report, args.json, render_report)?;
+    if report.cut_short {
+        return Err(CliError::runtime(format!(
+            "validate: cut short by a signal before --duration {} s ended: the figures cover \
+             only the part that ran, so there is no verdict",
+            args.duration
+        )));
+    }
     if args.save
         && let Some(f) = &report.fidelity
     {
@@ -91,6 +108,23 @@ pub fn run(global: &GlobalArgs, args: &ValidateArgs) -> CliResult<ExitCode> {
             b.text()
         ))),
     }
+}
+
+/// An interval shorter than the tick holds a record from some CPUs and none from others: its
+/// error says nothing of attribution. Refused, naming the shortest one the plan can judge.
+fn refuse_interval_below_tick(interval_ms: u64, plan: &crate::plan::Plan) -> CliResult<()> {
+    let Some(hz) = plan.tick.hz.filter(|h| *h > 0.0) else {
+        return Ok(());
+    };
+    let tick_ms = 1000.0 / hz;
+    if (interval_ms as f64) < tick_ms {
+        return Err(CliError::bad_input(format!(
+            "validate: -I {interval_ms} is shorter than the tick ({tick_ms:.1} ms at {hz} Hz): \
+             give -I {} or more, or a finer tick with --freq",
+            tick_ms.ceil()
+        )));
+    }
+    Ok(())
 }
 
 fn print<T: Serialize>(v: &T, json: bool, text: fn(&T) -> String) -> CliResult<ExitCode> {

@@ -29,15 +29,18 @@ pub fn resctrl_mounts(mountinfo: &str) -> Vec<String> {
 
 /// resctrl under `root`: its mount from `root/proc/self/mountinfo`, its MBM features.
 pub fn find(root: &Path) -> Resctrl {
+    const NOT_MOUNTED: &str = "resctrl is not mounted (mount -t resctrl resctrl /sys/fs/resctrl, on a CPU with RDT or PQoS)";
     let info = root.join("proc/self/mountinfo");
-    let Ok(text) = std::fs::read_to_string(&info) else {
-        return Resctrl::Absent(format!("{} cannot be read", info.display()));
+    // A tree without a mount table (a fixture) has nothing mounted.
+    let text = match std::fs::read_to_string(&info) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Resctrl::Absent(NOT_MOUNTED.into());
+        }
+        Err(e) => return Resctrl::Absent(format!("{} cannot be read: {e}", info.display())),
     };
     let Some(mount) = resctrl_mounts(&text).into_iter().next() else {
-        return Resctrl::Absent(
-            "resctrl is not mounted (mount -t resctrl resctrl /sys/fs/resctrl, on a CPU with RDT or PQoS)"
-                .into(),
-        );
+        return Resctrl::Absent(NOT_MOUNTED.into());
     };
     let dir = root.join(mount.trim_start_matches('/'));
     let feats = dir.join("info/L3_MON/mon_features");
@@ -73,7 +76,11 @@ mod tests {
     #[test]
     fn absent_without_mount_or_mbm_and_found_with_both() {
         let t = tempfile::tempdir().unwrap();
-        assert!(matches!(find(t.path()), Resctrl::Absent(_)));
+        // No mount table under the root: nothing is mounted there.
+        let Resctrl::Absent(why) = find(t.path()) else {
+            panic!("no mountinfo: no MBM")
+        };
+        assert!(why.starts_with("resctrl is not mounted"), "{why}");
         std::fs::create_dir_all(t.path().join("proc/self")).unwrap();
         std::fs::write(t.path().join("proc/self/mountinfo"), LINE).unwrap();
         let Resctrl::Absent(why) = find(t.path()) else {

@@ -339,7 +339,7 @@ impl LatencySeries {
 /// 91.5% max (over 600 intervals)`: only the figures the recording has.
 fn latency_line(l: &PackageLatencySummary) -> String {
     let mut parts = Vec::new();
-    let ns = |v: f64| format!("{} ns", fixed(v, 1));
+    let ns = crate::text::fmt_ns;
     for (what, mean, worst) in [
         ("read", l.read_latency_ns_mean, l.read_latency_ns_max),
         ("write", l.write_latency_ns_mean, l.write_latency_ns_max),
@@ -458,19 +458,24 @@ fn bursts(
     nbursts: usize,
     cols: &Columns,
 ) -> String {
-    let thr = if threshold.is_finite() {
-        unit.rate(threshold)
+    let mut s = if threshold.is_finite() {
+        format!(
+            "\nbursts above {}{}: {nbursts}\n",
+            unit.rate(threshold),
+            if args.threshold_given {
+                ""
+            } else {
+                " (halfway between the run's median and p99)"
+            }
+        )
     } else {
-        "-".into()
+        // No threshold was given and the run has no peak to place one under.
+        format!(
+            "\nbursts: none (the run is flat: its p99 is not {}x its median, so no threshold \
+             is placed; give --burst-threshold)\n",
+            crate::attribution::summary::BURST_MIN_PEAK_RATIO
+        )
     };
-    let mut s = format!(
-        "\nbursts above {thr}{}: {nbursts}\n",
-        if args.threshold_given {
-            ""
-        } else {
-            " (halfway between the run's median and p99)"
-        }
-    );
     for b in &rep.bursts {
         let from = b.t_start_ns.saturating_sub(rep.total.t_start_ns) as f64 / 1e9;
         let len = b.t_end_ns.saturating_sub(b.t_start_ns) as f64 / 1e6;
@@ -780,6 +785,15 @@ mod tests {
         assert_eq!(
             latency_line(p),
             "package 0 latency: read 90.0 ns mean, 100.0 ns worst; utilisation 50.0% mean, 75.0% max (over 3 intervals)\n"
+        );
+        // The largest figure a recording can hold reads as a time, not 17 digits of ns.
+        let huge = PackageLatencySummary {
+            read_latency_ns_max: Some(u64::MAX as f64 / 1000.0),
+            ..p.clone()
+        };
+        assert_eq!(
+            latency_line(&huge),
+            "package 0 latency: read 90.0 ns mean, 1.8e7 s worst; utilisation 50.0% mean, 75.0% max (over 3 intervals)\n"
         );
         assert!(LatencySeries::default().summary().is_empty());
         // Without its points (the text's need), the same sums.

@@ -65,7 +65,7 @@ fn json_package(
         json_num(b, peak.round());
         b.extend_from_slice(b",\"utilisation\":");
         json_num(b, r.rate(pb.bytes.total()) / peak);
-    } else if layout.peak_unknown.is_some() {
+    } else {
         b.extend_from_slice(b",\"utilisation\":null");
     }
     b.extend_from_slice(b",\"channels\":[");
@@ -268,7 +268,13 @@ impl<W: Write> StatWriter<W> {
             }
             json_package(b, layout, r, p, pb, &self.json_channels[pi], pi);
         }
-        b.extend_from_slice(b"],\"values\":{");
+        b.push(b']');
+        // Utilisation is a package's bytes over its peak: with no package counted (a
+        // stand-in) there is none, said as null like an unknown peak, never left out.
+        if layout.packages.is_empty() {
+            b.extend_from_slice(b",\"utilisation\":null");
+        }
+        b.extend_from_slice(b",\"values\":{");
         json_fields(b, self.json_keys.iter().zip(&r.values));
         b.push(b'}');
         if let Some(l) = &self.latency {

@@ -1,14 +1,17 @@
 //! A plan as a person reads it (`--dry-run` without `--json`).
-use super::types::{Counter, Plan, Reader};
+use super::types::{Counter, Plan, Reader, Records};
 use std::fmt::Write;
 
 fn cpus(list: &[u32]) -> String {
     crate::discovery::cpulist::format_cpulist(list)
 }
 
-fn reader(r: &Reader) -> String {
+/// Who reads a counter; `switches`: whether context switches read the CPU's counters too (not
+/// where records are per tick only).
+fn reader(r: &Reader, switches: bool) -> String {
     match r {
-        Reader::Tick => "each CPU's tick and context switches, for itself".into(),
+        Reader::Tick if switches => "each CPU's tick and context switches, for itself".into(),
+        Reader::Tick => "each CPU's tick, for itself (none at switches)".into(),
         Reader::PackageTick {
             cpus: c,
             idle_every_ms,
@@ -24,7 +27,7 @@ fn reader(r: &Reader) -> String {
     }
 }
 
-fn counter_line(c: &Counter) -> String {
+fn counter_line(c: &Counter, switches: bool) -> String {
     let mut where_ = String::new();
     if let Some(p) = c.package {
         let _ = write!(where_, "package {p}");
@@ -57,7 +60,7 @@ fn counter_line(c: &Counter) -> String {
         c.pmu,
         c.event,
         cpus(&c.cpus),
-        reader(&c.reader)
+        reader(&c.reader, switches)
     )
 }
 
@@ -156,7 +159,8 @@ pub fn render(plan: &Plan) -> String {
     how_divided(&mut s, plan);
     let _ = writeln!(s, "counters ({}):", plan.counters.len());
     for c in &plan.counters {
-        let _ = writeln!(s, "{}", counter_line(c));
+        let switches = plan.records != Some(Records::PerTick);
+        let _ = writeln!(s, "{}", counter_line(c, switches));
     }
     limits(&mut s, plan);
     if !plan.slots.is_empty() {

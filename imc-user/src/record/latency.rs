@@ -421,6 +421,33 @@ mod tests {
     }
 
     #[test]
+    fn a_latency_chunk_after_a_strings_chunk_fills_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.imc");
+        // Interval 2 has no latency of its own.
+        write(&path, &[interval(2)], 7, None);
+        let data = std::fs::read(&path).unwrap();
+        let hlen = 18 + u32::from_le_bytes(data[10..14].try_into().unwrap()) as usize;
+        let mut f = bytes::BytesMut::from(&data[..hlen]);
+        for (kind, chunk) in chunks(&data) {
+            f.extend_from_slice(chunk);
+            if kind == CHUNK_INTERVAL {
+                // INTERVAL, STRINGS, LATENCY: the LATENCY follows no INTERVAL.
+                super::super::codec::put_chunk(&mut f, super::super::CHUNK_STRINGS, &[1, 1, b'x']);
+                super::super::codec::put_chunk(&mut f, CHUNK_LATENCY, &[1, 0, 5, 0, 0, 0]);
+            }
+        }
+        let mut r = Reader::from_bytes(&path, f.to_vec()).unwrap();
+        let Some(Item::Interval(iv)) = r.next_item() else {
+            panic!("an interval")
+        };
+        assert_eq!(iv.packages, interval(2).packages);
+        assert_eq!(iv.packages[0].read_latency_ns, None);
+        assert!(r.next_item().is_none());
+        assert_eq!(r.status(), &ReadStatus::Complete);
+    }
+
+    #[test]
     fn labels_are_cut_at_a_character_boundary_and_absurd_figures_saturate() {
         let long = "é".repeat(40);
         assert_eq!(label(&long).len(), 64);

@@ -46,8 +46,13 @@ pub enum ReadStatus {
     /// The file ends on a chunk boundary without END: the writer was stopped (or crashed)
     /// between chunks, or is still writing.
     Unfinished,
-    /// A chunk is cut short or fails its checksum at this offset: everything before it was read.
-    Damaged { offset: u64, reason: String },
+    /// A chunk is cut short (`cut`: the file ends inside it), or fails its checksum or does
+    /// not decode (damaged), at this offset: everything before it was read.
+    Damaged {
+        offset: u64,
+        reason: String,
+        cut: bool,
+    },
 }
 
 /// What a data chunk gave: an item, or the latency of the interval before it.
@@ -131,6 +136,9 @@ pub struct Reader {
     has_bytes: bool,
     ended: bool,
     continued: bool,
+    /// The type of the last chunk decoded (a LATENCY chunk fills only the INTERVAL right
+    /// before it).
+    last_kind: u8,
     /// Rows not kept are read past without being built (memory: the rows kept).
     filter: Option<RowFilter>,
     /// The filter's answer per task id (0: not asked yet, 1: kept, 2: left out): it depends
@@ -258,6 +266,7 @@ impl Reader {
             has_bytes,
             ended: false,
             continued: false,
+            last_kind: 0,
             filter: None,
             kept: Vec::new(),
             last_amount: 0.0,
@@ -339,9 +348,19 @@ impl Reader {
     }
 
     fn damaged<T>(&mut self, offset: u64, reason: impl Into<String>) -> Option<T> {
+        self.stop_at(offset, reason.into(), false)
+    }
+
+    /// The file ends inside the chunk at `offset`.
+    fn cut<T>(&mut self, offset: u64, reason: &str) -> Option<T> {
+        self.stop_at(offset, reason.into(), true)
+    }
+
+    fn stop_at<T>(&mut self, offset: u64, reason: String, cut: bool) -> Option<T> {
         self.status = ReadStatus::Damaged {
             offset,
-            reason: reason.into(),
+            reason,
+            cut,
         };
         None
     }
@@ -408,7 +427,7 @@ impl Reader {
                 return self.at_end();
             }
             if got < head.len() {
-                return self.damaged(at, "file cut inside a chunk header");
+                return self.cut(at, "file cut inside a chunk header");
             }
             let kind = head[0];
             let len = u32::from_le_bytes([head[1], head[2], head[3], head[4]]);
@@ -424,7 +443,7 @@ impl Reader {
             let copied = std::io::copy(&mut (&mut self.src).take(want), &mut w);
             match copied {
                 Ok(n) if n == want => {}
-                Ok(_) => return self.damaged(at, "file cut inside a chunk"),
+                Ok(_) => return self.cut(at, "file cut inside a chunk"),
                 Err(e) => return self.damaged(at, format!("read error: {e}")),
             }
             let end = 5 + len as usize;
@@ -434,7 +453,10 @@ impl Reader {
             let chunk = std::mem::take(&mut self.chunk);
             let r = self.decode(kind, &chunk[5..end]);
             self.chunk = chunk;
+            let after_interval = std::mem::replace(&mut self.last_kind, kind) == CHUNK_INTERVAL;
             match r {
+                // FORMAT.md: a LATENCY chunk with no INTERVAL right before it fills nothing.
+                Ok(Some(Step::Latency(_))) if !after_interval => self.pos = at + 5 + want,
                 Ok(Some(item)) => {
                     self.pos = at + 5 + want;
                     return Some(item);

@@ -4,7 +4,7 @@ use super::error::{SamplerError, error_chain};
 use aya::Ebpf;
 use aya::programs::perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent};
 use aya::programs::{PerfEvent, RawTracePoint};
-use imc_common::{SWITCH_PROGRAM, TICK_TP_PROGRAM};
+use imc_common::{EXEC_PROGRAM, SWITCH_PROGRAM, TICK_TP_PROGRAM};
 
 pub(super) fn load_program<'a, T>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut T, SamplerError>
 where
@@ -56,9 +56,29 @@ pub(super) fn attach(
                 source: Some(e.into()),
             })?;
     }
+    attach_exec(ebpf);
     match cfg.tick {
         TickSource::Kernel => attach_kernel_tick(ebpf),
         TickSource::CpuClock { freq, .. } => attach_cpu_clock(ebpf, cfg, freq),
+    }
+}
+
+/// The exec program: tasks are described afresh after an exec, so a command started by imc
+/// (forked under imc's name) is named by what it executed. Where it does not attach, a
+/// thread's comm is fetched again every 64th record of it, as before: said at -v, not fatal.
+fn attach_exec(ebpf: &mut Ebpf) {
+    let attached = load_program::<RawTracePoint>(ebpf, EXEC_PROGRAM).and_then(|prog| {
+        prog.load().map_err(SamplerError::load)?;
+        prog.attach("sched_process_exec")
+            .map(|_| ())
+            .map_err(|e| SamplerError::Attach {
+                what: "sched/sched_process_exec".into(),
+                message: String::new(),
+                source: Some(e.into()),
+            })
+    });
+    if let Err(e) = attached {
+        log::info!("comm after exec: {e}; a thread's name is fetched again every 64th record");
     }
 }
 

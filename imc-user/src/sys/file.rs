@@ -51,10 +51,20 @@ pub fn is_bad_path(e: &io::Error) -> bool {
 }
 
 /// True where the user is to fix the path: [`is_bad_path`], or a permission they lack on it (a
-/// recording they may not read, a directory they may not write in). Bad input (exit 2) for a
-/// path given on the command line, whichever step meets it.
+/// recording they may not read, a directory they may not write in, a file system mounted
+/// read-only). Bad input (exit 2) for a path given on the command line, whichever step meets
+/// it.
 pub fn is_path_to_fix(e: &io::Error) -> bool {
-    is_bad_path(e) || e.kind() == io::ErrorKind::PermissionDenied
+    is_bad_path(e)
+        || e.kind() == io::ErrorKind::PermissionDenied
+        || e.raw_os_error() == Some(libc::EROFS)
+}
+
+/// Whether descriptor `fd` is open (`fcntl(F_GETFD)`). Async-signal-safe, and safe before the
+/// Rust runtime has started (it only reads the descriptor table).
+pub fn is_open(fd: std::os::fd::RawFd) -> bool {
+    // SAFETY: F_GETFD on any number only reads the descriptor table.
+    unsafe { libc::fcntl(fd, libc::F_GETFD) != -1 }
 }
 
 /// Whether `program` names a file exec could start: a path (it has a `/`) to a regular file, or

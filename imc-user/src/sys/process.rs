@@ -135,11 +135,11 @@ extern "C" fn on_stop_signal(_: libc::c_int) {
     STOP_SIGNALLED.store(true, std::sync::atomic::Ordering::SeqCst);
 }
 
-/// SIGINT, SIGTERM and SIGHUP only set a flag ([`stop_signalled`]) from now on, so that a run
-/// interrupted before its loop listens still cleans up. A handler installed later (the
-/// sampling loop's) takes over.
+/// SIGINT, SIGTERM, SIGHUP and SIGQUIT only set a flag ([`stop_signalled`]) from now on, so
+/// that a run interrupted before its loop listens still cleans up. A handler installed later
+/// (the sampling loop's) takes over.
 pub fn catch_stop_signals() -> io::Result<()> {
-    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT] {
         // SAFETY: a zeroed sigaction with a handler that only stores to an atomic (which is
         // async-signal-safe); the old action is not asked for.
         let r = unsafe {
@@ -153,7 +153,7 @@ pub fn catch_stop_signals() -> io::Result<()> {
     Ok(())
 }
 
-/// Whether SIGINT, SIGTERM or SIGHUP came since [`catch_stop_signals`].
+/// Whether SIGINT, SIGTERM, SIGHUP or SIGQUIT came since [`catch_stop_signals`].
 pub fn stop_signalled() -> bool {
     STOP_SIGNALLED.load(std::sync::atomic::Ordering::SeqCst)
 }

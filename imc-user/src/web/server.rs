@@ -9,7 +9,12 @@
 //!   going either way for [`STALL_TIMEOUT`] is closed (a client that sends requests and never
 //!   reads the answers fills its socket's buffers, then stalls);
 //! - at most [`connection_limit`] connections at once, below the open-file limit. At the limit
-//!   a new connection always gets in: it takes the place of another, chosen in this order:
+//!   a new connection gets in as soon as another has been heard out: a connection is never
+//!   closed to make room before imc has read what its client sent first and answered its first
+//!   request (or found it sent nothing yet), so a scraper on a new connection is answered
+//!   however fast other clients connect; the new connection waits (unread, the rest in the
+//!   kernel's accept queue behind it) until one has been heard out. It takes the place of
+//!   another, chosen in this order:
 //!   one whose answers wait on a client that does not read them or that pipelines its requests
 //!   (sends the next before the answer to the last: no scraper does), then one that has never been
 //!   answered a scrape (a `/metrics` request answered 200, so past basic auth where there are
@@ -83,6 +88,11 @@ struct ConnState {
     /// A request arrived with the one before it, before its answer (pipelining: no scraper
     /// does it, and a client that never reads its answers does it to hold its slot).
     pipelined: AtomicBool,
+    /// Requests taken up, so far.
+    requests: AtomicU64,
+    /// Heard out: its first request was answered, or a read found nothing to read before any
+    /// request came. Until then it is never closed to make room.
+    heard: AtomicBool,
 }
 
 impl ConnState {
@@ -99,6 +109,7 @@ impl ConnState {
 
     /// A request is taken up: pipelined if no read brought bytes since the one before.
     fn request(&self) {
+        self.requests.fetch_add(1, Ordering::Relaxed);
         let reads = self.reads.load(Ordering::Relaxed);
         if self.reads_at_request.swap(reads, Ordering::Relaxed) == reads && reads > 0 {
             self.pipelined.store(true, Ordering::Relaxed);
@@ -119,13 +130,13 @@ impl Table {
     }
 
     /// Closes the connection that makes room first (see the module's order); false when there
-    /// is none.
+    /// is none (every live one is still being heard out).
     fn evict_one(&mut self) -> bool {
         // min_by_key keeps the first of equals: the oldest.
         let victim = self
             .live
             .iter()
-            .filter(|(_, (_, task))| !task.is_finished())
+            .filter(|(_, (state, task))| !task.is_finished() && state.heard.load(Ordering::Relaxed))
             .min_by_key(|(_, (state, _))| state.rank())
             .map(|(&id, _)| id);
         match victim.and_then(|id| self.live.remove(&id)) {
@@ -208,13 +219,7 @@ impl Server {
                     continue;
                 }
             };
-            let mut t = lock(&table);
-            t.prune();
-            if t.live.len() >= self.max_connections && !t.evict_one() {
-                log::debug!("{} connections: refusing one", t.live.len());
-                drop(stream);
-                continue;
-            }
+            make_room(&table, self.max_connections).await;
             let state = Arc::new(ConnState::default());
             let tls = self
                 .live
@@ -229,10 +234,27 @@ impl Server {
                 self.app.clone(),
                 state.clone(),
             ));
+            let mut t = lock(&table);
             let id = t.next;
             t.next += 1;
             t.live.insert(id, (state, task.abort_handle()));
         }
+    }
+}
+
+/// Returns once fewer than `max` connections are live, closing one to make room where every
+/// slot is taken; while every live connection is still being heard out, waits for one to be
+/// (their tasks run meanwhile).
+async fn make_room(table: &Mutex<Table>, max: usize) {
+    loop {
+        {
+            let mut t = lock(table);
+            t.prune();
+            if t.live.len() < max || t.evict_one() {
+                return;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
 
@@ -354,6 +376,7 @@ where
             tokio::task::yield_now().await;
             let r = answered.await;
             state.answering.fetch_sub(1, Ordering::Relaxed);
+            state.heard.store(true, Ordering::Relaxed);
             if scrape && r.as_ref().is_ok_and(|r| r.status() == StatusCode::OK) {
                 state.scraped.store(true, Ordering::Relaxed);
             }
@@ -419,7 +442,13 @@ impl<S: AsyncRead + Unpin> AsyncRead for Deadlined<S> {
         let before = buf.filled().len();
         let this = &mut *self;
         match Pin::new(&mut this.inner).poll_read(cx, buf) {
-            Poll::Pending => waiting(&mut this.read_deadline, "sent", cx),
+            Poll::Pending => {
+                if this.state.requests.load(Ordering::Relaxed) == 0 {
+                    // Nothing (more) sent before a request: nothing to hear out.
+                    this.state.heard.store(true, Ordering::Relaxed);
+                }
+                waiting(&mut this.read_deadline, "sent", cx)
+            }
             Poll::Ready(r) => {
                 if buf.filled().len() > before {
                     this.read_deadline = None;
@@ -553,7 +582,37 @@ mod tests {
         s.stalled.store(stalled, Ordering::Relaxed);
         s.scraped.store(scraped, Ordering::Relaxed);
         s.answering.store(answering, Ordering::Relaxed);
+        s.heard.store(true, Ordering::Relaxed);
         Arc::new(s)
+    }
+
+    #[test]
+    fn a_connection_not_yet_heard_out_is_never_closed_to_make_room() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let mut t = Table::default();
+            // Oldest first: one whose first request is being answered, one never read yet.
+            let answering = ConnState::default();
+            answering.reads.fetch_add(1, Ordering::Relaxed);
+            answering.request();
+            answering.answering.store(1, Ordering::Relaxed);
+            let states = [Arc::new(answering), Arc::new(ConnState::default())];
+            let mut tasks = Vec::new();
+            for s in &states {
+                let task = tokio::spawn(std::future::pending::<()>());
+                t.live.insert(t.next, (s.clone(), task.abort_handle()));
+                t.next += 1;
+                tasks.push(task);
+            }
+            assert!(!t.evict_one(), "closed one not yet heard out");
+            // Answered once, the first is heard out and can make room; the other still not.
+            states[0].heard.store(true, Ordering::Relaxed);
+            assert!(t.evict_one());
+            assert_eq!(t.live.keys().copied().collect::<Vec<_>>(), [1]);
+        });
     }
 
     #[test]

@@ -143,6 +143,7 @@ pub(super) fn run_live(
         stacks: stack_rows,
         bounds,
         pass,
+        cut_short: false,
     })
 }
 

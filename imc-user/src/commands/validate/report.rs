@@ -21,13 +21,45 @@ pub(super) struct Report {
     pub(super) stacks: Option<Vec<super::stacks::StackRow>>,
     pub(super) bounds: Vec<Bound>,
     pub(super) pass: bool,
+    /// A signal ended the run before --duration: no verdict (exit 1).
+    pub(super) cut_short: bool,
+}
+
+/// `4 intervals (3 of 1000 ms, 1 of 136 ms)`, `1 interval of 1000 ms`: each length as it
+/// was (within 5 % of -I counts as -I), in the order they came.
+fn intervals_text(rows: &[IntervalRow], interval_ms: u64) -> String {
+    let mut groups: Vec<(u64, usize)> = Vec::new();
+    for r in rows {
+        let ms = r.t_end_ns.saturating_sub(r.t_start_ns) as f64 / 1e6;
+        let ms = if (ms - interval_ms as f64).abs() <= interval_ms as f64 * 0.05 {
+            interval_ms
+        } else {
+            ms.round() as u64
+        };
+        match groups.iter_mut().find(|g| g.0 == ms) {
+            Some(g) => g.1 += 1,
+            None => groups.push((ms, 1)),
+        }
+    }
+    let n = rows.len();
+    let noun = if n == 1 { "interval" } else { "intervals" };
+    match groups[..] {
+        [] => format!("0 intervals of {interval_ms} ms"),
+        [(ms, _)] => format!("{n} {noun} of {ms} ms"),
+        _ => {
+            let parts: Vec<String> = groups
+                .iter()
+                .map(|(ms, k)| format!("{k} of {ms} ms"))
+                .collect();
+            format!("{n} {noun} ({})", parts.join(", "))
+        }
+    }
 }
 
 pub(super) fn render_report(r: &Report) -> String {
     let mut s = format!(
-        "imc validate: {} intervals of {} ms, {} records, source {}\n",
-        r.intervals.len(),
-        r.interval_ms,
+        "imc validate: {}, {} records, source {}\n",
+        intervals_text(&r.intervals, r.interval_ms),
         r.records,
         r.source
     );
@@ -78,9 +110,53 @@ pub(super) fn render_report(r: &Report) -> String {
     }
     s += &format!("mbm: {}\n", r.mbm.reason);
     s += if r.pass {
-        "within every bound\n"
+        if r.cut_short {
+            "cut short by a signal: no verdict\n"
+        } else {
+            "within every bound\n"
+        }
     } else {
         "OUTSIDE a bound\n"
     };
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rows(ms: &[u64]) -> Vec<IntervalRow> {
+        let mut t = 0;
+        ms.iter()
+            .enumerate()
+            .map(|(index, &m)| {
+                let r = IntervalRow {
+                    index,
+                    t_start_ns: t,
+                    t_end_ns: t + m * 1_000_000,
+                    events: Vec::new(),
+                    workloads: Vec::new(),
+                };
+                t = r.t_end_ns;
+                r
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_header_counts_each_interval_at_its_own_length() {
+        assert_eq!(
+            intervals_text(&rows(&[1000, 1003, 998, 136]), 1000),
+            "4 intervals (3 of 1000 ms, 1 of 136 ms)"
+        );
+        // --duration 1 at -I 3000: one interval, of the second it lasted.
+        assert_eq!(
+            intervals_text(&rows(&[1000]), 3000),
+            "1 interval of 1000 ms"
+        );
+        assert_eq!(
+            intervals_text(&rows(&[100, 101]), 100),
+            "2 intervals of 100 ms"
+        );
+    }
 }

@@ -297,6 +297,70 @@ pub struct Running {
     child: Child,
     stdin: Option<ChildStdin>,
     stdout: BufReader<ChildStdout>,
+    /// The first line it wrote to stderr (why it did not start, if it did not).
+    first_error: Arc<std::sync::Mutex<Option<String>>>,
+}
+
+/// Reads a workload's stderr to its end: its first line is kept for [`Running::why`], and its
+/// own one-line errors (`imc: …`) are passed on; the rest (an allocator's abort message, a
+/// backtrace) is said only through the first line.
+fn drain_stderr(
+    name: &'static str,
+    stderr: std::process::ChildStderr,
+) -> Arc<std::sync::Mutex<Option<String>>> {
+    let first = Arc::new(std::sync::Mutex::new(None));
+    let keep = first.clone();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let mut f = keep.lock().unwrap_or_else(|p| p.into_inner());
+            if f.is_none() {
+                *f = Some(line.clone());
+            }
+            drop(f);
+            if line.starts_with("imc:") {
+                eprintln!("imc: workload {name}: {}", crate::text::escape(&line));
+            }
+        }
+    });
+    first
+}
+
+impl Running {
+    /// Why a workload that did not say `ready` did not: how it ended and the first line it
+    /// wrote (an allocation that failed under `ulimit -v`, say).
+    fn why(&mut self) -> String {
+        let end = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        let status = loop {
+            match self.child.try_wait() {
+                Ok(Some(s)) => break Some(s),
+                Ok(None) if std::time::Instant::now() < end => {
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                _ => break None,
+            }
+        };
+        // Its stderr's reader gets the last lines once the process is gone.
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let said = self
+            .first_error
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let mut why = match status {
+            Some(s) => format!("it ended ({s})"),
+            None => "it said nothing".to_string(),
+        };
+        if let Some(line) = said {
+            why += &format!(": {}", crate::text::escape(&line));
+        }
+        if status.is_some_and(|s| {
+            use std::os::unix::process::ExitStatusExt;
+            s.signal() == Some(libc::SIGABRT)
+        }) {
+            why += " (an allocation failed: its buffers need address space; see ulimit -v)";
+        }
+        why
+    }
 }
 
 /// Every workload of a run: one process group, killed on every way out (Drop).
@@ -318,7 +382,7 @@ impl Workloads {
             cmd.args(["validate", "--workload", kind.name])
                 .stdin(Stdio::piped())
                 .stdout(Stdio::piped())
-                .stderr(Stdio::inherit())
+                .stderr(Stdio::piped())
                 // The first starts the group, the others join it: one kill ends them all.
                 .process_group(w.pgid.map_or(0, |p| p as i32));
             // SAFETY: the closure calls only prctl, which is async-signal-safe.
@@ -330,20 +394,23 @@ impl Workloads {
             w.pgid.get_or_insert(pid);
             let stdin = child.stdin.take();
             let stdout = BufReader::new(child.stdout.take().expect("stdout is piped"));
+            let first_error = drain_stderr(kind.name, child.stderr.take().expect("piped"));
             w.running.push(Running {
                 kind,
                 pid,
                 child,
                 stdin,
                 stdout,
+                first_error,
             });
         }
         for r in &mut w.running {
             let mut line = String::new();
             r.stdout.read_line(&mut line)?;
             if line.trim() != "ready" {
+                let why = r.why();
                 return Err(std::io::Error::other(format!(
-                    "workload {} (pid {}) did not start",
+                    "workload {} (pid {}) did not start: {why}",
                     r.kind.name, r.pid
                 )));
             }

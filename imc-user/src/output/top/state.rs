@@ -199,7 +199,7 @@ pub fn handle_key(state: &mut ViewState, cfg: &ViewConfig, key: KeyEvent) -> Act
         // Clamped to the last page (row) when rendered.
         KeyCode::End => move_to(state, usize::MAX / 2),
         KeyCode::Char(c) if !ctrl => match SortKey::from_char(c) {
-            Some(k) if k.applies(cfg.units) => {
+            Some(k) if k.applies(cfg.units) && (k != SortKey::Stall || cfg.stalls) => {
                 if state.sort == k {
                     state.descending = !state.descending;
                 } else {

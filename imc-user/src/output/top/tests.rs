@@ -140,6 +140,15 @@ fn victims_have_a_stall_column_and_v_sorts_by_it() {
     let lines = screen(&cfg, &h, Some(&r), &mut ViewState::default(), 120, 20);
     assert!(!line_with(&lines, "PID").contains("STALL"));
     assert!(!line_with(&lines, "sort:").contains("v stall"));
+    // …and `v` is ignored: the sort and its marker stay where they were.
+    let mut st = ViewState::default();
+    screen(&cfg, &h, Some(&r), &mut st, 120, 20);
+    assert_eq!(
+        handle_key(&mut st, &cfg, key(KeyCode::Char('v'))),
+        Action::Ignore
+    );
+    let lines = screen(&cfg, &h, Some(&r), &mut st, 120, 20);
+    assert!(line_with(&lines, "PID").contains("SHARE▼"), "{lines:?}");
 }
 
 #[test]
