@@ -6,19 +6,25 @@ use super::truth::TruthEvent;
 use crate::model::result::IntervalResult;
 use serde::Serialize;
 
-/// Who a workload is in the attributor's rows: its process (tgid), or its comm (the burst's
-/// short-lived children, forked under its name).
+/// Who a workload is in the attributor's rows: its process (tgid), and the processes its truth
+/// counted in (the burst's short-lived children); where the truth named none, its comm.
 pub(super) struct Ident {
     pub(super) name: &'static str,
     pub(super) pid: u32,
     pub(super) comm: String,
+    /// Sorted; None: not known (then any task of its comm is taken as a child).
+    pub(super) processes: Option<Vec<u32>>,
 }
 
+/// The workload a task of process `tgid` and name `comm` belongs to. By process, not by name
+/// alone: another run's workloads (another `imc validate` beside this one) have the same names.
 pub(super) fn owner(idents: &[Ident], tgid: u32, comm: &str) -> Option<usize> {
-    idents
-        .iter()
-        .position(|i| i.pid == tgid)
-        .or_else(|| idents.iter().position(|i| i.comm == comm))
+    idents.iter().position(|i| i.pid == tgid).or_else(|| {
+        idents.iter().position(|i| match &i.processes {
+            Some(p) => p.binary_search(&tgid).is_ok(),
+            None => i.comm == comm,
+        })
+    })
 }
 
 #[derive(Clone, Debug, Default, Serialize)]

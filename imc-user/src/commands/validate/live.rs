@@ -110,7 +110,7 @@ pub(super) fn run_live(
         "imc: validate: {} intervals sampled; comparing with the truth",
         intervals.len()
     );
-    let idents = idents_of(&wl);
+    let idents = idents_of(&wl, &truth);
     let counts = compare(events, &idents, &intervals, |t| truth.at(t));
     let byte_rows = bytes
         .real
@@ -207,14 +207,17 @@ fn open_truth(
     })
 }
 
-/// Who each running workload is in the attributor's rows.
-fn idents_of(wl: &Workloads) -> Vec<Ident> {
+/// Who each running workload is in the attributor's rows: its process and those its truth
+/// counted in.
+fn idents_of(wl: &Workloads, truth: &Truth) -> Vec<Ident> {
     wl.running
         .iter()
-        .map(|r| Ident {
+        .enumerate()
+        .map(|(w, r)| Ident {
             name: r.kind.name,
             pid: r.pid,
             comm: r.kind.comm(),
+            processes: Some(truth.processes(w)),
         })
         .collect()
 }

@@ -20,7 +20,7 @@ use crate::sys::perf::{
     RECORD_SAMPLE, RECORD_THROTTLE, RingBuffer, SAMPLE_READ, SAMPLE_TID, SAMPLE_TIME, SW_CPU_CLOCK,
     TYPE_SOFTWARE, TYPE_TRACEPOINT,
 };
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -95,8 +95,8 @@ const RING_PAGES: usize = 64;
 pub struct Truth {
     events: usize,
     /// `cells[workload * events + event]`: (sample time on CLOCK_MONOTONIC ns, counts since
-    /// the thread's previous sample on that CPU).
-    cells: Arc<Mutex<Vec<Vec<(u64, u64)>>>>,
+    /// the thread's previous sample on that CPU), and the processes sampled.
+    cells: Arc<Mutex<Vec<Cell>>>,
     /// Each cell's counts summed up to each sample time, sorted (once stopped).
     totals: Vec<Vec<(u64, u64)>>,
     /// Samples the kernel dropped (a full ring) or withheld (throttling).
@@ -117,6 +117,14 @@ pub struct TruthError {
     pub source: std::io::Error,
 }
 
+/// One workload's samples of one event, and the processes (its own and its children) they came
+/// from.
+#[derive(Clone, Default)]
+struct Cell {
+    samples: Vec<(u64, u64)>,
+    processes: HashSet<u32>,
+}
+
 /// One sampled counter: its cell, fd and ring, and how its samples count.
 struct Sampled {
     cell: usize,
@@ -127,22 +135,23 @@ struct Sampled {
     period: u64,
 }
 
-/// A sample's time and the counts it adds: with `read` (each thread's count at its last
-/// sample, by thread id), its thread's count less that at its previous sample (a thread id seen
-/// again with a smaller count is a new thread); without, one `period`.
-fn sample(read: &mut Option<HashMap<u32, u64>>, period: u64, payload: &[u8]) -> (u64, u64) {
+/// A sample's process, time and the counts it adds: with `read` (each thread's count at its
+/// last sample, by thread id), its thread's count less that at its previous sample (a thread id
+/// seen again with a smaller count is a new thread); without, one `period`.
+fn sample(read: &mut Option<HashMap<u32, u64>>, period: u64, payload: &[u8]) -> (u32, u64, u64) {
     let word = |i: usize| {
         payload
             .get(i * 8..i * 8 + 8)
             .map_or(0, |b| u64::from_ne_bytes(b.try_into().unwrap_or([0; 8])))
     };
-    let Some(last) = read.as_mut() else {
-        return (word(0), period);
-    };
-    // { u32 pid, u32 tid; u64 time; u64 value } (PERF_SAMPLE_TID | TIME | READ, in the order
-    // of include/uapi/linux/perf_event.h's PERF_RECORD_SAMPLE); read as words, native endian.
+    // { u32 pid, u32 tid; u64 time; u64 value if read } (PERF_SAMPLE_TID | TIME | READ, in the
+    // order of include/uapi/linux/perf_event.h's PERF_RECORD_SAMPLE), native endian.
     let w0 = word(0).to_ne_bytes();
+    let pid = u32::from_ne_bytes([w0[0], w0[1], w0[2], w0[3]]);
     let tid = u32::from_ne_bytes([w0[4], w0[5], w0[6], w0[7]]);
+    let Some(last) = read.as_mut() else {
+        return (pid, word(1), period);
+    };
     let value = word(2);
     let before = last.insert(tid, value).unwrap_or(0);
     let added = if value >= before {
@@ -150,7 +159,7 @@ fn sample(read: &mut Option<HashMap<u32, u64>>, period: u64, payload: &[u8]) -> 
     } else {
         value
     };
-    (word(1), added)
+    (pid, word(1), added)
 }
 
 impl Truth {
@@ -194,7 +203,7 @@ impl Truth {
                 }
             }
         }
-        let cells = Arc::new(Mutex::new(vec![Vec::new(); pids.len() * events.len()]));
+        let cells = Arc::new(Mutex::new(vec![Cell::default(); pids.len() * events.len()]));
         let lost = Arc::new(AtomicU64::new(0));
         let stop = Arc::new(AtomicBool::new(false));
         let reader = std::thread::Builder::new()
@@ -243,6 +252,22 @@ impl Truth {
             .collect()
     }
 
+    /// The processes the truth of workload `w` counted in (its own and its children's), sorted:
+    /// the tasks whose charges are the workload's, and no other run's of the same name.
+    pub fn processes(&self, w: usize) -> Vec<u32> {
+        let cells = self.cells.lock().unwrap_or_else(|p| p.into_inner());
+        let n = self.events.max(1);
+        let mut all: Vec<u32> = cells
+            .iter()
+            .skip(w * n)
+            .take(n)
+            .flat_map(|c| c.processes.iter().copied())
+            .collect();
+        all.sort_unstable();
+        all.dedup();
+        all
+    }
+
     /// Whether each sample carried its thread's count (the truth is exact to a period at any
     /// instant), or was counted as one period (short by the periods a late timer skipped).
     pub fn counts_read(&self) -> bool {
@@ -269,9 +294,10 @@ impl Truth {
         self.totals = cells
             .iter_mut()
             .map(|c| {
-                c.sort_unstable();
+                c.samples.sort_unstable();
                 let mut sum = 0u64;
-                c.iter()
+                c.samples
+                    .iter()
                     .map(|&(t, n)| {
                         sum = sum.saturating_add(n);
                         (t, sum)
@@ -318,8 +344,8 @@ fn open_counter(
 }
 
 /// The sampling attr of a truth counter: `period_of` the event, each sample its time on
-/// CLOCK_MONOTONIC (the sampler's clock) and, with `read`, its thread and that thread's count,
-/// inherited, nobody woken before the ring fills.
+/// CLOCK_MONOTONIC (the sampler's clock), its process and thread and, with `read`, that
+/// thread's count, inherited, nobody woken before the ring fills.
 fn sampling_attr(e: &Encoded, ring_bytes: u32, read: bool) -> PerfEventAttr {
     let mut attr = PerfEventAttr::counter(
         e.pmu_type,
@@ -328,10 +354,10 @@ fn sampling_attr(e: &Encoded, ring_bytes: u32, read: bool) -> PerfEventAttr {
         e.exclude_kernel,
     );
     attr.sample_period = period_of(e);
-    attr.sample_type = SAMPLE_TIME;
+    attr.sample_type = SAMPLE_TID | SAMPLE_TIME;
     if read {
         // read_format 0: the one value, the thread's own count on this CPU.
-        attr.sample_type |= SAMPLE_TID | SAMPLE_READ;
+        attr.sample_type |= SAMPLE_READ;
         attr.read_format = 0;
     }
     attr.flags |= FLAG_INHERIT | FLAG_USE_CLOCKID | FLAG_WATERMARK;
@@ -340,17 +366,21 @@ fn sampling_attr(e: &Encoded, ring_bytes: u32, read: bool) -> PerfEventAttr {
     attr
 }
 
-fn drain(rings: &mut [Sampled], cells: &Mutex<Vec<Vec<(u64, u64)>>>, lost: &AtomicU64) {
+fn drain(rings: &mut [Sampled], cells: &Mutex<Vec<Cell>>, lost: &AtomicU64) {
     let mut cells = cells.lock().unwrap_or_else(|p| p.into_inner());
     for s in rings.iter_mut() {
-        let Some(samples) = cells.get_mut(s.cell) else {
+        let Some(cell) = cells.get_mut(s.cell) else {
             continue;
         };
         let Sampled {
             ring, read, period, ..
         } = s;
         ring.drain(&mut |kind, payload| match kind {
-            RECORD_SAMPLE => samples.push(sample(read, *period, payload)),
+            RECORD_SAMPLE => {
+                let (pid, t, n) = sample(read, *period, payload);
+                cell.processes.insert(pid);
+                cell.samples.push((t, n));
+            }
             // { id, lost }
             RECORD_LOST => {
                 let n = payload
@@ -433,13 +463,12 @@ mod tests {
     /// A sample of thread `tid` of `pid` at `t`, carrying the thread's count `value` (or, where
     /// counts are not read, its time alone).
     fn at_time(read: bool, pid: u32, tid: u32, t: u64, value: u64) -> (u32, Vec<u8>) {
-        if !read {
-            return (RECORD_SAMPLE, t.to_ne_bytes().to_vec());
-        }
         let mut p = pid.to_ne_bytes().to_vec();
         p.extend(tid.to_ne_bytes());
         p.extend(t.to_ne_bytes());
-        p.extend(value.to_ne_bytes());
+        if read {
+            p.extend(value.to_ne_bytes());
+        }
         (RECORD_SAMPLE, p)
     }
 
@@ -455,8 +484,8 @@ mod tests {
 
     #[test]
     fn every_count_is_a_timed_sample_per_thread_and_cpu_inherited() {
-        // pid 41: its thread counts 1, 2, 3 at 10, 20, 30 (+ the CPU), a thread 43 of it 1 at
-        // 25 on CPU 0; pid 42: one lost record.
+        // pid 41: its thread counts 1, 2, 3 at 10, 20, 30 (+ the CPU), a child process 43 of
+        // it 1 at 25 on CPU 0; pid 42: one lost record.
         let fake = Fake::new(
             |pid, cpu, read| {
                 let c = cpu as u64;
@@ -465,7 +494,7 @@ mod tests {
                         .map(|i| at_time(read, 41, 41, i * 10 + c, i))
                         .collect();
                     if cpu == 0 {
-                        v.push(at_time(read, 41, 43, 25, 1));
+                        v.push(at_time(read, 43, 43, 25, 1));
                     }
                     v
                 } else {
@@ -492,7 +521,7 @@ mod tests {
             assert_ne!(attr.flags & FLAG_USE_CLOCKID, 0);
             assert_eq!(attr.clockid, libc::CLOCK_MONOTONIC);
             assert_eq!((attr.type_, attr.config, attr.sample_period), (1, 2, 1));
-            assert_eq!(attr.sample_type, SAMPLE_TIME | SAMPLE_TID | SAMPLE_READ);
+            assert_eq!(attr.sample_type, SAMPLE_TID | SAMPLE_TIME | SAMPLE_READ);
             assert_eq!(attr.read_format, 0);
         }
         // pid 41's samples: 10, 11, 20, 21, 25, 30, 31.
@@ -500,6 +529,9 @@ mod tests {
         assert_eq!(truth.at(20), [[3.0], [0.0]]);
         assert_eq!(truth.at(100), [[7.0], [0.0]]);
         assert_eq!(truth.lost(), 10);
+        // The processes each workload's truth counted in: its own and its child's.
+        assert_eq!(truth.processes(0), [41, 43]);
+        assert!(truth.processes(1).is_empty());
     }
 
     /// A clock's thread whose sample timer fired late skipped two periods: its next sample
@@ -535,7 +567,10 @@ mod tests {
         let mut truth = Truth::open(old.clone(), &[41], &[0], &[clock]).unwrap();
         truth.stop();
         assert!(!truth.counts_read());
-        assert_eq!(old.opened.lock().unwrap()[0].0.sample_type, SAMPLE_TIME);
+        assert_eq!(
+            old.opened.lock().unwrap()[0].0.sample_type,
+            SAMPLE_TID | SAMPLE_TIME
+        );
         assert_eq!(truth.at(1000), [[80_000.0]]);
     }
 
