@@ -112,6 +112,8 @@ pub(super) fn run_live(
     );
     let idents = idents_of(&wl, &truth);
     let counts = compare(events, &idents, &intervals, |t| truth.at(t));
+    let mut load = load;
+    load.unattributed_share = unattributed_share(&counts);
     let byte_rows = bytes
         .real
         .then(|| byte_rows(plan, events, kinds, &idents, &passes, &intervals, &truth));
@@ -219,6 +221,19 @@ fn idents_of(wl: &Workloads, truth: &Truth) -> Vec<Ident> {
             comm: r.kind.comm(),
             processes: Some(truth.processes(w)),
         })
+        .collect()
+}
+
+/// Per event, the run's unattributed counts over its total.
+fn unattributed_share(counts: &Counts) -> std::collections::BTreeMap<String, f64> {
+    let mut sums: std::collections::BTreeMap<String, (f64, f64)> = Default::default();
+    for t in counts.intervals.iter().flat_map(|iv| &iv.events) {
+        let e = sums.entry(t.event.clone()).or_default();
+        e.0 += t.unattributed;
+        e.1 += t.total;
+    }
+    sums.into_iter()
+        .map(|(k, (u, total))| (k, u / total.max(1.0)))
         .collect()
 }
 

@@ -139,6 +139,47 @@ fn errors_are_per_interval_over_its_total_and_children_count_by_their_truth() {
     assert_eq!(find("conservation").value, Some(0.0));
 }
 
+/// A workload charged short by what imc said it could not place is within; beyond it, or
+/// charged over, it is not.
+#[test]
+fn a_shortfall_imc_said_it_could_not_place_is_allowed_an_excess_never() {
+    let events = [ev("page-faults")];
+    // Truth 1000 a second for the toucher; 2000 counted a second in all.
+    let intervals = vec![
+        // 200 unattributed (a slice after a switch the program did not see), toucher short 200.
+        second(
+            0,
+            vec![task(10, "imcv-toucher", 800.0), task(99, "sh", 1000.0)],
+            2000.0,
+            200.0,
+        ),
+        // Short 300 with 200 said: 100 unsaid.
+        second(
+            1,
+            vec![task(10, "imcv-toucher", 700.0), task(99, "sh", 1100.0)],
+            2000.0,
+            200.0,
+        ),
+        // Over by 200: never excused by what was unattributed.
+        second(
+            2,
+            vec![task(10, "imcv-toucher", 1200.0), task(99, "sh", 600.0)],
+            2000.0,
+            200.0,
+        ),
+    ];
+    let c = compare(&events, &idents(), &intervals, truth_at);
+    let cell = |i: usize| &c.intervals[i].workloads[0];
+    assert_eq!((cell(0).error, cell(0).error_raw), (0.0, 0.1));
+    assert_eq!((cell(1).error, cell(1).error_raw), (0.05, 0.15));
+    assert_eq!((cell(2).error, cell(2).error_raw), (0.1, 0.1));
+    let toucher = &c.workloads[0];
+    assert_eq!((toucher.error, toucher.worst_interval), (0.1, 2));
+    assert_eq!(toucher.error_raw, 0.15);
+    let b = count_bounds(&events, &c);
+    assert!(bound(&b, "error").text().contains("could not place"));
+}
+
 #[test]
 fn without_the_truths_processes_a_task_of_a_workloads_name_is_its_child() {
     let mut ids = idents();

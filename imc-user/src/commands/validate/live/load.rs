@@ -22,6 +22,8 @@ pub struct Load {
     pub loadavg_end: Option<f64>,
     /// The workloads' CPU time over the CPUs' time in the run (0..1; None: not read).
     pub workloads_cpu_share: Option<f64>,
+    /// Per event, the share of the run's counts imc could not place (unattributed).
+    pub unattributed_share: std::collections::BTreeMap<String, f64>,
     /// Other tasks wanted the CPUs: at least half a task per CPU on average beside the
     /// workloads.
     pub loaded: bool,
@@ -118,6 +120,7 @@ fn summarise(
         loadavg_start,
         loadavg_end,
         workloads_cpu_share: share,
+        unattributed_share: Default::default(),
         loaded: mean >= LOADED_PER_CPU * cpus as f64,
     }
 }
@@ -161,6 +164,12 @@ impl Load {
         if let Some(share) = self.workloads_cpu_share {
             s += &format!(
                 "; the workloads had {:.0}% of the CPUs' time",
+                share * 100.0
+            );
+        }
+        for (event, share) in &self.unattributed_share {
+            s += &format!(
+                "; imc could not place {:.2}% of the {event} (unattributed)",
                 share * 100.0
             );
         }
@@ -211,6 +220,13 @@ mod tests {
         );
         assert!(t.contains("61% of the CPUs' time"), "{t}");
         assert!(t.contains("a loaded machine"), "{t}");
+        let mut said = busy.clone();
+        said.unattributed_share.insert("page-faults".into(), 0.0123);
+        let t = said.text();
+        assert!(
+            t.contains("could not place 1.23% of the page-faults"),
+            "{t}"
+        );
         assert!(!summarise(2, &[], None, None, None).loaded);
     }
 }
