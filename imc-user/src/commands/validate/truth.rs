@@ -556,8 +556,13 @@ mod tests {
                 ..Default::default()
             }],
         };
-        let mut truth =
-            Truth::open(Fake::new(script, false), &[41], &[0], &[clock.clone()]).unwrap();
+        let mut truth = Truth::open(
+            Fake::new(script, false),
+            &[41],
+            &[0],
+            std::slice::from_ref(&clock),
+        )
+        .unwrap();
         truth.stop();
         assert_eq!(truth.at(100), [[100_000.0]]);
         assert_eq!(truth.at(1000), [[120_000.0]]);
