@@ -112,8 +112,6 @@ pub(super) fn run_live(
     );
     let idents = idents_of(&wl, &truth);
     let counts = compare(events, &idents, &intervals, |t| truth.at(t));
-    let mut load = load;
-    load.unattributed_share = unattributed_share(&counts);
     let byte_rows = bytes
         .real
         .then(|| byte_rows(plan, events, kinds, &idents, &passes, &intervals, &truth));
@@ -144,7 +142,7 @@ pub(super) fn run_live(
         duration_s: args.duration,
         truth_lost: truth.lost(),
         truth_counts_read: truth.counts_read(),
-        load,
+        load: with_unattributed(load, &counts),
         workloads: counts.workloads,
         intervals: counts.intervals,
         bytes: BytesSection {
@@ -222,6 +220,12 @@ fn idents_of(wl: &Workloads, truth: &Truth) -> Vec<Ident> {
             processes: Some(truth.processes(w)),
         })
         .collect()
+}
+
+/// The load seen, with the share of each event's counts imc could not place.
+fn with_unattributed(mut load: Load, counts: &Counts) -> Load {
+    load.unattributed_share = unattributed_share(counts);
+    load
 }
 
 /// Per event, the run's unattributed counts over its total.
