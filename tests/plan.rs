@@ -274,6 +274,12 @@ fn freq_asks_for_imcs_own_timer_and_says_it_adds_interrupts() {
     assert_eq!(p["tick"]["source"], "cpu-clock");
     assert_eq!(p["tick"]["adds_interrupts"], true);
     assert_eq!(p["tick"]["hz"], 1000.0);
+    // The timer's ticks are added to the switches: the records stay per task between them.
+    assert_eq!(p["tick"]["switches"], true);
+    assert_eq!(p["records"], "aggregated");
+    let p = plan(&root, &["record", "--freq", "1000", "--precise"]);
+    assert_eq!(p["tick"]["switches"], true);
+    assert_eq!(p["records"], "per-switch");
 }
 
 #[test]

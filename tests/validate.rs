@@ -1,6 +1,7 @@
 //! `imc validate`: its dry run on every fixture tree (no privileges), its live runs on this
 //! machine against each workload's own truth (page-faults and cpu-clock, aggregated and
-//! per-switch, at 10 ms, 100 ms and 1 s, beside an unrelated page-faulting process), and what it
+//! per-switch, at 10 ms, 100 ms and 1 s, beside an unrelated page-faulting process; every mode
+//! once more beside two CPU hogs as well), and what it
 //! leaves behind after SIGINT, SIGTERM or SIGKILL: no workload, no BPF program, no resctrl
 //! monitor group (on a resctrl tree under --root whose MBM files this test writes, as the
 //! kernel would).
@@ -214,7 +215,8 @@ fn validate(args: &[&str]) -> (Option<i32>, Value, String) {
 /// How closely a run at some interval is held to its truth.
 #[derive(Clone, Copy, PartialEq, Debug)]
 enum Held {
-    /// Every interval, the first included, within the bound: issue 28's target. Met on this
+    /// Every interval, the first included, within the bound, nothing unattributed allowed
+    /// (`error_raw`): issue 28's target. Met on this
     /// VM wherever the records place each count in time to well within an interval: spans
     /// across an interval end are split by time, an interval waits for the CPUs' records past
     /// its end, and the program ends its aggregates' flush periods at each interval end (the
@@ -237,13 +239,15 @@ enum Held {
     /// though a page toucher's faults come in bursts. Measured on this VM: worst interval
     /// 0.02-0.86 in every mode, 0.016-0.03 with --freq 2000 --precise.
     WholeRun,
-    /// Compared and printed, not held to the bound: cpu-clock at 10 ms. The CPU's clock, which
-    /// imc charges, and each task's own clock, the truth, part by the time of every switch's
-    /// path: quiet, each workload is charged 3-7 ms a second more than its truth at 1 s, 100
-    /// ms and 10 ms alike (the waking burst workload 28-31 ms, the migrator 16-20 ms), within
-    /// the bound; under the whole suite's load the nt-writer was once charged 78 ms more than
-    /// its 214 ms (0.034 of the run) at 10 ms with --precise. The conservation of every
-    /// interval and the verdict's agreement with the figures are still held.
+    /// Compared and printed, not held to the bound: cpu-clock at 10 ms, where an interval is
+    /// held open for its CPUs' records half an interval at most, so a loaded machine's late
+    /// records fall in the next one (an interval with none left: its error is the truth over a
+    /// total of nothing). Over the run, under load (10-19 tasks runnable beside the
+    /// workloads), aggregated each workload was charged 1.6-15.6 ms less than its 1 s truth
+    /// (at most 0.0073 of the run), per switch within 0.1 ms but the burst (3 ms more: each
+    /// short-lived child's time after its last truth sample is missing from the truth). The
+    /// conservation of every interval and the verdict's agreement with the figures are still
+    /// held.
     Reported,
 }
 
@@ -343,7 +347,7 @@ fn live_at(interval: &str, duration: &str, held: fn(&str, bool) -> Held) {
                 .sum();
             for r in rows {
                 let err = match held {
-                    Held::EveryInterval => r["error"].as_f64().unwrap(),
+                    Held::EveryInterval => r["error_raw"].as_f64().unwrap(),
                     Held::EveryIntervalSaid => {
                         worst_said(intervals, r["name"].as_str().unwrap(), ev)
                     }
@@ -432,6 +436,81 @@ fn live_at_10_ms_each_task_is_charged_its_truth_over_the_run() {
             Held::Reported
         }
     });
+}
+
+/// Two busy loops, killed when dropped: with the faulter, other tasks always wanting the CPUs.
+struct Hogs(Vec<Child>);
+
+impl Hogs {
+    fn start() -> Hogs {
+        Hogs(
+            (0..2)
+                .map(|_| {
+                    Command::new("sh")
+                        .args(["-c", "while :; do :; done"])
+                        .spawn()
+                        .unwrap()
+                })
+                .collect(),
+        )
+    }
+}
+
+impl Drop for Hogs {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// One loaded round of `cargo xtask accuracy --live --load`: every mode beside two CPU hogs
+/// and a page-faulting process holds the bounds validate prints, and says the machine was
+/// loaded. `--freq` alone once gave a tick's whole delta to whoever ran at it (a spinner
+/// charged thousands of the toucher's faults here).
+#[test]
+fn loaded_every_mode_holds_its_bounds_and_says_the_machine_was_loaded() {
+    if !sampler_prerequisites() {
+        return;
+    }
+    let _one = live_lock();
+    let _faulter = Faulter::start();
+    let _hogs = Hogs::start();
+    let mut failures = Vec::new();
+    for mode in [
+        &[][..],
+        &["-I", "100"],
+        &["--precise"],
+        &["--freq", "1000"],
+        &["-e", "cpu-clock"],
+    ] {
+        let mut args = mode.to_vec();
+        args.extend(["--duration", "2"]);
+        let (code, v, stderr) = validate(&args);
+        let records = if mode == ["--precise"] {
+            "per-switch"
+        } else {
+            "aggregated"
+        };
+        assert_eq!(v["records"], records, "{args:?}");
+        let load = &v["load"];
+        assert_eq!(load["loaded"], true, "{args:?}: {load}");
+        assert!(
+            load["others_runnable_mean"].as_f64().unwrap() >= 1.0,
+            "{args:?}: {load}"
+        );
+        if v["pass"] != true || code != Some(0) {
+            let bad: Vec<&Value> = v["bounds"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|b| b["pass"] == false)
+                .collect();
+            failures.push(format!("{args:?} (exit {code:?}): {bad:?}: {stderr}"));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
 // ---- what is left behind ---------------------------------------------------------------------

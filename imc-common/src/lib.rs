@@ -303,7 +303,7 @@ pub struct AggState {
     pub n: u32,
     /// Bit s: `last[s]` is a valid reading of CPU slot s.
     pub last_ok: u32,
-    /// Entries created, for refreshing comm and cgroup now and then.
+    /// Entries created.
     pub created: u64,
     /// The task (its `task_struct` address, compared, never read) the CPU's next run must find
     /// running: the `next` of its last sched_switch, or the task its last tick found; 0 until

@@ -325,7 +325,8 @@ unsafe fn publish(h: *mut CpuHead, cpu: u32, seq: u64, head: u64) {
 /// CPU's recent full descriptions named it and no `refresh` is due: then only
 /// [`FLAG_TASK_OMITTED`] is set, and the sampler fills them in from its cache. comm and cgroup
 /// cost ~100 ns each in a VM; threads taking turns on a CPU stay described until an exec
-/// anywhere ([`exec::imc_exec`]) empties the list; `refresh` (every 64th) catches a prctl. `recent` holds thread id + 1, so its
+/// anywhere ([`exec::imc_exec`]) empties the list; `refresh` (about one record or entry in 64)
+/// catches a comm changed otherwise (prctl). `recent` holds thread id + 1, so its
 /// initial zeroes name no thread (the idle task is pid 0 and is described like any other).
 ///
 /// # Safety
@@ -771,7 +772,12 @@ unsafe fn entry<C: EbpfContext>(
             &raw mut (*e).flags,
         );
         if current {
-            describe_task(h, pid, (*st).created & 63 == 0, cgroup_id, comm, flags);
+            // About one entry in 64 refreshes, picked by the time of the CPU's last run (its
+            // low bits jitter from tick to tick), not by the entry count: entries come in the
+            // same order tick after tick, so every 64th would always be the same task's, and a
+            // task whose comm changed at exec in the others' place would keep its old one.
+            let refresh = ((*st).last_t >> 10) & 63 == 0;
+            describe_task(h, pid, refresh, cgroup_id, comm, flags);
         } else {
             describe_no_task(cgroup_id, comm, flags);
         }

@@ -142,10 +142,9 @@ pub struct SamplerArgs {
     /// `imc list` order) or a backend `imc list` names.
     #[arg(long, value_name = "NAME", default_value = "auto", value_parser = backend_names())]
     pub backend: String,
-    /// A record at every context switch (sched_switch). On the kernel's tick, the program
-    /// otherwise sums each task's time and counts per CPU and writes one record per task at
-    /// each tick (its cost flat in the switch rate); with --freq, switches are otherwise not
-    /// read at all.
+    /// A record at every context switch (sched_switch). The program otherwise sums each task's
+    /// time and counts per CPU between switches and writes one record per task at each tick
+    /// (its cost flat in the switch rate), on the kernel's tick or --freq's timer alike.
     #[arg(long)]
     pub precise: bool,
     /// How a package's traffic is divided among the tasks that ran: auto (each CPU's own

@@ -18,6 +18,9 @@
 //!                                      (tests/scenarios/README.md)
 //!   cargo xtask accuracy --live [--rounds R] [SCENARIO.json...]
 //!                                      also `imc validate` R times here: mean error ± s.e.
+//!   cargo xtask accuracy --live --load [--rounds R]
+//!                                      `imc validate` in five modes, quiet and beside two CPU
+//!                                      hogs and a page faulter: passes and worst error
 //!   cargo xtask accuracy --stacks [--rounds R]
 //!                                      traffic by call stack against `perf record -g` here
 mod accuracy_live;
@@ -324,6 +327,9 @@ fn accuracy(mut args: Vec<String>) -> Result<ExitCode> {
     }
     let live = accuracy_live::take_live(&mut args)?;
     let scenarios = args.iter().any(|a| !a.starts_with('-'));
+    if live.is_some_and(|l| l.load) && scenarios {
+        bail!("--load runs imc validate's own modes: give no scenario with it");
+    }
     let mut code = 0;
     if live.is_none() || scenarios {
         let bin = build_in_process_bin("imc-accuracy")?;
@@ -333,9 +339,14 @@ fn accuracy(mut args: Vec<String>) -> Result<ExitCode> {
             .with_context(|| format!("running {}", bin.display()))?;
         code = status.code().unwrap_or(1) as u8;
     }
-    if let Some(rounds) = live {
+    if let Some(live) = live {
         let bin = build(true)?;
-        if !accuracy_live::run(&bin, rounds, &args)? {
+        let ok = if live.load {
+            accuracy_live::run_loaded(&bin, live.rounds)?
+        } else {
+            accuracy_live::run(&bin, live.rounds, &args)?
+        };
+        if !ok {
             code = code.max(1);
         }
     }

@@ -201,12 +201,12 @@ fn plan_draining(found: &Discovery, kernel: &Kernel, req: &Request) -> Result<Pl
         read_at_each_interval(&mut counters, req.interval_ms);
     }
     let tick = tick_of(kernel, req);
-    let records = req
-        .command
-        .samples()
-        .then(|| Records::of(&tick, req.precise));
+    let records = req.command.samples().then(|| Records::of(req.precise));
     let stacks = match (&req.stacks, req.command.samples()) {
-        (Some(s), true) => Some(stacks::plan_stacks(s, records, &parts.slots)?),
+        (Some(s), true) => {
+            let kernel_tick = tick.source == TickSource::KernelTick;
+            Some(stacks::plan_stacks(s, records, kernel_tick, &parts.slots)?)
+        }
         _ => None,
     };
     Ok(Plan {

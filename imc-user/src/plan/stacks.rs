@@ -32,20 +32,21 @@ pub fn weight_slots(slots: &[Slot]) -> Vec<usize> {
 }
 
 /// The stacks a sampling plan takes for `req`, or why it cannot.
+/// `kernel_tick`: the sampler runs on the kernel's tick (no `--freq`).
 pub fn plan_stacks(
     req: &StackRequest,
     records: Option<Records>,
+    kernel_tick: bool,
     slots: &[Slot],
 ) -> Result<StackPlan, PlanError> {
     let weights = weight_slots(slots);
     if let Some(period) = req.period {
         return overflow(req, period, slots, weights);
     }
-    if records != Some(Records::Aggregated) {
+    if records != Some(Records::Aggregated) || !kernel_tick {
         return Err(PlanError::BadRequest(
-            "--stacks takes stacks where the kernel's tick and switches charge slices, and \
-             --freq or --precise records each tick or switch apart: drop them, or sample with \
-             --stack-period N"
+            "--stacks takes stacks where the kernel's tick and switches charge slices, adding \
+             no interrupt: drop --freq and --precise, or sample with --stack-period N"
                 .into(),
         ));
     }

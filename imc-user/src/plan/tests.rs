@@ -152,6 +152,20 @@ fn freq_keeps_a_timer_of_its_own_and_says_it_adds_interrupts() {
     assert_eq!(p.tick.source, TickSource::CpuClock);
     assert!(p.tick.adds_interrupts);
     assert_eq!(p.tick.hz, Some(1000.0));
+    // Its ticks come on top of the switches, never instead of them: every count is charged
+    // to the task that ran when it was made.
+    assert!(p.tick.switches);
+    assert_eq!(p.records, Some(Records::Aggregated));
+    assert_eq!(p.tick.label(), "cpu-clock:1000Hz+sched_switch");
+    let cfg = crate::sampler::from_plan::config_of(&p, &[0, 1], 100, false);
+    assert_eq!(
+        cfg.tick,
+        crate::sampler::TickSource::CpuClock {
+            freq: 1000,
+            switches: true
+        }
+    );
+    assert!(cfg.aggregate);
 }
 
 #[test]
@@ -775,9 +789,10 @@ fn the_records_are_decided_once_from_the_tick_and_precise() {
         records(Command::Record, None, true),
         Some(Records::PerSwitch)
     );
+    // A finer timer keeps the switch boundaries: its ticks are added to them.
     assert_eq!(
         records(Command::Serve, Some(999), false),
-        Some(Records::PerTick)
+        Some(Records::Aggregated)
     );
     assert_eq!(
         records(Command::Top, Some(999), true),

@@ -21,12 +21,14 @@ impl fmt::Display for TickSource {
 }
 
 impl Records {
-    /// The records a sampling command gets from its tick and `--precise`.
-    pub(super) fn of(tick: &Tick, precise: bool) -> Records {
-        match (tick.source, tick.switches, precise) {
-            (_, false, _) => Records::PerTick,
-            (TickSource::KernelTick, true, false) => Records::Aggregated,
-            _ => Records::PerSwitch,
+    /// The records a sampling command gets from `--precise`: a finer timer (`--freq`) adds
+    /// ticks to the switch boundaries, never takes them away, so a count is always charged to
+    /// the task that ran when it was made, whatever the timer.
+    pub(super) fn of(precise: bool) -> Records {
+        if precise {
+            Records::PerSwitch
+        } else {
+            Records::Aggregated
         }
     }
 
@@ -38,7 +40,6 @@ impl Records {
                  record per switch)"
             }
             Records::PerSwitch => "one at every context switch and tick",
-            Records::PerTick => "one at every tick of imc's timer, none at switches",
         }
     }
 
@@ -46,7 +47,6 @@ impl Records {
         match self {
             Records::Aggregated => "aggregated",
             Records::PerSwitch => "per-switch",
-            Records::PerTick => "per-tick",
         }
     }
 }
@@ -86,10 +86,10 @@ pub(super) fn tick_of(kernel: &Kernel, req: &Request) -> Tick {
             source: TickSource::CpuClock,
             hz: Some(f64::from(f)),
             adds_interrupts: true,
-            switches: req.precise,
+            switches: true,
             reason: format!(
                 "--freq {f}: imc's own cpu-clock timer on every CPU, finer than the kernel's \
-                 tick; it adds a timer interrupt per CPU every {} us",
+                 tick, and sched_switch; it adds a timer interrupt per CPU every {} us",
                 1_000_000 / u64::from(f.max(1))
             ),
         },

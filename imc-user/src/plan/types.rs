@@ -34,7 +34,8 @@ pub struct Request {
     pub exclude: Vec<BackendKind>,
     /// `--freq`: imc's own cpu-clock timer instead of the kernel's tick.
     pub freq: Option<u32>,
-    /// `--precise` with `--freq`: context switches too (always on with the kernel's tick).
+    /// `--precise`: a record at every context switch (else each task's slices add up in the
+    /// kernel, flushed at each tick).
     pub precise: bool,
     /// The interval (stat reads at each one; the sampler drains four times per interval).
     pub interval_ms: u64,
@@ -331,8 +332,6 @@ pub enum Records {
     Aggregated,
     /// A record at every context switch and tick (`--precise`).
     PerSwitch,
-    /// A record at every tick of imc's own timer, none at switches (`--freq` alone).
-    PerTick,
 }
 
 /// What runs the sampler (or times stat's reads).

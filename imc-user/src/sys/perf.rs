@@ -175,6 +175,7 @@ pub trait RingBuffer: Send {
     fn drain(&mut self, f: &mut dyn FnMut(u32, &[u8]));
 }
 
+pub const SAMPLE_TID: u64 = 1 << 1;
 pub const SAMPLE_TIME: u64 = 1 << 2;
 pub const SAMPLE_READ: u64 = 1 << 4;
 pub const RECORD_LOST: u32 = 2;

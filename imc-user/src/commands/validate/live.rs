@@ -20,6 +20,10 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+mod load;
+pub(super) use load::Load;
+use load::LoadWatch;
+
 /// How long the sampler runs on after the workloads are frozen at --duration: every count they
 /// made is in a record by then (a tick or a switch on every CPU), so the last interval is whole.
 pub(super) const SETTLE: Duration = Duration::from_millis(120);
@@ -35,6 +39,9 @@ pub(super) struct Collect<'a> {
     pub(super) frozen: Option<std::time::Instant>,
     /// What each drain charged to call stacks (`--stacks`).
     pub(super) batches: Vec<crate::model::stacks::StackBatch>,
+    /// The machine's load while the workloads ran, and what it was when they were frozen.
+    pub(super) load: LoadWatch,
+    pub(super) load_seen: Option<Load>,
 }
 
 impl Sink for Collect<'_> {
@@ -53,13 +60,19 @@ impl Sink for Collect<'_> {
             g.start();
         }
         self.went = Some(std::time::Instant::now());
+        self.load.start();
         self.workloads.go();
     }
 
     fn drained(&mut self, _records: usize, _took: Duration) {
-        if self.frozen.is_none() && self.went.is_some_and(|t| t.elapsed() >= self.duration) {
+        if self.frozen.is_some() {
+            return;
+        }
+        self.load.sample();
+        if self.went.is_some_and(|t| t.elapsed() >= self.duration) {
             self.workloads.signal(libc::SIGSTOP);
             self.frozen = Some(std::time::Instant::now());
+            self.load_seen = Some(self.load.finish());
         }
     }
 
@@ -86,7 +99,8 @@ pub(super) fn run_live(
     let pids: Vec<u32> = wl.running.iter().map(|r| r.pid).collect();
     let mut groups = start_groups(rdt, &wl, &mut mbm_state);
     let mut truth = open_truth(found, &pids, events)?;
-    let (ran, intervals, batches) = sample(global, args, found, plan, &mut wl, groups.as_mut());
+    let (ran, intervals, batches, load) =
+        sample(global, args, found, plan, &mut wl, groups.as_mut());
     let mbm_bytes = groups.as_ref().map(|g| g.bytes());
     truth.stop();
     let passes = wl.stop(Duration::from_millis(500));
@@ -96,7 +110,7 @@ pub(super) fn run_live(
         "imc: validate: {} intervals sampled; comparing with the truth",
         intervals.len()
     );
-    let idents = idents_of(&wl);
+    let idents = idents_of(&wl, &truth);
     let counts = compare(events, &idents, &intervals, |t| truth.at(t));
     let byte_rows = bytes
         .real
@@ -127,6 +141,8 @@ pub(super) fn run_live(
         interval_ms: args.interval_ms,
         duration_s: args.duration,
         truth_lost: truth.lost(),
+        truth_counts_read: truth.counts_read(),
+        load: with_unattributed(load, &counts),
         workloads: counts.workloads,
         intervals: counts.intervals,
         bytes: BytesSection {
@@ -192,15 +208,37 @@ fn open_truth(
     })
 }
 
-/// Who each running workload is in the attributor's rows.
-fn idents_of(wl: &Workloads) -> Vec<Ident> {
+/// Who each running workload is in the attributor's rows: its process and those its truth
+/// counted in.
+fn idents_of(wl: &Workloads, truth: &Truth) -> Vec<Ident> {
     wl.running
         .iter()
-        .map(|r| Ident {
+        .enumerate()
+        .map(|(w, r)| Ident {
             name: r.kind.name,
             pid: r.pid,
             comm: r.kind.comm(),
+            processes: Some(truth.processes(w)),
         })
+        .collect()
+}
+
+/// The load seen, with the share of each event's counts imc could not place.
+fn with_unattributed(mut load: Load, counts: &Counts) -> Load {
+    load.unattributed_share = unattributed_share(counts);
+    load
+}
+
+/// Per event, the run's unattributed counts over its total.
+fn unattributed_share(counts: &Counts) -> std::collections::BTreeMap<String, f64> {
+    let mut sums: std::collections::BTreeMap<String, (f64, f64)> = Default::default();
+    for t in counts.intervals.iter().flat_map(|iv| &iv.events) {
+        let e = sums.entry(t.event.clone()).or_default();
+        e.0 += t.unattributed;
+        e.1 += t.total;
+    }
+    sums.into_iter()
+        .map(|(k, (u, total))| (k, u / total.max(1.0)))
         .collect()
 }
 
@@ -253,7 +291,10 @@ fn sample(
     CliResult<ExitCode>,
     Vec<IntervalResult>,
     Vec<crate::model::stacks::StackBatch>,
+    Load,
 ) {
+    let pids: Vec<u32> = wl.running.iter().map(|r| r.pid).collect();
+    let load = LoadWatch::new(&global.root, &pids, found.topology.online.len());
     let mut sink = Collect {
         workloads: wl,
         groups,
@@ -262,6 +303,8 @@ fn sample(
         went: None,
         frozen: None,
         batches: Vec::new(),
+        load,
+        load_seen: None,
     };
     let opts = LoopOptions {
         interval_ms: args.interval_ms,
@@ -277,7 +320,9 @@ fn sample(
     let ran = block_on(async { Ok(sample_loop(&opts, found, plan, &mut sink).await?) });
     let intervals = std::mem::take(&mut sink.intervals);
     let batches = std::mem::take(&mut sink.batches);
-    (ran, intervals, batches)
+    // A run cut short before the freeze: the load up to now.
+    let load = sink.load_seen.take().unwrap_or_else(|| sink.load.finish());
+    (ran, intervals, batches, load)
 }
 
 /// Says what runs, catches INT and TERM, and removes monitor groups a killed run left: MBM's

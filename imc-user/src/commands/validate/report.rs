@@ -12,6 +12,11 @@ pub(super) struct Report {
     pub(super) duration_s: f64,
     /// Truth samples the kernel lost or throttled (0: the truth is exact).
     pub(super) truth_lost: u64,
+    /// Each truth sample carried its thread's count (false: counted as one period each, short
+    /// by the periods a late timer skipped).
+    pub(super) truth_counts_read: bool,
+    /// How loaded the machine was while the workloads ran.
+    pub(super) load: super::live::Load,
     pub(super) workloads: Vec<WorkloadRow>,
     pub(super) intervals: Vec<IntervalRow>,
     pub(super) bytes: BytesSection,
@@ -109,6 +114,7 @@ pub(super) fn render_report(r: &Report) -> String {
         }
     }
     s += &format!("mbm: {}\n", r.mbm.reason);
+    s += &format!("{}\n", r.load.text());
     s += if r.pass {
         if r.cut_short {
             "cut short by a signal: no verdict\n"

@@ -59,16 +59,20 @@ fn idents() -> Vec<Ident> {
             name: "toucher",
             pid: 10,
             comm: "imcv-toucher".into(),
+            processes: Some(vec![10]),
         },
+        // The burst's truth counted in its child 21 too.
         Ident {
             name: "burst",
             pid: 20,
             comm: "imcv-burst".into(),
+            processes: Some(vec![20, 21]),
         },
         Ident {
             name: "spinner",
             pid: 30,
             comm: "imcv-spinner".into(),
+            processes: Some(vec![30]),
         },
     ]
 }
@@ -80,7 +84,7 @@ fn truth_at(t: u64) -> Vec<Vec<f64>> {
 }
 
 #[test]
-fn errors_are_per_interval_over_its_total_and_children_count_by_comm() {
+fn errors_are_per_interval_over_its_total_and_children_count_by_their_truth() {
     let events = [ev("page-faults")];
     let intervals = vec![
         // Interval 0 charges the spinner 20 faults the toucher made.
@@ -91,7 +95,10 @@ fn errors_are_per_interval_over_its_total_and_children_count_by_comm() {
                 task(21, "imcv-burst", 60.0),
                 task(20, "imcv-burst", 40.0),
                 task(30, "imcv-spinner", 20.0),
-                task(99, "python3", 900.0),
+                task(99, "python3", 400.0),
+                // Another run's toucher and burst child: the same names, not these workloads.
+                task(77, "imcv-toucher", 450.0),
+                task(78, "imcv-burst", 50.0),
             ],
             2000.0,
             0.0,
@@ -130,6 +137,56 @@ fn errors_are_per_interval_over_its_total_and_children_count_by_comm() {
     assert!(z.text().contains("OUTSIDE"));
     // Interval 0: 2000 attributed + 0 idle = 2000; interval 1: 1100 + 400 = 1500.
     assert_eq!(find("conservation").value, Some(0.0));
+}
+
+/// A workload charged short by what imc said it could not place is within; beyond it, or
+/// charged over, it is not.
+#[test]
+fn a_shortfall_imc_said_it_could_not_place_is_allowed_an_excess_never() {
+    let events = [ev("page-faults")];
+    // Truth 1000 a second for the toucher; 2000 counted a second in all.
+    let intervals = vec![
+        // 200 unattributed (a slice after a switch the program did not see), toucher short 200.
+        second(
+            0,
+            vec![task(10, "imcv-toucher", 800.0), task(99, "sh", 1000.0)],
+            2000.0,
+            200.0,
+        ),
+        // Short 300 with 200 said: 100 unsaid.
+        second(
+            1,
+            vec![task(10, "imcv-toucher", 700.0), task(99, "sh", 1100.0)],
+            2000.0,
+            200.0,
+        ),
+        // Over by 200: never excused by what was unattributed.
+        second(
+            2,
+            vec![task(10, "imcv-toucher", 1200.0), task(99, "sh", 600.0)],
+            2000.0,
+            200.0,
+        ),
+    ];
+    let c = compare(&events, &idents(), &intervals, truth_at);
+    let cell = |i: usize| &c.intervals[i].workloads[0];
+    assert_eq!((cell(0).error, cell(0).error_raw), (0.0, 0.1));
+    assert_eq!((cell(1).error, cell(1).error_raw), (0.05, 0.15));
+    assert_eq!((cell(2).error, cell(2).error_raw), (0.1, 0.1));
+    let toucher = &c.workloads[0];
+    assert_eq!((toucher.error, toucher.worst_interval), (0.1, 2));
+    assert_eq!(toucher.error_raw, 0.15);
+    let b = count_bounds(&events, &c);
+    assert!(bound(&b, "error").text().contains("could not place"));
+}
+
+#[test]
+fn without_the_truths_processes_a_task_of_a_workloads_name_is_its_child() {
+    let mut ids = idents();
+    ids[1].processes = None;
+    let r = second(0, vec![task(78, "imcv-burst", 50.0)], 50.0, 0.0);
+    let c = compare(&[ev("page-faults")], &ids, &[r], truth_at);
+    assert_eq!(c.workloads[1].attributed, 50.0);
 }
 
 #[test]

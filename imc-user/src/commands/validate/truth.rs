@@ -1,18 +1,26 @@
 //! The truth of `imc validate`: every per-CPU event the plan counts (a weight, or a stand-in
 //! such as page-faults) also counted by the kernel for each workload alone (perf_event_open on
-//! its pid, inherited by its threads and children), as samples with their time: every count of
-//! a software event is a sample, so the truth between two instants is exact, whenever they
-//! fall. A reading of counters at instants (cpu = -1) would put the counts between two reads on
-//! the wrong side of an interval end whenever the reader is late (on a busy VM, up to 17 ms).
+//! its pid, inherited by its threads and children), as samples with their time. Each sample
+//! carries the count of its thread on its CPU (PERF_SAMPLE_READ with PERF_SAMPLE_TID, which the
+//! kernel allows on an inherited counter from 6.12), so the truth at any instant is the sum of
+//! each thread's count at its last sample before it: exact to a period, whenever the instant
+//! falls, and whatever samples went missing in between. A clock's sample timer that fires late
+//! by more than a period skips the periods it missed (one sample for several), which a busy or
+//! virtualised machine does every few milliseconds: counted as one period a sample, such a
+//! truth ran short of the task's time by 1% on a quiet run and more under load. A kernel that
+//! refuses the pair gets samples of their time alone, each counted as one period.
+//! A reading of counters at instants (cpu = -1) would put the counts between two reads on the
+//! wrong side of an interval end whenever the reader is late (on a busy VM, up to 17 ms).
 //! The kernel refuses a ring on an inherited counter of every CPU (cpu = -1), so there is one
 //! per workload, event and CPU.
 use crate::model::Encoded;
 use crate::plan::Plan;
 use crate::sys::perf::{
     FLAG_INHERIT, FLAG_USE_CLOCKID, FLAG_WATERMARK, PerfEventAttr, PerfSys, RECORD_LOST,
-    RECORD_SAMPLE, RECORD_THROTTLE, RingBuffer, SAMPLE_TIME, SW_CPU_CLOCK, TYPE_SOFTWARE,
-    TYPE_TRACEPOINT,
+    RECORD_SAMPLE, RECORD_THROTTLE, RingBuffer, SAMPLE_READ, SAMPLE_TID, SAMPLE_TIME, SW_CPU_CLOCK,
+    TYPE_SOFTWARE, TYPE_TRACEPOINT,
 };
+use std::collections::{HashMap, HashSet};
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -82,15 +90,19 @@ const SW_TASK_CLOCK: u64 = 1;
 /// every two milliseconds.
 const RING_PAGES: usize = 64;
 
-/// Each workload's events, sampled: the time of every sample (or every period's worth), so the
-/// truth between any two instants is counted, not interpolated.
+/// Each workload's events, sampled: the time of every sample and what its thread counted since
+/// its last, so the truth between any two instants is counted, not interpolated.
 pub struct Truth {
     events: usize,
-    periods: Vec<u64>,
-    /// `cells[workload * events + event]`: sample times (CLOCK_MONOTONIC ns).
-    cells: Arc<Mutex<Vec<Vec<u64>>>>,
+    /// `cells[workload * events + event]`: (sample time on CLOCK_MONOTONIC ns, counts since
+    /// the thread's previous sample on that CPU), and the processes sampled.
+    cells: Arc<Mutex<Vec<Cell>>>,
+    /// Each cell's counts summed up to each sample time, sorted (once stopped).
+    totals: Vec<Vec<(u64, u64)>>,
     /// Samples the kernel dropped (a full ring) or withheld (throttling).
     lost: Arc<AtomicU64>,
+    /// Whether the samples carry their thread's count (else each is one period).
+    read: bool,
     stop: Arc<AtomicBool>,
     reader: Option<std::thread::JoinHandle<()>>,
 }
@@ -105,11 +117,49 @@ pub struct TruthError {
     pub source: std::io::Error,
 }
 
-/// One sampled counter: its cell, fd and ring.
+/// One workload's samples of one event, and the processes (its own and its children) they came
+/// from.
+#[derive(Clone, Default)]
+struct Cell {
+    samples: Vec<(u64, u64)>,
+    processes: HashSet<u32>,
+}
+
+/// One sampled counter: its cell, fd and ring, and how its samples count.
 struct Sampled {
     cell: usize,
     _fd: OwnedFd,
     ring: Box<dyn RingBuffer>,
+    /// The samples carry their thread's count: each thread's last one, by thread id.
+    read: Option<HashMap<u32, u64>>,
+    period: u64,
+}
+
+/// A sample's process, time and the counts it adds: with `read` (each thread's count at its
+/// last sample, by thread id), its thread's count less that at its previous sample (a thread id
+/// seen again with a smaller count is a new thread); without, one `period`.
+fn sample(read: &mut Option<HashMap<u32, u64>>, period: u64, payload: &[u8]) -> (u32, u64, u64) {
+    let word = |i: usize| {
+        payload
+            .get(i * 8..i * 8 + 8)
+            .map_or(0, |b| u64::from_ne_bytes(b.try_into().unwrap_or([0; 8])))
+    };
+    // { u32 pid, u32 tid; u64 time; u64 value if read } (PERF_SAMPLE_TID | TIME | READ, in the
+    // order of include/uapi/linux/perf_event.h's PERF_RECORD_SAMPLE), native endian.
+    let w0 = word(0).to_ne_bytes();
+    let pid = u32::from_ne_bytes([w0[0], w0[1], w0[2], w0[3]]);
+    let tid = u32::from_ne_bytes([w0[4], w0[5], w0[6], w0[7]]);
+    let Some(last) = read.as_mut() else {
+        return (pid, word(1), period);
+    };
+    let value = word(2);
+    let before = last.insert(tid, value).unwrap_or(0);
+    let added = if value >= before {
+        value - before
+    } else {
+        value
+    };
+    (pid, word(1), added)
 }
 
 impl Truth {
@@ -123,6 +173,7 @@ impl Truth {
     ) -> Result<Truth, TruthError> {
         let mut rings = Vec::new();
         let pages = RING_PAGES * crate::sys::devmem::page_size() as usize;
+        let mut read = true;
         for (w, &pid) in pids.iter().enumerate() {
             for (k, ev) in events.iter().enumerate() {
                 for e in &ev.encodings {
@@ -132,8 +183,7 @@ impl Truth {
                             pid,
                             source,
                         };
-                        let attr = sampling_attr(e, pages as u32);
-                        let fd = match sys.open(&attr, pid as i32, cpu as i32, None) {
+                        let fd = match open_counter(&*sys, e, pages as u32, pid, cpu, &mut read) {
                             Ok(fd) => fd,
                             // A hybrid CPU's core PMU exists on some CPUs only.
                             Err(x) if x.raw_os_error() == Some(libc::ENOENT) && cpus.len() > 1 => {
@@ -146,12 +196,14 @@ impl Truth {
                             cell: w * events.len() + k,
                             _fd: fd,
                             ring,
+                            read: read.then(HashMap::new),
+                            period: period_of(e),
                         });
                     }
                 }
             }
         }
-        let cells = Arc::new(Mutex::new(vec![Vec::new(); pids.len() * events.len()]));
+        let cells = Arc::new(Mutex::new(vec![Cell::default(); pids.len() * events.len()]));
         let lost = Arc::new(AtomicU64::new(0));
         let stop = Arc::new(AtomicBool::new(false));
         let reader = std::thread::Builder::new()
@@ -175,30 +227,23 @@ impl Truth {
             .ok();
         Ok(Truth {
             events: events.len(),
-            periods: events
-                .iter()
-                .map(|e| e.encodings.first().map_or(1, period_of))
-                .collect(),
             cells,
+            totals: Vec::new(),
             lost,
+            read,
             stop,
             reader,
         })
     }
 
-    /// Each workload's count of each event from the start up to `t_ns`.
+    /// Each workload's count of each event from the start up to `t_ns` (once stopped).
     pub fn at(&self, t_ns: u64) -> Vec<Vec<f64>> {
-        let cells = self.cells.lock().unwrap_or_else(|p| p.into_inner());
-        let counts: Vec<f64> = cells
+        let counts: Vec<f64> = self
+            .totals
             .iter()
-            .enumerate()
-            .map(|(i, times)| {
-                let period = self
-                    .periods
-                    .get(i % self.events.max(1))
-                    .copied()
-                    .unwrap_or(1);
-                (times.partition_point(|&t| t <= t_ns) as u64 * period) as f64
+            .map(|sums| {
+                let n = sums.partition_point(|&(t, _)| t <= t_ns);
+                n.checked_sub(1).map_or(0.0, |i| sums[i].1 as f64)
             })
             .collect();
         counts
@@ -207,21 +252,59 @@ impl Truth {
             .collect()
     }
 
-    /// Samples lost or throttled: the truth is short by at least this many periods.
+    /// The processes the truth of workload `w` counted in (its own and its children's), sorted:
+    /// the tasks whose charges are the workload's, and no other run's of the same name.
+    pub fn processes(&self, w: usize) -> Vec<u32> {
+        let cells = self.cells.lock().unwrap_or_else(|p| p.into_inner());
+        let n = self.events.max(1);
+        let mut all: Vec<u32> = cells
+            .iter()
+            .skip(w * n)
+            .take(n)
+            .flat_map(|c| c.processes.iter().copied())
+            .collect();
+        all.sort_unstable();
+        all.dedup();
+        all
+    }
+
+    /// Whether each sample carried its thread's count (the truth is exact to a period at any
+    /// instant), or was counted as one period (short by the periods a late timer skipped).
+    pub fn counts_read(&self) -> bool {
+        self.read
+    }
+
+    /// Samples lost or throttled: without counts read, the truth is short by at least this many
+    /// periods (with them, a thread's next sample makes up for them).
     pub fn lost(&self) -> u64 {
         self.lost.load(Ordering::SeqCst)
     }
 
-    /// Stops sampling after a last drain; the times are sorted for [`Truth::at`].
+    /// Stops sampling after a last drain, and sums each cell's counts in time order for
+    /// [`Truth::at`].
     pub fn stop(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
         if let Some(t) = self.reader.take() {
             let _ = t.join();
         }
-        let mut cells = self.cells.lock().unwrap_or_else(|p| p.into_inner());
-        for c in cells.iter_mut() {
-            c.sort_unstable();
+        if !self.totals.is_empty() {
+            return;
         }
+        let mut cells = self.cells.lock().unwrap_or_else(|p| p.into_inner());
+        self.totals = cells
+            .iter_mut()
+            .map(|c| {
+                c.samples.sort_unstable();
+                let mut sum = 0u64;
+                c.samples
+                    .iter()
+                    .map(|&(t, n)| {
+                        sum = sum.saturating_add(n);
+                        (t, sum)
+                    })
+                    .collect()
+            })
+            .collect();
     }
 }
 
@@ -231,9 +314,39 @@ impl Drop for Truth {
     }
 }
 
+/// One truth counter of `pid` on `cpu`, its samples carrying their thread's count while `read`
+/// (turned off for good where the kernel refuses that on an inherited counter: EINVAL).
+fn open_counter(
+    sys: &dyn PerfSys,
+    e: &Encoded,
+    ring_bytes: u32,
+    pid: u32,
+    cpu: u32,
+    read: &mut bool,
+) -> std::io::Result<OwnedFd> {
+    if *read {
+        match sys.open(
+            &sampling_attr(e, ring_bytes, true),
+            pid as i32,
+            cpu as i32,
+            None,
+        ) {
+            Err(x) if x.raw_os_error() == Some(libc::EINVAL) => *read = false,
+            opened => return opened,
+        }
+    }
+    sys.open(
+        &sampling_attr(e, ring_bytes, false),
+        pid as i32,
+        cpu as i32,
+        None,
+    )
+}
+
 /// The sampling attr of a truth counter: `period_of` the event, each sample its time on
-/// CLOCK_MONOTONIC (the sampler's clock), inherited, nobody woken before the ring fills.
-fn sampling_attr(e: &Encoded, ring_bytes: u32) -> PerfEventAttr {
+/// CLOCK_MONOTONIC (the sampler's clock), its process and thread and, with `read`, that
+/// thread's count, inherited, nobody woken before the ring fills.
+fn sampling_attr(e: &Encoded, ring_bytes: u32, read: bool) -> PerfEventAttr {
     let mut attr = PerfEventAttr::counter(
         e.pmu_type,
         [e.config, e.config1, e.config2],
@@ -241,36 +354,44 @@ fn sampling_attr(e: &Encoded, ring_bytes: u32) -> PerfEventAttr {
         e.exclude_kernel,
     );
     attr.sample_period = period_of(e);
-    attr.sample_type = SAMPLE_TIME;
+    attr.sample_type = SAMPLE_TID | SAMPLE_TIME;
+    if read {
+        // read_format 0: the one value, the thread's own count on this CPU.
+        attr.sample_type |= SAMPLE_READ;
+        attr.read_format = 0;
+    }
     attr.flags |= FLAG_INHERIT | FLAG_USE_CLOCKID | FLAG_WATERMARK;
     attr.clockid = libc::CLOCK_MONOTONIC;
     attr.wakeup_events = ring_bytes / 2;
     attr
 }
 
-fn drain(rings: &mut [Sampled], cells: &Mutex<Vec<Vec<u64>>>, lost: &AtomicU64) {
+fn drain(rings: &mut [Sampled], cells: &Mutex<Vec<Cell>>, lost: &AtomicU64) {
     let mut cells = cells.lock().unwrap_or_else(|p| p.into_inner());
     for s in rings.iter_mut() {
-        let Some(times) = cells.get_mut(s.cell) else {
+        let Some(cell) = cells.get_mut(s.cell) else {
             continue;
         };
-        s.ring.drain(&mut |kind, payload| {
-            let word = |i: usize| {
-                payload
-                    .get(i * 8..i * 8 + 8)
-                    .map_or(0, |b| u64::from_ne_bytes(b.try_into().unwrap_or([0; 8])))
-            };
-            match kind {
-                RECORD_SAMPLE => times.push(word(0)),
-                // { id, lost }
-                RECORD_LOST => {
-                    lost.fetch_add(word(1), Ordering::SeqCst);
-                }
-                RECORD_THROTTLE => {
-                    lost.fetch_add(1, Ordering::SeqCst);
-                }
-                _ => {}
+        let Sampled {
+            ring, read, period, ..
+        } = s;
+        ring.drain(&mut |kind, payload| match kind {
+            RECORD_SAMPLE => {
+                let (pid, t, n) = sample(read, *period, payload);
+                cell.processes.insert(pid);
+                cell.samples.push((t, n));
             }
+            // { id, lost }
+            RECORD_LOST => {
+                let n = payload
+                    .get(8..16)
+                    .map_or(0, |b| u64::from_ne_bytes(b.try_into().unwrap_or([0; 8])));
+                lost.fetch_add(n, Ordering::SeqCst);
+            }
+            RECORD_THROTTLE => {
+                lost.fetch_add(1, Ordering::SeqCst);
+            }
+            _ => {}
         });
     }
 }
@@ -281,10 +402,25 @@ mod tests {
     use crate::sys::perf::PerfIoctl;
     use std::os::fd::BorrowedFd;
 
-    /// Each ring yields samples at the times scripted for its (pid, cpu), once.
-    #[derive(Default)]
+    /// What one ring of (pid, cpu) yields, with counts read or not.
+    type Script = fn(i32, i32, bool) -> Vec<(u32, Vec<u8>)>;
+
+    /// Each ring yields the records its script gives its (pid, cpu), once; an inherited
+    /// counter whose samples would carry counts is refused (EINVAL) when `old_kernel`.
     struct Fake {
         opened: Mutex<Vec<(PerfEventAttr, i32, i32)>>,
+        script: Script,
+        old_kernel: bool,
+    }
+
+    impl Fake {
+        fn new(script: Script, old_kernel: bool) -> Arc<Fake> {
+            Arc::new(Fake {
+                opened: Mutex::default(),
+                script,
+                old_kernel,
+            })
+        }
     }
 
     struct FakeRing(Vec<(u32, Vec<u8>)>);
@@ -305,6 +441,9 @@ mod tests {
             cpu: i32,
             _: Option<BorrowedFd<'_>>,
         ) -> std::io::Result<OwnedFd> {
+            if self.old_kernel && attr.sample_type & SAMPLE_READ != 0 {
+                return Err(std::io::Error::from_raw_os_error(libc::EINVAL));
+            }
             self.opened.lock().unwrap().push((*attr, pid, cpu));
             Ok(std::fs::File::open("/dev/null")?.into())
         }
@@ -315,19 +454,22 @@ mod tests {
             Ok(())
         }
         fn map_ring(&self, _: BorrowedFd<'_>, _: usize) -> std::io::Result<Box<dyn RingBuffer>> {
-            let (_, pid, cpu) = *self.opened.lock().unwrap().last().unwrap();
-            // pid 41: samples at 10, 20, 30 on each CPU; pid 42: one lost record.
-            let recs = if pid == 41 {
-                (1..=3)
-                    .map(|i| (RECORD_SAMPLE, (i * 10 + cpu as u64).to_ne_bytes().to_vec()))
-                    .collect()
-            } else {
-                let mut lost = 7u64.to_ne_bytes().to_vec();
-                lost.extend(5u64.to_ne_bytes());
-                vec![(RECORD_LOST, lost)]
-            };
-            Ok(Box::new(FakeRing(recs)))
+            let (attr, pid, cpu) = *self.opened.lock().unwrap().last().unwrap();
+            let read = attr.sample_type & SAMPLE_READ != 0;
+            Ok(Box::new(FakeRing((self.script)(pid, cpu, read))))
         }
+    }
+
+    /// A sample of thread `tid` of `pid` at `t`, carrying the thread's count `value` (or, where
+    /// counts are not read, its time alone).
+    fn at_time(read: bool, pid: u32, tid: u32, t: u64, value: u64) -> (u32, Vec<u8>) {
+        let mut p = pid.to_ne_bytes().to_vec();
+        p.extend(tid.to_ne_bytes());
+        p.extend(t.to_ne_bytes());
+        if read {
+            p.extend(value.to_ne_bytes());
+        }
+        (RECORD_SAMPLE, p)
     }
 
     pub(crate) fn page_faults() -> Encoded {
@@ -341,8 +483,28 @@ mod tests {
     }
 
     #[test]
-    fn every_count_is_a_timed_sample_per_task_and_cpu_inherited() {
-        let fake = Arc::new(Fake::default());
+    fn every_count_is_a_timed_sample_per_thread_and_cpu_inherited() {
+        // pid 41: its thread counts 1, 2, 3 at 10, 20, 30 (+ the CPU), a child process 43 of
+        // it 1 at 25 on CPU 0; pid 42: one lost record.
+        let fake = Fake::new(
+            |pid, cpu, read| {
+                let c = cpu as u64;
+                if pid == 41 {
+                    let mut v: Vec<_> = (1..=3)
+                        .map(|i| at_time(read, 41, 41, i * 10 + c, i))
+                        .collect();
+                    if cpu == 0 {
+                        v.push(at_time(read, 43, 43, 25, 1));
+                    }
+                    v
+                } else {
+                    let mut lost = 7u64.to_ne_bytes().to_vec();
+                    lost.extend(5u64.to_ne_bytes());
+                    vec![(RECORD_LOST, lost)]
+                }
+            },
+            false,
+        );
         let ev = TruthEvent {
             event: "page-faults".into(),
             slot: 0,
@@ -350,6 +512,7 @@ mod tests {
         };
         let mut truth = Truth::open(fake.clone(), &[41, 42], &[0, 1], &[ev]).unwrap();
         truth.stop();
+        assert!(truth.counts_read());
         let opened = fake.opened.lock().unwrap();
         let who: Vec<(i32, i32)> = opened.iter().map(|o| (o.1, o.2)).collect();
         assert_eq!(who, [(41, 0), (41, 1), (42, 0), (42, 1)]);
@@ -358,13 +521,62 @@ mod tests {
             assert_ne!(attr.flags & FLAG_USE_CLOCKID, 0);
             assert_eq!(attr.clockid, libc::CLOCK_MONOTONIC);
             assert_eq!((attr.type_, attr.config, attr.sample_period), (1, 2, 1));
-            assert_eq!(attr.sample_type, SAMPLE_TIME);
+            assert_eq!(attr.sample_type, SAMPLE_TID | SAMPLE_TIME | SAMPLE_READ);
+            assert_eq!(attr.read_format, 0);
         }
-        // pid 41: samples at 10, 11, 20, 21, 30, 31.
+        // pid 41's samples: 10, 11, 20, 21, 25, 30, 31.
         assert_eq!(truth.at(9), [[0.0], [0.0]]);
         assert_eq!(truth.at(20), [[3.0], [0.0]]);
-        assert_eq!(truth.at(100), [[6.0], [0.0]]);
+        assert_eq!(truth.at(100), [[7.0], [0.0]]);
         assert_eq!(truth.lost(), 10);
+        // The processes each workload's truth counted in: its own and its child's.
+        assert_eq!(truth.processes(0), [41, 43]);
+        assert!(truth.processes(1).is_empty());
+    }
+
+    /// A clock's thread whose sample timer fired late skipped two periods: its next sample
+    /// carries the time it ran all the same, where counting samples would leave it short.
+    #[test]
+    fn a_late_timers_skipped_periods_are_counted_where_the_kernel_reads_counts() {
+        let script: Script = |_, cpu, read| {
+            if cpu != 0 {
+                return Vec::new();
+            }
+            [(20, 20_000), (40, 40_000), (100, 100_000), (120, 120_000)]
+                .into_iter()
+                .map(|(t, v)| at_time(read, 41, 41, t, v))
+                .collect()
+        };
+        let clock = TruthEvent {
+            event: "cpu-clock".into(),
+            slot: 0,
+            encodings: vec![Encoded {
+                pmu_type: 1,
+                config: 0,
+                ..Default::default()
+            }],
+        };
+        let mut truth = Truth::open(
+            Fake::new(script, false),
+            &[41],
+            &[0],
+            std::slice::from_ref(&clock),
+        )
+        .unwrap();
+        truth.stop();
+        assert_eq!(truth.at(100), [[100_000.0]]);
+        assert_eq!(truth.at(1000), [[120_000.0]]);
+        // A kernel that refuses counts in the samples of an inherited counter: each sample is
+        // one period, and the skipped ones are missing.
+        let old = Fake::new(script, true);
+        let mut truth = Truth::open(old.clone(), &[41], &[0], &[clock]).unwrap();
+        truth.stop();
+        assert!(!truth.counts_read());
+        assert_eq!(
+            old.opened.lock().unwrap()[0].0.sample_type,
+            SAMPLE_TID | SAMPLE_TIME
+        );
+        assert_eq!(truth.at(1000), [[80_000.0]]);
     }
 
     #[test]
