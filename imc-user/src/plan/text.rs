@@ -1,5 +1,5 @@
 //! A plan as a person reads it (`--dry-run` without `--json`).
-use super::types::{Counter, Plan, Reader, Records};
+use super::types::{Counter, Plan, Reader};
 use std::fmt::Write;
 
 fn cpus(list: &[u32]) -> String {
@@ -159,7 +159,7 @@ pub fn render(plan: &Plan) -> String {
     how_divided(&mut s, plan);
     let _ = writeln!(s, "counters ({}):", plan.counters.len());
     for c in &plan.counters {
-        let switches = plan.records != Some(Records::PerTick);
+        let switches = plan.tick.switches;
         let _ = writeln!(s, "{}", counter_line(c, switches));
     }
     limits(&mut s, plan);
