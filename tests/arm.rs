@@ -412,6 +412,61 @@ fn list_names_the_arm_and_cxl_backends() {
     }
 }
 
+#[test]
+fn list_names_each_arm_core_from_its_midr() {
+    for (tree, cpu) in [
+        (
+            "grace-2socket",
+            "Arm Neoverse V2 [implementer 0x41, part 0xd4f]",
+        ),
+        (
+            "graviton3-64core",
+            "Arm Neoverse V1 [implementer 0x41, part 0xd40]",
+        ),
+        (
+            "altra-1socket",
+            "Arm Neoverse N1 [implementer 0x41, part 0xd0c]",
+        ),
+        (
+            "kunpeng920-4die",
+            "HiSilicon TSV110 (Kunpeng 920) [implementer 0x48, part 0xd01]",
+        ),
+        (
+            "ampereone-1socket",
+            "Ampere AmpereOne [implementer 0xc0, part 0xac3]",
+        ),
+    ] {
+        let o = imc()
+            .arg("--root")
+            .arg(own_fixtures().join(tree))
+            .arg("list")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            o.status.success(),
+            "{tree}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let first = text.lines().next().unwrap_or("");
+        assert!(
+            first.starts_with(&format!("machine: {cpu}, ")),
+            "{tree}: {first}"
+        );
+    }
+    // A part imc has no name for keeps its numbers rather than a guess.
+    let (_d, root) = copy("grace-2socket");
+    let cpuinfo = root.join("proc/cpuinfo");
+    let text = std::fs::read_to_string(&cpuinfo).unwrap();
+    std::fs::write(&cpuinfo, text.replace("0xd4f", "0xd99")).unwrap();
+    let o = imc().arg("--root").arg(&root).arg("list").output().unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.starts_with("machine: Arm core unknown to imc [implementer 0x41, part 0xd99], "),
+        "{text}"
+    );
+}
+
 /// On Linux 6.7+ any CPU of a package may read Intel's uncore counters, but no other CPU than
 /// its own may read a CXL device's: a package holding both is read on that one CPU.
 #[test]

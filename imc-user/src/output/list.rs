@@ -1,6 +1,7 @@
 //! `imc list` as text: each bandwidth source with its PMUs and events, then the PMUs that are
 //! not bandwidth sources.
 use crate::discovery::Report;
+use crate::discovery::machine::arm_cpu_text;
 use crate::model::{OtherSource, PmuScope, Source, SourceRole};
 use std::fmt::Write as _;
 
@@ -36,7 +37,7 @@ pub fn render(r: &Report, verbose: bool) -> String {
     let cpu = match (&m.vendor, m.family, m.model, &m.power) {
         (Some(v), Some(f), Some(md), _) => format!("{v} family {f:#x} model {md:#x}"),
         (_, _, _, Some(p)) => p.clone(),
-        _ => "unknown CPU".into(),
+        _ => arm_cpu_text(m).unwrap_or_else(|| "unknown CPU".into()),
     };
     let _ = writeln!(
         o,

@@ -12,20 +12,21 @@
 //! CPUECTLR.EXTLLC, so on other machines it reads zero: not a weight to depend on.
 use super::table::{CoreTraffic, CoreTrafficEvent, Locality, ev};
 use crate::discovery::is_arm_core;
+use crate::discovery::machine::{arm_core_name, arm_midr_text};
 use crate::model::{Direction, Machine};
 
 /// MIDR implementer and part numbers of the cores with a table (the kernel's
 /// arch/arm64/include/asm/cputype.h: ARM_CPU_PART_NEOVERSE_N1 0xd0c, _V1 0xd40, _N2 0xd49,
 /// _V2 0xd4f; AMPERE_CPU_PART_AMPERE1 0xac3, AMPERE1A 0xac4; HISI_CPU_PART_TSV110 0xd01, whose
 /// tools/perf/pmu-events/arch/arm64/hisilicon/hip08/core-imp-def.json declares both events).
-const CORES: [(u32, u32, &str); 7] = [
-    (0x41, 0xd0c, "Neoverse N1"),
-    (0x41, 0xd40, "Neoverse V1"),
-    (0x41, 0xd49, "Neoverse N2"),
-    (0x41, 0xd4f, "Neoverse V2"),
-    (0xc0, 0xac3, "AmpereOne"),
-    (0xc0, 0xac4, "AmpereOne A"),
-    (0x48, 0xd01, "TSV110 (Kunpeng 920)"),
+const CORES: [(u32, u32); 7] = [
+    (0x41, 0xd0c),
+    (0x41, 0xd40),
+    (0x41, 0xd49),
+    (0x41, 0xd4f),
+    (0xc0, 0xac3),
+    (0xc0, 0xac4),
+    (0x48, 0xd01),
 ];
 
 /// Whether the machine is an Arm one (cpuinfo names an implementer).
@@ -35,11 +36,8 @@ pub(super) fn is_arm(m: &Machine) -> bool {
 
 /// The core's name, where imc has a table for it.
 pub fn core_name(m: &Machine) -> Option<&'static str> {
-    let (imp, part) = (m.arm_implementer?, m.arm_part?);
-    CORES
-        .iter()
-        .find(|(i, p, _)| *i == imp && *p == part)
-        .map(|(_, _, name)| *name)
+    let midr = (m.arm_implementer?, m.arm_part?);
+    CORES.contains(&midr).then(|| arm_core_name(m)).flatten()
 }
 
 fn event(
@@ -60,10 +58,8 @@ pub(super) fn traffic(m: &Machine, pmu: &str) -> Result<CoreTraffic, String> {
     }
     let Some(model) = core_name(m) else {
         return Err(format!(
-            "no traffic weight events known for Arm implementer {} part {}",
-            m.arm_implementer
-                .map_or("unknown".into(), |i| format!("{i:#04x}")),
-            m.arm_part.map_or("unknown".into(), |p| format!("{p:#05x}"))
+            "no traffic weight events known for the Arm core of {}",
+            arm_midr_text(m)
         ));
     };
     Ok(CoreTraffic {
@@ -110,8 +106,9 @@ mod tests {
 
     #[test]
     fn every_neoverse_and_ampere_core_has_a_read_and_a_write_weight() {
-        for (imp, part, name) in CORES {
+        for (imp, part) in CORES {
             let t = traffic(&arm(imp, part), "armv8_pmuv3_0").unwrap();
+            let name = arm_core_name(&arm(imp, part)).expect("every weighed core is named");
             assert_eq!(t.model, name);
             let dirs: Vec<Direction> = t.events.iter().map(|e| e.direction).collect();
             assert_eq!(dirs, [Direction::Read, Direction::Write], "{name}");
