@@ -1,6 +1,6 @@
-//! Attribution against synthetic timelines with known truth (issue 5): two tasks on two CPUs of
-//! one package, migration, an idle package with DMA traffic, 48-bit wrap, failed reads, records
-//! arriving out of order across CPUs, and precise (context-switch) versus tick-only answers.
+//! Attribution against synthetic timelines with known truth: two tasks on two CPUs of one package,
+//! migration, an idle package with DMA traffic, 48-bit wrap, failed reads, records arriving out of
+//! order across CPUs, and precise (context-switch) versus tick-only answers.
 use imc::attribution::{Attributor, compare};
 use imc::model::result::IntervalResult;
 use imc::model::{Direction, SlotRole, SlotScope, SlotSpec};
@@ -567,7 +567,7 @@ fn interval_json_is_the_top_contract() {
             + v["unattributed"]["other_bytes"].as_u64().unwrap(),
         v["unattributed_bytes"].as_u64().unwrap()
     );
-    // How the traffic was divided (issue 19): this scenario's slots carry an LLC-miss weight.
+    // How the traffic was divided: this scenario's slots carry an LLC-miss weight.
     assert_eq!(
         keys(&v["weighting"]),
         ["method", "numa", "read", "reason", "write"]

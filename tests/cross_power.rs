@@ -1,8 +1,8 @@
-//! POWER users get a binary that is built and exercised (issue 31): `cargo xtask test` cross-builds
-//! imc for ppc64le (xtask/src/cross.rs) and these tests run that binary under qemu-user on the
-//! POWER9 fixture trees: `list`, `encode` and every command's `--dry-run`, each checked against
-//! the trees' own sysfs files (the nest IMC PMUs, the MCS channels of both chips, the kernel's
-//! event encodings and scales) and against the host build's output, byte for byte.
+//! POWER users get a binary that is built and exercised: `cargo xtask test` cross-builds imc for
+//! ppc64le (xtask/src/cross.rs) and these tests run that binary under qemu-user on the POWER9
+//! fixture trees: `list`, `encode` and every command's `--dry-run`, each checked against the trees'
+//! own sysfs files (the nest IMC PMUs, the MCS channels of both chips, the kernel's event encodings
+//! and scales) and against the host build's output, byte for byte.
 //!
 //! Outside `cargo xtask test` (which builds the binary and names it in IMC_CROSS_POWER_BIN) the
 //! tests skip, saying why, when the binary or qemu-ppc64le is missing; under xtask or in CI a

@@ -328,16 +328,16 @@ fn precise_mode_records_context_switches() {
     );
 }
 
-/// Issue 28 (the unseen switch): a kernel may keep tracepoints from firing while some task
-/// runs. This VM kind's traces no switch out of a task of its own (sched_switch shows switches
-/// to it, never from it) and runs no program while it runs, so what it counted went to whatever
-/// ran next on the CPU (1-48 page faults to a pure spinner in 10 of 25 `--precise` runs). The
-/// program finds such a switch at the CPU's next run (the task running is not the `next` of the
-/// CPU's last switch) and charges that slice to no task (pid 0). Each record here carries its
-/// CPU's `context-switches` count, which the kernel keeps for every switch: between two runs of
-/// a CPU it grows by one for a switch record (its own switch) and by nothing for a tick, so any
-/// more is a switch no program ran at. Every record after one names no task, and the program's
-/// count of those runs (STAT_UNSEEN_SWITCH) is the kernel's: none found where none happened.
+/// The unseen switch: a kernel may keep tracepoints from firing while some task runs. This VM
+/// kind's traces no switch out of a task of its own (sched_switch shows switches to it, never from
+/// it) and runs no program while it runs, so what it counted went to whatever ran next on the CPU
+/// (1-48 page faults to a pure spinner in 10 of 25 `--precise` runs). The program finds such a
+/// switch at the CPU's next run (the task running is not the `next` of the CPU's last switch) and
+/// charges that slice to no task (pid 0). Each record here carries its CPU's `context-switches`
+/// count, which the kernel keeps for every switch: between two runs of a CPU it grows by one for a
+/// switch record (its own switch) and by nothing for a tick, so any more is a switch no program ran
+/// at. Every record after one names no task, and the program's count of those runs
+/// (STAT_UNSEEN_SWITCH) is the kernel's: none found where none happened.
 #[test]
 fn a_switch_no_program_saw_charges_its_slice_to_no_task() {
     if !sampler_prerequisites() {
@@ -657,13 +657,13 @@ fn top_charges_page_faults_to_the_toucher_and_cpu_time_to_the_spinner() {
     );
 }
 
-/// Issue 28: no count made before a task ran, or by another task, is charged to it. Two
-/// spinners that make no page fault (the kernel's own per-task counters say how many they
-/// made) share the CPUs with a toucher that faults as fast as it can; over each `imc top` run,
-/// aggregated and `--precise`, the spinners are charged at most 10 page faults beyond their
-/// truth. The sampler used to attach the tick before sched_switch: until the switch program was
-/// verified and attached, each tick charged everything its CPU counted since the last tick to
-/// the task it interrupted, hundreds of the toucher's faults to a spinner in interval 0.
+/// No count made before a task ran, or by another task, is charged to it. Two spinners that make no
+/// page fault (the kernel's own per-task counters say how many they made) share the CPUs with a
+/// toucher that faults as fast as it can; over each `imc top` run, aggregated and `--precise`, the
+/// spinners are charged at most 10 page faults beyond their truth. The sampler attaches
+/// sched_switch before the tick: a tick attached first would, until the switch program was verified
+/// and attached, charge everything its CPU counted since the last tick to the task it interrupted,
+/// hundreds of the toucher's faults to a spinner in interval 0.
 #[test]
 fn top_charges_no_task_with_page_faults_it_did_not_make() {
     if !sampler_prerequisites() {
@@ -880,9 +880,9 @@ fn record_sixty_seconds_at_1000_hz_then_report_it_and_a_cut_copy() {
     );
 }
 
-/// Issue 31: the command of `record -- CMD` dies with imc, even when imc is killed with SIGKILL
-/// (it cannot end the command itself then: the kernel does, through the parent-death signal the
-/// command was started with).
+/// The command of `record -- CMD` dies with imc, even when imc is killed with SIGKILL (it cannot
+/// end the command itself then: the kernel does, through the parent-death signal the command was
+/// started with).
 #[test]
 fn record_command_dies_when_imc_is_killed() {
     if !sampler_prerequisites() {

@@ -1,8 +1,8 @@
-//! Hostile input, run against the built binary as ordinary tests (issue 16): corrupt and cut
-//! recordings, FIFOs where a sysfs file or a recording should be, paths that are not files,
-//! absurd numbers, a symlink planted at `record -o`, signals. Every case must end (no hang),
-//! without a panic, with exit 0 or a one-line error and exit 1/2. Each class prints its
-//! tried / crashed / hung counts (`cargo test --test hostile -- --nocapture`).
+//! Hostile input, run against the built binary as ordinary tests: corrupt and cut recordings, FIFOs
+//! where a sysfs file or a recording should be, paths that are not files, absurd numbers, a symlink
+//! planted at `record -o`, signals. Every case must end (no hang), without a panic, with exit 0 or
+//! a one-line error and exit 1/2. Each class prints its tried / crashed / hung counts
+//! (`cargo test --test hostile -- --nocapture`).
 use imc::record::{Item, ReadStatus, Reader, WriterOptions};
 use imc::simulator::Scenario;
 use imc::simulator::record::record_scenario;
@@ -439,8 +439,8 @@ fn a_run_that_cannot_start_leaves_the_existing_file_and_says_one_line() {
     assert_eq!(std::fs::read(&f).unwrap(), b"an older recording");
 }
 
-/// A recording in a directory the user may not write in is a path to fix, exit 2 as an
-/// unreadable recording is for report; it was exit 1 (issue 31 item 12, probed again).
+/// A recording in a directory the user may not write in is a path to fix, exit 2 as an unreadable
+/// recording is for report, never exit 1.
 #[test]
 fn record_into_a_directory_it_may_not_write_is_bad_input() {
     let dir = tempfile::tempdir().unwrap();

@@ -1,16 +1,15 @@
-//! The house has one direction (issue 20, shared/design.md): a module of imc-user imports only
-//! from the layers below it — model, then sys, discovery, events, then plan, then the counting
-//! backends and the sampler, then attribution, then the sampling pipeline, then record and
-//! output, then the command line's types and the error mapping, then commands, then main.
+//! The house has one direction: a module of imc-user imports only from the layers below it — model,
+//! then sys, discovery, events, then plan, then the counting backends and the sampler, then
+//! attribution, then the sampling pipeline, then record and output, then the command line's types
+//! and the error mapping, then commands, then main.
 //!
-//! The check parses the crate with `syn` (issue 29): it starts at lib.rs, main.rs and each
-//! src/bin/*.rs, follows every `mod` declaration into its file (inline modules included), and
-//! leaves out what only a test build compiles by its attribute (`#[cfg(test)]`, `#[test]`),
-//! wherever it stands in the file. Every `use` (groups, nested groups, `self`, renames, globs,
-//! inside function bodies too), every path in an expression, type, pattern or attribute, and
-//! every `crate::`/`super::` path inside a macro's tokens is resolved, through `use`
-//! bindings and re-exports (the crate root's included), to the module that defines what it
-//! names. From that, two graphs:
+//! The check parses the crate with `syn`: it starts at lib.rs, main.rs and each src/bin/*.rs,
+//! follows every `mod` declaration into its file (inline modules included), and leaves out what
+//! only a test build compiles by its attribute (`#[cfg(test)]`, `#[test]`), wherever it stands in
+//! the file. Every `use` (groups, nested groups, `self`, renames, globs, inside function bodies
+//! too), every path in an expression, type, pattern or attribute, and every `crate::`/`super::`
+//! path inside a macro's tokens is resolved, through `use` bindings and re-exports (the crate
+//! root's included), to the module that defines what it names. From that, two graphs:
 //! - top-level modules: an edge may only point to a lower layer (both the module a path names
 //!   and the one the item is defined in), except the edges listed in `KNOWN`;
 //! - files: no cycle (a step file that uses what its mod.rs defines while mod.rs uses the step
@@ -1016,7 +1015,8 @@ fn nested_groups_renames_self_and_globs_are_caught() {
 
 #[test]
 fn a_crate_root_re_export_is_caught() {
-    // `crate::Plan` names no module: the old scan took `Plan` for one it did not know.
+    // `crate::Plan` names no module: the scan resolves it through the re-export, never taking
+    // `Plan` for a module it does not know.
     let dir = tree(&[
         (
             "lib.rs",

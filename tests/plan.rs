@@ -1,6 +1,6 @@
-//! `--dry-run` on every fixture tree, through the real binary and without privileges: the plan
-//! that `stat`, `top`, `record` and `serve` execute (issue 12), as JSON, checked against what
-//! each tree's README says a correct tool finds.
+//! `--dry-run` on every fixture tree, through the real binary and without privileges: the plan that
+//! `stat`, `top`, `record` and `serve` execute, as JSON, checked against what each tree's README
+//! says a correct tool finds.
 use imc_tests::*;
 use serde_json::Value;
 use std::collections::BTreeSet;

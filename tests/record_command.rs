@@ -309,8 +309,8 @@ fn bad_pids_are_one_line_and_exit_2_before_anything_starts() {
     }
 }
 
-/// `top -p` takes the same pids as `record -p`: 0, one past pid_max or one not running was
-/// an empty table for as long as top ran, exit 0 (issue 31, probed again).
+/// `top -p` takes the same pids as `record -p`: 0, one past pid_max or one not running is
+/// refused, never an empty table for as long as top runs with exit 0.
 #[test]
 fn top_refuses_the_pids_record_refuses() {
     let mut gone = Command::new("true").spawn().unwrap();

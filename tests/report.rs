@@ -475,7 +475,7 @@ fn a_bytes_threshold_suffix_stays_binary() {
     assert!(out.contains("bursts above 8.00 GiB/s: 6"), "{out}");
 }
 
-/// Issue 31: a group row showed one member's identity (`PID 0 TGID 0 COMM rustc`; JSON
+/// A group row never shows one member's identity (`PID 0 TGID 0 COMM rustc`; JSON
 /// `{"comm":"memchurn","pid":0,…}` for a group memchurn made most of). A group row carries its
 /// key: pid, tgid and comm are null unless the key is that field, and the table shows no member
 /// name beside a cgroup or a command name. `--by process` is the tgid grouping.

@@ -1,7 +1,7 @@
-//! Loaded latency and utilisation travel in recordings (issue 30): a recording whose intervals
-//! carry them (written by the library's writer: this VM has no memory controller to measure
-//! one) reports them in text, JSON and Perfetto, across a rotation too; a recording without
-//! them (today's, or one of an earlier imc) reports none: no line, nulls, no track.
+//! Loaded latency and utilisation travel in recordings: a recording whose intervals carry them
+//! (written by the library's writer: this VM has no memory controller to measure one) reports them
+//! in text, JSON and Perfetto, across a rotation too; a recording without them (today's, or one of
+//! an earlier imc) reports none: no line, nulls, no track.
 use imc::model::result::{ChannelLatency, IntervalResult, PackageRow, TaskRow};
 use imc::model::{Direction, Package, SlotRole, SlotScope, SlotSpec, Topology};
 use imc::record::{Item, Reader, RecordHeader, Writer, rotated_path};

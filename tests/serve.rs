@@ -742,8 +742,8 @@ fn idle(addr: SocketAddr) -> Option<TcpStream> {
 
 #[test]
 fn idle_connections_at_the_file_limit_do_not_keep_the_scraper_out() {
-    // Issue 21: with the file limit at 1024 (systemd's default), 1,100 idle connections made
-    // every scrape time out until they closed.
+    // With the file limit at 1024 (systemd's default), 1,100 idle connections must not make
+    // every scrape time out until they close.
     if !prerequisites() {
         return;
     }
@@ -844,7 +844,7 @@ fn idle_and_kept_alive_connections_are_closed_after_the_header_timeout() {
 
 #[test]
 fn serve_as_nobody_fails_without_saying_it_serves() {
-    // Issue 21: it printed "serving http://…" and then failed to load the sampler.
+    // Serve never prints "serving http://…" and then fails to load the sampler.
     let Some(mut cmd) = as_nobody(&["serve", "-e", "page-faults", "--listen", "127.0.0.1:0"])
     else {
         return;
@@ -858,7 +858,7 @@ fn serve_as_nobody_fails_without_saying_it_serves() {
 
 #[test]
 fn loopback_written_as_mapped_ipv6_gets_no_warning() {
-    // Issue 21: [::ffff:127.0.0.1] was warned about as if it were a public address. Run as
+    // [::ffff:127.0.0.1] is loopback, not warned about as a public address. Run as
     // nobody, serve stops after the warning (or its absence), at the sampler.
     for (listen, warned) in [("[::ffff:127.0.0.1]:0", false), ("0.0.0.0:0", true)] {
         let Some(mut cmd) = as_nobody(&["serve", "-e", "page-faults", "--listen", listen]) else {
@@ -1117,8 +1117,9 @@ fn the_tests_base64_is_rfc_4648() {
 
 #[test]
 fn clients_that_pipeline_and_never_read_do_not_keep_the_scraper_out() {
-    // Issue 31: 600 clients that pipeline GET /metrics and never read held all 512 slots, and
-    // one stayed open for 300 s and more. Here 8 slots and 10 such clients.
+    // Clients that pipeline GET /metrics and never read must not hold every slot, nor one for
+    // 300 s and more (600 such clients against 512 slots in life). Here 8 slots and 10 such
+    // clients.
     if !prerequisites() {
         return;
     }
@@ -1173,7 +1174,8 @@ fn keep_alive_client(
 
 #[test]
 fn keep_alive_clients_make_way_for_a_scrape_and_a_scraper_outlives_them() {
-    // Issue 31: 600 keep-alive clients sending a cheap GET every 3 s held every slot.
+    // Keep-alive clients sending a cheap GET every 3 s (600 of them in life) must not hold every
+    // slot.
     if !prerequisites() {
         return;
     }
@@ -1217,8 +1219,8 @@ fn keep_alive_clients_make_way_for_a_scrape_and_a_scraper_outlives_them() {
 
 #[test]
 fn a_wrong_password_flood_is_held_per_address_and_a_known_scraper_passes() {
-    // Issue 31: bcrypt ran for every request, two at a time in arrival order: 200 clients with
-    // wrong passwords made a real scrape take 34 s.
+    // bcrypt must not run for every request, two at a time in arrival order: 200 clients with
+    // wrong passwords must not make a real scrape take 34 s.
     if !prerequisites() {
         return;
     }
@@ -1265,11 +1267,11 @@ fn a_wrong_password_flood_is_held_per_address_and_a_known_scraper_passes() {
 
 #[test]
 fn a_scraper_new_to_imc_passes_a_flood_of_one_wrong_password_from_its_own_address() {
-    // Issue 31, probed again: a flood of one wrong password from the scraper's own address
-    // (localhost here; one host or a NAT in life) spent that address's budget, so a scraper
-    // whose credentials imc had not verified yet (its first scrape, or any after a restart) was
-    // answered 429 for as long as the flood lasted: 0 of 40 scrapes in 20 s under 200 clients.
-    // Failed credentials are remembered as exporter-toolkit does, and cost no budget again.
+    // A flood of one wrong password from the scraper's own address (localhost here; one host
+    // or a NAT in life) must not spend that address's budget, or a scraper whose credentials
+    // imc has not verified yet (its first scrape, or any after a restart) is answered 429 for
+    // as long as the flood lasts (0 of 40 scrapes in 20 s under 200 clients). Failed
+    // credentials are remembered as exporter-toolkit does, and cost no budget again.
     if !prerequisites() {
         return;
     }
@@ -1344,7 +1346,7 @@ fn dry_run_with_web(dir: &Path, text: &[u8]) -> (Option<i32>, String, String) {
 fn hostile_web_configs_are_refused_in_one_line_or_read_as_meant() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    // Issue 31: 254 bytes of nested aliases took 1.1 GB.
+    // Anchors and aliases are refused: 254 bytes of nested aliases would take 1.1 GB.
     let mut laughs = String::from(
         "a: &a [\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\"]\n",
     );
@@ -1357,7 +1359,7 @@ fn hostile_web_configs_are_refused_in_one_line_or_read_as_meant() {
         ));
     }
     refused(d, &laughs, "anchors and aliases");
-    // Issue 31: cost 99 loaded, then every request was a silent 401.
+    // A bcrypt cost of 99 is refused at load, not a silent 401 for every request.
     let h = bcrypt::hash("x", 4).unwrap().replacen("$04$", "$99$", 1);
     refused(
         d,
@@ -1384,7 +1386,7 @@ fn hostile_web_configs_are_refused_in_one_line_or_read_as_meant() {
 
 #[test]
 fn an_x509_v1_certificate_is_named_as_such() {
-    // Issue 31: it was reported as "key_file is not the private key of cert_file".
+    // Named as an X.509 v1 certificate, not as "key_file is not the private key of cert_file".
     if !tls_tools() {
         return;
     }
@@ -1430,7 +1432,7 @@ fn an_x509_v1_certificate_is_named_as_such() {
 
 #[test]
 fn a_rotated_certificate_is_picked_up_and_a_bad_new_config_keeps_the_old() {
-    // Issue 31: the web config was read once; exporter-toolkit reads its files again.
+    // The web config's files are read again, as exporter-toolkit reads them, not once.
     if !prerequisites() || !tls_tools() {
         return;
     }
@@ -1492,7 +1494,7 @@ fn a_rotated_certificate_is_picked_up_and_a_bad_new_config_keeps_the_old() {
 
 #[test]
 fn node_exporters_listen_address_with_a_port_alone_listens_everywhere() {
-    // Issue 31: `--web.listen-address :10160` was refused. Run as nobody, serve stops after
+    // `--web.listen-address :10160` (a port alone) is accepted. Run as nobody, serve stops after
     // the warning, at the sampler.
     let Some(mut cmd) = as_nobody(&["serve", "-e", "page-faults", "--web.listen-address", ":0"])
     else {
@@ -1509,8 +1511,8 @@ fn node_exporters_listen_address_with_a_port_alone_listens_everywhere() {
 
 #[test]
 fn every_dashboard_aggregation_keeps_hosts_apart() {
-    // Issue 31: the top-cgroups panel summed same-named cgroups (system.slice, …) across
-    // hosts. Every `by (…)` of a panel keeps `instance`.
+    // No panel sums same-named cgroups (system.slice, …) across hosts: every `by (…)` of a
+    // panel keeps `instance`.
     let dash: serde_json::Value = serde_json::from_str(
         &std::fs::read_to_string(packaging().join("imc-dashboard.json")).unwrap(),
     )

@@ -455,9 +455,9 @@ fn view_up(tmux: &Tmux) -> u32 {
         .expect("imc runs in the pane")
 }
 
-/// Issue 31: closing the terminal (the tmux session) left `imc top` running for ever, its key
-/// thread spinning on the dead terminal, and SIGTERM no longer ended it. Now the hang-up ends
-/// the run, and its programs are unloaded.
+/// Closing the terminal (the tmux session) ends `imc top`: the hang-up ends the run and its
+/// programs are unloaded; its key thread never spins on the dead terminal, and SIGTERM still
+/// ends it.
 #[test]
 fn top_whose_terminal_goes_away_exits_and_unloads() {
     if !sampler_prerequisites() {
@@ -534,8 +534,8 @@ fn top_ends_on_sigterm_and_sigint_restoring_the_terminal() {
     }
 }
 
-/// Issue 31: `top --by comm --json` rows showed a member's pid (0) as if it were one. A group
-/// row's pid and tgid are null; the name is its key.
+/// `top --by comm --json` rows never show a member's pid (0) as if it were one: a group row's
+/// pid and tgid are null; the name is its key.
 #[test]
 fn top_group_rows_carry_their_key() {
     if !sampler_prerequisites() {
@@ -571,10 +571,10 @@ fn top_group_rows_carry_their_key() {
     assert!(rows > 0, "no rows");
 }
 
-/// Issue 31: with `-v` the log lines were drawn over the table (`…el'21979 tim21979tmemchurn…`)
-/// and lost at exit, and the stand-in's explanation was cut at every width. Now the log is
-/// held while the view is up (its last lines in a region of their own above the keys), all of
-/// it printed once the terminal is back, and the explanation wraps to the width.
+/// With `-v` the log lines are never drawn over the table (`…el'21979 tim21979tmemchurn…`) nor
+/// lost at exit, and the stand-in's explanation is not cut at any width: the log is held while
+/// the view is up (its last lines in a region of their own above the keys), all of it printed
+/// once the terminal is back, and the explanation wraps to the width.
 #[test]
 fn verbose_log_never_lands_on_the_view_and_the_explanation_wraps() {
     if !sampler_prerequisites() {

@@ -144,9 +144,8 @@ fn every_option_the_issue_named_has_help_text() {
     );
 }
 
-/// Issue 31: an argument that is not UTF-8 panicked (exit 101) in every command, since the
-/// arguments were read as Strings. Now it is a usage error or, for a file or a program, an
-/// error about that file: one line, never a panic.
+/// An argument that is not UTF-8 never panics (exit 101) in any command: it is a usage error
+/// or, for a file or a program, an error about that file, in one line.
 #[test]
 fn a_non_utf8_argument_never_panics() {
     use std::ffi::OsString;
@@ -206,8 +205,7 @@ fn a_non_utf8_argument_never_panics() {
 }
 
 /// A non-UTF-8 argument is named by its own bytes (`\xff`), not by clap's "invalid UTF-8 was
-/// detected in one or more arguments" nor as U+FFFD, which names a path that is not the one
-/// given (issue 31 item 8, probed again).
+/// detected in one or more arguments" nor as U+FFFD, which names a path that is not the one given.
 #[test]
 fn a_non_utf8_argument_is_named_by_its_bytes() {
     use std::ffi::OsString;
@@ -265,7 +263,7 @@ fn a_program_path_that_is_not_utf8_runs() {
 }
 
 /// A command that does not exist is the user's mistake, the same exit 2 for `stat -- CMD` as for
-/// `record -- CMD` (stat said 1: issue 31 item 12), in one line naming the program.
+/// `record -- CMD` (never 1), in one line naming the program.
 #[test]
 fn stat_of_a_missing_program_is_bad_input() {
     let run = imc()
@@ -279,8 +277,8 @@ fn stat_of_a_missing_program_is_bad_input() {
         .find(|l| l.contains("no-such-program-here"))
         .unwrap_or_else(|| panic!("the program is not named: {err}"));
     assert!(line.contains("cannot run"), "{err}");
-    // One line, before anything is planned: the stand-in's notice came first (issue 31,
-    // probed again), and record said the same two lines.
+    // One line, before anything is planned: no stand-in's notice before it, in stat as in
+    // record.
     assert_eq!(err.lines().count(), 1, "{err}");
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("x.imc");
@@ -342,9 +340,9 @@ fn help_help_shows_help() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("Usage: imc top"));
 }
 
-/// Issue 31: `--duration 10s` and `-I 100ms` were refused. Durations take units in every
-/// command (a bare number keeps its unit: seconds for --duration, milliseconds for -I), within
-/// the same bounds, and a bad one is one line.
+/// `--duration 10s` and `-I 100ms` are accepted: durations take units in every command (a bare
+/// number keeps its unit: seconds for --duration, milliseconds for -I), within the same bounds, and
+/// a bad one is one line.
 #[test]
 fn durations_take_units_in_every_command() {
     let root = imc_tests::own_fixtures().join("skx-2socket");
@@ -397,8 +395,8 @@ fn durations_take_units_in_every_command() {
     }
 }
 
-/// Issue 31: `--per-channel` did nothing, silently, where the counters have no channels (a VM's
-/// stand-in): one line says why.
+/// `--per-channel` where the counters have no channels (a VM's stand-in) never does nothing
+/// silently: one line says why.
 #[test]
 fn per_channel_without_channels_says_why() {
     let out = imc()
@@ -420,8 +418,8 @@ fn per_channel_without_channels_says_why() {
     }
 }
 
-/// Issue 31: HZ was "assumed" although `proc/config.gz` said CONFIG_HZ=250. The plan reads
-/// the kernel's config under --root (gzip) and says where HZ came from.
+/// HZ is read, not "assumed", where `proc/config.gz` says CONFIG_HZ=250: the plan reads the
+/// kernel's config under --root (gzip) and says where HZ came from.
 #[test]
 fn the_plan_reads_hz_from_proc_config_gz_and_says_so() {
     let fixture = imc_tests::own_fixtures().join("skx-2socket");
@@ -468,8 +466,8 @@ fn the_plan_reads_hz_from_proc_config_gz_and_says_so() {
     );
 }
 
-/// The recording's name without -o, a plot named as a PNG and the report's JSON keys: each
-/// mistake is told in one line with the form to use (issue 31, item 12).
+/// The recording's name without -o, a plot named as a PNG and the report's JSON keys: each mistake
+/// is told in one line with the form to use.
 #[test]
 fn record_and_report_name_the_form_to_use() {
     let (code, err) = fails(&["record", "x.imc"]);

@@ -216,12 +216,11 @@ fn validate(args: &[&str]) -> (Option<i32>, Value, String) {
 #[derive(Clone, Copy, PartialEq, Debug)]
 enum Held {
     /// Every interval, the first included, within the bound, nothing unattributed allowed
-    /// (`error_raw`): issue 28's target. Met on this
-    /// VM wherever the records place each count in time to well within an interval: spans
-    /// across an interval end are split by time, an interval waits for the CPUs' records past
-    /// its end, and the program ends its aggregates' flush periods at each interval end (the
-    /// interval clock), so at 1 s every run measured within 0.007 (page-faults), and at 100 ms a
-    /// record per switch within 0.004 (page-faults).
+    /// (`error_raw`): the attribution target. Met on this VM wherever the records place each count
+    /// in time to well within an interval: spans across an interval end are split by time, an
+    /// interval waits for the CPUs' records past its end, and the program ends its aggregates'
+    /// flush periods at each interval end (the interval clock), so at 1 s every run measured within
+    /// 0.007 (page-faults), and at 100 ms a record per switch within 0.004 (page-faults).
     EveryInterval,
     /// Every interval within the bound, once what imc itself said it could not place that
     /// interval (its unattributed count) is allowed for a workload it charged too little:

@@ -99,7 +99,7 @@ pub fn bare_switch(_ctx: aya_ebpf::programs::RawTracePointContext) -> i32 {
 /// The floor plus one counter read: on sched_switch as `bare_switch`, reading slot 0's counter
 /// on this CPU (the benchmark's workload puts a page-faults counter per CPU there, the VM's
 /// stand-in for the weight imc's switch reads). `bare_switch_read` − `bare_switch` per run is
-/// what one read costs on that hook, the allowance issue 23 gives imc per counter it reads.
+/// what one read costs on that hook, the allowance imc has per counter it reads there.
 #[aya_ebpf::macros::raw_tracepoint(tracepoint = "sched_switch")]
 pub fn bare_switch_read(_ctx: aya_ebpf::programs::RawTracePointContext) -> i32 {
     // SAFETY: SLOT0 is a PERF_EVENT_ARRAY map; the helper checks the entry.

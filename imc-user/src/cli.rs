@@ -1,5 +1,5 @@
-//! The command line of the contract in shared/design.md. Each subcommand's arguments are one
-//! struct so that the command modules take exactly what they need.
+//! The command line of the README's "Commands". Each subcommand's arguments are one struct so that
+//! the command modules take exactly what they need.
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::ffi::OsString;
 use std::net::SocketAddr;
@@ -634,7 +634,7 @@ mod tests {
         assert!(parse_seconds("nan").is_err());
         assert!(parse_seconds("-1").is_err());
         assert!(parse_seconds("inf").is_err());
-        // Panicked in Duration::from_secs_f64 before the bound (issue 16).
+        // Bounded before Duration::from_secs_f64, which panics on values this large.
         assert!(parse_seconds("1e99").is_err());
         assert!(parse_seconds("1e19").is_err());
         assert!(parse_seconds("31536001").is_err());

@@ -1,6 +1,7 @@
 //! imc: memory-controller bandwidth, attributed to processes.
 //!
-//! Modules by responsibility (see shared/design.md for the data flow):
+//! Modules by responsibility (the data flow: discovery → plan → sampler → attribution →
+//! record or output; commands compose them; README, "How it works"):
 //! - [`discovery`]: topology and PMUs from sysfs under a root directory; which backends exist.
 //! - [`events`]: event strings → `perf_event_attr` fields.
 //! - [`sys`]: every syscall edge (perf_event_open, bpf, mmap of /dev/mem), replaceable in tests.

@@ -1,5 +1,5 @@
 //! `cargo xtask bench-overhead`: what continuous recording costs the workloads it watches, imc
-//! against perf, in one run (issue 12, "Benchmarks that show it").
+//! against perf, in one run.
 //!
 //! Three workloads (imc-user/src/bin/imc-workload.rs), each a fixed amount of work: compute-bound
 //! (a register-only chain on one thread per CPU), memory-bound (read-modify-write passes over 256
@@ -34,15 +34,15 @@
 //! (no BPF program, too few ticks, a recording `imc report` cannot read): a benchmark of nothing
 //! must not print a PASS. std only: the few JSON fields needed here are picked out by hand.
 //!
-//! The context-switch workload has four more arms (issue 23): `imc record --precise` (a record
-//! per switch), and the workload alone with one of the benchmark object's bare sched_switch
-//! programs attached: doing nothing (`imc-workload --bare-switch`, the floor of a program on
-//! that hook), reading one counter of its CPU (`--bare-switch-read`) and reading the clock
-//! (`--bare-switch-clock`), all measured in the same rounds. For it the benchmark prints
-//! switches/s beside the records/s imc drained (its `imc record` summary line says how many),
-//! imc's CPU split into BPF (run-time statistics) and userspace (its process CPU), and its ns
-//! per program run against the bare program's plus the reads it must make plus 20 ns (a counter
-//! read's and the clock's cost are the bare programs' differences, per round).
+//! The context-switch workload has four more arms: `imc record --precise` (a record per switch),
+//! and the workload alone with one of the benchmark object's bare sched_switch programs attached:
+//! doing nothing (`imc-workload --bare-switch`, the floor of a program on that hook), reading one
+//! counter of its CPU (`--bare-switch-read`) and reading the clock (`--bare-switch-clock`), all
+//! measured in the same rounds. For it the benchmark prints switches/s beside the records/s imc
+//! drained (its `imc record` summary line says how many), imc's CPU split into BPF (run-time
+//! statistics) and userspace (its process CPU), and its ns per program run against the bare
+//! program's plus the reads it must make plus 20 ns (a counter read's and the clock's cost are the
+//! bare programs' differences, per round).
 //!
 //! Environment: IMC_BENCH_ROUNDS (15), IMC_BENCH_SECONDS of work per run (1.5), IMC_BENCH_RT=1
 //! to run the collectors (SCHED_FIFO 20) and the workload (10) at real-time priority, above

@@ -1,7 +1,7 @@
 //! Attribution: counter readings of the sampler → bytes per task, per interval.
 //!
-//! Input is the stream of [`Record`]s (one per program run on one CPU, cumulative counter
-//! values) and userspace reads of package counters. Rules (shared/design.md, issue 5):
+//! Input is the stream of [`Record`]s (one per program run on one CPU, cumulative counter values)
+//! and userspace reads of package counters. Rules:
 //! - CPU-scope slots: the delta between two consecutive records of one CPU belongs to the task
 //!   of the later record (a `KIND_SWITCH` record describes the task switched out, so in precise
 //!   mode that is exact). Deltas are taken modulo 2^counter_bits and scaled by

@@ -665,7 +665,8 @@ fn print_header(o: &Opts, wall_s: f64) {
     );
 }
 
-/// The verdicts against issue 23's targets, per variant.
+/// The verdicts against the scale targets (userspace time and peak RSS at 192 CPUs × 20k
+/// switches/s), per variant.
 fn print_targets(o: &Opts, runs: &[Vec<Figures>; 2], gen_mb: &[f64; 2]) {
     let at_scale = o.cpus == 192 && o.switches == 20_000;
     println!(

@@ -46,10 +46,10 @@ struct Variant {
     program: TickProgram,
     package_counters: usize,
     readers: bool,
-    /// Per-CPU weight slots read besides the two (issue 19's weights: up to a local read, a
+    /// Per-CPU weight slots read besides the two (the traffic weights: up to a local read, a
     /// remote read and a write weight; page-faults stands in for a core event here).
     weights: usize,
-    /// Per-CPU stall slots read besides those (issue 30's victims: the cycles stalled on
+    /// Per-CPU stall slots read besides those (the victims' stall pair: the cycles stalled on
     /// memory, then the cycles; page-faults stands in for both).
     stalls: usize,
 }
@@ -323,7 +323,7 @@ fn variants(breakdown: bool) -> (Vec<Variant>, usize) {
         }
     }
     // A workload CPU of a plan with weights: its 2 package slots unread, three weight slots
-    // read at every tick (issue 19: what the weights cost beside the figure above).
+    // read at every tick (what the weights cost beside the figure above).
     programs.push(Variant {
         label: "workload CPU, 2 pkg + 3 weights",
         program: TickProgram::Imc,
@@ -332,8 +332,8 @@ fn variants(breakdown: bool) -> (Vec<Variant>, usize) {
         weights: 3,
         stalls: 0,
     });
-    // The same with the victims' stall pair beside the weights (issue 30: one stall counter
-    // must cost no more than a counter read, which the weights' figure gives).
+    // The same with the victims' stall pair beside the weights (one stall counter must cost
+    // no more than a counter read, which the weights' figure gives).
     programs.push(Variant {
         label: "workload CPU, 2 pkg + 3 weights + stall pair",
         program: TickProgram::Imc,

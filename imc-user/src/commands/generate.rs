@@ -72,7 +72,7 @@ fn render_subcommands(cmd: &clap::Command, buf: &mut Vec<u8>) -> std::io::Result
     Ok(())
 }
 
-/// imc's exit codes, as main.rs maps errors to them (shared/design.md's contract).
+/// imc's exit codes, as main.rs maps errors to them; the README's "Commands" states the same.
 pub const EXIT_CODES: [(&str, &str); 4] = [
     ("0", "Success."),
     (

@@ -83,7 +83,8 @@ pub fn run_json(root: &Path) -> CliResult<Value> {
     load(root).map(|r| to_json(&r))
 }
 
-/// The JSON of design.md: `hypervisor`, `packages`, `sources`; plus `nodes` and `online`.
+/// The JSON of `imc list --json`: `hypervisor`, `packages`, `sources`, `nodes`, `online` and
+/// `other_sources`.
 pub fn to_json(r: &Report) -> Value {
     let d = &r.discovery;
     json!({

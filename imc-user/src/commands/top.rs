@@ -6,7 +6,8 @@
 //! [`super::sampling`]).
 //!
 //! On a terminal (and without `--json`) the intervals feed the full-screen view of
-//! [`crate::output::top`]; otherwise each interval is one JSON line (the contract in design.md).
+//! [`crate::output::top`]; otherwise each interval is one JSON line, the object of
+//! [`crate::model::result`].
 use super::naming_sink::{Naming, cgroup_paths};
 use super::sampling::{block_on, discover, package_peaks, print_plan, select_for};
 use crate::attribution::stack_window::StackWindow;

@@ -1,7 +1,7 @@
 //! Event strings → `perf_event_attr` fields (`Encoded`).
 //!
-//! Four forms are accepted (shared/design.md, "Event strings"). Which one a string is follows
-//! one rule, checked in this order, so that no string is ever read two ways:
+//! Four forms are accepted (README, "Event strings"). Which one a string is follows one rule,
+//! checked in this order, so that no string is ever read two ways:
 //!
 //! 1. it contains `/` → **sysfs**: `PMU/alias/`, `PMU/term=value,.../`, or an alias plus extra
 //!    terms (`PMU/alias,thresh=1/`), optionally followed by perf modifiers `u`, `k` or `uk`

@@ -600,7 +600,7 @@ fn knl_offcore_response_encodings() {
         pfm_one(&k, "knl::OFFCORE_RESPONSE_0:DMND_DATA_RD:ANY_RESPONSE"),
         (4, 0x1b7, 0x10001, false, false, "cpu".into())
     );
-    // The design doc's example: u=1 alone counts user only; c=2 is the counter mask (24-31).
+    // The libpfm4 form: u=1 alone counts user only; c=2 is the counter mask (24-31).
     assert_eq!(
         pfm_one(
             &k,
@@ -832,7 +832,7 @@ fn fuzz_found_edge_cases() {
         err(&skx(), "uncore_imc_0/event=0xffffffffffffffffff/"),
         EventError::Term { .. }
     ));
-    // a term given twice is refused, as a repeated modifier is (issue 16)
+    // a term given twice is refused, as a repeated modifier is
     assert!(matches!(
         err(&skx(), "uncore_imc_0/edge,edge/"),
         EventError::Syntax { .. }

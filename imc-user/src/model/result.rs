@@ -1,5 +1,5 @@
 //! The per-interval attribution object of `imc top --json` and the report object of
-//! `imc report --json` (shared/design.md). The field names and nesting are the contract; the
+//! `imc report --json` (README, "Commands"). The field names and nesting are the contract; the
 //! structs are shared by the attributor (which fills them), the recording file (which stores
 //! them) and the report (which sums them), so all three agree by construction.
 use serde::{Deserialize, Serialize};

@@ -1,7 +1,7 @@
 //! The Prometheus/OpenMetrics exposition of `imc serve`: cumulative counters built from the
 //! sampling loop's intervals, encoded by `prometheus-client`.
 //!
-//! Families (names are a contract, shared/design.md):
+//! Families (names are a contract, the README's table in "Run it on a fleet"):
 //! - `imc_dram_bytes_total{package,channel,direction}`: the memory controller's counters;
 //! - `imc_cgroup_dram_bytes_total{cgroup,direction}`: attributed bytes per cgroup (its path),
 //!   the top N cgroups only;

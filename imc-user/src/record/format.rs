@@ -17,8 +17,8 @@ pub const CHUNK_TICKS: u8 = 4;
 pub const CHUNK_END: u8 = 5;
 /// Last chunk of a file the writer rotated out: the run continues in the next segment.
 pub const CHUNK_CONTINUED: u8 = 6;
-/// Cgroup paths of the tasks' cgroup ids, per file like the task table (a later addition:
-/// older readers skip it). Views' branch first numbered it 6, which main gave CONTINUED.
+/// Cgroup paths of the tasks' cgroup ids, per file like the task table (a later addition: older
+/// readers skip it). A chunk kind keeps its number for ever: 6 is CONTINUED.
 pub const CHUNK_CGROUPS: u8 = 7;
 /// Raw records of every kind, the per-task aggregates (`KIND_AGGREGATE`) among them: TICKS
 /// with a whole byte for the kind and the aggregates' period and on-CPU time. A later

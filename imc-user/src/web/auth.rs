@@ -345,9 +345,9 @@ mod tests {
 
     #[test]
     fn a_repeated_wrong_password_spends_no_budget_so_new_right_credentials_pass() {
-        // Issue 31's shape from one address (the probe's localhost, a NAT): a flood of one
-        // wrong password spent the address's budget, so a scraper imc had not verified yet
-        // (its first scrape, a restart) was answered 429 for as long as the flood lasted.
+        // A flood of one wrong password from one address (localhost, a NAT) spends none of
+        // the address's budget, so a scraper imc has not verified yet (its first scrape, a
+        // restart) is not answered 429 while the flood lasts.
         let a = auth();
         rt().block_on(async {
             let bad = basic("prometheus", "wrong");

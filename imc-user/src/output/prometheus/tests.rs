@@ -532,7 +532,8 @@ fn cgroups_are_labelled_by_their_path_and_by_id_where_it_did_not_resolve() {
 
 #[test]
 fn cgroup_series_are_bounded_by_count_keeping_the_busiest() {
-    // Issue 21: 550 short-lived cgroups gave 416 series, bounded only by time.
+    // Series stay bounded by count, not only by time: 550 short-lived cgroups must not give
+    // 416 series.
     let mut m = meta(
         vec![slot("page-faults", "software", Direction::Total, None)],
         5,

@@ -92,7 +92,7 @@ fn yaml_errors_are_one_line_naming_the_file() {
     assert!(e.contains("/etc/imc/web.yml"), "{e}");
     let e = err("a: 1\n---\nb: 2\n");
     assert!(e.contains("2 YAML documents"), "{e}");
-    // A user given twice: the line and the fix, not the parser's Debug form (issue 31 re-probe).
+    // A user given twice: the line and the fix, not the parser's Debug form.
     let e = err(&format!(
         "basic_auth_users:\n  prom: '{}'\n  prom: 'x'\n",
         hash()
