@@ -1,5 +1,5 @@
-//! `imc-bench-scale` (cargo xtask bench-scale), run for real at a tiny size: its JSON carries
-//! the fields the issue names, the precise variant drains every record it generated, and the
+//! `imc-bench-scale` (cargo xtask bench-scale), run for real at a tiny size: its JSON carries the
+//! fields its verdicts are made of, the precise variant drains every record it generated, and the
 //! aggregated one drains far fewer. Figures are not judged here: that is the benchmark's job.
 use imc_tests::imc_bin;
 use std::process::Command;

@@ -731,7 +731,7 @@ fn top_charges_no_task_with_page_faults_it_did_not_make() {
     }
 }
 
-/// The issue's end-to-end case: `imc record` for 60 s at 1000 Hz through the real eBPF path,
+/// The end-to-end case: `imc record` for 60 s at 1000 Hz through the real eBPF path,
 /// beside a page-toucher that runs in bursts and a spinner, then `imc report` of the file and of
 /// a copy cut in the middle (a crash mid-write).
 #[test]
@@ -773,7 +773,7 @@ fn record_sixty_seconds_at_1000_hz_then_report_it_and_a_cut_copy() {
     assert!(stderr.contains("recorded"), "{stderr}");
     let size = std::fs::metadata(&file).unwrap().len();
     // Per-interval aggregates of a few tasks plus raw ticks around bursts: far below the
-    // 50 MB per hour of 64 busy CPUs the issue allows (2 CPUs here, one minute).
+    // 50 MB per hour of 64 busy CPUs a recording may take (2 CPUs here, one minute).
     assert!(size > 10_000 && size < 8 << 20, "recording is {size} bytes");
 
     let report = |path: &std::path::Path| {

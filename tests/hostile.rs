@@ -587,7 +587,7 @@ fn claiming_recordings(dir: &Path) -> Vec<(String, PathBuf)> {
         std::fs::write(&p, f).unwrap();
         out.push((label.to_string(), p));
     };
-    // An interval of 2-byte task rows, every one naming task 0 (the 33.5 M rows).
+    // An interval of 2-byte task rows, every one naming task 0 (33.5 M rows at full size).
     let interval_head = |p: &mut Vec<u8>, npkg: u64| {
         for v in [1_000, 1_000, 0, 0, 0, npkg] {
             varint(p, v);
@@ -1118,8 +1118,8 @@ fn errors_quote_bad_input_escaped_and_clipped() {
     );
 }
 
-/// The icx-gaps tree with `n` more `uncore_imc_N` PMUs (copies of uncore_imc_0), the shape the
-/// issue's planning probe used.
+/// The icx-gaps tree with `n` more `uncore_imc_N` PMUs (copies of uncore_imc_0): a machine with
+/// far more PMUs than any real one, for planning.
 fn tree_with_many_pmus(dir: &Path, n: u32) -> PathBuf {
     let root = tree_copy(dir, "many");
     let devices = root.join("sys/devices");

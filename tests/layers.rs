@@ -15,8 +15,8 @@
 //! - files: no cycle (a step file that uses what its mod.rs defines while mod.rs uses the step
 //!   file is one), except the edges listed in `KNOWN_CYCLES`.
 //!
-//! The KNOWN lists are the debt this check was written against: they may only shrink (an edge
-//! that is gone must be struck, so it cannot come back unnoticed).
+//! The KNOWN lists are the edges still tolerated: they may only shrink (an edge that is gone
+//! must be struck, so it cannot come back unnoticed).
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use syn::visit::Visit;
@@ -66,7 +66,7 @@ const KNOWN: &[(&str, &str)] = &[];
 /// File edges (from, to; paths under imc-user/src) that lie on an import cycle today, each with
 /// the first path that makes it: a mod.rs that calls its step files while they take what it
 /// defines. Each goes when the shared items move to a file of their own below both (an error
-/// type, a context, the chunk constants), as sampler/'s did.
+/// type, a context, the chunk constants), as sampler/ keeps them.
 const KNOWN_CYCLES: &[(&str, &str)] = &[];
 
 /// Files under imc-user/src that no `mod` declaration reaches today: never compiled, so never

@@ -1,5 +1,5 @@
 //! Package counters end to end, through the real eBPF program on the kernel's own tick, on a
-//! machine without any uncore PMU (issues 5 and 12).
+//! machine without any uncore PMU.
 //!
 //! The stand-in: `page-faults` opened system-wide on CPU 0 alone (pid -1, cpu 0) is a counter of
 //! "package traffic" that, like an uncore counter on a kernel before 6.7, only CPU 0 can read

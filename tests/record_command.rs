@@ -420,8 +420,8 @@ fn where_no_cgroup_can_be_made_the_tree_is_followed_by_parentage() {
 
 #[test]
 fn the_commands_own_process_is_named_by_what_it_executed() {
-    // `record -- sh -c '…'` labelled the command's sh as `imc` (the name its fork had before
-    // exec) in 2 of 3 runs: a CPU that had described the forked child kept that name.
+    // `record -- sh -c '…'` labels the command's sh by what it executed, never as `imc` (the name
+    // its fork has before exec): a CPU that described the forked child must not keep that name.
     if !sampler_prerequisites() {
         return;
     }

@@ -159,7 +159,7 @@ fn without_privileges_it_says_so_in_one_line_as_top_does_before_any_workload() {
 
 #[test]
 fn an_interval_shorter_than_the_tick_is_refused() {
-    // -I 1 at a 4 ms tick was run, and its error of 388 reported as a figure.
+    // -I 1 at a 4 ms tick is refused, not run with its error (388) reported as a figure.
     for root in ["icx-gaps", "vm-guest"] {
         let out = imc()
             .arg("--root")
@@ -466,8 +466,8 @@ impl Drop for Hogs {
 
 /// One loaded round of `cargo xtask accuracy --live --load`: every mode beside two CPU hogs
 /// and a page-faulting process holds the bounds validate prints, and says the machine was
-/// loaded. `--freq` alone once gave a tick's whole delta to whoever ran at it (a spinner
-/// charged thousands of the toucher's faults here).
+/// loaded. `--freq` alone never gives a tick's whole delta to whoever runs at it (a spinner
+/// would be charged thousands of the toucher's faults here).
 #[test]
 fn loaded_every_mode_holds_its_bounds_and_says_the_machine_was_loaded() {
     if !sampler_prerequisites() {
@@ -833,8 +833,8 @@ fn live_with_stacks_each_workload_traffic_is_in_its_own_function() {
 
 #[test]
 fn a_workload_that_cannot_allocate_its_buffers_is_said_with_its_cause() {
-    // Under `ulimit -v` the allocator's abort was printed raw (with a backtrace), then "did not
-    // start" without the cause.
+    // Under `ulimit -v` the allocator's abort is never printed raw (with a backtrace), nor "did not
+    // start" said without the cause.
     if !sampler_prerequisites() {
         return;
     }

@@ -1,4 +1,4 @@
-//! `cargo bench -p imc-user --bench report`: the benchmarks, std only.
+//! `cargo bench -p imc-user --bench report`: the recording and report benchmarks, std only.
 //!
 //! - Recording size of the synthetic hour-equivalent (64 busy CPUs × 1000 Hz × 60 s, 100 ms
 //!   intervals, bursts every 10 s), per hour, next to the raw Record bytes per hour.

@@ -4,7 +4,7 @@
 //! | variable | meaning |
 //! |---|---|
 //! | `IMC_STAT_MODE` | `imc stat`'s read mode: `auto` (default), `deadline`, `kernel-timed` |
-//! | `IMC_STAT_KERNEL_TIMED` | `1`: the old opt-in to kernel-timed reads (as `IMC_STAT_MODE=kernel-timed`) |
+//! | `IMC_STAT_KERNEL_TIMED` | `1`: kernel-timed reads (as `IMC_STAT_MODE=kernel-timed`) |
 //! | `IMC_BPF_OBJECT` | the eBPF object file to load instead of the one built in |
 //! | `IMC_LIBPFM` | the libpfm4 shared library to load (default `libpfm.so.4`) |
 //! | `LIBPFM_FORCE_PMU` | libpfm4's own: the PMU it encodes for; imc sets it for `--root` when unset |

@@ -28,7 +28,7 @@
 //! Per arm: slowdown (%), timer interrupts added per CPU-second (the LOC rate minus the same
 //! round's alone run's), and collector CPU as a share of the machine ((the collector process's
 //! CPU + its BPF run time) / (wall × CPUs); perf's in-kernel sampling is not in its figure). The
-//! issue's targets are printed beside them: PASS or FAIL when the figure is more than 2 standard
+//! overhead targets are printed beside them: PASS or FAIL when the figure is more than 2 standard
 //! errors from the target, else UNRESOLVED. The verdict is not the exit code, which is nonzero
 //! only when the benchmark could not measure — among others when a run under imc did not sample
 //! (no BPF program, too few ticks, a recording `imc report` cannot read): a benchmark of nothing
@@ -63,7 +63,7 @@ use work::{Work, json_field, parse_drained, parse_plan_tick, parse_work};
 
 /// The rate of imc's own timer (`--freq`) and of perf's cpu-clock sampling.
 const FREQ: u32 = 1000;
-/// The targets for the default `imc record`.
+/// The overhead targets for the default `imc record`.
 const TARGET_IRQ_PCT: f64 = 1.0;
 const TARGET_CPU_SLOWDOWN_PCT: f64 = 0.5;
 const TARGET_VS_PERF_CLOCK: f64 = 0.2;
@@ -466,7 +466,7 @@ fn arm_row(r: &KindRuns, arm: Arm, runs: &[Work]) -> String {
     )
 }
 
-/// The targets for the default `imc record`, from the runs of every workload.
+/// The overhead targets for the default `imc record`, from the runs of every workload.
 fn checks(all: &[KindRuns]) -> Vec<Check> {
     let mut out = Vec::new();
     for r in all {

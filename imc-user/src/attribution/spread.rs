@@ -133,7 +133,7 @@ pub fn weighed_totals(spans: &[Span], scratch: &Scratch) -> (f64, f64) {
 ///
 /// Segments arrive in the order their CPUs' records were pushed, which is time order or close
 /// to it, so the starts and the ends are each usually sorted already: they are checked, sorted
-/// only if not, and merged, instead of sorting all 2n events (the sort was a sixth of the
+/// only if not, and merged, instead of sorting all 2n events (a full sort costs a sixth of the
 /// attributor's instructions).
 pub fn build_events(segs: &[Segment], events: &mut Vec<Event>, scratch: &mut Scratch) {
     let tmp = &mut scratch.events;

@@ -41,7 +41,7 @@ const INTERVAL_MS: u64 = 1000;
 const DRAIN_MS: u32 = 1000;
 /// Schedules are given this far ahead of the stream.
 const CHUNK_NS: u64 = 10_000_000;
-/// The targets at 192 CPUs × 20k switches/s.
+/// The scale targets at 192 CPUs × 20k switches/s.
 const TARGET_MS_PER_S: f64 = 96.0;
 const TARGET_RSS_MB: f64 = 100.0;
 

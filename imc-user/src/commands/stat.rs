@@ -384,7 +384,7 @@ enum ReadMode {
 }
 
 fn read_mode(settings: &Settings) -> Result<ReadMode, BackendError> {
-    // IMC_STAT_KERNEL_TIMED=1 was the opt-in before kernel-timed became the default.
+    // IMC_STAT_KERNEL_TIMED=1 asks for kernel-timed reads, as IMC_STAT_MODE=kernel-timed does.
     if settings.stat_kernel_timed {
         return Ok(ReadMode::KernelTimed);
     }

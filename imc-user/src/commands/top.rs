@@ -103,8 +103,8 @@ impl Sink for JsonLines {
 }
 
 pub fn run(global: &GlobalArgs, args: &TopArgs) -> CliResult<ExitCode> {
-    // -p 0, a pid past pid_max or one not running: one line, exit 2, as record -p says it
-    // (top showed an empty table for as long as it ran).
+    // -p 0, a pid past pid_max or one not running: one line, exit 2, as record -p says it,
+    // never an empty table for as long as top runs.
     if !args.sampler.dry_run {
         super::record::check_pids(&global.root, &args.pid)?;
     }

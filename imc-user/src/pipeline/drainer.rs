@@ -67,7 +67,7 @@ impl<S: RecordSource> Drainer<S> {
             stacks: None,
         };
         // Every package's counters read once now: a package whose CPUs are idle is otherwise
-        // first read at the first drain (a second in), and its traffic before that was lost.
+        // first read at the first drain (a second in), and its traffic before that would be lost.
         drainer.read_packages(true);
         drainer
     }

@@ -36,7 +36,7 @@ pub(super) fn verdict(v: MeanSe, target: f64) -> &'static str {
     }
 }
 
-/// One target of the issue against what the run measured.
+/// One overhead target against what the run measured.
 pub(super) struct Check {
     pub(super) what: String,
     pub(super) figure: MeanSe,

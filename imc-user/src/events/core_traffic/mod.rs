@@ -13,14 +13,14 @@
 //! * Arm: the architected PMUv3 common events in tools/perf/pmu-events/arch/arm64 (and libpfm4
 //!   lib/events/arm_neoverse_*_events.h), see `arm`.
 //!
-//! What the issue's starting points got wrong (checked against those tables):
+//! Where commonly quoted names and encodings differ from those tables:
 //! * SKX/CLX `OCR.ALL_READS.L3_MISS_LOCAL_DRAM` has no such plain name: Intel's CLX table has it
 //!   only with a snoop qualifier (`.ANY_SNOOP`, `.SNOOP_MISS_OR_NO_FWD`, …) and the remote one is
 //!   `L3_MISS_REMOTE_DRAM`/`L3_MISS_REMOTE_HOP1_DRAM`; the SKX table (steppings 0-4) lists only
 //!   `OCR.ALL_DATA_RD.*` (no RFOs). The offcore MSR bits are the same core's, so the CLX event is
 //!   used for every model 0x55 part.
 //! * `OCR.READS_TO_CORE.LOCAL_SOCKET_DRAM`'s request mask differs: 0x477 on ICX, 0x4477 on
-//!   SPR/EMR/GNR, where the events are 0x2a/0x2b (0xb7/0xbb on ICX and before), as the issue says.
+//!   SPR/EMR/GNR, where the events are 0x2a/0x2b (0xb7/0xbb on ICX and before).
 //! * Three offcore-response events never fit: a thread has two offcore-response MSRs
 //!   (MSR_OFFCORE_RSP_0/1). Local and remote reads take both, so the write weight on servers is
 //!   `L2_LINES_OUT.NON_SILENT`, and the OCR write events (`OCR.WRITE_ESTIMATE.MEMORY` on ICX+,
