@@ -7,15 +7,11 @@
 //! Outside `cargo xtask test` (which builds the binary and names it in IMC_CROSS_ARM_BIN) the
 //! tests skip, saying why, when the binary or qemu-aarch64 is missing; under xtask or in CI a
 //! missing piece fails them.
-use imc_tests::{imc, in_ci, own_fixtures, target_dir};
-use serde_json::Value;
+use imc_tests::cross::{self, Cross, json, read};
+use imc_tests::own_fixtures;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
-const TARGET: &str = "aarch64-unknown-linux-gnu";
-/// Where Debian's libc6-arm64-cross puts the target's dynamic loader and libc.
-const SYSROOT: &str = "/usr/aarch64-linux-gnu";
 /// (tree, backend, the PMU name prefix of its instances).
 const TREES: [(&str, &str, &str); 6] = [
     ("grace-2socket", "nvidia-scf", "nvidia_scf_pmu_"),
@@ -26,98 +22,8 @@ const TREES: [(&str, &str, &str); 6] = [
     ("cxl-expander", "cxl-pmu", "cxl_pmu_mem"),
 ];
 
-struct Arm {
-    bin: PathBuf,
-    qemu: PathBuf,
-}
-
-fn find_on_path(names: &[&str]) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    names.iter().find_map(|n| {
-        std::env::split_paths(&path)
-            .map(|d| d.join(n))
-            .find(|p| p.is_file())
-    })
-}
-
-/// The aarch64 imc and qemu-user, or None (after saying why) where a plain `cargo test` runs
-/// without them.
-fn arm() -> Option<Arm> {
-    let named = std::env::var_os("IMC_CROSS_ARM_BIN").filter(|v| !v.is_empty());
-    let must = named.is_some() || in_ci();
-    let bin = named
-        .map(PathBuf::from)
-        .unwrap_or_else(|| target_dir().join(TARGET).join("debug").join("imc"));
-    let missing = if !bin.is_file() {
-        Some(format!(
-            "{} not built: `cargo xtask test` cross-builds it",
-            bin.display()
-        ))
-    } else if !Path::new(SYSROOT).join("lib").is_dir() {
-        Some(format!(
-            "no {SYSROOT}: scripts/setup.sh installs Debian's arm64 cross libc"
-        ))
-    } else {
-        None
-    };
-    let qemu = find_on_path(&["qemu-aarch64", "qemu-aarch64-static"]);
-    let missing = missing.or_else(|| {
-        qemu.is_none()
-            .then(|| "no qemu-aarch64 on PATH: scripts/setup.sh installs qemu-user".to_string())
-    });
-    if let Some(why) = missing {
-        assert!(!must, "the aarch64 binary cannot run: {why}");
-        eprintln!("SKIPPED: {why}");
-        return None;
-    }
-    Some(Arm {
-        bin,
-        qemu: qemu.unwrap(),
-    })
-}
-
 fn tree(name: &str) -> PathBuf {
     own_fixtures().join(name)
-}
-
-fn stdout_of(mut cmd: Command, what: &str) -> String {
-    let o = cmd
-        .output()
-        .unwrap_or_else(|e| panic!("{what}: cannot run: {e}"));
-    assert!(
-        o.status.success(),
-        "{what}: {}\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8(o.stdout).unwrap_or_else(|e| panic!("{what}: output not UTF-8: {e}"))
-}
-
-/// `imc ARGS` as aarch64 under qemu, and as the host build; asserts both succeed with the same
-/// output and returns it.
-fn both(a: &Arm, args: &[&str]) -> String {
-    let mut cross = Command::new(&a.qemu);
-    cross.arg("-L").arg(SYSROOT).arg(&a.bin).args(args);
-    let arm = stdout_of(cross, &format!("aarch64 imc {args:?}"));
-    let mut host = imc();
-    host.args(args);
-    let host = stdout_of(host, &format!("imc {args:?}"));
-    assert_eq!(
-        arm, host,
-        "imc {args:?}: the aarch64 build's output differs from the host's"
-    );
-    arm
-}
-
-fn json(text: &str, what: &str) -> Value {
-    serde_json::from_str(text).unwrap_or_else(|e| panic!("{what}: {e}: {text}"))
-}
-
-fn read(path: &Path) -> String {
-    std::fs::read_to_string(path)
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-        .trim()
-        .to_string()
 }
 
 /// The PMU instances of a tree whose name starts with `prefix`: (name, type, cpumask CPU).
@@ -144,12 +50,14 @@ fn instances(root: &Path, prefix: &str) -> Vec<(String, u64, u64)> {
 
 #[test]
 fn list_finds_every_memory_side_pmu_of_the_arm_trees() {
-    let Some(a) = arm() else { return };
+    let Some(a) = Cross::find(&cross::ARM) else {
+        return;
+    };
     for (name, backend, prefix) in TREES {
         let root = tree(name);
         let r = root.to_str().unwrap();
-        both(&a, &["--root", r, "list"]);
-        let v = json(&both(&a, &["--root", r, "list", "--json"]), name);
+        a.both(&["--root", r, "list"]);
+        let v = json(&a.both(&["--root", r, "list", "--json"]), name);
         let source = v["sources"]
             .as_array()
             .unwrap()
@@ -181,7 +89,9 @@ fn list_finds_every_memory_side_pmu_of_the_arm_trees() {
 
 #[test]
 fn encode_matches_the_drivers_sysfs_aliases() {
-    let Some(a) = arm() else { return };
+    let Some(a) = Cross::find(&cross::ARM) else {
+        return;
+    };
     // (tree, event, its type, the perf_event_attr word it sets and the value there).
     let cases = [
         (
@@ -229,10 +139,7 @@ fn encode_matches_the_drivers_sysfs_aliases() {
     ];
     for (name, event, ty, word, value) in cases {
         let root = tree(name);
-        let out = both(
-            &a,
-            &["--root", root.to_str().unwrap(), "encode", "--json", event],
-        );
+        let out = a.both(&["--root", root.to_str().unwrap(), "encode", "--json", event]);
         let v = json(out.trim(), event);
         assert_eq!(v["type"], ty, "{event}: {v}");
         assert_eq!(v[word].as_u64(), Some(value), "{event}: {v}");
@@ -241,7 +148,9 @@ fn encode_matches_the_drivers_sysfs_aliases() {
 
 #[test]
 fn every_dry_run_plans_every_instance_on_its_cpumask_cpu() {
-    let Some(a) = arm() else { return };
+    let Some(a) = Cross::find(&cross::ARM) else {
+        return;
+    };
     let scratch = tempfile::tempdir().unwrap();
     let recording = scratch.path().join("run.imc");
     let o = recording.to_str().unwrap();
@@ -262,9 +171,9 @@ fn every_dry_run_plans_every_instance_on_its_cpumask_cpu() {
             let mut args = vec!["--root", r];
             args.extend(&command);
             args.push("--dry-run");
-            both(&a, &args);
+            a.both(&args);
             args.push("--json");
-            let v = json(&both(&a, &args), &what);
+            let v = json(&a.both(&args), &what);
             let planned: BTreeSet<(String, u64)> = v["counters"]
                 .as_array()
                 .unwrap()

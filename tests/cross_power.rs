@@ -7,124 +7,16 @@
 //! Outside `cargo xtask test` (which builds the binary and names it in IMC_CROSS_POWER_BIN) the
 //! tests skip, saying why, when the binary or qemu-ppc64le is missing; under xtask or in CI a
 //! missing piece fails them.
-use imc_tests::{imc, in_ci, own_fixtures, target_dir};
+use imc_tests::cross::{self, Cross, json, pmus, read};
+use imc_tests::own_fixtures;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
-const TARGET: &str = "powerpc64le-unknown-linux-gnu";
-/// Where Debian's libc6-ppc64el-cross puts the target's dynamic loader and libc.
-const SYSROOT: &str = "/usr/powerpc64le-linux-gnu";
 const TREES: [&str; 2] = ["power9-2chip", "power9-imc-full"];
-
-struct Power {
-    bin: PathBuf,
-    qemu: PathBuf,
-}
-
-fn find_on_path(names: &[&str]) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    names.iter().find_map(|n| {
-        std::env::split_paths(&path)
-            .map(|d| d.join(n))
-            .find(|p| p.is_file())
-    })
-}
-
-/// The ppc64le imc and qemu-user, or None (after saying why) where a plain `cargo test` runs
-/// without them.
-fn power() -> Option<Power> {
-    let named = std::env::var_os("IMC_CROSS_POWER_BIN").filter(|v| !v.is_empty());
-    let must = named.is_some() || in_ci();
-    let bin = named
-        .map(PathBuf::from)
-        .unwrap_or_else(|| target_dir().join(TARGET).join("debug").join("imc"));
-    let missing = if !bin.is_file() {
-        Some(format!(
-            "{} not built: `cargo xtask test` cross-builds it",
-            bin.display()
-        ))
-    } else if !Path::new(SYSROOT).join("lib").is_dir() {
-        Some(format!(
-            "no {SYSROOT}: scripts/setup.sh installs Debian's ppc64le cross libc"
-        ))
-    } else {
-        None
-    };
-    let qemu = find_on_path(&["qemu-ppc64le", "qemu-ppc64le-static"]);
-    let missing = missing.or_else(|| {
-        qemu.is_none()
-            .then(|| "no qemu-ppc64le on PATH: scripts/setup.sh installs qemu-user".to_string())
-    });
-    if let Some(why) = missing {
-        assert!(!must, "the POWER binary cannot run: {why}");
-        eprintln!("SKIPPED: {why}");
-        return None;
-    }
-    Some(Power {
-        bin,
-        qemu: qemu.unwrap(),
-    })
-}
 
 fn tree(name: &str) -> PathBuf {
     own_fixtures().join(name)
-}
-
-fn stdout_of(mut cmd: Command, what: &str) -> String {
-    let o = cmd
-        .output()
-        .unwrap_or_else(|e| panic!("{what}: cannot run: {e}"));
-    assert!(
-        o.status.success(),
-        "{what}: {}\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8(o.stdout).unwrap_or_else(|e| panic!("{what}: output not UTF-8: {e}"))
-}
-
-/// `imc ARGS` as ppc64le under qemu, and as the host build; asserts both succeed with the same
-/// output and returns it.
-fn both(p: &Power, args: &[&str]) -> String {
-    let mut cross = Command::new(&p.qemu);
-    cross.arg("-L").arg(SYSROOT).arg(&p.bin).args(args);
-    let power = stdout_of(cross, &format!("ppc64le imc {args:?}"));
-    let mut host = imc();
-    host.args(args);
-    let host = stdout_of(host, &format!("imc {args:?}"));
-    assert_eq!(
-        power, host,
-        "imc {args:?}: the ppc64le build's output differs from the host's"
-    );
-    power
-}
-
-fn json(text: &str, what: &str) -> Value {
-    serde_json::from_str(text).unwrap_or_else(|e| panic!("{what}: {e}: {text}"))
-}
-
-/// The PMU directories of a tree whose name starts with `prefix`.
-fn pmus(root: &Path, prefix: &str) -> Vec<PathBuf> {
-    let dir = root.join("sys/bus/event_source/devices");
-    let mut out: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .map(|e| e.unwrap().path())
-        .filter(|p| {
-            p.file_name()
-                .is_some_and(|n| n.to_string_lossy().starts_with(prefix))
-        })
-        .collect();
-    out.sort();
-    out
-}
-
-fn read(path: &Path) -> String {
-    std::fs::read_to_string(path)
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-        .trim()
-        .to_string()
 }
 
 /// The `config` the kernel's sysfs spells for an event file (`event=0xd0,…`), through the PMU's
@@ -149,12 +41,14 @@ fn sysfs_config(pmu: &Path, event: &str) -> u64 {
 
 #[test]
 fn list_finds_the_nest_imc_pmus_of_both_chips() {
-    let Some(p) = power() else { return };
+    let Some(p) = Cross::find(&cross::POWER) else {
+        return;
+    };
     for name in TREES {
         let root = tree(name);
         let r = root.to_str().unwrap();
-        both(&p, &["--root", r, "list"]);
-        let v = json(&both(&p, &["--root", r, "list", "--json"]), name);
+        p.both(&["--root", r, "list"]);
+        let v = json(&p.both(&["--root", r, "list", "--json"]), name);
         let ids: Vec<u64> = v["packages"]
             .as_array()
             .unwrap()
@@ -207,7 +101,9 @@ fn list_finds_the_nest_imc_pmus_of_both_chips() {
 
 #[test]
 fn encode_matches_the_kernels_sysfs_encoding() {
-    let Some(p) = power() else { return };
+    let Some(p) = Cross::find(&cross::POWER) else {
+        return;
+    };
     let root = tree("power9-2chip");
     let mut events = Vec::new();
     let mut expected = Vec::new();
@@ -232,7 +128,7 @@ fn encode_matches_the_kernels_sysfs_encoding() {
     assert_eq!(events.len(), 8, "{events:?}");
     let mut args = vec!["--root", root.to_str().unwrap(), "encode", "--json"];
     args.extend(events.iter().map(String::as_str));
-    let out = both(&p, &args);
+    let out = p.both(&args);
     let got: Vec<(u64, u64, f64)> = out
         .lines()
         .map(|l| {
@@ -249,7 +145,9 @@ fn encode_matches_the_kernels_sysfs_encoding() {
 
 #[test]
 fn every_dry_run_plans_every_mcs_channel_of_both_chips() {
-    let Some(p) = power() else { return };
+    let Some(p) = Cross::find(&cross::POWER) else {
+        return;
+    };
     let scratch = tempfile::tempdir().unwrap();
     let recording = scratch.path().join("run.imc");
     for name in TREES {
@@ -288,10 +186,10 @@ fn every_dry_run_plans_every_mcs_channel_of_both_chips() {
             let mut args = vec!["--root", r];
             args.extend(&command);
             args.push("--dry-run");
-            let human = both(&p, &args);
+            let human = p.both(&args);
             assert!(human.contains("source power-nest-imc"), "{what}: {human}");
             args.push("--json");
-            let v = json(&both(&p, &args), &what);
+            let v = json(&p.both(&args), &what);
             assert_eq!(v["source"], "power-nest-imc", "{what}");
             let traffic: Vec<&Value> = v["counters"]
                 .as_array()

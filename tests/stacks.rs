@@ -193,8 +193,9 @@ fn a_recording_with_stacks_reports_every_attributed_fault_in_some_stack() {
     let (quantum, counts) = (samples.quantum, &samples.through);
     for f in ["hot_three", "hot_one"] {
         let ((want, stacks), got) = (through(f), counts.get(f).copied().unwrap_or(0) * quantum);
+        // A folded line may merge stacks whose frames read alike: allow a thousandth too.
         assert!(
-            got <= want && want - got < quantum * stacks,
+            got <= want && want - got <= (quantum * stacks).max(want / 1000),
             "{f}: {got} in the trace's samples, {want} in the folded lines"
         );
     }

@@ -706,7 +706,7 @@ pub fn run(imc: &Path, bench_object: &Path) -> Result<()> {
         "\nfigures: mean over rounds ± standard error; slowdown and interrupts added are per \
          round against that round's alone run; collector CPU is the collector process's CPU plus \
          its BPF programs' run time (perf's in-kernel sampling is not in perf's)\ntargets for \
-         the default `imc record` (issue 12; PASS/FAIL: more than 2 standard errors from the \
+         the default `imc record` (PASS/FAIL: more than 2 standard errors from the \
          target):"
     );
     for c in checks(&all) {

@@ -670,7 +670,7 @@ fn print_header(o: &Opts, wall_s: f64) {
 fn print_targets(o: &Opts, runs: &[Vec<Figures>; 2], gen_mb: &[f64; 2]) {
     let at_scale = o.cpus == 192 && o.switches == 20_000;
     println!(
-        "targets (issue 23, at 192 CPUs × 20k switches/s{}): userspace <= {TARGET_MS_PER_S} ms \
+        "targets (at 192 CPUs × 20k switches/s{}): userspace <= {TARGET_MS_PER_S} ms \
          per simulated second (0.05% of the machine), peak RSS <= {TARGET_RSS_MB} MB; \
          PASS/FAIL: more than 2 standard errors from the target",
         if at_scale {

@@ -130,15 +130,25 @@ impl Table {
     }
 
     /// Closes the connection that makes room first (see the module's order); false when there
-    /// is none (every live one is still being heard out).
+    /// is none (every live one is still being heard out), and while the first to go would be
+    /// a scraper and some connection is still being heard out: that one, once heard, goes
+    /// before any scraper unless it scrapes too.
     fn evict_one(&mut self) -> bool {
+        let live = || {
+            self.live
+                .iter()
+                .filter(|(_, (_, task))| !task.is_finished())
+        };
+        let heard = |state: &ConnState| state.heard.load(Ordering::Relaxed);
         // min_by_key keeps the first of equals: the oldest.
-        let victim = self
-            .live
-            .iter()
-            .filter(|(_, (state, task))| !task.is_finished() && state.heard.load(Ordering::Relaxed))
-            .min_by_key(|(_, (state, _))| state.rank())
-            .map(|(&id, _)| id);
+        let victim = live()
+            .filter(|(_, (state, _))| heard(state))
+            .min_by_key(|(_, (state, _))| state.rank());
+        let pending = live().any(|(_, (state, _))| !heard(state));
+        let victim = match victim {
+            Some((_, (state, _))) if pending && state.rank().1 => None,
+            v => v.map(|(&id, _)| id),
+        };
         match victim.and_then(|id| self.live.remove(&id)) {
             Some((_, task)) => {
                 task.abort();
@@ -612,6 +622,36 @@ mod tests {
             states[0].heard.store(true, Ordering::Relaxed);
             assert!(t.evict_one());
             assert_eq!(t.live.keys().copied().collect::<Vec<_>>(), [1]);
+        });
+    }
+
+    #[test]
+    fn a_scraper_waits_to_go_until_the_connections_being_heard_out_have_been() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let mut t = Table::default();
+            // Oldest first: a scraper, answered; a newcomer not yet heard out.
+            let states = [conn(false, true, 0), Arc::new(ConnState::default())];
+            let mut tasks = Vec::new();
+            for s in &states {
+                let task = tokio::spawn(std::future::pending::<()>());
+                t.live.insert(t.next, (s.clone(), task.abort_handle()));
+                t.next += 1;
+                tasks.push(task);
+            }
+            assert!(
+                !t.evict_one(),
+                "closed the scraper while the newcomer may go first"
+            );
+            // Heard out without scraping: it goes, the scraper stays.
+            states[1].heard.store(true, Ordering::Relaxed);
+            assert!(t.evict_one());
+            assert_eq!(t.live.keys().copied().collect::<Vec<_>>(), [0]);
+            // Alone with nothing being heard out, a scraper makes room as the last resort.
+            assert!(t.evict_one());
         });
     }
 
