@@ -192,28 +192,49 @@ fn run_stacks(o: &Opts, n: u32) -> Result<bool, String> {
         "baseline",
         format!("{n} stacks")
     );
-    let mut within = true;
-    for (name, args) in stack_modes(dir.path()) {
-        let mut cells = Vec::new();
-        for (i, file) in [&base, &many].into_iter().enumerate() {
-            let runs: Vec<f64> = (0..o.runs)
-                .map(|_| peak_mb(&o.imc, file, &args))
-                .collect::<Result<_, _>>()?;
-            let (m, se) = mean_se(&runs);
-            within &= i == 0 || m <= STACK_TARGET_MB;
-            cells.push(format!("{m:.1} ± {se:.1}"));
+    let rows = Rows {
+        files: &[&base, &many],
+        target_mb: STACK_TARGET_MB,
+        widths: &[14, 18, 24],
+    };
+    rows.measure(o, stack_modes(dir.path()))
+}
+
+/// A table's rows: each mode's peak memory on each file (the first the baseline), and whether
+/// every mode is within the target on every other file.
+struct Rows<'a> {
+    files: &'a [&'a Path],
+    target_mb: f64,
+    /// The mode column's width, then each file's.
+    widths: &'a [usize],
+}
+
+impl Rows<'_> {
+    fn measure(&self, o: &Opts, modes: Vec<(&str, Vec<String>)>) -> Result<bool, String> {
+        let mut within = true;
+        for (name, args) in modes {
+            let mut line = format!("{name:<w$}", w = self.widths[0]);
+            for (i, file) in self.files.iter().enumerate() {
+                let runs: Vec<f64> = (0..o.runs)
+                    .map(|_| peak_mb(&o.imc, file, &args))
+                    .collect::<Result<_, _>>()?;
+                let (m, se) = mean_se(&runs);
+                within &= i == 0 || m <= self.target_mb;
+                let cell = format!("{m:.1} ± {se:.1}");
+                line.push_str(&format!(" {cell:>w$}", w = self.widths[i + 1]));
+            }
+            println!("{line}");
         }
-        println!("{name:<14} {:>18} {:>24}", cells[0], cells[1]);
+        println!(
+            "{}",
+            if within {
+                "every mode within the target"
+            } else {
+                "OVER the target in some mode"
+            }
+        );
+        Ok(within)
     }
-    println!(
-        "{}",
-        if within {
-            "every mode within the target"
-        } else {
-            "OVER the target in some mode"
-        }
-    );
-    Ok(within)
 }
 
 fn run() -> Result<bool, String> {
@@ -245,31 +266,12 @@ fn run() -> Result<bool, String> {
         "{:<12} {:>18} {:>26} {:>24}",
         "mode", "baseline", "churn (100 new / 100 ms)", "all in one interval"
     );
-    let mut within = true;
-    for (name, args) in modes(dir.path()) {
-        let mut cells = Vec::new();
-        for (i, file) in [&base, &churned, &one].into_iter().enumerate() {
-            let runs: Vec<f64> = (0..o.runs)
-                .map(|_| peak_mb(&o.imc, file, &args))
-                .collect::<Result<_, _>>()?;
-            let (m, se) = mean_se(&runs);
-            within &= i == 0 || m <= TARGET_MB;
-            cells.push(format!("{m:.1} ± {se:.1}"));
-        }
-        println!(
-            "{name:<12} {:>18} {:>26} {:>24}",
-            cells[0], cells[1], cells[2]
-        );
-    }
-    println!(
-        "{}",
-        if within {
-            "every mode within the target"
-        } else {
-            "OVER the target in some mode"
-        }
-    );
-    Ok(within)
+    let rows = Rows {
+        files: &[&base, &churned, &one],
+        target_mb: TARGET_MB,
+        widths: &[12, 18, 26, 24],
+    };
+    rows.measure(&o, modes(dir.path()))
 }
 
 /// `--write PATH TASKS PER_INTERVAL`: one recording, in a process of its own.

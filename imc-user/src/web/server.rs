@@ -596,27 +596,35 @@ mod tests {
         Arc::new(s)
     }
 
-    #[test]
-    fn a_connection_not_yet_heard_out_is_never_closed_to_make_room() {
+    /// Runs `check` on a table of live connections of `states` (ids 0, 1, … in that order),
+    /// each on a task that never ends by itself.
+    fn with_table(states: &[Arc<ConnState>], check: impl FnOnce(&mut Table)) {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .unwrap();
         rt.block_on(async {
             let mut t = Table::default();
-            // Oldest first: one whose first request is being answered, one never read yet.
-            let answering = ConnState::default();
-            answering.reads.fetch_add(1, Ordering::Relaxed);
-            answering.request();
-            answering.answering.store(1, Ordering::Relaxed);
-            let states = [Arc::new(answering), Arc::new(ConnState::default())];
             let mut tasks = Vec::new();
-            for s in &states {
+            for s in states {
                 let task = tokio::spawn(std::future::pending::<()>());
                 t.live.insert(t.next, (s.clone(), task.abort_handle()));
                 t.next += 1;
                 tasks.push(task);
             }
+            check(&mut t);
+        });
+    }
+
+    #[test]
+    fn a_connection_not_yet_heard_out_is_never_closed_to_make_room() {
+        // Oldest first: one whose first request is being answered, one never read yet.
+        let answering = ConnState::default();
+        answering.reads.fetch_add(1, Ordering::Relaxed);
+        answering.request();
+        answering.answering.store(1, Ordering::Relaxed);
+        let states = [Arc::new(answering), Arc::new(ConnState::default())];
+        with_table(&states, |t| {
             assert!(!t.evict_one(), "closed one not yet heard out");
             // Answered once, the first is heard out and can make room; the other still not.
             states[0].heard.store(true, Ordering::Relaxed);
@@ -627,21 +635,9 @@ mod tests {
 
     #[test]
     fn a_scraper_waits_to_go_until_the_connections_being_heard_out_have_been() {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async {
-            let mut t = Table::default();
-            // Oldest first: a scraper, answered; a newcomer not yet heard out.
-            let states = [conn(false, true, 0), Arc::new(ConnState::default())];
-            let mut tasks = Vec::new();
-            for s in &states {
-                let task = tokio::spawn(std::future::pending::<()>());
-                t.live.insert(t.next, (s.clone(), task.abort_handle()));
-                t.next += 1;
-                tasks.push(task);
-            }
+        // Oldest first: a scraper, answered; a newcomer not yet heard out.
+        let states = [conn(false, true, 0), Arc::new(ConnState::default())];
+        with_table(&states, |t| {
             assert!(
                 !t.evict_one(),
                 "closed the scraper while the newcomer may go first"
@@ -677,27 +673,15 @@ mod tests {
 
     #[test]
     fn room_is_made_by_non_readers_then_non_scrapers_then_the_oldest() {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async {
-            let mut t = Table::default();
-            // Oldest first: a scraper between scrapes, a keep-alive client in a request, an
-            // idle keep-alive client, a client that does not read its answers.
-            let states = [
-                conn(false, true, 0),
-                conn(false, false, 1),
-                conn(false, false, 0),
-                conn(true, true, 1),
-            ];
-            let mut tasks = Vec::new();
-            for s in &states {
-                let task = tokio::spawn(std::future::pending::<()>());
-                t.live.insert(t.next, (s.clone(), task.abort_handle()));
-                t.next += 1;
-                tasks.push(task);
-            }
+        // Oldest first: a scraper between scrapes, a keep-alive client in a request, an idle
+        // keep-alive client, a client that does not read its answers.
+        let states = [
+            conn(false, true, 0),
+            conn(false, false, 1),
+            conn(false, false, 0),
+            conn(true, true, 1),
+        ];
+        with_table(&states, |t| {
             let order: Vec<u64> = (0..4)
                 .map(|_| {
                     let before: Vec<u64> = t.live.keys().copied().collect();
