@@ -48,7 +48,7 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -122,7 +122,14 @@ impl ConnState {
 struct Table {
     next: u64,
     live: BTreeMap<u64, (Arc<ConnState>, tokio::task::AbortHandle)>,
+    /// Since when a scraper has been spared for a connection being heard out.
+    sparing_since: Option<Instant>,
 }
+
+/// How long a scraper is spared for connections being heard out (a client that pipelines
+/// looks like a scraper until its second request, so a flood of them must not hold every new
+/// connection off for longer).
+const SCRAPER_GRACE: Duration = Duration::from_millis(100);
 
 impl Table {
     fn prune(&mut self) {
@@ -130,9 +137,9 @@ impl Table {
     }
 
     /// Closes the connection that makes room first (see the module's order); false when there
-    /// is none (every live one is still being heard out), and while the first to go would be
-    /// a scraper and some connection is still being heard out: that one, once heard, goes
-    /// before any scraper unless it scrapes too.
+    /// is none (every live one is still being heard out), and, for at most [`SCRAPER_GRACE`],
+    /// while the first to go would be a scraper and some connection is still being heard out:
+    /// that one, once heard, goes before any scraper unless it scrapes too.
     fn evict_one(&mut self) -> bool {
         let live = || {
             self.live
@@ -145,10 +152,13 @@ impl Table {
             .filter(|(_, (state, _))| heard(state))
             .min_by_key(|(_, (state, _))| state.rank());
         let pending = live().any(|(_, (state, _))| !heard(state));
-        let victim = match victim {
-            Some((_, (state, _))) if pending && state.rank().1 => None,
-            v => v.map(|(&id, _)| id),
-        };
+        let spare_scraper = victim.is_some_and(|(_, (state, _))| pending && state.rank().1);
+        let victim = victim.map(|(&id, _)| id);
+        let since = *self.sparing_since.get_or_insert_with(Instant::now);
+        if spare_scraper && since.elapsed() < SCRAPER_GRACE {
+            return false;
+        }
+        self.sparing_since = None;
         match victim.and_then(|id| self.live.remove(&id)) {
             Some((_, task)) => {
                 task.abort();
