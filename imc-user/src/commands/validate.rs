@@ -18,6 +18,7 @@ mod comparable;
 mod counts;
 mod dry;
 mod live;
+mod load;
 mod mbm;
 mod report;
 mod stacks;

@@ -20,9 +20,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-mod load;
-pub(super) use load::Load;
-use load::LoadWatch;
+use super::load::{Load, LoadWatch};
 
 /// How long the sampler runs on after the workloads are frozen at --duration: every count they
 /// made is in a record by then (a tick or a switch on every CPU), so the last interval is whole.

@@ -16,7 +16,7 @@ pub(super) struct Report {
     /// by the periods a late timer skipped).
     pub(super) truth_counts_read: bool,
     /// How loaded the machine was while the workloads ran.
-    pub(super) load: super::live::Load,
+    pub(super) load: super::load::Load,
     pub(super) workloads: Vec<WorkloadRow>,
     pub(super) intervals: Vec<IntervalRow>,
     pub(super) bytes: BytesSection,
