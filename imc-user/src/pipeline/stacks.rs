@@ -75,6 +75,8 @@ pub struct StackResolver {
     root: std::path::PathBuf,
     /// The executable each process had when its maps were sent (sent again after an exec).
     prepared: HashMap<u32, Option<(u64, u64)>>,
+    /// Processes whose executable was looked at in this drain (once per drain is enough).
+    seen_this_drain: HashSet<u32>,
     rx: Receiver<(Key, Arc<[Frame]>)>,
     cache: HashMap<Key, Arc<[Frame]>>,
     waiting: HashSet<Key>,
@@ -113,6 +115,7 @@ impl StackResolver {
             tx: spawned.is_ok().then_some(tx),
             root: root.to_path_buf(),
             prepared: HashMap::new(),
+            seen_this_drain: HashSet::new(),
             rx,
             cache: HashMap::new(),
             waiting: HashSet::new(),
@@ -129,6 +132,7 @@ impl StackResolver {
         let mut entries = std::mem::take(&mut self.entries);
         entries.clear();
         let n = src.drain_stacks(&mut entries);
+        self.seen_this_drain.clear();
         let dropped_total = src.stacks_dropped();
         let dropped = dropped_total.saturating_sub(self.dropped_before);
         self.dropped_before = dropped_total;
@@ -190,10 +194,13 @@ impl StackResolver {
     }
 
     /// Reads process `tgid`'s maps now, while it runs, for the resolving thread, unless they
-    /// were sent for the same executable already (a new stack of a known process costs one
-    /// stat of its executable).
+    /// were sent for the same executable already (a drain's new stacks of a known process cost
+    /// one stat of its executable).
     fn prepare(&mut self, tgid: u32) {
         use std::os::unix::fs::MetadataExt;
+        if !self.seen_this_drain.insert(tgid) {
+            return;
+        }
         let proc_dir = self.root.join(format!("proc/{tgid}"));
         let exe = std::fs::metadata(proc_dir.join("exe"))
             .ok()

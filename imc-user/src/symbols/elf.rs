@@ -4,6 +4,11 @@
 //! container's binaries), and `PATH` under the root. A candidate counts only when it is a
 //! regular file with the inode the maps line gives, so a binary replaced on disk is never
 //! symbolized with the new file's symbols.
+//!
+//! A file found through a process's own paths is handed to blazesym by `PATH` under the root
+//! where that is the very same file (device, inode, size and modification time): blazesym
+//! parses a binary once per path, so every process of one program then shares one parse, and
+//! it outlives the process that found it.
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
@@ -48,6 +53,10 @@ pub fn find(root: &Path, tgid: u32, m: &Mapping) -> Result<Found, NotFound> {
         candidates.push((root.join(format!("proc/{tgid}/root")).join(rel), true));
         candidates.push((root.join(rel), false));
     }
+    let shared = candidates
+        .last()
+        .filter(|(_, per_process)| !per_process)
+        .cloned();
     let mut why = NotFound::Missing;
     for (path, per_process) in candidates {
         let Ok(md) = std::fs::metadata(&path) else {
@@ -60,7 +69,17 @@ pub fn find(root: &Path, tgid: u32, m: &Mapping) -> Result<Found, NotFound> {
             why = NotFound::Replaced;
             continue;
         }
-        let identity = (md.dev(), md.ino(), md.len(), md.mtime());
+        let identity = identity_of(&md);
+        if per_process
+            && let Some((shared, _)) = shared
+            && std::fs::metadata(&shared).is_ok_and(|s| s.is_file() && identity_of(&s) == identity)
+        {
+            return Ok(Found {
+                path: shared,
+                per_process: false,
+                identity,
+            });
+        }
         return Ok(Found {
             path,
             per_process,
@@ -68,6 +87,11 @@ pub fn find(root: &Path, tgid: u32, m: &Mapping) -> Result<Found, NotFound> {
         });
     }
     Err(why)
+}
+
+/// What tells one file's contents from another's: device, inode, size, modification time.
+fn identity_of(md: &std::fs::Metadata) -> (u64, u64, u64, i64) {
+    (md.dev(), md.ino(), md.len(), md.mtime())
 }
 
 /// The GNU build ID of the ELF file at `path`, in lowercase hex.

@@ -77,6 +77,22 @@ impl Maps {
         (addr < m.end).then_some(i)
     }
 
+    /// Adds `m`, in place of the mappings it overlaps (the process unmapped them and mapped
+    /// `m` since they were read); returns their keys.
+    pub fn insert(&mut self, m: Mapping) -> Vec<MapKey> {
+        let mut gone = Vec::new();
+        self.mappings.retain(|o| {
+            let keep = o.end <= m.start || m.end <= o.start;
+            if !keep {
+                gone.push(o.key());
+            }
+            keep
+        });
+        let at = self.mappings.partition_point(|o| o.start < m.start);
+        self.mappings.insert(at, m);
+        gone
+    }
+
     /// Reads `path` (a `proc/PID/maps`), at most `max_bytes` bytes and `max_lines` lines.
     pub fn read(path: &Path, max_bytes: u64, max_lines: usize) -> Result<Maps, SymbolsError> {
         let f = open_regular(path).map_err(|e| SymbolsError::read(path, e))?;
@@ -110,6 +126,19 @@ impl Maps {
         maps.truncated |= read >= max_bytes;
         maps.mappings.sort_by_key(|m| m.start);
         Ok(maps)
+    }
+}
+
+impl From<crate::sys::procmap::Vma> for Mapping {
+    /// The mapping the kernel answered a query with (named as its maps line names it).
+    fn from(v: crate::sys::procmap::Vma) -> Mapping {
+        Mapping {
+            start: v.start,
+            end: v.end,
+            offset: v.offset,
+            inode: v.inode,
+            backing: backing(&v.name),
+        }
     }
 }
 

@@ -88,6 +88,8 @@ pub struct SymbolizerStats {
     pub processes_gone: u64,
     pub unresolved_frames: u64,
     pub maps_read: u64,
+    /// Addresses looked up one at a time in a process's maps (`PROCMAP_QUERY`).
+    pub maps_queries: u64,
     /// Maps files longer than the cap (mappings past it are unknown).
     pub maps_truncated: u64,
     /// Mappings whose binary no path opened, or whose file on disk is another one than was
@@ -156,9 +158,13 @@ impl Symbolizer {
 
     /// Where process `tgid`'s code is, read early (its `maps` text and executable's identity,
     /// taken when its first stack was drained): its stacks may be resolved after it is gone.
-    /// Kept unless the process is cached already with the same executable.
+    /// Kept unless the process is cached already with the same executable. The caller hands
+    /// them in again when the executable changes (an exec): lookups do not check it.
     pub fn prepare(&mut self, tgid: u32, maps: &[u8], exe: Option<(u64, u64)>) {
-        if self.processes.get(&tgid).is_some_and(|p| p.exe == exe) {
+        if let Some(p) = self.processes.get_mut(&tgid)
+            && p.exe == exe
+        {
+            p.watched = true;
             return;
         }
         let l = &self.limits;
@@ -174,6 +180,7 @@ impl Symbolizer {
                 maps: parsed,
                 exe,
                 last_use: self.clock,
+                watched: true,
                 ..Default::default()
             },
         );

@@ -88,11 +88,14 @@ pub struct ProcessCache {
     pub slots: HashMap<MapKey, Slot>,
     pub perf: PerfSlot,
     pub status: Option<Status>,
-    /// Addresses the last read of the maps placed in no mapping (at most a few hundred).
+    /// Addresses found in no mapping (bounded).
     pub unmapped: HashSet<u64>,
     /// The symbolizer's clock at the last use (for evicting the least recently used).
     pub last_use: u64,
     /// The process's executable (device, inode) when its maps were read: another one means
     /// it has exec'ed since, and what is cached of it is another program's.
     pub exe: Option<(u64, u64)>,
+    /// The maps were handed in by [`super::Symbolizer::prepare`], whose caller watches the
+    /// executable and hands them in again after an exec: they are not checked per lookup.
+    pub watched: bool,
 }

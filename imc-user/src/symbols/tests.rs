@@ -80,6 +80,46 @@ fn own_functions_resolve_with_build_id_and_line() {
     assert_eq!((st.user_addresses, st.user_resolved), (2, 2), "{st:?}");
 }
 
+/// A live process's maps known in part (as the early read sent them): an address past them is
+/// looked up alone in the kernel, not by reading every mapping again; an address in no
+/// mapping is asked once.
+#[test]
+fn a_new_mapping_of_a_live_process_is_asked_of_the_kernel_alone() {
+    let pid = std::process::id();
+    let probe = fs::File::open("/proc/self/maps").expect("own maps");
+    if let Err(e) = crate::sys::procmap::executable_at(&probe, leaf_addr()) {
+        eprintln!("skipped: this kernel answers no PROCMAP_QUERY ({e}); maps are read whole");
+        return;
+    }
+    let mut s = Symbolizer::new(Path::new("/"));
+    let exe = fs::metadata("/proc/self/exe").expect("own exe");
+    // Only a made-up anonymous code mapping, far from the test binary's code.
+    s.prepare(
+        pid,
+        b"10000-11000 r-xp 00000000 00:00 0\n",
+        Some((exe.dev(), exe.ino())),
+    );
+    let read_before = s.stats().maps_read;
+    let f = &s.user_frames(pid, &[leaf_addr()])[0];
+    assert!(
+        f.function
+            .as_deref()
+            .unwrap_or_default()
+            .contains("symbols_test_leaf_function"),
+        "{f:?}"
+    );
+    assert_eq!(
+        (s.stats().maps_read, s.stats().maps_queries),
+        (read_before, 1)
+    );
+    s.user_frames(pid, &[0x20]);
+    s.user_frames(pid, &[0x20, leaf_addr()]);
+    assert_eq!(
+        (s.stats().maps_read, s.stats().maps_queries),
+        (read_before, 2)
+    );
+}
+
 #[test]
 fn a_process_that_does_not_exist_is_unresolved() {
     let mut s = Symbolizer::new(Path::new("/"));
@@ -132,6 +172,47 @@ fn fake_root_resolves_the_binary_its_maps_name() {
     );
     assert_eq!(f.module.as_deref(), Some("/usr/bin/app"));
     assert_eq!(f.build_id, exe_build_id());
+}
+
+/// Processes of one program found through their own `map_files` share one parse of it, by the
+/// root's path to the same file, which outlives each of them.
+#[test]
+fn processes_of_one_program_share_one_parse() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path();
+    let exe = fs::canonicalize("/proc/self/exe").expect("own exe");
+    let ino = fs::metadata(&exe).expect("stat exe").ino();
+    fs::create_dir_all(root.join("usr/bin")).expect("mkdir");
+    symlink(&exe, root.join("usr/bin/app")).expect("symlink");
+    let m = own_mapping(leaf_addr());
+    let pids = [PID, PID + 1];
+    for pid in pids {
+        let dir = root.join(format!("proc/{pid}"));
+        write(&dir.join("maps"), &maps_line(&m, "/usr/bin/app", ino));
+        fs::create_dir_all(dir.join("map_files")).expect("mkdir");
+        symlink(
+            &exe,
+            dir.join(format!("map_files/{:x}-{:x}", m.start, m.end)),
+        )
+        .expect("symlink");
+    }
+    let mut s = Symbolizer::new(root);
+    for pid in pids {
+        let f = &s.user_frames(pid, &[leaf_addr()])[0];
+        let name = f.function.as_deref().unwrap_or_default();
+        assert!(name.contains("symbols_test_leaf_function"), "{f:?}");
+    }
+    let shared = root.join("usr/bin/app");
+    assert_eq!(s.modules.keys().collect::<Vec<_>>(), [&shared]);
+    s.forget(PID);
+    assert!(s.modules.contains_key(&shared));
+    // Where the root's path is another file, the process's own path is the one used.
+    fs::remove_file(&shared).expect("rm");
+    write(&shared, "another program");
+    let mut s = Symbolizer::new(root);
+    s.user_frames(PID, &[leaf_addr()]);
+    let own = root.join(format!("proc/{PID}/map_files/{:x}-{:x}", m.start, m.end));
+    assert_eq!(s.modules.get(&own).map(|(_, o)| *o), Some(Some(PID)));
 }
 
 #[test]
@@ -422,6 +503,38 @@ fn maps_are_bounded_and_only_code_is_kept() {
     let cut = Maps::parse(text.as_bytes().take_bytes(60), 60, 1000).expect("parse");
     assert!(cut.truncated);
     assert!(cut.mappings.is_empty());
+}
+
+/// A mapping the kernel answered later takes the place of the ones it overlaps (they were
+/// unmapped since), keeps the order, and is named as its maps line would name it.
+#[test]
+fn a_mapping_found_later_replaces_those_it_overlaps() {
+    let text = "1000-2000 r-xp 0 08:01 5 /bin/a\n3000-4000 r-xp 0 08:01 6 /bin/b\n";
+    let mut maps = Maps::parse(text.as_bytes(), 1 << 20, 10).expect("parse");
+    let found = crate::sys::procmap::Vma {
+        start: 0x1800,
+        end: 0x2800,
+        offset: 0x1000,
+        inode: 7,
+        name: b"/bin/c (deleted)".to_vec(),
+    };
+    assert_eq!(maps.insert(found.into()), vec![(0x1000, 0x2000, 0, 5)]);
+    let starts: Vec<u64> = maps.mappings.iter().map(|m| m.start).collect();
+    assert_eq!(starts, [0x1800, 0x3000]);
+    let c = &maps.mappings[maps.find(0x2000).expect("the new mapping")];
+    assert_eq!(c.file_offset(0x2000), 0x1800);
+    assert!(
+        matches!(&c.backing, maps::Backing::File { path, deleted: true } if path == Path::new("/bin/c"))
+    );
+    let anon = crate::sys::procmap::Vma {
+        start: 0x5000,
+        end: 0x6000,
+        offset: 0,
+        inode: 0,
+        name: Vec::new(),
+    };
+    assert!(maps.insert(anon.into()).is_empty());
+    assert_eq!(maps.mappings[2].backing, maps::Backing::Anon);
 }
 
 #[test]

@@ -9,8 +9,9 @@ use super::process::{PerfSlot, ProcessCache, Slot, Status};
 use super::{Symbolizer, unresolved};
 use crate::model::stacks::{Frame, FrameKind};
 
-/// Addresses remembered per process as lying in no mapping at the last read of its maps.
-const MAX_UNMAPPED: usize = 256;
+/// Addresses remembered per process as lying in no mapping (at most; past it they are
+/// forgotten and looked up again).
+const MAX_UNMAPPED: usize = 1024;
 
 /// An address's place in the stack, the address looked up, and its mapping's index.
 struct Pending {
@@ -22,8 +23,14 @@ struct Pending {
 impl Symbolizer {
     pub(super) fn resolve_user(&mut self, tgid: u32, addrs: &[u64]) -> Vec<Frame> {
         // A process that exec'ed since its maps were read is another program: start afresh
-        // (else its new addresses would be looked up in the old program's mappings).
-        let exe = self.exe_of(tgid);
+        // (else its new addresses would be looked up in the old program's mappings). Maps
+        // handed in by `prepare` are handed in again after an exec.
+        let watched = self.processes.get(&tgid).is_some_and(|p| p.watched);
+        let exe = if watched {
+            self.processes.get(&tgid).and_then(|p| p.exe)
+        } else {
+            self.exe_of(tgid)
+        };
         if exe.is_some() && self.processes.get(&tgid).is_some_and(|p| p.exe != exe) {
             self.forget(tgid);
         }
@@ -87,16 +94,23 @@ impl Symbolizer {
         frames.into_iter().enumerate().map(bare).collect()
     }
 
-    /// Reads the maps again when an address lies in no known mapping (the process mapped more
-    /// since), keeping what was found for the mappings still there. Addresses the last read
-    /// did not place (a frame-pointer walk's garbage) do not make it read again, nor does any
-    /// address of the call that read them first (`fresh`).
+    /// Finds the mappings of addresses that lie in no known mapping (the process mapped more
+    /// since): the kernel is asked for each such address where it answers queries, else the
+    /// maps are read again, keeping what was found for the mappings still there. Addresses
+    /// found in no mapping (a frame-pointer walk's garbage) are remembered and do not make it
+    /// look again, nor does any address of the call that read the maps first (`fresh`).
     fn refresh_maps(&mut self, tgid: u32, p: &mut ProcessCache, lookups: &[u64], fresh: bool) {
-        let unknown = |p: &ProcessCache, a: u64| p.maps.find(a).is_none();
-        if lookups
+        let mut unknown: Vec<u64> = lookups
             .iter()
-            .all(|&a| !unknown(p, a) || p.unmapped.contains(&a))
-        {
+            .copied()
+            .filter(|&a| p.maps.find(a).is_none() && !p.unmapped.contains(&a))
+            .collect();
+        if unknown.is_empty() {
+            return;
+        }
+        unknown.sort_unstable();
+        unknown.dedup();
+        if !fresh && self.query_maps(tgid, p, &unknown) {
             return;
         }
         if !fresh && let Some(maps) = self.read_maps(tgid) {
@@ -111,6 +125,40 @@ impl Symbolizer {
                 p.unmapped.insert(a);
             }
         }
+    }
+
+    /// Asks the kernel for the executable mapping of each of `unknown` (one query each),
+    /// keeping each mapping found and remembering the addresses in none. False where the maps
+    /// file answers no query (a kernel before 6.11, a tree's plain file, a process gone).
+    fn query_maps(&mut self, tgid: u32, p: &mut ProcessCache, unknown: &[u64]) -> bool {
+        let path = self.root.join(format!("proc/{tgid}/maps"));
+        let Ok(f) = crate::sys::file::open_regular(&path) else {
+            return false;
+        };
+        for &a in unknown {
+            if p.maps.find(a).is_some() {
+                continue;
+            }
+            match crate::sys::procmap::executable_at(&f, a) {
+                Ok(Some(vma)) => {
+                    for gone in p.maps.insert(vma.into()) {
+                        p.slots.remove(&gone);
+                    }
+                }
+                Ok(None) => {
+                    if p.unmapped.len() >= MAX_UNMAPPED {
+                        p.unmapped.clear();
+                    }
+                    p.unmapped.insert(a);
+                }
+                Err(e) => {
+                    log::debug!("process {tgid}: {}: {e}", path.display());
+                    return false;
+                }
+            }
+            self.stats.maps_queries += 1;
+        }
+        true
     }
 
     /// The (device, inode) of `root/proc/PID/exe`'s target; None where it cannot be read (a

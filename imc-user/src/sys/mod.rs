@@ -6,6 +6,7 @@ pub mod devmem;
 pub mod file;
 pub mod perf;
 pub mod process;
+pub mod procmap;
 pub mod rlimit;
 pub mod shm;
 pub mod thread;
