@@ -98,7 +98,7 @@ mod tests {
     #[test]
     fn own_code_is_found_in_its_executable() {
         let maps = File::open("/proc/self/maps").expect("own maps");
-        let here = own_code_is_found_in_its_executable as usize as u64;
+        let here = own_code_is_found_in_its_executable as *const () as usize as u64;
         match executable_at(&maps, here) {
             Ok(Some(v)) => {
                 assert!(v.start <= here && here < v.end, "{v:?}");
