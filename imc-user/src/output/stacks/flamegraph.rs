@@ -1,12 +1,13 @@
 //! A flame graph SVG of a profile, drawn by inferno (the maintained Rust port of
 //! flamegraph.pl) from the profile's folded lines ([`super::folded`]): one box per function in
-//! a stack, as wide as its traffic, the process's name at the bottom of each of its stacks.
+//! a stack, as wide as its traffic, the process's name at the bottom of each of its stacks;
+//! boxes narrower than inferno draws are cut from the lines first.
 //! Colours follow each function's name (the same name, the same colour, in every graph).
 //!
 //! A profile with no traffic draws nothing: it is [`FlamegraphError::Empty`] ("no stacks
 //! recorded"), for the caller to print as one line, and nothing is written.
 use super::common::{count_name, default_title};
-use super::folded::for_each_line;
+use super::folded::for_each_line_cut;
 use crate::model::stacks::StackProfile;
 use inferno::flamegraph::{self, Options};
 use std::io::{self, Write};
@@ -35,8 +36,12 @@ pub fn write_flamegraph(
     title: &str,
     out: impl Write,
 ) -> Result<(), FlamegraphError> {
+    let mut options = options(profile, title);
     let (mut lines, mut sum) = (Vec::new(), Some(0u64));
-    let _ = for_each_line(profile, |line, count| {
+    // inferno leaves out boxes narrower than `min_width` percent of the whole: what they
+    // would have held is cut before inferno reads it (a million tiny stacks draw no box, and
+    // held as text they took gigabytes).
+    let _ = for_each_line_cut(profile, options.min_width / 100.0, |line, count| {
         sum = sum.and_then(|s| s.checked_add(count));
         lines.push(format!("{line} {count}"));
         Ok(())
@@ -46,6 +51,11 @@ pub fn write_flamegraph(
         Some(0) => return Err(FlamegraphError::Empty),
         Some(_) => {}
     }
+    draw(&mut options, &lines, out)
+}
+
+/// How the profile's graph is drawn: its title, subtitle, unit and colours.
+fn options(profile: &StackProfile, title: &str) -> Options<'static> {
     let mut options = Options::default();
     options.title = if title.is_empty() {
         default_title(profile)
@@ -56,8 +66,13 @@ pub fn write_flamegraph(
     options.count_name = count_name(&profile.sample_types);
     options.name_type = "Function:".to_string();
     options.hash = true;
+    options
+}
+
+/// Draws folded `lines` (each with its count).
+fn draw(options: &mut Options, lines: &[String], out: impl Write) -> Result<(), FlamegraphError> {
     let mut out = io::BufWriter::new(out);
-    flamegraph::from_lines(&mut options, lines.iter().map(String::as_str), &mut out)
+    flamegraph::from_lines(options, lines.iter().map(String::as_str), &mut out)
         .and_then(|()| out.flush())
         .map_err(|source| FlamegraphError::Write { source })
 }
@@ -75,4 +90,97 @@ fn subtitle(profile: &StackProfile) -> Option<String> {
         parts.push(format!("{} stacks cut short", profile.truncated_stacks));
     }
     (!parts.is_empty()).then(|| parts.join(", "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::stacks::{Frame, FrameKind, Stack, StackSample};
+
+    /// Cutting what inferno would not draw draws the same graph: one wide stack with deep
+    /// callees, and thousands of stacks each far narrower than a box, some under it.
+    #[test]
+    fn cutting_invisible_boxes_draws_the_same_graph() {
+        let frame = |name: String| Frame {
+            kind: FrameKind::User,
+            function: Some(name),
+            module: None,
+            offset: 0,
+            build_id: None,
+            file: None,
+            line: None,
+        };
+        let mut p = StackProfile::default();
+        let mut add = |comm: &str, names: Vec<String>, count: u64| {
+            let first = p.frames.len() as u32;
+            p.frames.extend(names.into_iter().map(frame));
+            let frames = (first..p.frames.len() as u32).collect();
+            p.stacks.push(Stack { frames });
+            p.samples.push(StackSample {
+                tgid: 1,
+                comm: comm.to_string(),
+                cgroup: None,
+                stack: p.stacks.len() as u32 - 1,
+                values: vec![count],
+            });
+        };
+        add(
+            "app",
+            vec!["leaf".into(), "work".into(), "main".into()],
+            1_000_000,
+        );
+        add("app", vec!["other".into(), "main".into()], 400_000);
+        for i in 0..3000 {
+            add(
+                "app",
+                vec![format!("tiny{i}"), "work".into(), "main".into()],
+                1 + i % 3,
+            );
+            add("noise", vec![format!("n{i}"), format!("m{}", i % 7)], 2);
+        }
+        let mut cut = Vec::new();
+        write_flamegraph(&p, "", &mut cut).expect("draws");
+        let mut whole = Vec::new();
+        let mut lines = Vec::new();
+        super::super::folded::for_each_line(&p, |line, count| {
+            lines.push(format!("{line} {count}"));
+            Ok(())
+        })
+        .expect("lines");
+        assert!(lines.len() > 6000);
+        let mut kept = 0;
+        super::super::folded::for_each_line_cut(&p, options(&p, "").min_width / 100.0, |_, _| {
+            kept += 1;
+            Ok(())
+        })
+        .expect("lines");
+        // app;main;work;leaf, app;main;work (its cut callees), app;main;other, noise;m0..m6.
+        assert_eq!(kept, 10);
+        draw(&mut options(&p, ""), &lines, &mut whole).expect("draws");
+        // The same boxes, each as wide and counting the same (a box may sit further along its
+        // parent, past the blank its cut siblings leave).
+        let boxes = |svg: &[u8]| {
+            let text = String::from_utf8_lossy(svg).into_owned();
+            let mut found: Vec<String> = text
+                .split("<title>")
+                .skip(1)
+                .map(|t| {
+                    let title = t.split("</title>").next().unwrap_or_default();
+                    let width = t.split("fg:w=\"").nth(1).and_then(|w| w.split('"').next());
+                    format!("{title} {width:?}")
+                })
+                .collect();
+            found.sort();
+            found
+        };
+        let drawn = boxes(&cut);
+        assert!(
+            drawn
+                .iter()
+                .any(|b| b.starts_with("leaf (1,000,000 samples")),
+            "{drawn:?}"
+        );
+        assert!(!drawn.iter().any(|b| b.starts_with("tiny")), "{drawn:?}");
+        assert_eq!(drawn, boxes(&whole));
+    }
 }

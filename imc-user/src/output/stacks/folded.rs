@@ -36,14 +36,37 @@ pub fn folded_lines(profile: &StackProfile) -> BTreeMap<String, u64> {
 /// is each distinct line as label numbers, never all the text at once.
 pub fn for_each_line(
     profile: &StackProfile,
-    mut f: impl FnMut(&str, u64) -> io::Result<()>,
+    f: impl FnMut(&str, u64) -> io::Result<()>,
 ) -> io::Result<()> {
+    let (labels, lines) = keyed_lines(profile);
+    emit_sorted(&labels, lines, f)
+}
+
+/// As [`for_each_line`], with every frame whose stacks together count less than `min_share`
+/// of all (a fraction) cut off its lines, their counts going to the frame below: the lines a
+/// flame graph that leaves out boxes narrower than `min_share` draws the same. A line keeps
+/// at least its process's name.
+pub fn for_each_line_cut(
+    profile: &StackProfile,
+    min_share: f64,
+    f: impl FnMut(&str, u64) -> io::Result<()>,
+) -> io::Result<()> {
+    let (labels, lines) = keyed_lines(profile);
+    let total = lines.iter().fold(0u64, |s, (_, c)| s.saturating_add(*c));
+    let min = (total as f64 * min_share).floor() as u64;
+    emit_sorted(&labels, cut_below(lines, min), f)
+}
+
+/// A line as label numbers (the comm's label, then the frames' labels root first) and its count.
+type Line = (Box<[u32]>, u64);
+
+/// Traffic by line.
+fn keyed_lines(profile: &StackProfile) -> (Labels, Vec<Line>) {
     let stacks = Stacks::new(profile);
     let mut labels = Labels::default();
     let slot_label: Vec<u32> = (0..stacks.slot_count())
         .map(|slot| labels.id(escape_label(&stacks.frame(slot).label(), false)))
         .collect();
-    // Traffic by line: the comm's label, then the frames' labels root first.
     let mut by_line: HashMap<Box<[u32]>, u64> = HashMap::new();
     for sample in &profile.samples {
         let total = sample_total(sample);
@@ -56,7 +79,14 @@ pub fn for_each_line(
         let sum = by_line.entry(key).or_insert(0);
         *sum = sum.saturating_add(total);
     }
-    let mut lines: Vec<(Box<[u32]>, u64)> = by_line.into_iter().collect();
+    (labels, by_line.into_iter().collect())
+}
+
+fn emit_sorted(
+    labels: &Labels,
+    mut lines: Vec<Line>,
+    mut f: impl FnMut(&str, u64) -> io::Result<()>,
+) -> io::Result<()> {
     lines.sort_unstable_by(|a, b| labels.text(&a.0).cmp(labels.text(&b.0)));
     let mut bytes = Vec::new();
     for (key, count) in lines {
@@ -65,6 +95,58 @@ pub fn for_each_line(
         f(&String::from_utf8_lossy(&bytes), count)?;
     }
     Ok(())
+}
+
+/// Cuts each line after its longest prefix whose lines together count at least `min`, and
+/// merges the lines that become equal. Ordered frame by frame, the lines under one prefix are
+/// next to each other, so one pass finds each prefix's total when the prefix ends.
+fn cut_below(mut lines: Vec<Line>, min: u64) -> Vec<Line> {
+    // Label numbers stand for equal labels: ordered by them, a prefix's lines are together.
+    lines.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    let mut keep: Vec<usize> = lines.iter().map(|(k, _)| k.len()).collect();
+    // The prefixes of the current line: where each began and what its lines count so far.
+    let mut open: Vec<(usize, u64)> = Vec::new();
+    for i in 0..=lines.len() {
+        let common = match (i.checked_sub(1), lines.get(i)) {
+            (Some(prev), Some(cur)) => common_len(&lines[prev].0, &cur.0),
+            _ => 0,
+        };
+        while open.len() > common {
+            let depth = open.len() - 1;
+            let Some((start, total)) = open.pop() else {
+                break;
+            };
+            if total < min {
+                for k in &mut keep[start..i] {
+                    *k = (*k).min(depth.max(1));
+                }
+            }
+        }
+        let Some((key, count)) = lines.get(i) else {
+            break;
+        };
+        while open.len() < key.len() {
+            open.push((i, 0));
+        }
+        for o in &mut open {
+            o.1 = o.1.saturating_add(*count);
+        }
+    }
+    let mut merged: HashMap<Box<[u32]>, u64> = HashMap::new();
+    for ((key, count), len) in lines.into_iter().zip(keep) {
+        let key: Box<[u32]> = if len < key.len() {
+            key[..len].into()
+        } else {
+            key
+        };
+        let sum = merged.entry(key).or_insert(0);
+        *sum = sum.saturating_add(count);
+    }
+    merged.into_iter().collect()
+}
+
+fn common_len(a: &[u32], b: &[u32]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }
 
 /// Escaped labels, each text once, numbered.
