@@ -32,14 +32,30 @@ pub fn folded_lines(profile: &StackProfile) -> BTreeMap<String, u64> {
 }
 
 /// Calls `f` with each folded line (without its count) and its count, sorted by the line's
-/// text, equal texts merged, none counting 0. The texts are built one at a time: what is held
-/// is each distinct line as label numbers, never all the text at once.
+/// text, equal texts merged, none counting 0. The texts are built one at a time, and the lines
+/// are ordered as (comm, stack) numbers whose labels are read as they are compared: what is
+/// held besides the profile is each label's text once and a few numbers per line.
 pub fn for_each_line(
     profile: &StackProfile,
-    f: impl FnMut(&str, u64) -> io::Result<()>,
+    mut f: impl FnMut(&str, u64) -> io::Result<()>,
 ) -> io::Result<()> {
-    let (labels, lines) = keyed_lines(profile);
-    emit_sorted(&labels, lines, f)
+    let lines = SampleLines::new(profile);
+    let mut order = lines.numbers();
+    order.sort_unstable_by(|&a, &b| lines.text(a).cmp(lines.text(b)));
+    let mut bytes = Vec::new();
+    let mut i = 0;
+    while i < order.len() {
+        let first = order[i];
+        let mut count = 0u64;
+        while i < order.len() && lines.key(order[i]).eq(lines.key(first)) {
+            count = count.saturating_add(lines.totals[order[i] as usize]);
+            i += 1;
+        }
+        bytes.clear();
+        bytes.extend(lines.text(first));
+        f(&String::from_utf8_lossy(&bytes), count)?;
+    }
+    Ok(())
 }
 
 /// As [`for_each_line`], with every frame whose stacks together count less than `min_share`
@@ -49,66 +65,89 @@ pub fn for_each_line(
 pub fn for_each_line_cut(
     profile: &StackProfile,
     min_share: f64,
-    f: impl FnMut(&str, u64) -> io::Result<()>,
-) -> io::Result<()> {
-    let (labels, lines) = keyed_lines(profile);
-    let total = lines.iter().fold(0u64, |s, (_, c)| s.saturating_add(*c));
-    let min = (total as f64 * min_share).floor() as u64;
-    emit_sorted(&labels, cut_below(lines, min), f)
-}
-
-/// A line as label numbers (the comm's label, then the frames' labels root first) and its count.
-type Line = (Box<[u32]>, u64);
-
-/// Traffic by line.
-fn keyed_lines(profile: &StackProfile) -> (Labels, Vec<Line>) {
-    let stacks = Stacks::new(profile);
-    let mut labels = Labels::default();
-    let slot_label: Vec<u32> = (0..stacks.slot_count())
-        .map(|slot| labels.id(escape_label(&stacks.frame(slot).label(), false)))
-        .collect();
-    let mut by_line: HashMap<Box<[u32]>, u64> = HashMap::new();
-    for sample in &profile.samples {
-        let total = sample_total(sample);
-        if total == 0 {
-            continue;
-        }
-        let comm = labels.id(escape_label(&sample.comm, true));
-        let frames = stacks.slots(sample.stack).rev().map(|s| slot_label[s]);
-        let key: Box<[u32]> = std::iter::once(comm).chain(frames).collect();
-        let sum = by_line.entry(key).or_insert(0);
-        *sum = sum.saturating_add(total);
-    }
-    (labels, by_line.into_iter().collect())
-}
-
-fn emit_sorted(
-    labels: &Labels,
-    mut lines: Vec<Line>,
     mut f: impl FnMut(&str, u64) -> io::Result<()>,
 ) -> io::Result<()> {
-    lines.sort_unstable_by(|a, b| labels.text(&a.0).cmp(labels.text(&b.0)));
-    let mut bytes = Vec::new();
-    for (key, count) in lines {
-        bytes.clear();
-        bytes.extend(labels.text(&key));
-        f(&String::from_utf8_lossy(&bytes), count)?;
+    let lines = SampleLines::new(profile);
+    let total = lines.totals.iter().fold(0u64, |s, c| s.saturating_add(*c));
+    let min = (total as f64 * min_share).floor() as u64;
+    let mut cut: Vec<(Box<[u32]>, u64)> = cut_below(&lines, min).into_iter().collect();
+    let text = |k: &[u32]| lines.labels.text(k).collect::<Vec<u8>>();
+    cut.sort_by_cached_key(|(k, _)| text(k));
+    for (key, count) in cut {
+        f(&String::from_utf8_lossy(&text(&key)), count)?;
     }
     Ok(())
 }
 
-/// Cuts each line after its longest prefix whose lines together count at least `min`, and
-/// merges the lines that become equal. Ordered frame by frame, the lines under one prefix are
+/// A profile's samples read as folded lines: the samples of one comm and one stack together,
+/// each such line its comm's label, then its frames' labels root first (label numbers stand
+/// for equal texts; two stacks may still read the same, and are merged where ordered).
+struct SampleLines<'a> {
+    stacks: Stacks<'a>,
+    labels: Labels,
+    slot_label: Vec<u32>,
+    /// (comm label, stack) of each line.
+    lines: Vec<(u32, u32)>,
+    totals: Vec<u64>,
+}
+
+impl<'a> SampleLines<'a> {
+    fn new(profile: &'a StackProfile) -> SampleLines<'a> {
+        let stacks = Stacks::new(profile);
+        let mut labels = Labels::default();
+        let slot_label: Vec<u32> = (0..stacks.slot_count())
+            .map(|slot| labels.id(escape_label(&stacks.frame(slot).label(), false)))
+            .collect();
+        let mut by_line: HashMap<(u32, u32), u64> = HashMap::new();
+        for sample in &profile.samples {
+            let total = sample_total(sample);
+            if total > 0 {
+                let comm = labels.id(escape_label(&sample.comm, true));
+                let sum = by_line.entry((comm, sample.stack)).or_insert(0);
+                *sum = sum.saturating_add(total);
+            }
+        }
+        let (lines, totals) = by_line.into_iter().unzip();
+        SampleLines {
+            stacks,
+            labels,
+            slot_label,
+            lines,
+            totals,
+        }
+    }
+
+    /// Every line's number.
+    fn numbers(&self) -> Vec<u32> {
+        (0..self.lines.len() as u32).collect()
+    }
+
+    fn key(&self, line: u32) -> impl Iterator<Item = u32> + '_ {
+        let (comm, stack) = self.lines[line as usize];
+        let frames = self.stacks.slots(stack).rev();
+        std::iter::once(comm).chain(frames.map(|f| self.slot_label[f]))
+    }
+
+    fn text(&self, line: u32) -> impl Iterator<Item = u8> + '_ {
+        self.labels.joined(self.key(line))
+    }
+}
+
+/// Each line cut after its longest prefix whose lines together count at least `min`, the
+/// lines that become equal merged. Ordered by label numbers, the lines under one prefix are
 /// next to each other, so one pass finds each prefix's total when the prefix ends.
-fn cut_below(mut lines: Vec<Line>, min: u64) -> Vec<Line> {
-    // Label numbers stand for equal labels: ordered by them, a prefix's lines are together.
-    lines.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-    let mut keep: Vec<usize> = lines.iter().map(|(k, _)| k.len()).collect();
+fn cut_below(lines: &SampleLines, min: u64) -> HashMap<Box<[u32]>, u64> {
+    let mut order = lines.numbers();
+    order.sort_unstable_by(|&a, &b| lines.key(a).cmp(lines.key(b)));
+    let mut keep: Vec<usize> = order.iter().map(|&i| lines.key(i).count()).collect();
     // The prefixes of the current line: where each began and what its lines count so far.
     let mut open: Vec<(usize, u64)> = Vec::new();
-    for i in 0..=lines.len() {
-        let common = match (i.checked_sub(1), lines.get(i)) {
-            (Some(prev), Some(cur)) => common_len(&lines[prev].0, &cur.0),
+    for i in 0..=order.len() {
+        let common = match (i.checked_sub(1), order.get(i)) {
+            (Some(prev), Some(&cur)) => {
+                let pairs = lines.key(order[prev]).zip(lines.key(cur));
+                pairs.take_while(|(a, b)| a == b).count()
+            }
             _ => 0,
         };
         while open.len() > common {
@@ -122,31 +161,23 @@ fn cut_below(mut lines: Vec<Line>, min: u64) -> Vec<Line> {
                 }
             }
         }
-        let Some((key, count)) = lines.get(i) else {
+        let Some(&sample) = order.get(i) else {
             break;
         };
-        while open.len() < key.len() {
+        while open.len() < keep[i] {
             open.push((i, 0));
         }
         for o in &mut open {
-            o.1 = o.1.saturating_add(*count);
+            o.1 = o.1.saturating_add(lines.totals[sample as usize]);
         }
     }
     let mut merged: HashMap<Box<[u32]>, u64> = HashMap::new();
-    for ((key, count), len) in lines.into_iter().zip(keep) {
-        let key: Box<[u32]> = if len < key.len() {
-            key[..len].into()
-        } else {
-            key
-        };
+    for (&sample, len) in order.iter().zip(keep) {
+        let key: Box<[u32]> = lines.key(sample).take(len).collect();
         let sum = merged.entry(key).or_insert(0);
-        *sum = sum.saturating_add(count);
+        *sum = sum.saturating_add(lines.totals[sample as usize]);
     }
-    merged.into_iter().collect()
-}
-
-fn common_len(a: &[u32], b: &[u32]) -> usize {
-    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+    merged
 }
 
 /// Escaped labels, each text once, numbered.
@@ -169,11 +200,15 @@ impl Labels {
 
     /// A line's bytes: its labels joined by `;` (labels are valid UTF-8 and `;` is ASCII, so
     /// the bytes compare as the text does and make valid text back).
-    fn text<'a>(&'a self, key: &'a [u32]) -> impl Iterator<Item = u8> + 'a {
-        key.iter().enumerate().flat_map(move |(i, &id)| {
+    fn joined<'a>(&'a self, key: impl Iterator<Item = u32> + 'a) -> impl Iterator<Item = u8> + 'a {
+        key.enumerate().flat_map(move |(i, id)| {
             let sep = (i > 0).then_some(b';');
             sep.into_iter().chain(self.texts[id as usize].bytes())
         })
+    }
+
+    fn text<'a>(&'a self, key: &'a [u32]) -> impl Iterator<Item = u8> + 'a {
+        self.joined(key.iter().copied())
     }
 }
 
