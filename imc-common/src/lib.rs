@@ -24,7 +24,7 @@ pub const MAX_PKG_COUNTERS: u32 = 128;
 /// Bumped whenever [`Record`], the map, global or program names or the STATS indices
 /// change. The program carries it in [`ABI_VERSION_GLOBAL`]; userspace refuses an object built
 /// against another version before loading it.
-pub const RECORD_ABI_VERSION: u32 = 10;
+pub const RECORD_ABI_VERSION: u32 = 11;
 /// The program's read-only global holding the [`RECORD_ABI_VERSION`] it was built with.
 pub const ABI_VERSION_GLOBAL: &str = "IMC_ABI_VERSION";
 
@@ -214,11 +214,19 @@ pub fn crosses_interval_end(origin: u64, period: u64, from: u64, to: u64) -> boo
     period != 0 && to > next_interval_end(origin, period, from)
 }
 
-/// Stack-trace map (BPF_MAP_TYPE_STACK_TRACE) the program stores the call stacks of charged
-/// slices in: a stack id is the key, its value the addresses, leaf first, zero after the last.
-/// Sized by userspace before load; an id once given names the same stack for as long as the
-/// map lives (no BPF_F_REUSE_STACKID), so userspace resolves each id once.
+/// Stack-trace maps (BPF_MAP_TYPE_STACK_TRACE) the program stores the call stacks of charged
+/// slices in, this one in even generations ([`STACK_GEN_MAP_NAME`]), the next in odd ones: a
+/// stack id is the key (the stack's hash bucket), its value the addresses, leaf first, zero
+/// after the last. Sized by userspace before load. A bucket holds one stack until it is
+/// deleted (no BPF_F_REUSE_STACKID: another stack hashed there is refused, `-EEXIST`), so
+/// userspace empties each generation's map once it has read the stacks charged in it: a long
+/// run does not fill the buckets with stacks of the past.
 pub const STACK_TRACES_MAP_NAME: &str = "STACK_TRACES";
+pub const STACK_TRACES_ODD_MAP_NAME: &str = "STACK_TRACES_ODD";
+/// Array of one u32: the generation stacks are taken in now (its low bit picks the stack
+/// map), carried in each [`StackKey`]. Userspace moves it on at each drain, reads the
+/// stacks of the generation before, and empties that generation's map.
+pub const STACK_GEN_MAP_NAME: &str = "STACK_GEN";
 /// Hash map of [`StackKey`] → [`StackCounts`]: what each process's stacks were charged since
 /// userspace last took the entries out (lookup-and-delete, one entry at a time). Sized by
 /// userspace; a slice whose entry does not fit is counted in [`STAT_STACK_DROPPED`].
@@ -249,16 +257,16 @@ pub const STACK_SAMPLED: u32 = 4;
 pub const STACK_DEPTH: usize = 127;
 
 /// Whose traffic, in which stacks: a process and the ids of its user and kernel stacks in
-/// [`STACK_TRACES_MAP_NAME`]. An id below 0 is no stack: `-errno` of `bpf_get_stackid`
-/// (`-EEXIST`: the map's bucket held another stack; `-EFAULT`: no user stack, a kernel thread),
-/// or [`NO_STACK`] where that stack was not asked for.
+/// generation `generation`'s stack map ([`STACK_TRACES_MAP_NAME`]). An id below 0 is no stack:
+/// `-errno` of `bpf_get_stackid` (`-EEXIST`: the map's bucket held another stack; `-EFAULT`:
+/// no user stack, a kernel thread), or [`NO_STACK`] where that stack was not asked for.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct StackKey {
     pub tgid: u32,
     pub user_stack: i32,
     pub kernel_stack: i32,
-    pub _pad: u32,
+    pub generation: u32,
 }
 
 /// [`StackKey`] id of a stack that was not asked for.
@@ -432,7 +440,7 @@ unsafe impl aya::Pod for IntervalClock {}
 const _: () = assert!(core::mem::size_of::<CpuHead>() == 64);
 
 /// Every map the program defines and userspace looks up, by the constants above.
-pub const MAP_NAMES: [&str; 21] = [
+pub const MAP_NAMES: [&str; 23] = [
     SLOT_MAP_NAMES[0],
     SLOT_MAP_NAMES[1],
     SLOT_MAP_NAMES[2],
@@ -452,6 +460,8 @@ pub const MAP_NAMES: [&str; 21] = [
     AGG_MAP_NAME,
     INTERVALS_MAP_NAME,
     STACK_TRACES_MAP_NAME,
+    STACK_TRACES_ODD_MAP_NAME,
+    STACK_GEN_MAP_NAME,
     STACK_COUNTS_MAP_NAME,
     EXECS_MAP_NAME,
 ];

@@ -1,7 +1,8 @@
 //! Call stacks of charged traffic: where the aggregating path charges a task's slice, the
 //! slice's weight deltas (and its on-CPU time) are also added to the task's process under its
 //! current call stack, in STACK_COUNTS (imc_common::STACK_COUNTS_MAP_NAME); the stacks
-//! themselves go to STACK_TRACES. With `--stack-period` the slices take no stack and
+//! themselves go to the stack map of the current generation (STACK_GEN), which userspace
+//! empties once it has read them. With `--stack-period` the slices take no stack and
 //! `imc_stack_sample` does, on a weight counter's overflow, adding the period.
 //!
 //! Cost is paid only where there is something to charge: with STACK_MODE 0 nothing here runs
@@ -12,7 +13,7 @@ use aya_ebpf::{
     bindings::{BPF_F_USER_STACK, BPF_NOEXIST},
     helpers::generated::bpf_get_current_pid_tgid,
     macros::{map, perf_event},
-    maps::{HashMap, StackTrace},
+    maps::{Array, HashMap, StackTrace},
     programs::{PerfEventContext, tracing::StackIdContext},
 };
 use core::intrinsics::{AtomicOrdering, atomic_xadd};
@@ -35,9 +36,15 @@ static STACK_PERIOD: u64 = 0;
 #[unsafe(no_mangle)]
 static STACK_PERIOD_SLOT: u32 = 0;
 
-/// Stack id → addresses (sized by userspace before load).
+/// Stack id → addresses, in even and in odd generations (sized by userspace before load).
 #[map]
 static STACK_TRACES: StackTrace = StackTrace::with_max_entries(1, 0);
+#[map]
+static STACK_TRACES_ODD: StackTrace = StackTrace::with_max_entries(1, 0);
+
+/// The generation stacks are taken in now (userspace moves it on at each drain).
+#[map]
+static STACK_GEN: Array<u32> = Array::with_max_entries(1, 0);
 
 /// (process, stack ids) → what they were charged (sized by userspace before load).
 #[map]
@@ -124,13 +131,19 @@ pub fn imc_stack_sample(ctx: PerfEventContext) -> u32 {
 #[inline(always)]
 fn counts_of<C: EbpfContext + StackIdContext>(ctx: &C, tgid: u32) -> Option<*mut StackCounts> {
     let m = mode();
+    let generation = STACK_GEN.get(0).copied().unwrap_or(0);
+    let traces = if generation & 1 == 0 {
+        &STACK_TRACES
+    } else {
+        &STACK_TRACES_ODD
+    };
     let user = if m & STACK_USER != 0 {
-        stack_id(ctx.get_stackid(&STACK_TRACES, u64::from(BPF_F_USER_STACK)))
+        stack_id(ctx.get_stackid(traces, u64::from(BPF_F_USER_STACK)))
     } else {
         NO_STACK
     };
     let kernel = if m & STACK_KERNEL != 0 {
-        stack_id(ctx.get_stackid(&STACK_TRACES, 0))
+        stack_id(ctx.get_stackid(traces, 0))
     } else {
         NO_STACK
     };
@@ -143,7 +156,7 @@ fn counts_of<C: EbpfContext + StackIdContext>(ctx: &C, tgid: u32) -> Option<*mut
         core::ptr::write_volatile(&raw mut (*k).tgid, tgid);
         core::ptr::write_volatile(&raw mut (*k).user_stack, user);
         core::ptr::write_volatile(&raw mut (*k).kernel_stack, kernel);
-        core::ptr::write_volatile(&raw mut (*k)._pad, 0);
+        core::ptr::write_volatile(&raw mut (*k).generation, generation);
         key.assume_init_ref()
     };
     if let Some(c) = STACK_COUNTS.get_ptr_mut(key) {

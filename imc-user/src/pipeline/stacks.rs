@@ -39,8 +39,17 @@ const MAPS_MAX: u64 = 16 << 20;
 /// How long the run's end waits for the last stacks to be resolved.
 const FINISH_WAIT: Duration = Duration::from_secs(10);
 
-/// (tgid, user stack id, kernel stack id).
-type Key = (u32, i32, i32);
+/// (tgid, what names its user stack, what names its kernel stack): each a hash of whether the
+/// stack was asked for and its addresses. A stack id names a hash bucket, which holds other
+/// stacks over a run (its map is emptied each generation), so a stack is known by what it is.
+type Key = (u32, u64, u64);
+
+fn stack_name(asked: bool, addresses: &Option<Vec<u64>>) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    (asked, addresses).hash(&mut h);
+    h.finish()
+}
 
 /// What the resolving thread is asked: a process's maps, or a stack.
 enum Ask {
@@ -137,12 +146,10 @@ impl StackResolver {
         let dropped = dropped_total.saturating_sub(self.dropped_before);
         self.dropped_before = dropped_total;
         if n > 0 || dropped > 0 {
-            let keyed: Vec<(Key, StackCounts)> = entries
-                .iter()
-                .map(|(k, c)| ((k.tgid, k.user_stack, k.kernel_stack), *c))
-                .collect();
-            for (key, _) in &keyed {
-                self.ask(src, *key);
+            let mut keyed: Vec<(Key, StackCounts)> = Vec::with_capacity(entries.len());
+            for e in entries.drain(..) {
+                let key = self.ask(e.key.tgid, e.user, e.kernel, e.key.kernel_stack != NO_STACK);
+                keyed.push((key, e.counts));
             }
             self.pending.push_back(Pending {
                 t_ns,
@@ -168,18 +175,29 @@ impl StackResolver {
         self.ready(true)
     }
 
-    fn ask(&mut self, src: &impl RecordSource, key: Key) {
+    /// The key of a drained stack, asking the resolving thread for its frames where they are
+    /// neither known nor asked for already.
+    fn ask(
+        &mut self,
+        tgid: u32,
+        user: Option<Vec<u64>>,
+        kernel: Option<Vec<u64>>,
+        kernel_asked: bool,
+    ) -> Key {
+        let key = (
+            tgid,
+            stack_name(true, &user),
+            stack_name(kernel_asked, &kernel),
+        );
         if self.cache.contains_key(&key) || self.waiting.contains(&key) {
-            return;
+            return key;
         }
-        let (tgid, user, kernel) = key;
         self.prepare(tgid);
-        let read = |id: i32| (id != NO_STACK).then(|| src.stack_addresses(id)).flatten();
         let req = Request {
             key,
-            user: read(user),
-            kernel: read(kernel),
-            kernel_asked: kernel != NO_STACK,
+            user,
+            kernel,
+            kernel_asked,
         };
         let sent = self
             .tx
@@ -191,6 +209,7 @@ impl StackResolver {
             self.cache
                 .insert(key, vec![Frame::marker(UNRESOLVED_FRAME)].into());
         }
+        key
     }
 
     /// Reads process `tgid`'s maps now, while it runs, for the resolving thread, unless they

@@ -11,7 +11,9 @@ use crate::model::{SlotRole, SlotScope};
 
 /// Distinct (process, stack) entries between two drains.
 pub const MAP_ENTRIES: u32 = 16_384;
-/// Distinct stacks per run (each holds [`imc_common::STACK_DEPTH`] addresses: about 8 MiB).
+/// Distinct stacks per generation (about one interval: the stack maps are emptied in turn),
+/// in each of the two stack maps (each stack holds [`imc_common::STACK_DEPTH`] addresses:
+/// about 8 MiB a map).
 pub const STACK_ENTRIES: u32 = 8_192;
 
 /// The slots whose per-CPU counts weigh traffic (weights, and a stand-in's own per-CPU traffic

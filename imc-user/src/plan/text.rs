@@ -140,7 +140,8 @@ pub fn render(plan: &Plan) -> String {
         let _ = writeln!(
             s,
             "stacks: {}{} — {}; the kernel holds {} (process, stack) entries between drains \
-             and {} stacks of up to {} frames; adds interrupts: {}",
+             and {} stacks of up to {} frames in each of two stack maps, emptied in turn at \
+             the drains; adds interrupts: {}",
             if st.user { "user" } else { "" },
             if st.kernel { " + kernel" } else { "" },
             st.reason,

@@ -437,7 +437,8 @@ pub struct StackPlan {
     /// Distinct (process, stack) entries the kernel holds between two drains; a slice past
     /// them is counted (`stacks_dropped`), its traffic still charged to its process.
     pub map_entries: u32,
-    /// Distinct stacks the kernel's stack map holds for the run; a stack past them (or one
+    /// Distinct stacks each of the kernel's two stack maps holds (one takes the stacks of a
+    /// drain's interval while the other's are read and emptied); a stack past them (or one
     /// whose bucket another holds) is charged under `[stack not recorded]`.
     pub stack_entries: u32,
     /// Frames a stack keeps at most (the innermost): deeper ones are marked cut short.

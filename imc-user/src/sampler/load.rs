@@ -10,7 +10,8 @@ use imc_common::{
     NR_SLOTS_GLOBAL, PKG_MAP_NAME, PKG_MIN_GAP_GLOBAL, PKG_SLOT_MAP_NAME, PKG_SLOTS_GLOBAL,
     READERS_MAP_NAME, RING_LEN_GLOBAL, Record, SLOT_MAP_NAMES, STACK_COUNTS_MAP_NAME,
     STACK_MODE_GLOBAL, STACK_PERIOD_GLOBAL, STACK_PERIOD_SLOT_GLOBAL, STACK_SLOTS_GLOBAL,
-    STACK_TRACES_MAP_NAME, TICKS_MAP_NAME, TIMED_SLOTS_GLOBAL, WAKE_EVERY_GLOBAL, tick_rules,
+    STACK_TRACES_MAP_NAME, STACK_TRACES_ODD_MAP_NAME, TICKS_MAP_NAME, TIMED_SLOTS_GLOBAL,
+    WAKE_EVERY_GLOBAL, tick_rules,
 };
 
 /// All CPUs' rings together stay within this (a 192-CPU server would otherwise map 750 MB).
@@ -103,6 +104,7 @@ pub(super) fn load(
         .map_or((1, 1), |s| (s.map_entries, s.stack_entries));
     loader.map_max_entries(STACK_COUNTS_MAP_NAME, counts);
     loader.map_max_entries(STACK_TRACES_MAP_NAME, traces);
+    loader.map_max_entries(STACK_TRACES_ODD_MAP_NAME, traces);
     let loaded = loader.load(&sized).map_err(SamplerError::load);
     drop(pinned);
     loaded

@@ -525,14 +525,10 @@ pub trait RecordSource {
     fn end_open_slices(&mut self) -> Result<usize, SamplerError> {
         Ok(0)
     }
-    /// Takes out every (process, stack) entry charged since the last call (see
-    /// [`stacks::StackMaps::drain`]); none where no stacks are taken.
+    /// Takes out every (process, stack) entry charged since the last call, with its stacks'
+    /// addresses (see [`stacks::StackMaps::drain`]); none where no stacks are taken.
     fn drain_stacks(&mut self, _out: &mut Vec<stacks::StackEntry>) -> usize {
         0
-    }
-    /// The addresses of stack `id`, leaf first (see [`stacks::StackMaps::addresses`]).
-    fn stack_addresses(&self, _id: i32) -> Option<Vec<u64>> {
-        None
     }
     /// Charged slices the kernel had no stack entry for, so far (all CPUs).
     fn stacks_dropped(&self) -> u64 {
@@ -567,9 +563,6 @@ impl RecordSource for Sampler {
     }
     fn drain_stacks(&mut self, out: &mut Vec<stacks::StackEntry>) -> usize {
         self.stacks.as_mut().map_or(0, |s| s.drain(out))
-    }
-    fn stack_addresses(&self, id: i32) -> Option<Vec<u64>> {
-        self.stacks.as_ref()?.addresses(id)
     }
     fn stacks_dropped(&self) -> u64 {
         self.stats().map_or(0, |s| s.stacks_dropped())

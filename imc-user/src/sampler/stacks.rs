@@ -2,24 +2,45 @@
 //! load, the overflow counters of `--stack-period` opened and handed the sampling program, and
 //! at each drain every (process, stack) entry taken out of STACK_COUNTS with the addresses of
 //! the stacks it names.
+//!
+//! Stacks are taken in generations: at each drain the generation moves on (the program then
+//! stores new stacks in the other stack map), the entries are taken out, the stacks of the
+//! generation just ended are read, and its map is emptied for its next turn. So the stack maps
+//! hold only the stacks of about one interval, however long the run, and an id is read from
+//! the map it was given in before that map is emptied. An entry of an older generation (a
+//! program that was charging across the turn) names a map emptied since: its stacks read as
+//! not recorded, never as another stack that took its bucket.
 use super::config::{SamplerConfig, StackConfig};
 use super::error::SamplerError;
 use crate::sys::perf::{PerfEventAttr, PerfIoctl, PerfSys};
 use aya::Ebpf;
-use aya::maps::{MapData, StackTraceMap};
+use aya::maps::{Array, MapData, StackTraceMap};
 use aya::programs::PerfEvent;
 use imc_common::{
-    STACK_COUNTS_MAP_NAME, STACK_SAMPLE_PROGRAM, STACK_TRACES_MAP_NAME, StackCounts, StackKey,
+    NO_STACK, STACK_COUNTS_MAP_NAME, STACK_GEN_MAP_NAME, STACK_SAMPLE_PROGRAM,
+    STACK_TRACES_MAP_NAME, STACK_TRACES_ODD_MAP_NAME, StackCounts, StackKey,
 };
+use std::collections::HashMap;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 
-/// One drained entry: a process's stacks and what they were charged since the last drain.
-pub type StackEntry = (StackKey, StackCounts);
+/// One drained entry: a process's stacks, what they were charged since the last drain, and
+/// each stack's addresses, leaf first (None where the map held none or none was asked for).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StackEntry {
+    pub key: StackKey,
+    pub counts: StackCounts,
+    pub user: Option<Vec<u64>>,
+    pub kernel: Option<Vec<u64>>,
+}
 
 /// The maps (and overflow counters) of a sampler that takes stacks.
 pub struct StackMaps {
     counts: MapData,
-    traces: StackTraceMap<MapData>,
+    /// The stack maps of even and of odd generations.
+    traces: [StackTraceMap<MapData>; 2],
+    generation: Array<MapData, u32>,
+    /// The generation stacks are taken in now.
+    now: u32,
     /// The overflow counters of `--stack-period`, one per CPU (closed with the sampler).
     _overflow: Vec<OwnedFd>,
 }
@@ -43,21 +64,60 @@ impl StackMaps {
             }
             None => return Err(super::maps::map_missing(STACK_COUNTS_MAP_NAME)),
         };
-        let traces: StackTraceMap<MapData> = super::maps::take_map(ebpf, STACK_TRACES_MAP_NAME)?;
+        let even: StackTraceMap<MapData> = super::maps::take_map(ebpf, STACK_TRACES_MAP_NAME)?;
+        let odd: StackTraceMap<MapData> = super::maps::take_map(ebpf, STACK_TRACES_ODD_MAP_NAME)?;
+        let generation: Array<MapData, u32> = super::maps::take_map(ebpf, STACK_GEN_MAP_NAME)?;
         let overflow = match sc.overflow {
             Some((period, slot)) => open_overflow(ebpf, cfg, period, slot, perf)?,
             None => Vec::new(),
         };
         Ok(StackMaps {
             counts,
-            traces,
+            traces: [even, odd],
+            generation,
+            now: 0,
             _overflow: overflow,
         })
     }
 
-    /// Takes every entry out of STACK_COUNTS (each at once: what the program adds meanwhile
-    /// goes to a new entry, taken at the next drain), appending to `out`; returns how many.
+    /// Moves the generation on, takes every entry out of STACK_COUNTS (each at once: what the
+    /// program adds meanwhile goes to a new entry, taken at the next drain) with its stacks'
+    /// addresses, and empties the ended generation's stack map; appends to `out`, returns how
+    /// many.
     pub fn drain(&mut self, out: &mut Vec<StackEntry>) -> usize {
+        let ended = self.now;
+        let next = ended.wrapping_add(1);
+        if self.generation.set(0, next, 0).is_ok() {
+            self.now = next;
+        }
+        let first = out.len();
+        let mut read: HashMap<(u32, i32), Option<Vec<u64>>> = HashMap::new();
+        for (key, counts) in self.take_counts() {
+            let mut addresses = |id: i32| {
+                if id == NO_STACK || (key.generation != ended && key.generation != self.now) {
+                    return None;
+                }
+                let traces = &self.traces[(key.generation & 1) as usize];
+                read.entry((key.generation, id))
+                    .or_insert_with(|| addresses(traces, id))
+                    .clone()
+            };
+            let (user, kernel) = (addresses(key.user_stack), addresses(key.kernel_stack));
+            out.push(StackEntry {
+                key,
+                counts,
+                user,
+                kernel,
+            });
+        }
+        if self.now != ended {
+            self.empty(ended);
+        }
+        out.len() - first
+    }
+
+    /// Every entry of STACK_COUNTS, each taken out at once.
+    fn take_counts(&mut self) -> Vec<(StackKey, StackCounts)> {
         let fd = self.counts.fd().as_fd();
         let mut keys: Vec<StackKey> = Vec::new();
         let mut prev: Option<StackKey> = None;
@@ -72,22 +132,32 @@ impl StackMaps {
                 _ => break,
             }
         }
-        let first = out.len();
+        let mut taken = Vec::with_capacity(keys.len());
         for k in keys {
             let mut v = StackCounts::default();
             if let Ok(true) = crate::sys::bpf::map_take(fd, pod_bytes(&k), pod_bytes_mut(&mut v)) {
-                out.push((k, v));
+                taken.push((k, v));
             }
         }
-        out.len() - first
+        taken
     }
 
-    /// The addresses of stack `id` (leaf first), None where the map holds none.
-    pub fn addresses(&self, id: i32) -> Option<Vec<u64>> {
-        let id = u32::try_from(id).ok()?;
-        let st = self.traces.get(&id, 0).ok()?;
-        Some(st.frames().iter().map(|f| f.ip).collect())
+    /// Deletes every stack of generation `generation`'s map (its ids listed first: a stack map's
+    /// next key after a deleted one starts over from its first bucket).
+    fn empty(&mut self, generation: u32) {
+        let map = &mut self.traces[(generation & 1) as usize];
+        let ids: Vec<u32> = map.stack_ids().filter_map(Result::ok).collect();
+        for id in ids {
+            let _ = map.remove(&id);
+        }
     }
+}
+
+/// The addresses of stack `id` in `traces` (leaf first), None where the map holds none.
+fn addresses(traces: &StackTraceMap<MapData>, id: i32) -> Option<Vec<u64>> {
+    let id = u32::try_from(id).ok()?;
+    let st = traces.get(&id, 0).ok()?;
+    Some(st.frames().iter().map(|f| f.ip).collect())
 }
 
 /// The overflow counters of `--stack-period`: the weight slot's event on every CPU, sampling
