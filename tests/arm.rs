@@ -644,3 +644,63 @@ fn report_shows_each_tier_of_a_recording_of_cxl_memory() {
     assert!(v["packages"][0].get("tiers").is_none(), "{v}");
     assert!(!report(&plain, false).contains("tier "));
 }
+
+/// A Grace pair whose resctrl is MPAM's (the tree's copy with resctrl mounted, as an arm64
+/// kernel with the MPAM driver shows it: `mbm_total_bytes` alone in `info/L3_MON/mon_features`,
+/// one `mon_L3_<cache-id>` per socket's L3): `validate --dry-run` plans the MBM cross-check as
+/// it does on x86, naming MPAM; with fewer monitor groups than its workloads need, it says so
+/// and plans no MBM bound.
+#[test]
+fn validate_cross_checks_against_mpam_where_resctrl_is_backed_by_it() {
+    let (_dir, root) = copy("grace-2socket");
+    std::fs::create_dir_all(root.join("proc/self")).unwrap();
+    std::fs::write(
+        root.join("proc/self/mountinfo"),
+        "22 1 0:21 / /sys rw,nosuid,nodev,noexec,relatime shared:7 - sysfs sysfs rw\n\
+         40 22 0:38 / /sys/fs/resctrl rw,relatime shared:20 - resctrl resctrl rw\n",
+    )
+    .unwrap();
+    let resctrl = root.join("sys/fs/resctrl");
+    let mon = resctrl.join("info/L3_MON");
+    std::fs::create_dir_all(&mon).unwrap();
+    std::fs::write(mon.join("mon_features"), "llc_occupancy\nmbm_total_bytes\n").unwrap();
+    for cache_id in [0, 1] {
+        let d = resctrl.join(format!("mon_data/mon_L3_{cache_id:02}"));
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("mbm_total_bytes"), "0\n").unwrap();
+    }
+    std::fs::create_dir_all(resctrl.join("mon_groups")).unwrap();
+    let dry = |rmids: u32| -> Value {
+        std::fs::write(mon.join("num_rmids"), format!("{rmids}\n")).unwrap();
+        let o = imc()
+            .arg("--root")
+            .arg(&root)
+            .args(["validate", "--dry-run", "--json"])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        serde_json::from_slice(&o.stdout).unwrap()
+    };
+    let mbm_bound = |v: &Value| {
+        v["bounds"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|b| b["figure"] == "mbm")
+    };
+    let v = dry(64);
+    let reason = v["mbm"]["reason"].as_str().unwrap();
+    assert_eq!(v["mbm"]["available"], true, "{reason}");
+    assert!(reason.contains("mbm_total_bytes"), "{reason}");
+    assert!(reason.contains("Arm MPAM"), "{reason}");
+    assert!(!reason.contains("mbm_local_bytes"), "{reason}");
+    assert!(mbm_bound(&v), "{v}");
+    // MPAM with two PMGs: room for one group beside the default one, not one per workload.
+    let workloads = v["workloads"].as_array().unwrap().len();
+    let v = dry(2);
+    let reason = v["mbm"]["reason"].as_str().unwrap();
+    assert_eq!(v["mbm"]["available"], false, "{reason}");
+    assert!(reason.contains("num_rmids is 2"), "{reason}");
+    assert!(reason.contains(&format!("{workloads} workloads")), "{reason}");
+    assert!(!mbm_bound(&v), "{v}");
+}
