@@ -701,6 +701,9 @@ fn validate_cross_checks_against_mpam_where_resctrl_is_backed_by_it() {
     let reason = v["mbm"]["reason"].as_str().unwrap();
     assert_eq!(v["mbm"]["available"], false, "{reason}");
     assert!(reason.contains("num_rmids is 2"), "{reason}");
-    assert!(reason.contains(&format!("{workloads} workloads")), "{reason}");
+    assert!(
+        reason.contains(&format!("{workloads} workloads")),
+        "{reason}"
+    );
     assert!(!mbm_bound(&v), "{v}");
 }
