@@ -198,6 +198,21 @@ mod tests {
         }
     }
 
+    /// FORMAT.md's figure: one package of DRAM and CXL at a few GB/s in a second is 27 bytes
+    /// of payload (each byte count a 5-byte varint).
+    #[test]
+    fn a_second_of_dram_and_cxl_at_a_few_gb_per_s_is_27_bytes() {
+        let mut iv = interval(0);
+        iv.packages.truncate(1);
+        iv.packages[0].tiers = vec![
+            tier(Tier::Dram, 6_000_000_000),
+            tier(Tier::Cxl, 2_000_000_000),
+        ];
+        let mut out = Vec::new();
+        assert!(encode(&iv, &mut out));
+        assert_eq!(out.len(), 27);
+    }
+
     #[test]
     fn a_tier_the_reader_does_not_know_is_damage_and_none_is_no_chunk() {
         let mut out = Vec::new();
