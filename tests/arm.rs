@@ -498,3 +498,212 @@ fn a_cxl_device_keeps_its_package_read_on_its_own_cpu() {
         p["counters"]
     );
 }
+
+/// `imc serve --dry-run` on the CXL tree: the device's counters say their tier, the label every
+/// series carries beside package, channel and direction (the family names stay).
+#[test]
+fn serve_labels_the_cxl_device_with_its_tier() {
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let listen = busy.local_addr().unwrap().to_string();
+    let o = imc()
+        .arg("--root")
+        .arg(own_fixtures().join("cxl-expander"))
+        .args(["serve", "--dry-run", "--listen", &listen])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let slots: Vec<&str> = text
+        .lines()
+        .filter(|l| l.ends_with("-> imc_dram_bytes_total"))
+        .collect();
+    assert_eq!(slots.len(), 6, "{text}");
+    // The CXL device's two counters name their tier; DRAM's, the default, say nothing.
+    for l in &slots {
+        let cxl = l.contains("(channel cxl_pmu_mem0.0,");
+        assert_eq!(l.contains(", tier cxl)"), cxl, "{l}");
+        assert!(!l.contains("tier dram"), "{l}");
+    }
+    assert_eq!(slots.iter().filter(|l| l.contains("tier cxl")).count(), 2);
+}
+
+/// A recording of the CXL tree's package slots (its plan's record slots), each interval's
+/// tiers as the attributor makes them, read back by `imc report`: the package's totals are
+/// both tiers, JSON `tiers` and the text's `tier` lines each apart. The same recording without
+/// the CXL slots has no tiers at all.
+#[test]
+fn report_shows_each_tier_of_a_recording_of_cxl_memory() {
+    use imc::model::result::{IntervalResult, PackageRow};
+    use imc::model::{Direction, Package, SlotRole, SlotScope, SlotSpec, Topology};
+    use imc::record::{RecordHeader, Writer};
+    let p = plan(&own_fixtures().join("cxl-expander"), &["record"]);
+    let keys: Vec<&str> = p["slots"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["role"] == "traffic")
+        .map(|s| s["event"].as_str().unwrap())
+        .collect();
+    assert_eq!(keys, ["read", "write", "cxl_read", "cxl_write"], "{p}");
+    let spec = |event: &str| SlotSpec {
+        event: event.into(),
+        scope: SlotScope::Package,
+        role: SlotRole::Traffic(if event.ends_with("read") {
+            Direction::Read
+        } else {
+            Direction::Write
+        }),
+        bytes_per_count: Some(64.0),
+        counter_bits: 48,
+    };
+    let topo = Topology {
+        packages: vec![Package {
+            id: 0,
+            cpus: vec![0, 1, 2, 3],
+        }],
+        ..Topology::default()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let record = |name: &str, keys: &[&str]| {
+        let specs: Vec<SlotSpec> = keys.iter().map(|k| spec(k)).collect();
+        let path = dir.path().join(name);
+        let header = RecordHeader::new(&specs, &topo, 250, "intel-uncore-imc", 1_000_000_000);
+        let mut w = Writer::create(&path, header, None).unwrap();
+        // Lines a second: DRAM 1000 read and 200 written, CXL 3000 read and 100 written.
+        let counts = [1000.0, 200.0, 3000.0, 100.0];
+        for i in 0..3u64 {
+            let counts = &counts[..specs.len()];
+            let mut all = [0.0; imc_common::MAX_SLOTS];
+            all[..counts.len()].copy_from_slice(counts);
+            let (read_bytes, write_bytes, total_bytes) = imc::attribution::bytes_of(&specs, &all);
+            w.push_interval(&IntervalResult {
+                t_start_ns: i * 1_000_000_000,
+                t_end_ns: (i + 1) * 1_000_000_000,
+                source: "intel-uncore-imc".into(),
+                packages: vec![PackageRow {
+                    id: 0,
+                    read_bytes,
+                    write_bytes,
+                    total_bytes,
+                    tiers: imc::attribution::tier_bytes(&specs, counts),
+                    ..PackageRow::default()
+                }],
+                ..IntervalResult::default()
+            })
+            .unwrap();
+        }
+        w.finish().unwrap();
+        path
+    };
+    let report = |path: &Path, json: bool| {
+        let mut cmd = imc();
+        cmd.arg("report").arg(path);
+        if json {
+            cmd.arg("--json");
+        }
+        let o = cmd.output().unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8(o.stdout).unwrap()
+    };
+    let cxl = record("cxl.imc", &keys);
+    let v: Value = serde_json::from_str(&report(&cxl, true)).unwrap();
+    let pkg = &v["packages"][0];
+    assert_eq!(pkg["read_bytes"], 3 * 4000 * 64, "{pkg}");
+    let tiers: Vec<(String, u64, u64)> = pkg["tiers"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no tiers: {pkg}"))
+        .iter()
+        .map(|t| {
+            let n = |k: &str| t[k].as_u64().unwrap();
+            (
+                t["tier"].as_str().unwrap().to_string(),
+                n("read_bytes"),
+                n("write_bytes"),
+            )
+        })
+        .collect();
+    assert_eq!(
+        tiers,
+        [
+            ("dram".to_string(), 3 * 1000 * 64, 3 * 200 * 64),
+            ("cxl".to_string(), 3 * 3000 * 64, 3 * 100 * 64)
+        ]
+    );
+    let text = report(&cxl, false);
+    let line = |tier: &str| {
+        text.lines()
+            .find(|l| l.trim_start().starts_with(&format!("tier {tier}:")))
+            .unwrap_or_else(|| panic!("no tier {tier} line in:\n{text}"))
+            .to_string()
+    };
+    // 3000 lines of 64 bytes a second: 192,000 B/s, 187.5 KiB/s.
+    assert!(line("cxl").contains("(187.50 KiB/s)"), "{text}");
+    line("dram");
+    let plain = record("dram.imc", &keys[..2]);
+    let v: Value = serde_json::from_str(&report(&plain, true)).unwrap();
+    assert!(v["packages"][0].get("tiers").is_none(), "{v}");
+    assert!(!report(&plain, false).contains("tier "));
+}
+
+/// A Grace pair whose resctrl is MPAM's (the tree's copy with resctrl mounted, as an arm64
+/// kernel with the MPAM driver shows it: `mbm_total_bytes` alone in `info/L3_MON/mon_features`,
+/// one `mon_L3_<cache-id>` per socket's L3): `validate --dry-run` plans the MBM cross-check as
+/// it does on x86, naming MPAM; with fewer monitor groups than its workloads need, it says so
+/// and plans no MBM bound.
+#[test]
+fn validate_cross_checks_against_mpam_where_resctrl_is_backed_by_it() {
+    let (_dir, root) = copy("grace-2socket");
+    std::fs::create_dir_all(root.join("proc/self")).unwrap();
+    std::fs::write(
+        root.join("proc/self/mountinfo"),
+        "22 1 0:21 / /sys rw,nosuid,nodev,noexec,relatime shared:7 - sysfs sysfs rw\n\
+         40 22 0:38 / /sys/fs/resctrl rw,relatime shared:20 - resctrl resctrl rw\n",
+    )
+    .unwrap();
+    let resctrl = root.join("sys/fs/resctrl");
+    let mon = resctrl.join("info/L3_MON");
+    std::fs::create_dir_all(&mon).unwrap();
+    std::fs::write(mon.join("mon_features"), "llc_occupancy\nmbm_total_bytes\n").unwrap();
+    for cache_id in [0, 1] {
+        let d = resctrl.join(format!("mon_data/mon_L3_{cache_id:02}"));
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("mbm_total_bytes"), "0\n").unwrap();
+    }
+    std::fs::create_dir_all(resctrl.join("mon_groups")).unwrap();
+    let dry = |rmids: u32| -> Value {
+        std::fs::write(mon.join("num_rmids"), format!("{rmids}\n")).unwrap();
+        let o = imc()
+            .arg("--root")
+            .arg(&root)
+            .args(["validate", "--dry-run", "--json"])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        serde_json::from_slice(&o.stdout).unwrap()
+    };
+    let mbm_bound = |v: &Value| {
+        v["bounds"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|b| b["figure"] == "mbm")
+    };
+    let v = dry(64);
+    let reason = v["mbm"]["reason"].as_str().unwrap();
+    assert_eq!(v["mbm"]["available"], true, "{reason}");
+    assert!(reason.contains("mbm_total_bytes"), "{reason}");
+    assert!(reason.contains("Arm MPAM"), "{reason}");
+    assert!(!reason.contains("mbm_local_bytes"), "{reason}");
+    assert!(mbm_bound(&v), "{v}");
+    // MPAM with two PMGs: room for one group beside the default one, not one per workload.
+    let workloads = v["workloads"].as_array().unwrap().len();
+    let v = dry(2);
+    let reason = v["mbm"]["reason"].as_str().unwrap();
+    assert_eq!(v["mbm"]["available"], false, "{reason}");
+    assert!(reason.contains("num_rmids is 2"), "{reason}");
+    assert!(
+        reason.contains(&format!("{workloads} workloads")),
+        "{reason}"
+    );
+    assert!(!mbm_bound(&v), "{v}");
+}

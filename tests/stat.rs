@@ -1626,3 +1626,70 @@ fn sampling_only_and_per_task_pmus_are_refused_before_anything_opens() {
     cpus.dedup();
     assert_eq!(cpus, (0..32).map(|k| 4 * k).collect::<Vec<i32>>());
 }
+
+// ---------------------------------------------------------------------------------------------
+// A CXL memory expander: the second tier beside DRAM.
+
+/// The cxl-expander tree's CXL device counts 3000 lines read and 500 written an interval, each
+/// DRAM channel the fake's 1000 of each: the package shows DDR and CXL apart (JSON `memory`,
+/// the table's `0 CXL` row), its totals are both, and its utilisation is DRAM's alone (SMBIOS
+/// describes the DIMMs, not the expander: 2 channels of 4800 MT/s × 8 B).
+#[test]
+fn a_cxl_expander_is_shown_beside_dram_per_package() {
+    const CXL_READ: u64 = 0x1e98_0025_0000_0001;
+    const CXL_WRITE: u64 = 0x1e98_0021_0000_0002;
+    let dir = fixture_with_dmi("cxl-expander", &[(16384, 4800), (16384, 4800)]);
+    let root = dir.path().display().to_string();
+    let perf = Arc::new(FakePerf::new());
+    perf.set_step(CXL_READ, 3000);
+    perf.set_step(CXL_WRITE, 500);
+    let (r, lines, err) = run_fake(
+        perf.clone(),
+        &RealDevMem,
+        parse(&root, "/dev/mem", 10, 0.03, "auto"),
+    );
+    assert_eq!(r, Ok(()), "stderr: {err}");
+    assert!(!lines.is_empty());
+    let peak = 2.0 * 4800e6 * 8.0;
+    for l in &lines {
+        let p = &l["packages"][0];
+        let mem = p["memory"].as_array().expect("memory kinds");
+        let kinds: Vec<&str> = mem.iter().map(|m| m["kind"].as_str().unwrap()).collect();
+        assert_eq!(kinds, ["DDR", "CXL"], "{p}");
+        let (ddr, cxl) = (&mem[0], &mem[1]);
+        assert_eq!(num(&ddr["read_bytes"]), 2.0 * 1000.0 * 64.0, "{p}");
+        assert_eq!(num(&ddr["write_bytes"]), 2.0 * 1000.0 * 64.0, "{p}");
+        assert_eq!(num(&cxl["read_bytes"]), 3000.0 * 64.0, "{p}");
+        assert_eq!(num(&cxl["write_bytes"]), 500.0 * 64.0, "{p}");
+        assert_eq!(num(&p["read_bytes"]), (2000.0 + 3000.0) * 64.0, "{p}");
+        // The device is a channel row of its own, marked CXL.
+        let cxl_channel: Vec<&Value> = p["channels"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| c["memory"] == "CXL")
+            .collect();
+        assert_eq!(cxl_channel.len(), 1, "{p}");
+        assert_eq!(cxl_channel[0]["pmu"], "cxl_pmu_mem0.0");
+        assert_eq!(num(&p["peak_bytes_per_s"]), peak);
+        let dram_rate = num(&ddr["read_bytes_per_s"]) + num(&ddr["write_bytes_per_s"]);
+        let u = num(&p["utilisation"]);
+        assert!((u - dram_rate / peak).abs() < 1e-9 * (1.0 + u), "{u} {p}");
+        assert!(l["values"]["cxl_read"].is_number(), "{l}");
+    }
+    // The table: the package row, then its DDR and CXL rows; the utilisation is on DDR's.
+    let (g, mut a) = parse(&root, "/dev/mem", 10, 0.03, "auto");
+    a.json = false;
+    let text = run_fake_text(Arc::new(FakePerf::new()), (g, a));
+    let rows: Vec<&str> = text.lines().filter(|l| !l.starts_with('#')).collect();
+    let row = |name: &str| {
+        rows.iter()
+            .find(|r| r.contains(name))
+            .unwrap_or_else(|| panic!("no {name} row in:\n{text}"))
+    };
+    let (ddr_row, cxl_row) = (row("0 DDR"), row("0 CXL"));
+    assert!(ddr_row.trim_end().ends_with('%'), "{text}");
+    assert!(!cxl_row.trim_end().ends_with('%'), "{text}");
+    // No line in the table names an event the package rows already show.
+    assert!(!text.contains("cxl_read"), "{text}");
+}

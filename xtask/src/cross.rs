@@ -58,10 +58,20 @@ pub struct Binaries {
 /// Builds the ppc64le and aarch64 `imc` (debug, with the eBPF object embedded) and returns
 /// their paths, under the target directory as Cargo lays it out.
 pub fn build(root: &Path, target_dir: &Path, ebpf_object: &Path) -> Result<Binaries> {
+    let debug = |target, runner| {
+        eprintln!("xtask: building imc for {target} ({runner} runs it under qemu-user)");
+        build_one(root, target_dir, ebpf_object, target, false)
+    };
     Ok(Binaries {
-        power: build_one(root, target_dir, ebpf_object, POWER, "tests/cross_power.rs")?,
-        arm: build_one(root, target_dir, ebpf_object, ARM, "tests/cross_arm.rs")?,
+        power: debug(POWER, "tests/cross_power.rs")?,
+        arm: debug(ARM, "tests/cross_arm.rs")?,
     })
+}
+
+/// The release aarch64 `imc` the arm64 package ships, with the eBPF object embedded.
+pub fn build_arm_release(root: &Path, target_dir: &Path, ebpf_object: &Path) -> Result<PathBuf> {
+    eprintln!("xtask: building the release imc for {ARM} (the arm64 package's)");
+    build_one(root, target_dir, ebpf_object, ARM, true)
 }
 
 fn build_one(
@@ -69,15 +79,18 @@ fn build_one(
     target_dir: &Path,
     ebpf_object: &Path,
     target: &str,
-    runner: &str,
+    release: bool,
 ) -> Result<PathBuf> {
-    eprintln!("xtask: building imc for {target} ({runner} runs it under qemu-user)");
     let mut cmd = cargo(root, ebpf_object, "build", target)?;
     cmd.args(["--bin", "imc"]);
+    if release {
+        cmd.arg("--release");
+    }
     crate::run(&mut cmd).with_context(|| {
         format!("cargo build --target {target} (scripts/setup.sh adds the target)")
     })?;
-    let bin = target_dir.join(target).join("debug").join("imc");
+    let profile = if release { "release" } else { "debug" };
+    let bin = target_dir.join(target).join(profile).join("imc");
     if !bin.is_file() {
         bail!(
             "the {target} build succeeded but {} is missing",

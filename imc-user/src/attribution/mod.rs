@@ -58,7 +58,7 @@ pub mod timeline;
 pub mod victims;
 
 pub use package::scaled_delta;
-pub use results::{bytes_of, traffic_counts};
+pub use results::{bytes_of, tier_bytes, traffic_counts};
 pub use state::Attributor;
 pub use summary::{Summary, compare, find_bursts, group_rows, percentile, traffic_amount};
 pub use tasks::TaskKey;

@@ -6,7 +6,7 @@ use super::state::Attributor;
 use super::summary;
 use super::tasks;
 use crate::model::result::{IntervalResult, PackageRow, ShareBasis, TaskRow, package_bytes};
-use crate::model::{Direction, SlotRole, SlotSpec};
+use crate::model::{Direction, SlotRole, SlotSpec, Tier, TierBytes};
 use imc_common::MAX_SLOTS;
 use std::collections::BTreeMap;
 
@@ -76,6 +76,7 @@ impl Attributor {
                     write_bytes,
                     total_bytes,
                     slot_counts: counts[..specs.len()].to_vec(),
+                    tiers: tier_bytes(specs, &counts[..specs.len()]),
                     unattributed_counts,
                     device_counts,
                     channels: Vec::new(),
@@ -156,8 +157,48 @@ pub(super) fn task_row(
 
 /// (read, write, total) bytes of whole counts per slot: Traffic slots with a byte size.
 pub fn bytes_of(specs: &[SlotSpec], counts: &[f64; MAX_SLOTS]) -> (u64, u64, u64) {
+    bytes_where(specs, counts, |_| true)
+}
+
+/// Each memory tier's bytes, DRAM then CXL, where the slots count bytes of a CXL tier (by their
+/// value keys, [`Tier::of_key`]); none otherwise.
+pub fn tier_bytes(specs: &[SlotSpec], counts: &[f64]) -> Vec<TierBytes> {
+    let tier = |spec: &SlotSpec| Tier::of_key(&spec.event);
+    if !specs
+        .iter()
+        .any(|s| s.counts_bytes() && tier(s) == Tier::Cxl)
+    {
+        return Vec::new();
+    }
+    let mut all = [0.0; MAX_SLOTS];
+    for (a, c) in all.iter_mut().zip(counts) {
+        *a = *c;
+    }
+    [Tier::Dram, Tier::Cxl]
+        .into_iter()
+        .map(|t| {
+            let (read_bytes, write_bytes, total_bytes) = bytes_where(specs, &all, |s| tier(s) == t);
+            TierBytes {
+                tier: t,
+                read_bytes,
+                write_bytes,
+                total_bytes,
+            }
+        })
+        .collect()
+}
+
+/// (read, write, total) bytes of the Traffic slots with a byte size that `keep` takes.
+fn bytes_where(
+    specs: &[SlotSpec],
+    counts: &[f64; MAX_SLOTS],
+    keep: impl Fn(&SlotSpec) -> bool,
+) -> (u64, u64, u64) {
     let (mut r, mut w, mut t) = (0.0, 0.0, 0.0);
     for (s, spec) in specs.iter().enumerate().take(MAX_SLOTS) {
+        if !keep(spec) {
+            continue;
+        }
         if let (SlotRole::Traffic(dir), Some(bpc)) = (spec.role, spec.bytes_per_count) {
             let b = counts[s] * bpc;
             match dir {
@@ -179,4 +220,56 @@ pub fn traffic_counts(specs: &[SlotSpec], counts: &[f64; MAX_SLOTS]) -> f64 {
         .filter(|(_, s)| matches!(s.role, SlotRole::Traffic(_)))
         .map(|(i, _)| counts[i])
         .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Package, SlotScope, Topology};
+
+    fn traffic(event: &str, d: Direction) -> SlotSpec {
+        SlotSpec {
+            event: event.into(),
+            scope: SlotScope::Package,
+            role: SlotRole::Traffic(d),
+            bytes_per_count: Some(64.0),
+            counter_bits: 48,
+        }
+    }
+
+    /// A package whose DRAM read 100 lines and wrote 20, and whose CXL device read 300: its
+    /// row is both, and its tiers each apart; without a CXL slot there are no tiers.
+    #[test]
+    fn a_package_row_has_its_tiers_where_a_cxl_slot_counts() {
+        let specs = [
+            traffic("read", Direction::Read),
+            traffic("write", Direction::Write),
+            traffic("cxl_read", Direction::Read),
+        ];
+        let topo = Topology {
+            packages: vec![Package {
+                id: 0,
+                cpus: vec![0],
+            }],
+            ..Topology::default()
+        };
+        let mut a = Attributor::new(&specs, &topo, "intel-uncore-imc");
+        for (slot, lines) in [(0, 100), (1, 20), (2, 300)] {
+            a.push_package_read(0, slot, 1_000, 5_000);
+            a.push_package_read(0, slot, 2_000, 5_000 + lines);
+        }
+        let iv = a.finish(3_000);
+        let p = &iv.packages[0];
+        assert_eq!((p.read_bytes, p.write_bytes), (400 * 64, 20 * 64));
+        let tiers: Vec<(Tier, u64, u64)> = p
+            .tiers
+            .iter()
+            .map(|t| (t.tier, t.read_bytes, t.write_bytes))
+            .collect();
+        assert_eq!(
+            tiers,
+            [(Tier::Dram, 100 * 64, 20 * 64), (Tier::Cxl, 300 * 64, 0)]
+        );
+        assert!(tier_bytes(&specs[..2], &[100.0, 20.0]).is_empty());
+    }
 }

@@ -141,6 +141,7 @@ impl Summary {
             e.read_bytes = e.read_bytes.saturating_add(p.read_bytes);
             e.write_bytes = e.write_bytes.saturating_add(p.write_bytes);
             e.total_bytes = e.total_bytes.saturating_add(p.total_bytes);
+            add_tiers(&mut e.tiers, &p.tiers);
         }
         self.unattributed_bytes = self
             .unattributed_bytes
@@ -561,6 +562,26 @@ pub fn compare(precise: &IntervalResult, tick_only: &IntervalResult) -> Precisio
     }
     row.share_distance = l1 / 2.0;
     row
+}
+
+/// Adds an interval's tier bytes of a package to its sums, tier by tier.
+fn add_tiers(sums: &mut Vec<crate::model::TierBytes>, tiers: &[crate::model::TierBytes]) {
+    for t in tiers {
+        let i = match sums.iter().position(|s| s.tier == t.tier) {
+            Some(i) => i,
+            None => {
+                sums.push(crate::model::TierBytes {
+                    tier: t.tier,
+                    ..Default::default()
+                });
+                sums.len() - 1
+            }
+        };
+        let s = &mut sums[i];
+        s.read_bytes = s.read_bytes.saturating_add(t.read_bytes);
+        s.write_bytes = s.write_bytes.saturating_add(t.write_bytes);
+        s.total_bytes = s.total_bytes.saturating_add(t.total_bytes);
+    }
 }
 
 #[cfg(test)]

@@ -363,6 +363,7 @@ fn export_meta(global: &GlobalArgs, found: &Discovery, sel: &Selection) -> Expor
                 },
                 direction: slot.direction.unwrap_or(crate::model::Direction::Total),
                 bytes_per_count: slot.bytes_per_count,
+                tier: crate::model::Tier::of_key(&slot.event),
             })
         })
         .collect();
@@ -496,8 +497,14 @@ fn print_dry_run(args: &ServeArgs, sel: &Selection, meta: &ExportMeta, web: &Web
             channels.push(s.channel.clone());
         }
         for channel in channels {
+            // Every series has its `tier` label; the plan names the one that is not DRAM.
+            let tier = if s.tier.is_dram() {
+                String::new()
+            } else {
+                format!(", tier {}", s.tier.as_str())
+            };
             println!(
-                "slot {slot}: {} (channel {channel}, {}, {unit}) -> {family}",
+                "slot {slot}: {} (channel {channel}, {}, {unit}{tier}) -> {family}",
                 s.event,
                 direction_label(s.direction)
             );

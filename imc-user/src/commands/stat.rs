@@ -278,7 +278,8 @@ fn end_command(
 /// under `root`: the slowest installed device's transfers/s × data width, times the package's
 /// channels. A source with one PMU per channel says how many channels a package has; otherwise
 /// each installed device is taken as one channel, spread evenly over the packages (a board with
-/// two devices per channel then shows half the true utilisation). MCDRAM is not in SMBIOS.
+/// two devices per channel then shows half the true utilisation). MCDRAM is not in SMBIOS, nor
+/// is a CXL expander: a package with one has the peak of its DRAM channels.
 fn set_peaks(layout: &mut stat_loop::Layout, root: &Path, discovery: &Discovery) {
     use crate::counting::Memory;
     if layout.packages.is_empty() {
@@ -310,8 +311,10 @@ fn set_peaks(layout: &mut stat_loop::Layout, root: &Path, discovery: &Discovery)
     };
     let packages = discovery.topology.packages.len().max(layout.packages.len());
     for p in &mut layout.packages {
-        p.peak_bytes_per_s = devices.package_peak(p.channels.len(), packages);
-        p.channel_peak_bytes_per_s = (p.channels.len() > 1).then_some(channel);
+        // SMBIOS describes the DIMMs: a CXL device is no channel of the peak.
+        let dram = p.channels.iter().filter(|(m, _)| *m != Memory::Cxl).count();
+        p.peak_bytes_per_s = devices.package_peak(dram, packages);
+        p.channel_peak_bytes_per_s = (dram > 1).then_some(channel);
     }
 }
 

@@ -23,9 +23,11 @@ pub struct MchbarCounter {
     pub width: u8,
 }
 
-/// The memory a counter measures: KNL's EDC counters are MCDRAM.
+/// The memory a counter measures: KNL's EDC counters are MCDRAM, a CXL device's are CXL.
 fn memory_of(c: &Counter) -> Memory {
-    if c.pmu.starts_with("uncore_edc") || c.value_key.starts_with("mcdram_") {
+    if c.tier == crate::model::Tier::Cxl {
+        Memory::Cxl
+    } else if c.pmu.starts_with("uncore_edc") || c.value_key.starts_with("mcdram_") {
         Memory::Mcdram
     } else {
         Memory::Dram

@@ -30,11 +30,14 @@ pub mod perf;
 pub mod stat_loop;
 pub mod timed;
 
-/// What memory a counter measures, so KNL's DDR and MCDRAM can be shown apart.
+/// What memory a counter measures, so KNL's DDR and MCDRAM, and a package's DRAM and CXL
+/// memory, can be shown apart.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Memory {
     Dram,
     Mcdram,
+    /// A CXL memory expander: the second tier.
+    Cxl,
 }
 
 impl Memory {
@@ -42,6 +45,7 @@ impl Memory {
         match self {
             Memory::Dram => "DDR",
             Memory::Mcdram => "MCDRAM",
+            Memory::Cxl => "CXL",
         }
     }
 }

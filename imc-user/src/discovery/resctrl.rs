@@ -1,14 +1,60 @@
-//! The resctrl file system (Documentation/arch/x86/resctrl.rst): where it is mounted under
-//! `--root` (from mountinfo) and whether it monitors memory bandwidth (MBM: the
-//! `mbm_total_bytes` / `mbm_local_bytes` features of `info/L3_MON/mon_features`).
+//! The resctrl file system (Documentation/filesystems/resctrl.rst): where it is mounted under
+//! `--root` (from mountinfo), whether it monitors memory bandwidth (MBM: the `mbm_total_bytes`
+//! / `mbm_local_bytes` features of `info/L3_MON/mon_features`), how many monitor groups it
+//! has room for (`info/L3_MON/num_rmids`), and what backs it: x86's RDT or PQoS, or on arm64
+//! MPAM (Documentation/arch/arm64/mpam.rst). The files are the same on both: the MPAM driver's
+//! resctrl glue (drivers/resctrl/mpam_resctrl.c) exports the memory-bandwidth usage monitors
+//! (MBWU) of the memory-system components on or after the L3 as `mbm_total_bytes` in each
+//! group's `mon_data/mon_L3_<cache-id>/`, the L3's cache-id naming where they count; MPAM cannot
+//! tell local traffic from remote, so it has no `mbm_local_bytes`.
 use std::path::{Path, PathBuf};
+
+/// What implements resctrl's monitors.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backing {
+    /// Intel RDT or AMD PQoS: a CPU's RMID counters per L3.
+    Rdt,
+    /// Arm MPAM: MBWU monitors in the memory system, free-running only where there are at
+    /// least as many as monitor groups (else resctrl does not export them).
+    Mpam,
+}
+
+impl Backing {
+    /// resctrl on an Arm CPU (cpuinfo names its MIDR implementer) is MPAM's: arm64 has no other.
+    fn of(root: &Path) -> Backing {
+        let cpuinfo = std::fs::read_to_string(root.join("proc/cpuinfo")).unwrap_or_default();
+        let m = super::machine::parse_cpuinfo(&cpuinfo);
+        if m.arm_implementer.is_some() {
+            Backing::Mpam
+        } else {
+            Backing::Rdt
+        }
+    }
+
+    /// How the plan and `validate` name it.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Backing::Rdt => "RDT/PQoS",
+            Backing::Mpam => {
+                "Arm MPAM: the memory-bandwidth usage monitors on or after each L3 cache-id, \
+                 total traffic only (MPAM does not tell local from remote)"
+            }
+        }
+    }
+}
 
 /// What resctrl offers under a root.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Resctrl {
-    /// Mounted with MBM: the mount's directory (under root) and the MBM files each monitor
-    /// group's `mon_data/mon_L3_*/` holds.
-    Mbm { dir: PathBuf, features: Vec<String> },
+    /// Mounted with MBM: the mount's directory (under root), the MBM files each monitor
+    /// group's `mon_data/mon_L3_*/` holds, the monitor groups it has room for (the default
+    /// group's among them; None where `num_rmids` cannot be read) and what backs it.
+    Mbm {
+        dir: PathBuf,
+        features: Vec<String>,
+        monitors: Option<u32>,
+        backing: Backing,
+    },
     /// Not usable, and why (one line).
     Absent(String),
 }
@@ -57,7 +103,15 @@ pub fn find(root: &Path) -> Resctrl {
             feats.display()
         ));
     }
-    Resctrl::Mbm { dir, features }
+    let monitors = std::fs::read_to_string(dir.join("info/L3_MON/num_rmids"))
+        .ok()
+        .and_then(|t| t.trim().parse().ok());
+    Resctrl::Mbm {
+        dir,
+        features,
+        monitors,
+        backing: Backing::of(root),
+    }
 }
 
 #[cfg(test)]
@@ -99,6 +153,35 @@ mod tests {
             Resctrl::Mbm {
                 dir: t.path().join("sys/fs/resctrl"),
                 features: vec!["mbm_total_bytes".into(), "mbm_local_bytes".into()],
+                monitors: None,
+                backing: Backing::Rdt,
+            }
+        );
+    }
+
+    /// An arm64 machine's resctrl is MPAM's: `mbm_total_bytes` alone, and a few monitor groups
+    /// (MPAM's PMG values of its PARTIDs).
+    #[test]
+    fn resctrl_on_an_arm_cpu_is_mpam_with_its_monitor_ids() {
+        let t = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(t.path().join("proc/self")).unwrap();
+        std::fs::write(t.path().join("proc/self/mountinfo"), LINE).unwrap();
+        std::fs::write(
+            t.path().join("proc/cpuinfo"),
+            "processor\t: 0\nCPU implementer\t: 0x41\nCPU part\t: 0xd4f\n",
+        )
+        .unwrap();
+        let mon = t.path().join("sys/fs/resctrl/info/L3_MON");
+        std::fs::create_dir_all(&mon).unwrap();
+        std::fs::write(mon.join("mon_features"), "llc_occupancy\nmbm_total_bytes\n").unwrap();
+        std::fs::write(mon.join("num_rmids"), "4\n").unwrap();
+        assert_eq!(
+            find(t.path()),
+            Resctrl::Mbm {
+                dir: t.path().join("sys/fs/resctrl"),
+                features: vec!["mbm_total_bytes".into()],
+                monitors: Some(4),
+                backing: Backing::Mpam,
             }
         );
     }

@@ -222,7 +222,9 @@ impl BackendKind {
 
 /// The memory a counter's traffic goes to: the package's own DRAM (or MCDRAM, HBM), or a CXL
 /// memory expander, a second tier with its own NUMA node.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, serde::Deserialize,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Tier {
     #[default]
@@ -240,6 +242,20 @@ impl Tier {
         match self {
             Tier::Dram => "dram",
             Tier::Cxl => "cxl",
+        }
+    }
+
+    /// The prefix of a CXL counter's value key (`cxl_read`), so that a machine's two tiers stay
+    /// apart in every output and a recording's slots keep their tier by name alone.
+    pub const CXL_PREFIX: &'static str = "cxl_";
+
+    /// The tier of a default traffic event by its value key: `cxl_read`, `cxl_write`,
+    /// `cxl_total` are CXL; anything else (DRAM's `read`, KNL's `mcdram_read`, a user's event
+    /// string, which always has a `/` or is a generic name) is DRAM.
+    pub fn of_key(key: &str) -> Tier {
+        match key.strip_prefix(Self::CXL_PREFIX) {
+            Some("read" | "write" | "total") => Tier::Cxl,
+            _ => Tier::Dram,
         }
     }
 }

@@ -15,7 +15,9 @@ pub mod stacks;
 
 pub use grouping::{GroupBy, Identity, KeyParts, PidFilter};
 pub use hardware::*;
-pub use result::{CgroupNames, IntervalResult, PackageRow, ShareBasis, TaskRow, package_bytes};
+pub use result::{
+    CgroupNames, IntervalResult, PackageRow, ShareBasis, TaskRow, TierBytes, package_bytes,
+};
 pub use slots::{
     SlotRole, SlotScope, SlotSpec, StallPart, Unit, Victims, Weighting, measures_bytes,
 };

@@ -43,6 +43,20 @@ pub struct PackageRow {
     /// Each channel's (or CCX's) own latency (`imc serve`). Not part of the JSON contract.
     #[serde(skip)]
     pub latency_channels: Vec<ChannelLatency>,
+    /// Each memory tier's part of the bytes above, DRAM then CXL, where the plan counts a CXL
+    /// tier; absent otherwise (a package of one tier is its own totals).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tiers: Vec<TierBytes>,
+}
+
+/// One memory tier's bytes of a package over an interval.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct TierBytes {
+    pub tier: crate::model::Tier,
+    pub read_bytes: u64,
+    pub write_bytes: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub total_bytes: u64,
 }
 
 /// One channel's loaded latency over an interval.

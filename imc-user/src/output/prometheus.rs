@@ -2,13 +2,17 @@
 //! sampling loop's intervals, encoded by `prometheus-client`.
 //!
 //! Families (names are a contract, the README's table in "Run it on a fleet"):
-//! - `imc_dram_bytes_total{package,channel,direction}`: the memory controller's counters;
+//! - `imc_dram_bytes_total{package,channel,direction,tier}`: the memory controller's counters;
 //! - `imc_cgroup_dram_bytes_total{cgroup,direction}`: attributed bytes per cgroup (its path),
 //!   the top N cgroups only;
 //! - `imc_process_dram_bytes_total{pid,comm,cgroup,direction}`: the top N processes only;
-//! - `imc_unattributed_dram_bytes_total{package,direction}`: traffic no task could take;
-//! - `imc_unattributed_device_dram_bytes_total{package,direction}`: the part of it no core
+//! - `imc_unattributed_dram_bytes_total{package,direction,tier}`: traffic no task could take;
+//! - `imc_unattributed_device_dram_bytes_total{package,direction,tier}`: the part of it no core
 //!   counter saw (device/DMA traffic, or what the weights do not see).
+//!
+//! `tier` is the memory the counter's traffic goes to: `dram` (a package's own DRAM, MCDRAM or
+//! HBM) or `cxl` (a CXL memory expander), one value per counter, so it adds no series:
+//! `sum without (tier)` is a package's memory traffic, `{tier="cxl"}` its CXL part.
 //!
 //! A counter without bytes per count (a stand-in such as page faults, or a raw `-e` event)
 //! goes to the same families ending in `_events_total`, with the event in an `event` label:
@@ -37,9 +41,9 @@
 //! `imc_read_errors_total`, `imc_intervals_total` and the `imc_scrape_duration_seconds` and
 //! `imc_drain_duration_seconds` histograms.
 use crate::attribution::group_rows;
-use crate::model::Direction;
 use crate::model::GroupBy;
 use crate::model::result::{IntervalResult, TaskRow};
+use crate::model::{Direction, Tier};
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -74,6 +78,8 @@ pub struct SlotInfo {
     pub channel: String,
     pub direction: Direction,
     pub bytes_per_count: Option<f64>,
+    /// The memory tier its traffic goes to (the `tier` label).
+    pub tier: crate::model::Tier,
 }
 
 /// What the exporter is told once: `imc_info`'s labels and the sampler's slots.
@@ -503,7 +509,8 @@ impl Exporter {
         for p in &r.packages {
             let package = p.id.to_string();
             // Unattributed traffic is summed over channels: per direction (and event).
-            let mut unattributed: BTreeMap<(Direction, String, bool), (f64, f64)> = BTreeMap::new();
+            let mut unattributed: BTreeMap<(Direction, String, bool, Tier), (f64, f64)> =
+                BTreeMap::new();
             for (s, info) in self.traffic() {
                 let counts = p.slot_counts.get(s).copied().unwrap_or(0.0);
                 let idle = p.unattributed_counts.get(s).copied().unwrap_or(0.0);
@@ -535,15 +542,16 @@ impl Exporter {
                         labels.push(("event", event.clone()));
                         &self.dram.events
                     };
+                    labels.push(("tier", info.tier.as_str().to_string()));
                     family.get_or_create(&labels).inc_by(whole(amount));
                 }
                 let e = unattributed
-                    .entry((info.direction, event, is_bytes))
+                    .entry((info.direction, event, is_bytes, info.tier))
                     .or_default();
                 e.0 += idle;
                 e.1 += device;
             }
-            for ((dir, event, is_bytes), (amount, device)) in unattributed {
+            for ((dir, event, is_bytes, tier), (amount, device)) in unattributed {
                 let mut labels = vec![
                     ("package", package.clone()),
                     ("direction", direction_label(dir).to_string()),
@@ -554,6 +562,7 @@ impl Exporter {
                     labels.push(("event", event));
                     (&self.unattributed.events, &self.unattributed_device.events)
                 };
+                labels.push(("tier", tier.as_str().to_string()));
                 family.get_or_create(&labels).inc_by(whole(amount));
                 device_family
                     .get_or_create(&labels)

@@ -202,6 +202,17 @@ fn heading(rep: &ReportResult, args: &ReportView<'_>, stand_in: &[String]) -> St
             s.push_str(&format!(", total {}", fmt_bytes(p.total_bytes as f64)));
         }
         s.push('\n');
+        // Where a CXL tier was counted: each tier's part of the package's bytes.
+        for tb in &p.tiers {
+            s.push_str(&format!(
+                "  tier {}: read {} ({}), write {} ({})\n",
+                tb.tier.as_str(),
+                fmt_bytes(tb.read_bytes as f64),
+                fmt_byte_rate(rate(tb.read_bytes)),
+                fmt_bytes(tb.write_bytes as f64),
+                fmt_byte_rate(rate(tb.write_bytes)),
+            ));
+        }
     }
     for l in args.latency {
         s.push_str(&latency_line(l));

@@ -4,6 +4,7 @@
 //! byte buffer (no allocation once warm), JSON keys are escaped once up front, and the whole
 //! interval reaches the writer in one `write` + `flush`.
 use super::json::json_string;
+use crate::counting::Memory;
 use crate::counting::stat_loop::{
     Bytes, IntervalReport, Layout, PackageBytes, PackageLayout, StatSink,
 };
@@ -64,7 +65,7 @@ fn json_package(
         b.extend_from_slice(b",\"peak_bytes_per_s\":");
         json_num(b, peak.round());
         b.extend_from_slice(b",\"utilisation\":");
-        json_num(b, r.rate(pb.bytes.total()) / peak);
+        json_num(b, r.rate(peak_bytes(p, pb)) / peak);
     } else {
         b.extend_from_slice(b",\"utilisation\":null");
     }
@@ -104,7 +105,7 @@ fn json_package(
     }
     b.push(b']');
     if p.memories.len() > 1 {
-        // KNL: DDR and MCDRAM apart, as well as the package total.
+        // KNL: DDR and MCDRAM apart; DRAM and CXL memory apart; as well as the package total.
         b.extend_from_slice(b",\"memory\":[");
         for (mi, (m, mb)) in p.memories.iter().zip(&pb.memories).enumerate() {
             if mi > 0 {
@@ -117,6 +118,26 @@ fn json_package(
         b.push(b']');
     }
     b.push(b'}');
+}
+
+/// The bytes a package's SMBIOS peak is measured against: its DRAM's where the package also has
+/// CXL memory (SMBIOS describes the DIMMs, not the expander), else all of them.
+fn peak_bytes(p: &PackageLayout, pb: &PackageBytes) -> f64 {
+    match p.memories.iter().position(|m| *m == Memory::Dram) {
+        Some(i) if p.memories.contains(&Memory::Cxl) => pb.memories[i].total(),
+        _ => pb.bytes.total(),
+    }
+}
+
+/// The peak a row's utilisation is shown against: `memory`'s row (None: the package row) has it
+/// where its bytes are the ones [`peak_bytes`] takes; a CXL channel never has it.
+fn row_peak(p: &PackageLayout, memory: Option<Memory>, peak: Option<f64>) -> Option<f64> {
+    let cxl = p.memories.contains(&Memory::Cxl);
+    let measured = match memory {
+        None => !cxl,
+        Some(m) => cxl && m == Memory::Dram,
+    };
+    peak.filter(|_| measured)
 }
 
 /// `"key":value` pairs, comma-separated (the keys already JSON strings).
@@ -412,15 +433,18 @@ impl<W: Write> StatWriter<W> {
             .zip(&self.labels)
             .enumerate()
         {
-            human_row(b, time, ms, label, r, &pb.bytes, p.peak_bytes_per_s);
+            let peak = p.peak_bytes_per_s;
+            human_row(b, time, ms, label, r, &pb.bytes, row_peak(p, None, peak));
             if p.memories.len() > 1 {
-                for (m, mb) in mems.iter().zip(&pb.memories) {
-                    human_row(b, time, ms, m, r, mb, None);
+                for ((m, kind), mb) in mems.iter().zip(&p.memories).zip(&pb.memories) {
+                    human_row(b, time, ms, m, r, mb, row_peak(p, Some(*kind), peak));
                 }
             }
             if self.per_channel {
                 for (ci, (c, cb)) in chans.iter().zip(&pb.channels).enumerate() {
-                    human_row(b, time, ms, c, r, cb, p.channel_peak_bytes_per_s);
+                    let dram = p.channels[ci].0 != Memory::Cxl;
+                    let peak = p.channel_peak_bytes_per_s.filter(|_| dram);
+                    human_row(b, time, ms, c, r, cb, peak);
                     for (s, sb) in layout.sub_channel_bytes(r, row, ci) {
                         human_row(b, time, ms, &format!("  sub-channel {s}"), r, &sb, None);
                     }
@@ -475,7 +499,8 @@ fn is_default(k: &str) -> bool {
     matches!(
         k,
         "read" | "write" | "total" | "mcdram_read" | "mcdram_write" | "mcdram_total"
-    ) || crate::model::QueuePart::from_key(k).is_some()
+    ) || crate::model::Tier::of_key(k) == crate::model::Tier::Cxl
+        || crate::model::QueuePart::from_key(k).is_some()
 }
 
 fn bytes_json(b: &mut Vec<u8>, r: &IntervalReport, x: &Bytes) {

@@ -54,7 +54,7 @@ impl From<Scope> for CounterScope {
 pub(super) fn value_key(backend: BackendKind, name: &str) -> String {
     match backend {
         BackendKind::KnlEdc => format!("mcdram_{name}"),
-        BackendKind::CxlPmu => format!("cxl_{name}"),
+        BackendKind::CxlPmu => format!("{}{name}", Tier::CXL_PREFIX),
         _ => name.to_string(),
     }
 }

@@ -35,6 +35,10 @@ pub const CHUNK_LATENCY: u8 = 10;
 /// What a drain charged to each process's call stacks, with the stacks' frames (`--stacks`):
 /// a later addition, so older readers skip it.
 pub const CHUNK_STACKS: u8 = 11;
+/// Each package's bytes per memory tier (DRAM, CXL) over the INTERVAL chunk it follows (after
+/// its LATENCY chunk, where it has one), written only where the plan counts a CXL tier: a later
+/// addition, so older readers skip it (they report the packages' totals).
+pub const CHUNK_TIERS: u8 = 12;
 
 /// Ticks per TICKS chunk: small enough that a crash loses little, large enough that the chunk
 /// overhead (9 bytes and a per-CPU restart of delta coding) stays negligible. Readers refuse a

@@ -11,6 +11,7 @@ mod format;
 mod latency;
 mod reader;
 pub mod stacks;
+mod tiers;
 mod writer;
 
 pub use format::*;

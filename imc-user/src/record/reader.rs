@@ -5,8 +5,8 @@
 use super::codec::{Cursor, Malformed, crc32, unzigzag};
 use super::format::{
     CHUNK_CGROUPS, CHUNK_COMMAND_TASKS, CHUNK_CONTINUED, CHUNK_END, CHUNK_INTERVAL, CHUNK_LATENCY,
-    CHUNK_STACKS, CHUNK_STRINGS, CHUNK_TASKS, CHUNK_TICKS, CHUNK_TICKS2, MAGIC, MAX_CHUNK,
-    RecordError, RecordHeader, TICKS_PER_CHUNK, VERSION,
+    CHUNK_STACKS, CHUNK_STRINGS, CHUNK_TASKS, CHUNK_TICKS, CHUNK_TICKS2, CHUNK_TIERS, MAGIC,
+    MAX_CHUNK, RecordError, RecordHeader, TICKS_PER_CHUNK, VERSION,
 };
 use super::latency::{self, PackageLatency};
 use crate::attribution::summary::{amount_of, sort_rows};
@@ -55,12 +55,13 @@ pub enum ReadStatus {
     },
 }
 
-/// What a data chunk gave: an item, or the latency of the interval before it.
+/// What a data chunk gave: an item, or the latency or tier bytes of the interval before it.
 // As `Item`: handed on at once, boxing would allocate per chunk for nothing.
 #[allow(clippy::large_enum_variant)]
 enum Step {
     Item(Item),
     Latency(Vec<PackageLatency>),
+    Tiers(Vec<(u32, Vec<crate::model::TierBytes>)>),
 }
 
 /// An item read ahead (while looking for the LATENCY chunk of the interval before it), with
@@ -395,10 +396,16 @@ impl Reader {
         let Item::Interval(mut iv) = item else {
             return Some(item);
         };
-        match self.next_step() {
-            Some(Step::Latency(l)) => latency::apply(&mut iv, l),
-            Some(Step::Item(next)) => self.ahead = Some((next, self.amounts())),
-            None => {}
+        loop {
+            match self.next_step() {
+                Some(Step::Latency(l)) => latency::apply(&mut iv, l),
+                Some(Step::Tiers(t)) => super::tiers::apply(&mut iv, t),
+                Some(Step::Item(next)) => {
+                    self.ahead = Some((next, self.amounts()));
+                    break;
+                }
+                None => break,
+            }
         }
         (self.last_amount, self.last_attributed, self.last_command) =
             (amounts[0], amounts[1], amounts[2]);
@@ -453,10 +460,14 @@ impl Reader {
             let chunk = std::mem::take(&mut self.chunk);
             let r = self.decode(kind, &chunk[5..end]);
             self.chunk = chunk;
-            let after_interval = std::mem::replace(&mut self.last_kind, kind) == CHUNK_INTERVAL;
+            let previous = std::mem::replace(&mut self.last_kind, kind);
+            let after_interval = matches!(previous, CHUNK_INTERVAL | CHUNK_LATENCY | CHUNK_TIERS);
             match r {
-                // FORMAT.md: a LATENCY chunk with no INTERVAL right before it fills nothing.
-                Ok(Some(Step::Latency(_))) if !after_interval => self.pos = at + 5 + want,
+                // FORMAT.md: a LATENCY or TIERS chunk with no INTERVAL right before it (or
+                // before the other of them) fills nothing.
+                Ok(Some(Step::Latency(_) | Step::Tiers(_))) if !after_interval => {
+                    self.pos = at + 5 + want;
+                }
                 Ok(Some(item)) => {
                     self.pos = at + 5 + want;
                     return Some(item);
@@ -490,6 +501,10 @@ impl Reader {
                 let max = self.header.packages.len().max(1);
                 let string = |id| self.strings.get(id).map(str::to_owned);
                 latency::decode(&mut c, max, string).map(|l| Some(Step::Latency(l)))
+            }
+            CHUNK_TIERS => {
+                let max = self.header.packages.len().max(1);
+                super::tiers::decode(&mut c, max).map(|t| Some(Step::Tiers(t)))
             }
             CHUNK_STACKS => {
                 let string = |id| self.strings.get(id).map(str::to_owned);

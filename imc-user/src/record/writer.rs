@@ -2,8 +2,8 @@
 use super::codec::{crc32, framed, put_chunk, put_varint, zigzag};
 use super::format::{
     CHUNK_CGROUPS, CHUNK_COMMAND_TASKS, CHUNK_CONTINUED, CHUNK_END, CHUNK_INTERVAL, CHUNK_LATENCY,
-    CHUNK_STACKS, CHUNK_STRINGS, CHUNK_TASKS, CHUNK_TICKS, CHUNK_TICKS2, MAGIC, RecordError,
-    RecordHeader, TICKS_PER_CHUNK, VERSION, rotated_path,
+    CHUNK_STACKS, CHUNK_STRINGS, CHUNK_TASKS, CHUNK_TICKS, CHUNK_TICKS2, CHUNK_TIERS, MAGIC,
+    RecordError, RecordHeader, TICKS_PER_CHUNK, VERSION, rotated_path,
 };
 use crate::attribution::TaskKey;
 use crate::attribution::tasks::FxBuild;
@@ -273,9 +273,10 @@ struct Staged {
     payload: Vec<u8>,
     tables: Pending,
     mark: Mark,
-    /// An interval's LATENCY payload (empty: none), written right after it, in the same file:
-    /// it is staged, measured and rotated with its interval, never apart.
-    trailer: Vec<u8>,
+    /// An interval's LATENCY and TIERS payloads (empty: none), written right after it in that
+    /// order, in the same file: they are staged, measured and rotated with their interval,
+    /// never apart.
+    trailers: [(u8, Vec<u8>); 2],
 }
 
 impl Staged {
@@ -288,7 +289,7 @@ impl Staged {
             + table(&t.tasks)
             + table(&t.members)
             + framed(self.payload.len())
-            + table(&self.trailer)
+            + self.trailers.iter().map(|(_, p)| table(p)).sum::<u64>()
     }
 }
 
@@ -300,7 +301,7 @@ enum Data<'a> {
         iv: &'a IntervalResult,
         rows: &'a [usize],
         dropped_bytes: u64,
-        /// With its LATENCY chunk (where it has one).
+        /// With its LATENCY and TIERS chunks (where it has them).
         latency: bool,
     },
     Ticks(&'a [Record]),
@@ -609,7 +610,7 @@ impl Writer {
         let mark = self.tables.mark();
         let mut payload = std::mem::take(&mut self.buf);
         payload.clear();
-        let mut trailer = Vec::new();
+        let mut trailers = [(CHUNK_LATENCY, Vec::new()), (CHUNK_TIERS, Vec::new())];
         match data {
             Data::Interval {
                 iv,
@@ -619,7 +620,9 @@ impl Writer {
             } => {
                 self.encode_interval(iv, rows, *dropped_bytes, &mut payload);
                 if *latency {
-                    super::latency::encode(iv, &mut trailer, |l| self.tables.string_id(l));
+                    let [(_, lat), (_, tiers)] = &mut trailers;
+                    super::latency::encode(iv, lat, |l| self.tables.string_id(l));
+                    super::tiers::encode(iv, tiers);
                 }
             }
             Data::Ticks(t) => self.encode_ticks(t, &mut payload),
@@ -632,7 +635,7 @@ impl Writer {
             payload,
             tables: self.tables.pending(),
             mark,
-            trailer,
+            trailers,
         }
     }
 
@@ -684,8 +687,10 @@ impl Writer {
         let r = self.write_chunk(staged.kind, &staged.payload);
         self.buf = staged.payload;
         r?;
-        if !staged.trailer.is_empty() {
-            self.write_chunk(CHUNK_LATENCY, &staged.trailer)?;
+        for (kind, p) in &staged.trailers {
+            if !p.is_empty() {
+                self.write_chunk(*kind, p)?;
+            }
         }
         Ok(true)
     }

@@ -53,12 +53,37 @@ pub(super) struct Availability {
     pub(super) reason: String,
 }
 
-pub(super) fn mbm_availability(rdt: &Resctrl) -> Availability {
+/// Whether MBM can be compared for `groups` workloads: a monitor group each beside the default
+/// group, which resctrl must have room for (MPAM often has a few: its PMG values).
+pub(super) fn mbm_availability(rdt: &Resctrl, groups: usize) -> Availability {
     match rdt {
-        Resctrl::Mbm { dir, features } => Availability {
-            available: true,
-            reason: format!("resctrl at {} ({})", dir.display(), features.join(", ")),
-        },
+        Resctrl::Mbm {
+            dir,
+            features,
+            monitors,
+            backing,
+        } => {
+            let about = format!(
+                "resctrl at {} ({}; {})",
+                dir.display(),
+                features.join(", "),
+                backing.describe()
+            );
+            match monitors {
+                Some(n) if (*n as usize) < groups + 1 => Availability {
+                    available: false,
+                    reason: format!(
+                        "{about}: info/L3_MON/num_rmids is {n}, and validate needs a monitor \
+                         group for each of its {groups} workloads beside the default group's \
+                         (run it with fewer workloads, or on a machine with more monitors)"
+                    ),
+                },
+                _ => Availability {
+                    available: true,
+                    reason: about,
+                },
+            }
+        }
         Resctrl::Absent(why) => Availability {
             available: false,
             reason: why.clone(),

@@ -56,7 +56,7 @@ impl<'a> DryRun<'a> {
             bounds.push(Bound::planned("zero-charge", &e.event, ZERO_CHARGE_BOUND));
             bounds.push(Bound::planned("conservation", &e.event, 0.0));
         }
-        let mbm = mbm_availability(rdt);
+        let mbm = mbm_availability(rdt, kinds.len());
         if mbm.available && bytes.real {
             bounds.push(Bound::planned("mbm", "bytes", MBM_BOUND));
         }

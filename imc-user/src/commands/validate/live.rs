@@ -169,7 +169,7 @@ fn start_groups(
     mbm_state: &mut Availability,
 ) -> Option<mbm::Groups> {
     match rdt {
-        Resctrl::Mbm { dir, features } => {
+        Resctrl::Mbm { dir, features, .. } => {
             let named: Vec<(&str, u32)> = wl.running.iter().map(|r| (r.kind.name, r.pid)).collect();
             match mbm::Groups::create(dir, features, std::process::id(), &named) {
                 Ok(g) => Some(g),
@@ -343,7 +343,7 @@ fn prepare(
     // removed, what was measured reported.
     crate::sys::process::catch_stop_signals()
         .map_err(|e| CliError::runtime_because("validate: signal handlers", e))?;
-    let mbm_state = mbm_availability(rdt);
+    let mbm_state = mbm_availability(rdt, nkinds);
     if let Resctrl::Mbm { dir, .. } = rdt {
         let n = mbm::remove_stale(dir, crate::sys::process::alive);
         if n > 0 {

@@ -7,6 +7,7 @@ fn slot(event: &str, channel: &str, direction: Direction, bpc: Option<f64>) -> O
         channel: channel.into(),
         direction,
         bytes_per_count: bpc,
+        tier: crate::model::Tier::of_key(event),
     })
 }
 
@@ -140,25 +141,28 @@ fn byte_families_carry_package_channel_and_direction() {
     let dram = "imc_dram_bytes_total";
     let v = |l: &str| value(&t, dram, l);
     assert_eq!(
-        v(r#"package="0",channel="uncore_imc_0",direction="read""#),
+        v(r#"package="0",channel="uncore_imc_0",direction="read",tier="dram""#),
         Some(6400.0)
     );
     assert_eq!(
-        v(r#"package="0",channel="uncore_imc_0",direction="write""#),
+        v(r#"package="0",channel="uncore_imc_0",direction="write",tier="dram""#),
         Some(640.0)
     );
     assert_eq!(
-        v(r#"package="0",channel="uncore_imc_1",direction="read""#),
+        v(r#"package="0",channel="uncore_imc_1",direction="read",tier="dram""#),
         Some(19200.0)
     );
     assert_eq!(count(&t, dram), 4, "the weight slot is not traffic:\n{t}");
     // Unattributed: summed over the channels per direction.
     let u = "imc_unattributed_dram_bytes_total";
     assert_eq!(
-        value(&t, u, r#"package="0",direction="read""#),
+        value(&t, u, r#"package="0",direction="read",tier="dram""#),
         Some(25.0 * 64.0)
     );
-    assert_eq!(value(&t, u, r#"package="0",direction="write""#), Some(64.0));
+    assert_eq!(
+        value(&t, u, r#"package="0",direction="write",tier="dram""#),
+        Some(64.0)
+    );
     // A process is its threads together, named by its main thread.
     let p = "imc_process_dram_bytes_total";
     let pl = r#"pid="40",comm="stream",cgroup="7",direction="read""#;
@@ -197,7 +201,7 @@ fn byte_families_carry_package_channel_and_direction() {
         value(
             &t,
             dram,
-            r#"package="0",channel="uncore_imc_0",direction="read""#
+            r#"package="0",channel="uncore_imc_0",direction="read",tier="dram""#
         ),
         Some(12800.0)
     );
@@ -232,7 +236,7 @@ fn a_stand_in_is_counted_in_events_never_bytes() {
         value(
             &t,
             "imc_dram_events_total",
-            r#"package="0",channel="software",direction="total",event="page-faults""#
+            r#"package="0",channel="software",direction="total",event="page-faults",tier="dram""#
         ),
         Some(1500.0)
     );
@@ -256,7 +260,7 @@ fn a_stand_in_is_counted_in_events_never_bytes() {
         value(
             &t,
             "imc_unattributed_dram_events_total",
-            r#"package="0",direction="total",event="page-faults""#
+            r#"package="0",direction="total",event="page-faults",tier="dram""#
         ),
         Some(12.0)
     );
@@ -684,4 +688,56 @@ fn latency_gauges_per_channel_only_where_planned_and_only_when_measured() {
     r.packages[0].latency_channels = vec![ch("uncore_imc_0", Some(82.5))];
     ex.add_interval(&r);
     assert!(!ex.encode().contains("latency"));
+}
+
+#[test]
+fn a_cxl_device_is_a_tier_of_its_own_beside_dram() {
+    let m = meta(
+        vec![
+            slot("read", "uncore_imc_0", Direction::Read, Some(64.0)),
+            slot("cxl_read", "cxl_pmu_mem0.0", Direction::Read, Some(64.0)),
+        ],
+        20,
+    );
+    let mut ex = Exporter::new(m);
+    let iv = IntervalResult {
+        source: "intel-uncore-imc".into(),
+        packages: vec![PackageRow {
+            id: 0,
+            read_bytes: (100 + 300) * 64,
+            slot_counts: vec![100.0, 300.0],
+            unattributed_counts: vec![10.0, 30.0],
+            ..PackageRow::default()
+        }],
+        ..IntervalResult::default()
+    };
+    ex.add_interval(&iv);
+    let t = ex.encode();
+    let (dram, u) = ("imc_dram_bytes_total", "imc_unattributed_dram_bytes_total");
+    let at = |name: &str, labels: &str| value(&t, name, labels);
+    assert_eq!(
+        at(
+            dram,
+            r#"package="0",channel="uncore_imc_0",direction="read",tier="dram""#
+        ),
+        Some(6400.0)
+    );
+    assert_eq!(
+        at(
+            dram,
+            r#"package="0",channel="cxl_pmu_mem0.0",direction="read",tier="cxl""#
+        ),
+        Some(19200.0)
+    );
+    // Unattributed traffic stays apart per tier too; one series per counter, no more.
+    assert_eq!(
+        at(u, r#"package="0",direction="read",tier="dram""#),
+        Some(640.0)
+    );
+    assert_eq!(
+        at(u, r#"package="0",direction="read",tier="cxl""#),
+        Some(1920.0)
+    );
+    assert_eq!(count(&t, dram), 2, "{t}");
+    assert_eq!(count(&t, u), 2, "{t}");
 }

@@ -26,6 +26,19 @@ fn right(s: String) -> Cell<'static> {
     Cell::from(Line::from(s).alignment(Alignment::Right))
 }
 
+/// Lines of the package series: a package's read and write (and total) lines, its latency
+/// line where the plan reads latency, its tiers line where a CXL tier is counted.
+fn series_height(cfg: &ViewConfig, history: &History, result: Option<&IntervalResult>) -> u16 {
+    match cfg.units {
+        Units::Counts => 1,
+        Units::Bytes { total } => {
+            let tiers = result.is_some_and(|r| r.packages.iter().any(|p| !p.tiers.is_empty()));
+            let per = if total { 3 } else { 2 } + usize::from(cfg.latency) + usize::from(tiers);
+            (history.packages.len().max(1) * per) as u16
+        }
+    }
+}
+
 /// Draws the whole view into `buf` over `area`; clamps `state.scroll` and records the page
 /// height, so the key handler scrolls by what the user sees.
 pub fn render(
@@ -36,13 +49,7 @@ pub fn render(
     area: Rect,
     buf: &mut Buffer,
 ) {
-    let series_lines = match cfg.units {
-        Units::Counts => 1,
-        Units::Bytes { total } => {
-            let per = if total { 3 } else { 2 } + usize::from(cfg.latency);
-            (history.packages.len().max(1) * per) as u16
-        }
-    };
+    let series_lines = series_height(cfg, history, result);
     // The explanation under the title wraps to the width: sentences, cut they would say
     // something else.
     let (title, explain) = header_text(cfg, result);
@@ -243,6 +250,12 @@ fn render_series(
                         series_line(label, data, a, buf);
                     }
                 }
+                let package = result.and_then(|r| r.packages.iter().find(|p| p.id == *id));
+                if let Some((r, p)) = result.zip(package).filter(|(_, p)| !p.tiers.is_empty())
+                    && let Some(a) = slots.next()
+                {
+                    Paragraph::new(tiers_line(*id, p, seconds(r))).render(a, buf);
+                }
                 if cfg.latency
                     && let Some(a) = slots.next()
                 {
@@ -257,6 +270,24 @@ fn render_series(
             }
         }
     }
+}
+
+/// A package's bytes per memory tier, where a CXL tier is counted: `package 0 dram read … MB/s
+/// write … MB/s | cxl read … MB/s write … MB/s`.
+fn tiers_line(id: u32, p: &crate::model::PackageRow, secs: f64) -> String {
+    let tiers: Vec<String> = p
+        .tiers
+        .iter()
+        .map(|t| {
+            format!(
+                "{} read {} write {} MB/s",
+                t.tier.as_str(),
+                mb_per_s(t.read_bytes, secs).trim_start(),
+                mb_per_s(t.write_bytes, secs).trim_start()
+            )
+        })
+        .collect();
+    format!("package {id} {}", tiers.join(" | "))
 }
 
 /// A package's loaded latency: read and write in ns, `-` where not counted this interval (no

@@ -546,3 +546,36 @@ fn with_stacks_f_shows_the_selected_process_functions_and_the_arrows_select() {
     let lines = screen(&cfg, &h, Some(&r), &mut st, 140, 30);
     assert!(!lines.iter().any(|l| l.contains("functions of")));
 }
+
+#[test]
+fn a_package_with_a_cxl_tier_has_a_line_of_its_tiers() {
+    let cfg = bytes_cfg();
+    let mut r = bytes_interval();
+    r.packages[0].tiers = vec![
+        crate::model::TierBytes {
+            tier: crate::model::Tier::Dram,
+            read_bytes: 500_000_000,
+            write_bytes: 100_000_000,
+            total_bytes: 0,
+        },
+        crate::model::TierBytes {
+            tier: crate::model::Tier::Cxl,
+            read_bytes: 100_000_000,
+            write_bytes: 50_000_000,
+            total_bytes: 0,
+        },
+    ];
+    let mut h = History::default();
+    h.push(&cfg, &r);
+    let lines = screen(&cfg, &h, Some(&r), &mut ViewState::default(), 120, 30);
+    // Half a second: 1000 and 200 MB/s of DRAM, 200 and 100 MB/s of CXL.
+    let l = line_with(&lines, "package 0 dram");
+    assert!(
+        l.contains("dram read 1000.0 write 200.0 MB/s | cxl read 200.0 write 100.0 MB/s"),
+        "{l}"
+    );
+    // Without tiers (DRAM alone) there is no such line.
+    let plain = bytes_interval();
+    let lines = screen(&cfg, &h, Some(&plain), &mut ViewState::default(), 120, 30);
+    assert!(!lines.iter().any(|l| l.contains("dram read")), "{lines:?}");
+}
