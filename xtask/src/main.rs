@@ -244,9 +244,9 @@ fn real_main() -> Result<ExitCode> {
             );
         }
         "bench-tick" => {
-            let bin = build(true)?;
+            let bench = build_tool("imc-bench-tick")?;
             let object = build_ebpf(EbpfObject::Bench)?;
-            bench_tick::run(&bin, &object, &args)?;
+            bench_tick::run(&bench, &object, &args)?;
         }
         "bench-stat" => {
             let bin = build(true)?;
@@ -254,15 +254,16 @@ fn real_main() -> Result<ExitCode> {
         }
         "bench-overhead" => {
             let bin = build(true)?;
+            let workload = build_tool("imc-workload")?;
             let object = build_ebpf(EbpfObject::Bench)?;
-            bench_overhead::run(&bin, &object)?;
+            bench_overhead::run(&bin, &workload, &object)?;
         }
         "bench-scale" => {
-            let bin = build_in_process_bin("imc-bench-scale")?;
+            let bin = build_tool("imc-bench-scale")?;
             bench_scale::run(&bin, &args)?;
         }
         "bench-report" => {
-            let bench = build_in_process_bin("imc-bench-report")?;
+            let bench = build_tool("imc-bench-report")?;
             run(Command::new(bench).arg(build(true)?).args(&args))?;
         }
         "bench-serve" => {
@@ -332,7 +333,7 @@ fn accuracy(mut args: Vec<String>) -> Result<ExitCode> {
     }
     let mut code = 0;
     if live.is_none() || scenarios {
-        let bin = build_in_process_bin("imc-accuracy")?;
+        let bin = build_tool("imc-accuracy")?;
         let status = Command::new(&bin)
             .args(&args)
             .status()
@@ -353,14 +354,22 @@ fn accuracy(mut args: Vec<String>) -> Result<ExitCode> {
     Ok(ExitCode::from(code))
 }
 
-/// Builds `name`, a release binary of imc-user that runs the imc library in-process (the
-/// simulator, the replay benchmark): no eBPF program is loaded, but it is built with the same
-/// environment as `build` so the two share one compiled library. Returns its path.
-fn build_in_process_bin(name: &str) -> Result<PathBuf> {
+/// Builds `name`, a release binary of imc-tools (the simulator's accuracy harness, the
+/// benchmarks, the overhead workload), a crate apart from imc-user so the product never depends
+/// on it. It is built with the same environment as `build` so the two share one compiled imc
+/// library. Returns its path.
+fn build_tool(name: &str) -> Result<PathBuf> {
     let obj = build_ebpf(EbpfObject::Production)?;
     run(Command::new(env!("CARGO"))
         .current_dir(workspace_root())
         .env("IMC_EBPF_OBJECT", &obj)
-        .args(["build", "--release", "--package", "imc-user", "--bin", name]))?;
+        .args([
+            "build",
+            "--release",
+            "--package",
+            "imc-tools",
+            "--bin",
+            name,
+        ]))?;
     Ok(target_dir().join("release").join(name))
 }
