@@ -6,6 +6,7 @@
 //! The cross linker and C compiler (ring's build script compiles C for the target) are set
 //! here, in the environment of the one cargo command that needs them, not in a config file a
 //! user's own builds would pick up.
+use crate::timings::Timings;
 use anyhow::{Context, Result, bail};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -56,11 +57,21 @@ pub struct Binaries {
 }
 
 /// Builds the ppc64le and aarch64 `imc` (debug, with the eBPF object embedded) and returns
-/// their paths, under the target directory as Cargo lays it out.
-pub fn build(root: &Path, target_dir: &Path, ebpf_object: &Path) -> Result<Binaries> {
+/// their paths, under the target directory as Cargo lays it out; each build is a phase of `t`.
+pub fn build(
+    root: &Path,
+    target_dir: &Path,
+    ebpf_object: &Path,
+    t: &mut Timings,
+) -> Result<Binaries> {
+    let mut one = |target, runner| {
+        t.time(&format!("cross build ({target})"), || {
+            build_one(root, target_dir, ebpf_object, target, runner)
+        })
+    };
     Ok(Binaries {
-        power: build_one(root, target_dir, ebpf_object, POWER, "tests/cross_power.rs")?,
-        arm: build_one(root, target_dir, ebpf_object, ARM, "tests/cross_arm.rs")?,
+        power: one(POWER, "tests/cross_power.rs")?,
+        arm: one(ARM, "tests/cross_arm.rs")?,
     })
 }
 

@@ -4,7 +4,8 @@
 //!   cargo xtask build [--release]      eBPF object + imc (embedded)
 //!   cargo xtask run [-- ARGS]          build, then `imc ARGS` (default: `imc top`) as root
 //!   cargo xtask test                   build (and package), the ppc64le imc (and an aarch64
-//!                                      check), then the whole test suite
+//!                                      check), then the whole test suite; then the wall
+//!                                      time of each phase
 //!   cargo xtask cross                  the ppc64le and aarch64 imc (debug), as `test` does
 //!   cargo xtask package                target/debian/imc_<version>_<arch>.deb (release, stripped)
 //!   cargo xtask bench-tick [--breakdown]  ns per program run: imc's tick vs a bpftrace-like baseline
@@ -32,10 +33,12 @@ mod bench_stat;
 mod bench_tick;
 mod cross;
 mod package;
+mod timings;
 
 use anyhow::{Context, Result, anyhow, bail};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
+use timings::Timings;
 
 fn workspace_root() -> PathBuf {
     // `cargo run` sets CARGO_MANIFEST_DIR for the process; the compile-time value is the
@@ -173,10 +176,14 @@ pub fn build_ebpf(which: EbpfObject) -> Result<PathBuf> {
 
 /// Builds the eBPF object, then `imc` with it embedded. Returns the imc binary's path.
 fn build(release: bool) -> Result<PathBuf> {
-    let obj = build_ebpf(EbpfObject::Production)?;
+    build_imc(&build_ebpf(EbpfObject::Production)?, release)
+}
+
+/// Builds `imc` with the eBPF object `obj` embedded. Returns the imc binary's path.
+fn build_imc(obj: &Path, release: bool) -> Result<PathBuf> {
     let mut cmd = Command::new(env!("CARGO"));
     cmd.current_dir(workspace_root())
-        .env("IMC_EBPF_OBJECT", &obj)
+        .env("IMC_EBPF_OBJECT", obj)
         .args(["build", "--package", "imc-user"]);
     if release {
         cmd.arg("--release");
@@ -236,7 +243,7 @@ fn real_main() -> Result<ExitCode> {
         "test" => test_all(&args)?,
         "cross" => {
             let obj = build_ebpf(EbpfObject::Production)?;
-            let bins = cross::build(&workspace_root(), &target_dir(), &obj)?;
+            let bins = cross::build(&workspace_root(), &target_dir(), &obj, &mut Timings::new())?;
             eprintln!(
                 "xtask: built {} and {}",
                 bins.power.display(),
@@ -281,31 +288,55 @@ fn real_main() -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// `cargo xtask test`: the package, the binaries (host and POWER), then the whole suite.
+/// `cargo xtask test`: the package, the binaries (host and POWER), then the whole suite; at
+/// the end, the wall time of each phase (also when one fails).
 fn test_all(args: &[String]) -> Result<()> {
-    // The package first: tests/packaging.rs checks it (IMC_TEST_DEB).
-    let bin = build(true)?;
-    let deb = package::package(&workspace_root(), &target_dir(), &bin)?;
-    let obj = build_ebpf(EbpfObject::Production)?;
+    let mut t = Timings::new();
+    let r = test_phases(args, &mut t);
+    eprint!("{}", t.report());
+    r
+}
+
+fn test_phases(args: &[String], t: &mut Timings) -> Result<()> {
     let root = workspace_root();
+    let obj = t.time("eBPF object", || build_ebpf(EbpfObject::Production))?;
+    // The package first: tests/packaging.rs checks it (IMC_TEST_DEB).
+    let bin = t.time("release imc (cargo build --release -p imc-user)", || {
+        build_imc(&obj, true)
+    })?;
+    let deb = t.time(".deb package", || {
+        package::package(&root, &target_dir(), &bin)
+    })?;
     // The default members (everything but the BPF-only crate, which only builds for
-    // bpfel-unknown-none); the suite runs the real binary, so build it first.
-    run(Command::new(env!("CARGO"))
-        .current_dir(&root)
-        .env("IMC_EBPF_OBJECT", &obj)
-        .args(["build"]))?;
+    // bpfel-unknown-none); the suite runs the real binary and the tools, so build them first.
+    t.time("debug build (cargo build)", || {
+        run(Command::new(env!("CARGO"))
+            .current_dir(&root)
+            .env("IMC_EBPF_OBJECT", &obj)
+            .args(["build"]))
+    })?;
     // POWER and Arm users' binaries, which tests/cross_power.rs and tests/cross_arm.rs run
     // under qemu-user.
-    let cross = cross::build(&root, &target_dir(), &obj)?;
-    run(Command::new(env!("CARGO"))
-        .current_dir(&root)
-        .env("IMC_EBPF_OBJECT", &obj)
-        .env("IMC_TEST_DEB", &deb)
-        .env("IMC_CROSS_POWER_BIN", &cross.power)
-        .env("IMC_CROSS_ARM_BIN", &cross.arm)
-        .args(["test", "--no-fail-fast"])
-        .args(args))?;
-    Ok(())
+    let cross = cross::build(&root, &target_dir(), &obj, t)?;
+    // Cargo's own arguments (a package, a test file) apply to the build too; the test
+    // binaries' (after `--`) to the run only.
+    let cargo_args = args.split(|a| a == "--").next().unwrap_or_default();
+    let test = |extra: &[&str], with: &[String]| {
+        let mut cmd = Command::new(env!("CARGO"));
+        cmd.current_dir(&root)
+            .env("IMC_EBPF_OBJECT", &obj)
+            .env("IMC_TEST_DEB", &deb)
+            .env("IMC_CROSS_POWER_BIN", &cross.power)
+            .env("IMC_CROSS_ARM_BIN", &cross.arm)
+            .args(["test", "--no-fail-fast"])
+            .args(extra)
+            .args(with);
+        cmd
+    };
+    t.time("test build (cargo test --no-run)", || {
+        run(&mut test(&["--no-run"], cargo_args))
+    })?;
+    t.time_tests("test run", &mut test(&[], args))
 }
 
 /// `cargo xtask accuracy`: the scenarios through the simulator, and with --live the real
