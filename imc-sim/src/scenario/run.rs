@@ -328,7 +328,7 @@ impl Loaded {
         progress: &mut dyn FnMut(f64),
     ) -> (Accumulated, super::super::SynthStream) {
         let duration_ns = sc.duration_ns;
-        let mut attr = Attributor::new(specs, &self.found.topology, plan.source.clone())
+        let mut attr = Attributor::new(specs, &self.found.topology, plan.source.to_string())
             .tick_hz(sc.freq_hz)
             .weighting(plan.weighting.clone());
         let mut acc = Accumulated::default();

@@ -15,7 +15,6 @@ pub struct Selection {
     pub source: String,
 }
 
-/// `--backend NAME`: None for `auto`.
 /// The program of `-- CMD` (stat, record), checked before anything is opened: one that exec
 /// cannot find is one line, exit 2, before the plan's notices (a stand-in's) are said. What
 /// only exec can tell (permission, format) is still said when it starts it.
@@ -137,7 +136,7 @@ pub fn select_for(
         .map_err(|e| CliError::new(ErrorKind::BadInput, e))?;
     plan::weights::apply_fidelity(&mut plan, &fidelity);
     Ok(Selection {
-        source: plan.source.clone(),
+        source: plan.source.to_string(),
         plan,
     })
 }

@@ -14,7 +14,7 @@ use crate::counting::{Backend, BackendError, from_plan};
 use crate::error::{CliError, CliResult, ErrorKind};
 use crate::model::{BackendKind, Discovery};
 use crate::output::stat::{Format, StatWriter};
-use crate::plan::{Command as PlanCommand, Kernel, Plan, Request};
+use crate::plan::{Command as PlanCommand, Kernel, Plan, PlanSource, Request};
 use crate::settings::Settings;
 use crate::sys::devmem::{DevMem, RealDevMem};
 use crate::sys::perf::{PerfSys, RealPerf};
@@ -350,10 +350,10 @@ fn open_planned(
             plan.source
         )));
     }
-    let name = if plan.source == "knl-edc" {
+    let name = if plan.source == PlanSource::Backend(BackendKind::KnlEdc) {
         "knl-imc+knl-edc".to_string()
     } else {
-        plan.source.clone()
+        plan.source.to_string()
     };
     Ok(Box::new(open_perf(
         env,
