@@ -4,8 +4,8 @@
 use imc::attribution::{Attributor, compare};
 use imc::model::result::IntervalResult;
 use imc::model::{Direction, SlotRole, SlotScope, SlotSpec};
-use imc::simulator::{Readers, Scenario, SynthItem, SynthStream, SynthTask, Truth};
 use imc_common::{KIND_TICK, MAX_SLOTS, Record, SlotReading};
+use imc_sim::{Readers, Scenario, SynthItem, SynthStream, SynthTask, Truth};
 
 const MS: u64 = 1_000_000;
 
@@ -754,8 +754,8 @@ fn idle_package_is_read_when_no_tick_did_so_dma_keeps_its_time() {
 /// applied (|1 − seen/f| of each direction): the error its infidelity explains and no rule can
 /// remove (tests/scenarios/README.md, "How much error infidelity explains").
 fn explained_by_infidelity(
-    l: &imc::simulator::scenario::Loaded,
-    o: &imc::simulator::scenario::Outcome,
+    l: &imc_sim::scenario::Loaded,
+    o: &imc_sim::scenario::Outcome,
     pid: u32,
 ) -> f64 {
     let f_of = |events: &Option<String>| {
@@ -791,7 +791,7 @@ fn explained_by_infidelity(
 /// truth; victims ranked right and latency within 1%.
 #[test]
 fn every_scenario_is_within_its_bound() {
-    use imc::simulator::scenario::{self, RunOptions, Weigh};
+    use imc_sim::scenario::{self, RunOptions, Weigh};
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios");
     let mut files: Vec<_> = std::fs::read_dir(&dir)
         .unwrap()

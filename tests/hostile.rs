@@ -4,8 +4,8 @@
 //! a one-line error and exit 1/2. Each class prints its tried / crashed / hung counts
 //! (`cargo test --test hostile -- --nocapture`).
 use imc::record::{Item, ReadStatus, Reader, WriterOptions};
-use imc::simulator::Scenario;
-use imc::simulator::record::record_scenario;
+use imc_sim::Scenario;
+use imc_sim::record::record_scenario;
 use imc_tests::{as_nobody, have_bpf_object, imc_bin, sampler_prerequisites};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

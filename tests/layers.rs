@@ -3,7 +3,12 @@
 //! attribution, then the sampling pipeline, then record and output, then the command line's types
 //! and the error mapping, then commands, then main.
 //!
-//! The check parses the crate with `syn`: it starts at lib.rs, main.rs and each src/bin/*.rs,
+//! Cargo's dependency graph keeps the tools out of the product: the simulator (imc-sim) and the
+//! benchmark and accuracy binaries (imc-tools) are crates on top of imc-user's library, and
+//! imc-user depends on neither (its manifest is checked here, through `cargo metadata`). Inside
+//! imc-user, where Cargo cannot say which module may use which, the direction is checked here.
+//!
+//! The check parses the crate with `syn`: it starts at lib.rs and main.rs,
 //! follows every `mod` declaration into its file (inline modules included), and leaves out what
 //! only a test build compiles by its attribute (`#[cfg(test)]`, `#[test]`), wherever it stands in
 //! the file. Every `use` (groups, nested groups, `self`, renames, globs, inside function bodies
@@ -46,18 +51,10 @@ const LAYERS: &[(&str, u8)] = &[
     // The command line's types and the one exit-code mapping, which the commands take in.
     ("cli", 9),
     ("error", 9),
-    // Known truth: synthetic timelines driven through the real plan, attributor and writer.
-    // Only the benchmarks and tests use it (TEST_ONLY).
-    ("simulator", 9),
     ("commands", 10),
     ("main", 11),
     ("lib", 11),
-    ("bin", 11),
 ];
-
-/// Modules no production module may import, whatever its layer: only binaries (the benchmark
-/// and accuracy harnesses) and test code take them.
-const TEST_ONLY: &[&str] = &["simulator"];
 
 /// Imports that point the wrong way today (from, to), each to be removed by moving the type down
 /// (model/) rather than the import up.
@@ -112,7 +109,7 @@ impl Ref {
 }
 
 /// One crate's module tree. `label` is the layer name every module of a binary crate takes
-/// (`main`, `bin`); the library's modules take their top-level module's name.
+/// (`main`); the library's modules take their top-level module's name.
 struct Crate {
     label: Option<String>,
     modules: BTreeMap<ModPath, Module>,
@@ -740,8 +737,7 @@ fn check(src: &Path, roots: &[(&str, Option<&str>)]) -> Findings {
                     let lt = layer(&to).unwrap_or_else(|| {
                         panic!("{}: module {to} has no layer in LAYERS", tm.file.display())
                     });
-                    let test_only = TEST_ONLY.contains(&to.as_str()) && from != "bin";
-                    if lt < lf && !test_only {
+                    if lt < lf {
                         continue;
                     }
                     let line = format!(
@@ -851,34 +847,11 @@ fn rust_files(src: &Path, dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// imc-user's crate roots: the library, the `imc` binary and src/bin's binaries.
-fn imc_roots(src: &Path) -> Vec<(String, Option<&'static str>)> {
-    let mut roots = vec![
-        ("lib.rs".to_string(), None),
-        ("main.rs".to_string(), Some("main")),
-    ];
-    let mut bins: Vec<_> = std::fs::read_dir(src.join("bin"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
-    bins.sort();
-    for b in bins {
-        let rel = b.strip_prefix(src).unwrap();
-        if b.is_file() {
-            roots.push((rel.display().to_string(), Some("bin")));
-        } else if b.join("main.rs").is_file() {
-            roots.push((rel.join("main.rs").display().to_string(), Some("bin")));
-        }
-    }
-    roots
-}
-
 #[test]
 fn no_module_imports_one_above_it_and_no_file_cycle() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../imc-user/src");
-    let roots = imc_roots(&src);
-    let roots: Vec<(&str, Option<&str>)> = roots.iter().map(|(f, l)| (f.as_str(), *l)).collect();
-    let f = check(&src, &roots);
+    // imc-user's crate roots: the library and the `imc` binary (its only targets, below).
+    let f = check(&src, &[("lib.rs", None), ("main.rs", Some("main"))]);
     assert!(
         f.files > 50,
         "{} files read under {}",
@@ -1169,29 +1142,92 @@ fn a_cycle_between_a_step_file_and_its_mod_rs_is_caught() {
     assert!(f.cycles.is_empty(), "{f:?}");
 }
 
+/// The workspace's packages as `cargo metadata` lists them (declared dependencies and targets).
+fn workspace_packages() -> Vec<serde_json::Value> {
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let out = std::process::Command::new(&cargo)
+        .args([
+            "metadata",
+            "--format-version",
+            "1",
+            "--no-deps",
+            "--offline",
+        ])
+        .current_dir(&workspace)
+        .output()
+        .unwrap_or_else(|e| panic!("running {} metadata: {e}", cargo.display()));
+    assert!(
+        out.status.success(),
+        "cargo metadata failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("cargo metadata JSON");
+    v["packages"].as_array().expect("packages").clone()
+}
+
+/// (dependency name, kind: normal, dev or build) of workspace package `name`.
+fn dependencies_of(packages: &[serde_json::Value], name: &str) -> Vec<(String, String)> {
+    let p = packages
+        .iter()
+        .find(|p| p["name"] == name)
+        .unwrap_or_else(|| panic!("no package {name} in the workspace"));
+    p["dependencies"]
+        .as_array()
+        .expect("dependencies")
+        .iter()
+        .map(|d| {
+            let kind = d["kind"].as_str().unwrap_or("normal").to_string();
+            (d["name"].as_str().expect("name").to_string(), kind)
+        })
+        .collect()
+}
+
+/// The tool crates sit on top of the product: imc-user names neither in any dependency section
+/// (normal, dev or build), so no product module can import them; they take imc-user's library.
+/// The product's only targets are its library and `imc` (a tool binary or bench in imc-user
+/// would build into the product crate again).
 #[test]
-fn production_code_never_imports_the_simulator_but_binaries_and_tests_may() {
-    let dir = tree(&[
-        ("lib.rs", "pub mod commands;\npub mod simulator;\n"),
-        ("simulator.rs", "pub struct Scenario;\n"),
-        (
-            "commands.rs",
-            "pub fn run() { let _ = crate::simulator::Scenario; }\n\
-             #[cfg(test)]\nmod tests { use crate::simulator::Scenario; }\n",
-        ),
-        (
-            "bin/bench.rs",
-            "use imc::simulator::Scenario;\nfn main() {}\n",
-        ),
-    ]);
-    // commands sits above the simulator's layer, and is still refused it.
-    let f = check(
-        dir.path(),
-        &[("lib.rs", None), ("bin/bench.rs", Some("bin"))],
+fn the_product_depends_on_no_tool_crate_and_the_tools_depend_on_it() {
+    const TOOLS: &[&str] = &["imc-sim", "imc-tools"];
+    let packages = workspace_packages();
+    let product = dependencies_of(&packages, "imc-user");
+    assert!(
+        product.iter().any(|(d, _)| d == "imc-common"),
+        "{product:?}"
     );
-    assert_eq!(
-        edges(&f),
-        vec![("commands".to_string(), "simulator".to_string())],
-        "{f:?}"
+    let wrong: Vec<_> = product
+        .iter()
+        .filter(|(d, _)| TOOLS.contains(&d.as_str()))
+        .collect();
+    assert!(
+        wrong.is_empty(),
+        "imc-user depends on a tool crate: {wrong:?}"
     );
+    for tool in TOOLS {
+        let deps = dependencies_of(&packages, tool);
+        assert!(
+            deps.contains(&("imc-user".to_string(), "normal".to_string())),
+            "{tool} is built on imc-user's library: {deps:?}"
+        );
+    }
+    // The simulator is below the tools: imc-tools uses it, never the other way.
+    let sim = dependencies_of(&packages, "imc-sim");
+    assert!(!sim.iter().any(|(d, _)| d == "imc-tools"), "{sim:?}");
+    let user = packages.iter().find(|p| p["name"] == "imc-user").unwrap();
+    let mut targets: Vec<String> = user["targets"]
+        .as_array()
+        .expect("targets")
+        .iter()
+        .filter(|t| t["kind"] != serde_json::json!(["custom-build"]))
+        .map(|t| {
+            format!(
+                "{} {}",
+                t["kind"][0].as_str().unwrap(),
+                t["name"].as_str().unwrap()
+            )
+        })
+        .collect();
+    targets.sort();
+    assert_eq!(targets, ["bin imc", "lib imc"], "imc-user's targets");
 }

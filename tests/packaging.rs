@@ -604,6 +604,13 @@ fn the_debian_package_holds_a_stripped_imc_that_runs_and_passes_lintian() {
             "{path} missing (or not root's):\n{contents}"
         );
     }
+    // The product alone: none of imc-tools' benchmark or accuracy binaries is installed.
+    let installed: Vec<&str> = contents
+        .lines()
+        .filter_map(|l| l.split_whitespace().last())
+        .filter(|p| p.starts_with("./usr/bin/") && *p != "./usr/bin/")
+        .collect();
+    assert_eq!(installed, ["./usr/bin/imc"], "{contents}");
     let control = run_ok(Command::new("dpkg-deb").arg("--field").arg(&deb));
     assert!(control.contains("Depends: libc6"), "{control}");
 

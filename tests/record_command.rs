@@ -2,6 +2,7 @@
 //! included, a process beside it not), and `imc record -p PID` keeps only those processes. The
 //! recordings need root and the eBPF object (they skip, saying so, without them); the refusals
 //! of bad pids need neither.
+use imc::model::CommandTree;
 use imc::record::{Item, Reader};
 use imc_tests::{imc, require, sampler_prerequisites};
 use serde_json::Value;
@@ -138,7 +139,7 @@ fn record_command_marks_its_whole_tree_by_its_cgroup_short_lived_children_includ
         .clone()
         .expect("the command is in the header");
     assert_eq!(cmd.argv, ["sh", "-c", script]);
-    assert_eq!(cmd.tree, "cgroup");
+    assert_eq!(cmd.tree, CommandTree::Cgroup);
     assert_eq!(cmd.cgroup_path.as_deref(), Some(&*cgroup_dir));
     let cgroup_id = cmd.cgroup_id.unwrap();
     // The directory went with the run.
@@ -395,7 +396,7 @@ fn where_no_cgroup_can_be_made_the_tree_is_followed_by_parentage() {
     );
     let mut r = Reader::open(&file).unwrap();
     let cmd = r.header().command.clone().unwrap();
-    assert_eq!(cmd.tree, "parentage");
+    assert_eq!(cmd.tree, CommandTree::Parentage);
     assert_eq!(cmd.cgroup_id, None);
     r.command_only(true);
     let mut marked = std::collections::BTreeSet::new();

@@ -3,8 +3,8 @@
 //! that are not recordings or are too new.
 use imc::model::result::IntervalResult;
 use imc::record::{Item, ReadStatus, Reader, WriterOptions, rotated_path};
-use imc::simulator::record::record_scenario;
-use imc::simulator::{Scenario, SynthTask};
+use imc_sim::record::record_scenario;
+use imc_sim::{Scenario, SynthTask};
 use imc_tests::imc;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -585,7 +585,7 @@ fn a_recording_of_many_tasks_reports_in_bounded_memory_in_every_mode() {
             while r.next_item().is_some() {}
             r.status() != &ReadStatus::Complete
         }) {
-            imc::simulator::record::churn(path, TASKS, per).unwrap();
+            imc_sim::record::churn(path, TASKS, per).unwrap();
         }
     }
     let out = dir.path().join("out");

@@ -2,6 +2,7 @@
 //! shares of the machine's traffic, `--no-command`, `--command` on a recording without one
 //! (a committed recording made by an imc from before commands were marked), across a rotation.
 //! Recordings are written by the real writer (no eBPF needed).
+use imc::model::CommandTree;
 use imc::model::result::{IntervalResult, PackageRow, TaskRow};
 use imc::model::{Direction, Package, SlotRole, SlotScope, SlotSpec, Topology};
 use imc::record::{HeaderCommand, RecordHeader, Writer, rotated_path};
@@ -85,7 +86,7 @@ fn recording(dir: &Path, max_size: Option<u64>, intervals: u64) -> PathBuf {
     header.command = Some(HeaderCommand {
         argv: vec!["sh".into(), "-c".into(), "stream; stream".into()],
         pid: CMD,
-        tree: "cgroup".into(),
+        tree: CommandTree::Cgroup,
         cgroup_id: Some(4242),
         cgroup_path: Some("/imc-record-1".into()),
     });
@@ -340,7 +341,7 @@ fn damaged_command_recordings_and_hostile_argv_report_in_one_line() {
     header.command = Some(HeaderCommand {
         argv: vec!["x\u{1b}[2J\u{7}".into()],
         pid: CMD,
-        tree: "parentage".into(),
+        tree: CommandTree::Parentage,
         cgroup_id: None,
         cgroup_path: None,
     });

@@ -1,7 +1,7 @@
 //! End-to-end tests of `imc stat`: the real binary on this VM (msr/tsc and software events, the
 //! MCHBAR backend on a regular file standing in for /dev/mem), and the whole command in-process
 //! against the fixture trees with the perf syscall layer replaced by `FakePerf`.
-use imc::cli::{GlobalArgs, StatArgs};
+use imc::cli::{BackendChoice, GlobalArgs, StatArgs};
 use imc::commands::stat::{StatEnv, run_with};
 use imc::counting::Backend;
 use imc::counting::clock::MonotonicClock;
@@ -40,7 +40,7 @@ fn parse(
             per_channel: false,
             json: true,
             separator: None,
-            backend: backend.to_string(),
+            backend: BackendChoice::parse(backend).expect("a backend name"),
             dry_run: false,
             latency: None,
             command: Vec::new(),

@@ -10,8 +10,8 @@ use imc::model::{StallPart, Victims};
 use imc::record::{RecordHeader, Writer, WriterOptions};
 use imc::sampler::aggregate_twin::Aggregator;
 use imc::sampler::from_plan::slot_specs;
-use imc::simulator::scenario::{Loaded, RunOptions, Weigh, load};
-use imc::simulator::{SynthItem, Truth};
+use imc_sim::scenario::{Loaded, RunOptions, Weigh, load};
+use imc_sim::{SynthItem, Truth};
 use imc_tests::imc;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -57,10 +57,16 @@ fn record(l: &Loaded, file: &str) -> Recorded {
     let path = dir.join(file);
     let _ = std::fs::remove_file(&path);
     let interval_ns = l.file.interval_ms * 1_000_000;
-    let mut header = RecordHeader::new(&specs, topo, sc.freq_hz, &plan.source, interval_ns);
+    let mut header = RecordHeader::new(
+        &specs,
+        topo,
+        sc.freq_hz,
+        plan.source.to_string(),
+        interval_ns,
+    );
     header.weighting = plan.weighting.clone();
     let mut w = Writer::with_options(&path, header, None, WriterOptions::default()).unwrap();
-    let mut a = Attributor::new(&specs, topo, plan.source.clone())
+    let mut a = Attributor::new(&specs, topo, plan.source.to_string())
         .tick_hz(sc.freq_hz)
         .weighting(plan.weighting.clone());
     let mut fold = sc.precise.then(|| Aggregator::new(&specs, sc.freq_hz));

@@ -1,5 +1,6 @@
 //! The command line of the README's "Commands". Each subcommand's arguments are one struct so that
 //! the command modules take exactly what they need.
+use crate::model::BackendKind;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::ffi::OsString;
 use std::net::SocketAddr;
@@ -106,7 +107,7 @@ pub struct StatArgs {
     /// Which counters to read: auto (the first available memory-controller backend in
     /// `imc list` order) or a backend `imc list` names.
     #[arg(long, value_name = "NAME", default_value = "auto", value_parser = backend_names())]
-    pub backend: String,
+    pub backend: BackendChoice,
     /// Print the plan (counters, readers, refusals) and exit, without privileges; with --json
     /// as one JSON object.
     #[arg(long)]
@@ -141,7 +142,7 @@ pub struct SamplerArgs {
     /// Which counters to read: auto (the first available memory-controller backend in
     /// `imc list` order) or a backend `imc list` names.
     #[arg(long, value_name = "NAME", default_value = "auto", value_parser = backend_names())]
-    pub backend: String,
+    pub backend: BackendChoice,
     /// A record at every context switch (sched_switch). The program otherwise sums each task's
     /// time and counts per CPU between switches and writes one record per task at each tick
     /// (its cost flat in the switch rate), on the kernel's tick or --freq's timer alike.
@@ -438,10 +439,40 @@ impl Rate {
     }
 }
 
-/// `--backend` values: auto or a backend name.
-fn backend_names() -> clap::builder::PossibleValuesParser {
-    let names = crate::model::BackendKind::ALL.map(|b| b.as_str());
-    clap::builder::PossibleValuesParser::new(std::iter::once("auto").chain(names))
+/// `--backend`: auto (the first available memory-controller backend in `imc list` order) or
+/// the one backend named as `imc list` names it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum BackendChoice {
+    #[default]
+    Auto,
+    One(BackendKind),
+}
+
+impl BackendChoice {
+    /// The command line's word for it: `auto` or the backend's name.
+    pub fn parse(name: &str) -> Option<BackendChoice> {
+        match name {
+            "auto" => Some(BackendChoice::Auto),
+            _ => BackendKind::parse(name).map(BackendChoice::One),
+        }
+    }
+
+    /// The backend asked for; None for auto.
+    pub fn kind(self) -> Option<BackendKind> {
+        match self {
+            BackendChoice::Auto => None,
+            BackendChoice::One(k) => Some(k),
+        }
+    }
+}
+
+/// `--backend` values: auto or a backend name (each listed in --help and the completions).
+fn backend_names() -> impl clap::builder::TypedValueParser<Value = BackendChoice> {
+    use clap::builder::TypedValueParser;
+    let names = BackendKind::ALL.map(|b| b.as_str());
+    clap::builder::PossibleValuesParser::new(std::iter::once("auto").chain(names)).try_map(|s| {
+        BackendChoice::parse(&s).ok_or_else(|| format!("--backend '{s}': not a backend"))
+    })
 }
 
 /// Longest interval: one day. Longer ones are typing mistakes, and every interval becomes a

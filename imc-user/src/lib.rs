@@ -27,7 +27,6 @@ pub mod plan;
 pub mod record;
 pub mod sampler;
 pub mod settings;
-pub mod simulator;
 pub mod symbols;
 pub mod sys;
 pub mod text;

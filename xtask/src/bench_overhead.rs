@@ -1,7 +1,7 @@
 //! `cargo xtask bench-overhead`: what continuous recording costs the workloads it watches, imc
 //! against perf, in one run.
 //!
-//! Three workloads (imc-user/src/bin/imc-workload.rs), each a fixed amount of work: compute-bound
+//! Three workloads (imc-tools/src/bin/imc-workload.rs), each a fixed amount of work: compute-bound
 //! (a register-only chain on one thread per CPU), memory-bound (read-modify-write passes over 256
 //! MiB, one thread per CPU) and context-switch-heavy (two threads passing a byte back and forth
 //! through pipes). Each runs under every arm:
@@ -638,15 +638,9 @@ fn cpu_slots(plan_json: &str) -> usize {
     rest[..end].matches("\"scope\":\"cpu\"").count()
 }
 
-/// `bench_object`: the benchmark's eBPF object (the bare sched_switch program).
-pub fn run(imc: &Path, bench_object: &Path) -> Result<()> {
-    let workload = imc.with_file_name("imc-workload");
-    if !workload.is_file() {
-        bail!(
-            "{} missing: it is built with imc (cargo build --release -p imc-user)",
-            workload.display()
-        );
-    }
+/// `workload`: the imc-workload binary (imc-tools); `bench_object`: the benchmark's eBPF object
+/// (the bare sched_switch program).
+pub fn run(imc: &Path, workload: &Path, bench_object: &Path) -> Result<()> {
     let rounds: usize = env_num("IMC_BENCH_ROUNDS", 15)?;
     let target_s: f64 = env_num("IMC_BENCH_SECONDS", 1.5)?;
     if rounds < 2 || target_s <= 0.0 {
@@ -663,7 +657,7 @@ pub fn run(imc: &Path, bench_object: &Path) -> Result<()> {
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let mut b = Bench {
         imc: imc.to_path_buf(),
-        workload,
+        workload: workload.to_path_buf(),
         dir: dir.clone(),
         cpus,
         runs: 0,

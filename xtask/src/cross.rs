@@ -6,6 +6,7 @@
 //! The cross linker and C compiler (ring's build script compiles C for the target) are set
 //! here, in the environment of the one cargo command that needs them, not in a config file a
 //! user's own builds would pick up.
+use crate::timings::Timings;
 use anyhow::{Context, Result, bail};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -56,15 +57,22 @@ pub struct Binaries {
 }
 
 /// Builds the ppc64le and aarch64 `imc` (debug, with the eBPF object embedded) and returns
-/// their paths, under the target directory as Cargo lays it out.
-pub fn build(root: &Path, target_dir: &Path, ebpf_object: &Path) -> Result<Binaries> {
-    let debug = |target, runner| {
-        eprintln!("xtask: building imc for {target} ({runner} runs it under qemu-user)");
-        build_one(root, target_dir, ebpf_object, target, false)
+/// their paths, under the target directory as Cargo lays it out; each build is a phase of `t`.
+pub fn build(
+    root: &Path,
+    target_dir: &Path,
+    ebpf_object: &Path,
+    t: &mut Timings,
+) -> Result<Binaries> {
+    let mut one = |target, runner| {
+        t.time(&format!("cross build ({target})"), || {
+            eprintln!("xtask: building imc for {target} ({runner} runs it under qemu-user)");
+            build_one(root, target_dir, ebpf_object, target, false)
+        })
     };
     Ok(Binaries {
-        power: debug(POWER, "tests/cross_power.rs")?,
-        arm: debug(ARM, "tests/cross_arm.rs")?,
+        power: one(POWER, "tests/cross_power.rs")?,
+        arm: one(ARM, "tests/cross_arm.rs")?,
     })
 }
 

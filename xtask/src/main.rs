@@ -4,7 +4,8 @@
 //!   cargo xtask build [--release]      eBPF object + imc (embedded)
 //!   cargo xtask run [-- ARGS]          build, then `imc ARGS` (default: `imc top`) as root
 //!   cargo xtask test                   build (and package), the ppc64le imc (and an aarch64
-//!                                      check), then the whole test suite
+//!                                      check), then the whole test suite; then the wall
+//!                                      time of each phase
 //!   cargo xtask cross                  the ppc64le and aarch64 imc (debug), as `test` does
 //!   cargo xtask package [--target aarch64-unknown-linux-gnu]
 //!                                      target/debian/imc_<version>_<arch>.deb (release, stripped;
@@ -34,11 +35,13 @@ mod bench_stat;
 mod bench_tick;
 mod cross;
 mod package;
+mod timings;
 
 use anyhow::{Context, Result, anyhow, bail};
 use package::Arch;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
+use timings::Timings;
 
 fn workspace_root() -> PathBuf {
     // `cargo run` sets CARGO_MANIFEST_DIR for the process; the compile-time value is the
@@ -176,10 +179,14 @@ pub fn build_ebpf(which: EbpfObject) -> Result<PathBuf> {
 
 /// Builds the eBPF object, then `imc` with it embedded. Returns the imc binary's path.
 fn build(release: bool) -> Result<PathBuf> {
-    let obj = build_ebpf(EbpfObject::Production)?;
+    build_imc(&build_ebpf(EbpfObject::Production)?, release)
+}
+
+/// Builds `imc` with the eBPF object `obj` embedded. Returns the imc binary's path.
+fn build_imc(obj: &Path, release: bool) -> Result<PathBuf> {
     let mut cmd = Command::new(env!("CARGO"));
     cmd.current_dir(workspace_root())
-        .env("IMC_EBPF_OBJECT", &obj)
+        .env("IMC_EBPF_OBJECT", obj)
         .args(["build", "--package", "imc-user"]);
     if release {
         cmd.arg("--release");
@@ -238,7 +245,7 @@ fn real_main() -> Result<ExitCode> {
         "test" => test_all(&args)?,
         "cross" => {
             let obj = build_ebpf(EbpfObject::Production)?;
-            let bins = cross::build(&workspace_root(), &target_dir(), &obj)?;
+            let bins = cross::build(&workspace_root(), &target_dir(), &obj, &mut Timings::new())?;
             eprintln!(
                 "xtask: built {} and {}",
                 bins.power.display(),
@@ -246,9 +253,9 @@ fn real_main() -> Result<ExitCode> {
             );
         }
         "bench-tick" => {
-            let bin = build(true)?;
+            let bench = build_tool("imc-bench-tick")?;
             let object = build_ebpf(EbpfObject::Bench)?;
-            bench_tick::run(&bin, &object, &args)?;
+            bench_tick::run(&bench, &object, &args)?;
         }
         "bench-stat" => {
             let bin = build(true)?;
@@ -256,15 +263,16 @@ fn real_main() -> Result<ExitCode> {
         }
         "bench-overhead" => {
             let bin = build(true)?;
+            let workload = build_tool("imc-workload")?;
             let object = build_ebpf(EbpfObject::Bench)?;
-            bench_overhead::run(&bin, &object)?;
+            bench_overhead::run(&bin, &workload, &object)?;
         }
         "bench-scale" => {
-            let bin = build_in_process_bin("imc-bench-scale")?;
+            let bin = build_tool("imc-bench-scale")?;
             bench_scale::run(&bin, &args)?;
         }
         "bench-report" => {
-            let bench = build_in_process_bin("imc-bench-report")?;
+            let bench = build_tool("imc-bench-report")?;
             run(Command::new(bench).arg(build(true)?).args(&args))?;
         }
         "bench-serve" => {
@@ -319,41 +327,68 @@ fn arm64_package(host: &Path) -> Result<PathBuf> {
 }
 
 /// `cargo xtask test`: the packages (this machine's and arm64), the binaries (host, POWER and
-/// aarch64), then the whole suite.
+/// aarch64), then the whole suite; at the end, the wall time of each phase (also when one
+/// fails).
 fn test_all(args: &[String]) -> Result<()> {
-    // The packages first: tests/packaging.rs checks them (IMC_TEST_DEB, IMC_TEST_DEB_ARM64).
-    let bin = build(true)?;
-    let deb = package::package(&workspace_root(), &target_dir(), &bin, Arch::Host)?;
-    let obj = build_ebpf(EbpfObject::Production)?;
+    let mut t = Timings::new();
+    let r = test_phases(args, &mut t);
+    eprint!("{}", t.report());
+    r
+}
+
+fn test_phases(args: &[String], t: &mut Timings) -> Result<()> {
     let root = workspace_root();
+    let obj = t.time("eBPF object", || build_ebpf(EbpfObject::Production))?;
+    // The package first: tests/packaging.rs checks it (IMC_TEST_DEB, and IMC_TEST_DEB_ARM64
+    // after the cross builds).
+    let bin = t.time("release imc (cargo build --release -p imc-user)", || {
+        build_imc(&obj, true)
+    })?;
+    let deb = t.time(".deb package", || {
+        package::package(&root, &target_dir(), &bin, Arch::Host)
+    })?;
     // The default members (everything but the BPF-only crate, which only builds for
-    // bpfel-unknown-none); the suite runs the real binary, so build it first.
-    run(Command::new(env!("CARGO"))
-        .current_dir(&root)
-        .env("IMC_EBPF_OBJECT", &obj)
-        .args(["build"]))?;
+    // bpfel-unknown-none); the suite runs the real binary and the tools, so build them first.
+    t.time("debug build (cargo build)", || {
+        run(Command::new(env!("CARGO"))
+            .current_dir(&root)
+            .env("IMC_EBPF_OBJECT", &obj)
+            .args(["build"]))
+    })?;
     // POWER and Arm users' binaries, which tests/cross_power.rs and tests/cross_arm.rs run
     // under qemu-user.
-    let cross = cross::build(&root, &target_dir(), &obj)?;
+    let cross = cross::build(&root, &target_dir(), &obj, t)?;
     // The arm64 package as `package --target` makes it, of the aarch64 build the suite runs:
     // its release build would add a quarter of an hour to every test run, and the package's
     // making (strip, fields, Depends, completions) is the same.
-    let deb_arm64 = package::package(
-        &root,
-        &target_dir(),
-        &cross.arm,
-        Arch::Arm64 { generator: &bin },
-    )?;
-    run(Command::new(env!("CARGO"))
-        .current_dir(&root)
-        .env("IMC_EBPF_OBJECT", &obj)
-        .env("IMC_TEST_DEB", &deb)
-        .env("IMC_TEST_DEB_ARM64", &deb_arm64)
-        .env("IMC_CROSS_POWER_BIN", &cross.power)
-        .env("IMC_CROSS_ARM_BIN", &cross.arm)
-        .args(["test", "--no-fail-fast"])
-        .args(args))?;
-    Ok(())
+    let deb_arm64 = t.time(".deb package (arm64)", || {
+        package::package(
+            &root,
+            &target_dir(),
+            &cross.arm,
+            Arch::Arm64 { generator: &bin },
+        )
+    })?;
+    // Cargo's own arguments (a package, a test file) apply to the build too; the test
+    // binaries' (after `--`) to the run only.
+    let cargo_args = args.split(|a| a == "--").next().unwrap_or_default();
+    let test = |extra: &[&str], with: &[String]| {
+        let mut cmd = Command::new(env!("CARGO"));
+        cmd.current_dir(&root)
+            .env("IMC_EBPF_OBJECT", &obj)
+            .env("IMC_TEST_DEB", &deb)
+            .env("IMC_TEST_DEB_ARM64", &deb_arm64)
+            .env("IMC_CROSS_POWER_BIN", &cross.power)
+            .env("IMC_CROSS_ARM_BIN", &cross.arm)
+            .args(["test", "--no-fail-fast"])
+            .args(extra)
+            .args(with);
+        cmd
+    };
+    t.time("test build (cargo test --no-run)", || {
+        run(&mut test(&["--no-run"], cargo_args))
+    })?;
+    t.time_tests("test run", &mut test(&[], args))
 }
 
 /// `cargo xtask accuracy`: the scenarios through the simulator, and with --live the real
@@ -381,7 +416,7 @@ fn accuracy(mut args: Vec<String>) -> Result<ExitCode> {
     }
     let mut code = 0;
     if live.is_none() || scenarios {
-        let bin = build_in_process_bin("imc-accuracy")?;
+        let bin = build_tool("imc-accuracy")?;
         let status = Command::new(&bin)
             .args(&args)
             .status()
@@ -402,14 +437,22 @@ fn accuracy(mut args: Vec<String>) -> Result<ExitCode> {
     Ok(ExitCode::from(code))
 }
 
-/// Builds `name`, a release binary of imc-user that runs the imc library in-process (the
-/// simulator, the replay benchmark): no eBPF program is loaded, but it is built with the same
-/// environment as `build` so the two share one compiled library. Returns its path.
-fn build_in_process_bin(name: &str) -> Result<PathBuf> {
+/// Builds `name`, a release binary of imc-tools (the simulator's accuracy harness, the
+/// benchmarks, the overhead workload), a crate apart from imc-user so the product never depends
+/// on it. It is built with the same environment as `build` so the two share one compiled imc
+/// library. Returns its path.
+fn build_tool(name: &str) -> Result<PathBuf> {
     let obj = build_ebpf(EbpfObject::Production)?;
     run(Command::new(env!("CARGO"))
         .current_dir(workspace_root())
         .env("IMC_EBPF_OBJECT", &obj)
-        .args(["build", "--release", "--package", "imc-user", "--bin", name]))?;
+        .args([
+            "build",
+            "--release",
+            "--package",
+            "imc-tools",
+            "--bin",
+            name,
+        ]))?;
     Ok(target_dir().join("release").join(name))
 }

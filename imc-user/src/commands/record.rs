@@ -12,8 +12,8 @@ use super::sampling::{block_on, discover, package_peaks, print_plan, select_for}
 use crate::cli::{GlobalArgs, GroupBy, RecordArgs};
 use crate::discovery::process_tree::{ProcessTree, own_cgroup2_path};
 use crate::error::{CliError, CliResult};
-use crate::model::PidFilter;
 use crate::model::result::IntervalResult;
+use crate::model::{CommandTree, PidFilter};
 use crate::pipeline::{LoopOptions, Sink, sample_loop};
 use crate::record::{
     HeaderCommand, MemberFn, RecordHeader, Writer, WriterStats, smallest_max_size,
@@ -172,7 +172,7 @@ impl Command {
         let mut header = HeaderCommand {
             argv: self.argv.clone(),
             pid,
-            tree: "cgroup".into(),
+            tree: CommandTree::Cgroup,
             cgroup_id: None,
             cgroup_path: None,
         };
@@ -190,7 +190,7 @@ impl Command {
                     "the command's own cgroup: {why}; its process tree is followed through /proc \
                      parentage instead, which misses a child that starts and ends between two scans"
                 );
-                header.tree = "parentage".into();
+                header.tree = CommandTree::Parentage;
                 self.tree = Some(Tree::parentage(&self.root, pid));
             }
         }

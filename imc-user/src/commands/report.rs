@@ -867,7 +867,7 @@ fn command_report(
     Ok(CommandReport {
         argv: cmd.argv.clone(),
         pid: cmd.pid,
-        tree: cmd.tree.clone(),
+        tree: cmd.tree,
         cgroup_path: cmd.cgroup_path.clone(),
         unit: match unit {
             Unit::Bytes => "bytes".into(),

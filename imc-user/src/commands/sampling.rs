@@ -2,10 +2,10 @@
 //! ([`crate::pipeline::sample_loop`]) runs: the plan they execute (`-e` events, else every
 //! channel of the memory controller, else a labelled stand-in; see [`crate::plan`]), read from
 //! their arguments, and the runtime the loop runs on.
-use crate::cli::{GlobalArgs, SamplerArgs};
+use crate::cli::{BackendChoice, GlobalArgs, SamplerArgs};
 use crate::discovery;
 use crate::error::{CliError, CliResult, ErrorKind};
-use crate::model::{BackendKind, Discovery};
+use crate::model::Discovery;
 use crate::plan::{self, Kernel, Plan, Request, WeightEvent, WeightRequest};
 use std::process::ExitCode;
 
@@ -15,7 +15,6 @@ pub struct Selection {
     pub source: String,
 }
 
-/// `--backend NAME`: None for `auto`.
 /// The program of `-- CMD` (stat, record), checked before anything is opened: one that exec
 /// cannot find is one line, exit 2, before the plan's notices (a stand-in's) are said. What
 /// only exec can tell (permission, format) is still said when it starts it.
@@ -36,18 +35,6 @@ pub fn check_program(command: &[std::ffi::OsString]) -> CliResult<()> {
         "cannot run '{}': {where_}: give the program's path or a command on PATH after --",
         crate::text::quote_os(program)
     )))
-}
-
-pub fn backend_arg(name: &str) -> CliResult<Option<BackendKind>> {
-    if name == "auto" {
-        return Ok(None);
-    }
-    BackendKind::parse(name).map(Some).ok_or_else(|| {
-        CliError::bad_input(format!(
-            "--backend '{name}': unknown (one of auto, {})",
-            BackendKind::ALL.map(BackendKind::as_str).join(", ")
-        ))
-    })
 }
 
 /// `-e` events resolved under --root: an unknown or malformed event is bad input.
@@ -71,9 +58,10 @@ pub fn stand_in_for(
     global: &GlobalArgs,
     found: &Discovery,
     events: &[String],
-    backend: &str,
+    backend: BackendChoice,
 ) -> CliResult<Vec<(String, Vec<crate::model::Encoded>)>> {
-    if !events.is_empty() || backend != "auto" || !crate::plan::stand_in::needed(found) {
+    if !events.is_empty() || backend != BackendChoice::Auto || !crate::plan::stand_in::needed(found)
+    {
         return Ok(Vec::new());
     }
     let s = crate::plan::stand_in::choose(&global.root, found)?;
@@ -123,7 +111,7 @@ pub fn select_for(
     let req = Request {
         command,
         events: resolve_events(global, &args.events)?,
-        backend: backend_arg(&args.backend)?,
+        backend: args.backend.kind(),
         exclude: Vec::new(),
         freq: args.freq,
         precise: args.precise,
@@ -134,7 +122,7 @@ pub fn select_for(
             plan::Command::Record | plan::Command::Serve => Some(plan::drain::BATCH_MS),
             plan::Command::Top | plan::Command::Stat => None,
         },
-        stand_in: stand_in_for(global, found, &args.events, &args.backend)?,
+        stand_in: stand_in_for(global, found, &args.events, args.backend)?,
         latency: None,
         weight: weight_arg(global, &args.weight)?,
         stacks: args.stacks.then_some(plan::StackRequest {
@@ -148,7 +136,7 @@ pub fn select_for(
         .map_err(|e| CliError::new(ErrorKind::BadInput, e))?;
     plan::weights::apply_fidelity(&mut plan, &fidelity);
     Ok(Selection {
-        source: plan.source.clone(),
+        source: plan.source.to_string(),
         plan,
     })
 }

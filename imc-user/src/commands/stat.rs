@@ -4,8 +4,8 @@
 //! fallback, or the `-e` events), runs the interval loop until `--duration`, the child of
 //! `-- CMD` exits, or SIGINT/SIGTERM, and converts every module error into a one-line
 //! `CliError` here.
-use crate::cli::{GlobalArgs, StatArgs};
-use crate::commands::sampling::{backend_arg, print_plan, resolve_events, stand_in_for};
+use crate::cli::{BackendChoice, GlobalArgs, StatArgs};
+use crate::commands::sampling::{print_plan, resolve_events, stand_in_for};
 use crate::counting::clock::{Clock, MonotonicClock};
 use crate::counting::mchbar::MchbarBackend;
 use crate::counting::perf::PerfBackend;
@@ -14,7 +14,7 @@ use crate::counting::{Backend, BackendError, from_plan};
 use crate::error::{CliError, CliResult, ErrorKind};
 use crate::model::{BackendKind, Discovery};
 use crate::output::stat::{Format, StatWriter};
-use crate::plan::{Command as PlanCommand, Kernel, Plan, Request};
+use crate::plan::{Command as PlanCommand, Kernel, Plan, PlanSource, Request};
 use crate::settings::Settings;
 use crate::sys::devmem::{DevMem, RealDevMem};
 use crate::sys::perf::{PerfSys, RealPerf};
@@ -189,7 +189,6 @@ fn check_args(args: &StatArgs) -> CliResult<Format> {
             "--duration and -- CMD both say when to stop: give one of them",
         ));
     }
-    backend_arg(&args.backend)?;
     Ok(format)
 }
 
@@ -354,10 +353,10 @@ fn open_planned(
             plan.source
         )));
     }
-    let name = if plan.source == "knl-edc" {
+    let name = if plan.source == PlanSource::Backend(BackendKind::KnlEdc) {
         "knl-imc+knl-edc".to_string()
     } else {
-        plan.source.clone()
+        plan.source.to_string()
     };
     Ok(Box::new(open_perf(
         env,
@@ -447,14 +446,14 @@ pub fn plan_of(
     let req = Request {
         command: PlanCommand::Stat,
         events: resolve_events(global, &args.events)?,
-        backend: backend_arg(&args.backend)?,
+        backend: args.backend.kind(),
         exclude,
         freq: None,
         precise: false,
         interval_ms: args.interval_ms,
         drain_ms: args.interval_ms,
         batch_ms: None,
-        stand_in: stand_in_for(global, discovery, &args.events, &args.backend)?,
+        stand_in: stand_in_for(global, discovery, &args.events, args.backend)?,
         latency: args
             .latency
             .as_deref()
@@ -497,7 +496,7 @@ fn open_backend(
                 return Ok(b);
             }
             Err(e) => {
-                let retry = args.events.is_empty() && args.backend == "auto";
+                let retry = args.events.is_empty() && args.backend == BackendChoice::Auto;
                 match plan.backend {
                     Some(b) if retry => {
                         log::info!("{}: {e}", b.as_str());

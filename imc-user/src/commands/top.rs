@@ -18,6 +18,7 @@ use crate::model::result::IntervalResult;
 use crate::model::{Direction, SlotRole};
 use crate::output::top::{Action, History, Units, ViewConfig, ViewState, handle_key, render};
 use crate::pipeline::{LoopOptions, Sink, sample_loop};
+use crate::plan::PlanSource;
 use crate::sys::tty::{Input, Tty};
 use ratatui::Terminal;
 use ratatui::backend::CrosstermBackend;
@@ -127,7 +128,7 @@ pub fn run(global: &GlobalArgs, args: &TopArgs) -> CliResult<ExitCode> {
     // Opened (and any warning said) before the full-screen view takes the terminal.
     let paths = cgroup_paths(global);
     let specs = crate::sampler::from_plan::slot_specs(&sel.plan);
-    let mut cfg = view_config(&specs, &sel.source, args.top);
+    let mut cfg = view_config(&specs, &sel.plan.source, args.top);
     cfg.by = args.by;
     cfg.latency = sel.plan.latency.as_ref().is_some_and(|l| l.read);
     cfg.stacks = sel.plan.stacks.is_some();
@@ -165,7 +166,7 @@ pub fn run(global: &GlobalArgs, args: &TopArgs) -> CliResult<ExitCode> {
 /// What the view shows follows from the counters the loop reads: bytes when a traffic counter
 /// has bytes per count (as the attributor decides), else counts; the counters' own columns for
 /// `-e` events and stand-ins, whose names say more than READ/WRITE.
-fn view_config(specs: &[SlotSpec], source: &str, top: usize) -> ViewConfig {
+fn view_config(specs: &[SlotSpec], source: &PlanSource, top: usize) -> ViewConfig {
     let traffic = || {
         specs
             .iter()
@@ -188,7 +189,7 @@ fn view_config(specs: &[SlotSpec], source: &str, top: usize) -> ViewConfig {
         }
     }
     let mut value_events: Vec<String> = Vec::new();
-    if !bytes || source.starts_with("events") || source.starts_with("proxy:") {
+    if !bytes || source.is_events() || source.stand_in().is_some() {
         for p in specs
             .iter()
             .filter(|p| !matches!(p.role, SlotRole::Stall(_)))
@@ -575,14 +576,14 @@ mod tests {
         }
     }
 
-    fn selection(source: &str, plans: Vec<SlotSpec>) -> (Vec<SlotSpec>, String) {
-        (plans, source.into())
+    fn selection(source: PlanSource, plans: Vec<SlotSpec>) -> (Vec<SlotSpec>, PlanSource) {
+        (plans, source)
     }
 
     #[test]
     fn memory_controller_shows_bytes_without_counter_columns() {
         let sel = selection(
-            "intel-uncore-imc",
+            PlanSource::Backend(crate::model::BackendKind::IntelUncoreImc),
             vec![
                 plan(
                     "uncore_imc_0/read",
@@ -605,7 +606,7 @@ mod tests {
     #[test]
     fn stand_in_and_plain_events_show_counts_by_counter() {
         let sel = selection(
-            "proxy:page-faults",
+            PlanSource::StandIn("page-faults".into()),
             vec![plan(
                 "page-faults",
                 SlotRole::Traffic(Direction::Total),
@@ -619,7 +620,7 @@ mod tests {
 
         // -e page-faults -e context-switches: the first ranks, both are shown.
         let sel = selection(
-            "events:page-faults,context-switches",
+            PlanSource::SampledEvents(vec!["page-faults".into(), "context-switches".into()]),
             vec![
                 plan("page-faults", SlotRole::Traffic(Direction::Total), None),
                 plan("context-switches", SlotRole::Other, None),
@@ -634,7 +635,7 @@ mod tests {
     #[test]
     fn a_bandwidth_event_among_others_shows_bytes_and_every_counter() {
         let sel = selection(
-            "events",
+            PlanSource::Events,
             vec![
                 plan(
                     "uncore_imc/cas_count_all/",

@@ -19,6 +19,19 @@ pub enum GroupBy {
     Pod,
 }
 
+/// How `record -- CMD` told the command's process tree apart, as the recording's header and
+/// the report's JSON name it (`cgroup`, `parentage`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CommandTree {
+    /// The command ran in a cgroup of its own: its tree is exact (short-lived children
+    /// included).
+    Cgroup,
+    /// Followed through /proc parentage and the records' tgids: a child that lives between
+    /// two scans can be missed.
+    Parentage,
+}
+
 /// Which of a task row's identity fields a group row carries (see [`GroupBy::identity`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Identity {

@@ -13,7 +13,7 @@ pub mod result;
 mod slots;
 pub mod stacks;
 
-pub use grouping::{GroupBy, Identity, KeyParts, PidFilter};
+pub use grouping::{CommandTree, GroupBy, Identity, KeyParts, PidFilter};
 pub use hardware::*;
 pub use result::{
     CgroupNames, IntervalResult, PackageRow, ShareBasis, TaskRow, TierBytes, package_bytes,

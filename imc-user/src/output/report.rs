@@ -1,7 +1,7 @@
 //! `imc report` as text: the run's task table, what was not attributed, and the bursts. The
 //! unit is bytes, or the counts of a stand-in that must never be shown as bytes.
-use crate::model::GroupBy;
 use crate::model::result::{IntervalResult, OthersRow, ReportResult, TaskRow};
+use crate::model::{CommandTree, GroupBy};
 use crate::text::{escape, fixed, fmt_byte_rate};
 use std::path::Path;
 
@@ -615,7 +615,7 @@ pub struct CommandReport {
     pub argv: Vec<String>,
     pub pid: u32,
     /// `cgroup` (exact) or `parentage` (can miss a child that lived between two scans).
-    pub tree: String,
+    pub tree: CommandTree,
     pub cgroup_path: Option<String>,
     /// `bytes`, or the stand-in's events (`page-faults`).
     pub unit: String,
@@ -675,7 +675,7 @@ pub fn command_text(c: &CommandReport, rep: &ReportResult, by: GroupBy, unit: &U
     let share = |s: Option<f64>| s.map_or_else(|| "-".to_string(), fmt_share);
     let argv = shell_words(&c.argv);
     let how = match c.cgroup_path.as_deref() {
-        Some(p) if c.tree == "cgroup" => format!("told by its cgroup {}", escape(p)),
+        Some(p) if c.tree == CommandTree::Cgroup => format!("told by its cgroup {}", escape(p)),
         _ => "told by /proc parentage (a child that lived between two scans is missed)".into(),
     };
     let mut s = format!("command: {argv} (pid {}), its process tree {how}\n", c.pid);

@@ -103,7 +103,7 @@ pub async fn sample_loop(
         say_tick_and_drain(&sampler, &cfg);
     }
     let tick_hz = cfg.tick_hz(plan.kernel.hz);
-    let mut drainer = Drainer::new(sampler, &found.topology, plan.source.clone(), tick_hz)
+    let mut drainer = Drainer::new(sampler, &found.topology, plan.source.to_string(), tick_hz)
         .per_channel(opts.per_channel)
         .weighting(plan.weighting.clone())
         .latency(open_latency(found, plan, sink))

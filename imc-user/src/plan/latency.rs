@@ -10,7 +10,9 @@
 //! drops if they do not fit); the sampling commands keep bandwidth first, since it is what they
 //! attribute.
 use super::counters::{event_counters, number_channels, package_of, source_counters};
-use super::types::{Counter, CounterRole, CounterScope, LoadedLatency, PlanError, Reader, Refusal};
+use super::types::{
+    Counter, CounterRole, CounterScope, LoadedLatency, PlanError, PlanSource, Reader, Refusal,
+};
 use crate::model::{BackendKind, Discovery, Encoded, QueueEvent, Queues, Source, SourcePmu};
 
 /// Which comes first in a PMU's generic counters.
@@ -26,7 +28,7 @@ pub(super) enum Room {
 pub(super) fn latency_counters(
     found: &Discovery,
     (outstanding, requests): &(Encoded, Encoded),
-) -> Result<(String, Option<BackendKind>, Vec<Counter>), PlanError> {
+) -> Result<(PlanSource, Option<BackendKind>, Vec<Counter>), PlanError> {
     let knl: Vec<&Source> = [BackendKind::KnlImc, BackendKind::KnlEdc]
         .iter()
         .filter_map(|k| found.sources.iter().find(|s| s.backend == *k))
@@ -57,11 +59,7 @@ pub(super) fn latency_counters(
         })
         .collect();
     counters.extend(event_counters(&pair, &found.topology));
-    Ok((
-        "knl-imc+knl-edc+latency".into(),
-        Some(BackendKind::KnlImc),
-        counters,
-    ))
+    Ok((PlanSource::KnlLatency, Some(BackendKind::KnlImc), counters))
 }
 
 /// `--latency` where the machine has no queues: one line with the reason (exit 2).

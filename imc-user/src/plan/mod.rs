@@ -295,7 +295,7 @@ fn read_at_each_interval(counters: &mut [Counter], interval_ms: u64) {
 fn choose_counters(
     found: &Discovery,
     req: &Request,
-) -> Result<(String, Option<BackendKind>, Vec<Counter>), PlanError> {
+) -> Result<(PlanSource, Option<BackendKind>, Vec<Counter>), PlanError> {
     if let Some(LatencyRequest::Offcore(pair)) = &req.latency {
         return latency::latency_counters(found, pair);
     }
@@ -309,10 +309,9 @@ fn choose_counters(
         }
         let bytes = counters.iter().any(|c| c.bytes_per_count.is_some());
         let source = if bytes || !req.command.samples() {
-            "events".to_string()
+            PlanSource::Events
         } else {
-            let names: Vec<&str> = req.events.iter().map(|(t, _)| t.as_str()).collect();
-            format!("events:{}", names.join(","))
+            PlanSource::SampledEvents(req.events.iter().map(|(t, _)| t.clone()).collect())
         };
         return Ok((source, None, counters));
     }
@@ -324,7 +323,7 @@ fn choose_counters(
         number_channels(&mut counters);
         if !counters.is_empty() {
             return Ok((
-                src.backend.as_str().to_string(),
+                PlanSource::Backend(src.backend),
                 Some(src.backend),
                 counters,
             ));
@@ -349,7 +348,7 @@ fn choose_counters(
         )));
     };
     let counters = event_counters(&[(name.clone(), encs.clone())], &found.topology);
-    Ok((format!("proxy:{name}"), None, counters))
+    Ok((PlanSource::StandIn(name.clone()), None, counters))
 }
 
 /// Sampling-only PMUs (IBS, POWER trace IMC) and per-task ones (thread IMC) cannot be counted

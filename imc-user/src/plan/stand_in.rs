@@ -70,7 +70,7 @@ pub fn choose(root: &Path, found: &Discovery) -> Result<StandIn, PlanError> {
 /// The one line said on stderr when the plan counts a stand-in; `how`: "per process",
 /// "system-wide".
 pub fn notice(plan: &Plan, how: &str) -> Option<String> {
-    let name = plan.source.strip_prefix("proxy:")?;
+    let name = plan.source.stand_in()?;
     let why = plan.refusals.first().map_or_else(
         || "no memory-controller PMU found".to_string(),
         |r| {

@@ -9,6 +9,7 @@ use crate::model::{
     Victims, Weighting,
 };
 use serde::Serialize;
+use std::fmt;
 use thiserror::Error;
 
 /// Which command the plan is for: `stat` reads from userspace at each interval; the sampling
@@ -243,11 +244,60 @@ pub struct Refusal {
     pub reason: String,
 }
 
+/// What a plan measures (`source` in its JSON and text, as the word of [`fmt::Display`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PlanSource {
+    /// A memory-controller backend (with its companions): its name.
+    Backend(BackendKind),
+    /// Knights Landing/Mill's DDR and MCDRAM counters with the latency pair:
+    /// `knl-imc+knl-edc+latency`.
+    KnlLatency,
+    /// `-e` events counted as they are (stat) or measuring bytes: `events`.
+    Events,
+    /// `-e` events the sampler weighs tasks by: `events:A,B`.
+    SampledEvents(Vec<String>),
+    /// A stand-in event where no memory controller is counted: `proxy:NAME`.
+    StandIn(String),
+}
+
+impl PlanSource {
+    /// Whether `-e` events are measured (counted or sampled).
+    pub fn is_events(&self) -> bool {
+        matches!(self, PlanSource::Events | PlanSource::SampledEvents(_))
+    }
+
+    /// The stand-in event's name, when a stand-in is measured.
+    pub fn stand_in(&self) -> Option<&str> {
+        match self {
+            PlanSource::StandIn(name) => Some(name),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for PlanSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PlanSource::Backend(b) => f.write_str(b.as_str()),
+            PlanSource::KnlLatency => f.write_str("knl-imc+knl-edc+latency"),
+            PlanSource::Events => f.write_str("events"),
+            PlanSource::SampledEvents(names) => write!(f, "events:{}", names.join(",")),
+            PlanSource::StandIn(name) => write!(f, "proxy:{name}"),
+        }
+    }
+}
+
+impl Serialize for PlanSource {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Plan {
     pub command: Command,
-    /// What is measured: a backend name, `events`, or a stand-in `proxy:EVENT`.
-    pub source: String,
+    /// What is measured: a backend, `-e` events, or a stand-in.
+    pub source: PlanSource,
     /// The backend executing it (`None` for `-e` and stand-ins).
     #[serde(skip)]
     pub backend: Option<BackendKind>,

@@ -1,7 +1,7 @@
 //! The recording's format as both halves use it: the magic and version, the chunk kinds, the
 //! bounds, the header (slots, packages, the measured command) and the errors of reading and
 //! writing a recording. Below the reader and the writer, which both build on it.
-use crate::model::{Package, SlotRole, SlotScope, SlotSpec, Topology};
+use crate::model::{CommandTree, Package, SlotRole, SlotScope, SlotSpec, Topology};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
@@ -202,10 +202,8 @@ pub struct HeaderCommand {
     /// Its arguments (lossily UTF-8: a byte that is not is U+FFFD).
     pub argv: Vec<String>,
     pub pid: u32,
-    /// `cgroup`: the command ran in a cgroup of its own, so its tree is exact (short-lived
-    /// children included); `parentage`: followed through /proc parentage and the records'
-    /// tgids, which can miss a child that lives between two scans.
-    pub tree: String,
+    /// `cgroup` (exact) or `parentage` (can miss a child that lives between two scans).
+    pub tree: CommandTree,
     /// The command's cgroup (with `tree` = `cgroup`): its id and its path.
     #[serde(default)]
     pub cgroup_id: Option<u64>,

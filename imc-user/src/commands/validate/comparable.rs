@@ -31,7 +31,7 @@ pub(super) struct BytesPlan {
 impl BytesPlan {
     pub(super) fn of(plan: &Plan) -> BytesPlan {
         let specs = crate::sampler::from_plan::slot_specs(plan);
-        let real = crate::model::measures_bytes(&specs) && !plan.source.starts_with("proxy:");
+        let real = crate::model::measures_bytes(&specs) && plan.source.stand_in().is_none();
         BytesPlan {
             real,
             reason: if real {

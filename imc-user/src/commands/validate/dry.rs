@@ -9,7 +9,7 @@ use super::truth::TruthEvent;
 use super::workloads::Kind;
 use crate::cli::ValidateArgs;
 use crate::discovery::resctrl::Resctrl;
-use crate::plan::Plan;
+use crate::plan::{Plan, PlanSource};
 use serde::Serialize;
 
 #[derive(Serialize)]
@@ -29,7 +29,7 @@ pub(super) struct DryEvent {
 #[derive(Serialize)]
 pub(super) struct DryRun<'a> {
     pub(super) command: &'static str,
-    pub(super) source: &'a str,
+    pub(super) source: &'a PlanSource,
     pub(super) records: &'static str,
     pub(super) interval_ms: u64,
     pub(super) duration_s: f64,

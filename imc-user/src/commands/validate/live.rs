@@ -134,7 +134,7 @@ pub(super) fn run_live(
     }
     let pass = bounds.iter().all(|b| b.pass != Some(false));
     Ok(Report {
-        source: plan.source.clone(),
+        source: plan.source.to_string(),
         records: records(plan),
         interval_ms: args.interval_ms,
         duration_s: args.duration,

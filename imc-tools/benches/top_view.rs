@@ -1,4 +1,4 @@
-//! `cargo bench -p imc-user --bench top_view`: what one frame of `imc top`'s full-screen view
+//! `cargo bench -p imc-tools --bench top_view`: what one frame of `imc top`'s full-screen view
 //! costs the sampling loop, which draws it inside `Sink::interval`.
 //!
 //! A frame is the whole path: sort the tasks, render the view, diff it against the previous

@@ -1,4 +1,4 @@
-//! `cargo bench -p imc-user --bench report`: the recording and report benchmarks, std only.
+//! `cargo bench -p imc-tools --bench report`: the recording and report benchmarks, std only.
 //!
 //! - Recording size of the synthetic hour-equivalent (64 busy CPUs × 1000 Hz × 60 s, 100 ms
 //!   intervals, bursts every 10 s), per hour, next to the raw Record bytes per hour.
@@ -10,9 +10,9 @@ use imc::attribution::summary::IntervalRate;
 use imc::attribution::{Attributor, Summary, find_bursts, traffic_amount};
 use imc::cli::GroupBy;
 use imc::record::{Item, Reader, WriterOptions};
-use imc::simulator::record::record_scenario;
-use imc::simulator::{Scenario, SynthItem, SynthTask};
 use imc_common::Record;
+use imc_sim::record::record_scenario;
+use imc_sim::{Scenario, SynthItem, SynthTask};
 use std::hint::black_box;
 use std::time::Instant;
 

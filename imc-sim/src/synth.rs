@@ -2,7 +2,7 @@
 //! tick rate, readers), its latency model and the slot layout it is read through; the stream
 //! it generates is the simulator's (`super::SynthStream`).
 
-use crate::model::{Direction, Package, SlotRole, SlotScope, SlotSpec, StallPart, Topology};
+use imc::model::{Direction, Package, SlotRole, SlotScope, SlotSpec, StallPart, Topology};
 
 /// A task with a constant memory bandwidth while it runs.
 #[derive(Clone, Debug)]

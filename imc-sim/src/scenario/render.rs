@@ -29,15 +29,15 @@ impl Outcome {
         let _ = writeln!(
             s,
             "  total {} (controllers, tasks and DMA); counted {}, unattributed {}",
-            crate::text::fmt_bytes(self.total_bytes),
-            crate::text::fmt_bytes(self.package_bytes),
-            crate::text::fmt_bytes(self.unattributed_bytes)
+            imc::text::fmt_bytes(self.total_bytes),
+            imc::text::fmt_bytes(self.package_bytes),
+            imc::text::fmt_bytes(self.unattributed_bytes)
         );
         let _ = writeln!(
             s,
             "  device/unseen (no core counter saw it) {}, devices' truth {}: error {:.4}",
-            crate::text::fmt_bytes(self.device_bytes),
-            crate::text::fmt_bytes(self.truth_device_bytes),
+            imc::text::fmt_bytes(self.device_bytes),
+            imc::text::fmt_bytes(self.truth_device_bytes),
             self.device_error
         );
         let _ = writeln!(
@@ -83,8 +83,8 @@ impl Outcome {
                 "  {:>8} {:<16} {:>14} {:>14} {:>7.2}% {:>8.4}",
                 t.pid,
                 t.comm,
-                crate::text::fmt_bytes(t.truth_bytes),
-                crate::text::fmt_bytes(t.attributed_bytes),
+                imc::text::fmt_bytes(t.truth_bytes),
+                imc::text::fmt_bytes(t.attributed_bytes),
                 share * 100.0,
                 t.error
             );

@@ -1,10 +1,10 @@
 //! A synthetic scenario recorded the way `imc record` records (attributor → writer): the
-//! recording side of `simulator`, for the tests and the accuracy harness.
-use crate::attribution::Attributor;
-use crate::model::result::TaskRow;
-use crate::model::{Direction, Package, SlotRole, SlotScope, SlotSpec, Topology};
-use crate::record::{RecordError, RecordHeader, Writer, WriterOptions, WriterStats};
-use crate::simulator::{Scenario, SynthItem, Truth};
+//! recording side of the simulator, for the tests and the accuracy harness.
+use crate::{Scenario, SynthItem, Truth};
+use imc::attribution::Attributor;
+use imc::model::result::TaskRow;
+use imc::model::{Direction, Package, SlotRole, SlotScope, SlotSpec, Topology};
+use imc::record::{RecordError, RecordHeader, Writer, WriterOptions, WriterStats};
 
 /// Records a scenario the way `imc record` does (attributor → writer, intervals of
 /// `interval_ns`) into `path`, replacing it, returning the writer's statistics and the truth.
@@ -59,8 +59,8 @@ pub fn churn(
     tasks: u32,
     per_interval: u32,
 ) -> Result<WriterStats, RecordError> {
-    use crate::discovery::cgroup::names_of_path;
-    use crate::model::result::{IntervalResult, PackageRow};
+    use imc::discovery::cgroup::names_of_path;
+    use imc::model::result::{IntervalResult, PackageRow};
     let _ = std::fs::remove_file(path);
     let (specs, topo) = churn_machine();
     const INTERVAL: u64 = 100_000_000;
@@ -169,8 +169,8 @@ pub fn stacks(
     distinct: u32,
     depth: u32,
 ) -> Result<WriterStats, RecordError> {
-    use crate::model::result::{IntervalResult, PackageRow};
-    use crate::model::stacks::{StackBatch, StackCharge};
+    use imc::model::result::{IntervalResult, PackageRow};
+    use imc::model::stacks::{StackBatch, StackCharge};
     let _ = std::fs::remove_file(path);
     let (mut specs, topo) = churn_machine();
     specs.push(SlotSpec {
@@ -224,8 +224,8 @@ pub fn stacks(
 
 /// Stack number `i`'s frames, leaf first: `main` at the root, then one function per level
 /// picked by `i`'s digits in base 32 (distinct numbers below 32^(depth-1), distinct stacks).
-fn stack_frames(i: u32, depth: u32) -> Vec<crate::model::stacks::Frame> {
-    use crate::model::stacks::{Frame, FrameKind};
+fn stack_frames(i: u32, depth: u32) -> Vec<imc::model::stacks::Frame> {
+    use imc::model::stacks::{Frame, FrameKind};
     let frame = |function: String, offset: u64| Frame {
         kind: FrameKind::User,
         function: Some(function),

@@ -5,8 +5,8 @@ use super::file::{
     CpuList, Loaded, MAX_BPS, MAX_CPUS, MAX_DURATION_S, MAX_TASKS, ScenarioError, ScenarioFile,
     TaskFile, field_error,
 };
-use crate::model::Discovery;
-use crate::plan::Kernel;
+use imc::model::Discovery;
+use imc::plan::Kernel;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -27,7 +27,7 @@ fn finite_in(
 fn cpus_of(path: &Path, field: &str, list: &CpuList) -> Result<Vec<u32>, ScenarioError> {
     let mut cpus = match list {
         CpuList::Numbers(v) => v.clone(),
-        CpuList::Text(t) => crate::discovery::cpulist::parse_cpulist(t)
+        CpuList::Text(t) => imc::discovery::cpulist::parse_cpulist(t)
             .map_err(|e| field_error(path, field, format!("'{t}': {e}")))?,
     };
     if cpus.is_empty() {
@@ -156,7 +156,7 @@ fn machine(path: &Path, file: &ScenarioFile) -> Result<Discovery, ScenarioError>
         (Some(root), None) => {
             let dir = path.parent().unwrap_or(Path::new(".")).join(root);
             let found =
-                crate::discovery::discover(&dir).map_err(|source| ScenarioError::Discovery {
+                imc::discovery::discover(&dir).map_err(|source| ScenarioError::Discovery {
                     path: path.to_path_buf(),
                     root: dir.clone(),
                     source: Box::new(source),
@@ -272,7 +272,7 @@ fn check_task<'a>(
             f("cpus"),
             format!(
                 "CPU {c} does not exist on this machine (online: {})",
-                crate::discovery::cpulist::format_cpulist(online)
+                imc::discovery::cpulist::format_cpulist(online)
             ),
         ));
     }
@@ -412,16 +412,15 @@ fn shaped_machine(path: &Path, pkgs: &[CpuList]) -> Result<Discovery, ScenarioEr
                 format!("more than {MAX_CPUS} CPUs"),
             ));
         }
-        packages.push(crate::model::Package { id: i as u32, cpus });
+        packages.push(imc::model::Package { id: i as u32, cpus });
     }
     all.sort_unstable();
     let base = packages_base();
-    let mut found =
-        crate::discovery::discover(&base).map_err(|source| ScenarioError::Discovery {
-            path: path.to_path_buf(),
-            root: base.clone(),
-            source: Box::new(source),
-        })?;
+    let mut found = imc::discovery::discover(&base).map_err(|source| ScenarioError::Discovery {
+        path: path.to_path_buf(),
+        root: base.clone(),
+        source: Box::new(source),
+    })?;
     let firsts: Vec<u32> = packages.iter().map(|p| p.cpus[0]).collect();
     for s in found
         .sources
@@ -438,7 +437,7 @@ fn shaped_machine(path: &Path, pkgs: &[CpuList]) -> Result<Discovery, ScenarioEr
     }
     found.topology.nodes = packages
         .iter()
-        .map(|p| crate::model::NumaNode {
+        .map(|p| imc::model::NumaNode {
             id: p.id,
             cpus: p.cpus.clone(),
         })

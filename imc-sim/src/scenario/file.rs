@@ -1,9 +1,9 @@
 //! The scenario file as written (see `tests/scenarios/README.md`), its limits and its
 //! errors, and a scenario once its values are checked.
 
-use crate::discovery::DiscoveryError;
-use crate::model::Discovery;
-use crate::plan::{Kernel, PlanError};
+use imc::discovery::DiscoveryError;
+use imc::model::Discovery;
+use imc::plan::{Kernel, PlanError};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -1,5 +1,5 @@
 //! `cargo xtask bench-scale`: what imc's userspace costs on a machine far larger than this one,
-//! replayed: a synthetic timeline (simulator/) of a 192-CPU, 2-package machine with
+//! replayed: a synthetic timeline (imc-sim) of a 192-CPU, 2-package machine with
 //! 24 memory channels per package (48 in all), the kernel's tick at 250 Hz and 20 000 context
 //! switches a second on every CPU, for 10 simulated seconds, fed through the sampler's own
 //! drain (its ring consumer and idle-package bookkeeping, over a [`Loopback`] of the program's
@@ -30,7 +30,7 @@ use imc::pipeline::{Drainer, IntervalEnds, Sink};
 use imc::sampler::aggregate_twin::Aggregator;
 use imc::sampler::loopback::Loopback;
 use imc::sampler::{PackageCounter, ReaderGroup, SamplerConfig, SlotPlan, TickProgram, TickSource};
-use imc::simulator::{Readers, Scenario, SynthItem, SynthTask};
+use imc_sim::{Readers, Scenario, SynthItem, SynthTask};
 use std::process::{Command, ExitCode};
 
 const HZ: u32 = 250;
@@ -362,7 +362,7 @@ fn child(o: &Opts, aggregated: bool, mode: Mode, label: &str) -> Result<Figures,
 
 /// Every CPU's schedule, and the stream's, extended up to `to`.
 fn extend_schedules(
-    stream: &mut imc::simulator::SynthStream,
+    stream: &mut imc_sim::SynthStream,
     sched: &mut Scheduler,
     chunk: &mut Vec<(u64, Option<usize>)>,
     cpus: u32,

@@ -7,7 +7,7 @@ use super::*;
 impl Loaded {
     /// The synthetic timeline of this scenario under `plan`.
     pub fn synth(&self, plan: &Plan) -> Scenario {
-        let specs = crate::sampler::from_plan::slot_specs(plan);
+        let specs = imc::sampler::from_plan::slot_specs(plan);
         let topo = &self.found.topology;
         let hz = plan
             .tick
@@ -38,7 +38,7 @@ impl Loaded {
             // The program's rule (sampler: once per tick period, with a margin).
             min_gap_ns: 900_000_000 / u64::from(hz),
             drain_ns: drain_ms * 1_000_000,
-            max_age_ns: crate::sampler::fallback::max_age_ns(hz, drain_ms as u32),
+            max_age_ns: imc::sampler::fallback::max_age_ns(hz, drain_ms as u32),
         };
         let ncpu = topo.online.iter().max().map_or(0, |&m| m as usize + 1);
         let mut sc = Scenario::busy(0, hz, duration_ns);
@@ -205,7 +205,7 @@ impl Loaded {
         progress: &mut dyn FnMut(f64),
     ) -> Result<Outcome, ScenarioError> {
         let plan = self.plan(opts)?;
-        let specs = crate::sampler::from_plan::slot_specs(&plan);
+        let specs = imc::sampler::from_plan::slot_specs(&plan);
         let mut sc = self.synth(&plan);
         sc.aggregate = sc.precise && !opts.precise;
         let duration_ns = sc.duration_ns;
@@ -214,7 +214,7 @@ impl Loaded {
         let truth = &stream.truth;
         let total_bytes: f64 = stream.controller_bytes().iter().map(|(r, w)| r + w).sum();
         let truth_device_bytes: f64 = truth.dma.iter().sum();
-        let stalls = crate::model::Victims::keys(&specs).is_some();
+        let stalls = imc::model::Victims::keys(&specs).is_some();
         let tasks = self.task_results(truth, &acc, sc.latency.cpu_hz, stalls, total_bytes);
         let max_error = tasks.iter().map(|t| t.error).fold(0.0, f64::max);
         let victims_ranked_right = stalls.then(|| ranked_alike(&tasks));
@@ -232,7 +232,7 @@ impl Loaded {
         let weighting = plan
             .weighting
             .clone()
-            .unwrap_or_else(|| crate::model::Weighting::cpu_time("the plan chose no weighting"));
+            .unwrap_or_else(|| imc::model::Weighting::cpu_time("the plan chose no weighting"));
         Ok(Outcome {
             name: self.file.name.clone(),
             weighting,
@@ -303,11 +303,10 @@ impl Loaded {
                 e.attributed_bytes = a[0] + a[1] + a[2];
             }
             let st = stall_truth.get(key).copied().unwrap_or_default();
-            e.truth_stall_share = crate::model::result::stall_share(Some(st[0]), Some(st[1]));
+            e.truth_stall_share = imc::model::result::stall_share(Some(st[0]), Some(st[1]));
             if stalls {
                 let a = acc.stalls.get(key).copied().unwrap_or_default();
-                e.attributed_stall_share =
-                    crate::model::result::stall_share(Some(a[0]), Some(a[1]));
+                e.attributed_stall_share = imc::model::result::stall_share(Some(a[0]), Some(a[1]));
                 e.attributed_stall_seconds = acc.stall_seconds.get(key).copied();
             }
             e.error = if total_bytes > 0.0 {
@@ -329,7 +328,7 @@ impl Loaded {
         progress: &mut dyn FnMut(f64),
     ) -> (Accumulated, super::super::SynthStream) {
         let duration_ns = sc.duration_ns;
-        let mut attr = Attributor::new(specs, &self.found.topology, plan.source.clone())
+        let mut attr = Attributor::new(specs, &self.found.topology, plan.source.to_string())
             .tick_hz(sc.freq_hz)
             .weighting(plan.weighting.clone());
         let mut acc = Accumulated::default();
@@ -393,7 +392,7 @@ pub(super) fn ranked_alike(tasks: &[TaskResult]) -> bool {
 /// (occupancy ÷ inserts in DRAM clocks, in ns through the clock's measured rate), against the
 /// mean latency its reads had.
 fn latency_result(package: u32, q: &QueueTruth, duration_ns: u64) -> LatencyResult {
-    let sums = crate::counting::latency::Sums {
+    let sums = imc::counting::latency::Sums {
         read_occupancy: q.occupancy.floor(),
         read_inserts: q.inserts.floor(),
         dram_clocks: q.dram_clocks.floor(),

@@ -8,7 +8,7 @@
 //! Bad input (an unreadable or malformed scenario, an unknown field, an absurd value): one line
 //! naming the file and the field on stderr, exit 2, before anything runs.
 use imc::plan::drain::{BATCH_MS, period_ms};
-use imc::simulator::scenario::{self, RunOptions, Weigh};
+use imc_sim::scenario::{self, RunOptions, Weigh};
 use std::io::Write;
 use std::process::ExitCode;
 use std::time::Instant;

@@ -7,11 +7,11 @@
 //! The file format is documented in `tests/scenarios/README.md`; `cargo xtask accuracy` runs
 //! it (the `imc-accuracy` binary).
 use super::{Layout, QueueTruth, Scenario, SynthItem, SynthSlot, SynthTask, TaskTraits};
-use crate::attribution::Attributor;
-use crate::model::result::IntervalResult;
-use crate::model::{Direction, SlotRole, SlotScope, SlotSpec};
-use crate::plan::{self, Command, Plan, PlanError, Reader, Request};
-use crate::sampler::aggregate_twin::Aggregator;
+use imc::attribution::Attributor;
+use imc::model::result::IntervalResult;
+use imc::model::{Direction, SlotRole, SlotScope, SlotSpec};
+use imc::plan::{self, Command, Plan, PlanError, Reader, Request};
+use imc::sampler::aggregate_twin::Aggregator;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -46,7 +46,7 @@ pub struct RunOptions {
     pub batch_ms: Option<u64>,
     /// `--precise`: the program's record per context switch reaches the attributor as it is;
     /// otherwise (imc's default on the kernel's tick) the switches are folded into per-task
-    /// aggregates at each tick, as the kernel does ([`crate::sampler::aggregate_twin`]).
+    /// aggregates at each tick, as the kernel does ([`imc::sampler::aggregate_twin`]).
     pub precise: bool,
 }
 
@@ -89,7 +89,7 @@ pub struct Outcome {
     pub name: String,
     /// The plan's weighting: `method` `traffic` (per-CPU weights) or `cpu-time`, the events,
     /// NUMA, why.
-    pub weighting: crate::model::Weighting,
+    pub weighting: imc::model::Weighting,
     /// Every package's controller bytes over the whole run (tasks and DMA), the truth.
     pub total_bytes: f64,
     pub tasks: Vec<TaskResult>,

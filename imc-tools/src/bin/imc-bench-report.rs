@@ -15,7 +15,7 @@
 //! stacks; the target there: 300 MB. It prints the recording's bytes per distinct stack too.
 //!
 //!   imc-bench-report IMC [--tasks N] [--runs R] [--stacks N]
-use imc::simulator::record::{churn, stacks};
+use imc_sim::record::{churn, stacks};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 

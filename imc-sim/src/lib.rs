@@ -1,7 +1,8 @@
-//! The simulator: known truth for what this machine cannot run. It sits above the layers it
-//! drives (the real plan, the real attributor, the real recording writer) and no production
-//! module imports it (tests/layers.rs holds it to that): only the accuracy and benchmark
-//! binaries and the tests do.
+//! imc-sim, the simulator: known truth for what this machine cannot run. A crate of its own on
+//! top of imc's library: it drives the real plan, the real attributor and the real recording
+//! writer, and imc cannot import it (imc-user does not depend on it; tests/layers.rs holds its
+//! manifest to that): only the tools (imc-tools: the accuracy and benchmark binaries) and the
+//! tests do.
 //!
 //! Synthetic timelines with known truth, for tests and benchmarks: tasks with fixed bandwidths
 //! scheduled on CPUs, package counters that integrate exactly what ran (plus DMA), weight
@@ -23,7 +24,7 @@ mod synth;
 
 pub use synth::{LatencyModel, Layout, Readers, Scenario, SynthSlot, SynthTask, TaskTraits};
 
-use crate::model::{Direction, StallPart};
+use imc::model::{Direction, StallPart};
 use imc_common::{KIND_SWITCH, KIND_TICK, MAX_SLOTS, Record, SlotReading};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
