@@ -59,6 +59,10 @@ fn reads_bare_figures_and_imcs_drained_records() {
     let stderr = "imc: something\nimc: recorded 2 intervals, 0 raw ticks around bursts, 900 \
                   bytes to /tmp/x.imc; 1234 records drained\n";
     assert_eq!(parse_drained(stderr), Some(1234));
+    // What imc says of the command it ran follows the count.
+    let stderr = "imc: recorded 2 intervals, 0 raw ticks around bursts, 900 bytes to /tmp/x.imc; \
+                  4321 records drained; the command (pid 7) marked by its cgroup /sys/x\n";
+    assert_eq!(parse_drained(stderr), Some(4321));
     assert_eq!(
         parse_drained("imc: recorded 2 intervals, 900 bytes to x"),
         None

@@ -73,10 +73,11 @@ pub(super) fn parse_work(stdout: &str) -> Result<Work> {
     })
 }
 
-/// The records imc drained, from its `imc record` summary line ("…; N records drained").
+/// The records imc drained, from its `imc record` summary line ("…; N records drained", and
+/// what the command said after it, if anything).
 pub(super) fn parse_drained(stderr: &str) -> Option<u64> {
     let line = stderr.lines().find(|l| l.starts_with("imc: recorded"))?;
-    let before = line.strip_suffix(" records drained")?;
+    let (before, _) = line.split_once(" records drained")?;
     before.rsplit(' ').next()?.parse().ok()
 }
 
