@@ -57,7 +57,7 @@ mod work;
 use anyhow::{Context, Result, anyhow, bail};
 use arms::{Arm, Kind, round_order};
 use host::{env_num, loadavg, online_cpus};
-use stats::{Check, MeanSe, check_line, mean_se, pct};
+use stats::{Check, check_line, mean_se, pct};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use work::{Work, json_field, parse_drained, parse_plan_tick, parse_work};
