@@ -1,4 +1,4 @@
-use super::stats::verdict;
+use super::stats::{MeanSe, verdict};
 use super::work::Tick;
 use super::*;
 
