@@ -39,11 +39,12 @@ use aya_ebpf::{
     programs::{PerfEventContext, RawTracePointContext, tracing::StackIdContext},
 };
 use imc_common::{
-    AGG_TASKS, AggState, CpuHead, FLAG_TASK_OMITTED, IntervalClock, KIND_AGGREGATE, KIND_SWITCH,
-    KIND_TICK, MAX_SLOTS, NR_STATS, RECENT_TASKS, RECORD_ABI_VERSION, ReaderCfg, Record,
-    STAT_READ_ERROR, STAT_SLOT_ABSENT, STAT_UNSEEN_SWITCH, SlotReading, next_interval_end,
+    AggState, CpuHead, FLAG_TASK_OMITTED, IntervalClock, KIND_SWITCH, KIND_TICK, MAX_SLOTS,
+    NR_STATS, RECENT_TASKS, RECORD_ABI_VERSION, ReaderCfg, Record, STAT_READ_ERROR,
+    STAT_SLOT_ABSENT, STAT_UNSEEN_SWITCH, SlotReading,
 };
 
+mod aggregate;
 #[cfg(feature = "bench")]
 mod bench;
 mod exec;
@@ -51,8 +52,9 @@ mod fields;
 mod package;
 mod stacks;
 
-use fields::{copy_reading, set_comm, set_reading, zeroed_sums};
-use package::{fill_package_slot, package_due, read_package};
+use aggregate::accumulate;
+use fields::{set_comm, set_reading};
+use package::{PkgSums, fill_package_slot, read_package};
 
 /// The record layout and names this object was built against (imc_common::ABI_VERSION_GLOBAL):
 /// userspace reads it from the ELF before loading and refuses another version.
@@ -62,7 +64,7 @@ static IMC_ABI_VERSION: u32 = RECORD_ABI_VERSION;
 /// How many slots userspace configured. Lives in .rodata and is frozen before load, so the
 /// verifier sees a constant and drops the code of unused slots.
 #[unsafe(no_mangle)]
-static NR_SLOTS: u32 = 0;
+pub(crate) static NR_SLOTS: u32 = 0;
 
 // One PERF_EVENT_ARRAY per slot, indexed by CPU; userspace sizes them to the possible CPUs and
 // inserts counter fds (for a package-scope counter, into the entries of the CPUs allowed to
@@ -88,7 +90,7 @@ static SLOT7: PerfEventArray<u32> = PerfEventArray::new(0);
 /// read too. They cost a clock read per counter inside the kernel, and counting-only PMUs
 /// (uncore, msr, software) never multiplex, so their slots read the value alone.
 #[unsafe(no_mangle)]
-static TIMED_SLOTS: u32 = 0;
+pub(crate) static TIMED_SLOTS: u32 = 0;
 
 /// Bit `s` set: slot `s` is a package slot, the sum of the package counters PKG_SLOT maps to it.
 #[unsafe(no_mangle)]
@@ -135,7 +137,7 @@ static TICKS: Array<Record> = Array::with_max_entries(1, BPF_F_MMAPABLE);
 
 /// Per-CPU producer heads (imc_common::CpuHead), also read through mmap.
 #[map]
-static HEADS: Array<CpuHead> = Array::with_max_entries(1, BPF_F_MMAPABLE);
+pub(crate) static HEADS: Array<CpuHead> = Array::with_max_entries(1, BPF_F_MMAPABLE);
 
 /// 1: context switches add to the CPU's accumulator (AGG) and its ticks flush it as one
 /// KIND_AGGREGATE record per task that ran; 0: a record per switch (`--precise`).
@@ -144,12 +146,12 @@ static AGGREGATE: u32 = 0;
 
 /// A slice longer than this (an idle CPU without ticks) is a flush period of its own.
 #[unsafe(no_mangle)]
-static LONG_SLICE_NS: u64 = u64::MAX;
+pub(crate) static LONG_SLICE_NS: u64 = u64::MAX;
 
 /// A tick sooner than this after the last flush (another hrtimer's expiry) flushes nothing,
 /// unless this CPU's package read is due (imc_common::MIN_FLUSH_GLOBAL).
 #[unsafe(no_mangle)]
-static MIN_FLUSH_NS: u64 = 0;
+pub(crate) static MIN_FLUSH_NS: u64 = 0;
 
 /// Per CPU: the switch accumulator (imc_common::AggState).
 #[map]
@@ -158,7 +160,7 @@ pub(crate) static AGG: PerCpuArray<AggState> = PerCpuArray::with_max_entries(1, 
 /// Userspace's interval clock (imc_common::INTERVALS_MAP_NAME): the aggregating path never lets
 /// a flush period run across an interval end.
 #[map]
-static INTERVALS: Array<IntervalClock> = Array::with_max_entries(1, 0);
+pub(crate) static INTERVALS: Array<IntervalClock> = Array::with_max_entries(1, 0);
 
 /// Per-CPU counters of runs, lost records and read failures per slot (imc_common::STAT_*).
 #[map]
@@ -202,7 +204,7 @@ fn tick<C: EbpfContext + StackIdContext>(ctx: &C) {
 /// that runs from here on, which the CPU's next run must find running (owner_known). Both are
 /// `task_struct` addresses, compared, never read.
 #[derive(Clone, Copy)]
-struct Switch {
+pub(crate) struct Switch {
     prev: u64,
     next: u64,
 }
@@ -240,7 +242,7 @@ pub fn imc_switch(ctx: RawTracePointContext) -> i32 {
 /// # Safety
 /// `st` points to this CPU's accumulator, which only this CPU touches, with preemption off.
 #[inline(always)]
-unsafe fn owner_known(st: *mut AggState, sw: Option<Switch>) -> bool {
+pub(crate) unsafe fn owner_known(st: *mut AggState, sw: Option<Switch>) -> bool {
     // SAFETY: the caller's; the task pointers are compared, never read.
     unsafe {
         let expect = (*st).expect;
@@ -287,7 +289,7 @@ pub(crate) fn bump(index: u32) -> u64 {
 /// The ring entry of this CPU's record number `seq` (its region of TICKS, `seq` modulo
 /// RING_LEN), or None when the maps are smaller than the CPU number says.
 #[inline(always)]
-fn ring_entry(cpu: u32, seq: u64) -> Option<*mut Record> {
+pub(crate) fn ring_entry(cpu: u32, seq: u64) -> Option<*mut Record> {
     // SAFETY: a read of a global.
     let ring_len = unsafe { core::ptr::read_volatile(&RING_LEN) };
     let index = cpu
@@ -308,7 +310,7 @@ fn ring_entry(cpu: u32, seq: u64) -> Option<*mut Record> {
 /// # Safety
 /// `h` is this CPU's head, which no other CPU writes.
 #[inline(always)]
-unsafe fn publish(h: *mut CpuHead, cpu: u32, seq: u64, head: u64) {
+pub(crate) unsafe fn publish(h: *mut CpuHead, cpu: u32, seq: u64, head: u64) {
     core::sync::atomic::compiler_fence(core::sync::atomic::Ordering::Release);
     // SAFETY: the caller's; the other is a read of a global.
     let wake_every = unsafe {
@@ -332,7 +334,7 @@ unsafe fn publish(h: *mut CpuHead, cpu: u32, seq: u64, head: u64) {
 /// # Safety
 /// `h` is this CPU's head; the other pointers are valid for writing, `comm` 8-byte aligned.
 #[inline(always)]
-unsafe fn describe_task(
+pub(crate) unsafe fn describe_task(
     h: *mut CpuHead,
     pid: u32,
     refresh: bool,
@@ -376,7 +378,7 @@ unsafe fn describe_task(
 /// # Safety
 /// The pointers are valid for writing, `comm` 8-byte aligned.
 #[inline(always)]
-unsafe fn describe_no_task(cgroup_id: *mut u64, comm: *mut [u8; 16], flags: *mut u8) {
+pub(crate) unsafe fn describe_no_task(cgroup_id: *mut u64, comm: *mut [u8; 16], flags: *mut u8) {
     // SAFETY: the caller's.
     unsafe {
         *cgroup_id = 0;
@@ -417,9 +419,8 @@ fn write_tick_or_switch<C: EbpfContext>(ctx: &C, kind: u8, sw: Option<Switch>) {
         // set_reading).
         core::ptr::write_volatile(&raw mut (*rec).t0_ns, 0);
         core::ptr::write_volatile(&raw mut (*rec).on_ns, 0);
-        let mut sums = core::mem::MaybeUninit::<[u64; MAX_SLOTS]>::uninit();
-        let sums = zeroed_sums(&mut sums);
-        let pkg_ok = read_package(ctx, cpu, now, sums);
+        let mut sums = PkgSums::new();
+        let pkg_ok = read_package(ctx, cpu, now, &mut sums);
         (*rec).cpu = cpu;
         let known = owner_known_here(sw);
         let id = if known { bpf_get_current_pid_tgid() } else { 0 };
@@ -447,7 +448,8 @@ fn write_tick_or_switch<C: EbpfContext>(ctx: &C, kind: u8, sw: Option<Switch>) {
             ($i:literal) => {
                 let out = &raw mut (*rec).slots[$i];
                 if nr > $i && pkg_slots & (1 << $i) != 0 {
-                    if fill_package_slot(out, sums[$i], pkg_ok & (1 << $i) != 0) {
+                    let read = pkg_ok & (1 << $i) != 0;
+                    if fill_package_slot(out, sums.get($i, read), read) {
                         failed |= 1 << $i;
                     }
                 } else if nr > $i && read_cpu_slot($i, timed & (1 << $i) != 0, out) != 0 {
@@ -474,7 +476,7 @@ fn write_tick_or_switch<C: EbpfContext>(ctx: &C, kind: u8, sw: Option<Switch>) {
 /// `timed`; a never-multiplexed counter reads enabled == running == 1). Returns 0, or the
 /// negative errno of a failed read, counted in STATS.
 #[inline(always)]
-fn read_cpu_slot(s: u32, timed: bool, out: *mut SlotReading) -> i64 {
+pub(crate) fn read_cpu_slot(s: u32, timed: bool, out: *mut SlotReading) -> i64 {
     let map: *mut c_void = match s {
         0 => &raw const SLOT0 as *mut c_void,
         1 => &raw const SLOT1 as *mut c_void,
@@ -514,380 +516,6 @@ fn read_cpu_slot(s: u32, timed: bool, out: *mut SlotReading) -> i64 {
         });
     }
     r
-}
-
-/// The aggregating path (`AGGREGATE` 1): a switch adds the outgoing task's slice (time and CPU
-/// slot deltas) to its entry in this CPU's accumulator and writes nothing; a tick (`tick`) adds
-/// the running task's slice and flushes every entry as a KIND_AGGREGATE record, the package
-/// readings in the first. Records per second are then ticks × tasks per tick, whatever the
-/// switch rate. A full accumulator is flushed early (its period ends at the last switch), and a
-/// slice longer than LONG_SLICE_NS (a tickless idle CPU) is a period of its own, so a long idle
-/// stretch never dilutes the time of what ran around it; so is a slice across an end of
-/// userspace's interval clock (INTERVALS), so no period mixes two intervals' tasks.
-#[inline(always)]
-fn accumulate<C: EbpfContext + StackIdContext>(ctx: &C, sw: Option<Switch>) {
-    let tick = sw.is_none();
-    // SAFETY (whole function): `st` points into this CPU's AGG entry, which only this CPU
-    // touches, with preemption off (a tick cannot nest in a switch on one CPU: see
-    // `write_tick_or_switch`).
-    unsafe {
-        let Some(st) = AGG.get_ptr_mut(0) else {
-            return;
-        };
-        let cpu = bpf_get_smp_processor_id();
-        let now = bpf_ktime_get_ns();
-        let nr = core::ptr::read_volatile(&NR_SLOTS).min(MAX_SLOTS as u32);
-        let timed = core::ptr::read_volatile(&TIMED_SLOTS);
-        let cpu_slots = ((1u32 << nr) - 1) & !core::ptr::read_volatile(&PKG_SLOTS);
-        if (*st).period_start == 0 {
-            // The first run on this CPU: only the baselines.
-            (*st).period_start = now;
-            (*st).last_t = now;
-            (*st).last_ok = read_baselines(st, cpu_slots, timed);
-            // No clock yet: the next run takes the one in INTERVALS. (Volatile: two plain zero
-            // stores side by side become a byte-wise memset, see set_reading.)
-            core::ptr::write_volatile(&raw mut (*st).clock.origin, 0);
-            core::ptr::write_volatile(&raw mut (*st).clock.period, 0);
-            (*st).next_end = u64::MAX;
-            let _ = owner_known(st, sw);
-            return;
-        }
-        let crossing = crosses_next_end(st, now);
-        if tick && !crossing && !flush_due(st, cpu, now) {
-            // Another hrtimer's expiry soon after the last flush: the running task's slice goes
-            // on, and the next tick (or switch) takes it (and checks its owner then).
-            return;
-        }
-        let known = owner_known(st, sw);
-        let long = now.wrapping_sub((*st).last_t) > core::ptr::read_volatile(&LONG_SLICE_NS);
-        // A long slice, or one across an interval end, is a period of its own: what ran
-        // before it keeps its own period (all of it before the end), and only this one task's
-        // slice is split at the end by time.
-        let alone = long || crossing;
-        if alone {
-            let end = (*st).last_t;
-            flush_aggregates(ctx, cpu, st, end, false);
-        }
-        // After an unseen switch the slice is no known task's: pid 0's entry takes it.
-        let id = if known { bpf_get_current_pid_tgid() } else { 0 };
-        let pid = id as u32;
-        let e = entry(ctx, cpu, st, pid, (id >> 32) as u32, known);
-        let Some(e) = e else {
-            return;
-        };
-        let slice_ns = now.wrapping_sub((*st).last_t);
-        (*e).on_ns = (*e).on_ns.wrapping_add(slice_ns);
-        let mut ok = (*st).last_ok;
-        // The slice's own deltas, for its stack: zeroed only where stacks are taken at slices
-        // (a constant: without stacks the verifier drops the stores), written by each slot's
-        // read, read only by the stack's charge.
-        let mut deltas = core::mem::MaybeUninit::<[u64; MAX_SLOTS]>::uninit();
-        if stacks::at_slices() {
-            zeroed_sums(&mut deltas);
-        }
-        // SAFETY: a pointer to the array, read only where it was zeroed above.
-        let deltas = &mut *deltas.as_mut_ptr();
-        // One copy per slot, each kept only when the slot is a configured CPU slot: NR_SLOTS
-        // and PKG_SLOTS are constants to the verifier, which removes the others' code, so a
-        // switch neither loops nor tests a slot it does not read.
-        macro_rules! add_slots {
-            ($($s:literal)*) => {$(
-                if nr > $s && cpu_slots & (1 << $s) != 0 {
-                    add_slot_delta(st, e, $s, timed & (1 << $s) != 0, &mut ok, deltas);
-                }
-            )*};
-        }
-        add_slots!(0 1 2 3 4 5 6 7);
-        (*st).last_ok = ok;
-        (*st).last_t = now;
-        if crossing {
-            // The slice's own end was the one crossed: the next is computed once per end.
-            (*st).next_end = next_interval_end((*st).clock.origin, (*st).clock.period, now);
-        }
-        if stacks::at_slices() && known && pid != 0 {
-            stacks::charge_slice(ctx, (id >> 32) as u32, slice_ns, deltas, nr);
-        }
-        if tick || alone {
-            flush_aggregates(ctx, cpu, st, now, true);
-        }
-    }
-}
-
-/// Reads CPU slot `s` and adds its delta since the accumulator's baseline to entry `e`, which
-/// the reading then replaces; `ok` (bit `s`: the baseline is valid) is updated.
-///
-/// # Safety
-/// `st` points to this CPU's accumulator and `e` to one of its entries.
-#[inline(always)]
-unsafe fn add_slot_delta(
-    st: *mut AggState,
-    e: *mut imc_common::AggTask,
-    s: u32,
-    timed: bool,
-    ok: &mut u32,
-    deltas: &mut [u64; MAX_SLOTS],
-) {
-    let bit = 1u32 << s;
-    let i = s as usize & (MAX_SLOTS - 1);
-    // Filled by the read (the helper writes all of it, or the value path sets every field);
-    // read only when the read succeeded.
-    let mut cur = core::mem::MaybeUninit::<SlotReading>::uninit();
-    let cur = cur.as_mut_ptr();
-    // SAFETY: the caller's.
-    unsafe {
-        if read_cpu_slot(s, timed, cur) != 0 {
-            (*e).failed_mask |= bit as u8;
-            *ok &= !bit;
-            return;
-        }
-        let last = &raw mut (*st).last[i];
-        if *ok & bit != 0 {
-            let acc = &raw mut (*e).slots[i];
-            let d = (*cur).value.wrapping_sub((*last).value);
-            deltas[i] = d;
-            (*acc).value = (*acc).value.wrapping_add(d);
-            (*acc).enabled = (*acc)
-                .enabled
-                .wrapping_add((*cur).enabled.wrapping_sub((*last).enabled));
-            (*acc).running = (*acc)
-                .running
-                .wrapping_add((*cur).running.wrapping_sub((*last).running));
-        } else {
-            // No baseline (the previous read failed): this slice's delta is unknown.
-            (*e).failed_mask |= bit as u8;
-        }
-        copy_reading(last, cur);
-        *ok |= bit;
-    }
-}
-
-/// Whether the slice from the accumulator's `last_t` to `now` crosses an end of userspace's
-/// interval clock (none until userspace writes it): whether it ends after `next_end`, which is
-/// computed again only when the clock in INTERVALS is not the one it was computed from. A run
-/// that crosses no end reads the clock and compares two words and a time; it never divides.
-///
-/// # Safety
-/// `st` points to this CPU's accumulator.
-#[inline(always)]
-unsafe fn crosses_next_end(st: *mut AggState, now: u64) -> bool {
-    // SAFETY: the caller's; INTERVALS' entry is userspace's to write and only read here.
-    unsafe {
-        if let Some(c) = INTERVALS.get(0) {
-            let (origin, period) = (c.origin, c.period);
-            if origin != (*st).clock.origin || period != (*st).clock.period {
-                (*st).clock.origin = origin;
-                (*st).clock.period = period;
-                (*st).next_end = next_interval_end(origin, period, (*st).last_t);
-            }
-        }
-        now > (*st).next_end
-    }
-}
-
-/// Whether a tick at `now` flushes: MIN_FLUSH_NS since the period began, or this CPU's package
-/// read is due (so package readings keep the tick's schedule whatever the accumulator did).
-///
-/// # Safety
-/// `st` points to this CPU's accumulator.
-#[inline(always)]
-unsafe fn flush_due(st: *const AggState, cpu: u32, now: u64) -> bool {
-    // SAFETY: the caller's.
-    let start = unsafe { (*st).period_start };
-    // SAFETY: reads of globals.
-    let (min, pkg_slots) = unsafe {
-        (
-            core::ptr::read_volatile(&MIN_FLUSH_NS),
-            core::ptr::read_volatile(&PKG_SLOTS),
-        )
-    };
-    now.wrapping_sub(start) >= min || (pkg_slots != 0 && package_due(cpu, now).is_some())
-}
-
-/// Reads every CPU slot into the accumulator's baselines; returns the mask of those read.
-///
-/// # Safety
-/// `st` points to this CPU's accumulator.
-#[inline(always)]
-unsafe fn read_baselines(st: *mut AggState, cpu_slots: u32, timed: u32) -> u32 {
-    let mut ok = 0;
-    for s in 0..MAX_SLOTS as u32 {
-        let bit = 1u32 << s;
-        if cpu_slots & bit == 0 {
-            continue;
-        }
-        // SAFETY: the caller's.
-        let out = unsafe { &raw mut (*st).last[s as usize & (MAX_SLOTS - 1)] };
-        if read_cpu_slot(s, timed & bit != 0, out) == 0 {
-            ok |= bit;
-        }
-    }
-    ok
-}
-
-/// The accumulator entry of thread `pid`, created (with comm and cgroup, unless this CPU
-/// described the thread lately) if it has none; a full accumulator is flushed first. `current`
-/// false: `pid` is 0 for a slice no known task ran, not the running task, whose description
-/// is then not fetched.
-///
-/// # Safety
-/// `st` points to this CPU's accumulator.
-#[inline(always)]
-unsafe fn entry<C: EbpfContext>(
-    ctx: &C,
-    cpu: u32,
-    st: *mut AggState,
-    pid: u32,
-    tgid: u32,
-    current: bool,
-) -> Option<*mut imc_common::AggTask> {
-    // SAFETY: the caller's; `tasks` indices are masked into the array.
-    unsafe {
-        let n = ((*st).n as usize).min(AGG_TASKS);
-        // Every entry is looked at and the count checked inside: a loop that stops at `n`
-        // becomes a pointer walk the verifier cannot bound.
-        for i in 0..AGG_TASKS {
-            let e = &raw mut (*st).tasks[i];
-            if i < n && (*e).pid == pid {
-                return Some(e);
-            }
-        }
-        let mut n = n;
-        if n >= AGG_TASKS {
-            let end = (*st).last_t;
-            flush_aggregates(ctx, cpu, st, end, false);
-            n = 0;
-        }
-        let e = &raw mut (*st).tasks[n & (AGG_TASKS - 1)];
-        (*e).pid = pid;
-        (*e).tgid = tgid;
-        (*e).on_ns = 0;
-        (*e).failed_mask = 0;
-        for s in 0..MAX_SLOTS {
-            set_reading(&raw mut (*e).slots[s], 0, 0, 0);
-        }
-        let h = HEADS.get_ptr_mut(cpu)?;
-        let (cgroup_id, comm, flags) = (
-            &raw mut (*e).cgroup_id,
-            &raw mut (*e).comm,
-            &raw mut (*e).flags,
-        );
-        if current {
-            // About one entry in 64 refreshes, picked by the time of the CPU's last run (its
-            // low bits jitter from tick to tick), not by the entry count: entries come in the
-            // same order tick after tick, so every 64th would always be the same task's, and a
-            // task whose comm changed at exec in the others' place would keep its old one.
-            let refresh = ((*st).last_t >> 10) & 63 == 0;
-            describe_task(h, pid, refresh, cgroup_id, comm, flags);
-        } else {
-            describe_no_task(cgroup_id, comm, flags);
-        }
-        (*st).created = (*st).created.wrapping_add(1);
-        (*st).n = (n + 1) as u32;
-        Some(e)
-    }
-}
-
-/// Whether an accumulator entry counted nothing: every slot read, every delta zero.
-///
-/// # Safety
-/// `e` points to an entry of this CPU's accumulator.
-#[inline(always)]
-unsafe fn counted_nothing(e: *const imc_common::AggTask, nr: u32) -> bool {
-    // SAFETY: the caller's.
-    unsafe {
-        if (*e).failed_mask != 0 {
-            return false;
-        }
-        let mut sum = 0u64;
-        for s in 0..(nr as usize).min(MAX_SLOTS) {
-            sum |= (*e).slots[s].value;
-        }
-        sum == 0
-    }
-}
-
-/// Writes one KIND_AGGREGATE record per accumulator entry (the idle task's only when it counted
-/// something or carries the package readings), for the period
-/// `period_start .. end`, and starts the next period at `end`. With `pkg`, this CPU reads its
-/// package's counters (when it is a reader and the period's read is due) into the first record
-/// written.
-///
-/// # Safety
-/// `st` points to this CPU's accumulator.
-#[inline(always)]
-unsafe fn flush_aggregates<C: EbpfContext>(
-    ctx: &C,
-    cpu: u32,
-    st: *mut AggState,
-    end: u64,
-    pkg: bool,
-) {
-    // SAFETY: the caller's, and `write_tick_or_switch`'s for the ring.
-    unsafe {
-        let Some(h) = HEADS.get_ptr_mut(cpu) else {
-            return;
-        };
-        let n = ((*st).n as usize).min(AGG_TASKS);
-        let nr = core::ptr::read_volatile(&NR_SLOTS).min(MAX_SLOTS as u32);
-        let pkg_slots = core::ptr::read_volatile(&PKG_SLOTS);
-        let mut sums = core::mem::MaybeUninit::<[u64; MAX_SLOTS]>::uninit();
-        let sums = zeroed_sums(&mut sums);
-        let pkg_ok = if pkg {
-            read_package(ctx, cpu, end, sums)
-        } else {
-            0
-        };
-        let seq = (*h).head;
-        let start = (*st).period_start;
-        let mut written = 0u64;
-        for i in 0..AGG_TASKS {
-            if i >= n {
-                continue;
-            }
-            let Some(rec) = ring_entry(cpu, seq.wrapping_add(written)) else {
-                break;
-            };
-            let e = &raw const (*st).tasks[i];
-            if (*e).pid == 0 && !(written == 0 && pkg_ok != 0) && counted_nothing(e, nr) {
-                // The idle task's aggregate that counted nothing claims nothing either (the
-                // idle task has no claim by time): leaving it out halves an idle-ish CPU's
-                // records. Idle time is the period less its tasks' on_ns.
-                continue;
-            }
-            (*rec).t_ns = end;
-            (*rec).t0_ns = start;
-            (*rec).on_ns = (*e).on_ns;
-            (*rec).cgroup_id = (*e).cgroup_id;
-            (*rec).cpu = cpu;
-            (*rec).pid = (*e).pid;
-            (*rec).tgid = (*e).tgid;
-            (*rec).kind = KIND_AGGREGATE;
-            (*rec).nr_slots = nr as u8;
-            (*rec).flags = (*e).flags;
-            set_comm(&raw mut (*rec).comm, Some(&raw const (*e).comm));
-            let mut failed = (*e).failed_mask;
-            for s in 0..nr as usize {
-                let bit = 1u8 << s;
-                if pkg_slots & u32::from(bit) != 0 {
-                    // The package readings go into the first record of the flush only.
-                    let read = written == 0 && pkg_ok & bit != 0;
-                    if fill_package_slot(&raw mut (*rec).slots[s], sums[s], read) {
-                        failed |= bit;
-                    }
-                } else {
-                    copy_reading(&raw mut (*rec).slots[s], &raw const (*e).slots[s]);
-                }
-            }
-            (*rec).failed_mask = failed;
-            written += 1;
-        }
-        (*st).n = 0;
-        (*st).period_start = end;
-        if written == 0 {
-            return;
-        }
-        publish(h, cpu, seq, seq.wrapping_add(written));
-    }
 }
 
 /// No code of the program can panic (the verifier proves every access in bounds first); a

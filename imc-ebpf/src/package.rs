@@ -1,5 +1,6 @@
 //! The package counters: which CPU reads its package's counters at a tick, and the sums it puts
 //! in the package slots of a record.
+use crate::fields::zeroed_sums;
 use crate::{GROUP_LAST, PKG, PKG_MIN_GAP_NS, PKG_SLOT, PKG_SLOTS, READERS, bump, set_reading};
 use aya_ebpf::{EbpfContext, cty::c_void, helpers::generated::bpf_perf_event_read};
 use aya_log_ebpf::warn;
@@ -25,17 +26,35 @@ pub(crate) fn package_due(cpu: u32, now: u64) -> Option<(&'static ReaderCfg, *mu
     Some((cfg, last))
 }
 
-/// The package slots' sums when the plan has package slots, this CPU is its group's reader and
-/// the group was not read within PKG_MIN_GAP_NS; bit `s` of the returned mask set when slot
-/// `s`'s sum is complete (a failed counter read leaves its slot out rather than report a
-/// partial sum).
+/// The package slots' sums, written only by a run that reads its package: most runs read
+/// none, and pay nothing for them.
+pub(crate) struct PkgSums(core::mem::MaybeUninit<[u64; MAX_SLOTS]>);
+
+impl PkgSums {
+    #[inline(always)]
+    pub(crate) fn new() -> PkgSums {
+        PkgSums(core::mem::MaybeUninit::uninit())
+    }
+
+    /// Slot `s`'s sum where `read` (its bit of [`read_package`]'s mask, which zeroed them all
+    /// first), else 0.
+    #[inline(always)]
+    pub(crate) fn get(&self, s: usize, read: bool) -> u64 {
+        if !read {
+            return 0;
+        }
+        // SAFETY: a set bit of read_package's mask means it zeroed every sum and added to
+        // this one; `s` is masked into the array.
+        unsafe { *self.0.as_ptr().cast::<u64>().add(s & (MAX_SLOTS - 1)) }
+    }
+}
+
+/// The package slots' sums (into `out`) when the plan has package slots, this CPU is its
+/// group's reader and the group was not read within PKG_MIN_GAP_NS; bit `s` of the returned
+/// mask set when slot `s`'s sum is complete (a failed counter read leaves its slot out rather
+/// than report a partial sum). `out` is written only when the mask is not 0.
 #[inline(always)]
-pub(crate) fn read_package<C: EbpfContext>(
-    ctx: &C,
-    cpu: u32,
-    now: u64,
-    sums: &mut [u64; MAX_SLOTS],
-) -> u8 {
+pub(crate) fn read_package<C: EbpfContext>(ctx: &C, cpu: u32, now: u64, out: &mut PkgSums) -> u8 {
     // SAFETY: a read of a global.
     if unsafe { core::ptr::read_volatile(&PKG_SLOTS) } == 0 {
         return 0;
@@ -43,6 +62,7 @@ pub(crate) fn read_package<C: EbpfContext>(
     let Some((cfg, last)) = package_due(cpu, now) else {
         return 0;
     };
+    let sums = zeroed_sums(&mut out.0);
     // SAFETY: `last` points into GROUP_LAST. Two reader CPUs of one group may both find the
     // read due at the same instant; both readings are then valid, one is merely redundant.
     unsafe { *last = now };

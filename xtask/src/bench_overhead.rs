@@ -51,12 +51,13 @@
 mod arms;
 mod host;
 mod stats;
+mod switch;
 mod work;
 
 use anyhow::{Context, Result, anyhow, bail};
 use arms::{Arm, Kind, round_order};
 use host::{env_num, loadavg, online_cpus};
-use stats::{Check, MeanSe, check_line, mean_se, pct};
+use stats::{Check, check_line, mean_se, pct};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use work::{Work, json_field, parse_drained, parse_plan_tick, parse_work};
@@ -111,14 +112,15 @@ fn check_ticks(
     let cpu_s = cpus as f64 * w.elapsed_s;
     match freq {
         Some(f) => {
+            // The timer's runs alone: the switch program runs at every context switch besides.
             let expected = f as f64 * cpu_s;
-            let ratio = w.bpf_runs as f64 / expected;
+            let ratio = w.timer_runs as f64 / expected;
             let min = kind.freq_min_ratio();
             if !(min..=TICKS_MAX_RATIO).contains(&ratio) {
                 return Err(format!(
-                    "{} ticks in {:.3} s where {f} Hz × {cpus} CPUs makes {expected:.0} (ratio \
-                     {ratio:.2}, accepted {min}..{TICKS_MAX_RATIO})",
-                    w.bpf_runs, w.elapsed_s
+                    "{} timer ticks in {:.3} s where {f} Hz × {cpus} CPUs makes {expected:.0} \
+                     (ratio {ratio:.2}, accepted {min}..{TICKS_MAX_RATIO})",
+                    w.timer_runs, w.elapsed_s
                 ));
             }
         }
@@ -707,7 +709,7 @@ pub fn run(imc: &Path, workload: &Path, bench_object: &Path) -> Result<()> {
         println!("  {}", check_line(&c));
     }
     for r in all.iter().filter(|r| r.kind == Kind::Switch) {
-        print_switch_split(r, kernel_hz, cpu_reads);
+        switch::print_switch_split(r, kernel_hz, cpu_reads);
     }
     Ok(())
 }
@@ -726,169 +728,6 @@ fn bench_kinds() -> Result<Vec<Kind>> {
             )),
         })
         .collect()
-}
-
-/// Switch-heavy: switches/s beside records/s drained, imc's CPU split into BPF and userspace,
-/// its ns per program run against the bare sched_switch program's plus the `cpu_reads` counter
-/// reads a switch makes (each costing what the bare program with one read costs more than the
-/// bare one, in the same round) and the clock, for the default (aggregated) and `--precise`,
-/// against the targets above.
-fn print_switch_split(r: &KindRuns, hz: f64, cpu_reads: usize) {
-    let c = r.cpus as f64;
-    let Some(bare) = r.runs(Arm::BareSwitch) else {
-        return;
-    };
-    let each =
-        |runs: &[Work], f: &dyn Fn(&Work) -> f64| mean_se(&runs.iter().map(f).collect::<Vec<_>>());
-    let (Some(bare_read), Some(bare_clock)) =
-        (r.runs(Arm::BareSwitchRead), r.runs(Arm::BareSwitchClock))
-    else {
-        return;
-    };
-    let switches = each(bare, &|w| w.bare_runs as f64 / w.elapsed_s);
-    let ns_per_run = |w: &Work| w.bare_run_s / w.bare_runs.max(1) as f64 * 1e9;
-    let pooled = |runs: &[Work]| {
-        runs.iter().map(|w| w.bare_run_s).sum::<f64>() * 1e9
-            / runs.iter().map(|w| w.bare_runs).sum::<u64>().max(1) as f64
-    };
-    let bare_ns = pooled(bare);
-    // Per round: what one counter read and the clock add on the hook.
-    let added = |with: &[Work]| -> Vec<f64> {
-        bare.iter()
-            .zip(with)
-            .map(|(b, w)| ns_per_run(w) - ns_per_run(b))
-            .collect()
-    };
-    let (read_costs, clock_costs) = (added(bare_read), added(bare_clock));
-    let (read_cost, clock_cost) = (mean_se(&read_costs), mean_se(&clock_costs));
-    println!(
-        "\nswitch-heavy (the bare sched_switch program, measured in the same rounds: \
-         {:.0} ± {:.0} switches/s, {bare_ns:.0} ns per run; with one counter read {:.0} ns, \
-         with the clock {:.0} ns: a read costs {:.0} ± {:.0} ns, the clock {:.0} ± {:.0} ns; \
-         imc's switch reads the clock and {cpu_reads} counter(s)):",
-        switches.mean,
-        switches.se,
-        pooled(bare_read),
-        pooled(bare_clock),
-        read_cost.mean,
-        read_cost.se,
-        clock_cost.mean,
-        clock_cost.se
-    );
-    println!(
-        "  {:<28} {:>18} {:>18} {:>16} {:>18} {:>9} {:>10}",
-        "arm",
-        "program runs/s",
-        "records drained/s",
-        "BPF % machine",
-        "userspace % mach.",
-        "ns/run",
-        "/ bare"
-    );
-    let mut checks = Vec::new();
-    for arm in [Arm::ImcTick, Arm::ImcPrecise] {
-        let Some(runs) = r.runs(arm) else { continue };
-        let rate = each(runs, &|w| w.bpf_runs as f64 / w.elapsed_s);
-        // imc's whole run's records over the measured window: an upper bound on the window's
-        // rate (imc also drains the few records before and after it).
-        let drained = each(runs, &|w| w.drained.unwrap_or(0) as f64 / w.elapsed_s);
-        let bpf = each(runs, &|w| w.bpf_run_s / (w.elapsed_s * c) * 100.0);
-        let user = each(runs, &|w| w.parent_cpu_s / (w.elapsed_s * c) * 100.0);
-        print_switch_row(arm, runs, [rate, drained, bpf, user], bare_ns);
-        checks.extend(switch_checks(
-            arm,
-            runs,
-            bare,
-            (&read_costs, &clock_costs),
-            user,
-            drained,
-            (c, hz, cpu_reads),
-        ));
-    }
-    for c in &checks {
-        println!("  {}", check_line(c));
-    }
-}
-
-/// One imc arm's row of the switch-heavy table: program runs/s, records drained/s, BPF and
-/// userspace % of the machine, ns per run and its ratio to the bare program's.
-fn print_switch_row(
-    arm: Arm,
-    runs: &[Work],
-    [rate, drained, bpf, user]: [MeanSe; 4],
-    bare_ns: f64,
-) {
-    let ns = runs.iter().map(|w| w.bpf_run_s).sum::<f64>() * 1e9
-        / runs.iter().map(|w| w.bpf_runs).sum::<u64>().max(1) as f64;
-    println!(
-        "  {:<28} {:>18} {:>18} {:>16} {:>18} {ns:>9.0} {:>10.2}",
-        arm.label(),
-        format!("{:.0} ± {:.0}", rate.mean, rate.se),
-        if runs.iter().all(|w| w.drained.is_some()) {
-            format!("{:.0} ± {:.0}", drained.mean, drained.se)
-        } else {
-            "? (no summary)".into()
-        },
-        format!("{:.3} ± {:.3}", bpf.mean, bpf.se),
-        format!("{:.3} ± {:.3}", user.mean, user.se),
-        ns / bare_ns
-    );
-}
-
-/// The checks of one imc arm of the switch-heavy kind: its userspace CPU, its records drained
-/// per second, and its ns per run against the bare program's (per round, with and without the
-/// clock read counted as one it must make).
-fn switch_checks(
-    arm: Arm,
-    runs: &[Work],
-    bare: &[Work],
-    (read_costs, clock_costs): (&[f64], &[f64]),
-    user: MeanSe,
-    drained: MeanSe,
-    (c, hz, cpu_reads): (f64, f64, usize),
-) -> Vec<Check> {
-    let ns_per_run = |w: &Work| w.bare_run_s / w.bare_runs.max(1) as f64 * 1e9;
-    let records_target = TARGET_RECORDS_PER_TICK * c * hz;
-    let mut checks = Vec::new();
-    checks.push(Check {
-        what: format!("switch, {}: userspace CPU, % of the machine", arm.label()),
-        figure: user,
-        target: TARGET_USERSPACE_PCT,
-        detail: "imc's process CPU over wall × CPUs".into(),
-    });
-    checks.push(Check {
-        what: format!("switch, {}: records drained/s", arm.label()),
-        figure: drained,
-        target: records_target,
-        detail: format!("{TARGET_RECORDS_PER_TICK} × {c} CPUs × HZ {hz}"),
-    });
-    // Per round, not pooled: each round's ns per run minus that round's bare one, its reads
-    // (the counters and the clock) and the allowance.
-    let excess: Vec<f64> = runs
-        .iter()
-        .zip(bare)
-        .zip(read_costs.iter().zip(clock_costs))
-        .map(|((w, b), (read, clock_ns))| {
-            w.bpf_run_s / w.bpf_runs.max(1) as f64 * 1e9
-                - ns_per_run(b)
-                - cpu_reads as f64 * read
-                - clock_ns
-                - TARGET_NS_OVER_READS
-        })
-        .collect();
-    checks.push(Check {
-        what: format!(
-            "switch, {}: ns per run minus (bare's + {cpu_reads} counter read(s) + the clock \
-             + {TARGET_NS_OVER_READS} ns)",
-            arm.label()
-        ),
-        figure: mean_se(&excess),
-        target: 0.0,
-        detail: "a read's cost is the bare program with one read less the bare one, the \
-                 clock's the bare program reading the time less the bare one, per round"
-            .into(),
-    });
-    checks
 }
 
 #[cfg(test)]

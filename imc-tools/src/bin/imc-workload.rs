@@ -15,7 +15,9 @@
 //! CPU time and the run statistics of the BPF programs it holds. Under `imc record -- CMD` the
 //! parent is imc, so the differences are imc's own CPU and the number (and kernel cost) of its
 //! ticks during exactly the measured window: the proof that it was sampling. Alone, the parent is
-//! the benchmark, which holds no BPF program: the same reads, so both sides pay the same.
+//! the benchmark, which holds no BPF program: the same reads, so both sides pay the same. The
+//! perf-event programs' share is printed apart (`parent_timer_runs=`, `parent_timer_run_ns=`):
+//! a timer's runs, where the tracepoint programs also run at every context switch.
 //!
 //! --bare-switch: load the `bare_switch` program of the benchmark's eBPF object (IMC_BPF_OBJECT,
 //! built with the `bench` feature) on sched_switch for the timed work, and print its runs and
@@ -81,6 +83,21 @@ struct Probe {
     /// Sum of run_cnt and run_time_ns over them (counted while run-time stats are enabled).
     runs: u64,
     run_ns: u64,
+    /// The same over its perf-event programs alone: a timer's (`--freq`), apart from the
+    /// tracepoint programs that run at context switches and the kernel's tick.
+    timer_runs: u64,
+    timer_run_ns: u64,
+}
+
+/// BPF_PROG_TYPE_PERF_EVENT (include/uapi/linux/bpf.h): a program run by a perf event's
+/// overflow, here imc's cpu-clock timer.
+const PROG_TYPE_PERF_EVENT: u64 = 7;
+
+/// The `prog_type:` of a BPF program's fdinfo (0, the unspecified type, when absent).
+fn parse_prog_type(text: &str) -> u64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix("prog_type:")?.trim().parse::<u64>().ok())
+        .unwrap_or(0)
 }
 
 /// run_cnt and run_time_ns from a BPF program's fdinfo (absent when stats were never enabled).
@@ -113,10 +130,15 @@ fn probe(pid: u32) -> Probe {
                 continue;
             }
             let info = format!("/proc/{pid}/fdinfo/{}", fd.file_name().to_string_lossy());
-            let (runs, ns) = parse_prog_fdinfo(&std::fs::read_to_string(info).unwrap_or_default());
+            let text = std::fs::read_to_string(info).unwrap_or_default();
+            let (runs, ns) = parse_prog_fdinfo(&text);
             p.progs += 1;
             p.runs += runs;
             p.run_ns += ns;
+            if parse_prog_type(&text) == PROG_TYPE_PERF_EVENT {
+                p.timer_runs += runs;
+                p.timer_run_ns += ns;
+            }
         }
     }
     p
@@ -327,11 +349,14 @@ fn main() {
     );
     if let (Some(b), Some(a)) = (before, after) {
         line += &format!(
-            " parent_progs={} parent_cpu_ns={} parent_bpf_runs={} parent_bpf_run_ns={}",
+            " parent_progs={} parent_cpu_ns={} parent_bpf_runs={} parent_bpf_run_ns={} \
+             parent_timer_runs={} parent_timer_run_ns={}",
             a.progs,
             a.cpu_ns.saturating_sub(b.cpu_ns),
             a.runs.saturating_sub(b.runs),
-            a.run_ns.saturating_sub(b.run_ns)
+            a.run_ns.saturating_sub(b.run_ns),
+            a.timer_runs.saturating_sub(b.timer_runs),
+            a.timer_run_ns.saturating_sub(b.timer_run_ns)
         );
     }
     if let (Some(b), Some(a)) = (bare_before, bare_after) {
@@ -385,6 +410,9 @@ mod tests {
                     verified_insns:\t389\n";
         assert_eq!(parse_prog_fdinfo(info), (2001, 1234567));
         assert_eq!(parse_prog_fdinfo("prog_type:\t7\n"), (0, 0));
+        assert_eq!(parse_prog_type(info), PROG_TYPE_PERF_EVENT);
+        assert_eq!(parse_prog_type("prog_type:\t17\nrun_cnt:\t3\n"), 17);
+        assert_eq!(parse_prog_type("run_cnt:\t3\n"), 0);
     }
 
     #[test]

@@ -672,7 +672,9 @@ impl Writer {
             }
             again
         };
-        // Strings first: the cgroup and task entries name theirs.
+        // Strings first: the cgroup and task entries name theirs. The whole interval (its
+        // tables, itself, its trailers) goes to the file in one write.
+        self.chunk.clear();
         for (kind, p) in [
             (CHUNK_STRINGS, &staged.tables.strings),
             (CHUNK_CGROUPS, &staged.tables.cgroups),
@@ -680,18 +682,19 @@ impl Writer {
             (CHUNK_COMMAND_TASKS, &staged.tables.members),
         ] {
             if !p.is_empty() {
-                self.write_chunk(kind, p)?;
+                put_chunk(&mut self.chunk, kind, p);
             }
         }
-        self.tables.written();
-        let r = self.write_chunk(staged.kind, &staged.payload);
-        self.buf = staged.payload;
-        r?;
+        put_chunk(&mut self.chunk, staged.kind, &staged.payload);
         for (kind, p) in &staged.trailers {
             if !p.is_empty() {
-                self.write_chunk(*kind, p)?;
+                put_chunk(&mut self.chunk, *kind, p);
             }
         }
+        let r = self.write_chunks();
+        self.buf = staged.payload;
+        r?;
+        self.tables.written();
         Ok(true)
     }
 
@@ -868,6 +871,11 @@ impl Writer {
     fn write_chunk(&mut self, kind: u8, payload: &[u8]) -> Result<(), RecordError> {
         self.chunk.clear();
         put_chunk(&mut self.chunk, kind, payload);
+        self.write_chunks()
+    }
+
+    /// Writes the chunks put in `self.chunk`, in one write.
+    fn write_chunks(&mut self) -> Result<(), RecordError> {
         let r = self.file.write_all(&self.chunk).map_err(io(&self.path));
         self.stats.bytes += self.chunk.len() as u64;
         r

@@ -1,4 +1,4 @@
-use super::stats::verdict;
+use super::stats::{MeanSe, verdict};
 use super::work::Tick;
 use super::*;
 
@@ -23,6 +23,8 @@ fn work(elapsed_s: f64, loc: u64, runs: u64) -> Work {
         parent_cpu_s: 0.001,
         bpf_runs: runs,
         bpf_run_s: 0.0005,
+        timer_runs: runs,
+        timer_run_s: 0.0004,
         bare_runs: 0,
         bare_run_s: 0.0,
         drained: None,
@@ -57,6 +59,10 @@ fn reads_bare_figures_and_imcs_drained_records() {
     let stderr = "imc: something\nimc: recorded 2 intervals, 0 raw ticks around bursts, 900 \
                   bytes to /tmp/x.imc; 1234 records drained\n";
     assert_eq!(parse_drained(stderr), Some(1234));
+    // What imc says of the command it ran follows the count.
+    let stderr = "imc: recorded 2 intervals, 0 raw ticks around bursts, 900 bytes to /tmp/x.imc; \
+                  4321 records drained; the command (pid 7) marked by its cgroup /sys/x\n";
+    assert_eq!(parse_drained(stderr), Some(4321));
     assert_eq!(
         parse_drained("imc: recorded 2 intervals, 900 bytes to x"),
         None
@@ -105,6 +111,31 @@ fn tick_checks_follow_the_tick_source() {
     let mut none = work(1.0, 500, 600);
     none.parent_progs = 0;
     assert!(check_ticks(&none, c, None, 250.0, 2).is_err());
+}
+
+#[test]
+fn freq_ticks_are_the_timer_runs_not_the_switch_runs() {
+    // --freq also runs the switch program at every context switch: 1500 timer runs among
+    // 137,600 pass; the same switch runs with a timer that did not fire do not.
+    let mut w = work(1.0, 500, 137_600);
+    w.bpf_run_s = 0.0364;
+    w.timer_runs = 1500;
+    w.timer_run_s = 0.0004;
+    assert!(check_ticks(&w, Kind::Switch, Some(1000), 250.0, 2).is_ok());
+    assert_eq!(w.switch_runs(), 136_100);
+    assert!((w.ns_per_switch_run() - 0.036e9 / 136_100.0).abs() < 1e-6);
+    w.timer_runs = 0;
+    assert!(check_ticks(&w, Kind::Switch, Some(1000), 250.0, 2).is_err());
+}
+
+#[test]
+fn reads_the_timer_share_of_the_parents_runs() {
+    let out = "imc-workload: mode=switch units=9 threads=2 pid=7 elapsed_ns=1000000000 \
+               cpu_ns=1 loc=1 parent_progs=3 parent_cpu_ns=0 parent_bpf_runs=90000 \
+               parent_bpf_run_ns=9000000 parent_timer_runs=1900 parent_timer_run_ns=500000\n";
+    let w = parse_work(out).unwrap();
+    assert_eq!((w.timer_runs, w.timer_run_s), (1900, 0.0005));
+    assert_eq!(w.switch_runs(), 88_100);
 }
 
 #[test]

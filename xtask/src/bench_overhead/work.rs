@@ -14,6 +14,10 @@ pub(super) struct Work {
     pub(super) parent_cpu_s: f64,
     pub(super) bpf_runs: u64,
     pub(super) bpf_run_s: f64,
+    /// Of those, the runs and run time of its perf-event programs: its own timer's (`--freq`),
+    /// apart from the runs at context switches.
+    pub(super) timer_runs: u64,
+    pub(super) timer_run_s: f64,
     /// `--bare-switch`: the bare sched_switch program's runs (the window's context switches)
     /// and run time.
     pub(super) bare_runs: u64,
@@ -26,6 +30,14 @@ impl Work {
     /// Local timer interrupts per CPU-second of the window.
     pub(super) fn irq_rate(&self, cpus: usize) -> f64 {
         self.loc as f64 / (self.elapsed_s * cpus as f64)
+    }
+    /// The program runs at context switches (and at the kernel's tick): all but the timer's.
+    pub(super) fn switch_runs(&self) -> u64 {
+        self.bpf_runs.saturating_sub(self.timer_runs)
+    }
+    /// ns per run of the programs that run at context switches (all but the timer's).
+    pub(super) fn ns_per_switch_run(&self) -> f64 {
+        (self.bpf_run_s - self.timer_run_s).max(0.0) / self.switch_runs().max(1) as f64 * 1e9
     }
     /// The parent's CPU and its BPF programs' run time, as a share (%) of the machine.
     pub(super) fn collector_pct(&self, cpus: usize) -> f64 {
@@ -53,16 +65,19 @@ pub(super) fn parse_work(stdout: &str) -> Result<Work> {
         parent_cpu_s: get("parent_cpu_ns")? as f64 / 1e9,
         bpf_runs: get("parent_bpf_runs")?,
         bpf_run_s: get("parent_bpf_run_ns")? as f64 / 1e9,
+        timer_runs: get("parent_timer_runs").unwrap_or(0),
+        timer_run_s: get("parent_timer_run_ns").unwrap_or(0) as f64 / 1e9,
         bare_runs: get("bare_runs").unwrap_or(0),
         bare_run_s: get("bare_run_ns").unwrap_or(0) as f64 / 1e9,
         drained: None,
     })
 }
 
-/// The records imc drained, from its `imc record` summary line ("…; N records drained").
+/// The records imc drained, from its `imc record` summary line ("…; N records drained", and
+/// what the command said after it, if anything).
 pub(super) fn parse_drained(stderr: &str) -> Option<u64> {
     let line = stderr.lines().find(|l| l.starts_with("imc: recorded"))?;
-    let before = line.strip_suffix(" records drained")?;
+    let (before, _) = line.split_once(" records drained")?;
     before.rsplit(' ').next()?.parse().ok()
 }
 
