@@ -1144,25 +1144,7 @@ fn a_cycle_between_a_step_file_and_its_mod_rs_is_caught() {
 
 /// The workspace's packages as `cargo metadata` lists them (declared dependencies and targets).
 fn workspace_packages() -> Vec<serde_json::Value> {
-    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let out = std::process::Command::new(&cargo)
-        .args([
-            "metadata",
-            "--format-version",
-            "1",
-            "--no-deps",
-            "--offline",
-        ])
-        .current_dir(&workspace)
-        .output()
-        .unwrap_or_else(|e| panic!("running {} metadata: {e}", cargo.display()));
-    assert!(
-        out.status.success(),
-        "cargo metadata failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("cargo metadata JSON");
+    let v = imc_tests::cargo_metadata();
     v["packages"].as_array().expect("packages").clone()
 }
 

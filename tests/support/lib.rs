@@ -31,14 +31,10 @@ pub fn imc_bin() -> PathBuf {
     .clone()
 }
 
-/// The workspace's target directory: `CARGO_TARGET_DIR` when set (a relative one is taken from
-/// the workspace root, where `cargo xtask` runs cargo; Cargo itself reads it from the directory
-/// it was started in, which a test cannot know), else `cargo metadata`'s `target_directory`.
-pub fn target_dir() -> PathBuf {
+/// `cargo metadata --no-deps` of the workspace (its packages, their declared dependencies and
+/// targets, the target directory), offline.
+pub fn cargo_metadata() -> serde_json::Value {
     let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    if let Some(dir) = std::env::var_os("CARGO_TARGET_DIR").filter(|d| !d.is_empty()) {
-        return workspace.join(dir);
-    }
     // `cargo test` runs tests with CARGO set to the cargo that built them.
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let out = Command::new(&cargo)
@@ -57,7 +53,18 @@ pub fn target_dir() -> PathBuf {
         "cargo metadata failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("cargo metadata JSON");
+    serde_json::from_slice(&out.stdout).expect("cargo metadata JSON")
+}
+
+/// The workspace's target directory: `CARGO_TARGET_DIR` when set (a relative one is taken from
+/// the workspace root, where `cargo xtask` runs cargo; Cargo itself reads it from the directory
+/// it was started in, which a test cannot know), else `cargo metadata`'s `target_directory`.
+pub fn target_dir() -> PathBuf {
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    if let Some(dir) = std::env::var_os("CARGO_TARGET_DIR").filter(|d| !d.is_empty()) {
+        return workspace.join(dir);
+    }
+    let v = cargo_metadata();
     let dir = v["target_directory"]
         .as_str()
         .expect("cargo metadata has no target_directory");

@@ -147,15 +147,21 @@ fn proc_dir(root: &Path) -> PathBuf {
     root.join(format!("proc/{PID}"))
 }
 
-#[test]
-fn fake_root_resolves_the_binary_its_maps_name() {
+/// A root whose `/usr/bin/app` is this test binary: the root, the binary's path and inode,
+/// and its mapping of the test's own code.
+fn app_root() -> (tempfile::TempDir, PathBuf, u64, maps::Mapping) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let root = dir.path();
     let exe = fs::canonicalize("/proc/self/exe").expect("own exe");
     let ino = fs::metadata(&exe).expect("stat exe").ino();
-    fs::create_dir_all(root.join("usr/bin")).expect("mkdir");
-    symlink(&exe, root.join("usr/bin/app")).expect("symlink");
-    let m = own_mapping(leaf_addr());
+    fs::create_dir_all(dir.path().join("usr/bin")).expect("mkdir");
+    symlink(&exe, dir.path().join("usr/bin/app")).expect("symlink");
+    (dir, exe, ino, own_mapping(leaf_addr()))
+}
+
+#[test]
+fn fake_root_resolves_the_binary_its_maps_name() {
+    let (dir, _, ino, m) = app_root();
+    let root = dir.path();
     write(
         &proc_dir(root).join("maps"),
         &maps_line(&m, "/usr/bin/app", ino),
@@ -178,13 +184,8 @@ fn fake_root_resolves_the_binary_its_maps_name() {
 /// root's path to the same file, which outlives each of them.
 #[test]
 fn processes_of_one_program_share_one_parse() {
-    let dir = tempfile::tempdir().expect("tempdir");
+    let (dir, exe, ino, m) = app_root();
     let root = dir.path();
-    let exe = fs::canonicalize("/proc/self/exe").expect("own exe");
-    let ino = fs::metadata(&exe).expect("stat exe").ino();
-    fs::create_dir_all(root.join("usr/bin")).expect("mkdir");
-    symlink(&exe, root.join("usr/bin/app")).expect("symlink");
-    let m = own_mapping(leaf_addr());
     let pids = [PID, PID + 1];
     for pid in pids {
         let dir = root.join(format!("proc/{pid}"));
@@ -282,13 +283,8 @@ fn a_process_gone_after_its_maps_were_read_resolves_through_the_root() {
 
 #[test]
 fn a_replaced_binary_gives_module_and_offset() {
-    let dir = tempfile::tempdir().expect("tempdir");
+    let (dir, _, ino, m) = app_root();
     let root = dir.path();
-    let exe = fs::canonicalize("/proc/self/exe").expect("own exe");
-    let ino = fs::metadata(&exe).expect("stat exe").ino();
-    fs::create_dir_all(root.join("usr/bin")).expect("mkdir");
-    symlink(&exe, root.join("usr/bin/app")).expect("symlink");
-    let m = own_mapping(leaf_addr());
     // The process mapped another inode than the file at the path now.
     write(
         &proc_dir(root).join("maps"),
