@@ -279,3 +279,13 @@ pub fn rotated_path(path: &std::path::Path) -> PathBuf {
     s.push(".1");
     PathBuf::from(s)
 }
+
+/// The chunk type for `ticks`: TICKS, which every reader reads, unless some are of a kind its
+/// one bit cannot say (aggregates).
+pub fn ticks_chunk(ticks: &[imc_common::Record]) -> u8 {
+    if ticks.iter().any(|r| r.kind > 1) {
+        CHUNK_TICKS2
+    } else {
+        CHUNK_TICKS
+    }
+}

@@ -2,8 +2,8 @@
 use super::codec::{crc32, framed, put_chunk, put_varint, zigzag};
 use super::format::{
     CHUNK_CGROUPS, CHUNK_COMMAND_TASKS, CHUNK_CONTINUED, CHUNK_END, CHUNK_INTERVAL, CHUNK_LATENCY,
-    CHUNK_STACKS, CHUNK_STRINGS, CHUNK_TASKS, CHUNK_TICKS, CHUNK_TICKS2, CHUNK_TIERS, MAGIC,
-    RecordError, RecordHeader, TICKS_PER_CHUNK, VERSION, rotated_path,
+    CHUNK_STACKS, CHUNK_STRINGS, CHUNK_TASKS, CHUNK_TICKS2, CHUNK_TIERS, MAGIC, RecordError,
+    RecordHeader, TICKS_PER_CHUNK, VERSION, rotated_path, ticks_chunk,
 };
 use crate::attribution::TaskKey;
 use crate::attribution::tasks::FxBuild;
@@ -376,16 +376,6 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> RecordError + '_ {
     move |source| RecordError::Io {
         path: path.to_path_buf(),
         source,
-    }
-}
-
-/// The chunk type for `ticks`: TICKS, which every reader reads, unless some are of a kind its
-/// one bit cannot say (aggregates).
-fn ticks_chunk(ticks: &[Record]) -> u8 {
-    if ticks.iter().any(|r| r.kind > 1) {
-        CHUNK_TICKS2
-    } else {
-        CHUNK_TICKS
     }
 }
 
