@@ -10,7 +10,7 @@ use super::{Layout, QueueTruth, Scenario, SynthItem, SynthSlot, SynthTask, TaskT
 use imc::attribution::Attributor;
 use imc::model::result::IntervalResult;
 use imc::model::{Direction, SlotRole, SlotScope, SlotSpec};
-use imc::plan::{self, Command, Plan, PlanError, Reader, Request};
+use imc::plan::{self, Command, Plan, Reader, Request};
 use imc::sampler::aggregate_twin::Aggregator;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -205,12 +205,9 @@ impl Loaded {
             })?;
         plan::weights::apply_fidelity(&mut p, &self.file.fidelity);
         if !p.slots.iter().any(|s| s.scope == SlotScope::Package) {
-            return Err(ScenarioError::Plan {
+            return Err(ScenarioError::NoPackageCounters {
                 path: self.path.clone(),
-                source: PlanError::Unavailable(format!(
-                    "no memory-controller counters to attribute (source {})",
-                    p.source
-                )),
+                plan_source: p.source.to_string(),
             });
         }
         Ok(p)

@@ -191,7 +191,7 @@ impl std::error::Error for CliError {
 /// failure (exit 1).
 impl From<PlanError> for CliError {
     fn from(e: PlanError) -> Self {
-        let kind = ErrorKind::bad_input_if(matches!(e, PlanError::BadRequest(_)));
+        let kind = ErrorKind::bad_input_if(e.is_bad_request());
         CliError::new(kind, e)
     }
 }
@@ -301,12 +301,15 @@ mod tests {
             full.to_string()
                 .starts_with("cannot write to standard output: ")
         );
-        let plan = CliError::from(PlanError::BadRequest("no such channel".into()));
+        let plan = CliError::from(PlanError::StackPeriodZero);
         assert_eq!(
             (plan.code(), plan.to_string().as_str()),
-            (2, "no such channel")
+            (
+                2,
+                "--stack-period 0: give the events between two samples, 1 or more"
+            )
         );
-        let plan = CliError::from(PlanError::Unavailable("nothing to read".into()));
+        let plan = CliError::from(PlanError::NoOnlineCpu);
         assert_eq!(plan.kind(), ErrorKind::Runtime);
     }
 }

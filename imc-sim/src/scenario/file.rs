@@ -50,6 +50,9 @@ pub enum ScenarioError {
         #[source]
         source: PlanError,
     },
+    /// The plan reads no memory controller (its source is another): nothing to attribute.
+    #[error("{path}: the plan: no memory-controller counters to attribute (source {plan_source})")]
+    NoPackageCounters { path: PathBuf, plan_source: String },
 }
 
 /// A list of CPUs: `[0, 1, 2]` or the kernel's text form `"0-15,32"`.

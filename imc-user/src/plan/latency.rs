@@ -34,16 +34,13 @@ pub(super) fn latency_counters(
         .filter_map(|k| found.sources.iter().find(|s| s.backend == *k))
         .collect();
     if let Some(s) = knl.iter().find(|s| !s.available) {
-        return Err(PlanError::Unavailable(format!(
-            "--latency needs Knights Landing/Mill memory counters; {} is unavailable ({})",
-            s.backend.as_str(),
-            s.reason.as_deref().unwrap_or("no reason given")
-        )));
+        return Err(PlanError::LatencyBackendUnavailable {
+            backend: s.backend.as_str(),
+            why: s.reason.as_deref().unwrap_or("no reason given").to_string(),
+        });
     }
     if knl.is_empty() {
-        return Err(PlanError::Unavailable(
-            "--latency needs Knights Landing/Mill memory counters (knl-imc, knl-edc)".into(),
-        ));
+        return Err(PlanError::NoLatencyCounters);
     }
     let mut counters = Vec::new();
     for s in knl {
@@ -64,10 +61,14 @@ pub(super) fn latency_counters(
 
 /// `--latency` where the machine has no queues: one line with the reason (exit 2).
 pub(super) fn no_queues(found: &Discovery) -> PlanError {
-    PlanError::BadRequest(format!(
-        "--latency: this machine has no memory-controller queues to measure latency with: {}",
-        found.queues.reason.as_deref().unwrap_or("none found")
-    ))
+    PlanError::NoQueues(
+        found
+            .queues
+            .reason
+            .as_deref()
+            .unwrap_or("none found")
+            .to_string(),
+    )
 }
 
 /// A dropped group of counters: (whether it is the PMU's bandwidth, the PMU, the refusal).

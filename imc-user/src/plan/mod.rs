@@ -303,9 +303,7 @@ fn choose_counters(
         refuse_uncountable(found, &req.events)?;
         let counters = event_counters(&req.events, &found.topology);
         if counters.is_empty() {
-            return Err(PlanError::Unavailable(
-                "-e: no CPU to open the events on (no online CPUs found under --root)".into(),
-            ));
+            return Err(PlanError::NoOnlineCpu);
         }
         let bytes = counters.iter().any(|c| c.bytes_per_count.is_some());
         let source = if bytes || !req.command.samples() {
@@ -336,16 +334,14 @@ fn choose_counters(
             .find(|s| s.backend == w)
             .and_then(|s| s.reason.clone())
             .unwrap_or_else(|| "not found on this machine".into());
-        return Err(PlanError::Unavailable(format!(
-            "--backend {}: unavailable: {why}",
-            w.as_str()
-        )));
+        return Err(PlanError::BackendUnavailable {
+            backend: w.as_str(),
+            why,
+        });
     }
     let why = no_controller_reason(found);
     let Some((name, encs)) = req.stand_in.first() else {
-        return Err(PlanError::Unavailable(format!(
-            "no memory-controller counters ({why}) and no stand-in event encodes here"
-        )));
+        return Err(PlanError::NothingToRead(why));
     };
     let counters = event_counters(&[(name.clone(), encs.clone())], &found.topology);
     Ok((PlanSource::StandIn(name.clone()), None, counters))
@@ -364,7 +360,7 @@ fn refuse_uncountable(
                 &e.pmu,
                 text,
             ) {
-                return Err(PlanError::BadRequest(why));
+                return Err(PlanError::Uncountable(why));
             }
         }
     }
@@ -397,11 +393,7 @@ fn memory_controller<'a>(
             return Ok(None);
         }
         if req.command.samples() && w == BackendKind::IntelClientMchbar {
-            return Err(PlanError::BadRequest(
-                "--backend intel-client-mchbar: the sampler cannot read /dev/mem counters at \
-                 its ticks; use it with imc stat"
-                    .into(),
-            ));
+            return Err(PlanError::NotSampledAtTicks);
         }
         return Ok(Some(s));
     }

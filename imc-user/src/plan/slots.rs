@@ -53,11 +53,10 @@ pub(super) fn assign_slots(
 ) -> Result<Vec<Slot>, PlanError> {
     let mut slots = slots_of(counters, req);
     if slots.len() > MAX_SLOTS {
-        return Err(PlanError::BadRequest(format!(
-            "{} counters to read per tick, at most {MAX_SLOTS} (a package event counts once, \
-             whatever its channels): name fewer with -e",
-            slots.len()
-        )));
+        return Err(PlanError::TooManySlots {
+            have: slots.len(),
+            max: MAX_SLOTS,
+        });
     }
     say_package_sums(&mut slots, counters);
     let nr_package = counters.iter().filter(|c| c.package.is_some()).count();
@@ -161,11 +160,11 @@ pub(super) fn assign_package_readers(
         .filter(|&i| counters[i].package == Some(pkg))
         .collect();
     if in_pkg.len() > MAX_PKG_COUNTERS as usize {
-        return Err(PlanError::BadRequest(format!(
-            "package {pkg}: {} counters, more than the {MAX_PKG_COUNTERS} one reader reads \
-             at a tick: name fewer with -e",
-            in_pkg.len()
-        )));
+        return Err(PlanError::TooManyPackageCounters {
+            package: pkg,
+            have: in_pkg.len(),
+            max: MAX_PKG_COUNTERS,
+        });
     }
     let crowded = crowded_pmus(counters, &in_pkg);
     let readers = if crowded.is_empty() {

@@ -46,11 +46,7 @@ pub fn plan_stacks(
         return overflow(req, period, slots, weights);
     }
     if records != Some(Records::Aggregated) || !kernel_tick {
-        return Err(PlanError::BadRequest(
-            "--stacks takes stacks where the kernel's tick and switches charge slices, adding \
-             no interrupt: drop --freq and --precise, or sample with --stack-period N"
-                .into(),
-        ));
+        return Err(PlanError::StacksOffTheTick);
     }
     let reason = match weights.first() {
         Some(&i) => format!(
@@ -86,16 +82,10 @@ fn overflow(
     weights: Vec<usize>,
 ) -> Result<StackPlan, PlanError> {
     if period == 0 {
-        return Err(PlanError::BadRequest(
-            "--stack-period 0: give the events between two samples, 1 or more".into(),
-        ));
+        return Err(PlanError::StackPeriodZero);
     }
     let Some(&slot) = weights.first() else {
-        return Err(PlanError::BadRequest(
-            "--stack-period samples on a weight counter's overflow, and this plan has none \
-             (--weight cpu-time, or no core counter): use --stacks alone"
-                .into(),
-        ));
+        return Err(PlanError::StackPeriodWithoutWeight);
     };
     let event = slots[slot].event.clone();
     Ok(StackPlan {

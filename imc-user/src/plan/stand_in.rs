@@ -56,10 +56,10 @@ pub fn choose(root: &Path, found: &Discovery) -> Result<StandIn, PlanError> {
         });
     }
     let event = crate::events::resolve(root, "page-faults")
-        .map_err(|e| PlanError::Unavailable(e.to_string()))?
+        .map_err(|e| PlanError::StandIn(Box::new(e)))?
         .into_iter()
         .next()
-        .ok_or_else(|| PlanError::Unavailable("page-faults did not encode".into()))?;
+        .ok_or(PlanError::StandInEmpty)?;
     Ok(StandIn {
         name: "page-faults",
         event,

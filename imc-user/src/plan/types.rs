@@ -69,14 +69,89 @@ pub enum LatencyRequest {
     Queues,
 }
 
+/// Why no plan was made: a request that cannot be met as asked (exit 2, see
+/// [`PlanError::is_bad_request`]), or a machine with nothing to read (exit 1).
 #[derive(Debug, Error, PartialEq)]
 pub enum PlanError {
-    /// The request cannot be met as asked: exit 2.
+    /// An event only sampled or counted per task (IBS, trace or thread IMC) asked to be
+    /// counted CPU-wide: the discovery's sentence why.
     #[error("{0}")]
-    BadRequest(String),
-    /// Nothing on this machine can be read: exit 1.
+    Uncountable(String),
+    #[error(
+        "--backend intel-client-mchbar: the sampler cannot read /dev/mem counters at its ticks; \
+         use it with imc stat"
+    )]
+    NotSampledAtTicks,
+    #[error(
+        "{have} counters to read per tick, at most {max} (a package event counts once, \
+         whatever its channels): name fewer with -e"
+    )]
+    TooManySlots { have: usize, max: usize },
+    #[error(
+        "package {package}: {have} counters, more than the {max} one reader reads at a tick: \
+         name fewer with -e"
+    )]
+    TooManyPackageCounters { package: u32, have: usize, max: u32 },
+    #[error(
+        "--weight {event}: {pmu} counts for a whole package or device, not per CPU: a weight \
+         must be a core or software event each CPU counts for itself"
+    )]
+    WeightNotPerCpu { event: String, pmu: String },
+    #[error("--weight: {weights} weights and {free} free counter slots: name fewer")]
+    TooManyWeights { weights: usize, free: usize },
+    #[error(
+        "--stacks takes stacks where the kernel's tick and switches charge slices, adding no \
+         interrupt: drop --freq and --precise, or sample with --stack-period N"
+    )]
+    StacksOffTheTick,
+    #[error("--stack-period 0: give the events between two samples, 1 or more")]
+    StackPeriodZero,
+    #[error(
+        "--stack-period samples on a weight counter's overflow, and this plan has none \
+         (--weight cpu-time, or no core counter): use --stacks alone"
+    )]
+    StackPeriodWithoutWeight,
+    /// `--latency` where the machine has no memory-controller queues: why none were found.
+    #[error("--latency: this machine has no memory-controller queues to measure latency with: {0}")]
+    NoQueues(String),
+    #[error("-e: no CPU to open the events on (no online CPUs found under --root)")]
+    NoOnlineCpu,
+    #[error("--backend {backend}: unavailable: {why}")]
+    BackendUnavailable { backend: &'static str, why: String },
+    /// No memory controller (why) and no stand-in event.
+    #[error("no memory-controller counters ({0}) and no stand-in event encodes here")]
+    NothingToRead(String),
+    #[error(
+        "--latency needs Knights Landing/Mill memory counters; {backend} is unavailable ({why})"
+    )]
+    LatencyBackendUnavailable { backend: &'static str, why: String },
+    #[error("--latency needs Knights Landing/Mill memory counters (knl-imc, knl-edc)")]
+    NoLatencyCounters,
+    /// The stand-in event could not be read or did not encode.
     #[error("{0}")]
-    Unavailable(String),
+    StandIn(#[source] Box<crate::events::EventError>),
+    #[error("page-faults did not encode")]
+    StandInEmpty,
+}
+
+impl PlanError {
+    /// The request cannot be met as asked (exit 2); else nothing here can be read (exit 1).
+    pub fn is_bad_request(&self) -> bool {
+        use PlanError::*;
+        matches!(
+            self,
+            Uncountable(_)
+                | NotSampledAtTicks
+                | TooManySlots { .. }
+                | TooManyPackageCounters { .. }
+                | WeightNotPerCpu { .. }
+                | TooManyWeights { .. }
+                | StacksOffTheTick
+                | StackPeriodZero
+                | StackPeriodWithoutWeight
+                | NoQueues(_)
+        )
+    }
 }
 
 /// Who reads a counter, and when.

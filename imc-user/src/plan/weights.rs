@@ -104,11 +104,10 @@ fn user_weights(
     for ev in events {
         for enc in &ev.encoded {
             if enc.cpus.is_some() {
-                return Err(PlanError::BadRequest(format!(
-                    "--weight {}: {} counts for a whole package or device, not per CPU: a \
-                     weight must be a core or software event each CPU counts for itself",
-                    ev.text, enc.pmu
-                )));
+                return Err(PlanError::WeightNotPerCpu {
+                    event: ev.text.clone(),
+                    pmu: enc.pmu.clone(),
+                });
             }
             counters.push(weight_counter(
                 &ev.text,
@@ -124,9 +123,10 @@ fn user_weights(
     }
     let slots = distinct_roles(&counters);
     if slots > free {
-        return Err(PlanError::BadRequest(format!(
-            "--weight: {slots} weights and {free} free counter slots: name fewer"
-        )));
+        return Err(PlanError::TooManyWeights {
+            weights: slots,
+            free,
+        });
     }
     let names = |d: Direction| {
         let v: Vec<&str> = events
