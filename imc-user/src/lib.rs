@@ -1,18 +1,23 @@
 //! imc: memory-controller bandwidth, attributed to processes.
 //!
-//! Modules by responsibility (the data flow: discovery → plan → sampler → attribution →
-//! record or output; commands compose them; README, "How it works"):
-//! - [`discovery`]: topology and PMUs from sysfs under a root directory; which backends exist.
-//! - [`events`]: event strings → `perf_event_attr` fields.
-//! - [`sys`]: every syscall edge (perf_event_open, bpf, mmap of /dev/mem), replaceable in tests.
-//! - [`counting`]: userspace counting (perf, MCHBAR) for `imc stat`.
-//! - [`sampler`]: the eBPF tick sampler: load, attach, drain.
-//! - [`symbols`]: sampled call stacks' addresses → frames (ELF, DWARF, perf maps, kallsyms).
-//! - [`attribution`]: counter deltas → tasks; bursts.
-//! - [`record`]: the recording file format.
-//! - [`output`]: tables, JSON lines, CSV, the live view.
-//! - [`commands`]: one module per subcommand, wiring the above together.
-//! - [`text`]: outside text (process names, paths, file contents) made safe to print.
+//! The map, lowest layer first (the data flow: discovery → plan → sampler → attribution →
+//! record or output; commands compose them). A module imports only from layers below its own
+//! (`tests/layers.rs` holds the table and checks every import), and Cargo keeps the simulator
+//! (`imc-sim`) and the benchmarks and tools (`imc-tools`) out of this crate.
+//! 0. [`model`], [`text`], [`settings`]: the shared types (slots, results, stacks, hardware),
+//!    outside text made safe to print, every environment variable read once.
+//! 1. [`sys`]: every syscall behind a trait that tests can replace.
+//! 2. [`discovery`]: topology, PMUs, backends, cgroups and resctrl under a root directory.
+//! 3. [`events`]: event strings → `perf_event_attr` fields.
+//! 4. [`plan`]: which counters, slots, readers, weights and stacks a command uses, and why.
+//! 5. [`counting`], [`sampler`], [`symbols`]: userspace counting for `imc stat`; the eBPF
+//!    sampler (load, attach, drain), the userspace half of `imc-ebpf`; addresses → frames.
+//! 6. [`attribution`]: counter deltas and records → tasks, packages, bursts, stacks.
+//! 7. [`pipeline`]: the sampler drained into the attributor on the interval clock, to a sink.
+//! 8. [`record`], [`output`], [`web`]: the recording format; tables, JSON, CSV, Prometheus,
+//!    Perfetto, profiles and the live view; `imc serve`'s HTTP(S) server.
+//! 9. [`cli`], [`error`]: the command line's arguments, and its errors' one exit-code mapping.
+//! 10. [`commands`]: one module per subcommand, wiring the above together.
 pub mod attribution;
 pub mod cli;
 pub mod commands;
