@@ -11,7 +11,8 @@
 //! - at most [`connection_limit`] connections at once, below the open-file limit. At the limit
 //!   a new connection gets in as soon as another has been heard out: a connection is never
 //!   closed to make room before imc has read what its client sent first and answered its first
-//!   request (or found it sent nothing yet), so a scraper on a new connection is answered
+//!   request (or its client has sent no request for [`QUIET_GRACE`] since it connected), so a
+//!   scraper on a new connection is answered
 //!   however fast other clients connect; the new connection waits (unread, the rest in the
 //!   kernel's accept queue behind it) until one has been heard out. It takes the place of
 //!   another, chosen in this order:
@@ -90,10 +91,28 @@ struct ConnState {
     pipelined: AtomicBool,
     /// Requests taken up, so far.
     requests: AtomicU64,
-    /// Heard out: its first request was answered, or a read found nothing to read before any
-    /// request came. Until then it is never closed to make room.
+    /// Its first request was answered. Until then, or until [`QUIET_GRACE`] has passed with no
+    /// request (see [`ConnState::heard_out`]), it is never closed to make room.
     heard: AtomicBool,
+    opened: Opened,
 }
+
+/// When a connection was accepted.
+struct Opened(Instant);
+
+impl Default for Opened {
+    fn default() -> Self {
+        Opened(Instant::now())
+    }
+}
+
+/// How long a new connection may send nothing whole (no request taken up) and still be
+/// heard out before it can be closed to make room. A client writes its request right after
+/// connecting, but on a loaded machine that write can come well after imc's first read of
+/// the connection: a connection is not taken for an idle one because its request had not
+/// arrived at that read, only once its client has said nothing for this long (idle and
+/// byte-dripping connections still go long before the header timeout closes them).
+const QUIET_GRACE: Duration = Duration::from_secs(1);
 
 impl ConnState {
     /// The order connections make room in, lowest first: stalled ones, then those never
@@ -105,6 +124,14 @@ impl ConnState {
             self.scraped.load(Ordering::Relaxed) && !pipelined,
             self.answering.load(Ordering::Relaxed) > 0,
         )
+    }
+
+    /// Heard out: its first request was answered, or it has been open [`QUIET_GRACE`] without
+    /// sending one.
+    fn heard_out(&self) -> bool {
+        self.heard.load(Ordering::Relaxed)
+            || (self.requests.load(Ordering::Relaxed) == 0
+                && self.opened.0.elapsed() >= QUIET_GRACE)
     }
 
     /// A request is taken up: pipelined if no read brought bytes since the one before.
@@ -146,7 +173,7 @@ impl Table {
                 .iter()
                 .filter(|(_, (_, task))| !task.is_finished())
         };
-        let heard = |state: &ConnState| state.heard.load(Ordering::Relaxed);
+        let heard = |state: &ConnState| state.heard_out();
         // min_by_key keeps the first of equals: the oldest.
         let victim = live()
             .filter(|(_, (state, _))| heard(state))
@@ -462,13 +489,7 @@ impl<S: AsyncRead + Unpin> AsyncRead for Deadlined<S> {
         let before = buf.filled().len();
         let this = &mut *self;
         match Pin::new(&mut this.inner).poll_read(cx, buf) {
-            Poll::Pending => {
-                if this.state.requests.load(Ordering::Relaxed) == 0 {
-                    // Nothing (more) sent before a request: nothing to hear out.
-                    this.state.heard.store(true, Ordering::Relaxed);
-                }
-                waiting(&mut this.read_deadline, "sent", cx)
-            }
+            Poll::Pending => waiting(&mut this.read_deadline, "sent", cx),
             Poll::Ready(r) => {
                 if buf.filled().len() > before {
                     this.read_deadline = None;
@@ -640,6 +661,62 @@ mod tests {
             states[0].heard.store(true, Ordering::Relaxed);
             assert!(t.evict_one());
             assert_eq!(t.live.keys().copied().collect::<Vec<_>>(), [1]);
+        });
+    }
+
+    #[test]
+    fn a_connection_that_has_sent_nothing_yet_is_spared_for_the_grace_then_may_go() {
+        // A scraper's request can arrive after imc's first read of its connection: a read
+        // that finds nothing does not make it an idle one.
+        let fresh = Arc::new(ConnState::default());
+        let quiet = ConnState::default();
+        let Some(then) = Instant::now().checked_sub(QUIET_GRACE) else {
+            return;
+        };
+        let quiet = Arc::new(ConnState {
+            opened: Opened(then),
+            ..quiet
+        });
+        assert!(!fresh.heard_out());
+        assert!(quiet.heard_out());
+        // One that sent a request is heard out when it is answered, however long it has been.
+        quiet.request();
+        assert!(!quiet.heard_out());
+        let states = [fresh.clone()];
+        with_table(&states, |t| {
+            assert!(
+                !t.evict_one(),
+                "closed a connection whose request may be on its way"
+            );
+        });
+    }
+
+    #[test]
+    fn a_read_that_finds_the_request_not_yet_sent_does_not_make_room_of_the_connection() {
+        // imc's first read of a new connection can come before its client's request does (the
+        // client's write after connect is late on a loaded machine): that connection is a
+        // scraper on its way, and must not be closed for the next newcomer.
+        use tokio::io::AsyncReadExt;
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let (mut client, server) = tokio::io::duplex(4096);
+            let state = Arc::new(ConnState::default());
+            let mut conn = Deadlined::new(server, state.clone());
+            let mut buf = [0u8; 64];
+            let read = tokio::time::timeout(Duration::from_millis(20), conn.read(&mut buf)).await;
+            assert!(read.is_err(), "read something nobody sent");
+            assert!(
+                !state.heard_out(),
+                "a read that found nothing heard the connection out"
+            );
+            client
+                .write_all(b"GET /metrics HTTP/1.1\r\n\r\n")
+                .await
+                .unwrap();
+            assert!(conn.read(&mut buf).await.unwrap() > 0);
         });
     }
 
