@@ -78,12 +78,29 @@ pub(super) struct Counts {
     pub(super) intervals: Vec<IntervalRow>,
 }
 
+/// The intervals judged apart, as ranges of `n` sampled ones: each of the first `whole` on its
+/// own, and the last of those with every one after it. The run is `whole` intervals long; what
+/// is sampled after them (the workloads' last milliseconds before the freeze lands, then the
+/// settle, when they make nothing) is the end of the last one, not intervals of its own: a few
+/// counts placed across that end would otherwise be judged against the nearly empty total of
+/// a tail that no workload ran through.
+pub(super) fn judged_spans(n: usize, whole: usize) -> Vec<std::ops::Range<usize>> {
+    let whole = whole.clamp(1, n.max(1));
+    let mut spans: Vec<std::ops::Range<usize>> = (0..whole.min(n)).map(|i| i..i + 1).collect();
+    if let Some(last) = spans.last_mut() {
+        last.end = n;
+    }
+    spans
+}
+
 /// Per interval and workload, the truth (the kernel's count between the interval's ends)
-/// against what the attributor charged the workload's tasks.
+/// against what the attributor charged the workload's tasks; the intervals past the run's
+/// `whole` ones are judged with its last ([`judged_spans`]).
 pub(super) fn compare(
     events: &[TruthEvent],
     idents: &[Ident],
     intervals: &[IntervalResult],
+    whole: usize,
     truth_at: impl Fn(u64) -> Vec<Vec<f64>>,
 ) -> Counts {
     let mut rows: Vec<WorkloadRow> = idents
@@ -98,10 +115,28 @@ pub(super) fn compare(
         })
         .collect();
     let mut out = Vec::new();
-    for (index, r) in intervals.iter().enumerate() {
-        let (t0, t1) = (truth_at(r.t_start_ns), truth_at(r.t_end_ns));
-        let (attributed, all) = charged(events, idents, r);
-        let totals = event_totals(events, r, &all);
+    for span in judged_spans(intervals.len(), whole) {
+        let (index, sampled) = (span.start, &intervals[span]);
+        let (t_start_ns, t_end_ns) = (sampled[0].t_start_ns, sampled[sampled.len() - 1].t_end_ns);
+        let (t0, t1) = (truth_at(t_start_ns), truth_at(t_end_ns));
+        let mut attributed = vec![vec![0.0; events.len()]; idents.len()];
+        let mut totals: Vec<EventTotals> = Vec::new();
+        for r in sampled {
+            let (a, all) = charged(events, idents, r);
+            for (sum, add) in attributed.iter_mut().flatten().zip(a.iter().flatten()) {
+                *sum += add;
+            }
+            let t = event_totals(events, r, &all);
+            if totals.is_empty() {
+                totals = t;
+            } else {
+                for (sum, add) in totals.iter_mut().zip(t) {
+                    sum.total += add.total;
+                    sum.attributed += add.attributed;
+                    sum.unattributed += add.unattributed;
+                }
+            }
+        }
         let mut cells = Vec::new();
         for (w, ident) in idents.iter().enumerate() {
             for (k, e) in events.iter().enumerate() {
@@ -130,8 +165,8 @@ pub(super) fn compare(
         }
         out.push(IntervalRow {
             index,
-            t_start_ns: r.t_start_ns,
-            t_end_ns: r.t_end_ns,
+            t_start_ns,
+            t_end_ns,
             events: totals,
             workloads: cells,
         });

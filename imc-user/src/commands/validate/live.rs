@@ -109,7 +109,9 @@ pub(super) fn run_live(
         intervals.len()
     );
     let idents = idents_of(&wl, &truth);
-    let counts = compare(events, &idents, &intervals, |t| truth.at(t));
+    // The intervals the workloads ran through: --duration on the interval clock.
+    let whole = (args.duration * 1000.0 / args.interval_ms.max(1) as f64).ceil() as usize;
+    let counts = compare(events, &idents, &intervals, whole, |t| truth.at(t));
     let byte_rows = bytes
         .real
         .then(|| byte_rows(plan, events, kinds, &idents, &passes, &intervals, &truth));

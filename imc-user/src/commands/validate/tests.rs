@@ -1,5 +1,5 @@
 use super::bytes::{KernelBytes, fidelity_of};
-use super::counts::{Bound, Ident, compare, count_bounds};
+use super::counts::{Bound, Ident, compare, count_bounds, judged_spans};
 use super::truth::TruthEvent;
 use super::*;
 use crate::model::result::IntervalResult;
@@ -113,7 +113,7 @@ fn errors_are_per_interval_over_its_total_and_children_count_by_their_truth() {
             400.0,
         ),
     ];
-    let c = compare(&events, &idents(), &intervals, truth_at);
+    let c = compare(&events, &idents(), &intervals, usize::MAX, truth_at);
     let toucher = &c.workloads[0];
     assert_eq!((toucher.truth, toucher.attributed), (2000.0, 1980.0));
     assert!((toucher.error - 20.0 / 2000.0).abs() < 1e-12);
@@ -168,7 +168,7 @@ fn a_shortfall_imc_said_it_could_not_place_is_allowed_an_excess_never() {
             200.0,
         ),
     ];
-    let c = compare(&events, &idents(), &intervals, truth_at);
+    let c = compare(&events, &idents(), &intervals, usize::MAX, truth_at);
     let cell = |i: usize| &c.intervals[i].workloads[0];
     assert_eq!((cell(0).error, cell(0).error_raw), (0.0, 0.1));
     assert_eq!((cell(1).error, cell(1).error_raw), (0.05, 0.15));
@@ -185,8 +185,50 @@ fn without_the_truths_processes_a_task_of_a_workloads_name_is_its_child() {
     let mut ids = idents();
     ids[1].processes = None;
     let r = second(0, vec![task(78, "imcv-burst", 50.0)], 50.0, 0.0);
-    let c = compare(&[ev("page-faults")], &ids, &[r], truth_at);
+    let c = compare(&[ev("page-faults")], &ids, &[r], usize::MAX, truth_at);
     assert_eq!(c.workloads[1].attributed, 50.0);
+}
+
+#[test]
+fn what_is_sampled_after_the_runs_whole_intervals_is_judged_with_the_last() {
+    // Two whole seconds, then the tail drained before the freeze landed and the settle: 10 of
+    // the toucher's faults are placed across the end of second 1, a tenth of the tail's total.
+    let events = [ev("page-faults")];
+    let intervals = vec![
+        second(0, vec![task(10, "imcv-toucher", 1000.0)], 1000.0, 0.0),
+        second(1, vec![task(10, "imcv-toucher", 990.0)], 990.0, 0.0),
+        interval(
+            2_000_000_000,
+            2_100_000_000,
+            vec![task(10, "imcv-toucher", 110.0)],
+            110.0,
+            0.0,
+        ),
+    ];
+    let apart = compare(&events, &idents(), &intervals, usize::MAX, truth_at);
+    assert!(
+        apart.workloads[0].error > 0.09,
+        "{}",
+        apart.workloads[0].error
+    );
+    let c = compare(&events, &idents(), &intervals, 2, truth_at);
+    let toucher = &c.workloads[0];
+    assert_eq!((toucher.truth, toucher.attributed), (2100.0, 2100.0));
+    assert_eq!(toucher.error, 0.0);
+    let ends: Vec<(usize, u64, u64)> = c
+        .intervals
+        .iter()
+        .map(|r| (r.index, r.t_start_ns, r.t_end_ns))
+        .collect();
+    assert_eq!(
+        ends,
+        [(0, 0, 1_000_000_000), (1, 1_000_000_000, 2_100_000_000)]
+    );
+    assert_eq!(c.intervals[1].events[0].total, 1100.0);
+    // A run cut short has fewer intervals than it was to have: each is judged apart.
+    assert_eq!(judged_spans(2, 5), [0..1, 1..2]);
+    assert_eq!(judged_spans(13, 10).last(), Some(&(9..13)));
+    assert!(judged_spans(0, 5).is_empty());
 }
 
 #[test]
@@ -196,7 +238,7 @@ fn a_leak_breaks_conservation_and_names_the_interval() {
         second(0, vec![task(10, "imcv-toucher", 1000.0)], 1000.0, 0.0),
         second(1, vec![task(10, "imcv-toucher", 1000.0)], 1500.0, 0.0),
     ];
-    let c = compare(&events, &idents(), &intervals, truth_at);
+    let c = compare(&events, &idents(), &intervals, usize::MAX, truth_at);
     let b = count_bounds(&events, &c);
     let cons = bound(&b, "conservation");
     assert_eq!(cons.pass, Some(false));
