@@ -215,21 +215,20 @@ fn validate(args: &[&str]) -> (Option<i32>, Value, String) {
 /// How closely a run at some interval is held to its truth.
 #[derive(Clone, Copy, PartialEq, Debug)]
 enum Held {
-    /// Every interval, the first included, within the bound, nothing unattributed allowed
-    /// (`error_raw`): the attribution target. Met on this VM wherever the records place each count
-    /// in time to well within an interval: spans across an interval end are split by time, an
-    /// interval waits for the CPUs' records past its end, and the program ends its aggregates'
-    /// flush periods at each interval end (the interval clock), so at 1 s every run measured within
-    /// 0.007 (page-faults), and at 100 ms a record per switch within 0.004 (page-faults).
-    EveryInterval,
-    /// Every interval within the bound, once what imc itself said it could not place that
-    /// interval (its unattributed count) is allowed for a workload it charged too little:
-    /// nothing may be charged to the wrong task or the wrong interval, and what is missing
-    /// must be said. The counts this VM hides: its guest agent's threads are switched out
-    /// without a sched_switch the program sees (15-25 a second, measured with -v), and a
-    /// slice run after such an unseen switch is no known task's. Measured at 100 ms, with the
-    /// interval clock: aggregated page-faults beyond the unattributed ≤ 0.0013 (0.043 without
-    /// the allowance in one run of three).
+    /// Every interval, the first included, within the bound, once what imc itself said it could
+    /// not place that interval (its unattributed count) is allowed for a workload it charged too
+    /// little: nothing may be charged to the wrong task or the wrong interval, and what is
+    /// missing must be said. The counts this VM hides: its guest agent's threads are switched
+    /// out without a sched_switch anyone sees (`perf record -e sched:sched_switch -a` misses
+    /// the same switches: 10 of 1,210 in 3 s, each out of a `tokio-rt-worker`), and the slice
+    /// run after such a switch, up to the next tick, is no known task's, in every mode. Spans
+    /// across an interval end are split by time, an interval waits for the CPUs' records past
+    /// its end, and the program ends its aggregates' flush periods at each interval end (the
+    /// interval clock). Measured at 100 ms beside two CPU hogs and a page faulter, per switch:
+    /// beyond the unattributed 0.0000-0.0005 in 15 runs, and without the allowance 0.053 in
+    /// one of them (the toucher short 1,162 faults of an interval's 21,880, with 1,185 said
+    /// unattributed); aggregated beyond the unattributed ≤ 0.0013 (0.043 without the allowance
+    /// in one run of three). At 1 s an unseen slice is a tenth of that share.
     EveryIntervalSaid,
     /// The whole run within the bound, not each interval. cpu-clock at 100 ms: 0.008-0.017 in
     /// the worst interval on a quiet machine, 0.023 once under the whole suite's load (a
@@ -286,8 +285,8 @@ fn worst_said(intervals: &[Value], name: &str, event: &str) -> f64 {
 
 /// Runs validate at `interval` ms for page-faults and cpu-clock, aggregated and per switch,
 /// beside the faulter, and checks each workload's figures against its truth, each mode as
-/// closely as `held(event, precise)` says.
-fn live_at(interval: &str, duration: &str, held: fn(&str, bool) -> Held) {
+/// closely as `held(event)` says.
+fn live_at(interval: &str, duration: &str, held: fn(&str) -> Held) {
     if !sampler_prerequisites() {
         return;
     }
@@ -305,7 +304,7 @@ fn live_at(interval: &str, duration: &str, held: fn(&str, bool) -> Held) {
             }
             let (code, v, stderr) = validate(&args);
             let ev = event.unwrap_or("page-faults");
-            let held = held(ev, precise);
+            let held = held(ev);
             assert_eq!(
                 v["records"],
                 if precise { "per-switch" } else { "aggregated" }
@@ -346,7 +345,6 @@ fn live_at(interval: &str, duration: &str, held: fn(&str, bool) -> Held) {
                 .sum();
             for r in rows {
                 let err = match held {
-                    Held::EveryInterval => r["error_raw"].as_f64().unwrap(),
                     Held::EveryIntervalSaid => {
                         worst_said(intervals, r["name"].as_str().unwrap(), ev)
                     }
@@ -361,8 +359,9 @@ fn live_at(interval: &str, duration: &str, held: fn(&str, bool) -> Held) {
                 }
                 if err > bound {
                     failures.push(format!(
-                        "{args:?}: {} error {err:.4} > {bound} ({held:?}, interval {}; truth {}, attributed {})",
-                        r["name"], r["worst_interval"], r["truth"], r["attributed"]
+                        "{args:?}: {} error {err:.4} > {bound} ({held:?}, interval {}; truth {}, \
+                         attributed {}, error without the allowance {})",
+                        r["name"], r["worst_interval"], r["truth"], r["attributed"], r["error_raw"]
                     ));
                 }
                 if r["truth"] == 0.0 && r["attributed"].as_f64().unwrap() > 10.0 {
@@ -395,7 +394,7 @@ fn live_at(interval: &str, duration: &str, held: fn(&str, bool) -> Held) {
                 .all(|b| b["pass"] != false);
             assert_eq!(v["pass"], all_ok, "{args:?}");
             assert_eq!(code, Some(if all_ok { 0 } else { 1 }), "{args:?}: {stderr}");
-            if held == Held::EveryInterval {
+            if held == Held::EveryIntervalSaid {
                 assert!(all_ok, "{args:?}: outside its bounds: {stderr}");
             }
         }
@@ -405,9 +404,9 @@ fn live_at(interval: &str, duration: &str, held: fn(&str, bool) -> Held) {
 
 #[test]
 fn live_at_one_second_each_task_is_charged_its_truth_in_every_interval() {
-    live_at("1000", "2", |ev, _| {
+    live_at("1000", "2", |ev| {
         if ev == "page-faults" {
-            Held::EveryInterval
+            Held::EveryIntervalSaid
         } else {
             // cpu-clock's worst interval is 0.006-0.013 on a quiet machine but reached 0.0201
             // (a short-lived burst process) once under the whole suite's load: held over the
@@ -419,16 +418,15 @@ fn live_at_one_second_each_task_is_charged_its_truth_in_every_interval() {
 
 #[test]
 fn live_at_100_ms_each_task_is_charged_its_truth_in_every_interval() {
-    live_at("100", "1", |ev, precise| match (ev, precise) {
-        ("page-faults", true) => Held::EveryInterval,
-        ("page-faults", false) => Held::EveryIntervalSaid,
+    live_at("100", "1", |ev| match ev {
+        "page-faults" => Held::EveryIntervalSaid,
         _ => Held::WholeRun,
     });
 }
 
 #[test]
 fn live_at_10_ms_each_task_is_charged_its_truth_over_the_run() {
-    live_at("10", "1", |ev, _| {
+    live_at("10", "1", |ev| {
         if ev == "page-faults" {
             Held::WholeRun
         } else {
