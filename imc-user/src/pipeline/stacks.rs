@@ -6,7 +6,8 @@
 //! its binaries. A drain's batch is handed on once every stack it names is resolved, in drain
 //! order; the run's end waits for the last ones.
 use crate::model::stacks::{
-    Frame, LOST_STACK_FRAME, StackBatch, StackCharge, TRUNCATED_FRAME, UNRESOLVED_FRAME,
+    Frame, LOST_STACK_FRAME, OWN_STACK_FRAME, StackBatch, StackCharge, TRUNCATED_FRAME,
+    UNRESOLVED_FRAME,
 };
 use crate::sampler::RecordSource;
 use crate::sampler::stacks::StackEntry;
@@ -93,6 +94,8 @@ pub struct StackResolver {
     entries: Vec<StackEntry>,
     nr_slots: usize,
     dropped_before: u64,
+    /// imc's own process, whose stacks are one frame, never resolved ([`OWN_STACK_FRAME`]).
+    own: u32,
 }
 
 impl StackResolver {
@@ -132,6 +135,7 @@ impl StackResolver {
             entries: Vec::new(),
             nr_slots,
             dropped_before: 0,
+            own: std::process::id(),
         }
     }
 
@@ -184,6 +188,13 @@ impl StackResolver {
         kernel: Option<Vec<u64>>,
         kernel_asked: bool,
     ) -> Key {
+        if tgid == self.own {
+            let key = (tgid, 0, 0);
+            self.cache
+                .entry(key)
+                .or_insert_with(|| vec![Frame::marker(OWN_STACK_FRAME)].into());
+            return key;
+        }
         let key = (
             tgid,
             stack_name(true, &user),
@@ -339,5 +350,118 @@ impl FrameSource for crate::symbols::Symbolizer {
     }
     fn prepare(&mut self, tgid: u32, maps: &[u8], exe: Option<(u64, u64)>) {
         crate::symbols::Symbolizer::prepare(self, tgid, maps, exe);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::SlotSpec;
+    use crate::sampler::ChannelReading;
+    use imc_common::{Record, StackKey};
+    use std::path::Path;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// A sampler that has only stack entries to drain.
+    struct Entries(Vec<StackEntry>);
+
+    impl RecordSource for Entries {
+        fn slots(&self) -> &[SlotSpec] {
+            &[]
+        }
+        fn drain_append(&mut self, _out: &mut Vec<Record>) -> usize {
+            0
+        }
+        fn lost_records(&self) -> u64 {
+            0
+        }
+        fn read_idle_packages(
+            &mut self,
+            _all: bool,
+            _f: impl FnMut(u32, usize, u64, u64),
+        ) -> usize {
+            0
+        }
+        fn read_channels(&self) -> Vec<ChannelReading> {
+            Vec::new()
+        }
+        fn take_wakes(&mut self) -> Vec<u32> {
+            Vec::new()
+        }
+        fn drain_stacks(&mut self, out: &mut Vec<StackEntry>) -> usize {
+            let n = self.0.len();
+            out.append(&mut self.0);
+            n
+        }
+    }
+
+    /// Names every address `f<hex>`, counting the user stacks it is asked for.
+    struct Named(Arc<AtomicUsize>);
+
+    impl FrameSource for Named {
+        fn user_frames(&mut self, _tgid: u32, addrs: &[u64]) -> Vec<Frame> {
+            self.0.fetch_add(1, Ordering::Relaxed);
+            addrs
+                .iter()
+                .map(|a| Frame::marker(&format!("f{a:x}")))
+                .collect()
+        }
+        fn kernel_frames(&mut self, addrs: &[u64]) -> Vec<Frame> {
+            addrs
+                .iter()
+                .map(|a| Frame::marker(&format!("k{a:x}")))
+                .collect()
+        }
+    }
+
+    fn entry(tgid: u32, user: &[u64]) -> StackEntry {
+        StackEntry {
+            key: StackKey {
+                tgid,
+                user_stack: 1,
+                kernel_stack: NO_STACK,
+                ..Default::default()
+            },
+            counts: StackCounts {
+                slices: 1,
+                ..Default::default()
+            },
+            user: Some(user.to_vec()),
+            kernel: None,
+        }
+    }
+
+    #[test]
+    fn imcs_own_stacks_are_one_frame_and_never_resolved() {
+        let asked = Arc::new(AtomicUsize::new(0));
+        let source = Named(asked.clone());
+        let mut r = StackResolver::new(Box::new(move || Box::new(source)), 0, Path::new("/"));
+        let me = std::process::id();
+        let other = me.wrapping_add(1);
+        let mut src = Entries(vec![
+            entry(me, &[0x10, 0x20]),
+            entry(me, &[0x30]),
+            entry(other, &[0x40]),
+        ]);
+        let mut batches = r.drain(&mut src, 1);
+        batches.extend(r.finish());
+        let charges: Vec<(u32, Vec<String>)> = batches
+            .iter()
+            .flat_map(|b| &b.charges)
+            .map(|c| (c.tgid, c.frames.iter().map(Frame::label).collect()))
+            .collect();
+        assert_eq!(
+            charges,
+            [
+                (me, vec![OWN_STACK_FRAME.to_string()]),
+                (me, vec![OWN_STACK_FRAME.to_string()]),
+                (other, vec!["f40".to_string()]),
+            ]
+        );
+        assert_eq!(
+            asked.load(Ordering::Relaxed),
+            1,
+            "resolved imc's own stacks"
+        );
     }
 }
