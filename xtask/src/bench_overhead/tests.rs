@@ -28,6 +28,7 @@ fn work(elapsed_s: f64, loc: u64, runs: u64) -> Work {
         bare_runs: 0,
         bare_run_s: 0.0,
         drained: None,
+        warmup_parent_cpu_s: None,
     }
 }
 
@@ -44,6 +45,12 @@ fn parses_the_workload_line() {
     assert_eq!(w.parent_cpu_s, 0.015);
     assert_eq!(w.bpf_runs, 3001);
     assert_eq!(w.bpf_run_s, 0.0024);
+    assert_eq!(w.warmup_parent_cpu_s, None);
+    let warmed = parse_work(&out.replace(
+        "\n",
+        " warmup_ns=1500000000 warmup_parent_cpu_ns=104000000\n",
+    ));
+    assert_eq!(warmed.unwrap().warmup_parent_cpu_s, Some(0.104));
     // Without the probe figures the line is refused: the check that imc sampled needs them.
     assert!(parse_work("imc-workload: elapsed_ns=1 cpu_ns=1 loc=1\n").is_err());
     assert!(parse_work("").is_err());

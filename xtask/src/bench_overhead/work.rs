@@ -24,6 +24,8 @@ pub(super) struct Work {
     pub(super) bare_run_s: f64,
     /// Under imc: records it drained from the kernel's rings over its whole run (its summary).
     pub(super) drained: Option<u64>,
+    /// With a warm-up before the window: the parent's CPU over it.
+    pub(super) warmup_parent_cpu_s: Option<f64>,
 }
 
 impl Work {
@@ -70,6 +72,7 @@ pub(super) fn parse_work(stdout: &str) -> Result<Work> {
         bare_runs: get("bare_runs").unwrap_or(0),
         bare_run_s: get("bare_run_ns").unwrap_or(0) as f64 / 1e9,
         drained: None,
+        warmup_parent_cpu_s: get("warmup_parent_cpu_ns").ok().map(|n| n as f64 / 1e9),
     })
 }
 
