@@ -9,10 +9,11 @@
 //! drain, so its packets over the run are its traffic over the quantum, rounded once. A
 //! descriptor track named `callstack samples: one per Q UNIT` says the quantum.
 //!
-//! Encoding (Perfetto's profiling protos): one packet on a sequence of its own
-//! ([`SEQUENCE`]) clears the sequence's incremental state and interns every function name,
-//! module path, build ID, mapping (one per module), frame (one per profile frame) and
-//! callstack (one per profile stack, root frame first, as Perfetto orders them); then one
+//! Encoding (Perfetto's profiling protos): on a sequence of its own ([`SEQUENCE`]), the first
+//! packet clears the sequence's incremental state, and it and the packets after it intern every
+//! function name, module path, build ID, mapping (one per module), frame (one per profile
+//! frame) and callstack (one per profile stack, root frame first, as Perfetto orders them), a
+//! few thousand frames or stacks a packet; then one
 //! `PerfSample` per quantum, its `pid` and `tid` the process, its `callstack_iid` the stack.
 //! Packets of one drain are spread evenly over the time since the drain before it.
 use super::common::{Stacks, count_name};
@@ -60,7 +61,7 @@ pub fn for_each_packet<E>(
     }
     let q = quantum(total);
     f(quantum_track(q, &count_name(&profile.sample_types)))?;
-    f(interned(profile))?;
+    for_each_interned(profile, INTERNED_PER_PACKET, &mut f)?;
     let mut carried = vec![0.0f64; profile.samples.len()];
     let mut drains: Vec<u64> = placed.iter().map(|p| p.t_ns).collect();
     drains.dedup();
@@ -127,7 +128,8 @@ fn sample_packet(t_ns: u64, tgid: u32, stack: u32) -> TracePacket {
     p
 }
 
-/// Interned strings, numbered from 1 in the order first asked.
+/// Interned strings, numbered from 1 in the order first asked; `out` holds those not written
+/// yet.
 #[derive(Default)]
 struct Strings {
     ids: HashMap<String, u64>,
@@ -139,7 +141,8 @@ impl Strings {
         if let Some(&id) = self.ids.get(s) {
             return id;
         }
-        let id = self.out.len() as u64 + 1;
+        // Numbered by all asked so far: `out` is emptied at each packet written.
+        let id = self.ids.len() as u64 + 1;
         let mut i = InternedString::new();
         i.set_iid(id);
         i.set_str(s.as_bytes().to_vec());
@@ -149,23 +152,35 @@ impl Strings {
     }
 }
 
-/// The packet interning every frame and stack of `profile`: frame `i` (the unresolved marker
-/// last) has iid `i + 1`, stack `i` iid `i + 1`.
-fn interned(profile: &StackProfile) -> TracePacket {
-    let stacks = Stacks::new(profile);
-    let (mut names, mut paths, mut builds) = <(Strings, Strings, Strings)>::default();
-    let mut mappings: HashMap<(String, String), u64> = HashMap::new();
-    let mut data = InternedData::new();
-    for slot in 0..stacks.slot_count() {
-        let f = stacks.frame(slot);
+/// Frames, or callstacks, interned per packet: the interned data is made and written a part at
+/// a time (a million stacks interned in one message held 160 MB more than the profile).
+const INTERNED_PER_PACKET: usize = 4096;
+
+/// The sequence's interned data as it is made: what was interned so far, and the part not yet
+/// written.
+#[derive(Default)]
+struct Interner {
+    names: Strings,
+    paths: Strings,
+    builds: Strings,
+    mappings: HashMap<(String, String), u64>,
+    data: InternedData,
+    written: bool,
+}
+
+impl Interner {
+    /// Interns profile frame `slot` (and its mapping and strings, where new) as iid `slot + 1`.
+    fn frame(&mut self, slot: usize, f: &crate::model::stacks::Frame) {
         let module = match (f.kind, &f.module) {
             (_, Some(m)) => m.clone(),
             (FrameKind::Kernel, None) => "[kernel.kallsyms]".to_string(),
             (_, None) => "[unknown]".to_string(),
         };
         let build = f.build_id.clone().unwrap_or_default();
-        let next = mappings.len() as u64 + 1;
-        let mapping = *mappings
+        let next = self.mappings.len() as u64 + 1;
+        let (paths, builds, data) = (&mut self.paths, &mut self.builds, &mut self.data);
+        let mapping = *self
+            .mappings
             .entry((module.clone(), build.clone()))
             .or_insert_with(|| {
                 let mut m = Mapping::new();
@@ -180,25 +195,63 @@ fn interned(profile: &StackProfile) -> TracePacket {
             });
         let mut pf = PFrame::new();
         pf.set_iid(slot as u64 + 1);
-        pf.set_function_name_id(names.id(&f.label()));
+        pf.set_function_name_id(self.names.id(&f.label()));
         pf.set_mapping_id(mapping);
         pf.set_rel_pc(f.offset);
-        data.frames.push(pf);
+        self.data.frames.push(pf);
+    }
+
+    /// The part not yet written, as one packet: the first clears the sequence's incremental
+    /// state, the others add to it.
+    fn packet(&mut self) -> TracePacket {
+        let mut data = std::mem::take(&mut self.data);
+        data.function_names = std::mem::take(&mut self.names.out);
+        data.mapping_paths = std::mem::take(&mut self.paths.out);
+        data.build_ids = std::mem::take(&mut self.builds.out);
+        let mut p = packet();
+        if self.written {
+            p.set_sequence_flags(SequenceFlags::SEQ_NEEDS_INCREMENTAL_STATE as u32);
+        } else {
+            p.set_sequence_flags(SequenceFlags::SEQ_INCREMENTAL_STATE_CLEARED as u32);
+            p.set_first_packet_on_sequence(true);
+        }
+        self.written = true;
+        p.interned_data = Some(data).into();
+        p
+    }
+}
+
+/// The packets interning every frame and stack of `profile`, `per_packet` frames or stacks a
+/// packet, each handed to `f` as it is made: frame `i` (the unresolved marker last) has iid
+/// `i + 1`, stack `i` iid `i + 1`, every frame interned before the first stack.
+fn for_each_interned<E>(
+    profile: &StackProfile,
+    per_packet: usize,
+    mut f: impl FnMut(TracePacket) -> Result<(), E>,
+) -> Result<(), E> {
+    let stacks = Stacks::new(profile);
+    let per_packet = per_packet.max(1);
+    let mut interner = Interner::default();
+    for slot in 0..stacks.slot_count() {
+        interner.frame(slot, stacks.frame(slot));
+        if interner.data.frames.len() >= per_packet {
+            f(interner.packet())?;
+        }
     }
     for i in 0..profile.stacks.len() as u32 {
         let mut c = Callstack::new();
         c.set_iid(u64::from(i) + 1);
         c.frame_ids = stacks.slots(i).rev().map(|s| s as u64 + 1).collect();
-        data.callstacks.push(c);
+        interner.data.callstacks.push(c);
+        if interner.data.callstacks.len() >= per_packet {
+            f(interner.packet())?;
+        }
     }
-    data.function_names = names.out;
-    data.mapping_paths = paths.out;
-    data.build_ids = builds.out;
-    let mut p = packet();
-    p.set_sequence_flags(SequenceFlags::SEQ_INCREMENTAL_STATE_CLEARED as u32);
-    p.set_first_packet_on_sequence(true);
-    p.interned_data = Some(data).into();
-    p
+    let d = &interner.data;
+    if !interner.written || !d.frames.is_empty() || !d.callstacks.is_empty() {
+        f(interner.packet())?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -246,19 +299,22 @@ mod tests {
         let mut names = HashMap::new();
         let mut frames = HashMap::new();
         let mut stacks = HashMap::new();
+        let mut mappings = std::collections::HashSet::new();
         let (mut counts, mut times) = (HashMap::new(), Vec::new());
         for p in packets {
             if let Some(d) = p.interned_data.as_ref() {
+                let first = mappings.is_empty() && frames.is_empty() && stacks.is_empty();
                 assert_eq!(
                     p.sequence_flags(),
-                    1,
-                    "the interning packet clears the state"
+                    if first { 1 } else { 2 },
+                    "the first interning packet clears the state, the others add to it"
                 );
                 for s in &d.function_names {
                     names.insert(s.iid(), String::from_utf8(s.str().to_vec()).unwrap());
                 }
+                mappings.extend(d.mappings.iter().map(|m| m.iid()));
                 for f in &d.frames {
-                    assert!(d.mappings.iter().any(|m| m.iid() == f.mapping_id()));
+                    assert!(mappings.contains(&f.mapping_id()), "mapping interned first");
                     frames.insert(f.iid(), f.function_name_id());
                 }
                 for c in &d.callstacks {
@@ -309,6 +365,29 @@ mod tests {
             300
         );
         assert!(times.iter().all(|&t| t <= 20_000));
+    }
+
+    #[test]
+    fn interning_a_part_a_packet_decodes_as_interning_it_whole() {
+        let p = profile(300, 100);
+        let placed = [0, 1].map(|sample| TimedSample {
+            t_ns: 10_000,
+            sample,
+            share: 1.0,
+        });
+        let whole = callstack_packets(&p, &placed);
+        let mut parts = Vec::new();
+        for_each_interned(&p, 1, |x| {
+            parts.push(x);
+            Ok::<(), ()>(())
+        })
+        .unwrap();
+        let interning = whole.iter().filter(|x| x.interned_data.is_some()).count();
+        assert!(parts.len() > interning, "{} packets", parts.len());
+        let mut trace = vec![whole[0].clone()];
+        trace.extend(parts);
+        trace.extend(whole.iter().filter(|x| x.has_perf_sample()).cloned());
+        assert_eq!(decode(&trace), decode(&whole));
     }
 
     #[test]
