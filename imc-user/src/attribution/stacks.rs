@@ -30,7 +30,7 @@ pub struct StackTotals {
     /// How a task row's amount of each type is read.
     amounts: Amounts,
     /// Per process: attributed amount per type, and its name.
-    processes: HashMap<u32, (Vec<f64>, String, bool)>,
+    processes: HashMap<u32, (Vec<f64>, std::sync::Arc<str>, bool)>,
     /// Every distinct frame, numbered in the order first seen: a stack is its frames'
     /// numbers, so memory follows the distinct frames and stacks, not frames × stacks.
     frames: HashMap<Frame, u32>,
@@ -126,11 +126,14 @@ impl StackTotals {
             let e = self
                 .processes
                 .entry(row.tgid)
-                .or_insert_with(|| (vec![0.0; n], row.comm.clone(), false));
+                .or_insert_with(|| (vec![0.0; n], row.comm.as_str().into(), false));
             // The main thread's name, as last seen: a command imc started is named by its
             // own program once it has exec'ed, not by the imc it was forked from.
+            if (row.pid == row.tgid || !e.2) && *e.1 != *row.comm {
+                e.1 = row.comm.as_str().into();
+            }
             if row.pid == row.tgid || !e.2 {
-                (e.1, e.2) = (row.comm.clone(), row.pid == row.tgid);
+                e.2 = row.pid == row.tgid;
             }
             match &self.amounts {
                 Amounts::Bytes { total } => {
@@ -213,7 +216,8 @@ impl StackTotals {
         let Some(times) = times else {
             return (p, Vec::new());
         };
-        let placed = times.iter().filter_map(|c| {
+        // The charges are consumed as they are placed (their buffer is reused, not held beside).
+        let placed = times.into_iter().filter_map(|c| {
             let sample = sample_of[c.stack as usize]?;
             let all = sums[c.stack as usize];
             let share = match (all.weight.iter().sum::<f64>(), all.on_ns) {
@@ -269,6 +273,10 @@ impl StackTotals {
             truncated_stacks: self.truncated,
             ..Default::default()
         };
+        // At most one stack and one sample per stack number: made at their size, never grown
+        // (a doubling holds both buffers at once, on a million stacks tens of MB).
+        p.stacks.reserve_exact(by_number.len());
+        p.samples.reserve_exact(by_number.len());
         let mut renumbered: Vec<Option<u32>> = vec![None; frames.len()];
         let mut sample_of = vec![None; sums.len()];
         for (k, key) in by_number.into_iter().enumerate() {
@@ -321,7 +329,11 @@ impl StackTotals {
 /// A stack's values: per type, its process's `amount` × the stack's share of the process's
 /// weight (`(weights, on-CPU ns)` of the stack and of all the process's stacks), or of its
 /// on-CPU time where the process carried no weight of that type.
-fn spread(amount: &[f64], stack: (&[f64], f64), process: (&[f64], f64)) -> Vec<u64> {
+fn spread(
+    amount: &[f64],
+    stack: (&[f64], f64),
+    process: (&[f64], f64),
+) -> crate::model::stacks::SampleValues {
     let share = |i: usize| match (process.0[i] > 0.0, process.1 > 0.0) {
         (true, _) => stack.0[i] / process.0[i],
         (false, true) => stack.1 / process.1,
@@ -510,7 +522,7 @@ mod tests {
             p.samples
                 .iter()
                 .find(|s| p.frames[p.stacks[s.stack as usize].frames[0] as usize].label() == name)
-                .map(|s| s.values.clone())
+                .map(|s| s.values.to_vec())
                 .unwrap()
         };
         assert_eq!(of("a"), vec![250, 400]);

@@ -98,18 +98,22 @@ pub struct Stack {
     pub frames: Vec<u32>,
 }
 
+/// A sample's values, one per sample type.
+pub type SampleValues = smallvec::SmallVec<[u64; 3]>;
+
 /// The traffic charged to one process in one stack.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct StackSample {
     pub tgid: u32,
-    /// The process's name (its main thread's comm).
-    pub comm: String,
+    /// The process's name (its main thread's comm), shared by the process's samples.
+    pub comm: std::sync::Arc<str>,
     /// The process's cgroup v2 path, where known.
     pub cgroup: Option<String>,
     /// Index into [`StackProfile::stacks`].
     pub stack: u32,
-    /// One value per [`StackProfile::sample_types`], in that order.
-    pub values: Vec<u64>,
+    /// One value per [`StackProfile::sample_types`], in that order (at most three: read,
+    /// write and total bytes, held in the sample).
+    pub values: SampleValues,
 }
 
 impl StackSample {

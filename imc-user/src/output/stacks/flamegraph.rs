@@ -118,10 +118,10 @@ mod tests {
             p.stacks.push(Stack { frames });
             p.samples.push(StackSample {
                 tgid: 1,
-                comm: comm.to_string(),
+                comm: comm.into(),
                 cgroup: None,
                 stack: p.stacks.len() as u32 - 1,
-                values: vec![count],
+                values: smallvec::smallvec![count],
             });
         };
         add(

@@ -25,6 +25,7 @@ use perfetto_protos::profile_packet::profiling::CpuMode;
 use perfetto_protos::trace_packet::TracePacket;
 use perfetto_protos::trace_packet::trace_packet::SequenceFlags;
 use perfetto_protos::track_descriptor::TrackDescriptor;
+use std::borrow::Cow;
 use std::collections::HashMap;
 
 /// The sequence the samples and their interned data are written on.
@@ -63,8 +64,13 @@ pub fn for_each_packet<E>(
     f(quantum_track(q, &count_name(&profile.sample_types)))?;
     for_each_interned(profile, INTERNED_PER_PACKET, &mut f)?;
     let mut carried = vec![0.0f64; profile.samples.len()];
-    let mut drains: Vec<u64> = placed.iter().map(|p| p.t_ns).collect();
-    drains.dedup();
+    // Each drain's time once (placed is in drain order).
+    let mut drains: Vec<u64> = Vec::new();
+    for p in placed {
+        if drains.last() != Some(&p.t_ns) {
+            drains.push(p.t_ns);
+        }
+    }
     for part in placed {
         let Some(sample) = profile.samples.get(part.sample as usize) else {
             continue;
@@ -130,15 +136,16 @@ fn sample_packet(t_ns: u64, tgid: u32, stack: u32) -> TracePacket {
 
 /// Interned strings, numbered from 1 in the order first asked; `out` holds those not written
 /// yet.
+/// A string held by the profile is borrowed from it, not copied.
 #[derive(Default)]
-struct Strings {
-    ids: HashMap<String, u64>,
+struct Strings<'a> {
+    ids: HashMap<Cow<'a, str>, u64>,
     out: Vec<InternedString>,
 }
 
-impl Strings {
-    fn id(&mut self, s: &str) -> u64 {
-        if let Some(&id) = self.ids.get(s) {
+impl<'a> Strings<'a> {
+    fn id(&mut self, s: Cow<'a, str>) -> u64 {
+        if let Some(&id) = self.ids.get(&s) {
             return id;
         }
         // Numbered by all asked so far: `out` is emptied at each packet written.
@@ -147,7 +154,7 @@ impl Strings {
         i.set_iid(id);
         i.set_str(s.as_bytes().to_vec());
         self.out.push(i);
-        self.ids.insert(s.to_string(), id);
+        self.ids.insert(s, id);
         id
     }
 }
@@ -159,18 +166,18 @@ const INTERNED_PER_PACKET: usize = 4096;
 /// The sequence's interned data as it is made: what was interned so far, and the part not yet
 /// written.
 #[derive(Default)]
-struct Interner {
-    names: Strings,
-    paths: Strings,
-    builds: Strings,
+struct Interner<'a> {
+    names: Strings<'a>,
+    paths: Strings<'a>,
+    builds: Strings<'a>,
     mappings: HashMap<(String, String), u64>,
     data: InternedData,
     written: bool,
 }
 
-impl Interner {
+impl<'a> Interner<'a> {
     /// Interns profile frame `slot` (and its mapping and strings, where new) as iid `slot + 1`.
-    fn frame(&mut self, slot: usize, f: &crate::model::stacks::Frame) {
+    fn frame(&mut self, slot: usize, f: &'a crate::model::stacks::Frame) {
         let module = match (f.kind, &f.module) {
             (_, Some(m)) => m.clone(),
             (FrameKind::Kernel, None) => "[kernel.kallsyms]".to_string(),
@@ -186,16 +193,20 @@ impl Interner {
                 let mut m = Mapping::new();
                 m.set_iid(next);
                 if !build.is_empty() {
-                    m.set_build_id(builds.id(&build));
+                    m.set_build_id(builds.id(Cow::Owned(build.clone())));
                 }
                 let parts = module.split('/').filter(|p| !p.is_empty());
-                m.path_string_ids = parts.map(|p| paths.id(p)).collect();
+                m.path_string_ids = parts.map(|p| paths.id(Cow::Owned(p.into()))).collect();
                 data.mappings.push(m);
                 next
             });
         let mut pf = PFrame::new();
         pf.set_iid(slot as u64 + 1);
-        pf.set_function_name_id(self.names.id(&f.label()));
+        let name = match &f.function {
+            Some(n) => Cow::Borrowed(n.as_str()),
+            None => Cow::Owned(f.label()),
+        };
+        pf.set_function_name_id(self.names.id(name));
         pf.set_mapping_id(mapping);
         pf.set_rel_pc(f.offset);
         self.data.frames.push(pf);
@@ -279,7 +290,7 @@ mod tests {
             comm: "two".into(),
             cgroup: None,
             stack,
-            values: vec![v],
+            values: smallvec::smallvec![v],
         };
         StackProfile {
             sample_types: vec![SampleType {

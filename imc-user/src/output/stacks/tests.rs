@@ -25,10 +25,10 @@ fn user(function: Option<&str>, module: &str, build_id: &str, offset: u64) -> Fr
 fn sample(tgid: u32, comm: &str, stack: u32, values: &[u64]) -> StackSample {
     StackSample {
         tgid,
-        comm: comm.to_string(),
+        comm: comm.into(),
         cgroup: None,
         stack,
-        values: values.to_vec(),
+        values: values.into(),
     }
 }
 
@@ -184,7 +184,7 @@ fn flamegraph_title_and_unit_follow_the_sample_types() {
 fn flamegraph_of_nothing_is_a_typed_error_and_writes_nothing() {
     let mut p = profile();
     for s in &mut p.samples {
-        s.values = vec![0, 0];
+        s.values = smallvec::smallvec![0, 0];
     }
     let mut out = Vec::new();
     let err = write_flamegraph(&p, "", &mut out).expect_err("nothing to draw");

@@ -470,7 +470,7 @@ fn stream_profile() -> crate::model::stacks::StackProfile {
         comm: "stream".into(),
         cgroup: None,
         stack,
-        values: vec![v, 0],
+        values: smallvec::smallvec![v, 0],
     };
     let frame = |f: &str| Frame {
         function: Some(f.into()),
