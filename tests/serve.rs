@@ -139,7 +139,7 @@ fn free_port() -> u16 {
 struct Prometheus {
     _guard: Guard,
     addr: SocketAddr,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
 }
 
 fn start_prometheus(target: SocketAddr) -> Prometheus {
@@ -201,7 +201,7 @@ fn start_prometheus_with(
     Prometheus {
         _guard: guard,
         addr,
-        _dir: dir,
+        dir,
     }
 }
 
@@ -217,6 +217,34 @@ impl Prometheus {
         let v: serde_json::Value = serde_json::from_str(&body).expect("Prometheus JSON");
         assert_eq!(v["status"], "success", "{promql}: {body}");
         v["data"]["result"].as_array().cloned().unwrap_or_default()
+    }
+
+    /// What Prometheus says of its scrapes: each target's health and last error, the
+    /// scrapes' `up` values, and the series of `pid` (under any name): for failure messages.
+    fn scrape_report(&self, pid: u32) -> String {
+        let (_, targets) = http_get(self.addr, "/api/v1/targets", "application/json");
+        let targets: serde_json::Value = serde_json::from_str(&targets).unwrap_or_default();
+        let health: Vec<String> = targets["data"]["activeTargets"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|t| format!("{} last error {:?}", t["health"], t["lastError"]))
+            .collect();
+        let up: Vec<f64> = self.samples("up", "5m").into_iter().map(|s| s.1).collect();
+        let series: Vec<String> = self
+            .query(&format!("{{pid=\"{pid}\"}}"))
+            .iter()
+            .map(|s| s["metric"].to_string())
+            .collect();
+        format!(
+            "targets: {health:?}; up over the run: {up:?}; series of pid {pid}: {series:?}; log: {}",
+            std::fs::read_to_string(self.dir.path().join("prometheus.log"))
+                .unwrap_or_default()
+                .lines()
+                .filter(|l| l.contains("level=WARN") || l.contains("level=ERROR"))
+                .collect::<Vec<_>>()
+                .join(" | ")
+        )
     }
 
     /// Raw samples (timestamp in ms, value) of one series over the last `range`.
@@ -236,16 +264,46 @@ impl Prometheus {
     }
 }
 
-/// A single-threaded process faulting fresh pages for `secs` seconds.
+/// A single-threaded process faulting fresh pages for `secs` seconds: each round maps 8 MiB,
+/// writes a byte a page and unmaps it. (A buffer from the allocator is not enough: glibc
+/// raises its mmap threshold after the first large free and serves the next ones from a heap
+/// it no longer returns, so such a loop faults only in its first rounds.)
 fn page_toucher(secs: u32) -> Guard {
     let script = format!(
-        "import time\nend = time.time() + {secs}\nwhile time.time() < end:\n    x = b'\\x01' * (8 << 20)\n    time.sleep(0.002)\n"
+        "import mmap, time\nend = time.time() + {secs}\nwhile time.time() < end:\n    m = mmap.mmap(-1, 8 << 20, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)\n    for i in range(0, 8 << 20, 4096):\n        m[i] = 1\n    m.close()\n    time.sleep(0.01)\n"
     );
     Guard(
         Command::new("python3")
             .args(["-c", &script])
             .spawn()
             .expect("spawn python3"),
+    )
+}
+
+/// What imc's JSON lines say so far of `pid` and of the run: for failure messages.
+fn json_report(path: &Path, pid: u32) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let ivs: Vec<serde_json::Value> = text
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let rows = |iv: &serde_json::Value| iv["tasks"].as_array().cloned().unwrap_or_default();
+    let of_pid: Vec<String> = ivs
+        .iter()
+        .flat_map(rows)
+        .filter(|t| t["tgid"].as_u64() == Some(u64::from(pid)))
+        .map(|t| t.to_string())
+        .collect();
+    let last: Vec<String> = ivs
+        .last()
+        .map(rows)
+        .unwrap_or_default()
+        .iter()
+        .map(|t| format!("{}:{}", t["tgid"], t["comm"]))
+        .collect();
+    format!(
+        "{} intervals; rows of pid {pid}: {of_pid:?}; tasks of the last: {last:?}",
+        ivs.len()
     )
 }
 
@@ -291,7 +349,8 @@ fn prometheus_stores_what_imc_reported_for_the_same_intervals() {
     let (_dir, json) = scratch("intervals.jsonl");
     let serve = start_serve(&["-I", "500"], &json);
     let prom = start_prometheus(serve.addr);
-    let workload = page_toucher(12);
+    // The workload outlives the wait below; it is stopped once Prometheus has what it needs.
+    let workload = page_toucher(90);
     let pid = workload.0.id();
 
     // Wait (bounded) until Prometheus has scraped the workload's series several times.
@@ -303,7 +362,9 @@ fn prometheus_stores_what_imc_reported_for_the_same_intervals() {
     while prom.samples(&selector, "5m").len() < 5 {
         assert!(
             Instant::now() < end,
-            "Prometheus never stored 5 samples of {selector}"
+            "Prometheus never stored 5 samples of {selector}; {}; imc's JSON: {}",
+            prom.scrape_report(pid),
+            json_report(&json, pid)
         );
         std::thread::sleep(Duration::from_millis(500));
     }
