@@ -10,7 +10,7 @@ use super::{Layout, QueueTruth, Scenario, SynthItem, SynthSlot, SynthTask, TaskT
 use imc::attribution::Attributor;
 use imc::model::result::IntervalResult;
 use imc::model::{Direction, SlotRole, SlotScope, SlotSpec};
-use imc::plan::{self, Command, Plan, Reader, Request};
+use imc::plan::{self, CommandKind, Plan, Reader, Request};
 use imc::sampler::aggregate_twin::Aggregator;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -174,7 +174,7 @@ impl Loaded {
     /// What `imc record` would ask the plan for on this machine.
     pub fn request(&self, opts: &RunOptions) -> Request {
         Request {
-            command: Command::Record,
+            command: CommandKind::Record,
             events: Vec::new(),
             backend: None,
             exclude: Vec::new(),

@@ -40,11 +40,11 @@ struct Recorder {
     drained: u64,
     /// `-p`: the raw records kept (the rows are the naming sink's to filter).
     pids: PidFilter,
-    command: Option<Command>,
+    command: Option<ChildCommand>,
 }
 
 /// `-- CMD` and how its process tree is told apart.
-struct Command {
+struct ChildCommand {
     argv: Vec<String>,
     root: PathBuf,
     /// The cgroup made for it (until it is known whether the command joined it).
@@ -134,10 +134,10 @@ impl Drop for Tree {
     }
 }
 
-impl Command {
+impl ChildCommand {
     /// Makes a cgroup for the command under imc's own (see [`CommandCgroup`]); where it cannot
     /// (no cgroup2 mount, no permission), the reason, and the tree will be followed by parentage.
-    fn new(global: &GlobalArgs, argv: &[std::ffi::OsString]) -> Command {
+    fn new(global: &GlobalArgs, argv: &[std::ffi::OsString]) -> ChildCommand {
         let made = crate::discovery::cgroup::find_cgroup2_mount(&global.root)
             .map_err(|e| e.to_string())
             .and_then(|mount| {
@@ -151,7 +151,7 @@ impl Command {
             Ok(c) => (Some(c), None),
             Err(e) => (None, Some(e)),
         };
-        Command {
+        ChildCommand {
             argv: argv
                 .iter()
                 .map(|a| a.to_string_lossy().into_owned())
@@ -402,7 +402,7 @@ pub fn run(global: &GlobalArgs, args: &RecordArgs) -> CliResult<ExitCode> {
         global,
         &args.sampler,
         &found,
-        crate::plan::Command::Record,
+        crate::plan::CommandKind::Record,
         args.interval_ms,
     )?;
     if args.sampler.dry_run {
@@ -424,7 +424,7 @@ pub fn run(global: &GlobalArgs, args: &RecordArgs) -> CliResult<ExitCode> {
         writer: None,
         drained: 0,
         pids: PidFilter::new(&args.pid),
-        command: (!args.command.is_empty()).then(|| Command::new(global, &args.command)),
+        command: (!args.command.is_empty()).then(|| ChildCommand::new(global, &args.command)),
     };
     let opts = LoopOptions {
         interval_ms: args.interval_ms,
@@ -498,7 +498,11 @@ fn header_of(
 /// readable, ends the command's cgroup and says the run's line.
 fn finish(mut sink: Recorder, code: CliResult<ExitCode>, output: &Path) -> CliResult<ExitCode> {
     let finished = sink.writer.take().map(Writer::finish).transpose();
-    let said = sink.command.as_ref().map(Command::said).unwrap_or_default();
+    let said = sink
+        .command
+        .as_ref()
+        .map(ChildCommand::said)
+        .unwrap_or_default();
     // The command's cgroup goes with the run (what the command left running is moved out).
     drop(sink.command.take());
     match (code, finished) {

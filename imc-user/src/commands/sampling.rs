@@ -105,7 +105,7 @@ pub fn select_for(
     global: &GlobalArgs,
     args: &SamplerArgs,
     found: &Discovery,
-    command: plan::Command,
+    command: plan::CommandKind,
     interval_ms: u64,
 ) -> CliResult<Selection> {
     let req = Request {
@@ -119,8 +119,8 @@ pub fn select_for(
         drain_ms: u64::from(plan::drain::period_ms(interval_ms, args.freq.is_none())),
         // The modes meant to be left on sleep long; a live view keeps up with its interval.
         batch_ms: match command {
-            plan::Command::Record | plan::Command::Serve => Some(plan::drain::BATCH_MS),
-            plan::Command::Top | plan::Command::Stat => None,
+            plan::CommandKind::Record | plan::CommandKind::Serve => Some(plan::drain::BATCH_MS),
+            plan::CommandKind::Top | plan::CommandKind::Stat => None,
         },
         stand_in: stand_in_for(global, found, &args.events, args.backend)?,
         latency: None,

@@ -62,7 +62,7 @@ pub fn run(global: &GlobalArgs, args: &ServeArgs) -> CliResult<ExitCode> {
         global,
         &args.sampler,
         &found,
-        crate::plan::Command::Serve,
+        crate::plan::CommandKind::Serve,
         args.interval_ms,
     )?;
     // The web config is checked before anything listens (and by a dry run too).

@@ -14,7 +14,7 @@ use crate::counting::{Backend, BackendError, from_plan};
 use crate::error::{CliError, CliResult, ErrorKind};
 use crate::model::{BackendKind, Discovery};
 use crate::output::stat::{Format, StatWriter};
-use crate::plan::{Command as PlanCommand, Kernel, Plan, PlanSource, Request};
+use crate::plan::{CommandKind, Kernel, Plan, PlanSource, Request};
 use crate::settings::Settings;
 use crate::sys::devmem::{DevMem, RealDevMem};
 use crate::sys::perf::{PerfSys, RealPerf};
@@ -444,7 +444,7 @@ pub fn plan_of(
     exclude: Vec<BackendKind>,
 ) -> CliResult<Plan> {
     let req = Request {
-        command: PlanCommand::Stat,
+        command: CommandKind::Stat,
         events: resolve_events(global, &args.events)?,
         backend: args.backend.kind(),
         exclude,

@@ -118,7 +118,7 @@ pub fn run(global: &GlobalArgs, args: &TopArgs) -> CliResult<ExitCode> {
         global,
         &args.sampler,
         &found,
-        crate::plan::Command::Top,
+        crate::plan::CommandKind::Top,
         args.interval_ms,
     )?;
     if args.sampler.dry_run {

@@ -33,7 +33,7 @@ use super::sampling::{discover, select_for};
 use crate::cli::{GlobalArgs, ValidateArgs};
 use crate::discovery::resctrl;
 use crate::error::{CliError, CliResult, ErrorKind};
-use crate::plan::Command;
+use crate::plan::CommandKind;
 use bytes::save_fidelity;
 use comparable::BytesPlan;
 use dry::{DryRun, render_dry};
@@ -54,7 +54,7 @@ pub fn run(global: &GlobalArgs, args: &ValidateArgs) -> CliResult<ExitCode> {
         global,
         &args.sampler,
         &found,
-        Command::Top,
+        CommandKind::Top,
         args.interval_ms,
     )?;
     refuse_interval_below_tick(args.interval_ms, &sel.plan)?;

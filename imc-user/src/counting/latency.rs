@@ -680,7 +680,7 @@ mod tests {
             std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/skx-2socket");
         let found = crate::discovery::discover(&root).unwrap();
         let req = crate::plan::Request {
-            command: crate::plan::Command::Top,
+            command: crate::plan::CommandKind::Top,
             events: Vec::new(),
             backend: None,
             exclude: Vec::new(),

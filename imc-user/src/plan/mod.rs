@@ -34,9 +34,9 @@ use std::fmt;
 use tick::tick_of;
 pub use types::*;
 
-impl Command {
+impl CommandKind {
     pub fn samples(self) -> bool {
-        self != Command::Stat
+        self != CommandKind::Stat
     }
 }
 

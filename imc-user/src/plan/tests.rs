@@ -18,7 +18,7 @@ fn kernel(release: &str) -> Kernel {
     }
 }
 
-fn request(command: Command) -> Request {
+fn request(command: CommandKind) -> Request {
     Request {
         command,
         events: Vec::new(),
@@ -44,7 +44,7 @@ fn plan_on(tree: &str, k: &Kernel, req: &Request) -> Plan {
 #[test]
 fn every_channel_of_every_package_in_two_slots() {
     // Sapphire Rapids, 2 sockets, 8 channels each: 32 counters, one read and one write slot.
-    let p = plan_on("spr-2socket", &kernel("6.8.0"), &request(Command::Top));
+    let p = plan_on("spr-2socket", &kernel("6.8.0"), &request(CommandKind::Top));
     assert_eq!(p.source.to_string(), "intel-uncore-imc");
     assert_eq!(traffic(&p.counters).count(), 32);
     for pkg in [0, 1] {
@@ -96,7 +96,7 @@ fn package_reader_depends_on_the_kernel_release() {
         .filter(|c| found.topology.online.contains(c))
         .collect();
     // 6.7+: any CPU of the package reads Intel uncore counters, so every one of them may.
-    let new = plan(&found, &kernel("6.7.0"), &request(Command::Record)).unwrap();
+    let new = plan(&found, &kernel("6.7.0"), &request(CommandKind::Record)).unwrap();
     let c = new.counters.iter().find(|c| c.package == Some(0)).unwrap();
     assert_eq!(
         c.reader,
@@ -107,7 +107,7 @@ fn package_reader_depends_on_the_kernel_release() {
     );
     // Before 6.7 (and with no release known): only the CPU the counters are opened on.
     for k in [kernel("6.6.30"), Kernel::default()] {
-        let old = plan(&found, &k, &request(Command::Record)).unwrap();
+        let old = plan(&found, &k, &request(CommandKind::Record)).unwrap();
         let c = old.counters.iter().find(|c| c.package == Some(0)).unwrap();
         match &c.reader {
             Reader::PackageTick { cpus, .. } => assert_eq!(cpus, &c.cpus, "{k:?}"),
@@ -118,7 +118,11 @@ fn package_reader_depends_on_the_kernel_release() {
 
 #[test]
 fn amd_counters_are_read_by_their_own_cpu_on_any_kernel() {
-    let p = plan_on("zen4-2socket", &kernel("6.10.0"), &request(Command::Top));
+    let p = plan_on(
+        "zen4-2socket",
+        &kernel("6.10.0"),
+        &request(CommandKind::Top),
+    );
     assert_eq!(p.source.to_string(), "amd-umc");
     for c in traffic(&p.counters) {
         match &c.reader {
@@ -130,7 +134,7 @@ fn amd_counters_are_read_by_their_own_cpu_on_any_kernel() {
 
 #[test]
 fn zen2_total_events_are_planned_as_total() {
-    let p = plan_on("zen2-1socket", &kernel("6.1.0"), &request(Command::Top));
+    let p = plan_on("zen2-1socket", &kernel("6.1.0"), &request(CommandKind::Top));
     assert_eq!(p.source.to_string(), "amd-df");
     assert!(traffic(&p.counters).next().is_some());
     assert!(traffic(&p.counters).all(|c| c.direction == Some(Direction::Total)));
@@ -146,7 +150,7 @@ fn zen2_total_events_are_planned_as_total() {
 
 #[test]
 fn freq_keeps_a_timer_of_its_own_and_says_it_adds_interrupts() {
-    let mut req = request(Command::Top);
+    let mut req = request(CommandKind::Top);
     req.freq = Some(1000);
     let p = plan_on("spr-2socket", &kernel("6.8.0"), &req);
     assert_eq!(p.tick.source, TickSource::CpuClock);
@@ -170,7 +174,7 @@ fn freq_keeps_a_timer_of_its_own_and_says_it_adds_interrupts() {
 
 #[test]
 fn stat_reads_from_userspace_at_each_interval() {
-    let p = plan_on("spr-2socket", &kernel("6.8.0"), &request(Command::Stat));
+    let p = plan_on("spr-2socket", &kernel("6.8.0"), &request(CommandKind::Stat));
     assert!(p.slots.is_empty());
     assert!(
         p.counters
@@ -185,7 +189,7 @@ fn events_narrow_the_set_and_too_many_slots_are_refused() {
     let root = fixture("spr-2socket");
     let found = crate::discovery::discover(&root).unwrap();
     let enc = |t: &str| (t.to_string(), crate::events::resolve(&root, t).unwrap());
-    let mut req = request(Command::Top);
+    let mut req = request(CommandKind::Top);
     req.events = vec![enc("uncore_imc_0/cas_count_read/")];
     let p = plan(&found, &kernel("6.8.0"), &req).unwrap();
     assert_eq!(p.source.to_string(), "events");
@@ -226,7 +230,7 @@ fn events_narrow_the_set_and_too_many_slots_are_refused() {
 #[test]
 fn a_multiplexed_data_fabric_is_read_and_scaled_from_userspace() {
     // Zen 3: 8 DRAM channel events on an amd_df with 4 counters.
-    let p = plan_on("zen3-ibs", &kernel("6.8.0"), &request(Command::Top));
+    let p = plan_on("zen3-ibs", &kernel("6.8.0"), &request(CommandKind::Top));
     assert_eq!(p.source.to_string(), "amd-df");
     assert_eq!(traffic(&p.counters).count(), 8);
     assert!(
@@ -257,11 +261,20 @@ fn every_fixture_with_a_memory_controller_plans_all_its_channels() {
         ("icl-client", "intel-client-imc", 2, 2),
     ];
     for (tree, source, n, slots) in cases {
-        for command in [Command::Top, Command::Record, Command::Serve, Command::Stat] {
+        for command in [
+            CommandKind::Top,
+            CommandKind::Record,
+            CommandKind::Serve,
+            CommandKind::Stat,
+        ] {
             let p = plan_on(tree, &kernel("6.8.0"), &request(command));
             assert_eq!(p.source.to_string(), source, "{tree} {command:?}");
             assert_eq!(traffic(&p.counters).count(), n, "{tree} {command:?}");
-            let want = if command == Command::Stat { 0 } else { slots };
+            let want = if command == CommandKind::Stat {
+                0
+            } else {
+                slots
+            };
             let traffic_slots = p
                 .slots
                 .iter()
@@ -299,7 +312,7 @@ fn every_fixture_with_a_memory_controller_plans_all_its_channels() {
 fn a_guest_gets_a_labelled_stand_in_for_sampling_and_a_refusal_for_stat() {
     let root = fixture("vm-guest");
     let found = crate::discovery::discover(&root).unwrap();
-    let mut req = request(Command::Top);
+    let mut req = request(CommandKind::Top);
     req.stand_in = vec![(
         "page-faults".into(),
         crate::events::resolve(&root, "page-faults").unwrap(),
@@ -313,7 +326,7 @@ fn a_guest_gets_a_labelled_stand_in_for_sampling_and_a_refusal_for_stat() {
         p.refusals
     );
     assert!(p.counters.iter().all(|c| c.bytes_per_count.is_none()));
-    match plan(&found, &kernel("6.8.0"), &request(Command::Stat)) {
+    match plan(&found, &kernel("6.8.0"), &request(CommandKind::Stat)) {
         Err(e @ PlanError::NothingToRead(_)) => {
             assert!(e.to_string().contains("hypervisor"), "{e}")
         }
@@ -323,7 +336,11 @@ fn a_guest_gets_a_labelled_stand_in_for_sampling_and_a_refusal_for_stat() {
 
 #[test]
 fn power_core_and_thread_imc_are_planned_per_core_and_per_task_with_the_kernels_refusals() {
-    let p = plan_on("power9-imc-full", &kernel("6.8.0"), &request(Command::Top));
+    let p = plan_on(
+        "power9-imc-full",
+        &kernel("6.8.0"),
+        &request(CommandKind::Top),
+    );
     assert_eq!(
         p.source.to_string(),
         "power-nest-imc",
@@ -363,7 +380,7 @@ fn stat_latency_plans_the_offcore_pair_on_every_cpu_beside_ddr_and_mcdram() {
         config1,
         ..Default::default()
     };
-    let mut req = request(Command::Stat);
+    let mut req = request(CommandKind::Stat);
     req.latency = Some(LatencyRequest::Offcore(Box::new((
         enc(
             "knl::OFFCORE_RESPONSE_0:DMND_DATA_RD:OUTSTANDING",
@@ -381,7 +398,7 @@ fn stat_latency_plans_the_offcore_pair_on_every_cpu_beside_ddr_and_mcdram() {
 }
 
 fn latency_plan(tree: &str) -> Plan {
-    let mut req = request(Command::Stat);
+    let mut req = request(CommandKind::Stat);
     req.latency = Some(LatencyRequest::Queues);
     plan_on(tree, &kernel("6.8.0"), &req)
 }
@@ -466,7 +483,7 @@ fn stat_latency_on_spr_counts_pseudo_channel_0_and_says_what_it_drops() {
 #[test]
 fn gnr_channels_are_channels_with_two_sub_channels() {
     // Without --latency: 12 channels per package (not 24), each read by both schedulers.
-    let p = plan_on("gnr-2socket", &kernel("6.8.0"), &request(Command::Stat));
+    let p = plan_on("gnr-2socket", &kernel("6.8.0"), &request(CommandKind::Stat));
     for pkg in [0, 1] {
         let mut chans: Vec<(u32, u32)> = traffic(&p.counters)
             .filter(|c| c.package == Some(pkg) && c.direction == Some(Direction::Read))
@@ -529,7 +546,7 @@ fn stat_latency_refuses_where_there_are_no_queues() {
         ("zen2-1socket", "Zen 1-3"),
     ] {
         let found = crate::discovery::discover(&fixture(tree)).unwrap();
-        let mut req = request(Command::Stat);
+        let mut req = request(CommandKind::Stat);
         req.latency = Some(LatencyRequest::Queues);
         match plan(&found, &kernel("6.8.0"), &req) {
             Err(e @ PlanError::NoQueues(_)) => {
@@ -550,7 +567,7 @@ fn record_sleeps_long_unless_a_counter_is_read_from_userspace() {
         ..request(command)
     };
     // Every counter comes in the records: a second between drains, intervals closed after.
-    let p = plan_on("skx-2socket", &k, &batched(Command::Record));
+    let p = plan_on("skx-2socket", &k, &batched(CommandKind::Record));
     let d = p.drain.expect("a sampling plan says how it drains");
     assert_eq!((d.every_ms, d.intervals_closed_after), (1000, true));
     match &p.counters[0].reader {
@@ -558,25 +575,29 @@ fn record_sleeps_long_unless_a_counter_is_read_from_userspace() {
         other => panic!("{other:?}"),
     }
     // Zen 2's multiplexed data fabric is read from userspace at the interval's pace.
-    let p = plan_on("zen2-1socket", &k, &batched(Command::Serve));
+    let p = plan_on("zen2-1socket", &k, &batched(CommandKind::Serve));
     assert!(traffic(&p.counters).all(|c| matches!(c.reader, Reader::Userspace { every_ms: 50 })));
     let d = p.drain.unwrap();
     assert_eq!((d.every_ms, d.intervals_closed_after), (50, true));
     assert!(d.reason.contains("userspace"), "{}", d.reason);
     // A live view drains every interval; stat has no drain.
-    let d = plan_on("skx-2socket", &k, &request(Command::Top))
+    let d = plan_on("skx-2socket", &k, &request(CommandKind::Top))
         .drain
         .unwrap();
     assert_eq!((d.every_ms, d.intervals_closed_after), (50, false));
     assert_eq!(
-        plan_on("skx-2socket", &k, &batched(Command::Stat)).drain,
+        plan_on("skx-2socket", &k, &batched(CommandKind::Stat)).drain,
         None
     );
 }
 
 #[test]
 fn weights_are_per_cpu_core_counters_with_their_encoding_and_reason() {
-    let p = plan_on("skx-2socket", &kernel("6.8.0"), &request(Command::Record));
+    let p = plan_on(
+        "skx-2socket",
+        &kernel("6.8.0"),
+        &request(CommandKind::Record),
+    );
     let w = p
         .weighting
         .as_ref()
@@ -606,7 +627,7 @@ fn weights_are_per_cpu_core_counters_with_their_encoding_and_reason() {
         assert_eq!(slot.scope, SlotScope::Cpu);
     }
     // stat divides nothing.
-    let stat = plan_on("skx-2socket", &kernel("6.8.0"), &request(Command::Stat));
+    let stat = plan_on("skx-2socket", &kernel("6.8.0"), &request(CommandKind::Stat));
     assert!(stat.weighting.is_none());
     assert!(stat.counters.iter().all(|c| c.role == CounterRole::Traffic));
 }
@@ -614,7 +635,7 @@ fn weights_are_per_cpu_core_counters_with_their_encoding_and_reason() {
 #[test]
 fn cpu_time_is_a_refusal_with_its_reason() {
     // Asked for.
-    let mut req = request(Command::Top);
+    let mut req = request(CommandKind::Top);
     req.weight = WeightRequest::CpuTime;
     let p = plan_on("skx-2socket", &kernel("6.8.0"), &req);
     let w = p.weighting.unwrap();
@@ -628,19 +649,23 @@ fn cpu_time_is_a_refusal_with_its_reason() {
     // No core PMU under the root.
     let mut found = crate::discovery::discover(&fixture("skx-2socket")).unwrap();
     found.cores.clear();
-    let p = plan(&found, &kernel("6.8.0"), &request(Command::Top)).unwrap();
+    let p = plan(&found, &kernel("6.8.0"), &request(CommandKind::Top)).unwrap();
     let w = p.weighting.unwrap();
     assert_eq!(w.method, "cpu-time");
     assert!(w.reason.contains("no core PMU"), "{}", w.reason);
     // A hypervisor's virtual PMU.
     found.hypervisor = true;
-    let p = plan(&found, &kernel("6.8.0"), &request(Command::Top)).unwrap();
+    let p = plan(&found, &kernel("6.8.0"), &request(CommandKind::Top)).unwrap();
     assert!(p.weighting.unwrap().reason.contains("hypervisor"));
 }
 
 #[test]
 fn a_hybrid_part_weighs_each_cpu_by_its_own_core_pmu_in_one_slot_per_role() {
-    let p = plan_on("adl-hybrid", &kernel("6.8.0"), &request(Command::Record));
+    let p = plan_on(
+        "adl-hybrid",
+        &kernel("6.8.0"),
+        &request(CommandKind::Record),
+    );
     let found = crate::discovery::discover(&fixture("adl-hybrid")).unwrap();
     let pmu = |name: &str| found.cores.iter().find(|c| c.pmu.name == name).unwrap();
     let (core, atom) = (pmu("cpu_core"), pmu("cpu_atom"));
@@ -685,7 +710,7 @@ fn a_hybrid_part_weighs_each_cpu_by_its_own_core_pmu_in_one_slot_per_role() {
 #[test]
 fn several_events_of_one_role_each_have_a_slot_and_weigh_together() {
     // Zen 4: DRAM fills near and far, and the L2 prefetchers' misses: three read weights.
-    let p = plan_on("zen4-2socket", &kernel("6.8.0"), &request(Command::Top));
+    let p = plan_on("zen4-2socket", &kernel("6.8.0"), &request(CommandKind::Top));
     let specs = crate::sampler::from_plan::slot_specs(&p);
     let reads = specs
         .iter()
@@ -709,7 +734,7 @@ fn several_events_of_one_role_each_have_a_slot_and_weigh_together() {
         w.reason
     );
     // One package: no remote reads, and the write event that needed their offcore register.
-    let one = plan_on("icl-client", &kernel("6.8.0"), &request(Command::Top));
+    let one = plan_on("icl-client", &kernel("6.8.0"), &request(CommandKind::Top));
     assert!(!one.weighting.unwrap().numa);
 }
 
@@ -717,19 +742,27 @@ fn several_events_of_one_role_each_have_a_slot_and_weigh_together() {
 fn the_nmi_watchdog_is_said_to_take_a_counter_from_the_weights() {
     let mut k = kernel("6.8.0");
     k.nmi_watchdog = true;
-    let p = plan_on("skx-2socket", &k, &request(Command::Record));
+    let p = plan_on("skx-2socket", &k, &request(CommandKind::Record));
     assert!(
         p.notes.iter().any(|n| n.contains("nmi_watchdog")),
         "{:?}",
         p.notes
     );
-    let quiet = plan_on("skx-2socket", &kernel("6.8.0"), &request(Command::Record));
+    let quiet = plan_on(
+        "skx-2socket",
+        &kernel("6.8.0"),
+        &request(CommandKind::Record),
+    );
     assert!(!quiet.notes.iter().any(|n| n.contains("nmi_watchdog")));
 }
 
 #[test]
 fn weights_carry_their_line_size_and_a_fidelity_the_measured_one_replaces() {
-    let mut p = plan_on("skx-2socket", &kernel("6.8.0"), &request(Command::Record));
+    let mut p = plan_on(
+        "skx-2socket",
+        &kernel("6.8.0"),
+        &request(CommandKind::Record),
+    );
     let weights: Vec<&Counter> = p.counters.iter().filter(|c| c.weight.is_some()).collect();
     assert!(!weights.is_empty());
     assert!(weights.iter().all(|c| c.bytes_per_count == Some(64.0)));
@@ -763,7 +796,11 @@ fn weights_carry_their_line_size_and_a_fidelity_the_measured_one_replaces() {
     );
     assert!(!f.contains_key("NOT.A.WEIGHT.OF.THIS.PLAN"));
     // One package: no remote weight, so no blind-write sentence.
-    let one = plan_on("zen2-1socket", &kernel("6.8.0"), &request(Command::Record));
+    let one = plan_on(
+        "zen2-1socket",
+        &kernel("6.8.0"),
+        &request(CommandKind::Record),
+    );
     let r = one.weighting.unwrap().reason;
     assert!(!r.contains("cannot tell local from remote"), "{r}");
 }
@@ -788,28 +825,28 @@ fn the_records_are_decided_once_from_the_tick_and_precise() {
         p.records
     };
     assert_eq!(
-        records(Command::Top, None, false),
+        records(CommandKind::Top, None, false),
         Some(Records::Aggregated)
     );
     assert_eq!(
-        records(Command::Record, None, true),
+        records(CommandKind::Record, None, true),
         Some(Records::PerSwitch)
     );
     // A finer timer keeps the switch boundaries: its ticks are added to them.
     assert_eq!(
-        records(Command::Serve, Some(999), false),
+        records(CommandKind::Serve, Some(999), false),
         Some(Records::Aggregated)
     );
     assert_eq!(
-        records(Command::Top, Some(999), true),
+        records(CommandKind::Top, Some(999), true),
         Some(Records::PerSwitch)
     );
-    assert_eq!(records(Command::Stat, None, false), None);
+    assert_eq!(records(CommandKind::Stat, None, false), None);
 }
 
 #[test]
 fn typed_slots_keep_the_contract_spelling_in_json() {
-    let p = plan_on("spr-2socket", &kernel("6.8.0"), &request(Command::Top));
+    let p = plan_on("spr-2socket", &kernel("6.8.0"), &request(CommandKind::Top));
     let json = serde_json::to_value(&p).unwrap();
     assert_eq!(json["records"], "aggregated");
     assert_eq!(json["tick"]["source"], "kernel-tick");
@@ -859,7 +896,7 @@ fn stall_pairs_are_per_cpu_counters_chosen_per_model_with_their_encoding() {
         ("CPU_CLK_UNHALTED.THREAD", StallPart::Cycles, 0x3c),
     ];
     for tree in ["skx-2socket", "icx-gaps", "spr-2socket", "gnr-2socket"] {
-        let p = plan_on(tree, &kernel("6.8.0"), &request(Command::Top));
+        let p = plan_on(tree, &kernel("6.8.0"), &request(CommandKind::Top));
         assert_eq!(stall_counters(&p), intel, "{tree}");
         let v = p.victims.as_ref().unwrap();
         assert_eq!(v.stalled.as_deref(), Some("CYCLE_ACTIVITY.STALLS_L3_MISS"));
@@ -880,7 +917,7 @@ fn stall_pairs_are_per_cpu_counters_chosen_per_model_with_their_encoding() {
             3
         );
     }
-    let p = plan_on("zen4-2socket", &kernel("6.8.0"), &request(Command::Top));
+    let p = plan_on("zen4-2socket", &kernel("6.8.0"), &request(CommandKind::Top));
     assert_eq!(
         stall_counters(&p),
         [
@@ -889,7 +926,7 @@ fn stall_pairs_are_per_cpu_counters_chosen_per_model_with_their_encoding() {
         ]
     );
     // stat counts no tasks: no stall pair, no victims.
-    let p = plan_on("skx-2socket", &kernel("6.8.0"), &request(Command::Stat));
+    let p = plan_on("skx-2socket", &kernel("6.8.0"), &request(CommandKind::Stat));
     assert!(stall_counters(&p).is_empty() && p.victims.is_none());
 }
 
@@ -899,7 +936,7 @@ fn stalls_are_refused_where_the_core_has_no_counter_left_or_no_event() {
     // fill them, and with the NMI watchdog on the fixed cycles counter the cycles need a fifth.
     let mut k = kernel("6.8.0");
     k.nmi_watchdog = true;
-    let p = plan_on("skx-2socket", &k, &request(Command::Top));
+    let p = plan_on("skx-2socket", &k, &request(CommandKind::Top));
     assert!(stall_counters(&p).is_empty());
     let v = p.victims.as_ref().unwrap();
     assert!(v.stalled.is_none() && v.cycles.is_none());
@@ -910,13 +947,13 @@ fn stalls_are_refused_where_the_core_has_no_counter_left_or_no_event() {
     );
     assert!(p.refusals.iter().any(|r| r.reason.contains("not fit")));
     // Ice Lake-SP has 8: the cycles take one of the upper four.
-    let p = plan_on("icx-gaps", &k, &request(Command::Top));
+    let p = plan_on("icx-gaps", &k, &request(CommandKind::Top));
     assert_eq!(stall_counters(&p).len(), 2);
     // Zen 4: six counters, the watchdog's one taken, five left for three weights and the pair.
-    let p = plan_on("zen4-2socket", &k, &request(Command::Top));
+    let p = plan_on("zen4-2socket", &k, &request(CommandKind::Top));
     assert_eq!(stall_counters(&p).len(), 2);
     // POWER9: the four weights hold PMC1-4 and the stall event can only use PMC4.
-    let p = plan_on("power9-2chip", &kernel("6.8.0"), &request(Command::Top));
+    let p = plan_on("power9-2chip", &kernel("6.8.0"), &request(CommandKind::Top));
     assert!(stall_counters(&p).is_empty());
     let v = p.victims.unwrap();
     assert!(v.reason.contains("counter 4"), "{}", v.reason);
@@ -927,7 +964,7 @@ fn stalls_are_refused_where_the_core_has_no_counter_left_or_no_event() {
         ("knl", "no L3"),
     ] {
         let root = fixture(tree);
-        let mut req = request(Command::Top);
+        let mut req = request(CommandKind::Top);
         req.stand_in = vec![(
             "page-faults".into(),
             crate::events::resolve(&root, "page-faults").unwrap(),
@@ -961,7 +998,7 @@ fn stalls_take_slots_only_after_the_weights_and_are_refused_without_two() {
             })
             .collect::<Vec<_>>()
     };
-    let mut req = request(Command::Top);
+    let mut req = request(CommandKind::Top);
     let time = |p: &Plan| p.counters.iter().any(|c| c.stall == Some(StallPart::Time));
     req.events = soft(5);
     let p = plan(&found, &kernel("6.8.0"), &req).unwrap();
@@ -995,7 +1032,7 @@ fn generic_per_package_box(p: &Plan) -> std::collections::BTreeMap<(String, u32)
 #[test]
 fn sampling_plans_read_the_read_queue_beside_bandwidth_once_per_interval() {
     for (tree, channels) in [("skx-2socket", 6), ("spr-2socket", 8)] {
-        for command in [Command::Top, Command::Record, Command::Serve] {
+        for command in [CommandKind::Top, CommandKind::Record, CommandKind::Serve] {
             let p = plan_on(tree, &kernel("6.8.0"), &request(command));
             let lat = latency_counters_of(&p);
             // Every channel of both packages: its DRAM clock and its read queue's pair.
@@ -1055,7 +1092,7 @@ fn sampling_plans_read_the_read_queue_beside_bandwidth_once_per_interval() {
 
 #[test]
 fn record_still_sleeps_long_beside_latency_read_at_each_interval() {
-    let mut req = request(Command::Record);
+    let mut req = request(CommandKind::Record);
     req.batch_ms = Some(1000);
     let p = plan_on("skx-2socket", &kernel("6.8.0"), &req);
     assert!(!latency_counters_of(&p).is_empty());
@@ -1067,7 +1104,7 @@ fn record_still_sleeps_long_beside_latency_read_at_each_interval() {
 #[test]
 fn sampling_plans_on_gnr_have_no_room_for_latency_and_say_so() {
     // Four CAS counters (two schedulers × read, write) fill each box's four generic counters.
-    let p = plan_on("gnr-2socket", &kernel("6.8.0"), &request(Command::Top));
+    let p = plan_on("gnr-2socket", &kernel("6.8.0"), &request(CommandKind::Top));
     assert!(latency_counters_of(&p).is_empty());
     assert_eq!(traffic(&p.counters).count(), 12 * 2 * 4);
     let l = p.latency.unwrap();
@@ -1086,7 +1123,11 @@ fn sampling_plans_on_gnr_have_no_room_for_latency_and_say_so() {
 
 #[test]
 fn sampling_plans_on_zen4_read_the_l3_latency_of_every_ccx() {
-    let p = plan_on("zen4-2socket", &kernel("6.10.0"), &request(Command::Serve));
+    let p = plan_on(
+        "zen4-2socket",
+        &kernel("6.10.0"),
+        &request(CommandKind::Serve),
+    );
     let lat = latency_counters_of(&p);
     assert_eq!(lat.len(), 2 * 4);
     assert!(
@@ -1112,7 +1153,7 @@ fn sampling_plans_without_queues_read_no_latency_and_say_why() {
     ] {
         let root = fixture(tree);
         let found = crate::discovery::discover(&root).unwrap();
-        let mut req = request(Command::Top);
+        let mut req = request(CommandKind::Top);
         req.stand_in = vec![(
             "page-faults".into(),
             crate::events::resolve(&root, "page-faults").unwrap(),
@@ -1130,7 +1171,7 @@ fn sampling_plans_without_queues_read_no_latency_and_say_why() {
     }
     // Stat plans say nothing of it (stat --latency is its own request).
     assert!(
-        plan_on("skx-2socket", &kernel("6.8.0"), &request(Command::Stat))
+        plan_on("skx-2socket", &kernel("6.8.0"), &request(CommandKind::Stat))
             .latency
             .is_none()
     );

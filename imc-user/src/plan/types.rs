@@ -16,7 +16,7 @@ use thiserror::Error;
 /// commands run the eBPF sampler.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Command {
+pub enum CommandKind {
     Stat,
     Top,
     Record,
@@ -26,7 +26,7 @@ pub enum Command {
 /// What the user asked for.
 #[derive(Clone, Debug)]
 pub struct Request {
-    pub command: Command,
+    pub command: CommandKind,
     /// `-e` events, resolved: the text as given and what it encodes to (every PMU instance).
     pub events: Vec<(String, Vec<Encoded>)>,
     /// `--backend` other than `auto`.
@@ -370,7 +370,7 @@ impl Serialize for PlanSource {
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Plan {
-    pub command: Command,
+    pub command: CommandKind,
     /// What is measured: a backend, `-e` events, or a stand-in.
     pub source: PlanSource,
     /// The backend executing it (`None` for `-e` and stand-ins).
