@@ -268,16 +268,9 @@ impl Drop for Spinners {
     }
 }
 
+/// The host's online CPUs, read by imc's own discovery.
 pub fn online_cpus() -> Vec<u32> {
-    let text = std::fs::read_to_string("/sys/devices/system/cpu/online").expect("cpu online list");
-    let mut cpus = Vec::new();
-    for part in text.trim().split(',').filter(|p| !p.is_empty()) {
-        match part.split_once('-') {
-            Some((a, b)) => cpus.extend(a.parse::<u32>().unwrap()..=b.parse::<u32>().unwrap()),
-            None => cpus.push(part.parse().unwrap()),
-        }
-    }
-    cpus
+    imc::discovery::topology::online_cpus(std::path::Path::new("/")).expect("cpu online list")
 }
 
 /// CLOCK_MONOTONIC in ns: the clock bpf_ktime_get_ns reads (the library's own reading).

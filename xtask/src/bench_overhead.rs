@@ -51,14 +51,13 @@
 //! whatever else keeps a shared machine busy (which otherwise decides the wall times),
 //! IMC_BENCH_KINDS=cpu,mem,switch (all three) to run only some workloads.
 mod arms;
-mod host;
 mod stats;
 mod switch;
 mod work;
 
+use crate::host::{env_num, loadavg, online_cpus};
 use anyhow::{Context, Result, anyhow, bail};
 use arms::{Arm, Kind, round_order};
-use host::{env_num, loadavg, online_cpus};
 use stats::{Check, check_line, mean_se, pct};
 use std::path::{Path, PathBuf};
 use std::process::Command;

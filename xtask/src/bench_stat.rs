@@ -14,6 +14,7 @@
 //! reaches the pipe against the end of its interval. `IMC_BENCH_BUSY=1` keeps every CPU busy
 //! with a spinning thread throughout (the other case: idle CPUs miss cpu-clock samples and are
 //! read from userspace). std only: perf's and imc's text output are parsed here.
+use crate::host::online_cpus;
 use anyhow::{Context, Result, anyhow, bail};
 use std::io::Read;
 use std::path::Path;
@@ -70,19 +71,6 @@ fn schedstat_s(pid: u32) -> Option<f64> {
         ns += s.split_whitespace().next()?.parse::<f64>().ok()?;
     }
     Some(ns / 1e9)
-}
-
-fn online_cpus() -> Result<usize> {
-    let text = std::fs::read_to_string("/sys/devices/system/cpu/online")?;
-    let mut n = 0;
-    for part in text.trim().split(',') {
-        match part.split_once('-') {
-            Some((a, b)) => n += b.parse::<usize>()? - a.parse::<usize>()? + 1,
-            None if !part.is_empty() => n += 1,
-            None => {}
-        }
-    }
-    Ok(n)
 }
 
 /// Runs `cmd`, sampling its schedstat every 20 ms, and returns (stdout, stderr, run).

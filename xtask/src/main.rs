@@ -34,6 +34,7 @@ mod bench_serve;
 mod bench_stat;
 mod bench_tick;
 mod cross;
+mod host;
 mod package;
 mod timings;
 

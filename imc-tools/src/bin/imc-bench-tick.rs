@@ -14,18 +14,15 @@
 //!
 //! `--breakdown` also measures cost probes (an empty program, the task ids, the clock, one
 //! counter read) so the figures say where the tick's time goes.
+use imc::discovery::topology::online_cpus;
 use imc::model::{Encoded, SlotRole, SlotScope, SlotSpec, StallPart};
 use imc::sampler::{
     PackageCounter, ReaderGroup, Sampler, SamplerConfig, SlotPlan, TickProgram, TickSource,
 };
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
-
-fn online_cpus() -> Vec<u32> {
-    let text = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap_or_default();
-    imc::discovery::cpulist::parse_cpulist(&text).unwrap_or_else(|_| vec![0])
-}
 
 fn slot(event: &str, e: &Encoded, cpus: &[u32]) -> SlotPlan {
     let spec = SlotSpec {
@@ -191,7 +188,7 @@ fn run() -> Result<(), String> {
     let secs: f64 = env_or("IMC_BENCH_SECONDS", 2.0);
     let rounds: usize = env_or("IMC_BENCH_ROUNDS", 5);
     let breakdown = std::env::args().any(|a| a == "--breakdown");
-    let cpus = online_cpus();
+    let cpus = online_cpus(Path::new("/")).unwrap_or_else(|_| vec![0]);
     let (tsc, slots) = counters(&cpus)?;
     let spinners = Spinners::start(cpus.len());
     let _stats = imc::sys::bpf::enable_run_time_stats()

@@ -33,9 +33,11 @@
 //! of its CPU (opened here on every online CPU): the floor plus one counter read.
 //! --bare-switch-clock: the same with `bare_switch_clock`, which reads the clock: the floor plus
 //! the timestamp a switch needs.
+use imc::discovery::topology::online_cpus;
 use imc::sys::bpf::BpfSys;
 use imc::sys::perf::PerfSys;
 use std::os::fd::{AsFd, OwnedFd};
+use std::path::Path;
 use std::time::Instant;
 
 const MEM_BYTES: usize = 256 << 20;
@@ -58,14 +60,6 @@ impl Mode {
             _ => None,
         }
     }
-}
-
-fn online_cpus() -> usize {
-    let text = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap_or_default();
-    imc::discovery::cpulist::parse_cpulist(&text)
-        .map(|v| v.len())
-        .unwrap_or(0)
-        .max(1)
 }
 
 /// user+sys CPU of this whole process (all threads, joined ones included), in ns.
@@ -292,10 +286,9 @@ fn load_bare_switch(name: &str, read: bool) -> Result<(aya::Ebpf, Vec<OwnedFd>),
     Ok((ebpf, counters))
 }
 
-/// The online CPUs' numbers.
+/// The online CPUs' numbers (CPU 0 alone where they cannot be read).
 fn online_cpu_list() -> Vec<u32> {
-    let text = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap_or_default();
-    imc::discovery::cpulist::parse_cpulist(&text).unwrap_or_else(|_| vec![0])
+    online_cpus(Path::new("/")).unwrap_or_else(|_| vec![0])
 }
 
 fn main() {
@@ -309,7 +302,7 @@ fn main() {
     } = parse_args(&args);
     let threads = match mode {
         Mode::Switch => 2,
-        Mode::Mem | Mode::Cpu => online_cpus(),
+        Mode::Mem | Mode::Cpu => online_cpu_list().len(),
     };
 
     // Set-up outside the timed work: fault the buffer in; turn on BPF run statistics (held until

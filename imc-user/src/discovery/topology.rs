@@ -12,9 +12,14 @@ pub struct Die {
     pub cpus: Vec<u32>,
 }
 
+/// The online CPUs' numbers under `root` (`sys/devices/system/cpu/online`).
+pub fn online_cpus(root: &Path) -> Result<Vec<u32>, DiscoveryError> {
+    read_cpulist_file(&root.join("sys/devices/system/cpu/online"))
+}
+
 pub fn read_topology(root: &Path) -> Result<Topology, DiscoveryError> {
     let cpu_dir = root.join("sys/devices/system/cpu");
-    let online = read_cpulist_file(&cpu_dir.join("online"))?;
+    let online = online_cpus(root)?;
     // `possible` is informational; older or trimmed trees may lack it.
     let possible = match read_optional(&cpu_dir.join("possible"))? {
         Some(_) => read_cpulist_file(&cpu_dir.join("possible"))?,

@@ -1,8 +1,8 @@
-//! What the host says: the benchmark's environment settings, its online CPUs, its load.
+//! What the host says to the benchmarks: their environment settings, its online CPUs, its load.
 
 use anyhow::{Context, Result, anyhow};
 
-pub(super) fn env_num<T: std::str::FromStr>(name: &str, default: T) -> Result<T> {
+pub(crate) fn env_num<T: std::str::FromStr>(name: &str, default: T) -> Result<T> {
     match std::env::var(name) {
         Ok(s) => s
             .trim()
@@ -12,7 +12,7 @@ pub(super) fn env_num<T: std::str::FromStr>(name: &str, default: T) -> Result<T>
     }
 }
 
-pub(super) fn online_cpus() -> Result<usize> {
+pub(crate) fn online_cpus() -> Result<usize> {
     let text = std::fs::read_to_string("/sys/devices/system/cpu/online")
         .context("/sys/devices/system/cpu/online")?;
     let mut n = 0;
@@ -25,7 +25,7 @@ pub(super) fn online_cpus() -> Result<usize> {
     Ok(n.max(1))
 }
 
-pub(super) fn loadavg() -> String {
+pub(crate) fn loadavg() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .ok()
         .and_then(|s| s.split_whitespace().next().map(str::to_string))
