@@ -107,9 +107,10 @@ pub fn mchbar_base(config: &[u8]) -> Result<u64, String> {
     Ok(base)
 }
 
-/// One counter: (label of the box, direction, physical address, width in bits).
+/// One free-running counter register in MCHBAR: its box's label, direction, physical address
+/// and width in bits (the plan makes a counter to read of each).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Counter {
+pub struct Register {
     pub pmu: String,
     pub direction: Direction,
     pub address: u64,
@@ -122,12 +123,12 @@ pub const CONTROLLERS: u64 = 2;
 /// TGL_UNCORE_MMIO_IMC_MEM_OFFSET.
 pub const CONTROLLER_STEP: u64 = 0x10000;
 
-pub fn counters(base: u64, layout: Layout) -> Vec<Counter> {
+pub fn registers(base: u64, layout: Layout) -> Vec<Register> {
     let mut out = Vec::new();
     match layout {
         Layout::Legacy32 => {
             for (d, off) in [(Direction::Read, 0x5050), (Direction::Write, 0x5054)] {
-                out.push(Counter {
+                out.push(Register {
                     pmu: "mchbar".into(),
                     direction: d,
                     address: base + off,
@@ -147,7 +148,7 @@ pub fn counters(base: u64, layout: Layout) -> Vec<Counter> {
                     (Direction::Write, wr),
                     (Direction::Total, tot),
                 ] {
-                    out.push(Counter {
+                    out.push(Register {
                         pmu: format!("mchbar_mc{n}"),
                         direction: d,
                         address: base + CONTROLLER_STEP * n + off,
@@ -213,17 +214,17 @@ mod tests {
 
     #[test]
     fn layouts() {
-        let legacy = counters(0xfed1_0000, Layout::Legacy32);
+        let legacy = registers(0xfed1_0000, Layout::Legacy32);
         assert_eq!(legacy[0].address, 0xfed1_5050);
         assert_eq!(legacy[1].address, 0xfed1_5054);
         assert_eq!(legacy[0].width, 32);
-        let tgl = counters(0xfedc_0000, Layout::FreeRunning);
+        let tgl = registers(0xfedc_0000, Layout::FreeRunning);
         let rd1 = tgl
             .iter()
             .find(|c| c.pmu == "mchbar_mc1" && c.direction == Direction::Read)
             .unwrap();
         assert_eq!(rd1.address, 0xfedc_0000 + 0x10000 + 0xd858);
-        let tgl_l = counters(0xfedc_0000, Layout::TigerLakeL);
+        let tgl_l = registers(0xfedc_0000, Layout::TigerLakeL);
         assert_eq!(tgl_l[1].address, 0xfedc_0000 + 0x50a0);
         assert_eq!(
             generation_for_device(0x9a36),

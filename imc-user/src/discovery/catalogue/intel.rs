@@ -304,7 +304,7 @@ fn mchbar_counters(
         Ok(b) => b,
         Err(why) => return Ok(unavailable(kind, format!("{gen_name}: {why}"))),
     };
-    let events = mchbar::counters(base, layout)
+    let events = mchbar::registers(base, layout)
         .into_iter()
         .map(|c| SourceEvent {
             name: c.direction.name().to_string(),
