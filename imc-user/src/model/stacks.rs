@@ -175,10 +175,11 @@ pub struct StackBatch {
 }
 
 /// Part of a profile's sample placed in time: the share of `StackProfile::samples[sample]`
-/// charged in the drain at `t_ns` (CLOCK_MONOTONIC). A sample's shares add up to 1.
+/// charged in the drain at `t_ns` (CLOCK_MONOTONIC). A sample's shares add up to 1 (in single
+/// precision: a trace places whole samples, and a million placed take 16 MB).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct TimedSample {
     pub t_ns: u64,
     pub sample: u32,
-    pub share: f64,
+    pub share: f32,
 }

@@ -63,7 +63,8 @@ pub fn for_each_packet<E>(
     let q = quantum(total);
     f(quantum_track(q, &count_name(&profile.sample_types)))?;
     for_each_interned(profile, INTERNED_PER_PACKET, &mut f)?;
-    let mut carried = vec![0.0f64; profile.samples.len()];
+    // Each sample's fraction of a trace sample not yet placed (below 1: single precision).
+    let mut carried = vec![0.0f32; profile.samples.len()];
     // Each drain's time once (placed is in drain order).
     let mut drains: Vec<u64> = Vec::new();
     for p in placed {
@@ -76,9 +77,9 @@ pub fn for_each_packet<E>(
             continue;
         };
         let due = &mut carried[part.sample as usize];
-        *due += sample.total() as f64 * part.share / q as f64;
-        let n = due.floor();
-        *due -= n;
+        let owed = f64::from(*due) + sample.total() as f64 * f64::from(part.share) / q as f64;
+        let n = owed.floor();
+        *due = (owed - n) as f32;
         let i = drains.partition_point(|&t| t < part.t_ns);
         let from = match i {
             0 => part.t_ns.saturating_sub(FIRST_SPAN_NS),
