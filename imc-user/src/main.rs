@@ -26,6 +26,7 @@ extern "C" fn note_closed_stdout() {
 static NOTE_CLOSED_STDOUT: extern "C" fn() = note_closed_stdout;
 
 fn main() -> ExitCode {
+    imc::sys::malloc::map_large_buffers_alone();
     let result = if STDOUT_CLOSED.load(Ordering::Relaxed) {
         // What a write to it fails with, through the rule every output failure follows.
         Err(

@@ -4,6 +4,7 @@ pub mod bpf;
 pub mod cgroup;
 pub mod devmem;
 pub mod file;
+pub mod malloc;
 pub mod perf;
 pub mod process;
 pub mod procmap;
