@@ -85,6 +85,15 @@ if command -v rustup >/dev/null 2>&1; then
   done
 fi
 cargo --version >/dev/null 2>&1 || die "cargo does not run here: install Rust (rustup) first"
+if ! command -v rustup >/dev/null 2>&1; then
+  # Without rustup the pinned toolchain cannot be had, nor the cross targets' standard
+  # libraries: say so now rather than fail in the middle of the cross build.
+  sysroot="$(rustc --print sysroot 2>/dev/null || true)"
+  for t in powerpc64le-unknown-linux-gnu aarch64-unknown-linux-gnu; do
+    [ -d "$sysroot/lib/rustlib/$t" ] \
+      || die "rustup is not on PATH and $(command -v rustc) has no standard library for $t: install rustup (https://rustup.rs), or put its ~/.cargo/bin on PATH, and run this again"
+  done
+fi
 
 # 3. The eBPF compiler. bpf-linker must be built against an LLVM at least as new as the one
 #    in the compiler that emits the bitcode, so a route is only usable when Debian has the
