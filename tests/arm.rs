@@ -639,10 +639,54 @@ fn report_shows_each_tier_of_a_recording_of_cxl_memory() {
     // 3000 lines of 64 bytes a second: 192,000 B/s, 187.5 KiB/s.
     assert!(line("cxl").contains("(187.50 KiB/s)"), "{text}");
     line("dram");
+    // The Perfetto trace has each tier's counter tracks beside the package's totals.
+    let tracks = |path: &Path| -> Vec<String> {
+        use perfetto_protos::trace::Trace;
+        use protobuf::Message;
+        let out = dir.path().join("t.pftrace");
+        let o = imc()
+            .arg("report")
+            .arg(path)
+            .arg("--perfetto")
+            .arg(&out)
+            .arg("--force")
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let t = Trace::parse_from_bytes(&std::fs::read(&out).unwrap()).unwrap();
+        t.packet
+            .iter()
+            .filter(|p| p.has_track_descriptor())
+            .map(|p| p.track_descriptor())
+            .map(|d| d.name().to_string())
+            .filter(|n| n.starts_with("package "))
+            .collect()
+    };
+    let with_tiers = tracks(&cxl);
+    for name in [
+        "package 0 read",
+        "package 0 dram read",
+        "package 0 dram write",
+        "package 0 cxl read",
+        "package 0 cxl write",
+    ] {
+        assert!(
+            with_tiers
+                .iter()
+                .any(|t| t.starts_with(&format!("{name} ("))),
+            "no track {name} in {with_tiers:?}"
+        );
+    }
     let plain = record("dram.imc", &keys[..2]);
     let v: Value = serde_json::from_str(&report(&plain, true)).unwrap();
     assert!(v["packages"][0].get("tiers").is_none(), "{v}");
     assert!(!report(&plain, false).contains("tier "));
+    let without = tracks(&plain);
+    assert_eq!(
+        without.len(),
+        2,
+        "one track a direction, no tier's: {without:?}"
+    );
 }
 
 /// A Grace pair whose resctrl is MPAM's (the tree's copy with resctrl mounted, as an arm64

@@ -7,7 +7,7 @@
 use super::summary::{group_rows, traffic_amount};
 use crate::model::GroupBy;
 use crate::model::result::{IntervalResult, TaskRow};
-use crate::model::{Direction, SlotSpec};
+use crate::model::{Direction, SlotSpec, Tier};
 use std::collections::HashMap;
 
 /// What a series' values are per second of (the model's one unit rule).
@@ -40,11 +40,13 @@ pub struct Point {
     pub rest: f64,
 }
 
-/// A package counter series: a package and a direction (for stand-ins, all CPUs together).
+/// A package counter series: a package and a direction (for stand-ins, all CPUs together), of
+/// both memory tiers together or of one (`package 0 cxl read`) where the package has several.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PackageTrack {
     pub package: Option<u32>,
     pub direction: Option<Direction>,
+    pub tier: Option<Tier>,
     pub name: String,
 }
 
@@ -155,27 +157,27 @@ fn package_tracks(unit: &Unit, total: &IntervalResult) -> Vec<PackageTrack> {
         Unit::Counts(events) => vec![PackageTrack {
             package: None,
             direction: None,
+            tier: None,
             name: format!("{} (all CPUs)", events.join("+")),
         }],
         Unit::Bytes => {
             let mut v = Vec::new();
             for p in &total.packages {
-                for (d, b) in [
-                    (Direction::Read, p.read_bytes),
-                    (Direction::Write, p.write_bytes),
-                    (Direction::Total, p.total_bytes),
-                ] {
-                    if b > 0 {
-                        let dir = match d {
-                            Direction::Read => "read",
-                            Direction::Write => "write",
-                            Direction::Total => "total",
-                        };
-                        v.push(PackageTrack {
-                            package: Some(p.id),
-                            direction: Some(d),
-                            name: format!("package {} {dir}", p.id),
-                        });
+                let tiers = p.tiers.iter().map(|t| {
+                    let name = format!("package {} {}", p.id, t.tier.as_str());
+                    (Some(t.tier), name, t.bytes_by_direction())
+                });
+                let whole = (None, format!("package {}", p.id), p.bytes_by_direction());
+                for (tier, name, bytes) in std::iter::once(whole).chain(tiers) {
+                    for (d, b) in DIRECTIONS.into_iter().zip(bytes) {
+                        if b > 0 {
+                            v.push(PackageTrack {
+                                package: Some(p.id),
+                                direction: Some(d),
+                                tier,
+                                name: format!("{name} {}", direction_word(d)),
+                            });
+                        }
                     }
                 }
             }
@@ -184,19 +186,37 @@ fn package_tracks(unit: &Unit, total: &IntervalResult) -> Vec<PackageTrack> {
     }
 }
 
-/// A package track's amount in `iv`: the package's bytes in that direction, or for a source
-/// without bytes `all`, the whole interval's counts (`iv` may hold only the top groups' rows).
+/// The directions of a package's bytes, in the order of
+/// [`crate::model::result::PackageRow::bytes_by_direction`].
+const DIRECTIONS: [Direction; 3] = [Direction::Read, Direction::Write, Direction::Total];
+
+fn direction_word(d: Direction) -> &'static str {
+    match d {
+        Direction::Read => "read",
+        Direction::Write => "write",
+        Direction::Total => "total",
+    }
+}
+
+/// A package track's amount in `iv`: the package's bytes in that direction (of its tier, for a
+/// tier's track), or for a source without bytes `all`, the whole interval's counts (`iv` may
+/// hold only the top groups' rows).
 fn package_amount(iv: &IntervalResult, all: f64, tr: &PackageTrack) -> f64 {
     let (Some(id), Some(d)) = (tr.package, tr.direction) else {
         return all;
     };
+    let pick = |bytes: [u64; 3]| bytes[DIRECTIONS.iter().position(|&x| x == d).unwrap_or(0)];
     iv.packages
         .iter()
         .filter(|p| p.id == id)
-        .map(|p| match d {
-            Direction::Read => p.read_bytes,
-            Direction::Write => p.write_bytes,
-            Direction::Total => p.total_bytes,
+        .map(|p| match tr.tier {
+            None => pick(p.bytes_by_direction()),
+            Some(tier) => p
+                .tiers
+                .iter()
+                .filter(|t| t.tier == tier)
+                .map(|t| pick(t.bytes_by_direction()))
+                .sum(),
         } as f64)
         .sum()
 }
@@ -275,6 +295,58 @@ mod tests {
         assert_eq!(t.points[1].groups, [800.0]);
         assert_eq!(t.points[1].rest, 200.0);
         assert_eq!(t.peak(), 1000.0);
+    }
+
+    #[test]
+    fn a_package_with_a_cxl_tier_has_each_tier_s_track_beside_its_totals() {
+        use crate::model::TierBytes;
+        let specs = [spec("r", Direction::Read, Some(64.0))];
+        let tier = |tier, read_bytes, write_bytes| TierBytes {
+            tier,
+            read_bytes,
+            write_bytes,
+            ..TierBytes::default()
+        };
+        let iv = |t: u64, dram: (u64, u64), cxl: (u64, u64)| IntervalResult {
+            t_start_ns: t * 500_000_000,
+            t_end_ns: (t + 1) * 500_000_000,
+            packages: vec![PackageRow {
+                id: 0,
+                read_bytes: dram.0 + cxl.0,
+                write_bytes: dram.1 + cxl.1,
+                tiers: vec![
+                    tier(Tier::Dram, dram.0, dram.1),
+                    tier(Tier::Cxl, cxl.0, cxl.1),
+                ],
+                ..PackageRow::default()
+            }],
+            ..IntervalResult::default()
+        };
+        // CXL reads only: no CXL write track, as no package track of a direction without bytes.
+        let ivs = [iv(0, (100, 40), (30, 0)), iv(1, (200, 10), (70, 0))];
+        let mut sum = crate::attribution::Summary::new(&specs);
+        for i in &ivs {
+            sum.add(i);
+        }
+        let total = sum.finish(GroupBy::Tgid);
+        let mut t = Timeline::new(&specs, &total, GroupBy::Tgid, 1);
+        for i in &ivs {
+            t.add(i);
+        }
+        let names: Vec<&str> = t.package_tracks.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "package 0 read",
+                "package 0 write",
+                "package 0 dram read",
+                "package 0 dram write",
+                "package 0 cxl read"
+            ]
+        );
+        // Per second over half-second intervals: the totals are both tiers.
+        assert_eq!(t.points[0].packages, [260.0, 80.0, 200.0, 80.0, 60.0]);
+        assert_eq!(t.points[1].packages, [540.0, 20.0, 400.0, 20.0, 140.0]);
     }
 
     #[test]

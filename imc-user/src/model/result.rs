@@ -271,6 +271,18 @@ impl PackageRow {
     pub fn bytes(&self) -> u64 {
         traffic_bytes(self.read_bytes, self.write_bytes, self.total_bytes)
     }
+
+    /// Its read, write and total (undivided) bytes, in that order.
+    pub fn bytes_by_direction(&self) -> [u64; 3] {
+        [self.read_bytes, self.write_bytes, self.total_bytes]
+    }
+}
+
+impl TierBytes {
+    /// Its read, write and total (undivided) bytes, in that order.
+    pub fn bytes_by_direction(&self) -> [u64; 3] {
+        [self.read_bytes, self.write_bytes, self.total_bytes]
+    }
 }
 
 /// A row's bytes: its read, write and total (undivided) bytes together, saturating.

@@ -1,7 +1,8 @@
 //! `imc report --perfetto OUT`: the recording as a Perfetto trace (Perfetto's own protos), for
 //! ui.perfetto.dev. Tracks:
 //! - a counter track per package and direction (`package 0 read`; with a stand-in source one
-//!   track for all CPUs, named after its events and counted in them, never in bytes);
+//!   track for all CPUs, named after its events and counted in them, never in bytes), and where
+//!   a package has a CXL tier, each tier's beside its totals (`package 0 cxl read`);
 //! - per top group (a process, with a Perfetto process track when grouped by tgid or pid), a
 //!   counter track of its attributed rate, and one for everything else;
 //! - a `bursts` track holding one slice per burst, named after its culprits, each culprit's
