@@ -247,6 +247,20 @@ mod tests {
         }
     }
 
+    /// The timeline of `ivs` by process, its series the run's top process, as a report makes it.
+    fn by_process(specs: &[SlotSpec], ivs: &[IntervalResult]) -> Timeline {
+        let mut sum = crate::attribution::Summary::new(specs);
+        for i in ivs {
+            sum.add(i);
+        }
+        let total = sum.finish(GroupBy::Tgid);
+        let mut t = Timeline::new(specs, &total, GroupBy::Tgid, 1);
+        for i in ivs {
+            t.add(i);
+        }
+        t
+    }
+
     #[test]
     fn bytes_series_by_process_with_the_rest_and_packages() {
         let specs = [spec("r", Direction::Read, Some(64.0))];
@@ -273,15 +287,7 @@ mod tests {
             ),
             iv(1, vec![task(20, 20, "b", 400)], 500),
         ];
-        let mut sum = crate::attribution::Summary::new(&specs);
-        for i in &ivs {
-            sum.add(i);
-        }
-        let total = sum.finish(GroupBy::Tgid);
-        let mut t = Timeline::new(&specs, &total, GroupBy::Tgid, 1);
-        for i in &ivs {
-            t.add(i);
-        }
+        let t = by_process(&specs, &ivs);
         assert_eq!(t.unit, Unit::Bytes);
         assert_eq!(t.groups.len(), 1);
         assert_eq!(t.groups[0].pid, Some(20));
@@ -324,15 +330,7 @@ mod tests {
         };
         // CXL reads only: no CXL write track, as no package track of a direction without bytes.
         let ivs = [iv(0, (100, 40), (30, 0)), iv(1, (200, 10), (70, 0))];
-        let mut sum = crate::attribution::Summary::new(&specs);
-        for i in &ivs {
-            sum.add(i);
-        }
-        let total = sum.finish(GroupBy::Tgid);
-        let mut t = Timeline::new(&specs, &total, GroupBy::Tgid, 1);
-        for i in &ivs {
-            t.add(i);
-        }
+        let t = by_process(&specs, &ivs);
         let names: Vec<&str> = t.package_tracks.iter().map(|p| p.name.as_str()).collect();
         assert_eq!(
             names,
