@@ -146,10 +146,11 @@ impl StackTotals {
                 .or_insert_with(|| (vec![0.0; n], row.comm.as_str().into(), false));
             // The main thread's name, as last seen: a command imc started is named by its
             // own program once it has exec'ed, not by the imc it was forked from.
-            if (row.pid == row.tgid || !e.2) && *e.1 != *row.comm {
-                e.1 = row.comm.as_str().into();
-            }
             if row.pid == row.tgid || !e.2 {
+                // Shared by the process's samples: made anew only when the name changed.
+                if *e.1 != *row.comm {
+                    e.1 = row.comm.as_str().into();
+                }
                 e.2 = row.pid == row.tgid;
             }
             match &self.amounts {

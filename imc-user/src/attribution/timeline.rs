@@ -6,7 +6,7 @@
 //! such as page faults): the unit says which, and no count is ever called a byte.
 use super::summary::{group_rows, traffic_amount};
 use crate::model::GroupBy;
-use crate::model::result::{IntervalResult, TaskRow};
+use crate::model::result::{IntervalResult, PackageRow, TaskRow};
 use crate::model::{Direction, SlotSpec, Tier};
 use std::collections::HashMap;
 
@@ -163,19 +163,20 @@ fn package_tracks(unit: &Unit, total: &IntervalResult) -> Vec<PackageTrack> {
         Unit::Bytes => {
             let mut v = Vec::new();
             for p in &total.packages {
-                let tiers = p.tiers.iter().map(|t| {
-                    let name = format!("package {} {}", p.id, t.tier.as_str());
-                    (Some(t.tier), name, t.bytes_by_direction())
-                });
-                let whole = (None, format!("package {}", p.id), p.bytes_by_direction());
-                for (tier, name, bytes) in std::iter::once(whole).chain(tiers) {
-                    for (d, b) in DIRECTIONS.into_iter().zip(bytes) {
-                        if b > 0 {
+                // The package's totals, then each tier's where it has several.
+                let tiers = p.tiers.iter().map(|t| Some(t.tier));
+                for tier in std::iter::once(None).chain(tiers) {
+                    let series = match tier {
+                        None => format!("package {}", p.id),
+                        Some(t) => format!("package {} {}", p.id, t.as_str()),
+                    };
+                    for d in [Direction::Read, Direction::Write, Direction::Total] {
+                        if package_bytes(p, tier, d) > 0 {
                             v.push(PackageTrack {
                                 package: Some(p.id),
                                 direction: Some(d),
                                 tier,
-                                name: format!("{name} {}", direction_word(d)),
+                                name: format!("{series} {}", d.name()),
                             });
                         }
                     }
@@ -186,15 +187,16 @@ fn package_tracks(unit: &Unit, total: &IntervalResult) -> Vec<PackageTrack> {
     }
 }
 
-/// The directions of a package's bytes, in the order of
-/// [`crate::model::result::PackageRow::bytes_by_direction`].
-const DIRECTIONS: [Direction; 3] = [Direction::Read, Direction::Write, Direction::Total];
-
-fn direction_word(d: Direction) -> &'static str {
-    match d {
-        Direction::Read => "read",
-        Direction::Write => "write",
-        Direction::Total => "total",
+/// A package's bytes in direction `d`: of both tiers, or of `tier` alone.
+fn package_bytes(p: &PackageRow, tier: Option<Tier>, d: Direction) -> u64 {
+    match tier {
+        None => p.bytes_in(d),
+        Some(tier) => p
+            .tiers
+            .iter()
+            .filter(|t| t.tier == tier)
+            .map(|t| t.bytes_in(d))
+            .sum(),
     }
 }
 
@@ -205,26 +207,16 @@ fn package_amount(iv: &IntervalResult, all: f64, tr: &PackageTrack) -> f64 {
     let (Some(id), Some(d)) = (tr.package, tr.direction) else {
         return all;
     };
-    let pick = |bytes: [u64; 3]| bytes[DIRECTIONS.iter().position(|&x| x == d).unwrap_or(0)];
     iv.packages
         .iter()
         .filter(|p| p.id == id)
-        .map(|p| match tr.tier {
-            None => pick(p.bytes_by_direction()),
-            Some(tier) => p
-                .tiers
-                .iter()
-                .filter(|t| t.tier == tier)
-                .map(|t| pick(t.bytes_by_direction()))
-                .sum(),
-        } as f64)
+        .map(|p| package_bytes(p, tr.tier, d) as f64)
         .sum()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::result::PackageRow;
     use crate::model::{SlotRole, SlotScope};
 
     fn spec(event: &str, d: Direction, bpc: Option<f64>) -> SlotSpec {

@@ -272,16 +272,25 @@ impl PackageRow {
         traffic_bytes(self.read_bytes, self.write_bytes, self.total_bytes)
     }
 
-    /// Its read, write and total (undivided) bytes, in that order.
-    pub fn bytes_by_direction(&self) -> [u64; 3] {
-        [self.read_bytes, self.write_bytes, self.total_bytes]
+    /// Its bytes in direction `d` (`Total`: the undivided bytes).
+    pub fn bytes_in(&self, d: crate::model::Direction) -> u64 {
+        by_direction(d, self.read_bytes, self.write_bytes, self.total_bytes)
     }
 }
 
 impl TierBytes {
-    /// Its read, write and total (undivided) bytes, in that order.
-    pub fn bytes_by_direction(&self) -> [u64; 3] {
-        [self.read_bytes, self.write_bytes, self.total_bytes]
+    /// Its bytes in direction `d` (`Total`: the undivided bytes).
+    pub fn bytes_in(&self, d: crate::model::Direction) -> u64 {
+        by_direction(d, self.read_bytes, self.write_bytes, self.total_bytes)
+    }
+}
+
+fn by_direction(d: crate::model::Direction, read: u64, write: u64, total: u64) -> u64 {
+    use crate::model::Direction;
+    match d {
+        Direction::Read => read,
+        Direction::Write => write,
+        Direction::Total => total,
     }
 }
 

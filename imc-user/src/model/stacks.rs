@@ -57,15 +57,20 @@ impl Frame {
     /// What a profile shows for this frame: the function, else `module+0xOFFSET` (the module's
     /// file name alone), else the address in hex.
     pub fn label(&self) -> String {
+        self.label_ref().into_owned()
+    }
+
+    /// [`Frame::label`], borrowed from the frame where it is the function's name.
+    pub fn label_ref(&self) -> std::borrow::Cow<'_, str> {
         if let Some(f) = &self.function {
-            return f.clone();
+            return f.as_str().into();
         }
         match &self.module {
             Some(m) => {
                 let name = m.rsplit('/').next().unwrap_or(m);
-                format!("{name}+{:#x}", self.offset)
+                format!("{name}+{:#x}", self.offset).into()
             }
-            None => format!("{:#x}", self.offset),
+            None => format!("{:#x}", self.offset).into(),
         }
     }
 }

@@ -203,11 +203,7 @@ impl<'a> Interner<'a> {
             });
         let mut pf = PFrame::new();
         pf.set_iid(slot as u64 + 1);
-        let name = match &f.function {
-            Some(n) => Cow::Borrowed(n.as_str()),
-            None => Cow::Owned(f.label()),
-        };
-        pf.set_function_name_id(self.names.id(name));
+        pf.set_function_name_id(self.names.id(f.label_ref()));
         pf.set_mapping_id(mapping);
         pf.set_rel_pc(f.offset);
         self.data.frames.push(pf);
