@@ -1,18 +1,30 @@
-//! The open-file limit (RLIMIT_NOFILE): `imc serve` raises its soft limit to the hard one at
-//! start and keeps its connections below what is left.
+//! Resource limits: the open-file limit (RLIMIT_NOFILE), whose soft limit `imc serve` raises
+//! to the hard one at start and keeps its connections below, and the address-space limit
+//! (RLIMIT_AS, `ulimit -v`), which explains a child that could not allocate.
 use std::io;
 
-/// The (soft, hard) open-file limits of this process.
-pub fn nofile() -> io::Result<(u64, u64)> {
+/// The (soft, hard) limits of `resource` for this process.
+fn limits(resource: libc::__rlimit_resource_t) -> io::Result<(u64, u64)> {
     let mut r = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
     };
     // SAFETY: r is a valid rlimit to write to.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } != 0 {
+    if unsafe { libc::getrlimit(resource, &mut r) } != 0 {
         return Err(io::Error::last_os_error());
     }
     Ok((r.rlim_cur, r.rlim_max))
+}
+
+/// The (soft, hard) open-file limits of this process.
+pub fn nofile() -> io::Result<(u64, u64)> {
+    limits(libc::RLIMIT_NOFILE)
+}
+
+/// The soft address-space limit in bytes (`ulimit -v`), None where there is none.
+pub fn address_space() -> Option<u64> {
+    let (soft, _) = limits(libc::RLIMIT_AS).ok()?;
+    (soft != libc::RLIM_INFINITY).then_some(soft)
 }
 
 /// Raises the soft open-file limit to the hard limit (an unprivileged process may), and returns

@@ -22,6 +22,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Streaming buffers: far beyond the last-level cache of most machines.
 pub const BUFFER_BYTES: usize = 64 << 20;
+/// The stack of the workload's thread that waits on stdin.
+const STDIN_THREAD_STACK: usize = 64 << 10;
 /// The page toucher's and the short-lived children's fresh memory per step.
 const TOUCH_BYTES: usize = 256 << 10;
 const CHILD_BYTES: usize = 64 << 10;
@@ -123,17 +125,22 @@ pub fn run_workload(name: &str) -> std::io::Result<()> {
     // that its stack's page faults are not the workload's: a spinner makes none once it goes.
     let stop = Arc::new(AtomicBool::new(false));
     let (go_tx, go_rx) = std::sync::mpsc::sync_channel::<bool>(1);
-    std::thread::spawn({
-        let stop = stop.clone();
-        move || {
-            let mut buf = [0u8; 64];
-            let mut stdin = std::io::stdin().lock();
-            let went = stdin.read(&mut buf).is_ok_and(|n| n > 0);
-            let _ = go_tx.send(went);
-            while went && stdin.read(&mut buf).is_ok_and(|n| n > 0) {}
-            stop.store(true, Ordering::SeqCst);
-        }
-    });
+    // It only reads stdin: a small stack, which leaves the address space to the buffers.
+    std::thread::Builder::new()
+        .name("go".into())
+        .stack_size(STDIN_THREAD_STACK)
+        .spawn({
+            let stop = stop.clone();
+            move || {
+                let mut buf = [0u8; 64];
+                let mut stdin = std::io::stdin().lock();
+                let went = stdin.read(&mut buf).is_ok_and(|n| n > 0);
+                let _ = go_tx.send(went);
+                while went && stdin.read(&mut buf).is_ok_and(|n| n > 0) {}
+                stop.store(true, Ordering::SeqCst);
+            }
+        })
+        .map_err(|e| std::io::Error::new(e.kind(), format!("starting its stdin thread: {e}")))?;
     let mut out = std::io::stdout().lock();
     writeln!(out, "ready")?;
     out.flush()?;
@@ -297,7 +304,7 @@ pub struct Running {
     child: Child,
     stdin: Option<ChildStdin>,
     stdout: BufReader<ChildStdout>,
-    /// The first line it wrote to stderr (why it did not start, if it did not).
+    /// The first non-blank line it wrote to stderr (why it did not start, if it did not).
     first_error: Arc<std::sync::Mutex<Option<String>>>,
 }
 
@@ -313,7 +320,7 @@ fn drain_stderr(
     std::thread::spawn(move || {
         for line in BufReader::new(stderr).lines().map_while(Result::ok) {
             let mut f = keep.lock().unwrap_or_else(|p| p.into_inner());
-            if f.is_none() {
+            if f.is_none() && !line.trim().is_empty() {
                 *f = Some(line.clone());
             }
             drop(f);
@@ -353,11 +360,23 @@ impl Running {
         if let Some(line) = said {
             why += &format!(": {}", crate::text::escape(&line));
         }
-        if status.is_some_and(|s| {
+        let aborted = status.is_some_and(|s| {
             use std::os::unix::process::ExitStatusExt;
             s.signal() == Some(libc::SIGABRT)
-        }) {
-            why += " (an allocation failed: its buffers need address space; see ulimit -v)";
+        });
+        // Whatever it ran out of first (a buffer, a thread's stack), a limit on the address
+        // space is the cause to name.
+        match crate::sys::rlimit::address_space() {
+            Some(limit) => {
+                why += &format!(
+                    " (imc runs under an address-space limit of {} MiB, ulimit -v: a workload \
+                     needs up to {} MiB of buffers beside imc's own; raise or lift the limit)",
+                    limit >> 20,
+                    (2 * BUFFER_BYTES) >> 20
+                )
+            }
+            None if aborted => why += " (an allocation failed: its buffers need memory)",
+            None => {}
         }
         why
     }
