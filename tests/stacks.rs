@@ -245,8 +245,9 @@ int main(void){ for (unsigned p = 0; p < 10240; p++) step(p, 14); return 0; }
 "#;
 
 /// A run with more distinct stacks than a stack map holds keeps them: the stacks of each
-/// interval are read and their map emptied, so the map never fills with the run's past (it
-/// did: past 8,192 stacks, most new ones were refused and charged as not recorded).
+/// generation are read and their map emptied, so the map never fills with the run's past (it
+/// did: past 8,192 stacks, most new ones were refused and charged as not recorded), and a
+/// generation that makes many stacks ends early, so its map stays sparse.
 #[test]
 fn a_run_with_more_stacks_than_a_stack_map_holds_keeps_them() {
     if !sampler_prerequisites() {
@@ -295,14 +296,12 @@ fn a_run_with_more_stacks_than_a_stack_map_holds_keeps_them() {
         total >= 10_240,
         "the program's faults were charged: {total}"
     );
-    // Within one drain's generation a stack may still find its bucket taken (about a thousand
-    // stacks a generation in 8,192 buckets: a few percent); a map that kept the run's past
-    // refused about 40% of these stacks.
-    assert!(
-        (lost as f64) < 0.2 * total as f64,
-        "{lost} of {total} faults in stacks not recorded"
-    );
-    assert!(paths >= 8_500, "{paths} distinct paths of 10,240 recorded");
+    // Within one generation a stack may still find its bucket taken: a generation ends early
+    // after 512 new entries (a sixteenth of 8,192 buckets: about 2% refused here, against 8%
+    // when it lasted its second and 40% when the map kept the run's past).
+    let said = format!("{lost} of {total} faults in stacks not recorded, {paths} paths recorded");
+    assert!((lost as f64) < 0.1 * total as f64, "{said}");
+    assert!(paths >= 9_000, "{said}: fewer than 9,000 of 10,240");
 }
 
 /// A Perfetto trace's callstack samples, decoded through its interned data.

@@ -24,7 +24,7 @@ pub const MAX_PKG_COUNTERS: u32 = 128;
 /// Bumped whenever [`Record`], the map, global or program names or the STATS indices
 /// change. The program carries it in [`ABI_VERSION_GLOBAL`]; userspace refuses an object built
 /// against another version before loading it.
-pub const RECORD_ABI_VERSION: u32 = 11;
+pub const RECORD_ABI_VERSION: u32 = 12;
 /// The program's read-only global holding the [`RECORD_ABI_VERSION`] it was built with.
 pub const ABI_VERSION_GLOBAL: &str = "IMC_ABI_VERSION";
 
@@ -61,9 +61,12 @@ pub const RING_LEN_GLOBAL: &str = "RING_LEN";
 /// wakes userspace through [`WAKE_MAP_NAME`], so a ring never waits for a timer to be drained
 /// once it is that full: userspace can sleep long while records come slowly.
 pub const WAKE_EVERY_GLOBAL: &str = "WAKE_EVERY";
-/// BPF ring buffer of u32 CPU numbers, one per [`WAKE_EVERY_GLOBAL`] records of that CPU,
-/// written with a forced wake-up; userspace polls its fd beside its timer.
+/// BPF ring buffer of u32 CPU numbers, one per [`WAKE_EVERY_GLOBAL`] records of that CPU, or
+/// [`STACKS_WAKE`] once per [`STACK_WAKE_AFTER_GLOBAL`] stack entries of a generation, written
+/// with a forced wake-up; userspace polls its fd beside its timer.
 pub const WAKE_MAP_NAME: &str = "WAKE";
+/// What [`WAKE_MAP_NAME`] carries when a generation's stack map fills, in place of a CPU.
+pub const STACKS_WAKE: u32 = u32::MAX;
 
 /// The producer side of one CPU's ring. Padded to a cache line so CPUs never share one.
 #[repr(C)]
@@ -223,10 +226,19 @@ pub fn crosses_interval_end(origin: u64, period: u64, from: u64, to: u64) -> boo
 /// run does not fill the buckets with stacks of the past.
 pub const STACK_TRACES_MAP_NAME: &str = "STACK_TRACES";
 pub const STACK_TRACES_ODD_MAP_NAME: &str = "STACK_TRACES_ODD";
-/// Array of one u32: the generation stacks are taken in now (its low bit picks the stack
-/// map), carried in each [`StackKey`]. Userspace moves it on at each drain, reads the
-/// stacks of the generation before, and empties that generation's map.
+/// Array of two u32: at [`STACK_GEN_NOW`], the generation stacks are taken in now (its low bit
+/// picks the stack map), carried in each [`StackKey`]; at [`STACK_GEN_ENTRIES`], the
+/// [`STACK_COUNTS_MAP_NAME`] entries the program made in it. Userspace moves the generation on
+/// (and zeroes the entries) at each drain, reads the stacks of the generation before, and
+/// empties that generation's map.
 pub const STACK_GEN_MAP_NAME: &str = "STACK_GEN";
+pub const STACK_GEN_NOW: u32 = 0;
+pub const STACK_GEN_ENTRIES: u32 = 1;
+/// Read-only global, a power of two (0: never): each time the entries made in a generation
+/// ([`STACK_GEN_ENTRIES`]) reach a multiple of it, the program wakes userspace
+/// ([`STACKS_WAKE`]) to drain and move the generation on, so a stack map is never far past that
+/// many stacks: the fuller a stack map, the more new stacks find their bucket taken.
+pub const STACK_WAKE_AFTER_GLOBAL: &str = "STACK_WAKE_AFTER";
 /// Hash map of [`StackKey`] → [`StackCounts`]: what each process's stacks were charged since
 /// userspace last took the entries out (lookup-and-delete, one entry at a time). Sized by
 /// userspace; a slice whose entry does not fit is counted in [`STAT_STACK_DROPPED`].
@@ -467,7 +479,7 @@ pub const MAP_NAMES: [&str; 23] = [
 ];
 /// Every read-only global of the program: userspace sets them before load, or reads them
 /// ([`ABI_VERSION_GLOBAL`]).
-pub const GLOBAL_NAMES: [&str; 14] = [
+pub const GLOBAL_NAMES: [&str; 15] = [
     NR_SLOTS_GLOBAL,
     TIMED_SLOTS_GLOBAL,
     RING_LEN_GLOBAL,
@@ -482,6 +494,7 @@ pub const GLOBAL_NAMES: [&str; 14] = [
     STACK_SLOTS_GLOBAL,
     STACK_PERIOD_GLOBAL,
     STACK_PERIOD_SLOT_GLOBAL,
+    STACK_WAKE_AFTER_GLOBAL,
 ];
 /// Every program of the production object.
 pub const PROGRAM_NAMES: [&str; 5] = [

@@ -128,7 +128,7 @@ static WAKE_EVERY: u32 = 0;
 /// CPU numbers of rings that reached a multiple of WAKE_EVERY records (imc_common::
 /// WAKE_MAP_NAME): userspace polls it and drains then instead of waiting for its timer.
 #[map]
-static WAKE: RingBuf = RingBuf::with_byte_size(4096, 0);
+pub(crate) static WAKE: RingBuf = RingBuf::with_byte_size(4096, 0);
 
 /// Per-CPU rings of tick records (see imc_common::TICKS_MAP_NAME); userspace sizes it to
 /// possible CPUs × RING_LEN and reads it through mmap.

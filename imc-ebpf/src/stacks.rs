@@ -10,7 +10,7 @@
 //! Several CPUs may charge one key at once, so the counts are added atomically.
 use aya_ebpf::{
     EbpfContext,
-    bindings::{BPF_F_USER_STACK, BPF_NOEXIST},
+    bindings::{BPF_F_USER_STACK, BPF_NOEXIST, BPF_RB_FORCE_WAKEUP},
     helpers::generated::bpf_get_current_pid_tgid,
     macros::{map, perf_event},
     maps::{Array, HashMap, StackTrace},
@@ -18,8 +18,8 @@ use aya_ebpf::{
 };
 use core::intrinsics::{AtomicOrdering, atomic_xadd};
 use imc_common::{
-    MAX_SLOTS, NO_STACK, STACK_KERNEL, STACK_SAMPLED, STACK_USER, STAT_STACK_DROPPED, StackCounts,
-    StackKey,
+    MAX_SLOTS, NO_STACK, STACK_GEN_ENTRIES, STACK_GEN_NOW, STACK_KERNEL, STACK_SAMPLED, STACK_USER,
+    STACKS_WAKE, STAT_STACK_DROPPED, StackCounts, StackKey,
 };
 
 /// Which stacks a charged slice takes (imc_common::STACK_MODE_GLOBAL); frozen before load.
@@ -42,9 +42,15 @@ static STACK_TRACES: StackTrace = StackTrace::with_max_entries(1, 0);
 #[map]
 static STACK_TRACES_ODD: StackTrace = StackTrace::with_max_entries(1, 0);
 
-/// The generation stacks are taken in now (userspace moves it on at each drain).
+/// The generation stacks are taken in now, and the entries made in it (userspace moves it on
+/// at each drain).
 #[map]
-static STACK_GEN: Array<u32> = Array::with_max_entries(1, 0);
+static STACK_GEN: Array<u32> = Array::with_max_entries(2, 0);
+
+/// Entries of a generation after which userspace is woken to drain it
+/// (imc_common::STACK_WAKE_AFTER_GLOBAL; a power of two, 0: never).
+#[unsafe(no_mangle)]
+static STACK_WAKE_AFTER: u32 = 0;
 
 /// (process, stack ids) → what they were charged (sized by userspace before load).
 #[map]
@@ -131,7 +137,7 @@ pub fn imc_stack_sample(ctx: PerfEventContext) -> u32 {
 #[inline(always)]
 fn counts_of<C: EbpfContext + StackIdContext>(ctx: &C, tgid: u32) -> Option<*mut StackCounts> {
     let m = mode();
-    let generation = STACK_GEN.get(0).copied().unwrap_or(0);
+    let generation = STACK_GEN.get(STACK_GEN_NOW).copied().unwrap_or(0);
     let traces = if generation & 1 == 0 {
         &STACK_TRACES
     } else {
@@ -176,12 +182,42 @@ fn counts_of<C: EbpfContext + StackIdContext>(ctx: &C, tgid: u32) -> Option<*mut
     // SAFETY: every field was written above.
     let zero = unsafe { zero.assume_init_ref() };
     // Another CPU may have created it meanwhile (EEXIST): the lookup below finds it.
-    let _ = STACK_COUNTS.insert(key, zero, u64::from(BPF_NOEXIST));
+    if STACK_COUNTS
+        .insert(key, zero, u64::from(BPF_NOEXIST))
+        .is_ok()
+    {
+        count_entry();
+    }
     let found = STACK_COUNTS.get_ptr_mut(key);
     if found.is_none() {
         crate::bump(STAT_STACK_DROPPED);
     }
     found
+}
+
+/// Counts an entry made in the current generation, and wakes userspace each time the count
+/// reaches a multiple of STACK_WAKE_AFTER: the drain that follows moves the generation on
+/// before its stack map is so full that new stacks find their buckets taken. (The count is
+/// read back after an atomic add, not fetched: two CPUs adding at once may both miss a
+/// multiple, and the next one wakes.)
+#[inline(always)]
+fn count_entry() {
+    // SAFETY: a read of a global.
+    let every = unsafe { core::ptr::read_volatile(&STACK_WAKE_AFTER) };
+    if every == 0 {
+        return;
+    }
+    let Some(n) = STACK_GEN.get_ptr_mut(STACK_GEN_ENTRIES) else {
+        return;
+    };
+    // SAFETY: `n` points to a live, 4-aligned map value, only added to atomically here.
+    let made = unsafe {
+        atomic_xadd::<u32, u32, { AtomicOrdering::Relaxed }>(n, 1);
+        core::ptr::read_volatile(n)
+    };
+    if made & every.wrapping_sub(1) == 0 {
+        let _ = crate::WAKE.output::<u32>(&STACKS_WAKE, u64::from(BPF_RB_FORCE_WAKEUP));
+    }
 }
 
 /// A stack id, or `-errno` of a stack the map did not take.

@@ -141,13 +141,14 @@ pub fn render(plan: &Plan) -> String {
             s,
             "stacks: {}{} — {}; the kernel holds {} (process, stack) entries between drains \
              and {} stacks of up to {} frames in each of two stack maps, emptied in turn at \
-             the drains; adds interrupts: {}",
+             the drains (a drain comes early after {} new entries); adds interrupts: {}",
             if st.user { "user" } else { "" },
             if st.kernel { " + kernel" } else { "" },
             st.reason,
             st.map_entries,
             st.stack_entries,
             st.depth,
+            st.wake_after,
             if st.adds_interrupts { "yes" } else { "no" }
         );
     }

@@ -566,6 +566,9 @@ pub struct StackPlan {
     /// drain's interval while the other's are read and emptied); a stack past them (or one
     /// whose bucket another holds) is charged under `[stack not recorded]`.
     pub stack_entries: u32,
+    /// New (process, stack) entries of a drain's interval after which the kernel wakes imc to
+    /// drain early, so a stack map is never far past that many stacks (a power of two).
+    pub wake_after: u32,
     /// Frames a stack keeps at most (the innermost): deeper ones are marked cut short.
     pub depth: u32,
     /// The slots whose counts are charged to stacks (indices into `slots`); empty: on-CPU

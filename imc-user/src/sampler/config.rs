@@ -216,6 +216,9 @@ pub struct StackConfig {
     pub slots_mask: u32,
     pub map_entries: u32,
     pub stack_entries: u32,
+    /// Entries of a generation after which the program wakes userspace to drain (a power of
+    /// two; 0: never).
+    pub wake_after: u32,
     /// `--stack-period`: the events between two samples and the slot they count in.
     pub overflow: Option<(u64, usize)>,
 }

@@ -10,8 +10,8 @@ use imc_common::{
     NR_SLOTS_GLOBAL, PKG_MAP_NAME, PKG_MIN_GAP_GLOBAL, PKG_SLOT_MAP_NAME, PKG_SLOTS_GLOBAL,
     READERS_MAP_NAME, RING_LEN_GLOBAL, Record, SLOT_MAP_NAMES, STACK_COUNTS_MAP_NAME,
     STACK_MODE_GLOBAL, STACK_PERIOD_GLOBAL, STACK_PERIOD_SLOT_GLOBAL, STACK_SLOTS_GLOBAL,
-    STACK_TRACES_MAP_NAME, STACK_TRACES_ODD_MAP_NAME, TICKS_MAP_NAME, TIMED_SLOTS_GLOBAL,
-    WAKE_EVERY_GLOBAL, tick_rules,
+    STACK_TRACES_MAP_NAME, STACK_TRACES_ODD_MAP_NAME, STACK_WAKE_AFTER_GLOBAL, TICKS_MAP_NAME,
+    TIMED_SLOTS_GLOBAL, WAKE_EVERY_GLOBAL, tick_rules,
 };
 
 /// All CPUs' rings together stay within this (a 192-CPU server would otherwise map 750 MB).
@@ -125,6 +125,7 @@ struct Globals {
     stack_slots: u32,
     stack_period: u64,
     stack_period_slot: u32,
+    stack_wake_after: u32,
 }
 
 impl Globals {
@@ -154,6 +155,7 @@ impl Globals {
                 .as_ref()
                 .and_then(|s| s.overflow)
                 .map_or(0, |o| o.1 as u32),
+            stack_wake_after: cfg.stacks.as_ref().map_or(0, |s| s.wake_after),
         }
     }
 
@@ -171,6 +173,7 @@ impl Globals {
         loader.override_global(STACK_SLOTS_GLOBAL, &self.stack_slots, true);
         loader.override_global(STACK_PERIOD_GLOBAL, &self.stack_period, true);
         loader.override_global(STACK_PERIOD_SLOT_GLOBAL, &self.stack_period_slot, true);
+        loader.override_global(STACK_WAKE_AFTER_GLOBAL, &self.stack_wake_after, true);
     }
 }
 

@@ -6,8 +6,10 @@
 //! Stacks are taken in generations: at each drain the generation moves on (the program then
 //! stores new stacks in the other stack map), the entries are taken out, the stacks of the
 //! generation just ended are read, and its map is emptied for its next turn. So the stack maps
-//! hold only the stacks of about one interval, however long the run, and an id is read from
-//! the map it was given in before that map is emptied. An entry of an older generation (a
+//! hold only the stacks of about one drain, however long the run, and an id is read from the
+//! map it was given in before that map is emptied. A generation that makes many entries wakes
+//! the drain early (STACK_WAKE_AFTER), so its map stays sparse: a stack map refuses a stack
+//! whose hash bucket another holds, and the fuller the map, the more often that happens. An entry of an older generation (a
 //! program that was charging across the turn) names a map emptied since: its stacks read as
 //! not recorded, never as another stack that took its bucket.
 use super::config::{SamplerConfig, StackConfig};
@@ -17,8 +19,8 @@ use aya::Ebpf;
 use aya::maps::{Array, MapData, StackTraceMap};
 use aya::programs::PerfEvent;
 use imc_common::{
-    NO_STACK, STACK_COUNTS_MAP_NAME, STACK_GEN_MAP_NAME, STACK_SAMPLE_PROGRAM,
-    STACK_TRACES_MAP_NAME, STACK_TRACES_ODD_MAP_NAME, StackCounts, StackKey,
+    NO_STACK, STACK_COUNTS_MAP_NAME, STACK_GEN_ENTRIES, STACK_GEN_MAP_NAME, STACK_GEN_NOW,
+    STACK_SAMPLE_PROGRAM, STACK_TRACES_MAP_NAME, STACK_TRACES_ODD_MAP_NAME, StackCounts, StackKey,
 };
 use std::collections::HashMap;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
@@ -87,7 +89,9 @@ impl StackMaps {
     pub fn drain(&mut self, out: &mut Vec<StackEntry>) -> usize {
         let ended = self.now;
         let next = ended.wrapping_add(1);
-        if self.generation.set(0, next, 0).is_ok() {
+        // The count first: entries the program makes in between count towards the next.
+        let _ = self.generation.set(STACK_GEN_ENTRIES, 0, 0);
+        if self.generation.set(STACK_GEN_NOW, next, 0).is_ok() {
             self.now = next;
         }
         let first = out.len();
