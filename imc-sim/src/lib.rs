@@ -164,9 +164,16 @@ pub struct SynthStream {
     running: Vec<Option<usize>>,
     /// Per CPU: weight counters (true counts): reads and writes.
     weight: Vec<f64>,
-    /// Per CPU: its stall counters (true counts): cycles stalled on memory, cycles, and its
-    /// busy time (ns, as cpu-clock counts it).
-    stall: Vec<[f64; 3]>,
+    /// Per CPU: its stall counters (true counts): cycles stalled on memory and cycles.
+    stall: Vec<[f64; 2]>,
+    /// Every CPU's cpu-clock count (ns): it counts whether a task or the idle task runs, so
+    /// every CPU's is the same sum.
+    clock_ns: f64,
+    /// Per package, for the span being integrated: its traffic (bytes/s), its read lines per
+    /// second and its latency (ns). Kept to be refilled at each step rather than allocated.
+    pkg_bps: Vec<f64>,
+    pkg_read_lines: Vec<f64>,
+    pkg_latency: Vec<f64>,
     weight_w: Vec<f64>,
     /// Per package: cumulative read/write counts (true) and their rate.
     pkg_read: Vec<f64>,
@@ -249,7 +256,11 @@ impl SynthStream {
             running: vec![None; ncpu],
             weight: vec![0.0; ncpu],
             weight_w: vec![0.0; ncpu],
-            stall: vec![[0.0; 3]; ncpu],
+            stall: vec![[0.0; 2]; ncpu],
+            clock_ns: 0.0,
+            pkg_bps: vec![0.0; npkg],
+            pkg_read_lines: vec![0.0; npkg],
+            pkg_latency: vec![0.0; npkg],
             pkg_read: vec![0.0; npkg],
             pkg_write: vec![0.0; npkg],
             t_now: 0,
@@ -297,30 +308,56 @@ impl SynthStream {
         }
     }
 
-    /// Integrates every running task's traffic from t_now to t.
+    /// Integrates everything from t_now to t with the tasks now running: each package's queue
+    /// (its latency from its traffic), then each CPU's stalls and its task's traffic. The
+    /// stream's cost is this step, taken at every event: two passes over the CPUs.
     fn advance(&mut self, t: u64) {
         if t <= self.t_now {
             return;
         }
         let dt = (t - self.t_now) as f64 / 1e9;
-        let layout = self.sc.layout.is_some();
         self.integrate_queues(dt);
-        for (c, run) in self.running.iter().enumerate() {
-            let Some(ti) = *run else { continue };
+        self.integrate_cpus(dt);
+        self.t_now = t;
+        for p in 0..self.truth.dma.len() {
+            self.truth.dma[p] = self.dma_bytes(p);
+        }
+    }
+
+    /// Over `dt` seconds, each running task: its CPU's stalled cycles at its memory's latency
+    /// and its cycles, and its traffic in the truth, the controllers' counts and its CPU's
+    /// weights.
+    fn integrate_cpus(&mut self, dt: f64) {
+        let layout = self.sc.layout.is_some();
+        let model = self.sc.latency;
+        let cycles = dt * model.cpu_hz;
+        for c in 0..self.running.len() {
+            let Some(ti) = self.running[c] else { continue };
             let task = &self.sc.tasks[ti];
+            let tr = self.traits[ti];
+            let own = self.pkg_of.get(c).copied().unwrap_or(usize::MAX);
+            let m = if layout {
+                tr.memory_package.unwrap_or(own)
+            } else {
+                own
+            };
+            let l = self.pkg_latency.get(m).copied().unwrap_or(model.idle_ns);
+            let lines_per_s = task.read_bps / 64.0;
+            let share = (tr.stall_per_miss * lines_per_s * l * 1e-9).clamp(0.0, 1.0);
+            self.stall[c][0] += share * cycles;
+            self.stall[c][1] += cycles;
+            self.truth.task_stall[ti] += share * cycles;
+            self.truth.task_cycles[ti] += cycles;
             let (r, w) = (task.read_bps * dt, task.write_bps * dt);
             self.truth.task_read[ti] += r;
             self.truth.task_write[ti] += w;
             if layout {
-                let tr = self.traits[ti];
-                let own = self.pkg_of[c];
-                let mem = tr.memory_package.unwrap_or(own);
-                if let Some(ctrl) = self.ctrl.get_mut(mem) {
+                if let Some(ctrl) = self.ctrl.get_mut(m) {
                     ctrl[0] += r;
                     ctrl[1] += w;
                 }
                 let cw = &mut self.cpu_w[c];
-                let acc = if mem == own {
+                let acc = if m == own {
                     &mut cw.local
                 } else {
                     &mut cw.remote
@@ -335,19 +372,10 @@ impl SynthStream {
             } else {
                 self.weight[c] += (r + w) / 64.0;
             }
-            if let Some(p) = self
-                .pkg_of
-                .get(c)
-                .copied()
-                .filter(|&p| p < self.pkg_read.len())
-            {
-                self.pkg_read[p] += r / 64.0;
-                self.pkg_write[p] += w / 64.0;
+            if own < self.pkg_read.len() {
+                self.pkg_read[own] += r / 64.0;
+                self.pkg_write[own] += w / 64.0;
             }
-        }
-        self.t_now = t;
-        for p in 0..self.truth.dma.len() {
-            self.truth.dma[p] = self.dma_bytes(p);
         }
     }
 
@@ -362,54 +390,36 @@ impl SynthStream {
     }
 
     /// Over `dt` seconds with the tasks now running: each package's latency from its traffic
-    /// (tasks and DMA) against its peak, its read queue's counts (Little's law), and each
-    /// running task's stalled cycles at its memory's latency and its cycles.
+    /// (tasks and DMA) against its peak (kept for [`Self::integrate_cpus`]), its read queue's
+    /// counts (Little's law), and every CPU's cpu-clock.
     fn integrate_queues(&mut self, dt: f64) {
         let npkg = self.truth.queues.len();
-        let mut bps = vec![0.0; npkg];
-        let mut read_lines = vec![0.0; npkg];
         for p in 0..npkg {
             let dma = self.sc.dma_bps.get(p).copied().unwrap_or(0.0);
-            bps[p] += dma;
-            read_lines[p] += dma / 64.0;
+            self.pkg_bps[p] = dma;
+            self.pkg_read_lines[p] = dma / 64.0;
         }
         for (c, run) in self.running.iter().enumerate() {
             let Some(ti) = *run else { continue };
             let m = self.memory_index(ti, c);
             if m < npkg {
                 let task = &self.sc.tasks[ti];
-                bps[m] += task.read_bps + task.write_bps;
-                read_lines[m] += task.read_bps / 64.0;
+                self.pkg_bps[m] += task.read_bps + task.write_bps;
+                self.pkg_read_lines[m] += task.read_bps / 64.0;
             }
         }
         let model = self.sc.latency;
-        let lat: Vec<f64> = (0..npkg)
-            .map(|p| model.latency_ns(bps[p], self.sc.peak_bps.get(p).copied()))
-            .collect();
         for p in 0..npkg {
+            let lat = model.latency_ns(self.pkg_bps[p], self.sc.peak_bps.get(p).copied());
+            self.pkg_latency[p] = lat;
             let q = &mut self.truth.queues[p];
-            let lines = read_lines[p] * dt;
+            let lines = self.pkg_read_lines[p] * dt;
             q.inserts += lines;
-            q.occupancy += lines * lat[p] * 1e-9 * model.dram_hz;
+            q.occupancy += lines * lat * 1e-9 * model.dram_hz;
             q.dram_clocks += dt * model.dram_hz;
-            q.latency_ns_lines += lines * lat[p];
+            q.latency_ns_lines += lines * lat;
         }
-        // A CPU's cpu-clock counts its time whether a task or the idle task runs.
-        for st in &mut self.stall {
-            st[2] += dt * 1e9;
-        }
-        for c in 0..self.running.len() {
-            let Some(ti) = self.running[c] else { continue };
-            let m = self.memory_index(ti, c);
-            let l = lat.get(m).copied().unwrap_or(model.idle_ns);
-            let lines_per_s = self.sc.tasks[ti].read_bps / 64.0;
-            let share = (self.traits[ti].stall_per_miss * lines_per_s * l * 1e-9).clamp(0.0, 1.0);
-            let cycles = dt * model.cpu_hz;
-            self.stall[c][0] += share * cycles;
-            self.stall[c][1] += cycles;
-            self.truth.task_stall[ti] += share * cycles;
-            self.truth.task_cycles[ti] += cycles;
-        }
+        self.clock_ns += dt * 1e9;
     }
 
     /// DMA bytes of package p up to now, computed from the time rather than accumulated, so
@@ -507,13 +517,13 @@ impl SynthStream {
                     };
                 }
                 SynthSlot::Stall(part) => {
-                    let i = match part {
-                        StallPart::Stalled => 0,
-                        StallPart::Cycles => 1,
-                        StallPart::Time => 2,
+                    let count = match part {
+                        StallPart::Stalled => self.stall[c][0],
+                        StallPart::Cycles => self.stall[c][1],
+                        StallPart::Time => self.clock_ns,
                     };
                     rec.slots[s] = SlotReading {
-                        value: self.stall[c][i].floor() as u64,
+                        value: count.floor() as u64,
                         enabled: t,
                         running: t,
                     };
