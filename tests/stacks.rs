@@ -1,8 +1,10 @@
 //! Traffic by call stack: the plan's `stacks` object (any machine, no privileges), and on the
 //! real path (root, the eBPF object) a recording with `--stacks` of a program whose two hot
 //! functions fault pages, reported as folded lines, a flame graph, a pprof profile and a
-//! Perfetto trace's callstack samples.
+//! Perfetto trace's callstack samples, the pprof profile decoded with the messages imc writes.
+use imc::output::stacks::pprof::proto::profile as pb;
 use imc_tests::{imc, own_fixtures, require, sampler_prerequisites};
+use std::collections::HashMap;
 use std::path::Path;
 use std::process::Command;
 
@@ -201,6 +203,39 @@ fn a_recording_with_stacks_reports_every_attributed_fault_in_some_stack() {
     }
     let gz = std::fs::read(&pprof).unwrap();
     assert_eq!(&gz[..2], &[0x1f, 0x8b], "gzipped");
+    // Each of the program's samples is labelled with its process and the cgroup it ran in:
+    // the one `record` put the command in, where it made one (the report's row for the whole
+    // run names none, as the process started in imc's), else its row's.
+    let profile = pprof_profile(&gz);
+    let text_of = |i: i64| profile.string_table[i as usize].as_str();
+    let labels = |s: &pb::Sample| -> HashMap<String, (String, i64)> {
+        s.label
+            .iter()
+            .map(|l| {
+                (
+                    text_of(l.key).to_string(),
+                    (text_of(l.str).to_string(), l.num),
+                )
+            })
+            .collect()
+    };
+    let of_two: Vec<_> = profile
+        .sample
+        .iter()
+        .map(labels)
+        .filter(|l| l.get("comm").is_some_and(|c| c.0 == "two"))
+        .collect();
+    assert!(
+        of_two.len() >= 2,
+        "the program's samples in the pprof profile"
+    );
+    let cgroup = report["command"]["cgroup_path"]
+        .as_str()
+        .or(two_row["cgroup_path"].as_str());
+    for l in &of_two {
+        assert_eq!(l.get("pid").map(|p| p.1), two_row["tgid"].as_i64());
+        assert_eq!(l.get("cgroup").map(|c| c.0.as_str()), cgroup, "{l:?}");
+    }
     assert!(std::fs::read_to_string(&svg).unwrap().contains("<svg"));
     // A recording without stacks is refused in one line.
     let plain = dir.path().join("p.imc");
@@ -219,6 +254,17 @@ fn a_recording_with_stacks_reports_every_attributed_fault_in_some_stack() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
+}
+
+/// The `Profile` message of a gzipped pprof file.
+fn pprof_profile(gz: &[u8]) -> pb::Profile {
+    use protobuf::Message;
+    use std::io::Read;
+    let mut raw = Vec::new();
+    flate2::read::GzDecoder::new(gz)
+        .read_to_end(&mut raw)
+        .expect("a gzip stream");
+    pb::Profile::parse_from_bytes(&raw).expect("pprof's Profile message")
 }
 
 /// A C program that faults one page at the end of each of 10,240 call paths (each step through

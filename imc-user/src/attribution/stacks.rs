@@ -14,6 +14,7 @@ use crate::model::stacks::{
 };
 use crate::model::{Direction, SlotRole, SlotScope, SlotSpec};
 use std::collections::HashMap;
+use std::sync::Arc;
 
 /// Which sample type a weight slot weighs.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -29,8 +30,8 @@ pub struct StackTotals {
     weighs: Vec<Option<Weighs>>,
     /// How a task row's amount of each type is read.
     amounts: Amounts,
-    /// Per process: attributed amount per type, and its name.
-    processes: HashMap<u32, (Vec<f64>, std::sync::Arc<str>, bool)>,
+    /// Per process: its attributed amount per type, its name and its cgroup.
+    processes: HashMap<u32, Process>,
     /// Every distinct frame, numbered in the order first seen: a stack is its frames'
     /// numbers, so memory follows the distinct frames and stacks, not frames × stacks.
     frames: HashMap<Frame, u32>,
@@ -42,6 +43,16 @@ pub struct StackTotals {
     truncated: u64,
     /// Each drain's charges, where their times are kept (see [`StackTotals::keep_times`]).
     times: Option<Times>,
+}
+
+/// A process as its samples name it: what it was attributed per sample type, and its main
+/// thread's name and cgroup v2 path as last seen (a thread's until the main thread is seen), each
+/// shared by the process's samples.
+struct Process {
+    amount: Vec<f64>,
+    comm: Arc<str>,
+    cgroup: Option<Arc<str>>,
+    named_by_main: bool,
 }
 
 /// The drains' charges, kept to place a profile's samples in time.
@@ -140,29 +151,38 @@ impl StackTotals {
     pub fn add_interval(&mut self, iv: &IntervalResult) {
         let n = self.types.len();
         for row in &iv.tasks {
-            let e = self
-                .processes
-                .entry(row.tgid)
-                .or_insert_with(|| (vec![0.0; n], row.comm.as_str().into(), false));
-            // The main thread's name, as last seen: a command imc started is named by its
-            // own program once it has exec'ed, not by the imc it was forked from.
-            if row.pid == row.tgid || !e.2 {
-                // Shared by the process's samples: made anew only when the name changed.
-                if *e.1 != *row.comm {
-                    e.1 = row.comm.as_str().into();
+            let e = self.processes.entry(row.tgid).or_insert_with(|| Process {
+                amount: vec![0.0; n],
+                comm: row.comm.as_str().into(),
+                cgroup: None,
+                named_by_main: false,
+            });
+            // The main thread's name and cgroup, as last seen: a command imc started is named
+            // by its own program once it has exec'ed, not by the imc it was forked from, and a
+            // process moved into a container is shown in it. Each is made anew only when it
+            // changed; a cgroup not known in this row leaves the one known before.
+            if row.pid == row.tgid || !e.named_by_main {
+                if *e.comm != *row.comm {
+                    e.comm = row.comm.as_str().into();
                 }
-                e.2 = row.pid == row.tgid;
+                if let Some(path) = &row.cgroup_path
+                    && e.cgroup.as_deref() != Some(path.as_str())
+                {
+                    e.cgroup = Some(path.as_str().into());
+                }
+                e.named_by_main = row.pid == row.tgid;
             }
+            let amount = &mut e.amount;
             match &self.amounts {
                 Amounts::Bytes { total } => {
-                    e.0[0] += row.read_bytes as f64;
-                    e.0[1] += row.write_bytes as f64;
+                    amount[0] += row.read_bytes as f64;
+                    amount[1] += row.write_bytes as f64;
                     if *total {
-                        e.0[2] += row.total_bytes as f64;
+                        amount[2] += row.total_bytes as f64;
                     }
                 }
                 Amounts::Counts(events) => {
-                    e.0[0] += events
+                    amount[0] += events
                         .iter()
                         .filter_map(|ev| row.values.get(ev))
                         .sum::<f64>();
@@ -306,13 +326,13 @@ impl StackTotals {
         let mut sample_of = vec![None; sums.len()];
         for (k, key) in by_number.into_iter().enumerate() {
             let Some((tgid, mut ids)) = key else { continue };
-            let Some((amount, comm, _)) = self.processes.get(&tgid) else {
+            let Some(process) = self.processes.get(&tgid) else {
                 continue;
             };
             let s = sums[k];
             let all = of_process[&tgid];
             let values = spread(
-                amount,
+                &process.amount,
                 (&s.weight[..n], s.on_ns),
                 (&all.weight[..n], all.on_ns),
             );
@@ -341,8 +361,8 @@ impl StackTotals {
             });
             p.samples.push(StackSample {
                 tgid,
-                comm: comm.clone(),
-                cgroup: None,
+                comm: process.comm.clone(),
+                cgroup: process.cgroup.clone(),
                 stack: p.stacks.len() as u32 - 1,
                 values,
             });
@@ -478,6 +498,43 @@ mod tests {
         assert_eq!(value("hot_three"), Some(300));
         assert_eq!(value("hot_one"), Some(100));
         assert_eq!(p.lost_stacks, 2);
+    }
+
+    #[test]
+    fn a_process_samples_carry_its_main_threads_cgroup_as_last_seen() {
+        let specs = [spec("page-faults", SlotRole::Traffic(Direction::Total))];
+        let mut t = StackTotals::new(&specs);
+        let row = |pid: u32, cgroup: Option<&str>| {
+            let mut iv = interval(7, 10.0);
+            iv.tasks[0].pid = pid;
+            iv.tasks[0].cgroup_path = cgroup.map(str::to_string);
+            iv
+        };
+        // A thread's cgroup stands until the main thread is seen; then the main thread's, the
+        // last known (a row whose cgroup is gone keeps it).
+        t.add_interval(&row(8, Some("/thread")));
+        t.add_interval(&row(7, Some("/system.slice/imc-test.service")));
+        t.add_interval(&row(8, Some("/thread")));
+        t.add_interval(&row(7, None));
+        let a = frames("hot");
+        t.add_batch(&StackBatch {
+            t_ns: 1,
+            charges: vec![charge(7, &a, 5, 10)],
+            dropped: 0,
+        });
+        t.add_interval(&interval(9, 10.0));
+        t.add_batch(&StackBatch {
+            t_ns: 2,
+            charges: vec![charge(9, &a, 5, 10)],
+            dropped: 0,
+        });
+        let p = t.profile(0, 1);
+        let cgroup = |tgid: u32| {
+            let s = p.samples.iter().find(|s| s.tgid == tgid).unwrap();
+            s.cgroup.as_deref().map(str::to_string)
+        };
+        assert_eq!(cgroup(7).as_deref(), Some("/system.slice/imc-test.service"));
+        assert_eq!(cgroup(9), None, "no cgroup known: none said");
     }
 
     #[test]

@@ -112,8 +112,8 @@ pub struct StackSample {
     pub tgid: u32,
     /// The process's name (its main thread's comm), shared by the process's samples.
     pub comm: std::sync::Arc<str>,
-    /// The process's cgroup v2 path, where known.
-    pub cgroup: Option<String>,
+    /// The process's cgroup v2 path (its main thread's), where known; shared as `comm` is.
+    pub cgroup: Option<std::sync::Arc<str>>,
     /// Index into [`StackProfile::stacks`].
     pub stack: u32,
     /// One value per [`StackProfile::sample_types`], in that order (at most three: read,

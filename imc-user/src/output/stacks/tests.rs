@@ -52,7 +52,7 @@ fn profile() -> StackProfile {
     work.file = Some("app.c".to_string());
     work.line = Some(20);
     let mut first = sample(10, "app", 0, &[100, 50]);
-    first.cgroup = Some("/sys/app".to_string());
+    first.cgroup = Some("/sys/app".into());
     StackProfile {
         sample_types: bytes_types(),
         frames: vec![
