@@ -73,7 +73,10 @@ pub(super) fn arm_cmn(ctx: &Ctx) -> Vec<Source> {
     // drivers/perf/arm-cmn.c: HN-F event mc_reqs = type 0x5 (CMN_TYPE_HNF), eventid 0x0d,
     // requests the home nodes send to the memory controllers, a 64-byte line each. With
     // bynodeid=0 the driver counts it on every HN-F of the mesh and sums them; the format's
-    // node filter (bynodeid config:31, nodeid config:32-47) is what makes that explicit.
+    // node filter (bynodeid config:31, nodeid config:32-47) is what makes that explicit. The
+    // mesh is counted whole, never node by node: Documentation/admin-guide/perf/arm-cmn.rst,
+    // each XP's DTM has 4 local counters and the DTC 8 global ones, a node-filtered event takes
+    // a global counter of its own, and the node ids come from debugfs alone.
     let events = [Event {
         direction: Direction::Total,
         alias: "hnf_mc_reqs",
@@ -262,7 +265,11 @@ pub fn pmu_limits(pmu: &str) -> Option<PmuLimits> {
             None,
             None,
             "arm-cmn.c: 8 counters per DTC, and 4 per crosspoint for the nodes under it; an \
-             event without a node filter takes one on every home node",
+             event without a node filter takes one on every home node, and the DTC sums them \
+             into one: the whole mesh is counted. A count per home node would take a global \
+             counter each, more than a mesh with more home nodes than that has, and its node \
+             id is shown only by debugfs (arm-cmn/map); addresses are hashed over the home \
+             nodes, so one node's count is not a channel's either",
         );
     }
     if pmu.starts_with("cxl_pmu_mem") {
