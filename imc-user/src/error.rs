@@ -153,24 +153,17 @@ pub fn write_stdout(bytes: &[u8]) -> CliResult<()> {
         .map_err(CliError::output)
 }
 
-/// One line: the command's words, then each cause in the chain, joined by `: `. A cause whose
-/// text its error already printed (a typed error that shows its source) is not said twice.
+/// One line: the command's words, then each cause in the chain, joined by `: `
+/// ([`crate::text::error_line`]: each error says its own part), then the hint.
 impl fmt::Display for CliError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut line = self.words.join(": ");
-        let mut cause: Option<&(dyn std::error::Error + 'static)> = self
-            .source
-            .as_deref()
-            .map(|c| c as &(dyn std::error::Error + 'static));
-        while let Some(c) = cause {
-            let text = c.to_string();
-            if !text.is_empty() && !line.contains(&text) {
-                if !line.is_empty() {
-                    line.push_str(": ");
-                }
-                line.push_str(&text);
+        if let Some(cause) = self.source.as_deref() {
+            let chain = crate::text::error_line(cause);
+            if !line.is_empty() && !chain.is_empty() {
+                line.push_str(": ");
             }
-            cause = c.source();
+            line.push_str(&chain);
         }
         if let Some(hint) = &self.hint {
             line.push_str(&format!(" ({hint})"));
@@ -253,14 +246,6 @@ pub type CliResult<T = ()> = Result<T, CliError>;
 mod tests {
     use super::*;
 
-    /// A typed error that shows its source in its own text, as many thiserror errors do.
-    #[derive(Debug, thiserror::Error)]
-    #[error("reading /x: {source}")]
-    struct Shows {
-        #[source]
-        source: std::io::Error,
-    }
-
     /// One that leaves its source to the chain.
     #[derive(Debug, thiserror::Error)]
     #[error("reading /y")]
@@ -277,16 +262,16 @@ mod tests {
     fn the_line_carries_the_chain_once_with_context_and_hint() {
         let e = CliError::new(ErrorKind::Runtime, Hides { source: io() }).context("imc list");
         assert_eq!(e.to_string(), "imc list: reading /y: entity not found");
-        let e = CliError::new(ErrorKind::BadInput, Shows { source: io() })
+        let e = CliError::new(ErrorKind::BadInput, Hides { source: io() })
             .context("--weight x")
             .hint("auto or EVENT");
         assert_eq!(
             e.to_string(),
-            "--weight x: reading /x: entity not found (auto or EVENT)"
+            "--weight x: reading /y: entity not found (auto or EVENT)"
         );
         // The cause is kept, not flattened: a caller can still walk to the io::Error.
         let cause = std::error::Error::source(&e).unwrap();
-        assert!(cause.downcast_ref::<Shows>().is_some());
+        assert!(cause.downcast_ref::<Hides>().is_some());
     }
 
     #[test]

@@ -92,6 +92,43 @@ pub fn quote_os(s: &std::ffi::OsStr) -> String {
     text
 }
 
+/// An error and the causes in its chain on one line, joined by `: `, as imc says every error:
+/// each error's text is its own part, its cause left to the chain (aya's errors and imc's own
+/// are written so), so nothing is said twice. A cause of many lines (the kernel verifier's log)
+/// keeps its first two and last three, joined by ` | `; one with no text is passed over.
+pub fn error_line(e: &dyn std::error::Error) -> String {
+    let mut line = String::new();
+    let mut link = Some(e);
+    while let Some(l) = link {
+        let text = l.to_string();
+        if !text.trim().is_empty() {
+            if !line.is_empty() {
+                line.push_str(": ");
+            }
+            line.push_str(&one_line(&text));
+        }
+        link = l.source();
+    }
+    line
+}
+
+/// Lines the text of one error keeps whole on its line; past them, the first two and the last
+/// three.
+const ERROR_LINES: usize = 6;
+
+fn one_line(text: &str) -> Cow<'_, str> {
+    if !text.contains('\n') {
+        return Cow::Borrowed(text);
+    }
+    let lines: Vec<&str> = text.lines().collect();
+    if lines.len() > ERROR_LINES {
+        let (head, tail) = (&lines[..2], &lines[lines.len() - 3..]);
+        Cow::Owned(format!("{} | … | {}", head.join(" | "), tail.join(" | ")))
+    } else {
+        Cow::Owned(lines.join(" | "))
+    }
+}
+
 /// `v` with `decimals` digits after the point, never `-0` or `-0.0`: a rate or count that
 /// rounds to zero is zero (a tiny negative from floating-point rounding, or a negative zero,
 /// must not print with a sign). Every human number with fixed decimals goes through here.
@@ -289,6 +326,46 @@ pub mod held_log {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An error that says its own part and keeps its cause.
+    #[derive(Debug, thiserror::Error)]
+    #[error("{what}")]
+    struct Part {
+        what: String,
+        #[source]
+        source: Option<std::io::Error>,
+    }
+
+    #[test]
+    fn an_error_line_says_each_part_of_the_chain_once_in_order() {
+        let cause = std::io::Error::other("no such file");
+        let e = Part {
+            what: "reading /x".into(),
+            source: Some(cause),
+        };
+        assert_eq!(error_line(&e), "reading /x: no such file");
+        // A part that repeats words of another is still said: each is its own.
+        let e = Part {
+            what: "no such file".into(),
+            source: Some(std::io::Error::other("no such file")),
+        };
+        assert_eq!(error_line(&e), "no such file: no such file");
+        // A verifier log of many lines keeps its first two and last three, on one line.
+        let log: Vec<String> = (1..=9).map(|i| format!("line {i}")).collect();
+        let e = Part {
+            what: "loading".into(),
+            source: Some(std::io::Error::other(log.join("\n"))),
+        };
+        assert_eq!(
+            error_line(&e),
+            "loading: line 1 | line 2 | … | line 7 | line 8 | line 9"
+        );
+        let e = Part {
+            what: "two\nlines".into(),
+            source: None,
+        };
+        assert_eq!(error_line(&e), "two | lines");
+    }
 
     #[test]
     fn times_take_the_unit_that_keeps_them_short() {

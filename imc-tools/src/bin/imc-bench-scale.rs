@@ -292,7 +292,8 @@ fn child(o: &Opts, aggregated: bool, mode: Mode, label: &str) -> Result<Figures,
     let sc = scenario(o);
     let specs = sc.specs();
     let cfg = sampler_config(&sc, aggregated);
-    let lb = Loopback::new(&cfg).map_err(|e| format!("the loopback rings: {e}"))?;
+    let lb = Loopback::new(&cfg)
+        .map_err(|e| format!("the loopback rings: {}", imc::text::error_line(&e)))?;
     let mut pump = Drainer::new(lb, &sc.topology(), "replay".into(), HZ);
     let mut sink = Counting::default();
     let mut ends = IntervalEnds::starting(0, INTERVAL_MS);
@@ -396,7 +397,7 @@ fn drain_once(
     pump.take_wakes();
     let (n, _) = pump
         .drain_into(sink, ends, now)
-        .map_err(|e| format!("the pump: {e}"))?;
+        .map_err(|e| format!("the pump: {}", imc::text::error_line(&e)))?;
     f.drain_cpu_s += thread_cpu_s() - before;
     f.drained += n as u64;
     Ok(())

@@ -123,7 +123,8 @@ fn measure(
         aggregate: false,
         stacks: None,
     };
-    let mut s = Sampler::start(&cfg).map_err(|e| format!("starting {program:?}: {e}"))?;
+    let mut s = Sampler::start(&cfg)
+        .map_err(|e| format!("starting {program:?}: {}", imc::text::error_line(&e)))?;
     let end = Instant::now() + Duration::from_secs_f64(secs);
     let mut records = 0usize;
     while Instant::now() < end {
@@ -131,9 +132,12 @@ fn measure(
         std::thread::sleep(Duration::from_millis(10));
     }
     records += s.drain(|_| {});
-    let (time, runs) = s
-        .tick_run_stats()
-        .map_err(|e| format!("run statistics of {program:?}: {e}"))?;
+    let (time, runs) = s.tick_run_stats().map_err(|e| {
+        format!(
+            "run statistics of {program:?}: {}",
+            imc::text::error_line(&e)
+        )
+    })?;
     // A record a run, drained or overwritten (this process starved on a loaded machine).
     let lost = s.stats().map_or(0, |st| st.lost());
     if program == TickProgram::Imc && records as u64 + lost + 2 * cpus.len() as u64 * 20 < runs {

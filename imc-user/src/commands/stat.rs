@@ -18,6 +18,7 @@ use crate::plan::{CommandKind, Kernel, Plan, PlanSource, Request};
 use crate::settings::Settings;
 use crate::sys::devmem::{DevMem, RealDevMem};
 use crate::sys::perf::{PerfSys, RealPerf};
+use crate::text::error_line;
 use std::io::{self, Write};
 use std::path::Path;
 use std::process::ExitCode;
@@ -427,10 +428,14 @@ fn open_perf(
             }
             Err(e) if mode == ReadMode::KernelTimed => {
                 return Err(BackendError::Plan(format!(
-                    "IMC_STAT_MODE=kernel-timed: {e}; unset it to read at each interval"
+                    "IMC_STAT_MODE=kernel-timed: {}; unset it to read at each interval",
+                    error_line(&e)
                 )));
             }
-            Err(e) => log::info!("{name}: reading counters at each interval instead: {e}"),
+            Err(e) => log::info!(
+                "{name}: reading counters at each interval instead: {}",
+                error_line(&e)
+            ),
         }
     }
     PerfBackend::open(env.perf.clone(), name, planned)
@@ -482,7 +487,7 @@ fn open_backend(
         let plan = match plan_of(global, args, discovery, exclude.clone()) {
             Ok(p) => p,
             Err(e) if first_err.is_some() && !exclude.is_empty() => {
-                log::info!("{e}");
+                log::info!("{}", error_line(&e));
                 break;
             }
             Err(e) => return Err(e),
@@ -499,7 +504,7 @@ fn open_backend(
                 let retry = args.events.is_empty() && args.backend == BackendChoice::Auto;
                 match plan.backend {
                     Some(b) if retry => {
-                        log::info!("{}: {e}", b.as_str());
+                        log::info!("{}: {}", b.as_str(), error_line(&e));
                         first_err.get_or_insert(e);
                         exclude.push(b);
                         if b == BackendKind::KnlImc || b == BackendKind::KnlEdc {

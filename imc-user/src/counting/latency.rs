@@ -47,7 +47,7 @@ pub enum LatencyError {
     #[error("--latency {given}: {reason}")]
     BadRequestTypes { given: String, reason: String },
     /// libpfm4 refused one of the two events.
-    #[error("--latency: {0}")]
+    #[error("--latency")]
     Encode(#[from] EventError),
     /// The two encodings do not describe the average-latency pair.
     #[error("--latency: cpu/{event}/: {reason}")]

@@ -144,7 +144,11 @@ impl Backend for MchbarBackend {
                     h.ok = false;
                     self.failures.push(CounterFailure {
                         counter: Some(i),
-                        message: format!("{}: {e}", self.counters[i].describe()),
+                        message: format!(
+                            "{}: {}",
+                            self.counters[i].describe(),
+                            crate::text::error_line(&e)
+                        ),
                     });
                 }
             }

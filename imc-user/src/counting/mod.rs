@@ -115,7 +115,7 @@ pub struct CounterFailure {
 /// Errors a backend returns when it cannot work at all.
 #[derive(Debug, thiserror::Error)]
 pub enum BackendError {
-    #[error("{0}")]
+    #[error(transparent)]
     DevMem(#[from] crate::sys::devmem::DevMemError),
     /// No counter of the plan could be opened; the message explains the first failure.
     #[error("{message}")]

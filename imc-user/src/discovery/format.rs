@@ -57,7 +57,7 @@ pub enum FormatError {
         term: String,
         value: String,
     },
-    #[error("PMU '{pmu}': term '{term}': {source}")]
+    #[error("PMU '{pmu}': term '{term}'")]
     Field {
         pmu: String,
         term: String,
@@ -517,7 +517,7 @@ mod tests {
         );
         let m = encode_terms(&p, "event=0xzz").unwrap_err().to_string();
         assert!(m.contains("event") && m.contains("0xzz") && m.contains("expected"));
-        let m = encode_terms(&p, "event=0x100").unwrap_err().to_string();
+        let m = crate::text::error_line(&encode_terms(&p, "event=0x100").unwrap_err());
         assert!(m.contains("uncore_imc_0") && m.contains("8 bit"), "{m}");
         for bad in [
             "event=",

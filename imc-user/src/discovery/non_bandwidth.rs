@@ -99,8 +99,9 @@ fn events(p: &Pmu, notes: &mut Vec<String>) -> Vec<OtherEvent> {
                 scale: a.scale,
             }),
             Err(e) => notes.push(format!(
-                "{}: {e}",
-                p.path.join("events").join(&a.name).display()
+                "{}: {}",
+                p.path.join("events").join(&a.name).display(),
+                crate::text::error_line(&e)
             )),
         }
     }

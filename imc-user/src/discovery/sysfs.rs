@@ -34,13 +34,13 @@ pub enum DiscoveryError {
         what: &'static str,
         max: u64,
     },
-    #[error("{path}: {source}")]
+    #[error("{path}")]
     CpuList {
         path: PathBuf,
         #[source]
         source: CpuListError,
     },
-    #[error("{path}: {source}")]
+    #[error("{path}")]
     Format {
         path: PathBuf,
         #[source]
@@ -431,7 +431,7 @@ mod tree_tests {
             files.retain(|(f, _)| *f != file);
             files.push((file, text));
             let d = pmu_tree(&files);
-            let e = read_pmu(d.path(), "p").unwrap_err().to_string();
+            let e = crate::text::error_line(&read_pmu(d.path(), "p").unwrap_err());
             assert!(e.contains(want), "{file}: {e}");
             assert!(e.contains("expected") || e.contains("CPU"), "{e}");
         }

@@ -22,7 +22,7 @@ pub enum EventError {
         alias: String,
         hint: String,
     },
-    #[error("event '{event}': {source}")]
+    #[error("event '{event}'")]
     Term {
         event: String,
         #[source]

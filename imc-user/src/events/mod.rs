@@ -114,7 +114,7 @@ pub fn read_pmus(root: &Path) -> Result<Vec<Pmu>, EventError> {
     crate::discovery::read_pmus(root).map_err(|e| EventError::Discovery {
         root: root.display().to_string(),
         bad_input: e.is_bad_input(),
-        reason: e.to_string(),
+        reason: crate::text::error_line(&e),
     })
 }
 

@@ -358,7 +358,7 @@ fn unknown_term_and_too_wide_values() {
     );
     assert!(e.to_string().contains("bogus"), "{e}");
     let e = err(&skx(), "uncore_imc_0/event=0x100/");
-    let m = e.to_string();
+    let m = crate::text::error_line(&e);
     assert!(matches!(e, EventError::Term { .. }));
     assert!(
         m.contains("event") && m.contains("0x100") && m.contains("8 bit"),

@@ -159,7 +159,7 @@ impl<S: RecordSource> Drainer<S> {
             Ok(n) => log::info!(
                 "{n} CPUs could not be visited at the run's end: their slices since their last flush reach no task"
             ),
-            Err(e) => log::info!("{e}"),
+            Err(e) => log::info!("{}", crate::text::error_line(&e)),
         }
     }
 

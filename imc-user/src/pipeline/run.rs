@@ -19,29 +19,29 @@ use tokio::time::Instant;
 #[derive(Debug, Error)]
 pub enum PipelineError {
     /// The sampler did not load or attach.
-    #[error("{0}")]
+    #[error(transparent)]
     Sampler(#[from] SamplerError),
-    #[error("{signal} handler: {source}")]
+    #[error("{signal} handler")]
     Signal {
         signal: &'static str,
         #[source]
         source: io::Error,
     },
-    #[error("polling the kernel's wake-ups: {0}")]
+    #[error("polling the kernel's wake-ups")]
     Wakeups(#[source] io::Error),
     /// The command after `--` did not start: what the user asked to run is wrong.
-    #[error("cannot run '{program}': {source}")]
+    #[error("cannot run '{program}'")]
     Spawn {
         program: String,
         #[source]
         source: io::Error,
     },
     /// The sink could not write an interval or a record.
-    #[error("writing output: {0}")]
+    #[error("writing output")]
     Output(#[source] io::Error),
     /// The loop failed while the measured command ran; the command was ended with it.
     #[error(
-        "{source}; the command '{}' (pid {pid}) was killed with the measurement",
+        "the command '{}' (pid {pid}) was killed with the measurement, which failed",
         crate::text::escape(program)
     )]
     CommandKilled {
@@ -166,7 +166,8 @@ fn open_latency(
         Ok(None) => None,
         Err(e) => {
             sink.notice(&format!(
-                "loaded latency is not shown: its queue counters did not open: {e}"
+                "loaded latency is not shown: its queue counters did not open: {}",
+                crate::text::error_line(&e)
             ));
             None
         }

@@ -17,8 +17,8 @@ const MAX_FIDELITY: f64 = 10.0;
 #[derive(Debug, Error)]
 pub enum FidelityError {
     #[error(
-        "{path}: cannot read the weights' fidelity file: {source} (set IMC_FIDELITY_FILE to \
-         another file, or remove it)"
+        "{path}: cannot read the weights' fidelity file (set IMC_FIDELITY_FILE to another file, \
+         or remove it)"
     )]
     Read {
         path: PathBuf,

@@ -79,7 +79,10 @@ pub fn choose(found: &Discovery, kernel: &Kernel, planned: &[Counter], free: usi
     if seconds {
         match time_counter(found) {
             Ok(c) => counters.push(c),
-            Err(e) => notes.push(format!("stalls: cpu-clock: {e}: no stall seconds")),
+            Err(e) => notes.push(format!(
+                "stalls: cpu-clock: {}: no stall seconds",
+                crate::text::error_line(&e)
+            )),
         }
     } else {
         notes.push(

@@ -128,8 +128,8 @@ pub enum PlanError {
     #[error("--latency needs Knights Landing/Mill memory counters (knl-imc, knl-edc)")]
     NoLatencyCounters,
     /// The stand-in event could not be read or did not encode.
-    #[error("{0}")]
-    StandIn(#[source] Box<crate::events::EventError>),
+    #[error(transparent)]
+    StandIn(Box<crate::events::EventError>),
     #[error("page-faults did not encode")]
     StandInEmpty,
 }

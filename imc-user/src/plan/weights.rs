@@ -470,7 +470,7 @@ fn encode(core: &CorePmu, ev: &CoreTrafficEvent) -> Result<Encoded, String> {
 pub(super) fn encode_terms(core: &CorePmu, name: &str, terms: &str) -> Result<Encoded, String> {
     let text = format!("{}/{terms}/", core.pmu.name);
     let mut enc = crate::events::parse_event(std::slice::from_ref(&core.pmu), &text)
-        .map_err(|e| format!("{name}: {e}"))?
+        .map_err(|e| format!("{name}: {}", crate::text::error_line(&e)))?
         .into_iter()
         .next()
         .ok_or_else(|| format!("{name}: did not encode"))?;

@@ -50,7 +50,7 @@ pub const MAX_CHUNK: u32 = 64 << 20;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RecordError {
-    #[error("{}: {source}", path.display())]
+    #[error("{}", path.display())]
     Io {
         path: PathBuf,
         source: std::io::Error,

@@ -1,6 +1,7 @@
 //! Attaching the program: to the kernel's tick and sched_switch, or to a cpu-clock timer per CPU.
 use super::config::{KERNEL_TICK_TRACEPOINTS, SamplerConfig, TickAttached, TickSource};
-use super::error::{SamplerError, error_chain};
+use super::error::SamplerError;
+use crate::text::error_line;
 use aya::Ebpf;
 use aya::programs::perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent};
 use aya::programs::{PerfEvent, RawTracePoint};
@@ -78,7 +79,10 @@ fn attach_exec(ebpf: &mut Ebpf) {
             })
     });
     if let Err(e) = attached {
-        log::info!("comm after exec: {e}; a thread's name is fetched again every 64th record");
+        log::info!(
+            "comm after exec: {}; a thread's name is fetched again every 64th record",
+            error_line(&e)
+        );
     }
 }
 
@@ -93,7 +97,7 @@ fn attach_kernel_tick(ebpf: &mut Ebpf) -> Result<(TickAttached, &'static str), S
                 chosen = Some(tp);
                 break;
             }
-            Err(e) => tried.push(format!("{tp}: {}", error_chain(&e))),
+            Err(e) => tried.push(format!("{tp}: {}", error_line(&e))),
         }
     }
     let Some(tp) = chosen else {

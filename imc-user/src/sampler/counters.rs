@@ -23,7 +23,7 @@ pub(super) struct OpenPackageCounter {
 
 pub(super) fn open_error(what: &str, cpu: u32, e: io::Error) -> SamplerError {
     SamplerError::OpenCounter {
-        message: perf::explain_open_error(&format!("opening '{what}' on CPU {cpu}"), &e),
+        message: perf::open_words(&format!("opening '{what}' on CPU {cpu}"), &e),
         source: e,
     }
 }

@@ -12,7 +12,7 @@ pub enum SamplerError {
         env = BPF_OBJECT_ENV
     )]
     NoObject,
-    #[error("cannot read the eBPF object {}: {source}", path.display())]
+    #[error("cannot read the eBPF object {}", path.display())]
     ObjectRead { path: PathBuf, source: io::Error },
     #[error(
         "the eBPF object is of record ABI {}, this imc reads ABI {expected}: rebuild both with \
@@ -37,27 +37,27 @@ pub enum SamplerError {
         #[source]
         source: io::Error,
     },
-    #[error("the kernel refused the eBPF program: {}", on_one_line(.message, .source.as_deref()))]
+    #[error("the kernel refused the eBPF program{}", said(.message))]
     Load {
         message: String,
         #[source]
         source: Option<Cause>,
     },
-    #[error("attaching the sampler to {what}: {}", on_one_line(.message, .source.as_deref()))]
+    #[error("attaching the sampler to {what}{}", said(.message))]
     Attach {
         what: String,
         message: String,
         #[source]
         source: Option<Cause>,
     },
-    #[error("setting up map {map}: {}", on_one_line(.message, .source.as_deref()))]
+    #[error("setting up map {map}{}", said(.message))]
     Map {
         map: String,
         message: String,
         #[source]
         source: Option<Cause>,
     },
-    #[error("visiting each CPU to end its open slice at the run's end: {0}")]
+    #[error("visiting each CPU to end its open slice at the run's end")]
     VisitCpus(#[source] io::Error),
 }
 
@@ -96,15 +96,13 @@ impl SamplerError {
     }
 }
 
-/// `message` and the cause's chain on one line, as the errors here are shown.
-pub(super) fn on_one_line(
-    message: &str,
-    source: Option<&(dyn std::error::Error + Send + Sync)>,
-) -> String {
-    match (message.is_empty(), source) {
-        (_, None) => message.to_string(),
-        (true, Some(e)) => error_chain(e),
-        (false, Some(e)) => format!("{message}: {}", error_chain(e)),
+/// `message` after its error's words (`: message`), or nothing where it is empty: the cause
+/// is the chain's to say.
+fn said(message: &str) -> String {
+    if message.is_empty() {
+        String::new()
+    } else {
+        format!(": {message}")
     }
 }
 
@@ -115,45 +113,24 @@ impl SamplerError {
     }
 }
 
-/// An error and its sources on one line.
-pub(super) fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(src) = cur {
-        let t = src.to_string();
-        if !s.contains(&t) {
-            s.push_str(": ");
-            s.push_str(&t);
-        }
-        cur = src.source();
-    }
-    // The verifier log can be hundreds of lines; keep the first and the last few for one line.
-    let lines: Vec<&str> = s.lines().collect();
-    if lines.len() > 6 {
-        let mut short = lines[..2].join(" | ");
-        short.push_str(" | … | ");
-        short.push_str(&lines[lines.len() - 3..].join(" | "));
-        return short;
-    }
-    s.replace('\n', " | ")
-}
-
 #[cfg(test)]
 mod tests {
     use super::super::counters::open_error;
     use super::*;
+    use crate::text::error_line;
     use imc_common::TICKS_MAP_NAME;
     use std::error::Error as _;
 
     #[test]
-    fn errors_keep_their_cause_and_say_it_on_one_line() {
+    fn errors_say_their_own_part_and_keep_their_cause_for_the_line() {
         let e = SamplerError::map(
             TICKS_MAP_NAME,
             "mmap of 4096 bytes",
             io::Error::from_raw_os_error(libc::EPERM),
         );
+        assert_eq!(e.to_string(), "setting up map TICKS: mmap of 4096 bytes");
         assert_eq!(
-            e.to_string(),
+            error_line(&e),
             format!(
                 "setting up map TICKS: mmap of 4096 bytes: {}",
                 io::Error::from_raw_os_error(libc::EPERM)
@@ -167,20 +144,23 @@ mod tests {
         // Without a message of its own, the cause is the whole story; without a cause, the
         // message is.
         let bare = SamplerError::load(io::Error::other("invalid argument\nverifier log"));
+        assert_eq!(bare.to_string(), "the kernel refused the eBPF program");
         assert_eq!(
-            bare.to_string(),
+            error_line(&bare),
             "the kernel refused the eBPF program: invalid argument | verifier log"
         );
         let shape = SamplerError::map_shape("PKG", "is not a PERF_EVENT_ARRAY");
         assert_eq!(
-            shape.to_string(),
+            error_line(&shape),
             "setting up map PKG: is not a PERF_EVENT_ARRAY"
         );
         assert!(shape.source().is_none());
-        let open = open_error("page-faults", 3, io::Error::from_raw_os_error(libc::ENOENT));
+        let open = open_error("page-faults", 3, io::Error::from_raw_os_error(libc::EACCES));
+        let line = error_line(&open);
         assert!(
-            open.to_string().contains("opening 'page-faults' on CPU 3"),
-            "{open}"
+            line.starts_with("opening 'page-faults' on CPU 3 (permission denied: run as root")
+                && line.ends_with(&io::Error::from_raw_os_error(libc::EACCES).to_string()),
+            "{line}"
         );
         assert!(open.source().is_some());
     }

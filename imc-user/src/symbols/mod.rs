@@ -238,7 +238,7 @@ impl Symbolizer {
             let k = match Kallsyms::read(&path, l.max_kallsyms_bytes, l.max_kallsyms_symbols) {
                 Ok(k) => k,
                 Err(e) => {
-                    log::debug!("kernel symbols: {e}");
+                    log::debug!("kernel symbols: {}", crate::text::error_line(&e));
                     self.stats.kernel_symbols_unavailable = true;
                     Kallsyms::default()
                 }
@@ -296,7 +296,11 @@ impl Symbolizer {
     fn evict_module(&mut self, path: &Path) {
         self.modules.remove(path);
         if let Err(e) = self.blaze.evict(&Evict::Elf(evict::Elf::new(path))) {
-            log::debug!("evicting {}: {e}", path.display());
+            log::debug!(
+                "evicting {}: {}",
+                path.display(),
+                crate::text::error_line(&e)
+            );
         }
     }
 

@@ -152,7 +152,11 @@ impl Symbolizer {
                     p.unmapped.insert(a);
                 }
                 Err(e) => {
-                    log::debug!("process {tgid}: {}: {e}", path.display());
+                    log::debug!(
+                        "process {tgid}: {}: {}",
+                        path.display(),
+                        crate::text::error_line(&e)
+                    );
                     return false;
                 }
             }
@@ -180,7 +184,7 @@ impl Symbolizer {
                 Some(maps)
             }
             Err(e) => {
-                log::debug!("process {tgid}: {e}");
+                log::debug!("process {tgid}: {}", crate::text::error_line(&e));
                 None
             }
         }
@@ -231,11 +235,11 @@ impl Symbolizer {
             match elf::symbolize(&self.blaze, &found.path, offsets) {
                 Ok(symbols) => return (build_id, symbols),
                 Err(e) if attempt == 0 => {
-                    log::debug!("process {tgid}: {e}");
+                    log::debug!("process {tgid}: {}", crate::text::error_line(&e));
                     p.slots.remove(&key);
                 }
                 Err(e) => {
-                    log::debug!("process {tgid}: {e}");
+                    log::debug!("process {tgid}: {}", crate::text::error_line(&e));
                     self.stats.symbolize_errors += 1;
                     return (build_id, Vec::new());
                 }
@@ -337,7 +341,10 @@ impl Symbolizer {
                 Ok(x) => x,
                 Err(e) if e.is_gone() => continue,
                 Err(e) => {
-                    log::debug!("process {tgid}: perf map refused: {e}");
+                    log::debug!(
+                        "process {tgid}: perf map refused: {}",
+                        crate::text::error_line(&e)
+                    );
                     self.stats.perf_maps_refused += 1;
                     continue;
                 }
@@ -357,7 +364,7 @@ impl Symbolizer {
                     };
                     return;
                 }
-                Err(e) => log::debug!("process {tgid}: {e}"),
+                Err(e) => log::debug!("process {tgid}: {}", crate::text::error_line(&e)),
             }
         }
     }

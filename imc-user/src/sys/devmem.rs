@@ -13,14 +13,14 @@ use std::path::{Path, PathBuf};
 /// Why mapping or reading physical memory failed.
 #[derive(Debug, thiserror::Error)]
 pub enum DevMemError {
-    #[error("{}: {}", path.display(), explain_open(source))]
+    #[error("{}{}", path.display(), explain_open(source))]
     Open {
         path: PathBuf,
         #[source]
         source: io::Error,
     },
     #[error(
-        "{}: mmap of physical address {addr:#x} ({len} bytes) refused: {source} ({})",
+        "{}: mmap of physical address {addr:#x} ({len} bytes) refused ({})",
         path.display(),
         explain_mmap(source)
     )]
@@ -69,6 +69,8 @@ impl DevMemError {
     }
 }
 
+/// What to do about `err` opening /dev/mem, in parentheses after the path; nothing where there
+/// is nothing to say beyond the cause.
 fn explain_open(err: &io::Error) -> String {
     let hint = match err.raw_os_error() {
         Some(libc::ENOENT) => {
@@ -85,9 +87,9 @@ fn explain_open(err: &io::Error) -> String {
         _ => "",
     };
     if hint.is_empty() {
-        err.to_string()
+        String::new()
     } else {
-        format!("{err} ({hint})")
+        format!(" ({hint})")
     }
 }
 
@@ -327,7 +329,7 @@ mod tests {
         let e = RealDevMem
             .map_readonly(Path::new("/nonexistent/mem"), 0, 4096)
             .unwrap_err();
-        let msg = e.to_string();
+        let msg = crate::text::error_line(&e);
         assert!(
             msg.contains("/nonexistent/mem") && msg.contains("intel-client-imc"),
             "{msg}"

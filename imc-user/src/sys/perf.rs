@@ -378,22 +378,34 @@ fn word(buf: &[u8], i: usize) -> u64 {
 
 /// Explains a perf_event_open failure in one line, with what to do about it.
 pub fn explain_open_error(what: &str, err: &io::Error) -> String {
-    let hint = match err.raw_os_error() {
-        Some(libc::EACCES) | Some(libc::EPERM) => {
+    match open_hint(err) {
+        Some(hint) => format!("{what}: {err} ({hint})"),
+        None => format!("{what}: {err}"),
+    }
+}
+
+/// `what` with what to do about `err` in parentheses, its cause left out: the words of a typed
+/// error that keeps `err` as its source (the line says the cause after them).
+pub fn open_words(what: &str, err: &io::Error) -> String {
+    match open_hint(err) {
+        Some(hint) => format!("{what} ({hint})"),
+        None => what.to_string(),
+    }
+}
+
+/// What to do about a perf_event_open failure, where its errno says.
+fn open_hint(err: &io::Error) -> Option<&'static str> {
+    Some(match err.raw_os_error()? {
+        libc::EACCES | libc::EPERM => {
             "permission denied: run as root or grant CAP_PERFMON (and lower kernel.perf_event_paranoid)"
         }
-        Some(libc::ENOENT) => "the kernel does not know this event on this PMU",
-        Some(libc::EINVAL) => "the kernel rejected the event's encoding or the CPU for this PMU",
-        Some(libc::ENODEV) => "no such CPU or PMU (CPU offline?)",
-        Some(libc::EOPNOTSUPP) => "this PMU cannot do that (sampling on an uncore PMU?)",
-        Some(libc::EMFILE) => "too many open files: raise the fd limit (ulimit -n)",
-        _ => "",
-    };
-    if hint.is_empty() {
-        format!("{what}: {err}")
-    } else {
-        format!("{what}: {err} ({hint})")
-    }
+        libc::ENOENT => "the kernel does not know this event on this PMU",
+        libc::EINVAL => "the kernel rejected the event's encoding or the CPU for this PMU",
+        libc::ENODEV => "no such CPU or PMU (CPU offline?)",
+        libc::EOPNOTSUPP => "this PMU cannot do that (sampling on an uncore PMU?)",
+        libc::EMFILE => "too many open files: raise the fd limit (ulimit -n)",
+        _ => return None,
+    })
 }
 
 /// read_format of a group leader: `{ nr, time_enabled, time_running, value[nr] }`.

@@ -29,7 +29,7 @@ const MAX_CONFIG_BYTES: u64 = 1 << 20;
 
 #[derive(Debug, thiserror::Error)]
 pub enum WebConfigError {
-    #[error("cannot read web config {path}: {source}")]
+    #[error("cannot read web config {path}")]
     Read {
         path: PathBuf,
         #[source]

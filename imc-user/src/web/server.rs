@@ -363,7 +363,10 @@ async fn watch(live: Arc<Live>, loaded: WebConfig) {
                 live.auth.set_users(web.users);
                 eprintln!("imc: web config {} read again", path.display());
             }
-            Err(e) => eprintln!("imc: warning: {e}; the previous web configuration stays in use"),
+            Err(e) => eprintln!(
+                "imc: warning: {}; the previous web configuration stays in use",
+                crate::text::escape(&crate::text::error_line(&e))
+            ),
         }
     }
 }

@@ -109,7 +109,7 @@ pub struct Truth {
 
 /// Opening a truth counter failed: which workload and event, and the kernel's answer.
 #[derive(Debug, thiserror::Error)]
-#[error("{}", crate::sys::perf::explain_open_error(&format!("counting {event} of workload pid {pid}"), source))]
+#[error("{}", crate::sys::perf::open_words(&format!("counting {event} of workload pid {pid}"), source))]
 pub struct TruthError {
     pub event: String,
     pub pid: u32,

@@ -25,7 +25,7 @@ fn device_node(root: &Path, pmu: &Pmu) -> Result<u32, String> {
         ));
     };
     let path = root.join("sys/bus/cxl/devices").join(dev).join("numa_node");
-    let text = read_optional(&path).map_err(|e| e.to_string())?;
+    let text = read_optional(&path).map_err(|e| crate::text::error_line(&e))?;
     match text.as_deref().map(str::trim) {
         Some(t) if t.parse::<u32>().is_ok() => Ok(t.parse().unwrap_or_default()),
         found => Err(format!(

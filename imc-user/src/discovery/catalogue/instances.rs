@@ -154,7 +154,8 @@ fn reader_cpu(ctx: &Ctx, pmu: &Pmu) -> Result<u32, String> {
     }
     let assoc = pmu.path.join("associated_cpus");
     if assoc.exists() {
-        let allowed = read_cpulist_file(&assoc).map_err(|e: DiscoveryError| e.to_string())?;
+        let allowed =
+            read_cpulist_file(&assoc).map_err(|e: DiscoveryError| crate::text::error_line(&e))?;
         if !allowed.contains(&cpu) {
             return Err(format!(
                 "{}: CPU {cpu} is not among {} ({}); the tree is inconsistent",

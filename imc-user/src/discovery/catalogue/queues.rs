@@ -137,8 +137,9 @@ fn encode_all(
                 Ok(w) => w,
                 Err(e) => {
                     return none(format!(
-                        "{}: {terms}: {e}",
-                        pmu.path.join("format").display()
+                        "{}: {terms}: {}",
+                        pmu.path.join("format").display(),
+                        crate::text::error_line(&e)
                     ));
                 }
             };

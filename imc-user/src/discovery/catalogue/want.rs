@@ -161,13 +161,14 @@ pub(super) fn encode(pmu: &Pmu, want: &Want, counter_bits: u8) -> Result<SourceE
     };
     let words = encode_terms(pmu, &terms).map_err(|e| {
         format!(
-            "{}: {e}",
+            "{}: {}",
             pmu.path
                 .join(match &want.spec {
                     Spec::Alias(a) => format!("events/{a}"),
                     Spec::Terms { .. } => "format".to_string(),
                 })
-                .display()
+                .display(),
+            crate::text::error_line(&e)
         )
     })?;
     Ok(SourceEvent {

@@ -21,7 +21,7 @@ pub enum FlamegraphError {
     /// of that sum).
     #[error("the profile's counts together exceed 2^64; no flame graph drawn")]
     CountOverflow,
-    #[error("writing the flame graph: {source}")]
+    #[error("writing the flame graph")]
     Write {
         #[source]
         source: io::Error,

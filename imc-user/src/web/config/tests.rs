@@ -78,7 +78,7 @@ fn a_fifo_is_refused_at_once() {
     let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
     // SAFETY: a valid NUL-terminated path.
     assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
-    let e = WebConfig::load(&fifo).unwrap_err().to_string();
+    let e = crate::text::error_line(&WebConfig::load(&fifo).unwrap_err());
     assert!(e.contains("FIFO"), "{e}");
     let e = WebConfig::load(&dir.path().join("missing.yml"))
         .unwrap_err()
