@@ -24,16 +24,13 @@ fn copy(tree: &str) -> (tempfile::TempDir, PathBuf) {
 }
 
 fn plan(root: &Path, args: &[&str]) -> Value {
-    let o = imc()
-        .arg("--root")
-        .arg(root)
-        .args(args)
-        .args(["--dry-run", "--json"])
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(o.status.success(), "{} {args:?}: {err}", root.display());
-    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{args:?}: {e}"))
+    run_json(
+        imc()
+            .arg("--root")
+            .arg(root)
+            .args(args)
+            .args(["--dry-run", "--json"]),
+    )
 }
 
 fn traffic(p: &Value) -> Vec<&Value> {
@@ -403,16 +400,11 @@ fn list_names_the_arm_and_cxl_backends() {
         ("ampereone-1socket", "ampere-mcu"),
         ("cxl-expander", "cxl-pmu"),
     ] {
-        let o = imc()
-            .arg("--root")
-            .arg(own_fixtures().join(tree))
-            .args(["list", "--json"])
-            .output()
-            .unwrap();
-        assert!(
-            o.status.success(),
-            "{tree}: {}",
-            String::from_utf8_lossy(&o.stderr)
+        let o = run_ok(
+            imc()
+                .arg("--root")
+                .arg(own_fixtures().join(tree))
+                .args(["list", "--json"]),
         );
         let v: Value = serde_json::from_slice(&o.stdout).unwrap();
         let text = v.to_string();
@@ -444,18 +436,13 @@ fn list_names_each_arm_core_from_its_midr() {
             "Ampere AmpereOne [implementer 0xc0, part 0xac3]",
         ),
     ] {
-        let o = imc()
-            .arg("--root")
-            .arg(own_fixtures().join(tree))
-            .arg("list")
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&o.stdout);
-        assert!(
-            o.status.success(),
-            "{tree}: {}",
-            String::from_utf8_lossy(&o.stderr)
+        let o = run_ok(
+            imc()
+                .arg("--root")
+                .arg(own_fixtures().join(tree))
+                .arg("list"),
         );
+        let text = String::from_utf8_lossy(&o.stdout);
         let first = text.lines().next().unwrap_or("");
         assert!(
             first.starts_with(&format!("machine: {cpu}, ")),
@@ -513,14 +500,13 @@ fn a_cxl_device_keeps_its_package_read_on_its_own_cpu() {
 fn serve_labels_the_cxl_device_with_its_tier() {
     let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let listen = busy.local_addr().unwrap().to_string();
-    let o = imc()
-        .arg("--root")
-        .arg(own_fixtures().join("cxl-expander"))
-        .args(["serve", "--dry-run", "--listen", &listen])
-        .output()
-        .unwrap();
+    let o = run_ok(
+        imc()
+            .arg("--root")
+            .arg(own_fixtures().join("cxl-expander"))
+            .args(["serve", "--dry-run", "--listen", &listen]),
+    );
     let text = String::from_utf8_lossy(&o.stdout);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let slots: Vec<&str> = text
         .lines()
         .filter(|l| l.ends_with("-> imc_dram_bytes_total"))
@@ -609,8 +595,7 @@ fn report_shows_each_tier_of_a_recording_of_cxl_memory() {
         if json {
             cmd.arg("--json");
         }
-        let o = cmd.output().unwrap();
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let o = run_ok(&mut cmd);
         String::from_utf8(o.stdout).unwrap()
     };
     let cxl = record("cxl.imc", &keys);
@@ -652,15 +637,14 @@ fn report_shows_each_tier_of_a_recording_of_cxl_memory() {
         use perfetto_protos::trace::Trace;
         use protobuf::Message;
         let out = dir.path().join("t.pftrace");
-        let o = imc()
-            .arg("report")
-            .arg(path)
-            .arg("--perfetto")
-            .arg(&out)
-            .arg("--force")
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        run_ok(
+            imc()
+                .arg("report")
+                .arg(path)
+                .arg("--perfetto")
+                .arg(&out)
+                .arg("--force"),
+        );
         let t = Trace::parse_from_bytes(&std::fs::read(&out).unwrap()).unwrap();
         t.packet
             .iter()
@@ -724,13 +708,12 @@ fn validate_cross_checks_against_mpam_where_resctrl_is_backed_by_it() {
     std::fs::create_dir_all(resctrl.join("mon_groups")).unwrap();
     let dry = |rmids: u32| -> Value {
         std::fs::write(mon.join("num_rmids"), format!("{rmids}\n")).unwrap();
-        let o = imc()
-            .arg("--root")
-            .arg(&root)
-            .args(["validate", "--dry-run", "--json"])
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let o = run_ok(
+            imc()
+                .arg("--root")
+                .arg(&root)
+                .args(["validate", "--dry-run", "--json"]),
+        );
         serde_json::from_slice(&o.stdout).unwrap()
     };
     let mbm_bound = |v: &Value| {

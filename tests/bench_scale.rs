@@ -1,7 +1,7 @@
 //! `imc-bench-scale` (cargo xtask bench-scale), run for real at a tiny size: its JSON carries the
 //! fields its verdicts are made of, the precise variant drains every record it generated, and the
 //! aggregated one drains far fewer. Figures are not judged here: that is the benchmark's job.
-use imc_tests::imc_bin;
+use imc_tests::{imc_bin, run_ok};
 use std::process::Command;
 
 fn bench() -> Command {
@@ -10,26 +10,18 @@ fn bench() -> Command {
 
 #[test]
 fn json_has_one_object_per_variant_and_aggregation_drains_fewer_records() {
-    let out = bench()
-        .args([
-            "--json",
-            "--cpus",
-            "4",
-            "--seconds",
-            "1.5",
-            "--switches",
-            "2000",
-            "--runs",
-            "2",
-        ])
-        .output()
-        .unwrap();
+    let out = run_ok(bench().args([
+        "--json",
+        "--cpus",
+        "4",
+        "--seconds",
+        "1.5",
+        "--switches",
+        "2000",
+        "--runs",
+        "2",
+    ]));
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
     let lines: Vec<serde_json::Value> = stdout
         .lines()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l:?}: {e}")))

@@ -11,12 +11,7 @@ fn packaging() -> PathBuf {
 }
 
 fn imc_stdout(args: &[&str]) -> String {
-    let out = imc().args(args).output().expect("run imc");
-    assert!(
-        out.status.success(),
-        "imc {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = run_ok(imc().args(args));
     String::from_utf8(out.stdout).expect("UTF-8")
 }
 
@@ -172,12 +167,7 @@ fn the_daemonset_mounts_the_host_read_only_and_reads_it_with_root() {
     let mut dry: Vec<&str> = args.clone();
     dry[at_index(&args, "--root")] = "/";
     dry.extend(["-e", "page-faults", "--dry-run"]);
-    let out = imc().args(&dry).output().unwrap();
-    assert!(
-        out.status.success(),
-        "imc {dry:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    run_ok(imc().args(&dry));
 }
 
 fn at_index(args: &[&str], flag: &str) -> usize {
@@ -446,16 +436,10 @@ fn the_rules_pass_promtool_and_their_unit_tests() {
         return;
     }
     let rules = packaging().join("prometheus/imc.rules.yml");
-    let out = Command::new("promtool")
-        .args(["check", "rules"])
-        .arg(&rules)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "promtool check rules: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
+    run_ok(
+        Command::new("promtool")
+            .args(["check", "rules"])
+            .arg(&rules),
     );
     let dir = tempfile::tempdir().unwrap();
     let test = dir.path().join("imc.rules.test.yml");
@@ -464,17 +448,7 @@ fn the_rules_pass_promtool_and_their_unit_tests() {
         format!("rule_files:\n  - '{}'\n{RULE_TESTS}", rules.display()),
     )
     .unwrap();
-    let out = Command::new("promtool")
-        .args(["test", "rules"])
-        .arg(&test)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "promtool test rules: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    run_ok(Command::new("promtool").args(["test", "rules"]).arg(&test));
 }
 
 #[test]
@@ -527,7 +501,7 @@ fn built_deb_for(env: &str, arch: &str) -> Option<PathBuf> {
 
 /// This machine's package: IMC_TEST_DEB, else the target directory's of this architecture.
 fn built_deb() -> Option<PathBuf> {
-    let arch = run_ok(Command::new("dpkg").arg("--print-architecture"));
+    let arch = stdout_ok(Command::new("dpkg").arg("--print-architecture"));
     built_deb_for("IMC_TEST_DEB", arch.trim())
 }
 
@@ -557,15 +531,9 @@ fn lintian_passes(deb: &Path) {
     );
 }
 
-fn run_ok(cmd: &mut Command) -> String {
-    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{cmd:?}: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+/// `cmd`'s stdout; it must succeed.
+fn stdout_ok(cmd: &mut Command) -> String {
+    String::from_utf8_lossy(&run_ok(cmd).stdout).into_owned()
 }
 
 #[test]
@@ -583,7 +551,7 @@ fn the_debian_package_holds_a_stripped_imc_that_runs_and_passes_lintian() {
         name.starts_with(&format!("imc_{}_", env!("CARGO_PKG_VERSION"))),
         "{name}"
     );
-    let contents = run_ok(Command::new("dpkg-deb").arg("--contents").arg(&deb));
+    let contents = stdout_ok(Command::new("dpkg-deb").arg("--contents").arg(&deb));
     for path in [
         "./usr/bin/imc",
         "./usr/lib/systemd/system/imc.service",
@@ -611,24 +579,24 @@ fn the_debian_package_holds_a_stripped_imc_that_runs_and_passes_lintian() {
         .filter(|p| p.starts_with("./usr/bin/") && *p != "./usr/bin/")
         .collect();
     assert_eq!(installed, ["./usr/bin/imc"], "{contents}");
-    let control = run_ok(Command::new("dpkg-deb").arg("--field").arg(&deb));
+    let control = stdout_ok(Command::new("dpkg-deb").arg("--field").arg(&deb));
     assert!(control.contains("Depends: libc6"), "{control}");
 
     // Extracted into a scratch directory, the binary runs as installed.
     let dir = tempfile::tempdir().unwrap();
-    run_ok(Command::new("dpkg-deb").arg("-x").arg(&deb).arg(dir.path()));
+    stdout_ok(Command::new("dpkg-deb").arg("-x").arg(&deb).arg(dir.path()));
     let bin = dir.path().join("usr/bin/imc");
-    let version = run_ok(Command::new(&bin).arg("--version"));
+    let version = stdout_ok(Command::new(&bin).arg("--version"));
     assert_eq!(version.trim(), format!("imc {}", env!("CARGO_PKG_VERSION")));
-    let list = run_ok(Command::new(&bin).arg("list"));
+    let list = stdout_ok(Command::new(&bin).arg("list"));
     assert!(list.contains("software"), "{list}");
-    let dry = run_ok(Command::new(&bin).args(["serve", "--dry-run", "-e", "page-faults"]));
+    let dry = stdout_ok(Command::new(&bin).args(["serve", "--dry-run", "-e", "page-faults"]));
     assert!(
         dry.contains("listen: http://127.0.0.1:10160/metrics"),
         "{dry}"
     );
     // Stripped: no symbol table or debug sections left.
-    let sections = run_ok(Command::new("readelf").args(["-S", "-W"]).arg(&bin));
+    let sections = stdout_ok(Command::new("readelf").args(["-S", "-W"]).arg(&bin));
     for s in [".debug_info", ".symtab"] {
         assert!(!sections.contains(s), "{s} in the packaged binary");
     }
@@ -659,7 +627,7 @@ fn the_arm64_package_holds_a_stripped_aarch64_imc() {
     }
     let deb = deb.unwrap();
     let field = |name: &str| {
-        run_ok(Command::new("dpkg-deb").arg("--field").arg(&deb).arg(name))
+        stdout_ok(Command::new("dpkg-deb").arg("--field").arg(&deb).arg(name))
             .trim()
             .to_string()
     };
@@ -682,12 +650,12 @@ fn the_arm64_package_holds_a_stripped_aarch64_imc() {
     assert!(v.starts_with("2.") && minor >= 17, "{depends}");
 
     let dir = tempfile::tempdir().unwrap();
-    run_ok(Command::new("dpkg-deb").arg("-x").arg(&deb).arg(dir.path()));
+    stdout_ok(Command::new("dpkg-deb").arg("-x").arg(&deb).arg(dir.path()));
     let bin = dir.path().join("usr/bin/imc");
-    let header = run_ok(Command::new("readelf").args(["-h", "-W"]).arg(&bin));
+    let header = stdout_ok(Command::new("readelf").args(["-h", "-W"]).arg(&bin));
     assert!(header.contains("AArch64"), "{header}");
     assert!(header.contains("ELF64"), "{header}");
-    let sections = run_ok(Command::new("readelf").args(["-S", "-W"]).arg(&bin));
+    let sections = stdout_ok(Command::new("readelf").args(["-S", "-W"]).arg(&bin));
     for s in [".debug_info", ".symtab"] {
         assert!(!sections.contains(s), "{s} in the packaged binary");
     }
@@ -709,7 +677,7 @@ fn the_arm64_package_holds_a_stripped_aarch64_imc() {
         qemu,
         "qemu-aarch64 not installed: scripts/setup.sh installs qemu-user",
     ) {
-        let version = run_ok(
+        let version = stdout_ok(
             Command::new("qemu-aarch64")
                 .args(["-L", "/usr/aarch64-linux-gnu"])
                 .arg(&bin)

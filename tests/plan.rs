@@ -40,10 +40,7 @@ fn plan(root: &Path, args: &[&str]) -> Value {
         c.args(&all);
         c
     };
-    let o = cmd.output().unwrap();
-    let stderr = String::from_utf8_lossy(&o.stderr);
-    assert!(o.status.success(), "imc {all:?}: {stderr}");
-    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("imc {all:?}: {e}"))
+    run_json(&mut cmd)
 }
 
 #[test]
@@ -331,13 +328,12 @@ fn a_guest_plans_a_labelled_stand_in_and_says_why() {
 
 #[test]
 fn the_text_plan_names_every_channel_and_why_its_reader() {
-    let o = imc()
-        .arg("--root")
-        .arg(own_fixtures().join("skx-2socket"))
-        .args(["top", "--dry-run"])
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = run_ok(
+        imc()
+            .arg("--root")
+            .arg(own_fixtures().join("skx-2socket"))
+            .args(["top", "--dry-run"]),
+    );
     let text = String::from_utf8(o.stdout).unwrap();
     assert!(
         text.contains("counters (66):"),
@@ -367,13 +363,12 @@ fn the_text_plan_never_says_switches_both_read_and_not() {
         &["top", "--dry-run"][..],
         &["top", "--dry-run", "--freq", "1000"],
     ] {
-        let o = imc()
-            .arg("--root")
-            .arg(own_fixtures().join("vm-guest"))
-            .args(args)
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let o = run_ok(
+            imc()
+                .arg("--root")
+                .arg(own_fixtures().join("vm-guest"))
+                .args(args),
+        );
         let text = String::from_utf8(o.stdout).unwrap();
         let none_at_switches = text.contains("none at switches");
         assert!(

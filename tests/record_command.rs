@@ -4,7 +4,7 @@
 //! of bad pids need neither.
 use imc::model::CommandTree;
 use imc::record::{Item, Reader};
-use imc_tests::{imc, require, sampler_prerequisites};
+use imc_tests::{imc, require, run_ok, sampler_prerequisites};
 use serde_json::Value;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -32,12 +32,7 @@ fn cgroups_writable() -> bool {
 }
 
 fn report_json(path: &Path) -> Value {
-    let out = imc().args(["report", "--json"]).arg(path).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = run_ok(imc().args(["report", "--json"]).arg(path));
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
@@ -224,15 +219,10 @@ fn record_p_keeps_only_that_process_and_its_threads() {
     let _kept = Toucher::start();
     let _other = Shell::start();
     let pid = std::process::id();
-    let out = imc()
-        .args(["record", "--duration", "1", "-p", &pid.to_string(), "-o"])
-        .arg(&file)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    run_ok(
+        imc()
+            .args(["record", "--duration", "1", "-p", &pid.to_string(), "-o"])
+            .arg(&file),
     );
     let mut r = Reader::open(&file).unwrap();
     assert_eq!(r.header().pids, [pid]);
@@ -438,17 +428,12 @@ fn the_commands_own_process_is_named_by_what_it_executed() {
 fn named_by_what_it_executed(file: &Path) {
     let script = "i=0; while [ $i -lt 100000 ]; do i=$((i+1)); done; \
                   head -c 20000000 /dev/zero > /dev/null";
-    let out = imc()
-        .args(["record", "-o"])
-        .arg(file)
-        .args(["--", "sh", "-c", script])
-        .stdout(Stdio::null())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    run_ok(
+        imc()
+            .args(["record", "-o"])
+            .arg(file)
+            .args(["--", "sh", "-c", script])
+            .stdout(Stdio::null()),
     );
     let mut r = Reader::open(file).unwrap();
     let pid = r.header().command.clone().expect("a command").pid;

@@ -2,7 +2,7 @@
 //! tests/recordings, each made once by the imc of its date and never rewritten.
 use imc::model::{Direction, SlotRole, SlotScope, StallPart};
 use imc::record::Reader;
-use imc_tests::imc;
+use imc_tests::{imc, run_ok};
 use serde_json::Value;
 use std::path::Path;
 
@@ -21,16 +21,7 @@ fn a_recording_of_an_earlier_version_reads_with_its_typed_slots() {
     assert_eq!(specs[0].scope, SlotScope::Cpu);
     assert_eq!(specs[0].role, SlotRole::Traffic(Direction::Total));
 
-    let out = imc()
-        .args(["report", "--json"])
-        .arg(&path)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = run_ok(imc().args(["report", "--json"]).arg(&path));
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["source"], "proxy:page-faults");
     let tasks = v["tasks"].as_array().unwrap();

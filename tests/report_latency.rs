@@ -5,7 +5,7 @@
 use imc::model::result::{ChannelLatency, IntervalResult, PackageRow, TaskRow};
 use imc::model::{Direction, Package, SlotRole, SlotScope, SlotSpec, Topology};
 use imc::record::{Item, Reader, RecordHeader, Writer, rotated_path};
-use imc_tests::imc;
+use imc_tests::{imc, run_ok};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
@@ -85,12 +85,7 @@ fn recording(dir: &Path, latency: bool, n: u64, max_size: Option<u64>) -> PathBu
 }
 
 fn report(path: &Path, args: &[&str]) -> String {
-    let out = imc().arg("report").arg(path).args(args).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = run_ok(imc().arg("report").arg(path).args(args));
     String::from_utf8(out.stdout).unwrap()
 }
 

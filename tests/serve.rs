@@ -548,17 +548,12 @@ fn dry_run(fixture: &str, extra: &[&str]) -> String {
     let busy = TcpListener::bind("127.0.0.1:0").unwrap();
     let listen = busy.local_addr().unwrap().to_string();
     let root = own_fixtures().join(fixture);
-    let out = imc()
-        .arg("--root")
-        .arg(&root)
-        .args(["serve", "--dry-run", "--listen", &listen])
-        .args(extra)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "imc serve --dry-run on {fixture}: {}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = run_ok(
+        imc()
+            .arg("--root")
+            .arg(&root)
+            .args(["serve", "--dry-run", "--listen", &listen])
+            .args(extra),
     );
     String::from_utf8(out.stdout).unwrap()
 }
@@ -612,20 +607,15 @@ fn self_signed(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
         dir.join(format!("{name}.crt")),
         dir.join(format!("{name}.key")),
     );
-    let out = Command::new("openssl")
-        .args(["req", "-x509", "-newkey", "ec", "-pkeyopt"])
-        .args(["ec_paramgen_curve:prime256v1", "-nodes", "-days", "2"])
-        .args(["-subj", "/CN=imc test", "-addext"])
-        .args(["subjectAltName=IP:127.0.0.1,DNS:localhost", "-keyout"])
-        .arg(&key)
-        .arg("-out")
-        .arg(&cert)
-        .output()
-        .expect("run openssl");
-    assert!(
-        out.status.success(),
-        "openssl req: {}",
-        String::from_utf8_lossy(&out.stderr)
+    run_ok(
+        Command::new("openssl")
+            .args(["req", "-x509", "-newkey", "ec", "-pkeyopt"])
+            .args(["ec_paramgen_curve:prime256v1", "-nodes", "-days", "2"])
+            .args(["-subj", "/CN=imc test", "-addext"])
+            .args(["subjectAltName=IP:127.0.0.1,DNS:localhost", "-keyout"])
+            .arg(&key)
+            .arg("-out")
+            .arg(&cert),
     );
     (cert, key)
 }
@@ -1041,14 +1031,13 @@ fn the_smbios_peak_is_exported_per_package_where_known() {
         std::fs::create_dir_all(&d).unwrap();
         std::fs::write(d.join("raw"), memory_device(0x1100 + i, 16384, 2666)).unwrap();
     }
-    let out = imc()
-        .arg("--root")
-        .arg(dir.path())
-        .args(["serve", "--dry-run"])
-        .output()
-        .unwrap();
+    let out = run_ok(
+        imc()
+            .arg("--root")
+            .arg(dir.path())
+            .args(["serve", "--dry-run"]),
+    );
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{text}");
     for p in 0..2 {
         let want = format!(
             "imc_dram_peak_bytes_per_second{{package=\"{p}\"}} {}",

@@ -3,7 +3,7 @@
 //! functions fault pages, reported as folded lines, a flame graph, a pprof profile and a
 //! Perfetto trace's callstack samples, the pprof profile decoded with the messages imc writes.
 use imc::output::stacks::pprof::proto::profile as pb;
-use imc_tests::{imc, own_fixtures, require, sampler_prerequisites};
+use imc_tests::{imc, own_fixtures, require, run_ok, sampler_prerequisites};
 use std::collections::HashMap;
 use std::path::Path;
 use std::process::Command;
@@ -62,17 +62,6 @@ fn stacks_where_records_are_per_switch_or_a_period_of_zero_are_refused_in_one_li
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
     }
-}
-
-/// Runs `cmd`, which must succeed (its stderr shown where it does not).
-fn run_ok(cmd: &mut Command) -> std::process::Output {
-    let out = cmd.output().unwrap();
-    assert!(
-        out.status.success(),
-        "{cmd:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
 }
 
 /// A C program whose `hot_three` faults three pages and `hot_one` one page per step, in turns

@@ -11,7 +11,7 @@ use imc::counting::{CounterSpec, Memory};
 use imc::model::{Direction, Scope};
 use imc::sys::devmem::{DevMem, DevMemError, RealDevMem, Region};
 use imc::sys::perf::{FakePerf, PerfSys, TYPE_SOFTWARE};
-use imc_tests::{imc, memory_device, own_fixtures};
+use imc_tests::{imc, memory_device, own_fixtures, run_ok};
 use serde_json::Value;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -719,25 +719,17 @@ fn software_events_count_system_wide() {
     if !imc_tests::require(perf_usable(), "system-wide perf events") {
         return;
     }
-    let out = imc()
-        .args([
-            "stat",
-            "-I",
-            "20",
-            "--duration",
-            "0.1",
-            "-e",
-            "cpu-clock",
-            "-x",
-            ";",
-        ])
-        .output()
-        .expect("run imc");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = run_ok(imc().args([
+        "stat",
+        "-I",
+        "20",
+        "--duration",
+        "0.1",
+        "-e",
+        "cpu-clock",
+        "-x",
+        ";",
+    ]));
     let text = String::from_utf8_lossy(&out.stdout);
     let cols = one_csv_table(&text, ';');
     let count = cols
@@ -1554,22 +1546,14 @@ fn stat_latency_dry_run_shows_the_queue_counters_of_every_channel() {
         ("gnr-2socket", 12 * 5),
         ("zen4-2socket", 4),
     ] {
-        let out = imc()
-            .args([
-                "--root",
-                &fixture(tree),
-                "stat",
-                "--latency",
-                "--dry-run",
-                "--json",
-            ])
-            .output()
-            .expect("run imc");
-        assert!(
-            out.status.success(),
-            "{tree}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let out = run_ok(imc().args([
+            "--root",
+            &fixture(tree),
+            "stat",
+            "--latency",
+            "--dry-run",
+            "--json",
+        ]));
         let plan: Value = serde_json::from_slice(&out.stdout).expect("plan JSON");
         let lat: Vec<&Value> = plan["counters"]
             .as_array()

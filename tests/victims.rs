@@ -12,7 +12,7 @@ use imc::sampler::aggregate_twin::Aggregator;
 use imc::sampler::from_plan::slot_specs;
 use imc_sim::scenario::{Loaded, RunOptions, Weigh, load};
 use imc_sim::{SynthItem, Truth};
-use imc_tests::imc;
+use imc_tests::{imc, run_ok};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
@@ -158,16 +158,7 @@ fn report_json(path: &Path) -> Value {
 }
 
 fn report_json_by(path: &Path, by: &str) -> Value {
-    let out = imc()
-        .args(["report", "--json", "--by", by])
-        .arg(path)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = run_ok(imc().args(["report", "--json", "--by", by]).arg(path));
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
@@ -299,12 +290,7 @@ fn only_the_reader_of_the_saturated_socket_is_a_victim() {
 fn the_text_report_names_culprits_and_victims_per_burst_and_over_the_run() {
     let l = scenario("victims-streamer-beside-a-chaser.json");
     let r = record(&l, "chaser-text.imc");
-    let out = imc()
-        .args(["report", "--victims"])
-        .arg(&r.path)
-        .output()
-        .unwrap();
-    assert!(out.status.success());
+    let out = run_ok(imc().args(["report", "--victims"]).arg(&r.path));
     let text = String::from_utf8(out.stdout).unwrap();
     let section = &text[text.find("\nvictims (").expect(&text)..];
     let culprits = section.find("culprits:").unwrap();
@@ -412,16 +398,11 @@ fn the_perfetto_trace_names_victims_in_burst_slices_and_tracks_their_stall_share
     let r = record(&l, "chaser-trace.imc");
     let trace = r.path.with_extension("pftrace");
     let _ = std::fs::remove_file(&trace);
-    let out = imc()
-        .args(["report", "--by", "pid", "--perfetto"])
-        .arg(&trace)
-        .arg(&r.path)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    run_ok(
+        imc()
+            .args(["report", "--by", "pid", "--perfetto"])
+            .arg(&trace)
+            .arg(&r.path),
     );
     let d = decode(&trace);
     // The burst's slice: its culprit first, then its victims, the chaser first.

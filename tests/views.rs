@@ -3,7 +3,7 @@
 //! --json` and `report --by cgroup`; a real recording's `--perfetto` file must decode with
 //! Perfetto's protos to the values of `report --json`, and its `--plot` must be an SVG with one
 //! band per top process.
-use imc_tests::{imc, sampler_prerequisites};
+use imc_tests::{imc, run_ok, sampler_prerequisites};
 use perfetto_protos::trace::Trace;
 use perfetto_protos::track_event::track_event::Type as EventType;
 use protobuf::Message;
@@ -102,15 +102,9 @@ impl Drop for TestCgroup {
     }
 }
 
-fn run_ok(args: &[&str]) -> String {
-    let out = imc().args(args).output().expect("run imc");
-    assert!(
-        out.status.success(),
-        "imc {args:?}: {}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).expect("UTF-8 output")
+/// imc with `args`, which must succeed: its stdout.
+fn imc_ok(args: &[&str]) -> String {
+    String::from_utf8(run_ok(imc().args(args)).stdout).expect("UTF-8 output")
 }
 
 fn faults(task: &Value) -> f64 {
@@ -140,7 +134,7 @@ fn a_workload_in_a_new_cgroup_shows_under_its_path_container_and_pod() {
     assert!(!cg.pids().is_empty(), "the workload is in {}", cg.rel);
 
     // top --json: the workload's tasks carry the path and the container id the path names.
-    let top = run_ok(&["top", "--json", "-e", "page-faults", "--duration", "2"]);
+    let top = imc_ok(&["top", "--json", "-e", "page-faults", "--duration", "2"]);
     let mut seen = 0.0;
     for line in top.lines() {
         let v: Value = serde_json::from_str(line).expect("a JSON object per line");
@@ -156,7 +150,7 @@ fn a_workload_in_a_new_cgroup_shows_under_its_path_container_and_pod() {
     assert!(seen > 1000.0, "page faults under {}: {seen}", cg.rel);
 
     // top --by container: one row for the container, with its id.
-    let top = run_ok(&[
+    let top = imc_ok(&[
         "top",
         "--json",
         "-e",
@@ -189,10 +183,10 @@ fn a_workload_in_a_new_cgroup_shows_under_its_path_container_and_pod() {
         .spawn()
         .expect("spawn the outside workload");
     let outside = Workload(outside);
-    run_ok(&["record", "-e", "page-faults", "-o", f, "--duration", "2"]);
+    imc_ok(&["record", "-e", "page-faults", "-o", f, "--duration", "2"]);
     drop(outside);
     let rep: Value =
-        serde_json::from_str(&run_ok(&["report", f, "--by", "cgroup", "--json"])).unwrap();
+        serde_json::from_str(&imc_ok(&["report", f, "--by", "cgroup", "--json"])).unwrap();
     let tasks = rep["tasks"].as_array().unwrap();
     let mine: Vec<&Value> = tasks
         .iter()
@@ -206,7 +200,7 @@ fn a_workload_in_a_new_cgroup_shows_under_its_path_container_and_pod() {
     // faults are in another row: no pod (a null UID) on most machines, the runner's own pod
     // where the tests run inside one.
     let rep: Value =
-        serde_json::from_str(&run_ok(&["report", f, "--by", "pod", "--json"])).unwrap();
+        serde_json::from_str(&imc_ok(&["report", f, "--by", "pod", "--json"])).unwrap();
     let pods: Vec<&Value> = rep["tasks"].as_array().unwrap().iter().collect();
     let pod = pods
         .iter()
@@ -228,7 +222,7 @@ fn a_workload_in_a_new_cgroup_shows_under_its_path_container_and_pod() {
     dedup.dedup();
     assert_eq!(dedup.len(), paths.len(), "{paths:?}");
     // The human table names the cgroup by its path.
-    let text = run_ok(&["report", f, "--by", "cgroup"]);
+    let text = imc_ok(&["report", f, "--by", "cgroup"]);
     assert!(text.contains(&cg.rel), "the table names {}", cg.rel);
     let _ = child.kill();
     let _ = child.wait();
@@ -330,9 +324,9 @@ fn perfetto_and_plot_of_a_real_recording_match_the_report() {
         dir.path().join("r.pftrace"),
         dir.path().join("r.svg"),
     );
-    run_ok(&["record", "-e", "page-faults", "-o", &f, "--duration", "5"]);
-    let rep: Value = serde_json::from_str(&run_ok(&["report", &f, "--json"])).unwrap();
-    run_ok(&[
+    imc_ok(&["record", "-e", "page-faults", "-o", &f, "--duration", "5"]);
+    let rep: Value = serde_json::from_str(&imc_ok(&["report", &f, "--json"])).unwrap();
+    imc_ok(&[
         "report",
         &f,
         "--perfetto",

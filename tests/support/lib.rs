@@ -2,7 +2,7 @@
 //! and deciding whether a privileged test may skip (never in CI).
 pub mod cross;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Output};
 
 /// The `imc` binary the way Cargo documents it: `CARGO_BIN_EXE_imc` when the tests are compiled
 /// in imc-user's own package (Cargo sets it only there), else `<target dir>/<profile>/imc`, the
@@ -73,6 +73,44 @@ pub fn target_dir() -> PathBuf {
 
 pub fn imc() -> Command {
     Command::new(imc_bin())
+}
+
+/// Runs `cmd` to its end and returns its output, failing the test where it did not succeed:
+/// the message names the command, its exit and what it printed (stderr whole, the end of
+/// stdout).
+pub fn run_ok(cmd: &mut Command) -> Output {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("{cmd:?} did not start: {e}"));
+    if !out.status.success() {
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let tail: String = {
+            let chars: Vec<char> = stdout.chars().collect();
+            chars[chars.len().saturating_sub(STDOUT_SHOWN)..]
+                .iter()
+                .collect()
+        };
+        panic!(
+            "{cmd:?}: {}\nstderr: {}\nstdout (its end): {tail}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    out
+}
+
+/// Characters of a failed command's stdout that [`run_ok`] shows (its end).
+const STDOUT_SHOWN: usize = 2000;
+
+/// [`run_ok`], its stdout parsed as one JSON value.
+pub fn run_json(cmd: &mut Command) -> serde_json::Value {
+    let out = run_ok(cmd);
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{cmd:?}: stdout is not JSON ({e}): {}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    })
 }
 
 /// The shared reference fixtures, when this checkout has them: IMC_SHARED_FIXTURES, else
