@@ -9,9 +9,10 @@
 //! hold only the stacks of about one drain, however long the run, and an id is read from the
 //! map it was given in before that map is emptied. A generation that makes many entries wakes
 //! the drain early (STACK_WAKE_AFTER), so its map stays sparse: a stack map refuses a stack
-//! whose hash bucket another holds, and the fuller the map, the more often that happens. An entry of an older generation (a
-//! program that was charging across the turn) names a map emptied since: its stacks read as
-//! not recorded, never as another stack that took its bucket.
+//! whose hash bucket another holds, and the fuller the map, the more often that happens. An
+//! entry of an older generation (a program that was charging across the turn) names a map
+//! emptied since: its stacks read as not recorded, never as another stack that took its
+//! bucket.
 use super::config::{SamplerConfig, StackConfig};
 use super::error::SamplerError;
 use crate::sys::perf::{PerfEventAttr, PerfIoctl, PerfSys};
