@@ -43,8 +43,8 @@ pub struct LocalReading {
     /// The backend's index of the group.
     pub group: usize,
     pub k: u64,
-    /// Midpoint of the clock read just before and just after the read.
-    pub t: u64,
+    /// The clock read just before and just after the read.
+    pub read: (u64, u64),
     pub enabled: u64,
     pub running: u64,
     /// The group's values in read order (leader first).
@@ -394,13 +394,12 @@ fn run_reader(
                 Ok((enabled, running)) => {
                     // A reader woken late (preempted, or its vCPU not run) labels the reading
                     // with the boundary it really follows.
-                    let t = a + b.saturating_sub(a) / 2;
                     let k = k.max(grid.boundary_at(a));
                     last_k = last_k.max(k);
                     batch.push(LocalEvent::Reading(LocalReading {
                         group: s.group,
                         k,
-                        t,
+                        read: (a, b),
                         enabled,
                         running,
                         values: s.values.clone(),
@@ -522,19 +521,22 @@ mod tests {
                 w[0].k,
                 w[1].k
             );
-            assert!(w[1].t > w[0].t);
+            assert!(w[1].read.0 > w[0].read.1);
             assert!(w[1].values[0] > w[0].values[0], "values from the reads");
         }
         // Labelled with the boundary each follows; read `offset` after it unless the reader woke
         // late. A loaded test machine may not run the reader at every boundary: most, though.
         assert!(
-            got.iter()
-                .all(|x| x.t >= grid.time_of(x.k) && x.t < grid.time_of(x.k + 1) + 100_000),
+            got.iter().all(
+                |x| x.read.0 >= grid.time_of(x.k) && x.read.0 < grid.time_of(x.k + 1) + 100_000
+            ),
             "a reading outside its boundary's period"
         );
         let on_time = got
             .iter()
-            .filter(|x| x.t >= grid.time_of(x.k) + grid.offset && x.t < grid.time_of(x.k + 1))
+            .filter(|x| {
+                x.read.0 >= grid.time_of(x.k) + grid.offset && x.read.0 < grid.time_of(x.k + 1)
+            })
             .count();
         assert!(
             on_time * 2 >= got.len(),

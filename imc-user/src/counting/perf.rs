@@ -282,7 +282,7 @@ impl PerfBackend {
                         break;
                     }
                     if r.k < k {
-                        timing.patched(gi, r.k, r.t, r.enabled, r.running, &r.values[lead..]);
+                        timing.patched(gi, r.k, r.read, r.enabled, r.running, &r.values[lead..]);
                     }
                     pending.pop_front();
                 }
@@ -425,8 +425,16 @@ impl PerfBackend {
             let (r, tries) = read_timed_group(self.sys.as_ref(), g, clock);
             self.user_reads += u64::from(tries);
             match r {
-                Ok((t, en, run)) => {
-                    timing.patched(gi, k, t, en, run, &g.values[g.lead..]);
+                Ok(read) => {
+                    let (en, run) = (read.enabled, read.running);
+                    timing.patched(
+                        gi,
+                        k,
+                        (read.before, read.after),
+                        en,
+                        run,
+                        &g.values[g.lead..],
+                    );
                 }
                 Err(e) => {
                     timing.kill(gi);
@@ -607,12 +615,14 @@ impl Backend for PerfBackend {
             format!("; no reader could run on {}", self.unpinned.join(", "))
         };
         Some(format!(
-            "kernel-timed: {} boundaries, {} wake-ups, {} group reads from imc's thread, {} group \
+            "kernel-timed: {} boundaries {} ns apart from {} ns (CLOCK_MONOTONIC), {} wake-ups, {} group reads from imc's thread, {} group \
              reads by {} reader thread(s) on the groups' own CPUs ({} left out: no read tight \
              enough to time), {} times a group missed a \
              boundary and was watched, {} throttles ({} lifted by imc; counters stopped \
              {:.1} ms in all, not counted in those intervals); kernel samples per group: {}{}",
             self.boundaries,
+            t.period(),
+            t.base(),
             self.wakes,
             self.user_reads,
             local_reads,

@@ -15,6 +15,11 @@
 //! this one is most likely just late (the host ran its vCPU late): imc looks again half a period
 //! later before reading it, since a read of another CPU's group costs an IPI.
 //!
+//! A reading's time is where its group's time_enabled puts it on CLOCK_MONOTONIC (see
+//! `Anchor`): the kernel takes time_enabled with the counts, while a sample's own timestamp comes
+//! before them and a userspace read is bracketed by clock reads around a syscall, either of which
+//! the host can stretch by a stalled vCPU.
+//!
 //! Everything here is arithmetic on timestamps and queues, so tests drive it with scripted
 //! samples and times.
 use std::collections::VecDeque;
@@ -30,6 +35,38 @@ pub const MAX_HOLD_NS: u64 = 1_000_000_000;
 const RELAPSE_HOLDS: u64 = 8;
 /// Margin after a group's usual sample time before its sample counts as missing.
 const MARGIN_NS: u64 = 50_000;
+
+/// How far apart the kernel's perf clock (which time_enabled counts) and CLOCK_MONOTONIC may
+/// drift, as a fraction of elapsed time: NTP slews CLOCK_MONOTONIC by up to 500 ppm.
+const DRIFT_PER: u64 = 1_000;
+
+/// Where CLOCK_MONOTONIC stood when a group's time_enabled was 0: a group's readings bound it,
+/// and a reading's time is that offset plus its time_enabled. A kernel sample's timestamp is
+/// taken before its counts are read (time_enabled with them), so timestamp − time_enabled is at
+/// most the offset; a userspace read's counts (time_enabled with them) lie between the clock
+/// reads before and after it, so the offset lies between those minus time_enabled. The estimate
+/// is the tightest lower bound so far, let down by `DRIFT_PER` of the time_enabled since it was
+/// learnt, and never above the latest upper bound.
+#[derive(Debug, Clone, Copy)]
+struct Anchor {
+    offset: u64,
+    at_enabled: u64,
+}
+
+impl Anchor {
+    /// A reading with time_enabled `enabled` whose offset is at least `lo` and, when known, at
+    /// most `hi`: its time on CLOCK_MONOTONIC.
+    fn time(&mut self, enabled: u64, lo: u64, hi: Option<u64>) -> u64 {
+        let slack = enabled.saturating_sub(self.at_enabled) / DRIFT_PER;
+        let mut offset = self.offset.saturating_sub(slack).max(lo);
+        if let Some(hi) = hi {
+            offset = offset.min(hi);
+        }
+        self.offset = offset;
+        self.at_enabled = self.at_enabled.max(enabled);
+        offset.saturating_add(enabled)
+    }
+}
 
 /// One group's readings not yet emitted and its delivery record.
 #[derive(Debug)]
@@ -65,6 +102,8 @@ struct GroupState {
     frozen: Option<(u64, u64)>,
     /// time_running of the last reading handed out; time_enabled of the last one queued.
     popped_run: u64,
+    /// The group's clock: readings' times from their time_enabled.
+    anchor: Anchor,
     last_enabled: u64,
     dead: bool,
 }
@@ -179,6 +218,11 @@ impl Boundaries {
                     run_offset: 0,
                     frozen: None,
                     popped_run: 0,
+                    // Every group is enabled after `base`.
+                    anchor: Anchor {
+                        offset: base,
+                        at_enabled: 0,
+                    },
                     last_enabled: 0,
                     dead: false,
                 })
@@ -286,7 +330,8 @@ impl Boundaries {
     }
 
     /// A sample the kernel took at `t`. It belongs to the boundary just before it: timers start
-    /// after `base` and are only ever late, and 5% of a period absorbs clock rounding.
+    /// after `base` and are only ever late, and 5% of a period absorbs clock rounding. Its time
+    /// as a reading is its group's clock at `enabled`, `t` at the earliest.
     pub fn kernel_sample(&mut self, g: usize, t: u64, enabled: u64, running: u64, values: &[u64]) {
         let k = self.sample_boundary(t);
         let phase = t.saturating_sub(self.time_of(k));
@@ -310,6 +355,7 @@ impl Boundaries {
             s.watched = false;
             s.trusted_at = k;
         }
+        let t = s.anchor.time(enabled, t.saturating_sub(enabled), None);
         // A boundary already patched from userspace keeps that reading. A sample labelled with a
         // later boundary but taken before the last patch (its timer's phase is close to a whole
         // period, after a throttle restarted it) is dropped too.
@@ -359,27 +405,34 @@ impl Boundaries {
         k
     }
 
-    /// A userspace read of group `g` at `t` for boundary `k` (from `plan`). A read that only
-    /// happened after the next boundary (imc was preempted) may postdate the kernel's sample
-    /// of that boundary, so it is dropped rather than let counts run backwards; boundary `k`
-    /// then merges into its neighbour. Returns whether the read was kept.
+    /// A userspace read of group `g` for boundary `k` (from `plan`), between the clock reads
+    /// `(before, after)`; its time is its group's clock at `enabled`, within them. A read that
+    /// only happened after the next boundary (imc was preempted) may postdate the kernel's
+    /// sample of that boundary, so it is dropped rather than let counts run backwards; boundary
+    /// `k` then merges into its neighbour. Returns whether the read was kept.
     pub fn patched(
         &mut self,
         g: usize,
         k: u64,
-        t: u64,
+        (before, after): (u64, u64),
         enabled: u64,
         running: u64,
         values: &[u64],
     ) -> bool {
         let next = self.time_of(k + 1);
-        match self.groups.get_mut(g) {
-            Some(s) if !s.dead && s.fits(k, t, values) && t < next => {
-                s.push(k, t, enabled, running, values);
-                true
-            }
-            _ => false,
+        let Some(s) = self.groups.get_mut(g).filter(|s| !s.dead) else {
+            return false;
+        };
+        let (lo, hi) = (
+            before.saturating_sub(enabled),
+            after.saturating_sub(enabled),
+        );
+        let t = s.anchor.time(enabled, lo, Some(hi.max(lo)));
+        let kept = s.fits(k, t, values) && t < next;
+        if kept {
+            s.push(k, t, enabled, running, values);
         }
+        kept
     }
 
     /// Group `g` stopped (its CPU went offline): it no longer holds boundaries back.
@@ -499,6 +552,11 @@ mod tests {
     const P: u64 = 1_000_000;
     const BASE: u64 = 5_000_000_000;
 
+    /// time_enabled at `t` of a group enabled at BASE.
+    fn en(t: u64) -> u64 {
+        t - BASE
+    }
+
     fn drain(b: &mut Boundaries, groups: usize) -> Vec<(u64, u64, Vec<Vec<u64>>)> {
         let mut out = vec![Vec::new(); groups];
         let mut v = Vec::new();
@@ -530,7 +588,7 @@ mod tests {
             assert_eq!(kp, k);
             for &g in &patch {
                 assert_eq!(g, 1, "group 0 delivered its own sample");
-                b.patched(g, k, now + 3_000, 0, 0, &[k * 7]);
+                b.patched(g, k, (now + 3_000, now + 3_000), 0, 0, &[k * 7]);
             }
             emitted.extend(drain(&mut b, 2));
         }
@@ -576,7 +634,7 @@ mod tests {
             b.plan(now, None, &mut patch);
             reads += patch.len();
             for &g in &patch {
-                b.patched(g, k, now, 1, 1, &[k]);
+                b.patched(g, k, (now, now), 1, 1, &[k]);
             }
             emitted += drain(&mut b, 2).len();
         }
@@ -616,7 +674,7 @@ mod tests {
             }
             b.plan(now, None, &mut patch);
             for &g in &patch {
-                b.patched(g, k, now, 0, 0, &[k]);
+                b.patched(g, k, (now, now), 0, 0, &[k]);
             }
             ks.extend(drain(&mut b, 2).into_iter().map(|e| e.0));
             if ksent > 800 + MIN_HOLD_NS / P + COLLECT_NS / P {
@@ -659,7 +717,7 @@ mod tests {
             }
             b.plan(now, None, &mut patch);
             for &g in &patch {
-                b.patched(g, k, now, 0, 0, &[k]);
+                b.patched(g, k, (now, now), 0, 0, &[k]);
             }
             emitted += drain(&mut b, 2).len();
         }
@@ -698,9 +756,21 @@ mod tests {
         let now = b.time_of(1) + P / 2;
         assert_eq!(b.plan(now, None, &mut patch), 1);
         assert_eq!(patch, vec![0]);
-        b.patched(0, 1, now, 0, 0, &[100]);
-        b.kernel_sample(0, b.time_of(1) + 70_000, 0, 0, &[101]);
-        b.kernel_sample(0, b.time_of(2) + 10_000, 0, 0, &[200]);
+        b.patched(0, 1, (now, now), en(now), en(now), &[100]);
+        b.kernel_sample(
+            0,
+            b.time_of(1) + 70_000,
+            en(b.time_of(1) + 70_000),
+            en(b.time_of(1) + 70_000),
+            &[101],
+        );
+        b.kernel_sample(
+            0,
+            b.time_of(2) + 10_000,
+            en(b.time_of(2) + 10_000),
+            en(b.time_of(2) + 10_000),
+            &[200],
+        );
         let got = drain(&mut b, 1);
         assert_eq!(got.len(), 2);
         assert_eq!(got[0].2[0][2], 100);
@@ -716,8 +786,21 @@ mod tests {
         assert_eq!(b.plan(b.time_of(1) + 60_000, None, &mut patch), 1);
         assert_eq!(b.plan(b.time_of(1) + P / 2, None, &mut patch), 1);
         assert_eq!(patch, vec![0]);
-        assert!(!b.patched(0, 1, b.time_of(2) + 5_000, 0, 0, &[300]));
-        b.kernel_sample(0, b.time_of(2) + 1_000, 0, 0, &[250]);
+        assert!(!b.patched(
+            0,
+            1,
+            (b.time_of(2) + 5_000, b.time_of(2) + 5_000),
+            en(b.time_of(2) + 5_000),
+            en(b.time_of(2) + 5_000),
+            &[300]
+        ));
+        b.kernel_sample(
+            0,
+            b.time_of(2) + 1_000,
+            en(b.time_of(2) + 1_000),
+            en(b.time_of(2) + 1_000),
+            &[250],
+        );
         let got = drain(&mut b, 1);
         assert_eq!(got.len(), 1);
         assert_eq!((got[0].0, got[0].2[0][2]), (2, 250));
@@ -731,26 +814,68 @@ mod tests {
         let mut patch = Vec::new();
         b.plan(b.time_of(1) + 60_000, None, &mut patch);
         b.plan(b.time_of(1) + P / 2, None, &mut patch);
-        assert!(b.patched(0, 1, b.time_of(1) + 980_000, 0, 0, &[1_900]));
+        assert!(b.patched(
+            0,
+            1,
+            (b.time_of(1) + 980_000, b.time_of(1) + 980_000),
+            en(b.time_of(1) + 980_000),
+            en(b.time_of(1) + 980_000),
+            &[1_900]
+        ));
         // Taken at 1.96 P, labelled 2, but 20 µs before the patch read (at 1.98 P).
-        b.kernel_sample(0, b.time_of(1) + 960_000, 0, 0, &[1_860]);
-        b.kernel_sample(0, b.time_of(2) + 960_000, 0, 0, &[2_860]);
+        b.kernel_sample(
+            0,
+            b.time_of(1) + 960_000,
+            en(b.time_of(1) + 960_000),
+            en(b.time_of(1) + 960_000),
+            &[1_860],
+        );
+        b.kernel_sample(
+            0,
+            b.time_of(2) + 960_000,
+            en(b.time_of(2) + 960_000),
+            en(b.time_of(2) + 960_000),
+            &[2_860],
+        );
         let got = drain(&mut b, 1);
         let values: Vec<u64> = got.iter().map(|g| g.2[0][2]).collect();
         assert_eq!(values, vec![1_900, 2_860]);
     }
 
-    /// A read that waited for an idle vCPU to wake is dated at its midpoint; the kernel's late
-    /// sample taken as that vCPU woke can be dated after it with smaller counts. It is dropped.
+    /// A reading taken after the kernel's sample of the same boundary can be dated before that
+    /// sample (each date is only as good as its group's clock); the sample, with smaller counts
+    /// than the reading queued before it, is dropped.
     #[test]
     fn a_sample_with_smaller_counts_than_the_last_reading_is_dropped() {
         let mut b = Boundaries::new(BASE, P, &[1]);
         let mut patch = Vec::new();
         b.plan(b.time_of(1) + 60_000, None, &mut patch);
         b.plan(b.time_of(1) + P / 2, None, &mut patch);
-        assert!(b.patched(0, 1, b.time_of(1) + P / 2 + 100_000, 0, 0, &[5_000]));
-        b.kernel_sample(0, b.time_of(1) + 970_000, 0, 0, &[4_990]);
-        b.kernel_sample(0, b.time_of(2) + 970_000, 0, 0, &[6_000]);
+        assert!(b.patched(
+            0,
+            1,
+            (
+                b.time_of(1) + P / 2 + 100_000,
+                b.time_of(1) + P / 2 + 100_000
+            ),
+            en(b.time_of(1) + P / 2 + 100_000),
+            en(b.time_of(1) + P / 2 + 100_000),
+            &[5_000]
+        ));
+        b.kernel_sample(
+            0,
+            b.time_of(1) + 970_000,
+            en(b.time_of(1) + 970_000),
+            en(b.time_of(1) + 970_000),
+            &[4_990],
+        );
+        b.kernel_sample(
+            0,
+            b.time_of(2) + 970_000,
+            en(b.time_of(2) + 970_000),
+            en(b.time_of(2) + 970_000),
+            &[6_000],
+        );
         let values: Vec<u64> = drain(&mut b, 1).iter().map(|g| g.2[0][2]).collect();
         assert_eq!(values, vec![5_000, 6_000]);
     }
@@ -774,7 +899,14 @@ mod tests {
                 b.kernel_sample(0, b.time_of(ksent) + 10_000, 0, 0, &[ksent]);
                 // Group 1's CPU is idle: only its reader reads it, once covered.
                 if b.time_of(ksent) + OFFSET <= now && ksent > 5 {
-                    assert!(b.patched(1, ksent, b.time_of(ksent) + OFFSET, 0, 0, &[ksent * 3]));
+                    assert!(b.patched(
+                        1,
+                        ksent,
+                        (b.time_of(ksent) + OFFSET, b.time_of(ksent) + OFFSET),
+                        0,
+                        0,
+                        &[ksent * 3]
+                    ));
                 }
             }
             b.plan(now, None, &mut patch);
@@ -784,7 +916,7 @@ mod tests {
                     k <= 5,
                     "a covered group is never read by imc's thread ({k})"
                 );
-                b.patched(g, k, now, 0, 0, &[k * 3]);
+                b.patched(g, k, (now, now), 0, 0, &[k * 3]);
             }
             if k == 5 {
                 // After this wake-up's reads (as the backend does), the reader runs.
@@ -892,5 +1024,62 @@ mod tests {
         assert_eq!(b.boundary_at(w), 303);
         let w = b.next_wake(None);
         assert_eq!(b.boundary_at(w), 310);
+    }
+
+    /// A reading is dated by its time_enabled on its group's clock: a sample stamped before a
+    /// stall that delayed its counts, and a read whose clock bracket a stall widened, are both
+    /// dated when their counts were taken.
+    #[test]
+    fn readings_are_dated_by_their_time_enabled() {
+        let mut b = Boundaries::new(BASE, P, &[1]);
+        // Enabled 4 µs after BASE: the group's clock is BASE + 4 µs + time_enabled.
+        let lag = 4_000;
+        let at = |t: u64| t - BASE - lag;
+        // Stamped 3 µs before its counts: the clock is learnt from below.
+        let t1 = b.time_of(1) + 30_000;
+        b.kernel_sample(0, t1 - 3_000, at(t1), at(t1), &[10]);
+        // Counts of boundary 2 taken 300 µs after the sample's stamp.
+        let t2 = b.time_of(2) + 330_000;
+        b.kernel_sample(0, b.time_of(2) + 30_000, at(t2), at(t2), &[20]);
+        // A read of boundary 3 whose counts came 100 µs into a 2 ms clock bracket.
+        let t3 = b.time_of(3) + 100_000;
+        let bracket = (t3 - 5_000, t3 + 2_000_000);
+        assert!(b.patched(0, 3, bracket, at(t3), at(t3), &[30]));
+        // A tight read says the clock is 2 µs later than learnt so far: it moves up.
+        let t4 = b.time_of(4) + 250_000;
+        assert!(b.patched(0, 4, (t4 + 1_000, t4 + 2_500), at(t4), at(t4), &[40]));
+        let times: Vec<u64> = drain(&mut b, 1).iter().map(|o| o.1).collect();
+        assert_eq!(times.len(), 4);
+        // Each within the 3 µs the first sample's stamp was early and the drift allowance since
+        // (1 µs per ms), where the raw times were 300 µs and 1 ms off; the last from the tight
+        // read's start.
+        for (got, truth) in times.iter().zip([t1, t2, t3]) {
+            assert!(
+                got.abs_diff(truth) <= 5_000,
+                "dated {got}, counts at {truth}"
+            );
+        }
+        assert_eq!(times[3], t4 + 1_000);
+    }
+
+    /// The clock learnt from one reading is trusted less as time passes (the kernel's clock
+    /// and CLOCK_MONOTONIC drift apart), so a later lower bound below it takes over.
+    #[test]
+    fn the_group_clock_follows_a_drift() {
+        let mut b = Boundaries::new(BASE, P, &[1]);
+        let mut k = 0;
+        let mut dated = Vec::new();
+        // CLOCK_MONOTONIC runs 200 ppm slower than time_enabled: each sample's stamp, 1 µs
+        // before its counts, falls behind the clock learnt before.
+        for i in 1..=2_000u64 {
+            k += 1;
+            let enabled = i * P;
+            let t = BASE + enabled - enabled / 5_000;
+            b.kernel_sample(0, t - 1_000, enabled, enabled, &[i]);
+            dated.extend(drain(&mut b, 1).iter().map(|o| (o.1, t)));
+        }
+        assert_eq!(k, 2_000);
+        let worst = dated.iter().map(|&(d, t)| d.abs_diff(t)).max().unwrap();
+        assert!(worst <= 2_000, "a reading dated {worst} ns off its counts");
     }
 }

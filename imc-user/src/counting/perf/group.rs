@@ -89,16 +89,24 @@ pub(super) fn groups_by_pmu_cpu(planned: &[PerfCounter]) -> Vec<Vec<usize>> {
     members
 }
 
-/// Reads a kernel-timed group from userspace, with the time the counters were read and the
-/// number of reads it took. A read of another CPU's group waits for an IPI; when the host has
-/// not run that vCPU for a while the read takes long and the midpoint of the clock around it
-/// is not when the counters were read. Read again then: the vCPU now runs, the read is quick,
-/// and its time is still a real one.
+/// A userspace read of a kernel-timed group: the clock just before and just after it, and the
+/// group's time enabled and running as the kernel read them with the counts (the boundary
+/// bookkeeping times the read from these).
+pub(super) struct GroupRead {
+    pub(super) before: u64,
+    pub(super) after: u64,
+    pub(super) enabled: u64,
+    pub(super) running: u64,
+}
+
+/// Reads a kernel-timed group from userspace, with the number of reads it took. A read of
+/// another CPU's group waits for an IPI; when the host has not run that vCPU for a while the
+/// read takes long. Read again then: the vCPU now runs and the read is quick.
 pub(super) fn read_timed_group(
     sys: &dyn PerfSys,
     g: &mut Group,
     clock: &dyn Clock,
-) -> (io::Result<(u64, u64, u64)>, u32) {
+) -> (io::Result<GroupRead>, u32) {
     let mut tries = 0;
     loop {
         let a = clock.now_ns();
@@ -106,14 +114,13 @@ pub(super) fn read_timed_group(
         let b = clock.now_ns();
         tries += 1;
         if r.is_err() || b.saturating_sub(a) <= SLOW_READ_NS || tries == READ_TRIES {
-            // Still slow: it waited for the host to wake the other vCPU, whose handler
-            // then read the counters and answered at once, so the end is closer.
-            let t = if b.saturating_sub(a) > SLOW_READ_NS {
-                b
-            } else {
-                a + b.saturating_sub(a) / 2
-            };
-            return (r.map(|(en, run)| (t, en, run)), tries);
+            let read = r.map(|(enabled, running)| GroupRead {
+                before: a,
+                after: b,
+                enabled,
+                running,
+            });
+            return (read, tries);
         }
     }
 }
