@@ -1074,29 +1074,39 @@ fn lengths_checked_against_tsc(lines: &[Value], interval_ms: u64, tolerance: f64
     lengths
 }
 
-/// Checks that `lines`, a kernel-timed run of `expected` boundaries `interval_ms` apart,
-/// accounts for every boundary of its clock and invents none: each interval ends at a boundary
-/// of its own, later than the one before (a reading belongs to the boundary just before it, as
-/// imc assigns it, with a quarter period for the readings' own lateness), and the last ends at
-/// the run's last boundary. A boundary no group closed lies inside a longer interval; returns
-/// how many did.
-fn boundaries_accounted_for(lines: &[Value], interval_ms: u64, expected: u64) -> u64 {
-    let period = interval_ms * 1_000_000;
-    let start = num(&lines[0]["t_start_ns"]) as u64;
-    let mut last_k = 0;
+/// Checks that `lines`, a kernel-timed run of `expected` boundaries on the clock `grid` (its
+/// boundary 0 and period, in ns, as `-v` says them), accounts for every boundary of that clock
+/// and invents none: each interval ends at a boundary of its own, later than the one before,
+/// and the last ends `expected` boundaries after the first interval's start. A time belongs to
+/// the boundary just before it, however late (the host may not run a vCPU for most of a
+/// period), with a twentieth of a period for clock rounding, as imc assigns readings. A
+/// boundary no group closed lies inside a longer interval; returns how many did.
+fn boundaries_accounted_for(lines: &[Value], grid: (u64, u64), expected: u64) -> u64 {
+    let (base, period) = grid;
+    let boundary = |t: &Value| {
+        let t = num(t) as u64;
+        assert!(
+            t >= base,
+            "a time {t} ns before the clock's boundary 0 at {base} ns"
+        );
+        (t - base + period / 20) / period
+    };
+    let first = boundary(&lines[0]["t_start_ns"]);
+    let mut last_k = first;
     for l in lines {
-        let end = num(&l["t_end_ns"]) as u64;
-        let k = (end.saturating_sub(start) + period / 4) / period;
+        let k = boundary(&l["t_end_ns"]);
         assert!(
             k > last_k,
-            "an interval ending at {end} ns closes no boundary of its own (boundary {k} after \
-             {last_k}, the clock starting at {start} ns): {l}"
+            "an interval ending at boundary {k} closes no boundary of its own (the one before \
+             ended at {last_k}; boundary 0 at {base} ns, {period} ns apart): {l}"
         );
         last_k = k;
     }
     assert_eq!(
-        last_k, expected,
-        "the intervals cover {last_k} boundaries of the run's {expected}"
+        last_k - first,
+        expected,
+        "the intervals cover {} boundaries of the run's {expected}",
+        last_k - first
     );
     expected - lines.len() as u64
 }
@@ -1118,12 +1128,17 @@ fn kernel_timed_intervals_close_on_time_on_an_idle_machine() {
     // read from userspace so every 10 ms boundary still closes: 100 intervals, none merged.
     // A busy 2-vCPU machine can delay imc's own wake-up past a whole interval now and then,
     // hence the small allowance; before the fallback reads an idle CPU merged nearly all.
+    // Boundaries of a vCPU the host did not run (steal time) merge too.
+    let stolen = imc_tests::stolen_ns();
     let lengths = kernel_timed_intervals(10, 1.0, 0.03);
+    let stolen = imc_tests::stolen_ns().saturating_sub(stolen) as usize;
     let m = merged(&lengths, 10);
+    let lost_to_host = stolen.div_ceil(10_000_000);
     assert!(
-        (97..=101).contains(&lengths.len()) && m <= 2,
-        "{} intervals, {m} merged: {lengths:?}",
-        lengths.len()
+        lengths.len() + lost_to_host >= 97 && lengths.len() <= 101 && m <= 2 + lost_to_host,
+        "{} intervals, {m} merged, {} ms stolen by the host: {lengths:?}",
+        lengths.len(),
+        stolen / 1_000_000
     );
 }
 
@@ -1135,16 +1150,22 @@ fn kernel_timed_intervals_close_on_time_with_every_cpu_busy() {
     // Every CPU busy: the kernel's samples arrive and imc only collects them every 10 ms, so
     // at -I 2 five boundaries pass between wake-ups.
     let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let stolen = imc_tests::stolen_ns();
     let spin = imc_tests::Spinners::start(cpus);
     let lengths = kernel_timed_intervals(2, 1.0, 0.1);
     drop(spin);
+    let stolen = imc_tests::stolen_ns().saturating_sub(stolen) as usize;
     let m = merged(&lengths, 2);
-    // 500 nominal; with spinners on every vCPU the host sometimes runs a vCPU late and a
-    // boundary merges into the next one.
+    // 500 nominal. A boundary whose CPU the host did not run has no sample and no reading
+    // anyone could take (a read of that CPU's group waits for it to run), so it merges into the
+    // next: what the host stole (steal time) is allowed for. Now and then a vCPU the host runs
+    // late merges one more.
+    let lost_to_host = stolen.div_ceil(2_000_000);
     assert!(
-        lengths.len() >= 475 && m <= 15,
-        "{} intervals, {m} merged",
-        lengths.len()
+        lengths.len() + 25 + lost_to_host >= 500 && m <= 15,
+        "{} intervals, {m} merged, {} ms stolen by the host",
+        lengths.len(),
+        stolen / 1_000_000
     );
 }
 
@@ -1176,13 +1197,17 @@ fn cpus_without_kernel_samples_are_read_on_their_own_cpu_at_1_ms() {
         .find(|l| l.contains("kernel-timed:"))
         .unwrap_or_else(|| panic!("no -v statistics: {err}"));
     let boundaries = count_before(stats, " boundaries").expect(stats);
+    let grid = (
+        count_before(stats, " ns (CLOCK_MONOTONIC)").expect(stats),
+        count_before(stats, " ns apart").expect(stats),
+    );
     let wakes = count_before(stats, " wake-ups").expect(stats);
     let own_reads = count_before(stats, " group reads from imc's thread").expect(stats);
     let local_reads = count_before(stats, " group reads by").expect(stats);
     // How many boundaries closed on their own is the machine's to say (`cargo xtask
     // bench-stat` reports it); what holds anywhere is that the intervals cover the run's 2000
     // boundaries, each of them once.
-    let merged_into_others = boundaries_accounted_for(&lines, 1, 2000);
+    let merged_into_others = boundaries_accounted_for(&lines, grid, 2000);
     eprintln!(
         "{} intervals, {merged_into_others} boundaries inside longer intervals: {stats}",
         lengths.len()

@@ -306,6 +306,24 @@ impl Drop for Spinners {
     }
 }
 
+/// Time the hypervisor kept this guest's vCPUs from running, summed over CPUs, in ns (steal
+/// time: /proc/stat's `cpu` line, eighth value, in USER_HZ ticks; 0 where the kernel does not
+/// account it). A vCPU the host does not run takes no samples and runs no reader, so tests of
+/// timing allow for what was stolen during their run.
+pub fn stolen_ns() -> u64 {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    // SAFETY: sysconf has no preconditions.
+    let hz = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) })
+        .unwrap_or(100)
+        .max(1);
+    let ticks = stat
+        .lines()
+        .find(|l| l.starts_with("cpu "))
+        .and_then(|l| l.split_whitespace().nth(8)?.parse::<u64>().ok())
+        .unwrap_or(0);
+    ticks.saturating_mul(1_000_000_000 / hz)
+}
+
 /// The host's online CPUs, read by imc's own discovery.
 pub fn online_cpus() -> Vec<u32> {
     imc::discovery::topology::online_cpus(std::path::Path::new("/")).expect("cpu online list")
