@@ -30,12 +30,23 @@ impl Attributor {
                     0.0
                 };
                 let later = d * (1.0 - f);
+                // A count read across the end is divided by time: up to its larger part may
+                // belong to the other interval.
+                let by_time = if f > 0.0 && task != IDLE {
+                    d.abs() * f.max(1.0 - f)
+                } else {
+                    0.0
+                };
+                if by_time != 0.0 {
+                    self.by_time.push((task, s as u8, by_time));
+                }
                 if later != 0.0 {
                     self.after.push(Later {
                         task,
                         pkg,
                         slot: s as u8,
                         amount: later,
+                        by_time,
                     });
                 }
                 d * f
@@ -67,6 +78,9 @@ impl Attributor {
         let after = std::mem::take(&mut self.after);
         for l in &after {
             self.add_count(l.task, l.pkg, usize::from(l.slot), l.amount);
+            if l.by_time != 0.0 {
+                self.by_time.push((l.task, l.slot, l.by_time));
+            }
         }
         self.after = after;
         self.after.clear();

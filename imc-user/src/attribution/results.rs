@@ -90,6 +90,16 @@ impl Attributor {
     /// its share, added to `traffic_total`); its counts taken.
     fn take_task_rows(&mut self, traffic_total: &mut f64) -> Vec<(f64, TaskRow)> {
         let specs = &self.specs;
+        let mut by_time: std::collections::HashMap<u32, [f64; MAX_SLOTS]> = Default::default();
+        for (task, slot, amount) in self.by_time.drain(..) {
+            if let Some(v) = by_time
+                .entry(task)
+                .or_insert([0.0; MAX_SLOTS])
+                .get_mut(usize::from(slot))
+            {
+                *v += amount;
+            }
+        }
         let mut rows = Vec::with_capacity(self.tasks.touched.len());
         for &ti in &self.tasks.touched {
             let Some(e) = self.tasks.entries.get_mut(ti as usize) else {
@@ -101,7 +111,16 @@ impl Attributor {
                 continue;
             }
             *traffic_total += traffic_counts(specs, &counts);
-            rows.push((traffic_counts(specs, &counts), task_row(specs, e, &counts)));
+            let mut row = task_row(specs, e, &counts);
+            if let Some(placed) = by_time.get(&ti) {
+                row.placed_by_time = specs
+                    .iter()
+                    .zip(placed)
+                    .filter(|(_, v)| **v > 0.0)
+                    .map(|(spec, v)| (spec.event.clone(), *v))
+                    .collect();
+            }
+            rows.push((traffic_counts(specs, &counts), row));
         }
         self.tasks.touched.clear();
         rows

@@ -69,6 +69,9 @@ pub struct Attributor {
     pub(super) closed_any: bool,
     /// CPU-scope counts of time after `boundary`, for the next interval.
     pub(super) after: Vec<Later>,
+    /// Counts of the interval being filled that a split at one of its ends placed by time:
+    /// (task, slot, the larger part of the count split).
+    pub(super) by_time: Vec<(u32, u8, f64)>,
 }
 
 #[derive(Clone, Copy, Default)]
@@ -136,4 +139,6 @@ pub(super) struct Later {
     pub(super) pkg: u32,
     pub(super) slot: u8,
     pub(super) amount: f64,
+    /// The larger part of the count this was split from: what the split placed by time.
+    pub(super) by_time: f64,
 }

@@ -278,10 +278,19 @@ fn a_span_across_the_interval_end_is_split_by_time() {
         a.push_tick(&rec(16 * MS, 7, Some(400)));
         let second = a.finish(16 * MS);
         let (f, s) = (values(&first), values(&second));
+        let placed = |iv: &IntervalResult| -> Vec<f64> {
+            iv.tasks
+                .iter()
+                .map(|t| t.placed_by_time.values().sum())
+                .collect()
+        };
         if split {
             assert_eq!(f, [(7, 250.0)], "8..10 ms of 8..12 ms is half a tick's");
             assert_eq!(s, [(7, 150.0)]);
+            // The tick's 100 split in halves: up to 50 of either part may be the other's.
+            assert_eq!((placed(&first), placed(&second)), (vec![50.0], vec![50.0]));
         } else {
+            assert_eq!((placed(&first), placed(&second)), (vec![0.0], vec![0.0]));
             assert_eq!(f, [(7, 300.0)], "counted where its span ends");
             assert_eq!(s, [(7, 100.0)]);
         }

@@ -132,6 +132,12 @@ pub struct TaskRow {
     /// plan's `cpu-clock` slot); null where either is not counted.
     #[serde(default)]
     pub stall_seconds: Option<f64>,
+    /// Of `values`, how much the interval's split placed by time: a count read across the
+    /// interval's start or end is divided between the two intervals in proportion to time, so
+    /// up to this much of it may belong to the neighbouring interval (the larger part of each
+    /// such count). In memory only (`imc validate` allows for it); never written.
+    #[serde(skip)]
+    pub placed_by_time: BTreeMap<String, f64>,
 }
 
 /// `stalled ÷ cycles`, where there are cycles to divide by (never more than 1: a counter read
