@@ -8,11 +8,12 @@ use serde::Serialize;
 /// A task's error bound for an event: a twentieth of a tick's time is the clock's own
 /// resolution, so on-CPU time gets twice the counts' bound.
 pub fn error_bound(event: &str) -> f64 {
-    if matches!(event, "cpu-clock" | "task-clock") {
-        0.02
-    } else {
-        0.01
-    }
+    if is_clock(event) { 0.02 } else { 0.01 }
+}
+
+/// Whether the event counts on-CPU time (in ns).
+pub fn is_clock(event: &str) -> bool {
+    matches!(event, "cpu-clock" | "task-clock")
 }
 
 /// What a workload that never makes an event may be charged of it over a whole run.

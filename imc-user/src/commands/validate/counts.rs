@@ -1,7 +1,7 @@
 //! Counts against the truth: per interval and workload, the kernel's count of each weight
 //! event against what the attributor charged, and the bounds they are judged by.
 
-use super::comparable::{ZERO_CHARGE_BOUND, error_bound};
+use super::comparable::{ZERO_CHARGE_BOUND, error_bound, is_clock};
 use super::truth::TruthEvent;
 use crate::model::result::IntervalResult;
 use serde::Serialize;
@@ -36,12 +36,11 @@ pub struct WorkloadRow {
     pub(super) truth: f64,
     pub(super) attributed: f64,
     /// The largest interval error, and in which interval: what was charged beyond the
-    /// truth, or short of it by more than imc said it could not place that interval (its
-    /// unattributed count), over the interval's total.
+    /// truth, or short of it, by more than imc said it placed by time across the interval's
+    /// ends (and, short, could not place: its unattributed count), over the interval's total.
     pub(super) error: f64,
     pub(super) worst_interval: usize,
-    /// The largest `|attributed − truth|` over the interval's total, the unattributed count
-    /// not allowed.
+    /// The largest `|attributed − truth|` over the interval's total, nothing allowed.
     pub(super) error_raw: f64,
 }
 
@@ -50,6 +49,8 @@ pub(super) struct IntervalRow {
     pub(super) index: usize,
     pub(super) t_start_ns: u64,
     pub(super) t_end_ns: u64,
+    /// Steal time in the interval, summed over the vCPUs: allowed in the on-CPU time.
+    pub(super) host_stolen_ms: f64,
     pub(super) events: Vec<EventTotals>,
     pub(super) workloads: Vec<CellRow>,
 }
@@ -69,6 +70,8 @@ pub(super) struct CellRow {
     pub(super) event: String,
     pub(super) truth: f64,
     pub(super) attributed: f64,
+    /// What imc placed by time across the interval's ends of what it charged the workload.
+    pub(super) placed_by_time: f64,
     pub(super) error: f64,
     pub(super) error_raw: f64,
 }
@@ -95,13 +98,15 @@ pub(super) fn judged_spans(n: usize, whole: usize) -> Vec<std::ops::Range<usize>
 
 /// Per interval and workload, the truth (the kernel's count between the interval's ends)
 /// against what the attributor charged the workload's tasks; the intervals past the run's
-/// `whole` ones are judged with its last ([`judged_spans`]).
+/// `whole` ones are judged with its last ([`judged_spans`]). `stolen(t0, t1)`: the ns the host
+/// kept the vCPUs from running between two instants (steal time).
 pub(super) fn compare(
     events: &[TruthEvent],
     idents: &[Ident],
     intervals: &[IntervalResult],
     whole: usize,
     truth_at: impl Fn(u64) -> Vec<Vec<f64>>,
+    stolen: impl Fn(u64, u64) -> f64,
 ) -> Counts {
     let mut rows: Vec<WorkloadRow> = idents
         .iter()
@@ -119,11 +124,16 @@ pub(super) fn compare(
         let (index, sampled) = (span.start, &intervals[span]);
         let (t_start_ns, t_end_ns) = (sampled[0].t_start_ns, sampled[sampled.len() - 1].t_end_ns);
         let (t0, t1) = (truth_at(t_start_ns), truth_at(t_end_ns));
+        let stolen_ns = stolen(t_start_ns, t_end_ns);
         let mut attributed = vec![vec![0.0; events.len()]; idents.len()];
+        let mut by_time = vec![vec![0.0; events.len()]; idents.len()];
         let mut totals: Vec<EventTotals> = Vec::new();
         for r in sampled {
-            let (a, all) = charged(events, idents, r);
+            let (a, placed, all) = charged(events, idents, r);
             for (sum, add) in attributed.iter_mut().flatten().zip(a.iter().flatten()) {
+                *sum += add;
+            }
+            for (sum, add) in by_time.iter_mut().flatten().zip(placed.iter().flatten()) {
                 *sum += add;
             }
             let t = event_totals(events, r, &all);
@@ -144,7 +154,11 @@ pub(super) fn compare(
                 let after = t1.get(w).and_then(|v| v.get(k)).copied().unwrap_or(0.0);
                 let truth = (after - before).max(0.0);
                 let a = attributed[w][k];
-                let (error, error_raw) = cell_errors(truth, a, &totals[k]);
+                let placed = by_time[w][k];
+                // Stolen time is in imc's on-CPU time of whichever task a vCPU ran, never in
+                // the task's own clock.
+                let steal = if is_clock(&e.event) { stolen_ns } else { 0.0 };
+                let (error, error_raw) = cell_errors(truth, a, placed + steal, &totals[k]);
                 let row = &mut rows[w * events.len() + k];
                 row.truth += truth;
                 row.attributed += a;
@@ -158,6 +172,7 @@ pub(super) fn compare(
                     event: e.event.clone(),
                     truth: truth.round(),
                     attributed: a,
+                    placed_by_time: placed.round(),
                     error,
                     error_raw,
                 });
@@ -167,6 +182,7 @@ pub(super) fn compare(
             index,
             t_start_ns,
             t_end_ns,
+            host_stolen_ms: stolen_ns / 1e6,
             events: totals,
             workloads: cells,
         });
@@ -180,15 +196,19 @@ pub(super) fn compare(
     }
 }
 
-/// A workload's error in one interval, and the same without the allowance: a count charged to
-/// another task, or in another interval, is an error; one imc said it could not place (a slice
-/// after a switch its program did not see, counted in the interval's `unattributed`) is
-/// missing from every task, not misplaced, so a workload charged short by no more than that is
-/// within.
-fn cell_errors(truth: f64, attributed: f64, t: &EventTotals) -> (f64, f64) {
+/// A workload's error in one interval, and the same without the allowances: a count charged to
+/// another task, or in another interval, is an error. Two are said, not errors: one imc could
+/// not place (a slice after a switch its program did not see, counted in the interval's
+/// `unattributed`) is missing from every task, so a workload charged short by no more than that
+/// is within; and a count read across the interval's start or end is divided between the two
+/// intervals by time (`placed_by_time`: the counts of a slice between two readings have no
+/// time of their own), so a workload off by no more than what was so divided is within.
+fn cell_errors(truth: f64, attributed: f64, placed: f64, t: &EventTotals) -> (f64, f64) {
     let total = t.total.max(1.0);
     let over = attributed - truth;
-    let unsaid = over.max(-over - t.unattributed).max(0.0);
+    let unsaid = (over - placed)
+        .max(-over - t.unattributed - placed)
+        .max(0.0);
     (unsaid / total, over.abs() / total)
 }
 
@@ -240,9 +260,16 @@ impl Bound {
     pub(super) fn text(&self) -> String {
         let what = match self.figure {
             "error" => format!(
-                "every workload's error ≤ {} of the interval's {} (charged short by no more \
-                 than imc said it could not place, within)",
-                self.bound, self.event
+                "every workload's error ≤ {} of the interval's {} (off by no more than imc \
+                 placed by time across the interval's ends{}, or charged short by no more than \
+                 it also could not place, within)",
+                self.bound,
+                self.event,
+                if is_clock(&self.event) {
+                    " and the host stole from the vCPUs"
+                } else {
+                    ""
+                }
             ),
             "zero-charge" => format!(
                 "a workload that makes no {} is charged ≤ {} over the run",
@@ -349,14 +376,15 @@ pub(super) fn count_bounds(events: &[TruthEvent], c: &Counts) -> Vec<Bound> {
     out
 }
 
-/// Per workload and event what the interval charged its tasks, and per event what it charged
-/// every task.
+/// Per workload and event what the interval charged its tasks and how much of that it placed
+/// by time, and per event what it charged every task.
 fn charged(
     events: &[TruthEvent],
     idents: &[Ident],
     r: &IntervalResult,
-) -> (Vec<Vec<f64>>, Vec<f64>) {
+) -> (Vec<Vec<f64>>, Vec<Vec<f64>>, Vec<f64>) {
     let mut attributed = vec![vec![0.0; events.len()]; idents.len()];
+    let mut by_time = vec![vec![0.0; events.len()]; idents.len()];
     let mut all = vec![0.0; events.len()];
     for task in &r.tasks {
         let who = owner(idents, task.tgid, &task.comm);
@@ -365,10 +393,11 @@ fn charged(
             all[k] += v;
             if let Some(w) = who {
                 attributed[w][k] += v;
+                by_time[w][k] += task.placed_by_time.get(&e.event).copied().unwrap_or(0.0);
             }
         }
     }
-    (attributed, all)
+    (attributed, by_time, all)
 }
 
 /// Per event the interval's total (the source's), what tasks took (`all`) and what nobody did.

@@ -64,6 +64,7 @@ impl Sink for Collect<'_> {
 
     fn drained(&mut self, _records: usize, _took: Duration) {
         if self.frozen.is_some() {
+            self.load.sample_steal(None);
             return;
         }
         self.load.sample();
@@ -97,7 +98,7 @@ pub(super) fn run_live(
     let pids: Vec<u32> = wl.running.iter().map(|r| r.pid).collect();
     let mut groups = start_groups(rdt, &wl, &mut mbm_state);
     let mut truth = open_truth(found, &pids, events)?;
-    let (ran, intervals, batches, load) =
+    let (ran, intervals, batches, load, load_watch) =
         sample(global, args, found, plan, &mut wl, groups.as_mut());
     let mbm_bytes = groups.as_ref().map(|g| g.bytes());
     truth.stop();
@@ -111,7 +112,8 @@ pub(super) fn run_live(
     let idents = idents_of(&wl, &truth);
     // The intervals the workloads ran through: --duration on the interval clock.
     let whole = (args.duration * 1000.0 / args.interval_ms.max(1) as f64).ceil() as usize;
-    let counts = compare(events, &idents, &intervals, whole, |t| truth.at(t));
+    let stolen = |t0: u64, t1: u64| load_watch.stolen_ns(t0, t1) as f64;
+    let counts = compare(events, &idents, &intervals, whole, |t| truth.at(t), stolen);
     let byte_rows = bytes
         .real
         .then(|| byte_rows(plan, events, kinds, &idents, &passes, &intervals, &truth));
@@ -292,6 +294,7 @@ fn sample(
     Vec<IntervalResult>,
     Vec<crate::model::stacks::StackBatch>,
     Load,
+    LoadWatch,
 ) {
     let pids: Vec<u32> = wl.running.iter().map(|r| r.pid).collect();
     let load = LoadWatch::new(&global.root, &pids, found.topology.online.len());
@@ -322,7 +325,7 @@ fn sample(
     let batches = std::mem::take(&mut sink.batches);
     // A run cut short before the freeze: the load up to now.
     let load = sink.load_seen.take().unwrap_or_else(|| sink.load.finish());
-    (ran, intervals, batches, load)
+    (ran, intervals, batches, load, sink.load)
 }
 
 /// Says what runs, catches INT and TERM, and removes monitor groups a killed run left: MBM's

@@ -3,7 +3,10 @@
 //! and the end (/proc/loadavg), and the share of the CPUs' time the workloads got (their own
 //! and their reaped children's time in /proc/PID/stat). Other tasks wanting the CPUs cut the
 //! workloads' slices shorter and more often, so more of them cross an interval end; the report
-//! says so beside its figures.
+//! says so beside its figures. In a VM the host may also stop running a vCPU for a while (steal
+//! time, /proc/stat's eighth `cpu` value): the guest's clocks run on meanwhile, and imc charges
+//! that time to the task the vCPU was running where the task's own clock leaves it out, so the
+//! time stolen in an interval is said, and allowed in its on-CPU time.
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 
@@ -24,6 +27,8 @@ pub struct Load {
     pub workloads_cpu_share: Option<f64>,
     /// Per event, the share of the run's counts imc could not place (unattributed).
     pub unattributed_share: std::collections::BTreeMap<String, f64>,
+    /// Time the host kept the vCPUs from running (steal time), summed over CPUs, in ms.
+    pub host_stolen_ms: f64,
     /// Other tasks wanted the CPUs: at least half a task per CPU on average beside the
     /// workloads.
     pub loaded: bool,
@@ -37,6 +42,8 @@ pub struct LoadWatch {
     runnable: Vec<u32>,
     loadavg_start: Option<f64>,
     started: Option<(std::time::Instant, u64)>,
+    /// Steal time seen at each sample: (CLOCK_MONOTONIC ns, stolen ns so far).
+    steal: Vec<(u64, u64)>,
 }
 
 impl LoadWatch {
@@ -49,6 +56,7 @@ impl LoadWatch {
             runnable: Vec::new(),
             loadavg_start: None,
             started: None,
+            steal: Vec::new(),
         }
     }
 
@@ -62,13 +70,44 @@ impl LoadWatch {
         self.started = Some((std::time::Instant::now(), self.workload_ticks()));
     }
 
-    /// One look at the runnable tasks (each drain).
+    /// One look at the runnable tasks and the steal time (each drain).
     pub fn sample(&mut self) {
-        if let Some(n) = self.read("proc/stat").as_deref().and_then(procs_running) {
+        let stat = self.read("proc/stat");
+        if let Some(n) = stat.as_deref().and_then(procs_running) {
             // This thread is running as it reads, and so is each workload that has a CPU.
             let others = n.saturating_sub(1 + self.pids.len() as u32);
             self.runnable.push(others);
         }
+        self.sample_steal(stat.as_deref());
+    }
+
+    /// One look at the steal time alone (drains after the workloads were frozen: their last
+    /// intervals are still being judged).
+    pub fn sample_steal(&mut self, stat: Option<&str>) {
+        let read;
+        let stat = match stat {
+            Some(s) => Some(s),
+            None => {
+                read = self.read("proc/stat");
+                read.as_deref()
+            }
+        };
+        if let Some(ticks) = stat.and_then(steal_ticks) {
+            let now = crate::sampler::monotonic_ns();
+            self.steal.push((now, ticks.saturating_mul(tick_ns())));
+        }
+    }
+
+    /// The steal time over `t0 .. t1` (CLOCK_MONOTONIC ns), in ns: from the last look at or
+    /// before `t0` to the first at or after `t1`, so never less than what was stolen between
+    /// them (the kernel counts it in whole clock ticks).
+    pub fn stolen_ns(&self, t0: u64, t1: u64) -> u64 {
+        let (Some(first), Some(last)) = (self.steal.first(), self.steal.last()) else {
+            return 0;
+        };
+        let before = self.steal.iter().rev().find(|s| s.0 <= t0).unwrap_or(first);
+        let after = self.steal.iter().find(|s| s.0 >= t1).unwrap_or(last);
+        after.1.saturating_sub(before.1)
     }
 
     /// The workloads' CPU time so far, in clock ticks, their reaped children's included.
@@ -91,14 +130,32 @@ impl LoadWatch {
                 (used / wall).clamp(0.0, 1.0)
             })
         });
-        summarise(
+        let mut load = summarise(
             self.cpus,
             &self.runnable,
             self.loadavg_start,
             self.read("proc/loadavg").as_deref().and_then(loadavg_1m),
             share,
-        )
+        );
+        if let (Some(a), Some(b)) = (self.steal.first(), self.steal.last()) {
+            load.host_stolen_ms = b.1.saturating_sub(a.1) as f64 / 1e6;
+        }
+        load
     }
+}
+
+/// One USER_HZ clock tick in ns (the unit of /proc/stat's times).
+fn tick_ns() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    1_000_000_000 / u64::try_from(hz).ok().filter(|&h| h > 0).unwrap_or(100)
+}
+
+/// The steal time of the `cpu` line of /proc/stat (its eighth value), in clock ticks; None
+/// where the line has no such value.
+fn steal_ticks(stat: &str) -> Option<u64> {
+    let line = stat.lines().find(|l| l.starts_with("cpu "))?;
+    line.split_whitespace().nth(8)?.parse().ok()
 }
 
 fn summarise(
@@ -121,6 +178,7 @@ fn summarise(
         loadavg_end,
         workloads_cpu_share: share,
         unattributed_share: Default::default(),
+        host_stolen_ms: 0.0,
         loaded: mean >= LOADED_PER_CPU * cpus as f64,
     }
 }
@@ -173,6 +231,14 @@ impl Load {
                 share * 100.0
             );
         }
+        if self.host_stolen_ms > 0.0 {
+            s += &format!(
+                "; the host stole {:.0} ms from the vCPUs (steal time: the guest's clocks ran on, \
+                 and imc charged that time to the task each vCPU ran, where the task's own clock \
+                 leaves it out; allowed in the on-CPU time of the intervals it fell in)",
+                self.host_stolen_ms
+            );
+        }
         s += if self.loaded {
             ": a loaded machine, whose tasks cut the workloads' slices shorter and more \
              often, so more of them cross an interval end (each split there by time); the \
@@ -193,11 +259,27 @@ mod tests {
         let stat = "cpu  1 2 3\nctxt 5\nprocs_running 12\nprocs_blocked 0\n";
         assert_eq!(procs_running(stat), Some(12));
         assert_eq!(procs_running("cpu 1\n"), None);
+        let stat = "cpu  1 2 3 4 5 6 7 17928 0 0\ncpu0 1 2 3 4 5 6 7 8882 0 0\n";
+        assert_eq!(steal_ticks(stat), Some(17928));
+        assert_eq!(steal_ticks("cpu  1 2 3\n"), None);
         assert_eq!(loadavg_1m("4.75 2.43 1.86 9/300 1234\n"), Some(4.75));
         // A name with spaces and a parenthesis; utime 100, stime 20, cutime 3, cstime 4.
         let pid = "42 (a b) c) R 1 42 42 0 -1 4194304 10 0 0 0 100 20 3 4 20 0 1 0 5 6 7";
         assert_eq!(cpu_ticks(pid), Some(127));
         assert_eq!(cpu_ticks("42 (x) R 1"), None);
+    }
+
+    /// The steal over a span runs from the last look at or before its start to the first at
+    /// or after its end.
+    #[test]
+    fn steal_over_a_span_is_read_from_the_looks_around_it() {
+        let mut w = LoadWatch::new(Path::new("/nonexistent"), &[], 2);
+        assert_eq!(w.stolen_ns(0, 100), 0);
+        w.steal = vec![(100, 0), (200, 10), (300, 110), (400, 110)];
+        assert_eq!(w.stolen_ns(200, 300), 100);
+        assert_eq!(w.stolen_ns(250, 350), 100);
+        assert_eq!(w.stolen_ns(0, 1_000), 110);
+        assert_eq!(w.stolen_ns(300, 400), 0);
     }
 
     #[test]

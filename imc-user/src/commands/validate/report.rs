@@ -140,6 +140,7 @@ mod tests {
                     index,
                     t_start_ns: t,
                     t_end_ns: t + m * 1_000_000,
+                    host_stolen_ms: 0.0,
                     events: Vec::new(),
                     workloads: Vec::new(),
                 };

@@ -78,6 +78,10 @@ fn idents() -> Vec<Ident> {
 }
 
 /// Truth: toucher 1000 a second, burst 100 a second, spinner none (t in seconds × 1e9).
+fn no_steal(_: u64, _: u64) -> f64 {
+    0.0
+}
+
 fn truth_at(t: u64) -> Vec<Vec<f64>> {
     let s = t as f64 / 1e9;
     vec![vec![1000.0 * s], vec![100.0 * s], vec![0.0]]
@@ -113,7 +117,14 @@ fn errors_are_per_interval_over_its_total_and_children_count_by_their_truth() {
             400.0,
         ),
     ];
-    let c = compare(&events, &idents(), &intervals, usize::MAX, truth_at);
+    let c = compare(
+        &events,
+        &idents(),
+        &intervals,
+        usize::MAX,
+        truth_at,
+        no_steal,
+    );
     let toucher = &c.workloads[0];
     assert_eq!((toucher.truth, toucher.attributed), (2000.0, 1980.0));
     assert!((toucher.error - 20.0 / 2000.0).abs() < 1e-12);
@@ -168,7 +179,14 @@ fn a_shortfall_imc_said_it_could_not_place_is_allowed_an_excess_never() {
             200.0,
         ),
     ];
-    let c = compare(&events, &idents(), &intervals, usize::MAX, truth_at);
+    let c = compare(
+        &events,
+        &idents(),
+        &intervals,
+        usize::MAX,
+        truth_at,
+        no_steal,
+    );
     let cell = |i: usize| &c.intervals[i].workloads[0];
     assert_eq!((cell(0).error, cell(0).error_raw), (0.0, 0.1));
     assert_eq!((cell(1).error, cell(1).error_raw), (0.05, 0.15));
@@ -180,12 +198,138 @@ fn a_shortfall_imc_said_it_could_not_place_is_allowed_an_excess_never() {
     assert!(bound(&b, "error").text().contains("could not place"));
 }
 
+/// A count read across an interval's end is divided by time: a workload off by no more than
+/// what imc placed so is within, over or short; beyond it, it is not.
+#[test]
+fn what_imc_placed_by_time_across_an_end_is_allowed_either_way() {
+    let events = [ev("page-faults")];
+    let placed = |mut t: TaskRow, v: f64| {
+        t.placed_by_time = [("page-faults".to_string(), v)].into();
+        t
+    };
+    // Truth 1000 a second for the toucher; 2000 counted a second in all.
+    let intervals = vec![
+        // Over by 60, with 80 placed by time at its end: within.
+        second(
+            0,
+            vec![
+                placed(task(10, "imcv-toucher", 1060.0), 80.0),
+                task(99, "sh", 940.0),
+            ],
+            2000.0,
+            0.0,
+        ),
+        // Short by 60 (the same split's other side), 80 placed by time: within.
+        second(
+            1,
+            vec![
+                placed(task(10, "imcv-toucher", 940.0), 80.0),
+                task(99, "sh", 1060.0),
+            ],
+            2000.0,
+            0.0,
+        ),
+        // Over by 100, 40 placed by time: 60 unsaid.
+        second(
+            2,
+            vec![
+                placed(task(10, "imcv-toucher", 1100.0), 40.0),
+                task(99, "sh", 900.0),
+            ],
+            2000.0,
+            0.0,
+        ),
+    ];
+    let c = compare(
+        &events,
+        &idents(),
+        &intervals,
+        usize::MAX,
+        truth_at,
+        no_steal,
+    );
+    let cell = |i: usize| &c.intervals[i].workloads[0];
+    assert_eq!((cell(0).error, cell(0).error_raw), (0.0, 0.03));
+    assert_eq!((cell(1).error, cell(1).error_raw), (0.0, 0.03));
+    assert_eq!((cell(2).error, cell(2).error_raw), (0.03, 0.05));
+    assert_eq!(cell(0).placed_by_time, 80.0);
+    let b = count_bounds(&events, &c);
+    assert!(bound(&b, "error").text().contains("placed by time"));
+}
+
+/// On-CPU time the host stole from a vCPU (steal time) is in imc's figure of the task that
+/// vCPU ran and never in the task's own clock: allowed in the intervals it fell in, for clocks
+/// only.
+#[test]
+fn time_the_host_stole_is_allowed_in_on_cpu_time_only() {
+    let clock = |tgid: u32, comm: &str, ns: f64| TaskRow {
+        pid: tgid,
+        tgid,
+        comm: comm.into(),
+        values: [("cpu-clock".to_string(), ns)].into(),
+        ..Default::default()
+    };
+    // Truth 1000 a second, read as ns here: the toucher charged 1000 + 60 ns in second 0, when
+    // 80 ns were stolen, and 1000 + 60 in second 1, when none were.
+    let intervals = vec![
+        second(
+            0,
+            vec![clock(10, "imcv-toucher", 1060.0), clock(99, "sh", 940.0)],
+            2000.0,
+            0.0,
+        ),
+        second(
+            1,
+            vec![clock(10, "imcv-toucher", 1060.0), clock(99, "sh", 940.0)],
+            2000.0,
+            0.0,
+        ),
+    ];
+    let stolen = |t0: u64, _t1: u64| if t0 == 0 { 80.0 } else { 0.0 };
+    let c = compare(
+        &[ev("cpu-clock")],
+        &idents(),
+        &intervals,
+        usize::MAX,
+        truth_at,
+        stolen,
+    );
+    let cell = |i: usize| &c.intervals[i].workloads[0];
+    assert_eq!((cell(0).error, cell(1).error), (0.0, 0.03));
+    assert_eq!(c.intervals[0].host_stolen_ms, 80.0 / 1e6);
+    let b = count_bounds(&[ev("cpu-clock")], &c);
+    assert!(bound(&b, "error").text().contains("the host stole"));
+    // Counts are not time: the same steal allows nothing.
+    let counts = vec![second(
+        0,
+        vec![task(10, "imcv-toucher", 1060.0), task(99, "sh", 940.0)],
+        2000.0,
+        0.0,
+    )];
+    let c = compare(
+        &[ev("page-faults")],
+        &idents(),
+        &counts,
+        usize::MAX,
+        truth_at,
+        stolen,
+    );
+    assert_eq!(c.intervals[0].workloads[0].error, 0.03);
+}
+
 #[test]
 fn without_the_truths_processes_a_task_of_a_workloads_name_is_its_child() {
     let mut ids = idents();
     ids[1].processes = None;
     let r = second(0, vec![task(78, "imcv-burst", 50.0)], 50.0, 0.0);
-    let c = compare(&[ev("page-faults")], &ids, &[r], usize::MAX, truth_at);
+    let c = compare(
+        &[ev("page-faults")],
+        &ids,
+        &[r],
+        usize::MAX,
+        truth_at,
+        no_steal,
+    );
     assert_eq!(c.workloads[1].attributed, 50.0);
 }
 
@@ -205,13 +349,20 @@ fn what_is_sampled_after_the_runs_whole_intervals_is_judged_with_the_last() {
             0.0,
         ),
     ];
-    let apart = compare(&events, &idents(), &intervals, usize::MAX, truth_at);
+    let apart = compare(
+        &events,
+        &idents(),
+        &intervals,
+        usize::MAX,
+        truth_at,
+        no_steal,
+    );
     assert!(
         apart.workloads[0].error > 0.09,
         "{}",
         apart.workloads[0].error
     );
-    let c = compare(&events, &idents(), &intervals, 2, truth_at);
+    let c = compare(&events, &idents(), &intervals, 2, truth_at, no_steal);
     let toucher = &c.workloads[0];
     assert_eq!((toucher.truth, toucher.attributed), (2100.0, 2100.0));
     assert_eq!(toucher.error, 0.0);
@@ -238,7 +389,14 @@ fn a_leak_breaks_conservation_and_names_the_interval() {
         second(0, vec![task(10, "imcv-toucher", 1000.0)], 1000.0, 0.0),
         second(1, vec![task(10, "imcv-toucher", 1000.0)], 1500.0, 0.0),
     ];
-    let c = compare(&events, &idents(), &intervals, usize::MAX, truth_at);
+    let c = compare(
+        &events,
+        &idents(),
+        &intervals,
+        usize::MAX,
+        truth_at,
+        no_steal,
+    );
     let b = count_bounds(&events, &c);
     let cons = bound(&b, "conservation");
     assert_eq!(cons.pass, Some(false));
