@@ -66,24 +66,39 @@ pub fn touch_fresh_pages(len: usize) -> io::Result<()> {
     Ok(())
 }
 
-/// Forks a child that touches `len` bytes of fresh pages and exits at once (killed with its
-/// parent should that die first), and waits for it: one short-lived process.
+/// Starts a child process that touches `len` bytes of fresh pages and exits at once (killed
+/// with its parent should that die first), and waits for it: one short-lived process. The child
+/// shares its parent's memory until it exits (`CLONE_VM | CLONE_VFORK`, the parent waiting
+/// meanwhile), so no address space is copied for it or torn down after it: a forked child of a
+/// large process spends some 0.4 ms doing so that its own inherited per-task counters do not
+/// count, while the CPU's clock charged to whatever runs does (measured on a 2-vCPU VM,
+/// kernel 6.18: 40 ms a second for 100 children a second; 75 µs a child without the copy).
 pub fn short_lived_child(len: usize) -> io::Result<()> {
-    // SAFETY: the child calls only async-signal-safe functions (prctl, mmap, munmap, _exit)
-    // before it exits, as POSIX requires after fork in a multi-threaded process.
-    let pid = unsafe { libc::fork() };
+    extern "C" fn child(arg: *mut libc::c_void) -> libc::c_int {
+        let len = arg as usize;
+        let _ = die_with_parent();
+        i32::from(touch_fresh_pages(len).is_err())
+    }
+    // The child's own stack, 64 KiB: it runs `child` only, which makes system calls alone.
+    let mut stack = vec![0u8; 64 * 1024];
+    // SAFETY: the stack grows down from the end of a live buffer the parent keeps until the
+    // child has exited (CLONE_VFORK suspends the parent until then); `child` touches nothing of
+    // the parent's but its own argument.
+    let pid = unsafe {
+        let top = stack.as_mut_ptr().add(stack.len()) as *mut libc::c_void;
+        libc::clone(
+            child,
+            top,
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            len as *mut libc::c_void,
+        )
+    };
     if pid < 0 {
         return Err(io::Error::last_os_error());
     }
-    if pid == 0 {
-        let _ = die_with_parent();
-        let code = i32::from(touch_fresh_pages(len).is_err());
-        // SAFETY: _exit ends the child without running the parent's atexit handlers.
-        unsafe { libc::_exit(code) };
-    }
     let mut status = 0;
     loop {
-        // SAFETY: waits for the child just forked; status is valid to write.
+        // SAFETY: waits for the child just started; status is valid to write.
         let r = unsafe { libc::waitpid(pid, &mut status, 0) };
         if r >= 0 {
             return Ok(());
