@@ -484,7 +484,14 @@ fn loaded_every_mode_holds_its_bounds_and_says_the_machine_was_loaded() {
     ] {
         let mut args = mode.to_vec();
         args.extend(["--duration", "2"]);
-        let (code, v, stderr) = validate(&args);
+        let (mut code, mut v, mut stderr) = validate(&args);
+        // A truth that lost samples (its ring overran while the host stalled its reader, or
+        // the kernel throttled it) judges nothing: validate says so and that a rerun is the
+        // remedy, so the mode is run once more.
+        if truth_incomplete(&v) {
+            eprintln!("{args:?}: the truth lost samples; running it again: {stderr}");
+            (code, v, stderr) = validate(&args);
+        }
         let records = if mode == ["--precise"] {
             "per-switch"
         } else {
@@ -508,6 +515,15 @@ fn loaded_every_mode_holds_its_bounds_and_says_the_machine_was_loaded() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// Whether a run's only failed bound is its truth's completeness.
+fn truth_incomplete(v: &Value) -> bool {
+    let failed: Vec<&Value> = v["bounds"]
+        .as_array()
+        .map(|b| b.iter().filter(|b| b["pass"] == false).collect())
+        .unwrap_or_default();
+    !failed.is_empty() && failed.iter().all(|b| b["figure"] == "truth-complete")
 }
 
 // ---- what is left behind ---------------------------------------------------------------------
