@@ -85,7 +85,9 @@ pub fn short_lived_child(len: usize) -> io::Result<()> {
     // child has exited (CLONE_VFORK suspends the parent until then); `child` touches nothing of
     // the parent's but its own argument.
     let pid = unsafe {
-        let top = stack.as_mut_ptr().add(stack.len()) as *mut libc::c_void;
+        // The ABIs want the stack pointer 16-byte aligned.
+        let end = stack.as_mut_ptr().add(stack.len());
+        let top = end.sub(end as usize % 16) as *mut libc::c_void;
         libc::clone(
             child,
             top,
