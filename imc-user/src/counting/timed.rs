@@ -557,6 +557,21 @@ mod tests {
         t - BASE
     }
 
+    /// Boundary `k`'s time for a `Boundaries::new(BASE, P, ..)`.
+    fn at(k: u64) -> u64 {
+        BASE + k * P
+    }
+
+    /// The kernel's sample of group `g` taken at `t`, its counts with it.
+    fn sample_at(b: &mut Boundaries, g: usize, t: u64, values: &[u64]) {
+        b.kernel_sample(g, t, en(t), en(t), values);
+    }
+
+    /// A tight userspace read of group `g` for boundary `k` at `t`.
+    fn read_at(b: &mut Boundaries, g: usize, k: u64, t: u64, values: &[u64]) -> bool {
+        b.patched(g, k, (t, t), en(t), en(t), values)
+    }
+
     fn drain(b: &mut Boundaries, groups: usize) -> Vec<(u64, u64, Vec<Vec<u64>>)> {
         let mut out = vec![Vec::new(); groups];
         let mut v = Vec::new();
@@ -756,21 +771,9 @@ mod tests {
         let now = b.time_of(1) + P / 2;
         assert_eq!(b.plan(now, None, &mut patch), 1);
         assert_eq!(patch, vec![0]);
-        b.patched(0, 1, (now, now), en(now), en(now), &[100]);
-        b.kernel_sample(
-            0,
-            b.time_of(1) + 70_000,
-            en(b.time_of(1) + 70_000),
-            en(b.time_of(1) + 70_000),
-            &[101],
-        );
-        b.kernel_sample(
-            0,
-            b.time_of(2) + 10_000,
-            en(b.time_of(2) + 10_000),
-            en(b.time_of(2) + 10_000),
-            &[200],
-        );
+        read_at(&mut b, 0, 1, now, &[100]);
+        sample_at(&mut b, 0, at(1) + 70_000, &[101]);
+        sample_at(&mut b, 0, at(2) + 10_000, &[200]);
         let got = drain(&mut b, 1);
         assert_eq!(got.len(), 2);
         assert_eq!(got[0].2[0][2], 100);
@@ -786,21 +789,8 @@ mod tests {
         assert_eq!(b.plan(b.time_of(1) + 60_000, None, &mut patch), 1);
         assert_eq!(b.plan(b.time_of(1) + P / 2, None, &mut patch), 1);
         assert_eq!(patch, vec![0]);
-        assert!(!b.patched(
-            0,
-            1,
-            (b.time_of(2) + 5_000, b.time_of(2) + 5_000),
-            en(b.time_of(2) + 5_000),
-            en(b.time_of(2) + 5_000),
-            &[300]
-        ));
-        b.kernel_sample(
-            0,
-            b.time_of(2) + 1_000,
-            en(b.time_of(2) + 1_000),
-            en(b.time_of(2) + 1_000),
-            &[250],
-        );
+        assert!(!read_at(&mut b, 0, 1, at(2) + 5_000, &[300]));
+        sample_at(&mut b, 0, at(2) + 1_000, &[250]);
         let got = drain(&mut b, 1);
         assert_eq!(got.len(), 1);
         assert_eq!((got[0].0, got[0].2[0][2]), (2, 250));
@@ -814,29 +804,10 @@ mod tests {
         let mut patch = Vec::new();
         b.plan(b.time_of(1) + 60_000, None, &mut patch);
         b.plan(b.time_of(1) + P / 2, None, &mut patch);
-        assert!(b.patched(
-            0,
-            1,
-            (b.time_of(1) + 980_000, b.time_of(1) + 980_000),
-            en(b.time_of(1) + 980_000),
-            en(b.time_of(1) + 980_000),
-            &[1_900]
-        ));
+        assert!(read_at(&mut b, 0, 1, at(1) + 980_000, &[1_900]));
         // Taken at 1.96 P, labelled 2, but 20 µs before the patch read (at 1.98 P).
-        b.kernel_sample(
-            0,
-            b.time_of(1) + 960_000,
-            en(b.time_of(1) + 960_000),
-            en(b.time_of(1) + 960_000),
-            &[1_860],
-        );
-        b.kernel_sample(
-            0,
-            b.time_of(2) + 960_000,
-            en(b.time_of(2) + 960_000),
-            en(b.time_of(2) + 960_000),
-            &[2_860],
-        );
+        sample_at(&mut b, 0, at(1) + 960_000, &[1_860]);
+        sample_at(&mut b, 0, at(2) + 960_000, &[2_860]);
         let got = drain(&mut b, 1);
         let values: Vec<u64> = got.iter().map(|g| g.2[0][2]).collect();
         assert_eq!(values, vec![1_900, 2_860]);
@@ -851,31 +822,9 @@ mod tests {
         let mut patch = Vec::new();
         b.plan(b.time_of(1) + 60_000, None, &mut patch);
         b.plan(b.time_of(1) + P / 2, None, &mut patch);
-        assert!(b.patched(
-            0,
-            1,
-            (
-                b.time_of(1) + P / 2 + 100_000,
-                b.time_of(1) + P / 2 + 100_000
-            ),
-            en(b.time_of(1) + P / 2 + 100_000),
-            en(b.time_of(1) + P / 2 + 100_000),
-            &[5_000]
-        ));
-        b.kernel_sample(
-            0,
-            b.time_of(1) + 970_000,
-            en(b.time_of(1) + 970_000),
-            en(b.time_of(1) + 970_000),
-            &[4_990],
-        );
-        b.kernel_sample(
-            0,
-            b.time_of(2) + 970_000,
-            en(b.time_of(2) + 970_000),
-            en(b.time_of(2) + 970_000),
-            &[6_000],
-        );
+        assert!(read_at(&mut b, 0, 1, at(1) + P / 2 + 100_000, &[5_000]));
+        sample_at(&mut b, 0, at(1) + 970_000, &[4_990]);
+        sample_at(&mut b, 0, at(2) + 970_000, &[6_000]);
         let values: Vec<u64> = drain(&mut b, 1).iter().map(|g| g.2[0][2]).collect();
         assert_eq!(values, vec![5_000, 6_000]);
     }

@@ -1,5 +1,5 @@
 use super::bytes::{KernelBytes, fidelity_of};
-use super::counts::{Bound, Ident, compare, count_bounds, judged_spans};
+use super::counts::{Bound, Counts, Ident, compare, count_bounds, judged_spans};
 use super::truth::TruthEvent;
 use super::*;
 use crate::model::result::IntervalResult;
@@ -78,8 +78,16 @@ fn idents() -> Vec<Ident> {
 }
 
 /// Truth: toucher 1000 a second, burst 100 a second, spinner none (t in seconds × 1e9).
-fn no_steal(_: u64, _: u64) -> f64 {
-    0.0
+/// `compare` of whole intervals against `truth_at`, nothing stolen.
+fn judged(events: &[TruthEvent], intervals: &[IntervalResult]) -> Counts {
+    compare(
+        events,
+        &idents(),
+        intervals,
+        usize::MAX,
+        truth_at,
+        |_, _| 0.0,
+    )
 }
 
 fn truth_at(t: u64) -> Vec<Vec<f64>> {
@@ -117,14 +125,7 @@ fn errors_are_per_interval_over_its_total_and_children_count_by_their_truth() {
             400.0,
         ),
     ];
-    let c = compare(
-        &events,
-        &idents(),
-        &intervals,
-        usize::MAX,
-        truth_at,
-        no_steal,
-    );
+    let c = judged(&events, &intervals);
     let toucher = &c.workloads[0];
     assert_eq!((toucher.truth, toucher.attributed), (2000.0, 1980.0));
     assert!((toucher.error - 20.0 / 2000.0).abs() < 1e-12);
@@ -179,14 +180,7 @@ fn a_shortfall_imc_said_it_could_not_place_is_allowed_an_excess_never() {
             200.0,
         ),
     ];
-    let c = compare(
-        &events,
-        &idents(),
-        &intervals,
-        usize::MAX,
-        truth_at,
-        no_steal,
-    );
+    let c = judged(&events, &intervals);
     let cell = |i: usize| &c.intervals[i].workloads[0];
     assert_eq!((cell(0).error, cell(0).error_raw), (0.0, 0.1));
     assert_eq!((cell(1).error, cell(1).error_raw), (0.05, 0.15));
@@ -203,51 +197,22 @@ fn a_shortfall_imc_said_it_could_not_place_is_allowed_an_excess_never() {
 #[test]
 fn what_imc_placed_by_time_across_an_end_is_allowed_either_way() {
     let events = [ev("page-faults")];
-    let placed = |mut t: TaskRow, v: f64| {
-        t.placed_by_time = [("page-faults".to_string(), v)].into();
-        t
+    // Truth 1000 a second for the toucher; 2000 counted a second in all. Second k charges it
+    // `charged`, `placed` of which imc placed by time.
+    let toucher = |k: u64, charged: f64, placed: f64| {
+        let mut t = task(10, "imcv-toucher", charged);
+        t.placed_by_time = [("page-faults".to_string(), placed)].into();
+        second(k, vec![t, task(99, "sh", 2000.0 - charged)], 2000.0, 0.0)
     };
-    // Truth 1000 a second for the toucher; 2000 counted a second in all.
     let intervals = vec![
         // Over by 60, with 80 placed by time at its end: within.
-        second(
-            0,
-            vec![
-                placed(task(10, "imcv-toucher", 1060.0), 80.0),
-                task(99, "sh", 940.0),
-            ],
-            2000.0,
-            0.0,
-        ),
+        toucher(0, 1060.0, 80.0),
         // Short by 60 (the same split's other side), 80 placed by time: within.
-        second(
-            1,
-            vec![
-                placed(task(10, "imcv-toucher", 940.0), 80.0),
-                task(99, "sh", 1060.0),
-            ],
-            2000.0,
-            0.0,
-        ),
+        toucher(1, 940.0, 80.0),
         // Over by 100, 40 placed by time: 60 unsaid.
-        second(
-            2,
-            vec![
-                placed(task(10, "imcv-toucher", 1100.0), 40.0),
-                task(99, "sh", 900.0),
-            ],
-            2000.0,
-            0.0,
-        ),
+        toucher(2, 1100.0, 40.0),
     ];
-    let c = compare(
-        &events,
-        &idents(),
-        &intervals,
-        usize::MAX,
-        truth_at,
-        no_steal,
-    );
+    let c = judged(&events, &intervals);
     let cell = |i: usize| &c.intervals[i].workloads[0];
     assert_eq!((cell(0).error, cell(0).error_raw), (0.0, 0.03));
     assert_eq!((cell(1).error, cell(1).error_raw), (0.0, 0.03));
@@ -271,20 +236,11 @@ fn time_the_host_stole_is_allowed_in_on_cpu_time_only() {
     };
     // Truth 1000 a second, read as ns here: the toucher charged 1000 + 60 ns in second 0, when
     // 80 ns were stolen, and 1000 + 60 in second 1, when none were.
-    let intervals = vec![
-        second(
-            0,
-            vec![clock(10, "imcv-toucher", 1060.0), clock(99, "sh", 940.0)],
-            2000.0,
-            0.0,
-        ),
-        second(
-            1,
-            vec![clock(10, "imcv-toucher", 1060.0), clock(99, "sh", 940.0)],
-            2000.0,
-            0.0,
-        ),
-    ];
+    let second_of = |k: u64| {
+        let tasks = vec![clock(10, "imcv-toucher", 1060.0), clock(99, "sh", 940.0)];
+        second(k, tasks, 2000.0, 0.0)
+    };
+    let intervals = vec![second_of(0), second_of(1)];
     let stolen = |t0: u64, _t1: u64| if t0 == 0 { 80.0 } else { 0.0 };
     let c = compare(
         &[ev("cpu-clock")],
@@ -328,7 +284,7 @@ fn without_the_truths_processes_a_task_of_a_workloads_name_is_its_child() {
         &[r],
         usize::MAX,
         truth_at,
-        no_steal,
+        |_, _| 0.0,
     );
     assert_eq!(c.workloads[1].attributed, 50.0);
 }
@@ -349,20 +305,13 @@ fn what_is_sampled_after_the_runs_whole_intervals_is_judged_with_the_last() {
             0.0,
         ),
     ];
-    let apart = compare(
-        &events,
-        &idents(),
-        &intervals,
-        usize::MAX,
-        truth_at,
-        no_steal,
-    );
+    let apart = judged(&events, &intervals);
     assert!(
         apart.workloads[0].error > 0.09,
         "{}",
         apart.workloads[0].error
     );
-    let c = compare(&events, &idents(), &intervals, 2, truth_at, no_steal);
+    let c = compare(&events, &idents(), &intervals, 2, truth_at, |_, _| 0.0);
     let toucher = &c.workloads[0];
     assert_eq!((toucher.truth, toucher.attributed), (2100.0, 2100.0));
     assert_eq!(toucher.error, 0.0);
@@ -389,14 +338,7 @@ fn a_leak_breaks_conservation_and_names_the_interval() {
         second(0, vec![task(10, "imcv-toucher", 1000.0)], 1000.0, 0.0),
         second(1, vec![task(10, "imcv-toucher", 1000.0)], 1500.0, 0.0),
     ];
-    let c = compare(
-        &events,
-        &idents(),
-        &intervals,
-        usize::MAX,
-        truth_at,
-        no_steal,
-    );
+    let c = judged(&events, &intervals);
     let b = count_bounds(&events, &c);
     let cons = bound(&b, "conservation");
     assert_eq!(cons.pass, Some(false));
