@@ -228,25 +228,52 @@ fn validate_json(imc: &Path, args: &[&str]) -> Result<serde_json::Value> {
     })
 }
 
-/// Every mode `rounds` times.
-fn rounds_of(imc: &Path, rounds: u32, what: &str) -> Result<Vec<ModeRounds>> {
+/// Every mode `rounds` times; the report of a round outside its bounds is kept in `keep`
+/// (its figures alone do not say which workload and interval parted from the truth).
+fn rounds_of(
+    imc: &Path,
+    rounds: u32,
+    (what, tag): (&str, &str),
+    keep: &Path,
+) -> Result<Vec<ModeRounds>> {
     let mut out = vec![ModeRounds::default(); LOAD_MODES.len()];
     for (k, (name, args)) in LOAD_MODES.iter().enumerate() {
         for r in 1..=rounds {
             eprintln!("xtask: {what} {name}, round {r} of {rounds}");
-            out[k].add(&validate_json(imc, args)?);
+            let v = validate_json(imc, args)?;
+            if v["pass"] != true {
+                let path = keep.join(kept_name(tag, name, r));
+                std::fs::create_dir_all(keep)
+                    .and_then(|()| std::fs::write(&path, v.to_string()))
+                    .with_context(|| format!("keeping {}", path.display()))?;
+                eprintln!(
+                    "xtask: outside its bounds; the report is {}",
+                    path.display()
+                );
+            }
+            out[k].add(&v);
         }
     }
     Ok(out)
 }
 
+/// The file a failed round's report is kept in: `quiet--I-100-3.json`.
+fn kept_name(tag: &str, mode: &str, round: u32) -> String {
+    let slug: String = mode
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+        .collect();
+    format!("{tag}-{slug}-{round}.json")
+}
+
 /// `--live --load`: every mode quiet, then beside the hogs; true when every round of both
-/// passed.
-pub fn run_loaded(imc: &Path, rounds: u32) -> Result<bool> {
-    let quiet = rounds_of(imc, rounds, "as the machine is:")?;
+/// passed. The report of each round that did not is kept in `keep`.
+pub fn run_loaded(imc: &Path, rounds: u32, keep: &Path) -> Result<bool> {
+    let quiet = rounds_of(imc, rounds, ("as the machine is:", "quiet"), keep)?;
     let loaded = {
         let _hogs = Hogs::start()?;
-        rounds_of(imc, rounds, "beside two CPU hogs and a page faulter:")?
+        let what = ("beside two CPU hogs and a page faulter:", "loaded");
+        rounds_of(imc, rounds, what, keep)?
     };
     println!();
     println!(
@@ -302,6 +329,12 @@ mod tests {
         assert!(a.is_empty());
         let mut a = strings(&["--live", "--load", "--rounds", "2"]);
         assert_eq!(take_live(&mut a).unwrap(), live(2, true));
+    }
+
+    #[test]
+    fn a_failed_rounds_report_is_named_by_its_load_mode_and_round() {
+        assert_eq!(kept_name("loaded", "-I 100", 3), "loaded--I-100-3.json");
+        assert_eq!(kept_name("quiet", "defaults", 10), "quiet-defaults-10.json");
     }
 
     #[test]

@@ -424,7 +424,7 @@ fn accuracy(mut args: Vec<String>) -> Result<ExitCode> {
     if let Some(live) = live {
         let bin = build(true)?;
         let ok = if live.load {
-            accuracy_live::run_loaded(&bin, live.rounds)?
+            accuracy_live::run_loaded(&bin, live.rounds, &target_dir().join("accuracy-live"))?
         } else {
             accuracy_live::run(&bin, live.rounds, &args)?
         };
