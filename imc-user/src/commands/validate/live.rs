@@ -64,7 +64,7 @@ impl Sink for Collect<'_> {
 
     fn drained(&mut self, _records: usize, _took: Duration) {
         if self.frozen.is_some() {
-            self.load.sample_steal(None);
+            self.load.sample_steal();
             return;
         }
         self.load.sample();

@@ -78,23 +78,23 @@ impl LoadWatch {
             let others = n.saturating_sub(1 + self.pids.len() as u32);
             self.runnable.push(others);
         }
-        self.sample_steal(stat.as_deref());
+        self.note_steal(stat.as_deref());
     }
 
     /// One look at the steal time alone (drains after the workloads were frozen: their last
     /// intervals are still being judged).
-    pub fn sample_steal(&mut self, stat: Option<&str>) {
-        let read;
-        let stat = match stat {
-            Some(s) => Some(s),
-            None => {
-                read = self.read("proc/stat");
-                read.as_deref()
-            }
-        };
+    pub fn sample_steal(&mut self) {
+        let stat = self.read("proc/stat");
+        self.note_steal(stat.as_deref());
+    }
+
+    fn note_steal(&mut self, stat: Option<&str>) {
         if let Some(ticks) = stat.and_then(steal_ticks) {
             let now = crate::sampler::monotonic_ns();
-            self.steal.push((now, ticks.saturating_mul(tick_ns())));
+            self.steal.push((
+                now,
+                ticks.saturating_mul(1_000_000_000 / clock_ticks_per_s()),
+            ));
         }
     }
 
@@ -122,10 +122,9 @@ impl LoadWatch {
     /// The run's end (the workloads frozen): what was seen.
     pub fn finish(&self) -> Load {
         let share = self.started.and_then(|(t0, ticks0)| {
-            // SAFETY: sysconf has no preconditions.
-            let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+            let hz = clock_ticks_per_s();
             let wall = t0.elapsed().as_secs_f64() * self.cpus as f64;
-            (hz > 0 && wall > 0.0).then(|| {
+            (wall > 0.0).then(|| {
                 let used = self.workload_ticks().saturating_sub(ticks0) as f64 / hz as f64;
                 (used / wall).clamp(0.0, 1.0)
             })
@@ -144,11 +143,12 @@ impl LoadWatch {
     }
 }
 
-/// One USER_HZ clock tick in ns (the unit of /proc/stat's times).
-fn tick_ns() -> u64 {
+/// USER_HZ, the clock ticks a second that /proc's times count in (100 where sysconf does not
+/// say).
+fn clock_ticks_per_s() -> u64 {
     // SAFETY: sysconf has no preconditions.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    1_000_000_000 / u64::try_from(hz).ok().filter(|&h| h > 0).unwrap_or(100)
+    u64::try_from(hz).ok().filter(|&h| h > 0).unwrap_or(100)
 }
 
 /// The steal time of the `cpu` line of /proc/stat (its eighth value), in clock ticks; None
