@@ -205,7 +205,7 @@ fn open_truth(
     )
     .map_err(|e| {
         // No privileges is the user's to fix (exit 2), like any bad input.
-        let denied = matches!(e.source.raw_os_error(), Some(libc::EACCES | libc::EPERM));
+        let denied = matches!(e.io().raw_os_error(), Some(libc::EACCES | libc::EPERM));
         CliError::new(ErrorKind::bad_input_if(denied), e).context("validate")
     })
 }

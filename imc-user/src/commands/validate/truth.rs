@@ -20,7 +20,7 @@ use crate::sys::perf::{
     RECORD_SAMPLE, RECORD_THROTTLE, RingBuffer, SAMPLE_READ, SAMPLE_TID, SAMPLE_TIME, SW_CPU_CLOCK,
     TYPE_SOFTWARE, TYPE_TRACEPOINT,
 };
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -86,9 +86,22 @@ pub fn period_of(e: &Encoded) -> u64 {
 }
 
 const SW_TASK_CLOCK: u64 = 1;
-/// 64 pages a ring (256 KiB with 4 KiB pages): at 16 bytes a sample, 16k samples, emptied
-/// every two milliseconds.
-const RING_PAGES: usize = 64;
+/// What all the truth's rings may take together. A sample is 32 bytes (header, pid and tid,
+/// time, count), so 64 MiB holds two million: on a small machine a ring holds 32k samples, over
+/// half a second of a workload faulting on every page; on a large one each CPU's ring is
+/// smaller, and so is each CPU's share of the samples.
+const RINGS_BYTES: usize = 64 << 20;
+
+/// The pages of each ring (a power of two, as the kernel wants) when there are `rings` of them
+/// in [`RINGS_BYTES`]: from 8 (about 1k samples) to 256 (1 MiB with 4 KiB pages).
+fn ring_pages(rings: usize, page: usize) -> usize {
+    let fit = RINGS_BYTES / rings.max(1) / page.max(1);
+    let pow = if fit == 0 { 1 } else { 1 << fit.ilog2() };
+    pow.clamp(8, 256)
+}
+
+/// How often each CPU's reader empties its rings.
+const DRAIN_EVERY: Duration = Duration::from_millis(2);
 
 /// Each workload's events, sampled: the time of every sample and what its thread counted since
 /// its last, so the truth between any two instants is counted, not interpolated.
@@ -104,17 +117,35 @@ pub struct Truth {
     /// Whether the samples carry their thread's count (else each is one period).
     read: bool,
     stop: Arc<AtomicBool>,
-    reader: Option<std::thread::JoinHandle<()>>,
+    readers: Vec<std::thread::JoinHandle<()>>,
 }
 
-/// Opening a truth counter failed: which workload and event, and the kernel's answer.
+/// The truth could not be set up: a counter the kernel refused (which workload and event, and
+/// its answer), or a reader thread that could not start.
 #[derive(Debug, thiserror::Error)]
-#[error("{}", crate::sys::perf::open_words(&format!("counting {event} of workload pid {pid}"), source))]
-pub struct TruthError {
-    pub event: String,
-    pub pid: u32,
-    #[source]
-    pub source: std::io::Error,
+pub enum TruthError {
+    #[error("{}", crate::sys::perf::open_words(&format!("counting {event} of workload pid {pid}"), source))]
+    Open {
+        event: String,
+        pid: u32,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("starting the reader of CPU {cpu}'s truth samples")]
+    Reader {
+        cpu: u32,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl TruthError {
+    /// The system's answer that stopped the truth.
+    pub fn io(&self) -> &std::io::Error {
+        match self {
+            TruthError::Open { source, .. } | TruthError::Reader { source, .. } => source,
+        }
+    }
 }
 
 /// One workload's samples of one event, and the processes (its own and its children) they came
@@ -171,28 +202,35 @@ impl Truth {
         cpus: &[u32],
         events: &[TruthEvent],
     ) -> Result<Truth, TruthError> {
-        let mut rings = Vec::new();
-        let pages = RING_PAGES * crate::sys::devmem::page_size() as usize;
+        // Each CPU's rings, emptied by a reader of their own on that CPU.
+        let mut rings: BTreeMap<u32, Vec<Sampled>> = BTreeMap::new();
+        let page = crate::sys::devmem::page_size() as usize;
+        let encodings: usize = events.iter().map(|e| e.encodings.len()).sum();
+        let ring_pages = ring_pages(pids.len() * encodings * cpus.len(), page);
+        let ring_bytes = ring_pages * page;
         let mut read = true;
         for (w, &pid) in pids.iter().enumerate() {
             for (k, ev) in events.iter().enumerate() {
                 for e in &ev.encodings {
                     for &cpu in cpus {
-                        let err = |source| TruthError {
+                        let err = |source| TruthError::Open {
                             event: ev.event.clone(),
                             pid,
                             source,
                         };
-                        let fd = match open_counter(&*sys, e, pages as u32, pid, cpu, &mut read) {
-                            Ok(fd) => fd,
-                            // A hybrid CPU's core PMU exists on some CPUs only.
-                            Err(x) if x.raw_os_error() == Some(libc::ENOENT) && cpus.len() > 1 => {
-                                continue;
-                            }
-                            Err(x) => return Err(err(x)),
-                        };
-                        let ring = sys.map_ring(fd.as_fd(), RING_PAGES).map_err(err)?;
-                        rings.push(Sampled {
+                        let fd =
+                            match open_counter(&*sys, e, ring_bytes as u32, pid, cpu, &mut read) {
+                                Ok(fd) => fd,
+                                // A hybrid CPU's core PMU exists on some CPUs only.
+                                Err(x)
+                                    if x.raw_os_error() == Some(libc::ENOENT) && cpus.len() > 1 =>
+                                {
+                                    continue;
+                                }
+                                Err(x) => return Err(err(x)),
+                            };
+                        let ring = sys.map_ring(fd.as_fd(), ring_pages).map_err(err)?;
+                        rings.entry(cpu).or_default().push(Sampled {
                             cell: w * events.len() + k,
                             _fd: fd,
                             ring,
@@ -206,25 +244,17 @@ impl Truth {
         let cells = Arc::new(Mutex::new(vec![Cell::default(); pids.len() * events.len()]));
         let lost = Arc::new(AtomicU64::new(0));
         let stop = Arc::new(AtomicBool::new(false));
-        let reader = std::thread::Builder::new()
-            .name("imc-truth".into())
-            .spawn({
-                let (cells, lost, stop) = (cells.clone(), lost.clone(), stop.clone());
-                move || {
-                    if let Err(e) = crate::sys::process::realtime_thread() {
-                        log::info!("truth reader stays at normal priority: {e}");
-                    }
-                    loop {
-                        let last = stop.load(Ordering::SeqCst);
-                        drain(&mut rings, &cells, &lost);
-                        if last {
-                            break;
-                        }
-                        std::thread::sleep(Duration::from_millis(2));
-                    }
+        let mut readers = Vec::new();
+        for (cpu, rings) in rings {
+            match spawn_reader(cpu, rings, &cells, &lost, &stop) {
+                Ok(t) => readers.push(t),
+                Err(source) => {
+                    stop.store(true, Ordering::SeqCst);
+                    readers.into_iter().for_each(|t| drop(t.join()));
+                    return Err(TruthError::Reader { cpu, source });
                 }
-            })
-            .ok();
+            }
+        }
         Ok(Truth {
             events: events.len(),
             cells,
@@ -232,7 +262,7 @@ impl Truth {
             lost,
             read,
             stop,
-            reader,
+            readers,
         })
     }
 
@@ -284,7 +314,7 @@ impl Truth {
     /// [`Truth::at`].
     pub fn stop(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
-        if let Some(t) = self.reader.take() {
+        for t in self.readers.drain(..) {
             let _ = t.join();
         }
         if !self.totals.is_empty() {
@@ -312,6 +342,38 @@ impl Drop for Truth {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// Starts the reader that empties `cpu`'s rings every [`DRAIN_EVERY`] until `stop`, then once
+/// more. It runs on that CPU at real-time priority where it may: a ring's writer and its reader
+/// then stop together when a hypervisor takes the CPU away (on a VM, 100 ms and more at a
+/// time), and a reader on another CPU stopped so long would find a busy workload's ring full.
+fn spawn_reader(
+    cpu: u32,
+    mut rings: Vec<Sampled>,
+    cells: &Arc<Mutex<Vec<Cell>>>,
+    lost: &Arc<AtomicU64>,
+    stop: &Arc<AtomicBool>,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    let (cells, lost, stop) = (cells.clone(), lost.clone(), stop.clone());
+    std::thread::Builder::new()
+        .name(format!("imc-truth/{cpu}"))
+        .spawn(move || {
+            if let Err(e) = crate::sys::thread::pin_to_cpu(cpu) {
+                log::info!("truth reader of CPU {cpu} runs on any CPU: {e}");
+            }
+            if let Err(e) = crate::sys::process::realtime_thread() {
+                log::info!("truth reader of CPU {cpu} stays at normal priority: {e}");
+            }
+            loop {
+                let last = stop.load(Ordering::SeqCst);
+                drain(&mut rings, &cells, &lost);
+                if last {
+                    break;
+                }
+                std::thread::sleep(DRAIN_EVERY);
+            }
+        })
 }
 
 /// One truth counter of `pid` on `cpu`, its samples carrying their thread's count while `read`
@@ -594,5 +656,26 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(period_of(&hw), 1000);
+    }
+
+    #[test]
+    fn rings_share_a_budget_in_powers_of_two_within_bounds() {
+        // This VM: 7 workloads, 2 events, 2 CPUs: each ring at the most.
+        assert_eq!(ring_pages(28, 4096), 256);
+        // 128 CPUs: 64 MiB over 1792 rings is 9 pages; the power of two below.
+        assert_eq!(ring_pages(7 * 2 * 128, 4096), 8);
+        assert_eq!(ring_pages(300, 4096), 32);
+        // Never under a floor, however many; 64 KiB pages hold more a page.
+        assert_eq!(ring_pages(1 << 20, 4096), 8);
+        assert_eq!(ring_pages(28, 65536), 32);
+        assert_eq!(ring_pages(0, 4096), 256);
+        for rings in 1..5000 {
+            let p = ring_pages(rings, 4096);
+            assert!(
+                p.is_power_of_two() && (8..=256).contains(&p),
+                "{rings}: {p}"
+            );
+            assert!(p == 8 || p * 4096 * rings <= RINGS_BYTES, "{rings}: {p}");
+        }
     }
 }
