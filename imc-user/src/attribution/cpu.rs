@@ -242,10 +242,7 @@ impl Attributor {
     ) -> ([f64; MAX_SLOTS], u8) {
         let mut wdelta = [0.0f64; MAX_SLOTS];
         let mut w_ok: u8 = 0;
-        let (pkg, t_last) = (self.cpus[cpu].pkg, self.cpus[cpu].t_last);
-        // After a silence longer than two ticks only its last stretch is the task's (as for
-        // the segments).
-        let silent = rec.t_ns - t_last > self.max_gap_ns;
+        let pkg = self.cpus[cpu].pkg;
         let mut bits = cpu_valid;
         while bits != 0 {
             let s = bits.trailing_zeros() as usize;
@@ -260,12 +257,9 @@ impl Attributor {
             // A multiplexed weight that never ran in the segment knows nothing of it.
             let ran = cur.running > prev.running || cur.enabled <= prev.enabled;
             let whole_segment = st.base_t[s] == st.seg_base_t;
-            let t0 = if silent {
-                st.base_t[s].max(rec.t_ns - self.max_gap_ns)
-            } else {
-                st.base_t[s]
-            };
-            self.charge(task, pkg, s, d, t0, rec.t_ns);
+            // Over the whole span since the baseline, a silence included: a CPU the host took
+            // away stops counting with it, so its counts were made before the silence or after.
+            self.charge(task, pkg, s, d, st.base_t[s], rec.t_ns);
             if self.weight_mask & (1 << s) != 0 {
                 wdelta[s] = d;
                 if whole_segment && ran {

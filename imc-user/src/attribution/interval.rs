@@ -18,9 +18,16 @@ impl Attributor {
 
     /// A CPU-scope delta `d` of slot `s`, made by `task` (IDLE: nobody) on a CPU of package
     /// index `pkg` over `t0 .. t1`: the part up to the interval's end now, the rest later.
+    ///
+    /// A delta whose span began before an interval already closed (its CPU reported late: the
+    /// host took it away across the end, past the hold) cannot go back: it is charged here,
+    /// and said to be late, since any of it may be a closed interval's.
     pub(super) fn charge(&mut self, task: u32, pkg: u32, s: usize, d: f64, t0: u64, t1: u64) {
         if d == 0.0 {
             return;
+        }
+        if task != IDLE && self.closed_any && self.t_start.is_some_and(|start| t0 < start) {
+            self.late.push((task, s as u8, d.abs(), t0));
         }
         let now = match self.boundary {
             Some(b) if t1 > b => {

@@ -120,6 +120,7 @@ impl Attributor {
             closed_any: false,
             after: Vec::new(),
             by_time: Vec::new(),
+            late: Vec::new(),
         }
     }
 

@@ -100,6 +100,17 @@ impl Attributor {
                 *v += amount;
             }
         }
+        let mut late: std::collections::HashMap<u32, [(f64, u64); MAX_SLOTS]> = Default::default();
+        for (task, slot, amount, since) in self.late.drain(..) {
+            if let Some((sum, first)) = late
+                .entry(task)
+                .or_insert([(0.0, u64::MAX); MAX_SLOTS])
+                .get_mut(usize::from(slot))
+            {
+                *sum += amount;
+                *first = (*first).min(since);
+            }
+        }
         let mut rows = Vec::with_capacity(self.tasks.touched.len());
         for &ti in &self.tasks.touched {
             let Some(e) = self.tasks.entries.get_mut(ti as usize) else {
@@ -118,6 +129,14 @@ impl Attributor {
                     .zip(placed)
                     .filter(|(_, v)| **v > 0.0)
                     .map(|(spec, v)| (spec.event.clone(), *v))
+                    .collect();
+            }
+            if let Some(placed) = late.get(&ti) {
+                row.placed_late = specs
+                    .iter()
+                    .zip(placed)
+                    .filter(|(_, (v, _))| *v > 0.0)
+                    .map(|(spec, &(v, since))| (spec.event.clone(), (v, since)))
                     .collect();
             }
             rows.push((traffic_counts(specs, &counts), row));

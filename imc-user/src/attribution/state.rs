@@ -72,6 +72,9 @@ pub struct Attributor {
     /// Counts of the interval being filled that a split at one of its ends placed by time:
     /// (task, slot, the larger part of the count split).
     pub(super) by_time: Vec<(u32, u8, f64)>,
+    /// Counts of the interval being filled whose span began before its start, in an interval
+    /// already closed: (task, slot, count, the span's start).
+    pub(super) late: Vec<(u32, u8, f64, u64)>,
 }
 
 #[derive(Clone, Copy, Default)]

@@ -303,6 +303,56 @@ fn a_span_across_the_interval_end_is_split_by_time() {
     }
 }
 
+/// A CPU the host took away across an end reports after the interval was delivered: its
+/// counts, whose span began before that end, are charged where they are read and said to be
+/// late from the span's start, as a silent tick's and a late aggregate's are. Counts read in
+/// time are not late.
+#[test]
+fn a_cpu_reporting_after_its_interval_was_closed_is_charged_late_from_its_span_start() {
+    let late = |iv: &IntervalResult| -> Vec<(u32, f64, u64)> {
+        iv.tasks
+            .iter()
+            .flat_map(|t| t.placed_late.values().map(|&(v, s)| (t.pid, v, s)))
+            .collect()
+    };
+    // Ticks of pid 7 every 4 ms up to 96 ms; then nothing until 150 ms (the host's stall).
+    let mut a = Attributor::new(&specs(), &topo(), "t").tick_hz(250);
+    a.split_at(100 * MS);
+    for k in 0..=24u64 {
+        a.push_tick(&rec(k * 4 * MS, 7, Some(k * 10)));
+    }
+    let first = a.close_interval(100 * MS);
+    assert_eq!(values(&first), [(7, 240.0)]);
+    assert_eq!(late(&first), []);
+    a.split_at(200 * MS);
+    a.push_tick(&rec(150 * MS, 7, Some(378)));
+    a.push_tick(&rec(154 * MS, 7, Some(388)));
+    let second = a.close_interval(200 * MS);
+    assert_eq!(values(&second), [(7, 148.0)]);
+    assert_eq!(late(&second), [(7, 138.0, 96 * MS)]);
+    // Its placed-by-time split is for counts read across an end in time: none here.
+    assert!(second.tasks[0].placed_by_time.is_empty());
+
+    // An aggregate whose flush period began before the closed end is late the same way.
+    let mut a = Attributor::new(&specs(), &topo(), "t").tick_hz(250);
+    let agg = |t0: u64, t: u64, v: u64| {
+        let mut r = rec(t, 7, Some(v));
+        r.kind = KIND_AGGREGATE;
+        (r.t0_ns, r.on_ns) = (t0, t - t0);
+        r
+    };
+    a.split_at(100 * MS);
+    a.push_tick(&agg(92 * MS, 96 * MS, 40));
+    let first = a.close_interval(100 * MS);
+    a.split_at(200 * MS);
+    a.push_tick(&agg(96 * MS, 150 * MS, 138));
+    a.push_tick(&agg(150 * MS, 154 * MS, 10));
+    let second = a.close_interval(200 * MS);
+    assert_eq!((values(&first), late(&first)), (vec![(7, 40.0)], vec![]));
+    assert_eq!(values(&second), [(7, 148.0)]);
+    assert_eq!(late(&second), [(7, 138.0, 96 * MS)]);
+}
+
 /// An aggregate of a flush period `t0 .. t` across the end is split by its period's time,
 /// and the run's last interval holds everything even when an end was said.
 #[test]

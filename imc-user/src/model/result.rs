@@ -138,6 +138,12 @@ pub struct TaskRow {
     /// such count). In memory only (`imc validate` allows for it); never written.
     #[serde(skip)]
     pub placed_by_time: BTreeMap<String, f64>,
+    /// Of `values`, what was read late: counts whose span began in an interval already
+    /// closed (a CPU the host took away across its end reported after it was delivered), so
+    /// any of it may belong to any interval from the span's start on. Per event: the count,
+    /// and the earliest start of such a span (CLOCK_MONOTONIC ns). In memory only.
+    #[serde(skip)]
+    pub placed_late: BTreeMap<String, (f64, u64)>,
 }
 
 /// `stalled ÷ cycles`, where there are cycles to divide by (never more than 1: a counter read

@@ -37,7 +37,8 @@ pub struct WorkloadRow {
     pub(super) attributed: f64,
     /// The largest interval error, and in which interval: what was charged beyond the
     /// truth, or short of it, by more than imc said it placed by time across the interval's
-    /// ends (and, short, could not place: its unattributed count), over the interval's total.
+    /// ends or read late (and, short, could not place: its unattributed count), over the
+    /// interval's total.
     pub(super) error: f64,
     pub(super) worst_interval: usize,
     /// The largest `|attributed − truth|` over the interval's total, nothing allowed.
@@ -70,7 +71,8 @@ pub(super) struct CellRow {
     pub(super) event: String,
     pub(super) truth: f64,
     pub(super) attributed: f64,
-    /// What imc placed by time across the interval's ends of what it charged the workload.
+    /// What imc placed by time across the interval's ends of what it charged the workload,
+    /// and what it read late that may belong here or was charged here from before.
     pub(super) placed_by_time: f64,
     pub(super) error: f64,
     pub(super) error_raw: f64,
@@ -119,6 +121,10 @@ pub(super) fn compare(
             })
         })
         .collect();
+    let late: Vec<Vec<Vec<(f64, u64)>>> = intervals
+        .iter()
+        .map(|r| charged_late(events, idents, r))
+        .collect();
     let mut out = Vec::new();
     for span in judged_spans(intervals.len(), whole) {
         let (index, sampled) = (span.start, &intervals[span]);
@@ -154,7 +160,8 @@ pub(super) fn compare(
                 let after = t1.get(w).and_then(|v| v.get(k)).copied().unwrap_or(0.0);
                 let truth = (after - before).max(0.0);
                 let a = attributed[w][k];
-                let placed = by_time[w][k];
+                let placed =
+                    by_time[w][k] + late_allowance(intervals, &late, (t_start_ns, t_end_ns), w, k);
                 // Stolen time is in imc's on-CPU time of whichever task a vCPU ran, never in
                 // the task's own clock.
                 let steal = if is_clock(&e.event) { stolen_ns } else { 0.0 };
@@ -261,7 +268,7 @@ impl Bound {
         let what = match self.figure {
             "error" => format!(
                 "every workload's error ≤ {} of the interval's {} (off by no more than imc \
-                 placed by time across the interval's ends{}, or charged short by no more than \
+                 placed by time across the interval's ends or read late{}, or charged short by no more than \
                  it also could not place, within)",
                 self.bound,
                 self.event,
@@ -374,6 +381,52 @@ pub(super) fn count_bounds(events: &[TruthEvent], c: &Counts) -> Vec<Bound> {
         }
     }
     out
+}
+
+/// Per workload and event what the interval charged its tasks late (see
+/// [`TaskRow::placed_late`](crate::model::result::TaskRow::placed_late)): the count, and the
+/// earliest start of its spans.
+fn charged_late(
+    events: &[TruthEvent],
+    idents: &[Ident],
+    r: &IntervalResult,
+) -> Vec<Vec<(f64, u64)>> {
+    let mut late = vec![vec![(0.0, u64::MAX); events.len()]; idents.len()];
+    for task in &r.tasks {
+        let Some(w) = owner(idents, task.tgid, &task.comm) else {
+            continue;
+        };
+        for (k, e) in events.iter().enumerate() {
+            if let Some(&(v, since)) = task.placed_late.get(&e.event) {
+                let (sum, first) = &mut late[w][k];
+                *sum += v;
+                *first = (*first).min(since);
+            }
+        }
+    }
+    late
+}
+
+/// Of what the intervals charged workload `w` late, what may be misplaced for the judged span
+/// `[a, b)`: a late count may belong anywhere from its span's start to the end of the interval
+/// it was charged in, so it is allowed in every span that range meets, unless it lies wholly
+/// within this one.
+fn late_allowance(
+    intervals: &[IntervalResult],
+    late: &[Vec<Vec<(f64, u64)>>],
+    (a, b): (u64, u64),
+    w: usize,
+    k: usize,
+) -> f64 {
+    intervals
+        .iter()
+        .zip(late)
+        .filter_map(|(r, l)| {
+            let (count, since) = *l.get(w)?.get(k)?;
+            let within = since >= a && r.t_end_ns <= b;
+            (count > 0.0 && since < b && r.t_end_ns > a && !within).then_some(count)
+        })
+        .sum()
 }
 
 /// Per workload and event what the interval charged its tasks and how much of that it placed

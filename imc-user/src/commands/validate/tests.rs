@@ -222,6 +222,43 @@ fn what_imc_placed_by_time_across_an_end_is_allowed_either_way() {
     assert!(bound(&b, "error").text().contains("placed by time"));
 }
 
+/// Counts a CPU reported after their interval was delivered are charged where they are read
+/// and said to be late from their span's start: allowed in every interval from that start to
+/// the one they were charged in, and nowhere else.
+#[test]
+fn what_imc_read_late_is_allowed_from_its_span_start_to_where_it_was_charged() {
+    let events = [ev("page-faults")];
+    let toucher = |k: u64, charged: f64, late: Option<(f64, u64)>| {
+        let mut t = task(10, "imcv-toucher", charged);
+        if let Some(l) = late {
+            t.placed_late = [("page-faults".to_string(), l)].into();
+        }
+        second(k, vec![t, task(99, "sh", 2000.0 - charged)], 2000.0, 0.0)
+    };
+    let s = 1_000_000_000;
+    let intervals = vec![
+        // Second 0 short by 138: its last faults were read in second 2, the CPU silent since
+        // 0.9 s; second 1 had none of them.
+        toucher(0, 862.0, None),
+        toucher(1, 1000.0, None),
+        toucher(2, 1138.0, Some((138.0, 9 * s / 10))),
+        // Short by 50, with nothing late after it: an error.
+        toucher(3, 950.0, None),
+        toucher(4, 1000.0, None),
+    ];
+    let c = judged(&events, &intervals);
+    let cell = |i: usize| &c.intervals[i].workloads[0];
+    assert_eq!((cell(0).error, cell(0).error_raw), (0.0, 0.069));
+    assert_eq!((cell(2).error, cell(2).error_raw), (0.0, 0.069));
+    assert_eq!(
+        (cell(0).placed_by_time, cell(2).placed_by_time),
+        (138.0, 138.0)
+    );
+    assert_eq!(cell(1).placed_by_time, 138.0);
+    assert_eq!(cell(3).error, 0.025);
+    assert_eq!((cell(3).placed_by_time, cell(4).placed_by_time), (0.0, 0.0));
+}
+
 /// On-CPU time the host stole from a vCPU (steal time) is in imc's figure of the task that
 /// vCPU ran and never in the task's own clock: allowed in the intervals it fell in, for clocks
 /// only.
