@@ -267,8 +267,14 @@ fn kept_name(tag: &str, mode: &str, round: u32) -> String {
 }
 
 /// `--live --load`: every mode quiet, then beside the hogs; true when every round of both
-/// passed. The report of each round that did not is kept in `keep`.
+/// passed. The report of each round that did not is kept in a folder of this run's own in
+/// `keep` (named by its start, seconds since the epoch), so no earlier run's is mixed in or
+/// overwritten.
 pub fn run_loaded(imc: &Path, rounds: u32, keep: &Path) -> Result<bool> {
+    let started = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let keep = &keep.join(format!("run-{started}"));
     let quiet = rounds_of(imc, rounds, ("as the machine is:", "quiet"), keep)?;
     let loaded = {
         let _hogs = Hogs::start()?;
