@@ -2,7 +2,7 @@
 //! part after it kept for the next interval; closing an interval spreads the packages, builds
 //! its result and starts the next where it ended.
 
-use super::state::{Attributor, Later};
+use super::state::{Attributor, Later, Placed};
 use super::tasks::IDLE;
 use crate::model::result::IntervalResult;
 
@@ -27,7 +27,7 @@ impl Attributor {
             return;
         }
         if task != IDLE && self.closed_any && self.t_start.is_some_and(|start| t0 < start) {
-            self.late.push((task, s as u8, d.abs(), t0));
+            self.placed.push((task, s as u8, Placed::Late(d.abs(), t0)));
         }
         let now = match self.boundary {
             Some(b) if t1 > b => {
@@ -45,7 +45,7 @@ impl Attributor {
                     0.0
                 };
                 if by_time != 0.0 {
-                    self.by_time.push((task, s as u8, by_time));
+                    self.placed.push((task, s as u8, Placed::ByTime(by_time)));
                 }
                 if later != 0.0 {
                     self.after.push(Later {
@@ -86,7 +86,8 @@ impl Attributor {
         for l in &after {
             self.add_count(l.task, l.pkg, usize::from(l.slot), l.amount);
             if l.by_time != 0.0 {
-                self.by_time.push((l.task, l.slot, l.by_time));
+                self.placed
+                    .push((l.task, l.slot, Placed::ByTime(l.by_time)));
             }
         }
         self.after = after;

@@ -119,8 +119,7 @@ impl Attributor {
             boundary: None,
             closed_any: false,
             after: Vec::new(),
-            by_time: Vec::new(),
-            late: Vec::new(),
+            placed: Vec::new(),
         }
     }
 

@@ -2,7 +2,7 @@
 //! took (device traffic apart), the counts rounded and taken so that attributed +
 //! unattributed = the controller's total every interval.
 
-use super::state::Attributor;
+use super::state::{Attributor, Placed};
 use super::summary;
 use super::tasks;
 use crate::model::result::{IntervalResult, PackageRow, ShareBasis, TaskRow, package_bytes};
@@ -90,25 +90,14 @@ impl Attributor {
     /// its share, added to `traffic_total`); its counts taken.
     fn take_task_rows(&mut self, traffic_total: &mut f64) -> Vec<(f64, TaskRow)> {
         let specs = &self.specs;
-        let mut by_time: std::collections::HashMap<u32, [f64; MAX_SLOTS]> = Default::default();
-        for (task, slot, amount) in self.by_time.drain(..) {
-            if let Some(v) = by_time
+        let mut placed: std::collections::HashMap<u32, [Slack; MAX_SLOTS]> = Default::default();
+        for (task, slot, how) in self.placed.drain(..) {
+            if let Some(s) = placed
                 .entry(task)
-                .or_insert([0.0; MAX_SLOTS])
+                .or_insert([Slack::NONE; MAX_SLOTS])
                 .get_mut(usize::from(slot))
             {
-                *v += amount;
-            }
-        }
-        let mut late: std::collections::HashMap<u32, [(f64, u64); MAX_SLOTS]> = Default::default();
-        for (task, slot, amount, since) in self.late.drain(..) {
-            if let Some((sum, first)) = late
-                .entry(task)
-                .or_insert([(0.0, u64::MAX); MAX_SLOTS])
-                .get_mut(usize::from(slot))
-            {
-                *sum += amount;
-                *first = (*first).min(since);
+                s.add(how);
             }
         }
         let mut rows = Vec::with_capacity(self.tasks.touched.len());
@@ -123,27 +112,58 @@ impl Attributor {
             }
             *traffic_total += traffic_counts(specs, &counts);
             let mut row = task_row(specs, e, &counts);
-            if let Some(placed) = by_time.get(&ti) {
-                row.placed_by_time = specs
-                    .iter()
-                    .zip(placed)
-                    .filter(|(_, v)| **v > 0.0)
-                    .map(|(spec, v)| (spec.event.clone(), *v))
-                    .collect();
-            }
-            if let Some(placed) = late.get(&ti) {
-                row.placed_late = specs
-                    .iter()
-                    .zip(placed)
-                    .filter(|(_, (v, _))| *v > 0.0)
-                    .map(|(spec, &(v, since))| (spec.event.clone(), (v, since)))
-                    .collect();
+            if let Some(slots) = placed.get(&ti) {
+                row.placed_by_time =
+                    per_event(specs, slots, |s| (s.by_time > 0.0).then_some(s.by_time));
+                row.placed_late = per_event(specs, slots, |s| {
+                    (s.late > 0.0).then_some((s.late, s.since))
+                });
             }
             rows.push((traffic_counts(specs, &counts), row));
         }
         self.tasks.touched.clear();
         rows
     }
+}
+
+/// What one task's slot placed without knowing when, summed over the interval.
+#[derive(Clone, Copy)]
+struct Slack {
+    by_time: f64,
+    late: f64,
+    /// The earliest start of a late count's span.
+    since: u64,
+}
+
+impl Slack {
+    const NONE: Slack = Slack {
+        by_time: 0.0,
+        late: 0.0,
+        since: u64::MAX,
+    };
+
+    fn add(&mut self, how: Placed) {
+        match how {
+            Placed::ByTime(v) => self.by_time += v,
+            Placed::Late(v, since) => {
+                self.late += v;
+                self.since = self.since.min(since);
+            }
+        }
+    }
+}
+
+/// Per event, what `f` takes from each slot's slack where it takes anything.
+fn per_event<T>(
+    specs: &[SlotSpec],
+    slots: &[Slack],
+    f: impl Fn(&Slack) -> Option<T>,
+) -> BTreeMap<String, T> {
+    specs
+        .iter()
+        .zip(slots)
+        .filter_map(|(spec, s)| Some((spec.event.clone(), f(s)?)))
+        .collect()
 }
 
 /// A count as the results give it: whole, never negative.

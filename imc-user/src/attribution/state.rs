@@ -69,12 +69,18 @@ pub struct Attributor {
     pub(super) closed_any: bool,
     /// CPU-scope counts of time after `boundary`, for the next interval.
     pub(super) after: Vec<Later>,
-    /// Counts of the interval being filled that a split at one of its ends placed by time:
-    /// (task, slot, the larger part of the count split).
-    pub(super) by_time: Vec<(u32, u8, f64)>,
-    /// Counts of the interval being filled whose span began before its start, in an interval
-    /// already closed: (task, slot, count, the span's start).
-    pub(super) late: Vec<(u32, u8, f64, u64)>,
+    /// Counts of the interval being filled placed without knowing when they were made:
+    /// (task, slot, how).
+    pub(super) placed: Vec<(u32, u8, Placed)>,
+}
+
+/// How a count was placed in an interval without knowing when it was made.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Placed {
+    /// Split at one of the interval's ends by time: the larger part of the count.
+    ByTime(f64),
+    /// Read after the interval its span began in was closed: the count, and the span's start.
+    Late(f64, u64),
 }
 
 #[derive(Clone, Copy, Default)]
