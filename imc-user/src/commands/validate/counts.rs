@@ -121,28 +121,32 @@ pub(super) fn compare(
             })
         })
         .collect();
-    let late: Vec<Vec<Vec<(f64, u64)>>> = intervals
+    let charges: Vec<Charged> = intervals
         .iter()
-        .map(|r| charged_late(events, idents, r))
+        .map(|r| charged(events, idents, r))
         .collect();
+    let late = late_counts(intervals, &charges);
     let mut out = Vec::new();
     for span in judged_spans(intervals.len(), whole) {
-        let (index, sampled) = (span.start, &intervals[span]);
+        let (index, sampled) = (span.start, &intervals[span.clone()]);
         let (t_start_ns, t_end_ns) = (sampled[0].t_start_ns, sampled[sampled.len() - 1].t_end_ns);
         let (t0, t1) = (truth_at(t_start_ns), truth_at(t_end_ns));
         let stolen_ns = stolen(t_start_ns, t_end_ns);
         let mut attributed = vec![vec![0.0; events.len()]; idents.len()];
         let mut by_time = vec![vec![0.0; events.len()]; idents.len()];
         let mut totals: Vec<EventTotals> = Vec::new();
-        for r in sampled {
-            let (a, placed, all) = charged(events, idents, r);
-            for (sum, add) in attributed.iter_mut().flatten().zip(a.iter().flatten()) {
+        for (r, c) in sampled.iter().zip(&charges[span]) {
+            for (sum, add) in attributed
+                .iter_mut()
+                .flatten()
+                .zip(c.attributed.iter().flatten())
+            {
                 *sum += add;
             }
-            for (sum, add) in by_time.iter_mut().flatten().zip(placed.iter().flatten()) {
+            for (sum, add) in by_time.iter_mut().flatten().zip(c.by_time.iter().flatten()) {
                 *sum += add;
             }
-            let t = event_totals(events, r, &all);
+            let t = event_totals(events, r, &c.all);
             if totals.is_empty() {
                 totals = t;
             } else {
@@ -160,8 +164,7 @@ pub(super) fn compare(
                 let after = t1.get(w).and_then(|v| v.get(k)).copied().unwrap_or(0.0);
                 let truth = (after - before).max(0.0);
                 let a = attributed[w][k];
-                let placed =
-                    by_time[w][k] + late_allowance(intervals, &late, (t_start_ns, t_end_ns), w, k);
+                let placed = by_time[w][k] + late_allowance(&late, (t_start_ns, t_end_ns), w, k);
                 // Stolen time is in imc's on-CPU time of whichever task a vCPU ran, never in
                 // the task's own clock.
                 let steal = if is_clock(&e.event) { stolen_ns } else { 0.0 };
@@ -383,74 +386,85 @@ pub(super) fn count_bounds(events: &[TruthEvent], c: &Counts) -> Vec<Bound> {
     out
 }
 
-/// Per workload and event what the interval charged its tasks late (see
-/// [`TaskRow::placed_late`](crate::model::result::TaskRow::placed_late)): the count, and the
-/// earliest start of its spans.
-fn charged_late(
-    events: &[TruthEvent],
-    idents: &[Ident],
-    r: &IntervalResult,
-) -> Vec<Vec<(f64, u64)>> {
-    let mut late = vec![vec![(0.0, u64::MAX); events.len()]; idents.len()];
-    for task in &r.tasks {
-        let Some(w) = owner(idents, task.tgid, &task.comm) else {
-            continue;
-        };
-        for (k, e) in events.iter().enumerate() {
-            if let Some(&(v, since)) = task.placed_late.get(&e.event) {
-                let (sum, first) = &mut late[w][k];
-                *sum += v;
-                *first = (*first).min(since);
-            }
-        }
-    }
-    late
+/// What one interval charged: per workload and event, its tasks' counts, how much of them it
+/// placed by time, and what it read late (see
+/// [`TaskRow::placed_late`](crate::model::result::TaskRow::placed_late): the count and the
+/// earliest start of its spans); per event, every task's counts.
+struct Charged {
+    attributed: Vec<Vec<f64>>,
+    by_time: Vec<Vec<f64>>,
+    late: Vec<Vec<(f64, u64)>>,
+    all: Vec<f64>,
 }
 
-/// Of what the intervals charged workload `w` late, what may be misplaced for the judged span
-/// `[a, b)`: a late count may belong anywhere from its span's start to the end of the interval
-/// it was charged in, so it is allowed in every span that range meets, unless it lies wholly
-/// within this one.
-fn late_allowance(
-    intervals: &[IntervalResult],
-    late: &[Vec<Vec<(f64, u64)>>],
-    (a, b): (u64, u64),
-    w: usize,
-    k: usize,
-) -> f64 {
-    intervals
-        .iter()
-        .zip(late)
-        .filter_map(|(r, l)| {
-            let (count, since) = *l.get(w)?.get(k)?;
-            let within = since >= a && r.t_end_ns <= b;
-            (count > 0.0 && since < b && r.t_end_ns > a && !within).then_some(count)
-        })
-        .sum()
-}
-
-/// Per workload and event what the interval charged its tasks and how much of that it placed
-/// by time, and per event what it charged every task.
-fn charged(
-    events: &[TruthEvent],
-    idents: &[Ident],
-    r: &IntervalResult,
-) -> (Vec<Vec<f64>>, Vec<Vec<f64>>, Vec<f64>) {
-    let mut attributed = vec![vec![0.0; events.len()]; idents.len()];
-    let mut by_time = vec![vec![0.0; events.len()]; idents.len()];
-    let mut all = vec![0.0; events.len()];
+fn charged(events: &[TruthEvent], idents: &[Ident], r: &IntervalResult) -> Charged {
+    let per_cell = |v| vec![vec![v; events.len()]; idents.len()];
+    let mut c = Charged {
+        attributed: per_cell(0.0),
+        by_time: per_cell(0.0),
+        late: vec![vec![(0.0, u64::MAX); events.len()]; idents.len()],
+        all: vec![0.0; events.len()],
+    };
     for task in &r.tasks {
         let who = owner(idents, task.tgid, &task.comm);
         for (k, e) in events.iter().enumerate() {
             let v = task.values.get(&e.event).copied().unwrap_or(0.0);
-            all[k] += v;
-            if let Some(w) = who {
-                attributed[w][k] += v;
-                by_time[w][k] += task.placed_by_time.get(&e.event).copied().unwrap_or(0.0);
+            c.all[k] += v;
+            let Some(w) = who else {
+                continue;
+            };
+            c.attributed[w][k] += v;
+            c.by_time[w][k] += task.placed_by_time.get(&e.event).copied().unwrap_or(0.0);
+            if let Some(&(n, since)) = task.placed_late.get(&e.event) {
+                let (sum, first) = &mut c.late[w][k];
+                *sum += n;
+                *first = (*first).min(since);
             }
         }
     }
-    (attributed, by_time, all)
+    c
+}
+
+/// A count charged late to workload `w`'s event `k`: it may belong anywhere from `since` to
+/// `until`, the end of the interval it was charged in.
+struct LateCount {
+    w: usize,
+    k: usize,
+    count: f64,
+    since: u64,
+    until: u64,
+}
+
+/// Every interval's late counts (few: a CPU reports late only when the host took it away).
+fn late_counts(intervals: &[IntervalResult], charges: &[Charged]) -> Vec<LateCount> {
+    let mut out = Vec::new();
+    for (r, c) in intervals.iter().zip(charges) {
+        for (w, cells) in c.late.iter().enumerate() {
+            for (k, &(count, since)) in cells.iter().enumerate() {
+                if count > 0.0 {
+                    out.push(LateCount {
+                        w,
+                        k,
+                        count,
+                        since,
+                        until: r.t_end_ns,
+                    });
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Of workload `w`'s late counts of event `k`, what may be misplaced for the judged span
+/// `[a, b)`: each is allowed in every span its range meets, unless it lies wholly within this
+/// one.
+fn late_allowance(late: &[LateCount], (a, b): (u64, u64), w: usize, k: usize) -> f64 {
+    late.iter()
+        .filter(|l| l.w == w && l.k == k && l.since < b && l.until > a)
+        .filter(|l| !(l.since >= a && l.until <= b))
+        .map(|l| l.count)
+        .sum()
 }
 
 /// Per event the interval's total (the source's), what tasks took (`all`) and what nobody did.
