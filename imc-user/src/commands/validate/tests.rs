@@ -80,14 +80,16 @@ fn idents() -> Vec<Ident> {
 /// Truth: toucher 1000 a second, burst 100 a second, spinner none (t in seconds × 1e9).
 /// `compare` of whole intervals against `truth_at`, nothing stolen.
 fn judged(events: &[TruthEvent], intervals: &[IntervalResult]) -> Counts {
-    compare(
-        events,
-        &idents(),
-        intervals,
-        usize::MAX,
-        truth_at,
-        |_, _| 0.0,
-    )
+    judged_stolen(events, intervals, |_, _| 0.0)
+}
+
+/// [`judged`] with the host's steal between two instants given by `stolen`.
+fn judged_stolen(
+    events: &[TruthEvent],
+    intervals: &[IntervalResult],
+    stolen: impl Fn(u64, u64) -> f64,
+) -> Counts {
+    compare(events, &idents(), intervals, usize::MAX, truth_at, stolen)
 }
 
 fn truth_at(t: u64) -> Vec<Vec<f64>> {
@@ -279,14 +281,7 @@ fn time_the_host_stole_is_allowed_in_on_cpu_time_only() {
     };
     let intervals = vec![second_of(0), second_of(1)];
     let stolen = |t0: u64, _t1: u64| if t0 == 0 { 80.0 } else { 0.0 };
-    let c = compare(
-        &[ev("cpu-clock")],
-        &idents(),
-        &intervals,
-        usize::MAX,
-        truth_at,
-        stolen,
-    );
+    let c = judged_stolen(&[ev("cpu-clock")], &intervals, stolen);
     let cell = |i: usize| &c.intervals[i].workloads[0];
     assert_eq!((cell(0).error, cell(1).error), (0.0, 0.03));
     assert_eq!(c.intervals[0].host_stolen_ms, 80.0 / 1e6);
@@ -299,14 +294,7 @@ fn time_the_host_stole_is_allowed_in_on_cpu_time_only() {
         2000.0,
         0.0,
     )];
-    let c = compare(
-        &[ev("page-faults")],
-        &idents(),
-        &counts,
-        usize::MAX,
-        truth_at,
-        stolen,
-    );
+    let c = judged_stolen(&[ev("page-faults")], &counts, stolen);
     assert_eq!(c.intervals[0].workloads[0].error, 0.03);
 }
 
