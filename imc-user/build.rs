@@ -3,11 +3,13 @@
 //!   `imc` binary is self-contained. A plain `cargo build` still works: the binary then loads
 //!   the object named by the IMC_BPF_OBJECT environment variable at run time, or says how to
 //!   build it;
-//! - generates the pprof profile's Rust types from `proto/profile.proto` into OUT_DIR/pprof,
-//!   with rust-protobuf's pure-Rust parser, so no protoc binary is needed.
+//! - generates the Rust types of the pprof profile (`proto/profile.proto`, into OUT_DIR/pprof)
+//!   and of the part of Perfetto's trace format imc writes (`proto/perfetto_trace.proto`, into
+//!   OUT_DIR/perfetto), with rust-protobuf's pure-Rust parser, so no protoc binary is needed.
 fn main() {
     embedded_bpf();
-    pprof_types();
+    proto_types("profile.proto", "pprof");
+    proto_types("perfetto_trace.proto", "perfetto");
 }
 
 fn embedded_bpf() {
@@ -28,14 +30,16 @@ fn embedded_bpf() {
     }
 }
 
-/// `output::stacks::pprof` includes OUT_DIR/pprof/mod.rs. A failure is printed and ends the
-/// build (`run_from_script`).
-fn pprof_types() {
-    println!("cargo::rerun-if-changed=proto/profile.proto");
+/// The types of `proto/FILE` into OUT_DIR/DIR/mod.rs, which `output::stacks::pprof` and
+/// `output::perfetto_proto` include. A failure is printed and ends the build
+/// (`run_from_script`).
+fn proto_types(file: &str, dir: &str) {
+    let path = format!("proto/{file}");
+    println!("cargo::rerun-if-changed={path}");
     protobuf_codegen::Codegen::new()
         .pure()
         .include("proto")
-        .input("proto/profile.proto")
-        .cargo_out_dir("pprof")
+        .input(&path)
+        .cargo_out_dir(dir)
         .run_from_script();
 }

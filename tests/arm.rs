@@ -634,7 +634,7 @@ fn report_shows_each_tier_of_a_recording_of_cxl_memory() {
     line("dram");
     // The Perfetto trace has each tier's counter tracks beside the package's totals.
     let tracks = |path: &Path| -> Vec<String> {
-        use perfetto_protos::trace::Trace;
+        use imc::output::perfetto_proto::Trace;
         use protobuf::Message;
         let out = dir.path().join("t.pftrace");
         run_ok(

@@ -263,8 +263,8 @@ fn a_recording_from_before_commands_reads_as_the_machine_and_command_is_refused(
 /// the report's `per_interval` says (bytes over the interval's length), zero after the last.
 #[test]
 fn the_perfetto_trace_has_the_commands_track() {
-    use perfetto_protos::trace::Trace;
-    use perfetto_protos::track_event::track_event::Type;
+    use imc::output::perfetto_proto::Trace;
+    use imc::output::perfetto_proto::track_event::Type;
     use protobuf::Message;
     let dir = tempfile::tempdir().unwrap();
     let path = recording(dir.path(), None, 10);

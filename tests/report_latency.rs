@@ -149,7 +149,7 @@ fn json_and_text_carry_each_packages_latency_and_utilisation() {
 
 #[test]
 fn the_perfetto_trace_has_a_latency_track_per_package_with_the_recorded_values() {
-    use perfetto_protos::trace::Trace;
+    use imc::output::perfetto_proto::Trace;
     use protobuf::Message;
     let dir = tempfile::tempdir().unwrap();
     let path = recording(dir.path(), true, N, None);

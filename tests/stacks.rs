@@ -348,8 +348,8 @@ struct PerfettoSamples {
 }
 
 fn perfetto_samples(path: &Path) -> PerfettoSamples {
-    use perfetto_protos::trace::Trace;
-    use perfetto_protos::trace_packet::trace_packet::Data;
+    use imc::output::perfetto_proto::Trace;
+    use imc::output::perfetto_proto::trace_packet::Data;
     use protobuf::Message;
     use std::collections::HashMap;
     let t = Trace::parse_from_bytes(&std::fs::read(path).unwrap()).unwrap();

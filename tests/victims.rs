@@ -353,8 +353,8 @@ struct Decoded {
 }
 
 fn decode(path: &Path) -> Decoded {
-    use perfetto_protos::trace::Trace;
-    use perfetto_protos::track_event::track_event::Type;
+    use imc::output::perfetto_proto::Trace;
+    use imc::output::perfetto_proto::track_event::Type;
     use protobuf::Message;
     let trace = Trace::parse_from_bytes(&std::fs::read(path).unwrap()).unwrap();
     let mut names = std::collections::BTreeMap::new();

@@ -4,8 +4,8 @@
 //! Perfetto's protos to the values of `report --json`, and its `--plot` must be an SVG with one
 //! band per top process.
 use imc_tests::{imc, run_ok, sampler_prerequisites};
-use perfetto_protos::trace::Trace;
-use perfetto_protos::track_event::track_event::Type as EventType;
+use imc::output::perfetto_proto::Trace;
+use imc::output::perfetto_proto::track_event::Type as EventType;
 use protobuf::Message;
 use serde_json::Value;
 use std::collections::BTreeMap;

@@ -4,6 +4,7 @@ pub mod json;
 pub mod latency;
 pub mod list;
 pub mod perfetto;
+pub mod perfetto_proto;
 pub mod plot;
 pub mod prometheus;
 pub mod report;

@@ -23,13 +23,10 @@ use crate::model::GroupBy;
 use crate::model::result::BurstRow;
 use crate::model::stacks::{StackProfile, TimedSample};
 use crate::output::report::{LatencySeries, PackageLatencyPoint};
-use perfetto_protos::counter_descriptor::CounterDescriptor;
-use perfetto_protos::debug_annotation::DebugAnnotation;
-use perfetto_protos::process_descriptor::ProcessDescriptor;
-use perfetto_protos::trace::Trace;
-use perfetto_protos::trace_packet::TracePacket;
-use perfetto_protos::track_descriptor::TrackDescriptor;
-use perfetto_protos::track_event::{TrackEvent, track_event};
+use crate::output::perfetto_proto::{
+    CounterDescriptor, DebugAnnotation, ProcessDescriptor, Trace, TracePacket, TrackDescriptor,
+    TrackEvent, track_event,
+};
 use protobuf::Message;
 use std::path::Path;
 

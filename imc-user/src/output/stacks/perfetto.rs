@@ -18,13 +18,12 @@
 //! Packets of one drain are spread evenly over the time since the drain before it.
 use super::common::{Stacks, count_name};
 use crate::model::stacks::{FrameKind, StackProfile, TimedSample};
-use perfetto_protos::interned_data::InternedData;
-use perfetto_protos::profile_common::{Callstack, Frame as PFrame, InternedString, Mapping};
-use perfetto_protos::profile_packet::PerfSample;
-use perfetto_protos::profile_packet::profiling::CpuMode;
-use perfetto_protos::trace_packet::TracePacket;
-use perfetto_protos::trace_packet::trace_packet::SequenceFlags;
-use perfetto_protos::track_descriptor::TrackDescriptor;
+use crate::output::perfetto_proto::profiling::CpuMode;
+use crate::output::perfetto_proto::trace_packet::SequenceFlags;
+use crate::output::perfetto_proto::{
+    Callstack, Frame as PFrame, InternedData, InternedString, Mapping, PerfSample, TracePacket,
+    TrackDescriptor,
+};
 use std::borrow::Cow;
 use std::collections::HashMap;
 
@@ -266,7 +265,7 @@ fn for_each_interned<E>(
 mod tests {
     use super::*;
     use crate::model::stacks::{Frame, SampleType, Stack, StackSample};
-    use perfetto_protos::trace_packet::trace_packet::Data;
+    use crate::output::perfetto_proto::trace_packet::Data;
 
     fn frame(name: &str) -> Frame {
         Frame {
