@@ -497,13 +497,14 @@ fn role_child() {
                 touch_fresh_pages(len);
             }
         }
-        // Touches fresh pages in bursts: 1 s on, 2 s off, so a recording has quiet stretches and
-        // bursts whose cause is known.
+        // Touches fresh pages in bursts: 2 s off, then 1 s on, so a recording has quiet
+        // stretches and bursts whose cause is known, and a recorder started with the role
+        // starts in the quiet.
         "bursty" => {
             let len = 8 << 20;
             let start = Instant::now();
             while Instant::now() < end {
-                if start.elapsed().as_millis() % 3000 >= 1000 {
+                if start.elapsed().as_millis() % 3000 < 2000 {
                     std::thread::sleep(Duration::from_millis(5));
                     continue;
                 }
@@ -731,18 +732,18 @@ fn top_charges_no_task_with_page_faults_it_did_not_make() {
     }
 }
 
-/// The end-to-end case: `imc record` for 60 s at 1000 Hz through the real eBPF path,
+/// The end-to-end case: `imc record` for 20 s at 1000 Hz through the real eBPF path,
 /// beside a page-toucher that runs in bursts and a spinner, then `imc report` of the file and of
 /// a copy cut in the middle (a crash mid-write).
 #[test]
-fn record_sixty_seconds_at_1000_hz_then_report_it_and_a_cut_copy() {
+fn record_twenty_seconds_at_1000_hz_then_report_it_and_a_cut_copy() {
     if !sampler_prerequisites() {
         return;
     }
     let _machine = exclusive();
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("run.imc");
-    let secs = 60.0;
+    let secs = 20.0;
     let mut toucher = spawn_role("bursty", secs + 3.0);
     let mut spinner = spawn_role("spinner", secs + 3.0);
     // The kernel's own counts of the two processes over imc's whole run: the truth the
@@ -755,7 +756,8 @@ fn record_sixty_seconds_at_1000_hz_then_report_it_and_a_cut_copy() {
     let out = imc()
         .args(["record", "-o"])
         .arg(&file)
-        .args(["--freq", "1000", "--duration", "60", "-e", "page-faults"])
+        .args(["--freq", "1000", "-e", "page-faults", "--duration"])
+        .arg(format!("{secs}"))
         .output()
         .expect("run imc record");
     let (touch_made, spin_made) = (touch_truth.read() as f64, spin_truth.read() as f64);
@@ -773,7 +775,7 @@ fn record_sixty_seconds_at_1000_hz_then_report_it_and_a_cut_copy() {
     assert!(stderr.contains("recorded"), "{stderr}");
     let size = std::fs::metadata(&file).unwrap().len();
     // Per-interval aggregates of a few tasks plus raw ticks around bursts: far below the
-    // 50 MB per hour of 64 busy CPUs a recording may take (2 CPUs here, one minute).
+    // 50 MB per hour of 64 busy CPUs a recording may take (2 CPUs here, 20 s).
     assert!(size > 10_000 && size < 8 << 20, "recording is {size} bytes");
 
     let report = |path: &std::path::Path| {
@@ -806,10 +808,13 @@ fn record_sixty_seconds_at_1000_hz_then_report_it_and_a_cut_copy() {
             .sum()
     };
     let (touch, spin) = (faults_of(toucher_id), faults_of(spinner_id));
-    // 20 bursts of 1 s, each touching tens of thousands of fresh pages.
-    assert!(touch > 100_000.0, "toucher got {touch} page faults");
+    // A burst of 1 s every 3 s, each touching tens of thousands of fresh pages.
+    assert!(
+        touch > 2_000.0 * secs,
+        "toucher got {touch} page faults in {secs} s"
+    );
     // Against what the toucher made while imc ran (start-up and end included, about one burst
-    // of the twenty, so the bound is wide): the timer's ticks come on top of the switches, so
+    // of the seven, so the bound is wide): the timer's ticks come on top of the switches, so
     // every fault is charged to the task that made it, and the bound catches faults lost or
     // counted twice.
     assert!(
@@ -864,7 +869,7 @@ fn record_sixty_seconds_at_1000_hz_then_report_it_and_a_cut_copy() {
     let c = report(&cut);
     let cut_s = (c["t_end_ns"].as_u64().unwrap() - c["t_start_ns"].as_u64().unwrap()) as f64 / 1e9;
     assert!(
-        cut_s > 10.0 && cut_s < secs - 5.0,
+        cut_s > secs / 6.0 && cut_s < secs - 5.0,
         "the first half of the file reports {cut_s:.1} s"
     );
     let cut_touch: f64 = c["tasks"]
