@@ -3,9 +3,9 @@
 //! --json` and `report --by cgroup`; a real recording's `--perfetto` file must decode with
 //! Perfetto's protos to the values of `report --json`, and its `--plot` must be an SVG with one
 //! band per top process.
-use imc_tests::{imc, run_ok, sampler_prerequisites};
 use imc::output::perfetto_proto::Trace;
 use imc::output::perfetto_proto::track_event::Type as EventType;
+use imc_tests::{imc, run_ok, sampler_prerequisites};
 use protobuf::Message;
 use serde_json::Value;
 use std::collections::BTreeMap;

@@ -1,5 +1,5 @@
-//! imc cross-built for another CPU and run under qemu-user (tests/cross_power.rs,
-//! tests/cross_arm.rs): where each target's binary, loader and emulator are, and running a
+//! imc cross-built for another CPU and run under qemu-user (tests/cross/cross_power.rs,
+//! tests/cross/cross_arm.rs): where each target's binary, loader and emulator are, and running a
 //! command both there and on the host build, which must print the same.
 //!
 //! Outside `cargo xtask test` (which builds the binary and names it in the target's variable)
@@ -64,9 +64,14 @@ impl Cross {
     pub fn find(target: &'static Target) -> Option<Cross> {
         let named = std::env::var_os(target.env).filter(|v| !v.is_empty());
         let must = named.is_some() || in_ci();
-        let bin = named
-            .map(PathBuf::from)
-            .unwrap_or_else(|| target_dir().join(target.triple).join("debug").join("imc"));
+        let bin = named.map(PathBuf::from).unwrap_or_else(|| {
+            // Where `cargo xtask cross` and `cargo xtask test` build it.
+            target_dir()
+                .join("cross")
+                .join(target.triple)
+                .join("debug")
+                .join("imc")
+        });
         let sysroot = target.sysroot;
         let missing = if !bin.is_file() {
             Some(format!(

@@ -1,6 +1,7 @@
 //! Helpers shared by the end-to-end tests: finding the built `imc` binary, the fixture trees,
 //! and deciding whether a privileged test may skip (never in CI).
 pub mod cross;
+pub mod deb;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 

@@ -1,15 +1,17 @@
 //! The other architectures imc ships to, kept building by the suite: POWER's nest IMC users get
-//! a ppc64le `imc` that tests/cross_power.rs runs under qemu-user on the POWER9 fixture trees,
-//! and Arm servers' users an aarch64 `imc` that tests/cross_arm.rs runs on the Arm and CXL
+//! a ppc64le `imc` that tests/cross/cross_power.rs runs under qemu-user on the POWER9 fixture trees,
+//! and Arm servers' users an aarch64 `imc` that tests/cross/cross_arm.rs runs on the Arm and CXL
 //! trees. scripts/setup.sh installs Debian's cross compilers, qemu-user and the rustup targets.
 //!
 //! The cross linker and C compiler (ring's build script compiles C for the target) are set
 //! here, in the environment of the one cargo command that needs them, not in a config file a
 //! user's own builds would pick up.
-use crate::timings::Timings;
 use anyhow::{Context, Result, bail};
+use std::fs::File;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
 
 pub const POWER: &str = "powerpc64le-unknown-linux-gnu";
 pub const ARM: &str = "aarch64-unknown-linux-gnu";
@@ -30,21 +32,24 @@ fn on_path(program: &str) -> bool {
         .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(program).is_file()))
 }
 
-/// `cargo SUBCOMMAND --package imc-user --target TARGET` with the target's cross gcc as linker
-/// and C compiler (unless the caller set them).
-fn cargo(root: &Path, ebpf_object: &Path, subcommand: &str, target: &str) -> Result<Command> {
-    let (key, gcc) = gcc(target);
-    if !on_path(gcc) {
-        bail!("{gcc} not found: run scripts/setup.sh (it installs Debian's cross compilers)");
-    }
+/// `cargo SUBCOMMAND --package imc-user --target TARGET…` with each target's cross gcc as
+/// linker and C compiler (unless the caller set them).
+fn cargo(root: &Path, ebpf_object: &Path, subcommand: &str, targets: &[&str]) -> Result<Command> {
     let mut cmd = Command::new(env!("CARGO"));
     cmd.current_dir(root)
         .env("IMC_EBPF_OBJECT", ebpf_object)
-        .args([subcommand, "--package", "imc-user", "--target", target]);
-    let linker = format!("CARGO_TARGET_{}_LINKER", key.to_uppercase());
-    for var in [linker, format!("CC_{key}")] {
-        if std::env::var_os(&var).is_none() {
-            cmd.env(var, gcc);
+        .args([subcommand, "--package", "imc-user"]);
+    for &target in targets {
+        let (key, gcc) = gcc(target);
+        if !on_path(gcc) {
+            bail!("{gcc} not found: run scripts/setup.sh (it installs Debian's cross compilers)");
+        }
+        cmd.args(["--target", target]);
+        let linker = format!("CARGO_TARGET_{}_LINKER", key.to_uppercase());
+        for var in [linker, format!("CC_{key}")] {
+            if std::env::var_os(&var).is_none() {
+                cmd.env(var, gcc);
+            }
         }
     }
     Ok(cmd)
@@ -56,54 +61,120 @@ pub struct Binaries {
     pub arm: PathBuf,
 }
 
-/// Builds the ppc64le and aarch64 `imc` (debug, with the eBPF object embedded) and returns
-/// their paths, under the target directory as Cargo lays it out; each build is a phase of `t`.
-pub fn build(
-    root: &Path,
-    target_dir: &Path,
-    ebpf_object: &Path,
-    t: &mut Timings,
-) -> Result<Binaries> {
-    let mut one = |target, runner| {
-        t.time(&format!("cross build ({target})"), || {
-            eprintln!("xtask: building imc for {target} ({runner} runs it under qemu-user)");
-            build_one(root, target_dir, ebpf_object, target, false)
-        })
-    };
-    Ok(Binaries {
-        power: one(POWER, "tests/cross_power.rs")?,
-        arm: one(ARM, "tests/cross_arm.rs")?,
+/// Where the cross builds of the suite go: a target directory of their own, so they build
+/// while Cargo builds and tests the host's in the main one (a target directory takes one
+/// build at a time).
+pub fn dir(target_dir: &Path) -> PathBuf {
+    target_dir.join("cross")
+}
+
+/// The ppc64le and aarch64 `imc` (debug, with the eBPF object embedded) in the making: one
+/// Cargo for both targets, at idle priority (SCHED_IDLE, which its compilers inherit), so it
+/// takes only what the host's builds and tests leave of the CPUs. Its output goes to a log,
+/// shown where it fails.
+pub struct Background {
+    child: Child,
+    started: Instant,
+    log: PathBuf,
+    target_dir: PathBuf,
+}
+
+/// Starts [`Background`]; `tests/cross` runs what it builds.
+pub fn start(root: &Path, target_dir: &Path, ebpf_object: &Path) -> Result<Background> {
+    let dir = dir(target_dir);
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let log = dir.join("build.log");
+    let out = File::create(&log).with_context(|| format!("creating {}", log.display()))?;
+    let mut cmd = cargo(root, ebpf_object, "build", &[POWER, ARM])?;
+    cmd.args(["--bin", "imc"])
+        .env("CARGO_TARGET_DIR", &dir)
+        .stdin(Stdio::null())
+        .stdout(out.try_clone()?)
+        .stderr(out);
+    // SAFETY: sched_setscheduler is async-signal-safe; nothing else runs between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            let param = libc::sched_param { sched_priority: 0 };
+            if libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    eprintln!(
+        "xtask: building imc for {POWER} and {ARM} beside the host's build and tests, at idle \
+         priority (log: {}); tests/cross runs them under qemu-user",
+        log.display()
+    );
+    let child = cmd
+        .spawn()
+        .with_context(|| format!("running {cmd:?} (scripts/setup.sh adds the targets)"))?;
+    Ok(Background {
+        child,
+        started: Instant::now(),
+        log,
+        target_dir: dir,
     })
 }
 
-/// The release aarch64 `imc` the arm64 package ships, with the eBPF object embedded.
-pub fn build_arm_release(root: &Path, target_dir: &Path, ebpf_object: &Path) -> Result<PathBuf> {
-    eprintln!("xtask: building the release imc for {ARM} (the arm64 package's)");
-    build_one(root, target_dir, ebpf_object, ARM, true)
+impl Background {
+    /// Waits for the builds; their binaries, and the builds' wall time since they started.
+    pub fn wait(mut self) -> Result<(Binaries, Duration)> {
+        let status = self.child.wait().context("waiting for the cross builds")?;
+        let took = self.started.elapsed();
+        if !status.success() {
+            let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(40).collect();
+            for line in tail.iter().rev() {
+                eprintln!("{line}");
+            }
+            bail!(
+                "the cross builds failed ({status}); their whole output is in {}",
+                self.log.display()
+            );
+        }
+        let bin = |target: &str| -> Result<PathBuf> {
+            let bin = self.target_dir.join(target).join("debug").join("imc");
+            if !bin.is_file() {
+                bail!(
+                    "the {target} build succeeded but {} is missing",
+                    bin.display()
+                );
+            }
+            Ok(bin)
+        };
+        Ok((
+            Binaries {
+                power: bin(POWER)?,
+                arm: bin(ARM)?,
+            },
+            took,
+        ))
+    }
 }
 
-fn build_one(
-    root: &Path,
-    target_dir: &Path,
-    ebpf_object: &Path,
-    target: &str,
-    release: bool,
-) -> Result<PathBuf> {
-    let mut cmd = cargo(root, ebpf_object, "build", target)?;
-    cmd.args(["--bin", "imc"]);
-    if release {
-        cmd.arg("--release");
+impl Drop for Background {
+    /// A suite that ends early (a phase failed) stops the builds with it.
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
     }
+}
+
+/// The release aarch64 `imc` the arm64 package ships, with the eBPF object embedded, built in
+/// the main target directory.
+pub fn build_arm_release(root: &Path, target_dir: &Path, ebpf_object: &Path) -> Result<PathBuf> {
+    eprintln!("xtask: building the release imc for {ARM} (the arm64 package's)");
+    let mut cmd = cargo(root, ebpf_object, "build", &[ARM])?;
+    cmd.args(["--bin", "imc", "--release"]);
     crate::run(&mut cmd).with_context(|| {
-        format!("cargo build --target {target} (scripts/setup.sh adds the target)")
+        format!("cargo build --target {ARM} (scripts/setup.sh adds the target)")
     })?;
-    let profile = if release { "release" } else { "debug" };
-    let bin = target_dir.join(target).join(profile).join("imc");
+    let bin = target_dir.join(ARM).join("release").join("imc");
     if !bin.is_file() {
-        bail!(
-            "the {target} build succeeded but {} is missing",
-            bin.display()
-        );
+        bail!("the {ARM} build succeeded but {} is missing", bin.display());
     }
     Ok(bin)
 }

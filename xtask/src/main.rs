@@ -246,7 +246,7 @@ fn real_main() -> Result<ExitCode> {
         "test" => test_all(&args)?,
         "cross" => {
             let obj = build_ebpf(EbpfObject::Production)?;
-            let bins = cross::build(&workspace_root(), &target_dir(), &obj, &mut Timings::new())?;
+            let (bins, _) = cross::start(&workspace_root(), &target_dir(), &obj)?.wait()?;
             eprintln!(
                 "xtask: built {} and {}",
                 bins.power.display(),
@@ -337,11 +337,17 @@ fn test_all(args: &[String]) -> Result<()> {
     r
 }
 
+/// The host's builds and tests run while the POWER and Arm builds are made beside them at idle
+/// priority; tests/cross (the cross-built binaries under qemu-user, the arm64 package) runs
+/// last, once those are built. Cargo arguments (a package, a test file) select what the one
+/// test run runs, after every build.
 fn test_phases(args: &[String], t: &mut Timings) -> Result<()> {
     let root = workspace_root();
     let obj = t.time("eBPF object", || build_ebpf(EbpfObject::Production))?;
+    let cross = cross::start(&root, &target_dir(), &obj)?;
     // The default members (everything but the BPF-only crate, which only builds for
-    // bpfel-unknown-none); the suite runs the real binary and the tools, so build them first.
+    // bpfel-unknown-none, and tests/cross); the suite runs the real binary and the tools, so
+    // build them first.
     t.time("debug build (cargo build)", || {
         run(Command::new(env!("CARGO"))
             .current_dir(&root)
@@ -349,44 +355,81 @@ fn test_phases(args: &[String], t: &mut Timings) -> Result<()> {
             .args(["build"]))
     })?;
     let bin = target_dir().join("debug").join("imc");
-    // The packages tests/packaging.rs checks (IMC_TEST_DEB, IMC_TEST_DEB_ARM64), made as
-    // `cargo xtask package` makes them (strip, fields, Depends, completions, the unit) of the
-    // builds the suite already runs: `cargo xtask package` ships release builds, whose build
-    // here would add five minutes to every test run from a fresh clone.
+    // The packages tests/packaging.rs and tests/cross check (IMC_TEST_DEB, IMC_TEST_DEB_ARM64),
+    // made as `cargo xtask package` makes them (strip, fields, Depends, completions, the unit)
+    // of the builds the suite already runs: `cargo xtask package` ships release builds, whose
+    // build here would add five minutes to every test run from a fresh clone.
     let deb = t.time(".deb package", || {
         package::package(&root, &target_dir(), &bin, Arch::Host)
     })?;
-    // POWER and Arm users' binaries, which tests/cross_power.rs and tests/cross_arm.rs run
-    // under qemu-user.
-    let cross = cross::build(&root, &target_dir(), &obj, t)?;
-    let deb_arm64 = t.time(".deb package (arm64)", || {
-        package::package(
-            &root,
-            &target_dir(),
-            &cross.arm,
-            Arch::Arm64 { generator: &bin },
-        )
-    })?;
     // Cargo's own arguments (a package, a test file) apply to the build too; the test
     // binaries' (after `--`) to the run only.
-    let cargo_args = args.split(|a| a == "--").next().unwrap_or_default();
+    let mut split = args.split(|a| a == "--");
+    let cargo_args = split.next().unwrap_or_default();
+    let harness_args: Vec<String> = match split.next() {
+        Some(_) => args[cargo_args.len()..].to_vec(),
+        None => Vec::new(),
+    };
     let test = |extra: &[&str], with: &[String]| {
         let mut cmd = Command::new(env!("CARGO"));
         cmd.current_dir(&root)
             .env("IMC_EBPF_OBJECT", &obj)
             .env("IMC_TEST_DEB", &deb)
-            .env("IMC_TEST_DEB_ARM64", &deb_arm64)
-            .env("IMC_CROSS_POWER_BIN", &cross.power)
-            .env("IMC_CROSS_ARM_BIN", &cross.arm)
             .args(["test", "--no-fail-fast"])
             .args(extra)
             .args(with);
         cmd
     };
+    let cross_part = |t: &mut Timings, cross: cross::Background| -> Result<Vec<(&str, PathBuf)>> {
+        let (bins, took) = t.time("waiting for the cross builds", || cross.wait())?;
+        t.beside("cross builds (ppc64le, aarch64; idle priority)", took);
+        let deb_arm64 = t.time(".deb package (arm64)", || {
+            package::package(
+                &root,
+                &target_dir(),
+                &bins.arm,
+                Arch::Arm64 { generator: &bin },
+            )
+        })?;
+        Ok(vec![
+            ("IMC_CROSS_POWER_BIN", bins.power),
+            ("IMC_CROSS_ARM_BIN", bins.arm),
+            ("IMC_TEST_DEB_ARM64", deb_arm64),
+        ])
+    };
+    if !cargo_args.is_empty() {
+        let env = cross_part(t, cross)?;
+        t.time("test build (cargo test --no-run)", || {
+            run(test(&["--no-run"], cargo_args).envs(env.clone()))
+        })?;
+        return t.time_tests("test run", test(&[], args).envs(env));
+    }
     t.time("test build (cargo test --no-run)", || {
-        run(&mut test(&["--no-run"], cargo_args))
+        run(&mut test(&["--no-run"], &[]))
     })?;
-    t.time_tests("test run", &mut test(&[], args))
+    let host = t.time_tests("test run", &mut test(&[], args));
+    let cross = cross_part(t, cross).and_then(|env| {
+        // Its test targets selected in the whole workspace (the BPF-only crate left out), so
+        // Cargo resolves the dependencies' features as for the run above and builds only the
+        // tests' binaries: selected alone, the package would rebuild imc with fewer features.
+        let cross_tests = [
+            "--workspace",
+            "--exclude",
+            "imc-ebpf",
+            "--test",
+            "cross_power",
+            "--test",
+            "cross_arm",
+            "--test",
+            "arm64_package",
+        ]
+        .map(String::from);
+        t.time_tests(
+            "cross test run (tests/cross)",
+            test(&[], &cross_tests).envs(env).args(&harness_args),
+        )
+    });
+    host.and(cross)
 }
 
 /// `cargo xtask accuracy`: the scenarios through the simulator, and with --live the real

@@ -11,8 +11,17 @@ const SHORT: Duration = Duration::from_secs(1);
 
 pub struct Timings {
     start: Instant,
-    /// (phase, wall time, part of the test run: listed under it).
-    phases: Vec<(String, Duration, bool)>,
+    /// (phase, wall time, how it ran).
+    phases: Vec<(String, Duration, Kind)>,
+}
+
+/// How a phase ran: one after another, as a test binary of the run before it (listed under
+/// it), or beside the others (its time is not theirs to add).
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Kind {
+    Alone,
+    InRun,
+    Beside,
 }
 
 impl Timings {
@@ -31,8 +40,13 @@ impl Timings {
             Ok(_) => name.to_string(),
             Err(_) => format!("{name} (failed)"),
         };
-        self.phases.push((name, t.elapsed(), false));
+        self.phases.push((name, t.elapsed(), Kind::Alone));
         r
+    }
+
+    /// Records phase `name`, which ran for `took` beside the others.
+    pub fn beside(&mut self, name: &str, took: Duration) {
+        self.phases.push((name.to_string(), took, Kind::Beside));
     }
 
     /// Runs `cmd` (a `cargo test` that builds nothing: its binaries are built) as phase `name`,
@@ -45,7 +59,7 @@ impl Timings {
             Ok(_) => name.to_string(),
             Err(_) => format!("{name} (failed)"),
         };
-        self.phases.push((name, t.elapsed(), false));
+        self.phases.push((name, t.elapsed(), Kind::Alone));
         r
     }
 
@@ -90,8 +104,11 @@ impl Timings {
         }
         for (i, (name, since)) in starts.iter().enumerate() {
             let until = starts.get(i + 1).map_or(end, |(_, t)| *t);
-            self.phases
-                .push((name.clone(), until.saturating_duration_since(*since), true));
+            self.phases.push((
+                name.clone(),
+                until.saturating_duration_since(*since),
+                Kind::InRun,
+            ));
         }
         if !status.success() {
             bail!("{cmd:?} failed: {status}");
@@ -100,13 +117,16 @@ impl Timings {
     }
 
     /// The table: each phase, the test binaries of a run under it (those under [`SHORT`]
-    /// together), and the total since [`Timings::new`].
+    /// together), the phases that ran beside them, and the total since [`Timings::new`].
     pub fn report(&self) -> String {
         let mut out = String::from("xtask: wall time per phase\n");
         let mut short = (0usize, Duration::ZERO);
         let mut tests = Vec::new();
-        for (name, d, in_run) in &self.phases {
-            if *in_run {
+        for (name, d, kind) in &self.phases {
+            if *kind == Kind::Beside {
+                continue;
+            }
+            if *kind == Kind::InRun {
                 if *d < SHORT {
                     short = (short.0 + 1, short.1 + *d);
                 } else {
@@ -125,6 +145,12 @@ impl Timings {
                 ));
                 short = (0, Duration::ZERO);
             }
+        }
+        for (name, d, _) in self.phases.iter().filter(|p| p.2 == Kind::Beside) {
+            out.push_str(&format!(
+                "  {} {name} (beside the phases above)\n",
+                clock(*d)
+            ));
         }
         out.push_str(&format!("  {} total\n", clock(self.start.elapsed())));
         out
@@ -195,10 +221,14 @@ mod tests {
     fn each_binary_cargo_test_starts_is_a_phase_of_the_run() {
         let mut t = Timings::new();
         t.time_tests("test run", &mut fake_cargo_test(0)).unwrap();
-        let names: Vec<(&str, bool)> = t.phases.iter().map(|p| (p.0.as_str(), p.2)).collect();
+        let names: Vec<(&str, Kind)> = t.phases.iter().map(|p| (p.0.as_str(), p.2)).collect();
         assert_eq!(
             names,
-            [("a.rs", true), ("doc-tests imc", true), ("test run", false)]
+            [
+                ("a.rs", Kind::InRun),
+                ("doc-tests imc", Kind::InRun),
+                ("test run", Kind::Alone)
+            ]
         );
         let mut t = Timings::new();
         assert!(t.time_tests("test run", &mut fake_cargo_test(101)).is_err());
@@ -210,18 +240,23 @@ mod tests {
     fn the_report_lists_long_test_binaries_under_their_run_and_the_short_ones_together() {
         let mut t = Timings::new();
         t.phases = vec![
-            ("build".into(), Duration::from_secs(61), false),
-            ("plan.rs".into(), Duration::from_millis(6_500), true),
-            ("a.rs".into(), Duration::from_millis(200), true),
-            ("b.rs".into(), Duration::from_millis(300), true),
-            ("test run".into(), Duration::from_secs(7), false),
+            ("build".into(), Duration::from_secs(61), Kind::Alone),
+            ("plan.rs".into(), Duration::from_millis(6_500), Kind::InRun),
+            ("a.rs".into(), Duration::from_millis(200), Kind::InRun),
+            ("b.rs".into(), Duration::from_millis(300), Kind::InRun),
+            ("test run".into(), Duration::from_secs(7), Kind::Alone),
         ];
+        t.beside("cross builds", Duration::from_secs(70));
         let r = t.report();
         let lines: Vec<&str> = r.lines().collect();
         assert_eq!(lines[1], "    1:01.0 build");
         assert_eq!(lines[2], "    0:07.0 test run");
         assert_eq!(lines[3], "        0:06.5 plan.rs");
         assert_eq!(lines[4], "        0:00.5 2 test binaries of under 1 s each");
-        assert!(lines[5].ends_with(" total"), "{r}");
+        assert_eq!(
+            lines[5],
+            "    1:10.0 cross builds (beside the phases above)"
+        );
+        assert!(lines[6].ends_with(" total"), "{r}");
     }
 }

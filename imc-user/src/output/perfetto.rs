@@ -22,11 +22,11 @@ use crate::attribution::victims::{BurstVictim, StallSeries};
 use crate::model::GroupBy;
 use crate::model::result::BurstRow;
 use crate::model::stacks::{StackProfile, TimedSample};
-use crate::output::report::{LatencySeries, PackageLatencyPoint};
 use crate::output::perfetto_proto::{
     CounterDescriptor, DebugAnnotation, ProcessDescriptor, Trace, TracePacket, TrackDescriptor,
     TrackEvent, track_event,
 };
+use crate::output::report::{LatencySeries, PackageLatencyPoint};
 use protobuf::Message;
 use std::path::Path;
 
