@@ -192,9 +192,10 @@ fn a_recording_with_stacks_reports_every_attributed_fault_in_some_stack() {
     }
     let gz = std::fs::read(&pprof).unwrap();
     assert_eq!(&gz[..2], &[0x1f, 0x8b], "gzipped");
-    // Each of the program's samples is labelled with its process and the cgroup it ran in:
-    // the one `record` put the command in, where it made one (the report's row for the whole
-    // run names none, as the process started in imc's), else its row's.
+    // Each of the program's samples is labelled with its process and the cgroup its stack ran
+    // in: the program's own code in the one `record` put the command in, where it made one
+    // (the report's row for the whole run names none, as the process started in imc's), else
+    // its row's; the child before it joined that cgroup, in imc's.
     let profile = pprof_profile(&gz);
     let text_of = |i: i64| profile.string_table[i as usize].as_str();
     let labels = |s: &pb::Sample| -> HashMap<String, (String, i64)> {
@@ -208,11 +209,22 @@ fn a_recording_with_stacks_reports_every_attributed_fault_in_some_stack() {
             })
             .collect()
     };
+    let functions = |s: &pb::Sample| -> Vec<&str> {
+        let location = |id: &u64| profile.location.iter().find(|l| l.id == *id);
+        let function = |id: u64| profile.function.iter().find(|f| f.id == id);
+        s.location_id
+            .iter()
+            .filter_map(location)
+            .flat_map(|l| &l.line)
+            .filter_map(|line| function(line.function_id))
+            .map(|f| text_of(f.name))
+            .collect()
+    };
     let of_two: Vec<_> = profile
         .sample
         .iter()
-        .map(labels)
-        .filter(|l| l.get("comm").is_some_and(|c| c.0 == "two"))
+        .map(|s| (labels(s), functions(s)))
+        .filter(|(l, _)| l.get("comm").is_some_and(|c| c.0 == "two"))
         .collect();
     assert!(
         of_two.len() >= 2,
@@ -221,10 +233,20 @@ fn a_recording_with_stacks_reports_every_attributed_fault_in_some_stack() {
     let cgroup = report["command"]["cgroup_path"]
         .as_str()
         .or(two_row["cgroup_path"].as_str());
-    for l in &of_two {
+    let own = std::fs::read_to_string("/proc/self/cgroup").unwrap();
+    let own = own.lines().find_map(|l| l.strip_prefix("0::"));
+    let mut in_hot = 0;
+    for (l, functions) in &of_two {
         assert_eq!(l.get("pid").map(|p| p.1), two_row["tgid"].as_i64());
-        assert_eq!(l.get("cgroup").map(|c| c.0.as_str()), cgroup, "{l:?}");
+        let got = l.get("cgroup").map(|c| c.0.as_str());
+        if functions.iter().any(|f| f.starts_with("hot_")) {
+            in_hot += 1;
+            assert_eq!(got, cgroup, "{l:?} {functions:?}");
+        } else {
+            assert!(got == cgroup || got == own, "{l:?} {functions:?}");
+        }
     }
+    assert!(in_hot >= 2, "{of_two:?}");
     assert!(std::fs::read_to_string(&svg).unwrap().contains("<svg"));
     // A recording without stacks is refused in one line.
     let plain = dir.path().join("p.imc");

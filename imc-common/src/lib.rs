@@ -268,10 +268,12 @@ pub const STACK_SAMPLED: u32 = 4;
 /// value size): a deeper stack keeps its innermost frames and is marked cut short.
 pub const STACK_DEPTH: usize = 127;
 
-/// Whose traffic, in which stacks: a process and the ids of its user and kernel stacks in
-/// generation `generation`'s stack map ([`STACK_TRACES_MAP_NAME`]). An id below 0 is no stack:
-/// `-errno` of `bpf_get_stackid` (`-EEXIST`: the map's bucket held another stack; `-EFAULT`:
-/// no user stack, a kernel thread), or [`NO_STACK`] where that stack was not asked for.
+/// Whose traffic, in which stacks: a process, the cgroup v2 id its thread ran in
+/// (`bpf_get_current_cgroup_id`, as task records carry it), and the ids of its user and
+/// kernel stacks in generation `generation`'s stack map ([`STACK_TRACES_MAP_NAME`]). An id
+/// below 0 is no stack: `-errno` of `bpf_get_stackid` (`-EEXIST`: the map's bucket held another
+/// stack; `-EFAULT`: no user stack, a kernel thread), or [`NO_STACK`] where that stack was not
+/// asked for.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct StackKey {
@@ -279,6 +281,7 @@ pub struct StackKey {
     pub user_stack: i32,
     pub kernel_stack: i32,
     pub generation: u32,
+    pub cgroup: u64,
 }
 
 /// [`StackKey`] id of a stack that was not asked for.

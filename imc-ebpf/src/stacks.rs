@@ -11,7 +11,7 @@
 use aya_ebpf::{
     EbpfContext,
     bindings::{BPF_F_USER_STACK, BPF_NOEXIST, BPF_RB_FORCE_WAKEUP},
-    helpers::generated::bpf_get_current_pid_tgid,
+    helpers::generated::{bpf_get_current_cgroup_id, bpf_get_current_pid_tgid},
     macros::{map, perf_event},
     maps::{Array, HashMap, StackTrace},
     programs::{PerfEventContext, tracing::StackIdContext},
@@ -132,8 +132,8 @@ pub fn imc_stack_sample(ctx: PerfEventContext) -> u32 {
     0
 }
 
-/// The running task's stack entry for process `tgid`, created when it has none; None (counted
-/// in STAT_STACK_DROPPED) when the map is full.
+/// The running task's stack entry for process `tgid` in the cgroup the task runs in, created
+/// when it has none; None (counted in STAT_STACK_DROPPED) when the map is full.
 #[inline(always)]
 fn counts_of<C: EbpfContext + StackIdContext>(ctx: &C, tgid: u32) -> Option<*mut StackCounts> {
     let m = mode();
@@ -163,6 +163,7 @@ fn counts_of<C: EbpfContext + StackIdContext>(ctx: &C, tgid: u32) -> Option<*mut
         core::ptr::write_volatile(&raw mut (*k).user_stack, user);
         core::ptr::write_volatile(&raw mut (*k).kernel_stack, kernel);
         core::ptr::write_volatile(&raw mut (*k).generation, generation);
+        core::ptr::write_volatile(&raw mut (*k).cgroup, bpf_get_current_cgroup_id());
         key.assume_init_ref()
     };
     if let Some(c) = STACK_COUNTS.get_ptr_mut(key) {

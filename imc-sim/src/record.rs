@@ -207,6 +207,8 @@ pub fn stacks(
         let charges = (first..(first + STACKS_PER_DRAIN).min(distinct))
             .map(|i| StackCharge {
                 tgid: 100 + i % STACK_PROCESSES,
+                // The cgroup of the process's rows.
+                cgroup: Some(7),
                 frames: stack_frames(i, depth).into(),
                 on_ns: 4_000_000,
                 slices: 1,

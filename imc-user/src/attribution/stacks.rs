@@ -7,6 +7,8 @@
 //! writes, an undirected weight or a stand-in's own count for both); where the process's
 //! stacks carried no such event, their on-CPU time is the weight. A stand-in's per-CPU count
 //! is its own traffic, so there the spread gives each stack exactly the events it counted.
+//! A stack charged in two cgroups (a thread moved, threads of one process in two) is two
+//! samples, each labelled with the cgroup its slices ran in.
 use crate::model::result::IntervalResult;
 use crate::model::stacks::{
     Frame, LOST_STACK_FRAME, SampleType, Stack, StackBatch, StackProfile, StackSample,
@@ -32,11 +34,13 @@ pub struct StackTotals {
     amounts: Amounts,
     /// Per process: its attributed amount per type, its name and its cgroup.
     processes: HashMap<u32, Process>,
+    /// Each cgroup id's path, as the task rows name it.
+    cgroup_paths: HashMap<u64, Arc<str>>,
     /// Every distinct frame, numbered in the order first seen: a stack is its frames'
     /// numbers, so memory follows the distinct frames and stacks, not frames × stacks.
     frames: HashMap<Frame, u32>,
-    /// Per (process, frame numbers leaf first): the stack's number, in the order first seen.
-    stacks: HashMap<(u32, Box<[u32]>), u32>,
+    /// Per stack: its number, in the order first seen.
+    stacks: HashMap<StackOf, u32>,
     /// Per stack number: its weight per type and on-CPU ns.
     sums: Vec<Sums>,
     dropped: u64,
@@ -45,9 +49,13 @@ pub struct StackTotals {
     times: Option<Times>,
 }
 
+/// A stack as its samples tell it apart: the process, the cgroup its slices ran in (None where
+/// charges carry none), and its frames' numbers, leaf first.
+type StackOf = (u32, Option<u64>, Box<[u32]>);
+
 /// A process as its samples name it: what it was attributed per sample type, and its main
 /// thread's name and cgroup v2 path as last seen (a thread's until the main thread is seen), each
-/// shared by the process's samples.
+/// shared by the process's samples (the path only by those whose charges carry no cgroup).
 struct Process {
     amount: Vec<f64>,
     comm: Arc<str>,
@@ -131,6 +139,7 @@ impl StackTotals {
             weighs,
             amounts,
             processes: HashMap::new(),
+            cgroup_paths: HashMap::new(),
             frames: HashMap::new(),
             stacks: HashMap::new(),
             sums: Vec::new(),
@@ -151,6 +160,11 @@ impl StackTotals {
     pub fn add_interval(&mut self, iv: &IntervalResult) {
         let n = self.types.len();
         for row in &iv.tasks {
+            if let Some(path) = &row.cgroup_path
+                && self.cgroup_paths.get(&row.cgroup).map(|p| &**p) != Some(path.as_str())
+            {
+                self.cgroup_paths.insert(row.cgroup, path.as_str().into());
+            }
             let e = self.processes.entry(row.tgid).or_insert_with(|| Process {
                 amount: vec![0.0; n],
                 comm: row.comm.as_str().into(),
@@ -201,7 +215,7 @@ impl StackTotals {
             })
         });
         for c in &b.charges {
-            let stack = self.number(c.tgid, &c.frames);
+            let stack = self.number(c.tgid, c.cgroup, &c.frames);
             let e = &mut self.sums[stack as usize];
             let before: f64 = e.weight.iter().sum();
             for (s, &v) in c.slots.iter().enumerate() {
@@ -224,8 +238,8 @@ impl StackTotals {
         }
     }
 
-    /// The number of process `tgid`'s stack of `frames`, given on first sight.
-    fn number(&mut self, tgid: u32, frames: &[Frame]) -> u32 {
+    /// The number of process `tgid`'s stack of `frames` in `cgroup`, given on first sight.
+    fn number(&mut self, tgid: u32, cgroup: Option<u64>, frames: &[Frame]) -> u32 {
         let ids: Box<[u32]> = frames
             .iter()
             .map(|f| match self.frames.get(f) {
@@ -238,7 +252,7 @@ impl StackTotals {
             })
             .collect();
         let next = self.sums.len() as u32;
-        let n = *self.stacks.entry((tgid, ids)).or_insert(next);
+        let n = *self.stacks.entry((tgid, cgroup, ids)).or_insert(next);
         if n == next {
             self.sums.push(Sums::default());
         }
@@ -297,12 +311,12 @@ impl StackTotals {
         let n = self.types.len();
         // Per process: the weight per type of all its stacks, and their time.
         let mut of_process: HashMap<u32, Sums> = HashMap::new();
-        for ((tgid, _), &k) in &self.stacks {
+        for ((tgid, ..), &k) in &self.stacks {
             let (s, all) = (sums[k as usize], of_process.entry(*tgid).or_default());
             (0..n).for_each(|i| all.weight[i] += s.weight[i]);
             all.on_ns += s.on_ns;
         }
-        let mut by_number: Vec<Option<(u32, Box<[u32]>)>> = vec![None; sums.len()];
+        let mut by_number: Vec<Option<StackOf>> = vec![None; sums.len()];
         for (key, k) in self.stacks {
             by_number[k as usize] = Some(key);
         }
@@ -325,7 +339,9 @@ impl StackTotals {
         let mut renumbered: Vec<Option<u32>> = vec![None; frames.len()];
         let mut sample_of = vec![None; sums.len()];
         for (k, key) in by_number.into_iter().enumerate() {
-            let Some((tgid, mut ids)) = key else { continue };
+            let Some((tgid, cgroup, mut ids)) = key else {
+                continue;
+            };
             let Some(process) = self.processes.get(&tgid) else {
                 continue;
             };
@@ -362,7 +378,10 @@ impl StackTotals {
             p.samples.push(StackSample {
                 tgid,
                 comm: process.comm.clone(),
-                cgroup: process.cgroup.clone(),
+                cgroup: match cgroup {
+                    Some(id) => self.cgroup_paths.get(&id).cloned(),
+                    None => process.cgroup.clone(),
+                },
                 stack: p.stacks.len() as u32 - 1,
                 values,
             });
@@ -446,9 +465,11 @@ mod tests {
         .into()
     }
 
+    /// A charge that carries no cgroup, as in a recording made before stacks carried theirs.
     fn charge(tgid: u32, f: &Arc<[Frame]>, weight: u64, on_ns: u64) -> StackCharge {
         StackCharge {
             tgid,
+            cgroup: None,
             frames: f.clone(),
             on_ns,
             slices: 1,
@@ -501,7 +522,49 @@ mod tests {
     }
 
     #[test]
-    fn a_process_samples_carry_its_main_threads_cgroup_as_last_seen() {
+    fn a_stack_charged_in_two_cgroups_is_two_samples_each_labelled_with_its_own() {
+        let specs = [spec("page-faults", SlotRole::Traffic(Direction::Total))];
+        let mut t = StackTotals::new(&specs);
+        // One process, its threads in two cgroups; the main thread's is seen last.
+        let mut iv = interval(7, 300.0);
+        let mut worker = iv.tasks[0].clone();
+        (worker.pid, worker.cgroup) = (8, 21);
+        worker.cgroup_path = Some("/batch.slice".into());
+        iv.tasks[0].cgroup = 20;
+        iv.tasks[0].cgroup_path = Some("/web.slice".into());
+        iv.tasks.insert(0, worker);
+        t.add_interval(&iv);
+        let hot = frames("hot");
+        let in_cgroup = |cgroup: u64, weight: u64| StackCharge {
+            cgroup: Some(cgroup),
+            ..charge(7, &hot, weight, 10)
+        };
+        t.add_batch(&StackBatch {
+            t_ns: 1,
+            // A cgroup no task row named (gone before its rows were named) is not made up.
+            charges: vec![in_cgroup(20, 2), in_cgroup(21, 1), in_cgroup(99, 1)],
+            dropped: 0,
+        });
+        let p = t.profile(0, 1);
+        let mut got: Vec<(Option<&str>, u64)> = p
+            .samples
+            .iter()
+            .map(|s| (s.cgroup.as_deref(), s.values[0]))
+            .collect();
+        got.sort();
+        // The process's 600 faults by the stacks' weights 2 : 1 : 1, each where it ran.
+        assert_eq!(
+            got,
+            [
+                (None, 150),
+                (Some("/batch.slice"), 150),
+                (Some("/web.slice"), 300)
+            ]
+        );
+    }
+
+    #[test]
+    fn without_cgroups_in_its_charges_a_process_samples_carry_its_main_threads_as_last_seen() {
         let specs = [spec("page-faults", SlotRole::Traffic(Direction::Total))];
         let mut t = StackTotals::new(&specs);
         let row = |pid: u32, cgroup: Option<&str>| {
@@ -587,6 +650,7 @@ mod tests {
         // Read weights 1:3; no write weight: write bytes by time, 4:1.
         let mk = |f: &Arc<[Frame]>, w: u64, on: u64| StackCharge {
             tgid: 9,
+            cgroup: None,
             frames: f.clone(),
             on_ns: on,
             slices: 1,

@@ -112,7 +112,9 @@ pub struct StackSample {
     pub tgid: u32,
     /// The process's name (its main thread's comm), shared by the process's samples.
     pub comm: std::sync::Arc<str>,
-    /// The process's cgroup v2 path (its main thread's), where known; shared as `comm` is.
+    /// The cgroup v2 path the stack's traffic ran in, where known (in a recording made before
+    /// stacks carried their cgroup: the process's main thread's as last seen); shared as
+    /// `comm` is.
     pub cgroup: Option<std::sync::Arc<str>>,
     /// Index into [`StackProfile::stacks`].
     pub stack: u32,
@@ -161,6 +163,9 @@ pub struct FunctionShare {
 #[derive(Clone, Debug, PartialEq)]
 pub struct StackCharge {
     pub tgid: u32,
+    /// The cgroup v2 id the process's thread ran in (as task rows carry it); None in a
+    /// recording made before stacks carried their cgroup.
+    pub cgroup: Option<u64>,
     pub frames: std::sync::Arc<[Frame]>,
     /// On-CPU ns of the slices charged here (0 for sampled overflows).
     pub on_ns: u64,

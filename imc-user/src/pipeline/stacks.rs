@@ -74,7 +74,8 @@ struct Request {
 /// A drain's entries, waiting for their stacks.
 struct Pending {
     t_ns: u64,
-    entries: Vec<(Key, StackCounts)>,
+    /// Each entry's stack, the cgroup its slices ran in, and its counts.
+    entries: Vec<(Key, u64, StackCounts)>,
     dropped: u64,
 }
 
@@ -150,10 +151,10 @@ impl StackResolver {
         let dropped = dropped_total.saturating_sub(self.dropped_before);
         self.dropped_before = dropped_total;
         if n > 0 || dropped > 0 {
-            let mut keyed: Vec<(Key, StackCounts)> = Vec::with_capacity(entries.len());
+            let mut keyed: Vec<(Key, u64, StackCounts)> = Vec::with_capacity(entries.len());
             for e in entries.drain(..) {
                 let key = self.ask(e.key.tgid, e.user, e.kernel, e.key.kernel_stack != NO_STACK);
-                keyed.push((key, e.counts));
+                keyed.push((key, e.key.cgroup, e.counts));
             }
             self.pending.push_back(Pending {
                 t_ns,
@@ -283,7 +284,7 @@ impl StackResolver {
     fn ready(&mut self, all: bool) -> Vec<StackBatch> {
         let mut out = Vec::new();
         while let Some(p) = self.pending.front() {
-            if !all && p.entries.iter().any(|(k, _)| !self.cache.contains_key(k)) {
+            if !all && p.entries.iter().any(|(k, ..)| !self.cache.contains_key(k)) {
                 break;
             }
             let Some(p) = self.pending.pop_front() else {
@@ -292,8 +293,9 @@ impl StackResolver {
             let charges = p
                 .entries
                 .iter()
-                .map(|(k, c)| StackCharge {
+                .map(|(k, cgroup, c)| StackCharge {
                     tgid: k.0,
+                    cgroup: Some(*cgroup),
                     frames: self
                         .cache
                         .get(k)
@@ -420,6 +422,7 @@ mod tests {
                 tgid,
                 user_stack: 1,
                 kernel_stack: NO_STACK,
+                cgroup: 5,
                 ..Default::default()
             },
             counts: StackCounts {
@@ -462,6 +465,13 @@ mod tests {
             asked.load(Ordering::Relaxed),
             1,
             "resolved imc's own stacks"
+        );
+        // Each charge is in the cgroup its kernel entry was charged in.
+        assert!(
+            batches
+                .iter()
+                .flat_map(|b| &b.charges)
+                .all(|c| c.cgroup == Some(5))
         );
     }
 }

@@ -39,6 +39,9 @@ pub const CHUNK_STACKS: u8 = 11;
 /// its LATENCY chunk, where it has one), written only where the plan counts a CXL tier: a later
 /// addition, so older readers skip it (they report the packages' totals).
 pub const CHUNK_TIERS: u8 = 12;
+/// STACKS with the cgroup each charge's slices ran in: what this build writes. A later
+/// addition, so older readers skip it; this one reads both.
+pub const CHUNK_STACKS2: u8 = 13;
 
 /// Ticks per TICKS chunk: small enough that a crash loses little, large enough that the chunk
 /// overhead (9 bytes and a per-CPU restart of delta coding) stays negligible. Readers refuse a

@@ -5,8 +5,8 @@
 use super::codec::{Cursor, Malformed, crc32, unzigzag};
 use super::format::{
     CHUNK_CGROUPS, CHUNK_COMMAND_TASKS, CHUNK_CONTINUED, CHUNK_END, CHUNK_INTERVAL, CHUNK_LATENCY,
-    CHUNK_STACKS, CHUNK_STRINGS, CHUNK_TASKS, CHUNK_TICKS, CHUNK_TICKS2, CHUNK_TIERS, MAGIC,
-    MAX_CHUNK, RecordError, RecordHeader, TICKS_PER_CHUNK, VERSION,
+    CHUNK_STACKS, CHUNK_STACKS2, CHUNK_STRINGS, CHUNK_TASKS, CHUNK_TICKS, CHUNK_TICKS2,
+    CHUNK_TIERS, MAGIC, MAX_CHUNK, RecordError, RecordHeader, TICKS_PER_CHUNK, VERSION,
 };
 use super::latency::{self, PackageLatency};
 use crate::attribution::summary::{amount_of, sort_rows};
@@ -506,9 +506,13 @@ impl Reader {
                 let max = self.header.packages.len().max(1);
                 super::tiers::decode(&mut c, max).map(|t| Some(Step::Tiers(t)))
             }
-            CHUNK_STACKS => {
+            CHUNK_STACKS | CHUNK_STACKS2 => {
                 let string = |id| self.strings.get(id).map(str::to_owned);
-                super::stacks::decode(&mut c, string).map(|b| item(Item::Stacks(b)))
+                let layout = match kind {
+                    CHUNK_STACKS => super::stacks::Layout::Stacks,
+                    _ => super::stacks::Layout::Stacks2,
+                };
+                super::stacks::decode(&mut c, layout, string).map(|b| item(Item::Stacks(b)))
             }
             CHUNK_END => {
                 self.ended = true;

@@ -33,8 +33,22 @@ fn kind_of(b: u8) -> Result<FrameKind, Malformed> {
     })
 }
 
-/// Encodes `b` into `out`, naming texts by `string` (their ids in the file's table).
-pub fn encode(b: &StackBatch, out: &mut Vec<u8>, mut string: impl FnMut(&str) -> u64) {
+/// Which layout a chunk has: STACKS2 carries each charge's cgroup, STACKS (what recordings
+/// made before it hold) does not.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Layout {
+    Stacks,
+    Stacks2,
+}
+
+/// Encodes `b` into `out` in `layout`, naming texts by `string` (their ids in the file's
+/// table).
+pub fn encode(
+    b: &StackBatch,
+    layout: Layout,
+    out: &mut Vec<u8>,
+    mut string: impl FnMut(&str) -> u64,
+) {
     put_varint(out, b.t_ns);
     put_varint(out, b.dropped);
     let mut index: HashMap<*const Frame, u64> = HashMap::new();
@@ -68,6 +82,10 @@ pub fn encode(b: &StackBatch, out: &mut Vec<u8>, mut string: impl FnMut(&str) ->
     put_varint(out, b.charges.len() as u64);
     for (c, id) in b.charges.iter().zip(ids) {
         put_varint(out, u64::from(c.tgid));
+        if layout == Layout::Stacks2 {
+            // The id + 1; 0: not known.
+            put_varint(out, c.cgroup.map_or(0, |g| g.saturating_add(1)));
+        }
         put_varint(out, id);
         put_varint(out, c.on_ns);
         put_varint(out, c.slices);
@@ -79,10 +97,11 @@ pub fn encode(b: &StackBatch, out: &mut Vec<u8>, mut string: impl FnMut(&str) ->
     }
 }
 
-/// Decodes a STACKS payload, naming texts by `string` (None: an id the file never defined,
-/// which makes the chunk malformed).
+/// Decodes a payload of `layout`, naming texts by `string` (None: an id the file never
+/// defined, which makes the chunk malformed).
 pub fn decode(
     c: &mut Cursor,
+    layout: Layout,
     string: impl Fn(u64) -> Option<String>,
 ) -> Result<StackBatch, Malformed> {
     let t_ns = c.varint()?;
@@ -104,6 +123,10 @@ pub fn decode(
     let mut charges = Vec::with_capacity(ncharges.min(c.remaining()));
     for _ in 0..ncharges {
         let tgid = c.varint_u32()?;
+        let cgroup = match layout {
+            Layout::Stacks => None,
+            Layout::Stacks2 => c.varint()?.checked_sub(1),
+        };
         let index = usize::try_from(c.varint()?).map_err(|_| Malformed)?;
         let frames = stacks.get(index).ok_or(Malformed)?.clone();
         let (on_ns, slices) = (c.varint()?, c.varint()?);
@@ -114,6 +137,7 @@ pub fn decode(
         let slots = (0..n).map(|_| c.varint()).collect::<Result<Vec<_>, _>>()?;
         charges.push(StackCharge {
             tgid,
+            cgroup,
             frames,
             on_ns,
             slices,
@@ -182,6 +206,7 @@ mod tests {
             charges: vec![
                 StackCharge {
                     tgid: 5,
+                    cgroup: Some(4242),
                     frames: f.clone(),
                     on_ns: 1000,
                     slices: 3,
@@ -189,6 +214,7 @@ mod tests {
                 },
                 StackCharge {
                     tgid: 6,
+                    cgroup: None,
                     frames: f,
                     on_ns: 1,
                     slices: 1,
@@ -198,28 +224,33 @@ mod tests {
             dropped: 4,
         };
         let mut strings: Vec<String> = Vec::new();
-        let mut out = Vec::new();
-        encode(&b, &mut out, |s| {
-            match strings.iter().position(|x| x == s) {
-                Some(i) => i as u64,
-                None => {
-                    strings.push(s.to_string());
-                    strings.len() as u64 - 1
+        let mut encoded = |layout| {
+            let mut out = Vec::new();
+            encode(&b, layout, &mut out, |s| {
+                match strings.iter().position(|x| x == s) {
+                    Some(i) => i as u64,
+                    None => {
+                        strings.push(s.to_string());
+                        strings.len() as u64 - 1
+                    }
                 }
-            }
-        });
-        let got = decode(&mut Cursor::new(&out), |id| {
-            strings.get(id as usize).cloned()
-        })
-        .unwrap();
+            });
+            out
+        };
+        let (out, old) = (encoded(Layout::Stacks2), encoded(Layout::Stacks));
+        let string = |id: u64| strings.get(id as usize).cloned();
+        let got = decode(&mut Cursor::new(&out), Layout::Stacks2, string).unwrap();
         assert_eq!(got, b);
+        // The layout without cgroups reads back as written, with no cgroup known.
+        let got = decode(&mut Cursor::new(&old), Layout::Stacks, string).unwrap();
+        let mut without = b.clone();
+        without.charges.iter_mut().for_each(|c| c.cgroup = None);
+        assert_eq!(got, without);
         // Every cut of the payload is malformed or shorter, never a panic.
         for cut in 0..out.len() {
-            let _ = decode(&mut Cursor::new(&out[..cut]), |id| {
-                strings.get(id as usize).cloned()
-            });
+            let _ = decode(&mut Cursor::new(&out[..cut]), Layout::Stacks2, string);
         }
         // A string id the file never defined.
-        assert!(decode(&mut Cursor::new(&out), |_| None).is_err());
+        assert!(decode(&mut Cursor::new(&out), Layout::Stacks2, |_| None).is_err());
     }
 }

@@ -2,7 +2,7 @@
 use super::codec::{crc32, framed, put_chunk, put_varint, zigzag};
 use super::format::{
     CHUNK_CGROUPS, CHUNK_COMMAND_TASKS, CHUNK_CONTINUED, CHUNK_END, CHUNK_INTERVAL, CHUNK_LATENCY,
-    CHUNK_STACKS, CHUNK_STRINGS, CHUNK_TASKS, CHUNK_TICKS2, CHUNK_TIERS, MAGIC, RecordError,
+    CHUNK_STACKS2, CHUNK_STRINGS, CHUNK_TASKS, CHUNK_TICKS2, CHUNK_TIERS, MAGIC, RecordError,
     RecordHeader, TICKS_PER_CHUNK, VERSION, rotated_path, ticks_chunk,
 };
 use crate::attribution::TaskKey;
@@ -487,10 +487,10 @@ impl Writer {
         Ok(())
     }
 
-    /// What a drain charged to call stacks (`--stacks`): a STACKS chunk. One too large for a
+    /// What a drain charged to call stacks (`--stacks`): a STACKS2 chunk. One too large for a
     /// file of its own is left out and counted (`stacks_skipped`).
     pub fn push_stacks(&mut self, b: &crate::model::stacks::StackBatch) -> Result<(), RecordError> {
-        let staged = self.stage(CHUNK_STACKS, &Data::Stacks(b));
+        let staged = self.stage(CHUNK_STACKS2, &Data::Stacks(b));
         if !self.put(staged, &Data::Stacks(b))? {
             self.stats.stacks_skipped += b.charges.len() as u64;
         }
@@ -617,7 +617,8 @@ impl Writer {
             }
             Data::Ticks(t) => self.encode_ticks(t, &mut payload),
             Data::Stacks(b) => {
-                super::stacks::encode(b, &mut payload, |t| self.tables.string_id(t));
+                let layout = super::stacks::Layout::Stacks2;
+                super::stacks::encode(b, layout, &mut payload, |t| self.tables.string_id(t));
             }
         }
         Staged {
