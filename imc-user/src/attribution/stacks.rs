@@ -338,6 +338,7 @@ impl StackTotals {
         p.samples.reserve_exact(by_number.len());
         let mut renumbered: Vec<Option<u32>> = vec![None; frames.len()];
         let mut sample_of = vec![None; sums.len()];
+        let mut counted: std::collections::HashSet<(u32, Box<[u32]>)> = Default::default();
         for (k, key) in by_number.into_iter().enumerate() {
             let Some((tgid, cgroup, mut ids)) = key else {
                 continue;
@@ -369,8 +370,12 @@ impl StackTotals {
                 ids.iter()
                     .any(|&i| p.frames[i as usize].function.as_deref() == Some(m))
             };
-            p.lost_stacks += u64::from(marked(LOST_STACK_FRAME));
-            p.truncated_stacks += u64::from(marked(TRUNCATED_FRAME));
+            let (lost, cut) = (marked(LOST_STACK_FRAME), marked(TRUNCATED_FRAME));
+            // A stack is counted once, whichever cgroups it was charged in.
+            if (lost || cut) && counted.insert((tgid, ids.clone())) {
+                p.lost_stacks += u64::from(lost);
+                p.truncated_stacks += u64::from(cut);
+            }
             sample_of[k] = Some(p.samples.len() as u32);
             p.stacks.push(Stack {
                 frames: ids.into_vec(),
@@ -561,6 +566,21 @@ mod tests {
                 (Some("/web.slice"), 300)
             ]
         );
+        // A stack the kernel could not hold, charged in both cgroups, is one stack lost.
+        let mut t = StackTotals::new(&specs);
+        t.add_interval(&iv);
+        let lost: Arc<[Frame]> = vec![Frame::marker(LOST_STACK_FRAME)].into();
+        let lost_in = |cgroup: u64| StackCharge {
+            cgroup: Some(cgroup),
+            ..charge(7, &lost, 1, 10)
+        };
+        t.add_batch(&StackBatch {
+            t_ns: 1,
+            charges: vec![lost_in(20), lost_in(21)],
+            dropped: 0,
+        });
+        let p = t.profile(0, 1);
+        assert_eq!((p.samples.len(), p.lost_stacks), (2, 1));
     }
 
     #[test]

@@ -9,13 +9,13 @@
 use super::types::{PlanError, Records, Slot, StackMode, StackPlan, StackRequest};
 use crate::model::{SlotRole, SlotScope};
 
-/// Distinct (process, stack) entries between two drains.
+/// Distinct (process, cgroup, stack) entries between two drains.
 pub const MAP_ENTRIES: u32 = 16_384;
 /// Distinct stacks per generation (about one interval: the stack maps are emptied in turn),
 /// in each of the two stack maps (each stack holds [`imc_common::STACK_DEPTH`] addresses:
 /// about 8 MiB a map).
 pub const STACK_ENTRIES: u32 = 8_192;
-/// New (process, stack) entries of a generation after which the kernel wakes imc to drain
+/// New (process, cgroup, stack) entries of a generation after which the kernel wakes imc to drain
 /// it early: a stack map is then about a sixteenth full at most when its generation ends, so
 /// about 3% of new stacks at most find their hash bucket taken (about 8% at 1,400 new stacks
 /// a second drained once a second).

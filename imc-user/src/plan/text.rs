@@ -139,7 +139,7 @@ pub fn render(plan: &Plan) -> String {
     if let Some(st) = &plan.stacks {
         let _ = writeln!(
             s,
-            "stacks: {}{} — {}; the kernel holds {} (process, stack) entries between drains \
+            "stacks: {}{} — {}; the kernel holds {} (process, cgroup, stack) entries between drains \
              and {} stacks of up to {} frames in each of two stack maps, emptied in turn at \
              the drains (a drain comes early after {} new entries); adds interrupts: {}",
             if st.user { "user" } else { "" },

@@ -559,14 +559,14 @@ pub struct StackPlan {
     pub kernel: bool,
     /// Where they are taken: `tick`, `switch`, or `overflow`.
     pub taken_at: Vec<&'static str>,
-    /// Distinct (process, stack) entries the kernel holds between two drains; a slice past
+    /// Distinct (process, cgroup, stack) entries the kernel holds between two drains; a slice past
     /// them is counted (`stacks_dropped`), its traffic still charged to its process.
     pub map_entries: u32,
     /// Distinct stacks each of the kernel's two stack maps holds (one takes the stacks of a
     /// drain's interval while the other's are read and emptied); a stack past them (or one
     /// whose bucket another holds) is charged under `[stack not recorded]`.
     pub stack_entries: u32,
-    /// New (process, stack) entries of a drain's interval after which the kernel wakes imc to
+    /// New (process, cgroup, stack) entries of a drain's interval after which the kernel wakes imc to
     /// drain early, so a stack map is never far past that many stacks (a power of two).
     pub wake_after: u32,
     /// Frames a stack keeps at most (the innermost): deeper ones are marked cut short.

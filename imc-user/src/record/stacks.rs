@@ -1,4 +1,4 @@
-//! The STACKS chunk (FORMAT.md): what a drain of the sampler charged to each process's call
+//! The STACKS2 chunk (and STACKS, what older recordings hold; FORMAT.md): what a drain of the sampler charged to each process's call
 //! stacks, with the stacks' frames, so `imc report` shows traffic by code without the
 //! processes or their binaries. Every text of a frame (function, module, build id, file) is an
 //! id in the file's string table, defined before the chunk like the tasks' names; the stacks
@@ -84,7 +84,7 @@ pub fn encode(
         put_varint(out, u64::from(c.tgid));
         if layout == Layout::Stacks2 {
             // The id + 1; 0: not known.
-            put_varint(out, c.cgroup.map_or(0, |g| g.saturating_add(1)));
+            put_varint(out, c.cgroup.and_then(|g| g.checked_add(1)).unwrap_or(0));
         }
         put_varint(out, id);
         put_varint(out, c.on_ns);

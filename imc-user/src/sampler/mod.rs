@@ -525,7 +525,7 @@ pub trait RecordSource {
     fn end_open_slices(&mut self) -> Result<usize, SamplerError> {
         Ok(0)
     }
-    /// Takes out every (process, stack) entry charged since the last call, with its stacks'
+    /// Takes out every (process, cgroup, stack) entry charged since the last call, with its stacks'
     /// addresses (see [`stacks::StackMaps::drain`]); none where no stacks are taken.
     fn drain_stacks(&mut self, _out: &mut Vec<stacks::StackEntry>) -> usize {
         0

@@ -1,6 +1,6 @@
 //! The userspace half of `imc-ebpf/src/stacks.rs`: the stack maps sized and switched on before
 //! load, the overflow counters of `--stack-period` opened and handed the sampling program, and
-//! at each drain every (process, stack) entry taken out of STACK_COUNTS with the addresses of
+//! at each drain every (process, cgroup, stack) entry taken out of STACK_COUNTS with the addresses of
 //! the stacks it names.
 //!
 //! Stacks are taken in generations: at each drain the generation moves on (the program then
