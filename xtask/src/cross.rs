@@ -1,7 +1,7 @@
 //! The other architectures imc ships to, kept building by the suite: POWER's nest IMC users get
-//! a ppc64le `imc` that tests/cross/cross_power.rs runs under qemu-user on the POWER9 fixture trees,
-//! and Arm servers' users an aarch64 `imc` that tests/cross/cross_arm.rs runs on the Arm and CXL
-//! trees. scripts/setup.sh installs Debian's cross compilers, qemu-user and the rustup targets.
+//! a ppc64le `imc` that tests/cross/cross_power.rs runs under qemu-user on the POWER9 fixture
+//! trees, and Arm servers' users an aarch64 `imc` that tests/cross/cross_arm.rs runs on the Arm
+//! and CXL trees. scripts/setup.sh installs Debian's cross compilers, qemu-user and the rustup targets.
 //!
 //! The cross linker and C compiler (ring's build script compiles C for the target) are set
 //! here, in the environment of the one cargo command that needs them, not in a config file a
@@ -10,7 +10,8 @@ use anyhow::{Context, Result, bail};
 use std::fs::File;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, ExitStatus, Stdio};
+use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
 
 pub const POWER: &str = "powerpc64le-unknown-linux-gnu";
@@ -70,13 +71,19 @@ pub fn dir(target_dir: &Path) -> PathBuf {
 
 /// The ppc64le and aarch64 `imc` (debug, with the eBPF object embedded) in the making: one
 /// Cargo for both targets, at idle priority (SCHED_IDLE, which its compilers inherit), so it
-/// takes only what the host's builds and tests leave of the CPUs. Its output goes to a log,
-/// shown where it fails.
+/// takes only what the host's builds and tests leave of the CPUs. It runs in a process group of
+/// its own, which [`Background::pauser`] stops and continues, and which ends with this one (dropped, or killed: Cargo is told to die with its parent). Its output
+/// goes to a log, shown where it fails.
 pub struct Background {
-    child: Child,
+    /// Cargo's pid, its process group's id.
+    group: i32,
+    /// Cargo's exit and when it came, from the thread that waits for it.
+    exited: Receiver<(std::io::Result<ExitStatus>, Instant)>,
     started: Instant,
     log: PathBuf,
     target_dir: PathBuf,
+    /// Whether [`Background::wait`] saw Cargo exit.
+    ended: bool,
 }
 
 /// Starts [`Background`]; `tests/cross` runs what it builds.
@@ -90,12 +97,16 @@ pub fn start(root: &Path, target_dir: &Path, ebpf_object: &Path) -> Result<Backg
         .env("CARGO_TARGET_DIR", &dir)
         .stdin(Stdio::null())
         .stdout(out.try_clone()?)
-        .stderr(out);
-    // SAFETY: sched_setscheduler is async-signal-safe; nothing else runs between fork and exec.
+        .stderr(out)
+        .process_group(0);
+    // SAFETY: sched_setscheduler and prctl are async-signal-safe; nothing else runs between
+    // fork and exec.
     unsafe {
         cmd.pre_exec(|| {
             let param = libc::sched_param { sched_priority: 0 };
-            if libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) != 0 {
+            if libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) != 0
+                || libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0
+            {
                 return Err(std::io::Error::last_os_error());
             }
             Ok(())
@@ -106,22 +117,61 @@ pub fn start(root: &Path, target_dir: &Path, ebpf_object: &Path) -> Result<Backg
          priority (log: {}); tests/cross runs them under qemu-user",
         log.display()
     );
-    let child = cmd
+    let mut child = cmd
         .spawn()
         .with_context(|| format!("running {cmd:?} (scripts/setup.sh adds the targets)"))?;
+    let group = child.id() as i32;
+    let (tx, exited) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let status = child.wait();
+        let _ = tx.send((status, Instant::now()));
+    });
     Ok(Background {
-        child,
+        group,
+        exited,
         started: Instant::now(),
         log,
         target_dir: dir,
+        ended: false,
     })
 }
 
 impl Background {
-    /// Waits for the builds; their binaries, and the builds' wall time since they started.
+    fn signal(&self, sig: i32) {
+        // SAFETY: kill has no memory preconditions; the group is Cargo's own.
+        unsafe {
+            libc::kill(-self.group, sig);
+        }
+    }
+
+    fn resume(&self) {
+        self.signal(libc::SIGCONT);
+    }
+
+    /// A function that pauses the builds while the test binaries named in `quiet` run and
+    /// resumes them for the others.
+    pub fn pauser(&self, quiet: &'static [&'static str]) -> Box<dyn FnMut(&str) + Send> {
+        let group = self.group;
+        Box::new(move |binary| {
+            let sig = if quiet.contains(&binary) {
+                libc::SIGSTOP
+            } else {
+                libc::SIGCONT
+            };
+            // SAFETY: as in `signal`.
+            unsafe {
+                libc::kill(-group, sig);
+            }
+        })
+    }
+
+    /// Waits for the builds; their binaries, and the builds' wall time from start to end.
     pub fn wait(mut self) -> Result<(Binaries, Duration)> {
-        let status = self.child.wait().context("waiting for the cross builds")?;
-        let took = self.started.elapsed();
+        self.resume();
+        let (status, ended) = self.exited.recv().context("waiting for the cross builds")?;
+        self.ended = true;
+        let status = status.context("waiting for the cross builds")?;
+        let took = ended.saturating_duration_since(self.started);
         if !status.success() {
             let log = std::fs::read_to_string(&self.log).unwrap_or_default();
             let tail: Vec<&str> = log.lines().rev().take(40).collect();
@@ -154,11 +204,11 @@ impl Background {
 }
 
 impl Drop for Background {
-    /// A suite that ends early (a phase failed) stops the builds with it.
+    /// A suite that ends early (a phase failed) stops the builds, compilers and all, with it;
+    /// after [`Background::wait`] the group is gone and this finds nothing.
     fn drop(&mut self) {
-        if matches!(self.child.try_wait(), Ok(None)) {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
+        if !self.ended {
+            self.signal(libc::SIGKILL);
         }
     }
 }

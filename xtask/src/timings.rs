@@ -53,8 +53,18 @@ impl Timings {
     /// passing its output through, and records each test binary's wall time as Cargo starts
     /// the next.
     pub fn time_tests(&mut self, name: &str, cmd: &mut Command) -> Result<()> {
+        self.time_tests_telling(name, cmd, Box::new(|_| {}))
+    }
+
+    /// [`Timings::time_tests`], telling `starts` each binary's name as Cargo starts it.
+    pub fn time_tests_telling(
+        &mut self,
+        name: &str,
+        cmd: &mut Command,
+        starts: Box<dyn FnMut(&str) + Send>,
+    ) -> Result<()> {
         let t = Instant::now();
-        let r = self.run_tests(cmd);
+        let r = self.run_tests(cmd, starts);
         let name = match r {
             Ok(_) => name.to_string(),
             Err(_) => format!("{name} (failed)"),
@@ -63,7 +73,11 @@ impl Timings {
         r
     }
 
-    fn run_tests(&mut self, cmd: &mut Command) -> Result<()> {
+    fn run_tests(
+        &mut self,
+        cmd: &mut Command,
+        mut starts: Box<dyn FnMut(&str) + Send>,
+    ) -> Result<()> {
         // Cargo says which binary runs on stderr and the binary reports on stdout: one pipe
         // for both keeps them in the order they were written.
         let (reader, writer) = std::io::pipe().context("a pipe for cargo test's output")?;
@@ -87,10 +101,11 @@ impl Timings {
                 let Ok(line) = line else { break };
                 let line = String::from_utf8_lossy(&line);
                 println!("{line}");
-                if let Some(binary) = test_binary(&line)
-                    && tx.send((binary, Instant::now())).is_err()
-                {
-                    break;
+                if let Some(binary) = test_binary(&line) {
+                    starts(&binary);
+                    if tx.send((binary, Instant::now())).is_err() {
+                        break;
+                    }
                 }
             }
         });
