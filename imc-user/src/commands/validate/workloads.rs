@@ -22,8 +22,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Streaming buffers: far beyond the last-level cache of most machines.
 pub const BUFFER_BYTES: usize = 64 << 20;
-/// The stack of the workload's thread that waits on stdin.
-const STDIN_THREAD_STACK: usize = 64 << 10;
+/// The stack of threads that only read a pipe (a workload's stdin, its stderr in imc).
+const PIPE_THREAD_STACK: usize = 64 << 10;
 /// The page toucher's and the short-lived children's fresh memory per step.
 const TOUCH_BYTES: usize = 256 << 10;
 const CHILD_BYTES: usize = 64 << 10;
@@ -128,7 +128,7 @@ pub fn run_workload(name: &str) -> std::io::Result<()> {
     // It only reads stdin: a small stack, which leaves the address space to the buffers.
     std::thread::Builder::new()
         .name("go".into())
-        .stack_size(STDIN_THREAD_STACK)
+        .stack_size(PIPE_THREAD_STACK)
         .spawn({
             let stop = stop.clone();
             move || {
@@ -308,16 +308,22 @@ pub struct Running {
     first_error: Arc<std::sync::Mutex<Option<String>>>,
 }
 
-/// Reads a workload's stderr to its end: its first line is kept for [`Running::why`], and its
-/// own one-line errors (`imc: …`) are passed on; the rest (an allocator's abort message, a
-/// backtrace) is said only through the first line.
+/// Reads a workload's stderr to its end, on a thread of its own: its first line is kept for
+/// [`Running::why`], and its own one-line errors (`imc: …`) are passed on; the rest (an
+/// allocator's abort message, a backtrace) is said only through the first line. The thread
+/// reads lines only: a small stack, which leaves the address space to the workloads (under
+/// `ulimit -v` seven threads of the default 2 MiB took 14 MiB of it); one that cannot start is
+/// an error.
 fn drain_stderr(
     name: &'static str,
     stderr: std::process::ChildStderr,
-) -> Arc<std::sync::Mutex<Option<String>>> {
+) -> std::io::Result<Arc<std::sync::Mutex<Option<String>>>> {
     let first = Arc::new(std::sync::Mutex::new(None));
     let keep = first.clone();
-    std::thread::spawn(move || {
+    let reader = std::thread::Builder::new()
+        .name(format!("{name}-stderr"))
+        .stack_size(PIPE_THREAD_STACK);
+    let started = reader.spawn(move || {
         for line in BufReader::new(stderr).lines().map_while(Result::ok) {
             let mut f = keep.lock().unwrap_or_else(|p| p.into_inner());
             if f.is_none() && !line.trim().is_empty() {
@@ -329,7 +335,13 @@ fn drain_stderr(
             }
         }
     });
-    first
+    started.map_err(|e| {
+        std::io::Error::new(
+            e.kind(),
+            format!("a thread to read workload {name}'s errors did not start: {e}"),
+        )
+    })?;
+    Ok(first)
 }
 
 impl Running {
@@ -413,7 +425,7 @@ impl Workloads {
             w.pgid.get_or_insert(pid);
             let stdin = child.stdin.take();
             let stdout = BufReader::new(child.stdout.take().expect("stdout is piped"));
-            let first_error = drain_stderr(kind.name, child.stderr.take().expect("piped"));
+            let first_error = drain_stderr(kind.name, child.stderr.take().expect("piped"))?;
             w.running.push(Running {
                 kind,
                 pid,
