@@ -380,23 +380,7 @@ fn test_phases(args: &[String], t: &mut Timings) -> Result<()> {
             .args(with);
         cmd
     };
-    let cross_part = |t: &mut Timings, cross: cross::Background| -> Result<Vec<(&str, PathBuf)>> {
-        let (bins, took) = t.time("waiting for the cross builds", || cross.wait())?;
-        t.beside("cross builds (ppc64le, aarch64; idle priority)", took);
-        let deb_arm64 = t.time(".deb package (arm64)", || {
-            package::package(
-                &root,
-                &target_dir(),
-                &bins.arm,
-                Arch::Arm64 { generator: &bin },
-            )
-        })?;
-        Ok(vec![
-            ("IMC_CROSS_POWER_BIN", bins.power),
-            ("IMC_CROSS_ARM_BIN", bins.arm),
-            ("IMC_TEST_DEB_ARM64", deb_arm64),
-        ])
-    };
+    let cross_part = |t: &mut Timings, cross| cross_binaries(t, cross, &root, &bin);
     if !cargo_args.is_empty() {
         let env = cross_part(t, cross)?;
         t.time("test build (cargo test --no-run)", || {
@@ -409,21 +393,7 @@ fn test_phases(args: &[String], t: &mut Timings) -> Result<()> {
     })?;
     let host = t.time_tests_telling("test run", &mut test(&[], args), cross.pauser(QUIET));
     let cross = cross_part(t, cross).and_then(|env| {
-        // Its test targets selected in the whole workspace (the BPF-only crate left out), so
-        // Cargo resolves the dependencies' features as for the run above and builds only the
-        // tests' binaries: selected alone, the package would rebuild imc with fewer features.
-        let cross_tests = [
-            "--workspace",
-            "--exclude",
-            "imc-ebpf",
-            "--test",
-            "cross_power",
-            "--test",
-            "cross_arm",
-            "--test",
-            "arm64_package",
-        ]
-        .map(String::from);
+        let cross_tests: Vec<String> = CROSS_TESTS.iter().map(|a| a.to_string()).collect();
         t.time("cross test build (cargo test --no-run)", || {
             run(test(&["--no-run"], &cross_tests).envs(env.clone()))
         })?;
@@ -437,6 +407,44 @@ fn test_phases(args: &[String], t: &mut Timings) -> Result<()> {
         (host, cross) => host.and(cross),
     }
 }
+
+/// The waited-for cross builds (their time recorded beside the other phases) and the arm64
+/// package of the aarch64 one: the variables tests/cross finds them by.
+fn cross_binaries(
+    t: &mut Timings,
+    cross: cross::Background,
+    root: &Path,
+    host_imc: &Path,
+) -> Result<Vec<(&'static str, PathBuf)>> {
+    let (bins, took) = t.time("waiting for the cross builds", || cross.wait())?;
+    t.beside("cross builds (ppc64le, aarch64; idle priority)", took);
+    let deb_arm64 = t.time(".deb package (arm64)", || {
+        let arm64 = Arch::Arm64 {
+            generator: host_imc,
+        };
+        package::package(root, &target_dir(), &bins.arm, arm64)
+    })?;
+    Ok(vec![
+        ("IMC_CROSS_POWER_BIN", bins.power),
+        ("IMC_CROSS_ARM_BIN", bins.arm),
+        ("IMC_TEST_DEB_ARM64", deb_arm64),
+    ])
+}
+
+/// tests/cross's test targets, selected in the whole workspace (the BPF-only crate left out),
+/// so Cargo resolves the dependencies' features as for the host's run and builds only the
+/// tests' binaries: selected alone, the package would rebuild imc with fewer features.
+const CROSS_TESTS: &[&str] = &[
+    "--workspace",
+    "--exclude",
+    "imc-ebpf",
+    "--test",
+    "cross_power",
+    "--test",
+    "cross_arm",
+    "--test",
+    "arm64_package",
+];
 
 /// The test binaries that judge imc's live readings against the kernel's own counts of the
 /// whole machine (validate's truth, the eBPF path's page faults and ticks, `stat`'s 1 ms
