@@ -2,8 +2,10 @@
 //! and gzip use, so `python3 -c 'import zlib'` can check a chunk by hand).
 use bytes::{BufMut, BytesMut};
 
-/// CRC-32 table for the reflected IEEE polynomial 0xEDB88320, built at compile time.
-const CRC_TABLE: [u32; 256] = {
+/// CRC-32 table for the reflected IEEE polynomial 0xEDB88320, built at compile time. A
+/// `static`, not a `const`: an unoptimized build copies a `const` array onto the stack at each
+/// index, 1 KiB per byte checked.
+static CRC_TABLE: [u32; 256] = {
     let mut t = [0u32; 256];
     let mut i = 0;
     while i < 256 {
