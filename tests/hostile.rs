@@ -95,7 +95,7 @@ fn mkfifo(path: &Path) {
     assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0, "mkfifo");
 }
 
-/// A small real recording (5 s, raw ticks around every interval) to damage.
+/// A small real recording (1 s, raw ticks around every interval) to damage.
 fn recording(dir: &Path) -> (PathBuf, Vec<u8>) {
     let path = dir.join("base.imc");
     let opts = WriterOptions {
@@ -103,7 +103,7 @@ fn recording(dir: &Path) -> (PathBuf, Vec<u8>) {
         ..WriterOptions::default()
     };
     record_scenario(
-        &Scenario::busy(2, 1000, 5_000_000_000),
+        &Scenario::busy(2, 1000, 1_000_000_000),
         &path,
         100_000_000,
         None,
