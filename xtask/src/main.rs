@@ -39,7 +39,7 @@ mod package;
 mod timings;
 
 use anyhow::{Context, Result, anyhow, bail};
-use package::Arch;
+use package::{Arch, Compression};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use timings::Timings;
@@ -311,8 +311,8 @@ fn package_target(args: &[String]) -> Result<Option<&'static str>> {
 fn package_for(args: &[String]) -> Result<PathBuf> {
     match package_target(args)? {
         None => {
-            let bin = build(true)?;
-            package::package(&workspace_root(), &target_dir(), &bin, Arch::Host)
+            let (root, bin) = (workspace_root(), build(true)?);
+            package::package(&root, &target_dir(), &bin, Arch::Host, Compression::Shipped)
         }
         Some(_) => arm64_package(&build(false)?),
     }
@@ -324,7 +324,8 @@ fn arm64_package(host: &Path) -> Result<PathBuf> {
     let obj = build_ebpf(EbpfObject::Production)?;
     let root = workspace_root();
     let bin = cross::build_arm_release(&root, &target_dir(), &obj)?;
-    package::package(&root, &target_dir(), &bin, Arch::Arm64 { generator: host })
+    let arm64 = Arch::Arm64 { generator: host };
+    package::package(&root, &target_dir(), &bin, arm64, Compression::Shipped)
 }
 
 /// `cargo xtask test`: the binaries (host, POWER and aarch64), the packages of them (this
@@ -358,9 +359,10 @@ fn test_phases(args: &[String], t: &mut Timings) -> Result<()> {
     // The packages tests/packaging.rs and tests/cross check (IMC_TEST_DEB, IMC_TEST_DEB_ARM64),
     // made as `cargo xtask package` makes them (strip, fields, Depends, completions, the unit)
     // of the builds the suite already runs: `cargo xtask package` ships release builds, whose
-    // build here would add five minutes to every test run from a fresh clone.
+    // build here would add five minutes to every test run from a fresh clone. Compressed at
+    // xz's fastest level: the tests read what the package holds, not how small it is.
     let deb = t.time(".deb package", || {
-        package::package(&root, &target_dir(), &bin, Arch::Host)
+        package::package(&root, &target_dir(), &bin, Arch::Host, Compression::Fast)
     })?;
     // Cargo's own arguments (a package, a test file) apply to the build too; the test
     // binaries' (after `--`) to the run only.
@@ -422,7 +424,7 @@ fn cross_binaries(
         let arm64 = Arch::Arm64 {
             generator: host_imc,
         };
-        package::package(root, &target_dir(), &bins.arm, arm64)
+        package::package(root, &target_dir(), &bins.arm, arm64, Compression::Fast)
     })?;
     Ok(vec![
         ("IMC_CROSS_POWER_BIN", bins.power),
