@@ -15,8 +15,8 @@ use crate::discovery::cgroup::{CgroupNames, names_of_path};
 use crate::model::result::{IntervalResult, PackageRow, ShareBasis, TaskRow, package_bytes};
 use crate::model::{KeyParts, SlotSpec};
 use bytes::{BufMut, BytesMut};
+use foldhash::{HashMap, HashMapExt};
 use imc_common::{KIND_AGGREGATE, MAX_SLOTS, Record, SlotReading};
-use std::collections::HashMap;
 use std::io::{BufReader, Read};
 use std::path::{Path, PathBuf};
 
@@ -116,6 +116,32 @@ type RowFilter = Box<dyn FnMut(KeyParts<'_>) -> bool>;
 /// cgroup per task; they are parsed again when needed).
 const CGROUP_NAMES_CACHED: usize = 4096;
 
+/// The names of the cgroups task rows have used so far, parsed once from their paths (at most
+/// [`CGROUP_NAMES_CACHED`]).
+#[derive(Default)]
+struct CgroupNamesCache(HashMap<u64, CgroupNames>);
+
+impl CgroupNamesCache {
+    /// Cgroup `id`'s names, from its path in the file's tables: one lookup when known.
+    fn get(
+        &mut self,
+        id: u64,
+        cgroups: &HashMap<u64, u32>,
+        strings: &Strings,
+    ) -> Option<&CgroupNames> {
+        if self.0.len() >= CGROUP_NAMES_CACHED && !self.0.contains_key(&id) {
+            self.0.clear();
+        }
+        match self.0.entry(id) {
+            std::collections::hash_map::Entry::Occupied(e) => Some(e.into_mut()),
+            std::collections::hash_map::Entry::Vacant(v) => {
+                let sid = *cgroups.get(&id)?;
+                Some(v.insert(names_of_path(strings.get(u64::from(sid))?)))
+            }
+        }
+    }
+}
+
 pub struct Reader {
     path: PathBuf,
     header: RecordHeader,
@@ -131,8 +157,7 @@ pub struct Reader {
     /// Cgroup id → its path's string id, from the file's CGROUPS chunks (none in recordings
     /// made before they existed: paths read null).
     cgroups: HashMap<u64, u32>,
-    /// The names of the cgroups task rows have used so far, parsed once from their paths.
-    cgroup_names: HashMap<u64, CgroupNames>,
+    cgroup_names: CgroupNamesCache,
     status: ReadStatus,
     has_bytes: bool,
     ended: bool,
@@ -262,7 +287,7 @@ impl Reader {
             strings: Strings::default(),
             tasks: Vec::new(),
             cgroups: HashMap::new(),
-            cgroup_names: HashMap::new(),
+            cgroup_names: CgroupNamesCache::default(),
             status: ReadStatus::Reading,
             has_bytes,
             ended: false,
@@ -588,7 +613,7 @@ impl Reader {
                 return Err(Malformed);
             }
             self.cgroups.insert(id, sid as u32);
-            self.cgroup_names.remove(&id);
+            self.cgroup_names.0.remove(&id);
         }
         Ok(())
     }
@@ -600,15 +625,7 @@ impl Reader {
 
     /// The names of a cgroup the file defined, parsed from its path at first use.
     fn cgroup_names(&mut self, id: u64) -> Option<&CgroupNames> {
-        if !self.cgroup_names.contains_key(&id) {
-            if self.cgroup_names.len() >= CGROUP_NAMES_CACHED {
-                self.cgroup_names.clear();
-            }
-            let sid = *self.cgroups.get(&id)?;
-            let names = names_of_path(self.strings.get(u64::from(sid))?);
-            self.cgroup_names.insert(id, names);
-        }
-        self.cgroup_names.get(&id)
+        self.cgroup_names.get(id, &self.cgroups, &self.strings)
     }
 
     /// The writer's limits hold here too, so memory follows the file's tables, never a count
@@ -754,9 +771,9 @@ impl Reader {
         let (Some(keep), 0) = (filter.as_mut(), known) else {
             return true;
         };
-        // Parsed (and cached) first, then borrowed beside the string table.
-        let _ = self.cgroup_names(def.cgroup);
-        let names = self.cgroup_names.get(&def.cgroup);
+        let names = self
+            .cgroup_names
+            .get(def.cgroup, &self.cgroups, &self.strings);
         let comm = self.strings.get(u64::from(def.comm)).unwrap_or_default();
         let parts = KeyParts {
             pid: def.pid,
