@@ -146,51 +146,60 @@ fn encode_matches_the_drivers_sysfs_aliases() {
     }
 }
 
+/// Each tree's plans are checked on a thread of their own: each run is a debug aarch64 imc
+/// under qemu-user and its host twin, 48 of each, and this test is the suite's last to finish.
 #[test]
 fn every_dry_run_plans_every_instance_on_its_cpumask_cpu() {
     let Some(a) = Cross::find(&cross::ARM) else {
         return;
     };
+    std::thread::scope(|s| {
+        for (name, backend, prefix) in TREES {
+            let a = &a;
+            s.spawn(move || plans_every_instance(a, name, backend, prefix));
+        }
+    });
+}
+
+/// Every command's dry run on tree `name` plans each `prefix` instance on its cpumask's CPU,
+/// the same on aarch64 as on the host, and writes nothing.
+fn plans_every_instance(a: &Cross, name: &str, backend: &str, prefix: &str) {
     let scratch = tempfile::tempdir().unwrap();
     let recording = scratch.path().join("run.imc");
     let o = recording.to_str().unwrap();
-    for (name, backend, prefix) in TREES {
-        let root = tree(name);
-        let r = root.to_str().unwrap();
-        let expected: BTreeSet<(String, u64)> = instances(&root, prefix)
-            .into_iter()
-            .map(|(n, _, cpu)| (n, cpu))
+    let root = tree(name);
+    let r = root.to_str().unwrap();
+    let expected: BTreeSet<(String, u64)> = instances(&root, prefix)
+        .into_iter()
+        .map(|(n, _, cpu)| (n, cpu))
+        .collect();
+    for command in [
+        vec!["stat"],
+        vec!["top"],
+        vec!["record", "-o", o],
+        vec!["serve"],
+    ] {
+        let what = format!("{name} {}", command[0]);
+        let mut args = vec!["--root", r];
+        args.extend(&command);
+        args.push("--dry-run");
+        a.both(&args);
+        args.push("--json");
+        let v = json(&a.both(&args), &what);
+        let planned: BTreeSet<(String, u64)> = v["counters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| c["role"] == "traffic" && c["pmu"].as_str().unwrap().starts_with(prefix))
+            .map(|c| {
+                assert!(c["limits"]["rule"].is_string(), "{what}: {c}");
+                (
+                    c["pmu"].as_str().unwrap().to_string(),
+                    c["cpus"][0].as_u64().unwrap(),
+                )
+            })
             .collect();
-        for command in [
-            vec!["stat"],
-            vec!["top"],
-            vec!["record", "-o", o],
-            vec!["serve"],
-        ] {
-            let what = format!("{name} {}", command[0]);
-            let mut args = vec!["--root", r];
-            args.extend(&command);
-            args.push("--dry-run");
-            a.both(&args);
-            args.push("--json");
-            let v = json(&a.both(&args), &what);
-            let planned: BTreeSet<(String, u64)> = v["counters"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .filter(|c| {
-                    c["role"] == "traffic" && c["pmu"].as_str().unwrap().starts_with(prefix)
-                })
-                .map(|c| {
-                    assert!(c["limits"]["rule"].is_string(), "{what}: {c}");
-                    (
-                        c["pmu"].as_str().unwrap().to_string(),
-                        c["cpus"][0].as_u64().unwrap(),
-                    )
-                })
-                .collect();
-            assert_eq!(planned, expected, "{what}: {backend}'s instances and CPUs");
-            assert!(!recording.exists(), "{what}: a dry run wrote {o}");
-        }
+        assert_eq!(planned, expected, "{what}: {backend}'s instances and CPUs");
+        assert!(!recording.exists(), "{what}: a dry run wrote {o}");
     }
 }
