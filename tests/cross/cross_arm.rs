@@ -166,26 +166,12 @@ fn every_dry_run_plans_every_instance_on_its_cpumask_cpu() {
 fn plans_every_instance(a: &Cross, name: &str, backend: &str, prefix: &str) {
     let scratch = tempfile::tempdir().unwrap();
     let recording = scratch.path().join("run.imc");
-    let o = recording.to_str().unwrap();
     let root = tree(name);
-    let r = root.to_str().unwrap();
     let expected: BTreeSet<(String, u64)> = instances(&root, prefix)
         .into_iter()
         .map(|(n, _, cpu)| (n, cpu))
         .collect();
-    for command in [
-        vec!["stat"],
-        vec!["top"],
-        vec!["record", "-o", o],
-        vec!["serve"],
-    ] {
-        let what = format!("{name} {}", command[0]);
-        let mut args = vec!["--root", r];
-        args.extend(&command);
-        args.push("--dry-run");
-        a.both(&args);
-        args.push("--json");
-        let v = json(&a.both(&args), &what);
+    for (what, _, v) in a.dry_runs(name, &root, &recording) {
         let planned: BTreeSet<(String, u64)> = v["counters"]
             .as_array()
             .unwrap()
@@ -200,6 +186,5 @@ fn plans_every_instance(a: &Cross, name: &str, backend: &str, prefix: &str) {
             })
             .collect();
         assert_eq!(planned, expected, "{what}: {backend}'s instances and CPUs");
-        assert!(!recording.exists(), "{what}: a dry run wrote {o}");
     }
 }

@@ -127,6 +127,38 @@ impl Cross {
         );
         there
     }
+
+    /// Every planning command's dry run (`stat`, `top`, `record -o RECORDING`, `serve`) on the
+    /// tree at `root`, as text and as JSON, each the same on the target as on the host and none
+    /// writing `recording`: (what ran, its text, its JSON).
+    pub fn dry_runs(
+        &self,
+        name: &str,
+        root: &Path,
+        recording: &Path,
+    ) -> Vec<(String, String, serde_json::Value)> {
+        let (r, o) = (root.to_str().unwrap(), recording.to_str().unwrap());
+        let commands = [
+            vec!["stat"],
+            vec!["top"],
+            vec!["record", "-o", o],
+            vec!["serve"],
+        ];
+        commands
+            .into_iter()
+            .map(|command| {
+                let what = format!("{name} {}", command[0]);
+                let mut args = vec!["--root", r];
+                args.extend(&command);
+                args.push("--dry-run");
+                let text = self.both(&args);
+                args.push("--json");
+                let v = json(&self.both(&args), &what);
+                assert!(!recording.exists(), "{what}: a dry run wrote {o}");
+                (what, text, v)
+            })
+            .collect()
+    }
 }
 
 /// What `cmd` prints, which must succeed and print UTF-8.
