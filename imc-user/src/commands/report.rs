@@ -231,13 +231,6 @@ fn split_by_group(by: GroupBy) -> bool {
     matches!(by, GroupBy::Pid | GroupBy::Tgid)
 }
 
-fn task_hash(p: KeyParts<'_>) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    (p.pid, p.tgid, p.comm, p.cgroup).hash(&mut h);
-    h.finish()
-}
-
 /// What the passes over the task rows give: the kept rows, the others' sum, per burst its
 /// busiest [`BURST_TASKS`] groups, and the victims where asked and recorded.
 struct TaskRows {
@@ -476,7 +469,7 @@ fn task_rows(
             let h = if by_group {
                 by.key_hash(p)
             } else {
-                task_hash(p)
+                p.task_hash()
             };
             h % parts == part
         };
