@@ -401,12 +401,13 @@ fn live_view_gives_cpu_clock_its_unit() {
     tmux.keys("q");
 }
 
-/// The imc programs loaded since `before` was taken: the ones the imc under test loaded (ids
-/// are never reused while the machine runs).
-fn programs_since(before: &[u64]) -> Vec<u64> {
+/// Which of `ours` are still loaded (ids are never reused while the machine runs). Other
+/// tests' imc runs load programs of their own meanwhile: only the ones the imc under test held
+/// are its to unload.
+fn still_loaded(ours: &std::collections::BTreeSet<u64>) -> Vec<u64> {
     loaded_imc_programs()
         .into_iter()
-        .filter(|id| !before.contains(id))
+        .filter(|id| ours.contains(id))
         .collect()
 }
 
@@ -469,17 +470,14 @@ fn top_whose_terminal_goes_away_exits_and_unloads() {
     ) {
         return;
     }
-    let before = loaded_imc_programs();
     let tmux = Tmux::start(
         120,
         40,
         &format!("exec {} top -e page-faults -I 200", shell_quote(&imc_bin())),
     );
     let pid = view_up(&tmux);
-    assert!(
-        !programs_since(&before).is_empty(),
-        "imc top loaded nothing"
-    );
+    let ours = imc_tests::bpf_programs_held_by(pid);
+    assert!(!ours.is_empty(), "imc top holds no program");
     let out = tmux.run(&["kill-session", "-t", "top"]);
     assert!(out.status.success(), "tmux kill-session");
     let gone = wait_ended(pid, Duration::from_secs(5));
@@ -493,11 +491,11 @@ fn top_whose_terminal_goes_away_exits_and_unloads() {
         "imc top (pid {pid}) still runs 5 s after its terminal closed"
     );
     let deadline = Instant::now() + Duration::from_secs(5);
-    while !programs_since(&before).is_empty() && Instant::now() < deadline {
+    while !still_loaded(&ours).is_empty() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(100));
     }
     assert_eq!(
-        programs_since(&before),
+        still_loaded(&ours),
         Vec::<u64>::new(),
         "programs left loaded"
     );
