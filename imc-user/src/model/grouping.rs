@@ -1,9 +1,13 @@
 //! How task rows are grouped (`--by`): each group's key, its label and its column title.
 use super::result::TaskRow;
 
-/// The seed of the hashes that split a report's rows into passes: fixed, so a row falls in the
-/// same part in every pass of a run.
-const PASS_SEED: u64 = 0x696d_6370_6173_7365;
+/// The hasher of the hashes that split a report's rows into passes: a fixed seed, so a row
+/// falls in the same part in every pass of a run (foldhash: a report hashes every row of the
+/// file once per pass, and SipHash was a tenth of a debug build's).
+fn pass_hasher() -> foldhash::fast::FoldHasher<'static> {
+    use std::hash::BuildHasher;
+    foldhash::fast::FixedState::with_seed(0x696d_6370_6173_7365).build_hasher()
+}
 
 /// How task rows are grouped (`--by`): one row per thread, process, name, cgroup, container or
 /// Kubernetes pod.
@@ -59,9 +63,10 @@ impl<'a> KeyParts<'a> {
     /// A hash of the task itself (pid, tgid, comm, cgroup), the same in every pass of a run:
     /// a report splits rows by it where a group's members may fall in different parts.
     pub fn task_hash(&self) -> u64 {
-        use std::hash::BuildHasher;
-        let state = foldhash::fast::FixedState::with_seed(PASS_SEED);
-        state.hash_one((self.pid, self.tgid, self.comm, self.cgroup))
+        use std::hash::{Hash, Hasher};
+        let mut h = pass_hasher();
+        (self.pid, self.tgid, self.comm, self.cgroup).hash(&mut h);
+        h.finish()
     }
 
     pub fn of(r: &'a TaskRow) -> KeyParts<'a> {
@@ -119,10 +124,8 @@ impl GroupBy {
     /// A hash of the key [`key`](Self::key) gives, from a row's parts (no row built): a report
     /// splits a recording's rows by it into passes, and knows a row of a top group by it.
     pub fn key_hash(self, parts: KeyParts<'_>) -> u64 {
-        use std::hash::{BuildHasher, Hash, Hasher};
-        // A fixed seed: the same value in every pass of one run (foldhash: a report hashes
-        // every row of the file once per pass, and SipHash was a tenth of a debug build's).
-        let mut h = foldhash::fast::FixedState::with_seed(PASS_SEED).build_hasher();
+        use std::hash::{Hash, Hasher};
+        let mut h = pass_hasher();
         match self {
             GroupBy::Pid => parts.pid.hash(&mut h),
             GroupBy::Tgid => parts.tgid.hash(&mut h),
