@@ -725,7 +725,13 @@ fn nothing_is_left_after_int_term_or_kill_and_the_next_run_removes_stale_groups(
             WORKLOADS.len(),
             "{name}: groups not made"
         );
-        std::thread::sleep(Duration::from_millis(1500));
+        // Sampling: the tick's, the switch's and the exec program loaded (the signal may
+        // come at any moment of the run; this one falls where the workloads have gone).
+        let end = Instant::now() + Duration::from_secs(20);
+        while imc_tests::bpf_programs_held_by(child.id()).len() < 3 && Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        std::thread::sleep(Duration::from_millis(200));
         let pids = kernel.stop();
         assert_eq!(pids.len(), WORKLOADS.len(), "{name}: pids {pids:?}");
         assert!(
