@@ -26,6 +26,8 @@
 //!                                      hogs and a page faulter: passes and worst error
 //!   cargo xtask accuracy --stacks [--rounds R]
 //!                                      traffic by call stack against `perf record -g` here
+//!   cargo xtask protos [--check]       imc-proto/src/generated/ from imc-proto/proto/ (the
+//!                                      pprof and Perfetto message types; --check compares)
 mod accuracy_live;
 mod accuracy_stacks;
 mod bench_overhead;
@@ -212,7 +214,7 @@ fn real_main() -> Result<ExitCode> {
     let mut args: Vec<String> = std::env::args().skip(1).collect();
     if args.is_empty() {
         bail!(
-            "usage: cargo xtask build|run|test|cross|package|bench-tick|bench-stat|bench-overhead|bench-scale|bench-serve|bench-report|accuracy [--release] [-- ARGS]"
+            "usage: cargo xtask build|run|test|cross|package|bench-tick|bench-stat|bench-overhead|bench-scale|bench-serve|bench-report|accuracy|protos [--release] [-- ARGS]"
         );
     }
     let cmd = args.remove(0);
@@ -281,10 +283,26 @@ fn real_main() -> Result<ExitCode> {
             bench_serve::run(&bin, &args)?;
         }
         "accuracy" => return accuracy(args),
+        "protos" => {
+            // The generator is imc-proto's own binary, built only here (its feature `codegen`).
+            run(Command::new(env!("CARGO"))
+                .current_dir(workspace_root())
+                .args([
+                    "run",
+                    "--quiet",
+                    "--package",
+                    "imc-proto",
+                    "--features",
+                    "codegen",
+                ])
+                .args(["--bin", "imc-protogen", "--"])
+                .args(&args))?;
+        }
         other => {
             bail!(
                 "unknown xtask command '{other}' (build, run, test, cross, package, bench-tick, \
-                 bench-stat, bench-overhead, bench-scale, bench-serve, bench-report, accuracy)"
+                 bench-stat, bench-overhead, bench-scale, bench-serve, bench-report, accuracy, \
+                 protos)"
             )
         }
     }

@@ -1,8 +1,5 @@
-//! Perfetto's trace types, generated from `proto/perfetto_trace.proto` (the part of Perfetto's
-//! own protos that imc writes, with their upstream names and numbers): the trace of
-//! `imc report --perfetto` and its callstack samples are built from these.
+//! Perfetto's trace types, imc-proto's, generated from `imc-proto/proto/perfetto_trace.proto`
+//! (the part of Perfetto's own protos that imc writes, with their upstream names and numbers):
+//! the trace of `imc report --perfetto` and its callstack samples are built from these.
 
-mod generated {
-    include!(concat!(env!("OUT_DIR"), "/perfetto/mod.rs"));
-}
-pub use generated::perfetto_trace::*;
+pub use imc_proto::perfetto_trace::*;

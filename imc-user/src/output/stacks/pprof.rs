@@ -1,6 +1,6 @@
 //! A profile as pprof's `Profile` message, gzipped (what Go's net/http/pprof serves and
-//! `go tool pprof`, Pyroscope and Parca read). The message types are generated at build time
-//! from `imc-user/proto/profile.proto` (pprof's published `perftools.profiles` schema).
+//! `go tool pprof`, Pyroscope and Parca read). The message types are imc-proto's, generated
+//! from `imc-proto/proto/profile.proto` (pprof's published `perftools.profiles` schema).
 //!
 //! What the message holds:
 //! - one sample type per [`StackProfile::sample_types`], the first the default one and the
@@ -27,7 +27,7 @@ use std::io::{self, Write};
 
 /// The generated `perftools.profiles` types.
 pub mod proto {
-    include!(concat!(env!("OUT_DIR"), "/pprof/mod.rs"));
+    pub use imc_proto::profile;
 }
 use proto::profile as pb;
 
