@@ -93,7 +93,10 @@ pub fn start(root: &Path, target_dir: &Path, ebpf_object: &Path) -> Result<Backg
     let log = dir.join("build.log");
     let out = File::create(&log).with_context(|| format!("creating {}", log.display()))?;
     let mut cmd = cargo(root, ebpf_object, "build", &[POWER, ARM])?;
+    // tests/cross runs these binaries' commands and packages one; none is debugged or
+    // symbolized, so imc's own crates need no line tables either (the dev profile keeps them).
     cmd.args(["--bin", "imc"])
+        .env("CARGO_PROFILE_DEV_DEBUG", "false")
         .env("CARGO_TARGET_DIR", &dir)
         .stdin(Stdio::null())
         .stdout(out.try_clone()?)
