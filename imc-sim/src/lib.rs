@@ -169,17 +169,31 @@ pub struct SynthStream {
     /// Every CPU's cpu-clock count (ns): it counts whether a task or the idle task runs, so
     /// every CPU's is the same sum.
     clock_ns: f64,
-    /// Per package, for the span being integrated: its traffic (bytes/s), its read lines per
-    /// second and its latency (ns). Kept to be refilled at each step rather than allocated.
-    pkg_bps: Vec<f64>,
-    pkg_read_lines: Vec<f64>,
+    /// Per package: the traffic (bytes/s) and read lines per second of the running tasks whose
+    /// memory it is, kept as tasks switch; its latency (ns) over the last step, and the sum of
+    /// its latency over time (ns × s).
+    task_bps: Vec<f64>,
+    task_read_lines: Vec<f64>,
     pkg_latency: Vec<f64>,
+    latency_integral: Vec<f64>,
+    /// Per package: the rates (per second) of its counters' task parts, kept as tasks switch:
+    /// the controller's bytes read and written in a plan-driven layout, else its CPUs' tasks'
+    /// read and written lines.
+    counter_rate: Vec<[f64; 2]>,
+    /// Per CPU: the time its counters and its task's truth were integrated to, and its
+    /// memory's latency sum then.
+    since: Vec<u64>,
+    since_integral: Vec<f64>,
+    /// The CPUs integrated at every step (see [`SynthStream::saturates`]).
+    eager: Vec<usize>,
     weight_w: Vec<f64>,
     /// Per package: cumulative read/write counts (true) and their rate.
     pkg_read: Vec<f64>,
     pkg_write: Vec<f64>,
     t_now: u64,
     records_of_cpu: Vec<u64>,
+    /// What ran, exact at each [`SynthItem::Mark`] and once the stream has ended (each CPU's
+    /// part is integrated when it is read, switches, or at those points).
     pub truth: Truth,
     queue: Vec<SynthItem>,
     /// Layout mode: per CPU its weights; per package the controller's task bytes (read,
@@ -258,9 +272,14 @@ impl SynthStream {
             weight_w: vec![0.0; ncpu],
             stall: vec![[0.0; 2]; ncpu],
             clock_ns: 0.0,
-            pkg_bps: vec![0.0; npkg],
-            pkg_read_lines: vec![0.0; npkg],
+            task_bps: vec![0.0; npkg],
+            task_read_lines: vec![0.0; npkg],
             pkg_latency: vec![0.0; npkg],
+            latency_integral: vec![0.0; npkg],
+            counter_rate: vec![[0.0; 2]; npkg],
+            since: vec![0; ncpu],
+            since_integral: vec![0.0; ncpu],
+            eager: Vec::new(),
             pkg_read: vec![0.0; npkg],
             pkg_write: vec![0.0; npkg],
             t_now: 0,
@@ -308,74 +327,157 @@ impl SynthStream {
         }
     }
 
-    /// Integrates everything from t_now to t with the tasks now running: each package's queue
-    /// (its latency from its traffic), then each CPU's stalls and its task's traffic. The
-    /// stream's cost is this step, taken at every event: two passes over the CPUs.
+    /// Integrates the packages from t_now to t with the tasks now running (the CPUs that run a
+    /// task whose stalls may saturate too), in steps of the number of packages: each package's
+    /// queue and latency from its traffic, its counters from its running tasks' rates, every
+    /// CPU's cpu-clock. A CPU's own counters and its task's truth are integrated when the CPU
+    /// is read or switches ([`Self::integrate_cpu`]), so an event costs the same on 192 CPUs
+    /// as on 2.
     fn advance(&mut self, t: u64) {
         if t <= self.t_now {
             return;
         }
         let dt = (t - self.t_now) as f64 / 1e9;
-        self.integrate_queues(dt);
-        self.integrate_cpus(dt);
+        let model = self.sc.latency;
+        for p in 0..self.truth.queues.len() {
+            let dma = self.sc.dma_bps.get(p).copied().unwrap_or(0.0);
+            let lat = model.latency_ns(dma + self.task_bps[p], self.sc.peak_bps.get(p).copied());
+            self.pkg_latency[p] = lat;
+            self.latency_integral[p] += lat * dt;
+            let q = &mut self.truth.queues[p];
+            let lines = (dma / 64.0 + self.task_read_lines[p]) * dt;
+            q.inserts += lines;
+            q.occupancy += lines * lat * 1e-9 * model.dram_hz;
+            q.dram_clocks += dt * model.dram_hz;
+            q.latency_ns_lines += lines * lat;
+            let [r, w] = self.counter_rate[p];
+            if self.sc.layout.is_some() {
+                self.ctrl[p][0] += r * dt;
+                self.ctrl[p][1] += w * dt;
+            } else {
+                self.pkg_read[p] += r * dt;
+                self.pkg_write[p] += w * dt;
+            }
+        }
+        self.clock_ns += dt * 1e9;
         self.t_now = t;
         for p in 0..self.truth.dma.len() {
             self.truth.dma[p] = self.dma_bytes(p);
         }
+        for i in 0..self.eager.len() {
+            self.integrate_cpu(self.eager[i]);
+        }
     }
 
-    /// Over `dt` seconds, each running task: its CPU's stalled cycles at its memory's latency
-    /// and its cycles, and its traffic in the truth, the controllers' counts and its CPU's
-    /// weights.
-    fn integrate_cpus(&mut self, dt: f64) {
-        let layout = self.sc.layout.is_some();
+    /// CPU `c` from its last integration to t_now with the task it runs: its stalled cycles
+    /// at its memory's latency and its cycles, its task's traffic in the truth, and its
+    /// weights. Its stalled share of cycles is `stall_per_miss × lines/s × latency`, summed over
+    /// the package's latency integral; a task whose share could pass 1 (where it is clamped) is
+    /// integrated at every step instead, at that step's latency.
+    fn integrate_cpu(&mut self, c: usize) {
+        let since = std::mem::replace(&mut self.since[c], self.t_now);
+        let Some(ti) = self.running[c] else { return };
+        let m = self.memory_index(ti, c);
+        let integral = self.latency_integral.get(m).copied().unwrap_or(0.0);
+        let since_integral = std::mem::replace(&mut self.since_integral[c], integral);
+        let dt = (self.t_now - since) as f64 / 1e9;
+        if dt <= 0.0 {
+            return;
+        }
         let model = self.sc.latency;
         let cycles = dt * model.cpu_hz;
-        for c in 0..self.running.len() {
-            let Some(ti) = self.running[c] else { continue };
-            let task = &self.sc.tasks[ti];
-            let tr = self.traits[ti];
-            let own = self.pkg_of.get(c).copied().unwrap_or(usize::MAX);
-            let m = if layout {
-                tr.memory_package.unwrap_or(own)
-            } else {
-                own
-            };
+        let task = &self.sc.tasks[ti];
+        let tr = self.traits[ti];
+        let per_latency = tr.stall_per_miss * task.read_bps / 64.0 * 1e-9;
+        let stalled = if self.saturates(ti) {
             let l = self.pkg_latency.get(m).copied().unwrap_or(model.idle_ns);
-            let lines_per_s = task.read_bps / 64.0;
-            let share = (tr.stall_per_miss * lines_per_s * l * 1e-9).clamp(0.0, 1.0);
-            self.stall[c][0] += share * cycles;
-            self.stall[c][1] += cycles;
-            self.truth.task_stall[ti] += share * cycles;
-            self.truth.task_cycles[ti] += cycles;
-            let (r, w) = (task.read_bps * dt, task.write_bps * dt);
-            self.truth.task_read[ti] += r;
-            self.truth.task_write[ti] += w;
-            if layout {
-                if let Some(ctrl) = self.ctrl.get_mut(m) {
-                    ctrl[0] += r;
-                    ctrl[1] += w;
-                }
-                let cw = &mut self.cpu_w[c];
-                let acc = if m == own {
-                    &mut cw.local
-                } else {
-                    &mut cw.remote
-                };
-                acc[0] += r * tr.read_weight_per_byte;
-                acc[1] += w * tr.write_weight_per_byte;
-                continue;
-            }
-            if self.sc.directed_weights {
-                self.weight[c] += r / 64.0;
-                self.weight_w[c] += w / 64.0;
+            (per_latency * l).clamp(0.0, 1.0) * cycles
+        } else if m < self.latency_integral.len() {
+            per_latency * (integral - since_integral) * model.cpu_hz
+        } else {
+            (per_latency * model.idle_ns).clamp(0.0, 1.0) * cycles
+        };
+        self.stall[c][0] += stalled;
+        self.stall[c][1] += cycles;
+        self.truth.task_stall[ti] += stalled;
+        self.truth.task_cycles[ti] += cycles;
+        let (r, w) = (task.read_bps * dt, task.write_bps * dt);
+        self.truth.task_read[ti] += r;
+        self.truth.task_write[ti] += w;
+        if self.sc.layout.is_some() {
+            let own = self.pkg_of.get(c).copied().unwrap_or(usize::MAX);
+            let cw = &mut self.cpu_w[c];
+            let acc = if m == own {
+                &mut cw.local
             } else {
-                self.weight[c] += (r + w) / 64.0;
+                &mut cw.remote
+            };
+            acc[0] += r * tr.read_weight_per_byte;
+            acc[1] += w * tr.write_weight_per_byte;
+        } else if self.sc.directed_weights {
+            self.weight[c] += r / 64.0;
+            self.weight_w[c] += w / 64.0;
+        } else {
+            self.weight[c] += (r + w) / 64.0;
+        }
+    }
+
+    /// Every CPU integrated to t_now: the truth is exact.
+    fn integrate_all(&mut self) {
+        for c in 0..self.running.len() {
+            self.integrate_cpu(c);
+        }
+    }
+
+    /// Whether task `ti`'s stalled share could reach 1 at its highest latency (10 × idle, at
+    /// 90% of the peak), where the share is clamped and no longer follows the latency's sum.
+    fn saturates(&self, ti: usize) -> bool {
+        let per_latency = self.traits[ti].stall_per_miss * self.sc.tasks[ti].read_bps / 64.0;
+        per_latency * 1e-9 * self.sc.latency.idle_ns * 10.0 >= 1.0
+    }
+
+    /// CPU `c` runs `next` from t_now: what ran is integrated, and the packages' rates and the
+    /// CPUs integrated at every step follow the change.
+    fn switch_to(&mut self, c: usize, next: Option<usize>) {
+        self.integrate_cpu(c);
+        if let Some(ti) = self.running[c] {
+            self.add_rates(c, ti, -1.0);
+        }
+        self.running[c] = next;
+        self.eager.retain(|&e| e != c);
+        if let Some(ti) = next {
+            self.add_rates(c, ti, 1.0);
+            let m = self.memory_index(ti, c);
+            self.since_integral[c] = self.latency_integral.get(m).copied().unwrap_or(0.0);
+            if self.saturates(ti) {
+                self.eager.push(c);
             }
-            if own < self.pkg_read.len() {
-                self.pkg_read[own] += r / 64.0;
-                self.pkg_write[own] += w / 64.0;
+        }
+    }
+
+    /// Task `ti` on CPU `c` added to (`sign` 1) or taken from (-1) its packages' rates: its
+    /// memory's traffic and read lines, and the counters that count it (the controller of its
+    /// memory in a plan-driven layout, else its CPU's package's lines).
+    fn add_rates(&mut self, c: usize, ti: usize, sign: f64) {
+        let task = &self.sc.tasks[ti];
+        let (read, write) = (sign * task.read_bps, sign * task.write_bps);
+        let m = self.memory_index(ti, c);
+        if m < self.task_bps.len() {
+            self.task_bps[m] += read + write;
+            self.task_read_lines[m] += read / 64.0;
+        }
+        if self.sc.layout.is_some() {
+            if let Some(rate) = self.counter_rate.get_mut(m) {
+                rate[0] += read;
+                rate[1] += write;
             }
+        } else if let Some(rate) = self
+            .pkg_of
+            .get(c)
+            .and_then(|&own| self.counter_rate.get_mut(own))
+        {
+            rate[0] += read / 64.0;
+            rate[1] += write / 64.0;
         }
     }
 
@@ -387,39 +489,6 @@ impl SynthStream {
         } else {
             own
         }
-    }
-
-    /// Over `dt` seconds with the tasks now running: each package's latency from its traffic
-    /// (tasks and DMA) against its peak (kept for [`Self::integrate_cpus`]), its read queue's
-    /// counts (Little's law), and every CPU's cpu-clock.
-    fn integrate_queues(&mut self, dt: f64) {
-        let npkg = self.truth.queues.len();
-        for p in 0..npkg {
-            let dma = self.sc.dma_bps.get(p).copied().unwrap_or(0.0);
-            self.pkg_bps[p] = dma;
-            self.pkg_read_lines[p] = dma / 64.0;
-        }
-        for (c, run) in self.running.iter().enumerate() {
-            let Some(ti) = *run else { continue };
-            let m = self.memory_index(ti, c);
-            if m < npkg {
-                let task = &self.sc.tasks[ti];
-                self.pkg_bps[m] += task.read_bps + task.write_bps;
-                self.pkg_read_lines[m] += task.read_bps / 64.0;
-            }
-        }
-        let model = self.sc.latency;
-        for p in 0..npkg {
-            let lat = model.latency_ns(self.pkg_bps[p], self.sc.peak_bps.get(p).copied());
-            self.pkg_latency[p] = lat;
-            let q = &mut self.truth.queues[p];
-            let lines = self.pkg_read_lines[p] * dt;
-            q.inserts += lines;
-            q.occupancy += lines * lat * 1e-9 * model.dram_hz;
-            q.dram_clocks += dt * model.dram_hz;
-            q.latency_ns_lines += lines * lat;
-        }
-        self.clock_ns += dt * 1e9;
     }
 
     /// DMA bytes of package p up to now, computed from the time rather than accumulated, so
@@ -618,6 +687,7 @@ impl SynthStream {
     }
 
     fn record(&mut self, cpu: u32, kind: u8, t: u64) -> Record {
+        self.integrate_cpu(cpu as usize);
         if self.sc.layout.is_some() {
             return self.layout_record(cpu, kind, t);
         }
@@ -677,10 +747,12 @@ impl SynthStream {
 
     fn step(&mut self) -> bool {
         let Some(Reverse((t, ev))) = self.heap.pop() else {
+            self.integrate_all();
             return false;
         };
         if t > self.sc.duration_ns {
             self.advance(self.sc.duration_ns);
+            self.integrate_all();
             self.heap.clear();
             return false;
         }
@@ -702,7 +774,7 @@ impl SynthStream {
                         let rec = self.record(c, KIND_SWITCH, t);
                         self.queue.push(SynthItem::Tick(rec));
                     }
-                    self.running[c as usize] = next;
+                    self.switch_to(c as usize, next);
                 }
                 self.sched_next[c as usize] = None;
                 if let Some(&(tn, _)) = self.sc.schedule[c as usize].get(i + 1 - base) {
@@ -728,6 +800,7 @@ impl SynthStream {
                 }
             }
             Ev::Mark => {
+                self.integrate_all();
                 self.queue.push(SynthItem::Mark(t));
                 if let Some(every) = self.sc.mark_every_ns {
                     self.heap.push(Reverse((t + every.max(1), Ev::Mark)));
