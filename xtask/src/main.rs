@@ -364,14 +364,16 @@ fn test_phases(args: &[String], t: &mut Timings) -> Result<()> {
     let root = workspace_root();
     let obj = t.time("eBPF object", || build_ebpf(EbpfObject::Production))?;
     let cross = cross::start(&root, &target_dir(), &obj)?;
-    // The default members (everything but the BPF-only crate, which only builds for
-    // bpfel-unknown-none, and tests/cross); the suite runs the real binary and the tools, so
-    // build them first.
+    // The default members' libraries (everything but the BPF-only crate, which only builds
+    // for bpfel-unknown-none, and tests/cross) and the binaries the suite runs: `imc`, and the
+    // bench-scale tool tests/bench_scale.rs runs small. The other tools are release binaries
+    // of the benchmarks; the default members stay selected, so dependencies are resolved with
+    // the features the test build uses.
     t.time("debug build (cargo build)", || {
         run(Command::new(env!("CARGO"))
             .current_dir(&root)
             .env("IMC_EBPF_OBJECT", &obj)
-            .args(["build"]))
+            .args(["build", "--lib", "--bin", "imc", "--bin", "imc-bench-scale"]))
     })?;
     let bin = target_dir().join("debug").join("imc");
     // The packages tests/packaging.rs and tests/cross check (IMC_TEST_DEB, IMC_TEST_DEB_ARM64),
