@@ -386,17 +386,17 @@ impl SynthStream {
         }
         let model = self.sc.latency;
         let cycles = dt * model.cpu_hz;
-        let task = &self.sc.tasks[ti];
-        let tr = self.traits[ti];
-        let per_latency = tr.stall_per_miss * task.read_bps / 64.0 * 1e-9;
-        let stalled = if self.saturates(ti) {
+        let per_latency = self.stall_share_per_ns(ti);
+        // At the latency of this step (a saturating task is integrated at every step), or the
+        // idle latency of a CPU in no package; else summed over the latency's integral.
+        let stalled = if self.saturates(ti) || m >= self.latency_integral.len() {
             let l = self.pkg_latency.get(m).copied().unwrap_or(model.idle_ns);
             (per_latency * l).clamp(0.0, 1.0) * cycles
-        } else if m < self.latency_integral.len() {
-            per_latency * (integral - since_integral) * model.cpu_hz
         } else {
-            (per_latency * model.idle_ns).clamp(0.0, 1.0) * cycles
+            per_latency * (integral - since_integral) * model.cpu_hz
         };
+        let task = &self.sc.tasks[ti];
+        let tr = self.traits[ti];
         self.stall[c][0] += stalled;
         self.stall[c][1] += cycles;
         self.truth.task_stall[ti] += stalled;
@@ -429,11 +429,15 @@ impl SynthStream {
         }
     }
 
-    /// Whether task `ti`'s stalled share could reach 1 at its highest latency (10 × idle, at
-    /// 90% of the peak), where the share is clamped and no longer follows the latency's sum.
+    /// Task `ti`'s stalled share of cycles per ns of latency: `stall_per_miss × lines/s`.
+    fn stall_share_per_ns(&self, ti: usize) -> f64 {
+        self.traits[ti].stall_per_miss * self.sc.tasks[ti].read_bps / 64.0 * 1e-9
+    }
+
+    /// Whether task `ti`'s stalled share could reach 1 at the model's highest latency, where
+    /// the share is clamped and no longer follows the latency's sum.
     fn saturates(&self, ti: usize) -> bool {
-        let per_latency = self.traits[ti].stall_per_miss * self.sc.tasks[ti].read_bps / 64.0;
-        per_latency * 1e-9 * self.sc.latency.idle_ns * 10.0 >= 1.0
+        self.stall_share_per_ns(ti) * self.sc.latency.max_latency_ns() >= 1.0
     }
 
     /// CPU `c` runs `next` from t_now: what ran is integrated, and the packages' rates and the

@@ -75,11 +75,19 @@ impl Default for LatencyModel {
 }
 
 impl LatencyModel {
+    /// The highest utilisation the model queues at.
+    const MAX_UTILISATION: f64 = 0.9;
+
     pub fn latency_ns(&self, bytes_per_s: f64, peak: Option<f64>) -> f64 {
         let u = peak
             .filter(|p| *p > 0.0)
-            .map_or(0.0, |p| (bytes_per_s / p).clamp(0.0, 0.9));
+            .map_or(0.0, |p| (bytes_per_s / p).clamp(0.0, Self::MAX_UTILISATION));
         self.idle_ns / (1.0 - u)
+    }
+
+    /// The highest latency [`Self::latency_ns`] gives (at the highest utilisation).
+    pub fn max_latency_ns(&self) -> f64 {
+        self.idle_ns / (1.0 - Self::MAX_UTILISATION)
     }
 }
 
