@@ -716,10 +716,9 @@ fn nothing_is_left_after_int_term_or_kill_and_the_next_run_removes_stale_groups(
             .spawn()
             .unwrap();
         // Running: a group per workload, each with its workload's pid.
-        let end = Instant::now() + Duration::from_secs(20);
-        while groups(&resctrl).len() < WORKLOADS.len() && Instant::now() < end {
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        imc_tests::wait_until(Duration::from_secs(20), Duration::from_millis(20), || {
+            groups(&resctrl).len() >= WORKLOADS.len()
+        });
         assert_eq!(
             groups(&resctrl).len(),
             WORKLOADS.len(),
@@ -727,10 +726,14 @@ fn nothing_is_left_after_int_term_or_kill_and_the_next_run_removes_stale_groups(
         );
         // Sampling: the tick's, the switch's and the exec program loaded (the signal may
         // come at any moment of the run; this one falls where the workloads have gone).
-        let end = Instant::now() + Duration::from_secs(20);
-        while imc_tests::bpf_programs_held_by(child.id()).len() < 3 && Instant::now() < end {
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let sampling =
+            imc_tests::wait_until(Duration::from_secs(20), Duration::from_millis(20), || {
+                imc_tests::bpf_programs_held_by(child.id()).len() >= 3
+            });
+        assert!(
+            sampling,
+            "{name}: imc did not load its three programs within 20 s"
+        );
         std::thread::sleep(Duration::from_millis(200));
         let pids = kernel.stop();
         assert_eq!(pids.len(), WORKLOADS.len(), "{name}: pids {pids:?}");
@@ -752,27 +755,24 @@ fn nothing_is_left_after_int_term_or_kill_and_the_next_run_removes_stale_groups(
         let status = wait_exit(&mut child, Duration::from_secs(15));
         assert!(status.is_some(), "{name}: imc did not end within 15 s");
         // Workloads die with imc (PR_SET_PDEATHSIG, or imc's own kill of their group).
-        let end = Instant::now() + Duration::from_secs(2);
-        while pids.iter().any(|&p| alive(p)) && Instant::now() < end {
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        imc_tests::wait_until(Duration::from_secs(2), Duration::from_millis(20), || {
+            !pids.iter().any(|&p| alive(p))
+        });
         let left: Vec<u32> = pids.iter().copied().filter(|&p| alive(p)).collect();
         assert!(left.is_empty(), "{name}: workloads left: {left:?}");
         // The kernel frees a dead process' programs a moment after it exits: within 1 s,
         // whoever else is running.
-        let end = Instant::now() + Duration::from_secs(1);
-        while !imc_tests::still_loaded(&held).is_empty() && Instant::now() < end {
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        imc_tests::wait_until(Duration::from_secs(1), Duration::from_millis(20), || {
+            imc_tests::still_loaded(&held).is_empty()
+        });
         assert_eq!(
             imc_tests::still_loaded(&held),
             Vec::<u64>::new(),
             "{name}: imc's programs still loaded 1 s after it ended"
         );
-        let end = Instant::now() + Duration::from_secs(3);
-        while !orphan_programs(&before).is_empty() && Instant::now() < end {
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        imc_tests::wait_until(Duration::from_secs(3), Duration::from_millis(50), || {
+            orphan_programs(&before).is_empty()
+        });
         assert!(
             orphan_programs(&before).is_empty(),
             "{name}: BPF programs left"
@@ -791,10 +791,9 @@ fn nothing_is_left_after_int_term_or_kill_and_the_next_run_removes_stale_groups(
                 .unwrap();
             // The kernel's rmdir is atomic; this test's writes are not: they start once the
             // stale groups are gone.
-            let end = Instant::now() + Duration::from_secs(10);
-            while stale.iter().any(|g| g.exists()) && Instant::now() < end {
-                std::thread::sleep(Duration::from_millis(2));
-            }
+            imc_tests::wait_until(Duration::from_secs(10), Duration::from_millis(2), || {
+                !stale.iter().any(|g| g.exists())
+            });
             let mut kernel = FakeKernel::start(resctrl.clone());
             let out = next.wait_with_output().unwrap();
             kernel.stop();

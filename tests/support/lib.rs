@@ -215,6 +215,25 @@ pub fn bpf_programs_held_by(pid: u32) -> std::collections::BTreeSet<u64> {
         .collect()
 }
 
+/// Checks `done` every `every` until it holds or `within` has passed; whether it held. A test
+/// asserts what it waited for afterwards, naming it.
+pub fn wait_until(
+    within: std::time::Duration,
+    every: std::time::Duration,
+    mut done: impl FnMut() -> bool,
+) -> bool {
+    let end = std::time::Instant::now() + within;
+    loop {
+        if done() {
+            return true;
+        }
+        if std::time::Instant::now() >= end {
+            return false;
+        }
+        std::thread::sleep(every);
+    }
+}
+
 /// Spawns `cmd` and collects the BPF programs it holds while it runs (polled every 20 ms) until
 /// it exits: its output and those program ids.
 pub fn run_collecting_bpf_programs(
