@@ -743,6 +743,22 @@ fn top_charges_no_task_with_page_faults_it_did_not_make() {
     }
 }
 
+/// The page faults a report (or one of its bursts) charged to process `tgid`: its `tasks` rows.
+fn page_faults_of(holder: &serde_json::Value, tgid: u64) -> f64 {
+    holder["tasks"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|t| t["tgid"].as_u64() == Some(tgid))
+        .map(|t| t["values"]["page-faults"].as_f64().unwrap_or(0.0))
+        .sum()
+}
+
+/// The seconds a report spans.
+fn span_of(v: &serde_json::Value) -> f64 {
+    (v["t_end_ns"].as_u64().unwrap() - v["t_start_ns"].as_u64().unwrap()) as f64 / 1e9
+}
+
 /// The end-to-end case: `imc record` for 8.5 s (three bursts) at 1000 Hz through the real eBPF
 /// path, beside a page-toucher that runs in bursts and a spinner, then `imc report` of the file
 /// and of copies cut at three points (a crash mid-write).
@@ -806,19 +822,14 @@ fn record_three_bursts_at_1000_hz_then_report_it_and_a_cut_copy() {
         v
     };
     let v = report(&file);
-    let span_s = (v["t_end_ns"].as_u64().unwrap() - v["t_start_ns"].as_u64().unwrap()) as f64 / 1e9;
+    let span_s = span_of(&v);
     assert!((span_s - secs).abs() < 1.0, "report spans {span_s:.2} s");
     assert_eq!(v["source"], "events:page-faults");
     assert_eq!(v["lost_samples"].as_u64(), Some(0), "{}", v["lost_samples"]);
-    let tasks = v["tasks"].as_array().unwrap();
-    let faults_of = |tgid: u64| -> f64 {
-        tasks
-            .iter()
-            .filter(|t| t["tgid"].as_u64() == Some(tgid))
-            .map(|t| t["values"]["page-faults"].as_f64().unwrap_or(0.0))
-            .sum()
-    };
-    let (touch, spin) = (faults_of(toucher_id), faults_of(spinner_id));
+    let (touch, spin) = (
+        page_faults_of(&v, toucher_id),
+        page_faults_of(&v, spinner_id),
+    );
     // A burst of 1 s every 3 s, each touching tens of thousands of fresh pages.
     assert!(
         touch > 2_000.0 * secs,
@@ -842,18 +853,9 @@ fn record_three_bursts_at_1000_hz_then_report_it_and_a_cut_copy() {
     // them. What is the test's to check: the toucher's on-phases show as bursts, and in each
     // of them the toucher leads the test's own processes (what it made there, not the spinner).
     let bursts = v["bursts"].as_array().unwrap();
-    let in_burst = |b: &serde_json::Value, tgid: u64| -> f64 {
-        b["tasks"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter(|t| t["tgid"].as_u64() == Some(tgid))
-            .map(|t| t["values"]["page-faults"].as_f64().unwrap_or(0.0))
-            .sum()
-    };
     let with_toucher = bursts
         .iter()
-        .filter(|b| in_burst(b, toucher_id) > 0.0)
+        .filter(|b| page_faults_of(b, toucher_id) > 0.0)
         .count();
     assert!(
         with_toucher >= 1,
@@ -861,7 +863,7 @@ fn record_three_bursts_at_1000_hz_then_report_it_and_a_cut_copy() {
         bursts.len()
     );
     for b in bursts {
-        let (t, s) = (in_burst(b, toucher_id), in_burst(b, spinner_id));
+        let (t, s) = (page_faults_of(b, toucher_id), page_faults_of(b, spinner_id));
         if t <= 0.0 {
             // Another program's burst.
             continue;
@@ -879,18 +881,6 @@ fn record_three_bursts_at_1000_hz_then_report_it_and_a_cut_copy() {
     // falls is the writer's to choose (raw ticks go to the bursts it has learnt to see, most
     // of them after its first 50 intervals), so the checks are on order, not on time shares.
     let bytes = std::fs::read(&file).unwrap();
-    let toucher_faults = |v: &serde_json::Value| -> f64 {
-        v["tasks"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|t| t["tgid"].as_u64() == Some(toucher_id))
-            .map(|t| t["values"]["page-faults"].as_f64().unwrap_or(0.0))
-            .sum()
-    };
-    let span_of = |v: &serde_json::Value| -> f64 {
-        (v["t_end_ns"].as_u64().unwrap() - v["t_start_ns"].as_u64().unwrap()) as f64 / 1e9
-    };
     let mut before = (0.0, 0.0);
     for quarter in 1..=3 {
         let cut = dir.path().join(format!("cut-{quarter}.imc"));
@@ -900,7 +890,7 @@ fn record_three_bursts_at_1000_hz_then_report_it_and_a_cut_copy() {
             c["t_start_ns"], v["t_start_ns"],
             "a cut copy starts where the file does"
         );
-        let (cut_s, cut_touch) = (span_of(&c), toucher_faults(&c));
+        let (cut_s, cut_touch) = (span_of(&c), page_faults_of(&c, toucher_id));
         assert!(
             cut_s > 0.0 && cut_s >= before.0 && cut_s < span_s,
             "{quarter}/4 of the file reports {cut_s:.2} s; {:.2} s before it, {span_s:.2} s in all",
