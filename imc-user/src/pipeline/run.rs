@@ -252,11 +252,9 @@ async fn run_loop(
                 break;
             }
         }
-        // A loop that drains at least once an interval wakes when the next interval is due
-        // (its end and the hold for its last records), so each is delivered on time; one that
-        // drains less often (`record` and `serve` batch their drains, see the plan's Drain)
-        // closes the intervals at its drains, each wake-up closing several.
-        if !batches_intervals(period, opts.interval_ms) {
+        // Unless the drain is batched, wake when the next interval is due (its end and the
+        // hold for its last records), so each is delivered on time.
+        if !crate::plan::drain::batches_intervals(drain_ms.into(), opts.interval_ms) {
             let due = drainer.close_due_ns(&ends);
             let mono = crate::sampler::monotonic_ns();
             if due > mono {
@@ -269,12 +267,6 @@ async fn run_loop(
         failed = end_command(c, opts.command, failed).await;
     }
     failed.map_or(Ok(exit), Err)
-}
-
-/// Whether a loop draining every `period` closes several intervals of `interval_ms` per
-/// wake-up, rather than waking for each as it falls due.
-fn batches_intervals(period: Duration, interval_ms: u64) -> bool {
-    period > Duration::from_millis(interval_ms)
 }
 
 /// One wake-up's work: everything the rings hold into the attributor and the sink, and when
@@ -432,27 +424,4 @@ async fn end_command(
         pid,
         source: Box::new(e),
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::batches_intervals;
-    use crate::plan::drain::{BATCH_MS, period_ms};
-    use std::time::Duration;
-
-    /// The modes left on (`record`, `serve` at 100 ms intervals) sleep a whole batch and close
-    /// ten intervals a wake-up; a live view and a finer `--freq` wake for each interval.
-    #[test]
-    fn only_a_loop_draining_less_often_than_its_intervals_batches_them() {
-        let ms = Duration::from_millis;
-        assert!(batches_intervals(ms(BATCH_MS), 100));
-        assert!(!batches_intervals(ms(BATCH_MS), 1000));
-        for (interval, kernel_tick) in [(1000, true), (100, true), (40, false), (10, false)] {
-            let period = ms(period_ms(interval, kernel_tick).into());
-            assert!(
-                !batches_intervals(period, interval),
-                "{interval} ms: drained every {period:?}"
-            );
-        }
-    }
 }

@@ -21,6 +21,13 @@ pub fn period_ms(interval_ms: u64, kernel_tick: bool) -> u32 {
     }
 }
 
+/// Whether a loop draining every `period_ms` closes several intervals of `interval_ms` a
+/// wake-up (the batched drain of `record` and `serve`) rather than waking for each interval as
+/// it falls due, as a live view does to show each on time.
+pub fn batches_intervals(period_ms: u64, interval_ms: u64) -> bool {
+    period_ms > interval_ms
+}
+
 impl Plan {
     /// The drain period of this plan's loop, in ms: the plan's own [`super::Drain`] where it
     /// has one, else [`period_ms`] for `interval_ms` (on the kernel's tick unless the plan's
@@ -30,5 +37,25 @@ impl Plan {
             || period_ms(interval_ms, !self.tick.adds_interrupts),
             |d| d.every_ms.min(u64::from(u32::MAX)) as u32,
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{BATCH_MS, batches_intervals, period_ms};
+
+    /// The modes left on (`record`, `serve` at 100 ms intervals) sleep a whole batch and close
+    /// ten intervals a wake-up; a live view and a finer `--freq` wake for each interval.
+    #[test]
+    fn only_a_loop_draining_less_often_than_its_intervals_batches_them() {
+        assert!(batches_intervals(BATCH_MS, 100));
+        assert!(!batches_intervals(BATCH_MS, 1000));
+        for (interval, kernel_tick) in [(1000, true), (100, true), (40, false), (10, false)] {
+            let period = u64::from(period_ms(interval, kernel_tick));
+            assert!(
+                !batches_intervals(period, interval),
+                "{interval} ms: drained every {period} ms"
+            );
+        }
     }
 }
