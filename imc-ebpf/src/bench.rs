@@ -117,3 +117,23 @@ pub fn bare_switch_clock(_ctx: aya_ebpf::programs::RawTracePointContext) -> i32 
     probe_store(0, unsafe { bpf_ktime_get_ns() });
     0
 }
+
+/// The floor of imc's default collector on a workload: loaded on sched_switch and on the
+/// kernel's tick tracepoint (the hooks imc's programs use), reading slot 0's counter of its CPU
+/// and the clock, the least a program there must do to charge a slice's counts to a task, and
+/// nothing else. `cargo xtask bench-overhead` runs the compute and memory workloads under it
+/// beside imc, so imc's collector CPU is read against what those runs alone cost the machine.
+#[aya_ebpf::macros::raw_tracepoint(tracepoint = "sched_switch")]
+pub fn bare_hooks_read_clock(_ctx: aya_ebpf::programs::RawTracePointContext) -> i32 {
+    // SAFETY: SLOT0 is a PERF_EVENT_ARRAY map; the helper checks the entry. The clock helper
+    // has no preconditions.
+    let (v, t) = unsafe {
+        (
+            bpf_perf_event_read(&raw const SLOT0 as *mut c_void, BPF_F_CURRENT_CPU),
+            bpf_ktime_get_ns(),
+        )
+    };
+    // One store of both, so neither read is left out and no second lookup is added.
+    probe_store(0, v.wrapping_add(t));
+    0
+}

@@ -200,7 +200,7 @@ impl Bench {
         let mut argv = collector;
         argv.extend(self.workload_cmd(kind, units, extra));
         let mut cmd = Command::new(&argv[0]);
-        if extra.iter().any(|f| f.starts_with("--bare-switch")) {
+        if extra.iter().any(|f| f.starts_with("--bare-")) {
             cmd.env(OBJECT_ENV, &self.bench_object);
         }
         let out = cmd
@@ -240,12 +240,8 @@ impl Bench {
             ),
             Arm::ImcFreq => self.under_imc(kind, units, Some(FREQ), &[], &[]),
             Arm::ImcPrecise => self.under_imc(kind, units, None, &["--precise"], &[]),
-            Arm::BareSwitch | Arm::BareSwitchRead | Arm::BareSwitchClock => {
-                let flag = match arm {
-                    Arm::BareSwitchRead => "--bare-switch-read",
-                    Arm::BareSwitchClock => "--bare-switch-clock",
-                    _ => "--bare-switch",
-                };
+            Arm::BareSwitch | Arm::BareSwitchRead | Arm::BareSwitchClock | Arm::BareHooks => {
+                let flag = arm.bare_flag().unwrap_or_default();
                 let (w, stderr) = self.execute(Vec::new(), kind, units, &[flag])?;
                 if w.bare_runs == 0 {
                     bail!("the {} never ran: {stderr}", arm.label());
@@ -467,12 +463,27 @@ fn arm_row(r: &KindRuns, arm: Arm, runs: &[Work]) -> String {
             .unwrap_or_default(),
     );
     let added_pct = mean_se(&r.irq_added_pct(arm).unwrap_or_default());
-    let coll = each(&|w| w.collector_pct(c));
-    let (bpf_share, bpf_rate, ns_per_run) = if runs.iter().any(|w| w.bpf_runs > 0) {
-        let share = each(&|w| w.bpf_run_s / (w.elapsed_s * c as f64) * 100.0).mean;
-        let rate = each(&|w| w.bpf_runs as f64 / w.elapsed_s).mean;
-        let total_s: f64 = runs.iter().map(|w| w.bpf_run_s).sum();
-        let total_runs: u64 = runs.iter().map(|w| w.bpf_runs).sum();
+    // A bare arm's collector is its program alone: the workload's, not its parent's.
+    let bare = arm.bare_flag().is_some();
+    let coll = each(&|w| {
+        if bare {
+            w.bare_pct(c)
+        } else {
+            w.collector_pct(c)
+        }
+    });
+    let programs = |w: &Work| {
+        if bare {
+            (w.bare_runs, w.bare_run_s)
+        } else {
+            (w.bpf_runs, w.bpf_run_s)
+        }
+    };
+    let (bpf_share, bpf_rate, ns_per_run) = if runs.iter().any(|w| programs(w).0 > 0) {
+        let share = each(&|w| programs(w).1 / (w.elapsed_s * c as f64) * 100.0).mean;
+        let rate = each(&|w| programs(w).0 as f64 / w.elapsed_s).mean;
+        let total_s: f64 = runs.iter().map(|w| programs(w).1).sum();
+        let total_runs: u64 = runs.iter().map(|w| programs(w).0).sum();
         (
             format!("{share:.3}%"),
             format!("{rate:.0}"),
@@ -518,6 +529,9 @@ fn checks(all: &[KindRuns]) -> Vec<Check> {
                 },
                 detail: "imc's CPU + its BPF run time, over wall × CPUs".into(),
             });
+        }
+        if let Some(check) = floor_check(r) {
+            out.push(check);
         }
         if let (Some(with), Some(without)) = (r.runs(Arm::ImcStacks), r.runs(Arm::ImcTick)) {
             // Per round: the collector's CPU with stacks over the same round's without.
@@ -582,6 +596,50 @@ fn checks(all: &[KindRuns]) -> Vec<Check> {
         }
     }
     out
+}
+
+/// The collector target against its floor on the same workload: the bare program on imc's
+/// hooks (one counter read and the clock a run, nothing else) as a share of the machine, with
+/// what imc's programs and its process cost above it, per round. A floor over the target says
+/// that no program on these hooks, reading what the tick must, can meet it on this machine.
+fn floor_check(r: &KindRuns) -> Option<Check> {
+    let (floor, imc) = (r.runs(Arm::BareHooks)?, r.runs(Arm::ImcTick)?);
+    let c = r.cpus;
+    let per_round = |f: &dyn Fn(&Work, &Work) -> f64| {
+        mean_se(
+            &floor
+                .iter()
+                .zip(imc)
+                .map(|(b, i)| f(b, i))
+                .collect::<Vec<_>>(),
+        )
+    };
+    let bpf_over =
+        per_round(&|b, i| i.bpf_run_s / (i.elapsed_s * c as f64) * 100.0 - b.bare_pct(c));
+    let user = per_round(&|_, i| i.parent_cpu_s / (i.elapsed_s * c as f64) * 100.0);
+    let ns = |runs: u64, s: f64| s * 1e9 / runs.max(1) as f64;
+    let floor_ns = ns(
+        floor.iter().map(|w| w.bare_runs).sum(),
+        floor.iter().map(|w| w.bare_run_s).sum(),
+    );
+    let imc_ns = ns(
+        imc.iter().map(|w| w.bpf_runs).sum(),
+        imc.iter().map(|w| w.bpf_run_s).sum(),
+    );
+    Some(Check {
+        what: format!(
+            "{}: the floor alone (a bare program on imc's hooks reading a counter and the \
+             clock), % of the machine: at most the collector target, or no program there meets it",
+            r.kind.arg()
+        ),
+        figure: mean_se(&floor.iter().map(|w| w.bare_pct(c)).collect::<Vec<_>>()),
+        target: TARGET_COLLECTOR_PCT,
+        detail: format!(
+            "{floor_ns:.0} ns a run; in the same rounds imc's programs {imc_ns:.0} ns a run, \
+             {:+.3} ± {:.3} points of the machine above the floor, and its process {:.3} ± {:.3}",
+            bpf_over.mean, bpf_over.se, user.mean, user.se
+        ),
+    })
 }
 
 /// `imc record --dry-run --json ARGS`: the plan's JSON.

@@ -13,7 +13,8 @@
 //! refuses the grouping. A last short run measures output latency: when each `--json` line
 //! reaches the pipe against the end of its interval. `IMC_BENCH_BUSY=1` keeps every CPU busy
 //! with a spinning thread throughout (the other case: idle CPUs miss cpu-clock samples and are
-//! read from userspace). std only: perf's and imc's text output are parsed here.
+//! read from userspace). Beside them, the floor of that design: `imc-workload wake`, a thread
+//! per CPU that sleeps to every 1 ms boundary and does nothing else. std only: perf's and imc's text output are parsed here.
 use crate::host::online_cpus;
 use anyhow::{Context, Result, anyhow, bail};
 use std::io::Read;
@@ -23,6 +24,8 @@ use std::time::{Duration, Instant};
 
 const SECONDS: u64 = 10;
 const INTERVAL_MS: f64 = 1.0;
+/// imc's CPU at `-I 1` against perf's, at most.
+const TARGET_VS_PERF: f64 = 0.125;
 
 /// One tool's run.
 struct Run {
@@ -332,7 +335,8 @@ fn latencies(imc_bin: &Path, secs: u64) -> Result<Vec<f64>> {
     Ok(lat)
 }
 
-pub fn run(imc_bin: &Path) -> Result<()> {
+/// `workload`: imc-workload (imc-tools), whose `wake` mode is the floor of a userspace design.
+pub fn run(imc_bin: &Path, workload: &Path) -> Result<()> {
     let cpus = online_cpus()?;
     let secs = SECONDS.to_string();
     let busy = std::env::var("IMC_BENCH_BUSY").is_ok_and(|v| v == "1");
@@ -357,6 +361,10 @@ pub fn run(imc_bin: &Path) -> Result<()> {
     perf_run.intervals = perf_lines.iter().map(|&(_, d, c)| (d, c)).collect();
     perf_run.nominal = true;
 
+    let mut floor = Command::new(workload);
+    floor.args(["wake", &secs]);
+    let (_, _, floor_run) = measure("floor", floor)?;
+
     let lat = latencies(imc_bin, 3)?;
 
     println!(
@@ -379,7 +387,7 @@ pub fn run(imc_bin: &Path) -> Result<()> {
         }
     };
     println!(
-        "ratios: imc/perf CPU = {:.3} (target <= 0.125), imc-dl/perf = {:.3}; intervals \
+        "ratios: imc/perf CPU = {:.3} (target <= {TARGET_VS_PERF}), imc-dl/perf = {:.3}; intervals \
          delivered imc {:.1}% vs perf {:.1}% (target imc >= 99%); worst interval-duration error \
          imc {:.1} µs vs perf {:.1} µs against its timestamps, {:.1} µs against the nominal 1 ms \
          ({} imc intervals said a counter was not counted, a kernel throttle: left out)",
@@ -392,8 +400,43 @@ pub fn run(imc_bin: &Path) -> Result<()> {
         p.worst_nominal_us,
         imc_partial
     );
+    print_floor(&floor_run, &figs[0], p.cpu_s, cpus);
     print_latency(&lat);
     Ok(())
+}
+
+/// The floor of any design that wakes a thread on every CPU at every boundary (imc's local
+/// readers on idle CPUs are one): CPU seconds of threads that only sleep to each 1 ms boundary,
+/// beside imc's and perf's in the same run, and the target's budget.
+fn print_floor(floor: &Run, imc: &Figures, perf_cpu_s: f64, cpus: usize) {
+    println!(
+        "{}",
+        floor_line(
+            figures(floor, cpus).cpu_s,
+            floor.wall_s,
+            imc.cpu_s,
+            perf_cpu_s,
+            cpus
+        )
+    );
+}
+
+fn floor_line(floor_s: f64, wall_s: f64, imc_s: f64, perf_s: f64, cpus: usize) -> String {
+    let budget = perf_s * TARGET_VS_PERF;
+    format!(
+        "floor: a thread pinned to each of the {cpus} CPUs, sleeping to every 1 ms boundary and \
+         doing nothing else (imc-workload wake), used {floor_s:.4} CPU s in {wall_s:.2} s: \
+         {:.3} of perf's CPU and {:.3} of imc's; the target's budget ({TARGET_VS_PERF} of \
+         perf's) is {budget:.4} s{}",
+        floor_s / perf_s,
+        floor_s / imc_s,
+        if floor_s > budget {
+            "; the floor alone is over it, so no design that wakes userspace on every CPU every \
+             millisecond meets the target here"
+        } else {
+            ""
+        }
+    )
 }
 
 /// The table of the three runs (imc, imc forced to deadline reads, perf): their figures.
@@ -468,5 +511,22 @@ mod tests {
         std::thread::sleep(Duration::from_millis(5));
         let b = mono_ns(Instant::now()).unwrap();
         assert!(b - a >= 5_000_000 && b - a < 1_000_000_000, "{a} {b}");
+    }
+
+    #[test]
+    fn the_floor_is_set_against_the_targets_budget() {
+        // perf 0.96 s: a budget of 0.12 s. A floor of 0.31 s is over it.
+        let over = floor_line(0.31, 10.0, 0.333, 0.96, 2);
+        assert!(over.contains("used 0.3100 CPU s in 10.00 s"), "{over}");
+        assert!(
+            over.contains("0.323 of perf's CPU and 0.931 of imc's"),
+            "{over}"
+        );
+        assert!(
+            over.contains("is 0.1200 s; the floor alone is over it"),
+            "{over}"
+        );
+        let under = floor_line(0.1, 10.0, 0.333, 0.96, 2);
+        assert!(under.ends_with("is 0.1200 s"), "{under}");
     }
 }

@@ -262,7 +262,8 @@ fn real_main() -> Result<ExitCode> {
         }
         "bench-stat" => {
             let bin = build(true)?;
-            bench_stat::run(&bin)?;
+            let workload = build_tool("imc-workload")?;
+            bench_stat::run(&bin, &workload)?;
         }
         "bench-overhead" => {
             let bin = build(true)?;

@@ -2,13 +2,16 @@
 //! `perf record`): a fixed amount of work, timed by itself so that the collector's start-up and
 //! tear-down stay outside the figure.
 //!
-//!   imc-workload mem|cpu|switch UNITS [--probe-parent] [--warm-up-ms MS] [--bare-switch | --bare-switch-read | --bare-switch-clock]
+//!   imc-workload mem|cpu|switch|wake UNITS [--probe-parent] [--warm-up-ms MS] [--bare-switch | --bare-switch-read | --bare-switch-clock | --bare-hooks]
 //!
 //! mem: UNITS passes of read-modify-write over a 256 MiB buffer (far beyond any LLC), split
 //! between one thread per online CPU. cpu: UNITS million steps of an integer/FP recurrence on
 //! each of those threads, all in registers. switch: UNITS thousand round trips of one byte
 //! between two threads through a pair of pipes, so that nearly all the time goes into context
-//! switches. Prints one line of key=value figures on stdout, among them `loc=`: the local timer
+//! switches. wake: UNITS seconds of 1 ms boundaries, one thread pinned to each online CPU
+//! sleeping to every boundary (absolute deadlines, 1 µs timer slack) and doing nothing else:
+//! what any design that wakes a thread on every CPU every millisecond costs at the least
+//! (`cargo xtask bench-stat` sets it beside `imc stat -I 1`'s local readers). Prints one line of key=value figures on stdout, among them `loc=`: the local timer
 //! interrupts (/proc/interrupts LOC, all CPUs) taken during the timed work.
 //!
 //! --probe-parent: just before and just after the timed work (outside it), read the parent's
@@ -33,6 +36,9 @@
 //! of its CPU (opened here on every online CPU): the floor plus one counter read.
 //! --bare-switch-clock: the same with `bare_switch_clock`, which reads the clock: the floor plus
 //! the timestamp a switch needs.
+//! --bare-hooks: `bare_hooks_read_clock`, which reads the page-faults counter of its CPU and the
+//! clock, on sched_switch and on the kernel's tick tracepoint (the first of imc's own choices
+//! that attaches): the floor of imc's default collector on the same workload.
 use imc::discovery::topology::online_cpus;
 use imc::sys::bpf::BpfSys;
 use imc::sys::perf::PerfSys;
@@ -49,6 +55,7 @@ enum Mode {
     Mem,
     Cpu,
     Switch,
+    Wake,
 }
 
 impl Mode {
@@ -57,6 +64,7 @@ impl Mode {
             "mem" => Some(Mode::Mem),
             "cpu" => Some(Mode::Cpu),
             "switch" => Some(Mode::Switch),
+            "wake" => Some(Mode::Wake),
             _ => None,
         }
     }
@@ -213,6 +221,29 @@ fn switch_work(round_trips: u64) -> std::io::Result<()> {
     })
 }
 
+/// `wake`: 1 ms boundaries per unit (a second).
+const WAKES_PER_UNIT: u64 = 1_000;
+const WAKE_PERIOD_NS: u64 = 1_000_000;
+
+/// Pinned to `cpu` with a 1 µs timer slack, as `imc stat`'s local readers are, sleeps to each of
+/// the next `boundaries` millisecond boundaries and does nothing when it wakes.
+fn wake_work(cpu: u32, boundaries: u64) {
+    use imc::counting::clock::{Clock, MonotonicClock};
+    if let Err(e) = imc::sys::thread::pin_to_cpu(cpu) {
+        eprintln!("imc-workload: pinning a thread to CPU {cpu}: {e}");
+        std::process::exit(1);
+    }
+    let _ = imc::sys::thread::set_timer_slack_ns(1_000);
+    let clock = MonotonicClock;
+    let start = clock.now_ns() / WAKE_PERIOD_NS * WAKE_PERIOD_NS;
+    for k in 1..=boundaries {
+        let at = start + k * WAKE_PERIOD_NS;
+        while clock.now_ns() < at {
+            clock.sleep_until(at);
+        }
+    }
+}
+
 fn run_work(mode: Mode, units: u64, threads: usize, buf: &mut [u64]) {
     match mode {
         Mode::Mem => std::thread::scope(|s| {
@@ -234,13 +265,41 @@ fn run_work(mode: Mode, units: u64, threads: usize, buf: &mut [u64]) {
                 std::process::exit(1);
             }
         }
+        Mode::Wake => std::thread::scope(|s| {
+            for cpu in online_cpu_list() {
+                s.spawn(move || wake_work(cpu, units * WAKES_PER_UNIT));
+            }
+        }),
     }
 }
 
-/// The benchmark object's bare sched_switch program `name`, loaded and attached (detached when
-/// the returned handle is dropped); with `read`, a page-faults counter of every online CPU in
+/// A bare program of the benchmark's object to load for the timed work.
+#[derive(Clone, Copy)]
+struct Bare {
+    name: &'static str,
+    /// It reads slot 0: a page-faults counter of every online CPU goes there first.
+    reads: bool,
+    /// Also on the kernel's tick tracepoint, besides sched_switch.
+    tick: bool,
+}
+
+impl Bare {
+    /// A program on sched_switch alone.
+    fn switch(name: &'static str, reads: bool) -> Bare {
+        Bare {
+            name,
+            reads,
+            tick: false,
+        }
+    }
+}
+
+/// The benchmark object's bare program, loaded and attached to sched_switch (and, with
+/// `bare.tick`, to the first of imc's kernel tick tracepoints that attaches), detached when the
+/// returned handle is dropped; with `bare.reads`, a page-faults counter of every online CPU in
 /// its slot 0 array first (the counters live as long as the handle).
-fn load_bare_switch(name: &str, read: bool) -> Result<(aya::Ebpf, Vec<OwnedFd>), String> {
+fn load_bare(bare: Bare) -> Result<(aya::Ebpf, Vec<OwnedFd>), String> {
+    let name = bare.name;
     let path = std::env::var_os(imc::sampler::object::OBJECT_ENV).ok_or_else(|| {
         format!(
             "{} names no object (cargo xtask bench-overhead sets it to the bench build)",
@@ -255,7 +314,7 @@ fn load_bare_switch(name: &str, read: bool) -> Result<(aya::Ebpf, Vec<OwnedFd>),
         .load(&bytes)
         .map_err(|e| format!("loading the object: {e}"))?;
     let mut counters = Vec::new();
-    if read {
+    if bare.reads {
         let map = match ebpf.map(imc_common::SLOT_MAP_NAMES[0]) {
             Some(aya::maps::Map::PerfEventArray(m)) => m.fd().as_fd().try_clone_to_owned(),
             _ => return Err("the object has no slot 0 array".into()),
@@ -282,7 +341,21 @@ fn load_bare_switch(name: &str, read: bool) -> Result<(aya::Ebpf, Vec<OwnedFd>),
         .map_err(|e| format!("{name}: {e}"))?;
     prog.load().map_err(|e| format!("loading {name}: {e}"))?;
     prog.attach("sched_switch")
-        .map_err(|e| format!("attaching {name}: {e}"))?;
+        .map_err(|e| format!("attaching {name} to sched_switch: {e}"))?;
+    if bare.tick {
+        let mut refused = Vec::new();
+        let attached = imc::sampler::KERNEL_TICK_TRACEPOINTS.iter().any(|tp| {
+            prog.attach(tp)
+                .map_err(|e| refused.push(format!("{tp}: {e}")))
+                .is_ok()
+        });
+        if !attached {
+            return Err(format!(
+                "no kernel tick tracepoint took {name} ({})",
+                refused.join("; ")
+            ));
+        }
+    }
     Ok((ebpf, counters))
 }
 
@@ -302,7 +375,7 @@ fn main() {
     } = parse_args(&args);
     let threads = match mode {
         Mode::Switch => 2,
-        Mode::Mem | Mode::Cpu => online_cpu_list().len(),
+        Mode::Mem | Mode::Cpu | Mode::Wake => online_cpu_list().len(),
     };
 
     // Set-up outside the timed work: fault the buffer in; turn on BPF run statistics (held until
@@ -323,10 +396,10 @@ fn main() {
     } else {
         None
     };
-    let _bare = bare.map(|(name, read)| match load_bare_switch(name, read) {
+    let _bare = bare.map(|b| match load_bare(b) {
         Ok(b) => b,
         Err(e) => {
-            eprintln!("imc-workload: {name}: {e}");
+            eprintln!("imc-workload: {}: {e}", b.name);
             std::process::exit(1);
         }
     });
@@ -394,15 +467,15 @@ struct Args {
     probe_parent: bool,
     /// Untimed work before the window (zero: none).
     warm_up: std::time::Duration,
-    /// The bare switch program to load: its name, and whether it reads a counter.
-    bare: Option<(&'static str, bool)>,
+    /// The bare program to load, if any.
+    bare: Option<Bare>,
 }
 
 /// Units of work between two looks at the clock during the warm-up.
 const WARM_UP_UNITS: u64 = 10;
 
 fn parse_args(args: &[String]) -> Args {
-    let usage = "usage: imc-workload mem|cpu|switch UNITS [--probe-parent] [--warm-up-ms MS] [--bare-switch | --bare-switch-read | --bare-switch-clock] (UNITS: a whole number >= 1; MS: a whole number of milliseconds)";
+    let usage = "usage: imc-workload mem|cpu|switch|wake UNITS [--probe-parent] [--warm-up-ms MS] [--bare-switch | --bare-switch-read | --bare-switch-clock | --bare-hooks] (UNITS: a whole number >= 1; MS: a whole number of milliseconds)";
     let fail = |what: String| -> ! {
         eprintln!("imc-workload: {what}{usage}");
         std::process::exit(2);
@@ -432,9 +505,16 @@ fn parse_args(args: &[String]) -> Args {
                     _ => fail(format!("--warm-up-ms takes up to 600000, not '{v}'; ")),
                 }
             }
-            "--bare-switch" => out.bare = Some(("bare_switch", false)),
-            "--bare-switch-read" => out.bare = Some(("bare_switch_read", true)),
-            "--bare-switch-clock" => out.bare = Some(("bare_switch_clock", false)),
+            "--bare-switch" => out.bare = Some(Bare::switch("bare_switch", false)),
+            "--bare-switch-read" => out.bare = Some(Bare::switch("bare_switch_read", true)),
+            "--bare-switch-clock" => out.bare = Some(Bare::switch("bare_switch_clock", false)),
+            "--bare-hooks" => {
+                out.bare = Some(Bare {
+                    name: "bare_hooks_read_clock",
+                    reads: true,
+                    tick: true,
+                })
+            }
             other => fail(format!("unknown argument '{other}'; ")),
         }
     }

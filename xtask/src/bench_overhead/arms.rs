@@ -48,6 +48,9 @@ impl Kind {
     }
     pub(super) fn arms(self, perf: bool) -> Vec<Arm> {
         let mut v = vec![Arm::Alone, Arm::ImcTick, Arm::ImcStacks, Arm::ImcFreq];
+        if self != Kind::Switch {
+            v.push(Arm::BareHooks);
+        }
         if self == Kind::Switch {
             v.extend([
                 Arm::ImcPrecise,
@@ -83,6 +86,9 @@ pub(super) enum Arm {
     BareSwitchRead,
     /// The same program reading the clock: the floor plus the timestamp.
     BareSwitchClock,
+    /// A bare program on imc's hooks (sched_switch and the kernel's tick) reading one counter
+    /// of its CPU and the clock: the floor of imc's default collector on the workload.
+    BareHooks,
     PerfClock,
     PerfSwitch,
 }
@@ -98,8 +104,19 @@ impl Arm {
             Arm::BareSwitch => "bare sched_switch program",
             Arm::BareSwitchRead => "bare program + 1 counter read",
             Arm::BareSwitchClock => "bare program + the clock",
+            Arm::BareHooks => "bare on tick+switch, read+clock",
             Arm::PerfClock => "perf record -F 1000 -a",
             Arm::PerfSwitch => "perf record -e sched_switch -a",
+        }
+    }
+    /// The workload's flag that loads this arm's bare program, for the bare arms.
+    pub(super) fn bare_flag(self) -> Option<&'static str> {
+        match self {
+            Arm::BareSwitch => Some("--bare-switch"),
+            Arm::BareSwitchRead => Some("--bare-switch-read"),
+            Arm::BareSwitchClock => Some("--bare-switch-clock"),
+            Arm::BareHooks => Some("--bare-hooks"),
+            _ => None,
         }
     }
     pub(super) fn short(self) -> &'static str {
@@ -112,6 +129,7 @@ impl Arm {
             Arm::BareSwitch => "bare",
             Arm::BareSwitchRead => "bare+read",
             Arm::BareSwitchClock => "bare+clock",
+            Arm::BareHooks => "floor",
             Arm::PerfClock => "perf-F",
             Arm::PerfSwitch => "perf-sw",
         }

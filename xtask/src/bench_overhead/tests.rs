@@ -149,9 +149,12 @@ fn reads_the_timer_share_of_the_parents_runs() {
 fn every_side_takes_every_position() {
     let arms = Kind::Switch.arms(true);
     assert_eq!(arms.len(), 10);
-    assert_eq!(Kind::Cpu.arms(true).len(), 5);
+    assert_eq!(Kind::Cpu.arms(true).len(), 6);
     assert_eq!(Kind::Switch.arms(false).len(), 8);
-    assert_eq!(Kind::Cpu.arms(false).len(), 4);
+    assert_eq!(Kind::Cpu.arms(false).len(), 5);
+    // The floor of the collector runs beside imc on the compute and memory workloads only.
+    assert!(Kind::Mem.arms(false).contains(&Arm::BareHooks));
+    assert!(!arms.contains(&Arm::BareHooks));
     for pos in 0..arms.len() {
         let at: Vec<Arm> = (0..arms.len())
             .map(|r| round_order(&arms, r)[pos])
@@ -221,4 +224,52 @@ fn targets_are_paired_by_round() {
         "{}",
         line("collector")
     );
+}
+
+#[test]
+fn the_floor_is_the_bare_programs_share_and_imc_is_read_above_it() {
+    let cpus = 2;
+    // The floor: 1000 runs taking 0.0004 s of 2 CPU-seconds each round: 0.02% of the machine,
+    // 400 ns a run. imc: 0.0005 s of BPF over 600 and 700 runs (0.025%) and 0.001 s of its
+    // process (0.05%).
+    let bare = |elapsed_s: f64| Work {
+        parent_progs: 0,
+        parent_cpu_s: 0.0,
+        bpf_runs: 0,
+        bpf_run_s: 0.0,
+        bare_runs: 1000,
+        bare_run_s: 0.0004 * elapsed_s,
+        ..work(elapsed_s, 500, 0)
+    };
+    let r = KindRuns {
+        kind: Kind::Mem,
+        cpus,
+        arms: vec![
+            (Arm::Alone, vec![work(1.0, 500, 0), work(1.0, 500, 0)]),
+            (Arm::ImcTick, vec![work(1.0, 500, 600), work(1.0, 500, 700)]),
+            (Arm::BareHooks, vec![bare(1.0), bare(1.0)]),
+        ],
+    };
+    let c = floor_check(&r).unwrap();
+    assert!((c.figure.mean - 0.02).abs() < 1e-9, "{:?}", c.figure);
+    assert_eq!(c.target, TARGET_COLLECTOR_PCT);
+    assert!(c.detail.starts_with("400 ns a run"), "{}", c.detail);
+    assert!(c.detail.contains("+0.005 ± 0.000 points"), "{}", c.detail);
+    assert!(c.detail.contains("its process 0.050"), "{}", c.detail);
+    // Under the target: PASS, the target is reachable above this floor.
+    assert!(check_line(&c).starts_with("PASS"), "{}", check_line(&c));
+    // The bare arm's row shows its program's figures, not its parent's (which has none).
+    let row = arm_row(&r, Arm::BareHooks, r.runs(Arm::BareHooks).unwrap());
+    assert!(row.ends_with(" 400"), "{row}");
+    assert!(row.contains("0.020%"), "{row}");
+    // Without the floor's runs there is no check.
+    let r = KindRuns {
+        arms: r
+            .arms
+            .into_iter()
+            .filter(|(a, _)| *a != Arm::BareHooks)
+            .collect(),
+        ..r
+    };
+    assert!(floor_check(&r).is_none());
 }

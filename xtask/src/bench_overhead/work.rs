@@ -41,6 +41,10 @@ impl Work {
     pub(super) fn ns_per_switch_run(&self) -> f64 {
         (self.bpf_run_s - self.timer_run_s).max(0.0) / self.switch_runs().max(1) as f64 * 1e9
     }
+    /// A bare arm's program run time, as a share (%) of the machine.
+    pub(super) fn bare_pct(&self, cpus: usize) -> f64 {
+        self.bare_run_s / (self.elapsed_s * cpus as f64) * 100.0
+    }
     /// The parent's CPU and its BPF programs' run time, as a share (%) of the machine.
     pub(super) fn collector_pct(&self, cpus: usize) -> f64 {
         (self.parent_cpu_s + self.bpf_run_s) / (self.elapsed_s * cpus as f64) * 100.0
