@@ -242,7 +242,13 @@ impl Bench {
             Arm::ImcPrecise => self.under_imc(kind, units, None, &["--precise"], &[]),
             Arm::BareSwitch | Arm::BareSwitchRead | Arm::BareSwitchClock | Arm::BareHooks => {
                 let flag = arm.bare_flag().unwrap_or_default();
-                let (w, stderr) = self.execute(Vec::new(), kind, units, &[flag])?;
+                let hz = (self.kernel_hz.round() as u32).to_string();
+                let args: &[&str] = if arm == Arm::BareHooks {
+                    &[flag, &hz]
+                } else {
+                    &[flag]
+                };
+                let (w, stderr) = self.execute(Vec::new(), kind, units, args)?;
                 if w.bare_runs == 0 {
                     bail!("the {} never ran: {stderr}", arm.label());
                 }
@@ -599,7 +605,8 @@ fn checks(all: &[KindRuns]) -> Vec<Check> {
 }
 
 /// The collector target against its floor on the same workload: the bare program on imc's
-/// hooks (one counter read and the clock a run, nothing else) as a share of the machine, with
+/// hooks (the clock at every run; a counter read at every switch and once a tick period, as
+/// imc reads; nothing else) as a share of the machine, with
 /// what imc's programs and its process cost above it, per round. A floor over the target says
 /// that no program on these hooks, reading what the tick must, can meet it on this machine.
 fn floor_check(r: &KindRuns) -> Option<Check> {
@@ -628,8 +635,9 @@ fn floor_check(r: &KindRuns) -> Option<Check> {
     );
     Some(Check {
         what: format!(
-            "{}: the floor alone (a bare program on imc's hooks reading a counter and the \
-             clock), % of the machine: at most the collector target, or no program there meets it",
+            "{}: the floor alone (bare programs on imc's hooks making the reads it makes: the \
+             clock, and a counter at each switch and tick period), % of the machine: at most the \
+             collector target, or no program there meets it",
             r.kind.arg()
         ),
         figure: mean_se(&floor.iter().map(|w| w.bare_pct(c)).collect::<Vec<_>>()),

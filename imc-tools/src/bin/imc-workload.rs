@@ -2,7 +2,7 @@
 //! `perf record`): a fixed amount of work, timed by itself so that the collector's start-up and
 //! tear-down stay outside the figure.
 //!
-//!   imc-workload mem|cpu|switch|wake UNITS [--probe-parent] [--warm-up-ms MS] [--bare-switch | --bare-switch-read | --bare-switch-clock | --bare-hooks]
+//!   imc-workload mem|cpu|switch|wake UNITS [--probe-parent] [--warm-up-ms MS] [--bare-switch | --bare-switch-read | --bare-switch-clock | --bare-hooks HZ]
 //!
 //! mem: UNITS passes of read-modify-write over a 256 MiB buffer (far beyond any LLC), split
 //! between one thread per online CPU. cpu: UNITS million steps of an integer/FP recurrence on
@@ -36,9 +36,10 @@
 //! of its CPU (opened here on every online CPU): the floor plus one counter read.
 //! --bare-switch-clock: the same with `bare_switch_clock`, which reads the clock: the floor plus
 //! the timestamp a switch needs.
-//! --bare-hooks: `bare_hooks_read_clock`, which reads the page-faults counter of its CPU and the
-//! clock, on sched_switch and on the kernel's tick tracepoint (the first of imc's own choices
-//! that attaches): the floor of imc's default collector on the same workload.
+//! --bare-hooks HZ: `bare_hooks_switch` on sched_switch, reading the page-faults counter of its
+//! CPU and the clock, and `bare_hooks_tick` on the kernel's tick tracepoint (the first of imc's
+//! own choices that attaches), reading the clock and, once per tick period of HZ, the counter:
+//! the reads imc's default collector makes on the same workload, and nothing else.
 use imc::discovery::topology::online_cpus;
 use imc::sys::bpf::BpfSys;
 use imc::sys::perf::PerfSys;
@@ -276,11 +277,13 @@ fn run_work(mode: Mode, units: u64, threads: usize, buf: &mut [u64]) {
 /// A bare program of the benchmark's object to load for the timed work.
 #[derive(Clone, Copy)]
 struct Bare {
+    /// The program on sched_switch.
     name: &'static str,
     /// It reads slot 0: a page-faults counter of every online CPU goes there first.
     reads: bool,
-    /// Also on the kernel's tick tracepoint, besides sched_switch.
-    tick: bool,
+    /// A second program on the kernel's tick tracepoint, and the kernel's HZ, from which its
+    /// read period is set as imc's is.
+    tick: Option<(&'static str, u32)>,
 }
 
 impl Bare {
@@ -289,15 +292,15 @@ impl Bare {
         Bare {
             name,
             reads,
-            tick: false,
+            tick: None,
         }
     }
 }
 
-/// The benchmark object's bare program, loaded and attached to sched_switch (and, with
-/// `bare.tick`, to the first of imc's kernel tick tracepoints that attaches), detached when the
-/// returned handle is dropped; with `bare.reads`, a page-faults counter of every online CPU in
-/// its slot 0 array first (the counters live as long as the handle).
+/// The benchmark object's bare program, loaded and attached to sched_switch (and `bare.tick`'s
+/// to the first of imc's kernel tick tracepoints that attaches, its read period imc's for that
+/// HZ), detached when the returned handle is dropped; with `bare.reads`, a page-faults counter of
+/// every online CPU in its slot 0 array first (the counters live as long as the handle).
 fn load_bare(bare: Bare) -> Result<(aya::Ebpf, Vec<OwnedFd>), String> {
     let name = bare.name;
     let path = std::env::var_os(imc::sampler::object::OBJECT_ENV).ok_or_else(|| {
@@ -309,8 +312,10 @@ fn load_bare(bare: Bare) -> Result<(aya::Ebpf, Vec<OwnedFd>), String> {
     let bytes = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.to_string_lossy()))?;
     let cpus = online_cpu_list();
     let possible = cpus.iter().max().map_or(1, |m| m + 1);
+    let min_flush = imc_common::tick_rules::min_flush_ns(bare.tick.map_or(0, |(_, hz)| hz));
     let mut ebpf = aya::EbpfLoader::new()
         .map_max_entries(imc_common::SLOT_MAP_NAMES[0], possible)
+        .override_global(imc_common::MIN_FLUSH_GLOBAL, &min_flush, true)
         .load(&bytes)
         .map_err(|e| format!("loading the object: {e}"))?;
     let mut counters = Vec::new();
@@ -332,6 +337,16 @@ fn load_bare(bare: Bare) -> Result<(aya::Ebpf, Vec<OwnedFd>), String> {
             counters.push(fd);
         }
     }
+    attach_bare(&mut ebpf, name, &["sched_switch"])?;
+    if let Some((tick, _)) = bare.tick {
+        attach_bare(&mut ebpf, tick, &imc::sampler::KERNEL_TICK_TRACEPOINTS)?;
+    }
+    Ok((ebpf, counters))
+}
+
+/// Loads the object's raw tracepoint program `name` and attaches it to the first of
+/// `tracepoints` that takes it.
+fn attach_bare(ebpf: &mut aya::Ebpf, name: &str, tracepoints: &[&str]) -> Result<(), String> {
     let prog: &mut aya::programs::RawTracePoint = ebpf
         .program_mut(name)
         .ok_or_else(|| {
@@ -340,23 +355,14 @@ fn load_bare(bare: Bare) -> Result<(aya::Ebpf, Vec<OwnedFd>), String> {
         .try_into()
         .map_err(|e| format!("{name}: {e}"))?;
     prog.load().map_err(|e| format!("loading {name}: {e}"))?;
-    prog.attach("sched_switch")
-        .map_err(|e| format!("attaching {name} to sched_switch: {e}"))?;
-    if bare.tick {
-        let mut refused = Vec::new();
-        let attached = imc::sampler::KERNEL_TICK_TRACEPOINTS.iter().any(|tp| {
-            prog.attach(tp)
-                .map_err(|e| refused.push(format!("{tp}: {e}")))
-                .is_ok()
-        });
-        if !attached {
-            return Err(format!(
-                "no kernel tick tracepoint took {name} ({})",
-                refused.join("; ")
-            ));
+    let mut refused = Vec::new();
+    for tp in tracepoints {
+        match prog.attach(tp) {
+            Ok(_) => return Ok(()),
+            Err(e) => refused.push(format!("{tp}: {e}")),
         }
     }
-    Ok((ebpf, counters))
+    Err(format!("attaching {name}: {}", refused.join("; ")))
 }
 
 /// The online CPUs' numbers (CPU 0 alone where they cannot be read).
@@ -475,7 +481,7 @@ struct Args {
 const WARM_UP_UNITS: u64 = 10;
 
 fn parse_args(args: &[String]) -> Args {
-    let usage = "usage: imc-workload mem|cpu|switch|wake UNITS [--probe-parent] [--warm-up-ms MS] [--bare-switch | --bare-switch-read | --bare-switch-clock | --bare-hooks] (UNITS: a whole number >= 1; MS: a whole number of milliseconds)";
+    let usage = "usage: imc-workload mem|cpu|switch|wake UNITS [--probe-parent] [--warm-up-ms MS] [--bare-switch | --bare-switch-read | --bare-switch-clock | --bare-hooks HZ] (UNITS: a whole number >= 1; MS: a whole number of milliseconds)";
     let fail = |what: String| -> ! {
         eprintln!("imc-workload: {what}{usage}");
         std::process::exit(2);
@@ -509,11 +515,19 @@ fn parse_args(args: &[String]) -> Args {
             "--bare-switch-read" => out.bare = Some(Bare::switch("bare_switch_read", true)),
             "--bare-switch-clock" => out.bare = Some(Bare::switch("bare_switch_clock", false)),
             "--bare-hooks" => {
-                out.bare = Some(Bare {
-                    name: "bare_hooks_read_clock",
-                    reads: true,
-                    tick: true,
-                })
+                let v = rest.next().map_or("", String::as_str);
+                match v.parse::<u32>() {
+                    Ok(hz) if (1..=100_000).contains(&hz) => {
+                        out.bare = Some(Bare {
+                            name: "bare_hooks_switch",
+                            reads: true,
+                            tick: Some(("bare_hooks_tick", hz)),
+                        })
+                    }
+                    _ => fail(format!(
+                        "--bare-hooks takes the kernel's HZ (1 to 100000), not '{v}'; "
+                    )),
+                }
             }
             other => fail(format!("unknown argument '{other}'; ")),
         }

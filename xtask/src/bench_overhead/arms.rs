@@ -104,12 +104,13 @@ impl Arm {
             Arm::BareSwitch => "bare sched_switch program",
             Arm::BareSwitchRead => "bare program + 1 counter read",
             Arm::BareSwitchClock => "bare program + the clock",
-            Arm::BareHooks => "bare on tick+switch, read+clock",
+            Arm::BareHooks => "floor: imc's reads alone",
             Arm::PerfClock => "perf record -F 1000 -a",
             Arm::PerfSwitch => "perf record -e sched_switch -a",
         }
     }
-    /// The workload's flag that loads this arm's bare program, for the bare arms.
+    /// The workload's flag that loads this arm's bare program, for the bare arms (`--bare-hooks`
+    /// takes the kernel's HZ after it).
     pub(super) fn bare_flag(self) -> Option<&'static str> {
         match self {
             Arm::BareSwitch => Some("--bare-switch"),
