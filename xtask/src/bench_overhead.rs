@@ -9,15 +9,17 @@
 //! - alone;
 //! - `imc record` — the default tick: imc's program on the kernel's own timer tick and on
 //!   sched_switch, no interrupt of its own;
-//! - `imc record --stacks` — the same, taking the call stack of every charged slice, measured
-//!   after a warm-up that takes the workload's first stacks (what reading its symbols once
-//!   costs is printed apart);
+//! - `imc record --stacks` — the same, taking the call stack of every charged slice;
 //! - `imc record --freq 1000` — imc's own cpu-clock timer on every CPU;
 //! - `perf record -e cpu-clock -F 1000 -a` (cpu-clock: there may be no hardware PMU);
 //! - for the context-switch workload, `perf record -e sched:sched_switch -a`.
 //!
 //! Where the machine has no memory-controller counters (imc's plan falls back to a proxy), imc
 //! records `-e page-faults` as a stand-in: the tick, drain and recording work are the same.
+//!
+//! Every imc arm is measured after a warm-up of the same work (`WARM_UP_MS`): a collector is
+//! left on, so the figure is what it costs from then on; what its first seconds cost (with
+//! `--stacks`, reading the workload's symbols once) is printed apart.
 //!
 //! Rounds interleave the arms, the order rotated every round so that drift on a shared machine
 //! hits every arm in every position alike; a figure is the mean over the rounds of the per-round
@@ -85,10 +87,12 @@ const TARGET_RECORDS_PER_TICK: f64 = 2.0;
 /// the machine.
 const TARGET_STACKS_RATIO: f64 = 2.0;
 const TARGET_STACKS_PCT: f64 = 0.1;
-/// `--stacks` runs its workload this long (ms) before the measured window: long enough for
-/// imc to drain its first stacks and read and index the workload's symbols (about 0.1 s of CPU
-/// for the 170 MB benchmark binary with its debug info).
-const STACKS_WARM_UP_MS: &str = "1500";
+/// Every imc arm runs its workload this long (ms) before the measured window: a collector is left
+/// on, so what it costs from then on is the figure, and what its first seconds cost is printed
+/// apart. Long enough for imc to learn its burst threshold's first figures and name the
+/// machine's processes, and, with `--stacks`, to drain the workload's first stacks and read and
+/// index its symbols (about 0.1 s of CPU for the 170 MB benchmark binary with its debug info).
+const WARM_UP_MS: &str = "1500";
 /// --freq: ticks counted over the window against FREQ × CPUs × seconds above this: the count
 /// is not what it claims to be (the least is per kind, `Kind::freq_min_ratio`).
 const TICKS_MAX_RATIO: f64 = 1.25;
@@ -228,18 +232,10 @@ impl Bench {
                 }
                 Ok(w)
             }
-            Arm::ImcTick => self.under_imc(kind, units, None, &[], &[]),
-            // After a warm-up that takes each program's first stacks: a collector left on
-            // reads a program's symbols once, and what it costs from then on is the figure.
-            Arm::ImcStacks => self.under_imc(
-                kind,
-                units,
-                None,
-                &["--stacks"],
-                &["--warm-up-ms", STACKS_WARM_UP_MS],
-            ),
-            Arm::ImcFreq => self.under_imc(kind, units, Some(FREQ), &[], &[]),
-            Arm::ImcPrecise => self.under_imc(kind, units, None, &["--precise"], &[]),
+            Arm::ImcTick => self.under_imc(kind, units, None, &[]),
+            Arm::ImcStacks => self.under_imc(kind, units, None, &["--stacks"]),
+            Arm::ImcFreq => self.under_imc(kind, units, Some(FREQ), &[]),
+            Arm::ImcPrecise => self.under_imc(kind, units, None, &["--precise"]),
             Arm::BareSwitch | Arm::BareSwitchRead | Arm::BareSwitchClock | Arm::BareHooks => {
                 let flag = arm.bare_flag().unwrap_or_default();
                 let hz = (self.kernel_hz.round() as u32).to_string();
@@ -259,13 +255,13 @@ impl Bench {
         }
     }
 
+    /// The workload under `imc record FLAGS`, measured after imc's warm-up (`WARM_UP_MS`).
     fn under_imc(
         &mut self,
         kind: Kind,
         units: u64,
         freq: Option<u32>,
         flags: &[&str],
-        workload_extra: &[&str],
     ) -> Result<Work> {
         self.runs += 1;
         let file = self.dir.join(format!("run{}.imc", self.runs));
@@ -279,7 +275,7 @@ impl Bench {
             argv.extend(["-e".into(), e.clone()]);
         }
         argv.extend(["-o".into(), file.display().to_string(), "--".into()]);
-        let (mut w, stderr) = self.execute(argv, kind, units, workload_extra)?;
+        let (mut w, stderr) = self.execute(argv, kind, units, &["--warm-up-ms", WARM_UP_MS])?;
         w.drained = parse_drained(&stderr);
         check_ticks(&w, kind, freq, self.kernel_hz, self.cpus).map_err(|e| {
             anyhow!("imc record was not sampling the measured run: {e}; imc said: {stderr}")
@@ -412,15 +408,21 @@ fn bench_kind(b: &mut Bench, kind: Kind, rounds: usize, target_s: f64) -> Result
         println!("  round {:>2}: wall s: {}", round + 1, walls.join("  "));
     }
     print_table(&runs);
-    if let Some((_, v)) = runs.arms.iter().find(|(a, _)| *a == Arm::ImcStacks) {
+    for (arm, v) in &runs.arms {
         let once: Vec<f64> = v.iter().filter_map(|w| w.warmup_parent_cpu_s).collect();
         if !once.is_empty() {
             let m = mean_se(&once.iter().map(|s| s * 1e3).collect::<Vec<_>>());
             println!(
-                "  imc record --stacks, once per new program: {:.1} ± {:.1} ms of imc's CPU over \
-                 the {STACKS_WARM_UP_MS} ms warm-up before its window (its first stacks drained, \
-                 its symbols read and indexed)",
-                m.mean, m.se
+                "  {}, its first {WARM_UP_MS} ms (before the window): {:.1} ± {:.1} ms of imc's \
+                 CPU{}",
+                arm.label(),
+                m.mean,
+                m.se,
+                if *arm == Arm::ImcStacks {
+                    " (its first stacks drained, the workload's symbols read and indexed)"
+                } else {
+                    ""
+                }
             );
         }
     }

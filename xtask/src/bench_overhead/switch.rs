@@ -68,9 +68,7 @@ pub(super) fn print_switch_split(r: &KindRuns, hz: f64, cpu_reads: usize) {
     for arm in [Arm::ImcTick, Arm::ImcPrecise, Arm::ImcFreq] {
         let Some(runs) = r.runs(arm) else { continue };
         let rate = each(runs, &|w| w.switch_runs() as f64 / w.elapsed_s);
-        // imc's whole run's records over the measured window: an upper bound on the window's
-        // rate (imc also drains the few records before and after it).
-        let drained = each(runs, &|w| w.drained.unwrap_or(0) as f64 / w.elapsed_s);
+        let drained = each(runs, &|w| w.drained_per_s().unwrap_or(0.0));
         let bpf = each(runs, &|w| w.bpf_run_s / (w.elapsed_s * c) * 100.0);
         let user = each(runs, &|w| w.parent_cpu_s / (w.elapsed_s * c) * 100.0);
         print_switch_row(arm, runs, [rate, drained, bpf, user], bare_ns);

@@ -28,6 +28,7 @@ fn work(elapsed_s: f64, loc: u64, runs: u64) -> Work {
         bare_runs: 0,
         bare_run_s: 0.0,
         drained: None,
+        warmup_s: None,
         warmup_parent_cpu_s: None,
     }
 }
@@ -50,7 +51,13 @@ fn parses_the_workload_line() {
         "\n",
         " warmup_ns=1500000000 warmup_parent_cpu_ns=104000000\n",
     ));
-    assert_eq!(warmed.unwrap().warmup_parent_cpu_s, Some(0.104));
+    let mut warmed = warmed.unwrap();
+    assert_eq!(warmed.warmup_parent_cpu_s, Some(0.104));
+    assert_eq!(warmed.warmup_s, Some(1.5));
+    // imc's whole run drained its records over the warm-up and the window, not the window alone.
+    assert_eq!(warmed.drained_per_s(), None);
+    warmed.drained = Some(4500);
+    assert_eq!(warmed.drained_per_s(), Some(1500.0));
     // Without the probe figures the line is refused: the check that imc sampled needs them.
     assert!(parse_work("imc-workload: elapsed_ns=1 cpu_ns=1 loc=1\n").is_err());
     assert!(parse_work("").is_err());

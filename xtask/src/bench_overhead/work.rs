@@ -24,7 +24,8 @@ pub(super) struct Work {
     pub(super) bare_run_s: f64,
     /// Under imc: records it drained from the kernel's rings over its whole run (its summary).
     pub(super) drained: Option<u64>,
-    /// With a warm-up before the window: the parent's CPU over it.
+    /// With a warm-up before the window: its length, and the parent's CPU over it.
+    pub(super) warmup_s: Option<f64>,
     pub(super) warmup_parent_cpu_s: Option<f64>,
 }
 
@@ -44,6 +45,11 @@ impl Work {
     /// A bare arm's program run time, as a share (%) of the machine.
     pub(super) fn bare_pct(&self, cpus: usize) -> f64 {
         self.bare_run_s / (self.elapsed_s * cpus as f64) * 100.0
+    }
+    /// Records imc drained a second: its whole run's over the warm-up and the window (an upper
+    /// bound on the window's rate: imc also drains the few records before and after them).
+    pub(super) fn drained_per_s(&self) -> Option<f64> {
+        Some(self.drained? as f64 / (self.elapsed_s + self.warmup_s.unwrap_or(0.0)))
     }
     /// The parent's CPU and its BPF programs' run time, as a share (%) of the machine.
     pub(super) fn collector_pct(&self, cpus: usize) -> f64 {
@@ -76,6 +82,7 @@ pub(super) fn parse_work(stdout: &str) -> Result<Work> {
         bare_runs: get("bare_runs").unwrap_or(0),
         bare_run_s: get("bare_run_ns").unwrap_or(0) as f64 / 1e9,
         drained: None,
+        warmup_s: get("warmup_ns").ok().map(|n| n as f64 / 1e9),
         warmup_parent_cpu_s: get("warmup_parent_cpu_ns").ok().map(|n| n as f64 / 1e9),
     })
 }
