@@ -171,3 +171,45 @@ pub fn bare_hooks_tick(_ctx: aya_ebpf::programs::RawTracePointContext) -> i32 {
     }
     0
 }
+
+/// What `bare_switch_charge` keeps per CPU: the counter's last reading, the sum of its deltas,
+/// and the last task and time charged.
+#[repr(C)]
+pub struct FloorCharge {
+    last: u64,
+    sum: u64,
+    id: u64,
+    t: u64,
+}
+
+#[map]
+static FLOOR_CHARGE: PerCpuArray<FloorCharge> = PerCpuArray::with_max_entries(1, 0);
+
+/// The floor of charging a switch to its task: on sched_switch as `bare_switch`, reading slot
+/// 0's counter and the clock, naming the task leaving (its pid and tgid, as imc's switch does)
+/// and adding the counter's delta since the CPU's last switch into one per-CPU accumulator. imc
+/// keeps an accumulator per task between flushes; one for all is the least a charge can be, so
+/// `bare_switch_charge` less the bare program, its read and the clock is what naming and adding
+/// cost on the hook at the least.
+#[aya_ebpf::macros::raw_tracepoint(tracepoint = "sched_switch")]
+pub fn bare_switch_charge(_ctx: aya_ebpf::programs::RawTracePointContext) -> i32 {
+    // SAFETY: SLOT0 is a PERF_EVENT_ARRAY map; the helper checks the entry. The other helpers
+    // have no preconditions.
+    let (v, t, id) = unsafe {
+        (
+            bpf_perf_event_read(&raw const SLOT0 as *mut c_void, BPF_F_CURRENT_CPU),
+            bpf_ktime_get_ns(),
+            bpf_get_current_pid_tgid(),
+        )
+    };
+    if let Some(c) = FLOOR_CHARGE.get_ptr_mut(0) {
+        // SAFETY: this CPU's entry, which only this CPU touches, with preemption off.
+        unsafe {
+            (*c).sum = (*c).sum.wrapping_add(v.wrapping_sub((*c).last));
+            (*c).last = v;
+            (*c).id = id;
+            (*c).t = t;
+        }
+    }
+    0
+}

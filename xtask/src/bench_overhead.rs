@@ -236,7 +236,11 @@ impl Bench {
             Arm::ImcStacks => self.under_imc(kind, units, None, &["--stacks"]),
             Arm::ImcFreq => self.under_imc(kind, units, Some(FREQ), &[]),
             Arm::ImcPrecise => self.under_imc(kind, units, None, &["--precise"]),
-            Arm::BareSwitch | Arm::BareSwitchRead | Arm::BareSwitchClock | Arm::BareHooks => {
+            Arm::BareSwitch
+            | Arm::BareSwitchRead
+            | Arm::BareSwitchClock
+            | Arm::BareSwitchCharge
+            | Arm::BareHooks => {
                 let flag = arm.bare_flag().unwrap_or_default();
                 let hz = (self.kernel_hz.round() as u32).to_string();
                 let args: &[&str] = if arm == Arm::BareHooks {

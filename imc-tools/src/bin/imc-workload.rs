@@ -2,7 +2,7 @@
 //! `perf record`): a fixed amount of work, timed by itself so that the collector's start-up and
 //! tear-down stay outside the figure.
 //!
-//!   imc-workload mem|cpu|switch|wake UNITS [--probe-parent] [--warm-up-ms MS] [--bare-switch | --bare-switch-read | --bare-switch-clock | --bare-hooks HZ]
+//!   imc-workload mem|cpu|switch|wake UNITS [--probe-parent] [--warm-up-ms MS] [--bare-switch | --bare-switch-read | --bare-switch-clock | --bare-switch-charge | --bare-hooks HZ]
 //!
 //! mem: UNITS passes of read-modify-write over a 256 MiB buffer (far beyond any LLC), split
 //! between one thread per online CPU. cpu: UNITS million steps of an integer/FP recurrence on
@@ -36,6 +36,9 @@
 //! of its CPU (opened here on every online CPU): the floor plus one counter read.
 //! --bare-switch-clock: the same with `bare_switch_clock`, which reads the clock: the floor plus
 //! the timestamp a switch needs.
+//! --bare-switch-charge: the same with `bare_switch_charge`, which reads the page-faults counter
+//! and the clock, names the task leaving and adds the counter's delta into a per-CPU
+//! accumulator: the least a charge to a task can cost on the hook.
 //! --bare-hooks HZ: `bare_hooks_switch` on sched_switch, reading the page-faults counter of its
 //! CPU and the clock, and `bare_hooks_tick` on the kernel's tick tracepoint (the first of imc's
 //! own choices that attaches), reading the clock and, once per tick period of HZ, the counter:
@@ -481,7 +484,7 @@ struct Args {
 const WARM_UP_UNITS: u64 = 10;
 
 fn parse_args(args: &[String]) -> Args {
-    let usage = "usage: imc-workload mem|cpu|switch|wake UNITS [--probe-parent] [--warm-up-ms MS] [--bare-switch | --bare-switch-read | --bare-switch-clock | --bare-hooks HZ] (UNITS: a whole number >= 1; MS: a whole number of milliseconds)";
+    let usage = "usage: imc-workload mem|cpu|switch|wake UNITS [--probe-parent] [--warm-up-ms MS] [--bare-switch | --bare-switch-read | --bare-switch-clock | --bare-switch-charge | --bare-hooks HZ] (UNITS: a whole number >= 1; MS: a whole number of milliseconds)";
     let fail = |what: String| -> ! {
         eprintln!("imc-workload: {what}{usage}");
         std::process::exit(2);
@@ -514,6 +517,7 @@ fn parse_args(args: &[String]) -> Args {
             "--bare-switch" => out.bare = Some(Bare::switch("bare_switch", false)),
             "--bare-switch-read" => out.bare = Some(Bare::switch("bare_switch_read", true)),
             "--bare-switch-clock" => out.bare = Some(Bare::switch("bare_switch_clock", false)),
+            "--bare-switch-charge" => out.bare = Some(Bare::switch("bare_switch_charge", true)),
             "--bare-hooks" => {
                 let v = rest.next().map_or("", String::as_str);
                 match v.parse::<u32>() {

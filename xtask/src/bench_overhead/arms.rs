@@ -57,6 +57,7 @@ impl Kind {
                 Arm::BareSwitch,
                 Arm::BareSwitchRead,
                 Arm::BareSwitchClock,
+                Arm::BareSwitchCharge,
             ]);
         }
         if perf {
@@ -86,6 +87,9 @@ pub(super) enum Arm {
     BareSwitchRead,
     /// The same program reading the clock: the floor plus the timestamp.
     BareSwitchClock,
+    /// The same program reading a counter and the clock, naming the task leaving and adding the
+    /// counter's delta into one per-CPU accumulator: the least a charge to a task can be.
+    BareSwitchCharge,
     /// A bare program on imc's hooks (sched_switch and the kernel's tick) reading one counter
     /// of its CPU and the clock: the floor of imc's default collector on the workload.
     BareHooks,
@@ -104,6 +108,7 @@ impl Arm {
             Arm::BareSwitch => "bare sched_switch program",
             Arm::BareSwitchRead => "bare program + 1 counter read",
             Arm::BareSwitchClock => "bare program + the clock",
+            Arm::BareSwitchCharge => "bare + read + clock + charge",
             Arm::BareHooks => "floor: imc's reads alone",
             Arm::PerfClock => "perf record -F 1000 -a",
             Arm::PerfSwitch => "perf record -e sched_switch -a",
@@ -116,6 +121,7 @@ impl Arm {
             Arm::BareSwitch => Some("--bare-switch"),
             Arm::BareSwitchRead => Some("--bare-switch-read"),
             Arm::BareSwitchClock => Some("--bare-switch-clock"),
+            Arm::BareSwitchCharge => Some("--bare-switch-charge"),
             Arm::BareHooks => Some("--bare-hooks"),
             _ => None,
         }
@@ -130,6 +136,7 @@ impl Arm {
             Arm::BareSwitch => "bare",
             Arm::BareSwitchRead => "bare+read",
             Arm::BareSwitchClock => "bare+clock",
+            Arm::BareSwitchCharge => "bare+charge",
             Arm::BareHooks => "floor",
             Arm::PerfClock => "perf-F",
             Arm::PerfSwitch => "perf-sw",

@@ -86,8 +86,58 @@ pub(super) fn print_switch_split(r: &KindRuns, hz: f64, cpu_reads: usize) {
         }
         checks.extend(arm_checks);
     }
+    if let Some(charge) = r.runs(Arm::BareSwitchCharge) {
+        checks.push(charge_check(
+            charge,
+            bare,
+            (&read_costs, &clock_costs),
+            r.runs(Arm::ImcTick),
+        ));
+    }
     for c in &checks {
         println!("  {}", check_line(c));
+    }
+}
+
+/// What naming the task leaving and adding its delta cost at the least, per round: the charging
+/// bare program less the bare one, a read and the clock, against the allowance the switch target
+/// gives imc over its reads. Over it, no program that charges a switch to its task meets the
+/// target here; the detail says how far imc's switch is above that floor.
+pub(super) fn charge_check(
+    charge: &[Work],
+    bare: &[Work],
+    (read_costs, clock_costs): (&[f64], &[f64]),
+    imc: Option<&[Work]>,
+) -> Check {
+    let ns_per_run = |w: &Work| w.bare_run_s / w.bare_runs.max(1) as f64 * 1e9;
+    let own: Vec<f64> = charge
+        .iter()
+        .zip(bare)
+        .zip(read_costs.iter().zip(clock_costs))
+        .map(|((c, b), (read, clock_ns))| ns_per_run(c) - ns_per_run(b) - read - clock_ns)
+        .collect();
+    let above = imc.map(|imc| {
+        mean_se(
+            &imc.iter()
+                .zip(charge)
+                .map(|(i, c)| i.ns_per_switch_run() - ns_per_run(c))
+                .collect::<Vec<_>>(),
+        )
+    });
+    Check {
+        what: "switch: naming the task and adding its delta, ns a run at the least (the bare \
+               program that charges, less the bare one, a read and the clock): at most the \
+               allowance, or no program that charges a switch meets the target"
+            .into(),
+        figure: mean_se(&own),
+        target: TARGET_NS_OVER_READS,
+        detail: match above {
+            Some(a) => format!(
+                "imc's switch is {:+.0} ± {:.0} ns a run above the charging program's, per round",
+                a.mean, a.se
+            ),
+            None => "imc's switch was not run".into(),
+        },
     }
 }
 

@@ -155,9 +155,9 @@ fn reads_the_timer_share_of_the_parents_runs() {
 #[test]
 fn every_side_takes_every_position() {
     let arms = Kind::Switch.arms(true);
-    assert_eq!(arms.len(), 10);
+    assert_eq!(arms.len(), 11);
     assert_eq!(Kind::Cpu.arms(true).len(), 6);
-    assert_eq!(Kind::Switch.arms(false).len(), 8);
+    assert_eq!(Kind::Switch.arms(false).len(), 9);
     assert_eq!(Kind::Cpu.arms(false).len(), 5);
     // The floor of the collector runs beside imc on the compute and memory workloads only.
     assert!(Kind::Mem.arms(false).contains(&Arm::BareHooks));
@@ -279,4 +279,33 @@ fn the_floor_is_the_bare_programs_share_and_imc_is_read_above_it() {
         ..r
     };
     assert!(floor_check(&r).is_none());
+}
+
+#[test]
+fn the_charge_floor_is_its_own_cost_over_the_reads() {
+    // 1000 runs a round: the bare program 60 ns, charging 60 + 100 (read) + 50 (clock) + 30.
+    let bare_work = |ns: f64| Work {
+        bare_runs: 1000,
+        bare_run_s: ns * 1000.0 / 1e9,
+        ..work(1.0, 500, 0)
+    };
+    let bare = vec![bare_work(60.0), bare_work(60.0)];
+    let charge = vec![bare_work(240.0), bare_work(240.0)];
+    // imc: 250 and 270 ns a switch run (no timer runs).
+    let imc_work = |ns: f64| Work {
+        bpf_runs: 1000,
+        bpf_run_s: ns * 1000.0 / 1e9,
+        timer_runs: 0,
+        timer_run_s: 0.0,
+        ..work(1.0, 500, 0)
+    };
+    let imc = vec![imc_work(250.0), imc_work(270.0)];
+    let c = switch::charge_check(&charge, &bare, (&[100.0, 100.0], &[50.0, 50.0]), Some(&imc));
+    assert!((c.figure.mean - 30.0).abs() < 1e-6, "{:?}", c.figure);
+    assert_eq!(c.target, TARGET_NS_OVER_READS);
+    // 30 ns of naming and adding, over the 20 ns allowance, in every round: FAIL.
+    assert!(check_line(&c).starts_with("FAIL"), "{}", check_line(&c));
+    assert!(c.detail.contains("+20 ± 10 ns a run above"), "{}", c.detail);
+    let c = switch::charge_check(&charge, &bare, (&[100.0, 100.0], &[50.0, 50.0]), None);
+    assert_eq!(c.detail, "imc's switch was not run");
 }
