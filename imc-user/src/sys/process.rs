@@ -44,6 +44,9 @@ pub fn set_comm(name: &str) -> io::Result<()> {
 
 /// Maps `len` bytes of fresh anonymous memory, writes one byte per 4 KiB page and unmaps it:
 /// one minor page fault per page. Uses only system calls, so a forked child may call it.
+/// Never inlined, as [`crate::sys::thread::pin_to_cpu`]: a stack walked by frame pointers from
+/// inside its mmap or munmap keeps its caller.
+#[inline(never)]
 pub fn touch_fresh_pages(len: usize) -> io::Result<()> {
     // SAFETY: a fresh private anonymous mapping, written within its length, then unmapped.
     unsafe {

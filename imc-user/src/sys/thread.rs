@@ -6,6 +6,12 @@ use std::io;
 
 /// Pins the calling thread to `cpu` alone (`sched_setaffinity(0, {cpu})`). Fails with EINVAL
 /// when the CPU is offline or outside this process's cpuset.
+///
+/// Never inlined: libc's wrapper sets up no frame of its own, so a user stack walked by frame
+/// pointers from inside the system call starts at this function's frame. With this function
+/// inlined, the walk would skip its caller (a context switch inside the call, where imc takes
+/// the stack of the slice it charges, would name the caller's caller).
+#[inline(never)]
 pub fn pin_to_cpu(cpu: u32) -> io::Result<()> {
     let cpu = cpu as usize;
     // SAFETY: cpu_set_t is plain data, valid when zeroed.

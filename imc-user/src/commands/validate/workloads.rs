@@ -233,9 +233,17 @@ pub fn function_of(kind: &str) -> String {
     format!("validate_{}", kind.replace('-', "_"))
 }
 
+/// A helper's result, returned through the workload's own function: the call it comes from
+/// cannot be a tail call, so the workload's frame stays on the stack while the helper runs and
+/// a stack walked by frame pointers there passes through the workload's function. (A release
+/// build turns `fn f() { g() }` into a jump to `g`, and `f` vanishes from every stack.)
+fn kept_frame<T>(result: T) -> T {
+    std::hint::black_box(result)
+}
+
 #[inline(never)]
 fn validate_toucher() -> std::io::Result<()> {
-    process::touch_fresh_pages(TOUCH_BYTES)
+    kept_frame(process::touch_fresh_pages(TOUCH_BYTES))
 }
 
 #[inline(never)]
@@ -292,7 +300,7 @@ fn validate_migrator(cpus: &[u32], next: usize) -> std::io::Result<()> {
         // A CPU taken offline meanwhile: stay where we are.
         let _ = crate::sys::thread::pin_to_cpu(cpu);
     }
-    process::touch_fresh_pages(TOUCH_BYTES / 4)
+    kept_frame(process::touch_fresh_pages(TOUCH_BYTES / 4))
 }
 
 /// Fills `buf` with non-temporal stores (MOVNTI), then fences them.
