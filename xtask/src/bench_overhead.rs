@@ -627,8 +627,7 @@ fn floor_check(r: &KindRuns) -> Option<Check> {
                 .collect::<Vec<_>>(),
         )
     };
-    let bpf_over =
-        per_round(&|b, i| i.bpf_run_s / (i.elapsed_s * c as f64) * 100.0 - b.bare_pct(c));
+    let bpf_over = per_round(&|b, i| i.bpf_pct(c) - b.bare_pct(c));
     let user = per_round(&|_, i| i.parent_cpu_s / (i.elapsed_s * c as f64) * 100.0);
     let ns = |runs: u64, s: f64| s * 1e9 / runs.max(1) as f64;
     let floor_ns = ns(

@@ -11,7 +11,9 @@
 //! switches. wake: UNITS seconds of 1 ms boundaries, one thread pinned to each online CPU
 //! sleeping to every boundary (absolute deadlines, 1 µs timer slack) and doing nothing else:
 //! what any design that wakes a thread on every CPU every millisecond costs at the least
-//! (`cargo xtask bench-stat` sets it beside `imc stat -I 1`'s local readers). Prints one line of key=value figures on stdout, among them `loc=`: the local timer
+//! (`cargo xtask bench-stat` sets it beside `imc stat -I 1`'s local readers).
+//!
+//! Prints one line of key=value figures on stdout, among them `loc=`: the local timer
 //! interrupts (/proc/interrupts LOC, all CPUs) taken during the timed work.
 //!
 //! --probe-parent: just before and just after the timed work (outside it), read the parent's

@@ -23,7 +23,6 @@ pub(super) fn print_switch_split(r: &KindRuns, hz: f64, cpu_reads: usize) {
         return;
     };
     let switches = each(bare, &|w| w.bare_runs as f64 / w.elapsed_s);
-    let ns_per_run = |w: &Work| w.bare_run_s / w.bare_runs.max(1) as f64 * 1e9;
     let pooled = |runs: &[Work]| {
         runs.iter().map(|w| w.bare_run_s).sum::<f64>() * 1e9
             / runs.iter().map(|w| w.bare_runs).sum::<u64>().max(1) as f64
@@ -33,7 +32,7 @@ pub(super) fn print_switch_split(r: &KindRuns, hz: f64, cpu_reads: usize) {
     let added = |with: &[Work]| -> Vec<f64> {
         bare.iter()
             .zip(with)
-            .map(|(b, w)| ns_per_run(w) - ns_per_run(b))
+            .map(|(b, w)| w.bare_ns_per_run() - b.bare_ns_per_run())
             .collect()
     };
     let (read_costs, clock_costs) = (added(bare_read), added(bare_clock));
@@ -69,7 +68,7 @@ pub(super) fn print_switch_split(r: &KindRuns, hz: f64, cpu_reads: usize) {
         let Some(runs) = r.runs(arm) else { continue };
         let rate = each(runs, &|w| w.switch_runs() as f64 / w.elapsed_s);
         let drained = each(runs, &|w| w.drained_per_s().unwrap_or(0.0));
-        let bpf = each(runs, &|w| w.bpf_run_s / (w.elapsed_s * c) * 100.0);
+        let bpf = each(runs, &|w| w.bpf_pct(r.cpus));
         let user = each(runs, &|w| w.parent_cpu_s / (w.elapsed_s * c) * 100.0);
         print_switch_row(arm, runs, [rate, drained, bpf, user], bare_ns);
         let mut arm_checks = switch_checks(
@@ -109,18 +108,19 @@ pub(super) fn charge_check(
     (read_costs, clock_costs): (&[f64], &[f64]),
     imc: Option<&[Work]>,
 ) -> Check {
-    let ns_per_run = |w: &Work| w.bare_run_s / w.bare_runs.max(1) as f64 * 1e9;
     let own: Vec<f64> = charge
         .iter()
         .zip(bare)
         .zip(read_costs.iter().zip(clock_costs))
-        .map(|((c, b), (read, clock_ns))| ns_per_run(c) - ns_per_run(b) - read - clock_ns)
+        .map(|((c, b), (read, clock_ns))| {
+            c.bare_ns_per_run() - b.bare_ns_per_run() - read - clock_ns
+        })
         .collect();
     let above = imc.map(|imc| {
         mean_se(
             &imc.iter()
                 .zip(charge)
-                .map(|(i, c)| i.ns_per_switch_run() - ns_per_run(c))
+                .map(|(i, c)| i.ns_per_switch_run() - c.bare_ns_per_run())
                 .collect::<Vec<_>>(),
         )
     });
@@ -182,7 +182,6 @@ fn switch_checks(
     drained: MeanSe,
     (c, hz, cpu_reads): (f64, f64, usize),
 ) -> Vec<Check> {
-    let ns_per_run = |w: &Work| w.bare_run_s / w.bare_runs.max(1) as f64 * 1e9;
     let records_target = TARGET_RECORDS_PER_TICK * c * hz;
     let mut checks = Vec::new();
     checks.push(Check {
@@ -205,7 +204,7 @@ fn switch_checks(
         .zip(read_costs.iter().zip(clock_costs))
         .map(|((w, b), (read, clock_ns))| {
             w.ns_per_switch_run()
-                - ns_per_run(b)
+                - b.bare_ns_per_run()
                 - cpu_reads as f64 * read
                 - clock_ns
                 - TARGET_NS_OVER_READS

@@ -42,6 +42,14 @@ impl Work {
     pub(super) fn ns_per_switch_run(&self) -> f64 {
         (self.bpf_run_s - self.timer_run_s).max(0.0) / self.switch_runs().max(1) as f64 * 1e9
     }
+    /// A bare arm's program: ns a run.
+    pub(super) fn bare_ns_per_run(&self) -> f64 {
+        self.bare_run_s / self.bare_runs.max(1) as f64 * 1e9
+    }
+    /// The parent's BPF programs' run time, as a share (%) of the machine.
+    pub(super) fn bpf_pct(&self, cpus: usize) -> f64 {
+        self.bpf_run_s / (self.elapsed_s * cpus as f64) * 100.0
+    }
     /// A bare arm's program run time, as a share (%) of the machine.
     pub(super) fn bare_pct(&self, cpus: usize) -> f64 {
         self.bare_run_s / (self.elapsed_s * cpus as f64) * 100.0
