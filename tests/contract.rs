@@ -47,6 +47,11 @@ fn object_names(
             ("maps" | ".maps", _) => {
                 maps.insert(name.as_str());
             }
+            // A writable global in a data section of its own: the loader makes the section a
+            // one-entry array named after it, which userspace writes.
+            (s, SymbolKind::Data) if s.starts_with(".data.") => {
+                maps.insert(section.as_str());
+            }
             // Set by the loader before the verifier sees them: read-only data.
             (".rodata", SymbolKind::Data) => {
                 globals.insert(name.as_str());
@@ -234,4 +239,26 @@ fn no_program_calls_a_byte_wise_copy() {
     }
     assert!(programs >= 3, "{programs} program sections");
     assert!(calls.is_empty(), "{calls:?}");
+}
+
+/// The interval clock's section holds the clock alone, so the array the loader makes of it has
+/// one value of exactly the size userspace writes.
+#[test]
+fn the_interval_clock_is_alone_in_its_section() {
+    let Some(bytes) = object_bytes() else {
+        return;
+    };
+    let file = object::File::parse(&*bytes).expect("the eBPF object is an ELF file");
+    let section = file
+        .section_by_name(c::INTERVALS_MAP_NAME)
+        .expect("the interval clock's section is in the object");
+    let clock = std::mem::size_of::<c::IntervalClock>() as u64;
+    assert_eq!(section.size(), clock, "the section is the clock's size");
+    let held: Vec<_> = file
+        .symbols()
+        .filter(|s| s.section_index() == Some(section.index()) && s.size() > 0)
+        .map(|s| (s.name().unwrap_or("").to_string(), s.size()))
+        .collect();
+    assert_eq!(held.len(), 1, "one global in the section: {held:?}");
+    assert_eq!(held[0].1, clock, "{held:?}");
 }

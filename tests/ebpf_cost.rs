@@ -28,43 +28,45 @@ struct Bound {
 /// the tick's and the precise programs' sizes include the exec epoch check that names a task
 /// afresh after an exec, and every program that charges slices the stack generation's map
 /// read (compiled in, run only with stacks); with stacks, a new entry's count and the early
-/// wake (on the path that makes an entry, not on one that finds it).
+/// wake (on the path that makes an entry, not on one that finds it). The aggregating switch
+/// holds its common path inline and the general one as a function of its own: its size counts
+/// both, so it is larger than the tick's although the path most switches take is shorter.
 const BOUNDS: &[Bound] = &[
     Bound {
         config: "one-cpu-slot",
         program: "imc_switch",
-        verified_insns: 89_500,
-        translated_bytes: 10_490,
+        verified_insns: 93_000,
+        translated_bytes: 11_700,
     },
     Bound {
         config: "one-cpu-slot",
         program: "imc_tick_tp",
-        verified_insns: 61_500,
-        translated_bytes: 10_420,
+        verified_insns: 60_100,
+        translated_bytes: 10_330,
     },
     Bound {
         config: "server",
         program: "imc_switch",
-        verified_insns: 126_000,
-        translated_bytes: 12_490,
+        verified_insns: 146_100,
+        translated_bytes: 14_170,
     },
     Bound {
         config: "server",
         program: "imc_tick_tp",
-        verified_insns: 94_800,
-        translated_bytes: 12_710,
+        verified_insns: 96_400,
+        translated_bytes: 12_890,
     },
     Bound {
         config: "stacks",
         program: "imc_switch",
-        verified_insns: 90_600,
-        translated_bytes: 12_280,
+        verified_insns: 93_700,
+        translated_bytes: 15_280,
     },
     Bound {
         config: "stacks",
         program: "imc_tick_tp",
-        verified_insns: 62_200,
-        translated_bytes: 12_140,
+        verified_insns: 61_000,
+        translated_bytes: 12_120,
     },
     Bound {
         config: "precise",

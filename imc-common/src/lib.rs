@@ -181,8 +181,9 @@ pub const AGG_MAP_NAME: &str = "AGG";
 /// Array of one [`IntervalClock`], written by userspace once its interval clock starts. The
 /// aggregating path ends its flush period at the last switch before an end and makes the slice
 /// that crosses it a period of its own, so an aggregate never mixes two intervals' tasks: only
-/// one task's slice is split at the end, by time.
-pub const INTERVALS_MAP_NAME: &str = "INTERVALS";
+/// one task's slice is split at the end, by time. The program's global `INTERVALS`, in a data
+/// section of its own, which the loader makes this map (named after the section).
+pub const INTERVALS_MAP_NAME: &str = ".data.clock";
 
 /// Userspace's interval clock (CLOCK_MONOTONIC ns): interval `k` ends at `origin + k × period`
 /// (k ≥ 1); period 0: no clock yet.
@@ -299,35 +300,33 @@ pub struct StackCounts {
 /// Tasks one CPU's accumulator holds between two flushes; a ninth flushes it early.
 pub const AGG_TASKS: usize = 8;
 
-/// One task's share of a flush period, as the kernel accumulates it.
+/// One task's share of a flush period, as the kernel accumulates it. What a common switch
+/// touches (the thread id, the time, the failures and the slots' sums) comes first, so a switch
+/// reads and writes few cache lines of it.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct AggTask {
     pub pid: u32,
     pub tgid: u32,
-    pub cgroup_id: u64,
-    pub comm: [u8; 16],
     pub on_ns: u64,
     pub failed_mask: u8,
     pub flags: u8,
     pub _pad: [u8; 6],
     pub slots: [SlotReading; MAX_SLOTS],
+    pub cgroup_id: u64,
+    pub comm: [u8; 16],
 }
 
-/// One CPU's switch accumulator (the kernel's; userspace never reads it).
+/// One CPU's switch accumulator (the kernel's; userspace never reads it). The fields a common
+/// switch reads and writes come first, side by side, up to the first slot's baseline.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct AggState {
-    /// Start of the current flush period (0: no baseline yet).
-    pub period_start: u64,
     /// The last switch or tick: where the running task's slice began.
     pub last_t: u64,
-    /// Entries of `tasks` in use.
-    pub n: u32,
-    /// Bit s: `last[s]` is a valid reading of CPU slot s.
-    pub last_ok: u32,
-    /// Entries created.
-    pub created: u64,
+    /// The first interval end after `last_t` ([`next_interval_end`]): a slice that ends after
+    /// it crosses an end.
+    pub next_end: u64,
     /// The task (its `task_struct` address, compared, never read) the CPU's next run must find
     /// running: the `next` of its last sched_switch, or the task its last tick found; 0 until
     /// the CPU's first switch. A run that finds another task knows a switch went unseen, and
@@ -337,10 +336,19 @@ pub struct AggState {
     /// The interval clock `next_end` was computed from: a run that finds another one in
     /// [`INTERVALS_MAP_NAME`] computes it again.
     pub clock: IntervalClock,
-    /// The first interval end after `last_t` ([`next_interval_end`]): a slice that ends after
-    /// it crosses an end.
-    pub next_end: u64,
+    /// Entries of `tasks` in use.
+    pub n: u32,
+    /// Bit s: `last[s]` is a valid reading of CPU slot s.
+    pub last_ok: u32,
+    /// Where in `tasks` a thread whose id is `pid` modulo [`AGG_TASKS`] was last found or put: a
+    /// hint the common switch checks (the entry there, in use, holding that pid) before it
+    /// falls back to searching every entry.
+    pub hint: [u8; AGG_TASKS],
     pub last: [SlotReading; MAX_SLOTS],
+    /// Start of the current flush period (0: no baseline yet).
+    pub period_start: u64,
+    /// Entries created.
+    pub created: u64,
     pub tasks: [AggTask; AGG_TASKS],
 }
 

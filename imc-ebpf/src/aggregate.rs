@@ -4,7 +4,8 @@ use crate::fields::{copy_reading, set_comm, set_reading, zeroed_sums};
 use crate::package::{PkgSums, fill_package_slot, package_due, read_package};
 use crate::{
     AGG, HEADS, INTERVALS, LONG_SLICE_NS, MIN_FLUSH_NS, NR_SLOTS, PKG_SLOTS, Switch, TIMED_SLOTS,
-    describe_no_task, describe_task, owner_known, publish, read_cpu_slot, ring_entry, stacks,
+    describe_no_task, describe_task, owner_known, publish, read_cpu_slot, read_cpu_value,
+    ring_entry, stacks,
 };
 use aya_ebpf::{
     EbpfContext,
@@ -21,19 +22,63 @@ use imc_common::{AGG_TASKS, AggState, KIND_AGGREGATE, MAX_SLOTS, SlotReading, ne
 /// slice longer than LONG_SLICE_NS (a tickless idle CPU) is a period of its own, so a long idle
 /// stretch never dilutes the time of what ran around it; so is a slice across an end of
 /// userspace's interval clock (INTERVALS), so no period mixes two intervals' tasks.
+///
+/// Most switches are [`common_switch`]es, inlined into the program; a switch that is not one
+/// takes the general path in a function of its own ([`switch_general`]), so that the common
+/// case keeps its values in registers.
 #[inline(always)]
 pub(crate) fn accumulate<C: EbpfContext + StackIdContext>(ctx: &C, sw: Option<Switch>) {
-    let tick = sw.is_none();
-    // SAFETY (whole function): `st` points into this CPU's AGG entry, which only this CPU
-    // touches, with preemption off (a tick cannot nest in a switch on one CPU: see
-    // `write_tick_or_switch`).
+    let Some(st) = AGG.get_ptr_mut(0) else {
+        return;
+    };
+    // SAFETY: a helper without preconditions.
+    let now = unsafe { bpf_ktime_get_ns() };
+    // SAFETY: `st` points into this CPU's AGG entry, which only this CPU touches, with
+    // preemption off (a tick cannot nest in a switch on one CPU: see `write_tick_or_switch`).
     unsafe {
-        let Some(st) = AGG.get_ptr_mut(0) else {
-            return;
-        };
+        match sw {
+            None => accumulate_general(ctx, st, None, now),
+            Some(sw) => {
+                if !common_switch(ctx, st, sw, now) {
+                    switch_general(ctx, st, sw, now);
+                }
+            }
+        }
+    }
+}
+
+/// A switch that is not a [`common_switch`] (the CPU's first run, an unseen switch, a long
+/// slice, one across an interval end, a thread without an entry where the hint says):
+/// [`accumulate_general`], out of the program's common path.
+///
+/// # Safety
+/// `st` points to this CPU's accumulator.
+#[inline(never)]
+unsafe fn switch_general<C: EbpfContext + StackIdContext>(
+    ctx: &C,
+    st: *mut AggState,
+    sw: Switch,
+    now: u64,
+) {
+    // SAFETY: the caller's.
+    unsafe { accumulate_general(ctx, st, Some(sw), now) }
+}
+
+/// [`accumulate`]'s general path: a tick, and a switch that is not a [`common_switch`].
+///
+/// # Safety
+/// `st` points to this CPU's accumulator.
+#[inline(always)]
+unsafe fn accumulate_general<C: EbpfContext + StackIdContext>(
+    ctx: &C,
+    st: *mut AggState,
+    sw: Option<Switch>,
+    now: u64,
+) {
+    let tick = sw.is_none();
+    // SAFETY (whole function): the caller's.
+    unsafe {
         let cpu = bpf_get_smp_processor_id();
-        let now = bpf_ktime_get_ns();
-        let nr = core::ptr::read_volatile(&NR_SLOTS).min(MAX_SLOTS as u32);
         let timed = core::ptr::read_volatile(&TIMED_SLOTS);
         let cpu_slots = cpu_slot_mask();
         if (*st).period_start == 0 {
@@ -56,22 +101,86 @@ pub(crate) fn accumulate<C: EbpfContext + StackIdContext>(ctx: &C, sw: Option<Sw
             return;
         }
         let known = owner_known(st, sw);
-        let long = now.wrapping_sub((*st).last_t) > core::ptr::read_volatile(&LONG_SLICE_NS);
         // A long slice, or one across an interval end, is a period of its own: what ran
         // before it keeps its own period (all of it before the end), and only this one task's
         // slice is split at the end by time.
-        let alone = long || crossing;
+        let alone = long_slice(st, now) || crossing;
         if alone {
             let end = (*st).last_t;
             flush_aggregates(ctx, cpu, st, end, false);
         }
         // After an unseen switch the slice is no known task's: pid 0's entry takes it.
         let id = if known { bpf_get_current_pid_tgid() } else { 0 };
-        let pid = id as u32;
-        let e = entry(ctx, cpu, st, pid, (id >> 32) as u32, known);
+        let e = entry(ctx, cpu, st, id as u32, (id >> 32) as u32, known);
         let Some(e) = e else {
             return;
         };
+        add_slice(ctx, st, e, id, known, now);
+        if crossing {
+            // The slice's own end was the one crossed: the next is computed once per end.
+            (*st).next_end = next_interval_end((*st).clock.origin, (*st).clock.period, now);
+        }
+        if tick || alone {
+            flush_aggregates(ctx, cpu, st, now, true);
+        }
+    }
+}
+
+/// The common switch, taken whole: the task leaving is the one the CPU's last run left
+/// running, its slice crosses no interval end and is not long, and its entry is where the
+/// accumulator's hint says. Then the slice is added as [`accumulate`] adds it, and true is
+/// returned; otherwise nothing is changed, and [`accumulate`]'s general path takes the run.
+/// This is most switches, so it touches the accumulator's head, one entry and the slots'
+/// baselines, and makes no call but the counter reads and the thread id.
+///
+/// # Safety
+/// `st` points to this CPU's accumulator.
+#[inline(always)]
+unsafe fn common_switch<C: EbpfContext + StackIdContext>(
+    ctx: &C,
+    st: *mut AggState,
+    sw: Switch,
+    now: u64,
+) -> bool {
+    // SAFETY: the caller's.
+    unsafe {
+        // A zeroed accumulator (no baseline yet) has `next_end` 0: every run crosses it.
+        if now > (*st).next_end || !same_clock(st) {
+            return false;
+        }
+        let expect = (*st).expect;
+        if (expect != 0 && expect != sw.prev) || long_slice(st, now) {
+            return false;
+        }
+        let id = bpf_get_current_pid_tgid();
+        let Some(e) = hinted_entry(st, id as u32) else {
+            return false;
+        };
+        (*st).expect = sw.next;
+        add_slice(ctx, st, e, id, true, now);
+        true
+    }
+}
+
+/// Adds the slice from the accumulator's last run to `now` to entry `e`, thread `id`'s
+/// (`known` false: no known task's, see [`owner_known`]): its time, each CPU slot's delta, and
+/// its stack where stacks are taken at slices. The slice's end is the next one's start.
+///
+/// # Safety
+/// `st` points to this CPU's accumulator and `e` to one of its entries.
+#[inline(always)]
+unsafe fn add_slice<C: EbpfContext + StackIdContext>(
+    ctx: &C,
+    st: *mut AggState,
+    e: *mut imc_common::AggTask,
+    id: u64,
+    known: bool,
+    now: u64,
+) {
+    // SAFETY: the caller's.
+    unsafe {
+        let timed = core::ptr::read_volatile(&TIMED_SLOTS);
+        let cpu_slots = cpu_slot_mask();
         let slice_ns = now.wrapping_sub((*st).last_t);
         (*e).on_ns = (*e).on_ns.wrapping_add(slice_ns);
         let mut ok = (*st).last_ok;
@@ -84,34 +193,63 @@ pub(crate) fn accumulate<C: EbpfContext + StackIdContext>(ctx: &C, sw: Option<Sw
         }
         // SAFETY: a pointer to the array, read only where it was zeroed above.
         let deltas = &mut *deltas.as_mut_ptr();
-        // One copy per slot, each kept only when the slot is a configured CPU slot: NR_SLOTS
-        // and PKG_SLOTS are constants to the verifier, which removes the others' code, so a
-        // switch neither loops nor tests a slot it does not read.
+        // One copy per slot, each kept only when the slot is a configured CPU slot: the mask is
+        // a constant to the verifier, which removes the others' code, so a switch neither loops
+        // nor tests a slot it does not read. The verifier leaves the arithmetic of a test it
+        // removes, so the slots above the last CPU slot are passed by one test, not one each.
         macro_rules! add_slots {
-            ($($s:literal)*) => {$(
-                if nr > $s && cpu_slots & (1 << $s) != 0 {
+            ($s:literal $($above:literal)*) => {
+                if cpu_slots & (1 << $s) != 0 {
                     add_slot_delta(st, e, $s, timed & (1 << $s) != 0, &mut ok, deltas);
                 }
-            )*};
+                if cpu_slots >> $s > 1 {
+                    add_slots!($($above)*);
+                }
+            };
+            () => {};
         }
         add_slots!(0 1 2 3 4 5 6 7);
         (*st).last_ok = ok;
         (*st).last_t = now;
-        if crossing {
-            // The slice's own end was the one crossed: the next is computed once per end.
-            (*st).next_end = next_interval_end((*st).clock.origin, (*st).clock.period, now);
-        }
-        if stacks::at_slices() && known && pid != 0 {
+        if stacks::at_slices() && known && id as u32 != 0 {
+            let nr = core::ptr::read_volatile(&NR_SLOTS).min(MAX_SLOTS as u32);
             stacks::charge_slice(ctx, (id >> 32) as u32, slice_ns, deltas, nr);
-        }
-        if tick || alone {
-            flush_aggregates(ctx, cpu, st, now, true);
         }
     }
 }
 
+/// Whether the slice from the accumulator's last run to `now` is longer than LONG_SLICE_NS.
+///
+/// # Safety
+/// `st` points to this CPU's accumulator.
+#[inline(always)]
+unsafe fn long_slice(st: *const AggState, now: u64) -> bool {
+    // SAFETY: the caller's, and a read of a global.
+    unsafe { now.wrapping_sub((*st).last_t) > core::ptr::read_volatile(&LONG_SLICE_NS) }
+}
+
+/// The entry of thread `pid` where the accumulator's hint points, if that entry is in use and
+/// is `pid`'s (see [`entry`], which keeps the hint).
+///
+/// # Safety
+/// `st` points to this CPU's accumulator.
+#[inline(always)]
+unsafe fn hinted_entry(st: *mut AggState, pid: u32) -> Option<*mut imc_common::AggTask> {
+    // SAFETY: the caller's; the index is masked into the array.
+    unsafe {
+        let j = usize::from((*st).hint[pid as usize & (AGG_TASKS - 1)]) & (AGG_TASKS - 1);
+        if j >= (*st).n as usize {
+            return None;
+        }
+        let e = &raw mut (*st).tasks[j];
+        ((*e).pid == pid).then_some(e)
+    }
+}
+
 /// Reads CPU slot `s` and adds its delta since the accumulator's baseline to entry `e`, which
-/// the reading then replaces; `ok` (bit `s`: the baseline is valid) is updated.
+/// the reading then replaces; `ok` (bit `s`: the baseline is valid) is updated. An untimed
+/// slot's enabled and running times are 1 at every read (see [`read_cpu_slot`]): their deltas
+/// are 0, so only its value is read, added and kept.
 ///
 /// # Safety
 /// `st` points to this CPU's accumulator and `e` to one of its entries.
@@ -126,20 +264,37 @@ unsafe fn add_slot_delta(
 ) {
     let bit = 1u32 << s;
     let i = s as usize & (MAX_SLOTS - 1);
-    // Filled by the read (the helper writes all of it, or the value path sets every field);
-    // read only when the read succeeded.
-    let mut cur = core::mem::MaybeUninit::<SlotReading>::uninit();
-    let cur = cur.as_mut_ptr();
     // SAFETY: the caller's.
     unsafe {
-        if read_cpu_slot(s, timed, cur) != 0 {
+        let last = &raw mut (*st).last[i];
+        let acc = &raw mut (*e).slots[i];
+        if !timed {
+            let Ok(v) = read_cpu_value(s) else {
+                (*e).failed_mask |= bit as u8;
+                *ok &= !bit;
+                return;
+            };
+            if *ok & bit != 0 {
+                let d = v.wrapping_sub((*last).value);
+                deltas[i] = d;
+                (*acc).value = (*acc).value.wrapping_add(d);
+            } else {
+                // No baseline (the previous read failed): this slice's delta is unknown.
+                (*e).failed_mask |= bit as u8;
+            }
+            (*last).value = v;
+            *ok |= bit;
+            return;
+        }
+        // Filled by the read (the helper writes all of it); read only when the read succeeded.
+        let mut cur = core::mem::MaybeUninit::<SlotReading>::uninit();
+        let cur = cur.as_mut_ptr();
+        if read_cpu_slot(s, true, cur) != 0 {
             (*e).failed_mask |= bit as u8;
             *ok &= !bit;
             return;
         }
-        let last = &raw mut (*st).last[i];
         if *ok & bit != 0 {
-            let acc = &raw mut (*e).slots[i];
             let d = (*cur).value.wrapping_sub((*last).value);
             deltas[i] = d;
             (*acc).value = (*acc).value.wrapping_add(d);
@@ -167,17 +322,39 @@ unsafe fn add_slot_delta(
 /// `st` points to this CPU's accumulator.
 #[inline(always)]
 unsafe fn crosses_next_end(st: *mut AggState, now: u64) -> bool {
-    // SAFETY: the caller's; INTERVALS' entry is userspace's to write and only read here.
+    // SAFETY: the caller's.
     unsafe {
-        if let Some(c) = INTERVALS.get(0) {
-            let (origin, period) = (c.origin, c.period);
-            if origin != (*st).clock.origin || period != (*st).clock.period {
-                (*st).clock.origin = origin;
-                (*st).clock.period = period;
-                (*st).next_end = next_interval_end(origin, period, (*st).last_t);
-            }
+        let (origin, period) = interval_clock();
+        if origin != (*st).clock.origin || period != (*st).clock.period {
+            (*st).clock.origin = origin;
+            (*st).clock.period = period;
+            (*st).next_end = next_interval_end(origin, period, (*st).last_t);
         }
         now > (*st).next_end
+    }
+}
+
+/// Whether the interval clock is the one the accumulator's `next_end` was computed from.
+///
+/// # Safety
+/// `st` points to this CPU's accumulator.
+#[inline(always)]
+unsafe fn same_clock(st: *const AggState) -> bool {
+    let (origin, period) = interval_clock();
+    // SAFETY: the caller's.
+    unsafe { origin == (*st).clock.origin && period == (*st).clock.period }
+}
+
+/// Userspace's interval clock (INTERVALS): origin and period.
+#[inline(always)]
+fn interval_clock() -> (u64, u64) {
+    // SAFETY: reads of a global userspace writes and the program only reads; volatile, so each
+    // run reads it anew.
+    unsafe {
+        (
+            core::ptr::read_volatile(&raw const INTERVALS.origin),
+            core::ptr::read_volatile(&raw const INTERVALS.period),
+        )
     }
 }
 
@@ -245,6 +422,7 @@ unsafe fn entry<C: EbpfContext>(
         for i in 0..AGG_TASKS {
             let e = &raw mut (*st).tasks[i];
             if i < n && (*e).pid == pid {
+                (*st).hint[pid as usize & (AGG_TASKS - 1)] = i as u8;
                 return Some(e);
             }
         }
@@ -255,6 +433,7 @@ unsafe fn entry<C: EbpfContext>(
             n = 0;
         }
         let e = &raw mut (*st).tasks[n & (AGG_TASKS - 1)];
+        (*st).hint[pid as usize & (AGG_TASKS - 1)] = n as u8;
         (*e).pid = pid;
         (*e).tgid = tgid;
         (*e).on_ns = 0;

@@ -158,9 +158,15 @@ pub(crate) static MIN_FLUSH_NS: u64 = 0;
 pub(crate) static AGG: PerCpuArray<AggState> = PerCpuArray::with_max_entries(1, 0);
 
 /// Userspace's interval clock (imc_common::INTERVALS_MAP_NAME): the aggregating path never lets
-/// a flush period run across an interval end.
-#[map]
-pub(crate) static INTERVALS: Array<IntervalClock> = Array::with_max_entries(1, 0);
+/// a flush period run across an interval end. A global in a data section of its own, which the
+/// loader makes a one-entry array userspace writes: a run reads it with one load a word, where
+/// a map's entry costs a lookup.
+#[unsafe(link_section = ".data.clock")]
+#[unsafe(no_mangle)]
+pub(crate) static mut INTERVALS: IntervalClock = IntervalClock {
+    origin: 0,
+    period: 0,
+};
 
 /// Per-CPU counters of runs, lost records and read failures per slot (imc_common::STAT_*).
 #[map]
@@ -477,7 +483,52 @@ fn write_tick_or_switch<C: EbpfContext>(ctx: &C, kind: u8, sw: Option<Switch>) {
 /// negative errno of a failed read, counted in STATS.
 #[inline(always)]
 pub(crate) fn read_cpu_slot(s: u32, timed: bool, out: *mut SlotReading) -> i64 {
-    let map: *mut c_void = match s {
+    if !timed {
+        return match read_cpu_value(s) {
+            Ok(v) => {
+                // SAFETY: `out` is valid for one SlotReading.
+                unsafe { set_reading(out, v, 1, 1) };
+                0
+            }
+            Err(e) => e,
+        };
+    }
+    // SAFETY: `slot_map` is a PERF_EVENT_ARRAY map; `out` is valid for one SlotReading, the
+    // layout of struct bpf_perf_event_value.
+    let r = unsafe {
+        bpf_perf_event_read_value(
+            slot_map(s),
+            BPF_F_CURRENT_CPU,
+            out.cast::<bpf_perf_event_value>(),
+            core::mem::size_of::<SlotReading>() as u32,
+        )
+    };
+    if r != 0 {
+        count_read_failure(s, r);
+    }
+    r
+}
+
+/// The value of CPU slot `s`'s counter on this CPU, read alone (a slot that never multiplexes:
+/// see TIMED_SLOTS), or the negative errno of a failed read, counted in STATS.
+#[inline(always)]
+pub(crate) fn read_cpu_value(s: u32) -> Result<u64, i64> {
+    // SAFETY: `slot_map` is a PERF_EVENT_ARRAY map.
+    let v = unsafe { bpf_perf_event_read(slot_map(s), BPF_F_CURRENT_CPU) };
+    // The helper returns a count or a negative errno in one word.
+    let err = v as i64;
+    if (-4095..0).contains(&err) {
+        count_read_failure(s, err);
+        Err(err)
+    } else {
+        Ok(v)
+    }
+}
+
+/// CPU slot `s`'s PERF_EVENT_ARRAY.
+#[inline(always)]
+fn slot_map(s: u32) -> *mut c_void {
+    match s {
         0 => &raw const SLOT0 as *mut c_void,
         1 => &raw const SLOT1 as *mut c_void,
         2 => &raw const SLOT2 as *mut c_void,
@@ -486,36 +537,18 @@ pub(crate) fn read_cpu_slot(s: u32, timed: bool, out: *mut SlotReading) -> i64 {
         5 => &raw const SLOT5 as *mut c_void,
         6 => &raw const SLOT6 as *mut c_void,
         _ => &raw const SLOT7 as *mut c_void,
-    };
-    // SAFETY: `map` is a PERF_EVENT_ARRAY map; `out` is valid for one SlotReading, the layout
-    // of struct bpf_perf_event_value.
-    let r = unsafe {
-        if timed {
-            bpf_perf_event_read_value(
-                map,
-                BPF_F_CURRENT_CPU,
-                out.cast::<bpf_perf_event_value>(),
-                core::mem::size_of::<SlotReading>() as u32,
-            )
-        } else {
-            let v = bpf_perf_event_read(map, BPF_F_CURRENT_CPU);
-            let err = v as i64;
-            if (-4095..0).contains(&err) {
-                err
-            } else {
-                set_reading(out, v, 1, 1);
-                0
-            }
-        }
-    };
-    if r != 0 {
-        let _ = bump(if r == -ENOENT {
-            STAT_SLOT_ABSENT + s
-        } else {
-            STAT_READ_ERROR + s
-        });
     }
-    r
+}
+
+/// Counts a failed read of CPU slot `s` (errno `err`) in STATS: a counter absent on this CPU
+/// apart from other errors.
+#[inline(always)]
+fn count_read_failure(s: u32, err: i64) {
+    let _ = bump(if err == -ENOENT {
+        STAT_SLOT_ABSENT + s
+    } else {
+        STAT_READ_ERROR + s
+    });
 }
 
 /// No code of the program can panic (the verifier proves every access in bounds first); a
