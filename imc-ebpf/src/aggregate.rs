@@ -40,7 +40,7 @@ pub(crate) fn accumulate<C: EbpfContext + StackIdContext>(ctx: &C, sw: Option<Sw
             None => accumulate_general(ctx, st, None, now),
             Some(sw) => {
                 if !common_switch(ctx, st, sw, now) {
-                    switch_general(ctx, st, sw, now);
+                    switch_general(ctx, st, sw.prev, sw.next, now);
                 }
             }
         }
@@ -51,17 +51,21 @@ pub(crate) fn accumulate<C: EbpfContext + StackIdContext>(ctx: &C, sw: Option<Sw
 /// slice, one across an interval end, a thread without an entry where the hint says):
 /// [`accumulate_general`], out of the program's common path.
 ///
+/// The switch comes as its two task words, in registers: a `Switch` would be built on the
+/// stack on the common path too, for this call alone.
+///
 /// # Safety
 /// `st` points to this CPU's accumulator.
 #[inline(never)]
 unsafe fn switch_general<C: EbpfContext + StackIdContext>(
     ctx: &C,
     st: *mut AggState,
-    sw: Switch,
+    prev: u64,
+    next: u64,
     now: u64,
 ) {
     // SAFETY: the caller's.
-    unsafe { accumulate_general(ctx, st, Some(sw), now) }
+    unsafe { accumulate_general(ctx, st, Some(Switch { prev, next }), now) }
 }
 
 /// [`accumulate`]'s general path: a tick, and a switch that is not a [`common_switch`].
@@ -211,9 +215,12 @@ unsafe fn add_slice<C: EbpfContext + StackIdContext>(
         add_slots!(0 1 2 3 4 5 6 7);
         (*st).last_ok = ok;
         (*st).last_t = now;
-        if stacks::at_slices() && known && id as u32 != 0 {
-            let nr = core::ptr::read_volatile(&NR_SLOTS).min(MAX_SLOTS as u32);
-            stacks::charge_slice(ctx, (id >> 32) as u32, slice_ns, deltas, nr);
+        // The mode first: a constant, so without stacks the verifier drops the rest.
+        if stacks::at_slices() {
+            if known && id as u32 != 0 {
+                let nr = core::ptr::read_volatile(&NR_SLOTS).min(MAX_SLOTS as u32);
+                stacks::charge_slice(ctx, (id >> 32) as u32, slice_ns, deltas, nr);
+            }
         }
     }
 }

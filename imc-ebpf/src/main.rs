@@ -211,8 +211,8 @@ fn tick<C: EbpfContext + StackIdContext>(ctx: &C) {
 /// `task_struct` addresses, compared, never read.
 #[derive(Clone, Copy)]
 pub(crate) struct Switch {
-    prev: u64,
-    next: u64,
+    pub(crate) prev: u64,
+    pub(crate) next: u64,
 }
 
 /// sched_switch, as a raw tracepoint (needs no tracefs mounted): it fires before the switch, so
