@@ -286,10 +286,11 @@ impl Boundaries {
         // counters show as not counted in them. Its time keeps the group's usual phase after
         // the boundary, so the boundary's mean time moves as the other groups' times do.
         let time_of = |k: u64| self.base.saturating_add(k.saturating_mul(self.period));
+        // At most what [`Self::sample_boundary`] still labels the boundary's own.
         let phase = s
             .last_t
             .saturating_sub(time_of(s.last_k))
-            .min(self.period - 1);
+            .min(self.period - self.period / 20 - 1);
         let first = (from.saturating_sub(self.base) / self.period + 1).max(s.last_k + 1);
         let last = to.saturating_sub(self.base) / self.period;
         for k in first..=last {
@@ -409,7 +410,10 @@ impl Boundaries {
     /// `(before, after)`; its time is its group's clock at `enabled`, within them. A read that
     /// only happened after the next boundary (imc was preempted) may postdate the kernel's
     /// sample of that boundary, so it is dropped rather than let counts run backwards; boundary
-    /// `k` then merges into its neighbour. Returns whether the read was kept.
+    /// `k` then merges into its neighbour. So is a read so late that a kernel sample taken then
+    /// would be labelled the next boundary ([`Self::sample_boundary`]): every time a boundary
+    /// is given, and so their mean, its interval's end, is one that rule labels that boundary.
+    /// Returns whether the read was kept.
     pub fn patched(
         &mut self,
         g: usize,
@@ -419,7 +423,7 @@ impl Boundaries {
         running: u64,
         values: &[u64],
     ) -> bool {
-        let next = self.time_of(k + 1);
+        let next = self.time_of(k + 1).saturating_sub(self.period / 20);
         let Some(s) = self.groups.get_mut(g).filter(|s| !s.dead) else {
             return false;
         };
@@ -620,6 +624,34 @@ mod tests {
         assert_eq!(b.watched(), 1);
     }
 
+    /// A read for a boundary is kept only while a kernel sample taken then would still be
+    /// labelled that boundary: a later one would give the interval an end the next boundary's
+    /// label covers.
+    #[test]
+    fn a_read_the_next_boundary_would_label_is_dropped() {
+        let mut b = Boundaries::new(BASE, P, &[1]);
+        let late = at(3) - P / 20;
+        assert_eq!(b.sample_boundary(late), 3);
+        assert_eq!(b.sample_boundary(late - 1), 2);
+        assert!(
+            read_at(&mut b, 0, 2, late - 1, &[1]),
+            "the last time labelled 2 is kept"
+        );
+        assert!(
+            !read_at(&mut b, 0, 3, at(4) - P / 20, &[2]),
+            "labelled 4: dropped"
+        );
+        assert!(read_at(&mut b, 0, 3, at(3) + 1_000, &[2]));
+        let mut out = vec![Vec::new(); 1];
+        while let Some((k, t)) = b.pop_complete(&mut out) {
+            assert_eq!(
+                b.sample_boundary(t),
+                k,
+                "an interval's end is its boundary's"
+            );
+        }
+    }
+
     /// While both groups deliver, imc wakes once per COLLECT_NS and reads nothing.
     #[test]
     fn delivering_groups_are_collected_every_stride_without_reads() {
@@ -796,21 +828,22 @@ mod tests {
         assert_eq!((got[0].0, got[0].2[0][2]), (2, 250));
     }
 
-    /// A sample whose timer phase is nearly a whole period is labelled with the next boundary;
-    /// when it was taken before the patch of the current one it is dropped, never queued after it.
+    /// A sample whose timer phase is nearly a whole period is labelled with the next boundary.
+    /// A read of the current one later still is dropped (a sample then would be the next
+    /// boundary's), so the sample is queued in order and closes the next boundary, the current
+    /// one merging into it.
     #[test]
-    fn a_sample_older_than_the_last_patch_is_dropped() {
+    fn a_read_later_than_a_sample_of_the_next_boundary_is_dropped() {
         let mut b = Boundaries::new(BASE, P, &[1]);
         let mut patch = Vec::new();
         b.plan(b.time_of(1) + 60_000, None, &mut patch);
         b.plan(b.time_of(1) + P / 2, None, &mut patch);
-        assert!(read_at(&mut b, 0, 1, at(1) + 980_000, &[1_900]));
-        // Taken at 1.96 P, labelled 2, but 20 µs before the patch read (at 1.98 P).
+        assert!(!read_at(&mut b, 0, 1, at(1) + 980_000, &[1_900]));
+        // Taken at 1.96 P, labelled 2, 20 µs before the read that was dropped (at 1.98 P).
         sample_at(&mut b, 0, at(1) + 960_000, &[1_860]);
         sample_at(&mut b, 0, at(2) + 960_000, &[2_860]);
-        let got = drain(&mut b, 1);
-        let values: Vec<u64> = got.iter().map(|g| g.2[0][2]).collect();
-        assert_eq!(values, vec![1_900, 2_860]);
+        let got: Vec<(u64, u64)> = drain(&mut b, 1).iter().map(|g| (g.0, g.2[0][2])).collect();
+        assert_eq!(got, vec![(2, 1_860), (3, 2_860)]);
     }
 
     /// A reading taken after the kernel's sample of the same boundary can be dated before that
