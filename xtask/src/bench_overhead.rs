@@ -492,7 +492,7 @@ fn arm_row(r: &KindRuns, arm: Arm, runs: &[Work]) -> String {
         }
     };
     let (bpf_share, bpf_rate, ns_per_run) = if runs.iter().any(|w| programs(w).0 > 0) {
-        let share = each(&|w| programs(w).1 / (w.elapsed_s * c as f64) * 100.0).mean;
+        let share = each(&|w| w.machine_pct(programs(w).1, c)).mean;
         let rate = each(&|w| programs(w).0 as f64 / w.elapsed_s).mean;
         let total_s: f64 = runs.iter().map(|w| programs(w).1).sum();
         let total_runs: u64 = runs.iter().map(|w| programs(w).0).sum();
@@ -628,7 +628,7 @@ fn floor_check(r: &KindRuns) -> Option<Check> {
         )
     };
     let bpf_over = per_round(&|b, i| i.bpf_pct(c) - b.bare_pct(c));
-    let user = per_round(&|_, i| i.parent_cpu_s / (i.elapsed_s * c as f64) * 100.0);
+    let user = per_round(&|_, i| i.user_pct(c));
     let ns = |runs: u64, s: f64| s * 1e9 / runs.max(1) as f64;
     let floor_ns = ns(
         floor.iter().map(|w| w.bare_runs).sum(),

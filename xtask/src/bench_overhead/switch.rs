@@ -69,7 +69,7 @@ pub(super) fn print_switch_split(r: &KindRuns, hz: f64, cpu_reads: usize) {
         let rate = each(runs, &|w| w.switch_runs() as f64 / w.elapsed_s);
         let drained = each(runs, &|w| w.drained_per_s().unwrap_or(0.0));
         let bpf = each(runs, &|w| w.bpf_pct(r.cpus));
-        let user = each(runs, &|w| w.parent_cpu_s / (w.elapsed_s * c) * 100.0);
+        let user = each(runs, &|w| w.user_pct(r.cpus));
         print_switch_row(arm, runs, [rate, drained, bpf, user], bare_ns);
         let mut arm_checks = switch_checks(
             arm,

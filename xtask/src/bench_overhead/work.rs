@@ -46,13 +46,22 @@ impl Work {
     pub(super) fn bare_ns_per_run(&self) -> f64 {
         self.bare_run_s / self.bare_runs.max(1) as f64 * 1e9
     }
+    /// `seconds` of CPU over the window, as a share (%) of the machine's `cpus`.
+    pub(super) fn machine_pct(&self, seconds: f64, cpus: usize) -> f64 {
+        seconds / (self.elapsed_s * cpus as f64) * 100.0
+    }
     /// The parent's BPF programs' run time, as a share (%) of the machine.
     pub(super) fn bpf_pct(&self, cpus: usize) -> f64 {
-        self.bpf_run_s / (self.elapsed_s * cpus as f64) * 100.0
+        self.machine_pct(self.bpf_run_s, cpus)
+    }
+    /// The parent's own CPU (its process, without its BPF programs), as a share (%) of the
+    /// machine.
+    pub(super) fn user_pct(&self, cpus: usize) -> f64 {
+        self.machine_pct(self.parent_cpu_s, cpus)
     }
     /// A bare arm's program run time, as a share (%) of the machine.
     pub(super) fn bare_pct(&self, cpus: usize) -> f64 {
-        self.bare_run_s / (self.elapsed_s * cpus as f64) * 100.0
+        self.machine_pct(self.bare_run_s, cpus)
     }
     /// Records imc drained a second: its whole run's over the warm-up and the window (an upper
     /// bound on the window's rate: imc also drains the few records before and after them).
@@ -61,7 +70,7 @@ impl Work {
     }
     /// The parent's CPU and its BPF programs' run time, as a share (%) of the machine.
     pub(super) fn collector_pct(&self, cpus: usize) -> f64 {
-        (self.parent_cpu_s + self.bpf_run_s) / (self.elapsed_s * cpus as f64) * 100.0
+        self.machine_pct(self.parent_cpu_s + self.bpf_run_s, cpus)
     }
 }
 
