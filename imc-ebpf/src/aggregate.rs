@@ -331,8 +331,8 @@ unsafe fn add_slot_delta(
 unsafe fn crosses_next_end(st: *mut AggState, now: u64) -> bool {
     // SAFETY: the caller's.
     unsafe {
-        let (origin, period) = interval_clock();
-        if origin != (*st).clock.origin || period != (*st).clock.period {
+        if !same_clock(st) {
+            let (origin, period) = interval_clock();
             (*st).clock.origin = origin;
             (*st).clock.period = period;
             (*st).next_end = next_interval_end(origin, period, (*st).last_t);
