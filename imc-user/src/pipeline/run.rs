@@ -53,10 +53,12 @@ pub enum PipelineError {
 }
 
 impl PipelineError {
-    /// The user's input is at fault (a command that cannot run), not the machine.
+    /// The user's input is at fault (a command that cannot run, an object or a configuration
+    /// the sampler refuses), not the machine.
     pub fn is_bad_input(&self) -> bool {
         match self {
             PipelineError::Spawn { .. } => true,
+            PipelineError::Sampler(e) => e.is_bad_input(),
             PipelineError::CommandKilled { source, .. } => source.is_bad_input(),
             _ => false,
         }

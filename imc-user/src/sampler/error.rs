@@ -61,6 +61,22 @@ pub enum SamplerError {
     VisitCpus(#[source] io::Error),
 }
 
+impl SamplerError {
+    /// The user's input is at fault: the object named by IMC_BPF_OBJECT (unreadable, or of
+    /// another ABI), more counters than a tick reads, or a --root without CPUs. Everything
+    /// else is the machine's (privileges, the kernel's refusals).
+    pub fn is_bad_input(&self) -> bool {
+        matches!(
+            self,
+            SamplerError::ObjectRead { .. }
+                | SamplerError::Abi { .. }
+                | SamplerError::TooManySlots(_)
+                | SamplerError::TooManyPackageCounters { .. }
+                | SamplerError::NoCpus(_)
+        )
+    }
+}
+
 /// The cause an error of the sampler keeps: aya's and the kernel's errors as they came.
 pub type Cause = Box<dyn std::error::Error + Send + Sync + 'static>;
 
@@ -120,6 +136,24 @@ mod tests {
     use crate::text::error_line;
     use imc_common::TICKS_MAP_NAME;
     use std::error::Error as _;
+
+    /// An object or configuration the user gave is theirs to fix (exit 2); what the machine
+    /// refuses is not (exit 1), through the pipeline's error as through the sampler's.
+    #[test]
+    fn the_users_object_is_bad_input_and_the_machines_refusals_are_not() {
+        use crate::error::{CliError, ErrorKind};
+        use crate::pipeline::PipelineError;
+        let abi = SamplerError::Abi {
+            found: None,
+            expected: imc_common::RECORD_ABI_VERSION,
+        };
+        assert!(abi.is_bad_input());
+        assert!(SamplerError::NoCpus("/tmp/x".into()).is_bad_input());
+        assert!(!SamplerError::NotPrivileged.is_bad_input());
+        let code = |e: PipelineError| CliError::from(e).kind() == ErrorKind::BadInput;
+        assert!(code(PipelineError::Sampler(abi)));
+        assert!(!code(PipelineError::Sampler(SamplerError::NotPrivileged)));
+    }
 
     #[test]
     fn errors_say_their_own_part_and_keep_their_cause_for_the_line() {
