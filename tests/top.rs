@@ -232,7 +232,8 @@ fn a_failure_inside_the_view_gives_the_terminal_back_and_says_why() {
     let end = tmux.wait_for("imc to fail", Duration::from_secs(20), |s| {
         s.contains("imc exited")
     });
-    assert!(end.contains("imc exited 1"), "{end}");
+    // A missing object is the user's to fix: the contract's exit 2.
+    assert!(end.contains("imc exited 2"), "{end}");
     // The error starts its own line at the left edge: output processing was back on when it
     // printed (in raw mode the next line would start where this one ended).
     let lines: Vec<&str> = end.lines().filter(|l| !l.trim().is_empty()).collect();
@@ -242,7 +243,7 @@ fn a_failure_inside_the_view_gives_the_terminal_back_and_says_why() {
             .any(|l| l.starts_with("imc: ") && l.contains("/nonexistent/imc.bpf.o")),
         "{end}"
     );
-    assert!(lines.iter().any(|l| l.starts_with("imc exited 1")), "{end}");
+    assert!(lines.iter().any(|l| l.starts_with("imc exited 2")), "{end}");
     assert_restored(&tmux, &after);
 }
 
