@@ -24,7 +24,7 @@ pub const MAX_PKG_COUNTERS: u32 = 128;
 /// Bumped whenever [`Record`], the map, global or program names or the STATS indices
 /// change. The program carries it in [`ABI_VERSION_GLOBAL`]; userspace refuses an object built
 /// against another version before loading it.
-pub const RECORD_ABI_VERSION: u32 = 13;
+pub const RECORD_ABI_VERSION: u32 = 14;
 /// The program's read-only global holding the [`RECORD_ABI_VERSION`] it was built with.
 pub const ABI_VERSION_GLOBAL: &str = "IMC_ABI_VERSION";
 
@@ -127,6 +127,10 @@ pub struct ReaderCfg {
 pub const STATS_MAP_NAME: &str = "STATS";
 /// Read-only global: how many slots are configured (0..=MAX_SLOTS).
 pub const NR_SLOTS_GLOBAL: &str = "NR_SLOTS";
+/// Read-only global: bit `s` set when slot `s` is configured and read on each CPU (not a
+/// package slot). It follows from [`NR_SLOTS_GLOBAL`] and [`PKG_SLOTS_GLOBAL`]; the program
+/// takes it whole, so that a run tests one loaded word per slot instead of computing it.
+pub const CPU_SLOTS_GLOBAL: &str = "CPU_SLOTS";
 
 /// A tick's record: what made the program run was a timer (the kernel's own tick through a
 /// tracepoint, or imc's cpu-clock timer with `--freq`); the counter values are cumulative.
@@ -490,8 +494,9 @@ pub const MAP_NAMES: [&str; 23] = [
 ];
 /// Every read-only global of the program: userspace sets them before load, or reads them
 /// ([`ABI_VERSION_GLOBAL`]).
-pub const GLOBAL_NAMES: [&str; 15] = [
+pub const GLOBAL_NAMES: [&str; 16] = [
     NR_SLOTS_GLOBAL,
+    CPU_SLOTS_GLOBAL,
     TIMED_SLOTS_GLOBAL,
     RING_LEN_GLOBAL,
     WAKE_EVERY_GLOBAL,

@@ -3,13 +3,15 @@
 use crate::fields::{copy_reading, set_comm, set_reading, zeroed_sums};
 use crate::package::{PkgSums, fill_package_slot, package_due, read_package};
 use crate::{
-    AGG, HEADS, INTERVALS, LONG_SLICE_NS, MIN_FLUSH_NS, NR_SLOTS, PKG_SLOTS, Switch, TIMED_SLOTS,
-    describe_no_task, describe_task, owner_known, publish, read_cpu_slot, read_cpu_value,
-    ring_entry, stacks,
+    AGG, CPU_SLOTS, HEADS, INTERVALS, LONG_SLICE_NS, MIN_FLUSH_NS, NR_SLOTS, PKG_SLOTS, Switch,
+    TIMED_SLOTS, describe_no_task, describe_task, owner_known, publish, read_cpu_slot,
+    read_cpu_value, ring_entry, stacks,
 };
 use aya_ebpf::{
     EbpfContext,
-    helpers::generated::{bpf_get_current_pid_tgid, bpf_get_smp_processor_id, bpf_ktime_get_ns},
+    helpers::generated::{
+        bpf_get_current_pid_tgid, bpf_get_current_task, bpf_get_smp_processor_id, bpf_ktime_get_ns,
+    },
     programs::tracing::StackIdContext,
 };
 use imc_common::{AGG_TASKS, AggState, KIND_AGGREGATE, MAX_SLOTS, SlotReading, next_interval_end};
@@ -23,9 +25,10 @@ use imc_common::{AGG_TASKS, AggState, KIND_AGGREGATE, MAX_SLOTS, SlotReading, ne
 /// stretch never dilutes the time of what ran around it; so is a slice across an end of
 /// userspace's interval clock (INTERVALS), so no period mixes two intervals' tasks.
 ///
-/// Most switches are [`common_switch`]es, inlined into the program; a switch that is not one
-/// takes the general path in a function of its own ([`switch_general`]), so that the common
-/// case keeps its values in registers.
+/// Most switches are [`common_switch`]es and most ticks of a busy CPU [`common_tick`]s, inlined
+/// into their programs; a run that is neither takes the general path in a function of its own
+/// ([`switch_general`], [`tick_general`]), so that the common case keeps its values in
+/// registers and its code in few cache lines.
 #[inline(always)]
 pub(crate) fn accumulate<C: EbpfContext + StackIdContext>(ctx: &C, sw: Option<Switch>) {
     let Some(st) = AGG.get_ptr_mut(0) else {
@@ -37,7 +40,11 @@ pub(crate) fn accumulate<C: EbpfContext + StackIdContext>(ctx: &C, sw: Option<Sw
     // preemption off (a tick cannot nest in a switch on one CPU: see `write_tick_or_switch`).
     unsafe {
         match sw {
-            None => accumulate_general(ctx, st, None, now),
+            None => {
+                if !common_tick(ctx, st, now) {
+                    tick_general(ctx, st, now);
+                }
+            }
             Some(sw) => {
                 if !common_switch(ctx, st, sw, now) {
                     switch_general(ctx, st, sw.prev, sw.next, now);
@@ -68,7 +75,20 @@ unsafe fn switch_general<C: EbpfContext + StackIdContext>(
     unsafe { accumulate_general(ctx, st, Some(Switch { prev, next }), now) }
 }
 
-/// [`accumulate`]'s general path: a tick, and a switch that is not a [`common_switch`].
+/// A tick that is not a [`common_tick`] (the CPU's first run, an accumulator with entries, the
+/// idle task or an unseen switch, a long slice, one across an interval end): [`accumulate_general`],
+/// out of the tick's common path.
+///
+/// # Safety
+/// `st` points to this CPU's accumulator.
+#[inline(never)]
+unsafe fn tick_general<C: EbpfContext + StackIdContext>(ctx: &C, st: *mut AggState, now: u64) {
+    // SAFETY: the caller's.
+    unsafe { accumulate_general(ctx, st, None, now) }
+}
+
+/// [`accumulate`]'s general path: a tick that is not a [`common_tick`], and a switch that is
+/// not a [`common_switch`].
 ///
 /// # Safety
 /// `st` points to this CPU's accumulator.
@@ -119,7 +139,12 @@ unsafe fn accumulate_general<C: EbpfContext + StackIdContext>(
         let Some(e) = e else {
             return;
         };
-        add_slice(ctx, st, e, id, known, now);
+        // The mode is a constant to the verifier, which keeps one of the two.
+        if stacks::at_slices() {
+            add_slice::<C, true>(ctx, st, e, id, known, now);
+        } else {
+            add_slice::<C, false>(ctx, st, e, id, known, now);
+        }
         if crossing {
             // The slice's own end was the one crossed: the next is computed once per end.
             (*st).next_end = next_interval_end((*st).clock.origin, (*st).clock.period, now);
@@ -130,12 +155,13 @@ unsafe fn accumulate_general<C: EbpfContext + StackIdContext>(
     }
 }
 
-/// The common switch, taken whole: the task leaving is the one the CPU's last run left
-/// running, its slice crosses no interval end and is not long, and its entry is where the
-/// accumulator's hint says. Then the slice is added as [`accumulate`] adds it, and true is
-/// returned; otherwise nothing is changed, and [`accumulate`]'s general path takes the run.
-/// This is most switches, so it touches the accumulator's head, one entry and the slots'
-/// baselines, and makes no call but the counter reads and the thread id.
+/// The common switch, taken whole: stacks are not taken at slices, the task leaving is the one
+/// the CPU's last run left running, its slice crosses no interval end and is not long, and its
+/// entry is where the accumulator's hint says. Then the slice is added as [`accumulate`] adds
+/// it, and true is returned; otherwise nothing is changed, and [`accumulate`]'s general path
+/// takes the run. This is most switches, so it touches the accumulator's head, one entry and
+/// the slots' baselines, and makes no call but the counter reads and the thread id. (A switch
+/// that takes a stack costs the stack's helper far more than the general path's search.)
 ///
 /// # Safety
 /// `st` points to this CPU's accumulator.
@@ -148,6 +174,10 @@ unsafe fn common_switch<C: EbpfContext + StackIdContext>(
 ) -> bool {
     // SAFETY: the caller's.
     unsafe {
+        // A constant to the verifier: with stacks it keeps only the return.
+        if stacks::at_slices() {
+            return false;
+        }
         // A zeroed accumulator (no baseline yet) has `next_end` 0: every run crosses it.
         if now > (*st).next_end || !same_clock(st) {
             return false;
@@ -161,19 +191,132 @@ unsafe fn common_switch<C: EbpfContext + StackIdContext>(
             return false;
         };
         (*st).expect = sw.next;
-        add_slice(ctx, st, e, id, true, now);
+        add_slice::<C, false>(ctx, st, e, id, true, now);
+        true
+    }
+}
+
+/// The common tick of a busy CPU, taken whole: stacks are not taken at slices, no slice was
+/// charged since the last flush (the accumulator has no entry), the slice crosses no interval
+/// end and is not long, and the task running is the one the CPU's last run left running, a
+/// thread (not the idle task). The period is then this one thread's one slice, and when the
+/// flush is due its record is written straight into the ring, as [`accumulate`]'s general path
+/// would write it from an entry made for it, with the package readings when this CPU reads
+/// them. Returns false, having changed nothing, where the general path must take the tick.
+///
+/// The tick comes after milliseconds of the workload's own use of the caches, so what it costs
+/// is mostly the lines of code and data it touches: this path touches no entry and runs no
+/// search or copy.
+///
+/// # Safety
+/// `st` points to this CPU's accumulator.
+#[inline(always)]
+unsafe fn common_tick<C: EbpfContext + StackIdContext>(
+    ctx: &C,
+    st: *mut AggState,
+    now: u64,
+) -> bool {
+    // SAFETY (whole function): the caller's; `h` and `rec` are pointers the verifier proved to
+    // be inside their arrays, which only this CPU writes (see `write_tick_or_switch`).
+    unsafe {
+        // A constant to the verifier: with stacks it keeps only the return.
+        if stacks::at_slices() {
+            return false;
+        }
+        // A zeroed accumulator (no baseline yet) has `next_end` 0: every run crosses it.
+        if (*st).n != 0 || now > (*st).next_end || !same_clock(st) || long_slice(st, now) {
+            return false;
+        }
+        let cpu = bpf_get_smp_processor_id();
+        if !flush_due(st, cpu, now) {
+            // As on the general path: the slice goes on, and a later run takes it.
+            return true;
+        }
+        // What `owner_known` decides for a tick, without its counting: an unseen switch is
+        // the general path's.
+        let expect = (*st).expect;
+        if expect != 0 && expect != bpf_get_current_task() {
+            return false;
+        }
+        let id = bpf_get_current_pid_tgid();
+        let pid = id as u32;
+        if pid == 0 {
+            return false;
+        }
+        let Some(h) = HEADS.get_ptr_mut(cpu) else {
+            return false;
+        };
+        let seq = (*h).head;
+        let Some(rec) = ring_entry(cpu, seq) else {
+            return false;
+        };
+        // Nothing was changed until here; from here the tick is this path's.
+        let mut sums = PkgSums::new();
+        let pkg_ok = read_package(ctx, cpu, now, &mut sums);
+        let nr = core::ptr::read_volatile(&NR_SLOTS).min(MAX_SLOTS as u32);
+        (*rec).t_ns = now;
+        (*rec).t0_ns = (*st).period_start;
+        (*rec).on_ns = now.wrapping_sub((*st).last_t);
+        (*rec).cpu = cpu;
+        (*rec).pid = pid;
+        (*rec).tgid = (id >> 32) as u32;
+        (*rec).kind = KIND_AGGREGATE;
+        (*rec).nr_slots = nr as u8;
+        // The entry's rule (see `entry`): refreshed by the time of the CPU's last run.
+        let refresh = ((*st).last_t >> 10) & 63 == 0;
+        describe_task(
+            h,
+            pid,
+            refresh,
+            &raw mut (*rec).cgroup_id,
+            &raw mut (*rec).comm,
+            &raw mut (*rec).flags,
+        );
+        let timed = core::ptr::read_volatile(&TIMED_SLOTS);
+        let pkg_slots = core::ptr::read_volatile(&PKG_SLOTS);
+        let cpu_slots = cpu_slot_mask();
+        let mut ok = (*st).last_ok;
+        let mut failed = 0u8;
+        // Written by the reads, never read: no stack is taken here.
+        let mut deltas = core::mem::MaybeUninit::<[u64; MAX_SLOTS]>::uninit();
+        let deltas = &mut *deltas.as_mut_ptr();
+        // Each slot as the flush writes it: a package slot's sum in this first record, a CPU
+        // slot's delta over the slice. The masks are constants: other slots' code is dropped.
+        macro_rules! fill_slots {
+            ($($s:literal)*) => {$(
+                let out = &raw mut (*rec).slots[$s];
+                if pkg_slots & (1 << $s) != 0 {
+                    let read = pkg_ok & (1 << $s) != 0;
+                    if fill_package_slot(out, sums.get($s, read), read) {
+                        failed |= 1 << $s;
+                    }
+                } else if cpu_slots & (1 << $s) != 0 {
+                    set_reading(out, 0, 0, 0);
+                    let t = timed & (1 << $s) != 0;
+                    add_slot_delta(st, out, &mut failed, $s, t, &mut ok, deltas);
+                }
+            )*};
+        }
+        fill_slots!(0 1 2 3 4 5 6 7);
+        (*rec).failed_mask = failed;
+        (*st).last_ok = ok;
+        (*st).last_t = now;
+        (*st).period_start = now;
+        publish(h, cpu, seq, seq.wrapping_add(1));
         true
     }
 }
 
 /// Adds the slice from the accumulator's last run to `now` to entry `e`, thread `id`'s
 /// (`known` false: no known task's, see [`owner_known`]): its time, each CPU slot's delta, and
-/// its stack where stacks are taken at slices. The slice's end is the next one's start.
+/// with `STACKS` (stacks are taken at slices: [`stacks::at_slices`]) its stack. The slice's end
+/// is the next one's start. The mode is a parameter, not a read: the verifier would drop its
+/// test but keep the arithmetic the compiler makes of it.
 ///
 /// # Safety
 /// `st` points to this CPU's accumulator and `e` to one of its entries.
 #[inline(always)]
-unsafe fn add_slice<C: EbpfContext + StackIdContext>(
+unsafe fn add_slice<C: EbpfContext + StackIdContext, const STACKS: bool>(
     ctx: &C,
     st: *mut AggState,
     e: *mut imc_common::AggTask,
@@ -188,11 +331,10 @@ unsafe fn add_slice<C: EbpfContext + StackIdContext>(
         let slice_ns = now.wrapping_sub((*st).last_t);
         (*e).on_ns = (*e).on_ns.wrapping_add(slice_ns);
         let mut ok = (*st).last_ok;
-        // The slice's own deltas, for its stack: zeroed only where stacks are taken at slices
-        // (a constant: without stacks the verifier drops the stores), written by each slot's
-        // read, read only by the stack's charge.
+        // The slice's own deltas, for its stack: zeroed only with STACKS, written by each
+        // slot's read, read only by the stack's charge.
         let mut deltas = core::mem::MaybeUninit::<[u64; MAX_SLOTS]>::uninit();
-        if stacks::at_slices() {
+        if STACKS {
             zeroed_sums(&mut deltas);
         }
         // SAFETY: a pointer to the array, read only where it was zeroed above.
@@ -204,7 +346,15 @@ unsafe fn add_slice<C: EbpfContext + StackIdContext>(
         macro_rules! add_slots {
             ($s:literal $($above:literal)*) => {
                 if cpu_slots & (1 << $s) != 0 {
-                    add_slot_delta(st, e, $s, timed & (1 << $s) != 0, &mut ok, deltas);
+                    add_slot_delta(
+                        st,
+                        &raw mut (*e).slots[$s],
+                        &raw mut (*e).failed_mask,
+                        $s,
+                        timed & (1 << $s) != 0,
+                        &mut ok,
+                        deltas,
+                    );
                 }
                 if cpu_slots >> $s > 1 {
                     add_slots!($($above)*);
@@ -215,8 +365,7 @@ unsafe fn add_slice<C: EbpfContext + StackIdContext>(
         add_slots!(0 1 2 3 4 5 6 7);
         (*st).last_ok = ok;
         (*st).last_t = now;
-        // The mode first: a constant, so without stacks the verifier drops the rest.
-        if stacks::at_slices() {
+        if STACKS {
             if known && id as u32 != 0 {
                 let nr = core::ptr::read_volatile(&NR_SLOTS).min(MAX_SLOTS as u32);
                 stacks::charge_slice(ctx, (id >> 32) as u32, slice_ns, deltas, nr);
@@ -253,17 +402,19 @@ unsafe fn hinted_entry(st: *mut AggState, pid: u32) -> Option<*mut imc_common::A
     }
 }
 
-/// Reads CPU slot `s` and adds its delta since the accumulator's baseline to entry `e`, which
-/// the reading then replaces; `ok` (bit `s`: the baseline is valid) is updated. An untimed
-/// slot's enabled and running times are 1 at every read (see [`read_cpu_slot`]): their deltas
-/// are 0, so only its value is read, added and kept.
+/// Reads CPU slot `s` and adds its delta since the accumulator's baseline to `acc` (an entry's
+/// or a record's reading of the slot), the reading then replacing the baseline; `ok` (bit `s`:
+/// the baseline is valid) is updated, and bit `s` of `failed` set where the delta is unknown.
+/// An untimed slot's enabled and running times are 1 at every read (see [`read_cpu_slot`]):
+/// their deltas are 0, so only its value is read, added and kept.
 ///
 /// # Safety
-/// `st` points to this CPU's accumulator and `e` to one of its entries.
+/// `st` points to this CPU's accumulator; `acc` and `failed` are valid for writing.
 #[inline(always)]
 unsafe fn add_slot_delta(
     st: *mut AggState,
-    e: *mut imc_common::AggTask,
+    acc: *mut SlotReading,
+    failed: *mut u8,
     s: u32,
     timed: bool,
     ok: &mut u32,
@@ -274,10 +425,9 @@ unsafe fn add_slot_delta(
     // SAFETY: the caller's.
     unsafe {
         let last = &raw mut (*st).last[i];
-        let acc = &raw mut (*e).slots[i];
         if !timed {
             let Ok(v) = read_cpu_value(s) else {
-                (*e).failed_mask |= bit as u8;
+                *failed |= bit as u8;
                 *ok &= !bit;
                 return;
             };
@@ -287,7 +437,7 @@ unsafe fn add_slot_delta(
                 (*acc).value = (*acc).value.wrapping_add(d);
             } else {
                 // No baseline (the previous read failed): this slice's delta is unknown.
-                (*e).failed_mask |= bit as u8;
+                *failed |= bit as u8;
             }
             (*last).value = v;
             *ok |= bit;
@@ -297,7 +447,7 @@ unsafe fn add_slot_delta(
         let mut cur = core::mem::MaybeUninit::<SlotReading>::uninit();
         let cur = cur.as_mut_ptr();
         if read_cpu_slot(s, true, cur) != 0 {
-            (*e).failed_mask |= bit as u8;
+            *failed |= bit as u8;
             *ok &= !bit;
             return;
         }
@@ -313,7 +463,7 @@ unsafe fn add_slot_delta(
                 .wrapping_add((*cur).running.wrapping_sub((*last).running));
         } else {
             // No baseline (the previous read failed): this slice's delta is unknown.
-            (*e).failed_mask |= bit as u8;
+            *failed |= bit as u8;
         }
         copy_reading(last, cur);
         *ok |= bit;
@@ -479,14 +629,11 @@ unsafe fn entry<C: EbpfContext>(
 }
 
 /// Bit `s` set: slot `s` is configured and read on each CPU (not a package slot). A constant
-/// to the verifier (both globals are frozen), so code under a clear bit is dropped.
+/// to the verifier (the global is frozen), so code under a clear bit is dropped.
 #[inline(always)]
 fn cpu_slot_mask() -> u32 {
-    // SAFETY: reads of globals; volatile so the compiler does not fold the compiled-in values.
-    unsafe {
-        let nr = core::ptr::read_volatile(&NR_SLOTS).min(MAX_SLOTS as u32);
-        ((1u32 << nr) - 1) & !core::ptr::read_volatile(&PKG_SLOTS)
-    }
+    // SAFETY: a read of a global; volatile so the compiler does not fold the compiled-in 0.
+    unsafe { core::ptr::read_volatile(&CPU_SLOTS) }
 }
 
 /// Whether an accumulator entry counted nothing: every slot read, every CPU slot's delta zero

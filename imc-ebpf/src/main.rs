@@ -92,6 +92,11 @@ static SLOT7: PerfEventArray<u32> = PerfEventArray::new(0);
 #[unsafe(no_mangle)]
 pub(crate) static TIMED_SLOTS: u32 = 0;
 
+/// Bit `s` set: slot `s` is configured and read on each CPU (imc_common::CPU_SLOTS_GLOBAL): the
+/// configured slots that are not package slots. A constant to the verifier, like NR_SLOTS.
+#[unsafe(no_mangle)]
+pub(crate) static CPU_SLOTS: u32 = 0;
+
 /// Bit `s` set: slot `s` is a package slot, the sum of the package counters PKG_SLOT maps to it.
 #[unsafe(no_mangle)]
 pub(crate) static PKG_SLOTS: u32 = 0;

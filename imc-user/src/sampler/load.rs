@@ -6,12 +6,12 @@ use super::object;
 use crate::model::SlotScope;
 use aya::{Ebpf, EbpfLoader};
 use imc_common::{
-    AGGREGATE_GLOBAL, GROUP_LAST_MAP_NAME, HEADS_MAP_NAME, LONG_SLICE_GLOBAL, MIN_FLUSH_GLOBAL,
-    NR_SLOTS_GLOBAL, PKG_MAP_NAME, PKG_MIN_GAP_GLOBAL, PKG_SLOT_MAP_NAME, PKG_SLOTS_GLOBAL,
-    READERS_MAP_NAME, RING_LEN_GLOBAL, Record, SLOT_MAP_NAMES, STACK_COUNTS_MAP_NAME,
-    STACK_MODE_GLOBAL, STACK_PERIOD_GLOBAL, STACK_PERIOD_SLOT_GLOBAL, STACK_SLOTS_GLOBAL,
-    STACK_TRACES_MAP_NAME, STACK_TRACES_ODD_MAP_NAME, STACK_WAKE_AFTER_GLOBAL, TICKS_MAP_NAME,
-    TIMED_SLOTS_GLOBAL, WAKE_EVERY_GLOBAL, tick_rules,
+    AGGREGATE_GLOBAL, CPU_SLOTS_GLOBAL, GROUP_LAST_MAP_NAME, HEADS_MAP_NAME, LONG_SLICE_GLOBAL,
+    MIN_FLUSH_GLOBAL, NR_SLOTS_GLOBAL, PKG_MAP_NAME, PKG_MIN_GAP_GLOBAL, PKG_SLOT_MAP_NAME,
+    PKG_SLOTS_GLOBAL, READERS_MAP_NAME, RING_LEN_GLOBAL, Record, SLOT_MAP_NAMES,
+    STACK_COUNTS_MAP_NAME, STACK_MODE_GLOBAL, STACK_PERIOD_GLOBAL, STACK_PERIOD_SLOT_GLOBAL,
+    STACK_SLOTS_GLOBAL, STACK_TRACES_MAP_NAME, STACK_TRACES_ODD_MAP_NAME, STACK_WAKE_AFTER_GLOBAL,
+    TICKS_MAP_NAME, TIMED_SLOTS_GLOBAL, WAKE_EVERY_GLOBAL, tick_rules,
 };
 
 /// All CPUs' rings together stay within this (a 192-CPU server would otherwise map 750 MB).
@@ -113,6 +113,7 @@ pub(super) fn load(
 /// The program's globals for a configuration (the loader borrows them until it loads).
 struct Globals {
     nr_slots: u32,
+    cpu_slots: u32,
     timed: u32,
     pkg_slots: u32,
     min_gap: u64,
@@ -133,6 +134,7 @@ impl Globals {
         let hz = cfg.tick_hz(None);
         Globals {
             nr_slots: cfg.slots.len() as u32,
+            cpu_slots: slot_mask(cfg, |p| p.spec.scope != SlotScope::Package),
             // Core PMU events (type 0, 3, 4 and the "cpu" PMU) share counters and can be
             // multiplexed; uncore, msr and software counters cannot.
             timed: slot_mask(cfg, |p| p.may_multiplex),
@@ -161,6 +163,7 @@ impl Globals {
 
     fn set<'a>(&'a self, loader: &mut EbpfLoader<'a>) {
         loader.override_global(NR_SLOTS_GLOBAL, &self.nr_slots, true);
+        loader.override_global(CPU_SLOTS_GLOBAL, &self.cpu_slots, true);
         loader.override_global(TIMED_SLOTS_GLOBAL, &self.timed, true);
         loader.override_global(PKG_SLOTS_GLOBAL, &self.pkg_slots, true);
         loader.override_global(PKG_MIN_GAP_GLOBAL, &self.min_gap, true);
