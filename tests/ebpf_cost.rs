@@ -67,8 +67,8 @@ const BOUNDS: &[Bound] = &[
     Bound {
         config: "stacks",
         program: "imc_tick_tp",
-        verified_insns: 61_200,
-        translated_bytes: 11_620,
+        verified_insns: 62_200,
+        translated_bytes: 16_270,
     },
     Bound {
         config: "precise",
@@ -79,7 +79,7 @@ const BOUNDS: &[Bound] = &[
     Bound {
         config: "precise",
         program: "imc_tick_tp",
-        verified_insns: 373,
+        verified_insns: 421,
         translated_bytes: 2_460,
     },
     // The exec program (a comm changed at exec) is the same in every configuration.

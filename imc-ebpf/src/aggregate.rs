@@ -41,7 +41,13 @@ pub(crate) fn accumulate<C: EbpfContext + StackIdContext>(ctx: &C, sw: Option<Sw
     unsafe {
         match sw {
             None => {
-                if !common_tick(ctx, st, now) {
+                // The mode is a constant to the verifier, which keeps one of the two.
+                let done = if stacks::at_slices() {
+                    common_tick::<C, true>(ctx, st, now)
+                } else {
+                    common_tick::<C, false>(ctx, st, now)
+                };
+                if !done {
                     tick_general(ctx, st, now);
                 }
             }
@@ -196,13 +202,14 @@ unsafe fn common_switch<C: EbpfContext + StackIdContext>(
     }
 }
 
-/// The common tick of a busy CPU, taken whole: stacks are not taken at slices, no slice was
-/// charged since the last flush (the accumulator has no entry), the slice crosses no interval
-/// end and is not long, and the task running is the one the CPU's last run left running, a
-/// thread (not the idle task). The period is then this one thread's one slice, and when the
-/// flush is due its record is written straight into the ring, as [`accumulate`]'s general path
-/// would write it from an entry made for it, with the package readings when this CPU reads
-/// them. Returns false, having changed nothing, where the general path must take the tick.
+/// The common tick of a busy CPU, taken whole: no slice was charged since the last flush (the
+/// accumulator has no entry), the slice crosses no interval end and is not long, and the task
+/// running is the one the CPU's last run left running, a thread (not the idle task). The
+/// period is then this one thread's one slice, and when the flush is due its record is written
+/// straight into the ring, as [`accumulate`]'s general path would write it from an entry made
+/// for it, with the package readings when this CPU reads them, and with `STACKS` (stacks are
+/// taken at slices) the slice's stack charged as [`add_slice`] charges it. Returns false,
+/// having changed nothing, where the general path must take the tick.
 ///
 /// The tick comes after milliseconds of the workload's own use of the caches, so what it costs
 /// is mostly the lines of code and data it touches: this path touches no entry and runs no
@@ -211,7 +218,7 @@ unsafe fn common_switch<C: EbpfContext + StackIdContext>(
 /// # Safety
 /// `st` points to this CPU's accumulator.
 #[inline(always)]
-unsafe fn common_tick<C: EbpfContext + StackIdContext>(
+unsafe fn common_tick<C: EbpfContext + StackIdContext, const STACKS: bool>(
     ctx: &C,
     st: *mut AggState,
     now: u64,
@@ -219,10 +226,6 @@ unsafe fn common_tick<C: EbpfContext + StackIdContext>(
     // SAFETY (whole function): the caller's; `h` and `rec` are pointers the verifier proved to
     // be inside their arrays, which only this CPU writes (see `write_tick_or_switch`).
     unsafe {
-        // A constant to the verifier: with stacks it keeps only the return.
-        if stacks::at_slices() {
-            return false;
-        }
         // A zeroed accumulator (no baseline yet) has `next_end` 0: every run crosses it.
         if (*st).n != 0 || now > (*st).next_end || !same_clock(st) || long_slice(st, now) {
             return false;
@@ -256,7 +259,8 @@ unsafe fn common_tick<C: EbpfContext + StackIdContext>(
         let nr = core::ptr::read_volatile(&NR_SLOTS).min(MAX_SLOTS as u32);
         (*rec).t_ns = now;
         (*rec).t0_ns = (*st).period_start;
-        (*rec).on_ns = now.wrapping_sub((*st).last_t);
+        let on_ns = now.wrapping_sub((*st).last_t);
+        (*rec).on_ns = on_ns;
         (*rec).cpu = cpu;
         (*rec).pid = pid;
         (*rec).tgid = (id >> 32) as u32;
@@ -277,8 +281,12 @@ unsafe fn common_tick<C: EbpfContext + StackIdContext>(
         let cpu_slots = cpu_slot_mask();
         let mut ok = (*st).last_ok;
         let mut failed = 0u8;
-        // Written by the reads, never read: no stack is taken here.
+        // The slice's own deltas, for its stack, as in `add_slice`.
         let mut deltas = core::mem::MaybeUninit::<[u64; MAX_SLOTS]>::uninit();
+        if STACKS {
+            zeroed_sums(&mut deltas);
+        }
+        // SAFETY: a pointer to the array, read only where it was zeroed above.
         let deltas = &mut *deltas.as_mut_ptr();
         // Each slot as the flush writes it: a package slot's sum in this first record, a CPU
         // slot's delta over the slice. The masks are constants: other slots' code is dropped.
@@ -299,6 +307,9 @@ unsafe fn common_tick<C: EbpfContext + StackIdContext>(
         }
         fill_slots!(0 1 2 3 4 5 6 7);
         (*rec).failed_mask = failed;
+        if STACKS {
+            stacks::charge_slice(ctx, (id >> 32) as u32, on_ns, deltas, nr);
+        }
         (*st).last_ok = ok;
         (*st).last_t = now;
         (*st).period_start = now;
