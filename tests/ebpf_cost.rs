@@ -44,7 +44,7 @@ const BOUNDS: &[Bound] = &[
         config: "one-cpu-slot",
         program: "imc_tick_tp",
         verified_insns: 59_900,
-        translated_bytes: 12_580,
+        translated_bytes: 12_430,
     },
     Bound {
         config: "server",
@@ -56,7 +56,7 @@ const BOUNDS: &[Bound] = &[
         config: "server",
         program: "imc_tick_tp",
         verified_insns: 123_000,
-        translated_bytes: 17_270,
+        translated_bytes: 17_220,
     },
     Bound {
         config: "stacks",
@@ -67,8 +67,8 @@ const BOUNDS: &[Bound] = &[
     Bound {
         config: "stacks",
         program: "imc_tick_tp",
-        verified_insns: 62_200,
-        translated_bytes: 16_270,
+        verified_insns: 62_100,
+        translated_bytes: 16_090,
     },
     Bound {
         config: "precise",

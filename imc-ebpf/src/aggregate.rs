@@ -289,9 +289,11 @@ unsafe fn common_tick<C: EbpfContext + StackIdContext, const STACKS: bool>(
         // SAFETY: a pointer to the array, read only where it was zeroed above.
         let deltas = &mut *deltas.as_mut_ptr();
         // Each slot as the flush writes it: a package slot's sum in this first record, a CPU
-        // slot's delta over the slice. The masks are constants: other slots' code is dropped.
+        // slot's delta over the slice. The masks are constants: other slots' code is dropped,
+        // and (as in `add_slice`) the slots above the last configured one by one test.
+        let slots = pkg_slots | cpu_slots;
         macro_rules! fill_slots {
-            ($($s:literal)*) => {$(
+            ($s:literal $($above:literal)*) => {
                 let out = &raw mut (*rec).slots[$s];
                 if pkg_slots & (1 << $s) != 0 {
                     let read = pkg_ok & (1 << $s) != 0;
@@ -303,7 +305,11 @@ unsafe fn common_tick<C: EbpfContext + StackIdContext, const STACKS: bool>(
                     let t = timed & (1 << $s) != 0;
                     add_slot_delta(st, out, &mut failed, $s, t, &mut ok, deltas);
                 }
-            )*};
+                if slots >> $s > 1 {
+                    fill_slots!($($above)*);
+                }
+            };
+            () => {};
         }
         fill_slots!(0 1 2 3 4 5 6 7);
         (*rec).failed_mask = failed;
