@@ -82,8 +82,8 @@ unsafe fn switch_general<C: EbpfContext + StackIdContext>(
 }
 
 /// A tick that is not a [`common_tick`] (the CPU's first run, an accumulator with entries, the
-/// idle task or an unseen switch, a long slice, one across an interval end): [`accumulate_general`],
-/// out of the tick's common path.
+/// idle task or an unseen switch, a long slice, one across an interval end):
+/// [`accumulate_general`], out of the tick's common path.
 ///
 /// # Safety
 /// `st` points to this CPU's accumulator.
