@@ -1268,3 +1268,85 @@ fn aggregates_never_mix_tasks_across_an_interval_end() {
         &mixed[..mixed.len().min(3)]
     );
 }
+
+/// With stacks, the kernel takes the stacks of every process but imc's own: imc's traffic is
+/// charged under no stack (userspace shows it as one frame and never resolves it), while a
+/// child process faulting beside it is charged under its stack. This test's process is imc
+/// here (the sampler runs in it).
+#[test]
+fn stacks_are_taken_of_every_process_but_imcs_own() {
+    if !sampler_prerequisites() {
+        return;
+    }
+    let _machine = exclusive();
+    let cpus = online_cpus();
+    let mut cfg = SamplerConfig {
+        tick: TickSource::Kernel,
+        slots: vec![SlotPlan::per_cpu(
+            spec("page-faults"),
+            &page_faults(),
+            &cpus,
+        )],
+        groups: Vec::new(),
+        cpus: cpus.clone(),
+        ring_bytes: None,
+        drain_period_ms: 10,
+        bpf_log: false,
+        tick_program: Default::default(),
+        aggregate: true,
+        stacks: None,
+    };
+    cfg.stacks = Some(imc::sampler::StackConfig {
+        user: true,
+        kernel: false,
+        slots_mask: 1,
+        map_entries: 4096,
+        stack_entries: 4096,
+        wake_after: 0,
+        overflow: None,
+    });
+    let mut s = Sampler::start(&cfg).expect("sampler starts");
+    // Both fault fresh pages for about half a second: this process, and a child.
+    let child = std::process::Command::new("sh")
+        .args(["-c", "i=0; while [ $i -lt 40 ]; do head -c 4000000 /dev/zero | tr '\\0' a > /dev/null; i=$((i+1)); done"])
+        .spawn()
+        .expect("sh runs");
+    let end = Instant::now() + Duration::from_millis(500);
+    let mut entries = Vec::new();
+    // Kept until the end, so that each block is new memory (a freed one would be reused).
+    let mut touched = Vec::new();
+    while Instant::now() < end && touched.len() < 32 {
+        touched.push(std::hint::black_box(vec![1u8; 2 << 20]));
+        imc::sampler::RecordSource::drain_stacks(&mut s, &mut entries);
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let mut child = child;
+    let _ = child.wait();
+    std::thread::sleep(Duration::from_millis(50));
+    imc::sampler::RecordSource::drain_stacks(&mut s, &mut entries);
+    let me = std::process::id();
+    let faults = |e: &imc::sampler::stacks::StackEntry| e.counts.slots[0];
+    let own: Vec<_> = entries.iter().filter(|e| e.key.tgid == me).collect();
+    let others: Vec<_> = entries
+        .iter()
+        .filter(|e| e.key.tgid != me && faults(e) > 0)
+        .collect();
+    assert!(
+        own.iter().map(|e| faults(e)).sum::<u64>() > 0,
+        "this process's faults are charged: {} entries",
+        own.len()
+    );
+    assert!(
+        own.iter()
+            .all(|e| e.key.user_stack == imc_common::NO_STACK && e.user.is_none()),
+        "no stack of this process is taken: {:?}",
+        own.iter().map(|e| e.key.user_stack).collect::<Vec<_>>()
+    );
+    assert!(
+        others
+            .iter()
+            .any(|e| e.key.user_stack != imc_common::NO_STACK),
+        "other processes' stacks are taken: {} entries",
+        others.len()
+    );
+}

@@ -32,6 +32,7 @@ fn the_plan_says_where_stacks_are_taken_and_what_they_cost() {
     assert_eq!(st["mode"], "slices");
     assert_eq!(st["taken_at"], serde_json::json!(["tick", "switch"]));
     assert_eq!(st["adds_interrupts"], false);
+    assert_eq!(st["skips_imc_stacks"], true);
     assert!(st["map_entries"].as_u64().unwrap() > 0);
     assert_eq!(st["weight_slots"], serde_json::json!([0]));
 

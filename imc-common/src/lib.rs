@@ -24,7 +24,7 @@ pub const MAX_PKG_COUNTERS: u32 = 128;
 /// Bumped whenever [`Record`], the map, global or program names or the STATS indices
 /// change. The program carries it in [`ABI_VERSION_GLOBAL`]; userspace refuses an object built
 /// against another version before loading it.
-pub const RECORD_ABI_VERSION: u32 = 14;
+pub const RECORD_ABI_VERSION: u32 = 15;
 /// The program's read-only global holding the [`RECORD_ABI_VERSION`] it was built with.
 pub const ABI_VERSION_GLOBAL: &str = "IMC_ABI_VERSION";
 
@@ -244,6 +244,10 @@ pub const STACK_GEN_ENTRIES: u32 = 1;
 /// ([`STACKS_WAKE`]) to drain and move the generation on, so a stack map is never far past that
 /// many stacks: the fuller a stack map, the more new stacks find their bucket taken.
 pub const STACK_WAKE_AFTER_GLOBAL: &str = "STACK_WAKE_AFTER";
+/// Read-only global: imc's own process id, whose stacks the program does not take: its traffic
+/// is charged under no stack, which userspace shows as one frame (it never resolves its own
+/// stacks: reading symbols is traffic of imc's own, in new places each time).
+pub const STACK_SELF_GLOBAL: &str = "STACK_SELF_TGID";
 /// Hash map of [`StackKey`] → [`StackCounts`]: what each process's stacks were charged since
 /// userspace last took the entries out (lookup-and-delete, one entry at a time). Sized by
 /// userspace; a slice whose entry does not fit is counted in [`STAT_STACK_DROPPED`].
@@ -494,7 +498,7 @@ pub const MAP_NAMES: [&str; 23] = [
 ];
 /// Every read-only global of the program: userspace sets them before load, or reads them
 /// ([`ABI_VERSION_GLOBAL`]).
-pub const GLOBAL_NAMES: [&str; 16] = [
+pub const GLOBAL_NAMES: [&str; 17] = [
     NR_SLOTS_GLOBAL,
     CPU_SLOTS_GLOBAL,
     TIMED_SLOTS_GLOBAL,
@@ -511,6 +515,7 @@ pub const GLOBAL_NAMES: [&str; 16] = [
     STACK_PERIOD_GLOBAL,
     STACK_PERIOD_SLOT_GLOBAL,
     STACK_WAKE_AFTER_GLOBAL,
+    STACK_SELF_GLOBAL,
 ];
 /// Every program of the production object.
 pub const PROGRAM_NAMES: [&str; 5] = [

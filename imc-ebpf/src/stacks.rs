@@ -52,6 +52,17 @@ static STACK_GEN: Array<u32> = Array::with_max_entries(2, 0);
 #[unsafe(no_mangle)]
 static STACK_WAKE_AFTER: u32 = 0;
 
+/// imc's own process (imc_common::STACK_SELF_GLOBAL): charged with no stack taken.
+#[unsafe(no_mangle)]
+static STACK_SELF_TGID: u32 = 0;
+
+/// Whether process `tgid` is imc's own, whose stacks are not taken.
+#[inline(always)]
+fn is_self(tgid: u32) -> bool {
+    // SAFETY: a read of a global set before load.
+    tgid == unsafe { core::ptr::read_volatile(&STACK_SELF_TGID) }
+}
+
 /// (process, stack ids) → what they were charged (sized by userspace before load).
 #[map]
 static STACK_COUNTS: HashMap<StackKey, StackCounts> = HashMap::with_max_entries(1, 0);
@@ -133,7 +144,9 @@ pub fn imc_stack_sample(ctx: PerfEventContext) -> u32 {
 }
 
 /// The running task's stack entry for process `tgid` in the cgroup the task runs in, created
-/// when it has none; None (counted in STAT_STACK_DROPPED) when the map is full.
+/// when it has none; None (counted in STAT_STACK_DROPPED) when the map is full. imc's own
+/// process takes no stack (its entry carries none): userspace gives its traffic one frame and
+/// never resolves it, so walking its stack would cost for nothing.
 #[inline(always)]
 fn counts_of<C: EbpfContext + StackIdContext>(ctx: &C, tgid: u32) -> Option<*mut StackCounts> {
     let m = mode();
@@ -143,12 +156,13 @@ fn counts_of<C: EbpfContext + StackIdContext>(ctx: &C, tgid: u32) -> Option<*mut
     } else {
         &STACK_TRACES_ODD
     };
-    let user = if m & STACK_USER != 0 {
+    let walk = !is_self(tgid);
+    let user = if walk && m & STACK_USER != 0 {
         stack_id(ctx.get_stackid(traces, u64::from(BPF_F_USER_STACK)))
     } else {
         NO_STACK
     };
-    let kernel = if m & STACK_KERNEL != 0 {
+    let kernel = if walk && m & STACK_KERNEL != 0 {
         stack_id(ctx.get_stackid(traces, 0))
     } else {
         NO_STACK

@@ -77,6 +77,7 @@ pub fn plan_stacks(
         period: None,
         event: None,
         adds_interrupts: false,
+        skips_imc_stacks: true,
         reason,
     })
 }
@@ -113,5 +114,6 @@ fn overflow(
         ),
         event: Some(event),
         adds_interrupts: true,
+        skips_imc_stacks: true,
     })
 }

@@ -141,7 +141,7 @@ pub fn render(plan: &Plan) -> String {
             s,
             "stacks: {}{} — {}; the kernel holds {} (process, cgroup, stack) entries between drains \
              and {} stacks of up to {} frames in each of two stack maps, emptied in turn at \
-             the drains (a drain comes early after {} new entries); adds interrupts: {}",
+             the drains (a drain comes early after {} new entries){}; adds interrupts: {}",
             if st.user { "user" } else { "" },
             if st.kernel { " + kernel" } else { "" },
             st.reason,
@@ -149,6 +149,11 @@ pub fn render(plan: &Plan) -> String {
             st.stack_entries,
             st.depth,
             st.wake_after,
+            if st.skips_imc_stacks {
+                "; imc's own traffic goes under one frame, its stacks not taken"
+            } else {
+                ""
+            },
             if st.adds_interrupts { "yes" } else { "no" }
         );
     }

@@ -578,5 +578,8 @@ pub struct StackPlan {
     pub period: Option<u64>,
     pub event: Option<String>,
     pub adds_interrupts: bool,
+    /// imc's own stacks are not taken: its traffic is charged under one frame, `[imc itself]`
+    /// (imc never resolves its own stacks, so walking them would cost for nothing).
+    pub skips_imc_stacks: bool,
     pub reason: String,
 }

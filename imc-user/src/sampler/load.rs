@@ -10,8 +10,8 @@ use imc_common::{
     MIN_FLUSH_GLOBAL, NR_SLOTS_GLOBAL, PKG_MAP_NAME, PKG_MIN_GAP_GLOBAL, PKG_SLOT_MAP_NAME,
     PKG_SLOTS_GLOBAL, READERS_MAP_NAME, RING_LEN_GLOBAL, Record, SLOT_MAP_NAMES,
     STACK_COUNTS_MAP_NAME, STACK_MODE_GLOBAL, STACK_PERIOD_GLOBAL, STACK_PERIOD_SLOT_GLOBAL,
-    STACK_SLOTS_GLOBAL, STACK_TRACES_MAP_NAME, STACK_TRACES_ODD_MAP_NAME, STACK_WAKE_AFTER_GLOBAL,
-    TICKS_MAP_NAME, TIMED_SLOTS_GLOBAL, WAKE_EVERY_GLOBAL, tick_rules,
+    STACK_SELF_GLOBAL, STACK_SLOTS_GLOBAL, STACK_TRACES_MAP_NAME, STACK_TRACES_ODD_MAP_NAME,
+    STACK_WAKE_AFTER_GLOBAL, TICKS_MAP_NAME, TIMED_SLOTS_GLOBAL, WAKE_EVERY_GLOBAL, tick_rules,
 };
 
 /// All CPUs' rings together stay within this (a 192-CPU server would otherwise map 750 MB).
@@ -127,6 +127,7 @@ struct Globals {
     stack_period: u64,
     stack_period_slot: u32,
     stack_wake_after: u32,
+    stack_self: u32,
 }
 
 impl Globals {
@@ -158,6 +159,8 @@ impl Globals {
                 .and_then(|s| s.overflow)
                 .map_or(0, |o| o.1 as u32),
             stack_wake_after: cfg.stacks.as_ref().map_or(0, |s| s.wake_after),
+            // This process, whose stacks are not taken (imc_common::STACK_SELF_GLOBAL).
+            stack_self: std::process::id(),
         }
     }
 
@@ -177,6 +180,7 @@ impl Globals {
         loader.override_global(STACK_PERIOD_GLOBAL, &self.stack_period, true);
         loader.override_global(STACK_PERIOD_SLOT_GLOBAL, &self.stack_period_slot, true);
         loader.override_global(STACK_WAKE_AFTER_GLOBAL, &self.stack_wake_after, true);
+        loader.override_global(STACK_SELF_GLOBAL, &self.stack_self, true);
     }
 }
 
