@@ -1350,3 +1350,95 @@ fn stacks_are_taken_of_every_process_but_imcs_own() {
         others.len()
     );
 }
+
+/// A drain takes each stack entry with its stacks' addresses and leaves the ended generation's
+/// stack map empty, both where the kernel takes entries in batches and stacks with their reads,
+/// and where it can do neither (one entry a call, stacks read, then removed in one sweep).
+#[test]
+fn each_drain_takes_its_stacks_and_empties_their_map_batched_or_one_at_a_time() {
+    if !sampler_prerequisites() {
+        return;
+    }
+    let _machine = exclusive();
+    for one_at_a_time in [false, true] {
+        let cpus = online_cpus();
+        let mut cfg = SamplerConfig {
+            tick: TickSource::Kernel,
+            slots: vec![SlotPlan::per_cpu(
+                spec("page-faults"),
+                &page_faults(),
+                &cpus,
+            )],
+            groups: Vec::new(),
+            cpus: cpus.clone(),
+            ring_bytes: None,
+            drain_period_ms: 10,
+            bpf_log: false,
+            tick_program: Default::default(),
+            aggregate: true,
+            stacks: None,
+        };
+        cfg.stacks = Some(imc::sampler::StackConfig {
+            user: true,
+            kernel: false,
+            slots_mask: 1,
+            map_entries: 4096,
+            stack_entries: 4096,
+            wake_after: 0,
+            overflow: None,
+        });
+        let mut s = Sampler::start(&cfg).expect("sampler starts");
+        if one_at_a_time {
+            s.stacks_one_at_a_time();
+        }
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "i=0; while [ $i -lt 30 ]; do head -c 4000000 /dev/zero | tr '\\0' a > /dev/null; i=$((i+1)); done"])
+            .spawn()
+            .expect("sh runs");
+        let mut entries = Vec::new();
+        let (mut drains, mut left_after) = (0, Vec::new());
+        let end = Instant::now() + Duration::from_secs(5);
+        loop {
+            let exited = matches!(child.try_wait(), Ok(Some(_)));
+            imc::sampler::RecordSource::drain_stacks(&mut s, &mut entries);
+            drains += 1;
+            let left = s
+                .stacks_left_in_ended_map()
+                .expect("the sampler takes stacks");
+            if left > 0 {
+                left_after.push(left);
+            }
+            if exited || Instant::now() > end {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        let how = if one_at_a_time {
+            "one at a time"
+        } else {
+            "batched"
+        };
+        let me = std::process::id();
+        let theirs: Vec<_> = entries
+            .iter()
+            .filter(|e| e.key.tgid != me && e.counts.slots[0] > 0)
+            .collect();
+        let with_stack = theirs
+            .iter()
+            .filter(|e| e.user.as_ref().is_some_and(|a| !a.is_empty()));
+        assert!(
+            with_stack.count() * 2 >= theirs.len() && !theirs.is_empty(),
+            "{how}: of {} entries of other processes, most come with their stack's addresses",
+            theirs.len()
+        );
+        // A program that read the generation just before the turn may store one stack in the
+        // ended map after the drain emptied it; a drain that left its stacks would leave many.
+        assert!(
+            left_after.len() * 10 <= drains,
+            "{how}: {} of {drains} drains left stacks in the ended generation's map: {left_after:?}",
+            left_after.len()
+        );
+    }
+}

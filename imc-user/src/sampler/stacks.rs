@@ -15,16 +15,21 @@
 //! bucket.
 use super::config::{SamplerConfig, StackConfig};
 use super::error::SamplerError;
+use crate::sys::bpf::{map_delete, map_lookup, map_next_key, map_take, map_take_all};
 use crate::sys::perf::{PerfEventAttr, PerfIoctl, PerfSys};
 use aya::Ebpf;
-use aya::maps::{Array, MapData, StackTraceMap};
+use aya::maps::{Array, MapData};
 use aya::programs::PerfEvent;
 use imc_common::{
-    NO_STACK, STACK_COUNTS_MAP_NAME, STACK_GEN_ENTRIES, STACK_GEN_MAP_NAME, STACK_GEN_NOW,
-    STACK_SAMPLE_PROGRAM, STACK_TRACES_MAP_NAME, STACK_TRACES_ODD_MAP_NAME, StackCounts, StackKey,
+    NO_STACK, STACK_COUNTS_MAP_NAME, STACK_DEPTH, STACK_GEN_ENTRIES, STACK_GEN_MAP_NAME,
+    STACK_GEN_NOW, STACK_SAMPLE_PROGRAM, STACK_TRACES_MAP_NAME, STACK_TRACES_ODD_MAP_NAME,
+    StackCounts, StackKey,
 };
 use std::collections::HashMap;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+
+/// STACK_COUNTS entries taken out per batch call at most.
+const BATCH: u32 = 256;
 
 /// One drained entry: a process's stacks, what they were charged since the last drain, and
 /// each stack's addresses, leaf first (None where the map held none or none was asked for).
@@ -40,10 +45,18 @@ pub struct StackEntry {
 pub struct StackMaps {
     counts: MapData,
     /// The stack maps of even and of odd generations.
-    traces: [StackTraceMap<MapData>; 2],
+    traces: [MapData; 2],
     generation: Array<MapData, u32>,
     /// The generation stacks are taken in now.
     now: u32,
+    /// Whether the kernel takes STACK_COUNTS out in batches (else entry by entry).
+    batch: bool,
+    /// Whether the kernel takes a stack out of its map as it is read (else the ended
+    /// generation's stacks are all removed after the reads).
+    take_stacks: bool,
+    /// The batches' keys and values, kept between drains.
+    keys: Vec<u8>,
+    values: Vec<u8>,
     /// The overflow counters of `--stack-period`, one per CPU (closed with the sampler).
     _overflow: Vec<OwnedFd>,
 }
@@ -57,18 +70,23 @@ impl StackMaps {
         sc: &StackConfig,
         perf: &dyn PerfSys,
     ) -> Result<StackMaps, SamplerError> {
-        let counts = match ebpf.take_map(STACK_COUNTS_MAP_NAME) {
-            Some(aya::maps::Map::HashMap(d)) => d,
-            Some(_) => {
-                return Err(SamplerError::map_shape(
-                    STACK_COUNTS_MAP_NAME,
-                    "is not a hash map",
-                ));
-            }
-            None => return Err(super::maps::map_missing(STACK_COUNTS_MAP_NAME)),
-        };
-        let even: StackTraceMap<MapData> = super::maps::take_map(ebpf, STACK_TRACES_MAP_NAME)?;
-        let odd: StackTraceMap<MapData> = super::maps::take_map(ebpf, STACK_TRACES_ODD_MAP_NAME)?;
+        let counts = raw_map(
+            ebpf,
+            STACK_COUNTS_MAP_NAME,
+            |m| matches!(m, aya::maps::Map::HashMap(_)),
+            "a hash map",
+            (size_of::<StackKey>(), size_of::<StackCounts>()),
+        )?;
+        let is_stacks = |m: &aya::maps::Map| matches!(m, aya::maps::Map::StackTraceMap(_));
+        let sizes = (size_of::<u32>(), STACK_DEPTH * size_of::<u64>());
+        let even = raw_map(ebpf, STACK_TRACES_MAP_NAME, is_stacks, "a stack map", sizes)?;
+        let odd = raw_map(
+            ebpf,
+            STACK_TRACES_ODD_MAP_NAME,
+            is_stacks,
+            "a stack map",
+            sizes,
+        )?;
         let generation: Array<MapData, u32> = super::maps::take_map(ebpf, STACK_GEN_MAP_NAME)?;
         let overflow = match sc.overflow {
             Some((period, slot)) => open_overflow(ebpf, cfg, period, slot, perf)?,
@@ -79,6 +97,10 @@ impl StackMaps {
             traces: [even, odd],
             generation,
             now: 0,
+            batch: true,
+            take_stacks: true,
+            keys: Vec::new(),
+            values: Vec::new(),
             _overflow: overflow,
         })
     }
@@ -95,19 +117,24 @@ impl StackMaps {
         if self.generation.set(STACK_GEN_NOW, next, 0).is_ok() {
             self.now = next;
         }
+        let turned = self.now != ended;
         let first = out.len();
         let mut read: HashMap<(u32, i32), Option<Vec<u64>>> = HashMap::new();
         for (key, counts) in self.take_counts() {
-            let mut addresses = |id: i32| {
-                if id == NO_STACK || (key.generation != ended && key.generation != self.now) {
+            let mut stack = |maps: &mut StackMaps, id: i32| {
+                let generation = key.generation;
+                if id == NO_STACK || (generation != ended && generation != maps.now) {
                     return None;
                 }
-                let traces = &self.traces[(key.generation & 1) as usize];
-                read.entry((key.generation, id))
-                    .or_insert_with(|| addresses(traces, id))
+                // Only the ended generation's stacks leave their map: the program may name
+                // the new generation's again before they are drained.
+                let take = turned && generation == ended;
+                read.entry((generation, id))
+                    .or_insert_with(|| maps.read_stack(generation, id, take))
                     .clone()
             };
-            let (user, kernel) = (addresses(key.user_stack), addresses(key.kernel_stack));
+            let user = stack(self, key.user_stack);
+            let kernel = stack(self, key.kernel_stack);
             out.push(StackEntry {
                 key,
                 counts,
@@ -115,21 +142,28 @@ impl StackMaps {
                 kernel,
             });
         }
-        if self.now != ended {
+        if turned {
             self.empty(ended);
         }
         out.len() - first
     }
 
-    /// Every entry of STACK_COUNTS, each taken out at once.
+    /// Every entry of STACK_COUNTS, each taken out at once: in batches where the kernel can,
+    /// else entry by entry.
     fn take_counts(&mut self) -> Vec<(StackKey, StackCounts)> {
+        if self.batch {
+            match self.take_counts_batched() {
+                Some(taken) => return taken,
+                None => self.batch = false,
+            }
+        }
         let fd = self.counts.fd().as_fd();
         let mut keys: Vec<StackKey> = Vec::new();
         let mut prev: Option<StackKey> = None;
         loop {
             let mut next = StackKey::default();
             let prev_bytes = prev.as_ref().map(pod_bytes);
-            match crate::sys::bpf::map_next_key(fd, prev_bytes, pod_bytes_mut(&mut next)) {
+            match map_next_key(fd, prev_bytes, pod_bytes_mut(&mut next)) {
                 Ok(true) => {
                     keys.push(next);
                     prev = Some(next);
@@ -140,29 +174,132 @@ impl StackMaps {
         let mut taken = Vec::with_capacity(keys.len());
         for k in keys {
             let mut v = StackCounts::default();
-            if let Ok(true) = crate::sys::bpf::map_take(fd, pod_bytes(&k), pod_bytes_mut(&mut v)) {
+            if let Ok(true) = map_take(fd, pod_bytes(&k), pod_bytes_mut(&mut v)) {
                 taken.push((k, v));
             }
         }
         taken
     }
 
-    /// Deletes every stack of generation `generation`'s map (its ids listed first: a stack map's
-    /// next key after a deleted one starts over from its first bucket).
+    /// STACK_COUNTS taken out in batches; None where the kernel has no batch command for it.
+    fn take_counts_batched(&mut self) -> Option<Vec<(StackKey, StackCounts)>> {
+        let (ks, vs) = (size_of::<StackKey>(), size_of::<StackCounts>());
+        self.keys.clear();
+        self.values.clear();
+        let fd = self.counts.fd().as_fd();
+        // An error after entries were taken keeps them; one before takes nothing this drain.
+        let n =
+            map_take_all(fd, ks, vs, BATCH, &mut self.keys, &mut self.values).unwrap_or(Some(0))?;
+        let taken = (0..n)
+            .map(|i| {
+                (
+                    pod_read(&self.keys[i * ks..(i + 1) * ks]),
+                    pod_read(&self.values[i * vs..(i + 1) * vs]),
+                )
+            })
+            .collect();
+        Some(taken)
+    }
+
+    /// The addresses of stack `id` of generation `generation` (leaf first), None where its map
+    /// holds none; taken out of the map with the read where `take` and the kernel can.
+    fn read_stack(&mut self, generation: u32, id: i32, take: bool) -> Option<Vec<u64>> {
+        let id = u32::try_from(id).ok()?;
+        let fd = self.traces[(generation & 1) as usize].fd().as_fd();
+        let mut ips = [0u64; STACK_DEPTH];
+        let mut found = None;
+        if take && self.take_stacks {
+            match map_take(fd, pod_bytes(&id), pod_bytes_mut(&mut ips)) {
+                Err(e) if unsupported(&e) => self.take_stacks = false,
+                r => found = Some(r),
+            }
+        }
+        let found =
+            found.unwrap_or_else(|| map_lookup(fd, pod_bytes(&id), pod_bytes_mut(&mut ips)));
+        match found {
+            Ok(true) => Some(ips.iter().copied().take_while(|&ip| ip != 0).collect()),
+            _ => None,
+        }
+    }
+
+    pub(super) fn one_at_a_time(&mut self) {
+        self.batch = false;
+        self.take_stacks = false;
+    }
+
+    pub(super) fn left_in_ended_map(&self) -> usize {
+        self.stack_ids(self.now.wrapping_sub(1)).len()
+    }
+
+    /// The ids of the stacks generation `generation`'s map holds.
+    fn stack_ids(&self, generation: u32) -> Vec<u32> {
+        let fd = self.traces[(generation & 1) as usize].fd().as_fd();
+        let mut ids: Vec<u32> = Vec::new();
+        let mut prev: Option<u32> = None;
+        loop {
+            let mut next = 0u32;
+            match map_next_key(fd, prev.as_ref().map(pod_bytes), pod_bytes_mut(&mut next)) {
+                Ok(true) => {
+                    ids.push(next);
+                    prev = Some(next);
+                }
+                _ => break,
+            }
+        }
+        ids
+    }
+
+    /// Deletes every stack left in generation `generation`'s map (its ids listed first: a
+    /// stack map's next key after a deleted one starts over from its first bucket). Where the
+    /// reads took their stacks out, what is left is what no drained entry named.
     fn empty(&mut self, generation: u32) {
-        let map = &mut self.traces[(generation & 1) as usize];
-        let ids: Vec<u32> = map.stack_ids().filter_map(Result::ok).collect();
-        for id in ids {
-            let _ = map.remove(&id);
+        let fd = self.traces[(generation & 1) as usize].fd().as_fd();
+        for id in self.stack_ids(generation) {
+            let _ = map_delete(fd, pod_bytes(&id));
         }
     }
 }
 
-/// The addresses of stack `id` in `traces` (leaf first), None where the map holds none.
-fn addresses(traces: &StackTraceMap<MapData>, id: i32) -> Option<Vec<u64>> {
-    let id = u32::try_from(id).ok()?;
-    let st = traces.get(&id, 0).ok()?;
-    Some(st.frames().iter().map(|f| f.ip).collect())
+/// Whether a map command failed because the kernel has no such command for the map.
+fn unsupported(e: &std::io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EINVAL | libc::EOPNOTSUPP | libc::ENOSYS | 524)
+    )
+}
+
+/// The map `name` of `ebpf`, of the type `is` says (`what`), with (key, value) sizes `sizes`:
+/// imc reads and writes its entries as those sizes.
+fn raw_map(
+    ebpf: &mut Ebpf,
+    name: &str,
+    is: impl Fn(&aya::maps::Map) -> bool,
+    what: &str,
+    sizes: (usize, usize),
+) -> Result<MapData, SamplerError> {
+    let map = ebpf
+        .take_map(name)
+        .ok_or_else(|| super::maps::map_missing(name))?;
+    if !is(&map) {
+        return Err(SamplerError::map_shape(name, format!("is not {what}")));
+    }
+    let data = match map {
+        aya::maps::Map::HashMap(d) | aya::maps::Map::StackTraceMap(d) => d,
+        _ => return Err(SamplerError::map_shape(name, format!("is not {what}"))),
+    };
+    let info = data.info().map_err(|e| SamplerError::map(name, "", e))?;
+    let found = (info.key_size() as usize, info.value_size() as usize);
+    if found != sizes {
+        return Err(SamplerError::map_shape(
+            name,
+            format!(
+                "has {}-byte keys and {}-byte values where imc reads {} and {} (object and \
+                 imc built from different sources?)",
+                found.0, found.1, sizes.0, sizes.1
+            ),
+        ));
+    }
+    Ok(data)
 }
 
 /// The overflow counters of `--stack-period`: the weight slot's event on every CPU, sampling
@@ -207,6 +344,13 @@ fn open_overflow(
 fn pod_bytes<T: aya::Pod>(v: &T) -> &[u8] {
     // SAFETY: a Pod is plain bytes of its size.
     unsafe { std::slice::from_raw_parts((v as *const T).cast(), std::mem::size_of::<T>()) }
+}
+
+/// A Pod read from `bytes` (its size).
+fn pod_read<T: aya::Pod>(bytes: &[u8]) -> T {
+    debug_assert_eq!(bytes.len(), std::mem::size_of::<T>());
+    // SAFETY: bytes holds size_of::<T>() bytes, and any bytes are a valid Pod.
+    unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) }
 }
 
 fn pod_bytes_mut<T: aya::Pod>(v: &mut T) -> &mut [u8] {

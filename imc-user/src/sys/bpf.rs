@@ -1,15 +1,21 @@
 //! bpf(2) calls that aya 0.14 does not wrap: storing and removing external perf fds in a
 //! PERF_EVENT_ARRAY (aya only fills those arrays with perf buffers it creates itself), taking a
-//! hash map's entries out one at a time (lookup-and-delete: nothing the program adds between
-//! the read and the removal is lost), and kernel.bpf_stats.
+//! hash map's entries out, all in one call where the kernel can (lookup-and-delete batch) or
+//! one at a time (lookup-and-delete: nothing the program adds between the read and the removal
+//! is lost), and kernel.bpf_stats.
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};
 
+const BPF_MAP_LOOKUP_ELEM: libc::c_long = 1;
 const BPF_MAP_UPDATE_ELEM: libc::c_long = 2;
 const BPF_MAP_DELETE_ELEM: libc::c_long = 3;
 const BPF_MAP_GET_NEXT_KEY: libc::c_long = 4;
 const BPF_MAP_LOOKUP_AND_DELETE_ELEM: libc::c_long = 21;
+const BPF_MAP_LOOKUP_AND_DELETE_BATCH: libc::c_long = 25;
 const BPF_ENABLE_STATS: libc::c_long = 32;
+/// The kernel's "not supported" (ENOTSUPP, not in libc): what an older kernel's map answers a
+/// batch command with.
+const ENOTSUPP: i32 = 524;
 const BPF_STATS_RUN_TIME: u32 = 0;
 
 /// The syscall seam for the sampler's map updates.
@@ -112,6 +118,115 @@ pub fn map_take(map: BorrowedFd<'_>, key: &[u8], value: &mut [u8]) -> io::Result
         flags: 0,
     };
     absent_is_false(map_elem(BPF_MAP_LOOKUP_AND_DELETE_ELEM, &attr))
+}
+
+/// Reads `key`'s entry into `value`; false when the map has none.
+pub fn map_lookup(map: BorrowedFd<'_>, key: &[u8], value: &mut [u8]) -> io::Result<bool> {
+    let attr = MapElemAttr {
+        map_fd: map.as_raw_fd() as u32,
+        _pad: 0,
+        key: key.as_ptr() as u64,
+        value: value.as_mut_ptr() as u64,
+        flags: 0,
+    };
+    absent_is_false(map_elem(BPF_MAP_LOOKUP_ELEM, &attr))
+}
+
+/// Removes `key`'s entry; false when the map had none.
+pub fn map_delete(map: BorrowedFd<'_>, key: &[u8]) -> io::Result<bool> {
+    let attr = MapElemAttr {
+        map_fd: map.as_raw_fd() as u32,
+        _pad: 0,
+        key: key.as_ptr() as u64,
+        value: 0,
+        flags: 0,
+    };
+    absent_is_false(map_elem(BPF_MAP_DELETE_ELEM, &attr))
+}
+
+/// Takes every entry out of a hash map in as few calls as its size allows
+/// (BPF_MAP_LOOKUP_AND_DELETE_BATCH, Linux 5.6: each bucket's entries read and removed under
+/// its lock, so nothing the program adds meanwhile is lost), appending the keys to `keys` and
+/// the values to `values` (`key_size` and `value_size` bytes each, `chunk` entries a call at
+/// most). Returns how many were taken, or None where the kernel has no batch command for the
+/// map (before any entry was taken: the caller takes them one at a time instead).
+pub fn map_take_all(
+    map: BorrowedFd<'_>,
+    key_size: usize,
+    value_size: usize,
+    chunk: u32,
+    keys: &mut Vec<u8>,
+    values: &mut Vec<u8>,
+) -> io::Result<Option<usize>> {
+    #[repr(C)]
+    struct BatchAttr {
+        in_batch: u64,
+        out_batch: u64,
+        keys: u64,
+        values: u64,
+        count: u32,
+        map_fd: u32,
+        elem_flags: u64,
+        flags: u64,
+    }
+    let chunk = chunk.max(1);
+    // The hash map's batch token is a bucket index.
+    let (mut token_in, mut token_out) = (0u32, 0u32);
+    let mut first = true;
+    let mut taken = 0usize;
+    loop {
+        let (k0, v0) = (keys.len(), values.len());
+        keys.resize(k0 + key_size * chunk as usize, 0);
+        values.resize(v0 + value_size * chunk as usize, 0);
+        let mut attr = BatchAttr {
+            in_batch: if first {
+                0
+            } else {
+                &token_in as *const u32 as u64
+            },
+            out_batch: &mut token_out as *mut u32 as u64,
+            keys: keys[k0..].as_mut_ptr() as u64,
+            values: values[v0..].as_mut_ptr() as u64,
+            count: chunk,
+            map_fd: map.as_raw_fd() as u32,
+            elem_flags: 0,
+            flags: 0,
+        };
+        // SAFETY: attr is the bpf_attr of the batch commands; keys and values have room for
+        // `count` entries of the map's key and value sizes, and the tokens live for the call.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_bpf,
+                BPF_MAP_LOOKUP_AND_DELETE_BATCH,
+                &mut attr as *mut BatchAttr,
+                std::mem::size_of::<BatchAttr>() as u32,
+            )
+        };
+        let err = (r < 0).then(io::Error::last_os_error);
+        // The kernel says how many it filled, on success and at the end (ENOENT) alike.
+        let n = if err.is_none()
+            || err.as_ref().and_then(io::Error::raw_os_error) == Some(libc::ENOENT)
+        {
+            attr.count.min(chunk) as usize
+        } else {
+            0
+        };
+        keys.truncate(k0 + key_size * n);
+        values.truncate(v0 + value_size * n);
+        taken += n;
+        match err.as_ref().and_then(io::Error::raw_os_error) {
+            None => {}
+            Some(libc::ENOENT) => return Ok(Some(taken)),
+            Some(libc::EINVAL | libc::EOPNOTSUPP | ENOTSUPP | libc::ENOSYS) if first => {
+                return Ok(None);
+            }
+            // What was taken is kept; the rest stays in the map for the next call.
+            Some(_) if taken > 0 => return Ok(Some(taken)),
+            Some(_) => return Err(err.unwrap_or_else(io::Error::last_os_error)),
+        }
+        first = false;
+        token_in = token_out;
+    }
 }
 
 fn absent_is_false(r: io::Result<()>) -> io::Result<bool> {
