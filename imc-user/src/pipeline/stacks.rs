@@ -233,9 +233,13 @@ impl StackResolver {
             return;
         }
         let proc_dir = self.root.join(format!("proc/{tgid}"));
-        let exe = std::fs::metadata(proc_dir.join("exe"))
-            .ok()
-            .map(|m| (m.dev(), m.ino()));
+        // A process whose executable cannot be read is gone or exiting (its maps then read
+        // empty) or a kernel thread: its maps tell nothing, and the resolver keeps what was read
+        // while it ran.
+        let Ok(exe) = std::fs::metadata(proc_dir.join("exe")).map(|m| Some((m.dev(), m.ino())))
+        else {
+            return;
+        };
         if self.prepared.get(&tgid) == Some(&exe) {
             return;
         }

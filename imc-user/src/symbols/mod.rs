@@ -171,6 +171,10 @@ impl Symbolizer {
         let Ok(parsed) = maps::Maps::parse(maps, l.max_maps_bytes, l.max_maps_lines) else {
             return;
         };
+        // An exiting process's maps read empty: what was read while it ran stays.
+        if parsed.mappings.is_empty() && self.processes.contains_key(&tgid) {
+            return;
+        }
         self.forget(tgid);
         self.stats.maps_read += 1;
         self.stats.maps_truncated += u64::from(parsed.truncated);

@@ -120,6 +120,44 @@ fn a_new_mapping_of_a_live_process_is_asked_of_the_kernel_alone() {
     );
 }
 
+/// A process's stacks are resolved after it is gone through the maps read while it ran; the
+/// empty maps of its exit (its executable no longer readable) do not replace them.
+#[test]
+fn maps_read_empty_at_exit_do_not_replace_those_read_while_it_ran() {
+    let Ok(mut child) = std::process::Command::new("sleep").arg("5").spawn() else {
+        eprintln!("skipped: no sleep(1) to run");
+        return;
+    };
+    let pid = child.id();
+    // Its maps once sleep's code is mapped (before, it is this test's fork, or mid-exec).
+    let code = |t: &str| {
+        t.lines()
+            .find(|l| l.contains(" r-xp ") && l.ends_with("/sleep"))
+            .map(str::to_string)
+    };
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let (maps, line) = loop {
+        let maps = fs::read(format!("/proc/{pid}/maps")).expect("the child's maps");
+        if let Some(line) = code(&String::from_utf8_lossy(&maps)) {
+            break (maps, line);
+        }
+        assert!(std::time::Instant::now() < end, "sleep's code never mapped");
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    };
+    let exe = fs::metadata(format!("/proc/{pid}/exe")).expect("the child's exe");
+    let _ = child.kill();
+    let _ = child.wait();
+    let start = u64::from_str_radix(line.split('-').next().unwrap(), 16).unwrap();
+    let mut s = Symbolizer::new(Path::new("/"));
+    s.prepare(pid, &maps, Some((exe.dev(), exe.ino())));
+    s.prepare(pid, b"", None);
+    let f = &s.user_frames(pid, &[start + 0x10])[0];
+    assert!(
+        f.module.as_deref().is_some_and(|m| m.ends_with("sleep")),
+        "{f:?}"
+    );
+}
+
 #[test]
 fn a_process_that_does_not_exist_is_unresolved() {
     let mut s = Symbolizer::new(Path::new("/"));
