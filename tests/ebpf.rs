@@ -1302,6 +1302,7 @@ fn stacks_are_taken_of_every_process_but_imcs_own() {
         slots_mask: 1,
         map_entries: 4096,
         stack_entries: 4096,
+        spare_entries: 512,
         wake_after: 0,
         overflow: None,
     });
@@ -1384,6 +1385,7 @@ fn each_drain_takes_its_stacks_and_empties_their_map_batched_or_one_at_a_time() 
             slots_mask: 1,
             map_entries: 4096,
             stack_entries: 4096,
+            spare_entries: 512,
             wake_after: 0,
             overflow: None,
         });
@@ -1441,4 +1443,92 @@ fn each_drain_takes_its_stacks_and_empties_their_map_batched_or_one_at_a_time() 
             left_after.len()
         );
     }
+}
+
+/// A stack whose bucket another stack holds in its generation's map is kept in the spare map:
+/// with a one-bucket main map, nearly every stack of a busy child is refused there, and the
+/// spare keeps their addresses; with a one-bucket spare as well, most are lost.
+#[test]
+fn a_stack_refused_for_its_bucket_is_kept_in_the_spare_map() {
+    if !sampler_prerequisites() {
+        return;
+    }
+    let _machine = exclusive();
+    let mut kept = Vec::new();
+    for spare_entries in [4096, 1] {
+        let cpus = online_cpus();
+        let mut cfg = SamplerConfig {
+            tick: TickSource::Kernel,
+            slots: vec![SlotPlan::per_cpu(
+                spec("page-faults"),
+                &page_faults(),
+                &cpus,
+            )],
+            groups: Vec::new(),
+            cpus: cpus.clone(),
+            ring_bytes: None,
+            drain_period_ms: 10,
+            bpf_log: false,
+            tick_program: Default::default(),
+            aggregate: true,
+            stacks: None,
+        };
+        cfg.stacks = Some(imc::sampler::StackConfig {
+            user: true,
+            kernel: false,
+            slots_mask: 1,
+            map_entries: 4096,
+            stack_entries: 1,
+            spare_entries,
+            wake_after: 0,
+            overflow: None,
+        });
+        let mut s = Sampler::start(&cfg).expect("sampler starts");
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "i=0; while [ $i -lt 30 ]; do head -c 4000000 /dev/zero | tr '\\0' a > /dev/null; i=$((i+1)); done"])
+            .spawn()
+            .expect("sh runs");
+        let mut entries = Vec::new();
+        let end = Instant::now() + Duration::from_secs(5);
+        loop {
+            let exited = matches!(child.try_wait(), Ok(Some(_)));
+            std::thread::sleep(Duration::from_millis(100));
+            imc::sampler::RecordSource::drain_stacks(&mut s, &mut entries);
+            if exited || Instant::now() > end {
+                break;
+            }
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        let me = std::process::id();
+        let theirs: Vec<_> = entries.iter().filter(|e| e.key.tgid != me).collect();
+        let faults = |e: &&imc::sampler::stacks::StackEntry| e.counts.slots[0];
+        let all: u64 = theirs.iter().map(faults).sum();
+        let with_stack: u64 = theirs
+            .iter()
+            .filter(|e| e.user.as_ref().is_some_and(|a| !a.is_empty()))
+            .map(faults)
+            .sum();
+        let spare_ids = theirs
+            .iter()
+            .filter(|e| e.key.user_stack >= 0 && e.key.user_stack & imc_common::SPARE_STACK != 0)
+            .count();
+        assert!(all > 0, "the child's faults are charged");
+        kept.push((spare_entries, with_stack as f64 / all as f64, spare_ids));
+    }
+    let (big, one) = (kept[0], kept[1]);
+    assert!(
+        big.1 >= 0.9 && big.2 > 0,
+        "with a spare map of {}: {:.3} of the faults have their stack, {} entries name a spare stack",
+        big.0,
+        big.1,
+        big.2
+    );
+    assert!(
+        one.1 < big.1,
+        "a one-bucket spare keeps fewer ({:.3}) than a spare of {} ({:.3})",
+        one.1,
+        big.0,
+        big.1
+    );
 }

@@ -62,13 +62,13 @@ const BOUNDS: &[Bound] = &[
         config: "stacks",
         program: "imc_switch",
         verified_insns: 87_900,
-        translated_bytes: 11_890,
+        translated_bytes: 12_410,
     },
     Bound {
         config: "stacks",
         program: "imc_tick_tp",
-        verified_insns: 62_100,
-        translated_bytes: 16_090,
+        verified_insns: 63_000,
+        translated_bytes: 16_970,
     },
     Bound {
         config: "precise",
@@ -186,6 +186,7 @@ fn configurations(cpus: &[u32]) -> Vec<(&'static str, SamplerConfig)> {
         slots_mask: 1,
         map_entries: 1024,
         stack_entries: 1024,
+        spare_entries: 128,
         wake_after: 64,
         overflow: None,
     });

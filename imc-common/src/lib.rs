@@ -24,7 +24,7 @@ pub const MAX_PKG_COUNTERS: u32 = 128;
 /// Bumped whenever [`Record`], the map, global or program names or the STATS indices
 /// change. The program carries it in [`ABI_VERSION_GLOBAL`]; userspace refuses an object built
 /// against another version before loading it.
-pub const RECORD_ABI_VERSION: u32 = 15;
+pub const RECORD_ABI_VERSION: u32 = 16;
 /// The program's read-only global holding the [`RECORD_ABI_VERSION`] it was built with.
 pub const ABI_VERSION_GLOBAL: &str = "IMC_ABI_VERSION";
 
@@ -231,6 +231,17 @@ pub fn crosses_interval_end(origin: u64, period: u64, from: u64, to: u64) -> boo
 /// run does not fill the buckets with stacks of the past.
 pub const STACK_TRACES_MAP_NAME: &str = "STACK_TRACES";
 pub const STACK_TRACES_ODD_MAP_NAME: &str = "STACK_TRACES_ODD";
+/// The spare stack maps of even and odd generations: a stack its generation's map refuses
+/// because another stack holds its bucket (`-EEXIST`) is stored here instead, its id carrying
+/// [`SPARE_STACK`]. Only refused stacks come here, so two stacks that share a bucket of the
+/// main map both keep their addresses (without it, the one stored second lost its stack for
+/// the whole generation, however hot). Sized by userspace before load, emptied as the main
+/// maps are.
+pub const STACK_SPARE_MAP_NAME: &str = "STACK_SPARE";
+pub const STACK_SPARE_ODD_MAP_NAME: &str = "STACK_SPARE_ODD";
+/// Set in a [`StackKey`] stack id that names a stack of the spare map
+/// ([`STACK_SPARE_MAP_NAME`]); the rest of the id is its key there.
+pub const SPARE_STACK: i32 = 1 << 30;
 /// Array of two u32: at [`STACK_GEN_NOW`], the generation stacks are taken in now (its low bit
 /// picks the stack map), carried in each [`StackKey`]; at [`STACK_GEN_ENTRIES`], the
 /// [`STACK_COUNTS_MAP_NAME`] entries the program made in it. Userspace moves the generation on
@@ -279,10 +290,10 @@ pub const STACK_DEPTH: usize = 127;
 
 /// Whose traffic, in which stacks: a process, the cgroup v2 id its thread ran in
 /// (`bpf_get_current_cgroup_id`, as task records carry it), and the ids of its user and
-/// kernel stacks in generation `generation`'s stack map ([`STACK_TRACES_MAP_NAME`]). An id
-/// below 0 is no stack: `-errno` of `bpf_get_stackid` (`-EEXIST`: the map's bucket held another
-/// stack; `-EFAULT`: no user stack, a kernel thread), or [`NO_STACK`] where that stack was not
-/// asked for.
+/// kernel stacks in generation `generation`'s stack map ([`STACK_TRACES_MAP_NAME`]), or in its
+/// spare map where the id carries [`SPARE_STACK`]. An id below 0 is no stack: `-errno` of
+/// `bpf_get_stackid` (`-EEXIST`: the bucket held another stack in both maps; `-EFAULT`: no
+/// user stack, a kernel thread), or [`NO_STACK`] where that stack was not asked for.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct StackKey {
@@ -471,7 +482,7 @@ unsafe impl aya::Pod for IntervalClock {}
 const _: () = assert!(core::mem::size_of::<CpuHead>() == 64);
 
 /// Every map the program defines and userspace looks up, by the constants above.
-pub const MAP_NAMES: [&str; 23] = [
+pub const MAP_NAMES: [&str; 25] = [
     SLOT_MAP_NAMES[0],
     SLOT_MAP_NAMES[1],
     SLOT_MAP_NAMES[2],
@@ -492,6 +503,8 @@ pub const MAP_NAMES: [&str; 23] = [
     INTERVALS_MAP_NAME,
     STACK_TRACES_MAP_NAME,
     STACK_TRACES_ODD_MAP_NAME,
+    STACK_SPARE_MAP_NAME,
+    STACK_SPARE_ODD_MAP_NAME,
     STACK_GEN_MAP_NAME,
     STACK_COUNTS_MAP_NAME,
     EXECS_MAP_NAME,

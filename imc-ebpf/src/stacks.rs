@@ -18,8 +18,8 @@ use aya_ebpf::{
 };
 use core::intrinsics::{AtomicOrdering, atomic_xadd};
 use imc_common::{
-    MAX_SLOTS, NO_STACK, STACK_GEN_ENTRIES, STACK_GEN_NOW, STACK_KERNEL, STACK_SAMPLED, STACK_USER,
-    STACKS_WAKE, STAT_STACK_DROPPED, StackCounts, StackKey,
+    MAX_SLOTS, NO_STACK, SPARE_STACK, STACK_GEN_ENTRIES, STACK_GEN_NOW, STACK_KERNEL,
+    STACK_SAMPLED, STACK_USER, STACKS_WAKE, STAT_STACK_DROPPED, StackCounts, StackKey,
 };
 
 /// Which stacks a charged slice takes (imc_common::STACK_MODE_GLOBAL); frozen before load.
@@ -41,6 +41,11 @@ static STACK_PERIOD_SLOT: u32 = 0;
 static STACK_TRACES: StackTrace = StackTrace::with_max_entries(1, 0);
 #[map]
 static STACK_TRACES_ODD: StackTrace = StackTrace::with_max_entries(1, 0);
+/// The stacks those maps refused for a bucket another stack held, in even and odd generations.
+#[map]
+static STACK_SPARE: StackTrace = StackTrace::with_max_entries(1, 0);
+#[map]
+static STACK_SPARE_ODD: StackTrace = StackTrace::with_max_entries(1, 0);
 
 /// The generation stacks are taken in now, and the entries made in it (userspace moves it on
 /// at each drain).
@@ -151,19 +156,19 @@ pub fn imc_stack_sample(ctx: PerfEventContext) -> u32 {
 fn counts_of<C: EbpfContext + StackIdContext>(ctx: &C, tgid: u32) -> Option<*mut StackCounts> {
     let m = mode();
     let generation = STACK_GEN.get(STACK_GEN_NOW).copied().unwrap_or(0);
-    let traces = if generation & 1 == 0 {
-        &STACK_TRACES
+    let maps = if generation & 1 == 0 {
+        (&STACK_TRACES, &STACK_SPARE)
     } else {
-        &STACK_TRACES_ODD
+        (&STACK_TRACES_ODD, &STACK_SPARE_ODD)
     };
     let walk = !is_self(tgid);
     let user = if walk && m & STACK_USER != 0 {
-        stack_id(ctx.get_stackid(traces, u64::from(BPF_F_USER_STACK)))
+        take_stack(ctx, maps, u64::from(BPF_F_USER_STACK))
     } else {
         NO_STACK
     };
     let kernel = if walk && m & STACK_KERNEL != 0 {
-        stack_id(ctx.get_stackid(traces, 0))
+        take_stack(ctx, maps, 0)
     } else {
         NO_STACK
     };
@@ -235,14 +240,28 @@ fn count_entry() {
     }
 }
 
-/// A stack id, or `-errno` of a stack the map did not take.
+/// The id of the running task's stack (`flags`: user or kernel) in the generation's map, or,
+/// where another stack holds its bucket there, in the spare map (the id marked [`SPARE_STACK`]);
+/// `-errno` where neither took it.
 #[inline(always)]
-fn stack_id(r: Result<i64, i32>) -> i32 {
-    match r {
+fn take_stack<C: StackIdContext>(
+    ctx: &C,
+    (traces, spare): (&StackTrace, &StackTrace),
+    flags: u64,
+) -> i32 {
+    match ctx.get_stackid(traces, flags) {
         Ok(id) => id as i32,
+        // Rare (a bucket taken), so the second walk costs only there.
+        Err(e) if e == -EEXIST => match ctx.get_stackid(spare, flags) {
+            Ok(id) => id as i32 | SPARE_STACK,
+            Err(e) => e.min(-1),
+        },
         Err(e) => e.min(-1),
     }
 }
+
+/// The kernel's EEXIST: `bpf_get_stackid`'s answer where the bucket holds another stack.
+const EEXIST: i32 = 17;
 
 /// `*p += v`, atomically (other CPUs may charge the same key): BPF's atomic add. The BPF
 /// target has no compare-and-swap, so `AtomicU64::fetch_add` does not exist there; the

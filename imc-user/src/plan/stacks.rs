@@ -15,6 +15,10 @@ pub const MAP_ENTRIES: u32 = 16_384;
 /// in each of the two stack maps (each stack holds [`imc_common::STACK_DEPTH`] addresses:
 /// about 8 MiB a map).
 pub const STACK_ENTRIES: u32 = 8_192;
+/// Distinct stacks per generation in each spare map: only stacks their generation's map
+/// refused come here (a few percent of a generation's stacks at most, see [`WAKE_AFTER`]),
+/// about 1 MiB a map.
+pub const SPARE_ENTRIES: u32 = STACK_ENTRIES / 8;
 /// New (process, cgroup, stack) entries of a generation after which the kernel wakes imc to drain
 /// it early: a stack map is then about a sixteenth full at most when its generation ends, so
 /// about 3% of new stacks at most find their hash bucket taken (about 8% at 1,400 new stacks
@@ -71,6 +75,7 @@ pub fn plan_stacks(
         taken_at: vec!["tick", "switch"],
         map_entries: MAP_ENTRIES,
         stack_entries: STACK_ENTRIES,
+        spare_entries: SPARE_ENTRIES,
         wake_after: WAKE_AFTER,
         depth: imc_common::STACK_DEPTH as u32,
         weight_slots: weights,
@@ -103,6 +108,7 @@ fn overflow(
         taken_at: vec!["overflow"],
         map_entries: MAP_ENTRIES,
         stack_entries: STACK_ENTRIES,
+        spare_entries: SPARE_ENTRIES,
         wake_after: WAKE_AFTER,
         depth: imc_common::STACK_DEPTH as u32,
         weight_slots: vec![slot],

@@ -141,13 +141,15 @@ pub fn render(plan: &Plan) -> String {
             s,
             "stacks: {}{} — {}; the kernel holds {} (process, cgroup, stack) entries between drains \
              and {} stacks of up to {} frames in each of two stack maps, emptied in turn at \
-             the drains (a drain comes early after {} new entries){}; adds interrupts: {}",
+             the drains, with {} more in a spare map each for stacks whose bucket another holds \
+             (a drain comes early after {} new entries){}; adds interrupts: {}",
             if st.user { "user" } else { "" },
             if st.kernel { " + kernel" } else { "" },
             st.reason,
             st.map_entries,
             st.stack_entries,
             st.depth,
+            st.spare_entries,
             st.wake_after,
             if st.skips_imc_stacks {
                 "; imc's own traffic goes under one frame, its stacks not taken"

@@ -564,8 +564,13 @@ pub struct StackPlan {
     pub map_entries: u32,
     /// Distinct stacks each of the kernel's two stack maps holds (one takes the stacks of a
     /// drain's interval while the other's are read and emptied); a stack past them (or one
-    /// whose bucket another holds) is charged under `[stack not recorded]`.
+    /// whose bucket another holds in this map and in the spare map) is charged under
+    /// `[stack not recorded]`.
     pub stack_entries: u32,
+    /// Stacks each of the two spare maps holds: a stack whose bucket another holds in its
+    /// generation's map is stored in that generation's spare map instead, so of two stacks
+    /// that share a bucket neither loses its frames.
+    pub spare_entries: u32,
     /// New (process, cgroup, stack) entries of a drain's interval after which the kernel wakes imc to
     /// drain early, so a stack map is never far past that many stacks (a power of two).
     pub wake_after: u32,

@@ -216,6 +216,8 @@ pub struct StackConfig {
     pub slots_mask: u32,
     pub map_entries: u32,
     pub stack_entries: u32,
+    /// Stacks each spare map holds (those a main map refused for a bucket another stack held).
+    pub spare_entries: u32,
     /// Entries of a generation after which the program wakes userspace to drain (a power of
     /// two; 0: never).
     pub wake_after: u32,

@@ -35,6 +35,7 @@ fn stack_config(st: &crate::plan::StackPlan) -> super::StackConfig {
         slots_mask: st.weight_slots.iter().fold(0, |m, &s| m | 1 << s),
         map_entries: st.map_entries,
         stack_entries: st.stack_entries,
+        spare_entries: st.spare_entries,
         wake_after: st.wake_after,
         overflow: st.period.zip(st.weight_slots.first().copied()),
     }

@@ -9,7 +9,9 @@
 //! hold only the stacks of about one drain, however long the run, and an id is read from the
 //! map it was given in before that map is emptied. A generation that makes many entries wakes
 //! the drain early (STACK_WAKE_AFTER), so its map stays sparse: a stack map refuses a stack
-//! whose hash bucket another holds, and the fuller the map, the more often that happens. An
+//! whose hash bucket another holds, and the fuller the map, the more often that happens. The
+//! program stores a refused stack in its generation's spare map instead (its id marked
+//! SPARE_STACK), which holds only such stacks; it is read and emptied with the main map. An
 //! entry of an older generation (a program that was charging across the turn) names a map
 //! emptied since: its stacks read as not recorded, never as another stack that took its
 //! bucket.
@@ -21,9 +23,10 @@ use aya::Ebpf;
 use aya::maps::{Array, MapData};
 use aya::programs::PerfEvent;
 use imc_common::{
-    NO_STACK, STACK_COUNTS_MAP_NAME, STACK_DEPTH, STACK_GEN_ENTRIES, STACK_GEN_MAP_NAME,
-    STACK_GEN_NOW, STACK_SAMPLE_PROGRAM, STACK_TRACES_MAP_NAME, STACK_TRACES_ODD_MAP_NAME,
-    StackCounts, StackKey,
+    NO_STACK, SPARE_STACK, STACK_COUNTS_MAP_NAME, STACK_DEPTH, STACK_GEN_ENTRIES,
+    STACK_GEN_MAP_NAME, STACK_GEN_NOW, STACK_SAMPLE_PROGRAM, STACK_SPARE_MAP_NAME,
+    STACK_SPARE_ODD_MAP_NAME, STACK_TRACES_MAP_NAME, STACK_TRACES_ODD_MAP_NAME, StackCounts,
+    StackKey,
 };
 use std::collections::HashMap;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
@@ -44,8 +47,10 @@ pub struct StackEntry {
 /// The maps (and overflow counters) of a sampler that takes stacks.
 pub struct StackMaps {
     counts: MapData,
-    /// The stack maps of even and of odd generations.
+    /// The stack maps of even and of odd generations, and their spare maps (the stacks they
+    /// refused for a bucket another held; ids marked SPARE_STACK).
     traces: [MapData; 2],
+    spares: [MapData; 2],
     generation: Array<MapData, u32>,
     /// The generation stacks are taken in now.
     now: u32,
@@ -77,16 +82,23 @@ impl StackMaps {
             "a hash map",
             (size_of::<StackKey>(), size_of::<StackCounts>()),
         )?;
-        let is_stacks = |m: &aya::maps::Map| matches!(m, aya::maps::Map::StackTraceMap(_));
-        let sizes = (size_of::<u32>(), STACK_DEPTH * size_of::<u64>());
-        let even = raw_map(ebpf, STACK_TRACES_MAP_NAME, is_stacks, "a stack map", sizes)?;
-        let odd = raw_map(
-            ebpf,
-            STACK_TRACES_ODD_MAP_NAME,
-            is_stacks,
-            "a stack map",
-            sizes,
-        )?;
+        let mut stack_map = |name: &str| {
+            raw_map(
+                ebpf,
+                name,
+                |m| matches!(m, aya::maps::Map::StackTraceMap(_)),
+                "a stack map",
+                (size_of::<u32>(), STACK_DEPTH * size_of::<u64>()),
+            )
+        };
+        let traces = [
+            stack_map(STACK_TRACES_MAP_NAME)?,
+            stack_map(STACK_TRACES_ODD_MAP_NAME)?,
+        ];
+        let spares = [
+            stack_map(STACK_SPARE_MAP_NAME)?,
+            stack_map(STACK_SPARE_ODD_MAP_NAME)?,
+        ];
         let generation: Array<MapData, u32> = super::maps::take_map(ebpf, STACK_GEN_MAP_NAME)?;
         let overflow = match sc.overflow {
             Some((period, slot)) => open_overflow(ebpf, cfg, period, slot, perf)?,
@@ -94,7 +106,8 @@ impl StackMaps {
         };
         Ok(StackMaps {
             counts,
-            traces: [even, odd],
+            traces,
+            spares,
             generation,
             now: 0,
             batch: true,
@@ -204,8 +217,13 @@ impl StackMaps {
     /// The addresses of stack `id` of generation `generation` (leaf first), None where its map
     /// holds none; taken out of the map with the read where `take` and the kernel can.
     fn read_stack(&mut self, generation: u32, id: i32, take: bool) -> Option<Vec<u64>> {
+        let (maps, id) = if id >= 0 && id & SPARE_STACK != 0 {
+            (&self.spares, id & !SPARE_STACK)
+        } else {
+            (&self.traces, id)
+        };
         let id = u32::try_from(id).ok()?;
-        let fd = self.traces[(generation & 1) as usize].fd().as_fd();
+        let fd = maps[(generation & 1) as usize].fd().as_fd();
         let mut ips = [0u64; STACK_DEPTH];
         let mut found = None;
         if take && self.take_stacks {
@@ -228,36 +246,40 @@ impl StackMaps {
     }
 
     pub(super) fn left_in_ended_map(&self) -> usize {
-        self.stack_ids(self.now.wrapping_sub(1)).len()
+        let ended = (self.now.wrapping_sub(1) & 1) as usize;
+        stack_ids(&self.traces[ended]).len() + stack_ids(&self.spares[ended]).len()
     }
 
-    /// The ids of the stacks generation `generation`'s map holds.
-    fn stack_ids(&self, generation: u32) -> Vec<u32> {
-        let fd = self.traces[(generation & 1) as usize].fd().as_fd();
-        let mut ids: Vec<u32> = Vec::new();
-        let mut prev: Option<u32> = None;
-        loop {
-            let mut next = 0u32;
-            match map_next_key(fd, prev.as_ref().map(pod_bytes), pod_bytes_mut(&mut next)) {
-                Ok(true) => {
-                    ids.push(next);
-                    prev = Some(next);
-                }
-                _ => break,
+    /// Deletes every stack left in generation `generation`'s map and spare map (their ids
+    /// listed first: a stack map's next key after a deleted one starts over from its first
+    /// bucket). Where the reads took their stacks out, what is left is what no drained entry
+    /// named.
+    fn empty(&mut self, generation: u32) {
+        let i = (generation & 1) as usize;
+        for map in [&self.traces[i], &self.spares[i]] {
+            for id in stack_ids(map) {
+                let _ = map_delete(map.fd().as_fd(), pod_bytes(&id));
             }
         }
-        ids
     }
+}
 
-    /// Deletes every stack left in generation `generation`'s map (its ids listed first: a
-    /// stack map's next key after a deleted one starts over from its first bucket). Where the
-    /// reads took their stacks out, what is left is what no drained entry named.
-    fn empty(&mut self, generation: u32) {
-        let fd = self.traces[(generation & 1) as usize].fd().as_fd();
-        for id in self.stack_ids(generation) {
-            let _ = map_delete(fd, pod_bytes(&id));
+/// The ids of the stacks stack map `map` holds.
+fn stack_ids(map: &MapData) -> Vec<u32> {
+    let fd = map.fd().as_fd();
+    let mut ids: Vec<u32> = Vec::new();
+    let mut prev: Option<u32> = None;
+    loop {
+        let mut next = 0u32;
+        match map_next_key(fd, prev.as_ref().map(pod_bytes), pod_bytes_mut(&mut next)) {
+            Ok(true) => {
+                ids.push(next);
+                prev = Some(next);
+            }
+            _ => break,
         }
     }
+    ids
 }
 
 /// Whether a map command failed because the kernel has no such command for the map.
