@@ -1269,6 +1269,37 @@ fn aggregates_never_mix_tasks_across_an_interval_end() {
     );
 }
 
+/// A sampler on the kernel's tick charging page faults to user stacks, drained every 10 ms,
+/// with stack maps of `stack_entries` and spare maps of `spare_entries` stacks.
+fn stack_sampler_config(stack_entries: u32, spare_entries: u32) -> SamplerConfig {
+    let cpus = online_cpus();
+    SamplerConfig {
+        tick: TickSource::Kernel,
+        slots: vec![SlotPlan::per_cpu(
+            spec("page-faults"),
+            &page_faults(),
+            &cpus,
+        )],
+        groups: Vec::new(),
+        cpus,
+        ring_bytes: None,
+        drain_period_ms: 10,
+        bpf_log: false,
+        tick_program: Default::default(),
+        aggregate: true,
+        stacks: Some(imc::sampler::StackConfig {
+            user: true,
+            kernel: false,
+            slots_mask: 1,
+            map_entries: 4096,
+            stack_entries,
+            spare_entries,
+            wake_after: 0,
+            overflow: None,
+        }),
+    }
+}
+
 /// With stacks, the kernel takes the stacks of every process but imc's own: imc's traffic is
 /// charged under no stack (userspace shows it as one frame and never resolves it), while a
 /// child process faulting beside it is charged under its stack. This test's process is imc
@@ -1279,34 +1310,7 @@ fn stacks_are_taken_of_every_process_but_imcs_own() {
         return;
     }
     let _machine = exclusive();
-    let cpus = online_cpus();
-    let mut cfg = SamplerConfig {
-        tick: TickSource::Kernel,
-        slots: vec![SlotPlan::per_cpu(
-            spec("page-faults"),
-            &page_faults(),
-            &cpus,
-        )],
-        groups: Vec::new(),
-        cpus: cpus.clone(),
-        ring_bytes: None,
-        drain_period_ms: 10,
-        bpf_log: false,
-        tick_program: Default::default(),
-        aggregate: true,
-        stacks: None,
-    };
-    cfg.stacks = Some(imc::sampler::StackConfig {
-        user: true,
-        kernel: false,
-        slots_mask: 1,
-        map_entries: 4096,
-        stack_entries: 4096,
-        spare_entries: 512,
-        wake_after: 0,
-        overflow: None,
-    });
-    let mut s = Sampler::start(&cfg).expect("sampler starts");
+    let mut s = Sampler::start(&stack_sampler_config(4096, 512)).expect("sampler starts");
     // Both fault fresh pages for about half a second: this process, and a child.
     let child = std::process::Command::new("sh")
         .args(["-c", "i=0; while [ $i -lt 40 ]; do head -c 4000000 /dev/zero | tr '\\0' a > /dev/null; i=$((i+1)); done"])
@@ -1362,34 +1366,7 @@ fn each_drain_takes_its_stacks_and_empties_their_map_batched_or_one_at_a_time() 
     }
     let _machine = exclusive();
     for one_at_a_time in [false, true] {
-        let cpus = online_cpus();
-        let mut cfg = SamplerConfig {
-            tick: TickSource::Kernel,
-            slots: vec![SlotPlan::per_cpu(
-                spec("page-faults"),
-                &page_faults(),
-                &cpus,
-            )],
-            groups: Vec::new(),
-            cpus: cpus.clone(),
-            ring_bytes: None,
-            drain_period_ms: 10,
-            bpf_log: false,
-            tick_program: Default::default(),
-            aggregate: true,
-            stacks: None,
-        };
-        cfg.stacks = Some(imc::sampler::StackConfig {
-            user: true,
-            kernel: false,
-            slots_mask: 1,
-            map_entries: 4096,
-            stack_entries: 4096,
-            spare_entries: 512,
-            wake_after: 0,
-            overflow: None,
-        });
-        let mut s = Sampler::start(&cfg).expect("sampler starts");
+        let mut s = Sampler::start(&stack_sampler_config(4096, 512)).expect("sampler starts");
         if one_at_a_time {
             s.stacks_one_at_a_time();
         }
@@ -1456,34 +1433,8 @@ fn a_stack_refused_for_its_bucket_is_kept_in_the_spare_map() {
     let _machine = exclusive();
     let mut kept = Vec::new();
     for spare_entries in [4096, 1] {
-        let cpus = online_cpus();
-        let mut cfg = SamplerConfig {
-            tick: TickSource::Kernel,
-            slots: vec![SlotPlan::per_cpu(
-                spec("page-faults"),
-                &page_faults(),
-                &cpus,
-            )],
-            groups: Vec::new(),
-            cpus: cpus.clone(),
-            ring_bytes: None,
-            drain_period_ms: 10,
-            bpf_log: false,
-            tick_program: Default::default(),
-            aggregate: true,
-            stacks: None,
-        };
-        cfg.stacks = Some(imc::sampler::StackConfig {
-            user: true,
-            kernel: false,
-            slots_mask: 1,
-            map_entries: 4096,
-            stack_entries: 1,
-            spare_entries,
-            wake_after: 0,
-            overflow: None,
-        });
-        let mut s = Sampler::start(&cfg).expect("sampler starts");
+        let mut s =
+            Sampler::start(&stack_sampler_config(1, spare_entries)).expect("sampler starts");
         let mut child = std::process::Command::new("sh")
             .args(["-c", "i=0; while [ $i -lt 30 ]; do head -c 4000000 /dev/zero | tr '\\0' a > /dev/null; i=$((i+1)); done"])
             .spawn()

@@ -94,54 +94,44 @@ impl BpfSys for RealBpf {
     }
 }
 
-/// The key after `prev` in a hash map (the first with None) written into `next`; false when
-/// there is none. `next` and `prev` are the map's key size.
-pub fn map_next_key(map: BorrowedFd<'_>, prev: Option<&[u8]>, next: &mut [u8]) -> io::Result<bool> {
+/// `cmd` on the entry of `map` at `key` (none: the map's first), with `value` (none: no value):
+/// true when the kernel did it, false when it has no such entry (ENOENT).
+fn on_entry(
+    cmd: libc::c_long,
+    map: BorrowedFd<'_>,
+    key: Option<&[u8]>,
+    value: Option<&mut [u8]>,
+) -> io::Result<bool> {
     let attr = MapElemAttr {
         map_fd: map.as_raw_fd() as u32,
         _pad: 0,
-        key: prev.map_or(0, |k| k.as_ptr() as u64),
-        value: next.as_mut_ptr() as u64,
+        key: key.map_or(0, |k| k.as_ptr() as u64),
+        value: value.map_or(0, |v| v.as_mut_ptr() as u64),
         flags: 0,
     };
-    absent_is_false(map_elem(BPF_MAP_GET_NEXT_KEY, &attr))
+    absent_is_false(map_elem(cmd, &attr))
 }
 
-/// Takes `key`'s entry out of a hash map into `value` at once (BPF_MAP_LOOKUP_AND_DELETE_ELEM,
+/// The key after `prev` in a map (the first with None) written into `next`; false when there
+/// is none. `next` and `prev` are the map's key size.
+pub fn map_next_key(map: BorrowedFd<'_>, prev: Option<&[u8]>, next: &mut [u8]) -> io::Result<bool> {
+    on_entry(BPF_MAP_GET_NEXT_KEY, map, prev, Some(next))
+}
+
+/// Takes `key`'s entry out of a map into `value` at once (BPF_MAP_LOOKUP_AND_DELETE_ELEM,
 /// Linux 5.14 for hash maps); false when it has none. `key` and `value` are the map's sizes.
 pub fn map_take(map: BorrowedFd<'_>, key: &[u8], value: &mut [u8]) -> io::Result<bool> {
-    let attr = MapElemAttr {
-        map_fd: map.as_raw_fd() as u32,
-        _pad: 0,
-        key: key.as_ptr() as u64,
-        value: value.as_mut_ptr() as u64,
-        flags: 0,
-    };
-    absent_is_false(map_elem(BPF_MAP_LOOKUP_AND_DELETE_ELEM, &attr))
+    on_entry(BPF_MAP_LOOKUP_AND_DELETE_ELEM, map, Some(key), Some(value))
 }
 
 /// Reads `key`'s entry into `value`; false when the map has none.
 pub fn map_lookup(map: BorrowedFd<'_>, key: &[u8], value: &mut [u8]) -> io::Result<bool> {
-    let attr = MapElemAttr {
-        map_fd: map.as_raw_fd() as u32,
-        _pad: 0,
-        key: key.as_ptr() as u64,
-        value: value.as_mut_ptr() as u64,
-        flags: 0,
-    };
-    absent_is_false(map_elem(BPF_MAP_LOOKUP_ELEM, &attr))
+    on_entry(BPF_MAP_LOOKUP_ELEM, map, Some(key), Some(value))
 }
 
 /// Removes `key`'s entry; false when the map had none.
 pub fn map_delete(map: BorrowedFd<'_>, key: &[u8]) -> io::Result<bool> {
-    let attr = MapElemAttr {
-        map_fd: map.as_raw_fd() as u32,
-        _pad: 0,
-        key: key.as_ptr() as u64,
-        value: 0,
-        flags: 0,
-    };
-    absent_is_false(map_elem(BPF_MAP_DELETE_ELEM, &attr))
+    on_entry(BPF_MAP_DELETE_ELEM, map, Some(key), None)
 }
 
 /// Takes every entry out of a hash map in as few calls as its size allows
