@@ -17,7 +17,7 @@
 //! bucket.
 use super::config::{SamplerConfig, StackConfig};
 use super::error::SamplerError;
-use crate::sys::bpf::{map_delete, map_lookup, map_next_key, map_take, map_take_all};
+use crate::sys::bpf::{map_delete, map_lookup, map_next_key, map_take, map_take_all, unsupported};
 use crate::sys::perf::{PerfEventAttr, PerfIoctl, PerfSys};
 use aya::Ebpf;
 use aya::maps::{Array, MapData};
@@ -78,7 +78,10 @@ impl StackMaps {
         let counts = raw_map(
             ebpf,
             STACK_COUNTS_MAP_NAME,
-            |m| matches!(m, aya::maps::Map::HashMap(_)),
+            |m| match m {
+                aya::maps::Map::HashMap(d) => Some(d),
+                _ => None,
+            },
             "a hash map",
             (size_of::<StackKey>(), size_of::<StackCounts>()),
         )?;
@@ -86,7 +89,10 @@ impl StackMaps {
             raw_map(
                 ebpf,
                 name,
-                |m| matches!(m, aya::maps::Map::StackTraceMap(_)),
+                |m| match m {
+                    aya::maps::Map::StackTraceMap(d) => Some(d),
+                    _ => None,
+                },
                 "a stack map",
                 (size_of::<u32>(), STACK_DEPTH * size_of::<u64>()),
             )
@@ -171,19 +177,7 @@ impl StackMaps {
             }
         }
         let fd = self.counts.fd().as_fd();
-        let mut keys: Vec<StackKey> = Vec::new();
-        let mut prev: Option<StackKey> = None;
-        loop {
-            let mut next = StackKey::default();
-            let prev_bytes = prev.as_ref().map(pod_bytes);
-            match map_next_key(fd, prev_bytes, pod_bytes_mut(&mut next)) {
-                Ok(true) => {
-                    keys.push(next);
-                    prev = Some(next);
-                }
-                _ => break,
-            }
-        }
+        let keys: Vec<StackKey> = map_keys(&self.counts);
         let mut taken = Vec::with_capacity(keys.len());
         for k in keys {
             let mut v = StackCounts::default();
@@ -247,68 +241,50 @@ impl StackMaps {
 
     pub(super) fn left_in_ended_map(&self) -> usize {
         let ended = (self.now.wrapping_sub(1) & 1) as usize;
-        stack_ids(&self.traces[ended]).len() + stack_ids(&self.spares[ended]).len()
+        map_keys::<u32>(&self.traces[ended]).len() + map_keys::<u32>(&self.spares[ended]).len()
     }
 
-    /// Deletes every stack left in generation `generation`'s map and spare map (their ids
-    /// listed first: a stack map's next key after a deleted one starts over from its first
-    /// bucket). Where the reads took their stacks out, what is left is what no drained entry
-    /// named.
+    /// Deletes every stack left in generation `generation`'s map and spare map. Where the
+    /// reads took their stacks out, what is left is what no drained entry named.
     fn empty(&mut self, generation: u32) {
         let i = (generation & 1) as usize;
         for map in [&self.traces[i], &self.spares[i]] {
-            for id in stack_ids(map) {
+            for id in map_keys::<u32>(map) {
                 let _ = map_delete(map.fd().as_fd(), pod_bytes(&id));
             }
         }
     }
 }
 
-/// The ids of the stacks stack map `map` holds.
-fn stack_ids(map: &MapData) -> Vec<u32> {
+/// Every key of `map` (listed before any is removed: a stack map's next key after a deleted
+/// one starts over from its first bucket).
+fn map_keys<K: aya::Pod + Default>(map: &MapData) -> Vec<K> {
     let fd = map.fd().as_fd();
-    let mut ids: Vec<u32> = Vec::new();
-    let mut prev: Option<u32> = None;
+    let mut keys: Vec<K> = Vec::new();
     loop {
-        let mut next = 0u32;
-        match map_next_key(fd, prev.as_ref().map(pod_bytes), pod_bytes_mut(&mut next)) {
-            Ok(true) => {
-                ids.push(next);
-                prev = Some(next);
-            }
+        let mut next = K::default();
+        let prev = keys.last().map(pod_bytes);
+        match map_next_key(fd, prev, pod_bytes_mut(&mut next)) {
+            Ok(true) => keys.push(next),
             _ => break,
         }
     }
-    ids
+    keys
 }
 
-/// Whether a map command failed because the kernel has no such command for the map.
-fn unsupported(e: &std::io::Error) -> bool {
-    matches!(
-        e.raw_os_error(),
-        Some(libc::EINVAL | libc::EOPNOTSUPP | libc::ENOSYS | 524)
-    )
-}
-
-/// The map `name` of `ebpf`, of the type `is` says (`what`), with (key, value) sizes `sizes`:
-/// imc reads and writes its entries as those sizes.
+/// The map `name` of `ebpf` as `pick` takes it (None: not `what`), with (key, value) sizes
+/// `sizes`: imc reads and writes its entries as those sizes.
 fn raw_map(
     ebpf: &mut Ebpf,
     name: &str,
-    is: impl Fn(&aya::maps::Map) -> bool,
+    pick: fn(aya::maps::Map) -> Option<MapData>,
     what: &str,
     sizes: (usize, usize),
 ) -> Result<MapData, SamplerError> {
     let map = ebpf
         .take_map(name)
         .ok_or_else(|| super::maps::map_missing(name))?;
-    if !is(&map) {
-        return Err(SamplerError::map_shape(name, format!("is not {what}")));
-    }
-    let data = match map {
-        aya::maps::Map::HashMap(d) | aya::maps::Map::StackTraceMap(d) => d,
-        _ => return Err(SamplerError::map_shape(name, format!("is not {what}"))),
-    };
+    let data = pick(map).ok_or_else(|| SamplerError::map_shape(name, format!("is not {what}")))?;
     let info = data.info().map_err(|e| SamplerError::map(name, "", e))?;
     let found = (info.key_size() as usize, info.value_size() as usize);
     if found != sizes {

@@ -207,9 +207,7 @@ pub fn map_take_all(
         match err.as_ref().and_then(io::Error::raw_os_error) {
             None => {}
             Some(libc::ENOENT) => return Ok(Some(taken)),
-            Some(libc::EINVAL | libc::EOPNOTSUPP | ENOTSUPP | libc::ENOSYS) if first => {
-                return Ok(None);
-            }
+            Some(_) if first && err.as_ref().is_some_and(unsupported) => return Ok(None),
             // What was taken is kept; the rest stays in the map for the next call.
             Some(_) if taken > 0 => return Ok(Some(taken)),
             Some(_) => return Err(err.unwrap_or_else(io::Error::last_os_error)),
@@ -217,6 +215,14 @@ pub fn map_take_all(
         first = false;
         token_in = token_out;
     }
+}
+
+/// Whether a map command failed because the kernel has no such command for the map.
+pub fn unsupported(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EINVAL | libc::EOPNOTSUPP | ENOTSUPP | libc::ENOSYS)
+    )
 }
 
 fn absent_is_false(r: io::Result<()>) -> io::Result<bool> {
