@@ -113,14 +113,23 @@ fn a_recording_with_stacks_reports_every_attributed_fault_in_some_stack() {
         return;
     };
     let rec = dir.path().join("s.imc");
-    run_ok(
+    let recorded = run_ok(
         imc()
-            .args(["record", "--stacks", "-o"])
+            .args(["record", "--stacks", "-v", "-o"])
             .arg(&rec)
             .arg("--")
             .arg(&two)
             .args(["0.05", "1.5"]),
     );
+    // `-v` says what resolving met: the program's frames are named.
+    let said = String::from_utf8_lossy(&recorded.stderr);
+    let named = said
+        .lines()
+        .find_map(|l| l.strip_prefix("imc: stacks: user addresses "))
+        .and_then(|l| l.split_once(" named")?.0.split_once(" of "))
+        .and_then(|(n, of)| Some((n.parse::<u64>().ok()?, of.parse::<u64>().ok()?)))
+        .unwrap_or_else(|| panic!("no count of named addresses: {said}"));
+    assert!(named.0 > 0 && named.0 <= named.1, "{named:?}: {said}");
     let (folded, pprof, svg, trace) = (
         dir.path().join("s.folded"),
         dir.path().join("s.pb.gz"),
@@ -156,7 +165,10 @@ fn a_recording_with_stacks_reports_every_attributed_fault_in_some_stack() {
         .filter_map(|f| f["function"].as_str())
         .collect();
     for f in ["hot_three", "hot_one"] {
-        assert!(top.contains(&f), "{f} in {top:?}");
+        assert!(
+            top.contains(&f),
+            "{f} in {top:?}; the recording said: {said}"
+        );
     }
     let faults: f64 = report["tasks"]
         .as_array()

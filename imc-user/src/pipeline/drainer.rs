@@ -75,11 +75,16 @@ impl<S: RecordSource> Drainer<S> {
     /// The run's end: the stacks still being resolved, waited for and handed on.
     pub fn finish_stacks(&mut self, sink: &mut dyn Sink) -> std::io::Result<()> {
         if let Some(r) = self.stacks.as_mut() {
-            for b in r.finish() {
+            for b in r.finish(&mut |line| sink.notice(line)) {
                 sink.stacks(&b)?;
             }
         }
         Ok(())
+    }
+
+    /// What resolving the stacks met over the run, in one line (`-v`).
+    pub fn stacks_summary(&self) -> Option<String> {
+        self.stacks.as_ref()?.summary()
     }
 
     /// Resolve and hand on the stacks the sampler takes, at every drain.

@@ -121,16 +121,20 @@ pub async fn sample_loop(
     sink.started();
     let code = run_loop(opts, &mut drainer, sink, cfg.drain_period_ms).await;
     if opts.verbose > 0 {
-        say_losses(drainer.sampler());
+        say_losses(drainer.sampler(), drainer.stacks_summary());
     }
     drop(drainer);
     code
 }
 
 /// `-v`, at the end: what the program could not place (records overwritten before they were
-/// read, switches it did not see run, whose slices went to no task).
-fn say_losses(sampler: &Sampler) {
+/// read, switches it did not see run, whose slices went to no task), and what the stacks'
+/// resolving met (`stacks`, where stacks were taken).
+fn say_losses(sampler: &Sampler, stacks: Option<String>) {
     use std::io::Write as _;
+    if let Some(line) = stacks {
+        let _ = writeln!(crate::text::held_log::Writer, "imc: stacks: {line}");
+    }
     let Ok(stats) = sampler.stats() else {
         return;
     };

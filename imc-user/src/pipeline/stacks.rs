@@ -11,10 +11,11 @@ use crate::model::stacks::{
 };
 use crate::sampler::RecordSource;
 use crate::sampler::stacks::StackEntry;
+use crate::symbols::SymbolizerStats;
 use imc_common::{NO_STACK, STACK_DEPTH, StackCounts};
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::Arc;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Turns addresses into frames (the symbolizer; a plain one in tests).
@@ -26,6 +27,10 @@ pub trait FrameSource {
     /// Where process `tgid`'s code is (its `maps` text, its executable's device and inode),
     /// read when its first stack was drained, for resolving its stacks after it is gone.
     fn prepare(&mut self, _tgid: u32, _maps: &[u8], _exe: Option<(u64, u64)>) {}
+    /// What resolving has met so far, where the source counts it.
+    fn stats(&self) -> Option<SymbolizerStats> {
+        None
+    }
 }
 
 /// Makes the frame source on the resolving thread (a symbolizer need not be `Send`).
@@ -37,8 +42,12 @@ const CACHE_MAX: usize = 200_000;
 /// Bytes of a process's maps read at most (a process with more mappings is read in part, its
 /// later mappings resolved from its maps read again, while it lives).
 const MAPS_MAX: u64 = 16 << 20;
-/// How long the run's end waits for the last stacks to be resolved.
-const FINISH_WAIT: Duration = Duration::from_secs(10);
+/// How long the run's end waits for the next stack to be resolved: it waits on while stacks
+/// keep coming back (a large binary's first symbolization takes seconds), up to FINISH_MAX.
+const FINISH_IDLE: Duration = Duration::from_secs(10);
+const FINISH_MAX: Duration = Duration::from_secs(120);
+/// How long the run's end waits before it says what it waits for.
+const FINISH_SAY: Duration = Duration::from_secs(1);
 
 /// (tgid, what names its user stack, what names its kernel stack): each a hash of whether the
 /// stack was asked for and its addresses. A stack id names a hash bucket, which holds other
@@ -50,6 +59,15 @@ fn stack_name(asked: bool, addresses: &Option<Vec<u64>>) -> u64 {
     let mut h = std::collections::hash_map::DefaultHasher::new();
     (asked, addresses).hash(&mut h);
     h.finish()
+}
+
+/// What a look at the resolving thread's answers found.
+enum Taken {
+    /// At least one resolved stack.
+    Some,
+    Nothing,
+    /// The thread has ended: nothing more will come.
+    ThreadGone,
 }
 
 /// What the resolving thread is asked: a process's maps, or a stack.
@@ -97,6 +115,10 @@ pub struct StackResolver {
     dropped_before: u64,
     /// imc's own process, whose stacks are one frame, never resolved ([`OWN_STACK_FRAME`]).
     own: u32,
+    /// How long the run's end waits for the next resolved stack ([`FINISH_IDLE`]).
+    finish_idle: Duration,
+    /// What the resolving thread's frame source has met, as of its last stack.
+    stats: Arc<Mutex<Option<SymbolizerStats>>>,
 }
 
 impl StackResolver {
@@ -105,6 +127,8 @@ impl StackResolver {
     pub fn new(make: MakeFrames, nr_slots: usize, root: &std::path::Path) -> StackResolver {
         let (tx, requests) = std::sync::mpsc::channel::<Ask>();
         let (done, rx) = std::sync::mpsc::channel();
+        let stats = Arc::new(Mutex::new(None));
+        let shared = stats.clone();
         let spawned = std::thread::Builder::new()
             .name("imc-stacks".into())
             .spawn(move || {
@@ -117,7 +141,18 @@ impl StackResolver {
                         }
                         Ask::Resolve(r) => r,
                     };
-                    let f = frames_of(frames.as_mut(), &r);
+                    // A stack whose resolving fails (a bug, a binary that breaks the reader)
+                    // is unresolved, and the others are still resolved.
+                    let resolved = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        frames_of(frames.as_mut(), &r)
+                    }));
+                    let f =
+                        resolved.unwrap_or_else(|_| vec![Frame::marker(UNRESOLVED_FRAME)].into());
+                    if let Some(s) = frames.stats()
+                        && let Ok(mut shared) = shared.lock()
+                    {
+                        *shared = Some(s);
+                    }
                     if done.send((r.key, f)).is_err() {
                         break;
                     }
@@ -137,6 +172,8 @@ impl StackResolver {
             nr_slots,
             dropped_before: 0,
             own: std::process::id(),
+            finish_idle: FINISH_IDLE,
+            stats,
         }
     }
 
@@ -167,17 +204,47 @@ impl StackResolver {
         self.ready(false)
     }
 
-    /// The run's end: waits (a bounded time) for the stacks still being resolved and returns
-    /// every batch left; a stack not resolved by then is shown as unresolved.
-    pub fn finish(&mut self) -> Vec<StackBatch> {
-        let deadline = Instant::now() + FINISH_WAIT;
+    /// The run's end: waits for the stacks still being resolved, as long as they keep coming
+    /// back (a bounded time), and returns every batch left; a stack not resolved by then is
+    /// shown as unresolved.
+    /// `notice` is told, in one line each, what a long wait waits for and what it gave up on.
+    pub fn finish(&mut self, notice: &mut dyn FnMut(&str)) -> Vec<StackBatch> {
+        let start = Instant::now();
+        let (mut last, mut said) = (start, false);
         while !self.waiting.is_empty() {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() || !self.take_resolved(Some(left)) {
+            let now = Instant::now();
+            let until = (start + FINISH_MAX).min(last + self.finish_idle);
+            if now >= until {
                 break;
             }
+            if !said && now - start >= FINISH_SAY {
+                said = true;
+                notice(&format!(
+                    "resolving the frames of the last {} stacks (each binary's symbols are read once)",
+                    self.waiting.len()
+                ));
+            }
+            match self.take_resolved(Some((until - now).min(FINISH_SAY))) {
+                Taken::Some => last = Instant::now(),
+                Taken::Nothing => {}
+                Taken::ThreadGone => break,
+            }
+        }
+        if !self.waiting.is_empty() {
+            notice(&format!(
+                "{} stacks were not resolved in {:.1} s: their frames read {UNRESOLVED_FRAME}",
+                self.waiting.len(),
+                start.elapsed().as_secs_f64()
+            ));
         }
         self.ready(true)
+    }
+
+    /// What resolving met over the run, in one line (`-v`); None where the frame source
+    /// counts nothing or has resolved no stack.
+    pub fn summary(&self) -> Option<String> {
+        let stats = self.stats.lock().ok()?;
+        stats.as_ref().map(SymbolizerStats::summary)
     }
 
     /// The key of a drained stack, asking the resolving thread for its frames where they are
@@ -243,8 +310,11 @@ impl StackResolver {
         if self.prepared.get(&tgid) == Some(&exe) {
             return;
         }
-        let Ok(maps) = crate::sys::file::read_capped(&proc_dir.join("maps"), MAPS_MAX) else {
-            return;
+        // Maps read mid-exec (the new program not mapped yet) tell nothing: a later drain's new
+        // stacks read them again.
+        let maps = match crate::sys::file::read_capped(&proc_dir.join("maps"), MAPS_MAX) {
+            Ok(m) if crate::symbols::maps::maps_file_code(&m) => m,
+            _ => return,
         };
         if self.prepared.len() >= CACHE_MAX {
             self.prepared.clear();
@@ -255,24 +325,24 @@ impl StackResolver {
         }
     }
 
-    /// Takes the resolved stacks that are back (waiting up to `wait` for one, where given);
-    /// returns whether any came.
-    fn take_resolved(&mut self, wait: Option<Duration>) -> bool {
-        let mut any = false;
+    /// Takes the resolved stacks that are back (waiting up to `wait` for one, where given).
+    fn take_resolved(&mut self, wait: Option<Duration>) -> Taken {
+        let mut taken = Taken::Nothing;
         if let Some(w) = wait {
             match self.rx.recv_timeout(w) {
                 Ok((k, f)) => {
                     self.keep(k, f);
-                    any = true;
+                    taken = Taken::Some;
                 }
-                Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => return false,
+                Err(RecvTimeoutError::Timeout) => return Taken::Nothing,
+                Err(RecvTimeoutError::Disconnected) => return Taken::ThreadGone,
             }
         }
         while let Ok((k, f)) = self.rx.try_recv() {
             self.keep(k, f);
-            any = true;
+            taken = Taken::Some;
         }
-        any
+        taken
     }
 
     fn keep(&mut self, k: Key, f: Arc<[Frame]>) {
@@ -356,6 +426,9 @@ impl FrameSource for crate::symbols::Symbolizer {
     }
     fn prepare(&mut self, tgid: u32, maps: &[u8], exe: Option<(u64, u64)>) {
         crate::symbols::Symbolizer::prepare(self, tgid, maps, exe);
+    }
+    fn stats(&self) -> Option<SymbolizerStats> {
+        Some(crate::symbols::Symbolizer::stats(self))
     }
 }
 
@@ -451,7 +524,7 @@ mod tests {
             entry(other, &[0x40]),
         ]);
         let mut batches = r.drain(&mut src, 1);
-        batches.extend(r.finish());
+        batches.extend(r.finish(&mut |_| {}));
         let charges: Vec<(u32, Vec<String>)> = batches
             .iter()
             .flat_map(|b| &b.charges)
@@ -477,5 +550,129 @@ mod tests {
                 .flat_map(|b| &b.charges)
                 .all(|c| c.cgroup == Some(5))
         );
+    }
+
+    /// Stacks resolved one at a time, `each` apart, past the idle wait.
+    struct Slow(Duration);
+
+    impl FrameSource for Slow {
+        fn user_frames(&mut self, _tgid: u32, addrs: &[u64]) -> Vec<Frame> {
+            std::thread::sleep(self.0);
+            addrs
+                .iter()
+                .map(|a| Frame::marker(&format!("f{a:x}")))
+                .collect()
+        }
+        fn kernel_frames(&mut self, addrs: &[u64]) -> Vec<Frame> {
+            self.user_frames(0, addrs)
+        }
+    }
+
+    fn labels(batches: &[StackBatch]) -> Vec<(u32, Vec<String>)> {
+        batches
+            .iter()
+            .flat_map(|b| &b.charges)
+            .map(|c| (c.tgid, c.frames.iter().map(Frame::label).collect()))
+            .collect()
+    }
+
+    #[test]
+    fn the_run_s_end_waits_while_stacks_keep_coming_back() {
+        let each = Duration::from_millis(150);
+        let mut r = StackResolver::new(Box::new(move || Box::new(Slow(each))), 0, Path::new("/"));
+        r.finish_idle = Duration::from_millis(400);
+        let other = std::process::id().wrapping_add(1);
+        let mut src = Entries((1..=6).map(|a| entry(other, &[a])).collect());
+        let mut batches = r.drain(&mut src, 1);
+        batches.extend(r.finish(&mut |_| {}));
+        // Six stacks take 0.9 s, more than the idle wait, and each comes back within it.
+        let want: Vec<_> = (1..=6).map(|a| (other, vec![format!("f{a:x}")])).collect();
+        assert_eq!(labels(&batches), want);
+    }
+
+    /// Panics on the stacks of one process.
+    struct Breaks(u32);
+
+    impl FrameSource for Breaks {
+        fn user_frames(&mut self, tgid: u32, addrs: &[u64]) -> Vec<Frame> {
+            assert_ne!(tgid, self.0, "a reader that breaks on this process");
+            addrs
+                .iter()
+                .map(|a| Frame::marker(&format!("f{a:x}")))
+                .collect()
+        }
+        fn kernel_frames(&mut self, addrs: &[u64]) -> Vec<Frame> {
+            self.user_frames(0, addrs)
+        }
+    }
+
+    #[test]
+    fn a_stack_whose_resolving_panics_is_unresolved_and_the_next_ones_resolve() {
+        let me = std::process::id();
+        let (bad, good) = (me.wrapping_add(1), me.wrapping_add(2));
+        let mut r = StackResolver::new(Box::new(move || Box::new(Breaks(bad))), 0, Path::new("/"));
+        let mut src = Entries(vec![entry(bad, &[0x10]), entry(good, &[0x20])]);
+        let mut batches = r.drain(&mut src, 1);
+        let mut src = Entries(vec![entry(good, &[0x30])]);
+        batches.extend(r.drain(&mut src, 2));
+        batches.extend(r.finish(&mut |_| {}));
+        assert_eq!(
+            labels(&batches),
+            [
+                (bad, vec![UNRESOLVED_FRAME.to_string()]),
+                (good, vec!["f20".to_string()]),
+                (good, vec!["f30".to_string()]),
+            ]
+        );
+    }
+
+    /// Each process prepared, with its maps text.
+    type PreparedLog = Arc<Mutex<Vec<(u32, Vec<u8>)>>>;
+
+    /// Records the maps each process is prepared with.
+    struct Prepared(PreparedLog);
+
+    impl FrameSource for Prepared {
+        fn user_frames(&mut self, _tgid: u32, addrs: &[u64]) -> Vec<Frame> {
+            addrs
+                .iter()
+                .map(|a| Frame::marker(&format!("f{a:x}")))
+                .collect()
+        }
+        fn kernel_frames(&mut self, addrs: &[u64]) -> Vec<Frame> {
+            self.user_frames(0, addrs)
+        }
+        fn prepare(&mut self, tgid: u32, maps: &[u8], _exe: Option<(u64, u64)>) {
+            self.0.lock().unwrap().push((tgid, maps.to_vec()));
+        }
+    }
+
+    /// Maps read mid-exec (only the new stack mapped) are not taken for the program's: the next
+    /// drain's new stacks read them again, and once read whole, they are not read again.
+    #[test]
+    fn maps_that_map_no_code_are_read_again_at_the_next_new_stack() {
+        let root = tempfile::tempdir().unwrap();
+        let tgid = std::process::id().wrapping_add(1);
+        let dir = root.path().join(format!("proc/{tgid}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("exe"), b"\x7fELF").unwrap();
+        let mid_exec = b"7ffc1000-7ffc3000 rw-p 00000000 00:00 0  [stack]\n".to_vec();
+        let whole = [
+            &b"55d0c000-55d0d000 r-xp 00001000 08:01 42  /usr/bin/two\n"[..],
+            &mid_exec,
+        ]
+        .concat();
+        let seen = PreparedLog::default();
+        let source = Prepared(seen.clone());
+        let mut r = StackResolver::new(Box::new(move || Box::new(source)), 0, root.path());
+        let mut drain = |maps: &[u8], addr: u64| {
+            std::fs::write(dir.join("maps"), maps).unwrap();
+            r.drain(&mut Entries(vec![entry(tgid, &[addr])]), addr);
+        };
+        drain(&mid_exec, 1);
+        drain(&whole, 2);
+        drain(&whole, 3);
+        r.finish(&mut |_| {});
+        assert_eq!(*seen.lock().unwrap(), [(tgid, whole.clone())]);
     }
 }

@@ -142,6 +142,15 @@ impl From<crate::sys::procmap::Vma> for Mapping {
     }
 }
 
+/// Whether maps text maps a file's code. A running program's maps always do (its executable,
+/// or the loader running it); maps read mid-exec (the new program not mapped yet) or at exit
+/// (the memory already released) map none, and tell nothing of where the program's code is.
+pub fn maps_file_code(text: &[u8]) -> bool {
+    text.split(|&b| b == b'\n')
+        .filter_map(parse_line)
+        .any(|m| matches!(m.backing, Backing::File { .. }))
+}
+
 /// One maps line (`START-END PERMS OFFSET DEV INODE [PATH]`), when it is an executable mapping.
 fn parse_line(line: &[u8]) -> Option<Mapping> {
     let line = line.strip_suffix(b"\n").unwrap_or(line);

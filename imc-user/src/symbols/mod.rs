@@ -113,6 +113,38 @@ pub struct SymbolizerStats {
     pub kallsyms_truncated: bool,
 }
 
+impl SymbolizerStats {
+    /// One line for `-v`: the addresses named, then each thing met that cost frames.
+    pub fn summary(&self) -> String {
+        let mut line = format!(
+            "user addresses {} of {} named, kernel {} of {}",
+            self.user_resolved, self.user_addresses, self.kernel_resolved, self.kernel_addresses
+        );
+        let counts = [
+            (self.unresolved_frames, "frames unresolved"),
+            (
+                self.processes_gone,
+                "processes gone before their maps were read",
+            ),
+            (self.binaries_missing, "binaries not found"),
+            (self.binaries_replaced, "binaries replaced on disk"),
+            (self.symbolize_errors, "binaries unreadable"),
+            (self.maps_truncated, "maps cut at the cap"),
+            (self.perf_maps_refused, "perf maps refused"),
+            (self.perf_map_lines_malformed, "perf map lines malformed"),
+            (self.perf_maps_truncated, "perf maps cut at the cap"),
+            (self.processes_evicted, "processes evicted from the cache"),
+        ];
+        for (n, what) in counts.into_iter().filter(|(n, _)| *n > 0) {
+            line.push_str(&format!("; {n} {what}"));
+        }
+        if self.kernel_symbols_unavailable && self.kernel_addresses > 0 {
+            line.push_str("; kernel symbols unavailable");
+        }
+        line
+    }
+}
+
 /// Turns sampled addresses into frames; caches per process and per binary, within [`Limits`].
 pub struct Symbolizer {
     root: PathBuf,
@@ -167,14 +199,14 @@ impl Symbolizer {
             p.watched = true;
             return;
         }
+        // Maps read at exit or mid-exec: what was read while the program ran stays.
+        if !maps::maps_file_code(maps) {
+            return;
+        }
         let l = &self.limits;
         let Ok(parsed) = maps::Maps::parse(maps, l.max_maps_bytes, l.max_maps_lines) else {
             return;
         };
-        // An exiting process's maps read empty: what was read while it ran stays.
-        if parsed.mappings.is_empty() && self.processes.contains_key(&tgid) {
-            return;
-        }
         self.forget(tgid);
         self.stats.maps_read += 1;
         self.stats.maps_truncated += u64::from(parsed.truncated);

@@ -93,10 +93,10 @@ fn a_new_mapping_of_a_live_process_is_asked_of_the_kernel_alone() {
     }
     let mut s = Symbolizer::new(Path::new("/"));
     let exe = fs::metadata("/proc/self/exe").expect("own exe");
-    // Only a made-up anonymous code mapping, far from the test binary's code.
+    // Only a made-up library's code, far from the test binary's.
     s.prepare(
         pid,
-        b"10000-11000 r-xp 00000000 00:00 0\n",
+        b"10000-11000 r-xp 00000000 08:01 99 /made/up/lib.so\n",
         Some((exe.dev(), exe.ino())),
     );
     let read_before = s.stats().maps_read;
@@ -123,7 +123,7 @@ fn a_new_mapping_of_a_live_process_is_asked_of_the_kernel_alone() {
 /// A process's stacks are resolved after it is gone through the maps read while it ran; the
 /// empty maps of its exit (its executable no longer readable) do not replace them.
 #[test]
-fn maps_read_empty_at_exit_do_not_replace_those_read_while_it_ran() {
+fn maps_that_map_no_code_do_not_replace_those_read_while_it_ran() {
     let Ok(mut child) = std::process::Command::new("sleep").arg("5").spawn() else {
         eprintln!("skipped: no sleep(1) to run");
         return;
@@ -151,6 +151,9 @@ fn maps_read_empty_at_exit_do_not_replace_those_read_while_it_ran() {
     let mut s = Symbolizer::new(Path::new("/"));
     s.prepare(pid, &maps, Some((exe.dev(), exe.ino())));
     s.prepare(pid, b"", None);
+    // Nor do maps read as a program execs (only the new stack mapped), whatever its executable.
+    let mid_exec = b"7ffc1000-7ffc3000 rw-p 00000000 00:00 0 [stack]\n";
+    s.prepare(pid, mid_exec, Some((exe.dev(), exe.ino() + 1)));
     let f = &s.user_frames(pid, &[start + 0x10])[0];
     assert!(
         f.module.as_deref().is_some_and(|m| m.ends_with("sleep")),
@@ -537,6 +540,30 @@ fn maps_are_bounded_and_only_code_is_kept() {
     let cut = Maps::parse(text.as_bytes().take_bytes(60), 60, 1000).expect("parse");
     assert!(cut.truncated);
     assert!(cut.mappings.is_empty());
+}
+
+/// Only a file's code makes maps a running program's: the stack and special areas alone (mid-
+/// exec), data of a file, or nothing (exit) do not.
+#[test]
+fn maps_are_a_program_s_once_they_map_a_file_s_code() {
+    let stack = "7ffc1000-7ffc3000 rw-p 00000000 00:00 0 [stack]\n";
+    let vdso = "7ffc4000-7ffc5000 r-xp 00000000 00:00 0 [vdso]\n";
+    let data = "1000-2000 r--p 00000000 08:01 5 /bin/x\n";
+    let code = "2000-3000 r-xp 00001000 08:01 5 /bin/x";
+    for (text, want) in [
+        (String::new(), false),
+        (format!("{stack}{vdso}"), false),
+        (format!("{data}{stack}"), false),
+        (format!("{data}{code}\n{stack}"), true),
+        // The last line need not end in a newline.
+        (format!("{stack}{code}"), true),
+        (
+            format!("{vdso}{}", code.replace("/bin/x", "/bin/x (deleted)")),
+            true,
+        ),
+    ] {
+        assert_eq!(maps::maps_file_code(text.as_bytes()), want, "{text:?}");
+    }
 }
 
 /// A mapping the kernel answered later takes the place of the ones it overlaps (they were
