@@ -48,14 +48,7 @@ pub(super) fn attach(
         }
     }
     if cfg.switches() {
-        let prog: &mut RawTracePoint = load_program(ebpf, SWITCH_PROGRAM)?;
-        prog.load().map_err(SamplerError::load)?;
-        prog.attach("sched_switch")
-            .map_err(|e| SamplerError::Attach {
-                what: "sched/sched_switch".into(),
-                message: String::new(),
-                source: Some(e.into()),
-            })?;
+        attach_sched(ebpf, SWITCH_PROGRAM, "sched_switch")?;
     }
     attach_exec(ebpf);
     match cfg.tick {
@@ -68,22 +61,29 @@ pub(super) fn attach(
 /// (forked under imc's name) is named by what it executed. Where it does not attach, a
 /// thread's comm is fetched again every 64th record of it, as before: said at -v, not fatal.
 fn attach_exec(ebpf: &mut Ebpf) {
-    let attached = load_program::<RawTracePoint>(ebpf, EXEC_PROGRAM).and_then(|prog| {
-        prog.load().map_err(SamplerError::load)?;
-        prog.attach("sched_process_exec")
-            .map(|_| ())
-            .map_err(|e| SamplerError::Attach {
-                what: "sched/sched_process_exec".into(),
-                message: String::new(),
-                source: Some(e.into()),
-            })
-    });
-    if let Err(e) = attached {
+    if let Err(e) = attach_sched(ebpf, EXEC_PROGRAM, "sched_process_exec") {
         log::info!(
             "comm after exec: {}; a thread's name is fetched again every 64th record",
             error_line(&e)
         );
     }
+}
+
+/// Loads raw-tracepoint program `name` and attaches it to the scheduler's `tracepoint`.
+fn attach_sched(
+    ebpf: &mut Ebpf,
+    name: &str,
+    tracepoint: &str,
+) -> Result<(), SamplerError> {
+    let prog: &mut RawTracePoint = load_program(ebpf, name)?;
+    prog.load().map_err(SamplerError::load)?;
+    prog.attach(tracepoint)
+        .map(|_| ())
+        .map_err(|e| SamplerError::Attach {
+            what: format!("sched/{tracepoint}"),
+            message: String::new(),
+            source: Some(e.into()),
+        })
 }
 
 /// The tick program on the first of the kernel's tick tracepoints that attaches.
