@@ -90,12 +90,16 @@ int main(int argc,char**argv){ double phase=atof(argv[1]); double end=now()+atof
   while(now()<end){ hot_three(now()+phase); hot_one(now()+phase);} return 0; }
 "#;
 
-fn build_two(dir: &Path) -> Option<std::path::PathBuf> {
-    let src = dir.join("two.c");
-    std::fs::write(&src, TWO).unwrap();
-    let bin = dir.join("two");
+/// Builds C program `name` from `source` in `dir` with frame pointers (and `flags`); None,
+/// said, without a C compiler.
+fn build_c(dir: &Path, name: &str, source: &str, flags: &[&str]) -> Option<std::path::PathBuf> {
+    let src = dir.join(format!("{name}.c"));
+    std::fs::write(&src, source).unwrap();
+    let bin = dir.join(name);
     let ok = Command::new("cc")
-        .args(["-O1", "-g", "-fno-omit-frame-pointer", "-o"])
+        .args(["-O1", "-fno-omit-frame-pointer"])
+        .args(flags)
+        .arg("-o")
         .arg(&bin)
         .arg(&src)
         .status()
@@ -109,7 +113,7 @@ fn a_recording_with_stacks_reports_every_attributed_fault_in_some_stack() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let Some(two) = build_two(dir.path()) else {
+    let Some(two) = build_c(dir.path(), "two", TWO, &["-g"]) else {
         return;
     };
     let rec = dir.path().join("s.imc");
@@ -334,23 +338,9 @@ fn a_run_with_more_stacks_than_a_stack_map_holds_keeps_them() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let src = dir.path().join("many.c");
-    std::fs::write(&src, MANY).unwrap();
-    let bin = dir.path().join("many");
-    let built = Command::new("cc")
-        .args([
-            "-O1",
-            "-fno-omit-frame-pointer",
-            "-fno-optimize-sibling-calls",
-            "-o",
-        ])
-        .arg(&bin)
-        .arg(&src)
-        .status()
-        .is_ok_and(|s| s.success());
-    if !require(built, "no C compiler (cc) to build the test program") {
+    let Some(bin) = build_c(dir.path(), "many", MANY, &["-fno-optimize-sibling-calls"]) else {
         return;
-    }
+    };
     let rec = dir.path().join("m.imc");
     run_ok(
         imc()
@@ -383,6 +373,79 @@ fn a_run_with_more_stacks_than_a_stack_map_holds_keeps_them() {
     let said = format!("{lost} of {total} faults in stacks not recorded, {paths} paths recorded");
     assert!((lost as f64) < 0.01 * total as f64, "{said}");
     assert!(paths >= 10_100, "{said}: fewer than 10,100 of 10,240");
+}
+
+/// A parent that runs `argv[1]` children one after another, each executing this program again
+/// to fault pages in `hot` for `argv[2]` seconds: processes far shorter than a drain period.
+const KIDS: &str = r#"
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+static double now(void){struct timespec t;clock_gettime(CLOCK_MONOTONIC,&t);return t.tv_sec+t.tv_nsec*1e-9;}
+static volatile long sink;
+__attribute__((noinline)) static void hot(double secs){ double end=now()+secs;
+  while(now()<end){ char *p=mmap(0,64*4096L,PROT_READ|PROT_WRITE,MAP_PRIVATE|MAP_ANONYMOUS,-1,0);
+    for(long i=0;i<64;i++) p[i*4096L]=1; sink+=p[0]; munmap(p,64*4096L); } }
+int main(int argc,char**argv){
+  if(argc>2&&strcmp(argv[1],"child")==0){ hot(atof(argv[2])); return 0; }
+  for(int i=0;i<atoi(argv[1]);i++){ pid_t c=fork();
+    if(c==0){ execl(argv[0],argv[0],"child",argv[2],(char*)0); _exit(127); }
+    waitpid(c,0,0); }
+  return 0; }
+"#;
+
+/// The maps of a process are read as it makes its first stack (the kernel announces it), not
+/// at the next drain: processes that live 50 ms, gone long before the drain that takes their
+/// stacks, are resolved into their functions.
+#[test]
+fn processes_shorter_than_a_drain_period_keep_their_frames() {
+    if !sampler_prerequisites() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let Some(kids) = build_c(dir.path(), "kids", KIDS, &["-g"]) else {
+        return;
+    };
+    let rec = dir.path().join("k.imc");
+    let recorded = run_ok(
+        imc()
+            .args(["record", "--stacks", "-v", "-o"])
+            .arg(&rec)
+            .arg("--")
+            .arg(&kids)
+            .args(["10", "0.1"]),
+    );
+    let said = String::from_utf8_lossy(&recorded.stderr);
+    let read_early = said
+        .lines()
+        .find_map(|l| l.split_once(" processes' maps read as they made their first stack"))
+        .and_then(|(l, _)| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .unwrap_or_else(|| panic!("no count of maps read early: {said}"));
+    assert!(read_early >= 10, "{read_early} read early: {said}");
+    let folded = dir.path().join("k.folded");
+    run_ok(imc().arg("report").arg(&rec).arg("--folded").arg(&folded));
+    let text = std::fs::read_to_string(&folded).unwrap();
+    let (mut named, mut total) = (0u64, 0u64);
+    for line in text.lines().filter(|l| l.starts_with("kids;")) {
+        let (stack, count) = line.rsplit_once(' ').unwrap();
+        let count: u64 = count.parse().unwrap();
+        total += count;
+        if stack.split(';').any(|f| f == "main") {
+            named += count;
+        }
+    }
+    // The children fault in `hot` for 100 ms each, under `main` (`hot` itself is no frame of
+    // the stacks taken in munmap: libc has no frame pointers). Out of `main`: each child's last
+    // slice, charged after its memory went (no stack), and the faults of each fork before its
+    // exec, resolved in the maps of after.
+    assert!(total > 1000, "the children faulted: {total}");
+    assert!(
+        named as f64 >= 0.85 * total as f64,
+        "{named} of {total} faults in stacks through main: {text}\nthe recording said: {said}"
+    );
 }
 
 /// A Perfetto trace's callstack samples, decoded through its interned data.

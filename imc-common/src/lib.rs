@@ -24,7 +24,7 @@ pub const MAX_PKG_COUNTERS: u32 = 128;
 /// Bumped whenever [`Record`], the map, global or program names or the STATS indices
 /// change. The program carries it in [`ABI_VERSION_GLOBAL`]; userspace refuses an object built
 /// against another version before loading it.
-pub const RECORD_ABI_VERSION: u32 = 16;
+pub const RECORD_ABI_VERSION: u32 = 17;
 /// The program's read-only global holding the [`RECORD_ABI_VERSION`] it was built with.
 pub const ABI_VERSION_GLOBAL: &str = "IMC_ABI_VERSION";
 
@@ -62,11 +62,35 @@ pub const RING_LEN_GLOBAL: &str = "RING_LEN";
 /// once it is that full: userspace can sleep long while records come slowly.
 pub const WAKE_EVERY_GLOBAL: &str = "WAKE_EVERY";
 /// BPF ring buffer of u32 CPU numbers, one per [`WAKE_EVERY_GLOBAL`] records of that CPU, or
-/// [`STACKS_WAKE`] once per [`STACK_WAKE_AFTER_GLOBAL`] stack entries of a generation, written
-/// with a forced wake-up; userspace polls its fd beside its timer.
+/// [`STACKS_WAKE`] once per [`STACK_WAKE_AFTER_GLOBAL`] stack entries of a generation, or a
+/// process id marked [`PROCESS_WAKE`], written with a forced wake-up; userspace polls its fd
+/// beside its timer.
 pub const WAKE_MAP_NAME: &str = "WAKE";
 /// What [`WAKE_MAP_NAME`] carries when a generation's stack map fills, in place of a CPU.
 pub const STACKS_WAKE: u32 = u32::MAX;
+/// Set in what [`WAKE_MAP_NAME`] carries (other than [`STACKS_WAKE`]) for a process not in
+/// [`STACK_PROCS_MAP_NAME`] that made a stack entry: the rest is its id (a pid is below 2^22),
+/// and userspace reads the process's maps at once, while it runs, with no drain.
+pub const PROCESS_WAKE: u32 = 1 << 31;
+
+/// What a [`WAKE_MAP_NAME`] item asks of userspace.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wake {
+    /// A drain: a CPU's ring is filling (its number), or a generation's stacks are.
+    Drain,
+    /// A process that made its first stack entry: its maps are to be read now.
+    Process(u32),
+}
+
+impl Wake {
+    pub fn of(item: u32) -> Wake {
+        if item != STACKS_WAKE && item & PROCESS_WAKE != 0 {
+            Wake::Process(item & !PROCESS_WAKE)
+        } else {
+            Wake::Drain
+        }
+    }
+}
 
 /// The producer side of one CPU's ring. Padded to a cache line so CPUs never share one.
 #[repr(C)]
@@ -259,6 +283,12 @@ pub const STACK_WAKE_AFTER_GLOBAL: &str = "STACK_WAKE_AFTER";
 /// is charged under no stack, which userspace shows as one frame (it never resolves its own
 /// stacks: reading symbols is traffic of imc's own, in new places each time).
 pub const STACK_SELF_GLOBAL: &str = "STACK_SELF_TGID";
+/// LRU hash map of process id → u8 (unused): the processes that made a stack entry lately,
+/// [`STACK_PROCS_ENTRIES`] of them. The first entry of a process not in it wakes userspace with
+/// the process's id ([`PROCESS_WAKE`]), so that its maps are read while it runs, however short
+/// its life; a process that fell out of it is announced again (its maps read once more).
+pub const STACK_PROCS_MAP_NAME: &str = "STACK_PROCS";
+pub const STACK_PROCS_ENTRIES: u32 = 4096;
 /// Hash map of [`StackKey`] → [`StackCounts`]: what each process's stacks were charged since
 /// userspace last took the entries out (lookup-and-delete, one entry at a time). Sized by
 /// userspace; a slice whose entry does not fit is counted in [`STAT_STACK_DROPPED`].
@@ -482,7 +512,7 @@ unsafe impl aya::Pod for IntervalClock {}
 const _: () = assert!(core::mem::size_of::<CpuHead>() == 64);
 
 /// Every map the program defines and userspace looks up, by the constants above.
-pub const MAP_NAMES: [&str; 25] = [
+pub const MAP_NAMES: [&str; 26] = [
     SLOT_MAP_NAMES[0],
     SLOT_MAP_NAMES[1],
     SLOT_MAP_NAMES[2],
@@ -507,6 +537,7 @@ pub const MAP_NAMES: [&str; 25] = [
     STACK_SPARE_ODD_MAP_NAME,
     STACK_GEN_MAP_NAME,
     STACK_COUNTS_MAP_NAME,
+    STACK_PROCS_MAP_NAME,
     EXECS_MAP_NAME,
 ];
 /// Every read-only global of the program: userspace sets them before load, or reads them
@@ -538,3 +569,18 @@ pub const PROGRAM_NAMES: [&str; 5] = [
     STACK_SAMPLE_PROGRAM,
     EXEC_PROGRAM,
 ];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A wake item is a process only with its mark and short of the stacks' notice.
+    #[test]
+    fn wake_items_name_a_drain_or_a_process() {
+        assert_eq!(Wake::of(0), Wake::Drain);
+        assert_eq!(Wake::of(63), Wake::Drain);
+        assert_eq!(Wake::of(STACKS_WAKE), Wake::Drain);
+        assert_eq!(Wake::of(PROCESS_WAKE | 4_194_303), Wake::Process(4_194_303));
+        assert_eq!(Wake::of(PROCESS_WAKE | 1), Wake::Process(1));
+    }
+}

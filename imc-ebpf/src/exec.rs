@@ -28,7 +28,8 @@ pub(crate) fn execs() -> u32 {
 /// sched_process_exec: the task now has its new comm. Every CPU's `recent` goes stale (a
 /// thread it described may be this one, under its old name): the count it was emptied at no
 /// longer matches. The accumulator entry of this task on this CPU is described again, so the
-/// slice that runs on after the exec is charged under the new name.
+/// slice that runs on after the exec is charged under the new name; with stacks, the process's
+/// next stack announces it again (its new program's maps are to be read).
 #[raw_tracepoint(tracepoint = "sched_process_exec")]
 pub fn imc_exec(_ctx: RawTracePointContext) -> i32 {
     if let Some(n) = EXECS.get_ptr_mut(0) {
@@ -39,6 +40,7 @@ pub fn imc_exec(_ctx: RawTracePointContext) -> i32 {
         // SAFETY: the helper has no preconditions; the entry is this CPU's.
         unsafe { redescribe_entry(bpf_get_current_pid_tgid() as u32) };
     }
+    crate::stacks::exec_seen();
     0
 }
 

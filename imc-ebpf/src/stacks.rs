@@ -13,12 +13,12 @@ use aya_ebpf::{
     bindings::{BPF_F_USER_STACK, BPF_NOEXIST, BPF_RB_FORCE_WAKEUP},
     helpers::generated::{bpf_get_current_cgroup_id, bpf_get_current_pid_tgid},
     macros::{map, perf_event},
-    maps::{Array, HashMap, StackTrace},
+    maps::{Array, HashMap, LruHashMap, StackTrace},
     programs::{PerfEventContext, tracing::StackIdContext},
 };
 use core::intrinsics::{AtomicOrdering, atomic_xadd};
 use imc_common::{
-    MAX_SLOTS, NO_STACK, SPARE_STACK, STACK_GEN_ENTRIES, STACK_GEN_NOW, STACK_KERNEL,
+    MAX_SLOTS, NO_STACK, PROCESS_WAKE, SPARE_STACK, STACK_GEN_ENTRIES, STACK_GEN_NOW, STACK_KERNEL,
     STACK_SAMPLED, STACK_USER, STACKS_WAKE, STAT_STACK_DROPPED, StackCounts, StackKey,
 };
 
@@ -71,6 +71,11 @@ fn is_self(tgid: u32) -> bool {
 /// (process, stack ids) → what they were charged (sized by userspace before load).
 #[map]
 static STACK_COUNTS: HashMap<StackKey, StackCounts> = HashMap::with_max_entries(1, 0);
+
+/// The processes that made a stack entry lately (sized by userspace before load): see
+/// [`announce`].
+#[map]
+static STACK_PROCS: LruHashMap<u32, u8> = LruHashMap::with_max_entries(1, 0);
 
 #[inline(always)]
 fn mode() -> u32 {
@@ -207,6 +212,7 @@ fn counts_of<C: EbpfContext + StackIdContext>(ctx: &C, tgid: u32) -> Option<*mut
         .is_ok()
     {
         count_entry();
+        announce(key);
     }
     let found = STACK_COUNTS.get_ptr_mut(key);
     if found.is_none() {
@@ -237,6 +243,40 @@ fn count_entry() {
     };
     if made & every.wrapping_sub(1) == 0 {
         let _ = crate::WAKE.output::<u32>(&STACKS_WAKE, u64::from(BPF_RB_FORCE_WAKEUP));
+    }
+}
+
+/// Wakes userspace with the process of new entry `key` (its id marked [`PROCESS_WAKE`]) where
+/// it is not among the processes that made an entry lately, so that its maps are read while
+/// it runs: a process that lives less than a drain period would otherwise be gone when its
+/// stacks are drained, and they could not be resolved. An entry with no stack taken (imc's
+/// own) has nothing to resolve. Runs only where an entry is made (a new stack of a
+/// generation), not at every charge. A lookup first: an LRU map's update takes a free node
+/// (and its lock) before it finds the key there. A function of its own, reading what it needs
+/// from the key, so the paths that charge a slice keep no value alive for it.
+#[inline(never)]
+fn announce(key: &StackKey) {
+    if key.user_stack == NO_STACK && key.kernel_stack == NO_STACK {
+        return;
+    }
+    let tgid = key.tgid;
+    if STACK_PROCS.get_ptr(&tgid).is_none()
+        && STACK_PROCS
+            .insert(&tgid, &0, u64::from(BPF_NOEXIST))
+            .is_ok()
+    {
+        let _ = crate::WAKE.output::<u32>(&(tgid | PROCESS_WAKE), u64::from(BPF_RB_FORCE_WAKEUP));
+    }
+}
+
+/// The running task's process exec'ed: its next entry announces it again, so the new
+/// program's maps are read (those read before were the old program's).
+#[inline(always)]
+pub(crate) fn exec_seen() {
+    if mode() != 0 {
+        // SAFETY: a helper without preconditions.
+        let tgid = (unsafe { bpf_get_current_pid_tgid() } >> 32) as u32;
+        let _ = STACK_PROCS.remove(&tgid);
     }
 }
 

@@ -168,10 +168,22 @@ impl<S: RecordSource> Drainer<S> {
         }
     }
 
-    /// The kernel's "ring half full" notices since the last call, consumed (the drain that
-    /// follows is what they ask for).
-    pub fn take_wakes(&mut self) -> usize {
-        self.sampler.take_wakes().len()
+    /// The kernel's notices since the last call, consumed: the processes that made their first
+    /// stack have their maps read now; returns whether any notice asks for a drain (a ring or a
+    /// generation's stacks filling).
+    pub fn take_wakes(&mut self) -> bool {
+        let mut drain = false;
+        for item in self.sampler.take_wakes() {
+            match imc_common::Wake::of(item) {
+                imc_common::Wake::Drain => drain = true,
+                imc_common::Wake::Process(tgid) => {
+                    if let Some(r) = self.stacks.as_mut() {
+                        r.announced(tgid);
+                    }
+                }
+            }
+        }
+        drain
     }
 
     /// How long past its end the interval ending at `ends.next_ns` is held open: two tick

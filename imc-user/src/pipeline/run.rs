@@ -242,14 +242,19 @@ async fn run_loop(
     loop {
         let wake_at = deadline.map_or(next_wake, |d| d.min(next_wake));
         let (stop, status) = wakeups.next(wake_at, &mut child).await;
-        drainer.take_wakes();
+        let drain_asked = drainer.take_wakes();
+        let child_ended = status.is_some();
         if let Some(st) = status {
             exit = exit_code_of(st);
             child = None;
         }
         let now = Instant::now();
-        next_wake = now + period;
         let finished = stop || sink.stop_requested() || deadline.is_some_and(|d| now >= d);
+        // Woken only to read a new process's maps: the drain keeps its time.
+        if !finished && !drain_asked && !child_ended && now < wake_at {
+            continue;
+        }
+        next_wake = now + period;
         match drain_once(drainer, sink, &mut ends, finished) {
             Ok(true) => {}
             Ok(false) => break,

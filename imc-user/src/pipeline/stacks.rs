@@ -46,6 +46,9 @@ const MAPS_MAX: u64 = 16 << 20;
 /// keep coming back (a large binary's first symbolization takes seconds), up to FINISH_MAX.
 const FINISH_IDLE: Duration = Duration::from_secs(10);
 const FINISH_MAX: Duration = Duration::from_secs(120);
+/// New processes whose maps are read at the kernel's notice between two drains, at most (a
+/// burst of process starts costs a bounded number of maps reads).
+const EARLY_MAX: u32 = 256;
 /// How long the run's end waits before it says what it waits for.
 const FINISH_SAY: Duration = Duration::from_secs(1);
 
@@ -119,6 +122,11 @@ pub struct StackResolver {
     finish_idle: Duration,
     /// What the resolving thread's frame source has met, as of its last stack.
     stats: Arc<Mutex<Option<SymbolizerStats>>>,
+    /// Processes announced since the last drain ([`Self::announced`]); over the run, those whose
+    /// maps were read at the announcement and those past [`EARLY_MAX`].
+    early_this_drain: u32,
+    early_read: u64,
+    early_skipped: u64,
 }
 
 impl StackResolver {
@@ -174,6 +182,9 @@ impl StackResolver {
             own: std::process::id(),
             finish_idle: FINISH_IDLE,
             stats,
+            early_this_drain: 0,
+            early_read: 0,
+            early_skipped: 0,
         }
     }
 
@@ -184,6 +195,7 @@ impl StackResolver {
         entries.clear();
         let n = src.drain_stacks(&mut entries);
         self.seen_this_drain.clear();
+        self.early_this_drain = 0;
         let dropped_total = src.stacks_dropped();
         let dropped = dropped_total.saturating_sub(self.dropped_before);
         self.dropped_before = dropped_total;
@@ -244,7 +256,18 @@ impl StackResolver {
     /// counts nothing or has resolved no stack.
     pub fn summary(&self) -> Option<String> {
         let stats = self.stats.lock().ok()?;
-        stats.as_ref().map(SymbolizerStats::summary)
+        let mut line = stats.as_ref()?.summary();
+        line.push_str(&format!(
+            "; {} processes' maps read as they made their first stack",
+            self.early_read
+        ));
+        if self.early_skipped > 0 {
+            line.push_str(&format!(
+                " ({} more past {EARLY_MAX} between two drains)",
+                self.early_skipped
+            ));
+        }
+        Some(line)
     }
 
     /// The key of a drained stack, asking the resolving thread for its frames where they are
@@ -295,34 +318,57 @@ impl StackResolver {
     /// were sent for the same executable already (a drain's new stacks of a known process cost
     /// one stat of its executable).
     fn prepare(&mut self, tgid: u32) {
-        use std::os::unix::fs::MetadataExt;
-        if !self.seen_this_drain.insert(tgid) {
+        if self.seen_this_drain.insert(tgid) {
+            self.send_maps(tgid, false);
+        }
+    }
+
+    /// A process that made its first stack entry (the kernel's notice): its maps are read now,
+    /// while it runs, however short its life. At most [`EARLY_MAX`] between two drains; past
+    /// that, a process's maps are read when its stacks are drained, as they would be anyway.
+    pub fn announced(&mut self, tgid: u32) {
+        if tgid == self.own {
             return;
         }
+        if self.early_this_drain >= EARLY_MAX {
+            self.early_skipped += 1;
+            return;
+        }
+        self.early_this_drain += 1;
+        if self.send_maps(tgid, true) {
+            self.early_read += 1;
+        }
+    }
+
+    /// Reads process `tgid`'s maps and sends them to the resolving thread, unless they were
+    /// sent for its executable already and the process is not `new` (the kernel's word: it
+    /// may have exec'ed the same binary, laid out anew); returns whether they were sent.
+    fn send_maps(&mut self, tgid: u32, new: bool) -> bool {
+        use std::os::unix::fs::MetadataExt;
         let proc_dir = self.root.join(format!("proc/{tgid}"));
         // A process whose executable cannot be read is gone or exiting (its maps then read
         // empty) or a kernel thread: its maps tell nothing, and the resolver keeps what was read
         // while it ran.
         let Ok(exe) = std::fs::metadata(proc_dir.join("exe")).map(|m| Some((m.dev(), m.ino())))
         else {
-            return;
+            return false;
         };
-        if self.prepared.get(&tgid) == Some(&exe) {
-            return;
+        if !new && self.prepared.get(&tgid) == Some(&exe) {
+            return false;
         }
         // Maps read mid-exec (the new program not mapped yet) tell nothing: a later drain's new
         // stacks read them again.
         let maps = match crate::sys::file::read_capped(&proc_dir.join("maps"), MAPS_MAX) {
             Ok(m) if crate::symbols::maps::maps_file_code(&m) => m,
-            _ => return,
+            _ => return false,
         };
         if self.prepared.len() >= CACHE_MAX {
             self.prepared.clear();
         }
         self.prepared.insert(tgid, exe);
-        if let Some(tx) = &self.tx {
-            let _ = tx.send(Ask::Prepare { tgid, maps, exe });
-        }
+        self.tx
+            .as_ref()
+            .is_some_and(|tx| tx.send(Ask::Prepare { tgid, maps, exe }).is_ok())
     }
 
     /// Takes the resolved stacks that are back (waiting up to `wait` for one, where given).
@@ -674,5 +720,37 @@ mod tests {
         drain(&whole, 3);
         r.finish(&mut |_| {});
         assert_eq!(*seen.lock().unwrap(), [(tgid, whole.clone())]);
+    }
+
+    /// A process the kernel announces has its maps read at once; at most EARLY_MAX of them
+    /// between two drains, and imc's own never.
+    #[test]
+    fn announced_processes_have_their_maps_read_at_once_within_the_cap() {
+        let root = tempfile::tempdir().unwrap();
+        let maps = b"55d0c000-55d0d000 r-xp 00001000 08:01 42  /usr/bin/kid\n";
+        let first = std::process::id().wrapping_add(1);
+        let tgids: Vec<u32> = (first..).take(EARLY_MAX as usize + 3).collect();
+        for t in &tgids {
+            let dir = root.path().join(format!("proc/{t}"));
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join("exe"), b"\x7fELF").unwrap();
+            std::fs::write(dir.join("maps"), maps).unwrap();
+        }
+        let seen = PreparedLog::default();
+        let source = Prepared(seen.clone());
+        let mut r = StackResolver::new(Box::new(move || Box::new(source)), 0, root.path());
+        r.announced(std::process::id());
+        for &t in &tgids[..tgids.len() - 1] {
+            r.announced(t);
+        }
+        assert_eq!((r.early_read, r.early_skipped), (u64::from(EARLY_MAX), 2));
+        // A drain opens the next window.
+        r.drain(&mut Entries(Vec::new()), 1);
+        r.announced(tgids[tgids.len() - 1]);
+        r.finish(&mut |_| {});
+        let prepared: Vec<u32> = seen.lock().unwrap().iter().map(|(t, _)| *t).collect();
+        let mut want = tgids[..EARLY_MAX as usize].to_vec();
+        want.push(tgids[tgids.len() - 1]);
+        assert_eq!(prepared, want);
     }
 }

@@ -70,11 +70,7 @@ fn attach_exec(ebpf: &mut Ebpf) {
 }
 
 /// Loads raw-tracepoint program `name` and attaches it to the scheduler's `tracepoint`.
-fn attach_sched(
-    ebpf: &mut Ebpf,
-    name: &str,
-    tracepoint: &str,
-) -> Result<(), SamplerError> {
+fn attach_sched(ebpf: &mut Ebpf, name: &str, tracepoint: &str) -> Result<(), SamplerError> {
     let prog: &mut RawTracePoint = load_program(ebpf, name)?;
     prog.load().map_err(SamplerError::load)?;
     prog.attach(tracepoint)

@@ -10,9 +10,10 @@ use imc_common::{
     MIN_FLUSH_GLOBAL, NR_SLOTS_GLOBAL, PKG_MAP_NAME, PKG_MIN_GAP_GLOBAL, PKG_SLOT_MAP_NAME,
     PKG_SLOTS_GLOBAL, READERS_MAP_NAME, RING_LEN_GLOBAL, Record, SLOT_MAP_NAMES,
     STACK_COUNTS_MAP_NAME, STACK_MODE_GLOBAL, STACK_PERIOD_GLOBAL, STACK_PERIOD_SLOT_GLOBAL,
-    STACK_SELF_GLOBAL, STACK_SLOTS_GLOBAL, STACK_SPARE_MAP_NAME, STACK_SPARE_ODD_MAP_NAME,
-    STACK_TRACES_MAP_NAME, STACK_TRACES_ODD_MAP_NAME, STACK_WAKE_AFTER_GLOBAL, TICKS_MAP_NAME,
-    TIMED_SLOTS_GLOBAL, WAKE_EVERY_GLOBAL, tick_rules,
+    STACK_PROCS_ENTRIES, STACK_PROCS_MAP_NAME, STACK_SELF_GLOBAL, STACK_SLOTS_GLOBAL,
+    STACK_SPARE_MAP_NAME, STACK_SPARE_ODD_MAP_NAME, STACK_TRACES_MAP_NAME,
+    STACK_TRACES_ODD_MAP_NAME, STACK_WAKE_AFTER_GLOBAL, TICKS_MAP_NAME, TIMED_SLOTS_GLOBAL,
+    WAKE_EVERY_GLOBAL, tick_rules,
 };
 
 /// All CPUs' rings together stay within this (a 192-CPU server would otherwise map 750 MB).
@@ -99,14 +100,20 @@ pub(super) fn load(
     loader.map_max_entries(READERS_MAP_NAME, possible);
     loader.map_max_entries(GROUP_LAST_MAP_NAME, (cfg.groups.len() as u32).max(1));
     // Without stacks the maps stay at one entry: nothing of their size is allocated.
-    let (counts, traces, spare) = cfg.stacks.as_ref().map_or((1, 1, 1), |s| {
-        (s.map_entries, s.stack_entries, s.spare_entries.max(1))
+    let (counts, traces, spare, procs) = cfg.stacks.as_ref().map_or((1, 1, 1, 1), |s| {
+        (
+            s.map_entries,
+            s.stack_entries,
+            s.spare_entries.max(1),
+            STACK_PROCS_ENTRIES,
+        )
     });
     loader.map_max_entries(STACK_COUNTS_MAP_NAME, counts);
     loader.map_max_entries(STACK_TRACES_MAP_NAME, traces);
     loader.map_max_entries(STACK_TRACES_ODD_MAP_NAME, traces);
     loader.map_max_entries(STACK_SPARE_MAP_NAME, spare);
     loader.map_max_entries(STACK_SPARE_ODD_MAP_NAME, spare);
+    loader.map_max_entries(STACK_PROCS_MAP_NAME, procs);
     let loaded = loader.load(&sized).map_err(SamplerError::load);
     drop(pinned);
     loaded

@@ -189,16 +189,10 @@ impl Symbolizer {
     }
 
     /// Where process `tgid`'s code is, read early (its `maps` text and executable's identity,
-    /// taken when its first stack was drained): its stacks may be resolved after it is gone.
-    /// Kept unless the process is cached already with the same executable. The caller hands
-    /// them in again when the executable changes (an exec): lookups do not check it.
+    /// taken as it made its first stack, or when its stacks were drained): its stacks may be
+    /// resolved after it is gone. The caller hands them in again when the executable changes
+    /// (an exec) or the kernel says the process is new: lookups do not check it.
     pub fn prepare(&mut self, tgid: u32, maps: &[u8], exe: Option<(u64, u64)>) {
-        if let Some(p) = self.processes.get_mut(&tgid)
-            && p.exe == exe
-        {
-            p.watched = true;
-            return;
-        }
         // Maps read at exit or mid-exec: what was read while the program ran stays.
         if !maps::maps_file_code(maps) {
             return;
@@ -207,9 +201,19 @@ impl Symbolizer {
         let Ok(parsed) = maps::Maps::parse(maps, l.max_maps_bytes, l.max_maps_lines) else {
             return;
         };
-        self.forget(tgid);
         self.stats.maps_read += 1;
         self.stats.maps_truncated += u64::from(parsed.truncated);
+        if let Some(p) = self.processes.get_mut(&tgid)
+            && p.exe == exe
+        {
+            // The same program read again (an exec of the same binary lays it out anew, a
+            // library loaded since adds a mapping): what is cached of the mappings still there
+            // stays.
+            p.replace_maps(parsed);
+            p.watched = true;
+            return;
+        }
+        self.forget(tgid);
         self.processes.insert(
             tgid,
             process::ProcessCache {

@@ -99,3 +99,14 @@ pub struct ProcessCache {
     /// executable and hands them in again after an exec: they are not checked per lookup.
     pub watched: bool,
 }
+
+impl ProcessCache {
+    /// The process's maps read again: what is cached of each mapping still there stays, and
+    /// addresses found in no mapping are looked up again in the new ones.
+    pub fn replace_maps(&mut self, maps: Maps) {
+        let keys: HashSet<_> = maps.mappings.iter().map(|m| m.key()).collect();
+        self.slots.retain(|k, _| keys.contains(k));
+        self.unmapped.retain(|&a| maps.find(a).is_none());
+        self.maps = maps;
+    }
+}

@@ -1,6 +1,6 @@
 //! User-space frames: a process's addresses resolved through its cached mappings, the binaries
 //! found for them and its perf map; the cache read or refreshed as the addresses need.
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 
 use super::elf::{self, NotFound};
 use super::maps::{Backing, Maps};
@@ -114,12 +114,9 @@ impl Symbolizer {
             return;
         }
         if !fresh && let Some(maps) = self.read_maps(tgid) {
-            let keys: HashSet<_> = maps.mappings.iter().map(|m| m.key()).collect();
-            p.slots.retain(|k, _| keys.contains(k));
-            p.maps = maps;
+            p.replace_maps(maps);
         }
         let maps = &p.maps;
-        p.unmapped.retain(|&a| maps.find(a).is_none());
         for &a in lookups {
             if p.unmapped.len() < MAX_UNMAPPED && maps.find(a).is_none() {
                 p.unmapped.insert(a);
