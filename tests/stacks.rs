@@ -107,6 +107,19 @@ fn build_c(dir: &Path, name: &str, source: &str, flags: &[&str]) -> Option<std::
     require(ok, "no C compiler (cc) to build the test program").then_some(bin)
 }
 
+/// `imc record --stacks -v -o REC -- PROGRAM ARGS`, run to its end; what it said (stderr).
+fn record_stacks(rec: &Path, program: &Path, args: &[&str]) -> String {
+    let out = run_ok(
+        imc()
+            .args(["record", "--stacks", "-v", "-o"])
+            .arg(rec)
+            .arg("--")
+            .arg(program)
+            .args(args),
+    );
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
 #[test]
 fn a_recording_with_stacks_reports_every_attributed_fault_in_some_stack() {
     if !sampler_prerequisites() {
@@ -117,16 +130,8 @@ fn a_recording_with_stacks_reports_every_attributed_fault_in_some_stack() {
         return;
     };
     let rec = dir.path().join("s.imc");
-    let recorded = run_ok(
-        imc()
-            .args(["record", "--stacks", "-v", "-o"])
-            .arg(&rec)
-            .arg("--")
-            .arg(&two)
-            .args(["0.05", "1.5"]),
-    );
     // `-v` says what resolving met: the program's frames are named.
-    let said = String::from_utf8_lossy(&recorded.stderr);
+    let said = record_stacks(&rec, &two, &["0.05", "1.5"]);
     let named = said
         .lines()
         .find_map(|l| l.strip_prefix("imc: stacks: user addresses "))
@@ -398,7 +403,7 @@ int main(int argc,char**argv){
 "#;
 
 /// The maps of a process are read as it makes its first stack (the kernel announces it), not
-/// at the next drain: processes that live 50 ms, gone long before the drain that takes their
+/// at the next drain: processes that live 100 ms, gone long before the drain that takes their
 /// stacks, are resolved into their functions.
 #[test]
 fn processes_shorter_than_a_drain_period_keep_their_frames() {
@@ -410,15 +415,7 @@ fn processes_shorter_than_a_drain_period_keep_their_frames() {
         return;
     };
     let rec = dir.path().join("k.imc");
-    let recorded = run_ok(
-        imc()
-            .args(["record", "--stacks", "-v", "-o"])
-            .arg(&rec)
-            .arg("--")
-            .arg(&kids)
-            .args(["10", "0.1"]),
-    );
-    let said = String::from_utf8_lossy(&recorded.stderr);
+    let said = record_stacks(&rec, &kids, &["10", "0.1"]);
     let read_early = said
         .lines()
         .find_map(|l| l.split_once(" processes' maps read as they made their first stack"))

@@ -520,16 +520,21 @@ mod tests {
         }
     }
 
+    /// A frame per address, named `f<hex>`.
+    fn named(addrs: &[u64]) -> Vec<Frame> {
+        addrs
+            .iter()
+            .map(|a| Frame::marker(&format!("f{a:x}")))
+            .collect()
+    }
+
     /// Names every address `f<hex>`, counting the user stacks it is asked for.
     struct Named(Arc<AtomicUsize>);
 
     impl FrameSource for Named {
         fn user_frames(&mut self, _tgid: u32, addrs: &[u64]) -> Vec<Frame> {
             self.0.fetch_add(1, Ordering::Relaxed);
-            addrs
-                .iter()
-                .map(|a| Frame::marker(&format!("f{a:x}")))
-                .collect()
+            named(addrs)
         }
         fn kernel_frames(&mut self, addrs: &[u64]) -> Vec<Frame> {
             addrs
@@ -571,13 +576,8 @@ mod tests {
         ]);
         let mut batches = r.drain(&mut src, 1);
         batches.extend(r.finish(&mut |_| {}));
-        let charges: Vec<(u32, Vec<String>)> = batches
-            .iter()
-            .flat_map(|b| &b.charges)
-            .map(|c| (c.tgid, c.frames.iter().map(Frame::label).collect()))
-            .collect();
         assert_eq!(
-            charges,
+            labels(&batches),
             [
                 (me, vec![OWN_STACK_FRAME.to_string()]),
                 (me, vec![OWN_STACK_FRAME.to_string()]),
@@ -604,10 +604,7 @@ mod tests {
     impl FrameSource for Slow {
         fn user_frames(&mut self, _tgid: u32, addrs: &[u64]) -> Vec<Frame> {
             std::thread::sleep(self.0);
-            addrs
-                .iter()
-                .map(|a| Frame::marker(&format!("f{a:x}")))
-                .collect()
+            named(addrs)
         }
         fn kernel_frames(&mut self, addrs: &[u64]) -> Vec<Frame> {
             self.user_frames(0, addrs)
@@ -624,15 +621,15 @@ mod tests {
 
     #[test]
     fn the_run_s_end_waits_while_stacks_keep_coming_back() {
-        let each = Duration::from_millis(150);
+        let each = Duration::from_millis(100);
         let mut r = StackResolver::new(Box::new(move || Box::new(Slow(each))), 0, Path::new("/"));
-        r.finish_idle = Duration::from_millis(400);
+        r.finish_idle = Duration::from_secs(1);
         let other = std::process::id().wrapping_add(1);
-        let mut src = Entries((1..=6).map(|a| entry(other, &[a])).collect());
+        let mut src = Entries((1..=12).map(|a| entry(other, &[a])).collect());
         let mut batches = r.drain(&mut src, 1);
         batches.extend(r.finish(&mut |_| {}));
-        // Six stacks take 0.9 s, more than the idle wait, and each comes back within it.
-        let want: Vec<_> = (1..=6).map(|a| (other, vec![format!("f{a:x}")])).collect();
+        // Twelve stacks take 1.2 s, more than the idle wait, and each comes back well within it.
+        let want: Vec<_> = (1..=12).map(|a| (other, vec![format!("f{a:x}")])).collect();
         assert_eq!(labels(&batches), want);
     }
 
@@ -642,10 +639,7 @@ mod tests {
     impl FrameSource for Breaks {
         fn user_frames(&mut self, tgid: u32, addrs: &[u64]) -> Vec<Frame> {
             assert_ne!(tgid, self.0, "a reader that breaks on this process");
-            addrs
-                .iter()
-                .map(|a| Frame::marker(&format!("f{a:x}")))
-                .collect()
+            named(addrs)
         }
         fn kernel_frames(&mut self, addrs: &[u64]) -> Vec<Frame> {
             self.user_frames(0, addrs)
@@ -680,10 +674,7 @@ mod tests {
 
     impl FrameSource for Prepared {
         fn user_frames(&mut self, _tgid: u32, addrs: &[u64]) -> Vec<Frame> {
-            addrs
-                .iter()
-                .map(|a| Frame::marker(&format!("f{a:x}")))
-                .collect()
+            named(addrs)
         }
         fn kernel_frames(&mut self, addrs: &[u64]) -> Vec<Frame> {
             self.user_frames(0, addrs)
@@ -745,12 +736,15 @@ mod tests {
         }
         assert_eq!((r.early_read, r.early_skipped), (u64::from(EARLY_MAX), 2));
         // A drain opens the next window.
+        let last = tgids[tgids.len() - 1];
         r.drain(&mut Entries(Vec::new()), 1);
-        r.announced(tgids[tgids.len() - 1]);
+        r.announced(last);
+        // A stack resolved after them: the thread has taken every map sent before it.
+        r.drain(&mut Entries(vec![entry(last, &[1])]), 2);
         r.finish(&mut |_| {});
         let prepared: Vec<u32> = seen.lock().unwrap().iter().map(|(t, _)| *t).collect();
         let mut want = tgids[..EARLY_MAX as usize].to_vec();
-        want.push(tgids[tgids.len() - 1]);
+        want.push(last);
         assert_eq!(prepared, want);
     }
 }
