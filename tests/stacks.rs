@@ -416,12 +416,17 @@ fn processes_shorter_than_a_drain_period_keep_their_frames() {
     };
     let rec = dir.path().join("k.imc");
     let said = record_stacks(&rec, &kids, &["6", "0.3"]);
-    let read_early = said
+    // Read as each made its first stack, and again 20 ms later (its libraries mapped by then).
+    let (read_early, read_again) = said
         .lines()
-        .find_map(|l| l.split_once(" processes' maps read as they made their first stack"))
-        .and_then(|(l, _)| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .find_map(|l| l.split_once(" processes' maps read as they made their first stack ("))
+        .and_then(|(l, again)| {
+            let early = l.rsplit(' ').next()?.parse::<u64>().ok()?;
+            Some((early, again.split(' ').next()?.parse::<u64>().ok()?))
+        })
         .unwrap_or_else(|| panic!("no count of maps read early: {said}"));
     assert!(read_early >= 6, "{read_early} read early: {said}");
+    assert!(read_again >= 6, "{read_again} read again: {said}");
     let folded = dir.path().join("k.folded");
     run_ok(imc().arg("report").arg(&rec).arg("--folded").arg(&folded));
     let text = std::fs::read_to_string(&folded).unwrap();

@@ -14,6 +14,7 @@ use crate::sampler::stacks::StackEntry;
 use crate::symbols::SymbolizerStats;
 use imc_common::{NO_STACK, STACK_DEPTH, StackCounts};
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -49,6 +50,12 @@ const FINISH_MAX: Duration = Duration::from_secs(120);
 /// New processes whose maps are read at the kernel's notice between two drains, at most (a
 /// burst of process starts costs a bounded number of maps reads).
 const EARLY_MAX: u32 = 256;
+/// How long after its announcement a process's maps are read a second time: the first read
+/// may come while the loader is still mapping the program's libraries, whose frames a process
+/// gone by its drain could not otherwise be resolved in.
+const REREAD_AFTER: Duration = Duration::from_millis(20);
+/// The kernel's default timer slack for a thread, in ns (`PR_SET_TIMERSLACK`).
+const DEFAULT_TIMER_SLACK_NS: u64 = 50_000;
 /// How long the run's end waits before it says what it waits for.
 const FINISH_SAY: Duration = Duration::from_secs(1);
 
@@ -81,6 +88,62 @@ enum Ask {
         exe: Option<(u64, u64)>,
     },
     Resolve(Request),
+}
+
+/// Process `tgid`'s executable (device, inode) under `root`; None where it cannot be read: the
+/// process is gone or exiting (its maps then read empty), or a kernel thread. Its maps then
+/// tell nothing, and the resolver keeps what was read while it ran.
+fn exe_of(root: &std::path::Path, tgid: u32) -> Option<Option<(u64, u64)>> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(root.join(format!("proc/{tgid}/exe"))).ok()?;
+    Some(Some((m.dev(), m.ino())))
+}
+
+/// Process `tgid`'s maps text, where it maps a file's code: maps read mid-exec (the new
+/// program not mapped yet) tell nothing, and are read again later.
+fn code_maps(root: &std::path::Path, tgid: u32) -> Option<Vec<u8>> {
+    let path = root.join(format!("proc/{tgid}/maps"));
+    crate::sys::file::read_capped(&path, MAPS_MAX)
+        .ok()
+        .filter(|m| crate::symbols::maps::maps_file_code(m))
+}
+
+/// The resolving thread's ends and what it shares.
+struct ResolvingThread {
+    requests: Receiver<Ask>,
+    done: Sender<(Key, Arc<[Frame]>)>,
+    stats: Arc<Mutex<Option<SymbolizerStats>>>,
+}
+
+impl ResolvingThread {
+    /// Takes maps and stacks until every sender is gone; resolves each stack and sends it back.
+    fn run(self, mut frames: Box<dyn FrameSource>) {
+        for ask in &self.requests {
+            match ask {
+                Ask::Prepare { tgid, maps, exe } => frames.prepare(tgid, &maps, exe),
+                Ask::Resolve(r) => {
+                    if !self.resolve(frames.as_mut(), &r) {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Resolves one stack and sends it back; false where the resolver is gone. A stack whose
+    /// resolving fails (a bug, a binary that breaks the reader) is unresolved, and the others
+    /// are still resolved.
+    fn resolve(&self, frames: &mut dyn FrameSource, r: &Request) -> bool {
+        let resolved =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| frames_of(frames, r)));
+        let f = resolved.unwrap_or_else(|_| vec![Frame::marker(UNRESOLVED_FRAME)].into());
+        if let Some(s) = frames.stats()
+            && let Ok(mut shared) = self.stats.lock()
+        {
+            *shared = Some(s);
+        }
+        self.done.send((r.key, f)).is_ok()
+    }
 }
 
 /// A stack to resolve: its addresses, read from the kernel's map at the drain (None: the map
@@ -127,45 +190,104 @@ pub struct StackResolver {
     early_this_drain: u32,
     early_read: u64,
     early_skipped: u64,
+    /// Announced processes whose maps were read again ([`REREAD_AFTER`]), and the thread that
+    /// reads them.
+    reread: Arc<AtomicU64>,
+    reread_tx: Option<Sender<(u32, Instant)>>,
+    reread_after: Duration,
+}
+
+/// A thread of its own that reads each announced process's maps again a while after the first
+/// read, and hands them to the resolving thread: on time whatever that thread is resolving (a
+/// binary's first symbols take long), and with exact timers (the loop's thread lets the kernel
+/// batch its wake-ups).
+struct Rereader {
+    /// (process, when to read it), in the order announced.
+    due: Receiver<(u32, Instant)>,
+    to_resolver: Sender<Ask>,
+    root: std::path::PathBuf,
+    reread: Arc<AtomicU64>,
+}
+
+impl Rereader {
+    /// Runs until the resolver is dropped (the `due` sender with it).
+    fn run(self) {
+        // The kernel's default slack: a thread inherits its creator's, and the loop's thread
+        // lets its timers run a quarter of a drain period late.
+        if let Err(e) = crate::sys::thread::set_timer_slack_ns(DEFAULT_TIMER_SLACK_NS) {
+            log::debug!("the maps rereading thread keeps its inherited timer slack: {e}");
+        }
+        let mut queue: VecDeque<(u32, Instant)> = VecDeque::new();
+        loop {
+            let next = match queue.front() {
+                Some(&(_, at)) => self
+                    .due
+                    .recv_timeout(at.saturating_duration_since(Instant::now())),
+                None => self.due.recv().map_err(|_| RecvTimeoutError::Disconnected),
+            };
+            match next {
+                Ok(d) => queue.push_back(d),
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => return,
+            }
+            let now = Instant::now();
+            while let Some(&(tgid, at)) = queue.front()
+                && at <= now
+            {
+                queue.pop_front();
+                if let Some(exe) = exe_of(&self.root, tgid)
+                    && let Some(maps) = code_maps(&self.root, tgid)
+                    && self
+                        .to_resolver
+                        .send(Ask::Prepare { tgid, maps, exe })
+                        .is_ok()
+                {
+                    self.reread.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+    }
 }
 
 impl StackResolver {
     /// Starts the resolving thread with the frame source `make` builds there; processes'
     /// maps are read under `root`.
     pub fn new(make: MakeFrames, nr_slots: usize, root: &std::path::Path) -> StackResolver {
+        StackResolver::start(make, nr_slots, root, REREAD_AFTER)
+    }
+
+    /// [`Self::new`], announced processes read again `reread_after` after their first read.
+    fn start(
+        make: MakeFrames,
+        nr_slots: usize,
+        root: &std::path::Path,
+        reread_after: Duration,
+    ) -> StackResolver {
         let (tx, requests) = std::sync::mpsc::channel::<Ask>();
         let (done, rx) = std::sync::mpsc::channel();
         let stats = Arc::new(Mutex::new(None));
-        let shared = stats.clone();
+        let reread = Arc::new(AtomicU64::new(0));
+        let thread = ResolvingThread {
+            requests,
+            done,
+            stats: stats.clone(),
+        };
         let spawned = std::thread::Builder::new()
             .name("imc-stacks".into())
-            .spawn(move || {
-                let mut frames = make();
-                for ask in requests {
-                    let r = match ask {
-                        Ask::Prepare { tgid, maps, exe } => {
-                            frames.prepare(tgid, &maps, exe);
-                            continue;
-                        }
-                        Ask::Resolve(r) => r,
-                    };
-                    // A stack whose resolving fails (a bug, a binary that breaks the reader)
-                    // is unresolved, and the others are still resolved.
-                    let resolved = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                        frames_of(frames.as_mut(), &r)
-                    }));
-                    let f =
-                        resolved.unwrap_or_else(|_| vec![Frame::marker(UNRESOLVED_FRAME)].into());
-                    if let Some(s) = frames.stats()
-                        && let Ok(mut shared) = shared.lock()
-                    {
-                        *shared = Some(s);
-                    }
-                    if done.send((r.key, f)).is_err() {
-                        break;
-                    }
-                }
-            });
+            .spawn(move || thread.run(make()));
+        let (reread_tx, due) = std::sync::mpsc::channel();
+        let rereader = Rereader {
+            due,
+            to_resolver: tx.clone(),
+            root: root.to_path_buf(),
+            reread: reread.clone(),
+        };
+        // Without it, an announced process is read once.
+        let reread_tx = std::thread::Builder::new()
+            .name("imc-maps".into())
+            .spawn(move || rereader.run())
+            .is_ok()
+            .then_some(reread_tx);
         StackResolver {
             // Without the thread every stack stays unresolved (said by its frame).
             tx: spawned.is_ok().then_some(tx),
@@ -185,6 +307,9 @@ impl StackResolver {
             early_this_drain: 0,
             early_read: 0,
             early_skipped: 0,
+            reread,
+            reread_tx,
+            reread_after,
         }
     }
 
@@ -258,8 +383,10 @@ impl StackResolver {
         let stats = self.stats.lock().ok()?;
         let mut line = stats.as_ref()?.summary();
         line.push_str(&format!(
-            "; {} processes' maps read as they made their first stack",
-            self.early_read
+            "; {} processes' maps read as they made their first stack ({} again {} ms later)",
+            self.early_read,
+            self.reread.load(Ordering::Relaxed),
+            REREAD_AFTER.as_millis()
         ));
         if self.early_skipped > 0 {
             line.push_str(&format!(
@@ -342,33 +469,33 @@ impl StackResolver {
 
     /// Reads process `tgid`'s maps and sends them to the resolving thread, unless they were
     /// sent for its executable already and the process is not `new` (the kernel's word: it
-    /// may have exec'ed the same binary, laid out anew); returns whether they were sent.
+    /// may have exec'ed the same binary, laid out anew; its maps are then read again shortly
+    /// after, by the rereading thread); returns whether they were sent.
     fn send_maps(&mut self, tgid: u32, new: bool) -> bool {
-        use std::os::unix::fs::MetadataExt;
-        let proc_dir = self.root.join(format!("proc/{tgid}"));
-        // A process whose executable cannot be read is gone or exiting (its maps then read
-        // empty) or a kernel thread: its maps tell nothing, and the resolver keeps what was read
-        // while it ran.
-        let Ok(exe) = std::fs::metadata(proc_dir.join("exe")).map(|m| Some((m.dev(), m.ino())))
-        else {
+        let Some(exe) = exe_of(&self.root, tgid) else {
             return false;
         };
         if !new && self.prepared.get(&tgid) == Some(&exe) {
             return false;
         }
-        // Maps read mid-exec (the new program not mapped yet) tell nothing: a later drain's new
-        // stacks read them again.
-        let maps = match crate::sys::file::read_capped(&proc_dir.join("maps"), MAPS_MAX) {
-            Ok(m) if crate::symbols::maps::maps_file_code(&m) => m,
-            _ => return false,
+        let Some(maps) = code_maps(&self.root, tgid) else {
+            return false;
         };
         if self.prepared.len() >= CACHE_MAX {
             self.prepared.clear();
         }
         self.prepared.insert(tgid, exe);
-        self.tx
+        let sent = self
+            .tx
             .as_ref()
-            .is_some_and(|tx| tx.send(Ask::Prepare { tgid, maps, exe }).is_ok())
+            .is_some_and(|tx| tx.send(Ask::Prepare { tgid, maps, exe }).is_ok());
+        if sent
+            && new
+            && let Some(r) = &self.reread_tx
+        {
+            let _ = r.send((tgid, Instant::now() + self.reread_after));
+        }
+        sent
     }
 
     /// Takes the resolved stacks that are back (waiting up to `wait` for one, where given).
@@ -742,9 +869,49 @@ mod tests {
         // A stack resolved after them: the thread has taken every map sent before it.
         r.drain(&mut Entries(vec![entry(last, &[1])]), 2);
         r.finish(&mut |_| {});
-        let prepared: Vec<u32> = seen.lock().unwrap().iter().map(|(t, _)| *t).collect();
+        // Each in the order announced (a process read again later comes after).
+        let mut prepared: Vec<u32> = Vec::new();
+        for (t, _) in seen.lock().unwrap().iter() {
+            if !prepared.contains(t) {
+                prepared.push(*t);
+            }
+        }
         let mut want = tgids[..EARLY_MAX as usize].to_vec();
         want.push(last);
         assert_eq!(prepared, want);
+    }
+
+    /// An announced process's maps are read again shortly after (the loader may still have
+    /// been mapping its libraries at the first read): the later maps are handed in too.
+    #[test]
+    fn an_announced_process_s_maps_are_read_again_shortly_after() {
+        let root = tempfile::tempdir().unwrap();
+        let tgid = std::process::id().wrapping_add(1);
+        let dir = root.path().join(format!("proc/{tgid}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("exe"), b"\x7fELF").unwrap();
+        let first = b"55d0c000-55d0d000 r-xp 00001000 08:01 42  /usr/bin/kid\n".to_vec();
+        let later = [
+            &first[..],
+            &b"7f000000-7f100000 r-xp 00000000 08:01 43  /usr/lib/libc.so.6\n"[..],
+        ]
+        .concat();
+        std::fs::write(dir.join("maps"), &first).unwrap();
+        let seen = PreparedLog::default();
+        let source = Prepared(seen.clone());
+        let mut r = StackResolver::start(
+            Box::new(move || Box::new(source)),
+            0,
+            root.path(),
+            Duration::from_millis(500),
+        );
+        r.announced(tgid);
+        std::fs::write(dir.join("maps"), &later).unwrap();
+        let end = Instant::now() + Duration::from_secs(5);
+        while seen.lock().unwrap().len() < 2 && Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(*seen.lock().unwrap(), [(tgid, first), (tgid, later)]);
+        assert_eq!(r.reread.load(Ordering::Relaxed), 1);
     }
 }
