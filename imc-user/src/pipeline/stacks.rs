@@ -811,15 +811,22 @@ mod tests {
         }
     }
 
+    /// Process `tgid` under `root`: an executable and `maps`; returns its `proc/PID`.
+    fn fake_process(root: &Path, tgid: u32, maps: &[u8]) -> std::path::PathBuf {
+        let dir = root.join(format!("proc/{tgid}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("exe"), b"\x7fELF").unwrap();
+        std::fs::write(dir.join("maps"), maps).unwrap();
+        dir
+    }
+
     /// Maps read mid-exec (only the new stack mapped) are not taken for the program's: the next
     /// drain's new stacks read them again, and once read whole, they are not read again.
     #[test]
     fn maps_that_map_no_code_are_read_again_at_the_next_new_stack() {
         let root = tempfile::tempdir().unwrap();
         let tgid = std::process::id().wrapping_add(1);
-        let dir = root.path().join(format!("proc/{tgid}"));
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(dir.join("exe"), b"\x7fELF").unwrap();
+        let dir = fake_process(root.path(), tgid, b"");
         let mid_exec = b"7ffc1000-7ffc3000 rw-p 00000000 00:00 0  [stack]\n".to_vec();
         let whole = [
             &b"55d0c000-55d0d000 r-xp 00001000 08:01 42  /usr/bin/two\n"[..],
@@ -848,11 +855,8 @@ mod tests {
         let maps = b"55d0c000-55d0d000 r-xp 00001000 08:01 42  /usr/bin/kid\n";
         let first = std::process::id().wrapping_add(1);
         let tgids: Vec<u32> = (first..).take(EARLY_MAX as usize + 3).collect();
-        for t in &tgids {
-            let dir = root.path().join(format!("proc/{t}"));
-            std::fs::create_dir_all(&dir).unwrap();
-            std::fs::write(dir.join("exe"), b"\x7fELF").unwrap();
-            std::fs::write(dir.join("maps"), maps).unwrap();
+        for &t in &tgids {
+            fake_process(root.path(), t, maps);
         }
         let seen = PreparedLog::default();
         let source = Prepared(seen.clone());
@@ -887,16 +891,13 @@ mod tests {
     fn an_announced_process_s_maps_are_read_again_shortly_after() {
         let root = tempfile::tempdir().unwrap();
         let tgid = std::process::id().wrapping_add(1);
-        let dir = root.path().join(format!("proc/{tgid}"));
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(dir.join("exe"), b"\x7fELF").unwrap();
         let first = b"55d0c000-55d0d000 r-xp 00001000 08:01 42  /usr/bin/kid\n".to_vec();
         let later = [
             &first[..],
             &b"7f000000-7f100000 r-xp 00000000 08:01 43  /usr/lib/libc.so.6\n"[..],
         ]
         .concat();
-        std::fs::write(dir.join("maps"), &first).unwrap();
+        let dir = fake_process(root.path(), tgid, &first);
         let seen = PreparedLog::default();
         let source = Prepared(seen.clone());
         let mut r = StackResolver::start(
