@@ -93,10 +93,10 @@ enum Ask {
 /// Process `tgid`'s executable (device, inode) under `root`; None where it cannot be read: the
 /// process is gone or exiting (its maps then read empty), or a kernel thread. Its maps then
 /// tell nothing, and the resolver keeps what was read while it ran.
-fn exe_of(root: &std::path::Path, tgid: u32) -> Option<Option<(u64, u64)>> {
+fn exe_of(root: &std::path::Path, tgid: u32) -> Option<(u64, u64)> {
     use std::os::unix::fs::MetadataExt;
     let m = std::fs::metadata(root.join(format!("proc/{tgid}/exe"))).ok()?;
-    Some(Some((m.dev(), m.ino())))
+    Some((m.dev(), m.ino()))
 }
 
 /// Process `tgid`'s maps text, where it maps a file's code: maps read mid-exec (the new
@@ -169,7 +169,7 @@ pub struct StackResolver {
     /// `--root`, where processes' maps are read.
     root: std::path::PathBuf,
     /// The executable each process had when its maps were sent (sent again after an exec).
-    prepared: HashMap<u32, Option<(u64, u64)>>,
+    prepared: HashMap<u32, (u64, u64)>,
     /// Processes whose executable was looked at in this drain (once per drain is enough).
     seen_this_drain: HashSet<u32>,
     rx: Receiver<(Key, Arc<[Frame]>)>,
@@ -239,7 +239,11 @@ impl Rereader {
                     && let Some(maps) = code_maps(&self.root, tgid)
                     && self
                         .to_resolver
-                        .send(Ask::Prepare { tgid, maps, exe })
+                        .send(Ask::Prepare {
+                            tgid,
+                            maps,
+                            exe: Some(exe),
+                        })
                         .is_ok()
                 {
                     self.reread.fetch_add(1, Ordering::Relaxed);
@@ -485,10 +489,14 @@ impl StackResolver {
             self.prepared.clear();
         }
         self.prepared.insert(tgid, exe);
-        let sent = self
-            .tx
-            .as_ref()
-            .is_some_and(|tx| tx.send(Ask::Prepare { tgid, maps, exe }).is_ok());
+        let sent = self.tx.as_ref().is_some_and(|tx| {
+            tx.send(Ask::Prepare {
+                tgid,
+                maps,
+                exe: Some(exe),
+            })
+            .is_ok()
+        });
         if sent
             && new
             && let Some(r) = &self.reread_tx
